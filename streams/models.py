@@ -1,0 +1,203 @@
+"""What the recorder stores: one `Stream` per upstream attempt, one `Event` per SSE event.
+
+Metrics are denormalised onto `Stream` at write time so that list and analytics pages are plain
+aggregates over one table. Times measured by us are monotonic offsets in microseconds from the
+moment the stream was started (`started_at` is the wall-clock reading of that same moment).
+"""
+
+import hashlib
+import secrets
+
+from django.conf import settings
+from django.db import models
+
+
+class Stream(models.Model):
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        STREAMING = "streaming"
+        COMPLETED = "completed"
+        INCOMPLETE = "incomplete"  # OpenAI's response.incomplete: terminal, not an error
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+        STALLED = "stalled"
+        INTERRUPTED = "interrupted"
+        TRUNCATED = "truncated"  # connection closed without a terminal event
+
+    ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
+
+    class Source(models.TextChoices):
+        LIVE = "live"
+        IMPORT = "import"
+        PROXY = "proxy"
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+    )
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.LIVE)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+
+    # The request. The API key is never part of it (it travels in a header only).
+    request_body = models.JSONField(default=dict)
+    requested_model = models.CharField(max_length=100, blank=True)
+    scenario = models.CharField(max_length=50, blank=True)
+    prompt = models.TextField(blank=True)  # the last user input, for search and lists
+    upstream_url = models.CharField(max_length=300, blank=True)
+
+    # Retries: each attempt is its own row, linked to the first.
+    attempt = models.PositiveSmallIntegerField(default=1)
+    first_attempt = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="retries"
+    )
+
+    # Response metadata.
+    upstream_id = models.CharField(max_length=200, blank=True)
+    resolved_model = models.CharField(max_length=100, blank=True)
+    routing_category = models.CharField(max_length=50, blank=True)
+    routing_source = models.CharField(max_length=50, blank=True)
+    routing_reasoning = models.TextField(blank=True)
+    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    content_type = models.CharField(max_length=200, blank=True)
+    error_code = models.CharField(max_length=100, blank=True)
+    error_message = models.TextField(blank=True)
+
+    # Wall clock, for display and time filters.
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    runner = models.CharField(max_length=120, blank=True)  # host:pid:boot of the process
+
+    # Milestones: monotonic µs since the start of this attempt (null = not reached).
+    connected_us = models.BigIntegerField(null=True, blank=True)
+    request_written_us = models.BigIntegerField(null=True, blank=True)
+    headers_us = models.BigIntegerField(null=True, blank=True)
+    created_event_us = models.BigIntegerField(null=True, blank=True)
+    routing_us = models.BigIntegerField(null=True, blank=True)
+    first_token_us = models.BigIntegerField(null=True, blank=True)
+    first_tool_call_us = models.BigIntegerField(null=True, blank=True)
+    terminal_us = models.BigIntegerField(null=True, blank=True)
+    closed_us = models.BigIntegerField(null=True, blank=True)
+
+    # Derived metrics, denormalised when the stream finishes.
+    ttft_ms = models.FloatField(null=True, blank=True)  # first output token − request written
+    duration_ms = models.FloatField(null=True, blank=True)  # request written → connection closed
+    tokens_per_s = models.FloatField(null=True, blank=True)
+    inter_token_ms = models.FloatField(null=True, blank=True)  # mean gap between output deltas
+    event_count = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)  # output-bearing deltas
+    bytes_received = models.BigIntegerField(default=0)
+    final_text = models.TextField(blank=True)  # from the terminal event, when it has one
+    output_text = models.TextField(blank=True)  # reassembled from the deltas
+    parts = models.JSONField(default=list, blank=True)  # reassembled output items and parts
+    findings_count = models.PositiveIntegerField(default=0)
+    error_findings = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # the streams list: newest first, optionally per user
+            models.Index(fields=["-created_at"], name="stream_created"),
+            models.Index(fields=["user", "-created_at"], name="stream_user_created"),
+            # list filters on status and the sweeper's `status = streaming` scan
+            models.Index(fields=["status", "-created_at"], name="stream_status_created"),
+            # latency and routing pages: per resolved model, TTFT percentiles by ordered offset
+            models.Index(fields=["resolved_model", "ttft_ms"], name="stream_resolved_ttft"),
+            models.Index(fields=["requested_model", "ttft_ms"], name="stream_requested_ttft"),
+            # search by upstream id
+            models.Index(fields=["upstream_id"], name="stream_upstream_id"),
+        ]
+
+    def __str__(self):
+        return f"stream {self.pk} ({self.status})"
+
+    @property
+    def is_active(self):
+        return self.status in self.ACTIVE_STATUSES
+
+
+class Event(models.Model):
+    """One SSE event as received, with its verbatim `data`."""
+
+    stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="events")
+    index = models.PositiveIntegerField()  # arrival order: 0, 1, 2 … per stream
+    t_us = models.BigIntegerField(null=True)  # monotonic µs since the stream started
+    received_at = models.DateTimeField(null=True)
+    event_name = models.CharField(max_length=200, blank=True)  # the `event:` field
+    sse_id = models.CharField(max_length=200, blank=True)  # the `id:` field
+    type = models.CharField(max_length=200, blank=True)
+    sequence_number = models.BigIntegerField(null=True)
+    output_index = models.IntegerField(null=True)
+    content_index = models.IntegerField(null=True)
+    is_json = models.BooleanField(default=True)
+    data = models.TextField()
+    # The undecoded bytes, kept only when the data was not valid UTF-8 (nothing is lost).
+    raw = models.BinaryField(null=True)
+
+    class Meta:
+        constraints = [
+            # catch-up reads `index > after` for one stream; uniqueness guards exactly-once
+            models.UniqueConstraint(fields=["stream", "index"], name="event_stream_index"),
+        ]
+
+    def __str__(self):
+        return f"event {self.stream_id}#{self.index} {self.type}"
+
+
+class Finding(models.Model):
+    """One protocol-checker finding on a stream."""
+
+    class Severity(models.TextChoices):
+        ERROR = "error"
+        WARNING = "warning"
+        INFO = "info"
+
+    stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="findings")
+    code = models.CharField(max_length=50)
+    severity = models.CharField(max_length=10, choices=Severity.choices)
+    event_index = models.IntegerField(null=True)
+    expected = models.TextField(blank=True)
+    got = models.TextField(blank=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            # findings by code on the admin analytics page
+            models.Index(fields=["code", "severity"], name="finding_code"),
+        ]
+        ordering = ["stream", "event_index", "id"]
+
+    def __str__(self):
+        return f"{self.severity} {self.code} @ {self.event_index}"
+
+
+class Capture(models.Model):
+    """The exact bytes of an imported file, so an export is byte-identical."""
+
+    stream = models.OneToOneField(Stream, on_delete=models.CASCADE, related_name="capture")
+    filename = models.CharField(max_length=300)
+    content = models.BinaryField()
+
+
+class ApiToken(models.Model):
+    """A per-user bearer token for scripts; only its SHA-256 is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    name = models.CharField(max_length=100, blank=True)
+    digest = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12)  # shown in admin to tell tokens apart
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked = models.BooleanField(default=False)
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.user})"
+
+    @staticmethod
+    def hash(token):
+        return hashlib.sha256(token.encode()).hexdigest()
+
+    @classmethod
+    def issue(cls, user, name=""):
+        token = "ss_" + secrets.token_urlsafe(32)
+        cls.objects.create(user=user, name=name, digest=cls.hash(token), prefix=token[:10])
+        return token

@@ -1,0 +1,5 @@
+from django.urls import path
+
+websocket_urlpatterns = [
+    # filled in by the relay (consumers.py)
+]
