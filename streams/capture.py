@@ -1,0 +1,216 @@
+"""Turn captured files (raw SSE bodies, browser HAR exports) into events. Pure: bytes in, data out.
+
+The SSE parser follows the WHATWG "event stream interpretation" algorithm, over bytes rather than
+text, so that an event whose data is not valid UTF-8 keeps its original bytes
+(`CapturedEvent.raw`) and every event can report its byte offset in the file.
+
+One deliberate departure from the spec: at end of file WHATWG discards a pending event that was
+not terminated by a blank line. A capture that ends mid-event is still evidence worth looking at
+(a proxy that cut the connection, a copy-paste that lost the last newline), so the pending event
+is dispatched anyway and marked `truncated=True`; `truncated_tail(events)` says whether that
+happened.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+BOM = b"\xef\xbb\xbf"
+# CRLF must come first so that it counts as one line end, not two.
+_LINE_END = re.compile(rb"\r\n|\r|\n")
+
+
+@dataclass(slots=True)
+class CapturedEvent:
+    event_name: str  # the `event:` field; "" when absent (WHATWG then means "message")
+    sse_id: str  # the last event ID in effect (WHATWG: it persists across events until changed)
+    data: str  # data lines joined with "\n"
+    raw: bytes | None  # the undecoded data bytes, only when they were not valid UTF-8
+    byte_offset: int  # where the event's block starts in the file (first line after a blank one)
+    byte_end: int = 0  # just past the blank line that dispatched it (or EOF when truncated)
+    retry: int | None = None  # the last `retry:` value seen in this block, if any
+    truncated: bool = False  # the file ended before the blank line that would dispatch it
+
+
+def truncated_tail(events: list[CapturedEvent]) -> bool:
+    """True when the last event was dispatched leniently at EOF (no terminating blank line)."""
+    return bool(events) and events[-1].truncated
+
+
+def parse_sse_bytes(content: bytes) -> list[CapturedEvent]:
+    """Parse a whole `text/event-stream` body into its dispatched events."""
+    pos = 3 if content.startswith(BOM) else 0
+    end = len(content)
+    events: list[CapturedEvent] = []
+
+    data_lines: list[bytes] = []
+    event_name = b""
+    last_id = ""
+    retry: int | None = None
+    block_start: int | None = None  # offset of the block's first line, None between blocks
+
+    def dispatch(block_end: int, truncated: bool) -> None:
+        if not data_lines:  # WHATWG: an empty data buffer dispatches nothing
+            return
+        joined = b"\n".join(data_lines)
+        try:
+            data, raw = joined.decode("utf-8"), None
+        except UnicodeDecodeError:
+            data, raw = joined.decode("utf-8", errors="replace"), joined
+        events.append(
+            CapturedEvent(
+                event_name=event_name.decode("utf-8", errors="replace"),
+                sse_id=last_id,
+                data=data,
+                raw=raw,
+                byte_offset=block_start if block_start is not None else block_end,
+                byte_end=block_end,
+                retry=retry,
+                truncated=truncated,
+            )
+        )
+
+    while pos < end:
+        m = _LINE_END.search(content, pos)
+        if m is None:  # last line without a line end: keep it (lenient, see module docstring)
+            line, line_start, pos = content[pos:], pos, end
+        else:
+            line, line_start, pos = content[pos : m.start()], pos, m.end()
+
+        if not line:
+            if m is not None:
+                dispatch(pos, truncated=False)
+                data_lines = []
+                event_name = b""
+                retry = None
+                block_start = None
+            continue
+        if block_start is None:
+            block_start = line_start
+        if line[0] == 0x3A:  # ":" comment
+            continue
+        colon = line.find(b":")
+        if colon == -1:
+            name, value = line, b""
+        else:
+            name, value = line[:colon], line[colon + 1 :]
+            if value[:1] == b" ":
+                value = value[1:]
+        if name == b"data":
+            data_lines.append(value)
+        elif name == b"event":
+            event_name = value
+        elif name == b"id":
+            if b"\x00" not in value:
+                last_id = value.decode("utf-8", errors="replace")
+        elif name == b"retry":
+            if value.isdigit():
+                retry = int(value)
+        # any other field is ignored, as the spec says
+
+    if block_start is not None:  # EOF inside a block: dispatch leniently, flagged
+        dispatch(end, truncated=True)
+    return events
+
+
+@dataclass(slots=True)
+class HarEntry:
+    url: str
+    method: str
+    status: int | None
+    started_at: str  # HAR `startedDateTime`, ISO 8601 as written by the browser
+    time_ms: float | None  # HAR `time`: the entry's total elapsed time
+    # blocked/dns/connect/ssl/send/wait/receive in ms; HAR's -1 ("not applicable") becomes None
+    timings: dict[str, float | None]
+    mime_type: str
+    request_body: str  # postData.text, when the browser kept it
+    content: bytes | None  # the decoded response body; None when the HAR has no text for it
+    events: list[CapturedEvent] = field(default_factory=list)
+
+
+_TIMING_KEYS = ("blocked", "dns", "connect", "ssl", "send", "wait", "receive")
+
+
+def _is_stream_entry(url: str, mime_type: str) -> bool:
+    if mime_type.split(";", 1)[0].strip().lower() == "text/event-stream":
+        return True
+    path = url.split("?", 1)[0].split("#", 1)[0].rstrip("/")
+    return path.endswith("/responses")
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        return None
+    return value
+
+
+def parse_har(content: bytes) -> list[HarEntry]:
+    """The SSE responses in a HAR export: entries typed text/event-stream or POSTed to */responses.
+
+    HAR keeps no per-event arrival times, only the entry's phase timings, which are returned as-is.
+    Raises ValueError when the content is not a HAR document.
+    """
+    try:
+        doc = json.loads(content.decode("utf-8-sig"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"not a HAR file: {exc}") from exc
+    log = doc.get("log") if isinstance(doc, dict) else None
+    if not isinstance(log, dict) or not isinstance(log.get("entries"), list):
+        raise ValueError("not a HAR file: no log.entries")
+
+    result = []
+    for entry in log["entries"]:
+        if not isinstance(entry, dict):
+            continue
+        request = entry.get("request") or {}
+        response = entry.get("response") or {}
+        body = response.get("content") or {}
+        url = str(request.get("url", ""))
+        mime_type = str(body.get("mimeType", ""))
+        if not _is_stream_entry(url, mime_type):
+            continue
+        text = body.get("text")
+        if not isinstance(text, str):
+            raw = None
+        elif body.get("encoding") == "base64":
+            try:
+                raw = base64.b64decode(text, validate=False)
+            except (binascii.Error, ValueError):
+                raw = None
+        else:
+            raw = text.encode("utf-8", errors="surrogatepass")
+        timings = entry.get("timings") or {}
+        status = response.get("status")
+        post = request.get("postData") or {}
+        result.append(
+            HarEntry(
+                url=url,
+                method=str(request.get("method", "")),
+                status=status if isinstance(status, int) and status > 0 else None,
+                started_at=str(entry.get("startedDateTime", "")),
+                time_ms=_number(entry.get("time")),
+                timings={k: _number(timings[k]) for k in _TIMING_KEYS if k in timings},
+                mime_type=mime_type,
+                request_body=str(post.get("text", "")) if isinstance(post, dict) else "",
+                content=raw,
+                events=parse_sse_bytes(raw) if raw else [],
+            )
+        )
+    return result
+
+
+def sniff(content: bytes, filename: str = "") -> Literal["har", "sse"]:
+    """Tell a HAR export from a raw SSE body. The content decides; the file name breaks ties.
+
+    An SSE body never starts with "{" (that would be a field named `{…`, which the spec ignores),
+    while a HAR is a JSON object, so the first non-blank byte is enough.
+    """
+    head = content[:64].removeprefix(BOM).lstrip()
+    if head:
+        return "har" if head[:1] == b"{" else "sse"
+    return "har" if filename.lower().endswith(".har") else "sse"
