@@ -1,0 +1,27 @@
+"""The built-in upstream simulator: a stand-in for ``POST /v1/responses`` over real HTTP.
+
+Public API::
+
+    from streams.simulator import SimulatorServer, start_in_thread, SCENARIOS, docs
+
+See :mod:`streams.simulator.scenarios` for the scenarios and :mod:`streams.simulator.server` for
+the endpoints and the log format.
+"""
+
+from .models import MODELS, ModelProfile
+from .router import RoutingDecision, route
+from .scenarios import SCENARIOS, docs
+from .server import ResponseLog, SimulatorHandle, SimulatorServer, start_in_thread
+
+__all__ = [
+    "MODELS",
+    "ModelProfile",
+    "ResponseLog",
+    "RoutingDecision",
+    "SCENARIOS",
+    "SimulatorHandle",
+    "SimulatorServer",
+    "docs",
+    "route",
+    "start_in_thread",
+]

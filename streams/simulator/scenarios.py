@@ -1,0 +1,1123 @@
+"""Scenarios of the upstream simulator: pure functions that turn a request into a *plan*.
+
+A plan is everything the HTTP layer needs to answer one ``POST /v1/responses``: the status line,
+the headers, an optional delay before the headers, and a list of :class:`Write` s — each the exact
+bytes handed to the socket in one ``write()`` (one HTTP chunk), the model-time at which it is due
+and the events it completes. Nothing here does I/O or reads a clock (except ``created_at``, which
+the caller passes in); the same request and seed always give the same plan.
+
+Scenarios (choose with ``metadata.scenario`` or the ``X-Simulator-Scenario`` header):
+
+====================  ==============================================================================
+scenario              what the stream does
+====================  ==============================================================================
+normal                one assistant message streamed token by token; every PROTOCOL.md guarantee
+tools                 one function call (arguments streamed, ``output`` + ``status: completed`` in
+                      ``output_item.done``), then a text answer; ``response.completed`` lists
+                      ``tool_calls``
+parallel_tools        3 function calls whose events interleave (``output_index`` disambiguates);
+                      the second one ends ``status: failed``; then a text answer
+multi_part            2 message items; the first has 2 content parts, the second 1
+rewrite               deltas spell a draft with typos; ``response.rewrite.in_progress`` follows, and
+                      ``output_text.done`` / ``response.completed`` carry the corrected text
+final_text            terminal is ``{"type":"response.completed","sequence_number":N,
+                      "final_text":"..."}`` with no ``response`` object (streaming-page shape)
+gap                   exactly one ``sequence_number`` is skipped (before a delta mid-stream)
+duplicate             exactly one delta event is sent twice, same data and ``sequence_number``
+reorder               two adjacent delta events are swapped on the wire
+missing_terminal      the HTTP body ends cleanly (final chunk) without ``response.completed``/``error``
+error                 after some deltas, an ``error`` terminal *with* ``sequence_number``
+error_no_seq          after some deltas, an ``error`` terminal *without* ``sequence_number``
+http_429              429 with a JSON error body and ``Retry-After`` (``metadata.retry_after``, 2)
+http_500              500 with a JSON error body
+wrong_content_type    200 with ``Content-Type: application/json`` and the final response JSON
+malformed_json        one ``data:`` line mid-stream is not valid JSON (it takes no sequence number),
+                      then the stream continues normally
+stall                 after some deltas, silence for ``metadata.stall_s`` (90) seconds, then the
+                      rest; if the client disconnects meanwhile, the server stops
+slow_headers          status line and headers only after ``metadata.header_delay_s`` (2) seconds
+unknown_event         adds ``response.citation.added`` and ``response.usage.partial`` (numbered)
+utf8_split            text with multi-byte characters (é, €, 😀, ij, 日本語); each delta event holding
+                      one is written in two socket writes split inside a character's UTF-8 bytes,
+                      with a drain and ``metadata.split_pause_s`` (0.02 s, unscaled) between
+huge_delta            one delta of ``metadata.huge_bytes`` (1,000,000) bytes of text
+bursty                paced normally but held back and released in bursts of
+                      ``metadata.burst_size`` (40) events per write, like a buffering proxy
+reset                 after some deltas the connection is aborted with a TCP RST
+fast                  ``metadata.events`` (10,000) events in total — created, deltas only, completed
+                      — written in batches of ``metadata.batch`` (100) events, no sleeps
+xss                   deltas containing ``<img src=x onerror=alert(1)>`` and
+                      ``<script>alert(1)</script>`` (each whole in one delta)
+comments              SSE comment blocks ``: keep-alive`` and a ``retry: 1000`` block between events
+                      (they are not events); otherwise normal
+done_sentinel         a final ``data: [DONE]`` block after ``response.completed``
+====================  ==============================================================================
+
+Common ``metadata`` parameters (strings are accepted, as the OpenAI API only allows string values):
+``scenario``, ``seed`` (any string/int: the same seed and request give the same events),
+``time_scale`` (float, default 1.0; 0 = no sleeps) or ``speed`` (= 1 / time_scale),
+``sentences`` (length of the reply), ``deterministic_ids`` (true: response id and ``created_at``
+derive from the seed too, so same-seed streams are byte-identical).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from .models import AUTO_MODEL, MODELS, ModelProfile
+from .router import RoutingDecision, route
+
+SCENARIOS: dict[str, str] = {
+    "normal": "One assistant message streamed token by token; all ordering guarantees hold.",
+    "tools": "One function call (output + status completed), then a text answer.",
+    "parallel_tools": "3 interleaved function calls, the second failed, then a text answer.",
+    "multi_part": "2 message items; the first has 2 content parts.",
+    "rewrite": "Typo'd deltas, response.rewrite.in_progress, corrected output_text.done.",
+    "final_text": "Terminal response.completed with top-level final_text and no response object.",
+    "gap": "Exactly one sequence_number skipped mid-stream.",
+    "duplicate": "One delta event sent twice with the same sequence_number.",
+    "reorder": "Two adjacent delta events swapped on the wire.",
+    "missing_terminal": "Body ends cleanly without response.completed or error.",
+    "error": "An error terminal with sequence_number after some deltas.",
+    "error_no_seq": "An error terminal without sequence_number after some deltas.",
+    "http_429": "429 with a JSON error body and Retry-After.",
+    "http_500": "500 with a JSON error body.",
+    "wrong_content_type": "200 with Content-Type application/json (the final response JSON).",
+    "malformed_json": "One data line that is not valid JSON mid-stream, then the stream continues.",
+    "stall": "No events for metadata.stall_s (90) s after some deltas, then the rest.",
+    "slow_headers": "Status and headers only after metadata.header_delay_s (2) s.",
+    "unknown_event": "Extra response.citation.added and response.usage.partial events.",
+    "utf8_split": "Multi-byte characters split across two socket writes.",
+    "huge_delta": "One delta of metadata.huge_bytes (1,000,000) bytes.",
+    "bursty": "Events held back and released in bursts of metadata.burst_size (40) per write.",
+    "reset": "Connection aborted with a TCP RST after some deltas.",
+    "fast": "metadata.events (10,000) events as fast as possible: created, deltas, completed.",
+    "xss": "Deltas containing <img src=x onerror=alert(1)> and <script>alert(1)</script>.",
+    "comments": "SSE comment lines (': keep-alive') and a 'retry: 1000' block between events.",
+    "done_sentinel": "A final 'data: [DONE]' after response.completed.",
+}
+
+docs = (__doc__ or "").split("Scenarios (choose", 1)[-1]
+docs = "Scenarios (choose" + docs
+
+DEFAULT_SCENARIO = "normal"
+UTF8_SAMPLE = "Café crème kost €3,50 😀 — één ijsje, naïef geïnd; 日本語のテキスト 🇳🇱."
+XSS_IMG = "<img src=x onerror=alert(1)>"
+XSS_SCRIPT = "<script>alert(1)</script>"
+MALFORMED_DATA = '{"type":"response.output_text.delta","delta":"unterminated'
+ERROR_CODE = "internal_error"
+ERROR_MESSAGE = "Unexpected upstream failure"
+REWRITE_FIXES = {"teh": "the", "definately": "definitely", "seperate": "separate", "wich": "which"}
+
+
+class RequestError(Exception):
+    """A request the simulator answers with a JSON error instead of a stream."""
+
+    def __init__(self, status: int, code: str, message: str, type_: str = "invalid_request_error"):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.type = type_
+
+    def body(self) -> dict:
+        return {"error": {"code": self.code, "message": self.message, "type": self.type}}
+
+
+# --------------------------------------------------------------------------- request parsing
+def _as_float(value: Any, name: str, default: float) -> float:
+    if value is None or value == "":
+        return default
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise RequestError(400, "invalid_metadata", f"metadata.{name} must be a number") from None
+
+
+def _as_int(value: Any, name: str, default: int) -> int:
+    return int(_as_float(value, name, default))
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def flatten_input(value: Any) -> str:
+    """The text of a Responses ``input``: a string or a list of ``{role, content}`` items."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        out: list[str] = []
+        for item in value:
+            if isinstance(item, str):
+                out.append(item)
+            elif isinstance(item, dict):
+                content = item.get("content", item.get("text", ""))
+                if isinstance(content, str):
+                    out.append(content)
+                elif isinstance(content, list):
+                    for part in content:
+                        if isinstance(part, dict) and isinstance(part.get("text"), str):
+                            out.append(part["text"])
+                        elif isinstance(part, str):
+                            out.append(part)
+                elif item.get("type") == "function_call_output":
+                    out.append(str(item.get("output", "")))
+        return "\n".join(out)
+    raise RequestError(400, "invalid_input", "'input' must be a string or a list of items")
+
+
+def last_user_text(value: Any) -> str:
+    if isinstance(value, list):
+        for item in reversed(value):
+            if isinstance(item, dict) and item.get("role", "user") == "user":
+                return flatten_input([item])
+    return flatten_input(value)
+
+
+@dataclass
+class SimRequest:
+    """A validated ``POST /v1/responses`` body."""
+
+    model: str
+    input_text: str
+    user_text: str
+    scenario: str
+    stream: bool
+    instructions: str | None
+    tools: list
+    metadata: dict
+    max_output_tokens: int | None
+    seed: int
+    time_scale: float
+
+    @classmethod
+    def from_body(
+        cls,
+        body: Any,
+        header_scenario: str | None = None,
+        server_seed: int | str = 0,
+        default_time_scale: float = 1.0,
+    ) -> SimRequest:
+        if not isinstance(body, dict):
+            raise RequestError(400, "invalid_json", "The request body must be a JSON object")
+        if "input" not in body or body["input"] in (None, "", []):
+            raise RequestError(
+                400, "missing_required_parameter", "Missing required parameter: 'input'"
+            )
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            raise RequestError(
+                400, "missing_required_parameter", "Missing required parameter: 'model'"
+            )
+        if model != AUTO_MODEL and model not in MODELS:
+            raise RequestError(
+                404,
+                "model_not_found",
+                f"The model '{model}' does not exist. Known: {', '.join(MODELS)} (or 'auto').",
+            )
+        metadata = body.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise RequestError(400, "invalid_metadata", "'metadata' must be an object")
+        scenario = str(metadata.get("scenario") or header_scenario or DEFAULT_SCENARIO).strip()
+        if scenario not in SCENARIOS:
+            raise RequestError(
+                400,
+                "unknown_scenario",
+                f"Unknown scenario '{scenario}'. Valid scenarios: {', '.join(SCENARIOS)}",
+            )
+        input_text = flatten_input(body["input"])
+        tools = body.get("tools") or []
+        if not isinstance(tools, list):
+            raise RequestError(400, "invalid_tools", "'tools' must be a list")
+        time_scale = default_time_scale
+        if metadata.get("time_scale") not in (None, ""):
+            time_scale = _as_float(metadata.get("time_scale"), "time_scale", 1.0)
+        elif metadata.get("speed") not in (None, ""):
+            speed = _as_float(metadata.get("speed"), "speed", 1.0)
+            time_scale = 0.0 if speed <= 0 or speed == float("inf") else 1.0 / speed
+        max_out = body.get("max_output_tokens")
+        return cls(
+            model=model,
+            input_text=input_text,
+            user_text=last_user_text(body["input"]),
+            scenario=scenario,
+            stream=body.get("stream", True) is not False,
+            instructions=body.get("instructions"),
+            tools=tools,
+            metadata=metadata,
+            max_output_tokens=int(max_out) if isinstance(max_out, int | float) else None,
+            seed=derive_seed(body, scenario, server_seed),
+            time_scale=max(0.0, time_scale),
+        )
+
+    def meta_float(self, name: str, default: float) -> float:
+        return _as_float(self.metadata.get(name), name, default)
+
+    def meta_int(self, name: str, default: int) -> int:
+        return _as_int(self.metadata.get(name), name, default)
+
+
+def derive_seed(body: dict, scenario: str, server_seed: int | str = 0) -> int:
+    """``metadata.seed`` (or the server seed) plus the request content → a 64-bit seed."""
+    metadata = dict(body.get("metadata") or {})
+    base = f"seed:{metadata.pop('seed')}" if "seed" in metadata else f"server:{server_seed}"
+    for transient in ("time_scale", "speed"):
+        metadata.pop(transient, None)
+    canon = json.dumps(
+        {
+            "model": body.get("model"),
+            "input": body.get("input"),
+            "instructions": body.get("instructions"),
+            "tools": body.get("tools"),
+            "max_output_tokens": body.get("max_output_tokens"),
+            "scenario": scenario,
+            "metadata": metadata,
+        },
+        sort_keys=True,
+        default=str,
+    )
+    return int(hashlib.sha256(f"{base}|{canon}".encode()).hexdigest()[:16], 16)
+
+
+# --------------------------------------------------------------------------- text generation
+_STOP = set(
+    """about above after again against all also and any are because been before being below
+    between both but can could did does doing down during each few for from further had has have
+    having her here hers him his how into its just more most other our ours out over own same
+    she should some such than that the their theirs them then there these they this those through
+    too under until very was were what when where which while who whom why will with would you
+    your yours please tell give explain write show make need want like know think could kun
+    jij wij zij het een van voor met niet maar ook wat hoe waarom welke deze die dat zijn
+    naar over meer kan kunt moet wordt worden graag even""".split()
+)
+_DUTCH_HINTS = {"de", "het", "een", "ik", "niet", "wat", "hoe", "waarom", "van", "en", "kun", "je"}
+
+_EN = [
+    "Here is a short overview of {a}.",
+    "{A} is usually understood through a few key ideas.",
+    "First, it helps to look at how {a} relates to {b}.",
+    "In practice, most people start with the basics and refine their approach over time.",
+    "A common mistake is to overlook the details of {b}.",
+    "It is worth checking the assumptions behind {c} before drawing conclusions.",
+    "Small, concrete examples make {a} much easier to reason about.",
+    "There are trade-offs: what works well for {b} may not suit {c}.",
+    "Good sources and a bit of experimentation go a long way here.",
+    "If you want, I can go deeper into {a} or give a worked example.",
+    "To summarise, {a} comes down to clarity, consistency and some patience.",
+    "Keep in mind that context matters more than any single rule.",
+]
+_NL = [
+    "Hier is een kort overzicht van {a}.",
+    "{A} draait meestal om een paar kernideeën.",
+    "Het helpt om eerst te kijken hoe {a} samenhangt met {b}.",
+    "In de praktijk begin je met de basis en verfijn je daarna je aanpak.",
+    "Een veelgemaakte fout is dat men de details van {b} over het hoofd ziet.",
+    "Controleer de aannames achter {c} voordat je conclusies trekt.",
+    "Kleine, concrete voorbeelden maken {a} veel begrijpelijker.",
+    "Er zijn afwegingen: wat goed werkt voor {b} past niet altijd bij {c}.",
+    "Als je wilt, kan ik dieper ingaan op {a} of een uitgewerkt voorbeeld geven.",
+    "Kortom: {a} vraagt om duidelijkheid, consistentie en wat geduld.",
+]
+
+
+def topic_words(text: str) -> list[str]:
+    words = re.findall(r"[^\W\d_][\w'-]{2,}", text)
+    seen: list[str] = []
+    for w in words:
+        lw = w.lower()
+        if lw in _STOP or lw in (s.lower() for s in seen):
+            continue
+        seen.append(w)
+    ranked = sorted(range(len(seen)), key=lambda i: (-len(seen[i]), i))[:3]
+    picked = [seen[i] for i in sorted(ranked)]
+    return picked or ["this topic"]
+
+
+def is_dutch(text: str) -> bool:
+    words = set(re.findall(r"\w+", text.lower()))
+    return len(words & _DUTCH_HINTS) >= 2
+
+
+def reply_text(rng: random.Random, prompt: str, sentences: int) -> str:
+    topics = topic_words(prompt)
+    while len(topics) < 3:
+        topics.append(topics[len(topics) % len(topics)])
+    a, b, c = topics[:3]
+    pool = _NL if is_dutch(prompt) else _EN
+    first, last = pool[0], pool[-1]
+    middle = pool[1:-1]
+    out = [first]
+    for _ in range(max(0, sentences - 2)):
+        out.append(rng.choice(middle))
+    if sentences >= 2:
+        out.append(last)
+    text = " ".join(s.format(a=a, b=b, c=c, A=a[:1].upper() + a[1:]) for s in out)
+    return text
+
+
+_TOKEN_RE = re.compile(r"\s*\w+|\s*[^\w\s]+|\s+")
+
+
+def tokenize(rng: random.Random, text: str) -> list[str]:
+    """Split text into token-ish chunks (a word with its leading space, punctuation, pieces)."""
+    out: list[str] = []
+    for tok in _TOKEN_RE.findall(text):
+        core = tok.strip()
+        if len(core) > 7 and rng.random() < 0.7:
+            i = 0
+            while i < len(tok):
+                n = rng.randint(3, 6)
+                out.append(tok[i : i + n])
+                i += n
+        else:
+            out.append(tok)
+    if out and "".join(out) != text:  # pragma: no cover - regex covers every character
+        return [text]
+    return out
+
+
+# --------------------------------------------------------------------------- plan structures
+@dataclass
+class Ev:
+    """One SSE block before numbering and serialisation."""
+
+    at: float
+    obj: dict | None = None  # event JSON (without sequence_number)
+    raw: str | None = None  # data text that is not an event object (malformed, [DONE])
+    numbered: bool = True
+    event_line: str | None = "message"
+    comment: bytes | None = None  # a non-event block (comment / retry), written verbatim
+    skip_before: int = 0  # sequence numbers to skip before this one (gap)
+    seq: int | None = None
+    data: str = ""
+    stall_before: float = 0.0  # absolute seconds of silence before this block
+    split_utf8: bool = False
+    pause_before: float = 0.0  # absolute minimal pause after the previous write
+
+    @property
+    def type(self) -> str | None:
+        return self.obj.get("type") if self.obj else None
+
+    @property
+    def is_event(self) -> bool:
+        return self.comment is None
+
+
+@dataclass
+class Write:
+    at: float  # model time (seconds after the request body was read; scaled by time_scale)
+    data: bytes  # payload of one HTTP chunk
+    events: list[int] = field(default_factory=list)  # indexes into Plan.events completed here
+    offset: float = 0.0  # absolute extra seconds (stalls, header delay), not scaled
+    pause_before: float = 0.0  # absolute minimal pause after the previous write
+
+
+@dataclass
+class PlannedEvent:
+    type: str | None
+    sequence_number: int | None
+    data: str
+
+
+@dataclass
+class Plan:
+    response_id: str
+    scenario: str
+    model: str
+    resolved_model: str
+    status: int = 200
+    content_type: str = "text/event-stream; charset=utf-8"
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    header_delay: float = 0.0  # absolute seconds
+    body: bytes | None = None  # non-stream body (errors, JSON)
+    events: list[PlannedEvent] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    end: str = "complete"  # complete | missing_terminal | error | reset
+    final_response: dict | None = None
+    faults: list[dict] = field(default_factory=list)
+    time_scale: float = 1.0
+    routing: dict | None = None
+
+
+# --------------------------------------------------------------------------- builder
+class Builder:
+    def __init__(self, req: SimRequest, rng: random.Random, profile: ModelProfile, rid: str):
+        self.req = req
+        self.rng = rng
+        self.profile = profile
+        self.rid = rid
+        self.t = 0.0
+        self.evs: list[Ev] = []
+        self.ttft = profile.sample_ttft(rng)
+        self.first_output_done = False
+        self.output: list[dict] = []
+        self.output_tokens = 0
+
+    def emit(self, obj: dict, at: float | None = None, **kw: Any) -> Ev:
+        if at is not None:
+            self.t = max(self.t, at)
+        ev = Ev(at=self.t, obj=obj, **kw)
+        self.evs.append(ev)
+        return ev
+
+    def step(self) -> None:
+        self.t += self.profile.sample_token_gap(self.rng)
+
+    def small(self) -> None:
+        self.t += self.rng.uniform(0.0005, 0.003)
+
+    def start_output(self) -> None:
+        """Move the clock to just before the first output token (TTFT)."""
+        if not self.first_output_done:
+            self.t = max(self.t, self.ttft - self.rng.uniform(0.002, 0.01))
+            self.first_output_done = True
+
+    def first_token_at(self) -> None:
+        self.t = max(self.t, self.ttft)
+
+    def item_id(self, prefix: str) -> str:
+        return f"{prefix}_{self.rng.getrandbits(96):024x}"
+
+    # -- message items
+    def message(
+        self,
+        output_index: int,
+        parts: list[str],
+        draft: list[str] | None = None,
+        tokens: list[list[str]] | None = None,
+    ) -> dict:
+        """Stream a message item. ``draft`` (optional) is what the deltas spell per part;
+        ``tokens`` (optional) gives the exact delta strings per part."""
+        self.start_output()
+        mid = self.item_id("msg")
+        base = {"id": mid, "type": "message", "role": "assistant"}
+        self.emit(
+            {
+                "type": "response.output_item.added",
+                "output_index": output_index,
+                "item": {**base, "status": "in_progress", "content": []},
+            }
+        )
+        content = []
+        for ci, text in enumerate(parts):
+            self.small()
+            self.emit(
+                {
+                    "type": "response.content_part.added",
+                    "output_index": output_index,
+                    "content_index": ci,
+                    "item_id": mid,
+                    "part": {"type": "output_text", "text": ""},
+                }
+            )
+            spelled = draft[ci] if draft else text
+            toks = tokens[ci] if tokens else tokenize(self.rng, spelled)
+            self.deltas(output_index, ci, mid, toks)
+            if draft and draft[ci] != text:
+                self.step()
+                self.emit({"type": "response.rewrite.in_progress"})
+                self.t += self.rng.uniform(0.08, 0.25)
+            self.small()
+            self.emit(
+                {
+                    "type": "response.output_text.done",
+                    "output_index": output_index,
+                    "content_index": ci,
+                    "item_id": mid,
+                    "text": text,
+                }
+            )
+            part = {"type": "output_text", "text": text}
+            content.append(part)
+            self.small()
+            self.emit(
+                {
+                    "type": "response.content_part.done",
+                    "output_index": output_index,
+                    "content_index": ci,
+                    "item_id": mid,
+                    "part": part,
+                }
+            )
+        item = {**base, "status": "completed", "content": content}
+        self.small()
+        self.emit({"type": "response.output_item.done", "output_index": output_index, "item": item})
+        self.output.append(item)
+        return item
+
+    def deltas(self, output_index: int, ci: int, mid: str, tokens: list[str]) -> None:
+        for i, tok in enumerate(tokens):
+            if i == 0:
+                self.first_token_at()
+            else:
+                self.step()
+            self.emit(
+                {
+                    "type": "response.output_text.delta",
+                    "output_index": output_index,
+                    "content_index": ci,
+                    "item_id": mid,
+                    "delta": tok,
+                }
+            )
+            self.output_tokens += 1
+
+    # -- function calls
+    def function_call_events(self, output_index: int, name: str, args: dict, ok: bool, result):
+        """A generator of event dicts for one function call (caller schedules them)."""
+        fid = self.item_id("fc")
+        call_id = f"call_{self.rng.getrandbits(96):024x}"
+        arguments = json.dumps(args, separators=(",", ":"), ensure_ascii=False)
+        base = {"id": fid, "type": "function_call", "name": name, "call_id": call_id}
+        yield {
+            "type": "response.output_item.added",
+            "output_index": output_index,
+            "item": {**base, "status": "in_progress", "arguments": ""},
+        }
+        pos = 0
+        while pos < len(arguments):
+            n = self.rng.randint(2, 7)
+            yield {
+                "type": "response.function_call_arguments.delta",
+                "output_index": output_index,
+                "item_id": fid,
+                "delta": arguments[pos : pos + n],
+            }
+            self.output_tokens += 1
+            pos += n
+        yield {
+            "type": "response.function_call_arguments.done",
+            "output_index": output_index,
+            "item_id": fid,
+            "arguments": arguments,
+        }
+        output = (
+            json.dumps(result, separators=(",", ":"), ensure_ascii=False)
+            if ok
+            else f"Tool '{name}' failed: {result}"
+        )
+        item = {
+            **base,
+            "arguments": arguments,
+            "output": output,
+            "status": "completed" if ok else "failed",
+        }
+        self.output.append(item)
+        yield {"type": "response.output_item.done", "output_index": output_index, "item": item}
+
+    def run_calls(self, generators: list, interleave: bool) -> None:
+        self.start_output()
+        first = True
+        if not interleave:
+            for gen in generators:
+                for obj in gen:
+                    self._call_event(obj, first)
+                    first = False
+            return
+        live = list(generators)
+        # every call starts (output_item.added) before any finishes, so their events overlap;
+        # after that the next event comes from a random live call
+        for gen in live:
+            self._call_event(next(gen), first)
+            first = False
+        while live:
+            gen = self.rng.choice(live)
+            try:
+                obj = next(gen)
+            except StopIteration:
+                live.remove(gen)
+                continue
+            self._call_event(obj, first)
+            first = False
+
+    def _call_event(self, obj: dict, first: bool) -> None:
+        if first:
+            self.first_token_at()
+        elif obj["type"] == "response.output_item.done":
+            self.t += self.rng.uniform(0.05, 0.3)  # the tool runs
+        else:
+            self.step()
+        self.emit(obj)
+
+
+# --------------------------------------------------------------------------- tools
+def choose_tool(req: SimRequest, index: int) -> tuple[str, dict, Any]:
+    topics = topic_words(req.user_text)
+    names = []
+    for t in req.tools:
+        if isinstance(t, dict):
+            name = t.get("name") or (t.get("function") or {}).get("name")
+            if name:
+                names.append(name)
+    text = req.user_text.lower()
+    if names:
+        name = names[index % len(names)]
+    elif "weather" in text or "weer" in text:
+        name = "get_weather"
+    else:
+        name = ["web_search", "get_weather", "lookup_document"][index % 3]
+    if name == "get_weather":
+        cities = ["Amsterdam", "Utrecht", "Brussels", "Berlin", "Paris"]
+        caps = [w for w in re.findall(r"\b[A-Z][a-z]{3,}\b", req.user_text) if w not in _STOP]
+        city = caps[index % len(caps)] if caps else cities[index % len(cities)]
+        return name, {"location": city, "unit": "celsius"}, {"location": city, "temp_c": 14 + index}
+    query = " ".join(topics[:2]) if index == 0 else " ".join(reversed(topics[:2]))
+    return (
+        name,
+        {"query": query},
+        [{"title": f"{topics[0].title()} — overview", "url": f"https://example.org/{index}"}],
+    )
+
+
+# --------------------------------------------------------------------------- building
+def _usage(req: SimRequest, out_tokens: int) -> dict:
+    inp = max(1, len(req.input_text) // 4 + len(req.instructions or "") // 4)
+    return {"input_tokens": inp, "output_tokens": out_tokens, "total_tokens": inp + out_tokens}
+
+
+def _response(req: SimRequest, rid: str, created_ms: int, model: str, status: str) -> dict:
+    return {
+        "id": rid,
+        "object": "response",
+        "created_at": created_ms,
+        "model": model,
+        "status": status,
+    }
+
+
+def _sentences(req: SimRequest, rng: random.Random, default_range: tuple[int, int]) -> int:
+    if req.metadata.get("sentences") not in (None, ""):
+        return max(1, req.meta_int("sentences", 5))
+    return rng.randint(*default_range)
+
+
+def _cap(req: SimRequest, rng: random.Random, text: str) -> str:
+    if req.max_output_tokens and req.max_output_tokens > 0:
+        toks = _TOKEN_RE.findall(text)
+        if len(toks) > req.max_output_tokens:
+            return "".join(toks[: req.max_output_tokens])
+    return text
+
+
+def build_plan(
+    req: SimRequest, response_id: str | None = None, created_at_ms: int | None = None
+) -> Plan:
+    """Build the complete plan for ``req``. ``response_id``/``created_at_ms`` come from the
+    server (unique per response) unless ``metadata.deterministic_ids`` is set."""
+    rng = random.Random(req.seed)
+    deterministic = _as_bool(req.metadata.get("deterministic_ids", False))
+    id_rng = random.Random(req.seed ^ 0x5EED)
+    if deterministic or response_id is None:
+        response_id = f"resp_{id_rng.getrandbits(128):032x}"
+    if deterministic or created_at_ms is None:
+        created_at_ms = 1_700_000_000_000 + id_rng.randrange(10**11)
+    routing: RoutingDecision | None = None
+    if req.model == AUTO_MODEL:
+        routing = route(req.input_text, has_tools=bool(req.tools))
+        resolved = routing.model_id
+    else:
+        resolved = req.model
+    profile = MODELS[resolved]
+    plan = Plan(
+        response_id=response_id,
+        scenario=req.scenario,
+        model=req.model,
+        resolved_model=resolved,
+        time_scale=req.time_scale,
+        routing=routing.as_event_fields() if routing else None,
+    )
+    scen = req.scenario
+
+    if scen in ("http_429", "http_500"):
+        if scen == "http_429":
+            retry_after = req.meta_int("retry_after", 2)
+            plan.status = 429
+            plan.headers.append(("Retry-After", str(retry_after)))
+            err = RequestError(
+                429, "rate_limit_exceeded", "Rate limit reached, retry later", "rate_limit_error"
+            )
+        else:
+            plan.status = 500
+            err = RequestError(500, ERROR_CODE, ERROR_MESSAGE, "server_error")
+        plan.content_type = "application/json"
+        plan.body = json.dumps(err.body()).encode()
+        plan.end = scen
+        plan.faults.append({"kind": scen, "status": plan.status})
+        return plan
+
+    b = Builder(req, rng, profile, response_id)
+    b.emit(
+        {
+            "type": "response.created",
+            "response": _response(req, response_id, created_at_ms, req.model, "in_progress"),
+        },
+        at=rng.uniform(0.004, 0.015),
+    )
+    if routing:
+        b.emit(
+            {"type": "response.routing.completed", **routing.as_event_fields()},
+            at=b.t + rng.uniform(0.02, 0.06),
+        )
+        b.ttft += b.t  # routing happens before the model starts
+    prompt = req.user_text
+    tool_calls: list[dict] = []
+    final_text_shape = scen == "final_text"
+
+    if scen == "fast":
+        return _fast_plan(req, plan, b, created_at_ms)
+
+    if scen in ("tools", "parallel_tools"):
+        n = 1 if scen == "tools" else 3
+        gens = []
+        for i in range(n):
+            name, args, result = choose_tool(req, i)
+            ok = not (scen == "parallel_tools" and i == 1)
+            if not ok:
+                result = "upstream service timed out after 10 s (HTTP 504)"
+            gens.append(b.function_call_events(i, name, args, ok, result))
+        b.run_calls(gens, interleave=scen == "parallel_tools")
+        tool_calls = [it for it in b.output if it["type"] == "function_call"]
+        b.t += rng.uniform(0.1, 0.3)
+        first_ok = next((c for c in tool_calls if c["status"] == "completed"), None)
+        intro = (
+            f"I called {', '.join(c['name'] for c in tool_calls)}. "
+            + (f"The result of {first_ok['name']}: {first_ok['output'][:80]}. " if first_ok else "")
+            + ("One call failed, so part of the answer may be incomplete. " if n > 1 else "")
+        )
+        text = _cap(req, rng, intro + reply_text(rng, prompt, _sentences(req, rng, (2, 4))))
+        b.first_output_done = True
+        b.ttft = b.t + rng.uniform(0.05, 0.2)
+        b.message(n, [text])
+    elif scen == "multi_part":
+        t1 = reply_text(rng, prompt, _sentences(req, rng, (2, 3)))
+        t2 = "\n\n" + reply_text(rng, prompt + " details", _sentences(req, rng, (2, 3)))
+        b.message(0, [_cap(req, rng, t1), t2])
+        b.t += rng.uniform(0.05, 0.2)
+        b.message(1, [reply_text(rng, prompt + " summary", _sentences(req, rng, (1, 2)))])
+    elif scen == "rewrite":
+        text = _cap(req, rng, reply_text(rng, prompt, _sentences(req, rng, (3, 5))))
+        text += " This is definitely a separate point, which the rewrite pass keeps."
+        draft = text.replace(" the ", " teh ", 2)
+        for wrong, right in REWRITE_FIXES.items():
+            if wrong != "teh":
+                draft = draft.replace(right, wrong)
+        b.message(0, [text], draft=[draft])
+        plan.faults.append({"kind": "rewrite", "draft": draft, "text": text})
+    else:
+        sentences = _sentences(req, rng, (4, 8))
+        if scen == "bursty":
+            sentences = max(sentences, 14)
+        text = reply_text(rng, prompt, sentences)
+        if scen == "utf8_split":
+            text = UTF8_SAMPLE + " " + text + " " + UTF8_SAMPLE
+        elif scen == "xss":
+            text = f"Careful with {XSS_IMG} and {XSS_SCRIPT} in markup. " + text
+        text = _cap(req, rng, text)
+        if scen == "huge_delta":
+            size = req.meta_int("huge_bytes", 1_000_000)
+            block = "All work and no play makes a very long delta. "
+            huge = (block * (size // len(block) + 1))[:size]
+            tokens = tokenize(rng, text)
+            k = min(len(tokens), 3)
+            tokens = tokens[:k] + [" " + huge] + tokens[k:]
+            text = "".join(tokens)
+            b.message(0, [text], tokens=[tokens])
+            plan.faults.append({"kind": "huge_delta", "bytes": len(huge.encode()) + 1})
+        elif scen == "xss":
+            pre = tokenize(rng, "Careful with ")
+            tokens = (
+                pre
+                + [XSS_IMG, " and", " ", XSS_SCRIPT]
+                + tokenize(rng, text.split(XSS_SCRIPT, 1)[1])
+            )
+            assert "".join(tokens) == text
+            b.message(0, [text], tokens=[tokens])
+        else:
+            b.message(0, [text])
+
+    out_text = "".join(
+        p["text"] for it in b.output if it["type"] == "message" for p in it["content"]
+    )
+    resp = _response(req, response_id, created_at_ms, resolved, "completed")
+    resp["output"] = b.output
+    resp["output_text"] = out_text
+    if tool_calls:
+        resp["tool_calls"] = tool_calls
+    resp["usage"] = _usage(req, b.output_tokens)
+    plan.final_response = resp
+    b.step()
+    if final_text_shape:
+        b.emit({"type": "response.completed", "final_text": out_text})
+    else:
+        b.emit({"type": "response.completed", "response": resp})
+    evs = b.evs
+    _apply_faults(req, plan, rng, evs)
+    _finish(plan, evs, req)
+    return plan
+
+
+def _delta_indexes(evs: list[Ev]) -> list[int]:
+    return [i for i, e in enumerate(evs) if e.type == "response.output_text.delta"]
+
+
+def _apply_faults(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev]) -> None:
+    scen = req.scenario
+    deltas = _delta_indexes(evs)
+    mid = deltas[len(deltas) // 2] if deltas else len(evs) // 2
+    early = deltas[min(len(deltas) - 1, max(2, len(deltas) // 3))] if deltas else 1
+    if scen == "gap":
+        evs[mid].skip_before = 1
+        plan.faults.append({"kind": "gap", "at_index": mid})
+    elif scen == "missing_terminal":
+        evs.pop()
+        plan.end = "missing_terminal"
+        plan.faults.append({"kind": "missing_terminal"})
+    elif scen in ("error", "error_no_seq", "reset"):
+        del evs[early + 1 :]
+        if scen == "reset":
+            plan.end = "reset"
+            plan.faults.append({"kind": "reset", "after_index": early})
+        else:
+            e = Ev(
+                at=evs[-1].at + rng.uniform(0.05, 0.2),
+                obj={"type": "error", "code": ERROR_CODE, "message": ERROR_MESSAGE},
+                numbered=scen == "error",
+            )
+            evs.append(e)
+            plan.end = "error"
+            plan.faults.append({"kind": scen})
+    elif scen == "malformed_json":
+        evs.insert(mid, Ev(at=evs[mid].at, raw=MALFORMED_DATA, numbered=False))
+        plan.faults.append({"kind": "malformed_json", "at_index": mid})
+    elif scen == "stall":
+        stall_s = req.meta_float("stall_s", 90.0)
+        evs[early + 1].stall_before = stall_s
+        plan.faults.append({"kind": "stall", "before_index": early + 1, "stall_s": stall_s})
+    elif scen == "slow_headers":
+        plan.header_delay = req.meta_float("header_delay_s", 2.0)
+        plan.faults.append({"kind": "slow_headers", "header_delay_s": plan.header_delay})
+    elif scen == "unknown_event":
+        d = evs[mid].obj or {}
+        evs.insert(
+            mid + 1,
+            Ev(
+                at=evs[mid].at,
+                obj={
+                    "type": "response.citation.added",
+                    "output_index": d.get("output_index", 0),
+                    "content_index": d.get("content_index", 0),
+                    "item_id": d.get("item_id"),
+                    "citation": {"url": "https://example.org/source", "title": "A source"},
+                },
+            ),
+        )
+        k = len(evs) - 1
+        evs.insert(
+            k,
+            Ev(
+                at=evs[k - 1].at,
+                obj={"type": "response.usage.partial", "usage": {"output_tokens": len(deltas)}},
+            ),
+        )
+        plan.faults.append(
+            {
+                "kind": "unknown_event",
+                "types": ["response.citation.added", "response.usage.partial"],
+            }
+        )
+    elif scen == "comments":
+        for pos in sorted({1, mid, len(evs) - 1}, reverse=True):
+            evs.insert(pos, Ev(at=evs[pos].at, comment=b": keep-alive\n\n", numbered=False))
+        evs.insert(2, Ev(at=evs[2].at, comment=b"retry: 1000\n\n", numbered=False))
+        plan.faults.append({"kind": "comments"})
+    elif scen == "done_sentinel":
+        evs.append(Ev(at=evs[-1].at, raw="[DONE]", numbered=False, event_line=None))
+        plan.faults.append({"kind": "done_sentinel"})
+    elif scen == "utf8_split":
+        for i in deltas:
+            if any(ord(ch) > 127 for ch in evs[i].obj["delta"]):
+                evs[i].split_utf8 = True
+                evs[i].pause_before = 0.0
+        plan.faults.append({"kind": "utf8_split"})
+    elif scen in ("normal", "tools", "parallel_tools", "multi_part", "final_text", "xss"):
+        pass
+    if scen == "wrong_content_type":
+        plan.content_type = "application/json"
+        plan.end = "wrong_content_type"
+        plan.faults.append({"kind": "wrong_content_type"})
+
+
+def _serialize(ev: Ev) -> str:
+    if ev.raw is not None:
+        return ev.raw
+    obj = ev.obj or {}
+    out: dict = {"type": obj["type"]}
+    if ev.seq is not None:
+        out["sequence_number"] = ev.seq
+    for k, v in obj.items():
+        if k != "type":
+            out[k] = v
+    return json.dumps(out, separators=(",", ":"), ensure_ascii=False)
+
+
+def _block(ev: Ev) -> bytes:
+    if ev.comment is not None:
+        return ev.comment
+    head = f"event: {ev.event_line}\n" if ev.event_line else ""
+    return f"{head}data: {ev.data}\n\n".encode()
+
+
+def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
+    seq = 0
+    for ev in evs:
+        if ev.comment is None and ev.numbered:
+            seq += ev.skip_before
+            if ev.skip_before:
+                for f in plan.faults:
+                    if f["kind"] == "gap":
+                        f["missing_sequence_number"] = seq - 1
+            ev.seq = seq
+            seq += 1
+        if ev.comment is None:
+            ev.data = _serialize(ev)
+    scen = req.scenario
+    deltas = _delta_indexes(evs)
+    if scen == "duplicate" and deltas:
+        i = deltas[len(deltas) // 2]
+        dup = Ev(at=evs[i].at, obj=evs[i].obj, seq=evs[i].seq, data=evs[i].data)
+        evs.insert(i + 1, dup)
+        plan.faults.append({"kind": "duplicate", "sequence_number": evs[i].seq})
+    elif scen == "reorder" and len(deltas) >= 4:
+        i = deltas[len(deltas) // 2]
+        a, b = evs[i], evs[i + 1]
+        a.at, b.at = b.at, a.at
+        evs[i], evs[i + 1] = b, a
+        plan.faults.append({"kind": "reorder", "sequence_numbers": [b.seq, a.seq]})
+
+    if scen == "wrong_content_type" or not req.stream:
+        plan.body = json.dumps(plan.final_response, ensure_ascii=False).encode()
+        if scen == "wrong_content_type":
+            plan.content_type = "application/json"
+        else:
+            plan.content_type = "application/json"
+            plan.end = "complete"
+        plan.header_delay += evs[-1].at * req.time_scale if evs else 0.0
+        return
+
+    # events → planned events + writes
+    offset = 0.0
+    burst = req.meta_int("burst_size", 40) if scen == "bursty" else 0
+    pending: list[tuple[int, bytes]] = []
+    for ev in evs:
+        offset += ev.stall_before
+        idx = None
+        if ev.comment is None:
+            idx = len(plan.events)
+            plan.events.append(PlannedEvent(ev.type, ev.seq, ev.data))
+        blob = _block(ev)
+        if burst:
+            pending.append((idx, blob))
+            is_last = ev is evs[-1]
+            n_events = sum(1 for i, _ in pending if i is not None)
+            if n_events >= burst or is_last or idx == 0:
+                plan.writes.append(
+                    Write(
+                        at=ev.at,
+                        data=b"".join(bl for _, bl in pending),
+                        events=[i for i, _ in pending if i is not None],
+                        offset=offset,
+                    )
+                )
+                pending = []
+            continue
+        if ev.split_utf8:
+            cut = _utf8_cut(blob)
+            pause = req.meta_float("split_pause_s", 0.02)
+            plan.writes.append(Write(at=ev.at, data=blob[:cut], events=[], offset=offset))
+            plan.writes.append(
+                Write(at=ev.at, data=blob[cut:], events=[idx], offset=offset, pause_before=pause)
+            )
+            plan.faults.append({"kind": "utf8_split_event", "index": idx, "cut": cut})
+            continue
+        plan.writes.append(
+            Write(at=ev.at, data=blob, events=[] if idx is None else [idx], offset=offset)
+        )
+    if burst:
+        plan.faults.append({"kind": "bursty", "burst_size": burst, "writes": len(plan.writes)})
+
+
+def _utf8_cut(blob: bytes) -> int:
+    """A byte offset inside the first multi-byte UTF-8 character of the data line."""
+    start = blob.index(b"data: ")
+    for i in range(start, len(blob)):
+        if blob[i] >= 0xC0:  # lead byte of a multi-byte sequence
+            return i + 1
+    return len(blob) // 2
+
+
+def _fast_plan(req: SimRequest, plan: Plan, b: Builder, created_at_ms: int) -> Plan:
+    n = max(2, req.meta_int("events", 10_000))
+    batch = max(1, req.meta_int("batch", 100))
+    words = [" stream", " event", " delta", " token", " fast", " data", " flow", " byte"]
+    mid = f"msg_{b.rng.getrandbits(96):024x}"
+    head = b.evs  # created (+ routing)
+    n_deltas = max(0, n - len(head) - 1)
+    rng = b.rng
+    deltas = [words[rng.randrange(8)] for _ in range(n_deltas)]
+    text = "".join(deltas)
+    resp = _response(req, plan.response_id, created_at_ms, plan.resolved_model, "completed")
+    resp["output"] = [
+        {
+            "id": mid,
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": text}],
+        }
+    ]
+    resp["output_text"] = text
+    resp["usage"] = _usage(req, n_deltas)
+    plan.final_response = resp
+    if not req.stream:
+        plan.body = json.dumps(resp, ensure_ascii=False).encode()
+        plan.content_type = "application/json"
+        return plan
+    seq = 0
+    blobs: list[bytes] = []
+    for ev in head:
+        ev.seq = seq
+        ev.data = _serialize(ev)
+        plan.events.append(PlannedEvent(ev.type, seq, ev.data))
+        blobs.append(_block(ev))
+        seq += 1
+    plan.writes.append(Write(at=0.0, data=b"".join(blobs), events=list(range(len(head)))))
+    dumps = json.dumps
+    prefix = '{"type":"response.output_text.delta","sequence_number":'
+    suffix = f',"output_index":0,"content_index":0,"item_id":"{mid}","delta":'
+    buf: list[bytes] = []
+    idxs: list[int] = []
+    for tok in deltas:
+        data = f"{prefix}{seq}{suffix}{dumps(tok)}}}"
+        idxs.append(len(plan.events))
+        plan.events.append(PlannedEvent("response.output_text.delta", seq, data))
+        buf.append(f"event: message\ndata: {data}\n\n".encode())
+        seq += 1
+        if len(buf) >= batch:
+            plan.writes.append(Write(at=0.0, data=b"".join(buf), events=idxs))
+            buf, idxs = [], []
+    term = Ev(at=0.0, obj={"type": "response.completed", "response": resp}, seq=seq)
+    term.data = _serialize(term)
+    idxs.append(len(plan.events))
+    plan.events.append(PlannedEvent("response.completed", seq, term.data))
+    buf.append(_block(term))
+    plan.writes.append(Write(at=0.0, data=b"".join(buf), events=idxs))
+    plan.faults.append({"kind": "fast", "events": len(plan.events), "batch": batch})
+    return plan
