@@ -25,7 +25,7 @@ final_text            terminal is ``{"type":"response.completed","sequence_numbe
 gap                   exactly one ``sequence_number`` is skipped (before a delta mid-stream)
 duplicate             exactly one delta event is sent twice, same data and ``sequence_number``
 reorder               two adjacent delta events are swapped on the wire
-missing_terminal      the HTTP body ends cleanly (final chunk) without ``response.completed``/``error``
+missing_terminal      the HTTP body ends cleanly (final chunk) without a terminal event
 error                 after some deltas, an ``error`` terminal *with* ``sequence_number``
 error_no_seq          after some deltas, an ``error`` terminal *without* ``sequence_number``
 http_429              429 with a JSON error body and ``Retry-After`` (``metadata.retry_after``, 2)
@@ -37,8 +37,9 @@ stall                 after some deltas, silence for ``metadata.stall_s`` (90) s
                       rest; if the client disconnects meanwhile, the server stops
 slow_headers          status line and headers only after ``metadata.header_delay_s`` (2) seconds
 unknown_event         adds ``response.citation.added`` and ``response.usage.partial`` (numbered)
-utf8_split            text with multi-byte characters (é, €, 😀, ij, 日本語); each delta event holding
-                      one is written in two socket writes split inside a character's UTF-8 bytes,
+utf8_split            text with multi-byte characters (é, €, 😀, 日本語); each delta event
+                      holding one is written in two socket writes split inside a
+                      character's UTF-8 bytes,
                       with a drain and ``metadata.split_pause_s`` (0.02 s, unscaled) between
 huge_delta            one delta of ``metadata.huge_bytes`` (1,000,000) bytes of text
 bursty                paced normally but held back and released in bursts of
