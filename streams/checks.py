@@ -576,6 +576,8 @@ class Checker:
         handler = self._handlers.get(etype)
         if handler is not None:
             result.kind = handler(index, obj, seq, out)
+        if self._deferred and seq is not None and seq < self._max_seq:
+            self._run_ready(out)  # this late event may have filled the hole a check waited on
         elif etype not in KNOWN_TYPES and etype not in self._unknown_reported:
             self._unknown_reported.add(etype)
             out.append(
@@ -654,13 +656,15 @@ class Checker:
             parts = [h for h in ([hole[0], seq - 1], [seq + 1, hole[1]]) if h[0] <= h[1]]
             self._holes[i : i + 1] = parts
         out.append(_v("sequence_regression", index, top + 1, seq, detail))
-        if hole is not None and self._deferred:
-            ready = [d for d in self._deferred if not self._hole_below(d[0])]
-            if ready:
-                self._deferred = [d for d in self._deferred if self._hole_below(d[0])]
-                for _seq, check in ready:
-                    out.extend(check())
         return True
+
+    def _run_ready(self, out: list) -> None:
+        """Run the deferred text checks no longer sitting above a hole."""
+        ready = [d for d in self._deferred if not self._hole_below(d[0])]
+        if ready:
+            self._deferred = [d for d in self._deferred if self._hole_below(d[0])]
+            for _seq, check in ready:
+                out.extend(check())
 
     def _hole_below(self, seq: int | None) -> bool:
         return seq is not None and bool(self._holes) and self._holes[0][0] < seq
