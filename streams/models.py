@@ -177,6 +177,9 @@ class Capture(models.Model):
     filename = models.CharField(max_length=300)
     content = models.BinaryField()
 
+    def __str__(self):
+        return self.filename
+
 
 class ApiToken(models.Model):
     """A per-user bearer token for scripts; only its SHA-256 is stored."""

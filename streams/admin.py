@@ -1,0 +1,74 @@
+from django.contrib import admin
+from django.core.paginator import Paginator
+from django.utils.functional import cached_property
+
+from .models import ApiToken, Event, Finding, Stream
+
+
+class FixedCountPaginator(Paginator):
+    """Never counts a big table: pages stay fast at millions of rows (healthchecks' trick)."""
+
+    @cached_property
+    def count(self):
+        return 1_000_000
+
+
+class BigTableAdmin(admin.ModelAdmin):
+    paginator = FixedCountPaginator
+    show_full_result_count = False
+    list_per_page = 50
+
+
+class FindingInline(admin.TabularInline):
+    model = Finding
+    extra = 0
+    fields = ("event_index", "severity", "code", "expected", "got", "detail")
+    readonly_fields = fields
+    can_delete = False
+
+
+@admin.register(Stream)
+class StreamAdmin(BigTableAdmin):
+    list_display = (
+        "id",
+        "created_at",
+        "user",
+        "source",
+        "status",
+        "requested_model",
+        "resolved_model",
+        "ttft_ms",
+        "event_count",
+        "findings_count",
+    )
+    list_filter = ("status", "source", "requested_model", "resolved_model")
+    # `=` makes it an exact match, which the upstream_id index serves.
+    search_fields = ("=upstream_id",)
+    list_select_related = ("user",)
+    raw_id_fields = ("user", "first_attempt")
+    readonly_fields = [f.name for f in Stream._meta.fields if f.name not in ("id",)]
+    inlines = [FindingInline]
+
+
+@admin.register(Event)
+class EventAdmin(BigTableAdmin):
+    list_display = ("stream", "index", "t_us", "type", "sequence_number")
+    list_filter = ("type",)
+    search_fields = ("=stream__id",)
+    raw_id_fields = ("stream",)
+    readonly_fields = [f.name for f in Event._meta.fields if f.name != "id"]
+
+
+@admin.register(Finding)
+class FindingAdmin(BigTableAdmin):
+    list_display = ("stream", "event_index", "severity", "code", "detail")
+    list_filter = ("severity", "code")
+    raw_id_fields = ("stream",)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked")
+    list_filter = ("revoked",)
+    readonly_fields = ("digest", "prefix", "created_at", "last_used_at")
+    raw_id_fields = ("user",)

@@ -1,0 +1,259 @@
+"""Where streams run: asyncio tasks in this process (the default), or worker processes.
+
+A stream started from a page or the API is a task on the server's event loop, so it outlives
+the browser tab that asked for it. Stall retries create a new `Stream` row per attempt, linked
+to the first; connection errors before the first event retry on the same row with backoff.
+"""
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import socket
+import threading
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.db.models import Q
+
+from .models import Stream
+from .recorder import RUNNER_ID, Recording, conf, get_writer, record_attempt
+from .upstream import make_client
+
+log = logging.getLogger(__name__)
+
+_simulator = None
+_simulator_lock = threading.Lock()
+
+
+def upstream_base_url():
+    """The configured upstream, or the built-in simulator (started on first use)."""
+    global _simulator
+    if settings.UPSTREAM_BASE_URL:
+        return settings.UPSTREAM_BASE_URL
+    with _simulator_lock:
+        if _simulator is None:
+            from .simulator.server import start_in_thread
+
+            _simulator = start_in_thread()
+            log.info("built-in upstream simulator listening at %s", _simulator.base_url)
+        return _simulator.base_url
+
+
+def uses_simulator():
+    return not settings.UPSTREAM_BASE_URL
+
+
+def build_request_body(
+    input,
+    model="auto",
+    *,
+    instructions="",
+    scenario="",
+    temperature=None,
+    max_output_tokens=None,
+    previous_response_id="",
+    metadata=None,
+):
+    """A Responses API request body. `input` is a string or a list of input items."""
+    body = {"model": model or "auto", "input": input, "stream": True}
+    if instructions:
+        body["instructions"] = instructions
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_output_tokens is not None:
+        body["max_output_tokens"] = max_output_tokens
+    if previous_response_id:
+        body["previous_response_id"] = previous_response_id
+    metadata = dict(metadata or {})
+    if scenario:
+        metadata["scenario"] = scenario
+    if metadata:
+        body["metadata"] = metadata
+    return body
+
+
+def prompt_of(input):
+    """The last user text of an input, for lists and search."""
+    if isinstance(input, str):
+        return input
+    for item in reversed(input or []):
+        if isinstance(item, dict) and item.get("role", "user") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(
+                    c.get("text", "") for c in content if isinstance(c, dict) and "text" in c
+                )
+    return ""
+
+
+def create_stream(user, body, *, first_attempt=None, attempt=1, source=Stream.Source.LIVE):
+    """A new `pending` stream row for `body` (sync; call through sync_to_async from async)."""
+    return Stream.objects.create(
+        user=user if user is not None and getattr(user, "pk", None) else None,
+        source=source,
+        status=Stream.Status.PENDING,
+        request_body=body,
+        requested_model=str(body.get("model", ""))[:100],
+        scenario=str((body.get("metadata") or {}).get("scenario", ""))[:50],
+        prompt=prompt_of(body.get("input"))[:10000],
+        first_attempt=first_attempt,
+        attempt=attempt,
+        heartbeat_at=dt.datetime.now(dt.UTC),
+        runner=RUNNER_ID,
+    )
+
+
+def running_count(user):
+    return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+_clients = {}
+
+
+def get_client():
+    loop = asyncio.get_running_loop()
+    client = _clients.get(loop)
+    if client is None:
+        client = _clients[loop] = make_client(conf("CONNECT_TIMEOUT_S"))
+        for other in [lp for lp in _clients if lp.is_closed()]:
+            del _clients[other]
+    return client
+
+
+async def run_stream(stream, *, base_url=None, api_key=None, client=None):
+    """Record `stream` (and its stall retries). Returns (last attempt's stream, outcome)."""
+    base_url = base_url or await sync_to_async(upstream_base_url)()
+    api_key = settings.UPSTREAM_API_KEY if api_key is None else api_key
+    client = client or get_client()
+    url = base_url.rstrip("/") + "/responses"
+    writer = get_writer()
+    current = stream
+    stall_attempts = conf("STALL_MAX_ATTEMPTS")
+    while True:
+        outcome = None
+        for connect_try in range(conf("CONNECT_MAX_ATTEMPTS")):
+            if connect_try:
+                await asyncio.sleep(conf("CONNECT_BACKOFF_S") * 2 ** (connect_try - 1))
+            rec = Recording(
+                current.pk, current.user_id, pinned_model=current.requested_model != "auto"
+            )
+            outcome = await record_attempt(
+                rec, client, url, current.request_body, api_key, writer=writer
+            )
+            if not outcome.retryable:
+                break
+            log.info("stream %s: %s; retrying", current.pk, outcome.error_message)
+        if outcome.status == Stream.Status.STALLED and current.attempt < stall_attempts:
+            current = await sync_to_async(_retry_row)(current)
+            log.info("stream %s stalled; retrying as stream %s", stream.pk, current.pk)
+            continue
+        return current, outcome
+
+
+def _retry_row(stream):
+    first = stream.first_attempt or stream
+    return create_stream(
+        stream.user, stream.request_body, first_attempt=first, attempt=stream.attempt + 1
+    )
+
+
+_tasks = {}
+
+
+def start(stream):
+    """Run `stream` as a task on the running loop; it outlives the request that started it."""
+    task = asyncio.get_running_loop().create_task(run_stream(stream), name=f"stream-{stream.pk}")
+    _tasks[stream.pk] = task
+    task.add_done_callback(lambda t: _done(stream.pk, t))
+    _ensure_heartbeat()
+    return task
+
+
+def _done(stream_id, task):
+    if _tasks.get(stream_id) is task:
+        del _tasks[stream_id]
+    if not task.cancelled() and task.exception() is not None:
+        log.error("stream %s: runner failed", stream_id, exc_info=task.exception())
+
+
+def cancel(stream_id):
+    """Cancel a stream running in this process; False when it does not run here."""
+    task = _tasks.get(stream_id)
+    if task is None or task.done():
+        return False
+    task.cancel()
+    return True
+
+
+def running_here():
+    return set(_tasks)
+
+
+_heartbeat_tasks = {}
+
+
+def _ensure_heartbeat():
+    loop = asyncio.get_running_loop()
+    task = _heartbeat_tasks.get(loop)
+    if task is None or task.done():
+        _heartbeat_tasks[loop] = loop.create_task(_heartbeat(), name="streamscope-heartbeat")
+
+
+async def _heartbeat():
+    """Keep `heartbeat_at` fresh on streams this process runs, even silent ones, so that other
+    processes can tell a live stream from one whose process died."""
+    while _tasks:
+        await asyncio.sleep(conf("HEARTBEAT_S"))
+        ids = list(_tasks)
+        if ids:
+            try:
+                await Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).aupdate(
+                    heartbeat_at=dt.datetime.now(dt.UTC)
+                )
+            except Exception:
+                log.exception("heartbeat failed")
+
+
+def _pid_alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def sweep_orphans():
+    """Mark streams left `pending`/`streaming` by a dead process as `interrupted`.
+
+    A stream is orphaned when its runner is a process of this host that no longer exists (or
+    an earlier run of this very pid), or when nobody has touched it for HEARTBEAT_STALE_S."""
+    host = socket.gethostname()
+    now = dt.datetime.now(dt.UTC)
+    stale = now - dt.timedelta(seconds=conf("HEARTBEAT_STALE_S"))
+    active = Stream.objects.filter(status__in=Stream.ACTIVE_STATUSES)
+    dead = Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
+    for runner in active.exclude(runner=RUNNER_ID).values_list("runner", flat=True).distinct():
+        parts = runner.split(":")
+        if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
+            pid = int(parts[1])
+            if not _pid_alive(pid) or pid == os.getpid():
+                dead |= Q(runner=runner)
+    return (
+        active.filter(dead)
+        .exclude(runner=RUNNER_ID)
+        .update(
+            status=Stream.Status.INTERRUPTED,
+            finished_at=now,
+            error_code="interrupted",
+            error_message="the process recording this stream stopped before it ended",
+        )
+    )

@@ -1,0 +1,247 @@
+"""The recording pipeline against the simulator over real HTTP on 127.0.0.1."""
+
+import asyncio
+import datetime as dt
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from streams import runner
+from streams.models import Event, Finding, Stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def body(scenario="", model="auto", prompt="Tell me about Utrecht", **metadata):
+    metadata.setdefault("time_scale", 0.05)
+    return runner.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
+
+
+async def record(b, **kwargs):
+    stream = await sync_to_async(runner.create_stream)(None, b)
+    last, outcome = await runner.run_stream(stream, **kwargs)
+    return await Stream.objects.aget(pk=last.pk), outcome
+
+
+async def stored_events(stream):
+    return [e async for e in Event.objects.filter(stream=stream).order_by("index")]
+
+
+async def finding_codes(stream):
+    return {f.code async for f in Finding.objects.filter(stream=stream)}
+
+
+async def test_normal_stream_is_stored_verbatim_with_milestones(upstream):
+    stream, _ = await record(body())
+    assert stream.status == "completed"
+    sim = await sync_to_async(upstream.log)(stream.upstream_id)
+    events = await stored_events(stream)
+    assert [e.index for e in events] == list(range(len(events)))
+    assert [e.data for e in events] == [e["data"] for e in sim["events"]]
+    assert stream.event_count == len(sim["events"])
+    assert events[0].type == "response.created"
+    assert events[1].type == "response.routing.completed"
+    assert all(e.event_name == "message" for e in events)
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    # milestones in the order the protocol promises
+    m = [
+        stream.request_written_us,
+        stream.headers_us,
+        stream.created_event_us,
+        stream.routing_us,
+        stream.first_token_us,
+        stream.terminal_us,
+        stream.closed_us,
+    ]
+    assert None not in m and m == sorted(m)
+    assert stream.connected_us is None or stream.connected_us <= stream.request_written_us
+    assert stream.resolved_model and stream.resolved_model != "auto"
+    assert stream.routing_category
+    assert stream.ttft_ms == pytest.approx(
+        (stream.first_token_us - stream.request_written_us) / 1000, abs=0.001
+    )
+    assert stream.output_text and stream.output_text == stream.final_text
+    assert stream.output_tokens > 0 and stream.tokens_per_s > 0
+    assert stream.error_findings == 0
+    t = [e.t_us for e in events]
+    assert t == sorted(t)
+    assert events[0].received_at >= stream.started_at - dt.timedelta(milliseconds=1)
+
+
+async def test_first_token_is_the_first_delta_not_created(upstream):
+    stream, _ = await record(body(model="gpt-oss-20b"))
+    events = await stored_events(stream)
+    first_delta = next(e for e in events if e.type.endswith(".delta"))
+    assert stream.first_token_us == first_delta.t_us
+    assert stream.created_event_us == events[0].t_us < stream.first_token_us
+    assert stream.routing_us is None  # pinned models are not routed
+
+
+SCENARIOS = [
+    # scenario, status, error_code, findings that must be there
+    ("tools", "completed", "", set()),
+    ("parallel_tools", "completed", "", set()),
+    ("multi_part", "completed", "", set()),
+    ("rewrite", "completed", "", set()),
+    ("final_text", "completed", "", set()),
+    ("gap", "completed", "", {"sequence_gap"}),
+    ("duplicate", "completed", "", {"sequence_duplicate"}),
+    ("reorder", "completed", "", {"sequence_regression"}),
+    ("missing_terminal", "truncated", "", {"missing_terminal"}),
+    ("error", "failed", "*", set()),
+    ("error_no_seq", "failed", "*", set()),
+    ("http_429", "failed", "*", set()),
+    ("http_500", "failed", "*", set()),
+    ("wrong_content_type", "failed", "wrong_content_type", set()),
+    ("malformed_json", "completed", "", {"invalid_json"}),
+    ("unknown_event", "completed", "", {"unknown_event_type"}),
+    ("utf8_split", "completed", "", set()),
+    ("huge_delta", "completed", "", set()),
+    ("bursty", "completed", "", set()),
+    ("reset", "truncated", "connection_reset", {"missing_terminal"}),
+    ("xss", "completed", "", set()),
+    ("comments", "completed", "", set()),
+    ("done_sentinel", "completed", "", {"done_sentinel"}),
+    ("slow_headers", "completed", "", set()),
+]
+
+
+@pytest.mark.parametrize("scenario,status,error_code,codes", SCENARIOS)
+async def test_every_scenario_is_recorded_with_its_status(
+    upstream, scenario, status, error_code, codes
+):
+    stream, _ = await record(body(scenario, header_delay_s=0.3))
+    assert stream.status == status, (stream.error_code, stream.error_message)
+    if error_code == "*":
+        assert stream.error_code and stream.error_message
+    else:
+        assert stream.error_code == error_code
+    assert codes <= await finding_codes(stream)
+    if stream.upstream_id:
+        sim = await sync_to_async(upstream.log)(stream.upstream_id)
+        sent = [e for e in sim["events"]]
+        assert stream.event_count == len(sent)
+        stored = await stored_events(stream)
+        assert [e.data for e in stored] == [e["data"] for e in sent]
+
+
+async def test_http_errors_keep_status_and_body_message(upstream):
+    stream, _ = await record(body("http_429"))
+    assert stream.http_status == 429
+    assert stream.event_count == 0
+    stream, _ = await record(body("http_500"))
+    assert stream.http_status == 500 and stream.error_message
+
+
+async def test_slow_headers_are_a_phase_of_their_own(upstream):
+    stream, _ = await record(body("slow_headers", header_delay_s=0.5, time_scale=0.01))
+    assert stream.headers_us - stream.request_written_us >= 450_000
+    # the wait for headers is part of TTFT: it is the upstream's time, not ours
+    assert stream.ttft_ms >= 450
+
+
+async def test_utf8_split_across_writes_reassembles_exactly(upstream):
+    stream, _ = await record(body("utf8_split"))
+    assert stream.status == "completed"
+    assert stream.output_text == stream.final_text
+    assert any(ord(c) > 0xFFFF for c in stream.output_text)  # an emoji survived the split
+    assert "\ufffd" not in stream.output_text
+
+
+async def test_stall_aborts_and_retries_as_linked_attempts(upstream, settings):
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "STALL_TIMEOUT_S": 0.4, "STALL_MAX_ATTEMPTS": 2}
+    first = await sync_to_async(runner.create_stream)(None, body("stall", stall_s=5))
+    last, outcome = await runner.run_stream(first)
+    first = await Stream.objects.aget(pk=first.pk)
+    last = await Stream.objects.aget(pk=last.pk)
+    assert first.status == "stalled" and first.error_code == "stall"
+    assert first.event_count > 0  # what arrived before the stall is kept
+    assert last.pk != first.pk and last.first_attempt_id == first.pk and last.attempt == 2
+    assert last.status == "stalled"  # the scenario stalls every time
+    assert await Stream.objects.filter(first_attempt=first).acount() == 1
+    # no missing_terminal blamed on the upstream: we closed the connection
+    assert "missing_terminal" not in await finding_codes(first)
+
+
+async def test_cancel_closes_promptly_and_keeps_what_arrived(upstream):
+    stream = await sync_to_async(runner.create_stream)(None, body(time_scale=1.0))
+    task = runner.start(stream)
+    for _ in range(200):
+        await asyncio.sleep(0.02)
+        if await Event.objects.filter(stream=stream, type="response.output_text.delta").aexists():
+            break
+    assert runner.cancel(stream.pk)
+    t0 = asyncio.get_running_loop().time()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert asyncio.get_running_loop().time() - t0 < 0.5
+    stream = await Stream.objects.aget(pk=stream.pk)
+    assert stream.status == "cancelled"
+    stored = await Event.objects.filter(stream=stream).acount()
+    assert stored == stream.event_count > 0
+    assert not await Event.objects.filter(stream=stream, type="response.completed").aexists()
+
+
+async def test_connection_refused_retries_then_fails(settings):
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "CONNECT_BACKOFF_S": 0.01}
+    from tests.conftest import free_port
+
+    stream, outcome = await record(body(), base_url=f"http://127.0.0.1:{free_port()}/v1")
+    assert stream.status == "failed" and stream.error_code == "connect_error"
+    assert stream.event_count == 0
+
+
+async def test_200_concurrent_streams_lose_nothing(upstream):
+    async def one(i):
+        return await record(body(model="gpt-oss-20b", prompt=f"question {i}", time_scale=0.02))
+
+    results = await asyncio.gather(*(one(i) for i in range(200)))
+    for stream, _ in results:
+        assert stream.status == "completed"
+        sim = await sync_to_async(upstream.log)(stream.upstream_id)
+        assert stream.event_count == len(sim["events"])
+        assert await Event.objects.filter(stream=stream).acount() == len(sim["events"])
+
+
+async def _ttft_error_ms(upstream, stream):
+    sim = await sync_to_async(upstream.log)(stream.upstream_id)
+    first = next(e for e in sim["events"] if e["type"].endswith(".delta"))
+    return abs(stream.ttft_ms - first["sent_us"] / 1000)
+
+
+async def test_ttft_matches_the_simulators_send_time(upstream):
+    stream, _ = await record(body(time_scale=1.0))
+    assert await _ttft_error_ms(upstream, stream) < 5
+
+
+async def test_ttft_matches_with_50_concurrent_streams(upstream):
+    results = await asyncio.gather(
+        *(record(body(prompt=f"q{i}", time_scale=1.0)) for i in range(50))
+    )
+    errors = [await _ttft_error_ms(upstream, s) for s, _ in results]
+    assert max(errors) < 5, sorted(errors)[-5:]
+
+
+def test_orphans_of_dead_processes_become_interrupted(db):
+    live = runner.create_stream(None, body())
+    Stream.objects.filter(pk=live.pk).update(status="streaming")
+    dead = runner.create_stream(None, body())
+    Stream.objects.filter(pk=dead.pk).update(status="streaming", runner="otherhost:1:abc")
+    stale = runner.create_stream(None, body())
+    Stream.objects.filter(pk=stale.pk).update(
+        status="streaming",
+        runner="otherhost:2:def",
+        heartbeat_at=dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5),
+    )
+    import socket
+
+    local_dead = runner.create_stream(None, body())
+    Stream.objects.filter(pk=local_dead.pk).update(
+        status="streaming", runner=f"{socket.gethostname()}:999999:abc"
+    )
+    assert runner.sweep_orphans() == 2
+    statuses = dict(Stream.objects.values_list("pk", "status"))
+    assert statuses[live.pk] == "streaming"  # this process, alive
+    assert statuses[dead.pk] == "streaming"  # another host, heartbeat fresh
+    assert statuses[stale.pk] == "interrupted"
+    assert statuses[local_dead.pk] == "interrupted"
