@@ -20,10 +20,6 @@ def stream_group(stream_id):
     return f"stream.{stream_id}"
 
 
-def user_list_group(user_id):
-    return f"streams.list.user.{user_id}"
-
-
 def event_payload(index, type_, sequence_number, t_us, data):
     """The compact form of one event in a channel-layer message: a list, not a dict, because
     it is repeated thousands of times per second. `data` is None when it is too large to carry
@@ -44,7 +40,12 @@ async def publish_batch(stream_id, user_id, events, stream_fields=None):
     try:
         await layer.group_send(stream_group(stream_id), message)
         if stream_fields:
-            summary = {"type": "streams.changed", "stream": stream_id, "fields": stream_fields}
+            summary = {
+                "type": "streams.changed",
+                "stream": stream_id,
+                "user": user_id,
+                "fields": stream_fields,
+            }
             await layer.group_send(LIST_GROUP, summary)
     except Exception:
         # The database already has everything; viewers catch up from it on reconnect.

@@ -1,4 +1,3 @@
-from django.urls import path
 
 websocket_urlpatterns = [
     # filled in by the relay (consumers.py)
