@@ -383,7 +383,11 @@ def _final_text(obj: dict) -> str | None:
 
     Preference: the message parts of `response.output` (OpenAI; some servers also send an empty
     `output_text` beside them), then `response.output_text` (EU GPT events page), then a top-level
-    `final_text` (EU GPT wire example); an `output` list without messages means "no text".
+    `final_text` (EU GPT wire example). A non-empty `output` without messages means "no text"
+    (""), e.g. a function-call-only response. An empty `output: []` means the terminal carries
+    nothing to compare (None): the ChatGPT Codex backend, vLLM and several gateways send
+    `response.completed` with `output: []` after streaming everything, which is a known quirk
+    rather than a claim that the text was empty.
     """
     response = obj.get("response")
     if isinstance(response, dict):
@@ -401,7 +405,7 @@ def _final_text(obj: dict) -> str | None:
                 return "".join(texts)
         if isinstance(response.get("output_text"), str):
             return response["output_text"]
-        if isinstance(output, list):
+        if output:
             return ""
     if isinstance(obj.get("final_text"), str):
         return obj["final_text"]

@@ -517,6 +517,22 @@ class TestFinalTextMismatch:
         assert violations == []
         assert checker.final_text == "Hello, world."
 
+    def test_an_empty_output_list_carries_no_text(self):
+        # ChatGPT Codex backend, vLLM and gateways: `output: []` after streaming everything
+        events = good_stream()
+        events[-1]["response"] = {"status": "completed", "output": []}
+        checker, violations = run(events)
+        assert violations == []
+        assert checker.final_text is None
+        assert checker.output_text == "Hello, world."
+
+    def test_output_without_messages_means_no_text(self):
+        events = good_stream()
+        events[-1]["response"] = {"status": "completed", "output": [{"type": "reasoning"}]}
+        checker, violations = run(events)
+        assert checker.final_text == ""
+        assert "final_text_mismatch" in codes(violations)
+
     def test_it_is_not_checked_when_the_terminal_has_no_text(self):
         events = good_stream()[:-1] + [{"type": "error", "code": "x", "message": "y"}]
         checker, violations = run(events)
