@@ -1,0 +1,30 @@
+# Two commands from a fresh Debian machine with Python 3.11:
+#   make run    install, migrate, create an admin login and serve on http://127.0.0.1:8000/
+#   make test   install test dependencies (apt: chromium, postgresql, redis-server) and run
+#               the whole suite twice: SQLite + in-memory layer, then PostgreSQL + Redis
+PY ?= python3
+VENV ?= .venv
+ADDR ?= 127.0.0.1:8000
+
+.PHONY: run install install-test test lint
+
+$(VENV)/bin/python:
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+
+install: $(VENV)/bin/python
+	$(VENV)/bin/pip install -q -e .
+
+install-test: $(VENV)/bin/python
+	bash .ci/apt-deps
+	$(VENV)/bin/pip install -q -e ".[test]"
+
+run: install
+	$(VENV)/bin/python manage.py serve $(ADDR)
+
+lint:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+test: install-test lint
+	bash .ci/test-suite
