@@ -50,7 +50,9 @@ fast                  ``metadata.events`` (10,000) events in total — created, 
 xss                   deltas containing ``<img src=x onerror=alert(1)>`` and
                       ``<script>alert(1)</script>`` (each whole in one delta)
 comments              SSE comment blocks ``: keep-alive`` and a ``retry: 1000`` block between events
-                      (they are not events); otherwise normal
+                      (they are not events); otherwise normal. ``metadata.retry_block=false``
+                      leaves out the retry block (the openai SDK and httpx-sse dispatch it as
+                      an event with empty data; the SDK then fails on ``json.loads("")``)
 done_sentinel         a final ``data: [DONE]`` block after ``response.completed``
 ====================  ==============================================================================
 
@@ -667,7 +669,13 @@ def choose_tool(req: SimRequest, index: int) -> tuple[str, dict, Any]:
         name = ["web_search", "get_weather", "lookup_document"][index % 3]
     if name == "get_weather":
         cities = ["Amsterdam", "Utrecht", "Brussels", "Berlin", "Paris"]
-        caps = [w for w in re.findall(r"\b[A-Z][a-z]{3,}\b", req.user_text) if w not in _STOP]
+        caps = re.findall(
+            r"\b(?:in|for|at|near|and|en|te|voor|from)\s+([A-Z][\w-]{2,})", req.user_text
+        ) or [
+            w
+            for w in re.findall(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]{3,}\b", req.user_text.strip())
+            if w.lower() not in _STOP
+        ]
         city = caps[index % len(caps)] if caps else cities[index % len(cities)]
         return name, {"location": city, "unit": "celsius"}, {"location": city, "temp_c": 14 + index}
     query = " ".join(topics[:2]) if index == 0 else " ".join(reversed(topics[:2]))
@@ -937,8 +945,10 @@ def _apply_faults(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev]
     elif scen == "comments":
         for pos in sorted({1, mid, len(evs) - 1}, reverse=True):
             evs.insert(pos, Ev(at=evs[pos].at, comment=b": keep-alive\n\n", numbered=False))
-        evs.insert(2, Ev(at=evs[2].at, comment=b"retry: 1000\n\n", numbered=False))
-        plan.faults.append({"kind": "comments"})
+        retry_block = _as_bool(req.metadata.get("retry_block", True))
+        if retry_block:
+            evs.insert(2, Ev(at=evs[2].at, comment=b"retry: 1000\n\n", numbered=False))
+        plan.faults.append({"kind": "comments", "retry_block": retry_block})
     elif scen == "done_sentinel":
         evs.append(Ev(at=evs[-1].at, raw="[DONE]", numbered=False, event_line=None))
         plan.faults.append({"kind": "done_sentinel"})
@@ -1049,7 +1059,13 @@ def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
             plan.faults.append({"kind": "utf8_split_event", "index": idx, "cut": cut})
             continue
         plan.writes.append(
-            Write(at=ev.at, data=blob, events=[] if idx is None else [idx], offset=offset)
+            Write(
+                at=ev.at,
+                data=blob,
+                events=[] if idx is None else [idx],
+                offset=offset,
+                pause_before=max(ev.pause_before, ev.stall_before),
+            )
         )
     if burst:
         plan.faults.append({"kind": "bursty", "burst_size": burst, "writes": len(plan.writes)})
