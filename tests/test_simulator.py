@@ -912,3 +912,45 @@ def test_openai_sdk_quirks(sim):
     assert events[-1].type == "error"
     events, _ = _sdk_events(sim, "final_text")
     assert events[-1].type == "response.completed"
+
+
+def test_log_total_budget_evicts_oldest():
+    log = ResponseLog(max_total_events=150)
+    ids = []
+    for i in range(4):
+        req = SimRequest.from_body(
+            {"model": "gpt-oss-20b", "input": f"hi {i}", "metadata": {"sentences": "6"}}
+        )
+        plan = build_plan(req, f"resp_{i}", 0)
+        entry = log.open(plan, req.seed, 0)
+        for k, ev in enumerate(plan.events):
+            log.add_event(entry, k, ev, k)
+        log.close(entry, "complete", 1)
+        ids.append(entry.id)
+    kept = log.ids()
+    assert kept[-1] == "resp_3" and "resp_0" not in kept
+    assert sum(len(log.get(i)["events"]) for i in kept) <= 150 + len(plan.events)
+
+
+def test_models_have_distinct_latency_profiles():
+    """TTFT and pacing from the plans (no network): medians follow the model profiles."""
+    import statistics
+
+    def first_delta_at(model, seed):
+        req = SimRequest.from_body(
+            {"model": model, "input": PROMPT, "metadata": {"seed": seed, "sentences": "3"}}
+        )
+        plan = build_plan(req, "resp_x", 0)
+        w = next(w for w in plan.writes if b"output_text.delta" in w.data)
+        last = plan.writes[-2]
+        return w.at, last.at - w.at, sum(b"output_text.delta" in x.data for x in plan.writes)
+
+    for model, profile in MODELS.items():
+        samples = [first_delta_at(model, s) for s in range(60)]
+        ttfts = [s[0] for s in samples]
+        assert all(profile.ttft_min_s <= t <= profile.ttft_max_s + 0.001 for t in ttfts)
+        assert abs(statistics.median(ttfts) - profile.ttft_median_s) < 0.3 * profile.ttft_median_s
+        rate = statistics.median((n - 1) / d for _, d, n in samples)
+        assert 0.6 * profile.tokens_per_s < rate < 1.4 * profile.tokens_per_s
+    assert MODELS["eu-reasoner"].ttft_median_s > 2 * MODELS["gpt-oss-120b"].ttft_median_s
+    assert MODELS["gpt-oss-20b"].tokens_per_s > 2 * MODELS["gpt-oss-120b"].tokens_per_s

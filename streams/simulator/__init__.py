@@ -11,7 +11,13 @@ the endpoints and the log format.
 from .models import MODELS, ModelProfile
 from .router import RoutingDecision, route
 from .scenarios import SCENARIOS, docs
-from .server import ResponseLog, SimulatorHandle, SimulatorServer, start_in_thread
+from .server import (
+    ResponseLog,
+    SimulatorHandle,
+    SimulatorServer,
+    shared_simulator,
+    start_in_thread,
+)
 
 __all__ = [
     "MODELS",
@@ -23,5 +29,6 @@ __all__ = [
     "SimulatorServer",
     "docs",
     "route",
+    "shared_simulator",
     "start_in_thread",
 ]

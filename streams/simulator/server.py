@@ -49,7 +49,9 @@ from .scenarios import SCENARIOS, Plan, RequestError, SimRequest, build_plan
 logger = logging.getLogger("streams.simulator")
 
 MAX_LOGGED_RESPONSES = 10_000
-MAX_LOGGED_EVENTS = 200_000
+MAX_LOGGED_EVENTS = 200_000  # per response; beyond it only the count is kept
+MAX_TOTAL_EVENTS = 2_000_000  # across the log; the oldest finished responses are evicted
+MAX_TOTAL_BYTES = 256 * 1024 * 1024  # same, for the stored event data
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -112,12 +114,20 @@ class ResponseLog:
     """In-memory, bounded, thread-safe log of the responses a simulator sent."""
 
     def __init__(
-        self, max_responses: int = MAX_LOGGED_RESPONSES, max_events: int = MAX_LOGGED_EVENTS
+        self,
+        max_responses: int = MAX_LOGGED_RESPONSES,
+        max_events: int = MAX_LOGGED_EVENTS,
+        max_total_events: int = MAX_TOTAL_EVENTS,
+        max_total_bytes: int = MAX_TOTAL_BYTES,
     ):
         self.max_responses = max_responses
         self.max_events = max_events
+        self.max_total_events = max_total_events
+        self.max_total_bytes = max_total_bytes
         self._entries: OrderedDict[str, LogEntry] = OrderedDict()
         self._cond = threading.Condition()
+        self._total_events = 0
+        self._total_bytes = 0
 
     def open(self, plan: Plan, seed: int, received_ns: int) -> LogEntry:
         entry = LogEntry(
@@ -133,11 +143,29 @@ class ResponseLog:
             faults=plan.faults,
         )
         with self._cond:
-            self._entries.pop(entry.id, None)
+            self._drop(entry.id)
             self._entries[entry.id] = entry
             while len(self._entries) > self.max_responses:
-                self._entries.popitem(last=False)
+                self._drop(next(iter(self._entries)))
         return entry
+
+    def _drop(self, response_id: str) -> None:
+        old = self._entries.pop(response_id, None)
+        if old is not None:
+            self._total_events -= len(old.events)
+            self._total_bytes -= sum(len(e["data"]) for e in old.events)
+
+    def _evict(self, keep: LogEntry) -> None:
+        """Drop the oldest responses (never ``keep``) until the log is within its budgets."""
+        with self._cond:
+            for rid in list(self._entries):
+                if (
+                    self._total_events <= self.max_total_events
+                    and self._total_bytes <= self.max_total_bytes
+                ):
+                    break
+                if self._entries[rid] is not keep:
+                    self._drop(rid)
 
     def add_event(self, entry: LogEntry, index: int, ev, sent_us: int) -> None:
         entry.event_count += 1
@@ -151,6 +179,13 @@ class ResponseLog:
                     "sent_us": sent_us,
                 }
             )
+            self._total_events += 1
+            self._total_bytes += len(ev.data)
+            if (
+                self._total_events > self.max_total_events
+                or self._total_bytes > self.max_total_bytes
+            ):
+                self._evict(entry)
         else:
             entry.events_truncated = True
 
@@ -668,3 +703,16 @@ def start_in_thread(host: str = "127.0.0.1", port: int = 0, **server_kwargs) -> 
     if error:
         raise error[0]
     return SimulatorHandle(server, loop, thread)
+
+
+_shared: SimulatorHandle | None = None
+_shared_lock = threading.Lock()
+
+
+def shared_simulator() -> SimulatorHandle:
+    """One process-wide simulator on a free 127.0.0.1 port, started on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None or not _shared._thread.is_alive():
+            _shared = start_in_thread()
+        return _shared
