@@ -38,9 +38,8 @@ stall                 after some deltas, silence for ``metadata.stall_s`` (90) s
 slow_headers          status line and headers only after ``metadata.header_delay_s`` (2) seconds
 unknown_event         adds ``response.citation.added`` and ``response.usage.partial`` (numbered)
 utf8_split            text with multi-byte characters (é, €, 😀, 日本語); each delta event
-                      holding one is written in two socket writes split inside a
-                      character's UTF-8 bytes,
-                      with a drain and ``metadata.split_pause_s`` (0.02 s, unscaled) between
+                      holding one is written in two socket writes split inside a character's
+                      UTF-8 bytes, with a drain and ``metadata.split_pause_s`` (0.02 s) between
 huge_delta            one delta of ``metadata.huge_bytes`` (1,000,000) bytes of text
 bursty                paced normally but held back and released in bursts of
                       ``metadata.burst_size`` (40) events per write, like a buffering proxy
@@ -60,7 +59,14 @@ Common ``metadata`` parameters (strings are accepted, as the OpenAI API only all
 ``scenario``, ``seed`` (any string/int: the same seed and request give the same events),
 ``time_scale`` (float, default 1.0; 0 = no sleeps) or ``speed`` (= 1 / time_scale),
 ``sentences`` (length of the reply), ``deterministic_ids`` (true: response id and ``created_at``
-derive from the seed too, so same-seed streams are byte-identical).
+derive from the seed too, so same-seed streams are byte-identical; otherwise those two are unique
+per response and everything else is identical).
+
+Model pacing (TTFT, token gaps, bursts) is scaled by ``time_scale``; the explicit fault durations
+(``stall_s``, ``header_delay_s``, ``split_pause_s``) are absolute seconds and are not scaled, so a
+test can run at ``time_scale=0`` and still see a 0.5 s stall. ``max_output_tokens`` caps the reply
+length. With ``"stream": false`` every scenario except ``http_429``/``http_500`` returns the final
+response JSON after the stream's duration; stream-level faults do not apply.
 """
 
 from __future__ import annotations
