@@ -662,7 +662,7 @@ async def test_bursty(sim):
     arr = res.arrivals
     found = False
     for i in range(1, len(arr) - 40):
-        if arr[i] - arr[i - 1] >= 0.15 and arr[i + 39] - arr[i] < 0.05:
+        if arr[i] - arr[i - 1] >= 0.15 and arr[i + 39] - arr[i] < 0.1:
             found = True
     assert found
 
