@@ -4,20 +4,46 @@ One message per committed batch per stream (DESIGN.md §1): Channels' per-messag
 so batching is what makes fast streams viewable. Messages are high-level; each consumer formats
 them for its client. A message is sent only after the batch it describes has committed, so a
 browser never sees an event the database does not have.
+
+Messages:
+
+- to `stream_group(id)` ("stream.<id>"): `{"type": "stream.batch", "stream": id,
+  "events": [[index, type, sequence_number, t_us, data_or_None], …],
+  "stream_fields": {changed public fields}}` — `data` is None when too large to inline.
+- to `LIST_GROUP` ("streams.list"): `{"type": "streams.changed", "stream": id, "user": user_id,
+  "fields": {…}}` when a stream is created, changes status or reaches a milestone. Changes of
+  counters only (event_count, output_tokens) are sent at most every LIST_COUNTER_INTERVAL_S
+  per stream: every batch changes them, and the list does not need 200 updates a second.
+
+Channel layers drop messages silently when a consumer's queue is full, so nothing here is
+trusted for completeness: consumers detect gaps in arrival indexes and read the database.
 """
 
 import logging
+import time
 
 from channels.layers import get_channel_layer
 from django.conf import settings
 
+from .models import Stream
+
 log = logging.getLogger(__name__)
 
 LIST_GROUP = "streams.list"
+# Fields whose change alone is not worth a list message more often than this.
+COUNTER_FIELDS = frozenset({"event_count", "output_tokens", "heartbeat_at"})
+LIST_COUNTER_INTERVAL_S = 0.5
+
+_list_sent_at = {}  # stream id -> monotonic time of its last list message
 
 
 def stream_group(stream_id):
     return f"stream.{stream_id}"
+
+
+def conf(name, default):
+    """A relay knob from settings.STREAMSCOPE, with its default here."""
+    return settings.STREAMSCOPE.get(name, default)
 
 
 def event_payload(index, type_, sequence_number, t_us, data):
@@ -27,6 +53,23 @@ def event_payload(index, type_, sequence_number, t_us, data):
     if data is not None and len(data) > settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]:
         data = None
     return [index, type_, sequence_number, t_us, data]
+
+
+def _list_worthy(stream_id, fields):
+    """Whether a change of `fields` goes to the list group now (see the module docstring)."""
+    now = time.monotonic()
+    status = fields.get("status")
+    if status is not None and status not in Stream.ACTIVE_STATUSES:
+        _list_sent_at.pop(stream_id, None)
+        return True
+    if not COUNTER_FIELDS.issuperset(fields):
+        _list_sent_at[stream_id] = now
+        return True
+    last = _list_sent_at.get(stream_id)
+    if last is None or now - last >= LIST_COUNTER_INTERVAL_S:
+        _list_sent_at[stream_id] = now
+        return True
+    return False
 
 
 async def publish_batch(stream_id, user_id, events, stream_fields=None):
@@ -39,7 +82,7 @@ async def publish_batch(stream_id, user_id, events, stream_fields=None):
         message["stream_fields"] = stream_fields
     try:
         await layer.group_send(stream_group(stream_id), message)
-        if stream_fields:
+        if stream_fields and _list_worthy(stream_id, stream_fields):
             summary = {
                 "type": "streams.changed",
                 "stream": stream_id,
@@ -50,3 +93,35 @@ async def publish_batch(stream_id, user_id, events, stream_fields=None):
     except Exception:
         # The database already has everything; viewers catch up from it on reconnect.
         log.exception("publish to the channel layer failed for stream %s", stream_id)
+
+
+def created_fields(stream):
+    """What the live list is told about a new stream."""
+    return {
+        "status": stream.status,
+        "source": stream.source,
+        "requested_model": stream.requested_model,
+        "scenario": stream.scenario,
+        "prompt": stream.prompt[:200],
+        "attempt": stream.attempt,
+        "created_at": stream.created_at.isoformat() if stream.created_at else None,
+    }
+
+
+async def publish_created(stream):
+    """Tell the live list about a stream row that was just created (after its commit)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(
+            LIST_GROUP,
+            {
+                "type": "streams.changed",
+                "stream": stream.pk,
+                "user": stream.user_id,
+                "fields": created_fields(stream),
+            },
+        )
+    except Exception:
+        log.exception("publish to the channel layer failed for new stream %s", stream.pk)

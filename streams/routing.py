@@ -1,4 +1,8 @@
+from django.urls import path
+
+from . import consumers
 
 websocket_urlpatterns = [
-    # filled in by the relay (consumers.py)
+    path("ws/streams/", consumers.StreamListConsumer.as_asgi(), name="ws_streams"),
+    path("ws/streams/<int:stream_id>/", consumers.StreamConsumer.as_asgi(), name="ws_stream"),
 ]

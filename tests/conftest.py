@@ -87,3 +87,32 @@ def _close_writer_connection():
     # The writer thread holds its own connection; PostgreSQL refuses to drop the test
     # database while it is open.
     db_executor().submit(connections.close_all).result(timeout=10)
+
+
+# --- Relay: people, sessions, tokens, and a real Daphne -----------------------------------
+
+
+class People:
+    """An owner, a stranger and a staff member, each with a session cookie and a token."""
+
+    def __init__(self):
+        from django.conf import settings
+        from django.contrib.auth import get_user_model
+        from django.test import Client
+
+        from streams.models import ApiToken
+
+        User = get_user_model()
+        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
+            user = User.objects.create_user(name, password=f"pw-{name}-123", is_staff=staff)
+            client = Client()
+            client.force_login(user)
+            cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+            user.cookie = f"{settings.SESSION_COOKIE_NAME}={cookie}"
+            user.token = ApiToken.issue(user, name="tests")
+            setattr(self, name, user)
+
+
+@pytest.fixture
+def people(transactional_db):
+    return People()

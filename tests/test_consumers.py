@@ -1,0 +1,392 @@
+"""The WebSocket consumers in-process (channels.testing), through the real ASGI stack:
+origin validation, session/bearer auth, catch-up, dedupe, hole filling, slow clients."""
+
+import asyncio
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from dashboard.asgi import application
+from streams import consumers, relay, runner
+from streams.models import ApiToken, Event, Stream
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+ORIGIN = "http://127.0.0.1:8000"
+
+
+def ws(path, user=None, origin=ORIGIN, token=None):
+    headers = []
+    if origin:
+        headers.append((b"origin", origin.encode()))
+    if user is not None:
+        headers.append((b"cookie", user.cookie.encode()))
+    if token:
+        headers.append((b"authorization", f"Bearer {token}".encode()))
+    return WebsocketCommunicator(application, path, headers=headers)
+
+
+async def frames_until_close(comm, timeout=10):
+    """All JSON frames until the server closes; returns (frames, close code)."""
+    frames = []
+    while True:
+        out = await comm.receive_output(timeout)
+        if out["type"] == "websocket.close":
+            return frames, out.get("code")
+        frames.append(json.loads(out["text"]))
+
+
+def indexes(frames):
+    return [e["index"] for f in frames for e in f.get("events", [])]
+
+
+def delta(i):
+    return json.dumps(
+        {"type": "response.output_text.delta", "sequence_number": i, "delta": f"w{i} "}
+    )
+
+
+@sync_to_async
+def stored_stream(user, n, status="completed", start=0, stream=None):
+    """A stream with events [start, start + n) stored (no recorder involved)."""
+    if stream is None:
+        stream = Stream.objects.create(user=user, status=status)
+    Event.objects.bulk_create(
+        Event(
+            stream=stream,
+            index=i,
+            type="response.output_text.delta",
+            sequence_number=i,
+            t_us=i * 100,
+            data=delta(i),
+        )
+        for i in range(start, start + n)
+    )
+    Stream.objects.filter(pk=stream.pk).update(status=status, event_count=start + n)
+    return stream
+
+
+def payloads(start, n):
+    return [
+        relay.event_payload(i, "response.output_text.delta", i, i * 100, delta(i))
+        for i in range(start, start + n)
+    ]
+
+
+def body(scenario="", model="auto", **metadata):
+    metadata.setdefault("time_scale", 0.05)
+    return runner.build_request_body(
+        "Tell me about Utrecht", model, scenario=scenario, metadata=metadata
+    )
+
+
+async def created(user, b):
+    return await sync_to_async(runner.create_stream)(user, b)
+
+
+@pytest.fixture
+def capacity(settings):
+    def set_capacity(n):
+        settings.CHANNEL_LAYERS = {
+            "default": {
+                "BACKEND": "channels.layers.InMemoryChannelLayer",
+                "CONFIG": {"capacity": n},
+            }
+        }
+
+    return set_capacity
+
+
+@pytest.fixture
+def knobs(settings):
+    def set_knobs(**values):
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, **values}
+
+    return set_knobs
+
+
+class TestAccess:
+    async def test_it_refuses_anonymous_connections(self, people):
+        stream = await stored_stream(people.owner, 3)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json")
+        connected, _ = await comm.connect()
+        assert not connected
+        comm = ws("/ws/streams/?format=json")
+        connected, _ = await comm.connect()
+        assert not connected
+
+    async def test_it_refuses_strangers(self, people):
+        stream = await stored_stream(people.owner, 3)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.stranger)
+        connected, _ = await comm.connect()
+        assert not connected
+
+    async def test_it_refuses_foreign_origins(self, people):
+        stream = await stored_stream(people.owner, 3)
+        for origin in ("http://evil.example", None):
+            comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner, origin=origin)
+            connected, _ = await comm.connect()
+            assert not connected, origin
+
+    async def test_it_refuses_unknown_streams_and_bad_queries(self, people):
+        stream = await stored_stream(people.owner, 3)
+        for path in (
+            f"/ws/streams/{stream.pk + 100}/",
+            f"/ws/streams/{stream.pk}/?after=x",
+            f"/ws/streams/{stream.pk}/?after=-5",
+            f"/ws/streams/{stream.pk}/?format=xml",
+        ):
+            comm = ws(path, people.owner)
+            connected, _ = await comm.connect()
+            assert not connected, path
+
+    async def test_staff_and_bearer_tokens_may_watch(self, people):
+        stream = await stored_stream(people.owner, 3)
+        for comm in (
+            ws(f"/ws/streams/{stream.pk}/?format=json", people.staff),
+            ws(f"/ws/streams/{stream.pk}/?format=json", token=people.owner.token),
+        ):
+            connected, _ = await comm.connect()
+            assert connected
+            frames, code = await frames_until_close(comm)
+            assert indexes(frames) == [0, 1, 2] and code == 1000
+
+    async def test_a_revoked_or_foreign_token_is_refused(self, people):
+        stream = await stored_stream(people.owner, 3)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", token=people.stranger.token)
+        assert not (await comm.connect())[0]
+        await ApiToken.objects.filter(user=people.owner).aupdate(revoked=True)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", token=people.owner.token)
+        assert not (await comm.connect())[0]
+
+
+class TestCatchUp:
+    async def test_a_finished_stream_is_sent_in_pages_then_closed_with_1000(self, people):
+        stream = await stored_stream(people.owner, 4500)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        frames, code = await frames_until_close(comm)
+        assert code == 1000
+        assert indexes(frames) == list(range(4500))
+        assert max(len(f["events"]) for f in frames) == 2000
+        assert frames[0]["status"] == "completed" and frames[0]["stream"]["event_count"] == 4500
+        assert frames[-1]["terminal"] is True and frames[-1]["status"] == "completed"
+        first = frames[0]["events"][0]
+        assert first == {
+            "index": 0,
+            "type": "response.output_text.delta",
+            "sequence_number": 0,
+            "t_us": 0,
+            "data": delta(0),
+        }
+
+    async def test_after_resumes_with_exactly_the_missing_events(self, people):
+        stream = await stored_stream(people.owner, 50)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json&after=41", people.owner)
+        assert (await comm.connect())[0]
+        frames, code = await frames_until_close(comm)
+        assert indexes(frames) == list(range(42, 50)) and code == 1000
+
+
+class TestLive:
+    async def test_a_late_joiner_gets_every_event_once_in_order(self, people, upstream):
+        stream = await created(people.owner, body())
+        task = runner.start(stream)
+        while not await Event.objects.filter(stream=stream, index__gte=10).aexists():
+            await asyncio.sleep(0.01)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        frames, code = await frames_until_close(comm)
+        await task
+        stream = await Stream.objects.aget(pk=stream.pk)
+        assert code == 1000 and frames[-1]["status"] == "completed"
+        assert indexes(frames) == list(range(stream.event_count))
+        stored = [e async for e in Event.objects.filter(stream=stream).order_by("index")]
+        got = [e for f in frames for e in f["events"]]
+        assert [e["data"] for e in got] == [e.data for e in stored]
+        assert [e["t_us"] for e in got] == [e.t_us for e in stored]
+        # live frames carry batches, not single events
+        assert len(frames) < stream.event_count / 2
+        changed = {k for f in frames for k in f.get("stream", {})}
+        assert {"ttft_ms", "resolved_model", "event_count"} <= changed
+
+    async def test_dropped_layer_messages_are_filled_from_the_database(self, people, capacity):
+        capacity(2)
+        stream = await stored_stream(people.owner, 10, status="streaming")
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        hello = await comm.receive_json_from()
+        assert indexes([hello]) == list(range(10)) and hello["status"] == "streaming"
+        await stored_stream(people.owner, 100, status="streaming", start=10, stream=stream)
+        holes = consumers.stats["holes"]
+        # 20 messages at once: a queue of 2 keeps the first two and drops the rest silently.
+        await asyncio.gather(
+            *(
+                relay.publish_batch(stream.pk, people.owner.pk, payloads(10 + 5 * k, 5))
+                for k in range(20)
+            )
+        )
+        await stored_stream(people.owner, 5, status="completed", start=110, stream=stream)
+        await asyncio.sleep(0.05)
+        await relay.publish_batch(
+            stream.pk,
+            people.owner.pk,
+            payloads(110, 5),
+            {"status": "completed", "event_count": 115},
+        )
+        frames, code = await frames_until_close(comm)
+        assert code == 1000 and frames[-1]["status"] == "completed"
+        assert indexes([hello, *frames]) == list(range(115))
+        assert consumers.stats["holes"] > holes
+
+    async def test_a_lost_terminal_message_is_noticed_by_the_idle_check(self, people, knobs):
+        knobs(RELAY_IDLE_CHECK_S=0.2)
+        stream = await stored_stream(people.owner, 5, status="streaming")
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json&after=4", people.owner)
+        assert (await comm.connect())[0]
+        hello = await comm.receive_json_from()
+        assert hello["events"] == []
+        await stored_stream(people.owner, 3, status="failed", start=5, stream=stream)
+        frames, code = await frames_until_close(comm, timeout=3)  # nothing was published
+        assert indexes(frames) == [5, 6, 7] and frames[-1]["status"] == "failed" and code == 1000
+
+    async def test_a_tiny_channel_capacity_loses_nothing(
+        self, people, upstream, capacity, knobs, monkeypatch
+    ):
+        capacity(2)
+        knobs(BATCH_MAX_EVENTS=5)
+        # A viewer whose loop is busy (a loaded server): it takes messages off the layer
+        # slower than the writer publishes them, so its queue of 2 overflows.
+        dispatch = consumers.StreamConsumer.dispatch
+
+        async def busy_dispatch(self, message):
+            if message["type"] == "stream.batch":
+                await asyncio.sleep(0.003)
+            await dispatch(self, message)
+
+        monkeypatch.setattr(consumers.StreamConsumer, "dispatch", busy_dispatch)
+        holes = consumers.stats["holes"]
+        stream = await created(people.owner, body("fast", events=3000, batch=20))
+        viewers = [ws(f"/ws/streams/{stream.pk}/?format=json", people.owner) for _ in range(3)]
+        for comm in viewers:
+            assert (await comm.connect())[0]
+        task = runner.start(stream)
+        results = await asyncio.gather(*(frames_until_close(c, timeout=30) for c in viewers))
+        await task
+        for frames, code in results:
+            assert code == 1000
+            assert indexes(frames) == list(range(3000))
+        assert consumers.stats["holes"] > holes  # the layer did drop messages
+
+    async def test_large_event_data_is_read_from_the_database(self, people, upstream, knobs):
+        knobs(RELAY_INLINE_MAX_BYTES=40)
+        stream = await created(people.owner, body())
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        task = runner.start(stream)
+        frames, code = await frames_until_close(comm)
+        await task
+        stored = [e.data async for e in Event.objects.filter(stream=stream).order_by("index")]
+        assert [e["data"] for f in frames for e in f["events"]] == stored
+        assert all(len(d) > 40 for d in stored)
+
+    async def test_html_frames_escape_model_output(self, people, upstream):
+        stream = await created(people.owner, body("xss"))
+        await runner.run_stream(stream)
+        comm = ws(f"/ws/streams/{stream.pk}/", people.owner)
+        assert (await comm.connect())[0]
+        html = []
+        while True:
+            out = await comm.receive_output(5)
+            if out["type"] == "websocket.close":
+                break
+            html.append(out["text"])
+        page = "".join(html)
+        assert '<tbody hx-swap-oob="beforeend:#events">' in page
+        assert f'<tr id="ev-{stream.pk}-0"' in page
+        assert "&lt;script&gt;" in page and "&lt;img src=x" in page
+        assert "<script" not in page and "<img" not in page
+        assert 'id="stream-status"' in page and 'data-terminal="true"' in page
+        assert 'hx-swap-oob="beforeend:#output"' in page
+
+
+class TestSlowClients:
+    async def test_an_overflowing_outbox_closes_with_4008_and_the_client_resumes(
+        self, people, knobs, monkeypatch
+    ):
+        class StuckTransport:
+            # a client that stopped reading: the server's buffer never drains
+            dataBuffer = b"x" * 10_000_000
+            offset = 0
+            _tempDataLen = 0
+
+        knobs(RELAY_OUTBOX_MAX_EVENTS=50)
+        stream = await stored_stream(people.owner, 5, status="streaming")
+        monkeypatch.setattr(consumers, "find_transport", lambda send: StuckTransport())
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        hello = await comm.receive_json_from()
+        seen = indexes([hello])
+        for k in range(10):
+            await stored_stream(
+                people.owner, 10, status="streaming", start=5 + 10 * k, stream=stream
+            )
+            await relay.publish_batch(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10))
+            await asyncio.sleep(0.01)
+        frames, code = await frames_until_close(comm, timeout=3)
+        assert code == 4008
+        seen += indexes(frames)
+        monkeypatch.undo()
+        await Stream.objects.filter(pk=stream.pk).aupdate(status="completed")
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json&after={seen[-1]}", people.owner)
+        assert (await comm.connect())[0]
+        frames, code = await frames_until_close(comm)
+        assert seen + indexes(frames) == list(range(105)) and code == 1000
+
+
+class TestList:
+    async def test_users_see_their_own_streams_and_staff_all(self, people):
+        mine = await stored_stream(people.owner, 1, status="streaming")
+        theirs = await stored_stream(people.stranger, 1, status="streaming")
+        owner = ws("/ws/streams/?format=json", people.owner)
+        staff = ws("/ws/streams/?format=json", people.staff)
+        assert (await owner.connect())[0] and (await staff.connect())[0]
+        snap = await owner.receive_json_from()
+        assert [s["id"] for s in snap["streams"]] == [mine.pk]
+        snap = await staff.receive_json_from()
+        assert [s["id"] for s in snap["streams"]] == [theirs.pk, mine.pk]
+        new = await created(people.stranger, body())
+        await relay.publish_created(new)
+        await relay.publish_batch(
+            mine.pk, people.owner.pk, [], {"status": "completed", "ttft_ms": 9.5}
+        )
+        got = await owner.receive_json_from()
+        assert got["streams"] == [{"id": mine.pk, "status": "completed", "ttft_ms": 9.5}]
+        changes = {}
+        for _ in range(2):
+            for s in (await staff.receive_json_from())["streams"]:
+                changes[s["id"]] = s
+            if len(changes) == 2:
+                break
+        assert changes[new.pk]["status"] == "pending" and changes[mine.pk]["ttft_ms"] == 9.5
+        assert await owner.receive_nothing(0.2)
+        await owner.disconnect()
+        await staff.disconnect()
+
+    async def test_html_rows_are_inserted_once_then_replaced(self, people):
+        old = await stored_stream(people.owner, 1, status="completed")
+        comm = ws(f"/ws/streams/?after={old.pk}", people.owner)
+        assert (await comm.connect())[0]
+        assert await comm.receive_nothing(0.2)  # nothing active, nothing newer
+        new = await created(people.owner, body())
+        await relay.publish_created(new)
+        first = await comm.receive_from()
+        assert '<tbody hx-swap-oob="afterbegin:#streams">' in first
+        assert f'id="stream-row-{new.pk}"' in first
+        await relay.publish_batch(new.pk, people.owner.pk, [], {"status": "streaming"})
+        second = await comm.receive_from()
+        assert "afterbegin" not in second
+        assert f'<tr id="stream-row-{new.pk}"' in second and 'hx-swap-oob="true"' in second
+        await comm.disconnect()
