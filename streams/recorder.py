@@ -15,6 +15,7 @@ upstream (httpx) ─► reader (per stream) ─► bounded queue ─► writer �
 
 import asyncio
 import datetime as dt
+import gc
 import logging
 import os
 import socket
@@ -398,8 +399,7 @@ def write_batch(rows, updates, findings, retry_for_s=30.0):
             with transaction.atomic():
                 if rows:
                     insert_events(rows)
-                for rec, fields in updates.items():
-                    Stream.objects.filter(pk=rec.stream_id).update(**fields)
+                update_streams(updates)
                 if findings:
                     Finding.objects.bulk_create(findings, batch_size=500)
             return
@@ -414,6 +414,37 @@ def write_batch(rows, updates, findings, retry_for_s=30.0):
                 pass
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+_COUNTER_FIELDS = frozenset({"event_count", "heartbeat_at"})
+
+
+def update_streams(updates):
+    """Most batches only move counters: one statement for all of those streams; the rarer
+    milestone and status changes get an UPDATE of their own."""
+    counters = []
+    for rec, fields in updates.items():
+        if fields.keys() <= _COUNTER_FIELDS and "event_count" in fields:
+            counters.append((rec.stream_id, fields["event_count"]))
+        elif fields:
+            Stream.objects.filter(pk=rec.stream_id).update(**fields)
+    if counters:
+        table = connection.ops.quote_name(Stream._meta.db_table)
+        cases = " ".join(["WHEN %s THEN %s"] * len(counters))
+        ids = ", ".join(["%s"] * len(counters))
+        params = [v for pair in counters for v in pair]
+        params.append(
+            dt.datetime.now(dt.UTC)
+            if connection.vendor != "sqlite"
+            else dt.datetime.now(dt.UTC).replace(tzinfo=None).isoformat(sep=" ")
+        )
+        params.extend(pk for pk, _ in counters)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {table} SET event_count = CASE id {cases} END, heartbeat_at = %s "
+                f"WHERE id IN ({ids})",
+                params,
+            )
 
 
 _INSERT_SQL = {}
@@ -457,6 +488,12 @@ def get_writer():
     loop = asyncio.get_running_loop()
     writer = _writers.get(loop)
     if writer is None or writer.task.done():
+        if not _writers:
+            # Everything allocated so far (Django, drivers, modules) lives as long as the process:
+            # move it out of the collector's sight. Measured: a full collection otherwise paused
+            # the loop ~50 ms just as 50 concurrent streams' first tokens arrived, and every
+            # receipt time in that window was late by as much.
+            gc.freeze()
         writer = _writers[loop] = Writer()
         # Forget writers of closed loops.
         for other in [lp for lp in _writers if lp.is_closed()]:

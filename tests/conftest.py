@@ -77,19 +77,23 @@ def upstream(simulator_process, settings):
     return simulator_process
 
 
-@pytest.fixture(autouse=True, scope="session")
-def _close_writer_connection():
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """Close the connections of the writer thread and asgiref's thread before the test database
+    is dropped (PostgreSQL refuses to drop a database that has sessions)."""
     yield
+    from asgiref.sync import SyncToAsync
     from django.db import connections
 
     from streams.recorder import db_executor
 
-    # The writer thread holds its own connection; PostgreSQL refuses to drop the test
-    # database while it is open.
     db_executor().submit(connections.close_all).result(timeout=10)
+    executor = getattr(SyncToAsync, "single_thread_executor", None)
+    if executor is not None:
+        executor.submit(connections.close_all).result(timeout=10)
 
 
-# --- Relay: people, sessions, tokens, and a real Daphne -----------------------------------
+# --- Relay: people with sessions and tokens, and a real Daphne -----------------------------
 
 
 class People:
@@ -104,7 +108,8 @@ class People:
 
         User = get_user_model()
         for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
-            user = User.objects.create_user(name, password=f"pw-{name}-123", is_staff=staff)
+            # no password: hashing one costs ~0.25 s, and force_login needs none
+            user = User.objects.create_user(name, is_staff=staff)
             client = Client()
             client.force_login(user)
             cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
@@ -113,6 +118,96 @@ class People:
             setattr(self, name, user)
 
 
+@pytest.fixture(scope="session")
+def _relay_db_connections(django_db_setup):
+    """Torn down before the test database is dropped: close the relay's reader threads'
+    connections (PostgreSQL refuses to drop a database that has sessions)."""
+    yield
+    from streams.consumers import close_db_connections
+
+    close_db_connections()
+
+
 @pytest.fixture
-def people(transactional_db):
+def people(transactional_db, _relay_db_connections):
     return People()
+
+
+def database_url():
+    """The URL of the database this test session uses (pytest-django's test database), for
+    servers started in other processes."""
+    from urllib.parse import quote
+
+    from django.db import connection
+
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return "sqlite:///" + str(s["NAME"])  # an absolute path: sqlite:////abs/path
+    auth = quote(s["USER"] or "")
+    if s["PASSWORD"]:
+        auth += ":" + quote(s["PASSWORD"])
+    return f"postgres://{auth}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+
+
+class DaphneServer:
+    """`daphne dashboard.asgi:application` on 127.0.0.1 in its own process, on the test
+    database and the simulator process. `overrides` are STREAMSCOPE knobs (tests/live_settings),
+    `env` extra environment (e.g. CHANNEL_CAPACITY)."""
+
+    def __init__(self, upstream_url, overrides=None, env=None):
+        import json
+        import tempfile
+
+        from django.conf import settings
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.ws_url = f"ws://127.0.0.1:{self.port}"
+        self.origin = self.url
+        self.log = tempfile.NamedTemporaryFile(prefix="daphne-", suffix=".log", delete=False)
+        environment = {
+            **os.environ,
+            "PYTHONUNBUFFERED": "1",
+            "DJANGO_SETTINGS_MODULE": "tests.live_settings",
+            "DJANGO_SECRET_KEY": settings.SECRET_KEY,  # the sessions the test creates
+            "DATABASE_URL": database_url(),
+            "UPSTREAM_BASE_URL": upstream_url,
+            "STREAMSCOPE_TEST_OVERRIDES": json.dumps(overrides or {}),
+            **(env or {}),
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+            + ["dashboard.asgi:application"],
+            cwd=REPO,
+            env=environment,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            wait_for_port(self.port, timeout=30, proc=self.proc)
+        except Exception:
+            self.stop()
+            raise RuntimeError(f"daphne did not start:\n{self.output()}") from None
+
+    def output(self):
+        with open(self.log.name, errors="replace") as f:
+            return f.read()[-5000:]
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+@pytest.fixture(scope="module")
+def live_server_daphne(django_db_setup, simulator_process, _relay_db_connections):
+    """A real Daphne (HTTP + WebSockets) for the tests of one module. Tests that use it need
+    `transactional_db` (or `people`) so that what they create is committed and visible to it."""
+    server = DaphneServer(simulator_process.base_url)
+    yield server
+    server.stop()
