@@ -66,9 +66,9 @@ def may_see(user, stream_user_id):
     )
 
 
-def json_error(status, code, message, **extra):
+def json_error(http_status, code, message, **extra):
     """The API's one error shape: `{"error": {"code", "message", …}}`."""
-    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=status)
+    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=http_status)
 
 
 def _csrf_failure(request):

@@ -101,6 +101,7 @@ import contextlib
 import functools
 import json
 import logging
+import threading
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -110,6 +111,7 @@ from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.core.serializers.json import DjangoJSONEncoder
+from django.db import connections
 from django.template.loader import render_to_string
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
@@ -186,6 +188,22 @@ _read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="streamsco
 
 def db_read(func):
     return database_sync_to_async(func, thread_sensitive=False, executor=_read_executor)
+
+
+def close_db_connections():
+    """Close the relay threads' database connections (PostgreSQL keeps them open; a test
+    database cannot be dropped while they are). One task per thread: a barrier holds each
+    thread until all of them have closed theirs."""
+    n = _read_executor._max_workers
+    barrier = threading.Barrier(n)
+
+    def close():
+        connections.close_all()
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=5)
+
+    for future in [_read_executor.submit(close) for _ in range(n)]:
+        future.result(timeout=10)
 
 
 def _visible_stream(user, stream_id):

@@ -1,0 +1,442 @@
+"""A small JSON API for scripts and tests; the same access rules as the pages.
+
+Authenticate with the session (browsers; unsafe methods need the CSRF token in
+``X-CSRFToken``) or ``Authorization: Bearer ss_…`` (``python manage.py create_token USER``).
+A stream someone may not see answers 404, as if it did not exist.
+
+=======  ==================================  ==================================================
+method   path                                what
+=======  ==================================  ==================================================
+POST     /api/streams/                       start a stream: ``{"input", "model"?, "scenario"?,
+                                             "instructions"?, "temperature"?,
+                                             "max_output_tokens"?, "metadata"?}`` → 201
+                                             ``{"id", "status", "url", "ws"}``; 400 on invalid
+                                             input, 429 over MAX_CONCURRENT_PER_USER
+GET      /api/streams/?limit=&before=        your streams (staff: all), newest first
+GET      /api/streams/<id>/                  ``stream_summary``: status, milestones, metrics,
+                                             text, findings
+GET      /api/streams/<id>/events/           ``?after=-1&limit=1000`` → ``{"events": [{"index",
+                                             "type", "sequence_number", "t_us", "data"}],
+                                             "next_after", "has_more", "status"}``
+POST     /api/streams/<id>/cancel/           202 if it was running here and is now being
+                                             cancelled; 409 if it already ended (or runs in
+                                             another process)
+=======  ==================================  ==================================================
+
+Errors are ``{"error": {"code", "message", "fields"?}}`` with a 4xx status. ``ws`` is the
+path of the stream's WebSocket (``/ws/streams/<id>/``; add ``?format=json`` for JSON frames).
+"""
+
+import json
+
+from asgiref.sync import sync_to_async
+from django import forms
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.serializers.json import DjangoJSONEncoder
+from django.db import transaction
+from django.http import HttpResponse
+
+from . import relay, runner
+from .auth import api_view, json_error, streams_for
+from .models import Event, Stream
+from .simulator.scenarios import SCENARIOS
+
+MAX_INPUT_CHARS_DEFAULT = 100_000
+METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
+METADATA_MAX_KEY = 64
+METADATA_MAX_VALUE = 512
+
+
+def max_input_chars():
+    return relay.conf("MAX_INPUT_CHARS", MAX_INPUT_CHARS_DEFAULT)
+
+
+def respond(data, status=200):
+    text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
+    # The upstream key never leaves the server, even if an upstream echoed it in an error.
+    key = settings.UPSTREAM_API_KEY
+    if key and key in text:
+        text = text.replace(key, "[redacted]")
+    return HttpResponse(text, status=status, content_type="application/json")
+
+
+def _iso(value):
+    return value.isoformat() if value is not None else None
+
+
+def stream_summary(stream, findings=None):
+    """Everything a script wants to know about one stream (sync: reads its findings)."""
+    if findings is None:
+        findings = list(
+            stream.findings.values("code", "severity", "event_index", "expected", "got", "detail")
+        )
+    return {
+        "id": stream.pk,
+        "status": stream.status,
+        "source": stream.source,
+        "requested_model": stream.requested_model,
+        "resolved_model": stream.resolved_model,
+        "scenario": stream.scenario,
+        "routing": {
+            "category": stream.routing_category,
+            "source": stream.routing_source,
+            "reasoning": stream.routing_reasoning,
+        },
+        "upstream_id": stream.upstream_id,
+        "http_status": stream.http_status,
+        "error": {"code": stream.error_code, "message": stream.error_message}
+        if stream.error_code or stream.error_message
+        else None,
+        "attempt": stream.attempt,
+        "first_attempt": stream.first_attempt_id,
+        "created_at": _iso(stream.created_at),
+        "started_at": _iso(stream.started_at),
+        "finished_at": _iso(stream.finished_at),
+        "milestones_us": {
+            "connected": stream.connected_us,
+            "request_written": stream.request_written_us,
+            "headers": stream.headers_us,
+            "created": stream.created_event_us,
+            "routing": stream.routing_us,
+            "first_token": stream.first_token_us,
+            "first_tool_call": stream.first_tool_call_us,
+            "terminal": stream.terminal_us,
+            "closed": stream.closed_us,
+        },
+        "ttft_ms": stream.ttft_ms,
+        "duration_ms": stream.duration_ms,
+        "tokens_per_s": stream.tokens_per_s,
+        "inter_token_ms": stream.inter_token_ms,
+        "event_count": stream.event_count,
+        "output_tokens": stream.output_tokens,
+        "bytes_received": stream.bytes_received,
+        "output_text": stream.output_text,
+        "final_text": stream.final_text,
+        "findings": findings,
+        "request": stream.request_body,
+        "ws": ws_path(stream.pk),
+    }
+
+
+def list_item(stream):
+    return {
+        "id": stream.pk,
+        "status": stream.status,
+        "requested_model": stream.requested_model,
+        "resolved_model": stream.resolved_model,
+        "scenario": stream.scenario,
+        "prompt": stream.prompt[:200],
+        "attempt": stream.attempt,
+        "created_at": _iso(stream.created_at),
+        "ttft_ms": stream.ttft_ms,
+        "duration_ms": stream.duration_ms,
+        "event_count": stream.event_count,
+        "findings_count": stream.findings_count,
+        "error_findings": stream.error_findings,
+    }
+
+
+def ws_path(stream_id):
+    return f"/ws/streams/{stream_id}/"
+
+
+# ---------------------------------------------------------------------------------------------
+# Input
+
+
+class InputField(forms.Field):
+    """A Responses API `input`: a string, or a list of input items (objects)."""
+
+    def clean(self, value):
+        limit = max_input_chars()
+        if value is None:
+            raise forms.ValidationError("This field is required.")
+        if isinstance(value, str):
+            if not value.strip():
+                raise forms.ValidationError("The input is empty.")
+            if len(value) > limit:
+                raise forms.ValidationError(
+                    f"The input is {len(value)} characters; at most {limit}."
+                )
+            return value
+        if isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
+            size = len(json.dumps(value))
+            if size > limit:
+                raise forms.ValidationError(
+                    f"The input is {size} characters of JSON; at most {limit}."
+                )
+            return value
+        raise forms.ValidationError("A string, or a non-empty list of input items (objects).")
+
+
+class CreateStreamForm(forms.Form):
+    input = InputField()
+    model = forms.CharField(required=False, max_length=100)
+    scenario = forms.CharField(required=False, max_length=50)
+    instructions = forms.CharField(required=False, strip=False)
+    temperature = forms.FloatField(required=False, min_value=0, max_value=2)
+    max_output_tokens = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+
+    def __init__(self, data):
+        super().__init__(data)
+        self.raw = data
+
+    def clean_model(self):
+        model = self.cleaned_data["model"] or "auto"
+        if any(c.isspace() for c in model):
+            raise forms.ValidationError("A model id has no whitespace.")
+        return model
+
+    def clean_scenario(self):
+        scenario = self.cleaned_data["scenario"]
+        # Scenarios are the simulator's; a real upstream ignores `metadata.scenario`, so a name
+        # the simulator does not know is a typo either way.
+        if scenario and scenario not in SCENARIOS:
+            raise forms.ValidationError(
+                f"Unknown scenario {scenario!r}; one of: {', '.join(sorted(SCENARIOS))}."
+            )
+        return scenario
+
+    def clean_instructions(self):
+        text = self.cleaned_data["instructions"]
+        if len(text) > max_input_chars():
+            raise forms.ValidationError(f"At most {max_input_chars()} characters.")
+        return text
+
+    def clean(self):
+        data = super().clean()
+        metadata = self.raw.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            self.add_error(None, "metadata must be an object.")
+        elif len(metadata) > METADATA_MAX_KEYS:
+            self.add_error(None, f"metadata has at most {METADATA_MAX_KEYS} keys.")
+        else:
+            for k, v in metadata.items():
+                ok_value = isinstance(v, (int, float, bool)) or (
+                    isinstance(v, str) and len(v) <= METADATA_MAX_VALUE
+                )
+                if len(k) > METADATA_MAX_KEY or not ok_value:
+                    self.add_error(
+                        None,
+                        f"metadata[{k[:64]!r}]: keys up to {METADATA_MAX_KEY} characters, "
+                        f"values numbers or strings up to {METADATA_MAX_VALUE}.",
+                    )
+                    break
+        data["metadata"] = metadata if isinstance(metadata, dict) else {}
+        return data
+
+    def request_body(self):
+        d = self.cleaned_data
+        return runner.build_request_body(
+            d["input"],
+            d["model"],
+            instructions=d["instructions"],
+            scenario=d["scenario"],
+            temperature=d["temperature"],
+            max_output_tokens=d["max_output_tokens"],
+            metadata=d["metadata"],
+        )
+
+
+class EventsPageForm(forms.Form):
+    after = forms.IntegerField(required=False, min_value=-1)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+
+
+class ListForm(forms.Form):
+    limit = forms.IntegerField(required=False, min_value=1, max_value=500)
+    before = forms.IntegerField(required=False, min_value=1)
+    status = forms.ChoiceField(required=False, choices=Stream.Status.choices)
+
+
+def _invalid(form):
+    fields = {
+        name: [e["message"] for e in errors] for name, errors in form.errors.get_json_data().items()
+    }
+    first = next(iter(fields.items()))
+    where = "" if first[0] == "__all__" else f"{first[0]}: "
+    return json_error(400, "invalid", f"{where}{first[1][0]}", fields=fields)
+
+
+def _parse_json(request):
+    try:
+        data = json.loads(request.body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
+        return None, json_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return None, json_error(400, "invalid_json", "The body must be a JSON object.")
+    return data, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Domain calls (sync, one transaction each)
+
+
+class TooMany(Exception):
+    pass
+
+
+def _create_within_limit(user, body):
+    limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
+    with transaction.atomic():
+        # Serialise one user's creations so two requests cannot both pass the check
+        # (SQLite's IMMEDIATE transactions already do; this is for PostgreSQL).
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        running = runner.running_count(user)
+        if running >= limit:
+            raise TooMany(running)
+        return runner.create_stream(user, body)
+
+
+def _visible(user, stream_id):
+    return streams_for(user).filter(pk=stream_id).first()
+
+
+def _summary(user, stream_id):
+    stream = _visible(user, stream_id)
+    return None if stream is None else stream_summary(stream)
+
+
+def _events_page(user, stream_id, after, limit):
+    stream = streams_for(user).filter(pk=stream_id).values("status").first()
+    if stream is None:
+        return None
+    rows = list(
+        Event.objects.filter(stream_id=stream_id, index__gt=after)
+        .order_by("index")
+        .values_list("index", "type", "sequence_number", "t_us", "data")[: limit + 1]
+    )
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "stream": stream_id,
+        "status": stream["status"],
+        "events": [
+            {"index": i, "type": t, "sequence_number": s, "t_us": us, "data": d}
+            for i, t, s, us, d in rows
+        ],
+        "next_after": rows[-1][0] if rows else after,
+        "has_more": has_more,
+    }
+
+
+def _list(user, limit, before, status):
+    qs = streams_for(user).order_by("-pk")
+    if before:
+        qs = qs.filter(pk__lt=before)
+    if status:
+        qs = qs.filter(status=status)
+    streams = list(qs[:limit])
+    return {
+        "streams": [list_item(s) for s in streams],
+        "next_before": streams[-1].pk if len(streams) == limit else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Views
+
+
+def _method_not_allowed(*allowed):
+    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
+    response["Allow"] = ", ".join(allowed)
+    return response
+
+
+@api_view
+async def api_streams(request):
+    if request.method == "POST":
+        return await _create(request)
+    if request.method != "GET":
+        return _method_not_allowed("GET", "POST")
+    form = ListForm(request.GET)
+    if not form.is_valid():
+        return _invalid(form)
+    d = form.cleaned_data
+    data = await sync_to_async(_list)(request.user, d["limit"] or 50, d["before"], d["status"])
+    return respond(data)
+
+
+async def _create(request):
+    data, error = _parse_json(request)
+    if error:
+        return error
+    form = CreateStreamForm(data)
+    if not form.is_valid():
+        return _invalid(form)
+    try:
+        stream = await sync_to_async(_create_within_limit)(request.user, form.request_body())
+    except TooMany as exc:
+        limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
+        return json_error(
+            429,
+            "too_many_streams",
+            f"You have {exc.args[0]} streams running; at most {limit} at a time. "
+            "Wait for one to finish or cancel one.",
+            limit=limit,
+        )
+    # A task on the server's event loop: the stream outlives this request.
+    runner.start(stream)
+    await relay.publish_created(stream)
+    return respond(
+        {
+            "id": stream.pk,
+            "status": stream.status,
+            "url": f"/api/streams/{stream.pk}/",
+            "ws": ws_path(stream.pk),
+        },
+        status=201,
+    )
+
+
+@api_view
+async def api_stream(request, stream_id):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    summary = await sync_to_async(_summary)(request.user, stream_id)
+    if summary is None:
+        return json_error(404, "not_found", f"No stream {stream_id}.")
+    return respond(summary)
+
+
+@api_view
+async def api_stream_events(request, stream_id):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    form = EventsPageForm(request.GET)
+    if not form.is_valid():
+        return _invalid(form)
+    after = form.cleaned_data["after"]
+    limit = form.cleaned_data["limit"] or 1000
+    page = await sync_to_async(_events_page)(
+        request.user, stream_id, -1 if after is None else after, limit
+    )
+    if page is None:
+        return json_error(404, "not_found", f"No stream {stream_id}.")
+    return respond(page)
+
+
+@api_view
+async def api_stream_cancel(request, stream_id):
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    stream = await sync_to_async(_visible)(request.user, stream_id)
+    if stream is None:
+        return json_error(404, "not_found", f"No stream {stream_id}.")
+    if not stream.is_active:
+        return json_error(
+            409,
+            "finished",
+            f"Stream {stream_id} already ended ({stream.status}).",
+            status=stream.status,
+        )
+    # Stall retries run in the task of the first attempt.
+    if runner.cancel(stream.first_attempt_id or stream.pk) or runner.cancel(stream.pk):
+        return respond({"id": stream.pk, "status": "cancelling"}, status=202)
+    return json_error(
+        409,
+        "not_running_here",
+        f"Stream {stream_id} is {stream.status} but not running in this server process.",
+        status=stream.status,
+    )

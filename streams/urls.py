@@ -1,0 +1,12 @@
+"""The JSON API (included under /api/ by dashboard/urls.py)."""
+
+from django.urls import path
+
+from . import api
+
+urlpatterns = [
+    path("streams/", api.api_streams, name="api_streams"),
+    path("streams/<int:stream_id>/", api.api_stream, name="api_stream"),
+    path("streams/<int:stream_id>/events/", api.api_stream_events, name="api_stream_events"),
+    path("streams/<int:stream_id>/cancel/", api.api_stream_cancel, name="api_stream_cancel"),
+]

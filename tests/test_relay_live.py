@@ -1,0 +1,239 @@
+"""The relay over real Daphne on 127.0.0.1, with real WebSocket clients (`websockets`):
+streams are started through the API, recorded in the server process from the simulator
+process, and watched through /ws/streams/<id>/."""
+
+import asyncio
+import json
+import socket
+import time
+
+import httpx
+import pytest
+import websockets
+from websockets.asyncio.client import connect
+
+from streams.models import Event, Stream
+from tests.conftest import DaphneServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def start_stream(server, user, **metadata):
+    scenario = metadata.pop("scenario", "")
+    body = {"input": "Tell me about Utrecht", "metadata": metadata}
+    if scenario:
+        body["scenario"] = scenario
+    async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
+        r = await client.post(
+            "/api/streams/", json=body, headers={"Authorization": f"Bearer {user.token}"}
+        )
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+async def open_ws(server, path, user=None, origin=None, **kwargs):
+    headers = {"Cookie": user.cookie} if user is not None else {}
+    return await connect(
+        server.ws_url + path,
+        origin=origin or server.origin,
+        additional_headers=headers,
+        max_size=None,
+        open_timeout=10,
+        **kwargs,
+    )
+
+
+async def frames_until_close(ws, timeout=30, limit=None):
+    """JSON frames until the server closes (or `limit` frames); returns (frames, close code)."""
+    frames = []
+    try:
+        async with asyncio.timeout(timeout):
+            async for message in ws:
+                frames.append(json.loads(message))
+                if limit is not None and len(frames) >= limit:
+                    return frames, None
+    except websockets.ConnectionClosedError:
+        pass
+    return frames, ws.close_code
+
+
+def indexes(frames):
+    return [e["index"] for f in frames for e in f.get("events", [])]
+
+
+async def finished(stream_id, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stream = await Stream.objects.aget(pk=stream_id)
+        if not stream.is_active:
+            return stream
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"stream {stream_id} did not finish")
+
+
+async def stored(stream_id):
+    return [
+        (i, d)
+        async for i, d in Event.objects.filter(stream_id=stream_id)
+        .order_by("index")
+        .values_list("index", "data")
+    ]
+
+
+class TestRelayOverDaphne:
+    async def test_a_late_joiner_gets_every_event_once_in_order(self, people, live_server_daphne):
+        s = await start_stream(live_server_daphne, people.owner, time_scale=0.2)
+        while await Event.objects.filter(stream_id=s["id"]).acount() < 10:
+            await asyncio.sleep(0.02)
+        ws = await open_ws(live_server_daphne, s["ws"] + "?format=json", people.owner)
+        frames, code = await frames_until_close(ws)
+        stream = await finished(s["id"])
+        assert code == 1000 and frames[-1]["terminal"] and frames[-1]["status"] == "completed"
+        assert [(e["index"], e["data"]) for f in frames for e in f["events"]] == await stored(
+            stream.pk
+        )
+        assert frames[0]["events"][0]["index"] == 0  # the stored part came first
+        assert stream.status == "completed"
+
+    async def test_a_killed_socket_resumes_with_after(self, people, live_server_daphne):
+        s = await start_stream(live_server_daphne, people.owner, time_scale=0.2)
+        ws = await open_ws(live_server_daphne, s["ws"] + "?format=json", people.owner)
+        seen = []
+        while len(seen) < 15:
+            seen += indexes([json.loads(await ws.recv())])
+        ws.transport.abort()  # the network dies: no close handshake
+        await asyncio.sleep(0.3)  # events keep coming meanwhile
+        ws = await open_ws(
+            live_server_daphne, f"{s['ws']}?format=json&after={seen[-1]}", people.owner
+        )
+        frames, code = await frames_until_close(ws)
+        await finished(s["id"])
+        assert code == 1000
+        assert seen + indexes(frames) == [i for i, _ in await stored(s["id"])]
+
+    async def test_fifty_viewers_all_receive_every_event(self, people, live_server_daphne):
+        s = await start_stream(live_server_daphne, people.owner, time_scale=0.1)
+        viewers = await asyncio.gather(
+            *(
+                open_ws(live_server_daphne, s["ws"] + "?format=json", people.owner)
+                for _ in range(50)
+            )
+        )
+        results = await asyncio.gather(*(frames_until_close(ws) for ws in viewers))
+        expected = [i for i, _ in await stored(s["id"])]
+        assert len(expected) > 50
+        for frames, code in results:
+            assert code == 1000
+            assert indexes(frames) == expected
+
+    async def test_html_frames_reach_a_browser_like_client(self, people, live_server_daphne):
+        s = await start_stream(live_server_daphne, people.owner, scenario="xss", time_scale=0)
+        await finished(s["id"])
+        ws = await open_ws(live_server_daphne, s["ws"], people.owner)
+        html = []
+        async for message in ws:
+            html.append(message)
+        page = "".join(html)
+        assert ws.close_code == 1000
+        assert "&lt;script&gt;" in page and "<script" not in page
+        assert 'data-status="completed"' in page
+
+    async def test_the_live_list_over_daphne(self, people, live_server_daphne):
+        mine = await open_ws(live_server_daphne, "/ws/streams/?format=json", people.owner)
+        theirs = await open_ws(live_server_daphne, "/ws/streams/?format=json", people.stranger)
+        assert json.loads(await mine.recv()) == {"streams": []}
+        assert json.loads(await theirs.recv()) == {"streams": []}
+        s = await start_stream(live_server_daphne, people.owner, time_scale=0.05)
+        statuses, fields = [], {}
+        async with asyncio.timeout(10):
+            while "completed" not in statuses:
+                for item in json.loads(await mine.recv())["streams"]:
+                    assert item["id"] == s["id"]
+                    fields.update(item)
+                    if "status" in item:
+                        statuses.append(item["status"])
+        # changes queued together are merged: the list shows the latest state
+        assert statuses[0] == "pending" and statuses[-1] == "completed"
+        assert fields["resolved_model"] and fields["ttft_ms"] > 0
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.3):
+                await theirs.recv()
+        await mine.close()
+        await theirs.close()
+
+
+class TestRefusals:
+    @pytest.mark.parametrize("who", ["anonymous", "stranger", "foreign_origin", "no_origin"])
+    async def test_it_refuses_the_handshake(self, people, live_server_daphne, who):
+        stream = await Stream.objects.acreate(user=people.owner, status="completed")
+        path = f"/ws/streams/{stream.pk}/?format=json"
+        user = {"anonymous": None, "stranger": people.stranger}.get(who, people.owner)
+        kwargs = {"origin": "http://evil.example"} if who == "foreign_origin" else {}
+        if who == "no_origin":
+            # no Origin header at all
+            kwargs = {"origin": None}
+            url = live_server_daphne.ws_url + path
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                await connect(url, additional_headers={"Cookie": user.cookie})
+        else:
+            with pytest.raises(websockets.InvalidStatus) as refused:
+                await open_ws(live_server_daphne, path, user, **kwargs)
+        assert refused.value.response.status_code == 403
+        # the same request as the owner, from the right origin, is accepted
+        ws = await open_ws(live_server_daphne, path, people.owner)
+        await frames_until_close(ws)
+        assert ws.close_code == 1000
+
+
+class TestSlowViewer:
+    async def test_a_viewer_that_stops_reading_delays_nothing_and_resumes(
+        self, people, simulator_process
+    ):
+        server = DaphneServer(
+            simulator_process.base_url,
+            overrides={"RELAY_OUTBOX_MAX_EVENTS": 5000, "RELAY_SEND_HIGH_WATER_BYTES": 64 * 1024},
+        )
+        try:
+            await self.check(server, people)
+        finally:
+            server.stop()
+
+    async def check(self, server, people):
+        fast = {"scenario": "fast", "events": 30_000, "batch": 100}
+        # For reference: the same stream with one viewer that keeps up (the recorder and the
+        # relay share the server's event loop, so viewers do cost it some time).
+        alone = await start_stream(server, people.owner, **fast)
+        good = await open_ws(server, alone["ws"] + "?format=json", people.owner)
+        await frames_until_close(good, timeout=60)
+        alone = await finished(alone["id"])
+
+        s = await start_stream(server, people.owner, **fast)
+        # A client that reads the first frame and then nothing: a small receive buffer and a
+        # one-frame client queue, so the server's own buffer fills quickly.
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect(("127.0.0.1", server.port))
+        stuck = await open_ws(
+            server, s["ws"] + "?format=json", people.owner, sock=sock, max_queue=1
+        )
+        good = await open_ws(server, s["ws"] + "?format=json", people.owner)
+        first = json.loads(await stuck.recv())
+        frames, code = await frames_until_close(good, timeout=60)
+        stream = await finished(s["id"])
+        # The recording took no longer than with the good viewer alone, who got everything.
+        assert stream.status == "completed" and stream.event_count == 30_000
+        assert stream.duration_ms < alone.duration_ms * 1.3 + 300, (
+            stream.duration_ms,
+            alone.duration_ms,
+        )
+        assert code == 1000 and indexes(frames) == list(range(30_000))
+        # The stuck one was let go (4008, or abnormal if its close handshake timed out); what
+        # it had received plus a resume from its last index is exactly everything.
+        seen, stuck_code = await frames_until_close(stuck, timeout=20)
+        seen = indexes([first, *seen])
+        assert stuck_code in (4008, 1006), stuck_code
+        assert len(seen) < 30_000
+        assert seen == list(range(len(seen)))
+        resumed = await open_ws(server, f"{s['ws']}?format=json&after={seen[-1]}", people.owner)
+        rest, code = await frames_until_close(resumed)
+        assert code == 1000 and seen + indexes(rest) == list(range(30_000))
