@@ -1,0 +1,244 @@
+"""Stored streams out: the `.sse` body and the `.json` document (issue 4).
+
+- `.sse`: an imported stream gives back its `Capture` bytes, byte for byte. A recorded stream is
+  re-serialised from its rows so that importing the result yields the same events (name, id,
+  data, sequence numbers) and the same findings, except the timing-only ones (stall,
+  buffered_delivery), which need receipt times a file cannot carry. Data that was not valid UTF-8
+  is written from `Event.raw`, so it survives the round trip.
+- `.json`: the stream, its findings and (optionally) its events. Never the upstream API key nor
+  request headers: the stored request body has no key, and a key an upstream echoed back in an
+  error message or an event is redacted.
+
+Big streams are written in chunks read with `.iterator()`, so a 100k-event export never builds
+one giant string. Each format has a sync generator (commands, WSGI) and an async one (the ASGI
+server, where Django would otherwise buffer a sync iterator whole before sending it); the async
+one drives the sync generator on the thread Django's ORM uses, so there is one formatter.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+
+from .models import Capture, Event, Stream
+
+READ_CHUNK = 2000  # rows per database round trip
+EVENTS_PER_PIECE = 500  # events joined into one piece handed to the response
+CAPTURE_PIECE = 256 * 1024  # bytes per piece of a stored capture
+EVENT_FIELDS = (
+    "index",
+    "t_us",
+    "received_at",
+    "event_name",
+    "sse_id",
+    "type",
+    "sequence_number",
+    "output_index",
+    "content_index",
+    "is_json",
+    "data",
+)
+FINDING_FIELDS = ("code", "severity", "event_index", "expected", "got", "detail")
+
+
+# ---- .sse ------------------------------------------------------------------------------------
+
+
+def to_sse(stream: Stream) -> bytes:
+    """The stream as an SSE body (all at once; use `iter_sse` for big streams)."""
+    return b"".join(iter_sse(stream))
+
+
+def iter_sse(stream: Stream) -> Iterator[bytes]:
+    """The SSE body in pieces: the capture bytes of an import, or the re-serialised events."""
+    content = _capture_content(stream)
+    if content is not None:
+        for i in range(0, len(content), CAPTURE_PIECE):
+            yield content[i : i + CAPTURE_PIECE]
+        return
+    rows = (
+        _events(stream)
+        .values_list("event_name", "sse_id", "data", "raw")
+        .iterator(chunk_size=READ_CHUNK)
+    )
+    encoder = SSEEncoder()
+    piece = []
+    for row in rows:
+        piece.append(encoder.event(*row))
+        if len(piece) >= EVENTS_PER_PIECE:
+            yield b"".join(piece)
+            piece = []
+    if piece:
+        yield b"".join(piece)
+
+
+async def aiter_sse(stream: Stream) -> AsyncIterator[bytes]:
+    async for piece in _drive(iter_sse, stream):
+        yield piece
+
+
+class SSEEncoder:
+    """One stored event → its SSE block. Keeps the `id` in effect, as a parser does: WHATWG
+    carries the last id over to later events, so an event whose id was cleared after one that
+    had an id needs an explicit empty `id:` line to come back with no id."""
+
+    def __init__(self):
+        self.last_id = ""
+
+    def event(self, event_name: str, sse_id: str, data: str, raw) -> bytes:
+        out = []
+        if event_name:
+            out.append(b"event: " + event_name.encode() + b"\n")
+        if sse_id or self.last_id:
+            out.append(b"id: " + sse_id.encode() + b"\n")
+        self.last_id = sse_id
+        if raw is not None:
+            lines = bytes(raw).split(b"\n")
+        else:
+            lines = data.encode().split(b"\n")
+        for line in lines:
+            out.append(b"data: " + line + b"\n")
+        out.append(b"\n")
+        return b"".join(out)
+
+
+# ---- .json -----------------------------------------------------------------------------------
+
+
+def stream_document(stream: Stream, events: bool = True) -> dict:
+    """The `.json` export as one dict (tests, small streams); `iter_document` streams it."""
+    return json.loads("".join(iter_document(stream, events=events)))
+
+
+def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
+    """The `.json` export as pieces of one JSON object, `events` last."""
+    head = _dumps(stream_fields(stream))
+    if not events:
+        yield head
+        return
+    yield head[:-1] + ', "events": ['
+    rows = _events(stream).values_list(*EVENT_FIELDS).iterator(chunk_size=READ_CHUNK)
+    piece = []
+    first = True
+    for row in rows:
+        text = _dumps(_event_dict(row))
+        piece.append(text if first else "," + text)
+        first = False
+        if len(piece) >= EVENTS_PER_PIECE:
+            yield "".join(piece)
+            piece = []
+    piece.append("]}")
+    yield "".join(piece)
+
+
+async def aiter_document(stream: Stream, events: bool = True) -> AsyncIterator[str]:
+    async for piece in _drive(iter_document, stream, events=events):
+        yield piece
+
+
+def stream_fields(stream: Stream) -> dict:
+    """Everything about a stream but its events: metadata, milestones, metrics, text, findings."""
+    findings = list(stream.findings.order_by("event_index", "id").values(*FINDING_FIELDS))
+    return {
+        "id": stream.pk,
+        "status": stream.status,
+        "source": stream.source,
+        "requested_model": stream.requested_model,
+        "resolved_model": stream.resolved_model,
+        "scenario": stream.scenario,
+        "prompt": stream.prompt,
+        "request": stream.request_body,
+        "upstream_url": stream.upstream_url,
+        "routing": {
+            "category": stream.routing_category,
+            "source": stream.routing_source,
+            "reasoning": stream.routing_reasoning,
+        },
+        "upstream_id": stream.upstream_id,
+        "http_status": stream.http_status,
+        "content_type": stream.content_type,
+        "error": {"code": stream.error_code, "message": stream.error_message},
+        "attempt": stream.attempt,
+        "first_attempt": stream.first_attempt_id,
+        "created_at": _iso(stream.created_at),
+        "started_at": _iso(stream.started_at),
+        "finished_at": _iso(stream.finished_at),
+        "milestones_us": {
+            "connected": stream.connected_us,
+            "request_written": stream.request_written_us,
+            "headers": stream.headers_us,
+            "created": stream.created_event_us,
+            "routing": stream.routing_us,
+            "first_token": stream.first_token_us,
+            "first_tool_call": stream.first_tool_call_us,
+            "terminal": stream.terminal_us,
+            "closed": stream.closed_us,
+        },
+        "ttft_ms": stream.ttft_ms,
+        "duration_ms": stream.duration_ms,
+        "tokens_per_s": stream.tokens_per_s,
+        "inter_token_ms": stream.inter_token_ms,
+        "event_count": stream.event_count,
+        "output_tokens": stream.output_tokens,
+        "bytes_received": stream.bytes_received,
+        "output_text": stream.output_text,
+        "final_text": stream.final_text,
+        "parts": stream.parts,
+        "findings_count": stream.findings_count,
+        "error_findings": stream.error_findings,
+        "findings": findings,
+    }
+
+
+def _event_dict(row) -> dict:
+    event = dict(zip(EVENT_FIELDS, row, strict=True))
+    event["received_at"] = _iso(event["received_at"])
+    return event
+
+
+def _dumps(value) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    # An upstream may echo the key it was sent (in an error message, say); it never leaves us.
+    key = settings.UPSTREAM_API_KEY
+    if key and len(key) >= 8 and key in text:
+        text = text.replace(key, "[redacted]")
+    return text
+
+
+# ---- shared ----------------------------------------------------------------------------------
+
+
+def _events(stream: Stream):
+    return Event.objects.filter(stream_id=stream.pk).order_by("index")
+
+
+def _capture_content(stream: Stream) -> bytes | None:
+    if stream.source != Stream.Source.IMPORT:
+        return None
+    content = Capture.objects.filter(stream_id=stream.pk).values_list("content", flat=True).first()
+    return None if content is None else bytes(content)  # PostgreSQL gives a memoryview
+
+
+def _iso(value) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+_END = object()
+
+
+async def _drive(generator: Callable[..., Iterator], *args, **kwargs) -> AsyncIterator:
+    """Run a sync generator of database reads piece by piece on the ORM's thread (as Django's
+    own `QuerySet.aiterator` does), so the event loop is never blocked and nothing is buffered."""
+    gen = generator(*args, **kwargs)  # runs nothing until the first next()
+    step = sync_to_async(next)
+    try:
+        while True:
+            piece = await step(gen, _END)
+            if piece is _END:
+                return
+            yield piece
+    finally:
+        await sync_to_async(gen.close)()

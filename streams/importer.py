@@ -1,0 +1,200 @@
+"""Captured files in, stored streams out: the import side of issue 4.
+
+A raw SSE body (`.sse`, `.txt`, whatever the name) becomes one `Stream`; a HAR export becomes one
+`Stream` per SSE response in it. Each is checked by the same `Checker` the recorder runs and stored
+through the recorder's own `insert_events`, so an imported stream's rows are indistinguishable from
+a recorded one's except that they have no receipt times (a file keeps none; a HAR keeps only the
+entry's phase timings, which become the stream's milestones). The exact body bytes are kept in a
+`Capture` so that an export of an imported stream is byte-identical to what was imported.
+
+Two steps, so that a form can validate a file without writing anything:
+`read_capture(content, filename)` parses (pure, raises `CaptureError`), `store_captures(...)`
+checks and writes; `import_capture` is both.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from dataclasses import dataclass
+
+from django.db import transaction
+
+from .capture import CapturedEvent, HarEntry, parse_har, parse_sse_bytes, sniff
+from .checks import Checker
+from .models import Capture, Finding, Stream
+from .recorder import _status_from_checker, insert_events
+from .runner import prompt_of
+
+# Rows handed to insert_events at once: bounds the memory of a 100k-event import.
+INSERT_CHUNK = 5000
+
+
+class CaptureError(Exception):
+    """The file is not something we can import (empty, neither SSE nor HAR, no events)."""
+
+
+@dataclass
+class ParsedCapture:
+    """One SSE response found in an uploaded file, not yet stored."""
+
+    filename: str
+    content: bytes  # the SSE body bytes: the whole file, or one HAR entry's response body
+    events: list[CapturedEvent]
+    har: HarEntry | None = None
+
+
+def read_capture(content: bytes, filename: str = "") -> list[ParsedCapture]:
+    """Parse a raw SSE body or a HAR export into its SSE responses. Raises CaptureError."""
+    name = filename or "capture"
+    if not content or not content.strip():
+        raise CaptureError("the file is empty")
+    if sniff(content, filename) == "har":
+        try:
+            entries = parse_har(content)
+        except ValueError as exc:
+            raise CaptureError(str(exc)) from None
+        found = [e for e in entries if e.events]
+        if not found:
+            raise CaptureError(
+                f"the HAR file holds no SSE response with events ({len(entries)} candidate entries)"
+            )
+        suffix = len(found) > 1
+        return [
+            ParsedCapture(
+                filename=(f"{name}#{i}" if suffix else name)[:300],
+                content=entry.content,
+                events=entry.events,
+                har=entry,
+            )
+            for i, entry in enumerate(found, 1)
+        ]
+    events = parse_sse_bytes(content)
+    if not events:
+        raise CaptureError(
+            f"not an event stream or a HAR file (no `data:` field in {len(content):,} bytes)"
+        )
+    return [ParsedCapture(filename=name[:300], content=content, events=events)]
+
+
+def import_capture(content: bytes, filename: str, *, user=None, model: str = "") -> list[Stream]:
+    """Store every SSE response of a file as an imported stream; return them in file order."""
+    return store_captures(read_capture(content, filename), user=user, model=model)
+
+
+def store_captures(captures: list[ParsedCapture], *, user=None, model: str = "") -> list[Stream]:
+    """Check and store parsed captures, all in one transaction (a file is imported whole or not
+    at all)."""
+    with transaction.atomic():
+        return [_store(capture, user, model) for capture in captures]
+
+
+def _request_body(har: HarEntry | None) -> dict:
+    if har is None or not har.request_body:
+        return {}
+    try:
+        body = json.loads(har.request_body)
+    except ValueError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _store(capture: ParsedCapture, user, model: str) -> Stream:
+    body = _request_body(capture.har)
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
+    requested = model or str(body.get("model") or "")
+    # Known only when someone said which model was asked for; the created event's model is
+    # already the resolved one.
+    pinned = (requested != "auto") if requested else None
+    checker = Checker(pinned_model=pinned)
+    feed = checker.feed
+    envelopes = []  # what the checker read from each event, for its row (not the parsed JSON)
+    for i, ev in enumerate(capture.events):
+        r = feed(i, ev.event_name, ev.data, sse_id=ev.sse_id)
+        envelopes.append((r.type, r.sequence_number, r.output_index, r.content_index, r.is_json))
+    checker.close(connection_closed=True)
+    status = _status_from_checker(checker)
+    violations = checker.violations
+    routing = checker.routing
+
+    stream = Stream(
+        user=user if user is not None and getattr(user, "pk", None) else None,
+        source=Stream.Source.IMPORT,
+        status=status,
+        request_body=body,
+        requested_model=(requested or checker.response_model)[:100],
+        scenario=str(metadata.get("scenario") or "")[:50],
+        prompt=prompt_of(body.get("input"))[:10000],
+        upstream_id=checker.upstream_id[:200],
+        resolved_model=checker.resolved_model[:100],
+        routing_category=str(routing.get("category") or "")[:50],
+        routing_source=str(routing.get("source") or "")[:50],
+        routing_reasoning=str(routing.get("reasoning") or ""),
+        error_code=checker.error_code[:100],
+        error_message=checker.error_message,
+        event_count=len(capture.events),
+        output_tokens=checker.output_tokens,
+        bytes_received=len(capture.content),
+        final_text=checker.final_text or "",
+        output_text=checker.output_text,
+        parts=checker.items(),
+        findings_count=len(violations),
+        error_findings=sum(v.severity == "error" for v in violations),
+    )
+    if capture.har is not None:
+        _har_fields(stream, capture.har)
+    stream.save()
+
+    sid = stream.pk
+    rows = []
+    for i, (ev, envelope) in enumerate(zip(capture.events, envelopes, strict=True)):
+        # t_us and received_at: a file keeps no receipt times
+        rows.append((sid, i, None, None, ev.event_name, ev.sse_id, *envelope, ev.data, ev.raw))
+        if len(rows) >= INSERT_CHUNK:
+            insert_events(rows)
+            rows = []
+    if rows:
+        insert_events(rows)
+    Finding.objects.bulk_create(
+        [Finding(stream_id=sid, **v.as_dict()) for v in violations], batch_size=500
+    )
+    Capture.objects.create(stream=stream, filename=capture.filename, content=capture.content)
+    return stream
+
+
+def _har_fields(stream: Stream, har: HarEntry) -> None:
+    """Request metadata and phase milestones from a HAR entry (µs since `startedDateTime`)."""
+    # Without the query string: some APIs take their key there, and a key is never stored.
+    stream.upstream_url = har.url.split("?", 1)[0].split("#", 1)[0][:300]
+    stream.http_status = har.status
+    stream.content_type = har.mime_type[:200]
+    started = _parse_iso(har.started_at)
+    stream.started_at = started
+    t = har.timings
+    if t.get("send") is None and t.get("wait") is None:
+        return
+    # HAR: ssl is already included in connect; -1 ("not applicable") was read as None.
+    connected = sum(t.get(k) or 0 for k in ("blocked", "dns", "connect"))
+    written = connected + (t.get("send") or 0)
+    headers = written + (t.get("wait") or 0)
+    stream.connected_us = round(connected * 1000)
+    stream.request_written_us = round(written * 1000)
+    stream.headers_us = round(headers * 1000)
+    closed = har.time_ms
+    if closed is None and t.get("receive") is not None:
+        closed = headers + t["receive"]
+    if closed is not None:
+        stream.closed_us = round(closed * 1000)
+        stream.duration_ms = closed - written
+        if started is not None:
+            stream.finished_at = started + dt.timedelta(milliseconds=closed)
+
+
+def _parse_iso(value: str) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
