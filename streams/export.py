@@ -115,7 +115,8 @@ def stream_document(stream: Stream, events: bool = True) -> dict:
 
 def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
     """The `.json` export as pieces of one JSON object, `events` last."""
-    head = _dumps(stream_fields(stream))
+    dumps = _dumps_without(settings.UPSTREAM_API_KEY)
+    head = dumps(stream_fields(stream))
     if not events:
         yield head
         return
@@ -124,7 +125,7 @@ def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
     piece = []
     first = True
     for row in rows:
-        text = _dumps(_event_dict(row))
+        text = dumps(_event_dict(row))
         piece.append(text if first else "," + text)
         first = False
         if len(piece) >= EVENTS_PER_PIECE:
@@ -199,13 +200,17 @@ def _event_dict(row) -> dict:
     return event
 
 
-def _dumps(value) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    # An upstream may echo the key it was sent (in an error message, say); it never leaves us.
-    key = settings.UPSTREAM_API_KEY
-    if key and len(key) >= 8 and key in text:
-        text = text.replace(key, "[redacted]")
-    return text
+def _dumps_without(key: str) -> Callable[[object], str]:
+    """`json.dumps` that redacts `key`: an upstream may echo the key it was sent (in an error
+    message, say), and it never leaves us. Keys too short to be real are not searched for."""
+    if not key or len(key) < 8:
+        return lambda value: json.dumps(value, ensure_ascii=False)
+
+    def dumps(value) -> str:
+        text = json.dumps(value, ensure_ascii=False)
+        return text.replace(key, "[redacted]") if key in text else text
+
+    return dumps
 
 
 # ---- shared ----------------------------------------------------------------------------------
