@@ -46,7 +46,9 @@ def database_from_url(url):
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 30,
             },
-            "TEST": {"NAME": name + ".test"},
+            # A file, so the recorder's writer thread and live servers share it; per process,
+            # so concurrent test runs on one machine don't clobber each other's.
+            "TEST": {"NAME": f"{name}.test{os.getpid()}"},
         }
     if parts.scheme in {"postgres", "postgresql", "pgsql"}:
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}

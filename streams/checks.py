@@ -546,6 +546,10 @@ class Checker:
                 out.append(self._after_terminal(index, "non-JSON data"))
             return self._done(result)
 
+        fast = self._fast_delta(index, event_name, obj, t_us, out)
+        if fast is not None:
+            return fast
+
         result.is_json = True
         result.obj = obj
         etype = obj.get("type") if isinstance(obj, dict) else None
@@ -595,6 +599,47 @@ class Checker:
         elif result.kind == TOOL_CALL and not self._first_tool_call_seen:
             self._first_tool_call_seen = result.first_tool_call = True
         return self._done(result)
+
+    def _fast_delta(self, index, event_name, obj, t_us, out) -> FeedResult | None:
+        """The bulk of every stream: the next text delta of an announced, still open part.
+        Same state changes and findings as the general path, at a third of the cost (this
+        runs for every token of every recorded stream)."""
+        if (
+            type(obj) is not dict
+            or obj.get("type") != "response.output_text.delta"
+            or not self._first_output_seen
+            or self.terminal_index is not None
+            or self._holes
+            or self._deferred
+        ):
+            return None
+        seq = obj.get("sequence_number")
+        top = self._max_seq
+        if type(seq) is not int or top is None or seq != top + 1:
+            return None
+        if event_name != "message" and not self._name_reported:
+            return None
+        oi = obj.get("output_index")
+        ci = obj.get("content_index")
+        delta = obj.get("delta")
+        if type(oi) is not int or type(ci) is not int or type(delta) is not str:
+            return None
+        item = self._items.get(oi)
+        if item is None or not item.added or item.done_item is not None:
+            return None
+        part = item.parts.get(ci)
+        if part is None or not part.added or part.done_seq is not None:
+            return None
+        if part.done_text is not None or part.type != "output_text":
+            return None
+        self._max_seq = seq
+        part.buf.append(seq, delta)
+        self.output_tokens += 1
+        if out:
+            self.violations.extend(out)
+        return FeedResult(
+            out, OUTPUT, False, False, "response.output_text.delta", seq, oi, ci, True, obj
+        )
 
     def _done(self, result: FeedResult) -> FeedResult:
         if result.violations:
@@ -682,7 +727,7 @@ class Checker:
     def _timing(self, index: int, t_us: int, out: list) -> None:
         prev = self._last_t
         self._last_t = t_us
-        if prev is not None:
+        if prev is not None and self.stall_threshold_us and t_us - prev > self.stall_threshold_us:
             self._stall(index, t_us - prev, out, f"before event {index}")
         b = self.buffered
         if b is None:

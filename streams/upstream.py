@@ -122,14 +122,18 @@ def check_response(response, body_text=None):
 
 
 class EventReader:
-    """Incremental bytes → events, keeping receipt time and undecodable bytes."""
+    """Incremental bytes → events, keeping receipt time and undecodable bytes.
+
+    Fast path: the complete lines of a chunk are decoded in one go. A chunk with bytes that are
+    not UTF-8 takes the per-line path, which keeps the raw value of each bad `data` line, so
+    the event's `raw` holds exactly the bytes that arrived."""
 
     def __init__(self):
         self._decoder = SSEDecoder()
         self._line = b""  # an unterminated line carried to the next chunk
         self._skip_lf = False  # a chunk ended in CR: a LF at the start of the next belongs to it
-        self._data_lines = []  # raw `data` lines of the current block
-        self._invalid = False  # one of them was not valid UTF-8
+        self._has_data = False  # the current block has a `data` field
+        self._raw = {}  # position in the block's data lines → raw bytes, for non-UTF-8 lines
 
     def feed(self, chunk, t_ns):
         if self._skip_lf:
@@ -140,45 +144,64 @@ class EventReader:
             if chunk.endswith(b"\r"):
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        lines = chunk.split(b"\n")
         if self._line:
-            lines[0] = self._line + lines[0]
-        self._line = lines.pop()
+            chunk = self._line + chunk
+        cut = chunk.rfind(b"\n")
+        if cut < 0:
+            self._line = chunk
+            return []
+        self._line = chunk[cut + 1 :]
+        complete = chunk[:cut]
+        if not self._raw:
+            try:
+                text = complete.decode("utf-8")
+            except UnicodeDecodeError:
+                pass
+            else:
+                return self._lines(text.split("\n"), t_ns)
         out = []
-        for line in lines:
-            event = self._line_in(line, t_ns)
-            if event is not None:
-                out.append(event)
-        return out
-
-    def close(self, t_ns):
-        """End of body: a last line without its newline still counts; an event never
-        terminated by a blank line is not dispatched (WHATWG)."""
-        if self._line:
-            self._line_in(self._line, t_ns)
-            self._line = b""
-        return []
-
-    def _line_in(self, line, t_ns):
-        if line:
+        for line in complete.split(b"\n"):
             try:
                 text = line.decode("utf-8")
             except UnicodeDecodeError:
                 text = line.decode("utf-8", errors="replace")
-                self._invalid = True
-            if line == b"data" or line.startswith(b"data:"):
-                self._data_lines.append(line)
-            self._decoder.decode(text)
-            return None
-        sse = self._decoder.decode("")
-        data_lines, self._data_lines = self._data_lines, []
-        invalid, self._invalid = self._invalid, False
-        # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:) is
-        # not an event.
-        if sse is None or not data_lines:
-            return None
-        raw = b"\n".join(_field_value(rl) for rl in data_lines) if invalid else None
-        return ReceivedEvent(t_ns, sse.event, sse.id, sse.data, raw)
+                if _is_data(text):
+                    self._raw[len(self._decoder._data)] = _field_value(line)
+            out.extend(self._lines((text,), t_ns))
+        return out
+
+    def _lines(self, lines, t_ns):
+        out = []
+        decode = self._decoder.decode
+        has_data = self._has_data
+        for line in lines:
+            if line:
+                if not has_data and _is_data(line):
+                    has_data = True
+                decode(line)
+                continue
+            raw = None
+            if self._raw:
+                values = self._decoder._data
+                raw = b"\n".join(self._raw.get(i, v.encode()) for i, v in enumerate(values))
+                self._raw = {}
+            sse = decode("")
+            # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:) is
+            # not an event.
+            if sse is not None and has_data:
+                out.append(ReceivedEvent(t_ns, sse.event, sse.id, sse.data, raw))
+            has_data = False
+        self._has_data = has_data
+        return out
+
+    def close(self, t_ns):
+        """End of body: an event never terminated by a blank line is not dispatched (WHATWG)."""
+        self._line = b""
+        return []
+
+
+def _is_data(line):
+    return line.startswith("data:") or line == "data"
 
 
 def _field_value(line):

@@ -1,0 +1,235 @@
+"""`python manage.py bench ingest`: the recording pipeline's throughput against its ceiling.
+
+In one run, with the simulator in `fast` mode (events as fast as it can write them):
+  (a) a bare httpx-sse consumer that parses events and throws them away: the ceiling;
+  (b) the full pipeline (receipt times, checker, batched commits, publish to the channel layer);
+for 1 stream and for 100 concurrent streams. Each database configuration runs in a child
+process of its own on a fresh, migrated database (`--database sqlite,postgres`), against one
+simulator process, so the figures of one run are comparable. `lost_events` compares what was
+stored with what the simulator says it sent.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
+
+
+def add_arguments(parser):
+    parser.add_argument(
+        "--database",
+        default="sqlite",
+        help="comma-separated list of: sqlite, postgres (the database at --postgres-url)",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("BENCH_POSTGRES_URL", ""),
+        help="postgres://… of a database the bench may fill (default: $BENCH_POSTGRES_URL)",
+    )
+    parser.add_argument("--streams", default="", help="stream counts, e.g. 1,100")
+    parser.add_argument("--events", type=int, default=0, help="events per stream")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per configuration; best")
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+
+
+def run(command, opts):
+    if opts["child"]:
+        return _child_main(command, opts)
+    configs = CONFIGS
+    if opts["streams"]:
+        configs = [(int(s), opts["events"] or 2_000) for s in opts["streams"].split(",")]
+    elif opts["events"]:
+        configs = [(s, opts["events"]) for s, _ in configs]
+    results = []
+    sim_port = _free_port()
+    sim = subprocess.Popen(
+        [sys.executable, "manage.py", "simulate_upstream", "--port", str(sim_port)],
+        cwd=BASE_DIR,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        _wait_for_port(sim_port)
+        for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
+            with tempfile.TemporaryDirectory() as tmp:
+                url = _database_url(database, opts, tmp)
+                env = {**os.environ, "DATABASE_URL": url}
+                env.pop("REDIS_URL", None) if not os.environ.get("REDIS_URL") else None
+                subprocess.run(
+                    [sys.executable, "manage.py", "migrate", "-v0"],
+                    cwd=BASE_DIR,
+                    env=env,
+                    check=True,
+                )
+                for streams, events in configs:
+                    spec = json.dumps(
+                        {
+                            "streams": streams,
+                            "events": events,
+                            "repeat": opts["repeat"],
+                            "upstream": f"http://127.0.0.1:{sim_port}/v1",
+                        }
+                    )
+                    proc = subprocess.run(
+                        [sys.executable, "manage.py", "bench", "ingest", "--child", spec],
+                        cwd=BASE_DIR,
+                        env=env,
+                        capture_output=True,
+                        text=True,
+                    )
+                    if proc.returncode != 0:
+                        raise SystemExit(f"bench child failed:\n{proc.stderr[-4000:]}")
+                    out = json.loads(proc.stdout.strip().splitlines()[-1])
+                    out = {"database": database, **out}
+                    results.append(out)
+                    _print(command, out, opts["json"])
+    finally:
+        sim.terminate()
+        sim.wait(10)
+    return results
+
+
+def _print(command, out, as_json):
+    if as_json:
+        command.stdout.write(json.dumps(out))
+        return
+    command.stdout.write(
+        f"{out['database']:8} {out['streams']:>3} stream(s) × {out['events'] // out['streams']:>6,}"
+        f" events   bare {out['bare_events_per_s']:>9,.0f} ev/s   pipeline "
+        f"{out['pipeline_events_per_s']:>9,.0f} ev/s   ratio {out['ratio']:.2f}   "
+        f"lost {out['lost_events']}   peak RSS {out['peak_rss_mb']:.0f} MB"
+    )
+
+
+def _database_url(database, opts, tmp):
+    if database == "sqlite":
+        return f"sqlite:///{tmp}/bench.sqlite3"
+    if database == "postgres":
+        if not opts["postgres_url"]:
+            raise SystemExit("--database postgres needs --postgres-url or $BENCH_POSTGRES_URL")
+        return opts["postgres_url"]
+    raise SystemExit(f"unknown database {database!r} (sqlite, postgres)")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port, timeout=20):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit("the simulator did not start")
+
+
+# ---------------------------------------------------------------------------------------------
+# The child: one configuration, one process, one database.
+
+
+def _child_main(command, opts):
+    spec = json.loads(opts["child"])
+    result = asyncio.run(_measure(spec))
+    command.stdout.write(json.dumps(result))
+
+
+def _body(events):
+    return {
+        "model": "gpt-oss-20b",
+        "input": "benchmark",
+        "stream": True,
+        "metadata": {"scenario": "fast", "events": str(events), "batch": "100"},
+    }
+
+
+async def _sent_counts(client, upstream, ids):
+    root = upstream.rsplit("/v1", 1)[0]
+    counts = []
+    for rid in ids:
+        r = await client.get(f"{root}/_simulator/responses/{rid}")
+        counts.append(r.json()["event_count"])
+    return counts
+
+
+async def _bare(client, upstream, streams, events):
+    from httpx_sse import aconnect_sse
+
+    async def one():
+        received = 0
+        rid = None
+        async with aconnect_sse(
+            client, "POST", upstream + "/responses", json=_body(events)
+        ) as source:
+            rid = source.response.headers.get("x-simulator-response-id")
+            async for sse in source.aiter_sse():
+                if sse.data:
+                    json.loads(sse.data)  # a consumer that looks at events parses them
+                    received += 1
+        return rid, received
+
+    t0 = time.perf_counter()
+    results = await asyncio.gather(*(one() for _ in range(streams)))
+    elapsed = time.perf_counter() - t0
+    sent = await _sent_counts(client, upstream, [rid for rid, _ in results])
+    received = sum(n for _, n in results)
+    return received / elapsed, sum(sent) - received
+
+
+async def _pipeline(client, upstream, streams, events):
+    from asgiref.sync import sync_to_async
+
+    from streams import runner
+    from streams.models import Event, Stream
+
+    rows = [await sync_to_async(runner.create_stream)(None, _body(events)) for _ in range(streams)]
+    t0 = time.perf_counter()
+    await asyncio.gather(*(runner.run_stream(s, base_url=upstream) for s in rows))
+    elapsed = time.perf_counter() - t0
+    ids = [s.pk for s in rows]
+    upstream_ids = [
+        u async for u in Stream.objects.filter(pk__in=ids).values_list("upstream_id", flat=True)
+    ]
+    stored = await Event.objects.filter(stream_id__in=ids).acount()
+    sent = await _sent_counts(client, upstream, upstream_ids)
+    return stored / elapsed, sum(sent) - stored
+
+
+async def _measure(spec):
+    streams, events, upstream = spec["streams"], spec["events"], spec["upstream"]
+    async with httpx.AsyncClient(
+        timeout=None, limits=httpx.Limits(max_connections=1000), trust_env=False
+    ) as client:
+        # Warm both paths (connections, imports, the writer, the test database).
+        await _bare(client, upstream, 2, 200)
+        await _pipeline(client, upstream, 2, 200)
+        bare = max([await _bare(client, upstream, streams, events) for _ in range(spec["repeat"])])
+        pipe = max(
+            [await _pipeline(client, upstream, streams, events) for _ in range(spec["repeat"])]
+        )
+    return {
+        "streams": streams,
+        "events": streams * events,
+        "bare_events_per_s": round(bare[0]),
+        "pipeline_events_per_s": round(pipe[0]),
+        "ratio": round(pipe[0] / bare[0], 3),
+        "lost_events": pipe[1],
+        "bare_lost_events": bare[1],
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+    }

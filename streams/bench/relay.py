@@ -1,0 +1,519 @@
+"""`python manage.py bench relay`: the live relay, the stock Channels pattern against ours.
+
+In one run, on one simulator process and a fresh SQLite database, each pattern gets a real
+Daphne subprocess on 127.0.0.1 (`streams.bench.relay_asgi`) and real WebSocket clients (one per
+stream) in this process:
+
+  (a) stock: one `group_send` and one WebSocket message per event, Channels' stock consumer
+      (per-message connection cleanup, no catch-up, no dedupe, no access check);
+  (b) batched: this project's relay (one message per committed batch, frames carry batches,
+      and with the in-memory layer the in-process fan-out instead of the layer);
+  (b') batched-layer: the same through the in-memory channel layer (what (b) does with Redis).
+
+For 1 and 100 concurrent streams:
+  - `fast` streams (the simulator writes events as fast as it can): events_per_s = events
+    delivered to the clients / time from starting the streams to the last receipt;
+  - `normal` pacing streams (a real model's token rate): added latency = the client's receipt
+    time − the simulator's send time of the same event, both CLOCK_MONOTONIC (system-wide on
+    Linux, so comparable across processes on one machine): it covers TCP, parsing, the batch
+    window, the commit, the channel layer, the consumer and the WebSocket.
+lost_events / duplicated_events compare what the clients got with what was stored.
+Viewers subscribe before their stream starts (the stock pattern cannot catch up).
+"""
+
+import asyncio
+import json
+import os
+import secrets
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+from asgiref.sync import sync_to_async
+from channels.generic.websocket import AsyncWebsocketConsumer
+from channels.layers import get_channel_layer
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
+FAST_EVENTS_MANY = 1_000
+PACED = {"model": "auto", "metadata": {"time_scale": 1.0, "sentences": 6}}
+
+
+# ---------------------------------------------------------------------------------------------
+# Server side (runs inside the bench's Daphne)
+
+
+async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
+    """The stock pattern: one group message per event."""
+    layer = get_channel_layer()
+    group = f"stock.{stream_id}"
+    for e in events:
+        await layer.group_send(
+            group,
+            {
+                "type": "stream.event",
+                "event": {
+                    "index": e[0],
+                    "type": e[1],
+                    "sequence_number": e[2],
+                    "t_us": e[3],
+                    "data": e[4],
+                },
+            },
+        )
+    status = (stream_fields or {}).get("status")
+    if status and status not in ("pending", "streaming"):
+        await layer.group_send(group, {"type": "stream.end", "status": status})
+
+
+PUBLISHED = {}  # stream id -> [(first index, last index, monotonic ns of the publish)]
+
+
+def timed(publish):
+    """Note when each batch was published (after its commit): the writer's share of the
+    latency is publish time − the recorder's receipt time."""
+
+    async def publish_batch(stream_id, user_id, events, stream_fields=None):
+        if events:
+            PUBLISHED.setdefault(stream_id, []).append(
+                (events[0][0], events[-1][0], time.monotonic_ns())
+            )
+        await publish(stream_id, user_id, events, stream_fields)
+
+    return publish_batch
+
+
+class StockConsumer(AsyncWebsocketConsumer):
+    """The Channels tutorial consumer: a group per stream, one WebSocket message per event."""
+
+    async def connect(self):
+        self.group = f"stock.{self.scope['url_route']['kwargs']['stream_id']}"
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+
+    async def disconnect(self, code):
+        await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def stream_event(self, message):
+        await self.send(text_data=json.dumps(message["event"]))
+
+    async def stream_end(self, message):
+        await self.send(text_data=json.dumps({"status": message["status"], "end": True}))
+        await self.close()
+
+
+def _prepare(data):
+    from django.contrib.auth import get_user_model
+
+    from streams import runner
+    from streams.models import ApiToken
+
+    user, _ = get_user_model().objects.get_or_create(username="bench")
+    token = ApiToken.issue(user, name="bench relay")
+    ids = []
+    for i in range(data["count"]):
+        body = runner.build_request_body(
+            f"Benchmark question {i}: tell me about Utrecht",
+            data.get("model", "auto"),
+            scenario=data.get("scenario", ""),
+            metadata={**data.get("metadata", {}), "seed": i},
+        )
+        ids.append(runner.create_stream(user, body).pk)
+    return {"token": token, "ids": ids}
+
+
+async def _start(ids):
+    from streams import runner
+    from streams.models import Stream
+
+    streams = [s async for s in Stream.objects.filter(pk__in=ids)]
+    for stream in streams:
+        runner.start(stream)
+    return {"started": len(streams)}
+
+
+def _streams(ids):
+    from streams.models import Stream
+
+    rows = Stream.objects.filter(pk__in=ids).values(
+        "id", "status", "upstream_id", "event_count", "duration_ms", "request_written_us"
+    )
+    return {"streams": list(rows)}
+
+
+def _receipts(ids):
+    """Each stored event's receipt time at the recorder (µs since its stream started)."""
+    from streams.models import Event
+
+    out = {}
+    rows = Event.objects.filter(stream_id__in=ids).values_list("stream_id", "index", "t_us")
+    for stream_id, index, t_us in rows:
+        out.setdefault(str(stream_id), {})[str(index)] = t_us
+    return out
+
+
+def _stats():
+    from streams import consumers
+
+    return dict(consumers.stats)
+
+
+async def control(scope, receive, send):
+    """Bench-only HTTP endpoints (see streams.bench.relay_asgi)."""
+    body = b""
+    while True:
+        message = await receive()
+        body += message.get("body", b"")
+        if not message.get("more_body"):
+            break
+    data = json.loads(body or b"{}")
+    route = scope["path"].rstrip("/")
+    if route == "/_bench/prepare":
+        result = await sync_to_async(_prepare)(data)
+    elif route == "/_bench/start":
+        result = await _start(data["ids"])
+    elif route == "/_bench/streams":
+        result = await sync_to_async(_streams)(data["ids"])
+    elif route == "/_bench/receipts":
+        result = await sync_to_async(_receipts)(data["ids"])
+    elif route == "/_bench/published":
+        result = {str(i): PUBLISHED.get(i, []) for i in data["ids"]}
+    elif route == "/_bench/stats":
+        result = _stats()
+    else:
+        result = None
+    payload = json.dumps(result).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 200 if result is not None else 404,
+            "headers": [(b"content-type", b"application/json")],
+        }
+    )
+    await send({"type": "http.response.body", "body": payload})
+
+
+# ---------------------------------------------------------------------------------------------
+# Bench side
+
+
+def add_arguments(parser):
+    parser.add_argument("--streams", default="1,100", help="concurrent stream counts")
+    parser.add_argument("--patterns", default="stock,batched-layer,batched")
+    parser.add_argument(
+        "--fast-events",
+        type=int,
+        default=0,
+        help=f"events per fast stream (default {FAST_EVENTS[1]} for 1 stream, "
+        f"{FAST_EVENTS_MANY} each for more)",
+    )
+    parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=PACED["metadata"]["sentences"],
+        help="length of the paced streams' replies (the simulator's `sentences`)",
+    )
+
+
+def _free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_for_port(port, proc, timeout=30):
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"process exited with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
+
+
+class Server:
+    def __init__(self, argv, env, log_path):
+        self.port = _free_port()
+        self.log = open(log_path, "wb")  # noqa: SIM115
+        argv = [a.replace("{port}", str(self.port)) for a in argv]
+        self.proc = subprocess.Popen(
+            argv, cwd=BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT
+        )
+        _wait_for_port(self.port, self.proc)
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(5)
+        self.log.close()
+
+
+def run(command, opts):
+    counts = [int(n) for n in opts["streams"].split(",") if n.strip()]
+    patterns = [p.strip() for p in opts["patterns"].split(",") if p.strip()]
+    tmp = Path(tempfile.mkdtemp(prefix="streamscope-bench-relay-"))
+    env = {
+        **os.environ,
+        "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(40),
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], cwd=BASE_DIR, env=env, check=True
+    )
+    sim = Server(
+        [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
+        env,
+        tmp / "simulator.log",
+    )
+    sim_root = f"http://127.0.0.1:{sim.port}"
+    results = []
+    try:
+        for pattern in patterns:
+            daphne = Server(
+                [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
+                + ["streams.bench.relay_asgi:application"],
+                {
+                    **env,
+                    "UPSTREAM_BASE_URL": sim_root + "/v1",
+                    "STREAMSCOPE_BENCH_PATTERN": pattern,
+                },
+                tmp / f"daphne-{pattern}.log",
+            )
+            try:
+                for n in counts:
+                    result = asyncio.run(
+                        _configuration(pattern, n, daphne.port, sim_root, opts, command)
+                    )
+                    results.append(result)
+                    _print(command, opts, result)
+            finally:
+                daphne.stop()
+    finally:
+        sim.stop()
+    if not opts["json"] and "stock" in patterns:
+        for n in counts:
+            stock = next(r for r in results if r["pattern"] == "stock" and r["streams"] == n)
+            for r in results:
+                if r["streams"] == n and r["pattern"] != "stock" and stock["events_per_s"]:
+                    ratio = r["events_per_s"] / stock["events_per_s"]
+                    command.stdout.write(
+                        f"{n} stream(s): {r['pattern']} / stock events/s = {ratio:.1f}×"
+                    )
+    return results
+
+
+def _print(command, opts, r):
+    if opts["json"]:
+        command.stdout.write(json.dumps(r))
+        return
+    lat = (
+        f"p50 {r['added_latency_p50_ms']:.1f} ms, p99 {r['added_latency_p99_ms']:.1f} ms"
+        f" (recorder receipt p50 {r['recorder_latency_p50_ms']:.1f}/"
+        f"p99 {r['recorder_latency_p99_ms']:.1f}, published after commit "
+        f"p50 {r['published_latency_p50_ms']:.1f}/p99 {r['published_latency_p99_ms']:.1f})"
+        if r["added_latency_p50_ms"] is not None
+        else "n/a"
+    )
+    command.stdout.write(
+        f"{r['pattern']:8} {r['streams']:4} stream(s): {r['events_per_s']:>10,.0f} events/s, "
+        f"added latency {lat}, lost {r['lost_events']}, duplicated {r['duplicated_events']}"
+    )
+
+
+async def _configuration(pattern, n, port, sim_root, opts, command):
+    fast_events = opts["fast_events"] or FAST_EVENTS.get(n, FAST_EVENTS_MANY)
+    fast = await _run(
+        pattern,
+        n,
+        port,
+        {"scenario": "fast", "metadata": {"events": fast_events, "batch": 100, "time_scale": 0}},
+        idle_s=3.0,
+    )
+    result = {
+        "pattern": pattern,
+        "streams": n,
+        "events_per_s": round(fast["delivered"] / fast["elapsed_s"]) if fast["elapsed_s"] else 0,
+        "added_latency_p50_ms": None,
+        "added_latency_p99_ms": None,
+        "lost_events": fast["lost"],
+        "duplicated_events": fast["duplicated"],
+        "fast_events": fast["stored"],
+    }
+    if not opts["no_paced"]:
+        request = {**PACED, "metadata": {**PACED["metadata"], "sentences": opts["sentences"]}}
+        paced = await _run(pattern, n, port, request, idle_s=10.0)
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+            ids = {"ids": paced["ids"]}
+            receipts = (await client.post("/_bench/receipts", json=ids)).json()
+            published = (await client.post("/_bench/published", json=ids)).json()
+        latencies, recorder, publish = await _latencies(sim_root, paced, receipts, published)
+        if latencies:
+            result["added_latency_p50_ms"] = _percentile(latencies, 50)
+            result["added_latency_p99_ms"] = _percentile(latencies, 99)
+        if recorder:
+            # where the time goes: the recorder's receipt, then the publish after the commit
+            result["recorder_latency_p50_ms"] = _percentile(recorder, 50)
+            result["recorder_latency_p99_ms"] = _percentile(recorder, 99)
+        if publish:
+            result["published_latency_p50_ms"] = _percentile(publish, 50)
+            result["published_latency_p99_ms"] = _percentile(publish, 99)
+        result["lost_events"] += paced["lost"]
+        result["duplicated_events"] += paced["duplicated"]
+        result["paced_events"] = paced["stored"]
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+        stats = (await client.post("/_bench/stats", json={})).json()
+    result["holes_filled"] = stats.get("holes", 0)
+    return result
+
+
+async def _run(pattern, n, port, request, idle_s):
+    from websockets.asyncio.client import connect
+
+    base = f"http://127.0.0.1:{port}"
+    async with httpx.AsyncClient(base_url=base, timeout=60) as client:
+        prepared = (await client.post("/_bench/prepare", json={"count": n, **request})).json()
+        headers = {"Authorization": f"Bearer {prepared['token']}"}
+        ids = prepared["ids"]
+
+        async def viewer(stream_id):
+            path = (
+                f"/ws/bench/stock/{stream_id}/"
+                if pattern == "stock"
+                else f"/ws/streams/{stream_id}/?format=json"
+            )
+            return await connect(
+                f"ws://127.0.0.1:{port}{path}",
+                origin=base,
+                additional_headers=headers,
+                max_size=None,
+                open_timeout=30,
+            )
+
+        sockets = []
+        for i in range(0, n, 20):  # don't flood the accept queue
+            sockets += await asyncio.gather(*(viewer(s) for s in ids[i : i + 20]))
+        t0 = time.monotonic_ns()
+        await client.post("/_bench/start", json={"ids": ids})
+        received = await asyncio.gather(
+            *(_consume(ws, pattern == "stock", idle_s) for ws in sockets)
+        )
+        for _ in range(600):
+            streams = (await client.post("/_bench/streams", json={"ids": ids})).json()["streams"]
+            if all(s["status"] not in ("pending", "streaming") for s in streams):
+                break
+            await asyncio.sleep(0.1)
+    by_id = {s["id"]: s for s in streams}
+    stored = sum(s["event_count"] for s in streams)
+    delivered = lost = duplicated = 0
+    last = t0
+    for stream_id, records in zip(ids, received, strict=True):
+        unique = {i for i, _ in records}
+        delivered += len(unique)
+        duplicated += len(records) - len(unique)
+        lost += max(0, by_id[stream_id]["event_count"] - len(unique))
+        if records:
+            last = max(last, max(t for _, t in records))
+    return {
+        "ids": ids,
+        "received": received,
+        "streams": by_id,
+        "stored": stored,
+        "delivered": delivered,
+        "lost": lost,
+        "duplicated": duplicated,
+        "elapsed_s": (last - t0) / 1e9,
+    }
+
+
+async def _consume(ws, stock, idle_s):
+    """(index, receipt monotonic ns) of every event received, until the end or silence."""
+    records = []
+    append = records.append
+    loads = json.loads
+    clock = time.monotonic_ns
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(idle_s):
+                    message = await ws.recv()
+            except TimeoutError:
+                break  # the stock pattern's end message can be lost with the rest
+            now = clock()
+            frame = loads(message)
+            if stock:
+                if "index" in frame:
+                    append((frame["index"], now))
+                elif frame.get("end"):
+                    break
+            else:
+                for e in frame["events"]:
+                    append((e["index"], now))
+                if frame.get("terminal"):
+                    break
+    except Exception:  # closed: what arrived counts
+        pass
+    await ws.close()
+    return records
+
+
+def _percentile(values, p):
+    values = sorted(values)
+    if p == 50:
+        return round(statistics.median(values), 2)
+    return round(values[min(len(values) - 1, int(len(values) * p / 100))], 2)
+
+
+async def _latencies(sim_root, run, receipts, published):
+    """For every received event of a paced run, in ms: client receipt − simulator send time,
+    and recorder receipt − simulator send time. The recorder's clock starts before the request
+    is written and the simulator's when it has read it: `t_us − request_written_us` and
+    `sent_us` share an origin (give or take the loopback hop)."""
+    client_ms, recorder_ms, publish_ms = [], [], []
+    async with httpx.AsyncClient(base_url=sim_root, timeout=30) as client:
+        for stream_id, records in zip(run["ids"], run["received"], strict=True):
+            stream = run["streams"][stream_id]
+            upstream_id = stream["upstream_id"]
+            if not upstream_id or not records:
+                continue
+            r = await client.get(f"/_simulator/responses/{upstream_id}", params={"wait": 5})
+            if r.status_code != 200:
+                continue
+            log = r.json()
+            t0 = log["request_received_ns"]
+            sent_us = {e["index"]: e["sent_us"] for e in log["events"]}
+            seen = set()
+            for index, t in records:
+                if index in sent_us and index not in seen:
+                    seen.add(index)
+                    client_ms.append((t - (t0 + sent_us[index] * 1000)) / 1e6)
+            for first, last, t in published.get(str(stream_id), []):
+                for index in range(first, last + 1):
+                    if index in sent_us:
+                        publish_ms.append((t - (t0 + sent_us[index] * 1000)) / 1e6)
+            stored = receipts.get(str(stream_id), {})
+            written = stream["request_written_us"]
+            if written is None:
+                continue
+            for index, sent in sent_us.items():
+                t_us = stored.get(str(index))
+                if t_us is not None:
+                    recorder_ms.append((t_us - written - sent) / 1000)
+    return client_ms, recorder_ms, publish_ms

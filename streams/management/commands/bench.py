@@ -1,0 +1,29 @@
+"""`python manage.py bench <what>`: benchmarks that print ratios against a baseline measured in
+the same run. Each benchmark is a module of `streams.bench` with `add_arguments(parser)` and
+`run(command, opts)`."""
+
+import importlib
+
+from django.core.management.base import BaseCommand, CommandError
+
+BENCHMARKS = {
+    "ingest": "streams.bench.ingest",
+    "relay": "streams.bench.relay",
+}
+
+
+class Command(BaseCommand):
+    help = "Run a benchmark: " + ", ".join(BENCHMARKS)
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="what", required=True)
+        for name, module in BENCHMARKS.items():
+            p = sub.add_parser(name, help=importlib.import_module(module).__doc__.splitlines()[0])
+            p.add_argument("--json", action="store_true", help="one JSON object per line")
+            importlib.import_module(module).add_arguments(p)
+
+    def handle(self, *args, **opts):
+        what = opts["what"]
+        if what not in BENCHMARKS:
+            raise CommandError(f"unknown benchmark {what!r}")
+        importlib.import_module(BENCHMARKS[what]).run(self, opts)
