@@ -432,18 +432,29 @@ class RelayConsumer(AsyncWebsocketConsumer):
         self.user = None
         self.format = "html"
         self.joined = False
+        self.local = None  # relay.LocalFanout when messages skip the channel layer
         self.closing = False
         self.sender = None
         self.wake = asyncio.Event()
+        self.idle = False  # set by the idle watch: no message for RELAY_IDLE_CHECK_S
+        self.last_message = time.monotonic()
         self.transport = None
         self._fast = {}
 
     async def dispatch(self, message):
         handler = self._fast.get(message["type"])
         if handler is not None:
+            self.last_message = time.monotonic()
             handler(message)
             return
         await super().dispatch(message)
+
+    def deliver(self, message):
+        """A message from relay.LocalFanout (same handlers, no channel layer)."""
+        handler = self._fast.get(message["type"])
+        if handler is not None:
+            self.last_message = time.monotonic()
+            handler(message)
 
     async def resolve_user(self):
         user = self.scope.get("user")
@@ -470,11 +481,16 @@ class RelayConsumer(AsyncWebsocketConsumer):
             await self.close()
             raise StopConsumer()
         self._fast = {t: getattr(self, t.replace(".", "_")) for t in self.fast_handlers}
-        await self.channel_layer.group_add(self.group, self.channel_name)
+        self.local = relay.local_fanout()
+        if self.local is not None:
+            self.local.subscribe(self.group, self.deliver)
+        else:
+            await self.channel_layer.group_add(self.group, self.channel_name)
         self.joined = True
         await self.accept()
         self.transport = find_transport(self.base_send)
         self.sender = asyncio.get_running_loop().create_task(self._sender())
+        _watch_idle(self)
 
     async def websocket_disconnect(self, message):
         self.closing = True
@@ -486,9 +502,13 @@ class RelayConsumer(AsyncWebsocketConsumer):
         raise StopConsumer()
 
     async def _leave(self):
+        _idle_watch.get(asyncio.get_running_loop(), set()).discard(self)
         if self.joined:
             self.joined = False
-            await self.channel_layer.group_discard(self.group, self.channel_name)
+            if self.local is not None:
+                self.local.unsubscribe(self.group, self.deliver)
+            else:
+                await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def _sender(self):
         try:
@@ -513,14 +533,13 @@ class RelayConsumer(AsyncWebsocketConsumer):
         raise NotImplementedError
 
     async def wait_for_work(self, pending):
-        """Wait until `pending()` is true (False after RELAY_IDLE_CHECK_S without), then until
-        the client's send buffer has room."""
+        """Wait until `pending()` is true (False when the idle watch wakes us instead), then
+        until the client's send buffer has room."""
         if not pending():
             self.wake.clear()
-            try:
-                async with asyncio.timeout(knob("RELAY_IDLE_CHECK_S")):
-                    await self.wake.wait()
-            except TimeoutError:
+            self.idle = False
+            await self.wake.wait()
+            if self.idle and not pending():
                 return False
         await self.writable()
         return True
@@ -545,6 +564,38 @@ class RelayConsumer(AsyncWebsocketConsumer):
 
     async def send_frame(self, text):
         await self.send(text_data=text)
+
+
+# One watcher task per event loop wakes connections that had no message for
+# RELAY_IDLE_CHECK_S, instead of a timeout around every wait (a timer per message).
+_idle_watch = {}  # loop -> set of consumers
+
+
+def _watch_idle(consumer):
+    loop = asyncio.get_running_loop()
+    watched = _idle_watch.get(loop)
+    if watched is None:
+        watched = _idle_watch[loop] = set()
+        loop.create_task(_idle_watcher(watched), name="streamscope-relay-idle")
+        for other in [lp for lp in _idle_watch if lp.is_closed()]:
+            del _idle_watch[other]
+    watched.add(consumer)
+
+
+async def _idle_watcher(watched):
+    while watched:
+        idle_s = knob("RELAY_IDLE_CHECK_S")
+        await asyncio.sleep(min(1.0, idle_s / 2))
+        now = time.monotonic()
+        for consumer in tuple(watched):
+            if now - consumer.last_message >= idle_s and not consumer.wake.is_set():
+                consumer.last_message = now
+                consumer.idle = True
+                consumer.wake.set()
+    # the next connection starts a new watcher
+    for loop, members in list(_idle_watch.items()):
+        if members is watched:
+            del _idle_watch[loop]
 
 
 class StreamConsumer(RelayConsumer):

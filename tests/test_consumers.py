@@ -89,6 +89,8 @@ async def created(user, b):
 @pytest.fixture
 def capacity(settings):
     def set_capacity(n):
+        # through the channel layer, not the in-process shortcut, which never drops
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "RELAY_LOCAL_FANOUT": False}
         settings.CHANNEL_LAYERS = {
             "default": {
                 "BACKEND": "channels.layers.InMemoryChannelLayer",
@@ -191,13 +193,18 @@ class TestCatchUp:
 
 
 class TestLive:
-    async def test_a_late_joiner_gets_every_event_once_in_order(self, people, upstream):
+    @pytest.mark.parametrize("local_fanout", [True, False], ids=["local-fanout", "channel-layer"])
+    async def test_a_late_joiner_gets_every_event_once_in_order(
+        self, people, upstream, knobs, local_fanout
+    ):
+        knobs(RELAY_LOCAL_FANOUT=local_fanout)
         stream = await created(people.owner, body())
         task = runner.start(stream)
         while not await Event.objects.filter(stream=stream, index__gte=10).aexists():
             await asyncio.sleep(0.01)
         comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
         assert (await comm.connect())[0]
+        assert (relay.stream_group(stream.pk) in relay.fanout.groups) == local_fanout
         frames, code = await frames_until_close(comm)
         await task
         stream = await Stream.objects.aget(pk=stream.pk)
