@@ -64,6 +64,8 @@ def stream_upload(request):
                 model=form.cleaned_data["model"],
             )
             return HttpResponseRedirect(f"/streams/{streams[0].pk}/")
-        return render(request, "dashboard/stream_upload.html", {"form": form}, status=400)
-    form = CaptureUploadForm()
-    return render(request, "dashboard/stream_upload.html", {"form": form})
+        status = 400
+    else:
+        form, status = CaptureUploadForm(), 200
+    context = {"form": form, "nav": "streams"}
+    return render(request, "dashboard/stream_upload.html", context, status=status)
