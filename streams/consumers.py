@@ -651,8 +651,8 @@ class StreamConsumer(RelayConsumer):
 
     async def run(self):
         fields = await db_read(_stream_fields)(self.stream_id)
-        if fields is None:  # deleted meanwhile
-            await self.finish(CLOSE_NORMAL)
+        if fields is None:
+            await self.gone()
             return
         self.status = fields["status"]
         terminal = self.status not in ACTIVE
@@ -685,7 +685,7 @@ class StreamConsumer(RelayConsumer):
         stats["idle_checks"] += 1
         fields = await db_read(_stream_fields)(self.stream_id)
         if fields is None:
-            await self.finish(CLOSE_NORMAL)
+            await self.gone()
             return
         if fields["status"] != self.status:
             self.pending_fields = {**fields, **self.pending_fields}
@@ -693,6 +693,11 @@ class StreamConsumer(RelayConsumer):
         if missed or self.pending_fields:
             stats["filled_events"] += len(missed)
             await self.forward([missed])
+
+    async def gone(self):
+        """The stream was deleted while we watched: end like a finished stream."""
+        await self.send_events([], status="deleted", terminal=True)
+        await self.finish(CLOSE_NORMAL)
 
     async def forward(self, batches):
         """Send queued batches as frames: dedupe, fill holes from the database, end."""

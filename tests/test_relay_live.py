@@ -237,3 +237,68 @@ class TestSlowViewer:
         resumed = await open_ws(server, f"{s['ws']}?format=json&after={seen[-1]}", people.owner)
         rest, code = await frames_until_close(resumed)
         assert code == 1000 and seen + indexes(rest) == list(range(30_000))
+
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+FOLLOW = """
+async ([path, after]) => {
+  const { connectStream } = await import("/static/js/streamclient.js");
+  return await new Promise((resolve) => {
+    const got = [], statuses = [], closes = [];
+    let dropped = false;
+    const conn = connectStream(path, {
+      after, baseDelayMs: 50,
+      onFrame(frame, c) {
+        for (const e of frame.events) got.push(e.index);
+        // the network drops once, mid-stream: the client must resume by itself
+        if (!dropped && got.length >= 10) { dropped = true; c.socket.close(4000); }
+      },
+      onStatus(s) { statuses.push(s); },
+      onClose(info) { closes.push(info.code); },
+      onEnd(info) { resolve({got, statuses, closes, reason: info.reason, last: conn.lastIndex}); },
+    });
+  });
+}
+"""
+
+
+@pytest.mark.e2e
+class TestBrowserClient:
+    async def test_streamclient_resumes_after_a_drop_and_stops_at_the_end(
+        self, people, live_server_daphne
+    ):
+        from playwright.async_api import async_playwright
+
+        server = live_server_daphne
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(
+                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
+            )
+            try:
+                context = await browser.new_context()
+                name, value = people.owner.cookie.split("=", 1)
+                await context.add_cookies([{"name": name, "value": value, "url": server.url}])
+                page = await context.new_page()
+                await page.goto(server.url + "/static/js/streamclient.js")
+                s = await start_stream(server, people.owner, time_scale=0.5)
+                result = await page.evaluate(FOLLOW, [s["ws"] + "?format=json", None])
+                resumed = await page.evaluate(FOLLOW, [s["ws"] + "?format=json", 20])
+            finally:
+                await browser.close()
+        stream = await finished(s["id"])
+        assert result["reason"] == "terminal" and result["statuses"][-1] == "completed"
+        # (a browser reports the code the server answered its close with: 1000 both times)
+        assert result["closes"][-1] == 1000
+        assert result["got"] == list(range(stream.event_count))  # once each, in order
+        assert len(result["closes"]) == 2  # the drop (then a resume) and the end
+        assert result["last"] == stream.event_count - 1
+        assert resumed["got"] == list(range(21, stream.event_count))
