@@ -169,7 +169,6 @@ class Recording:
         self.next_index = index + 1
         t_us = _us(sse.t_ns - self.t0_ns)
         data = sse.data
-        self.bytes_received += len(data)
         result = self.checker.feed(index, sse.event_name, data, t_us=t_us)
         if result.violations:
             self.add_findings(result.violations)
@@ -597,6 +596,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
                 stall_timer.reschedule(loop.time() + stall_s)
                 async for chunk in response.aiter_bytes():
                     t_ns = time.monotonic_ns()
+                    rec.bytes_received += len(chunk)
                     events = reader.feed(chunk, t_ns)
                     if events:
                         for sse in events:
