@@ -195,6 +195,9 @@ STREAMSCOPE = {
     # A running stream's row is touched this often; a row silent for HEARTBEAT_STALE_S while
     # `streaming` belongs to a dead process and becomes `interrupted`.
     "HEARTBEAT_S": env_float("STREAMSCOPE_HEARTBEAT_S", 5.0),
+    # A batch that cannot be written is retried with backoff this long; then its streams end
+    # `failed` (storage_unavailable) with the number of events lost.
+    "STORAGE_RETRY_S": env_float("STREAMSCOPE_STORAGE_RETRY_S", 30.0),
     "HEARTBEAT_STALE_S": env_float("STREAMSCOPE_HEARTBEAT_STALE_S", 30.0),
     # Per-user limit on concurrently running streams started from pages and the API.
     "MAX_CONCURRENT_PER_USER": env_int("STREAMSCOPE_MAX_CONCURRENT_PER_USER", 5),
@@ -203,6 +206,12 @@ STREAMSCOPE = {
     "RELAY_INLINE_MAX_BYTES": env_int("STREAMSCOPE_RELAY_INLINE_MAX_BYTES", 64 * 1024),
     # Where streams run: "inprocess" (asyncio tasks in this server) or "worker" (runworker).
     "RUNNER": os.environ.get("STREAMSCOPE_RUNNER", "inprocess"),
+    # Streams marked `interrupted` (their process died) get a new attempt, run by a worker.
+    "RETRY_INTERRUPTED": env_bool("STREAMSCOPE_RETRY_INTERRUPTED", False),
+    # Streams one worker process runs at once, and how often it polls for new ones (wake-ups
+    # over the channel layer make the poll a fallback).
+    "WORKER_CONCURRENCY": env_int("STREAMSCOPE_WORKER_CONCURRENCY", 200),
+    "WORKER_POLL_S": env_float("STREAMSCOPE_WORKER_POLL_S", 1.0),
     "UPLOAD_MAX_BYTES": env_int("STREAMSCOPE_UPLOAD_MAX_BYTES", 20 * 1024 * 1024),
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = STREAMSCOPE["UPLOAD_MAX_BYTES"] + 1024 * 1024

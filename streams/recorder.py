@@ -123,6 +123,8 @@ class Recording:
     milestones: dict = field(default_factory=dict)
     status: str = Stream.Status.PENDING
     urgent: bool = False  # the writer should commit what is queued now
+    storage_error: str = ""  # set by the writer when it gave up on a batch of this stream
+    lost_events: int = 0
     body_open: bool = False  # an event stream was being read (the checker has a say)
     # Filled by the reader, drained by the writer at the next commit.
     pending_fields: dict = field(default_factory=dict)
@@ -361,6 +363,14 @@ class Writer:
                 await self._commit(batch)
             except Exception as exc:
                 log.exception("writer: a batch of %d items could not be stored", len(batch))
+                lost = collections.Counter(item[0] for item in batch if item[1] is not None)
+                for rec, n in lost.items():
+                    # The reader stops at its next chunk and the stream ends `failed` with a
+                    # status saying how much was lost: never a silent gap.
+                    rec.lost_events += n
+                    rec.storage_error = (
+                        f"{rec.lost_events} event(s) could not be stored: {exc}; recording stopped"
+                    )
                 for item in batch:
                     done = item[3]
                     if done is not None and not done.done():
@@ -413,9 +423,12 @@ def _resolve(future):
         future.set_result(None)
 
 
-def write_batch(rows, updates, findings, retry_for_s=30.0):
-    """One transaction: events, stream updates, findings. Retries while the database is down."""
+def write_batch(rows, updates, findings, retry_for_s=None):
+    """One transaction: events, stream updates, findings. Retries with backoff while the
+    database is unreachable, for up to STORAGE_RETRY_S, then raises StorageUnavailable."""
     delay = 0.05
+    if retry_for_s is None:
+        retry_for_s = conf("STORAGE_RETRY_S")
     give_up = time.monotonic() + retry_for_s
     while True:
         try:
@@ -568,10 +581,10 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
     rec.pending_fields.update(
         status=rec.status, started_at=rec.wall0, runner=RUNNER_ID, upstream_url=url
     )
-    await writer.flush(rec)
     outcome = None
     loop = asyncio.get_running_loop()
     try:
+        await writer.flush(rec)
         async with asyncio.timeout(None) as stall_timer:
             stall_timer.reschedule(loop.time() + stall_s + conf("CONNECT_TIMEOUT_S"))
             async with client.stream(
@@ -595,6 +608,8 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
                 put = writer.put
                 stall_timer.reschedule(loop.time() + stall_s)
                 async for chunk in response.aiter_bytes():
+                    if rec.storage_error:
+                        raise StorageUnavailable(rec.storage_error)
                     t_ns = time.monotonic_ns()
                     rec.bytes_received += len(chunk)
                     events = reader.feed(chunk, t_ns)
@@ -637,6 +652,10 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
             )
     except httpx.HTTPError as exc:
         outcome = Outcome(Stream.Status.FAILED, "http_error", _describe(exc))
+    except StorageUnavailable as exc:
+        outcome = Outcome(
+            Stream.Status.FAILED, "storage_unavailable", rec.storage_error or str(exc)
+        )
     except asyncio.CancelledError:
         await asyncio.shield(_finish(rec, writer, Outcome(Stream.Status.CANCELLED)))
         raise
@@ -670,8 +689,38 @@ async def _finish(rec, writer, outcome):
     if outcome.status is None:
         outcome.status = _status_from_checker(rec.checker)
     rec.status = outcome.status
-    rec.pending_fields.update(
-        rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
-    )
+    fields = rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
+    if rec.lost_events:
+        fields["event_count"] = rec.next_index - rec.lost_events
+    rec.pending_fields.update(fields)
     outcome.events = rec.next_index
-    await writer.flush(rec)
+    try:
+        await writer.flush(rec)
+    except StorageUnavailable:
+        # The final status must land eventually, or the row would claim to be streaming.
+        _write_later(rec.stream_id, fields)
+
+
+_later = set()
+
+
+def _write_later(stream_id, fields, interval_s=2.0, for_s=600.0):
+    async def retry():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + for_s
+        while loop.time() < deadline:
+            await asyncio.sleep(interval_s)
+            try:
+                await loop.run_in_executor(
+                    db_executor(),
+                    lambda: Stream.objects.filter(pk=stream_id).update(**fields),
+                )
+                log.warning("stream %s: final status written after a storage outage", stream_id)
+                return
+            except (OperationalError, InterfaceError):
+                await loop.run_in_executor(db_executor(), close_old_connections)
+        log.error("stream %s: final status never written (database unavailable)", stream_id)
+
+    task = asyncio.get_running_loop().create_task(retry())
+    _later.add(task)
+    task.add_done_callback(_later.discard)

@@ -89,8 +89,20 @@ def prompt_of(input):
     return ""
 
 
-def create_stream(user, body, *, first_attempt=None, attempt=1, source=Stream.Source.LIVE):
-    """A new `pending` stream row for `body` (sync; call through sync_to_async from async)."""
+def in_workers():
+    """Streams started by pages and the API run in worker processes (`stream_worker`)."""
+    return conf("RUNNER") == "worker"
+
+
+def create_stream(
+    user, body, *, first_attempt=None, attempt=1, source=Stream.Source.LIVE, claimed=None
+):
+    """A new `pending` stream row for `body` (sync; call through sync_to_async from async).
+
+    `claimed`: this process will run it (the default unless streams run in workers; an
+    unclaimed row waits in the database for a worker to claim it)."""
+    if claimed is None:
+        claimed = not in_workers()
     return Stream.objects.create(
         user=user if user is not None and getattr(user, "pk", None) else None,
         source=source,
@@ -102,7 +114,7 @@ def create_stream(user, body, *, first_attempt=None, attempt=1, source=Stream.So
         first_attempt=first_attempt,
         attempt=attempt,
         heartbeat_at=dt.datetime.now(dt.UTC),
-        runner=RUNNER_ID,
+        runner=RUNNER_ID if claimed else "",
     )
 
 
@@ -157,18 +169,29 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
         return current, outcome
 
 
-def _retry_row(stream):
+def _retry_row(stream, claimed=True):
     first = stream.first_attempt or stream
     return create_stream(
-        stream.user, stream.request_body, first_attempt=first, attempt=stream.attempt + 1
+        stream.user,
+        stream.request_body,
+        first_attempt=first,
+        attempt=stream.attempt + 1,
+        claimed=claimed,
     )
 
 
 _tasks = {}
+WORKERS_GROUP = "streamscope.workers"
 
 
 def start(stream):
-    """Run `stream` as a task on the running loop; it outlives the request that started it."""
+    """Run `stream` as a task on the running loop; it outlives the request that started it.
+
+    When streams run in workers and the row is unclaimed, wake the workers instead: the row
+    waits in the database, so a worker that misses the wake-up still finds it when it polls."""
+    if in_workers() and not stream.runner:
+        _spawn(_tell_workers({"type": "worker.wake"}))
+        return None
     task = asyncio.get_running_loop().create_task(run_stream(stream), name=f"stream-{stream.pk}")
     _tasks[stream.pk] = task
     task.add_done_callback(lambda t: _done(stream.pk, t))
@@ -184,16 +207,85 @@ def _done(stream_id, task):
 
 
 def cancel(stream_id):
-    """Cancel a stream running in this process; False when it does not run here."""
+    """Cancel a stream. Running in this process: at once (True). When streams run in workers:
+    the request is broadcast to them (True: asked), and a stream still waiting for a worker is
+    cancelled in the database. False when it runs nowhere this process can reach."""
     task = _tasks.get(stream_id)
-    if task is None or task.done():
-        return False
-    task.cancel()
-    return True
+    if task is not None and not task.done():
+        task.cancel()
+        return True
+    if in_workers():
+        _spawn(_cancel_elsewhere(stream_id))
+        return True
+    return False
 
 
 def running_here():
     return set(_tasks)
+
+
+async def _cancel_elsewhere(stream_id):
+    await sync_to_async(_cancel_unclaimed)(stream_id)
+    await _tell_workers({"type": "worker.cancel", "stream": stream_id})
+
+
+def _cancel_unclaimed(stream_id):
+    return Stream.objects.filter(pk=stream_id, status=Stream.Status.PENDING, runner="").update(
+        status=Stream.Status.CANCELLED,
+        finished_at=dt.datetime.now(dt.UTC),
+        error_message="cancelled before a worker started it",
+    )
+
+
+async def _tell_workers(message):
+    from channels.layers import get_channel_layer
+
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        await layer.group_send(WORKERS_GROUP, message)
+    except Exception:
+        # Workers also poll the database: a lost wake-up costs at most one poll interval.
+        log.exception("could not reach the workers over the channel layer")
+
+
+_background = set()
+
+
+def _spawn(coro):
+    task = asyncio.get_running_loop().create_task(coro)
+    _background.add(task)
+    task.add_done_callback(_background.discard)
+
+
+def claim_pending(limit):
+    """Claim up to `limit` unclaimed pending streams for this process, oldest first. One
+    conditional UPDATE per row makes it safe with any number of workers, on SQLite and
+    PostgreSQL alike (the loser of a race updates nothing)."""
+    if limit <= 0:
+        return []
+    # status index (status, -created_at): the pending rows are few
+    candidates = list(
+        Stream.objects.filter(status=Stream.Status.PENDING, runner="")
+        .order_by("id")
+        .values_list("id", flat=True)[: limit * 2]
+    )
+    now = dt.datetime.now(dt.UTC)
+    claimed = []
+    for pk in candidates:
+        won = Stream.objects.filter(pk=pk, status=Stream.Status.PENDING, runner="").update(
+            runner=RUNNER_ID, heartbeat_at=now
+        )
+        if won:
+            claimed.append(pk)
+            if len(claimed) >= limit:
+                break
+    return list(Stream.objects.filter(pk__in=claimed).order_by("id"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Liveness: heartbeats and orphans
 
 
 _heartbeat_tasks = {}
@@ -207,18 +299,22 @@ def _ensure_heartbeat():
 
 
 async def _heartbeat():
-    """Keep `heartbeat_at` fresh on streams this process runs, even silent ones, so that other
-    processes can tell a live stream from one whose process died."""
     while _tasks:
         await asyncio.sleep(conf("HEARTBEAT_S"))
-        ids = list(_tasks)
-        if ids:
-            try:
-                await Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).aupdate(
-                    heartbeat_at=dt.datetime.now(dt.UTC)
-                )
-            except Exception:
-                log.exception("heartbeat failed")
+        await beat()
+
+
+async def beat():
+    """Keep `heartbeat_at` fresh on streams this process runs, even silent ones, so that other
+    processes can tell a live stream from one whose process died."""
+    ids = list(_tasks)
+    if ids:
+        try:
+            await Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).aupdate(
+                heartbeat_at=dt.datetime.now(dt.UTC)
+            )
+        except Exception:
+            log.exception("heartbeat failed")
 
 
 def _pid_alive(pid):
@@ -231,15 +327,18 @@ def _pid_alive(pid):
     return True
 
 
-def sweep_orphans():
-    """Mark streams left `pending`/`streaming` by a dead process as `interrupted`.
+def sweep_orphans(retry=None):
+    """Mark streams left `pending`/`streaming` by a dead process as `interrupted`; returns how
+    many. With `retry` (default: the RETRY_INTERRUPTED setting) each gets a new attempt, linked
+    to the first, that waits unclaimed for a worker.
 
     A stream is orphaned when its runner is a process of this host that no longer exists (or
-    an earlier run of this very pid), or when nobody has touched it for HEARTBEAT_STALE_S."""
+    an earlier run of this very pid), or when nobody has touched it for HEARTBEAT_STALE_S.
+    Unclaimed rows are waiting for a worker: nobody's orphans."""
     host = socket.gethostname()
     now = dt.datetime.now(dt.UTC)
     stale = now - dt.timedelta(seconds=conf("HEARTBEAT_STALE_S"))
-    active = Stream.objects.filter(status__in=Stream.ACTIVE_STATUSES)
+    active = Stream.objects.filter(status__in=Stream.ACTIVE_STATUSES).exclude(runner="")
     dead = Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
     for runner in active.exclude(runner=RUNNER_ID).values_list("runner", flat=True).distinct():
         parts = runner.split(":")
@@ -247,13 +346,21 @@ def sweep_orphans():
             pid = int(parts[1])
             if not _pid_alive(pid) or pid == os.getpid():
                 dead |= Q(runner=runner)
-    return (
-        active.filter(dead)
-        .exclude(runner=RUNNER_ID)
-        .update(
+    orphans = list(active.filter(dead).exclude(runner=RUNNER_ID).values_list("pk", "runner"))
+    swept = []
+    for pk, runner in orphans:
+        # Conditional on the runner seen: a row claimed again meanwhile is left alone.
+        if Stream.objects.filter(pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES).update(
             status=Stream.Status.INTERRUPTED,
             finished_at=now,
             error_code="interrupted",
             error_message="the process recording this stream stopped before it ended",
-        )
-    )
+        ):
+            swept.append(pk)
+    if retry is None:
+        retry = conf("RETRY_INTERRUPTED")
+    if retry:
+        for stream in Stream.objects.filter(pk__in=swept).select_related("user", "first_attempt"):
+            if stream.attempt < conf("STALL_MAX_ATTEMPTS"):
+                _retry_row(stream, claimed=False)
+    return len(swept)

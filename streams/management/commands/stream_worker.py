@@ -1,0 +1,31 @@
+"""`python manage.py stream_worker`: run the streams web processes start (RUNNER=worker)."""
+
+import asyncio
+import signal
+
+from django.core.management.base import BaseCommand
+
+from streams.recorder import RUNNER_ID
+from streams.worker import StreamWorker
+
+
+class Command(BaseCommand):
+    help = "Claim and record streams started by the web processes (see streams/worker.py)."
+
+    def add_arguments(self, parser):
+        parser.add_argument("--concurrency", type=int, default=0, help="streams at once")
+        parser.add_argument("--drain", type=float, default=30.0, help="seconds to finish on stop")
+
+    def handle(self, *args, **opts):
+        asyncio.run(self.main(opts))
+
+    async def main(self, opts):
+        worker = StreamWorker(concurrency=opts["concurrency"] or None)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, worker.stopping.set)
+            loop.add_signal_handler(sig, worker.wake.set)
+        self.stdout.write(f"stream worker {RUNNER_ID} ready")
+        self.stdout.flush()
+        await worker.run(drain_s=opts["drain"])
+        self.stdout.write(f"stream worker stopped after {worker.started} stream(s)")
