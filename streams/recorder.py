@@ -690,35 +690,51 @@ async def _finish(rec, writer, outcome):
         outcome.status = _status_from_checker(rec.checker)
     rec.status = outcome.status
     fields = rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
-    if rec.lost_events:
-        fields["event_count"] = rec.next_index - rec.lost_events
-    rec.pending_fields.update(fields)
     outcome.events = rec.next_index
-    try:
-        await writer.flush(rec)
-    except StorageUnavailable:
-        # The final status must land eventually, or the row would claim to be streaming.
-        _write_later(rec.stream_id, fields)
+    if not rec.storage_error:
+        rec.pending_fields.update(fields)
+        try:
+            await writer.flush(rec)
+            return
+        except StorageUnavailable:
+            pass
+    # Some of this stream's events could not be stored. Its final status must still land
+    # (or the row would claim to be streaming), saying exactly how many are missing.
+    rec.pending_fields = {}
+    rec.pending_findings = []
+    fields.update(status=Stream.Status.FAILED, error_code="storage_unavailable")
+    _write_later(rec.stream_id, fields, received=rec.next_index)
 
 
 _later = set()
 
 
-def _write_later(stream_id, fields, interval_s=2.0, for_s=600.0):
+def _final_write(stream_id, fields, received):
+    close_old_connections()
+    with transaction.atomic():
+        stored = Event.objects.filter(stream_id=stream_id).count()
+        fields = {
+            **fields,
+            "event_count": stored,
+            "error_message": (
+                f"{received - stored} of {received} received event(s) could not be stored "
+                f"(database unavailable); recording stopped"
+            ),
+        }
+        Stream.objects.filter(pk=stream_id).update(**fields)
+
+
+def _write_later(stream_id, fields, received, interval_s=2.0, for_s=600.0):
     async def retry():
         loop = asyncio.get_running_loop()
         deadline = loop.time() + for_s
         while loop.time() < deadline:
-            await asyncio.sleep(interval_s)
             try:
-                await loop.run_in_executor(
-                    db_executor(),
-                    lambda: Stream.objects.filter(pk=stream_id).update(**fields),
-                )
+                await loop.run_in_executor(db_executor(), _final_write, stream_id, fields, received)
                 log.warning("stream %s: final status written after a storage outage", stream_id)
                 return
             except (OperationalError, InterfaceError):
-                await loop.run_in_executor(db_executor(), close_old_connections)
+                await asyncio.sleep(interval_s)
         log.error("stream %s: final status never written (database unavailable)", stream_id)
 
     task = asyncio.get_running_loop().create_task(retry())

@@ -17,11 +17,25 @@ import logging
 
 from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
+from django.db import DatabaseError, close_old_connections
 
 from . import runner
 from .recorder import RUNNER_ID, conf
 
 log = logging.getLogger(__name__)
+
+
+@sync_to_async
+def _db(fn, *args):
+    """`fn` on the ORM's thread, surviving a database outage: a dead connection is replaced
+    at the next call (CONN_HEALTH_CHECKS), and a failed call counts as "nothing to do"."""
+    close_old_connections()
+    try:
+        return fn(*args)
+    except DatabaseError as exc:
+        log.warning("worker: database unavailable (%s); retrying at the next poll", exc)
+        close_old_connections()
+        return 0 if fn is runner.sweep_orphans else []
 
 
 class StreamWorker:
@@ -43,7 +57,7 @@ class StreamWorker:
                     next_sweep = loop.time() + conf("HEARTBEAT_S")
                     await self._sweep()
                 free = self.concurrency - len(runner.running_here())
-                claimed = await sync_to_async(runner.claim_pending)(free) if free > 0 else []
+                claimed = await _db(runner.claim_pending, free) if free > 0 else []
                 for stream in claimed:
                     runner.start(stream)
                     self.started += 1
@@ -60,11 +74,7 @@ class StreamWorker:
             await self._drain(drain_s)
 
     async def _sweep(self):
-        try:
-            swept = await sync_to_async(runner.sweep_orphans)()
-        except Exception:
-            log.exception("sweep failed")
-            return
+        swept = await _db(runner.sweep_orphans)
         if swept:
             log.warning("marked %d stream(s) of dead processes interrupted", swept)
             self.wake.set()  # their retries, if any, are waiting

@@ -154,13 +154,13 @@ class DaphneServer:
     database and the simulator process. `overrides` are STREAMSCOPE knobs (tests/live_settings),
     `env` extra environment (e.g. CHANNEL_CAPACITY)."""
 
-    def __init__(self, upstream_url, overrides=None, env=None):
+    def __init__(self, upstream_url, overrides=None, env=None, port=None):
         import json
         import tempfile
 
         from django.conf import settings
 
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.ws_url = f"ws://127.0.0.1:{self.port}"
         self.origin = self.url
