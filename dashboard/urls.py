@@ -12,4 +12,5 @@ urlpatterns = [
     path("streams/upload/", views.stream_upload, name="stream_upload"),
     path("streams/<int:stream_id>.sse", views.stream_sse, name="stream_sse"),
     path("streams/<int:stream_id>.json", views.stream_json, name="stream_json"),
+    path("playground/", include("dashboard.urls_playground")),
 ]

@@ -178,9 +178,9 @@ class CreateStreamForm(forms.Form):
     temperature = forms.FloatField(required=False, min_value=0, max_value=2)
     max_output_tokens = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
 
-    def __init__(self, data):
-        super().__init__(data)
-        self.raw = data
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        self.raw = data if data is not None else {}
 
     def clean_model(self):
         model = self.cleaned_data["model"] or "auto"
@@ -226,10 +226,12 @@ class CreateStreamForm(forms.Form):
         data["metadata"] = metadata if isinstance(metadata, dict) else {}
         return data
 
-    def request_body(self):
+    def request_body(self, input=None):
+        """The request for the cleaned data; `input` replaces the validated one (the playground
+        sends the conversation so far, having validated only the new message)."""
         d = self.cleaned_data
         return runner.build_request_body(
-            d["input"],
+            d["input"] if input is None else input,
             d["model"],
             instructions=d["instructions"],
             scenario=d["scenario"],
@@ -274,10 +276,18 @@ def _parse_json(request):
 
 
 class TooMany(Exception):
-    pass
+    """Over MAX_CONCURRENT_PER_USER; `args[0]` is how many streams the user has running."""
+
+    def message(self):
+        limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
+        return (
+            f"You have {self.args[0]} streams running; at most {limit} at a time. "
+            "Wait for one to finish or cancel one."
+        )
 
 
-def _create_within_limit(user, body):
+def create_within_limit(user, body):
+    """A new pending stream for `user`, or TooMany (sync; the API and the playground)."""
     limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
     with transaction.atomic():
         # Serialise one user's creations so two requests cannot both pass the check
@@ -366,16 +376,10 @@ async def _create(request):
     if not form.is_valid():
         return _invalid(form)
     try:
-        stream = await sync_to_async(_create_within_limit)(request.user, form.request_body())
+        stream = await sync_to_async(create_within_limit)(request.user, form.request_body())
     except TooMany as exc:
         limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
-        return json_error(
-            429,
-            "too_many_streams",
-            f"You have {exc.args[0]} streams running; at most {limit} at a time. "
-            "Wait for one to finish or cancel one.",
-            limit=limit,
-        )
+        return json_error(429, "too_many_streams", exc.message(), limit=limit)
     # A task on the server's event loop: the stream outlives this request.
     runner.start(stream)
     await relay.publish_created(stream)

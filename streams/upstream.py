@@ -207,3 +207,32 @@ def _is_data(line):
 def _field_value(line):
     _, _, value = line.partition(b":")
     return value[1:] if value.startswith(b" ") else value
+
+
+def list_models(base_url, api_key="", timeout=3.0):
+    """`GET {base_url}/models`: the upstream's model objects (`[{"id", "owned_by", …}]`).
+
+    Sync and short-timeout on purpose: it runs for a page render (streams.catalog caches it).
+    Raises UpstreamError for anything but a 200 with an OpenAI-style `{"data": [...]}` list."""
+    headers = {"Accept": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    try:
+        with httpx.Client(timeout=timeout, trust_env=False) as client:
+            response = client.get(base_url.rstrip("/") + "/models", headers=headers)
+    except httpx.HTTPError as exc:
+        raise UpstreamError("connect_error", f"{type(exc).__name__}: {exc}") from exc
+    if response.status_code != 200:
+        code, message = error_from_body(response.text)
+        raise UpstreamError(
+            code or f"http_{response.status_code}",
+            message or f"HTTP {response.status_code}",
+            http_status=response.status_code,
+        )
+    try:
+        data = response.json().get("data")
+    except (ValueError, AttributeError):
+        data = None
+    if not isinstance(data, list):
+        raise UpstreamError("bad_models_list", "GET /models did not answer {'data': [...]}")
+    return [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]

@@ -1,0 +1,86 @@
+"""The playground's composer: the API's own stream form (same fields, limits and messages),
+plus what only the playground knows: the upstream's model list and the simulator's speed."""
+
+from django import forms
+
+from streams.api import CreateStreamForm
+from streams.simulator.scenarios import SCENARIOS
+
+# time_scale values the simulator understands, as offered in the composer.
+SPEEDS = [
+    ("1", "Real time"),
+    ("0.5", "2× faster"),
+    ("0.25", "4× faster"),
+    ("0", "Instant"),
+    ("2", "Half speed"),
+]
+
+
+class PlaygroundForm(CreateStreamForm):
+    """`input` is the new message only; validating it (empty, too long), the model (a known
+    one), instructions, temperature (0–2), max output tokens (≥ 1) and the scenario is
+    CreateStreamForm's job, so the API and the playground accept exactly the same requests."""
+
+    speed = forms.ChoiceField(required=False, choices=SPEEDS)
+
+    def __init__(self, data=None, *, catalog, **kwargs):
+        super().__init__(data, **kwargs)
+        self.catalog = catalog
+        # The playground sends no metadata of its own choosing; only what its fields say.
+        self.raw = {}
+        labels = {
+            "input": "Message",
+            "max_output_tokens": "Max output tokens",
+            "temperature": "Temperature",
+            "instructions": "Instructions",
+        }
+        for name, label in labels.items():
+            self.fields[name].label = label
+
+    def clean_model(self):
+        model = super().clean_model()
+        if model not in self.catalog.choices:
+            known = ", ".join(self.catalog.choices)
+            raise forms.ValidationError(f"Unknown model {model!r}; choose one of: {known}.")
+        return model
+
+    def clean_scenario(self):
+        # A real upstream ignores metadata.scenario: do not pretend to offer one.
+        return super().clean_scenario() if self.catalog.simulated else ""
+
+    def clean_speed(self):
+        return self.cleaned_data["speed"] if self.catalog.simulated else ""
+
+    def clean(self):
+        data = super().clean()
+        if data.get("speed"):
+            data["metadata"] = {**data.get("metadata", {}), "time_scale": data["speed"]}
+        return data
+
+    def conversation_settings(self):
+        """What the conversation remembers for its next message."""
+        d = self.cleaned_data
+        return {
+            "model": d["model"],
+            "instructions": d["instructions"],
+            "temperature": d["temperature"],
+            "max_output_tokens": d["max_output_tokens"],
+            "scenario": d["scenario"],
+            "speed": d["speed"],
+        }
+
+    def error_dict(self):
+        """{field: [messages]} with field labels, for the page's script."""
+        return {
+            name: [str(m) for m in messages] for name, messages in self.errors.items() if messages
+        }
+
+    def first_error(self):
+        for name, messages in self.errors.items():
+            where = f"{self[name].label}: " if name in self.fields else ""
+            return f"{where}{messages[0]}"
+        return ""
+
+
+def scenario_choices():
+    return [(name, f"{name} — {text}") for name, text in SCENARIOS.items()]

@@ -1,0 +1,191 @@
+"""The playground's conversations, kept on the server: one `Turn` per message sent, each linked
+to the `Stream` that recorded its answer.
+
+An answer's text is never copied here: the stream row already holds it (`parts`, `final_text`,
+`output_text`), so the transcript, the timeline and the statistics cannot disagree.
+"""
+
+import json
+
+from django.conf import settings
+from django.db import models, transaction
+from django.db.models import Q
+
+from streams import api
+from streams.models import Stream
+
+TITLE_CHARS = 80
+
+
+class Busy(Exception):
+    """The conversation's last answer is still streaming."""
+
+
+class CannotRetry(Exception):
+    pass
+
+
+class TooLong(Exception):
+    """The conversation with the new message is over the input limit."""
+
+    def message(self):
+        size, limit = self.args
+        return (
+            f"With this message the conversation is {size} characters long; at most {limit} "
+            "can be sent. Start a new conversation."
+        )
+
+
+class Conversation(models.Model):
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    title = models.CharField(max_length=200, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # The composer's last settings, so that the next message (or a reload) starts from them.
+    model = models.CharField(max_length=100, default="auto")
+    instructions = models.TextField(blank=True)
+    temperature = models.FloatField(null=True, blank=True)
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    scenario = models.CharField(max_length=50, blank=True)
+    speed = models.CharField(max_length=10, blank=True)  # simulator time_scale, as sent
+
+    class Meta:
+        indexes = [
+            # the sidebar: one user's conversations, most recently used first
+            models.Index(fields=["user", "-updated_at"], name="conversation_user_updated"),
+        ]
+
+    def __str__(self):
+        return self.title or f"conversation {self.pk}"
+
+    SETTINGS = ("model", "instructions", "temperature", "max_output_tokens", "scenario", "speed")
+
+    def settings_dict(self):
+        return {name: getattr(self, name) for name in self.SETTINGS}
+
+    def turns_with_answers(self):
+        """The turns in order, each with `.answer`: the stream of its latest attempt (a stall
+        retry is a new stream row linked to the first), or None if the stream was deleted."""
+        turns = list(self.turns.order_by("position"))
+        first_ids = [t.stream_id for t in turns if t.stream_id]
+        latest = {}
+        attempts = Stream.objects.filter(Q(pk__in=first_ids) | Q(first_attempt_id__in=first_ids))
+        for stream in attempts.order_by("attempt", "pk"):
+            latest[stream.first_attempt_id or stream.pk] = stream
+        for turn in turns:
+            turn.answer = latest.get(turn.stream_id)
+        return turns
+
+    def input_items(self, turns=None):
+        """The conversation so far as Responses `input` items: each user message, and each
+        answer that has text (a stopped answer counts with what was received)."""
+        items = []
+        for turn in self.turns_with_answers() if turns is None else turns:
+            items.append({"role": "user", "content": turn.prompt})
+            text = answer_text(turn.answer)
+            if text:
+                items.append({"role": "assistant", "content": text})
+        return items
+
+    def previous_response_id(self, turns):
+        """The upstream id of the last answer, if it completed (for `previous_response_id`)."""
+        answer = turns[-1].answer if turns else None
+        if answer is not None and answer.status == Stream.Status.COMPLETED:
+            return answer.upstream_id
+        return ""
+
+
+class Turn(models.Model):
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
+    position = models.PositiveIntegerField()  # 0, 1, 2 … within the conversation
+    prompt = models.TextField()
+    # The first attempt of the answer; a retry from the page replaces it (the old stream stays
+    # in the streams list). SET_NULL: deleting old streams must not rewrite conversations.
+    stream = models.ForeignKey(
+        Stream, null=True, blank=True, on_delete=models.SET_NULL, related_name="turns"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            # turns_with_answers reads a conversation's turns in order; unique keeps the order
+            models.UniqueConstraint(fields=["conversation", "position"], name="turn_position"),
+        ]
+
+    def __str__(self):
+        return f"turn {self.position} of {self.conversation_id}"
+
+
+def answer_text(stream):
+    """What the assistant said: the final (possibly rewritten) text, else what streamed."""
+    if stream is None:
+        return ""
+    return stream.final_text or stream.output_text
+
+
+def use_previous_response_id():
+    # Off by default: the simulator keeps no responses, and an upstream that does not either
+    # would answer without the conversation's context.
+    return bool(settings.STREAMSCOPE.get("PLAYGROUND_PREVIOUS_RESPONSE_ID", False))
+
+
+def send(user, conversation, form):
+    """Start the answer to the form's message: a new turn (and conversation, if None) and its
+    pending stream, in one transaction; the caller starts the stream after the commit.
+    Raises Busy, TooLong, or api.TooMany over the per-user limit."""
+    prompt = form.cleaned_data["input"]
+    with transaction.atomic():
+        if conversation is None:
+            conversation = Conversation.objects.create(user=user, title=_title(prompt))
+        else:
+            # Two tabs sending at once would otherwise both pass the busy check.
+            conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        turns = conversation.turns_with_answers()
+        if turns and turns[-1].answer is not None and turns[-1].answer.is_active:
+            raise Busy()
+        previous = conversation.previous_response_id(turns) if use_previous_response_id() else ""
+        if previous:
+            body = form.request_body([{"role": "user", "content": prompt}])
+            body["previous_response_id"] = previous
+        else:
+            history = conversation.input_items(turns)
+            body = form.request_body([*history, {"role": "user", "content": prompt}])
+        size = len(json.dumps(body["input"]))
+        if size > api.max_input_chars():
+            raise TooLong(size, api.max_input_chars())
+        stream = api.create_within_limit(user, body)
+        turn = Turn.objects.create(
+            conversation=conversation, position=len(turns), prompt=prompt, stream=stream
+        )
+        for name, value in form.conversation_settings().items():
+            setattr(conversation, name, value)
+        conversation.save()  # also bumps updated_at: the sidebar's order
+    turn.answer = stream
+    return turn
+
+
+def retry(turn):
+    """Ask again for the last turn's answer, with the very request its stream sent."""
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=turn.conversation_id)
+        turns = conversation.turns_with_answers()
+        last = turns[-1] if turns else None
+        if last is None or last.pk != turn.pk:
+            raise CannotRetry("Only the last answer can be retried.")
+        if last.answer is None:
+            raise CannotRetry("This answer's stream was deleted; send the message again.")
+        if last.answer.is_active:
+            raise Busy()
+        stream = api.create_within_limit(conversation.user, last.answer.request_body)
+        last.stream = stream
+        last.save(update_fields=["stream"])
+        conversation.save(update_fields=["updated_at"])
+    last.answer = stream
+    return last
+
+
+def _title(prompt):
+    line = " ".join(prompt.split())
+    return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"

@@ -1,0 +1,335 @@
+"""The chat playground: conversations kept on the server, answers streamed live.
+
+=====================================  ========================  ================================
+path                                   name                      what
+=====================================  ========================  ================================
+GET  /playground/                      playground                a new conversation: the composer
+                                                                 (the first message creates it)
+GET  /playground/<c>/                  playground_conversation   a conversation: finished answers
+                                                                 rendered from their streams; the
+                                                                 page's script reattaches to one
+                                                                 still streaming
+POST /playground/send/                 playground_send           first message → new conversation
+POST /playground/<c>/send/             playground_send           the next message
+GET  /playground/<c>/turns/<t>/        playground_turn           one turn, rendered (the script
+                                                                 swaps it in when its stream ends)
+POST /playground/<c>/turns/<t>/retry/  playground_retry          ask again (last turn only)
+POST /playground/<c>/delete/           playground_delete         delete (its streams are kept)
+=====================================  ========================  ================================
+
+Stop is the API's `POST /api/streams/<id>/cancel/`. POSTs answer JSON to the page's script
+(`Accept: application/json`): `{"conversation": {...}, "turn": {...}, "html"}`, or
+`{"message", "errors"?}` with 400 (invalid), 409 (busy) or 429 (per-user limit); without
+that header they redirect or re-render the page, so the forms work without the script too.
+A conversation is its owner's only: anyone else (staff included) gets a 404.
+"""
+
+import json
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard.forms_playground import SPEEDS, PlaygroundForm, scenario_choices
+from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
+from streams import api, relay, runner
+from streams.catalog import get_catalog
+from streams.models import Stream
+
+SIDEBAR_CONVERSATIONS = 100
+RETRYABLE = {
+    Stream.Status.FAILED,
+    Stream.Status.CANCELLED,
+    Stream.Status.STALLED,
+    Stream.Status.TRUNCATED,
+    Stream.Status.INTERRUPTED,
+    Stream.Status.INCOMPLETE,
+}
+
+
+def _get_conversation_for_user(user, conversation_id):
+    conversation = Conversation.objects.filter(pk=conversation_id, user_id=user.pk).first()
+    if conversation is None:
+        raise Http404("No such conversation")
+    return conversation
+
+
+def _get_turn(conversation, turn_id):
+    turn = Turn.objects.filter(pk=turn_id, conversation=conversation).first()
+    if turn is None:
+        raise Http404("No such turn")
+    return turn
+
+
+def _wants_json(request):
+    return "application/json" in request.headers.get("Accept", "")
+
+
+# ---------------------------------------------------------------------------------------------
+# How an answer looks: one function for the page, the turn partial and the script's swap
+
+
+def _pretty(value):
+    """Tool arguments and outputs: indented JSON when they are JSON, else as they came."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            return value
+        if not isinstance(parsed, dict | list):
+            return value
+        value = parsed
+    return json.dumps(value, indent=2, ensure_ascii=False)
+
+
+def answer_blocks(stream):
+    """The stored output items of `stream` (`Stream.parts`, Checker.items()) as display blocks,
+    and whether a rewrite pass changed the text."""
+    blocks = []
+    rewritten = False
+    for item in stream.parts or ():
+        kind = item.get("type")
+        oi = item.get("output_index")
+        if kind == "message":
+            for part in item.get("parts") or ():
+                # `text` is what streamed; `done_text`, present when it differs, is the final
+                # (rewritten) text of output_text.done.
+                final = part.get("done_text")
+                draft = part.get("text", "") if final is not None else None
+                rewritten = rewritten or draft is not None
+                blocks.append(
+                    {
+                        "kind": "text",
+                        "oi": oi,
+                        "ci": part.get("content_index"),
+                        "text": final if final is not None else part.get("text", ""),
+                        "draft": draft,
+                        "refusal": part.get("type") == "refusal",
+                    }
+                )
+        elif kind in ("function_call", "custom_tool_call", "mcp_call"):
+            blocks.append(
+                {
+                    "kind": "tool",
+                    "oi": oi,
+                    "name": item.get("name") or kind,
+                    "call_id": item.get("call_id") or "",
+                    "arguments": _pretty(item.get("arguments")),
+                    "status": item.get("status") or "",
+                    "output": _pretty(item.get("output")),
+                }
+            )
+        elif kind == "reasoning":
+            text = "\n\n".join(item.get("summary") or item.get("content") or ())
+            blocks.append({"kind": "reasoning", "oi": oi, "text": text})
+        else:
+            blocks.append({"kind": "other", "oi": oi, "type": kind or "item"})
+    if not any(b["kind"] == "text" for b in blocks) and stream.final_text:
+        # a stream without deltas (e.g. the terminal event alone carried the text)
+        blocks.append({"kind": "text", "oi": 0, "ci": 0, "text": stream.final_text})
+    return blocks, rewritten
+
+
+def answer_notice(stream):
+    """(css class, sentence) saying how an answer ended, when it did not simply complete."""
+    status = stream.status
+    error = ": ".join(x for x in (stream.error_code, stream.error_message) if x)
+    if status == Stream.Status.CANCELLED:
+        return "warn", "Stopped. What arrived before the stop is kept."
+    if status == Stream.Status.STALLED:
+        if stream.attempt < settings.STREAMSCOPE["STALL_MAX_ATTEMPTS"]:
+            return "warn", "No event for a while: asking again…"
+        return "err", f"No event for a while, {stream.attempt} times: gave up."
+    if status == Stream.Status.FAILED:
+        return "err", f"The upstream reported an error — {error or 'no details'}."
+    if status == Stream.Status.TRUNCATED:
+        return "err", "The connection closed before the answer ended."
+    if status == Stream.Status.INTERRUPTED:
+        return "err", "The server stopped while this answer was being recorded."
+    if status == Stream.Status.INCOMPLETE:
+        return "warn", f"The answer is incomplete{' — ' + error if error else ''}."
+    return "", ""
+
+
+def _prepare(turn, is_last):
+    """Attach what the turn partial shows."""
+    turn.is_last = is_last
+    stream = turn.answer
+    turn.blocks, turn.rewritten = answer_blocks(stream) if stream is not None else ([], False)
+    turn.notice_class, turn.notice = answer_notice(stream) if stream is not None else ("", "")
+    turn.retryable = bool(is_last and stream is not None and stream.status in RETRYABLE)
+    # A stall is retried by the runner as a new stream row: the script asks again until it
+    # appears (or the stall was the last attempt).
+    turn.awaiting_retry = bool(
+        stream is not None
+        and stream.status == Stream.Status.STALLED
+        and stream.attempt < settings.STREAMSCOPE["STALL_MAX_ATTEMPTS"]
+    )
+    return turn
+
+
+def _turn_html(turn, request):
+    return render_to_string("dashboard/playground.html#turn", {"turn": turn}, request=request)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pages
+
+
+def _page_context(user, conversation, form=None, error=""):
+    catalog = get_catalog()
+    turns = conversation.turns_with_answers() if conversation is not None else []
+    for n, turn in enumerate(turns, 1):
+        _prepare(turn, n == len(turns))
+    conversations = Conversation.objects.filter(user_id=user.pk).order_by("-updated_at")
+    if form is None:
+        # A new conversation starts from the settings of the one used last.
+        template = conversation or conversations.first()
+        initial = template.settings_dict() if template else {"model": "auto", "speed": "1"}
+        form = PlaygroundForm(initial=initial, catalog=catalog)
+    return {
+        "nav": "playground",
+        "conversation": conversation,
+        "conversations": conversations[:SIDEBAR_CONVERSATIONS],
+        "turns": turns,
+        "form": form,
+        "error": error,
+        "catalog": catalog,
+        "scenarios": scenario_choices(),
+        "speeds": SPEEDS,
+        "send_url": _send_url(conversation),
+        "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
+        "upstream": settings.UPSTREAM_BASE_URL or "the built-in simulator",
+    }
+
+
+def _send_url(conversation):
+    if conversation is None:
+        return reverse("playground_send")
+    return reverse("playground_send", args=[conversation.pk])
+
+
+@login_required
+@require_GET
+def playground(request):
+    return render(request, "dashboard/playground.html", _page_context(request.user, None))
+
+
+@login_required
+@require_GET
+def playground_conversation(request, conversation_id):
+    conversation = _get_conversation_for_user(request.user, conversation_id)
+    context = _page_context(request.user, conversation)
+    return render(request, "dashboard/playground.html", context)
+
+
+@login_required
+@require_GET
+def playground_turn(request, conversation_id, turn_id):
+    conversation = _get_conversation_for_user(request.user, conversation_id)
+    turn = _get_turn(conversation, turn_id)
+    turns = conversation.turns_with_answers()
+    turn = next(t for t in turns if t.pk == turn.pk)
+    _prepare(turn, turn.pk == turns[-1].pk)
+    return HttpResponse(_turn_html(turn, request))
+
+
+@login_required
+@require_POST
+def playground_delete(request, conversation_id):
+    conversation = _get_conversation_for_user(request.user, conversation_id)
+    conversation.delete()
+    return redirect("playground")
+
+
+# ---------------------------------------------------------------------------------------------
+# Sending: async, because the stream runs as a task on the server's event loop
+
+
+def _error(request, conversation, status, message, form=None):
+    if _wants_json(request):
+        errors = form.error_dict() if form is not None else {}
+        return JsonResponse({"message": message, "errors": errors}, status=status)
+    context = _page_context(request.user, conversation, form=form, error=message)
+    return render(request, "dashboard/playground.html", context, status=status)
+
+
+def _started(request, turn):
+    conversation = turn.conversation
+    if not _wants_json(request):
+        return redirect("playground_conversation", conversation.pk)
+    _prepare(turn, True)
+    return JsonResponse(
+        {
+            "conversation": {
+                "id": conversation.pk,
+                "title": conversation.title,
+                "url": reverse("playground_conversation", args=[conversation.pk]),
+                "send_url": _send_url(conversation),
+            },
+            "turn": {"id": turn.pk, "stream": turn.answer.pk, "ws": api.ws_path(turn.answer.pk)},
+            "html": _turn_html(turn, request),
+        },
+        status=201,
+    )
+
+
+def _send(request, conversation_id):
+    """Validate and create (sync); returns (turn, None) or (None, error response)."""
+    conversation = None
+    if conversation_id is not None:
+        conversation = _get_conversation_for_user(request.user, conversation_id)
+    form = PlaygroundForm(request.POST, catalog=get_catalog())
+    if not form.is_valid():
+        return None, _error(request, conversation, 400, form.first_error(), form)
+    try:
+        return send(request.user, conversation, form), None
+    except TooLong as exc:
+        form.add_error("input", exc.message())
+        return None, _error(request, conversation, 400, form.first_error(), form)
+    except Busy:
+        message = "The last answer is still streaming: stop it (Esc) or wait for it to end."
+        return None, _error(request, conversation, 409, message, form)
+    except api.TooMany as exc:
+        return None, _error(request, conversation, 429, exc.message(), form)
+
+
+def _retry(request, conversation_id, turn_id):
+    conversation = _get_conversation_for_user(request.user, conversation_id)
+    turn = _get_turn(conversation, turn_id)
+    try:
+        return retry(turn), None
+    except CannotRetry as exc:
+        return None, _error(request, conversation, 409, str(exc))
+    except Busy:
+        return None, _error(request, conversation, 409, "This answer is still streaming.")
+    except api.TooMany as exc:
+        return None, _error(request, conversation, 429, exc.message())
+
+
+async def _start(request, work, *args):
+    turn, response = await sync_to_async(work)(request, *args)
+    if response is not None:
+        return response
+    runner.start(turn.answer)
+    await relay.publish_created(turn.answer)
+    return await sync_to_async(_started)(request, turn)
+
+
+@login_required
+@require_POST
+async def playground_send(request, conversation_id=None):
+    return await _start(request, _send, conversation_id)
+
+
+@login_required
+@require_POST
+async def playground_retry(request, conversation_id, turn_id):
+    return await _start(request, _retry, conversation_id, turn_id)

@@ -1,0 +1,301 @@
+"""The playground in real Chromium against a real Daphne (and the simulator process): an answer
+grows before it ends, tool calls become cards, Stop keeps what arrived, a reload mid-answer
+reattaches, model output stays inert, the per-user limit is said plainly, and it all fits a
+phone. Screenshots go to tests/e2e/screenshots/ (git-ignored)."""
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import expect, sync_playwright
+
+from dashboard.models import Conversation
+from streams.models import Stream
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+PASSWORD = "correct horse battery"
+LAST = ".pg-turn:last-child"
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="module")
+def browser():
+    # Playwright's sync API keeps an event loop running in this thread, which makes Django
+    # refuse the test's own (plain, sequential) ORM calls unless told they are safe.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(
+                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
+            )
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
+
+
+@pytest.fixture
+def owner(people):
+    people.owner.set_password(PASSWORD)
+    people.owner.save()
+    return people.owner
+
+
+class Playground:
+    """A logged-in page, and the dialogs it opened (there must never be one)."""
+
+    def __init__(self, browser, server, user, width=1280, height=860):
+        self.server = server
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.context.set_default_timeout(TIMEOUT_MS)
+        self.page = self.context.new_page()
+        self.dialogs = []
+        self.errors = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(server.url + "/login/?next=/playground/")
+        self.page.fill("#id_username", user.username)
+        self.page.fill("#id_password", PASSWORD)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url("**/playground/")
+
+    def send(self, text, scenario="", speed="0.25", model="auto"):
+        page = self.page
+        page.select_option("#pg-model", model)
+        page.select_option("#pg-scenario", scenario)
+        page.select_option("#pg-speed", speed)
+        page.fill("#pg-input", text)
+        turns = page.locator(".pg-turn").count()
+        page.press("#pg-input", "Enter")  # the keyboard sends
+        page.wait_for_function(f"() => document.querySelectorAll('.pg-turn').length > {turns}")
+        return int(page.get_attribute(LAST, "data-stream"))
+
+    def wait_ended(self, selector=LAST):
+        self.page.wait_for_selector(f"{selector}[data-status]:not([data-active])")
+        return self.page.get_attribute(selector, "data-status")
+
+    def answer_text(self, selector=LAST):
+        return self.page.inner_text(f"{selector} .pg-answer")
+
+    def shot(self, name):
+        SCREENSHOTS.mkdir(exist_ok=True)
+        self.page.evaluate("window.scrollTo(0, 0)")  # sticky parts where a reader expects them
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+
+    def close(self):
+        assert self.errors == [], self.errors
+        self.context.close()
+
+
+@pytest.fixture
+def playground(browser, live_server_daphne, owner):
+    pages = []
+
+    def open_page(**kwargs):
+        pages.append(Playground(browser, live_server_daphne, owner, **kwargs))
+        return pages[-1]
+
+    yield open_page
+    for p in pages:
+        p.close()
+
+
+def samples_until_end(page, interval_s=0.05, timeout_s=30):
+    """(status, answer text length) of the last turn, sampled until it ends."""
+    seen = []
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        status, length, active = page.evaluate(
+            """() => { const t = document.querySelector('.pg-turn:last-child');
+                       return [t.dataset.status, t.querySelector('.pg-answer').innerText.length,
+                               t.dataset.active === 'true']; }"""
+        )
+        seen.append((status, length))
+        if not active:
+            return seen
+        time.sleep(interval_s)
+    raise AssertionError(f"the answer did not end: {seen[-5:]}")
+
+
+def test_an_answer_grows_live_then_stays_after_a_reload(playground):
+    pg = playground()
+    page = pg.page
+    page.fill("#pg-input", "first line")
+    page.press("#pg-input", "Shift+Enter")  # a new line, not a send
+    page.type("#pg-input", "Tell me about Utrecht")
+    assert page.input_value("#pg-input") == "first line\nTell me about Utrecht"
+    assert page.locator(".pg-turn").count() == 0
+    stream_id = pg.send(page.input_value("#pg-input"), speed="1", model="gpt-oss-120b")
+    expect(page.locator("#pg-stop")).to_be_visible()
+    assert page.input_value("#pg-input") == ""
+    samples = samples_until_end(page)
+    growing = [n for status, n in samples if status == "streaming" and n > 0]
+    assert len(set(growing)) >= 3, samples  # seen at three lengths at least while streaming
+    assert growing == sorted(growing)
+    assert samples[-1][0] == "completed" and samples[-1][1] >= max(growing) > min(growing)
+
+    stream = Stream.objects.get(pk=stream_id)
+    assert stream.status == "completed"
+    text = pg.answer_text()
+    assert text.strip() == stream.final_text.strip()
+    assert page.inner_text(f"{LAST} .pg-user .pg-text") == "first line\nTell me about Utrecht"
+    assert abs(int(page.inner_text(f"{LAST} .pg-ttft b")) - stream.ttft_ms) <= 1
+    assert page.inner_text(f"{LAST} .pg-route-model") == "gpt-oss-120b"
+    assert page.get_attribute(f"{LAST} .pg-timeline", "href") == f"/streams/{stream_id}/"
+    expect(page.locator("#pg-send")).to_be_visible()
+    conversation = Conversation.objects.get()
+    assert page.url.endswith(f"/playground/{conversation.pk}/")
+    assert page.inner_text("#pg-conversations a[aria-current]").startswith("first line")
+
+    page.reload()
+    assert pg.answer_text() == text  # rendered by the server from the stored stream
+    assert page.get_attribute(LAST, "data-active") is None
+
+
+def test_tool_calls_show_as_cards(playground):
+    pg = playground()
+    page = pg.page
+    pg.send("What's the weather in Utrecht?", scenario="tools")
+    card = page.locator(f"{LAST} .pg-tool")
+    expect(card).to_have_count(1)  # while streaming: the card is there before the text
+    assert pg.wait_ended() == "completed"
+    expect(card.locator(".pg-tool-name")).to_have_text("get_weather")
+    expect(card.locator(".pg-tool-status")).to_have_text("completed")
+    assert '"location": "Utrecht"' in card.locator(".pg-tool-args").inner_text()
+    assert "temp_c" in card.locator(".pg-tool-output").inner_text()
+    assert "I called get_weather" in page.inner_text(f"{LAST} .pg-answer > .pg-text")
+
+    pg.send("And several at once?", scenario="parallel_tools")
+    assert pg.wait_ended() == "completed"
+    statuses = page.locator(f"{LAST} .pg-tool-status").all_inner_texts()
+    assert statuses == ["completed", "failed", "completed"]
+    expect(page.locator(".pg-turn")).to_have_count(2)
+    pg.shot("playground-desktop")
+
+
+def test_stop_keeps_the_partial_answer(playground):
+    pg = playground()
+    page = pg.page
+    stream_id = pg.send("Tell me about Utrecht", speed="2", model="gpt-oss-120b")
+    page.wait_for_function(
+        "() => document.querySelector('.pg-turn:last-child .pg-answer').innerText.length > 20"
+    )
+    page.keyboard.press("Escape")  # the keyboard stops
+    assert pg.wait_ended() == "cancelled"
+    partial = pg.answer_text()
+    stream = Stream.objects.get(pk=stream_id)
+    assert stream.status == "cancelled"
+    assert len(partial) > 20 and partial.strip() == stream.output_text.strip()
+    expect(page.locator(f"{LAST} .pg-notice-text")).to_contain_text("Stopped.")
+    expect(page.locator(f"{LAST} .pg-status")).to_have_text("cancelled")
+    expect(page.locator(f"{LAST} .pg-retry button")).to_be_visible()
+    page.reload()
+    assert pg.answer_text() == partial
+
+
+def test_a_reload_mid_answer_reattaches_and_completes(playground):
+    pg = playground()
+    page = pg.page
+    stream_id = pg.send("Tell me about Utrecht", speed="2", model="gpt-oss-120b")
+    page.wait_for_function(
+        "() => document.querySelector('.pg-turn:last-child .pg-answer').innerText.length > 10"
+    )
+    page.reload()
+    assert page.get_attribute(LAST, "data-active") == "true"
+    expect(page.locator("#pg-stop")).to_be_visible()
+    samples = samples_until_end(page)
+    assert any(status == "streaming" for status, _ in samples)  # followed live after the reload
+    assert samples[-1][0] == "completed"
+    stream = Stream.objects.get(pk=stream_id)
+    assert pg.answer_text().strip() == stream.final_text.strip()
+
+
+def test_model_output_is_inert(playground):
+    pg = playground()
+    page = pg.page
+    pg.send("Show me some markup", scenario="xss")
+    page.wait_for_function(
+        "() => document.querySelector('.pg-turn:last-child .pg-answer').innerText.includes('<img')"
+    )
+    live = page.locator(f"{LAST} .pg-answer img, {LAST} .pg-answer script").count()
+    assert pg.wait_ended() == "completed"
+    text = pg.answer_text()
+    assert "<img src=x onerror=alert(1)>" in text and "<script>alert(1)</script>" in text
+    page.reload()
+    assert pg.answer_text() == text
+    time.sleep(0.3)  # an onerror handler would have fired by now
+    assert live == 0
+    assert page.locator(".pg-answer img, .pg-answer script").count() == 0
+    assert pg.dialogs == []
+
+
+def test_errors_are_inline_with_a_retry(playground):
+    pg = playground()
+    page = pg.page
+    first = pg.send("Tell me about Utrecht", scenario="error", speed="0")
+    assert pg.wait_ended() == "failed"
+    expect(page.locator(f"{LAST} .pg-notice-text")).to_contain_text("internal_error")
+    page.click(f"{LAST} .pg-retry button")
+    page.wait_for_function(
+        f"() => document.querySelector('.pg-turn:last-child').dataset.stream !== '{first}'"
+    )
+    assert pg.wait_ended() == "failed"  # the same request, so the same scenario
+    expect(page.locator(".pg-turn")).to_have_count(1)
+
+
+def test_validation_and_the_limit_are_said_plainly(playground, owner, settings):
+    pg = playground()
+    page = pg.page
+    page.click("#pg-send")
+    expect(page.locator("#pg-errors")).to_have_text("Message: The input is empty.")
+    page.click("#pg-options summary")
+    page.fill("#pg-temperature", "3")
+    page.fill("#pg-input", "Hi")
+    page.press("#pg-input", "Enter")
+    expect(page.locator("#pg-errors")).to_have_text(
+        "Temperature: Ensure this value is less than or equal to 2."
+    )
+    assert page.get_attribute("#pg-temperature", "aria-invalid") == "true"
+    assert page.evaluate("document.activeElement.id") == "pg-temperature"
+    page.fill("#pg-temperature", "")
+
+    limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
+    for _ in range(limit):
+        Stream.objects.create(user=owner, status=Stream.Status.STREAMING)
+    page.fill("#pg-input", "Hi")
+    page.press("#pg-input", "Enter")
+    expect(page.locator("#pg-errors")).to_have_text(
+        f"You have {limit} streams running; at most {limit} at a time. "
+        "Wait for one to finish or cancel one."
+    )
+    assert page.locator(".pg-turn").count() == 0
+    assert page.input_value("#pg-input") == "Hi"  # nothing typed is lost
+
+
+def test_it_fits_a_narrow_screen(playground):
+    pg = playground(width=390, height=844)
+    page = pg.page
+    pg.send("What's the weather in Utrecht?", scenario="tools")
+    assert pg.wait_ended() == "completed"
+    pg.send("Tell me about Utrecht", scenario="rewrite")
+    assert pg.wait_ended() == "completed"
+    expect(page.locator(f"{LAST} .pg-rewrite")).to_be_visible()
+    overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+    assert overflow <= 0  # no sideways scrolling
+    pg.shot("playground-narrow")

@@ -1,0 +1,382 @@
+"""The playground pages and their POSTs: access (anonymous → login, other users → 404),
+validation messages, the per-user limit, history rendered from the stored streams, sending
+and retrying for real against the simulator."""
+
+import asyncio
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import AsyncClient, Client
+
+from dashboard.models import Conversation, Turn
+from streams.models import Stream
+
+JSON = {"HTTP_ACCEPT": "application/json"}
+
+
+def add_turn(conversation, prompt, status=Stream.Status.COMPLETED, **fields):
+    stream = Stream.objects.create(
+        user=conversation.user,
+        status=status,
+        request_body={"model": "auto", "input": [{"role": "user", "content": prompt}]},
+        requested_model="auto",
+        **fields,
+    )
+    position = conversation.turns.count()
+    return Turn.objects.create(
+        conversation=conversation, position=position, prompt=prompt, stream=stream
+    )
+
+
+def text_parts(*texts, **extra):
+    parts = [
+        {"content_index": i, "type": "output_text", "text": t, "done": True}
+        for i, t in enumerate(texts)
+    ]
+    parts[0].update(extra)
+    return [{"output_index": 0, "type": "message", "id": "msg_1", "parts": parts}]
+
+
+class Base:
+    """An owner with a conversation, a stranger and a staff member, each logged in."""
+
+    @pytest.fixture(autouse=True)
+    def _people(self, db, settings):
+        settings.UPSTREAM_BASE_URL = ""  # the built-in simulator's catalogue, no HTTP
+        User = get_user_model()
+        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
+            user = User.objects.create_user(name, is_staff=staff)
+            client = Client()
+            client.force_login(user)
+            setattr(self, name, user)
+            setattr(self, f"{name}_client", client)
+        self.conversation = Conversation.objects.create(user=self.owner, title="About Utrecht")
+
+    def url(self):
+        return f"/playground/{self.conversation.pk}/"
+
+    def send(self, client=None, conversation=True, accept_json=True, **data):
+        path = f"{self.url()}send/" if conversation else "/playground/send/"
+        headers = JSON if accept_json else {}
+        return (client or self.owner_client).post(path, {"input": "Hi", **data}, **headers)
+
+
+class TestPlayground(Base):
+    def test_it_redirects_anonymous_users_to_login(self):
+        r = Client().get("/playground/")
+        assert r.status_code == 302 and r["Location"].startswith("/login/")
+
+    def test_it_shows_the_composer_with_models_scenarios_and_speeds(self):
+        r = self.owner_client.get("/playground/")
+        assert r.status_code == 200
+        html = r.content.decode()
+        assert 'aria-current="page">Playground' in html.replace("\n", "")
+        assert '<option value="auto" selected>auto (router)</option>' in html
+        assert '<option value="gpt-oss-20b">gpt-oss-20b</option>' in html
+        assert '<option value="tools"' in html and '<option value="xss"' in html
+        assert '<option value="0.25">4× faster</option>' in html
+        assert 'action="/playground/send/"' in html
+        assert "New conversation" in html
+
+    def test_it_lists_only_my_conversations(self):
+        Conversation.objects.create(user=self.stranger, title="Secret plans")
+        html = self.owner_client.get("/playground/").content.decode()
+        assert "About Utrecht" in html and "Secret plans" not in html
+
+    def test_it_offers_no_scenarios_for_a_real_upstream(self, settings):
+        settings.UPSTREAM_BASE_URL = "http://127.0.0.1:9/v1"  # nothing listens: fallback list
+        settings.UPSTREAM_MODELS = ["m-large", "m-small"]
+        html = self.owner_client.get("/playground/").content.decode()
+        assert '<option value="m-small">m-small</option>' in html
+        assert 'name="scenario"' not in html and 'name="speed"' not in html
+
+
+class TestConversation(Base):
+    def test_it_renders_finished_turns_from_their_streams(self):
+        add_turn(
+            self.conversation,
+            "Tell me about <b>Utrecht</b>",
+            parts=text_parts("Utrect is a citty.", done_text="Utrecht is a city."),
+            final_text="Utrecht is a city.",
+            resolved_model="gpt-oss-120b",
+            routing_category="general",
+            routing_reasoning="plain question <script>",
+            ttft_ms=251.4,
+            tokens_per_s=38.25,
+        )
+        r = self.owner_client.get(self.url())
+        assert r.status_code == 200
+        html = r.content.decode()
+        assert "Tell me about &lt;b&gt;Utrecht&lt;/b&gt;" in html
+        assert ">Utrecht is a city.</div>" in html  # the final text replaces the draft…
+        assert "Utrect is a citty." in html and "Streamed draft" in html  # …kept one click away
+        assert 'title="plain question &lt;script&gt;"' in html
+        assert "gpt-oss-120b" in html and "general" in html
+        assert "<b>251</b> ms" in html and "<b>38.3</b> tok/s" in html
+        stream_id = self.conversation.turns.get().stream_id
+        assert f'href="/streams/{stream_id}/"' in html
+        assert 'data-active="true"' not in html
+
+    def test_it_renders_tool_calls_as_cards(self):
+        parts = [
+            {
+                "output_index": 0,
+                "type": "function_call",
+                "name": "get_weather",
+                "call_id": "call_1",
+                "arguments": '{"city":"Utrecht"}',
+                "status": "completed",
+                "output": '{"temp_c": 11}',
+            },
+            *[{**p, "output_index": 1} for p in text_parts("It is 11 °C.")],
+        ]
+        add_turn(self.conversation, "Weather?", parts=parts)
+        html = self.owner_client.get(self.url()).content.decode()
+        assert '<code class="pg-tool-name">get_weather</code>' in html
+        assert "&quot;city&quot;: &quot;Utrecht&quot;" in html  # pretty-printed, escaped
+        assert "&quot;temp_c&quot;: 11" in html and "It is 11 °C." in html
+
+    def test_a_streaming_turn_is_marked_for_the_script_to_reattach(self):
+        turn = add_turn(self.conversation, "Hi", status=Stream.Status.STREAMING)
+        html = self.owner_client.get(self.url()).content.decode()
+        assert f'data-stream="{turn.stream_id}" data-status="streaming"' in html
+        assert 'data-active="true"' in html
+
+    def test_a_stopped_answer_keeps_its_text_and_offers_a_retry(self):
+        turn = add_turn(
+            self.conversation,
+            "Hi",
+            status=Stream.Status.CANCELLED,
+            parts=text_parts("Half an ans"),
+            output_text="Half an ans",
+        )
+        html = self.owner_client.get(self.url()).content.decode()
+        assert "Half an ans" in html and "Stopped." in html
+        assert f"/turns/{turn.pk}/retry/" in html
+
+    def test_only_the_last_turn_offers_a_retry(self):
+        first = add_turn(self.conversation, "One", status=Stream.Status.FAILED)
+        last = add_turn(self.conversation, "Two", status=Stream.Status.FAILED)
+        html = self.owner_client.get(self.url()).content.decode()
+        assert f"/turns/{first.pk}/retry/" not in html
+        assert f"/turns/{last.pk}/retry/" in html
+
+    def test_it_returns_404_for_strangers_and_staff(self):
+        assert self.stranger_client.get(self.url()).status_code == 404
+        assert self.staff_client.get(self.url()).status_code == 404
+
+    def test_the_turn_partial_is_for_the_owner_only(self):
+        turn = add_turn(self.conversation, "Hi", parts=text_parts("Hello!"))
+        path = f"{self.url()}turns/{turn.pk}/"
+        r = self.owner_client.get(path)
+        assert r.status_code == 200 and "Hello!" in r.content.decode()
+        assert r.content.decode().lstrip().startswith('<article class="pg-turn"')
+        assert self.stranger_client.get(path).status_code == 404
+        other = Conversation.objects.create(user=self.owner)
+        assert self.owner_client.get(f"/playground/{other.pk}/turns/{turn.pk}/").status_code == 404
+
+
+class TestSendValidation(Base):
+    def error(self, r, status=400):
+        assert r.status_code == status, r.content
+        return r.json()
+
+    def test_anonymous_posts_go_to_login(self):
+        r = Client().post("/playground/send/", {"input": "Hi"})
+        assert r.status_code == 302 and r["Location"].startswith("/login/")
+        assert not Conversation.objects.exclude(pk=self.conversation.pk).exists()
+
+    def test_it_needs_the_csrf_token(self):
+        client = Client(enforce_csrf_checks=True)
+        client.force_login(self.owner)
+        r = client.post("/playground/send/", {"input": "Hi"}, **JSON)
+        assert r.status_code == 403
+
+    def test_an_empty_message_is_refused(self):
+        data = self.error(self.send(input="   "))
+        assert data["message"] == "Message: The input is empty."
+        assert data["errors"] == {"input": ["The input is empty."]}
+
+    def test_an_over_long_message_is_refused(self, settings):
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "MAX_INPUT_CHARS": 20}
+        data = self.error(self.send(input="x" * 21))
+        assert data["message"] == "Message: The input is 21 characters; at most 20."
+
+    def test_an_unknown_model_is_refused(self):
+        data = self.error(self.send(model="gpt-9"))
+        assert data["message"].startswith("Model: Unknown model 'gpt-9'; choose one of: auto, ")
+
+    @pytest.mark.parametrize(
+        "field,value,message",
+        [
+            ("temperature", "2.5", "Temperature: Ensure this value is less than or equal to 2."),
+            (
+                "temperature",
+                "-0.1",
+                "Temperature: Ensure this value is greater than or equal to 0.",
+            ),
+            ("temperature", "warm", "Temperature: Enter a number."),
+            ("temperature", "nan", "Temperature: Enter a number."),
+            (
+                "max_output_tokens",
+                "0",
+                "Max output tokens: Ensure this value is greater than or equal to 1.",
+            ),
+            ("max_output_tokens", "1.5", "Max output tokens: Enter a whole number."),
+            ("scenario", "nope", "Scenario: Unknown scenario 'nope'; one of: "),
+            ("speed", "9", "Speed: Select a valid choice. 9 is not one of the available choices."),
+        ],
+    )
+    def test_bad_options_are_refused_with_a_clear_message(self, field, value, message):
+        data = self.error(self.send(**{field: value}))
+        assert data["message"].startswith(message)
+        assert list(data["errors"]) == [field]
+
+    def test_without_the_script_errors_render_the_page(self):
+        r = self.send(accept_json=False, input="", temperature="3")
+        assert r.status_code == 400
+        html = r.content.decode()
+        assert "<p>Message: The input is empty.</p>" in html
+        assert 'name="temperature" id="pg-temperature"' in html and 'aria-invalid="true"' in html
+        assert "pg-options" in html and "open>" in html  # the options with the error are shown
+
+    def test_it_answers_429_over_the_per_user_limit(self, settings):
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "MAX_CONCURRENT_PER_USER": 2}
+        for _ in range(2):
+            Stream.objects.create(user=self.owner, status=Stream.Status.STREAMING)
+        data = self.error(self.send(conversation=False), 429)
+        assert data["message"] == (
+            "You have 2 streams running; at most 2 at a time. Wait for one to finish or cancel one."
+        )
+        assert Conversation.objects.count() == 1 and Turn.objects.count() == 0
+
+    def test_it_refuses_while_the_last_answer_streams(self):
+        add_turn(self.conversation, "Hi", status=Stream.Status.STREAMING)
+        data = self.error(self.send(), 409)
+        assert data["message"].startswith("The last answer is still streaming")
+        assert self.conversation.turns.count() == 1
+
+    def test_a_conversation_too_long_to_send_says_so(self, settings):
+        add_turn(self.conversation, "x" * 30, final_text="y" * 30)
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "MAX_INPUT_CHARS": 80}
+        data = self.error(self.send(input="z" * 10))
+        assert data["message"].startswith("Message: With this message the conversation is ")
+        assert "Start a new conversation." in data["message"]
+
+    def test_strangers_cannot_post_to_my_conversation(self):
+        r = self.send(client=self.stranger_client)
+        assert r.status_code == 404
+        r = self.stranger_client.post(f"{self.url()}delete/")
+        assert r.status_code == 404
+        assert Conversation.objects.filter(pk=self.conversation.pk).exists()
+        assert Turn.objects.count() == 0
+
+    def test_only_post_is_allowed(self):
+        assert self.owner_client.get("/playground/send/").status_code == 405
+
+
+class TestDelete(Base):
+    def test_it_deletes_the_conversation_and_keeps_the_streams(self):
+        turn = add_turn(self.conversation, "Hi")
+        r = self.owner_client.post(f"{self.url()}delete/")
+        assert r.status_code == 302 and r["Location"] == "/playground/"
+        assert not Conversation.objects.exists()
+        assert Stream.objects.filter(pk=turn.stream_id).exists()
+
+
+# ---------------------------------------------------------------------------------------------
+# For real: the stream runs on the test's event loop against the simulator process
+
+
+async def finished(stream_id, timeout=20):
+    for _ in range(int(timeout / 0.02)):
+        stream = await Stream.objects.aget(pk=stream_id)
+        if not stream.is_active:
+            return stream
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"stream {stream_id} still {stream.status}")
+
+
+class ScriptClient(AsyncClient):
+    """As the page's script asks: logged in, `Accept: application/json`."""
+
+    def __init__(self, user):
+        super().__init__()
+        name, value = user.cookie.split("=", 1)
+        self.cookies[name] = value
+
+    def generic(self, *args, headers=None, **kwargs):
+        return super().generic(
+            *args, headers={"accept": "application/json", **(headers or {})}, **kwargs
+        )
+
+
+logged_in = ScriptClient
+
+
+@pytest.mark.django_db(transaction=True)
+class TestSendForReal:
+    async def test_a_conversation_sends_its_history_each_turn(self, people, upstream):
+        client = logged_in(people.owner)
+        options = {"scenario": "normal", "speed": "0", "temperature": "0.7", "model": "auto"}
+        r = await client.post("/playground/send/", {"input": "Tell me about Utrecht", **options})
+        assert r.status_code == 201, r.content
+        data = r.json()
+        conversation = await Conversation.objects.aget(pk=data["conversation"]["id"])
+        assert conversation.title == "Tell me about Utrecht"
+        assert data["conversation"]["url"] == f"/playground/{conversation.pk}/"
+        assert data["turn"]["ws"] == f"/ws/streams/{data['turn']['stream']}/"
+        assert f'data-stream="{data["turn"]["stream"]}"' in data["html"]
+        first = await finished(data["turn"]["stream"])
+        assert first.status == "completed" and first.final_text
+        assert first.request_body["input"] == [{"role": "user", "content": "Tell me about Utrecht"}]
+        assert first.request_body["metadata"] == {"scenario": "normal", "time_scale": "0"}
+        assert first.request_body["temperature"] == 0.7
+        assert first.user_id == people.owner.pk
+
+        r = await client.post(data["conversation"]["send_url"], {"input": "And Delft?", **options})
+        assert r.status_code == 201, r.content
+        second = await finished(r.json()["turn"]["stream"])
+        assert second.request_body["input"] == [
+            {"role": "user", "content": "Tell me about Utrecht"},
+            {"role": "assistant", "content": first.final_text},
+            {"role": "user", "content": "And Delft?"},
+        ]
+        await conversation.arefresh_from_db()
+        assert (conversation.model, conversation.scenario, conversation.speed) == (
+            "auto",
+            "normal",
+            "0",
+        )
+        assert conversation.temperature == 0.7
+
+    async def test_retry_asks_again_with_the_same_request(self, people, upstream):
+        client = logged_in(people.owner)
+        r = await client.post(
+            "/playground/send/", {"input": "Hi", "scenario": "error", "speed": "0"}
+        )
+        data = r.json()
+        failed = await finished(data["turn"]["stream"])
+        assert failed.status == "failed"
+        path = f"{data['conversation']['url']}turns/{data['turn']['id']}/"
+        page = await client.get(path)
+        assert "The upstream reported an error" in page.content.decode()
+        stranger = logged_in(people.stranger)
+        assert (await stranger.post(path + "retry/")).status_code == 404
+        r = await client.post(path + "retry/")
+        assert r.status_code == 201, r.content
+        retried = await finished(r.json()["turn"]["stream"])
+        assert retried.pk != failed.pk and retried.request_body == failed.request_body
+        turn = await Turn.objects.aget(pk=data["turn"]["id"])
+        assert turn.stream_id == retried.pk
+
+    async def test_the_playground_does_not_forward_posted_metadata(self, people, upstream):
+        client = logged_in(people.owner)
+        r = await client.post(
+            "/playground/send/",
+            {"input": "Hi", "speed": "0", "metadata": json.dumps({"scenario": "http_500"})},
+        )
+        stream = await finished(r.json()["turn"]["stream"])
+        assert stream.status == "completed"
+        assert stream.request_body["metadata"] == {"time_scale": "0"}
