@@ -6,6 +6,7 @@ to the first; connection errors before the first event retry on the same row wit
 """
 
 import asyncio
+import contextvars
 import datetime as dt
 import logging
 import os
@@ -192,7 +193,13 @@ def start(stream):
     if in_workers() and not stream.runner:
         _spawn(_tell_workers({"type": "worker.wake"}))
         return None
-    task = asyncio.get_running_loop().create_task(run_stream(stream), name=f"stream-{stream.pk}")
+    # A fresh context, not the request's: under ASGI that one carries asgiref's executor for the
+    # request's thread, which quits when the response is sent, and the task's later
+    # sync_to_async calls (the new row of a stall retry) would fail with "CurrentThreadExecutor
+    # already quit or is broken".
+    task = asyncio.get_running_loop().create_task(
+        run_stream(stream), name=f"stream-{stream.pk}", context=contextvars.Context()
+    )
     _tasks[stream.pk] = task
     task.add_done_callback(lambda t: _done(stream.pk, t))
     _ensure_heartbeat()
