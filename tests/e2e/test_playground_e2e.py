@@ -12,6 +12,7 @@ from playwright.sync_api import expect, sync_playwright
 
 from dashboard.models import Conversation
 from streams.models import Stream
+from tests.conftest import DaphneServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -299,3 +300,31 @@ def test_it_fits_a_narrow_screen(playground):
     overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
     assert overflow <= 0  # no sideways scrolling
     pg.shot("playground-narrow")
+
+
+@pytest.fixture
+def impatient_server(simulator_process, _relay_db_connections):
+    """A Daphne that calls a stream stalled after 1 s without an event, and tries twice."""
+    server = DaphneServer(
+        simulator_process.base_url, overrides={"STALL_TIMEOUT_S": 1.0, "STALL_MAX_ATTEMPTS": 2}
+    )
+    yield server
+    server.stop()
+
+
+def test_a_stall_is_retried_and_then_offered_for_a_retry(browser, impatient_server, owner):
+    pg = Playground(browser, impatient_server, owner)
+    page = pg.page
+    first = pg.send("Tell me about Utrecht", scenario="stall", speed="0")
+    # the server retries the stalled request as a new stream; the page follows it
+    page.wait_for_function(
+        f"() => document.querySelector('.pg-turn:last-child').dataset.stream !== '{first}'"
+    )
+    assert pg.wait_ended() == "stalled"
+    second = Stream.objects.get(first_attempt_id=first)
+    assert second.attempt == 2 and second.status == "stalled"
+    assert page.get_attribute(LAST, "data-stream") == str(second.pk)
+    expect(page.locator(f"{LAST} .pg-notice-text")).to_contain_text("2 times: gave up")
+    expect(page.locator(f"{LAST} .pg-retry button")).to_be_visible()
+    assert len(pg.answer_text()) > 0  # what the last attempt received before it stalled
+    pg.close()
