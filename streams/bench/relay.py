@@ -213,6 +213,11 @@ def add_arguments(parser):
     )
     parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
     parser.add_argument(
+        "--no-viewers",
+        action="store_true",
+        help="diagnostics: paced streams without viewers (the recorder's share alone)",
+    )
+    parser.add_argument(
         "--sentences",
         type=int,
         default=PACED["metadata"]["sentences"],
@@ -324,13 +329,14 @@ def _print(command, opts, r):
     if opts["json"]:
         command.stdout.write(json.dumps(r))
         return
+
+    def pair(name):
+        p50, p99 = r.get(f"{name}_p50_ms"), r.get(f"{name}_p99_ms")
+        return "n/a" if p50 is None else f"p50 {p50:.1f}/p99 {p99:.1f} ms"
+
     lat = (
-        f"p50 {r['added_latency_p50_ms']:.1f} ms, p99 {r['added_latency_p99_ms']:.1f} ms"
-        f" (recorder receipt p50 {r['recorder_latency_p50_ms']:.1f}/"
-        f"p99 {r['recorder_latency_p99_ms']:.1f}, published after commit "
-        f"p50 {r['published_latency_p50_ms']:.1f}/p99 {r['published_latency_p99_ms']:.1f})"
-        if r["added_latency_p50_ms"] is not None
-        else "n/a"
+        f"{pair('added_latency')} (recorder receipt {pair('recorder_latency')}, "
+        f"published after commit {pair('published_latency')})"
     )
     command.stdout.write(
         f"{r['pattern']:8} {r['streams']:4} stream(s): {r['events_per_s']:>10,.0f} events/s, "
@@ -359,7 +365,7 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
     }
     if not opts["no_paced"]:
         request = {**PACED, "metadata": {**PACED["metadata"], "sentences": opts["sentences"]}}
-        paced = await _run(pattern, n, port, request, idle_s=10.0)
+        paced = await _run(pattern, n, port, request, idle_s=10.0, viewers=not opts["no_viewers"])
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
             ids = {"ids": paced["ids"]}
             receipts = (await client.post("/_bench/receipts", json=ids)).json()
@@ -375,8 +381,9 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
         if publish:
             result["published_latency_p50_ms"] = _percentile(publish, 50)
             result["published_latency_p99_ms"] = _percentile(publish, 99)
-        result["lost_events"] += paced["lost"]
-        result["duplicated_events"] += paced["duplicated"]
+        if not opts["no_viewers"]:
+            result["lost_events"] += paced["lost"]
+            result["duplicated_events"] += paced["duplicated"]
         result["paced_events"] = paced["stored"]
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         stats = (await client.post("/_bench/stats", json={})).json()
@@ -384,7 +391,7 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
     return result
 
 
-async def _run(pattern, n, port, request, idle_s):
+async def _run(pattern, n, port, request, idle_s, viewers=True):
     from websockets.asyncio.client import connect
 
     base = f"http://127.0.0.1:{port}"
@@ -409,12 +416,15 @@ async def _run(pattern, n, port, request, idle_s):
 
         sockets = []
         for i in range(0, n, 20):  # don't flood the accept queue
-            sockets += await asyncio.gather(*(viewer(s) for s in ids[i : i + 20]))
+            if viewers:
+                sockets += await asyncio.gather(*(viewer(s) for s in ids[i : i + 20]))
         t0 = time.monotonic_ns()
         await client.post("/_bench/start", json={"ids": ids})
         received = await asyncio.gather(
             *(_consume(ws, pattern == "stock", idle_s) for ws in sockets)
         )
+        if not viewers:
+            received = [[] for _ in ids]
         for _ in range(600):
             streams = (await client.post("/_bench/streams", json={"ids": ids})).json()["streams"]
             if all(s["status"] not in ("pending", "streaming") for s in streams):
@@ -491,7 +501,7 @@ async def _latencies(sim_root, run, receipts, published):
         for stream_id, records in zip(run["ids"], run["received"], strict=True):
             stream = run["streams"][stream_id]
             upstream_id = stream["upstream_id"]
-            if not upstream_id or not records:
+            if not upstream_id:
                 continue
             r = await client.get(f"/_simulator/responses/{upstream_id}", params={"wait": 5})
             if r.status_code != 200:

@@ -26,6 +26,12 @@ from streams import relay  # noqa: E402
 from streams.bench import relay as bench  # noqa: E402
 from streams.routing import websocket_urlpatterns  # noqa: E402
 
+if os.environ.get("STREAMSCOPE_BENCH_SWITCH_INTERVAL"):
+    # diagnostics: how much of the latency is threads waiting for the GIL
+    import sys
+
+    sys.setswitchinterval(float(os.environ["STREAMSCOPE_BENCH_SWITCH_INTERVAL"]))
+
 PATTERN = os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched")
 if PATTERN == "stock":
     relay.publish_batch = bench.stock_publish_batch
