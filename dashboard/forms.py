@@ -1,7 +1,11 @@
+import datetime as dt
+from urllib.parse import urlencode
+
 from django import forms
 from django.conf import settings
 
 from streams.importer import CaptureError, read_capture
+from streams.models import Stream
 
 MB = 1024 * 1024
 
@@ -37,3 +41,85 @@ class CaptureUploadForm(forms.Form):
                 f"Cannot import {upload.name}: {exc}", code="not_a_capture"
             ) from None
         return upload
+
+
+RANGES = {
+    "15m": dt.timedelta(minutes=15),
+    "1h": dt.timedelta(hours=1),
+    "24h": dt.timedelta(hours=24),
+    "7d": dt.timedelta(days=7),
+    "30d": dt.timedelta(days=30),
+}
+DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
+
+
+class StreamFilterForm(forms.Form):
+    """The streams list's query string: filters, search, and the keyset cursor."""
+
+    q = forms.CharField(required=False, max_length=200, strip=True)
+    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Stream.Status.choices])
+    source = forms.ChoiceField(required=False, choices=[("", "Any source"), *Stream.Source.choices])
+    requested = forms.CharField(required=False, max_length=100)
+    resolved = forms.CharField(required=False, max_length=100)
+    findings = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Findings: any or none"),
+            ("any", "With findings"),
+            ("errors", "With errors"),
+            ("none", "Without findings"),
+        ],
+    )
+    range = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Any time"),
+            ("15m", "Last 15 minutes"),
+            ("1h", "Last hour"),
+            ("24h", "Last 24 hours"),
+            ("7d", "Last 7 days"),
+            ("30d", "Last 30 days"),
+        ],
+    )
+    since = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS)
+    until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS)
+    before = forms.IntegerField(required=False, min_value=1)
+    after = forms.IntegerField(required=False, min_value=1)
+
+    FILTERS = ("q", "status", "source", "requested", "resolved", "findings", "range")
+
+    def filters(self):
+        """The cleaned filters for `queries.stream_page`, a preset range turned into `since`."""
+        d = self.cleaned_data
+        filters = {k: d.get(k) for k in (*self.FILTERS, "since", "until")}
+        preset = RANGES.get(d.get("range") or "")
+        if preset is not None:
+            start = dt.datetime.now(dt.UTC) - preset
+            filters["since"] = max(start, d["since"]) if d.get("since") else start
+        return filters
+
+    def is_filtered(self):
+        d = self.cleaned_data
+        return any(d.get(k) for k in (*self.FILTERS, "since", "until"))
+
+    def query(self, **changes):
+        """The filters as a query string (without the cursor), for pager and live links."""
+        params = {k: self.data.get(k) for k in (*self.FILTERS, "since", "until")}
+        params.update(changes)
+        return urlencode({k: v for k, v in params.items() if v not in (None, "")})
+
+
+class EventWindowForm(forms.Form):
+    """Which window of a stream's event table to show (see `queries.event_window`)."""
+
+    after = forms.IntegerField(required=False, min_value=-1)
+    before = forms.IntegerField(required=False, min_value=0)
+    at = forms.IntegerField(required=False, min_value=0)
+    type = forms.CharField(required=False, max_length=200)
+    tail = forms.BooleanField(required=False)
+
+    def window(self):
+        d = self.cleaned_data
+        keys = ("after", "before", "at", "type", "tail")
+        # (not `in (None, "", False)`: 0 == False, and event 0 is a fine place to jump to)
+        return {k: d[k] for k in keys if d.get(k) is not None and d[k] != "" and d[k] is not False}

@@ -1,12 +1,21 @@
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
-from django.http import Http404, HttpResponseRedirect, StreamingHttpResponse
+from django.http import (
+    Http404,
+    HttpResponseBadRequest,
+    HttpResponseRedirect,
+    JsonResponse,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard.forms import CaptureUploadForm
+from dashboard import queries
+from dashboard.forms import CaptureUploadForm, EventWindowForm, StreamFilterForm
 from streams import export, importer
 from streams.auth import streams_for
+from streams.checks import OUTPUT_DELTAS
 
 
 def _get_stream_for_user(request, stream_id):
@@ -16,6 +25,39 @@ def _get_stream_for_user(request, stream_id):
     if stream is None:
         raise Http404("No such stream")
     return stream
+
+
+def _fragment(request):
+    """Which piece of a page an htmx (or stream_*.js) request wants: the id of its target."""
+    if request.headers.get("HX-Request") != "true":
+        return None
+    return request.headers.get("HX-Target") or None
+
+
+def _json(data):
+    response = JsonResponse(data, json_dumps_params={"separators": (",", ":")})
+    response["Cache-Control"] = "private, no-cache"
+    return response
+
+
+def _timeline_config(stream):
+    """What stream_detail.js needs to know, as JSON in the page (json_script escapes it)."""
+    pk = stream.pk
+    return {
+        "id": pk,
+        "status": stream.status,
+        "active": stream.is_active,
+        "eventCount": stream.event_count,
+        "outputTypes": sorted(OUTPUT_DELTAS),
+        "ws": f"/ws/streams/{pk}/?format=json",
+        "urls": {
+            "page": reverse("stream_detail", args=[pk]),
+            "events": reverse("stream_events", args=[pk]),
+            "event": reverse("stream_event", args=[pk, 0]).removesuffix("0/"),
+            "timing": reverse("stream_timing", args=[pk]),
+            "replay": reverse("stream_replay", args=[pk]),
+        },
+    }
 
 
 def _download(request, stream, pieces, apieces, content_type, extension):
@@ -63,9 +105,87 @@ def stream_upload(request):
                 user=request.user,
                 model=form.cleaned_data["model"],
             )
-            return HttpResponseRedirect(f"/streams/{streams[0].pk}/")
+            return HttpResponseRedirect(reverse("stream_detail", args=[streams[0].pk]))
         status = 400
     else:
         form, status = CaptureUploadForm(), 200
     context = {"form": form, "nav": "streams"}
     return render(request, "dashboard/stream_upload.html", context, status=status)
+
+
+@login_required
+@require_GET
+def stream_list(request):
+    form = StreamFilterForm(request.GET)
+    if not form.is_valid():
+        # A bad value in a hand-edited URL: show the form with its errors and no rows.
+        context = {"form": form, "nav": "streams", "page": None, "models": []}
+        return render(request, "dashboard/stream_list.html", context, status=400)
+    d = form.cleaned_data
+    page = queries.stream_page(request.user, form.filters(), before=d["before"], after=d["after"])
+    context = {
+        "form": form,
+        "page": page,
+        "nav": "streams",
+        "upload_form": CaptureUploadForm(),
+        "query": form.query(),
+        "filtered": form.is_filtered(),
+    }
+    fragment = _fragment(request)
+    if fragment == "streams":
+        return render(request, "dashboard/stream_list.html#rows", context)
+    if fragment == "results":
+        return render(request, "dashboard/stream_list.html#results", context)
+    context["models"] = queries.model_names(request.user)
+    return render(request, "dashboard/stream_list.html", context)
+
+
+@login_required
+@require_GET
+def stream_detail(request, stream_id):
+    stream = _get_stream_for_user(request, stream_id)
+    form = EventWindowForm(request.GET)
+    window = form.window() if form.is_valid() else {}
+    if stream.is_active and not window:
+        window = {"tail": True}  # a live table follows the newest events
+    context = queries.stream_timeline(request.user, stream, window)
+    context["nav"] = "streams"
+    context["page_config"] = _timeline_config(stream)
+    return render(request, "dashboard/stream_detail.html", context)
+
+
+@login_required
+@require_GET
+def stream_events(request, stream_id):
+    stream = _get_stream_for_user(request, stream_id)
+    form = EventWindowForm(request.GET)
+    if not form.is_valid():
+        return HttpResponseBadRequest("Invalid window")
+    events = queries.event_window(stream, **form.window())
+    context = {"stream": stream, "events": events}
+    return render(request, "dashboard/stream_detail.html#event_window", context)
+
+
+@login_required
+@require_GET
+def stream_event(request, stream_id, index):
+    stream = _get_stream_for_user(request, stream_id)
+    event = queries.event_detail(stream, index)
+    if event is None:
+        raise Http404("No such event")
+    context = {"stream": stream, "event": event}
+    return render(request, "dashboard/stream_detail.html#event_detail", context)
+
+
+@login_required
+@require_GET
+def stream_timing(request, stream_id):
+    stream = _get_stream_for_user(request, stream_id)
+    return _json(queries.timing_series(stream))
+
+
+@login_required
+@require_GET
+def stream_replay(request, stream_id):
+    stream = _get_stream_for_user(request, stream_id)
+    return _json(queries.replay_events(stream))

@@ -1,0 +1,522 @@
+"""The read-side queries of the stream pages (dashboard/queries.py): keyset pages and filters
+of the list, event windows, summaries, output preparation, chart and replay data."""
+
+import datetime as dt
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from dashboard import queries
+from streams.checks import check_events
+from streams.models import Finding, Stream
+from streams.recorder import insert_events
+
+pytestmark = pytest.mark.django_db
+
+
+def _json(obj):
+    return json.dumps(obj, separators=(",", ":"))
+
+
+def text_events(*deltas, rewrite_to=None, start_seq=0):
+    """The event dicts of a one-message stream streaming `deltas` (and, with `rewrite_to`,
+    a rewrite pass whose .done text is `rewrite_to`)."""
+    text = "".join(deltas)
+    final = text if rewrite_to is None else rewrite_to
+    events = [
+        {"type": "response.created", "response": {"id": "resp_1", "model": "m-1"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}},
+        {
+            "type": "response.content_part.added",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": ""},
+        },
+    ]
+    events += [
+        {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": d}
+        for d in deltas
+    ]
+    if rewrite_to is not None:
+        events.append({"type": "response.rewrite.in_progress"})
+    events += [
+        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": final},
+        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "message"}},
+        {"type": "response.completed", "response": {"id": "resp_1", "output_text": final}},
+    ]
+    for seq, event in enumerate(events, start_seq):
+        event["sequence_number"] = seq
+    return events
+
+
+def recorded(user, events, times=None, **fields):
+    """A stream stored as the recorder stores one: rows through `insert_events`, the checker's
+    findings and reassembly on the Stream. `events` are dicts (or raw data strings); `times`
+    the receipt times in µs (default: 1 ms apart from 100 ms)."""
+    datas = [e if isinstance(e, str) else _json(e) for e in events]
+    if times is None:
+        times = [100_000 + 1000 * i for i in range(len(datas))]
+    checker, violations = check_events(
+        [(i, "message", d, t) for i, (d, t) in enumerate(zip(datas, times, strict=True))],
+        stall_threshold_us=2_000_000,
+    )
+    defaults = dict(
+        user=user,
+        status=checker.status if checker.status != "streaming" else "truncated",
+        requested_model="auto",
+        resolved_model=checker.resolved_model,
+        upstream_id=checker.upstream_id,
+        prompt="Tell me about Utrecht",
+        event_count=len(datas),
+        output_tokens=checker.output_tokens,
+        output_text=checker.output_text,
+        final_text=checker.final_text or "",
+        parts=checker.items(),
+        findings_count=len(violations),
+        error_findings=sum(v.severity == "error" for v in violations),
+        request_written_us=1000,
+        first_token_us=times[3] if len(times) > 3 else None,
+        terminal_us=times[-1],
+        closed_us=None if times[-1] is None else times[-1] + 500,
+    )
+    defaults.update(fields)
+    stream = Stream.objects.create(**defaults)
+    Finding.objects.bulk_create([Finding(stream=stream, **v.as_dict()) for v in violations])
+    wall = dt.datetime.now(dt.UTC)
+    rows = []
+    for i, (data, t_us) in enumerate(zip(datas, times, strict=True)):
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        obj = obj if isinstance(obj, dict) else {}
+        rows.append(
+            (
+                stream.pk,
+                i,
+                t_us,
+                None if t_us is None else wall,
+                "message",
+                "",
+                obj.get("type", ""),
+                obj.get("sequence_number"),
+                obj.get("output_index"),
+                obj.get("content_index"),
+                bool(obj),
+                data,
+                None,
+            )
+        )
+    insert_events(rows)
+    return stream
+
+
+@pytest.fixture
+def owner():
+    return get_user_model().objects.create_user("owner")
+
+
+@pytest.fixture
+def stranger():
+    return get_user_model().objects.create_user("stranger")
+
+
+@pytest.fixture
+def staff():
+    return get_user_model().objects.create_user("staff", is_staff=True)
+
+
+def many(user, n, **fields):
+    streams = Stream.objects.bulk_create(
+        [Stream(user=user, prompt=f"prompt {i}", **fields) for i in range(n)]
+    )
+    return sorted(streams, key=lambda s: s.pk)
+
+
+def ids(page):
+    return [s.pk for s in page.streams]
+
+
+# ---- the list --------------------------------------------------------------------------------
+
+
+class TestStreamPage:
+    def test_pages_cover_every_stream_once_newest_first_with_ties(self, owner):
+        streams = many(owner, 23)
+        # Equal timestamps across page boundaries: the id breaks the tie.
+        same = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        Stream.objects.filter(pk__in=[s.pk for s in streams[5:15]]).update(created_at=same)
+        Stream.objects.filter(pk__in=[s.pk for s in streams[:5]]).update(
+            created_at=same - dt.timedelta(hours=1)
+        )
+        expected = [
+            s.pk
+            for s in sorted(
+                Stream.objects.filter(user=owner), key=lambda s: (s.created_at, s.pk), reverse=True
+            )
+        ]
+        seen, before = [], None
+        while True:
+            page = queries.stream_page(owner, {}, before=before, limit=4)
+            seen += ids(page)
+            if page.older is None:
+                break
+            before = page.older
+        assert seen == expected
+
+        # and back up through the newer pages
+        back, after = [], seen[-1]
+        while after:
+            page = queries.stream_page(owner, {}, after=after, limit=4)
+            back = ids(page) + back
+            after = page.newer
+        assert back + [seen[-1]] == expected
+
+    def test_the_first_page_has_no_newer_cursor(self, owner):
+        many(owner, 3)
+        page = queries.stream_page(owner, {}, limit=2)
+        assert page.newer is None and page.older is not None
+        assert page.newest_id == max(ids(page))
+
+    def test_a_page_past_the_newest_knows_it(self, owner):
+        streams = many(owner, 3)
+        page = queries.stream_page(owner, {}, after=streams[0].pk, limit=5)
+        assert ids(page) == [streams[2].pk, streams[1].pk]
+        assert page.newer is None and page.older == streams[1].pk
+
+    def test_users_see_their_own_streams_and_staff_all(self, owner, stranger, staff):
+        mine = many(owner, 2)
+        theirs = many(stranger, 1)
+        assert set(ids(queries.stream_page(owner, {}))) == {s.pk for s in mine}
+        assert ids(queries.stream_page(stranger, {})) == [theirs[0].pk]
+        assert len(ids(queries.stream_page(staff, {}))) == 3
+
+    def test_a_cursor_of_someone_elses_stream_is_ignored(self, owner, stranger):
+        mine = many(owner, 2)
+        theirs = many(stranger, 1)
+        page = queries.stream_page(owner, {}, before=theirs[0].pk)
+        assert set(ids(page)) == {s.pk for s in mine}
+
+    def test_it_never_counts_nor_offsets(self, owner):
+        many(owner, 30)
+        with CaptureQueriesContext(connection) as ctx:
+            page = queries.stream_page(owner, {"status": "pending"}, limit=10)
+            queries.stream_page(owner, {}, before=page.older, limit=10)
+            queries.stream_page(owner, {}, after=page.older, limit=10)
+        sql = " ".join(q["sql"].upper() for q in ctx.captured_queries)
+        assert "COUNT(" not in sql and "OFFSET" not in sql
+
+    @pytest.mark.parametrize(
+        "filters,expected",
+        [
+            ({"status": "failed"}, {"failed"}),
+            ({"source": "import"}, {"imported"}),
+            ({"requested": "gpt-x"}, {"pinned"}),
+            ({"resolved": "small"}, {"routed"}),
+            ({"findings": "any"}, {"failed", "warned"}),
+            ({"findings": "errors"}, {"failed"}),
+            ({"findings": "none"}, {"imported", "pinned", "routed"}),
+            ({"q": "utrecht"}, {"routed"}),
+            ({"q": "resp_abc"}, {"pinned"}),
+        ],
+    )
+    def test_filters(self, owner, filters, expected):
+        rows = {
+            "failed": dict(status="failed", findings_count=2, error_findings=1),
+            "warned": dict(status="completed", findings_count=1),
+            "imported": dict(source="import"),
+            "pinned": dict(requested_model="gpt-x", upstream_id="resp_abc"),
+            "routed": dict(resolved_model="small", prompt="Tell me about Utrecht"),
+        }
+        by_pk = {Stream.objects.create(user=owner, **f).pk: name for name, f in rows.items()}
+        page = queries.stream_page(owner, {k: filters.get(k) for k in filters})
+        assert {by_pk[pk] for pk in ids(page)} == expected
+
+    def test_search_by_id_and_time_range(self, owner):
+        old, new = many(owner, 2)
+        Stream.objects.filter(pk=old.pk).update(
+            created_at=dt.datetime.now(dt.UTC) - dt.timedelta(days=3)
+        )
+        assert ids(queries.stream_page(owner, {"q": f"#{old.pk}"})) == [old.pk]
+        since = dt.datetime.now(dt.UTC) - dt.timedelta(days=1)
+        assert ids(queries.stream_page(owner, {"since": since})) == [new.pk]
+        assert ids(queries.stream_page(owner, {"until": since})) == [old.pk]
+
+    def test_model_names_are_the_users_own(self, owner, stranger):
+        Stream.objects.create(user=owner, requested_model="auto", resolved_model="small")
+        Stream.objects.create(user=stranger, requested_model="secret-model")
+        assert queries.model_names(owner) == ["auto", "small"]
+
+
+# ---- the timeline --------------------------------------------------------------------------
+
+
+class TestEventWindow:
+    @pytest.fixture
+    def stream(self, owner):
+        deltas = [f"w{i} " for i in range(495)]
+        return recorded(owner, text_events(*deltas))  # 3 + 495 + 3 = 501 events
+
+    def test_the_first_window(self, stream):
+        w = queries.event_window(stream, limit=200)
+        assert [r["index"] for r in w.rows] == list(range(200))
+        assert (w.first, w.last, w.has_before, w.has_after) == (0, 199, False, True)
+        assert w.rows[5]["summary"] == '"w2 " [0:0]'
+        assert w.rows[5]["t_ms"] == 105.0 and w.rows[5]["gap_ms"] == 1.0
+        assert w.rows[0]["gap_ms"] is None
+
+    def test_after_before_tail(self, stream):
+        w = queries.event_window(stream, after=199, limit=200)
+        assert (w.first, w.last, w.has_before, w.has_after) == (200, 399, True, True)
+        w = queries.event_window(stream, before=200, limit=150)
+        assert (w.first, w.last, w.has_before, w.has_after) == (50, 199, True, True)
+        w = queries.event_window(stream, tail=True, limit=200)
+        assert (w.first, w.last, w.has_before, w.has_after) == (301, 500, True, False)
+        assert w.rows[-1]["type"] == "response.completed"
+
+    def test_a_jump_shows_context_above_and_ignores_the_type_filter(self, stream):
+        w = queries.event_window(stream, at=300, type="response.completed", limit=200)
+        assert w.first == 300 - queries.JUMP_CONTEXT and w.at == 300 and w.type == ""
+
+    def test_a_type_filter_pages_by_index(self, stream):
+        w = queries.event_window(stream, type="response.output_text.delta", limit=10)
+        assert [r["index"] for r in w.rows] == list(range(3, 13))
+        assert not w.has_before and w.has_after
+        w = queries.event_window(stream, type="response.completed", limit=10)
+        assert [r["index"] for r in w.rows] == [500] and not w.has_before
+
+    def test_rows_carry_their_findings(self, owner):
+        events = text_events("a", "b", "c")
+        events[4]["sequence_number"] = 40  # a gap before event 4
+        stream = recorded(owner, events)
+        rows = {r["index"]: r for r in queries.event_window(stream).rows}
+        assert rows[4]["codes"] == ["sequence_gap"] and rows[4]["severity"] == "error"
+        assert rows[3]["codes"] == []
+
+
+class TestSummaries:
+    @pytest.mark.parametrize(
+        "obj,summary",
+        [
+            (
+                {
+                    "type": "response.output_text.delta",
+                    "output_index": 0,
+                    "content_index": 1,
+                    "delta": "a\nb",
+                },
+                '"a\\nb" [0:1]',
+            ),  # fmt: skip
+            (
+                {
+                    "type": "response.output_item.added",
+                    "output_index": 2,
+                    "item": {"type": "function_call", "name": "get_weather", "call_id": "c1"},
+                },
+                "function_call get_weather c1 [2]",
+            ),  # fmt: skip
+            (
+                {
+                    "type": "response.routing.completed",
+                    "model_id": "small",
+                    "category": "chat",
+                    "source": "rules",
+                },
+                "→ small (chat, rules)",
+            ),  # fmt: skip
+            (
+                {"type": "error", "code": "overloaded", "message": "try later"},
+                "overloaded: try later",
+            ),  # fmt: skip
+            (
+                {
+                    "type": "response.completed",
+                    "response": {"id": "r1", "status": "completed", "output_text": "hello"},
+                },
+                "r1 completed 5 chars",
+            ),  # fmt: skip
+            ({"type": "response.completed", "final_text": "hey"}, "final_text, 3 chars"),
+            (
+                {
+                    "type": "response.output_text.done",
+                    "output_index": 0,
+                    "content_index": 0,
+                    "text": "done!",
+                },
+                "done!" and '5 chars [0:0]: "done!"',
+            ),  # fmt: skip
+        ],
+    )
+    def test_event_summary(self, obj, summary):
+        assert queries.event_summary(obj["type"], _json(obj)) == summary
+
+    def test_not_json_and_long_text(self):
+        assert queries.event_summary("", "[DONE]", is_json=False) == "not JSON: [DONE]"
+        delta = {"type": "response.output_text.delta", "delta": "x" * 500}
+        summary = queries.event_summary(delta["type"], _json(delta))
+        assert len(summary) == queries.SUMMARY_MAX and summary.endswith("…")
+
+    def test_the_upstream_key_never_shows(self, settings):
+        settings.UPSTREAM_API_KEY = "sk-secret-123456"
+        obj = {"type": "error", "message": "bad key sk-secret-123456"}
+        assert "sk-secret" not in queries.event_summary("error", _json(obj))
+
+
+class TestOutputItems:
+    def test_a_rewrite_keeps_streamed_and_final_with_a_word_diff(self, owner):
+        stream = recorded(owner, text_events("teh ", "cat", rewrite_to="the cat"))
+        [item] = queries.output_items(stream.parts)
+        [part] = item["parts"]
+        assert part["text"] == "the cat" and part["streamed"] == "teh cat"
+        assert part["diff"] == [("del", "teh"), ("ins", "the"), ("same", " cat")]
+
+    def test_tool_calls_pretty_print_and_failures_stand_out(self):
+        parts = [
+            {
+                "output_index": 0,
+                "type": "function_call",
+                "name": "f",
+                "call_id": "c",
+                "arguments": '{"a":1}',
+                "status": "failed",
+                "output": "timed out",
+            },  # fmt: skip
+            {
+                "output_index": 1,
+                "type": "function_call",
+                "name": "g",
+                "arguments": "{oops",
+                "status": "completed",
+                "output": '[{"x": 1}]',
+            },  # fmt: skip
+        ]
+        failed, ok = queries.output_items(parts)
+        assert failed["tool"] and failed["failed"] and failed["arguments"] == '{\n  "a": 1\n}'
+        assert failed["output"] == "timed out" and not failed["output_json"]
+        assert not ok["failed"] and ok["arguments"] == "{oops" and not ok["arguments_json"]
+        assert ok["output"] == '[\n  {\n    "x": 1\n  }\n]'
+
+    def test_refusal_reasoning_and_unknown_items(self):
+        parts = [
+            {"output_index": 0, "type": "reasoning", "summary": ["thinking"]},
+            {
+                "output_index": 1,
+                "type": "message",
+                "parts": [{"content_index": 0, "type": "refusal", "text": "No.", "done": True}],
+            },  # fmt: skip
+            {"output_index": 2, "type": "web_search_call", "item": {"status": "completed"}},
+        ]
+        reasoning, message, other = queries.output_items(parts)
+        assert reasoning["summary"] == ["thinking"]
+        assert message["parts"][0]["type"] == "refusal" and "diff" not in message["parts"][0]
+        assert '"status": "completed"' in other["json"]
+
+
+class TestTimeline:
+    def test_waterfall_in_time_order_on_one_scale(self):
+        stream = Stream(
+            connected_us=1_000,
+            request_written_us=2_000,
+            headers_us=50_000,
+            created_event_us=60_000,
+            first_token_us=250_000,
+            terminal_us=900_000,
+            closed_us=1_000_000,
+        )
+        wf = queries.waterfall(stream)
+        names = [r["name"] for r in wf["rows"]]
+        assert names == [
+            "connected", "request_written", "headers", "created_event", "first_token",
+            "terminal", "closed",
+        ]  # fmt: skip
+        terminal = wf["rows"][5]
+        assert (terminal["left"], terminal["width"]) == (25.0, 65.0)
+        assert terminal["duration_ms"] == 650.0
+        assert [s["label"] for s in wf["spans"]] == ["TTFT", "Generation"]
+        assert wf["spans"][0]["ms"] == 248.0
+        assert [t["label"] for t in wf["ticks"]] == [
+            "0 ms",
+            "250 ms",
+            "500 ms",
+            "750 ms",
+            "1000 ms",
+        ]
+
+    def test_attempts_link_stall_retries(self, owner, stranger):
+        first = Stream.objects.create(user=owner, status="stalled")
+        second = Stream.objects.create(user=owner, first_attempt=first, attempt=2)
+        chain = queries.attempts(owner, second)
+        assert [(a["id"], a["status"]) for a in chain] == [
+            (first.pk, "stalled"),
+            (second.pk, "pending"),
+        ]
+        assert queries.attempts(owner, first) == chain
+        assert queries.attempts(stranger, first) == []
+
+    def test_stream_timeline_is_a_few_queries(self, owner):
+        stream = recorded(owner, text_events(*"abcdefgh"))
+        with CaptureQueriesContext(connection) as ctx:
+            timeline = queries.stream_timeline(owner, stream)
+        assert len(ctx.captured_queries) <= 12
+        assert timeline["items"][0]["parts"][0]["text"] == "abcdefgh"
+        assert len(timeline["events"].rows) == 14
+
+
+class TestChartAndReplay:
+    def test_timing_series_is_compact(self, owner):
+        times = [100_000, 101_000, 103_000, 3_103_000, 3_103_500]
+        events = text_events("a", "b")[:5]
+        stream = recorded(owner, events, times=times)
+        data = queries.timing_series(stream)
+        assert data["gap_us"] == [100_000, 1000, 2000, 3_000_000, 500]
+        assert "index" not in data and data["first"] == 0 and data["count"] == 5
+        types = [data["types"][k] for k in data["kind"]]
+        assert types[3] == "response.output_text.delta"
+        assert data["output_types"] == ["response.output_text.delta"]
+        assert data["stats"]["max_ms"] == 3000.0
+        assert data["stats"]["longest"][0] == {"index": 3, "gap_ms": 3000.0}
+        assert data["marks"] == [{"event_index": 3, "code": "stall"}]  # the checker's, 2 s
+
+    def test_untimed_streams_say_so(self, owner):
+        events = text_events("a")
+        stream = recorded(owner, events, times=[None] * len(events))
+        data = queries.timing_series(stream)
+        assert data["timed"] is False and "gap_us" not in data
+
+    def test_replay_events_are_compact_and_rebuild_the_text(self, owner):
+        stream = recorded(owner, text_events("Hel", "lo"))
+        data = queries.replay_events(stream)
+        assert data["targets"] == [["response.output_text.delta", 0, 0, None]]
+        deltas = [e for e in data["events"] if len(e) == 3]
+        assert [e[2] for e in deltas] == ["Hel", "lo"] and deltas[0][0] == 103_000
+        others = [e[1]["type"] for e in data["events"] if len(e) == 2]
+        assert others == [
+            "response.output_item.added",
+            "response.content_part.added",
+            "response.output_text.done",
+            "response.output_item.done",
+        ]
+
+
+class TestEventDetail:
+    def test_pretty_and_verbatim(self, owner):
+        stream = recorded(owner, text_events("<b>x</b>"))
+        event = queries.event_detail(stream, 3)
+        assert event["verbatim"] == (
+            '{"type":"response.output_text.delta","output_index":0,"content_index":0,'
+            '"delta":"<b>x</b>","sequence_number":3}'
+        )
+        assert json.loads(event["pretty"])["delta"] == "<b>x</b>"
+        assert event["pretty"].startswith('{\n  "type"')
+        assert queries.event_detail(stream, 999) is None
+
+    def test_invalid_json_has_no_pretty_view(self, owner):
+        events = text_events("a")
+        events.insert(4, "{not json")
+        stream = recorded(owner, events)
+        event = queries.event_detail(stream, 4)
+        assert event["pretty"] is None and event["verbatim"] == "{not json"
+        assert [f["code"] for f in event["findings"]] == ["invalid_json"]

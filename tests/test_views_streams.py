@@ -1,0 +1,269 @@
+"""The stream inspection pages: the list (/), the timeline (/streams/<id>/) and its
+fragments and data (events windows, one event, timing.json, replay.json). Who may see what,
+and what each shows."""
+
+import json
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from streams.importer import import_capture
+from streams.models import Stream
+from tests.conftest import FIXTURES
+from tests.test_queries import recorded, text_events
+
+XSS = "<img src=x onerror=alert(1)>"
+
+
+class Base:
+    """An owner with a stream, a stranger and a staff member, each with a logged-in client."""
+
+    @pytest.fixture(autouse=True)
+    def _people(self, db):
+        User = get_user_model()
+        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
+            user = User.objects.create_user(name, is_staff=staff)
+            client = Client()
+            client.force_login(user)
+            setattr(self, name, user)
+            setattr(self, f"{name}_client", client)
+        self.stream = recorded(
+            self.owner,
+            text_events("Careful with ", XSS, " and <script>alert(2)</script>."),
+            prompt=f"Say {XSS}",
+        )
+
+    def get(self, client, url=None, **headers):
+        return client.get(url or self.url(), headers=headers)
+
+
+def htmx(target):
+    return {"HX-Request": "true", "HX-Target": target}
+
+
+class TestStreamList(Base):
+    def url(self):
+        return "/"
+
+    def test_it_lists_the_users_streams(self):
+        r = self.get(self.owner_client)
+        assert r.status_code == 200
+        assert f'id="stream-row-{self.stream.pk}"' in r.text
+        assert f'href="/streams/{self.stream.pk}/"' in r.text
+        assert 'id="results"' in r.text and 'data-live="on"' in r.text
+        assert f'data-newest="{self.stream.pk}"' in r.text
+
+    def test_it_escapes_prompts(self):
+        r = self.get(self.owner_client)
+        assert XSS not in r.text
+        assert "Say &lt;img src=x onerror=alert(1)&gt;" in r.text
+
+    def test_it_hides_other_users_streams(self):
+        r = self.get(self.stranger_client)
+        assert r.status_code == 200
+        assert f"stream-row-{self.stream.pk}" not in r.text
+        assert "No streams yet." in r.text
+
+    def test_it_shows_staff_every_stream(self):
+        assert f"stream-row-{self.stream.pk}" in self.get(self.staff_client).text
+
+    def test_it_requires_login(self):
+        r = self.get(Client())
+        assert r.status_code == 302 and r["Location"].startswith("/login/")
+
+    def test_it_has_the_upload_form(self):
+        r = self.get(self.owner_client)
+        assert 'action="/streams/upload/"' in r.text and 'enctype="multipart/form-data"' in r.text
+
+    def test_it_filters(self):
+        failed = Stream.objects.create(user=self.owner, status="failed", prompt="broken")
+        r = self.get(self.owner_client, "/?status=failed")
+        assert f"stream-row-{failed.pk}" in r.text
+        assert f"stream-row-{self.stream.pk}" not in r.text
+        r = self.get(self.owner_client, "/?q=careful")  # not in any prompt
+        assert "No streams match these filters" in r.text
+        r = self.get(self.owner_client, f"/?q={self.stream.upstream_id}")
+        assert f"stream-row-{self.stream.pk}" in r.text
+
+    def test_it_pages_with_cursors(self):
+        Stream.objects.bulk_create([Stream(user=self.owner) for _ in range(55)])
+        r = self.get(self.owner_client, "/?status=pending")
+        assert r.text.count('class="stream status-pending"') == 50
+        page = r.context["page"]
+        assert f"before={page.older}" in r.text and "after=" not in r.text
+        r = self.get(self.owner_client, f"/?status=pending&before={page.older}")
+        assert r.text.count('class="stream status-pending"') == 5
+        assert 'data-live="off"' in r.text  # an older page does not take live inserts
+        assert f"status=pending&amp;after={r.context['page'].newer}" in r.text
+
+    def test_it_answers_htmx_with_fragments(self):
+        newer = Stream.objects.create(user=self.owner, prompt="newer")
+        r = self.get(self.owner_client, f"/?after={self.stream.pk}", **htmx("streams"))
+        assert r.status_code == 200 and "<form" not in r.text
+        assert f"stream-row-{newer.pk}" in r.text and f"stream-row-{self.stream.pk}" not in r.text
+        r = self.get(self.owner_client, "/?status=pending", **htmx("results"))
+        assert r.text.lstrip().startswith('<section id="results"')
+        assert f"stream-row-{newer.pk}" in r.text
+
+    def test_it_refuses_bad_filters(self):
+        r = self.get(self.owner_client, "/?status=nonsense&before=x")
+        assert r.status_code == 400
+        assert "Select a valid choice" in r.text
+
+
+class TestStreamDetail(Base):
+    def url(self, pk=None):
+        return f"/streams/{pk or self.stream.pk}/"
+
+    def test_it_shows_the_timeline(self):
+        r = self.get(self.owner_client)
+        assert r.status_code == 200
+        assert f"Stream #{self.stream.pk}" in r.text
+        assert 'id="stream-status"' in r.text and 'data-status="completed"' in r.text
+        assert f'href="/streams/{self.stream.pk}.sse"' in r.text
+        assert f'href="/streams/{self.stream.pk}.json"' in r.text
+        assert 'class="wf-bar wf-terminal"' in r.text
+        assert 'id="timeline-config"' in r.text and 'id="timing-chart"' in r.text
+
+    def test_model_output_is_escaped(self):
+        r = self.get(self.owner_client)
+        assert XSS not in r.text and "<script>alert(2)" not in r.text
+        assert "Careful with &lt;img src=x onerror=alert(1)&gt; and &lt;script&gt;" in r.text
+
+    def test_it_returns_404_for_strangers(self):
+        assert self.get(self.stranger_client).status_code == 404
+
+    def test_it_returns_404_for_missing_streams(self):
+        assert self.get(self.owner_client, self.url(self.stream.pk + 100)).status_code == 404
+
+    def test_it_allows_staff(self):
+        assert self.get(self.staff_client).status_code == 200
+
+    def test_it_requires_login(self):
+        r = self.get(Client())
+        assert r.status_code == 302 and r["Location"].startswith("/login/")
+
+    def test_it_shows_tool_calls_as_cards(self):
+        [stream] = import_capture(
+            (FIXTURES / "openai_parallel_function_calls.sse").read_bytes(),
+            "parallel.sse",
+            user=self.owner,
+        )
+        r = self.get(self.owner_client, self.url(stream.pk))
+        assert r.text.count('class="item tool') == len(
+            [p for p in stream.parts if p["type"] == "function_call"]
+        )
+        assert "secret_retrieval_tool" in r.text and "call_sKC7OABqf2A2PTLCm0CLeRWV" in r.text
+        assert "&quot;password&quot;: &quot;mellon&quot;" in r.text  # pretty-printed, escaped
+
+    def test_it_shows_a_rewrite_as_a_diff(self):
+        stream = recorded(self.owner, text_events("teh ", "cat", rewrite_to="the cat"))
+        r = self.get(self.owner_client, self.url(stream.pk))
+        assert "<del>teh</del><ins>the</ins><span> cat</span>" in r.text
+        assert "rewritten_text" in r.text
+
+    def test_findings_link_to_their_events(self):
+        events = text_events("a", "b")
+        events[4]["sequence_number"] = 40
+        stream = recorded(self.owner, events)
+        r = self.get(self.owner_client, self.url(stream.pk))
+        assert "sequence_gap" in r.text
+        assert 'href="?at=4#ev-4" data-jump="4"' in r.text
+
+    def test_it_jumps_to_an_event(self):
+        stream = recorded(self.owner, text_events(*[f"{i} " for i in range(400)]))
+        r = self.get(self.owner_client, f"{self.url(stream.pk)}?at=300")
+        assert 'id="ev-300" class="event target"' in r.text
+        assert 'id="ev-279"' not in r.text and 'id="ev-280"' in r.text
+        r = self.get(self.owner_client, f"{self.url(stream.pk)}?at=0")
+        assert 'id="ev-0" class="event target"' in r.text
+
+    def test_it_links_stall_retries(self):
+        Stream.objects.filter(pk=self.stream.pk).update(
+            status="stalled", error_code="stall", error_message="no event for 1 s; aborted"
+        )
+        retry = Stream.objects.create(user=self.owner, first_attempt=self.stream, attempt=2)
+        r = self.get(self.owner_client)
+        assert f'<a href="/streams/{retry.pk}/" class="retry-link">#{retry.pk}</a>' in r.text
+        assert "no event for 1 s; aborted" in r.text
+        r = self.get(self.owner_client, self.url(retry.pk))
+        assert f'<a href="/streams/{self.stream.pk}/">#{self.stream.pk}</a>' in r.text
+
+    def test_a_live_stream_shows_the_newest_events(self):
+        stream = recorded(self.owner, text_events(*"x" * 300), status="streaming")
+        r = self.get(self.owner_client, self.url(stream.pk))
+        config = json.loads(r.context["page_config"] and json.dumps(r.context["page_config"]))
+        assert config["active"] is True and config["ws"] == f"/ws/streams/{stream.pk}/?format=json"
+        assert r.context["events"].last == 305 and r.context["events"].has_before
+
+
+class TestStreamEvents(Base):
+    def url(self):
+        return f"/streams/{self.stream.pk}/events/"
+
+    def test_it_returns_a_window_of_rows(self):
+        r = self.get(self.owner_client, self.url() + "?after=2")
+        assert r.status_code == 200
+        assert r.text.lstrip().startswith('<tbody id="events-body"')
+        assert 'data-first="3"' in r.text and 'id="ev-2"' not in r.text
+        assert "&lt;img src=x onerror=alert(1)&gt;" in r.text and XSS not in r.text
+
+    def test_it_filters_by_type(self):
+        r = self.get(self.owner_client, self.url() + "?type=response.completed")
+        assert r.text.count('class="event"') == 1 and "response.completed" in r.text
+
+    def test_it_returns_404_for_strangers(self):
+        assert self.get(self.stranger_client).status_code == 404
+
+    def test_it_refuses_bad_windows(self):
+        assert self.get(self.owner_client, self.url() + "?after=x").status_code == 400
+
+
+class TestStreamEvent(Base):
+    def url(self, index=4):
+        return f"/streams/{self.stream.pk}/events/{index}/"
+
+    def test_it_shows_pretty_and_verbatim_data(self):
+        r = self.get(self.owner_client)
+        assert r.status_code == 200 and r.text.lstrip().startswith('<tr class="event-detail"')
+        assert "&quot;delta&quot;: &quot;&lt;img src=x onerror=alert(1)&gt;&quot;" in r.text
+        assert "&quot;delta&quot;:&quot;&lt;img" in r.text  # verbatim
+        assert XSS not in r.text
+
+    def test_it_returns_404_for_missing_events_and_strangers(self):
+        assert self.get(self.owner_client, self.url(999)).status_code == 404
+        assert self.get(self.stranger_client).status_code == 404
+
+
+class TestStreamTiming(Base):
+    def url(self):
+        return f"/streams/{self.stream.pk}/timing.json"
+
+    def test_it_returns_compact_arrays(self):
+        r = self.get(self.owner_client)
+        assert r.status_code == 200 and r["Content-Type"] == "application/json"
+        data = r.json()
+        assert data["count"] == self.stream.event_count == len(data["gap_us"])
+        assert data["gap_us"][:3] == [100_000, 1000, 1000]
+
+    def test_it_returns_404_for_strangers(self):
+        assert self.get(self.stranger_client).status_code == 404
+
+    def test_it_allows_staff(self):
+        assert self.get(self.staff_client).status_code == 200
+
+
+class TestStreamReplay(Base):
+    def url(self):
+        return f"/streams/{self.stream.pk}/replay.json"
+
+    def test_it_returns_the_output_events(self):
+        data = self.get(self.owner_client).json()
+        assert "".join(e[2] for e in data["events"] if len(e) == 3) == self.stream.output_text
+
+    def test_it_returns_404_for_strangers(self):
+        assert self.get(self.stranger_client).status_code == 404
+
+    def test_it_requires_login(self):
+        assert self.get(Client()).status_code == 302
