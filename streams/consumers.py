@@ -33,15 +33,16 @@ Stream::
      "stream": {"ttft_ms": 251.3, "resolved_model": "…", "event_count": 42, …},  # changed fields
      "terminal": true}               # only on the last frame, just before close 1000
 
-The first frame always carries ``status`` and ``stream`` (all public fields: status,
+A stream deleted while watched ends with ``{"events": [], "status": "deleted", "terminal":
+true}``. The first frame always carries ``status`` and ``stream`` (all public fields: status,
 upstream_id, resolved_model, routing_*, http_status, error_code, error_message, the
 ``*_us`` milestones, ttft_ms, duration_ms, tokens_per_s, event_count, output_tokens,
 findings_count, error_findings) and the first page of stored events (possibly none). Events
 are always in arrival order, each index exactly once per connection. ``t_us`` is the receipt
 time in µs since the stream started; ``data`` is the verbatim SSE data (parse it yourself: it
 may be invalid JSON, which is one of the things Streamscope records). Events are batched: one
-frame per committed batch, more when a slow client lets several batches queue up, at most
-2000 events per frame.
+frame per committed batch; batches that queued up meanwhile (a slow client, a busy server) go
+out together; at most 2000 events per frame.
 
 List::
 
@@ -80,7 +81,10 @@ Close codes
 
 How completeness is kept without trusting the channel layer
 ------------------------------------------------------------
-Channel layers drop messages silently when a consumer's queue is full. So the consumer never
+Messages come through the channel layer (Redis), or, with the in-memory layer, through
+``relay.LocalFanout`` (the same messages by direct call: the in-memory layer is process-local
+anyway, and its per-message cost was most of the relay's). Channel layers drop messages
+silently when a consumer's queue is full. So the consumer never
 assumes it got every message: a batch whose first new index is not ``last_sent + 1`` makes it
 read the hole from the database first; a terminal status makes it read everything after
 ``last_sent`` before it sends the status; an idle connection (no message for

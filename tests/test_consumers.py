@@ -280,6 +280,16 @@ class TestLive:
         frames, code = await frames_until_close(comm, timeout=3)  # nothing was published
         assert indexes(frames) == [5, 6, 7] and frames[-1]["status"] == "failed" and code == 1000
 
+    async def test_a_deleted_stream_ends_with_a_terminal_frame(self, people, knobs):
+        knobs(RELAY_IDLE_CHECK_S=0.2)
+        stream = await stored_stream(people.owner, 2, status="streaming")
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from()
+        await Stream.objects.filter(pk=stream.pk).adelete()
+        frames, code = await frames_until_close(comm, timeout=3)
+        assert frames == [{"events": [], "status": "deleted", "terminal": True}] and code == 1000
+
     async def test_a_tiny_channel_capacity_loses_nothing(
         self, people, upstream, capacity, knobs, monkeypatch
     ):
