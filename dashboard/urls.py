@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.urls import include, path
 
-from dashboard import views
+from dashboard import views, views_analytics
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -11,6 +11,9 @@ urlpatterns = [
     path("api/", include("streams.urls")),
     path("", views.stream_list, name="stream_list"),
     path("streams/upload/", views.stream_upload, name="stream_upload"),
+    path("latency/", views_analytics.latency, name="latency"),
+    path("routing/", views_analytics.routing, name="routing"),
+    path("analytics/", views_analytics.admin_analytics, name="admin_analytics"),
     path("streams/<int:stream_id>/", views.stream_detail, name="stream_detail"),
     path("streams/<int:stream_id>/events/", views.stream_events, name="stream_events"),
     path(

@@ -1,0 +1,154 @@
+"""Query-string forms of the analytics pages: validated input in, a `stats.Scope` out."""
+
+import datetime as dt
+
+from django import forms
+
+from dashboard.stats import Scope
+from streams.models import Stream
+
+RANGES = {
+    "1h": dt.timedelta(hours=1),
+    "24h": dt.timedelta(hours=24),
+    "7d": dt.timedelta(days=7),
+    "30d": dt.timedelta(days=30),
+    "90d": dt.timedelta(days=90),
+}
+RANGE_CHOICES = [
+    ("1h", "Last hour"),
+    ("24h", "Last 24 hours"),
+    ("7d", "Last 7 days"),
+    ("30d", "Last 30 days"),
+    ("90d", "Last 90 days"),
+    ("all", "All time"),
+    ("custom", "Custom (UTC)"),
+]
+ANY = [("", "Any")]
+
+
+class RangeForm(forms.Form):
+    """A time range: a preset relative to now, or custom bounds (UTC)."""
+
+    default_range = "7d"
+
+    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
+    start = forms.DateTimeField(
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="UTC",
+    )
+    end = forms.DateTimeField(
+        required=False,
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+        help_text="UTC",
+    )
+
+    def __init__(self, data=None, *args, **kwargs):
+        # an untouched page (no query string) is the default range, not an invalid form
+        super().__init__(data if data else None, *args, **kwargs)
+        self.fields["range"].initial = self.default_range
+
+    def clean(self):
+        cleaned = super().clean()
+        if not cleaned.get("range"):
+            cleaned["range"] = self.default_range
+        start, end = cleaned.get("start"), cleaned.get("end")
+        if cleaned["range"] == "custom":
+            if start is None:
+                self.add_error("start", "A custom range needs a start.")
+            elif end is not None and end <= start:
+                self.add_error("end", "The end must come after the start.")
+        return cleaned
+
+    def window(self, now):
+        """(start, end) of the range, None for an open bound."""
+        data = self.cleaned_data if self.is_bound else {"range": self.default_range}
+        choice = data.get("range") or self.default_range
+        if choice == "custom":
+            return _utc(data.get("start")), _utc(data.get("end")) or now
+        if choice == "all":
+            return None, now
+        return now - RANGES[choice], now
+
+    def filters(self):
+        return {}
+
+    def scope(self, user, now):
+        start, end = self.window(now)
+        return Scope.for_user(user, start=start, end=end, **self.filters())
+
+    @property
+    def range_label(self):
+        data = self.cleaned_data if self.is_bound and self.is_valid() else {}
+        choice = data.get("range") or self.default_range
+        return dict(RANGE_CHOICES)[choice]
+
+
+def _utc(value):
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
+class LatencyForm(RangeForm):
+    model = forms.CharField(required=False, max_length=100, label="Resolved model")
+    requested = forms.CharField(required=False, max_length=100, label="Requested model")
+    status = forms.ChoiceField(choices=ANY + list(Stream.Status.choices), required=False)
+    source = forms.ChoiceField(choices=ANY + list(Stream.Source.choices), required=False)
+    compare = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "Nothing"),
+            ("models", "Two models"),
+            ("previous", "This range with the one before"),
+        ],
+    )
+    a = forms.CharField(required=False, max_length=100, label="Model A")
+    b = forms.CharField(required=False, max_length=100, label="Model B")
+
+    def clean(self):
+        cleaned = super().clean()
+        if cleaned.get("compare") == "models" and not (cleaned.get("a") and cleaned.get("b")):
+            self.add_error("b", "Choose two models to compare.")
+        if cleaned.get("compare") == "previous" and cleaned.get("range") == "all":
+            self.add_error("compare", "All time has no range before it.")
+        return cleaned
+
+    def filters(self):
+        data = self.cleaned_data if self.is_bound else {}
+        return {
+            "resolved_model": data.get("model", ""),
+            "requested_model": data.get("requested", ""),
+            "status": data.get("status", ""),
+            "source": data.get("source", ""),
+        }
+
+    def comparison(self, user, now):
+        """(label A, scope A, label B, scope B), or None."""
+        data = self.cleaned_data if self.is_bound else {}
+        how = data.get("compare")
+        if not how:
+            return None
+        scope = self.scope(user, now)
+        if how == "models":
+            a = Scope(**{**scope.__dict__, "resolved_model": data["a"]})
+            b = Scope(**{**scope.__dict__, "resolved_model": data["b"]})
+            return data["a"], a, data["b"], b
+        start, end = scope.start, scope.end
+        span = end - start
+        before = Scope(**{**scope.__dict__, "start": start - span, "end": start})
+        return "Range before", before, "This range", scope
+
+
+class RoutingForm(RangeForm):
+    source = forms.ChoiceField(choices=ANY + list(Stream.Source.choices), required=False)
+
+    def filters(self):
+        data = self.cleaned_data if self.is_bound else {}
+        return {"source": data.get("source", "")}
+
+
+class AdminAnalyticsForm(RangeForm):
+    default_range = "30d"

@@ -1,0 +1,99 @@
+"""The analytics pages: latency (/latency/), routing (/routing/), admin analytics (/analytics/).
+
+Each view checks access, parses the query string with a form, makes one call into
+`dashboard.stats` and renders. The pages poll themselves (htmx, every 10 s while visible) with
+the version of the data they show; an unchanged version answers 204 and htmx keeps the page.
+"""
+
+import datetime as dt
+import functools
+
+from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.views.decorators.http import require_GET
+
+from dashboard import stats
+from dashboard.forms_analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
+
+
+def _render(request, template, context, form):
+    """The whole page, or only its content region for htmx polls; 400 for invalid input."""
+    status = 400 if form.is_bound and form.errors else 200
+    query = request.GET.copy()
+    query.pop("v", None)
+    context["poll_url"] = f"{request.path}?{query.urlencode()}" if query else request.path
+    if request.headers.get("HX-Request") and status == 200:
+        template += "#content"
+    return render(request, template, context, status=status)
+
+
+def _staff_only(view):
+    """Logged-in staff only: anonymous users go to the login page, others get a 403."""
+
+    @login_required
+    @functools.wraps(view)
+    def wrapper(request, *args, **kwargs):
+        if not request.user.is_staff:
+            raise PermissionDenied("Staff only")
+        return view(request, *args, **kwargs)
+
+    return wrapper
+
+
+def _known_version(request):
+    # only a poll may be answered with "nothing changed"
+    return request.GET.get("v") if request.headers.get("HX-Request") else None
+
+
+@login_required
+@require_GET
+def latency(request):
+    form = LatencyForm(request.GET)
+    now = dt.datetime.now(dt.UTC)
+    report = None
+    if not form.is_bound or form.is_valid():
+        report = stats.latency_report(
+            form.scope(request.user, now),
+            compare_with=form.comparison(request.user, now),
+            known_version=_known_version(request),
+            now=now,
+        )
+        if report is None:
+            return HttpResponse(status=204)
+    ctx = {"nav": "latency", "form": form, "report": report, "phase_labels": stats.PHASES}
+    return _render(request, "dashboard/latency.html", ctx, form)
+
+
+@login_required
+@require_GET
+def routing(request):
+    form = RoutingForm(request.GET)
+    now = dt.datetime.now(dt.UTC)
+    report = None
+    if not form.is_bound or form.is_valid():
+        report = stats.routing_report(
+            form.scope(request.user, now), known_version=_known_version(request), now=now
+        )
+        if report is None:
+            return HttpResponse(status=204)
+    return _render(
+        request, "dashboard/routing.html", {"nav": "routing", "form": form, "report": report}, form
+    )
+
+
+@_staff_only
+@require_GET
+def admin_analytics(request):
+    form = AdminAnalyticsForm(request.GET)
+    now = dt.datetime.now(dt.UTC)
+    report = None
+    if not form.is_bound or form.is_valid():
+        report = stats.admin_report(
+            form.scope(request.user, now), known_version=_known_version(request), now=now
+        )
+        if report is None:
+            return HttpResponse(status=204)
+    ctx = {"nav": "admin", "form": form, "report": report}
+    return _render(request, "dashboard/admin_analytics.html", ctx, form)

@@ -1,0 +1,184 @@
+/* Streamscope analytics charts, drawn with the vendored uPlot.
+ *
+ * A chart is an element `<div class="chart" data-chart="KIND" data-source="ID">`; its data is
+ * the JSON of `<script type="application/json" id="ID">` (Django's json_script, so it is
+ * escaped). Model names are untrusted: they reach the page only as text (uPlot writes legend
+ * labels with textContent and axis values onto the canvas), never as HTML.
+ *
+ * Charts are (re)drawn on page load and after every htmx swap (the pages poll), and resized
+ * with their container. Open <details> table views stay open across swaps.
+ */
+(function () {
+  "use strict";
+
+  const PALETTE = ["#2857d6", "#d4572a", "#1f7a3d", "#8a3ffc", "#b28600", "#007d79",
+    "#e0457b", "#5d6678", "#0072c3", "#a56eff"];
+  const HEIGHT = 260;
+
+  function colorFor(name) {
+    // a stable colour per model name, the same on every page and chart
+    let h = 0;
+    for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
+    return PALETTE[h % PALETTE.length];
+  }
+
+  function alpha(hex, a) {
+    const n = parseInt(hex.slice(1), 16);
+    return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
+  }
+
+  function readJSON(id) {
+    const el = document.getElementById(id);
+    return el ? JSON.parse(el.textContent) : null;
+  }
+
+  function fmtMs(v) {
+    return v == null ? "–" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : Math.round(v) + " ms");
+  }
+
+  function base(el, extra) {
+    return Object.assign({
+      width: Math.max(el.clientWidth, 240),
+      height: HEIGHT,
+      legend: { live: true },
+      cursor: { drag: { x: true, y: false } },
+    }, extra);
+  }
+
+  const builders = {
+    // TTFT histogram: one stepped outline per model, x = bin start (ms)
+    histogram(el, d) {
+      const xs = d.edges;
+      const data = [xs];
+      const series = [{ label: "TTFT", value: (u, v) => v == null ? "–" : `${v}–${v + d.width} ms` }];
+      for (const s of d.series) {
+        data.push(s.counts);
+        const c = colorFor(s.model);
+        series.push({
+          label: s.model, stroke: c, fill: alpha(c, 0.12), width: 1.5,
+          paths: uPlot.paths.stepped({ align: 1 }),
+          value: (u, v) => v == null ? "–" : String(v),
+        });
+      }
+      return new uPlot(base(el, {
+        scales: { x: { time: false } },
+        axes: [
+          { label: "TTFT (ms)", values: (u, vals) => vals.map((v) => v + "") },
+          { label: "streams" },
+        ],
+        series,
+      }), data, el);
+    },
+
+    // TTFT p50 (solid) and p95 (dashed) per model over time
+    timeseries(el, d) {
+      const data = [d.t];
+      const series = [{}];
+      for (const s of d.series) {
+        const c = colorFor(s.model);
+        data.push(s.p50);
+        series.push({ label: `${s.model} p50`, stroke: c, width: 2, spanGaps: false, value: (u, v) => fmtMs(v) });
+        if (s.p95) {
+          data.push(s.p95);
+          series.push({ label: `${s.model} p95`, stroke: c, width: 1, dash: [5, 4], spanGaps: false, value: (u, v) => fmtMs(v) });
+        }
+      }
+      return new uPlot(base(el, {
+        axes: [{}, { label: "TTFT (ms)", size: 60 }],
+        series,
+      }), data, el);
+    },
+
+    // routing: share of each resolved model among auto requests (bars)
+    share(el, d) {
+      const xs = d.map((_, i) => i);
+      const names = d.map((r) => r.model || "(none)");
+      const data = [xs, d.map((r) => r.share_pct)];
+      return new uPlot(base(el, {
+        scales: { x: { time: false, range: [-0.5, xs.length - 0.5] }, y: { range: [0, 100] } },
+        axes: [
+          { values: (u, vals) => vals.map((v) => Number.isInteger(v) && names[v] != null ? names[v] : ""), splits: () => xs, gap: 6 },
+          { label: "% of auto requests" },
+        ],
+        series: [
+          { label: "model", value: (u, v) => v == null ? "–" : names[v] },
+          {
+            label: "share", stroke: "#2857d6", fill: alpha("#2857d6", 0.6),
+            paths: uPlot.paths.bars({ size: [0.6, 80] }), points: { show: false },
+            value: (u, v) => v == null ? "–" : v.toFixed(1) + " %",
+          },
+        ],
+      }), data, el);
+    },
+
+    // routing: share of each resolved model per time bucket (lines, %)
+    trend(el, d) {
+      const totals = d.t.map((_, i) => d.series.reduce((a, s) => a + s.n[i], 0));
+      const data = [d.t];
+      const series = [{}];
+      for (const s of d.series) {
+        const c = colorFor(s.model);
+        data.push(s.n.map((n, i) => totals[i] ? 100 * n / totals[i] : null));
+        series.push({ label: s.model, stroke: c, width: 2, spanGaps: false, value: (u, v) => v == null ? "–" : v.toFixed(1) + " %" });
+      }
+      return new uPlot(base(el, {
+        scales: { y: { range: [0, 100] } },
+        axes: [{}, { label: "% of auto requests" }],
+        series,
+      }), data, el);
+    },
+
+    // admin: streams and failed streams per day (bars)
+    daily(el, d) {
+      const data = [d.t, d.streams, d.failed];
+      return new uPlot(base(el, {
+        axes: [{}, { label: "streams" }],
+        series: [
+          {},
+          { label: "streams", stroke: "#2857d6", fill: alpha("#2857d6", 0.5), paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false } },
+          { label: "failed", stroke: "#b3261e", width: 2 },
+        ],
+      }), data, el);
+    },
+  };
+
+  function draw(root) {
+    root.querySelectorAll("[data-chart]").forEach((el) => {
+      if (el._uplot || typeof uPlot === "undefined") return;
+      const build = builders[el.dataset.chart];
+      const d = readJSON(el.dataset.source);
+      if (!build || d == null) return;
+      el._uplot = build(el, d);
+    });
+  }
+
+  function resize() {
+    document.querySelectorAll("[data-chart]").forEach((el) => {
+      if (el._uplot) el._uplot.setSize({ width: Math.max(el.clientWidth, 240), height: HEIGHT });
+    });
+  }
+
+  let openDetails = [];
+  document.addEventListener("htmx:beforeSwap", () => {
+    openDetails = Array.from(document.querySelectorAll("details[id][open]")).map((d) => d.id);
+  });
+  document.addEventListener("htmx:afterSettle", () => {
+    for (const id of openDetails) {
+      const d = document.getElementById(id);
+      if (d) d.open = true;
+    }
+    draw(document);
+  });
+
+  let timer = null;
+  window.addEventListener("resize", () => {
+    clearTimeout(timer);
+    timer = setTimeout(resize, 150);
+  });
+
+  if (document.readyState === "loading") {
+    document.addEventListener("DOMContentLoaded", () => draw(document));
+  } else {
+    draw(document);
+  }
+})();
