@@ -173,14 +173,21 @@ HTML_DATA_MAX = 2000
 stats = Counter()
 
 
+# Knobs (settings.STREAMSCOPE) and their defaults.
+KNOBS = {
+    # events waiting for one slow connection before it is closed with 4008
+    "RELAY_OUTBOX_MAX_EVENTS": 20_000,
+    # bytes buffered by the server for a connection above which we stop sending to it
+    "RELAY_SEND_HIGH_WATER_BYTES": 256 * 1024,
+    # how long a connection's buffer may stay above that before it is closed with 4008
+    "RELAY_SLOW_CLIENT_TIMEOUT_S": 30.0,
+    # a connection without messages for this long checks the database once
+    "RELAY_IDLE_CHECK_S": 5.0,
+}
+
+
 def knob(name):
-    defaults = {
-        "RELAY_OUTBOX_MAX_EVENTS": 20_000,
-        "RELAY_SEND_HIGH_WATER_BYTES": 256 * 1024,
-        "RELAY_SLOW_CLIENT_TIMEOUT_S": 30.0,
-        "RELAY_IDLE_CHECK_S": 5.0,
-    }
-    return relay.conf(name, defaults[name])
+    return relay.conf(name, KNOBS[name])
 
 
 # ---------------------------------------------------------------------------------------------
