@@ -24,6 +24,7 @@ that header they redirect or re-render the page, so the forms work without the s
 A conversation is its owner's only: anyone else (staff included) gets a 404.
 """
 
+import datetime as dt
 import json
 
 from asgiref.sync import sync_to_async
@@ -33,6 +34,8 @@ from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
+from django.utils import timezone
+from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms_playground import SPEEDS, PlaygroundForm, scenario_choices
@@ -194,10 +197,15 @@ def _page_context(user, conversation, form=None, error=""):
         template = conversation or conversations.first()
         initial = template.settings_dict() if template else {"model": "auto", "speed": "1"}
         form = PlaygroundForm(initial=initial, catalog=catalog)
+    conversations = list(conversations[:SIDEBAR_CONVERSATIONS])
+    now = timezone.now()
+    for c in conversations:
+        recent = now - c.updated_at < dt.timedelta(minutes=1)
+        c.ago = "just now" if recent else f"{timesince(c.updated_at, now, depth=1)} ago"
     return {
         "nav": "playground",
         "conversation": conversation,
-        "conversations": conversations[:SIDEBAR_CONVERSATIONS],
+        "conversations": conversations,
         "turns": turns,
         "form": form,
         "error": error,

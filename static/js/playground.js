@@ -426,6 +426,11 @@ class LiveAnswer {
       return;
     }
     await this.hooks.refresh(this.turn);
+    if (this.turn.isConnected && this.turn.dataset.active) {
+      // the server's rendering could not be fetched: keep what streamed, as ended
+      delete this.turn.dataset.active;
+      this.turn.querySelector(".pg-assistant").removeAttribute("aria-busy");
+    }
     this.hooks.ended(this);
   }
 }

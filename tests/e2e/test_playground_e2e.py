@@ -95,9 +95,16 @@ class Playground:
         return self.page.inner_text(f"{selector} .pg-answer")
 
     def shot(self, name):
+        """What the user sees (scrolled to the end), and the whole page."""
         SCREENSHOTS.mkdir(exist_ok=True)
-        self.page.evaluate("window.scrollTo(0, 0)")  # sticky parts where a reader expects them
-        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+        self.page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
+        # sticky parts would be drawn mid-page in a full-page capture: unstick them for it
+        style = self.page.add_style_tag(
+            content=".pg-composer, .pg-sidebar { position: static !important; }"
+        )
+        self.page.screenshot(path=str(SCREENSHOTS / f"{name}-full.png"), full_page=True)
+        style.evaluate("node => node.remove()")
 
     def close(self):
         assert self.errors == [], self.errors
@@ -197,6 +204,8 @@ def test_stop_keeps_the_partial_answer(playground):
     page.wait_for_function(
         "() => document.querySelector('.pg-turn:last-child .pg-answer').innerText.length > 20"
     )
+    pg.shot("playground-streaming")
+    expect(page.locator(f"{LAST} .pg-status")).to_have_text("streaming")
     page.keyboard.press("Escape")  # the keyboard stops
     assert pg.wait_ended() == "cancelled"
     partial = pg.answer_text()
