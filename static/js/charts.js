@@ -97,7 +97,10 @@
       return new uPlot(base(el, {
         scales: { x: { time: false, range: [-0.5, xs.length - 0.5] }, y: { range: [0, 100] } },
         axes: [
-          { values: (u, vals) => vals.map((v) => Number.isInteger(v) && names[v] != null ? names[v] : ""), splits: () => xs, gap: 6 },
+          {
+            values: (u, vals) => vals.map((v) => Number.isInteger(v) && names[v] != null ? names[v] : ""),
+            splits: () => xs, rotate: -25, size: 70, gap: 4,
+          },
           { label: "% of auto requests" },
         ],
         series: [

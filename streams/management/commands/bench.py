@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError
 BENCHMARKS = {
     "ingest": "streams.bench.ingest",
     "relay": "streams.bench.relay",
+    "pages": "streams.bench.pages",
 }
 
 

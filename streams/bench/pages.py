@@ -1,0 +1,199 @@
+"""`python manage.py bench pages`: server time of the analytics pages on large histories.
+
+For each size (`--sizes`, default 10 000 and 100 000 streams) a child process migrates a fresh
+temporary SQLite database (or a throw-away PostgreSQL database next to `--postgres-url`),
+fills it with `seed_demo` (30 days, `--events-per-stream` events a stream) and requests each
+page with Django's test Client, logged in as staff: one warm-up request, then `--repeat` timed
+ones (middleware, view, queries and template rendering; no network). The query count comes
+from one more request with the queries captured. Pages: latency and routing at their default
+range (7 days) and at 30 days (the whole history), admin analytics (30 days), and the streams
+list `/` when it exists (URL name `stream_list`). Target: ≤ 300 ms a page at 100 000 streams
+on SQLite, and growth well below linear in the number of streams.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+BASE_DIR = Path(__file__).resolve().parents[2]
+SIZES = (10_000, 100_000)
+PAGES = [
+    ("latency", "/latency/"),
+    ("latency 30d", "/latency/?range=30d"),
+    ("routing", "/routing/"),
+    ("routing 30d", "/routing/?range=30d"),
+    ("admin_analytics", "/analytics/"),
+    ("stream_list", "stream_list"),  # a URL name: skipped when it does not exist
+]
+
+
+def add_arguments(parser):
+    parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="stream counts")
+    parser.add_argument("--repeat", type=int, default=5, help="timed requests per page")
+    parser.add_argument("--events-per-stream", type=int, default=10)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--database",
+        default="sqlite",
+        help="comma-separated list of: sqlite, postgres (a throw-away database on the server "
+        "of --postgres-url)",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("BENCH_POSTGRES_URL", ""),
+        help="postgres://… of a server where the bench may create and drop a database",
+    )
+    parser.add_argument("--child", default="", help=argparse.SUPPRESS)
+
+
+def run(command, opts):
+    if opts["child"]:
+        return _child_main(command, opts)
+    results = []
+    sizes = [int(s) for s in opts["sizes"].split(",") if s.strip()]
+    for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
+        by_page = {}
+        for size in sizes:
+            with _database(database, opts) as url:
+                spec = json.dumps(
+                    {
+                        "streams": size,
+                        "repeat": opts["repeat"],
+                        "events_per_stream": opts["events_per_stream"],
+                        "seed": opts["seed"],
+                    }
+                )
+                env = {**os.environ, "DATABASE_URL": url}
+                proc = subprocess.run(
+                    [sys.executable, "manage.py", "bench", "pages", "--child", spec],
+                    cwd=BASE_DIR,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
+                if proc.returncode != 0:
+                    raise SystemExit(f"bench child failed:\n{proc.stderr[-4000:]}")
+                lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+            for out in lines:
+                if "seed_s" in out:
+                    if not opts["json"]:
+                        command.stdout.write(
+                            f"{database}: seeded {out['streams']:,} streams "
+                            f"({out['events']:,} events) in {out['seed_s']:.1f} s"
+                        )
+                    continue
+                out = {**out, "database": database}
+                results.append(out)
+                previous = by_page.get(out["page"])
+                by_page[out["page"]] = out
+                _print(command, out, previous, opts["json"])
+    return results
+
+
+def _print(command, out, previous, as_json):
+    if as_json:
+        command.stdout.write(json.dumps(out))
+        return
+    growth = ""
+    if previous and previous["server_ms_p50"]:
+        ratio = out["server_ms_p50"] / previous["server_ms_p50"]
+        size_ratio = out["streams"] / previous["streams"]
+        growth = f"   ×{ratio:.1f} for ×{size_ratio:.0f} streams"
+    command.stdout.write(
+        f"{out['database']:8} {out['page']:16} {out['streams']:>8,} streams   "
+        f"p50 {out['server_ms_p50']:7.1f} ms   max {out['server_ms_max']:7.1f} ms   "
+        f"{out['queries']:>3} queries{growth}"
+    )
+
+
+class _database:
+    """A fresh database URL for one child, removed afterwards."""
+
+    def __init__(self, database, opts):
+        self.database = database
+        self.opts = opts
+
+    def __enter__(self):
+        if self.database == "sqlite":
+            self.tmp = tempfile.TemporaryDirectory(prefix="bench-pages-")
+            return f"sqlite:///{self.tmp.name}/bench.sqlite3"
+        if self.database == "postgres":
+            if not self.opts["postgres_url"]:
+                raise SystemExit("--database postgres needs --postgres-url or $BENCH_POSTGRES_URL")
+            self.name = f"bench_pages_{uuid.uuid4().hex[:8]}"
+            self._admin(f'CREATE DATABASE "{self.name}"')
+            parts = urlsplit(self.opts["postgres_url"])
+            return urlunsplit(parts._replace(path="/" + self.name))
+        raise SystemExit(f"unknown database {self.database!r} (sqlite, postgres)")
+
+    def __exit__(self, *exc):
+        if self.database == "sqlite":
+            self.tmp.cleanup()
+        else:
+            self._admin(f'DROP DATABASE IF EXISTS "{self.name}"')
+
+    def _admin(self, sql):
+        import psycopg
+
+        parts = urlsplit(self.opts["postgres_url"])
+        with psycopg.connect(urlunsplit(parts._replace(path="/postgres")), autocommit=True) as c:
+            c.execute(sql)
+
+
+# ---------------------------------------------------------------------------------------------
+# The child: one size, one process, one database.
+
+
+def _child_main(command, opts):
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+    from django.db import connection
+    from django.test import Client
+    from django.test.utils import CaptureQueriesContext
+    from django.urls import NoReverseMatch, reverse
+
+    from streams.management.commands.seed_demo import seed
+
+    spec = json.loads(opts["child"])
+    call_command("migrate", verbosity=0)
+    t0 = time.perf_counter()
+    counts = seed(
+        spec["streams"], days=30, seed=spec["seed"], events_per_stream=spec["events_per_stream"]
+    )
+    seed_s = time.perf_counter() - t0
+    command.stdout.write(json.dumps({**counts, "seed_s": round(seed_s, 1)}))
+    staff = get_user_model().objects.create_user("bench-staff", is_staff=True)
+    client = Client(HTTP_HOST="127.0.0.1")
+    client.force_login(staff)
+    for page, url in PAGES:
+        if not url.startswith("/"):
+            try:
+                url = reverse(url)
+            except NoReverseMatch:
+                continue
+        response = client.get(url)  # warm-up: imports, templates, SQLite page cache
+        if response.status_code != 200:
+            raise SystemExit(f"{url}: HTTP {response.status_code}")
+        times = []
+        for _ in range(spec["repeat"]):
+            t = time.perf_counter()
+            client.get(url)
+            times.append((time.perf_counter() - t) * 1000)
+        with CaptureQueriesContext(connection) as queries:
+            client.get(url)
+        result = {
+            "page": page,
+            "streams": spec["streams"],
+            "server_ms_p50": round(statistics.median(times), 1),
+            "server_ms_max": round(max(times), 1),
+            "queries": len(queries.captured_queries),
+        }
+        command.stdout.write(json.dumps(result))

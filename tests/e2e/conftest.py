@@ -1,0 +1,89 @@
+"""Shared fixtures for the Chromium tests (Playwright's sync API, the system Chromium).
+
+- `browser`: one headless Chromium per test session (`/usr/bin/chromium`; never
+  `playwright install`).
+- `logged_in_page(user, base_url)`: a fresh browser context logged in as `user` by its session
+  cookie (no password, no login form: hashing costs ~0.25 s), with a page open on `base_url`
+  and every page error collected in `page.errors`. Works with pytest-django's `live_server`
+  and with any server on the test database (tests.conftest.DaphneServer).
+- `screenshot(page, name)`: a full-page PNG in tests/e2e/screenshots/ (git-ignored).
+
+Tests that use a live server need `transactional_db` so that the server sees their rows.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Playwright's sync API runs an event loop in the test's thread; Django then refuses the test's
+# own (plain, sequential) ORM calls unless told they are safe.
+os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+TIMEOUT_MS = 30_000
+
+
+@pytest.fixture(scope="session")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+def session_cookie(user, url):
+    """A Playwright cookie that logs `user` in on the server at `url`."""
+    from django.conf import settings
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    value = client.cookies[settings.SESSION_COOKIE_NAME].value
+    return {"name": settings.SESSION_COOKIE_NAME, "value": value, "url": url}
+
+
+@pytest.fixture
+def logged_in_page(browser):
+    """A factory: `logged_in_page(user, base_url, path="/", width=1280, height=860)`."""
+    contexts = []
+
+    def open_page(user, base_url, path="/", width=1280, height=860):
+        context = browser.new_context(viewport={"width": width, "height": height})
+        context.set_default_timeout(TIMEOUT_MS)
+        contexts.append(context)
+        if user is not None:
+            context.add_cookies([session_cookie(user, base_url)])
+        page = context.new_page()
+        page.errors = []
+        page.on("pageerror", lambda e: page.errors.append(str(e)))
+        page.goto(base_url + path)
+        return page
+
+    yield open_page
+    for context in contexts:
+        context.close()
+
+
+def take_screenshot(page, name):
+    SCREENSHOTS.mkdir(exist_ok=True)
+    path = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    return path
+
+
+@pytest.fixture
+def screenshot():
+    return take_screenshot

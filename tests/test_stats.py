@@ -1,0 +1,393 @@
+"""dashboard.stats against numbers computed by hand on small data: nearest-rank percentiles (on
+the ordered-index path and the window path), shares, the category × model matrix, filters,
+access, empty scopes, the admin figures and the refresh version."""
+
+import datetime as dt
+import random
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from dashboard import stats
+from dashboard.stats import Scope, nearest_rank, rank
+from streams.management.commands.seed_demo import _settable_created_at
+from streams.models import Finding, Stream
+
+NOW = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
+DAY = dt.timedelta(days=1)
+HOUR = dt.timedelta(hours=1)
+
+
+def make(user=None, resolved="m-a", requested="auto", ttft=None, status="completed", **kw):
+    """A finished stream row with consistent milestones (µs) for the given TTFT (ms)."""
+    fields = {
+        "user": user,
+        "resolved_model": resolved,
+        "requested_model": requested,
+        "status": status,
+        "ttft_ms": ttft,
+        "created_at": kw.pop("created_at", NOW - HOUR),
+        "source": kw.pop("source", "live"),
+    }
+    if ttft is not None:
+        written = 1_000
+        fields.update(
+            request_written_us=written,
+            headers_us=written + 10_000,
+            created_event_us=written + 11_000,
+            first_token_us=written + int(ttft * 1000),
+        )
+        if requested == "auto" and kw.get("routing_category", "x") is not None:
+            fields["routing_us"] = written + 31_000
+    fields.update(kw)
+    if fields.get("routing_category") is None:
+        fields.pop("routing_category", None)
+    return Stream(**fields)
+
+
+def save(*streams):
+    with _settable_created_at():
+        return Stream.objects.bulk_create(streams)
+
+
+def everyone(**kw):
+    return Scope(user_id=None, start=NOW - 7 * DAY, end=NOW, **kw)
+
+
+@pytest.fixture
+def users(db):
+    User = get_user_model()
+    return User.objects.create_user("owner"), User.objects.create_user("stranger")
+
+
+class TestRank:
+    def test_it_is_the_nearest_rank(self):
+        assert rank(500, 10) == 5
+        assert rank(750, 10) == 8
+        assert rank(950, 20) == 19
+        assert rank(990, 10) == 10
+        assert rank(500, 1) == 1
+        # where q·n in floating point lands just above an integer (0.9 × 70 = 63.000…01)
+        assert rank(900, 70) == 63
+
+    def test_nearest_rank_of_a_list(self):
+        assert nearest_rank([5, 1, 4, 2, 3], 500) == 3
+        assert nearest_rank([5, 1, 4, 2, 3], 990) == 5
+        assert nearest_rank([], 500) is None
+
+
+class TestLatency:
+    @pytest.fixture(autouse=True)
+    def data(self, users):
+        owner, stranger = users
+        self.owner, self.stranger = owner, stranger
+        # m-a: TTFT 10, 20, … 100 ms (auto); m-b: 200, 400 ms (pinned); one m-a failure, one
+        # stranger's stream and one stream out of range.
+        rows = [make(owner, "m-a", "auto", 10.0 * i) for i in range(1, 11)]
+        rows += [make(owner, "m-b", "m-b", 200.0), make(owner, "m-b", "m-b", 400.0)]
+        rows.append(make(owner, "m-a", "auto", None, status="failed", error_code="server_error"))
+        rows.append(make(stranger, "m-a", "auto", 5000.0, source="proxy"))
+        rows.append(make(owner, "m-a", "auto", 9000.0, created_at=NOW - 30 * DAY))
+        save(*rows)
+
+    def report(self, scope):
+        return stats.latency_report(scope, now=NOW)
+
+    def test_it_computes_percentiles_per_resolved_model(self):
+        scope = Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW)
+        report = self.report(scope)
+        rows = {r["model"]: r for r in report.by_resolved}
+        a = rows["m-a"]
+        assert a["count"] == 11 and a["ttft_n"] == 10
+        assert (a["p50"], a["p75"], a["p90"], a["p95"], a["p99"], a["max"]) == (
+            50.0,
+            80.0,
+            90.0,
+            100.0,
+            100.0,
+            100.0,
+        )
+        b = rows["m-b"]
+        assert (b["count"], b["p50"], b["p95"], b["max"]) == (2, 200.0, 400.0, 400.0)
+
+    def test_it_computes_rates_over_finished_streams(self):
+        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        a = {r["model"]: r for r in report.by_resolved}["m-a"]
+        assert a["error_rate"] == pytest.approx(1 / 11)
+        assert a["error_pct"] == pytest.approx(100 / 11)
+        assert a["stall_rate"] == 0
+
+    def test_it_groups_by_requested_model_and_overall(self):
+        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        by_requested = {r["model"]: r for r in report.by_requested}
+        assert by_requested["auto"]["count"] == 11 and by_requested["m-b"]["count"] == 2
+        # overall: 10, 20 … 100, 200, 400 → 12 values; p50 = 6th = 60, p90 = 11th = 200
+        assert report.overall["count"] == 13
+        assert report.overall["p50"] == 60.0 and report.overall["p90"] == 200.0
+        assert report.overall["p99"] == 400.0
+
+    def test_staff_scope_sees_everyone(self):
+        report = self.report(everyone())
+        a = {r["model"]: r for r in report.by_resolved}["m-a"]
+        assert a["count"] == 12 and a["max"] == 5000.0
+
+    def test_a_user_sees_only_their_own_streams(self):
+        report = self.report(Scope(user_id=self.stranger.pk, start=NOW - 7 * DAY, end=NOW))
+        assert [r["model"] for r in report.by_resolved] == ["m-a"]
+        assert report.by_resolved[0]["count"] == 1
+        assert report.resolved_models == ["m-a"]
+        assert [s["ttft_ms"] for s in report.slowest] == [5000.0]
+
+    def test_it_filters(self):
+        assert self.report(everyone(source="proxy")).overall["count"] == 1
+        assert self.report(everyone(status="failed")).overall["count"] == 1
+        only_b = self.report(everyone(resolved_model="m-b"))
+        assert [r["model"] for r in only_b.by_resolved] == ["m-b"]
+        assert self.report(everyone(requested_model="m-b")).overall["p50"] == 200.0
+
+    def test_the_range_excludes_older_streams(self):
+        wide = self.report(Scope(user_id=None, start=NOW - 60 * DAY, end=NOW))
+        assert wide.overall["max"] == 9000.0
+        assert self.report(everyone()).overall["max"] == 5000.0
+
+    def test_the_narrow_path_gives_the_same_percentiles(self):
+        scope = everyone()
+        aggregates = stats.pair_aggregates(scope)
+        ordered = stats._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=False)
+        narrow = stats._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=True)
+        assert ordered == narrow
+
+    def test_histogram_counts_every_stream_with_a_ttft(self):
+        report = self.report(everyone())
+        for series in report.histogram["series"]:
+            row = {r["model"]: r for r in report.by_resolved}[series["model"]]
+            assert sum(series["counts"]) == row["ttft_n"]
+        edges = report.histogram["edges"]
+        assert edges[0] == 0 and edges == sorted(edges)
+
+    def test_phases_add_up_to_the_mean_ttft(self):
+        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        a = {r["model"]: r for r in report.by_resolved}["m-a"]
+        phases = {p["key"]: p["ms"] for p in a["phases"]}
+        assert phases["connect"] == pytest.approx(1.0)
+        assert phases["headers"] == pytest.approx(10.0)
+        assert phases["routing"] == pytest.approx(20.0)
+        after_written = sum(v for k, v in phases.items() if k != "connect")
+        assert after_written == pytest.approx(a["ttft_mean"])
+
+    def test_slowest_lists_the_highest_ttft_first(self):
+        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        ttfts = [s["ttft_ms"] for s in report.slowest]
+        assert ttfts[:3] == [400.0, 200.0, 100.0]
+
+    def test_time_series_buckets_the_range(self):
+        scope = Scope(user_id=None, start=NOW - 6 * HOUR, end=NOW)
+        report = self.report(scope)
+        assert report.series["step"] == 900  # 6 h in 15 min buckets
+        a = next(s for s in report.series["series"] if s["model"] == "m-a")
+        # all of m-a's in-range streams started an hour ago: one bucket holds them
+        assert sum(a["n"]) == 11
+        i = max(range(len(a["n"])), key=lambda i: a["n"][i])
+        assert a["p50"][i] == nearest_rank([10.0 * k for k in range(1, 11)] + [5000.0], 500)
+
+    def test_compare_two_models(self):
+        scope = everyone()
+        a = Scope(**{**scope.__dict__, "resolved_model": "m-a"})
+        b = Scope(**{**scope.__dict__, "resolved_model": "m-b"})
+        report = stats.latency_report(scope, now=NOW, compare_with=("m-a", a, "m-b", b))
+        deltas = {d["key"]: d for d in report.comparison.deltas}
+        assert deltas["p50"]["a"] == 60.0 and deltas["p50"]["b"] == 200.0
+        assert deltas["p50"]["change_pct"] == pytest.approx(100 * 140 / 60)
+
+    def test_an_empty_scope_is_an_empty_report(self):
+        report = self.report(Scope(user_id=None, start=NOW - 365 * DAY, end=NOW - 300 * DAY))
+        assert report.empty and report.overall is None and report.by_resolved == []
+
+
+@pytest.mark.django_db
+def test_percentiles_match_the_definition_on_random_data():
+    rng = random.Random(7)
+    values = {m: [round(rng.lognormvariate(5, 0.6), 3) for _ in range(n)] for m, n in
+              (("x", 37), ("y", 101), ("z", 3))}  # fmt: skip
+    save(*[make(None, m, "auto", v) for m, vs in values.items() for v in vs])
+    report = stats.latency_report(everyone(), now=NOW)
+    for row in report.by_resolved:
+        for q, name in stats.PCT_NAMES.items():
+            assert row[name] == nearest_rank(values[row["model"]], q), (row["model"], name)
+    every = [v for vs in values.values() for v in vs]
+    assert report.overall["p95"] == nearest_rank(every, 950)
+
+
+class TestRouting:
+    @pytest.fixture(autouse=True)
+    def data(self, users):
+        owner, _ = users
+        self.owner = owner
+        rows = []
+        # auto: chat → m-a ×3, code → m-b ×1, chat → m-b ×1 (fallback); 1 failed before routing
+        for ttft in (100.0, 200.0, 300.0):
+            rows.append(
+                make(
+                    owner,
+                    "m-a",
+                    "auto",
+                    ttft,
+                    routing_category="chat",
+                    routing_source="rules",
+                    routing_reasoning="Short input <b>chat</b>",
+                )  # fmt: skip
+            )
+        rows.append(
+            make(
+                owner,
+                "m-b",
+                "auto",
+                400.0,
+                routing_category="code",
+                routing_source="rules",
+                routing_reasoning="Looks like code",
+            )  # fmt: skip
+        )
+        rows.append(
+            make(
+                owner,
+                "m-b",
+                "auto",
+                500.0,
+                routing_category="chat",
+                routing_source="fallback",
+                routing_reasoning="m-a at capacity",
+                status="failed",
+            )  # fmt: skip
+        )
+        rows.append(make(owner, "", "auto", None, status="failed", routing_category=None))
+        # pinned: two, one of which got a routing event (a violation, with its finding)
+        rows.append(make(owner, "m-a", "m-a", 50.0))
+        violating = make(owner, "m-b", "m-b", 60.0, routing_us=20_000, routing_category="code")
+        rows.append(violating)
+        saved = save(*rows)
+        Finding.objects.create(
+            stream=saved[-1], code="routing_on_pinned_model", severity="warning", event_index=1
+        )
+        self.violating = saved[-1]
+
+    def test_shares_of_resolved_models(self):
+        report = stats.routing_report(everyone(), now=NOW)
+        shares = {s["model"]: s for s in report.shares}
+        assert report.total == 6
+        assert shares["m-a"]["count"] == 3 and shares["m-a"]["share"] == pytest.approx(0.5)
+        assert shares["m-b"]["count"] == 2 and shares["m-b"]["share_pct"] == pytest.approx(100 / 3)
+        assert shares[""]["count"] == 1
+        assert shares["m-a"]["ttft_p50"] == 200.0 and shares["m-a"]["ttft_p95"] == 300.0
+        assert shares["m-b"]["error_rate"] == pytest.approx(0.5)
+
+    def test_the_category_model_matrix(self):
+        report = stats.routing_report(everyone(), now=NOW)
+        matrix = {
+            row["category"]: {c["model"]: c["count"] for c in row["cells"]} for row in report.matrix
+        }
+        assert matrix["chat"] == {"m-a": 3, "m-b": 1, "": 0}
+        assert matrix["code"] == {"m-a": 0, "m-b": 1, "": 0}
+        assert matrix[""] == {"m-a": 0, "m-b": 0, "": 1}
+        chat = next(r for r in report.matrix if r["category"] == "chat")
+        assert chat["total"] == 4 and chat["cells"][0]["share"] == pytest.approx(0.75)
+
+    def test_sources_and_decision_time(self):
+        report = stats.routing_report(everyone(), now=NOW)
+        assert {s["source"]: s["count"] for s in report.sources} == {
+            "rules": 4,
+            "fallback": 1,
+            "": 1,
+        }
+        decision = {d["model"]: d for d in report.decision}
+        # routing_us − request_written_us = 31 000 µs = 31 ms for every routed stream
+        assert decision["m-a"]["p50"] == pytest.approx(31.0) and decision["m-a"]["n"] == 3
+
+    def test_sample_reasons_are_distinct_per_category(self):
+        report = stats.routing_report(everyone(), now=NOW)
+        reasons = {r["category"]: [s["text"] for s in r["samples"]] for r in report.reasons}
+        assert sorted(reasons["chat"]) == ["Short input <b>chat</b>", "m-a at capacity"]
+        assert reasons["code"] == ["Looks like code"]
+
+    def test_auto_vs_pinned(self):
+        report = stats.routing_report(everyone(), now=NOW)
+        sides = {r["side"]: r for r in report.auto_vs_pinned}
+        assert sides["auto"]["count"] == 6 and sides["pinned"]["count"] == 2
+        assert sides["pinned"]["p50"] == 50.0 and sides["pinned"]["max"] == 60.0
+
+    def test_pinned_requests_with_a_routing_event_are_listed(self):
+        report = stats.routing_report(everyone(), now=NOW)
+        assert [s["id"] for s in report.pinned_routed] == [self.violating.pk]
+        assert report.pinned_routed_count == 1
+        assert report.pinned_routed_findings == 1
+
+    def test_no_auto_requests_is_an_empty_report(self):
+        report = stats.routing_report(everyone(source="import"), now=NOW)
+        assert report.empty and report.shares == []
+
+
+class TestAdmin:
+    @pytest.fixture(autouse=True)
+    def data(self, users):
+        owner, stranger = users
+        self.owner, self.stranger = owner, stranger
+        rows = [
+            make(owner, "m-a", "auto", 100.0, created_at=NOW - 2 * DAY, event_count=10,
+                 bytes_received=1000, output_tokens=5, duration_ms=900.0),
+            make(owner, "m-a", "auto", None, status="failed", error_code="server_error",
+                 created_at=NOW - 2 * DAY, event_count=0, duration_ms=20.0),
+            make(stranger, "m-b", "m-b", 50.0, created_at=NOW - DAY + HOUR, event_count=30,
+                 bytes_received=5000, output_tokens=20, duration_ms=3000.0, findings_count=2),
+            make(stranger, "m-b", "m-b", None, status="stalled", created_at=NOW - HOUR,
+                 event_count=7, duration_ms=60000.0),
+        ]  # fmt: skip
+        saved = save(*rows)
+        Finding.objects.create(stream=saved[2], code="sequence_gap", severity="error")
+        Finding.objects.create(stream=saved[2], code="stall", severity="warning")
+        Finding.objects.create(stream=saved[3], code="stall", severity="warning")
+        self.saved = saved
+
+    def report(self):
+        return stats.admin_report(everyone(), now=NOW)
+
+    def test_streams_and_events_per_day(self):
+        days = {d["day"]: d for d in self.report().days}
+        two_days_ago = (NOW - 2 * DAY).date()
+        assert days[two_days_ago] == {"day": two_days_ago, "streams": 2, "failed": 1, "events": 10}
+        assert days[(NOW - DAY + HOUR).date()]["events"] == 30
+        assert days[NOW.date()]["events"] == 7
+
+    def test_usage_per_user(self):
+        users = {u["username"]: u for u in self.report().users}
+        assert users["owner"]["streams"] == 2 and users["owner"]["failed"] == 1
+        assert users["stranger"]["output_tokens"] == 20 and users["stranger"]["bytes"] == 5000
+
+    def test_error_codes_and_findings(self):
+        report = self.report()
+        assert {(e["status"], e["code"]): e["count"] for e in report.errors} == {
+            ("failed", "server_error"): 1,
+            ("stalled", ""): 1,
+        }
+        findings = {(r["code"], r["severity"]): r["total"] for r in report.findings["rows"]}
+        assert findings == {("stall", "warning"): 2, ("sequence_gap", "error"): 1}
+        assert report.findings["models"] == ["m-b"]
+
+    def test_largest_and_slowest(self):
+        report = self.report()
+        assert report.largest[0]["id"] == self.saved[2].pk
+        assert [s["id"] for s in report.slowest[:2]] == [self.saved[3].pk, self.saved[2].pk]
+
+
+@pytest.mark.django_db
+def test_the_version_changes_when_a_stream_starts_or_finishes():
+    scope = everyone()
+    [stream] = save(make(None, "m-a", "auto", None, status="streaming"))
+    v1 = stats.version(scope, NOW)
+    assert stats.latency_report(scope, now=NOW, known_version=v1) is None
+    Stream.objects.filter(pk=stream.pk).update(status="completed")
+    v2 = stats.version(scope, NOW)
+    assert v2 != v1
+    save(make(None, "m-a", "auto", 10.0))
+    assert stats.version(scope, NOW) != v2
+    report = stats.latency_report(scope, now=NOW, known_version=v1)
+    assert report is not None and report.version == stats.version(scope, NOW)
