@@ -64,6 +64,15 @@ function scrollToBottom() {
   window.scrollTo({ top: document.documentElement.scrollHeight });
 }
 
+/** Why a POST that should have answered JSON did not. */
+function failure(response) {
+  if (response.redirected && new URL(response.url).pathname.startsWith("/login/")) {
+    return "You are logged out. Log in again (in another tab, to keep this message), then send.";
+  }
+  if (response.status === 403) return "The server refused the request (403): reload the page.";
+  return `The server answered ${response.status}. Please try again.`;
+}
+
 /** The server's rendering of one turn, as an element (Django-escaped HTML, not model data). */
 function fromHtml(html) {
   const template = document.createElement("template");
@@ -579,7 +588,7 @@ function init(root) {
         data = null;
       }
       if (!r.ok || !data || !data.html) {
-        showErrors(data, r.status);
+        showErrors(data || { message: failure(r) }, r.status);
         return;
       }
       clearErrors();
@@ -637,7 +646,7 @@ function init(root) {
       const data = await r.json().catch(() => null);
       if (!r.ok || !data || !data.html) {
         const text = turn.querySelector(".pg-notice-text");
-        text.textContent = (data && data.message) || `The server answered ${r.status}.`;
+        text.textContent = (data && data.message) || failure(r);
         button.disabled = false;
         return;
       }

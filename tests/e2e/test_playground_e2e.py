@@ -1,7 +1,9 @@
 """The playground in real Chromium against a real Daphne (and the simulator process): an answer
 grows before it ends, tool calls become cards, Stop keeps what arrived, a reload mid-answer
 reattaches, model output stays inert, the per-user limit is said plainly, and it all fits a
-phone. Screenshots go to tests/e2e/screenshots/ (git-ignored)."""
+phone. Screenshots go to tests/e2e/screenshots/ (git-ignored).
+
+These tests log in through the login form, as a person would."""
 
 import os
 import time
@@ -16,6 +18,12 @@ from tests.conftest import DaphneServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
+SCREENSHOTS = Path(__file__).parent / "screenshots"
+PASSWORD = "correct horse battery"
+LAST = ".pg-turn:last-child"
+TIMEOUT_MS = 30_000
+
+
 CHROMIUM_ARGS = [
     "--no-sandbox",
     "--disable-gpu",
@@ -25,16 +33,15 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).parent / "screenshots"
-PASSWORD = "correct horse battery"
-LAST = ".pg-turn:last-child"
-TIMEOUT_MS = 30_000
 
 
 @pytest.fixture(scope="module")
 def browser():
-    # Playwright's sync API keeps an event loop running in this thread, which makes Django
-    # refuse the test's own (plain, sequential) ORM calls unless told they are safe.
+    """Chromium for this module only (shadowing any session-wide `browser`): Playwright's sync
+    API keeps an event loop running in the test thread for as long as it is open, and every
+    async test collected after it would fail with "Runner.run() cannot be called from a running
+    event loop". While it runs, Django must be told that the test's own sequential ORM calls
+    are safe."""
     previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
     os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
     try:
@@ -46,7 +53,7 @@ def browser():
             browser.close()
     finally:
         if previous is None:
-            del os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"]
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         else:
             os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
