@@ -1,6 +1,6 @@
 """Shared fixtures for the Chromium tests (Playwright's sync API, the system Chromium).
 
-- `browser`: one headless Chromium per test session (`/usr/bin/chromium`; never
+- `browser`: one headless Chromium per test module (`/usr/bin/chromium`; never
   `playwright install`).
 - `logged_in_page(user, base_url)`: a fresh browser context logged in as `user` by its session
   cookie (no password, no login form: hashing costs ~0.25 s), with a page open on `base_url`
@@ -34,7 +34,10 @@ SCREENSHOTS = Path(__file__).parent / "screenshots"
 TIMEOUT_MS = 30_000
 
 
-@pytest.fixture(scope="session")
+# Per module, not per session: Playwright's sync API keeps an event loop running in the test
+# thread while it is open, and every async test collected after an e2e module would then fail
+# with "Runner.run() cannot be called from a running event loop". A launch costs ~0.5 s.
+@pytest.fixture(scope="module")
 def browser():
     from playwright.sync_api import sync_playwright
 

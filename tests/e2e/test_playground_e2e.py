@@ -3,59 +3,23 @@ grows before it ends, tool calls become cards, Stop keeps what arrived, a reload
 reattaches, model output stays inert, the per-user limit is said plainly, and it all fits a
 phone. Screenshots go to tests/e2e/screenshots/ (git-ignored).
 
-These tests log in through the login form, as a person would."""
+Chromium is tests/e2e/conftest.py's `browser`; these tests log in through the login form, as
+a person would."""
 
-import os
 import time
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import expect, sync_playwright
+from playwright.sync_api import expect
 
 from dashboard.models import Conversation
 from streams.models import Stream
 from tests.conftest import DaphneServer
+from tests.e2e.conftest import SCREENSHOTS, TIMEOUT_MS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-SCREENSHOTS = Path(__file__).parent / "screenshots"
 PASSWORD = "correct horse battery"
 LAST = ".pg-turn:last-child"
-TIMEOUT_MS = 30_000
-
-
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
-
-@pytest.fixture(scope="module")
-def browser():
-    """Chromium for this module only (shadowing any session-wide `browser`): Playwright's sync
-    API keeps an event loop running in the test thread for as long as it is open, and every
-    async test collected after it would fail with "Runner.run() cannot be called from a running
-    event loop". While it runs, Django must be told that the test's own sequential ORM calls
-    are safe."""
-    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
-    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
-            )
-            yield browser
-            browser.close()
-    finally:
-        if previous is None:
-            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
-        else:
-            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 @pytest.fixture
