@@ -64,7 +64,7 @@ class StreamFilterForm(forms.Form):
     findings = forms.ChoiceField(
         required=False,
         choices=[
-            ("", "Findings: any or none"),
+            ("", "Any"),
             ("any", "With findings"),
             ("errors", "With errors"),
             ("none", "Without findings"),

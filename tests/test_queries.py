@@ -480,6 +480,13 @@ class TestChartAndReplay:
         assert data["stats"]["longest"][0] == {"index": 3, "gap_ms": 3000.0}
         assert data["marks"] == [{"event_index": 3, "code": "stall"}]  # the checker's, 2 s
 
+    def test_indexes_are_sent_when_they_have_holes(self, owner):
+        stream = recorded(owner, text_events("a", "b"))
+        stream.events.filter(index=4).delete()
+        data = queries.timing_series(stream)
+        assert data["index"] == [0, 1, 2, 3, 5, 6, 7]
+        assert data["gap_us"][4] == 2000 and len(data["gap_us"]) == 7
+
     def test_untimed_streams_say_so(self, owner):
         events = text_events("a")
         stream = recorded(owner, events, times=[None] * len(events))

@@ -301,7 +301,10 @@ function setStatus(status) {
   badge.className = `badge big ${status}`;
 }
 
+let liveState = ["off", ""];
+
 function setLive(state, text) {
+  liveState = [state, text];
   const node = document.getElementById("live-state");
   if (!node) return;
   node.dataset.state = state;
@@ -311,6 +314,45 @@ function setLive(state, text) {
 // ---- the inter-event timing chart --------------------------------------------------------------
 
 const MIN_GAP_MS = 0.001;
+const DENSE = 2000; // points above which the chart draws its own dots
+
+/** A points-only series. Dense ones draw square dots straight onto the canvas, one per
+ * distinct pixel: uPlot's own points are arcs, which took ~1 s for 100 000 events. */
+function dotSeries(label, color, size, dense) {
+  const series = { label, stroke: color, fill: color, value: (u, v) => (v === null ? "—" : `${fmtMs(v)} ms`) };
+  if (!dense) {
+    return { ...series, paths: () => null, points: { show: true, size, width: 0, fill: color } };
+  }
+  return {
+    ...series,
+    points: { show: false },
+    paths: (u, sidx, i0, i1) => {
+      const xs = u.data[0];
+      const ys = u.data[sidx];
+      const ctx = u.ctx;
+      const px = Math.round(size * devicePixelRatio);
+      const half = px / 2;
+      const seen = new Set();
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height);
+      ctx.clip();
+      ctx.fillStyle = color;
+      for (let i = i0; i <= i1; i++) {
+        const y = ys[i];
+        if (y === null || y === undefined) continue;
+        const x = Math.round(u.valToPos(xs[i], "x", true));
+        const yy = Math.round(u.valToPos(y, "y", true));
+        const key = x * 65536 + yy;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        ctx.fillRect(x - half, yy - half, px, px);
+      }
+      ctx.restore();
+      return null;
+    },
+  };
+}
 const decades = (u, splits) => splits.map((v) => (Math.abs(Math.log10(v) % 1) < 1e-9 ? v : null)); // a log scale needs positive values: 1 µs stands for "same instant"
 
 class TimingChart {
@@ -332,6 +374,7 @@ class TimingChart {
     this.indexes = [];
     this.lastUs = 0;
     this.marks = [];
+    this.silence = null;
   }
 
   push(index, tUs, isOutput) {
@@ -362,6 +405,14 @@ class TimingChart {
       this.push(data.index ? data.index[i] : data.first + i, t, isOut[data.kind[i]]);
     }
     this.marks = data.marks || [];
+    // A stalled attempt ends in silence: chart it up to the close, as a band.
+    if (data.status === "stalled" && data.closed_us && data.closed_us > t) {
+      this.xs.push(data.closed_us / 1e6);
+      this.out.push(null);
+      this.other.push(null);
+      this.indexes.push(null);
+      this.silence = [t / 1e6, data.closed_us / 1e6];
+    }
     this.draw(true);
     this.describe(data);
   }
@@ -385,6 +436,11 @@ class TimingChart {
         `buffered burst${bursts === 1 ? "" : "s"} (amber lines). `;
     } else {
       text += "No stall or buffered burst was flagged. ";
+    }
+    if (this.silence) {
+      const quiet = (this.silence[1] - this.silence[0]) * 1000;
+      text += `After the last event nothing came for ${fmtDuration(quiet)}, until the stall ` +
+        "timeout aborted the attempt (red band at the end). ";
     }
     text += "Blue: output deltas; grey: other events. Drag to zoom, double-click to reset, " +
       "click a point to open its event.";
@@ -423,11 +479,15 @@ class TimingChart {
 
   options() {
     const marks = this;
-    const dense = this.xs.length > 2000;
+    const dense = this.xs.length > DENSE;
     return {
       width: Math.max(300, this.box.clientWidth),
       height: 240,
-      scales: { x: { time: false }, y: { distr: 3, log: 10 } },
+      scales: {
+        x: { time: false },
+        // a decade of room above and below, so dots on the extremes are not cut by the frame
+        y: { distr: 3, log: 10, range: (u, min, max) => [Math.max(MIN_GAP_MS, min / 10), max * 10] },
+      },
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 7 } },
       axes: [
@@ -441,22 +501,8 @@ class TimingChart {
       ],
       series: [
         { label: "t (s)", value: (u, v) => (v === null ? "—" : v.toFixed(4)) },
-        {
-          label: "output delta",
-          stroke: "#2f7fd6",
-          fill: "#2f7fd6",
-          paths: () => null,
-          points: { show: true, size: dense ? 3 : 5, width: 0, fill: "#2f7fd6" },
-          value: (u, v) => (v === null ? "—" : `${fmtMs(v)} ms`),
-        },
-        {
-          label: "other event",
-          stroke: "#8b95a7",
-          fill: "#8b95a7",
-          paths: () => null,
-          points: { show: true, size: dense ? 4 : 6, width: 0, fill: "#8b95a7" },
-          value: (u, v) => (v === null ? "—" : `${fmtMs(v)} ms`),
-        },
+        dotSeries("output delta", "#2f7fd6", dense ? 3 : 5, dense),
+        dotSeries("other event", "#8b95a7", dense ? 4 : 6, dense),
       ],
       hooks: { draw: [(u) => marks.drawMarks(u)] },
     };
@@ -487,6 +533,13 @@ class TimingChart {
         ctx.fillStyle = "#a15c00";
         ctx.fillText("burst", x + 3, top + 24 * devicePixelRatio);
       }
+    }
+    if (this.silence) {
+      const [x0, x1] = this.silence.map((v) => u.valToPos(v, "x", true));
+      ctx.fillStyle = "rgba(179, 38, 30, 0.13)";
+      ctx.fillRect(x0, top, Math.max(x1 - x0, 2), height);
+      ctx.fillStyle = "#b3261e";
+      ctx.fillText("no event until the stall timeout: aborted", x0 + 4, top + 12 * devicePixelRatio);
     }
     if (this.replayMs !== null) {
       const x = u.valToPos(this.replayMs / 1000, "x", true);
@@ -533,7 +586,8 @@ class TimingChart {
     this.plot.over.addEventListener("click", (e) => {
       const moved = down && Math.hypot(e.clientX - down[0], e.clientY - down[1]) > 3;
       const i = this.plot.cursor.idx;
-      if (!moved && i !== null && i !== undefined) jumpTo(this.indexes[i]);
+      const index = i === null || i === undefined ? null : this.indexes[i];
+      if (!moved && index !== null && index !== undefined) jumpTo(index);
     });
   }
 
@@ -799,15 +853,23 @@ const UNTIMED_STEP_US = 10_000; // imports keep no receipt times: replay them at
 
 class Replay {
   constructor(renderer, chart) {
-    this.button = document.getElementById("replay-btn");
-    this.speed = document.getElementById("replay-speed");
-    this.state = document.getElementById("replay-state");
-    this.container = document.getElementById("output-items");
     this.renderer = renderer;
     this.chart = chart;
     this.data = null;
     this.frame = 0;
-    this.button?.addEventListener("click", () => (this.frame ? this.stop("stopped") : this.start()));
+    this.bind();
+  }
+
+  /** (Re)attach to the controls: a live page re-renders the header that holds them. */
+  bind() {
+    this.button = document.getElementById("replay-btn");
+    this.speed = document.getElementById("replay-speed");
+    this.state = document.getElementById("replay-state");
+    this.container = document.getElementById("output-items");
+    if (this.button && !this.button.dataset.bound) {
+      this.button.dataset.bound = "1";
+      this.button.addEventListener("click", () => (this.frame ? this.stop("stopped") : this.start()));
+    }
   }
 
   async start() {
@@ -887,6 +949,19 @@ function jumpTo(index) {
   table.jump(index);
 }
 
+// Long texts come with their tail in an inert <template>, laid out only on demand.
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("button.show-rest");
+  if (!button) return;
+  const text = button.previousElementSibling;
+  const rest = text?.querySelector("template.text-rest");
+  if (rest) {
+    text.append(rest.content.textContent);
+    rest.remove();
+  }
+  button.remove();
+});
+
 document.addEventListener("click", (event) => {
   const link = event.target.closest("a[data-jump]");
   if (!link) return;
@@ -897,45 +972,78 @@ document.addEventListener("click", (event) => {
 
 async function loadChart() {
   try {
-    chart.load(JSON.parse(await getText(config.urls.timing)));
+    performance.mark("timing-fetch");
+    const data = JSON.parse(await getText(config.urls.timing));
+    performance.mark("timing-loaded");
+    chart.load(data);
+    performance.measure("timing-fetch", "timing-fetch", "timing-loaded");
+    performance.measure("timing-draw", "timing-loaded");
   } catch (error) {
     chart.caption.textContent = `The timing could not be loaded (${error.message}).`;
   }
 }
 
-/** The server's rendering of everything only the whole stream knows, once it ended. */
-async function refresh(attempt = 0) {
-  const doc = new DOMParser().parseFromString(await getText(config.urls.page), "text/html");
-  for (const id of ["stream-summary", "output"]) {
+/** Replace parts of the page with the server's rendering of them (the summary: header,
+ * figures, milestones, findings; with `output`, the output too — once the stream ended, it
+ * adds what only the whole stream knows: rewrite diffs, final tool states). */
+let refreshSeq = 0;
+
+async function refresh({ output = false, attempt = 0 } = {}) {
+  const seq = ++refreshSeq;
+  const html = await getText(config.urls.page);
+  if (seq !== refreshSeq) return; // a later refresh (the final one) wins
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  for (const id of output ? ["stream-summary", "output"] : ["stream-summary"]) {
     const fresh = doc.getElementById(id);
     const old = document.getElementById(id);
     if (fresh && old) old.replaceWith(document.importNode(fresh, true));
   }
+  setLive(liveState[0], liveState[1]);
   const select = doc.getElementById("event-type");
   if (select) {
     const value = table.typeSelect.value;
     table.typeSelect.replaceChildren(...[...select.options].map((o) => document.importNode(o, true)));
     table.typeSelect.value = value;
   }
-  replay.container = document.getElementById("output-items");
-  renderer.container = replay.container;
+  replay.bind();
+  renderer.container = document.getElementById("output-items");
   const status = document.getElementById("stream-status")?.dataset.status;
   // A stall retry is created just after the stalled attempt ends: look again for its link.
   if (status === "stalled" && !document.querySelector(".retry-link") && attempt < 6) {
-    setTimeout(() => refresh(attempt + 1), 500 * (attempt + 1));
+    setTimeout(() => refresh({ attempt: attempt + 1 }), 500 * (attempt + 1));
   }
+}
+
+// Fields whose change is worth re-rendering the summary while live (milestones, findings).
+const SUMMARY_FIELDS = /_us$|^findings_count$|^resolved_model$|^routing_|^error_|^http_status$/;
+const SUMMARY_EVERY_MS = 1500;
+let summaryTimer = 0;
+let summaryAt = 0;
+
+function scheduleSummary() {
+  if (summaryTimer) return;
+  const wait = Math.max(0, summaryAt + SUMMARY_EVERY_MS - performance.now());
+  summaryTimer = setTimeout(async () => {
+    summaryAt = performance.now();
+    try {
+      await refresh();
+    } finally {
+      summaryTimer = 0;
+    }
+  }, wait);
 }
 
 function follow() {
   let ended = false;
+  let outputTokens = 0;
   const end = async () => {
     if (ended) return;
     ended = true;
     renderer.finish();
     setLive("off", "");
-    document.getElementById("replay-btn").disabled = false;
+    clearTimeout(summaryTimer);
     table.live = false;
-    await Promise.allSettled([refresh(), loadChart(), table.loadAfter()]);
+    await Promise.allSettled([refresh({ output: true }), loadChart(), table.loadAfter()]);
   };
   connectStream(config.ws, {
     after: -1,
@@ -950,15 +1058,24 @@ function follow() {
           // not JSON: recorded as a finding; nothing to render
         }
         if (obj) renderer.apply(obj);
-        chart.push(e.index, e.t_us, OUTPUT_TYPES.has(e.type));
+        const isOutput = OUTPUT_TYPES.has(e.type);
+        if (isOutput) outputTokens += 1;
+        chart.push(e.index, e.t_us, isOutput);
         added = true;
       }
       requestAnimationFrame(() => renderer.flush());
       if (added) {
         chart.scheduleDraw();
         table.noteNewEvents();
+        // The recorder stores output_tokens when the stream ends; count them meanwhile.
+        if (!ended) setFields({ output_tokens: outputTokens });
       }
-      if (frame.stream) setFields(frame.stream);
+      if (frame.stream) {
+        setFields(frame.stream);
+        if (!frame.status && Object.keys(frame.stream).some((k) => SUMMARY_FIELDS.test(k))) {
+          scheduleSummary();
+        }
+      }
       if (frame.status) setStatus(frame.status);
     },
     onStatus(status) {

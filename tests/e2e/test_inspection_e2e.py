@@ -1,0 +1,344 @@
+"""The stream inspection pages in real Chromium against a real Daphne (and the simulator
+process): the timeline grows while the stream runs, a late joiner gets the whole text, a stall
+shows its status and links the retry, model output stays inert (live and in a replay), a
+100 000-event stream opens fast and scrolls, and the list takes new streams live.
+
+Logged in through the login form. Screenshots go to tests/e2e/screenshots/ (git-ignored)."""
+
+import datetime as dt
+import json
+import re
+import time
+
+import httpx
+import pytest
+from playwright.sync_api import expect
+
+from streams.models import Finding, Stream
+from streams.recorder import insert_events
+from tests.conftest import DaphneServer
+
+pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "correct horse battery"
+STALL_TIMEOUT_S = 1.5
+XSS = "<img src=x onerror=alert(1)>"
+
+
+@pytest.fixture(scope="module")
+def server(django_db_setup, simulator_process, _relay_db_connections):
+    """Daphne with a short stall timeout and one stall retry, so a stall takes seconds."""
+    server = DaphneServer(
+        simulator_process.base_url,
+        overrides={"STALL_TIMEOUT_S": STALL_TIMEOUT_S, "STALL_MAX_ATTEMPTS": 2},
+    )
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def owner(people):
+    people.owner.set_password(PASSWORD)
+    people.owner.save()
+    return people.owner
+
+
+class Browser:
+    """A page logged in through the login form, with the dialogs and errors it saw."""
+
+    def __init__(self, browser, server, user, path="/", width=1400, height=900):
+        self.server = server
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.context.set_default_timeout(30_000)
+        self.page = self.context.new_page()
+        self.dialogs = []
+        self.errors = []
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.goto(f"{server.url}/login/?next={path}")
+        self.page.fill("#id_username", user.username)
+        self.page.fill("#id_password", PASSWORD)
+        self.page.click("button[type=submit]")
+        self.page.wait_for_url(f"**{path}")
+
+    def open(self, path):
+        self.page.goto(self.server.url + path)
+
+    def close(self):
+        self.context.close()
+
+
+@pytest.fixture
+def chromium(browser, server, owner):
+    opened = []
+
+    def open_browser(path="/", **kwargs):
+        b = Browser(browser, server, owner, path, **kwargs)
+        opened.append(b)
+        return b
+
+    yield open_browser
+    for b in opened:
+        assert b.errors == [], b.errors
+        b.close()
+
+
+def start_stream(server, user, scenario="", **metadata):
+    body = {"input": "Tell me about Utrecht", "metadata": metadata}
+    if scenario:
+        body["scenario"] = scenario
+    r = httpx.post(
+        f"{server.url}/api/streams/",
+        json=body,
+        headers={"Authorization": f"Bearer {user.token}"},
+        timeout=10,
+    )
+    assert r.status_code == 201, r.text
+    return r.json()["id"]
+
+
+def wait_for(predicate, timeout=30, step=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    raise AssertionError("timed out")
+
+
+def output_text(page):
+    return page.evaluate(
+        "[...document.querySelectorAll('#output-items .part-output_text > .text')]"
+        ".map((e) => e.textContent).join('')"
+    )
+
+
+def status(page):
+    return page.get_attribute("#stream-status", "data-status")
+
+
+class TestTimelineLive:
+    def test_the_text_grows_before_the_terminal_event(self, chromium, server, owner, screenshot):
+        b = chromium()
+        stream_id = start_stream(server, owner, time_scale=3)
+        b.open(f"/streams/{stream_id}/")
+        page = b.page
+        samples = []  # (text length, page status, terminal reached in the database)
+        while True:
+            text = output_text(page)
+            terminal = Stream.objects.filter(pk=stream_id, terminal_us__isnull=False).exists()
+            samples.append((len(text), status(page), terminal))
+            if samples[-1][1] == "streaming" and len({s[0] for s in samples if s[0]}) == 3:
+                screenshot(page, "timeline_live")
+            if samples[-1][1] == "completed":
+                break
+            assert len(samples) < 600, samples[-5:]
+            time.sleep(0.05)
+        growing = [n for n, s, terminal in samples if n and s == "streaming" and not terminal]
+        assert len(set(growing)) >= 3, samples  # several intermediate states, before the end
+        assert growing == sorted(growing)
+        stream = Stream.objects.get(pk=stream_id)
+        expect(page.locator("#output .part-output_text .text")).to_have_text(stream.output_text)
+        # the summary is the server's once it ended; the table followed the events
+        expect(page.locator("[data-field=event_count]").first).to_have_text(str(stream.event_count))
+        expect(page.locator(f"#ev-{stream.event_count - 1}")).to_be_attached()
+        expect(page.locator(".wf-bar.wf-terminal").first).to_be_attached()
+        expect(page.locator("#timing-chart canvas")).to_be_attached()
+        screenshot(page, "timeline_completed")
+
+    def test_a_late_joiner_gets_the_whole_text(self, chromium, server, owner):
+        b = chromium()
+        stream_id = start_stream(server, owner, time_scale=1.5)
+        wait_for(lambda: Stream.objects.filter(pk=stream_id, event_count__gte=15).exists())
+        b.open(f"/streams/{stream_id}/")
+        expect(b.page.locator("#stream-status")).to_have_attribute("data-status", "completed")
+        stream = Stream.objects.get(pk=stream_id)
+        assert stream.event_count >= 15
+        expect(b.page.locator("#output .part-output_text .text")).to_have_text(stream.output_text)
+
+    def test_a_stall_shows_its_status_and_links_the_retry(
+        self, chromium, server, owner, screenshot
+    ):
+        b = chromium()
+        stream_id = start_stream(server, owner, "stall", time_scale=0.5, stall_s=30)
+        b.open(f"/streams/{stream_id}/")
+        page = b.page
+        expect(page.locator("#stream-status")).to_have_attribute(
+            "data-status", "stalled", timeout=15_000
+        )
+        expect(page.locator(".error-box")).to_contain_text(f"no event for {STALL_TIMEOUT_S:g} s")
+        retry = page.locator("a.retry-next")
+        expect(retry).to_be_visible(timeout=10_000)
+        retry_id = Stream.objects.get(first_attempt_id=stream_id).pk
+        assert retry.get_attribute("href") == f"/streams/{retry_id}/"
+        screenshot(page, "timeline_stalled")
+        retry.click()
+        page.wait_for_url(f"**/streams/{retry_id}/")
+        expect(page.locator(f'ol.attempts a[href="/streams/{stream_id}/"]')).to_be_visible()
+        expect(page.locator("#stream-status")).to_have_attribute(
+            "data-status", "stalled", timeout=15_000
+        )
+
+    def test_model_output_stays_inert_live_and_in_a_replay(self, chromium, server, owner):
+        b = chromium()
+        stream_id = start_stream(server, owner, "xss", time_scale=0.5)
+        b.open(f"/streams/{stream_id}/")
+        page = b.page
+        expect(page.locator("#output-items")).to_contain_text(XSS)
+        expect(page.locator("#stream-status")).to_have_attribute("data-status", "completed")
+        expect(page.locator("#output-items")).to_contain_text("<script>alert(1)</script>")
+        # a replay rebuilds the text with the same renderer
+        page.select_option("#replay-speed", "0")
+        page.click("#replay-btn")
+        expect(page.locator("#replay-state")).to_contain_text("replay finished")
+        # the raw data of the event that carried it
+        index = page.evaluate(
+            "[...document.querySelectorAll('#events-body tr.event')]"
+            ".find((r) => r.textContent.includes('onerror')).dataset.index"
+        )
+        page.click(f"#ev-{index} .ev-open")
+        expect(page.locator(f"#evd-{index} pre.verbatim")).to_contain_text(XSS)
+        assert page.locator("#output img, #output script, #events-body img").count() == 0
+        page.wait_for_timeout(300)
+        assert b.dialogs == []
+
+
+def seed_big_stream(user, n=100_000):
+    """A completed stream of `n` events with a 3 s stall halfway, stored like the recorder's."""
+    datas = [
+        {"type": "response.created", "response": {"id": "resp_big", "model": "m"}},
+        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}},
+        {
+            "type": "response.content_part.added",
+            "output_index": 0,
+            "content_index": 0,
+            "part": {"type": "output_text", "text": ""},
+        },  # fmt: skip
+    ]
+    words = [f"w{i} " for i in range(n - 6)]
+    delta = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0}
+    datas += [{**delta, "delta": w} for w in words]
+    text = "".join(words)
+    datas += [
+        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": text},
+        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "message"}},
+        {"type": "response.completed", "response": {"id": "resp_big", "output_text": text}},
+    ]
+    times = [200_000 + 100 * i + (3_000_000 if i >= n // 2 else 0) for i in range(n)]
+    stream = Stream.objects.create(
+        user=user,
+        status="completed",
+        requested_model="auto",
+        resolved_model="m",
+        upstream_id="resp_big",
+        event_count=n,
+        output_tokens=n - 6,
+        output_text=text,
+        final_text=text,
+        parts=[
+            {
+                "output_index": 0,
+                "type": "message",
+                "id": "",
+                "status": "completed",
+                "parts": [{"content_index": 0, "type": "output_text", "text": text, "done": True}],
+            },  # fmt: skip
+        ],
+        request_written_us=1000,
+        first_token_us=times[3],
+        terminal_us=times[-1],
+        closed_us=times[-1] + 300,
+        ttft_ms=(times[3] - 1000) / 1000,
+        duration_ms=(times[-1] + 300 - 1000) / 1000,
+        findings_count=1,
+    )
+    Finding.objects.create(
+        stream=stream, code="stall", severity="warning", event_index=n // 2, detail="3 s"
+    )
+    wall = dt.datetime.now(dt.UTC)
+    rows = []
+    for i, (obj, t_us) in enumerate(zip(datas, times, strict=True)):
+        obj["sequence_number"] = i
+        rows.append(
+            (
+                stream.pk,
+                i,
+                t_us,
+                wall,
+                "message",
+                "",
+                obj["type"],
+                i,
+                obj.get("output_index"),
+                obj.get("content_index"),
+                True,
+                json.dumps(obj),
+                None,
+            )  # fmt: skip
+        )
+    for k in range(0, n, 20_000):
+        insert_events(rows[k : k + 20_000])
+    return stream
+
+
+class TestBigStream:
+    def test_100k_events_open_in_under_2_s_and_scroll(self, chromium, owner, screenshot):
+        stream = seed_big_stream(owner)
+        b = chromium()
+        page = b.page
+        started = time.perf_counter()
+        b.open(f"/streams/{stream.pk}/")
+        page.wait_for_selector("#events-body tr.event")
+        page.wait_for_selector("#timing-chart canvas")
+        expect(page.locator("#timing-caption")).to_contain_text("100 000 events")
+        elapsed = time.perf_counter() - started
+        print(f"100k-event timeline ready in {elapsed:.2f} s")
+        assert elapsed < 2.0, f"the timeline took {elapsed:.2f} s"
+        expect(page.locator("#timing-caption")).to_contain_text("1 stall")
+        screenshot(page, "timeline_100k")
+
+        # scrolling the table loads the next windows and keeps the DOM bounded
+        box = page.locator("#events-scroll")
+        for _ in range(8):
+            box.evaluate("(e) => { e.scrollTop = e.scrollHeight; }")
+            page.wait_for_timeout(150)
+        last = page.evaluate("Math.max(...[...document.querySelectorAll('#events-body tr.event')]"
+                             ".map((r) => +r.dataset.index))")  # fmt: skip
+        assert last >= 999
+        assert page.locator("#events-body tr.event").count() <= 1000
+
+        # a finding jumps to its event: the window around it, highlighted
+        page.click(f'a[data-jump="{stream.event_count // 2}"]')
+        row = page.locator(f"#ev-{stream.event_count // 2}")
+        expect(row).to_have_class(re.compile(r"\btarget\b"))
+        expect(row).to_be_in_viewport()
+        # and the rows open to their data
+        row.locator(".ev-open").click()
+        expect(page.locator(f"#evd-{stream.event_count // 2} pre.json")).to_contain_text(
+            '"sequence_number": 50000'
+        )
+
+
+class TestStreamList:
+    def test_new_streams_appear_and_update_live(self, chromium, server, owner, screenshot):
+        old = Stream.objects.create(user=owner, status="failed", prompt="an old failure")
+        b = chromium()
+        page = b.page
+        expect(page.locator(f"#stream-row-{old.pk}")).to_be_visible()
+        expect(page.locator("#list-live")).to_have_attribute("data-state", "live")
+        stream_id = start_stream(server, owner, time_scale=1)
+        row = page.locator(f"#stream-row-{stream_id}")
+        expect(row).to_be_visible()
+        expect(row.locator("[data-f=status]")).to_have_text("completed", timeout=20_000)
+        expect(row.locator("[data-f=ttft_ms]")).not_to_have_text("—")
+        screenshot(page, "stream_list")
+
+        # filters swap the results and keep the URL
+        page.select_option("select[name=status]", "failed")
+        expect(page.locator(f"#stream-row-{stream_id}")).to_have_count(0)
+        expect(page.locator(f"#stream-row-{old.pk}")).to_be_visible()
+        assert "status=failed" in page.url
+        # the row is a link to its timeline
+        page.locator(f"#stream-row-{old.pk} td.model").click()
+        page.wait_for_url(f"**/streams/{old.pk}/")
