@@ -100,9 +100,11 @@ def _search(qs, q):
     if re.fullmatch(r"#\d{1,18}", q):
         return qs.filter(pk=int(q[1:]))
     if not any(c.isspace() for c in q):
-        hits = qs.filter(upstream_id=q)
-        if hits.exists():
-            return hits
+        # Through the upstream_id index alone: with `user_id = ?` beside it SQLite walked the
+        # user's created_at index instead (75 ms at 200k streams); access is applied after.
+        hits = Stream.objects.filter(upstream_id=q).values_list("pk", flat=True)[:PAGE_STREAMS]
+        if hits:
+            return qs.filter(pk__in=list(hits))
     cond = Q(prompt__icontains=q)
     if q.isdigit() and len(q) <= 18:
         cond |= Q(pk=int(q))

@@ -235,6 +235,12 @@ class TestStreamPage:
         page = queries.stream_page(owner, {k: filters.get(k) for k in filters})
         assert {by_pk[pk] for pk in ids(page)} == expected
 
+    def test_an_upstream_id_search_keeps_to_visible_streams(self, owner, stranger):
+        Stream.objects.create(user=stranger, upstream_id="resp_x")
+        mine = Stream.objects.create(user=owner, prompt="about resp_x")
+        assert ids(queries.stream_page(owner, {"q": "resp_x"})) == []
+        assert ids(queries.stream_page(owner, {"q": "about resp_x"})) == [mine.pk]
+
     def test_search_by_id_and_time_range(self, owner):
         old, new = many(owner, 2)
         Stream.objects.filter(pk=old.pk).update(

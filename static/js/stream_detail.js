@@ -35,6 +35,13 @@ function fmtMs(v) {
   return thin(Math.round(v).toLocaleString("en-US"));
 }
 
+/** A gap between events for prose: µs below a millisecond. */
+function fmtGap(v) {
+  if (v === null || v === undefined) return "—";
+  if (v < 1) return `${Math.round(v * 1000)} µs`;
+  return `${fmtMs(v)} ms`;
+}
+
 function fmtDuration(v) {
   if (v === null || v === undefined) return "—";
   if (v < 1000) return `${Math.round(v)} ms`;
@@ -428,9 +435,9 @@ class TimingChart {
     const longest = s.longest[0];
     let text =
       `${fmtCount(data.count)} events over ${fmtDuration(s.duration_ms)}. ` +
-      `Time since the previous event: median ${fmtMs(s.median_ms)} ms, ` +
-      `90th percentile ${fmtMs(s.p90_ms)} ms, 99th ${fmtMs(s.p99_ms)} ms, ` +
-      `longest ${fmtMs(s.max_ms)} ms (before event ${longest.index}). `;
+      `Time since the previous event: median ${fmtGap(s.median_ms)}, ` +
+      `90th percentile ${fmtGap(s.p90_ms)}, 99th ${fmtGap(s.p99_ms)}, ` +
+      `longest ${fmtGap(s.max_ms)} (before event ${longest.index}). `;
     if (stalls || bursts) {
       text += `Marked: ${stalls} stall${stalls === 1 ? "" : "s"} (red bands) and ${bursts} ` +
         `buffered burst${bursts === 1 ? "" : "s"} (amber lines). `;
@@ -474,7 +481,7 @@ class TimingChart {
     }
     this.caption.textContent =
       `Live: ${fmtCount(this.xs.length)} events over ${fmtDuration(this.xs.at(-1) * 1000)} so far; ` +
-      `longest pause ${fmtMs(max)} ms (before event ${at}).`;
+      `longest pause ${fmtGap(max)} (before event ${at}).`;
   }
 
   options() {
