@@ -498,6 +498,8 @@ def event_window(
     descending = at is None and (before is not None or tail)
     if at is not None:
         rows = _event_rows(qs.filter(index__gte=max(0, at - JUMP_CONTEXT)), limit + 1)
+        if not rows:  # past the end: show the end
+            return event_window(stream, tail=True, limit=limit)
     elif before is not None:
         rows = _event_rows(qs.filter(index__lt=before), limit + 1, descending=True)
     elif tail:
@@ -768,16 +770,22 @@ def replay_events(stream):
 
     `events` holds `[t_us, target, delta]` for a delta (`targets[target]` is its
     `[type, output_index, content_index, summary_index]`) and `[t_us, obj]` for the other
-    output-shaping events, `obj` reduced to the fields the page's renderer reads. A 100 000
+    output-shaping events, `obj` reduced to the fields the page's renderer reads; repeated
+    sequence numbers are left out, as the checker leaves them out of the text. A 100 000
     delta stream is ~2.5 MB of JSON, fetched only when someone presses Replay."""
     rows = (
         Event.objects.filter(stream_id=stream.pk, type__in=REPLAY_TYPES)
         .order_by("index")
-        .values_list("t_us", "type", "data")
+        .values_list("t_us", "type", "sequence_number", "data")
     )
     targets = {}
     events = []
-    for t_us, type_, data in rows.iterator(chunk_size=5000):
+    seen = set()
+    for t_us, type_, seq, data in rows.iterator(chunk_size=5000):
+        if seq is not None:
+            if seq in seen:
+                continue  # a duplicate delivery: the checker did not apply it either
+            seen.add(seq)
         try:
             obj = json.loads(data)
         except ValueError:

@@ -287,6 +287,10 @@ class TestEventWindow:
         w = queries.event_window(stream, at=300, type="response.completed", limit=200)
         assert w.first == 300 - queries.JUMP_CONTEXT and w.at == 300 and w.type == ""
 
+    def test_a_jump_past_the_end_shows_the_end(self, stream):
+        w = queries.event_window(stream, at=10_000, limit=50)
+        assert (w.first, w.last, w.at) == (451, 500, None)
+
     def test_a_type_filter_pages_by_index(self, stream):
         w = queries.event_window(stream, type="response.output_text.delta", limit=10)
         assert [r["index"] for r in w.rows] == list(range(3, 13))
@@ -498,6 +502,14 @@ class TestChartAndReplay:
         stream = recorded(owner, events, times=[None] * len(events))
         data = queries.timing_series(stream)
         assert data["timed"] is False and "gap_us" not in data
+
+    def test_replay_leaves_out_duplicates(self, owner):
+        events = text_events("a", "b")
+        events.insert(5, dict(events[4]))  # "b" delivered twice
+        stream = recorded(owner, events)
+        assert stream.output_text == "ab"
+        deltas = [e[2] for e in queries.replay_events(stream)["events"] if len(e) == 3]
+        assert deltas == ["a", "b"]
 
     def test_replay_events_are_compact_and_rebuild_the_text(self, owner):
         stream = recorded(owner, text_events("Hel", "lo"))

@@ -104,12 +104,14 @@ class OutputRenderer {
     this.items = new Map();
     this.pending = new Map(); // Text node -> chunks not yet in the DOM
     this.growing = null;
+    this.seen = new Set(); // sequence numbers applied
   }
 
   reset() {
     this.container.replaceChildren();
     this.items.clear();
     this.pending.clear();
+    this.seen.clear();
     this.growing = null;
   }
 
@@ -221,6 +223,12 @@ class OutputRenderer {
 
   apply(obj) {
     if (!obj || typeof obj !== "object") return;
+    // A repeated sequence_number is a duplicate delivery: the checker ignores it, so do we.
+    const seq = obj.sequence_number;
+    if (Number.isInteger(seq)) {
+      if (this.seen.has(seq)) return;
+      this.seen.add(seq);
+    }
     const t = obj.type;
     if (TEXT_DELTAS.has(t)) {
       const kind = t === "response.refusal.delta" ? "refusal" : "output_text";
