@@ -528,6 +528,8 @@ class TimingChart {
     const { top, height } = u.bbox;
     ctx.save();
     ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
+    ctx.textAlign = "left"; // uPlot leaves its axes' alignment on the context
+    ctx.textBaseline = "alphabetic";
     for (const mark of this.marks) {
       const i = this.position(mark.event_index);
       if (i < 0) continue;
@@ -809,8 +811,9 @@ class EventTable {
   updateRange() {
     if (!this.range) return;
     const n = this.rows().length;
+    const more = this.hasBefore || this.hasAfter ? " · scroll for more" : "";
     this.range.textContent = n
-      ? `showing events ${this.first}–${this.last}${this.type ? ` (${this.type} only)` : ""} · scroll for more`
+      ? `showing events ${this.first}–${this.last}${this.type ? ` (${this.type} only)` : ""}${more}`
       : "";
   }
 
