@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 
 from streams.auth import may_see, streams_for
@@ -147,6 +148,12 @@ def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
         if anchor is not None:
             page.newer = rows[0].pk if rows else before
     page.newest_id = max((s.pk for s in page.streams), default=None)
+    if user.is_staff:
+        # Staff see everyone's streams: say whose (one lookup for the page, not a join).
+        owners = {s.user_id for s in page.streams} - {None}
+        names = dict(get_user_model().objects.filter(pk__in=owners).values_list("pk", "username"))
+        for stream in page.streams:
+            stream.owner_name = names.get(stream.user_id, "")
     return page
 
 

@@ -130,6 +130,7 @@ def stream_list(request):
         "upload_form": CaptureUploadForm(),
         "query": form.query(),
         "filtered": form.is_filtered(),
+        "show_owner": request.user.is_staff,
     }
     fragment = _fragment(request)
     if fragment == "streams":

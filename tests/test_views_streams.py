@@ -65,8 +65,11 @@ class TestStreamList(Base):
         assert f"stream-row-{self.stream.pk}" not in r.text
         assert "No streams yet." in r.text
 
-    def test_it_shows_staff_every_stream(self):
-        assert f"stream-row-{self.stream.pk}" in self.get(self.staff_client).text
+    def test_it_shows_staff_every_stream_and_whose_it_is(self):
+        r = self.get(self.staff_client)
+        assert f"stream-row-{self.stream.pk}" in r.text
+        assert '<td class="owner muted">owner</td>' in r.text
+        assert 'class="owner' not in self.get(self.owner_client).text
 
     def test_it_requires_login(self):
         r = self.get(Client())
