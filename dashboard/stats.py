@@ -15,8 +15,8 @@ in one statement. With `ORDER BY ttft_ms` the database walks an index that is or
 (group, ttft_ms) and carries every filter column (see the indexes on `Stream.Meta`), skipping
 k entries without touching a table row; percentiles above the median walk from the top, so one
 group's p50…p99 cost about 0.9·n index entries in all. Narrow time windows (the buckets of a
-time series, short ranges) use `ORDER BY v + 0` instead, which makes the database read only the
-window's rows through the (model, requested model, created_at) index and sort those few.
+time series, short ranges) instead read only the window's rows through the (model, requested
+model, created_at) index and sort those few (SQLite is told which index to use, see `_from`).
 Counts and sums come from per-group aggregate subqueries that seek the same covering index, and
 are folded in Python (counts and sums add up; percentiles never are). On SQLite, window
 functions and GROUP BY over 100 000 rows cost 150–700 ms (they sort in a temporary B-tree);
@@ -290,14 +290,15 @@ def _rows(parts):
 
 
 def _ranked(where, value, offset, *, descending=False, narrow=False):
-    """The scalar subquery for the value at `offset` of `value` ordered over `where`."""
-    order = f"{value} + 0" if narrow else value
+    """The scalar subquery for the value at `offset` of `value` ordered over `where`. `narrow`:
+    read the rows of `where` through the (model, created_at) index and sort them, instead of
+    walking the ttft-ordered one (SQLite is told which index; PostgreSQL costs both)."""
     direction = " DESC" if descending else ""
     ordered = not narrow and value == _q("ttft_ms")
     sql = (
         f"SELECT {value} FROM {_from(index_for(where, ordered=ordered))} "
         f"WHERE {where.sql()} AND {value} IS NOT NULL "
-        f"ORDER BY {order}{direction} LIMIT 1 OFFSET {int(offset)}"
+        f"ORDER BY {value}{direction} LIMIT 1 OFFSET {int(offset)}"
     )
     return sql, list(where.params)
 

@@ -391,3 +391,24 @@ def test_the_version_changes_when_a_stream_starts_or_finishes():
     assert stats.version(scope, NOW) != v2
     report = stats.latency_report(scope, now=NOW, known_version=v1)
     assert report is not None and report.version == stats.version(scope, NOW)
+
+
+@pytest.mark.django_db
+def test_seed_demo_makes_a_history_the_pages_can_show():
+    from streams.management.commands.seed_demo import seed
+    from streams.models import Event
+
+    counts = seed(400, days=3, seed=5, events_per_stream=12, users=("alice", "bob"), now=NOW)
+    assert counts["streams"] == 400 == Stream.objects.count()
+    assert counts["events"] == Event.objects.count() > 400 * 8
+    streams = Stream.objects.all()
+    assert set(streams.values_list("requested_model", flat=True)) >= {"auto", "gpt-oss-120b"}
+    assert streams.filter(status="failed").exists() and streams.filter(ttft_ms__gt=0).count() > 300
+    assert min(streams.values_list("created_at", flat=True)) >= NOW - 3 * DAY
+    # the denormalised counters agree with the stored rows, as the recorder's would
+    total = sum(streams.values_list("event_count", flat=True))
+    assert total == counts["events"]
+    assert sum(streams.values_list("findings_count", flat=True)) == Finding.objects.count()
+    report = stats.routing_report(Scope(user_id=None, start=NOW - 3 * DAY, end=NOW), now=NOW)
+    assert {s["model"] for s in report.shares} >= {"eu-reasoner", "qwen3-coder"}
+    assert {row["category"] for row in report.matrix} >= {"chat", "code", "tools", "reasoning"}
