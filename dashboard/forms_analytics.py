@@ -44,7 +44,11 @@ class RangeForm(forms.Form):
     )
 
     def __init__(self, data=None, *args, **kwargs):
-        # an untouched page (no query string) is the default range, not an invalid form
+        # an untouched page (no query string) is the default range, not an invalid form; a
+        # query string without a range shows (and uses) the default range too
+        if data and not data.get("range"):
+            data = data.copy()
+            data["range"] = self.default_range
         super().__init__(data if data else None, *args, **kwargs)
         self.fields["range"].initial = self.default_range
 

@@ -232,3 +232,11 @@ class TestAdminAnalytics(Base):
     def test_the_admin_index_links_to_it(self):
         r = self.staff_client.get("/admin/")
         assert r.status_code == 200 and b'href="/analytics/"' in r.content
+
+
+class TestRangeDefault(Base):
+    def test_a_query_without_a_range_uses_and_shows_the_default(self):
+        r = self.owner_client.get("/latency/", {"source": "live"})
+        assert r.status_code == 200
+        assert b'<option value="7d" selected>' in r.content
+        assert r.context["report"].scope.start is not None

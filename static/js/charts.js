@@ -7,6 +7,7 @@
  *
  * Charts are (re)drawn on page load and after every htmx swap (the pages poll), and resized
  * with their container. Open <details> table views stay open across swaps.
+ * A page that polls must render its chart data inside the swapped region.
  */
 (function () {
   "use strict";
@@ -27,9 +28,15 @@
     return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
   }
 
+  // Data of swapped-in content. htmx is configured with allowScriptTags: false, so it drops
+  // every <script> of a swapped fragment, the json_script data ones included; they are read
+  // from the response here instead (DOMParser never runs scripts), by id.
+  let swappedData = {};
+
   function readJSON(id) {
     const el = document.getElementById(id);
-    return el ? JSON.parse(el.textContent) : null;
+    if (el) return JSON.parse(el.textContent);
+    return id in swappedData ? JSON.parse(swappedData[id]) : null;
   }
 
   function fmtMs(v) {
@@ -162,8 +169,14 @@
   }
 
   let openDetails = [];
-  document.addEventListener("htmx:beforeSwap", () => {
+  document.addEventListener("htmx:beforeSwap", (e) => {
     openDetails = Array.from(document.querySelectorAll("details[id][open]")).map((d) => d.id);
+    swappedData = {};
+    if (!e.detail.shouldSwap || !e.detail.serverResponse) return;
+    const doc = new DOMParser().parseFromString(e.detail.serverResponse, "text/html");
+    doc.querySelectorAll('script[type="application/json"][id]').forEach((s) => {
+      swappedData[s.id] = s.textContent;
+    });
   });
   document.addEventListener("htmx:afterSettle", () => {
     for (const id of openDetails) {

@@ -2,10 +2,11 @@
 
 - `browser`: one headless Chromium per test module (`/usr/bin/chromium`; never
   `playwright install`).
-- `logged_in_page(user, base_url)`: a fresh browser context logged in as `user` by its session
-  cookie (no password, no login form: hashing costs ~0.25 s), with a page open on `base_url`
-  and every page error collected in `page.errors`. Works with pytest-django's `live_server`
-  and with any server on the test database (tests.conftest.DaphneServer).
+- `logged_in_page(user, base_url=None, path="/")`: a fresh browser context logged in as `user`
+  by its session cookie (no password, no login form: hashing costs ~0.25 s), with a page open
+  on `base_url + path` and every page error collected in `page.errors`. `base_url` defaults to
+  pytest-django's `live_server`; any server on the test database works
+  (tests.conftest.DaphneServer).
 - `screenshot(page, name)`: a full-page PNG in tests/e2e/screenshots/ (git-ignored).
 
 Tests that use a live server need `transactional_db` so that the server sees their rows.
@@ -59,11 +60,14 @@ def session_cookie(user, url):
 
 
 @pytest.fixture
-def logged_in_page(browser):
-    """A factory: `logged_in_page(user, base_url, path="/", width=1280, height=860)`."""
+def logged_in_page(browser, request):
+    """A factory: `logged_in_page(user, base_url=None, path="/", width=1280, height=860)`;
+    without `base_url`, pytest-django's `live_server`. `user` None: not logged in."""
     contexts = []
 
-    def open_page(user, base_url, path="/", width=1280, height=860):
+    def open_page(user, base_url=None, path="/", width=1280, height=860):
+        if base_url is None:
+            base_url = request.getfixturevalue("live_server").url
         context = browser.new_context(viewport={"width": width, "height": height})
         context.set_default_timeout(TIMEOUT_MS)
         contexts.append(context)

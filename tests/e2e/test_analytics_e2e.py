@@ -38,7 +38,7 @@ def charts_drawn(page, count):
 
 
 def test_latency_page_draws_its_charts(live_server, logged_in_page, staff, screenshot):
-    page = logged_in_page(staff, live_server.url, "/latency/?range=7d")
+    page = logged_in_page(staff, path="/latency/?range=7d")
     charts_drawn(page, 2)  # histogram, TTFT over time
     assert page.locator("#resolved-h").is_visible()
     assert page.locator("table").first.locator("tbody tr").count() >= 5
@@ -53,11 +53,29 @@ def test_latency_page_draws_its_charts(live_server, logged_in_page, staff, scree
     assert page.errors == []
 
 
-def test_routing_page_draws_its_charts(live_server, logged_in_page, staff, screenshot):
+def test_routing_page_draws_its_charts_and_refreshes(
+    live_server, logged_in_page, staff, screenshot
+):
+    from streams.models import Stream
+
     page = logged_in_page(staff, live_server.url, "/routing/?range=7d")
     charts_drawn(page, 2)  # share, share over time
     assert page.locator("#matrix-h").is_visible()
     screenshot(page, "routing")
+    total = int(page.locator(".figure .value").first.inner_text())
+    page.click("#trend-table summary")
+    # a stream finishes: the next poll (every 10 s) brings it, redraws the charts and keeps the
+    # table view the user opened
+    Stream.objects.create(
+        requested_model="auto", resolved_model="qwen3-coder", status="completed", ttft_ms=300.0,
+        routing_us=30_000, routing_category="code", routing_source="rules",
+    )  # fmt: skip
+    page.wait_for_function(
+        f"parseInt(document.querySelector('.figure .value').textContent) === {total + 1}",
+        timeout=25_000,
+    )
+    charts_drawn(page, 2)
+    assert page.locator("#trend-table").get_attribute("open") is not None
     assert page.errors == []
 
 
