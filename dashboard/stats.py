@@ -30,6 +30,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+import zlib
 from dataclasses import dataclass, field, replace
 
 from django.conf import settings
@@ -46,25 +47,12 @@ HISTOGRAM_BINS = 40
 MAX_BUCKETS = 56  # 1h by 2 min, 24h by 30 min, 7d by 3 h, 30d by day, 90d by 2 days
 # Steps for time buckets, aligned on the Unix epoch (so UTC days and hours) and stable across
 # refreshes.
-BUCKET_STEPS = (
-    60,
-    120,
-    300,
-    900,
-    1800,
-    3600,
-    3 * 3600,
-    6 * 3600,
-    12 * 3600,
-    86400,
-    2 * 86400,
-    7 * 86400,
-)
+BUCKET_STEPS = (60, 120, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400,
+                7 * 86400)  # fmt: skip
 # One statement holds at most this many subqueries (SQLite allows 2000 result columns and 500
 # compound terms; PostgreSQL 1664 target entries).
 CHUNK = 250
 FINISHED_EXCLUDES = ("pending", "streaming")
-ERROR_STATUSES = ("failed",)
 AUTO = "auto"
 SAMPLE_REASONS = 3
 
@@ -91,7 +79,8 @@ def version(scope, now):
         )
         running = [r[0] for r in cursor.fetchall()]
     minute = int(now.timestamp() // 60)
-    return f"{newest}-{len(running)}-{hash(tuple(running)) & 0xFFFFFF:x}-{minute}"
+    running_crc = zlib.crc32(",".join(map(str, running)).encode())
+    return f"{newest}-{len(running)}-{running_crc:x}-{minute}"
 
 
 def _versioned(build):
@@ -200,14 +189,6 @@ class Where:
             self.add(f"{_q('created_at')} < %s", _dt(end))
         return self
 
-    def extend(self, other):
-        if other is not None:
-            self.parts.extend(other.parts)
-            self.params.extend(other.params)
-            self.eqs |= other.eqs
-            self.ins |= other.ins
-        return self
-
     def copy(self):
         return Where(self.parts, self.params, self.eqs, self.ins)
 
@@ -294,7 +275,11 @@ def _ranked(where, value, offset, *, descending=False, narrow=False):
     read the rows of `where` through the (model, created_at) index and sort them, instead of
     walking the ttft-ordered one (SQLite is told which index; PostgreSQL costs both)."""
     direction = " DESC" if descending else ""
-    ordered = not narrow and value == _q("ttft_ms")
+    ordered = value == _q("ttft_ms") and (
+        # without a model to seek, a window's rows would come through the created_at index
+        # and a table lookup each: walking the ttft-ordered covering index is cheaper
+        not narrow or index_for(where, ordered=False) == IDX_CREATED
+    )
     sql = (
         f"SELECT {value} FROM {_from(index_for(where, ordered=ordered))} "
         f"WHERE {where.sql()} AND {value} IS NOT NULL "
@@ -469,13 +454,10 @@ def model_pairs(scope):
     return pairs
 
 
-def pair_aggregates(scope, pairs=None, extra=None):
+def pair_aggregates(scope, pairs=None):
     """{(resolved, requested): {aggregate: value}} over the scope, one index seek per pair."""
     pairs = model_pairs(scope) if pairs is None else pairs
     base = scope_where(scope, skip=("resolved_model", "requested_model"))
-    if extra is not None:
-        base.parts.extend(extra.parts)
-        base.params.extend(extra.params)
     wanted = [
         (r, q)
         for r, q in pairs
@@ -615,7 +597,9 @@ def _is_narrow(span_s, history_s):
     sorting them beats walking the group's ttft-ordered index (which visits all its rows)."""
     if span_s is None or not history_s:
         return False
-    return span_s / history_s < 0.25
+    # measured at 100k streams over 30 days (SQLite): per-model p50…p99 of 1 day: ordered
+    # 10 ms, narrow 4 ms; of 3 days: 15 vs 19 ms; of 7 days: 12 vs 32 ms
+    return span_s / history_s < 0.08
 
 
 # ---------------------------------------------------------------------------------------------
@@ -777,7 +761,7 @@ def time_series(scope, aggregates, models, now, value=None, qs=SERIES_PERCENTILE
 def slowest(scope, limit=SLOWEST, *, narrow=False):
     """The streams with the highest TTFT in scope."""
     where = scope_where(scope).add(f"{_q('ttft_ms')} IS NOT NULL")
-    index = index_for(where, ordered=not narrow)
+    index = index_for(where, ordered=True)  # the top of the ttft order: O(limit / selectivity)
     cols = [
         "id",
         "created_at",
