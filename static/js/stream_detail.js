@@ -618,6 +618,12 @@ class TimingChart {
     }, 250);
   }
 
+  /** The stream ended: no more live redraws (the stored timing replaces the live points). */
+  stopLive() {
+    clearTimeout(this.pendingDraw);
+    this.pendingDraw = 0;
+  }
+
   setReplay(ms) {
     this.replayMs = ms;
     this.plot?.redraw(false, false);
@@ -1038,8 +1044,10 @@ const SUMMARY_EVERY_MS = 1500;
 let summaryTimer = 0;
 let summaryAt = 0;
 
+let followEnded = false;
+
 function scheduleSummary() {
-  if (summaryTimer) return;
+  if (summaryTimer || followEnded) return;
   const wait = Math.max(0, summaryAt + SUMMARY_EVERY_MS - performance.now());
   summaryTimer = setTimeout(async () => {
     summaryAt = performance.now();
@@ -1056,10 +1064,11 @@ function follow() {
   let outputTokens = 0;
   const end = async () => {
     if (ended) return;
-    ended = true;
+    ended = followEnded = true;
     renderer.finish();
     setLive("off", "");
     clearTimeout(summaryTimer);
+    chart.stopLive();
     table.live = false;
     await Promise.allSettled([refresh({ output: true }), loadChart(), table.loadAfter()]);
   };
@@ -1082,7 +1091,7 @@ function follow() {
         added = true;
       }
       requestAnimationFrame(() => renderer.flush());
-      if (added) {
+      if (added && !ended) {
         chart.scheduleDraw();
         table.noteNewEvents();
         // The recorder stores output_tokens when the stream ends; count them meanwhile.
