@@ -21,6 +21,7 @@ from tests.conftest import DaphneServer
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 PASSWORD = "correct horse battery"
+WAIT_MS = 20_000  # for what a stream does: it takes seconds, and the machine is shared
 STALL_TIMEOUT_S = 1.5
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -139,12 +140,16 @@ class TestTimelineLive:
         assert len(set(growing)) >= 3, samples  # several intermediate states, before the end
         assert growing == sorted(growing)
         stream = Stream.objects.get(pk=stream_id)
-        expect(page.locator("#output .part-output_text .text")).to_have_text(stream.output_text)
+        expect(page.locator("#output .part-output_text .text")).to_have_text(
+            stream.output_text, timeout=WAIT_MS
+        )
         # the summary is the server's once it ended; the table followed the events
         expect(page.locator("[data-field=event_count]").first).to_have_text(str(stream.event_count))
         expect(page.locator(f"#ev-{stream.event_count - 1}")).to_be_attached()
         expect(page.locator(".wf-bar.wf-terminal").first).to_be_attached()
-        expect(page.locator("#timing-caption")).to_contain_text("Time since the previous event")
+        expect(page.locator("#timing-caption")).to_contain_text(
+            "Time since the previous event", timeout=WAIT_MS
+        )
         screenshot(page, "timeline_completed")
 
     def test_a_late_joiner_gets_the_whole_text(self, chromium, server, owner):
@@ -152,10 +157,14 @@ class TestTimelineLive:
         stream_id = start_stream(server, owner, time_scale=1.5)
         wait_for(lambda: Stream.objects.filter(pk=stream_id, event_count__gte=15).exists())
         b.open(f"/streams/{stream_id}/")
-        expect(b.page.locator("#stream-status")).to_have_attribute("data-status", "completed")
+        expect(b.page.locator("#stream-status")).to_have_attribute(
+            "data-status", "completed", timeout=WAIT_MS
+        )
         stream = Stream.objects.get(pk=stream_id)
         assert stream.event_count >= 15
-        expect(b.page.locator("#output .part-output_text .text")).to_have_text(stream.output_text)
+        expect(b.page.locator("#output .part-output_text .text")).to_have_text(
+            stream.output_text, timeout=WAIT_MS
+        )
 
     def test_a_stall_shows_its_status_and_links_the_retry(
         self, chromium, server, owner, screenshot
@@ -165,11 +174,11 @@ class TestTimelineLive:
         b.open(f"/streams/{stream_id}/")
         page = b.page
         expect(page.locator("#stream-status")).to_have_attribute(
-            "data-status", "stalled", timeout=15_000
+            "data-status", "stalled", timeout=WAIT_MS
         )
         expect(page.locator(".error-box")).to_contain_text(f"no event for {STALL_TIMEOUT_S:g} s")
         retry = page.locator("a.retry-next")
-        expect(retry).to_be_visible(timeout=10_000)
+        expect(retry).to_be_visible(timeout=WAIT_MS)
         retry_id = Stream.objects.get(first_attempt_id=stream_id).pk
         assert retry.get_attribute("href") == f"/streams/{retry_id}/"
         screenshot(page, "timeline_stalled")
@@ -177,7 +186,7 @@ class TestTimelineLive:
         page.wait_for_url(f"**/streams/{retry_id}/")
         expect(page.locator(f'ol.attempts a[href="/streams/{stream_id}/"]')).to_be_visible()
         expect(page.locator("#stream-status")).to_have_attribute(
-            "data-status", "stalled", timeout=15_000
+            "data-status", "stalled", timeout=WAIT_MS
         )
 
     def test_model_output_stays_inert_live_and_in_a_replay(self, chromium, server, owner):
@@ -185,13 +194,15 @@ class TestTimelineLive:
         stream_id = start_stream(server, owner, "xss", time_scale=0.5)
         b.open(f"/streams/{stream_id}/")
         page = b.page
-        expect(page.locator("#output-items")).to_contain_text(XSS)
-        expect(page.locator("#stream-status")).to_have_attribute("data-status", "completed")
+        expect(page.locator("#output-items")).to_contain_text(XSS, timeout=WAIT_MS)
+        expect(page.locator("#stream-status")).to_have_attribute(
+            "data-status", "completed", timeout=WAIT_MS
+        )
         expect(page.locator("#output-items")).to_contain_text("<script>alert(1)</script>")
         # a replay rebuilds the text with the same renderer
         page.select_option("#replay-speed", "0")
         page.click("#replay-btn")
-        expect(page.locator("#replay-state")).to_contain_text("replay finished")
+        expect(page.locator("#replay-state")).to_contain_text("replay finished", timeout=WAIT_MS)
         # the raw data of the event that carried it
         index = page.evaluate(
             "[...document.querySelectorAll('#events-body tr.event')]"
@@ -332,8 +343,8 @@ class TestStreamList:
         expect(page.locator("#list-live")).to_have_attribute("data-state", "live")
         stream_id = start_stream(server, owner, time_scale=1)
         row = page.locator(f"#stream-row-{stream_id}")
-        expect(row).to_be_visible()
-        expect(row.locator("[data-f=status]")).to_have_text("completed", timeout=20_000)
+        expect(row).to_be_visible(timeout=WAIT_MS)
+        expect(row.locator("[data-f=status]")).to_have_text("completed", timeout=WAIT_MS)
         expect(row.locator("[data-f=ttft_ms]")).not_to_have_text("—")
         screenshot(page, "stream_list")
 
