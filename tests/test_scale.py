@@ -66,9 +66,10 @@ class WorkerProcess:
                 raise RuntimeError(f"worker did not start:\n{self.output()}")
             time.sleep(0.05)
 
-    def output(self):
+    def output(self, tail=5000):
         with open(self.log.name, errors="replace") as f:
-            return f.read()[-5000:]
+            text = f.read()
+        return text if tail is None else text[-tail:]
 
     def kill(self):
         self.proc.send_signal(signal.SIGKILL)
@@ -345,7 +346,7 @@ async def _outage_retried(people, simulator_process):
         for sid in ids:
             stream, _ = await assert_stored_exactly_once(simulator_process, sid)
             assert stream.status == "completed", (stream.error_code, stream.error_message)
-        assert "retrying" in worker.output()
+        assert "retrying" in worker.output(tail=None)
     finally:
         worker.stop()
 
