@@ -213,6 +213,22 @@ STREAMSCOPE = {
     "WORKER_CONCURRENCY": env_int("STREAMSCOPE_WORKER_CONCURRENCY", 200),
     "WORKER_POLL_S": env_float("STREAMSCOPE_WORKER_POLL_S", 1.0),
     "UPLOAD_MAX_BYTES": env_int("STREAMSCOPE_UPLOAD_MAX_BYTES", 20 * 1024 * 1024),
+    "MAX_INPUT_CHARS": env_int("STREAMSCOPE_MAX_INPUT_CHARS", 100_000),
+    # --- Relay (streams/consumers.py) ---
+    # Events waiting for one slow WebSocket before it is closed with 4008 (resume with after=).
+    "RELAY_OUTBOX_MAX_EVENTS": env_int("STREAMSCOPE_RELAY_OUTBOX_MAX_EVENTS", 20_000),
+    # Bytes Daphne buffers for a connection above which we stop sending to it…
+    "RELAY_SEND_HIGH_WATER_BYTES": env_int("STREAMSCOPE_RELAY_SEND_HIGH_WATER_BYTES", 256 * 1024),
+    # …and how long it may stay above that before it is closed with 4008.
+    "RELAY_SLOW_CLIENT_TIMEOUT_S": env_float("STREAMSCOPE_RELAY_SLOW_CLIENT_TIMEOUT_S", 30.0),
+    # A connection without messages for this long checks the database once (lost messages).
+    "RELAY_IDLE_CHECK_S": env_float("STREAMSCOPE_RELAY_IDLE_CHECK_S", 5.0),
+    # With the in-memory layer, deliver in-process without it (see streams/relay.py).
+    "RELAY_LOCAL_FANOUT": env_bool("STREAMSCOPE_RELAY_LOCAL_FANOUT", True),
+    # The playground chains turns with previous_response_id instead of resending the history.
+    "PLAYGROUND_PREVIOUS_RESPONSE_ID": env_bool(
+        "STREAMSCOPE_PLAYGROUND_PREVIOUS_RESPONSE_ID", False
+    ),
 }
 DATA_UPLOAD_MAX_MEMORY_SIZE = STREAMSCOPE["UPLOAD_MAX_BYTES"] + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = STREAMSCOPE["UPLOAD_MAX_BYTES"]

@@ -705,7 +705,10 @@ async def _finish(rec, writer, outcome):
     if rec.body_open:
         # A connection we closed ourselves (cancel, stall) is not the upstream's fault.
         closed_by_upstream = outcome.status not in (Stream.Status.CANCELLED, Stream.Status.STALLED)
-        final = rec.checker.close(connection_closed=closed_by_upstream)
+        # With the close time, the checker also judges the silence before it (a stall).
+        final = rec.checker.close(
+            connection_closed=closed_by_upstream, t_us=_us(closed_ns - rec.t0_ns)
+        )
         if final:
             rec.add_findings(final)
     if outcome.status is None:

@@ -159,8 +159,10 @@ async def test_stall_aborts_and_retries_as_linked_attempts(upstream, settings):
     assert last.pk != first.pk and last.first_attempt_id == first.pk and last.attempt == 2
     assert last.status == "stalled"  # the scenario stalls every time
     assert await Stream.objects.filter(first_attempt=first).acount() == 1
-    # no missing_terminal blamed on the upstream: we closed the connection
-    assert "missing_terminal" not in await finding_codes(first)
+    # no missing_terminal blamed on the upstream: we closed the connection; but the silence
+    # that made us close it is a finding
+    codes = await finding_codes(first)
+    assert "missing_terminal" not in codes and "stall" in codes
 
 
 async def test_cancel_closes_promptly_and_keeps_what_arrived(upstream):
