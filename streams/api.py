@@ -39,6 +39,7 @@ from django.http import HttpResponse
 
 from . import relay, runner
 from .auth import api_view, json_error, streams_for
+from .export import stream_fields
 from .models import Event, Stream
 from .simulator.scenarios import SCENARIOS
 
@@ -65,58 +66,10 @@ def _iso(value):
     return value.isoformat() if value is not None else None
 
 
-def stream_summary(stream, findings=None):
-    """Everything a script wants to know about one stream (sync: reads its findings)."""
-    if findings is None:
-        findings = list(
-            stream.findings.values("code", "severity", "event_index", "expected", "got", "detail")
-        )
-    return {
-        "id": stream.pk,
-        "status": stream.status,
-        "source": stream.source,
-        "requested_model": stream.requested_model,
-        "resolved_model": stream.resolved_model,
-        "scenario": stream.scenario,
-        "routing": {
-            "category": stream.routing_category,
-            "source": stream.routing_source,
-            "reasoning": stream.routing_reasoning,
-        },
-        "upstream_id": stream.upstream_id,
-        "http_status": stream.http_status,
-        "error": {"code": stream.error_code, "message": stream.error_message}
-        if stream.error_code or stream.error_message
-        else None,
-        "attempt": stream.attempt,
-        "first_attempt": stream.first_attempt_id,
-        "created_at": _iso(stream.created_at),
-        "started_at": _iso(stream.started_at),
-        "finished_at": _iso(stream.finished_at),
-        "milestones_us": {
-            "connected": stream.connected_us,
-            "request_written": stream.request_written_us,
-            "headers": stream.headers_us,
-            "created": stream.created_event_us,
-            "routing": stream.routing_us,
-            "first_token": stream.first_token_us,
-            "first_tool_call": stream.first_tool_call_us,
-            "terminal": stream.terminal_us,
-            "closed": stream.closed_us,
-        },
-        "ttft_ms": stream.ttft_ms,
-        "duration_ms": stream.duration_ms,
-        "tokens_per_s": stream.tokens_per_s,
-        "inter_token_ms": stream.inter_token_ms,
-        "event_count": stream.event_count,
-        "output_tokens": stream.output_tokens,
-        "bytes_received": stream.bytes_received,
-        "output_text": stream.output_text,
-        "final_text": stream.final_text,
-        "findings": findings,
-        "request": stream.request_body,
-        "ws": ws_path(stream.pk),
-    }
+def stream_summary(stream):
+    """The stream as the `.json` export has it (without events), plus its live feed's path
+    (sync: reads its findings)."""
+    return {**stream_fields(stream), "ws": ws_path(stream.pk)}
 
 
 def list_item(stream):

@@ -161,7 +161,9 @@ def stream_fields(stream: Stream) -> dict:
         "upstream_id": stream.upstream_id,
         "http_status": stream.http_status,
         "content_type": stream.content_type,
-        "error": {"code": stream.error_code, "message": stream.error_message},
+        "error": {"code": stream.error_code, "message": stream.error_message}
+        if stream.error_code or stream.error_message
+        else None,
         "attempt": stream.attempt,
         "first_attempt": stream.first_attempt_id,
         "created_at": _iso(stream.created_at),
