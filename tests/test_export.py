@@ -131,7 +131,7 @@ class TestDocument:
         assert doc["id"] == stream.pk and doc["status"] == "completed"
         assert doc["source"] == "live"
         assert doc["routing"] == {"category": "chat", "source": "", "reasoning": ""}
-        assert doc["error"] == {"code": "", "message": ""}
+        assert doc["error"] is None
         assert doc["milestones_us"]["request_written"] == 100
         assert doc["milestones_us"]["first_token"] == 300
         assert set(doc["milestones_us"]) == {
