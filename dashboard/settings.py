@@ -181,7 +181,7 @@ UPSTREAM_MODELS = [
 # --- Recorder -----------------------------------------------------------------------------
 STREAMSCOPE = {
     # A batch commits when it holds this many events or is this old (always at a terminal event).
-    "BATCH_MAX_EVENTS": env_int("STREAMSCOPE_BATCH_MAX_EVENTS", 500),
+    "BATCH_MAX_EVENTS": env_int("STREAMSCOPE_BATCH_MAX_EVENTS", 2000),
     "BATCH_MAX_AGE_MS": env_float("STREAMSCOPE_BATCH_MAX_AGE_MS", 5.0),
     # Events queued between the readers and the writer; readers pause when it is full.
     "QUEUE_MAX_EVENTS": env_int("STREAMSCOPE_QUEUE_MAX_EVENTS", 20000),

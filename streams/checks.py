@@ -624,11 +624,15 @@ class Checker:
         delta = obj.get("delta")
         if type(oi) is not int or type(ci) is not int or type(delta) is not str:
             return None
+        # An item or part that was never announced was reported on its first delta already:
+        # later deltas to it take the fast path too.
         item = self._items.get(oi)
-        if item is None or not item.added or item.done_item is not None:
+        if item is None or item.done_item is not None:
+            return None
+        if not item.added and not item.reported_no_item:
             return None
         part = item.parts.get(ci)
-        if part is None or not part.added or part.done_seq is not None:
+        if part is None or part.done_seq is not None or not (part.added or part.reported):
             return None
         if part.done_text is not None or part.type != "output_text":
             return None
