@@ -721,7 +721,8 @@ def _nice(x):
 
 
 def time_series(scope, aggregates, models, now, value=None, qs=SERIES_PERCENTILES):
-    """Per model and time bucket: the count and the percentiles `qs` of TTFT (or `value`)."""
+    """Per model and time bucket: the count and the percentiles `qs` of TTFT (or `value`;
+    "*" with no `qs` counts streams)."""
     bounds = _series_bounds(scope, now)
     if bounds is None or not models:
         return None
@@ -1049,9 +1050,7 @@ def routing_report(scope, *, now=None):
         }
         for s in report.shares
     ]
-    report.series = time_series(
-        auto_scope, auto, [m for m in models if m], now, value=_q("id"), qs=()
-    )
+    report.series = time_series(auto_scope, auto, [m for m in models if m], now, value="*", qs=())
     if report.series:
         report.trend_models = [x["model"] for x in report.series["series"]]
         report.trend_rows = [
