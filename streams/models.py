@@ -107,27 +107,42 @@ class Stream(models.Model):
             # columns were missing and each entry cost a table lookup). Per resolved model:
             models.Index(
                 fields=[
-                    "resolved_model", "ttft_ms", "created_at", "requested_model", "status",
-                    "source", "user",
+                    "resolved_model",
+                    "ttft_ms",
+                    "created_at",
+                    "requested_model",
+                    "status",
+                    "source",
+                    "user",
                 ],
                 name="stream_resolved_ttft_cov",
-            ),  # fmt: skip
+            ),
             # … per requested model (auto, and each pinned model):
             models.Index(
                 fields=[
-                    "requested_model", "ttft_ms", "created_at", "resolved_model", "status",
-                    "source", "user",
+                    "requested_model",
+                    "ttft_ms",
+                    "created_at",
+                    "resolved_model",
+                    "status",
+                    "source",
+                    "user",
                 ],
                 name="stream_requested_ttft_cov",
-            ),  # fmt: skip
+            ),
             # … over all models (the "all" row, "pinned" as a whole, the slowest N):
             models.Index(
                 fields=[
-                    "ttft_ms", "created_at", "resolved_model", "requested_model", "status",
-                    "source", "user",
+                    "ttft_ms",
+                    "created_at",
+                    "resolved_model",
+                    "requested_model",
+                    "status",
+                    "source",
+                    "user",
                 ],
                 name="stream_ttft_cov",
-            ),  # fmt: skip
+            ),
             # Counts, sums and time buckets per (resolved, requested) pair: `WHERE resolved_model
             # = ? AND requested_model = ? AND created_at >= ? …` seeks the range and reads every
             # metric the latency and routing pages aggregate from the index alone (a table scan
@@ -138,13 +153,25 @@ class Stream(models.Model):
             # PostgreSQL turn those updates from HOT into full ones).
             models.Index(
                 fields=[
-                    "resolved_model", "requested_model", "created_at", "status", "source",
-                    "user", "ttft_ms", "inter_token_ms", "tokens_per_s", "request_written_us",
-                    "headers_us", "created_event_us", "routing_us", "first_token_us",
-                    "routing_category", "routing_source",
+                    "resolved_model",
+                    "requested_model",
+                    "created_at",
+                    "status",
+                    "source",
+                    "user",
+                    "ttft_ms",
+                    "inter_token_ms",
+                    "tokens_per_s",
+                    "request_written_us",
+                    "headers_us",
+                    "created_event_us",
+                    "routing_us",
+                    "first_token_us",
+                    "routing_category",
+                    "routing_source",
                 ],
                 name="stream_pair_metrics",
-            ),  # fmt: skip
+            ),
             # The routing page's list of pinned requests that got a routing event (a protocol
             # violation, rare): a partial index holds only those rows.
             models.Index(
@@ -156,11 +183,17 @@ class Stream(models.Model):
             # Admin analytics: usage per user, the largest and slowest streams, from the index.
             models.Index(
                 fields=[
-                    "user", "created_at", "status", "resolved_model", "output_tokens",
-                    "bytes_received", "duration_ms", "findings_count",
+                    "user",
+                    "created_at",
+                    "status",
+                    "resolved_model",
+                    "output_tokens",
+                    "bytes_received",
+                    "duration_ms",
+                    "findings_count",
                 ],
                 name="stream_user_usage",
-            ),  # fmt: skip
+            ),
             # search by upstream id
             models.Index(fields=["upstream_id"], name="stream_upstream_id"),
         ]
