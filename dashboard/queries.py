@@ -19,13 +19,13 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 
 from streams.auth import may_see, streams_for
 from streams.checks import CODES, OUTPUT_DELTAS
 from streams.models import Event, Finding, Stream
+from streams.upstream import redact
 
 PAGE_STREAMS = 50  # rows per list page
 EVENTS_PAGE = 200  # rows per event-table window
@@ -42,14 +42,6 @@ DIFF_MAX = 200_000  # characters beyond which a word diff is not computed for th
 TOOL_TYPES = frozenset({"function_call", "custom_tool_call", "mcp_call"})
 FAILED_TOOL_STATUSES = frozenset({"failed", "incomplete", "cancelled"})
 SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
-
-
-def redact(text):
-    """`text` without the upstream API key (an upstream may echo the key it was sent)."""
-    key = settings.UPSTREAM_API_KEY
-    if not isinstance(text, str) or not key or len(key) < 8 or key not in text:
-        return text
-    return text.replace(key, "[redacted]")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,11 +33,11 @@ import math
 import zlib
 from dataclasses import dataclass, field, replace
 
-from django.conf import settings
 from django.db import connection
 from django.db.models import Count as models_Count
 
 from streams.models import Finding, Stream
+from streams.upstream import redact
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
@@ -1162,14 +1162,6 @@ def _findings_in_scope(scope):
     if scope.source:
         qs = qs.filter(stream__source=scope.source)
     return qs
-
-
-def redact(text):
-    """`text` without the upstream API key (an upstream could echo it back)."""
-    key = settings.UPSTREAM_API_KEY
-    if not isinstance(text, str) or not key or len(key) < 8 or key not in text:
-        return text
-    return text.replace(key, "[redacted]")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ from .auth import api_view, json_error, streams_for
 from .export import stream_fields
 from .models import Event, Stream
 from .simulator.scenarios import SCENARIOS
+from .upstream import redact
 
 MAX_INPUT_CHARS_DEFAULT = 100_000
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
@@ -54,11 +55,7 @@ def max_input_chars():
 
 
 def respond(data, status=200):
-    text = json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False)
-    # The upstream key never leaves the server, even if an upstream echoed it in an error.
-    key = settings.UPSTREAM_API_KEY
-    if key and key in text:
-        text = text.replace(key, "[redacted]")
+    text = redact(json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False))
     return HttpResponse(text, status=status, content_type="application/json")
 
 

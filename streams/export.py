@@ -24,6 +24,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .models import Capture, Event, Stream
+from .upstream import redact
 
 READ_CHUNK = 2000  # rows per database round trip
 EVENTS_PER_PIECE = 500  # events joined into one piece handed to the response
@@ -203,16 +204,8 @@ def _event_dict(row) -> dict:
 
 
 def _dumps_without(key: str) -> Callable[[object], str]:
-    """`json.dumps` that redacts `key`: an upstream may echo the key it was sent (in an error
-    message, say), and it never leaves us. Keys too short to be real are not searched for."""
-    if not key or len(key) < 8:
-        return lambda value: json.dumps(value, ensure_ascii=False)
-
-    def dumps(value) -> str:
-        text = json.dumps(value, ensure_ascii=False)
-        return text.replace(key, "[redacted]") if key in text else text
-
-    return dumps
+    """`json.dumps` without the upstream key (see `upstream.redact`)."""
+    return lambda value: redact(json.dumps(value, ensure_ascii=False))
 
 
 # ---- shared ----------------------------------------------------------------------------------

@@ -60,6 +60,18 @@ class UpstreamError(Exception):
         self.body = body
 
 
+def redact(text):
+    """`text` without the upstream API key. An upstream may echo the key it was sent (in an
+    error message, say); it never reaches a browser, an export or a log. Keys too short to be
+    real are not searched for."""
+    from django.conf import settings
+
+    key = settings.UPSTREAM_API_KEY
+    if not isinstance(text, str) or not key or len(key) < 8 or key not in text:
+        return text
+    return text.replace(key, "[redacted]")
+
+
 def make_client(connect_timeout=10.0):
     # No read timeout here: the stall rule (no event for N s) is enforced by the recorder,
     # which knows when an event arrived. Connection limits sized for hundreds of streams.

@@ -17,10 +17,6 @@ from pathlib import Path
 
 import pytest
 
-# Playwright's sync API runs an event loop in the test's thread; Django then refuses the test's
-# own (plain, sequential) ORM calls unless told they are safe.
-os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
-
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -42,10 +38,21 @@ TIMEOUT_MS = 30_000
 def browser():
     from playwright.sync_api import sync_playwright
 
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
+    # Playwright's sync API runs an event loop in the test's thread while it is open; Django
+    # then refuses the test's own (plain, sequential) ORM calls unless told they are safe.
+    # Only for these modules: everywhere else the async-safety check stays on.
+    previous = os.environ.get("DJANGO_ALLOW_ASYNC_UNSAFE")
+    os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = "true"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            yield browser
+            browser.close()
+    finally:
+        if previous is None:
+            os.environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        else:
+            os.environ["DJANGO_ALLOW_ASYNC_UNSAFE"] = previous
 
 
 def session_cookie(user, url):
