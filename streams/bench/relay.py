@@ -211,6 +211,16 @@ def add_arguments(parser):
         help=f"events per fast stream (default {FAST_EVENTS[1]} for 1 stream, "
         f"{FAST_EVENTS_MANY} each for more)",
     )
+    parser.add_argument(
+        "--layer",
+        default="memory",
+        help="comma-separated channel layers to run on: memory, redis (at --redis-url)",
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=os.environ.get("BENCH_REDIS_URL") or os.environ.get("REDIS_URL", ""),
+        help="redis://… for --layer redis (default: $BENCH_REDIS_URL or $REDIS_URL)",
+    )
     parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
     parser.add_argument(
         "--no-viewers",
@@ -290,38 +300,59 @@ def run(command, opts):
     )
     sim_root = f"http://127.0.0.1:{sim.port}"
     results = []
+    layers = [x.strip() for x in opts["layer"].split(",") if x.strip()]
+    if "redis" in layers and not opts["redis_url"]:
+        raise SystemExit("--layer redis needs --redis-url (or $BENCH_REDIS_URL / $REDIS_URL)")
     try:
-        for pattern in patterns:
-            daphne = Server(
-                [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
-                + ["streams.bench.relay_asgi:application"],
-                {
-                    **env,
-                    "UPSTREAM_BASE_URL": sim_root + "/v1",
-                    "STREAMSCOPE_BENCH_PATTERN": pattern,
-                },
-                tmp / f"daphne-{pattern}.log",
-            )
-            try:
-                for n in counts:
-                    result = asyncio.run(
-                        _configuration(pattern, n, daphne.port, sim_root, opts, command)
-                    )
-                    results.append(result)
-                    _print(command, opts, result)
-            finally:
-                daphne.stop()
+        for layer in layers:
+            layer_env = {k: v for k, v in env.items() if k != "REDIS_URL"}
+            if layer == "redis":
+                layer_env["REDIS_URL"] = opts["redis_url"]
+            for pattern in patterns:
+                if layer == "redis" and pattern == "batched-layer":
+                    continue  # with Redis, `batched` goes through the layer already
+                daphne = Server(
+                    [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
+                    + ["streams.bench.relay_asgi:application"],
+                    {
+                        **layer_env,
+                        "UPSTREAM_BASE_URL": sim_root + "/v1",
+                        "STREAMSCOPE_BENCH_PATTERN": pattern,
+                    },
+                    tmp / f"daphne-{layer}-{pattern}.log",
+                )
+                try:
+                    for n in counts:
+                        result = asyncio.run(
+                            _configuration(pattern, n, daphne.port, sim_root, opts, command)
+                        )
+                        result = {"layer": layer, **result}
+                        results.append(result)
+                        _print(command, opts, result)
+                finally:
+                    daphne.stop()
     finally:
         sim.stop()
     if not opts["json"] and "stock" in patterns:
         for n in counts:
-            stock = next(r for r in results if r["pattern"] == "stock" and r["streams"] == n)
-            for r in results:
-                if r["streams"] == n and r["pattern"] != "stock" and stock["events_per_s"]:
-                    ratio = r["events_per_s"] / stock["events_per_s"]
-                    command.stdout.write(
-                        f"{n} stream(s): {r['pattern']} / stock events/s = {ratio:.1f}×"
-                    )
+            for layer in layers:
+                stock = next(
+                    r
+                    for r in results
+                    if r["pattern"] == "stock" and r["streams"] == n and r["layer"] == layer
+                )
+                for r in results:
+                    if (
+                        r["streams"] == n
+                        and r["layer"] == layer
+                        and r["pattern"] != "stock"
+                        and stock["events_per_s"]
+                    ):
+                        ratio = r["events_per_s"] / stock["events_per_s"]
+                        command.stdout.write(
+                            f"{layer}, {n} stream(s): {r['pattern']} / stock events/s = "
+                            f"{ratio:.1f}×"
+                        )
     return results
 
 
@@ -339,7 +370,8 @@ def _print(command, opts, r):
         f"published after commit {pair('published_latency')})"
     )
     command.stdout.write(
-        f"{r['pattern']:8} {r['streams']:4} stream(s): {r['events_per_s']:>10,.0f} events/s, "
+        f"{r.get('layer', ''):6} {r['pattern']:13} {r['streams']:4} stream(s): "
+        f"{r['events_per_s']:>10,.0f} events/s, "
         f"added latency {lat}, lost {r['lost_events']}, duplicated {r['duplicated_events']}"
     )
 
