@@ -66,7 +66,6 @@ def run(command, opts):
             with tempfile.TemporaryDirectory() as tmp:
                 url = _database_url(database, opts, tmp)
                 env = {**os.environ, "DATABASE_URL": url}
-                env.pop("REDIS_URL", None) if not os.environ.get("REDIS_URL") else None
                 subprocess.run(
                     [sys.executable, "manage.py", "migrate", "-v0"],
                     cwd=BASE_DIR,
@@ -92,7 +91,11 @@ def run(command, opts):
                     if proc.returncode != 0:
                         raise SystemExit(f"bench child failed:\n{proc.stderr[-4000:]}")
                     out = json.loads(proc.stdout.strip().splitlines()[-1])
-                    out = {"database": database, **out}
+                    out = {
+                        "database": database,
+                        "layer": "redis" if env.get("REDIS_URL") else "memory",
+                        **out,
+                    }
                     results.append(out)
                     _print(command, out, opts["json"])
     finally:
