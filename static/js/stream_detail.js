@@ -501,7 +501,11 @@ class TimingChart {
       scales: {
         x: { time: false },
         // a decade of room above and below, so dots on the extremes are not cut by the frame
-        y: { distr: 3, log: 10, range: (u, min, max) => [Math.max(MIN_GAP_MS, min / 10), max * 10] },
+        // (no gap yet — a live stream's first event — gives null: a fixed range, not NaN,
+        // which uPlot's log splits turn into "Invalid array length")
+        y: { distr: 3, log: 10, range: (u, min, max) =>
+          (Number.isFinite(min) && Number.isFinite(max) && max > 0)
+            ? [Math.max(MIN_GAP_MS, min / 10), max * 10] : [MIN_GAP_MS, 1000] },
       },
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 7 } },
@@ -613,8 +617,13 @@ class TimingChart {
     if (this.pendingDraw) return;
     this.pendingDraw = setTimeout(() => {
       this.pendingDraw = 0;
-      this.draw();
-      this.describeLive();
+      try {
+        this.draw();
+        this.describeLive();
+      } catch (error) {
+        // The chart is an aid: a drawing error must never stop the live page.
+        console.error("timing chart:", error);
+      }
     }, 250);
   }
 

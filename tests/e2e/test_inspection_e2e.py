@@ -122,7 +122,8 @@ def status(page):
 class TestTimelineLive:
     def test_the_text_grows_before_the_terminal_event(self, chromium, server, owner, screenshot):
         b = chromium()
-        stream_id = start_stream(server, owner, time_scale=3)
+        # long enough (≈ 10 s) that the page sees it grow even when the machine is busy
+        stream_id = start_stream(server, owner, time_scale=3, sentences=10)
         b.open(f"/streams/{stream_id}/")
         page = b.page
         samples = []  # (text length, page status, terminal reached in the database)
