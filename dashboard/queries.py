@@ -25,6 +25,7 @@ from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 from streams.auth import may_see, streams_for
 from streams.checks import CODES, OUTPUT_DELTAS
 from streams.models import Event, Finding, Stream
+from streams.recorder import EVENT_COLUMNS
 from streams.upstream import redact
 
 PAGE_STREAMS = 50  # rows per list page
@@ -633,24 +634,7 @@ def event_summary(type_, data, is_json=True):
 
 def event_detail(stream, index):
     """One event with its data: pretty-printed JSON and verbatim; None when it does not exist."""
-    row = (
-        Event.objects.filter(stream_id=stream.pk, index=index)
-        .values(
-            "index",
-            "t_us",
-            "received_at",
-            "event_name",
-            "sse_id",
-            "type",
-            "sequence_number",
-            "output_index",
-            "content_index",
-            "is_json",
-            "data",
-            "raw",
-        )
-        .first()
-    )
+    row = Event.objects.filter(stream_id=stream.pk, index=index).values(*EVENT_COLUMNS[1:]).first()
     if row is None:
         return None
     data = redact(row["data"])

@@ -24,24 +24,13 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from .models import Capture, Event, Stream
+from .recorder import EVENT_COLUMNS
 from .upstream import redact
 
 READ_CHUNK = 2000  # rows per database round trip
 EVENTS_PER_PIECE = 500  # events joined into one piece handed to the response
 CAPTURE_PIECE = 256 * 1024  # bytes per piece of a stored capture
-EVENT_FIELDS = (
-    "index",
-    "t_us",
-    "received_at",
-    "event_name",
-    "sse_id",
-    "type",
-    "sequence_number",
-    "output_index",
-    "content_index",
-    "is_json",
-    "data",
-)
+EVENT_FIELDS = EVENT_COLUMNS[1:-1]  # all but stream_id and raw
 FINDING_FIELDS = ("code", "severity", "event_index", "expected", "got", "detail")
 
 

@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import resource
-import socket
 import subprocess
 import sys
 import tempfile
@@ -22,6 +21,8 @@ import time
 from pathlib import Path
 
 import httpx
+
+from streams.bench import free_port, wait_for_port
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
@@ -53,7 +54,7 @@ def run(command, opts):
     elif opts["events"]:
         configs = [(s, opts["events"]) for s, _ in configs]
     results = []
-    sim_port = _free_port()
+    sim_port = free_port()
     sim = subprocess.Popen(
         [sys.executable, "manage.py", "simulate_upstream", "--port", str(sim_port)],
         cwd=BASE_DIR,
@@ -61,7 +62,7 @@ def run(command, opts):
         stderr=subprocess.DEVNULL,
     )
     try:
-        _wait_for_port(sim_port)
+        wait_for_port(sim_port)
         for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
             with tempfile.TemporaryDirectory() as tmp:
                 url = _database_url(database, opts, tmp)
@@ -124,23 +125,6 @@ def _database_url(database, opts, tmp):
             raise SystemExit("--database postgres needs --postgres-url or $BENCH_POSTGRES_URL")
         return opts["postgres_url"]
     raise SystemExit(f"unknown database {database!r} (sqlite, postgres)")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port, timeout=20):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise SystemExit("the simulator did not start")
 
 
 # ---------------------------------------------------------------------------------------------

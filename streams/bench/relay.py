@@ -37,6 +37,8 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
+from streams.bench import free_port, wait_for_port
+
 BASE_DIR = Path(__file__).resolve().parents[2]
 FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
 FAST_EVENTS_MANY = 1_000
@@ -235,38 +237,15 @@ def add_arguments(parser):
     )
 
 
-def _free_port():
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _wait_for_port(port, proc, timeout=30):
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"process exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
-
-
 class Server:
     def __init__(self, argv, env, log_path):
-        self.port = _free_port()
+        self.port = free_port()
         self.log = open(log_path, "wb")  # noqa: SIM115
         argv = [a.replace("{port}", str(self.port)) for a in argv]
         self.proc = subprocess.Popen(
             argv, cwd=BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
-        _wait_for_port(self.port, self.proc)
+        wait_for_port(self.port, self.proc)
 
     def stop(self):
         self.proc.terminate()
