@@ -21,7 +21,6 @@ import json
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from asgiref.sync import sync_to_async
-from django.conf import settings
 
 from .models import Capture, Event, Stream
 from .recorder import EVENT_COLUMNS
@@ -105,7 +104,7 @@ def stream_document(stream: Stream, events: bool = True) -> dict:
 
 def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
     """The `.json` export as pieces of one JSON object, `events` last."""
-    dumps = _dumps_without(settings.UPSTREAM_API_KEY)
+    dumps = _dumps
     head = dumps(stream_fields(stream))
     if not events:
         yield head
@@ -192,9 +191,9 @@ def _event_dict(row) -> dict:
     return event
 
 
-def _dumps_without(key: str) -> Callable[[object], str]:
+def _dumps(value) -> str:
     """`json.dumps` without the upstream key (see `upstream.redact`)."""
-    return lambda value: redact(json.dumps(value, ensure_ascii=False))
+    return redact(json.dumps(value, ensure_ascii=False))
 
 
 # ---- shared ----------------------------------------------------------------------------------
