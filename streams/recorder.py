@@ -348,15 +348,12 @@ class Writer:
                 await kick
                 timer.cancel()
                 self._kick = None
-            batch = []
-            take = min(len(buffer), self.max_events)
-            while take:
-                item = buffer.popleft()
-                batch.append(item)
-                take -= 1
-                if item[3] is not None:
-                    self._flushes -= 1
-                    break  # a flush ends its batch: it waits for exactly what came before it
+            # Everything queued goes into this commit (up to max_events), flush requests
+            # included: one commit answers them all. (A flush that ended its batch made 100
+            # streams starting or ending together 100 commits in a row, and every event queued
+            # behind them waited: at 100 paced streams, 354 → 86 commits per run.)
+            batch = [buffer.popleft() for _ in range(min(len(buffer), self.max_events))]
+            self._flushes -= sum(1 for item in batch if item[3] is not None)
             if not buffer:
                 self._ready.clear()
             if len(buffer) < self.capacity and not self._space.is_set():
@@ -598,6 +595,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
     writer = writer or get_writer()
     stall_s = conf("STALL_TIMEOUT_S")
     phases = Phases()
+    phases.activate()
     rec.start(time.monotonic_ns())
     rec.status = Stream.Status.STREAMING
     rec.pending_fields.update(
