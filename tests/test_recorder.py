@@ -251,3 +251,22 @@ def test_orphans_of_dead_processes_become_interrupted(db):
     assert statuses[dead.pk] == "streaming"  # another host, heartbeat fresh
     assert statuses[stale.pk] == "interrupted"
     assert statuses[local_dead.pk] == "interrupted"
+
+
+async def test_the_api_key_is_sent_but_never_stored_or_logged(caplog):
+    import logging
+
+    from streams.simulator.server import start_in_thread
+
+    caplog.set_level(logging.DEBUG)
+    key = "sk-test-0123456789abcdef"
+    with start_in_thread(api_key=key) as sim:  # this one refuses requests without the key
+        stream, _ = await record(body(), base_url=sim.base_url, api_key=key)
+        refused, _ = await record(body(), base_url=sim.base_url, api_key="sk-wrong-key-000000")
+    assert stream.status == "completed"  # so the key was sent
+    assert refused.status == "failed" and refused.http_status == 401
+    for s in (stream, refused):
+        row = await Stream.objects.filter(pk=s.pk).values().aget()
+        assert key not in repr(row)
+    assert not await Event.objects.filter(stream=stream, data__contains=key).aexists()
+    assert key not in caplog.text
