@@ -47,53 +47,46 @@ def _known_version(request):
     return request.GET.get("v") if request.headers.get("HX-Request") else None
 
 
+def _report_page(request, form, report, template, **context):
+    """The three pages' common shape: a form over the query string, one report, render; a
+    poll whose data has not changed gets 204 (htmx keeps the page)."""
+    now = dt.datetime.now(dt.UTC)
+    data = None
+    if not form.is_bound or form.is_valid():
+        data = report(form.scope(request.user, now), known_version=_known_version(request), now=now)
+        if data is None:
+            return HttpResponse(status=204)
+    return _render(request, template, {"form": form, "report": data, **context}, form)
+
+
 @login_required
 @require_GET
 def latency(request):
     form = LatencyForm(request.GET)
-    now = dt.datetime.now(dt.UTC)
-    report = None
-    if not form.is_bound or form.is_valid():
-        report = stats.latency_report(
-            form.scope(request.user, now),
-            compare_with=form.comparison(request.user, now),
-            known_version=_known_version(request),
-            now=now,
+
+    def report(scope, **kwargs):
+        return stats.latency_report(
+            scope, compare_with=form.comparison(request.user, kwargs["now"]), **kwargs
         )
-        if report is None:
-            return HttpResponse(status=204)
-    ctx = {"nav": "latency", "form": form, "report": report, "phase_labels": stats.PHASES}
-    return _render(request, "dashboard/latency.html", ctx, form)
+
+    return _report_page(
+        request, form, report, "dashboard/latency.html", nav="latency", phase_labels=stats.PHASES
+    )
 
 
 @login_required
 @require_GET
 def routing(request):
-    form = RoutingForm(request.GET)
-    now = dt.datetime.now(dt.UTC)
-    report = None
-    if not form.is_bound or form.is_valid():
-        report = stats.routing_report(
-            form.scope(request.user, now), known_version=_known_version(request), now=now
-        )
-        if report is None:
-            return HttpResponse(status=204)
-    return _render(
-        request, "dashboard/routing.html", {"nav": "routing", "form": form, "report": report}, form
-    )
+    return _report_page(
+        request, RoutingForm(request.GET), stats.routing_report, "dashboard/routing.html",
+        nav="routing",
+    )  # fmt: skip
 
 
 @_staff_only
 @require_GET
 def admin_analytics(request):
-    form = AdminAnalyticsForm(request.GET)
-    now = dt.datetime.now(dt.UTC)
-    report = None
-    if not form.is_bound or form.is_valid():
-        report = stats.admin_report(
-            form.scope(request.user, now), known_version=_known_version(request), now=now
-        )
-        if report is None:
-            return HttpResponse(status=204)
-    ctx = {"nav": "admin", "form": form, "report": report}
-    return _render(request, "dashboard/admin_analytics.html", ctx, form)
+    return _report_page(
+        request, AdminAnalyticsForm(request.GET), stats.admin_report,
+        "dashboard/admin_analytics.html", nav="admin",
+    )  # fmt: skip
