@@ -8,8 +8,12 @@ ADDR ?= 127.0.0.1:8000
 
 .PHONY: run install install-test test lint
 
+# Debian's python3 lacks the venv module until python3-venv is installed.
 $(VENV)/bin/python:
-	$(PY) -m venv $(VENV)
+	$(PY) -m venv $(VENV) || { rm -rf $(VENV); \
+	  S=""; [ "$$(id -u)" -ne 0 ] && S=sudo; \
+	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq python3-venv \
+	  && $(PY) -m venv $(VENV); }
 	$(VENV)/bin/pip install -q --upgrade pip
 
 install: $(VENV)/bin/python
