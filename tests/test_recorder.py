@@ -223,15 +223,20 @@ async def test_ttft_matches_with_50_concurrent_streams(upstream):
     # the whole suite's since, and a collection over it paused the loop mid-measurement.
     gc.collect()
     gc.freeze()
-    results = await asyncio.gather(
-        *(record(body(prompt=f"q{i}", time_scale=1.0)) for i in range(50))
-    )
-    errors = sorted([await _ttft_error_ms(upstream, s) for s, _ in results])
-    # Both clocks are read by event loops sharing two cores (ours and the simulator's). Most
-    # streams agree within ±3 ms; in some runs a group of 10–20 streams is 20–70 ms off
-    # together: a pause of one loop while their first deltas were in flight, not a skew of
-    # the measurement (it hits whole groups, and not in every run). The bulk must agree.
-    assert errors[len(errors) // 2] < 5, errors
+
+    async def staggered(i):
+        # 50 at once, starting 10 ms apart (each lasts seconds, so all 50 overlap)
+        await asyncio.sleep(i * 0.01)
+        return await record(body(prompt=f"q{i}", time_scale=1.0))
+
+    results = await asyncio.gather(*(staggered(i) for i in range(50)))
+    streams = [s for s, _ in results]
+    assert max(s.started_at for s in streams) < min(s.finished_at for s in streams)
+    errors = sorted([await _ttft_error_ms(upstream, s) for s in streams])
+    # Measured here: all 50 within ±2–5 ms. Both clocks are read by event loops sharing two
+    # cores (ours and the simulator's), so one reading may catch a scheduling hiccup.
+    assert errors[int(len(errors) * 0.9)] < 5, errors
+    assert errors[-1] < 15, errors
 
 
 def test_orphans_of_dead_processes_become_interrupted(db):
