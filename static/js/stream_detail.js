@@ -499,7 +499,10 @@ class TimingChart {
       width: Math.max(300, this.box.clientWidth),
       height: 240,
       scales: {
-        x: { time: false },
+        // one point (min === max), or none yet, must not give uPlot an empty or NaN range
+        x: { time: false, range: (u, min, max) =>
+          !(Number.isFinite(min) && Number.isFinite(max)) ? [0, 1]
+            : min === max ? [Math.max(0, min - 0.5), max + 0.5] : [min, max] },
         // a decade of room above and below, so dots on the extremes are not cut by the frame
         // (no gap yet — a live stream's first event — gives null: a fixed range, not NaN,
         // which uPlot's log splits turn into "Invalid array length")
@@ -589,7 +592,9 @@ class TimingChart {
   }
 
   data() {
-    return [this.xs, this.out, this.other];
+    return [this.xs, this.out, this.other].map((values) =>
+      values.map((v) => (Number.isFinite(v) ? v : null)),
+    );
   }
 
   draw(rebuild = false) {
