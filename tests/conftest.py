@@ -14,6 +14,21 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures" / "streams"
 
 
+def log_in_people(target):
+    """An owner, a stranger and a staff member on `target` (a view test), each with a
+    logged-in Django test client as `<name>_client` (healthchecks' shared test base)."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
+        # no password: hashing one costs ~0.25 s, and force_login needs none
+        user = get_user_model().objects.create_user(name, is_staff=staff)
+        client = Client()
+        client.force_login(user)
+        setattr(target, name, user)
+        setattr(target, f"{name}_client", client)
+
+
 class SimulatorProcess:
     """The simulator in its own process, so its timing is not disturbed by the code under test."""
 

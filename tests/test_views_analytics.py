@@ -8,11 +8,11 @@ import datetime as dt
 import re
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Stream
+from tests.conftest import log_in_people
 
 EVIL = '<script>alert("m")</script>'
 
@@ -38,13 +38,7 @@ def stream(user, resolved, ttft, requested="auto", minutes_ago=30, **kw):
 class Base:
     @pytest.fixture(autouse=True)
     def _people(self, db):
-        User = get_user_model()
-        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
-            user = User.objects.create_user(name, is_staff=staff)
-            client = Client()
-            client.force_login(user)
-            setattr(self, name, user)
-            setattr(self, f"{name}_client", client)
+        log_in_people(self)
         self.anonymous_client = Client()
         with _settable_created_at():
             self.streams = Stream.objects.bulk_create(

@@ -12,7 +12,7 @@ from django.test import AsyncClient, Client
 from streams.export import stream_document, to_sse
 from streams.importer import import_capture
 from streams.models import Stream
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, log_in_people
 from tests.test_importer import har, har_entry, small_stream, sse
 
 BASIC = (FIXTURES / "openai_text_basic.sse").read_bytes()
@@ -23,13 +23,7 @@ class Base:
 
     @pytest.fixture(autouse=True)
     def _people(self, db):
-        User = get_user_model()
-        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
-            user = User.objects.create_user(name, is_staff=staff)
-            client = Client()
-            client.force_login(user)
-            setattr(self, name, user)
-            setattr(self, f"{name}_client", client)
+        log_in_people(self)
         [self.stream] = import_capture(BASIC, "basic.sse", user=self.owner)
 
 

@@ -6,11 +6,11 @@ import asyncio
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import AsyncClient, Client
 
 from dashboard.models import Conversation, Turn
 from streams.models import Stream
+from tests.conftest import log_in_people
 
 JSON = {"HTTP_ACCEPT": "application/json"}
 
@@ -44,13 +44,7 @@ class Base:
     @pytest.fixture(autouse=True)
     def _people(self, db, settings):
         settings.UPSTREAM_BASE_URL = ""  # the built-in simulator's catalogue, no HTTP
-        User = get_user_model()
-        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
-            user = User.objects.create_user(name, is_staff=staff)
-            client = Client()
-            client.force_login(user)
-            setattr(self, name, user)
-            setattr(self, f"{name}_client", client)
+        log_in_people(self)
         self.conversation = Conversation.objects.create(user=self.owner, title="About Utrecht")
 
     def url(self):

@@ -5,12 +5,11 @@ and what each shows."""
 import json
 
 import pytest
-from django.contrib.auth import get_user_model
 from django.test import Client
 
 from streams.importer import import_capture
 from streams.models import Stream
-from tests.conftest import FIXTURES
+from tests.conftest import FIXTURES, log_in_people
 from tests.test_queries import recorded, text_events
 
 XSS = "<img src=x onerror=alert(1)>"
@@ -21,13 +20,7 @@ class Base:
 
     @pytest.fixture(autouse=True)
     def _people(self, db):
-        User = get_user_model()
-        for name, staff in (("owner", False), ("stranger", False), ("staff", True)):
-            user = User.objects.create_user(name, is_staff=staff)
-            client = Client()
-            client.force_login(user)
-            setattr(self, name, user)
-            setattr(self, f"{name}_client", client)
+        log_in_people(self)
         self.stream = recorded(
             self.owner,
             text_events("Careful with ", XSS, " and <script>alert(2)</script>."),
