@@ -368,6 +368,20 @@ function dotSeries(label, color, size, dense) {
     },
   };
 }
+/** The gap axis's range: whole decades with room above and below, so dots on the extremes
+ * are not cut by the frame. uPlot's log splits need decade ends: from 0.0952 they stepped
+ * 0.11, 0.22 → rounded to 0 and looped until "Invalid array length" (in a microtask, so no
+ * try/catch of ours saw it). No gap yet (a live stream's first event) gives a fixed range. */
+function logRange(min, max) {
+  if (!(Number.isFinite(min) && Number.isFinite(max) && max > 0)) return [1e-3, 1e3];
+  const exponent = (v, snap) => {
+    const e = Math.log10(v);
+    return Math.abs(e - Math.round(e)) < 1e-9 ? Math.round(e) : snap(e);
+  };
+  const lo = Math.max(exponent(Math.max(min, MIN_GAP_MS), Math.ceil) - 1, -4);
+  const hi = exponent(Math.max(max, MIN_GAP_MS), Math.floor) + 1;
+  return [Number(`1e${lo}`), Number(`1e${hi}`)];
+}
 const decades = (u, splits) => splits.map((v) => (Math.abs(Math.log10(v) % 1) < 1e-9 ? v : null)); // a log scale needs positive values: 1 µs stands for "same instant"
 
 class TimingChart {
@@ -503,12 +517,7 @@ class TimingChart {
         x: { time: false, range: (u, min, max) =>
           !(Number.isFinite(min) && Number.isFinite(max)) ? [0, 1]
             : min === max ? [Math.max(0, min - 0.5), max + 0.5] : [min, max] },
-        // a decade of room above and below, so dots on the extremes are not cut by the frame
-        // (no gap yet — a live stream's first event — gives null: a fixed range, not NaN,
-        // which uPlot's log splits turn into "Invalid array length")
-        y: { distr: 3, log: 10, range: (u, min, max) =>
-          (Number.isFinite(min) && Number.isFinite(max) && max > 0)
-            ? [Math.max(MIN_GAP_MS, min / 10), max * 10] : [MIN_GAP_MS, 1000] },
+        y: { distr: 3, log: 10, range: (u, min, max) => logRange(min, max) },
       },
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 7 } },

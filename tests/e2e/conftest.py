@@ -82,7 +82,7 @@ def logged_in_page(browser, request):
             context.add_cookies([session_cookie(user, base_url)])
         page = context.new_page()
         page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
+        page.on("pageerror", lambda e: page.errors.append(e.stack or str(e)))
         page.goto(base_url + path)
         return page
 

@@ -40,7 +40,7 @@ class Playground:
         self.dialogs = []
         self.errors = []
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
-        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.on("pageerror", lambda e: self.errors.append(e.stack or str(e)))
         self.page.goto(server.url + "/login/?next=/playground/")
         self.page.fill("#id_username", user.username)
         self.page.fill("#id_password", PASSWORD)
