@@ -119,11 +119,16 @@ def _list_worthy(stream_id, fields):
     return False
 
 
-async def publish_batch(stream_id, user_id, events, stream_fields=None):
-    """Announce committed events (payloads from `event_payload`) and stream changes."""
+def publish(stream_id, user_id, events, stream_fields=None):
+    """Announce committed events (payloads from `event_payload`) and stream changes.
+
+    In-process subscribers (`local_fanout()`) get them now, and this returns None; otherwise
+    it returns the coroutine that sends them through the channel layer. The writer calls this
+    for every stream of a batch: a direct call, where a task per stream put the publish
+    behind everything else on a busy loop."""
     layer = get_channel_layer()
     if layer is None:
-        return
+        return None
     message = {"type": "stream.batch", "stream": stream_id, "events": events}
     if stream_fields:
         message["stream_fields"] = stream_fields
@@ -140,7 +145,11 @@ async def publish_batch(stream_id, user_id, events, stream_fields=None):
         local.publish(stream_group(stream_id), message)
         if summary is not None:
             local.publish(LIST_GROUP, summary)
-        return
+        return None
+    return _group_send(layer, stream_id, message, summary)
+
+
+async def _group_send(layer, stream_id, message, summary):
     try:
         await layer.group_send(stream_group(stream_id), message)
         if summary is not None:
@@ -148,6 +157,13 @@ async def publish_batch(stream_id, user_id, events, stream_fields=None):
     except Exception:
         # The database already has everything; viewers catch up from it on reconnect.
         log.exception("publish to the channel layer failed for stream %s", stream_id)
+
+
+async def publish_batch(stream_id, user_id, events, stream_fields=None):
+    """`publish`, awaited."""
+    pending = publish(stream_id, user_id, events, stream_fields)
+    if pending is not None:
+        await pending
 
 
 def created_fields(stream):

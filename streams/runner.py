@@ -19,7 +19,7 @@ from django.db.models import Q
 
 from .models import Stream
 from .recorder import RUNNER_ID, Recording, conf, get_writer, record_attempt
-from .upstream import make_client
+from .upstream import ClientPool
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def get_client():
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        client = _clients[loop] = make_client(conf("CONNECT_TIMEOUT_S"))
+        client = _clients[loop] = ClientPool(conf("CONNECT_TIMEOUT_S"))
         for other in [lp for lp in _clients if lp.is_closed()]:
             del _clients[other]
     return client

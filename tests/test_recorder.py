@@ -165,6 +165,16 @@ async def test_stall_aborts_and_retries_as_linked_attempts(upstream, settings):
     assert "missing_terminal" not in codes and "stall" in codes
 
 
+async def test_a_stream_longer_than_the_stall_timeout_is_no_stall(upstream, settings):
+    """The rule is no *event* for N s, however long the stream runs."""
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "STALL_TIMEOUT_S": 0.5}
+    stream, _ = await record(body(time_scale=0.6, sentences=8))
+    assert stream.status == "completed", (stream.status, stream.error_message)
+    times = [e.t_us for e in await stored_events(stream)]
+    assert times[-1] - times[0] > 1_000_000  # twice the stall timeout
+    assert max(b - a for a, b in zip(times, times[1:])) < 500_000
+
+
 async def test_cancel_closes_promptly_and_keeps_what_arrived(upstream):
     stream = await sync_to_async(runner.create_stream)(None, body(time_scale=1.0))
     task = runner.start(stream)
@@ -205,6 +215,25 @@ async def test_200_concurrent_streams_lose_nothing(upstream):
         assert await Event.objects.filter(stream=stream).acount() == len(sim["events"])
 
 
+async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
+    from streams.upstream import ClientPool
+
+    pool = ClientPool(shard_streams=2, keepalive=2)
+    try:
+        results = await asyncio.gather(
+            *(record(body(prompt=f"q{i}", time_scale=0.2), client=pool) for i in range(5))
+        )
+        assert [s.status for s, _ in results] == ["completed"] * 5
+        assert len(pool.shards) == 3 and all(n == 0 for _, n in pool.shards)
+        # later streams go to the first shard with room, onto its idle connections
+        for _ in range(3):
+            stream, _ = await record(body(), client=pool)
+            assert stream.status == "completed"
+        assert len(pool.shards) == 3
+    finally:
+        await pool.aclose()
+
+
 async def _ttft_error_ms(upstream, stream):
     sim = await sync_to_async(upstream.log)(stream.upstream_id)
     first = next(e for e in sim["events"] if e["type"].endswith(".delta"))
@@ -237,6 +266,40 @@ async def test_ttft_matches_with_50_concurrent_streams(upstream):
     # cores (ours and the simulator's), so one reading may catch a scheduling hiccup.
     assert errors[int(len(errors) * 0.9)] < 5, errors
     assert errors[-1] < 15, errors
+
+
+def test_stream_updates_group_by_changed_columns(db):
+    """update_streams: one statement per set of changed columns, each row its own values,
+    NULLs, JSON and datetimes adapted as the ORM would."""
+    from streams.recorder import Recording, update_streams
+
+    a, b, c, d = (runner.create_stream(None, body()) for _ in range(4))
+    now = dt.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=dt.UTC)
+
+    def rec(stream):
+        return Recording(stream.pk, None, pinned_model=False)
+
+    update_streams(
+        {
+            rec(a): {"event_count": 3, "ttft_ms": 12.5, "heartbeat_at": now},
+            rec(b): {"event_count": 7, "ttft_ms": None, "heartbeat_at": now},
+            rec(c): {
+                "status": "completed",
+                "parts": [{"text": "<b>é</b>", "done": True}],
+                "finished_at": now,
+                "resolved_model": "eu-gpt-4o",
+                "heartbeat_at": now,
+            },
+            rec(d): {"heartbeat_at": now},
+        }
+    )
+    a, b, c, d = (Stream.objects.get(pk=s.pk) for s in (a, b, c, d))
+    assert (a.event_count, a.ttft_ms) == (3, 12.5)
+    assert (b.event_count, b.ttft_ms) == (7, None)
+    assert c.status == "completed" and c.resolved_model == "eu-gpt-4o"
+    assert c.parts == [{"text": "<b>é</b>", "done": True}] and c.finished_at == now
+    assert c.event_count == 0 and a.status == "pending"  # untouched columns stay
+    assert {s.heartbeat_at for s in (a, b, c, d)} == {now}
 
 
 def test_orphans_of_dead_processes_become_interrupted(db):

@@ -79,14 +79,14 @@ def timed(publish):
     """Note when each batch was published (after its commit): the writer's share of the
     latency is publish time − the recorder's receipt time."""
 
-    async def publish_batch(stream_id, user_id, events, stream_fields=None):
+    def timed_publish(stream_id, user_id, events, stream_fields=None):
         if events:
             PUBLISHED.setdefault(stream_id, []).append(
                 (events[0][0], events[-1][0], time.monotonic_ns())
             )
-        await publish(stream_id, user_id, events, stream_fields)
+        return publish(stream_id, user_id, events, stream_fields)
 
-    return publish_batch
+    return timed_publish
 
 
 class StockConsumer(AsyncWebsocketConsumer):

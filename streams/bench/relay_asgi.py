@@ -5,7 +5,7 @@ pieces — never routed in production.
   all at once (so viewers can subscribe first: the stock pattern has no catch-up), read their
   outcome. Plain ASGI, JSON in and out, only on the bench's 127.0.0.1 server.
 - `/ws/bench/stock/<id>/`: the stock consumer (the Channels tutorial pattern).
-- STREAMSCOPE_BENCH_PATTERN=stock: `relay.publish_batch` becomes the stock publisher, one
+- STREAMSCOPE_BENCH_PATTERN=stock: `relay.publish` becomes the stock publisher, one
   `group_send` per event; =batched-layer: ours through the in-memory channel layer instead of
   the in-process fan-out; =batched (default): ours as configured.
 """
@@ -34,13 +34,13 @@ if os.environ.get("STREAMSCOPE_BENCH_SWITCH_INTERVAL"):
 
 PATTERN = os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched")
 if PATTERN == "stock":
-    relay.publish_batch = bench.stock_publish_batch
+    relay.publish = bench.stock_publish_batch
 elif PATTERN == "batched-layer":
     # ours, but through the channel layer even though it is the in-memory one
     from django.conf import settings
 
     settings.STREAMSCOPE["RELAY_LOCAL_FANOUT"] = False
-relay.publish_batch = bench.timed(relay.publish_batch)
+relay.publish = bench.timed(relay.publish)
 
 
 async def http(scope, receive, send):
