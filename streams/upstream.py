@@ -10,8 +10,11 @@ verbatim (`ReceivedEvent.raw`) instead of being silently replaced; the field sem
 line (event/data/id/retry, comments) are httpx-sse's own `SSEDecoder`.
 """
 
+import asyncio
+import collections
 import contextlib
 import contextvars
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -66,44 +69,198 @@ class Phases:
 _current_phases = contextvars.ContextVar("streamscope_phases", default=None)
 
 
-class _StampingStream(httpcore.AsyncNetworkStream):
-    """A network stream that notes when a request's bytes actually reach the socket."""
+class _Protocol(asyncio.Protocol):
+    """Bytes received on one connection, until `_Stream.read` takes them. Reading pauses
+    above HIGH_WATER buffered bytes: TCP backpressure when the recorder falls behind."""
 
-    def __init__(self, inner):
-        self._inner = inner
+    HIGH_WATER = 1 << 20
+
+    def __init__(self):
+        self.transport = None
+        self.chunks = collections.deque()
+        self.size = 0
+        self.eof = False
+        self.error = None
+        self.reading_paused = False
+        self.waiter = None  # a reader waiting for data
+        self.drain = None  # a writer waiting for the transport's buffer to drain
+        self.writing_paused = False
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        self.chunks.append(data)
+        self.size += len(data)
+        if self.size > self.HIGH_WATER and not self.reading_paused:
+            self.reading_paused = True
+            self.transport.pause_reading()
+        self._wake()
+
+    def eof_received(self):
+        self.eof = True
+        self._wake()
+        return False  # the transport closes itself
+
+    def connection_lost(self, exc):
+        self.eof = True
+        if exc is not None:
+            self.error = exc
+        self._wake()
+        self.resume_writing()
+
+    def pause_writing(self):
+        self.writing_paused = True
+
+    def resume_writing(self):
+        self.writing_paused = False
+        drain, self.drain = self.drain, None
+        if drain is not None and not drain.done():
+            drain.set_result(None)
+
+    def _wake(self):
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class _Stream(httpcore.AsyncNetworkStream):
+    """httpcore's network stream on a plain asyncio transport and protocol, noting when a
+    request's bytes were handed to the socket (for `request_written`).
+
+    Not httpcore's AnyIO backend: its per-read cancel scope, async-library sniffing and reader
+    re-registration cost ~20 µs per read, and a paced upstream sends one event per read. With
+    100 paced streams they were a fifth of the server's CPU (py-spy, `bench relay`)."""
+
+    def __init__(self, transport, protocol):
+        self._transport = transport
+        self._protocol = protocol
 
     async def read(self, max_bytes, timeout=None):
-        return await self._inner.read(max_bytes, timeout)
+        protocol = self._protocol
+        if protocol.chunks:
+            # Already here: still let the other tasks run first. A reader that never waits
+            # (a burst faster than we parse) would otherwise keep the loop from the viewers
+            # and the other streams until its buffer ran dry.
+            await asyncio.sleep(0)
+        if not protocol.chunks:
+            if protocol.error is not None:
+                raise httpcore.ReadError(str(protocol.error) or type(protocol.error).__name__)
+            if protocol.eof:
+                return b""
+            protocol.waiter = waiter = asyncio.get_running_loop().create_future()
+            try:
+                if timeout is None:
+                    await waiter
+                else:
+                    async with asyncio.timeout(timeout):
+                        await waiter
+            except TimeoutError:
+                raise httpcore.ReadTimeout("timed out reading from the upstream") from None
+            return await self.read(max_bytes, timeout)
+        chunks = protocol.chunks
+        data = chunks.popleft()
+        if len(data) > max_bytes:
+            chunks.appendleft(data[max_bytes:])
+            data = data[:max_bytes]
+        elif chunks and len(data) + len(chunks[0]) <= max_bytes:
+            # several arrivals waiting (a loaded loop): one read, one pass through h11
+            parts = [data]
+            size = len(data)
+            while chunks and size + len(chunks[0]) <= max_bytes:
+                part = chunks.popleft()
+                parts.append(part)
+                size += len(part)
+            data = b"".join(parts)
+        protocol.size -= len(data)
+        if protocol.reading_paused and protocol.size <= protocol.HIGH_WATER // 4:
+            protocol.reading_paused = False
+            self._transport.resume_reading()
+        return data
 
     async def write(self, buffer, timeout=None):
-        await self._inner.write(buffer, timeout)
-        if buffer:
-            phases = _current_phases.get()
-            if phases is not None:
-                phases.last_write_ns = time.monotonic_ns()
+        if not buffer:
+            return
+        protocol = self._protocol
+        if protocol.eof or self._transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        self._transport.write(buffer)
+        if protocol.writing_paused:
+            protocol.drain = drain = asyncio.get_running_loop().create_future()
+            try:
+                async with asyncio.timeout(timeout):
+                    await drain
+            except TimeoutError:
+                raise httpcore.WriteTimeout("timed out writing to the upstream") from None
+            if protocol.error is not None:
+                raise httpcore.WriteError(str(protocol.error))
+        phases = _current_phases.get()
+        if phases is not None:
+            phases.last_write_ns = time.monotonic_ns()
 
     async def aclose(self):
-        await self._inner.aclose()
+        self._transport.close()
 
     async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
-        return _StampingStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+        loop = asyncio.get_running_loop()
+        try:
+            transport = await loop.start_tls(
+                self._transport,
+                self._protocol,
+                ssl_context,
+                server_hostname=server_hostname,
+                ssl_handshake_timeout=timeout,
+            )
+        except TimeoutError as exc:
+            self._transport.close()
+            raise httpcore.ConnectTimeout(str(exc) or "TLS handshake timed out") from exc
+        except (OSError, ssl.SSLError) as exc:
+            self._transport.close()
+            raise httpcore.ConnectError(str(exc)) from exc
+        return _Stream(transport, self._protocol)
 
     def get_extra_info(self, info):
-        return self._inner.get_extra_info(info)
+        transport = self._transport
+        if info == "ssl_object":
+            return transport.get_extra_info("ssl_object")
+        if info == "client_addr":
+            return transport.get_extra_info("sockname")
+        if info == "server_addr":
+            return transport.get_extra_info("peername")
+        if info == "socket":
+            return transport.get_extra_info("socket")
+        if info == "is_readable":
+            # an idle connection with something to read was closed by the server
+            protocol = self._protocol
+            return protocol.eof or bool(protocol.chunks)
+        return None
 
 
-class _StampingBackend(httpcore.AsyncNetworkBackend):
-    def __init__(self, inner):
-        self._inner = inner
+class _Backend(httpcore.AsyncNetworkBackend):
+    async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(timeout):
+                transport, protocol = await loop.create_connection(
+                    _Protocol,
+                    host,
+                    port,
+                    local_addr=(local_address, 0) if local_address else None,
+                )
+        except TimeoutError as exc:
+            raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+        except OSError as exc:
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+        sock = transport.get_extra_info("socket")
+        for option in socket_options or ():
+            sock.setsockopt(*option)
+        return _Stream(transport, protocol)
 
-    async def connect_tcp(self, *args, **kwargs):
-        return _StampingStream(await self._inner.connect_tcp(*args, **kwargs))
-
-    async def connect_unix_socket(self, *args, **kwargs):
-        return _StampingStream(await self._inner.connect_unix_socket(*args, **kwargs))
+    async def connect_unix_socket(self, path, timeout=None, socket_options=None):
+        raise httpcore.ConnectError("Unix sockets are not supported for the upstream")
 
     async def sleep(self, seconds):
-        await self._inner.sleep(seconds)
+        await asyncio.sleep(seconds)
 
 
 class UpstreamError(Exception):
@@ -140,9 +297,9 @@ def make_client(connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_c
     )
     pool = getattr(transport, "_pool", None)
     if pool is not None and hasattr(pool, "_network_backend"):
-        # httpcore has no public hook for this; without it `request_written` falls back to
-        # httpx's trace event (see Phases.trace).
-        pool._network_backend = _StampingBackend(pool._network_backend)
+        # httpx has no public hook for this; without it `request_written` falls back to
+        # httpx's trace event (see Phases.trace), and reads cost more (see _Stream).
+        pool._network_backend = _Backend()
     return httpx.AsyncClient(
         transport=transport,
         timeout=httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None),

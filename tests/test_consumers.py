@@ -351,6 +351,20 @@ class TestLive:
 
 
 class TestSlowClients:
+    async def test_a_long_outbox_is_no_reason_to_close_a_client_that_reads(self, people, knobs):
+        # 100 events published before the sender runs once: our lag, not the client's
+        knobs(RELAY_OUTBOX_MAX_EVENTS=50)
+        stream = await stored_stream(people.owner, 5, status="streaming")
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        seen = indexes([await comm.receive_json_from()])
+        await stored_stream(people.owner, 100, status="completed", start=5, stream=stream)
+        for k in range(10):
+            assert relay.publish(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10)) is None
+        relay.publish(stream.pk, people.owner.pk, [], {"status": "completed"})
+        frames, code = await frames_until_close(comm)
+        assert code == 1000 and seen + indexes(frames) == list(range(105))
+
     async def test_an_overflowing_outbox_closes_with_4008_and_the_client_resumes(
         self, people, knobs, monkeypatch
     ):
