@@ -235,6 +235,57 @@ async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
         await pool.aclose()
 
 
+async def test_an_https_upstream_is_recorded_the_same(upstream):
+    """TLS on our own asyncio stream (upstream._Stream.start_tls): a TLS proxy with a test CA
+    in front of the simulator."""
+    import ssl
+    from urllib.parse import urlsplit
+
+    import trustme
+
+    from streams.upstream import ClientPool
+
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_ctx)
+    sim = urlsplit(upstream.base_url)
+    handshakes = []
+
+    async def pipe(reader, writer):
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def proxy(client_reader, client_writer):
+        handshakes.append(client_writer.get_extra_info("ssl_object").version())
+        sim_reader, sim_writer = await asyncio.open_connection(sim.hostname, sim.port)
+        await asyncio.gather(pipe(client_reader, sim_writer), pipe(sim_reader, client_writer))
+
+    server = await asyncio.start_server(proxy, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    pool = ClientPool()
+    pool.ssl_context = ssl.create_default_context()
+    ca.configure_trust(pool.ssl_context)
+    try:
+        stream, _ = await record(
+            body(time_scale=0.2), base_url=f"https://localhost:{port}/v1", client=pool
+        )
+    finally:
+        await pool.aclose()
+        server.close()
+    assert handshakes and handshakes[0].startswith("TLS")
+    assert stream.status == "completed", stream.error_message
+    sim_log = await sync_to_async(upstream.log)(stream.upstream_id)
+    assert stream.event_count == len(sim_log["events"])
+    assert stream.connected_us < stream.request_written_us < stream.first_token_us
+    assert stream.ttft_ms > 0
+
+
 async def _ttft_error_ms(upstream, stream):
     sim = await sync_to_async(upstream.log)(stream.upstream_id)
     first = next(e for e in sim["events"] if e["type"].endswith(".delta"))
