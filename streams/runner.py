@@ -188,9 +188,10 @@ WORKERS_GROUP = "streamscope.workers"
 def start(stream):
     """Run `stream` as a task on the running loop; it outlives the request that started it.
 
-    When streams run in workers and the row is unclaimed, wake the workers instead: the row
-    waits in the database, so a worker that misses the wake-up still finds it when it polls."""
-    if in_workers() and not stream.runner:
+    When streams run in workers and this process has not claimed the row, wake the workers
+    instead: the row waits in the database, so a worker that misses the wake-up still finds it
+    when it polls (and a row a worker claimed meanwhile is not recorded twice)."""
+    if in_workers() and stream.runner != RUNNER_ID:
         _spawn(_tell_workers({"type": "worker.wake"}))
         return None
     # A fresh context, not the request's: under ASGI that one carries asgiref's executor for the

@@ -216,6 +216,16 @@ async def test_200_concurrent_streams_lose_nothing(upstream):
         assert await Event.objects.filter(stream=stream).acount() == len(sim["events"])
 
 
+async def test_in_worker_mode_a_row_claimed_elsewhere_is_not_recorded_here(settings):
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "RUNNER": "worker"}
+    stream = await sync_to_async(runner.create_stream)(None, body())
+    assert stream.runner == ""  # waits for a worker
+    stream.runner = "elsewhere:1:abcd"  # one claimed it before we got to start it
+    assert runner.start(stream) is None and stream.pk not in runner._tasks
+    await asyncio.sleep(0.05)  # the wake-up sent to the workers
+    assert (await Stream.objects.aget(pk=stream.pk)).status == "pending"
+
+
 async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
     from streams.upstream import ClientPool
 

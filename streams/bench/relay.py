@@ -18,6 +18,8 @@ For 1 and 100 concurrent streams:
     Linux, so comparable across processes on one machine): it covers TCP, parsing, the batch
     window, the commit, the channel layer, the consumer and the WebSocket.
 lost_events / duplicated_events compare what the clients got with what was stored.
+With `--runner worker --layer redis` a `stream_worker` process records (streams.bench.
+relay_worker, publishing in the same pattern) and Daphne only relays, through Redis.
 Viewers subscribe before their stream starts (the stock pattern cannot catch up).
 """
 
@@ -72,6 +74,7 @@ async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
         await layer.group_send(group, {"type": "stream.end", "status": status})
 
 
+HELD = "bench:held"  # the runner of prepared streams until they start (worker runs)
 PUBLISHED = {}  # stream id -> [(first index, last index, monotonic ns of the publish)]
 
 
@@ -87,6 +90,20 @@ def timed(publish):
         return publish(stream_id, user_id, events, stream_fields)
 
     return timed_publish
+
+
+def apply_pattern(pattern):
+    """Make this process publish as `pattern` says (see the module docstring)."""
+    from django.conf import settings
+
+    from streams import relay
+
+    if pattern == "stock":
+        relay.publish = stock_publish_batch
+    elif pattern == "batched-layer":
+        # ours, but through the channel layer even though it is the in-memory one
+        settings.STREAMSCOPE["RELAY_LOCAL_FANOUT"] = False
+    relay.publish = timed(relay.publish)
 
 
 class StockConsumer(AsyncWebsocketConsumer):
@@ -112,7 +129,7 @@ def _prepare(data):
     from django.contrib.auth import get_user_model
 
     from streams import runner
-    from streams.models import ApiToken
+    from streams.models import ApiToken, Stream
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
     token = ApiToken.issue(user, name="bench relay")
@@ -125,6 +142,10 @@ def _prepare(data):
             metadata={**data.get("metadata", {}), "seed": i},
         )
         ids.append(runner.create_stream(user, body).pk)
+    if runner.in_workers():
+        # Claimed by nobody real until /_bench/start, or a worker would start them before
+        # their viewers are on (the stock pattern has no catch-up).
+        Stream.objects.filter(pk__in=ids).update(runner=HELD)
     return {"token": token, "ids": ids}
 
 
@@ -133,6 +154,11 @@ async def _start(ids):
     from streams.models import Stream
 
     streams = [s async for s in Stream.objects.filter(pk__in=ids)]
+    if runner.in_workers():
+        # held until now (see _prepare): the workers may claim them once viewers are on
+        await Stream.objects.filter(pk__in=ids).aupdate(runner="")
+        for stream in streams:
+            stream.runner = ""
     for stream in streams:
         runner.start(stream)
     return {"started": len(streams)}
@@ -223,6 +249,13 @@ def add_arguments(parser):
         default=os.environ.get("BENCH_REDIS_URL") or os.environ.get("REDIS_URL", ""),
         help="redis://… for --layer redis (default: $BENCH_REDIS_URL or $REDIS_URL)",
     )
+    parser.add_argument(
+        "--runner",
+        default="inprocess",
+        choices=["inprocess", "worker"],
+        help="where streams are recorded: in the Daphne process, or in a `stream_worker` "
+        "process beside it (needs --layer redis)",
+    )
     parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
     parser.add_argument(
         "--no-viewers",
@@ -282,6 +315,9 @@ def run(command, opts):
     layers = [x.strip() for x in opts["layer"].split(",") if x.strip()]
     if "redis" in layers and not opts["redis_url"]:
         raise SystemExit("--layer redis needs --redis-url (or $BENCH_REDIS_URL / $REDIS_URL)")
+    worker = opts["runner"] == "worker"
+    if worker and layers != ["redis"]:
+        raise SystemExit("--runner worker needs --layer redis (the worker publishes through it)")
     try:
         for layer in layers:
             layer_env = {k: v for k, v in env.items() if k != "REDIS_URL"}
@@ -290,26 +326,44 @@ def run(command, opts):
             for pattern in patterns:
                 if layer == "redis" and pattern == "batched-layer":
                     continue  # with Redis, `batched` goes through the layer already
+                server_env = {
+                    **layer_env,
+                    "UPSTREAM_BASE_URL": sim_root + "/v1",
+                    "STREAMSCOPE_BENCH_PATTERN": pattern,
+                    "STREAMSCOPE_RUNNER": opts["runner"],
+                }
                 daphne = Server(
                     [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
                     + ["streams.bench.relay_asgi:application"],
-                    {
-                        **layer_env,
-                        "UPSTREAM_BASE_URL": sim_root + "/v1",
-                        "STREAMSCOPE_BENCH_PATTERN": pattern,
-                    },
+                    server_env,
                     tmp / f"daphne-{layer}-{pattern}.log",
                 )
+                recorder = None
+                if worker:
+                    recorder = subprocess.Popen(
+                        [sys.executable, "-m", "streams.bench.relay_worker"],
+                        cwd=BASE_DIR,
+                        env=server_env,
+                        stdout=open(tmp / f"worker-{pattern}.log", "wb"),  # noqa: SIM115
+                        stderr=subprocess.STDOUT,
+                    )
                 try:
                     for n in counts:
                         result = asyncio.run(
                             _configuration(pattern, n, daphne.port, sim_root, opts, command)
                         )
-                        result = {"layer": layer, **result}
+                        result = {"layer": layer, "runner": opts["runner"], **result}
                         results.append(result)
                         _print(command, opts, result)
                 finally:
                     daphne.stop()
+                    if recorder is not None:
+                        recorder.terminate()
+                        try:
+                            recorder.wait(10)
+                        except subprocess.TimeoutExpired:
+                            recorder.kill()
+                            recorder.wait(5)
     finally:
         sim.stop()
     if not opts["json"] and "stock" in patterns:

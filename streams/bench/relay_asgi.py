@@ -22,7 +22,6 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path  # noqa: E402
 
-from streams import relay  # noqa: E402
 from streams.bench import relay as bench  # noqa: E402
 from streams.routing import websocket_urlpatterns  # noqa: E402
 
@@ -32,15 +31,7 @@ if os.environ.get("STREAMSCOPE_BENCH_SWITCH_INTERVAL"):
 
     sys.setswitchinterval(float(os.environ["STREAMSCOPE_BENCH_SWITCH_INTERVAL"]))
 
-PATTERN = os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched")
-if PATTERN == "stock":
-    relay.publish = bench.stock_publish_batch
-elif PATTERN == "batched-layer":
-    # ours, but through the channel layer even though it is the in-memory one
-    from django.conf import settings
-
-    settings.STREAMSCOPE["RELAY_LOCAL_FANOUT"] = False
-relay.publish = bench.timed(relay.publish)
+bench.apply_pattern(os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched"))
 
 
 async def http(scope, receive, send):
