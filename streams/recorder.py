@@ -18,6 +18,7 @@ import collections
 import datetime as dt
 import functools
 import gc
+import itertools
 import logging
 import os
 import socket
@@ -127,6 +128,7 @@ class Recording:
     urgent: bool = False  # the writer should commit what is queued now
     storage_error: str = ""  # set by the writer when it gave up on a batch of this stream
     lost_events: int = 0
+    inline_max: int | None = None  # RELAY_INLINE_MAX_BYTES, read once per attempt
     body_open: bool = False  # an event stream was being read (the checker has a say)
     # Filled by the reader, drained by the writer at the next commit.
     pending_fields: dict = field(default_factory=dict)
@@ -134,6 +136,7 @@ class Recording:
 
     def start(self, t0_ns):
         self.t0_ns = t0_ns
+        self.inline_max = settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]
         self.wall0 = dt.datetime.now(dt.UTC)
         stall_us = int(conf("STALL_TIMEOUT_S") * 1_000_000)
         self.checker = Checker(pinned_model=self.pinned_model, stall_threshold_us=stall_us)
@@ -180,7 +183,7 @@ class Recording:
             self._milestone(result, sse.t_ns)
         type_ = result.type
         seq = result.sequence_number
-        row = (
+        row = [
             self.stream_id,
             index,
             t_us,
@@ -194,8 +197,8 @@ class Recording:
             result.is_json,
             data,
             sse.raw,
-        )
-        return row, relay.event_payload(index, type_, seq, t_us, data)
+        ]
+        return row, relay.event_payload(index, type_, seq, t_us, data, self.inline_max)
 
     def _milestone(self, result, t_ns):
         kind = result.kind
@@ -307,6 +310,7 @@ class Writer:
         self._space.set()
         self._kick = None  # a pending batch's timer: resolve it to commit early
         self._flushes = 0  # flush requests in the buffer: commit without waiting
+        self._oldest = 0.0  # loop time when the buffer last became non-empty
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
 
     async def put(self, rec, row, payload):
@@ -314,6 +318,7 @@ class Writer:
         buffer.append((rec, row, payload, None))
         if not self._ready.is_set():
             self._ready.set()
+            self._oldest = self._loop.time()
         n = len(buffer)
         if n >= self.max_events:
             self._wake()
@@ -341,10 +346,13 @@ class Writer:
         buffer = self.buffer
         while True:
             await self._ready.wait()
-            if not self._flushes and len(buffer) < self.max_events:
-                # Let the batch fill for up to max_age (or until full, or a flush).
+            wait_s = self._oldest + self.max_age_s - loop.time()
+            if not self._flushes and len(buffer) < self.max_events and wait_s > 0:
+                # Let the batch fill until its oldest event is max_age old (or until full, or a
+                # flush). From the oldest event, not from now: what queued during the last
+                # commit has waited already (measured: 5 ms more per cycle at 100 streams).
                 self._kick = kick = loop.create_future()
-                timer = loop.call_later(self.max_age_s, _resolve, kick)
+                timer = loop.call_later(wait_s, _resolve, kick)
                 await kick
                 timer.cancel()
                 self._kick = None
@@ -356,6 +364,8 @@ class Writer:
             self._flushes -= sum(1 for item in batch if item[3] is not None)
             if not buffer:
                 self._ready.clear()
+            else:
+                self._oldest = loop.time()  # (a full batch's rest: committed without waiting)
             if len(buffer) < self.capacity and not self._space.is_set():
                 self._space.set()
             try:
@@ -526,7 +536,7 @@ def insert_events(rows, *, offsets=False):
     start + t_us here, on the writer's thread, off the event loop."""
     vendor = connection.vendor
     if offsets:
-        rows = [(*r[:3], r[3] + r[2] * _ONE_US, *r[4:]) for r in rows]
+        rows = _receipt_times_as_text(rows, "+00" if vendor == "postgresql" else "")
     table = connection.ops.quote_name(Event._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in EVENT_COLUMNS)
     if vendor == "postgresql":
@@ -539,12 +549,12 @@ def insert_events(rows, *, offsets=False):
     if sql is None:
         marks = ", ".join(["%s"] * len(EVENT_COLUMNS))
         sql = _INSERT_SQL[vendor] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
-    if vendor == "sqlite":
+    if vendor == "sqlite" and not offsets:
         # SQLite stores datetimes as text in Django's format (no tz suffix); adapt here rather
         # than through the ORM, which is what costs.
         rows = [
             (*r[:3], r[3].replace(tzinfo=None).isoformat(sep=" "), *r[4:])
-            if r[3] is not None
+            if isinstance(r[3], dt.datetime)
             else r
             for r in rows
         ]
@@ -558,13 +568,43 @@ def insert_events(rows, *, offsets=False):
         raw = connection.connection
         for start in range(0, len(rows), _SQLITE_ROWS_PER_STATEMENT):
             chunk = rows[start : start + _SQLITE_ROWS_PER_STATEMENT]
-            raw.execute(_sqlite_insert(len(chunk)), [v for row in chunk for v in row])
+            raw.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
         return
     with connection.cursor() as cursor:
         cursor.executemany(sql, rows)
 
 
 _ONE_US = dt.timedelta(microseconds=1)
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _receipt_times_as_text(rows, suffix):
+    """Rows whose `received_at` (column 3) holds their stream's wall-clock start, with it
+    replaced by start + t_us as the text the database stores (UTC; `suffix` "+00" for
+    PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text). In place for lists
+    (the recorder's rows).
+
+    Datetime arithmetic and isoformat per row were a sixth of the pipeline's CPU in `bench
+    ingest` (on the writer thread, holding the GIL the readers need); this formats each
+    second once."""
+    bases = {}  # id(start) -> µs since the epoch
+    seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
+    out = rows if all(type(r) is list for r in rows) else [list(r) for r in rows]
+    for r in out:
+        start = r[3]
+        if start is None or type(start) is str:  # (a retried batch: done already)
+            continue
+        base = bases.get(id(start))
+        if base is None:
+            base = bases[id(start)] = (start - _EPOCH) // _ONE_US
+        second, us = divmod(base + r[2], 1_000_000)
+        text = seconds.get(second)
+        if text is None:
+            text = seconds[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
+        r[3] = f"{text}.{us:06d}{suffix}" if us else text + suffix
+    return out
+
+
 # SQLite allows 32766 bound parameters per statement (3.32+); 13 per row.
 _SQLITE_ROWS_PER_STATEMENT = 2000
 

@@ -93,11 +93,14 @@ def conf(name, default):
     return settings.STREAMSCOPE.get(name, default)
 
 
-def event_payload(index, type_, sequence_number, t_us, data):
+def event_payload(index, type_, sequence_number, t_us, data, inline_max=None):
     """The compact form of one event in a channel-layer message: a list, not a dict, because
     it is repeated thousands of times per second. `data` is None when it is too large to carry
-    inline; the consumer then reads it from the database."""
-    if data is not None and len(data) > settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]:
+    inline (RELAY_INLINE_MAX_BYTES, or `inline_max` read once by a hot caller); the consumer
+    then reads it from the database."""
+    if inline_max is None:
+        inline_max = settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]
+    if data is not None and len(data) > inline_max:
         data = None
     return [index, type_, sequence_number, t_us, data]
 

@@ -364,6 +364,29 @@ def test_stream_updates_group_by_changed_columns(db):
     assert {s.heartbeat_at for s in (a, b, c, d)} == {now}
 
 
+def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
+    """insert_events(offsets=True) formats received_at itself (not through datetime
+    arithmetic): it must read back as exactly start + t_us, whole seconds included, and a
+    retried batch (rows already converted) must store the same."""
+    from streams.recorder import insert_events
+
+    stream = runner.create_stream(None, body())
+    start = dt.datetime(2026, 11, 30, 23, 59, 59, 999_000, tzinfo=dt.UTC)
+    offsets = [0, 1, 999, 1_000, 1_001, 999_999, 1_000_000, 86_400_000_000 + 17]
+    rows = [
+        [stream.pk, i, t, start, "message", "", "x", i, None, None, True, "{}", None]
+        for i, t in enumerate(offsets)
+    ]
+    insert_events(rows[:4], offsets=True)
+    insert_events(rows[4:], offsets=True)
+    insert_events([[*r[:1], r[1] + 100, *r[2:]] for r in rows[4:]], offsets=True)  # again
+    got = dict(Event.objects.filter(stream=stream).values_list("index", "received_at"))
+    for i, t in enumerate(offsets):
+        assert got[i] == start + dt.timedelta(microseconds=t), (i, t, got[i])
+    for i in range(4, len(offsets)):
+        assert got[i + 100] == got[i]
+
+
 def test_orphans_of_dead_processes_become_interrupted(db):
     live = runner.create_stream(None, body())
     Stream.objects.filter(pk=live.pk).update(status="streaming")
