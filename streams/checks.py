@@ -20,8 +20,8 @@ unfilled hole are deferred until the hole is filled or the stream closes, so a l
 mistaken for a text mismatch. A duplicated sequence number is reported and the event is otherwise
 ignored: it never counts twice in the text.
 
-Cost per event: one `json.loads` (skipped when the caller passes `obj=`), a few dict lookups and a
-list append. Text is kept as lists of chunks and joined only when read.
+Cost per event: one JSON parse (`parse_json`; skipped when the caller passes `obj=`), a few
+dict lookups and a list append. Text is kept as lists of chunks and joined only when read.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+import orjson
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
@@ -60,6 +62,29 @@ CODES: dict[str, tuple[str, str]] = {
     "event_name_not_message": (INFO, "The SSE `event:` field is not `message` (OpenAI style)."),
     "done_sentinel": (INFO, "A `data: [DONE]` sentinel (Chat Completions style)."),
 }
+
+
+def parse_json(text):
+    """json.loads, through orjson first: 1.4 instead of 3.1 µs for a typical delta, and the
+    checker parses every event (in `bench ingest` JSON was a sixth of the pipeline's CPU).
+    Exactly json's results and errors: what orjson refuses goes to json (json also takes
+    NaN, Infinity and lone surrogate escapes), and so does anything holding a float, because
+    orjson turns integers beyond 64 bits into floats."""
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return json.loads(text)
+    stack = [obj]
+    while stack:
+        o = stack.pop()
+        t = type(o)
+        if t is dict:
+            stack.extend(o.values())
+        elif t is list:
+            stack.extend(o)
+        elif t is float:
+            return json.loads(text)
+    return obj
 
 
 @dataclass(frozen=True, slots=True)
@@ -529,7 +554,7 @@ class Checker:
 
         if obj is MISSING:
             try:
-                obj = json.loads(data)
+                obj = parse_json(data)
             except ValueError as exc:
                 obj = MISSING
                 error = str(exc)

@@ -1117,3 +1117,37 @@ class TestCaptureDetails:
         firsts = [i for i, r in enumerate(results) if r.first_output]
         assert firsts == [4]
         assert results[0].kind == "created" and results[-1].kind == "terminal"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"type":"response.output_text.delta","delta":"caf\\u00e9 \u20ac"}',
+        '{"n": NaN, "i": Infinity}',  # json takes these, orjson does not
+        '{"s": "\\ud800 lone"}',  # a lone surrogate escape
+        '{"big": 123456789012345678901234567890}',
+        '{"f": 1e400}',
+        '[1, 2, {"a": null}]',
+        '{"a": 1, "a": 2}',
+    ],
+)
+def test_parse_json_takes_what_json_takes(text):
+    import json
+
+    from streams.checks import parse_json
+
+    got, want = parse_json(text), json.loads(text)
+    assert json.dumps(got) == json.dumps(want)
+
+
+@pytest.mark.parametrize("text", ["{", "{'a': 1}", "", "[1,]", '{"a": 1} x', "data"])
+def test_parse_json_refuses_what_json_refuses(text):
+    import json
+
+    from streams.checks import parse_json
+
+    with pytest.raises(ValueError) as ours:
+        parse_json(text)
+    with pytest.raises(ValueError) as theirs:
+        json.loads(text)
+    assert str(ours.value) == str(theirs.value)
