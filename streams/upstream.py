@@ -411,7 +411,6 @@ class EventReader:
         self._decoder = SSEDecoder()
         self._line = b""  # an unterminated line carried to the next chunk
         self._skip_lf = False  # a chunk ended in CR: a LF at the start of the next belongs to it
-        self._has_data = False  # the current block has a `data` field
         self._raw = {}  # position in the block's data lines → raw bytes, for non-UTF-8 lines
 
     def feed(self, chunk, t_ns):
@@ -451,26 +450,23 @@ class EventReader:
 
     def _lines(self, lines, t_ns):
         out = []
-        decode = self._decoder.decode
-        has_data = self._has_data
+        decoder = self._decoder
+        decode = decoder.decode
         for line in lines:
             if line:
-                if not has_data and _is_data(line):
-                    has_data = True
                 decode(line)
                 continue
+            # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:) is
+            # not an event; a `data:` line, even empty, fills it (the decoder's `_data`).
+            has_data = bool(decoder._data)
             raw = None
             if self._raw:
-                values = self._decoder._data
+                values = decoder._data
                 raw = b"\n".join(self._raw.get(i, v.encode()) for i, v in enumerate(values))
                 self._raw = {}
             sse = decode("")
-            # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:) is
-            # not an event.
             if sse is not None and has_data:
                 out.append(ReceivedEvent(t_ns, sse.event, sse.id, sse.data, raw))
-            has_data = False
-        self._has_data = has_data
         return out
 
     def close(self, t_ns):

@@ -1,0 +1,48 @@
+"""streams.upstream.EventReader, the live reader: chunk boundaries anywhere must give the same
+events as the whole-body parser of imports (streams.capture), WHATWG rules included. Pure."""
+
+import pytest
+
+from streams.capture import parse_sse_bytes
+from streams.upstream import EventReader
+
+BODIES = {
+    "plain": b'event: message\ndata: {"a":1}\n\nevent: message\ndata: {"b":2}\n\n',
+    "comments and retry-only blocks": b": hi\n\nretry: 10\n\n: x\ndata: 1\n\n",
+    "a lone event: line is no event": b"event: ping\n\ndata: 2\n\n",
+    "empty data line": b"data:\n\ndata\n\n",
+    "multi-line data": b"data: a\ndata:  b\ndata:c\n\n",
+    "ids persist, NUL ids ignored": b"id: 7\ndata: x\n\ndata: y\n\nid: a\x00b\ndata: z\n\n",
+    "CRLF and CR": b"data: one\r\n\r\ndata: two\r\rdata: three\n\r\n",
+    "not UTF-8": b"data: caf\xe9\ndata: ok\n\ndata: \xff\xfe\n\n",
+    "unknown fields": b"foo: bar\ndata: 3\nbaz\n\n",
+}
+
+
+def live(body, size):
+    reader = EventReader()
+    out = []
+    for start in range(0, len(body), size):
+        out.extend(reader.feed(body[start : start + size], start))
+    reader.close(len(body))
+    return [(e.event_name, e.sse_id, e.data, e.raw) for e in out]
+
+
+@pytest.mark.parametrize("name", BODIES)
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 1 << 20])
+def test_any_chunking_reads_like_the_import_parser(name, size):
+    body = BODIES[name]
+    want = [(e.event_name or "message", e.sse_id, e.data, e.raw) for e in parse_sse_bytes(body)]
+    assert want  # every body has events
+    assert live(body, size) == want
+
+
+def test_an_unterminated_last_block_is_not_dispatched():
+    assert live(b"data: 1\n\ndata: 2\n", 4) == [("message", "", "1", None)]
+
+
+def test_receipt_time_is_that_of_the_chunk_completing_the_event():
+    reader = EventReader()
+    assert reader.feed(b"data: a", 10) == []
+    (event,) = reader.feed(b"bc\n\n", 20)
+    assert (event.data, event.t_ns) == ("abc", 20)
