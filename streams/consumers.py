@@ -130,6 +130,13 @@ from .recorder import PUBLIC_FIELDS
 log = logging.getLogger(__name__)
 
 PAGE_EVENTS = 2000  # events per database page and per frame
+# Daphne refuses to send a WebSocket message over 1 MiB (websocket_max_message_size; the
+# consumer then failed and the viewer saw nothing more). Frames are cut at FRAME_MAX_BYTES of
+# event data, halved further while their text is over MESSAGE_MAX_BYTES, and an event too big
+# for a frame of its own goes with `"data": null, "data_bytes": n` (its page and the exports
+# have it).
+FRAME_MAX_BYTES = 512 * 1024
+MESSAGE_MAX_BYTES = 1024 * 1024 - 4096
 CLOSE_NORMAL = 1000
 CLOSE_ERROR = 1011
 CLOSE_TOO_SLOW = 4008
@@ -265,13 +272,32 @@ def _dumps(obj):
     return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
 
 
-def json_stream_frame(events, status=None, stream=None, terminal=False):
-    frame = {
-        "events": [
-            {"index": e[0], "type": e[1], "sequence_number": e[2], "t_us": e[3], "data": e[4]}
-            for e in events
-        ]
-    }
+def _json_event(e, omit_data=False):
+    data = e[4]
+    if omit_data and data is not None:
+        return {"index": e[0], "type": e[1], "sequence_number": e[2], "t_us": e[3],
+                "data": None, "data_bytes": len(data.encode())}  # fmt: skip
+    return {"index": e[0], "type": e[1], "sequence_number": e[2], "t_us": e[3], "data": data}
+
+
+def frame_chunks(events):
+    """`events` cut into frames of at most PAGE_EVENTS events and about FRAME_MAX_BYTES of
+    data (an oversized event counts as nothing: it goes without its data)."""
+    chunks, chunk, size = [], [], 0
+    for e in events:
+        n = len(e[4]) + 64 if e[4] is not None else 64
+        if chunk and (len(chunk) >= PAGE_EVENTS or size + n > FRAME_MAX_BYTES):
+            chunks.append(chunk)
+            chunk, size = [], 0
+        chunk.append(e)
+        size += n
+    if chunk:
+        chunks.append(chunk)
+    return chunks
+
+
+def json_stream_frame(events, status=None, stream=None, terminal=False, omit_data=False):
+    frame = {"events": [_json_event(e, omit_data) for e in events]}
     if status is not None:
         frame["status"] = status
     if stream:
@@ -765,7 +791,7 @@ class StreamConsumer(RelayConsumer):
 
     async def send_events(self, events, status=None, stream=None, terminal=False):
         """Frames of at most PAGE_EVENTS events; status and fields ride on the last one."""
-        chunks = [events[i : i + PAGE_EVENTS] for i in range(0, len(events), PAGE_EVENTS)] or [[]]
+        chunks = frame_chunks(events) or [[]]
         render = json_stream_frame if self.format == "json" else self._html
         for n, chunk in enumerate(chunks, 1):
             final = n == len(chunks)
@@ -773,21 +799,39 @@ class StreamConsumer(RelayConsumer):
                 continue
             if not chunk and not (status or stream or terminal):
                 continue
-            text = render(
+            for part, text in self._fitting(
+                render,
                 chunk,
                 status=status if final else None,
                 stream=stream if final else None,
                 terminal=terminal and final,
-            )
-            await self.send_frame(text)
-            if chunk:
-                self.last_sent = chunk[-1][0]
+            ):
+                await self.send_frame(text)
+                if part:
+                    self.last_sent = part[-1][0]
             if chunk and not final:
                 await self.writable()
         if status is not None:
             self.status = status
 
-    def _html(self, events, status=None, stream=None, terminal=False):
+    def _fitting(self, render, events, omit_data=False, **end):
+        """(events, text) frames of `events` whose texts Daphne will send: halved until each
+        is under MESSAGE_MAX_BYTES; `end` (status, fields, terminal) rides on the last."""
+        text = render(events, omit_data=omit_data, **end)
+        if len(text) * 4 <= MESSAGE_MAX_BYTES or len(text.encode()) <= MESSAGE_MAX_BYTES:
+            return [(events, text)]
+        if len(events) <= 1:
+            if omit_data:
+                log.error(
+                    "relay: a frame of stream %s is too big even without data", self.stream_id
+                )
+                return []
+            return self._fitting(render, events, omit_data=True, **end)
+        half = len(events) // 2
+        first = self._fitting(render, events[:half], omit_data=omit_data)
+        return first + self._fitting(render, events[half:], omit_data=omit_data, **end)
+
+    def _html(self, events, status=None, stream=None, terminal=False, omit_data=False):
         return html_stream_frame(self.stream_id, events, status, stream, terminal)
 
 

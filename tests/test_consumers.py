@@ -442,3 +442,34 @@ class TestList:
         assert "afterbegin" not in second
         assert f'<tr id="stream-row-{new.pk}"' in second and 'hx-swap-oob="true"' in second
         await comm.disconnect()
+
+
+class TestFrameSizes:
+    async def test_frames_stay_under_daphnes_message_limit(self, people):
+        """Daphne will not send a message over 1 MiB: the consumer failed mid-stream and the
+        viewer saw nothing more (a 60 000-event stream's final text did it)."""
+        big = json.dumps({"type": "response.completed", "text": "é" * 600_000})  # 1.2 MB
+        escaped = json.dumps({"type": "x", "text": 'a"\n' * 100_000})  # 300 000 characters
+        datas = [escaped, escaped, big, escaped, *(delta(i) for i in range(4, 9))]
+
+        @sync_to_async
+        def store():
+            stream = Stream.objects.create(user=people.owner, status="completed")
+            Event.objects.bulk_create(
+                Event(stream=stream, index=i, type="t", sequence_number=i, t_us=i, data=d)
+                for i, d in enumerate(datas)
+            )
+            return stream
+
+        stream = await store()
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        texts = []
+        while (out := await comm.receive_output(10))["type"] != "websocket.close":
+            texts.append(out["text"])
+        assert max(len(t.encode()) for t in texts) <= consumers.MESSAGE_MAX_BYTES
+        events = [e for t in texts for e in json.loads(t)["events"]]
+        assert [e["index"] for e in events] == list(range(len(datas)))
+        assert events[2]["data"] is None and events[2]["data_bytes"] == len(big.encode())
+        assert [e["data"] for i, e in enumerate(events) if i != 2] == datas[:2] + datas[3:]
+        assert json.loads(texts[-1])["terminal"] and out.get("code") == 1000
