@@ -359,9 +359,12 @@ class TestSlowClients:
         assert (await comm.connect())[0]
         seen = indexes([await comm.receive_json_from()])
         await stored_stream(people.owner, 100, status="completed", start=5, stream=stream)
-        for k in range(10):
-            assert relay.publish(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10)) is None
-        relay.publish(stream.pk, people.owner.pk, [], {"status": "completed"})
+        # (in-process: delivered right here; through Redis the sends are awaited together)
+        pending = [
+            relay.publish(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10)) for k in range(10)
+        ]
+        pending.append(relay.publish(stream.pk, people.owner.pk, [], {"status": "completed"}))
+        await asyncio.gather(*(p for p in pending if p is not None))
         frames, code = await frames_until_close(comm)
         assert code == 1000 and seen + indexes(frames) == list(range(105))
 
