@@ -171,10 +171,11 @@ class Recording:
     def ingest(self, sse):
         """One received event: build its row, feed the checker, note milestones.
 
-        Returns (row, payload) for the writer. This is the hottest code in the product."""
+        Returns the writer's queue item, (self, row, payload, None). This is the hottest code
+        in the product."""
         index = self.next_index
         self.next_index = index + 1
-        t_us = _us(sse.t_ns - self.t0_ns)
+        t_us = (sse.t_ns - self.t0_ns) // 1000
         data = sse.data
         result = self.checker.feed(index, sse.event_name, data, t_us=t_us)
         if result.violations:
@@ -198,7 +199,11 @@ class Recording:
             data,
             sse.raw,
         ]
-        return row, relay.event_payload(index, type_, seq, t_us, data, self.inline_max)
+        if data is not None and len(data) > self.inline_max:
+            payload = [index, type_, seq, t_us, None]  # (relay.event_payload, inlined)
+        else:
+            payload = [index, type_, seq, t_us, data]
+        return (self, row, payload, None)
 
     def _milestone(self, result, t_ns):
         kind = result.kind
@@ -313,9 +318,11 @@ class Writer:
         self._oldest = 0.0  # loop time when the buffer last became non-empty
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
 
-    async def put(self, rec, row, payload):
+    async def put(self, items):
+        """Queue the events of one received chunk (`Recording.ingest` items): one call per
+        chunk, not per event (a fast upstream sends a hundred events per chunk)."""
         buffer = self.buffer
-        buffer.append((rec, row, payload, None))
+        buffer.extend(items)
         if not self._ready.is_set():
             self._ready.set()
             self._oldest = self._loop.time()
@@ -739,9 +746,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
                         events = reader.feed(chunk, t_ns)
                         if events:
                             watch.last_ns = t_ns
-                            for sse in events:
-                                row, payload = ingest(sse)
-                                await put(rec, row, payload)
+                            await put([ingest(sse) for sse in events])
                             if rec.urgent:
                                 # Terminal events flush at once (DESIGN.md §1).
                                 rec.urgent = False
