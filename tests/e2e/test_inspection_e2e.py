@@ -56,7 +56,6 @@ class Browser:
         self.errors = []
         self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
         self.page.on("pageerror", lambda e: self.errors.append(e.stack or str(e)))
-        self.page.on("console", lambda m: print("CONSOLE", m.text))
         self.page.goto(f"{server.url}/login/?next={path}")
         self.page.fill("#id_username", user.username)
         self.page.fill("#id_password", PASSWORD)
