@@ -217,6 +217,9 @@ class _Stream(httpcore.AsyncNetworkStream):
         except (OSError, ssl.SSLError) as exc:
             self._transport.close()
             raise httpcore.ConnectError(str(exc)) from exc
+        # Flow control from now on through the TLS transport (pausing the raw one beneath it
+        # behind its back could leave reading paused for good).
+        self._protocol.transport = transport
         return _Stream(transport, self._protocol)
 
     def get_extra_info(self, info):

@@ -245,15 +245,32 @@ async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
         await pool.aclose()
 
 
-async def test_an_https_upstream_is_recorded_the_same(upstream):
+@pytest.mark.parametrize("fast", [False, True], ids=["paced", "fast-with-backpressure"])
+async def test_an_https_upstream_is_recorded_the_same(upstream, monkeypatch, fast):
     """TLS on our own asyncio stream (upstream._Stream.start_tls): a TLS proxy with a test CA
-    in front of the simulator."""
+    in front of the simulator. Fast: 30 000 events through a 16 KiB read buffer, so reading
+    pauses and resumes (through the TLS transport) again and again."""
     import ssl
     from urllib.parse import urlsplit
 
     import trustme
 
+    from streams import upstream as upstream_module
     from streams.upstream import ClientPool
+
+    pauses = []
+    if fast:
+        protocol = upstream_module._Protocol
+        received = protocol.data_received
+
+        def counting(self, data):
+            was = self.reading_paused
+            received(self, data)
+            if self.reading_paused and not was:
+                pauses.append(len(data))
+
+        monkeypatch.setattr(protocol, "HIGH_WATER", 16 * 1024)
+        monkeypatch.setattr(protocol, "data_received", counting)
 
     ca = trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -282,9 +299,8 @@ async def test_an_https_upstream_is_recorded_the_same(upstream):
     pool.ssl_context = ssl.create_default_context()
     ca.configure_trust(pool.ssl_context)
     try:
-        stream, _ = await record(
-            body(time_scale=0.2), base_url=f"https://localhost:{port}/v1", client=pool
-        )
+        request = body("fast", events=30_000, batch=200) if fast else body(time_scale=0.2)
+        stream, _ = await record(request, base_url=f"https://localhost:{port}/v1", client=pool)
     finally:
         await pool.aclose()
         server.close()
@@ -294,6 +310,8 @@ async def test_an_https_upstream_is_recorded_the_same(upstream):
     assert stream.event_count == len(sim_log["events"])
     assert stream.connected_us < stream.request_written_us < stream.first_token_us
     assert stream.ttft_ms > 0
+    if fast:
+        assert stream.event_count == 30_000 and len(pauses) > 5
 
 
 async def _ttft_error_ms(upstream, stream):
