@@ -774,8 +774,11 @@ class StreamConsumer(RelayConsumer):
                 last = i
         status = fields.get("status")
         terminal = status is not None and status not in ACTIVE
-        if terminal or self.announced > last:
-            # The last batch may have been dropped: the database has the final word.
+        complete = terminal and fields.get("event_count") == last + 1
+        if (terminal and not complete) or self.announced > last:
+            # The last batch may have been dropped: the database has the final word (unless
+            # the final count says nothing is missing: 100 streams ending together made 100
+            # reads of nothing).
             tail = await self.read_range(last, None)
             if tail:
                 stats["filled_events"] += len(tail)
