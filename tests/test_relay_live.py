@@ -14,6 +14,7 @@ from websockets.asyncio.client import connect
 
 from streams.models import Event, Stream
 from tests.conftest import DaphneServer
+from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -250,16 +251,6 @@ class TestSlowViewer:
         assert code == 1000 and seen + indexes(rest) == list(range(n))
 
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-
 FOLLOW = """
 async ([path, after]) => {
   const { connectStream } = await import("/static/js/streamclient.js");
@@ -292,7 +283,7 @@ class TestBrowserClient:
         server = live_server_daphne
         async with async_playwright() as p:
             browser = await p.chromium.launch(
-                executable_path="/usr/bin/chromium", headless=True, args=CHROMIUM_ARGS
+                executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS
             )
             try:
                 context = await browser.new_context()
