@@ -1,7 +1,13 @@
 """Benchmarks (`python manage.py bench <what>`): one module each, plus what they share."""
 
+import json
 import socket
+import subprocess
+import sys
 import time
+from pathlib import Path
+
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 
 def free_port():
@@ -22,3 +28,20 @@ def wait_for_port(port, proc=None, timeout=30):
         except OSError:
             time.sleep(0.05)
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
+
+
+def manage(env, *args):
+    """`manage.py *args` in a fresh process with `env`; its stdout. Exits the bench if it fails."""
+    proc = subprocess.run(
+        [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"manage.py {args[0]} failed:\n{proc.stderr[-4000:]}")
+    return proc.stdout
+
+
+def run_child(bench, spec, env):
+    """`manage.py bench <bench> --child <spec as JSON>` (one configuration in a process of its
+    own, its database in `env`); the JSON lines it printed."""
+    out = manage(env, "bench", bench, "--child", json.dumps(spec))
+    return [json.loads(line) for line in out.splitlines() if line.strip()]

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import httpx
 
-from streams.bench import free_port, wait_for_port
+from streams.bench import free_port, run_child, wait_for_port
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
@@ -74,24 +74,13 @@ def run(command, opts):
                     check=True,
                 )
                 for streams, events in configs:
-                    spec = json.dumps(
-                        {
-                            "streams": streams,
-                            "events": events,
-                            "repeat": opts["repeat"],
-                            "upstream": f"http://127.0.0.1:{sim_port}/v1",
-                        }
-                    )
-                    proc = subprocess.run(
-                        [sys.executable, "manage.py", "bench", "ingest", "--child", spec],
-                        cwd=BASE_DIR,
-                        env=env,
-                        capture_output=True,
-                        text=True,
-                    )
-                    if proc.returncode != 0:
-                        raise SystemExit(f"bench child failed:\n{proc.stderr[-4000:]}")
-                    out = json.loads(proc.stdout.strip().splitlines()[-1])
+                    spec = {
+                        "streams": streams,
+                        "events": events,
+                        "repeat": opts["repeat"],
+                        "upstream": f"http://127.0.0.1:{sim_port}/v1",
+                    }
+                    out = run_child("ingest", spec, env)[-1]
                     out = {
                         "database": database,
                         "layer": "redis" if env.get("REDIS_URL") else "memory",

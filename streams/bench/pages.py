@@ -16,13 +16,13 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+from streams.bench import manage, run_child
 
 BASE_DIR = Path(__file__).resolve().parents[2]
 SIZES = (10_000, 100_000)
@@ -64,29 +64,20 @@ def run(command, opts):
         by_page = {}
         for size in sizes:
             with _database(database, opts) as url:
-                spec = json.dumps({"streams": size, "repeat": opts["repeat"]})
+                spec = {"streams": size, "repeat": opts["repeat"]}
                 env = {**os.environ, "DATABASE_URL": url}
                 # Seeding runs in a process of its own: a process that has just created and
                 # freed millions of objects answered the same requests ~40% slower than a fresh
                 # one (measured), and a server never seeds.
-                _manage(env, "migrate", "-v0")
-                seeded = _manage(
+                manage(env, "migrate", "-v0")
+                seeded = manage(
                     env, "seed_demo", "--streams", str(size), "--days", "30",
                     "--events-per-stream", str(opts["events_per_stream"]),
                     "--seed", str(opts["seed"]), "--users", "alice,bob,carol",
                 )  # fmt: skip
                 if not opts["json"]:
                     command.stdout.write(f"{database}: {seeded.strip().splitlines()[-1]}")
-                proc = subprocess.run(
-                    [sys.executable, "manage.py", "bench", "pages", "--child", spec],
-                    cwd=BASE_DIR,
-                    env=env,
-                    capture_output=True,
-                    text=True,
-                )
-                if proc.returncode != 0:
-                    raise SystemExit(f"bench child failed:\n{proc.stderr[-4000:]}")
-                lines = [json.loads(line) for line in proc.stdout.splitlines() if line.strip()]
+                lines = run_child("pages", spec, env)
             for out in lines:
                 out = {**out, "database": database}
                 results.append(out)
@@ -94,15 +85,6 @@ def run(command, opts):
                 by_page[out["page"]] = out
                 _print(command, out, previous, opts["json"])
     return results
-
-
-def _manage(env, *args):
-    proc = subprocess.run(
-        [sys.executable, "manage.py", *args], cwd=BASE_DIR, env=env, capture_output=True, text=True
-    )
-    if proc.returncode != 0:
-        raise SystemExit(f"manage.py {args[0]} failed:\n{proc.stderr[-4000:]}")
-    return proc.stdout
 
 
 def _print(command, out, previous, as_json):
