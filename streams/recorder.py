@@ -199,10 +199,7 @@ class Recording:
             data,
             sse.raw,
         ]
-        if data is not None and len(data) > self.inline_max:
-            payload = [index, type_, seq, t_us, None]  # (relay.event_payload, inlined)
-        else:
-            payload = [index, type_, seq, t_us, data]
+        payload = relay.event_payload(index, type_, seq, t_us, data, self.inline_max)
         return (self, row, payload, None)
 
     def _milestone(self, result, t_ns):
