@@ -168,39 +168,56 @@ class Recording:
         self.pending_fields["findings_count"] = self.findings
         self.pending_fields["error_findings"] = self.error_findings
 
-    def ingest(self, sse):
-        """One received event: build its row, feed the checker, note milestones.
+    def ingest(self, events):
+        """The events of one received chunk: number them, feed the checker, note milestones.
 
-        Returns the writer's queue item, (self, row, payload, None). This is the hottest code
-        in the product."""
+        Returns the writer's `(rows, payloads)`: `rows` is flat, EVENT_COLUMNS values one event
+        after the other, and payloads are tuples. Per event nothing survives that the garbage
+        collector must keep scanning (a tuple of atoms is untracked at its first collection;
+        a list per row and a tuple per queue item were scanned again and again while queued:
+        the collector took 15–20 % of `bench ingest`'s time, now 5–9 %). This is the hottest
+        code in the product."""
+        rows = []
+        payloads = []
+        add_row = rows.extend
+        add_payload = payloads.append
+        feed = self.checker.feed
+        stream_id = self.stream_id
+        wall0 = self.wall0  # the writer thread turns this into the wall-clock receipt time
+        t0_ns = self.t0_ns
+        inline_max = self.inline_max
         index = self.next_index
-        self.next_index = index + 1
-        t_us = (sse.t_ns - self.t0_ns) // 1000
-        data = sse.data
-        result = self.checker.feed(index, sse.event_name, data, t_us=t_us)
-        if result.violations:
-            self.add_findings(result.violations)
-        if result.kind is not None:
-            self._milestone(result, sse.t_ns)
-        type_ = result.type
-        seq = result.sequence_number
-        row = [
-            self.stream_id,
-            index,
-            t_us,
-            self.wall0,  # the writer thread turns this into the wall-clock receipt time
-            sse.event_name,
-            sse.sse_id,
-            type_,
-            seq,
-            result.output_index,
-            result.content_index,
-            result.is_json,
-            data,
-            sse.raw,
-        ]
-        payload = relay.event_payload(index, type_, seq, t_us, data, self.inline_max)
-        return (self, row, payload, None)
+        for sse in events:
+            t_us = (sse.t_ns - t0_ns) // 1000
+            data = sse.data
+            result = feed(index, sse.event_name, data, t_us=t_us)
+            if result.violations:
+                self.add_findings(result.violations)
+            if result.kind is not None:
+                self._milestone(result, sse.t_ns)
+            type_ = result.type
+            seq = result.sequence_number
+            add_row(
+                (
+                    stream_id,
+                    index,
+                    t_us,
+                    wall0,
+                    sse.event_name,
+                    sse.sse_id,
+                    type_,
+                    seq,
+                    result.output_index,
+                    result.content_index,
+                    result.is_json,
+                    data,
+                    sse.raw,
+                )
+            )
+            add_payload(relay.event_payload(index, type_, seq, t_us, data, inline_max))
+            index += 1
+        self.next_index = index
+        return rows, payloads
 
     def _milestone(self, result, t_ns):
         kind = result.kind
@@ -296,15 +313,17 @@ def db_executor():
 class Writer:
     """Commits queued events of all streams of one event loop in batches.
 
-    The queue is a deque of `(rec, row, payload, done)` tuples rather than an asyncio.Queue:
-    it is touched once per event, and asyncio.Queue's bookkeeping cost more than the rest of
-    the reader's per-event work together (profiled: ~1.5 µs per put and get)."""
+    The queue is a deque of `(rec, rows, payloads, done)` entries, one per received chunk
+    (`rows` flat, see `Recording.ingest`) or per flush request (`rows` None, `done` a future),
+    rather than an asyncio.Queue: asyncio.Queue's bookkeeping cost more than the rest of the
+    reader's per-event work together (profiled: ~1.5 µs per put and get)."""
 
     def __init__(self, max_events=None, max_age_ms=None, queue_max=None):
         self.max_events = max_events or conf("BATCH_MAX_EVENTS")
         self.max_age_s = (max_age_ms if max_age_ms is not None else conf("BATCH_MAX_AGE_MS")) / 1e3
         self.capacity = queue_max or conf("QUEUE_MAX_EVENTS")
         self.buffer = collections.deque()
+        self.queued = 0  # events in the buffer
         self.batches = 0
         self._loop = asyncio.get_running_loop()
         self._ready = asyncio.Event()  # the buffer is not empty
@@ -315,15 +334,14 @@ class Writer:
         self._oldest = 0.0  # loop time when the buffer last became non-empty
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
 
-    async def put(self, items):
-        """Queue the events of one received chunk (`Recording.ingest` items): one call per
-        chunk, not per event (a fast upstream sends a hundred events per chunk)."""
-        buffer = self.buffer
-        buffer.extend(items)
+    async def put(self, rec, rows, payloads):
+        """Queue the events of one received chunk (what `Recording.ingest` returned): one call
+        per chunk, not per event (a fast upstream sends a hundred events per chunk)."""
+        self.buffer.append((rec, rows, payloads, None))
         if not self._ready.is_set():
             self._ready.set()
             self._oldest = self._loop.time()
-        n = len(buffer)
+        n = self.queued = self.queued + len(payloads)
         if n >= self.max_events:
             self._wake()
             if n >= self.capacity:
@@ -351,7 +369,7 @@ class Writer:
         while True:
             await self._ready.wait()
             wait_s = self._oldest + self.max_age_s - loop.time()
-            if not self._flushes and len(buffer) < self.max_events and wait_s > 0:
+            if not self._flushes and self.queued < self.max_events and wait_s > 0:
                 # Let the batch fill until its oldest event is max_age old (or until full, or a
                 # flush). From the oldest event, not from now: what queued during the last
                 # commit has waited already (measured: 5 ms more per cycle at 100 streams).
@@ -360,23 +378,34 @@ class Writer:
                 await kick
                 timer.cancel()
                 self._kick = None
-            # Everything queued goes into this commit (up to max_events), flush requests
-            # included: one commit answers them all. (A flush that ended its batch made 100
-            # streams starting or ending together 100 commits in a row, and every event queued
-            # behind them waited: at 100 paced streams, 354 → 86 commits per run.)
-            batch = [buffer.popleft() for _ in range(min(len(buffer), self.max_events))]
-            self._flushes -= sum(1 for item in batch if item[3] is not None)
+            # Everything queued goes into this commit (whole chunks, up to max_events), flush
+            # requests included: one commit answers them all. (A flush that ended its batch
+            # made 100 streams starting or ending together 100 commits in a row, and every
+            # event queued behind them waited: at 100 paced streams, 354 → 86 commits per run.)
+            batch = []
+            events = 0
+            while buffer and events < self.max_events:
+                entry = buffer.popleft()
+                batch.append(entry)
+                if entry[3] is not None:
+                    self._flushes -= 1
+                else:
+                    events += len(entry[2])
+            self.queued -= events
             if not buffer:
                 self._ready.clear()
             else:
                 self._oldest = loop.time()  # (a full batch's rest: committed without waiting)
-            if len(buffer) < self.capacity and not self._space.is_set():
+            if self.queued < self.capacity and not self._space.is_set():
                 self._space.set()
             try:
                 await self._commit(batch)
             except Exception as exc:
-                log.exception("writer: a batch of %d items could not be stored", len(batch))
-                lost = collections.Counter(item[0] for item in batch if item[1] is not None)
+                log.exception("writer: a batch of %d events could not be stored", events)
+                lost = collections.Counter()
+                for rec, _, payloads, _ in batch:
+                    if payloads:
+                        lost[rec] += len(payloads)
                 for rec, n in lost.items():
                     # The reader stops at its next chunk and the stream ends `failed` with a
                     # status saying how much was lost: never a silent gap.
@@ -384,8 +413,8 @@ class Writer:
                     rec.storage_error = (
                         f"{rec.lost_events} event(s) could not be stored: {exc}; recording stopped"
                     )
-                for item in batch:
-                    done = item[3]
+                for entry in batch:
+                    done = entry[3]
                     if done is not None and not done.done():
                         done.set_exception(StorageUnavailable(str(exc)))
 
@@ -393,13 +422,14 @@ class Writer:
         rows = []
         per_stream = {}  # rec -> payloads, in arrival order
         flushes = []
-        for rec, row, payload, done in batch:
-            if row is not None:
-                rows.append(row)
-                payloads = per_stream.get(rec)
-                if payloads is None:
-                    payloads = per_stream[rec] = []
-                payloads.append(payload)
+        for rec, chunk_rows, payloads, done in batch:
+            if done is None:
+                rows += chunk_rows
+                mine = per_stream.get(rec)
+                if mine is None:
+                    per_stream[rec] = payloads  # (the writer's own list now: extended in place)
+                else:
+                    mine += payloads
             else:
                 per_stream.setdefault(rec, [])
                 flushes.append(done)
@@ -439,7 +469,8 @@ def _resolve(future):
 
 
 def write_batch(rows, updates, findings, retry_for_s=None):
-    """One transaction: events, stream updates, findings. Retries with backoff while the
+    """One transaction: events (`rows` flat, as `insert_flat` takes them), stream updates,
+    findings. Retries with backoff while the
     database is unreachable, for up to STORAGE_RETRY_S, then raises StorageUnavailable."""
     delay = 0.05
     if retry_for_s is None:
@@ -449,7 +480,7 @@ def write_batch(rows, updates, findings, retry_for_s=None):
         try:
             with transaction.atomic():
                 if rows:
-                    insert_events(rows, offsets=True)
+                    insert_flat(rows, offsets=True)
                 update_streams(updates)
                 if findings:
                     Finding.objects.bulk_create(findings, batch_size=500)
@@ -532,81 +563,84 @@ _INSERT_SQL = {}
 
 
 def insert_events(rows, *, offsets=False):
-    """Multi-row insert of event rows (columns: EVENT_COLUMNS). The ORM's bulk_create costs
-    ~6× more per row on SQLite (measured: 25k vs 140k rows/s) and COPY ~7× less than it on
-    PostgreSQL: this is the only raw SQL in the write path.
+    """Multi-row insert of event rows (sequences of EVENT_COLUMNS values); see `insert_flat`."""
+    insert_flat(list(itertools.chain.from_iterable(rows)), offsets=offsets)
 
-    With `offsets`, a row's `received_at` is the stream's wall-clock start, turned into
-    start + t_us here, on the writer's thread, off the event loop."""
+
+def insert_flat(values, *, offsets=False):
+    """Multi-row insert of events given as one flat list: EVENT_COLUMNS values of one event
+    after the other (what the recorder builds, with no list or tuple per row). The ORM's
+    bulk_create costs ~6× more per row on SQLite (measured: 25k vs 140k rows/s) and COPY ~7×
+    less than it on PostgreSQL: this is the only raw SQL in the write path.
+
+    `received_at` values that are datetimes become the text the database stores, in place
+    (so a retried batch is converted already). With `offsets`, they are the stream's
+    wall-clock start, turned into start + t_us here, on the writer's thread, off the event
+    loop."""
     vendor = connection.vendor
-    if offsets:
-        rows = _receipt_times_as_text(rows, "+00" if vendor == "postgresql" else "")
+    _receipt_times_as_text(values, "+00" if vendor == "postgresql" else "", offsets)
     table = connection.ops.quote_name(Event._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in EVENT_COLUMNS)
+    width = len(EVENT_COLUMNS)
     if vendor == "postgresql":
         with connection.cursor() as cursor:
             with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+                for start in range(0, len(values), width):
+                    copy.write_row(values[start : start + width])
+        return
+    if vendor == "sqlite":
+        # One multi-row INSERT per 2000 rows, straight to sqlite3. executemany steps once per
+        # row, and sqlite3 releases and re-takes the GIL around every step: with a busy event
+        # loop each re-take waits up to the switch interval, which starved this thread
+        # (measured: publish 190–950 ms behind receipt at 100 paced streams). Django's cursor
+        # wrapper also rewrites every parameter list on the way (21 vs 16 µs a row).
+        connection.ensure_connection()
+        raw = connection.connection
+        step = _SQLITE_ROWS_PER_STATEMENT * width
+        for start in range(0, len(values), step):
+            chunk = values[start : start + step] if len(values) > step else values
+            raw.execute(_sqlite_insert(len(chunk) // width), chunk)
         return
     sql = _INSERT_SQL.get(vendor)
     if sql is None:
-        marks = ", ".join(["%s"] * len(EVENT_COLUMNS))
+        marks = ", ".join(["%s"] * width)
         sql = _INSERT_SQL[vendor] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
-    if vendor == "sqlite" and not offsets:
-        # SQLite stores datetimes as text in Django's format (no tz suffix); adapt here rather
-        # than through the ORM, which is what costs.
-        rows = [
-            (*r[:3], r[3].replace(tzinfo=None).isoformat(sep=" "), *r[4:])
-            if isinstance(r[3], dt.datetime)
-            else r
-            for r in rows
-        ]
-    if vendor == "sqlite":
-        # One multi-row INSERT per chunk, straight to sqlite3. executemany steps once per row,
-        # and sqlite3 releases and re-takes the GIL around every step: with a busy event loop
-        # each re-take waits up to the switch interval, which starved this thread (measured:
-        # publish 190–950 ms behind receipt at 100 paced streams). Django's cursor wrapper
-        # also rewrites every parameter list on the way (21 vs 16 µs a row).
-        connection.ensure_connection()
-        raw = connection.connection
-        for start in range(0, len(rows), _SQLITE_ROWS_PER_STATEMENT):
-            chunk = rows[start : start + _SQLITE_ROWS_PER_STATEMENT]
-            raw.execute(_sqlite_insert(len(chunk)), list(itertools.chain.from_iterable(chunk)))
-        return
     with connection.cursor() as cursor:
-        cursor.executemany(sql, rows)
+        cursor.executemany(sql, [values[i : i + width] for i in range(0, len(values), width)])
 
 
 _ONE_US = dt.timedelta(microseconds=1)
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+_RECEIVED_AT = EVENT_COLUMNS.index("received_at")
+_T_US = EVENT_COLUMNS.index("t_us")
 
 
-def _receipt_times_as_text(rows, suffix):
-    """Rows whose `received_at` (column 3) holds their stream's wall-clock start, with it
-    replaced by start + t_us as the text the database stores (UTC; `suffix` "+00" for
-    PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text). In place for lists
-    (the recorder's rows).
+def _receipt_times_as_text(values, suffix, offsets):
+    """`received_at` in flat event values as the text the database stores (UTC; `suffix`
+    "+00" for PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text), in place.
+    With `offsets`, a `received_at` is its stream's wall-clock start, and becomes start + t_us.
 
     Datetime arithmetic and isoformat per row were a sixth of the pipeline's CPU in `bench
     ingest` (on the writer thread, holding the GIL the readers need); this formats each
     second once."""
+    width = len(EVENT_COLUMNS)
     bases = {}  # id(start) -> µs since the epoch
     seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
-    out = rows if all(type(r) is list for r in rows) else [list(r) for r in rows]
-    for r in out:
-        start = r[3]
+    for i in range(_RECEIVED_AT, len(values), width):
+        start = values[i]
         if start is None or type(start) is str:  # (a retried batch: done already)
             continue
         base = bases.get(id(start))
         if base is None:
-            base = bases[id(start)] = (start - _EPOCH) // _ONE_US
-        second, us = divmod(base + r[2], 1_000_000)
+            if start.tzinfo is None:  # (naive: UTC, as Django stores it)
+                start = start.replace(tzinfo=dt.UTC)
+            base = bases[id(values[i])] = (start - _EPOCH) // _ONE_US
+        if offsets:
+            base += values[i - _RECEIVED_AT + _T_US]
+        second, us = divmod(base, 1_000_000)
         text = seconds.get(second)
         if text is None:
             text = seconds[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
-        r[3] = f"{text}.{us:06d}{suffix}" if us else text + suffix
-    return out
+        values[i] = f"{text}.{us:06d}{suffix}" if us else text + suffix
 
 
 # SQLite allows 32766 bound parameters per statement (3.32+); 13 per row.
@@ -743,7 +777,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
                         events = reader.feed(chunk, t_ns)
                         if events:
                             watch.last_ns = t_ns
-                            await put([ingest(sse) for sse in events])
+                            await put(rec, *ingest(events))
                             if rec.urgent:
                                 # Terminal events flush at once (DESIGN.md §1).
                                 rec.urgent = False

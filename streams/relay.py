@@ -94,15 +94,16 @@ def conf(name, default):
 
 
 def event_payload(index, type_, sequence_number, t_us, data, inline_max=None):
-    """The compact form of one event in a channel-layer message: a list, not a dict, because
-    it is repeated thousands of times per second. `data` is None when it is too large to carry
+    """The compact form of one event in a channel-layer message: a tuple, not a dict, because
+    it is repeated thousands of times per second (and a tuple of atoms is one the garbage
+    collector stops tracking). `data` is None when it is too large to carry
     inline (RELAY_INLINE_MAX_BYTES, or `inline_max` read once by a hot caller); the consumer
     then reads it from the database."""
     if inline_max is None:
         inline_max = settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]
     if data is not None and len(data) > inline_max:
         data = None
-    return [index, type_, sequence_number, t_us, data]
+    return (index, type_, sequence_number, t_us, data)
 
 
 def _list_worthy(stream_id, fields):

@@ -17,6 +17,7 @@ import contextvars
 import ssl
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import httpcore
 import httpx
@@ -32,8 +33,11 @@ TRACE_PHASES = {
 }
 
 
-@dataclass(slots=True)
-class ReceivedEvent:
+class ReceivedEvent(NamedTuple):
+    """A tuple: the garbage collector stops tracking it at its first collection (a slots
+    class stayed tracked, and was scanned again and again while a chunk waited for the
+    writer)."""
+
     t_ns: int  # monotonic receipt time of the bytes that completed this event
     event_name: str
     sse_id: str

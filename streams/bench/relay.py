@@ -258,6 +258,9 @@ def add_arguments(parser):
     )
     parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
     parser.add_argument(
+        "--no-fast", action="store_true", help="diagnostics: skip the events/s runs"
+    )
+    parser.add_argument(
         "--no-viewers",
         action="store_true",
         help="diagnostics: paced streams without viewers (the recorder's share alone)",
@@ -411,13 +414,18 @@ def _print(command, opts, r):
 
 async def _configuration(pattern, n, port, sim_root, opts, command):
     fast_events = opts["fast_events"] or FAST_EVENTS.get(n, FAST_EVENTS_MANY)
-    fast = await _run(
-        pattern,
-        n,
-        port,
-        {"scenario": "fast", "metadata": {"events": fast_events, "batch": 100, "time_scale": 0}},
-        idle_s=3.0,
-    )
+    fast = {"delivered": 0, "elapsed_s": 0, "lost": 0, "duplicated": 0, "stored": 0}
+    if not opts["no_fast"]:
+        fast = await _run(
+            pattern,
+            n,
+            port,
+            {
+                "scenario": "fast",
+                "metadata": {"events": fast_events, "batch": 100, "time_scale": 0},
+            },
+            idle_s=3.0,
+        )
     result = {
         "pattern": pattern,
         "streams": n,
