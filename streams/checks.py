@@ -74,6 +74,16 @@ def parse_json(text):
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
         return json.loads(text)
+    if type(obj) is dict:
+        # the usual event (a delta): one flat object, looked at without a stack
+        for v in obj.values():
+            t = type(v)
+            if t is float:
+                return json.loads(text)
+            if t is dict or t is list:
+                break
+        else:
+            return obj
     stack = [obj]
     while stack:
         o = stack.pop()
@@ -534,7 +544,6 @@ class Checker:
         already been parsed. `t_us`: arrival time in µs since the stream started, enabling the
         timing checks. `sse_id` is accepted for symmetry with the stored row and not checked."""
         out: list[Violation] = []
-        result = FeedResult(out)
         first = self.event_count == 0
         self.event_count += 1
         if t_us is not None:
@@ -559,6 +568,7 @@ class Checker:
                 obj = MISSING
                 error = str(exc)
         if obj is MISSING:
+            result = FeedResult(out)
             if data.strip() == "[DONE]":
                 out.append(_v("done_sentinel", index, got="[DONE]"))
                 sentinel = True
@@ -575,6 +585,7 @@ class Checker:
         if fast is not None:
             return fast
 
+        result = FeedResult(out)
         result.is_json = True
         result.obj = obj
         etype = obj.get("type") if isinstance(obj, dict) else None

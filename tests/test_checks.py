@@ -1126,6 +1126,8 @@ class TestCaptureDetails:
         '{"n": NaN, "i": Infinity}',  # json takes these, orjson does not
         '{"s": "\\ud800 lone"}',  # a lone surrogate escape
         '{"big": 123456789012345678901234567890}',
+        '{"a": 1, "o": {"big": 123456789012345678901234567890}}',  # nested: past the flat look
+        '{"a": "x", "l": [1, 2.5]}',
         '{"f": 1e400}',
         '[1, 2, {"a": null}]',
         '{"a": 1, "a": 2}',

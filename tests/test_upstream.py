@@ -46,3 +46,45 @@ def test_receipt_time_is_that_of_the_chunk_completing_the_event():
     assert reader.feed(b"data: a", 10) == []
     (event,) = reader.feed(b"bc\n\n", 20)
     assert (event.data, event.t_ns) == ("abc", 20)
+
+
+# Lines of every kind the WHATWG rules treat differently, for random bodies.
+LINES = [
+    b"data: x",
+    b"data:  two spaces",
+    b"data:no space",
+    b"data:",
+    b"data",
+    b'data: {"type":"response.output_text.delta","delta":"h\\u00e9"}',
+    b"event: message",
+    b"event: ping",
+    b"event:",
+    b"event:nospace",
+    b"id: 42",
+    b"id: a\x00b",
+    b"id:",
+    b"retry: 100",
+    b"retry: x",
+    b": comment",
+    b":",
+    b"foo: bar",
+    b"data: caf\xc3\xa9",
+    b"data: \xff",
+    b"",
+    b"",
+    b"",
+]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_random_bodies_read_like_the_import_parser(seed):
+    """The reader's fast path (data:/event: lines applied to the decoder's state directly)
+    against the independent whole-body parser, on random mixes of every kind of line and
+    random chunk sizes."""
+    import random
+
+    rng = random.Random(seed)
+    body = b"\n".join(rng.choice(LINES) for _ in range(rng.randint(1, 200))) + b"\n\n"
+    want = [(e.event_name or "message", e.sse_id, e.data, e.raw) for e in parse_sse_bytes(body)]
+    for size in (1, rng.randint(2, 40), rng.randint(41, 5000), 1 << 20):
+        assert live(body, size) == want, size
