@@ -183,6 +183,9 @@ STREAMSCOPE = {
     # A batch commits when it holds this many events or is this old (always at a terminal event).
     "BATCH_MAX_EVENTS": env_int("STREAMSCOPE_BATCH_MAX_EVENTS", 2000),
     "BATCH_MAX_AGE_MS": env_float("STREAMSCOPE_BATCH_MAX_AGE_MS", 5.0),
+    # A streaming row's event_count is rewritten at most this often (its events are committed
+    # at every batch; the count is exact at every milestone, status change and the end).
+    "COUNT_WRITE_INTERVAL_MS": env_float("STREAMSCOPE_COUNT_WRITE_INTERVAL_MS", 500.0),
     # Events queued between the readers and the writer; readers pause when it is full.
     "QUEUE_MAX_EVENTS": env_int("STREAMSCOPE_QUEUE_MAX_EVENTS", 20000),
     # No event for this long: abort and retry the same request (PROTOCOL.md: 60 s).

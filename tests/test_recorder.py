@@ -348,6 +348,33 @@ async def test_ttft_matches_with_50_concurrent_streams(upstream):
     assert errors[-1] < 15, errors
 
 
+async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, settings, monkeypatch):
+    """A streaming row's event_count is not rewritten at every 5 ms commit (each rewrite costs
+    the commit a page per stream), only once per COUNT_WRITE_INTERVAL_MS or with another
+    change of the row, and it is exact at the end."""
+    from streams import recorder
+
+    counts = []  # event_count values written, per commit that had events of the stream
+    commits = []
+    real_write = recorder.write_batch
+
+    def write_batch(rows, updates, findings, retry_for_s=None):
+        if rows:
+            commits.append(len(rows))
+            counts.extend(f["event_count"] for f in updates.values() if "event_count" in f)
+        return real_write(rows, updates, findings, retry_for_s)
+
+    monkeypatch.setattr(recorder, "write_batch", write_batch)
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "COUNT_WRITE_INTERVAL_MS": 60_000}
+    stream, _ = await record(body(sentences=8))
+    events = await stored_events(stream)
+    assert stream.status == "completed" and stream.event_count == len(events)
+    assert len(commits) > 10  # a paced stream: many small commits
+    # the first batch, the milestones (created, routing, first token, terminal) and the end
+    assert len(counts) <= 7 < len(commits), (counts, len(commits))
+    assert counts == sorted(counts) and counts[-1] == len(events)
+
+
 def test_stream_updates_group_by_changed_columns(db):
     """update_streams: one statement per set of changed columns, each row its own values,
     NULLs, JSON and datetimes adapted as the ORM would."""
