@@ -419,26 +419,31 @@ def html_stream_row(stream, oob=False):
 # Reaching the server's send buffer
 
 
+def innermost_send(send):
+    """The server's own `send` beneath Channels' wrappers (the session middleware wraps it in
+    a bound method that keeps the original as `real_send`). For `websocket.send` the wrapper
+    only looks at the session (it saves on `http.response.start` alone): ~a tenth of a frame's
+    cost in the server with 100 paced streams, skipped by sending frames straight to this."""
+    for _ in range(8):
+        inner = getattr(getattr(send, "__self__", None), "real_send", None)
+        if inner is None:
+            return send
+        send = inner
+    return send
+
+
 def find_transport(send):
     """The Twisted transport behind Daphne's `send`, or None under another server.
 
     Daphne hands the application `partial(server.handle_reply, protocol)` and writes every
     frame into Twisted's unbounded buffer at once, so a send never waits for a slow client.
-    Measuring that buffer is the only way to notice one. Channels' session middleware wraps
-    `send` in a bound method that keeps the original as `real_send`."""
-    for _ in range(8):
-        if isinstance(send, functools.partial):
-            for arg in send.args:
-                transport = getattr(arg, "transport", None)
-                if transport is not None and hasattr(transport, "dataBuffer"):
-                    return transport
-            send = send.func
-            continue
-        owner = getattr(send, "__self__", None)
-        inner = getattr(owner, "real_send", None)
-        if inner is None:
-            return None
-        send = inner
+    Measuring that buffer is the only way to notice one."""
+    send = innermost_send(send)
+    if isinstance(send, functools.partial):
+        for arg in send.args:
+            transport = getattr(arg, "transport", None)
+            if transport is not None and hasattr(transport, "dataBuffer"):
+                return transport
     return None
 
 
@@ -489,6 +494,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         self.idle = False  # set by the idle watch: no message for RELAY_IDLE_CHECK_S
         self.last_message = time.monotonic()
         self.transport = None
+        self._send_frame = None  # the server's send (innermost_send), once accepted
         self._fast = {}
 
     async def dispatch(self, message):
@@ -539,6 +545,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         self.joined = True
         await self.accept()
         self.transport = find_transport(self.base_send)
+        self._send_frame = innermost_send(self.base_send)
         self.sender = asyncio.get_running_loop().create_task(self._sender())
         _watch_idle(self)
 
@@ -613,7 +620,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         return False
 
     async def send_frame(self, text):
-        await self.send(text_data=text)
+        await self._send_frame({"type": "websocket.send", "text": text})
 
 
 # One watcher task per event loop wakes connections that had no message for
