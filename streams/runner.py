@@ -15,9 +15,10 @@ import threading
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models.functions import Coalesce
 
-from .models import Stream
+from .models import Event, Stream
 from .recorder import RUNNER_ID, Recording, conf, get_writer, record_attempt
 from .upstream import ClientPool
 
@@ -360,6 +361,16 @@ def sweep_orphans(retry=None):
         # Conditional on the runner seen: a row claimed again meanwhile is left alone.
         if Stream.objects.filter(pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES).update(
             status=Stream.Status.INTERRUPTED,
+            # what was stored: the recorder rewrites a streaming row's count only now and then
+            event_count=Coalesce(
+                Subquery(
+                    Event.objects.filter(stream_id=OuterRef("pk"))
+                    .values("stream_id")
+                    .annotate(n=Count("pk"))
+                    .values("n")[:1]
+                ),
+                0,
+            ),
             finished_at=now,
             error_code="interrupted",
             error_message="the process recording this stream stopped before it ended",

@@ -449,12 +449,26 @@ def test_orphans_of_dead_processes_become_interrupted(db):
     Stream.objects.filter(pk=local_dead.pk).update(
         status="streaming", runner=f"{socket.gethostname()}:999999:abc"
     )
+    # rows whose count lags what was stored (the recorder rewrites it only now and then)
+    from streams.recorder import insert_events
+
+    start = dt.datetime.now(dt.UTC)
+    insert_events(
+        [
+            [stale.pk, i, i, start, "message", "", "x", i, None, None, True, "{}", None]
+            for i in range(3)
+        ],
+        offsets=True,
+    )
+    Stream.objects.filter(pk__in=[stale.pk, local_dead.pk]).update(event_count=1)
     assert runner.sweep_orphans() == 2
     statuses = dict(Stream.objects.values_list("pk", "status"))
     assert statuses[live.pk] == "streaming"  # this process, alive
     assert statuses[dead.pk] == "streaming"  # another host, heartbeat fresh
     assert statuses[stale.pk] == "interrupted"
     assert statuses[local_dead.pk] == "interrupted"
+    counts = dict(Stream.objects.values_list("pk", "event_count"))
+    assert (counts[stale.pk], counts[local_dead.pk]) == (3, 0)  # what was stored
 
 
 async def test_the_api_key_is_sent_but_never_stored_or_logged(caplog):
