@@ -782,7 +782,9 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
                     async for chunk in response.aiter_bytes():
                         if rec.storage_error:
                             raise StorageUnavailable(rec.storage_error)
-                        t_ns = time.monotonic_ns()
+                        # the arrival of the newest bytes read (our backend stamps it in the
+                        # protocol callback), else now
+                        t_ns = phases.last_read_ns or time.monotonic_ns()
                         rec.bytes_received += len(chunk)
                         events = reader.feed(chunk, t_ns)
                         if events:

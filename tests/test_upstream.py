@@ -88,3 +88,37 @@ def test_random_bodies_read_like_the_import_parser(seed):
     want = [(e.event_name or "message", e.sse_id, e.data, e.raw) for e in parse_sse_bytes(body)]
     for size in (1, rng.randint(2, 40), rng.randint(41, 5000), 1 << 20):
         assert live(body, size) == want, size
+
+
+async def test_a_read_reports_when_its_bytes_arrived_not_when_it_ran():
+    """Receipt times are stamped in the protocol callback: a reader that gets to the bytes
+    late (a busy loop) still reports when they arrived, for every part of a split read."""
+    import time
+
+    from streams.upstream import Phases, _Protocol, _Stream
+
+    class Transport:
+        def pause_reading(self):
+            pass
+
+        def resume_reading(self):
+            pass
+
+    protocol = _Protocol()
+    protocol.connection_made(Transport())
+    stream = _Stream(Transport(), protocol)
+    phases = Phases()
+    phases.activate()
+    protocol.data_received(b"ab")
+    first = time.monotonic_ns()
+    time.sleep(0.02)
+    protocol.data_received(b"cd")
+    second = time.monotonic_ns()
+    time.sleep(0.03)  # the loop was busy: the reader runs 30 ms after the last arrival
+    assert await stream.read(1) == b"a"
+    assert first - 5_000_000 < phases.last_read_ns <= first
+    assert await stream.read(1) == b"b"  # the rest of the same arrival
+    assert first - 5_000_000 < phases.last_read_ns <= first
+    assert await stream.read(1024) == b"cd"
+    assert first < phases.last_read_ns <= second
+    assert time.monotonic_ns() - phases.last_read_ns >= 30_000_000
