@@ -429,7 +429,9 @@ class Writer:
                 rows += chunk_rows
                 mine = per_stream.get(rec)
                 if mine is None:
-                    per_stream[rec] = payloads  # (the writer's own list now: extended in place)
+                    # a copy: the batch's entries keep their own counts (a failed commit
+                    # reports per stream how many events it lost)
+                    per_stream[rec] = list(payloads)
                 else:
                     mine += payloads
             else:

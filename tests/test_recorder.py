@@ -488,3 +488,26 @@ async def test_the_api_key_is_sent_but_never_stored_or_logged(caplog):
         assert key not in repr(row)
     assert not await Event.objects.filter(stream=stream, data__contains=key).aexists()
     assert key not in caplog.text
+
+
+async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
+    """Two chunks of one stream in a batch that cannot be stored: the stream is told it lost
+    exactly their events (the writer merges a stream's chunks for publishing; the counts of
+    the entries must not see that)."""
+    from streams import recorder
+
+    def write_batch(rows, updates, findings, retry_for_s=None):
+        raise recorder.StorageUnavailable("database unavailable: test")
+
+    monkeypatch.setattr(recorder, "write_batch", write_batch)
+    writer = recorder.Writer(max_age_ms=1000)
+    rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
+    width = len(recorder.EVENT_COLUMNS)
+    for first, n in ((0, 3), (3, 2)):
+        payloads = [(i, "x", i, i, "{}") for i in range(first, first + n)]
+        await writer.put(rec, [None] * (width * n), payloads)
+    with pytest.raises(recorder.StorageUnavailable):
+        await writer.flush(rec)
+    assert rec.lost_events == 5
+    assert rec.storage_error.startswith("5 event(s) could not be stored")
+    writer.task.cancel()
