@@ -19,13 +19,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from pathlib import Path
 
 import httpx
 
-from streams.bench import free_port, run_child, wait_for_port
+from streams.bench import BASE_DIR, free_port, manage, run_child, wait_for_port
 
-BASE_DIR = Path(__file__).resolve().parents[2]
 CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
 
 
@@ -74,12 +72,7 @@ def run(command, opts):
             with tempfile.TemporaryDirectory() as tmp:
                 url = _database_url(database, opts, tmp)
                 env = {**os.environ, "DATABASE_URL": url}
-                subprocess.run(
-                    [sys.executable, "manage.py", "migrate", "-v0"],
-                    cwd=BASE_DIR,
-                    env=env,
-                    check=True,
-                )
+                manage(env, "migrate", "-v0")
                 for streams, events in configs:
                     spec = {
                         "streams": streams,

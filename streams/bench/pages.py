@@ -19,12 +19,10 @@ import statistics
 import tempfile
 import time
 import uuid
-from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from streams.bench import manage, run_child
 
-BASE_DIR = Path(__file__).resolve().parents[2]
 SIZES = (10_000, 100_000)
 PAGES = [
     ("latency", "/latency/"),

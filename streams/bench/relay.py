@@ -39,9 +39,8 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
-from streams.bench import free_port, wait_for_port
+from streams.bench import BASE_DIR, free_port, manage, wait_for_port
 
-BASE_DIR = Path(__file__).resolve().parents[2]
 FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
 FAST_EVENTS_MANY = 1_000
 PACED = {"model": "auto", "metadata": {"time_scale": 1.0, "sentences": 6}}
@@ -284,13 +283,17 @@ class Server:
         wait_for_port(self.port, self.proc)
 
     def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
+        _stop(self.proc)
         self.log.close()
+
+
+def _stop(proc):
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
 
 
 def run(command, opts):
@@ -305,9 +308,7 @@ def run(command, opts):
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }
-    subprocess.run(
-        [sys.executable, "manage.py", "migrate", "-v0"], cwd=BASE_DIR, env=env, check=True
-    )
+    manage(env, "migrate", "-v0")
     sim = Server(
         [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
         env,
@@ -361,12 +362,7 @@ def run(command, opts):
                 finally:
                     daphne.stop()
                     if recorder is not None:
-                        recorder.terminate()
-                        try:
-                            recorder.wait(10)
-                        except subprocess.TimeoutExpired:
-                            recorder.kill()
-                            recorder.wait(5)
+                        _stop(recorder)
     finally:
         sim.stop()
     if not opts["json"] and "stock" in patterns:
