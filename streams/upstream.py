@@ -464,7 +464,7 @@ class EventReader:
             except UnicodeDecodeError:
                 pass
             else:
-                return self._text_lines(text.split("\n"), t_ns)
+                return self._lines(text.split("\n"), t_ns)
         out = []
         for line in complete.split(b"\n"):
             try:
@@ -476,12 +476,12 @@ class EventReader:
             out.extend(self._lines((text,), t_ns))
         return out
 
-    def _text_lines(self, lines, t_ns):
-        """`_lines` for a chunk that decoded as UTF-8 (no raw bytes to keep). `data: ` and
-        `event: ` lines and the blank line that ends a block change the decoder's state here
-        exactly as `SSEDecoder.decode` would, without a call, a `ServerSentEvent` and its
-        checks per line (every event has two or three lines; measured in `bench ingest`, the
-        reader was then a fifth of the pipeline's time). Any other line goes to the decoder."""
+    def _lines(self, lines, t_ns):
+        """Decoded lines into events. `data: ` and `event: ` lines and the blank line that ends
+        a block change the decoder's state here exactly as `SSEDecoder.decode` would, without a
+        call, a `ServerSentEvent` and its checks per line (every event has two or three lines;
+        measured in `bench ingest`, the reader was then a fifth of the pipeline's time). Any
+        other line goes to the decoder."""
         out = []
         decoder = self._decoder
         decode = decoder.decode
@@ -497,6 +497,10 @@ class EventReader:
                 # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:)
                 # is not an event; a `data:` line, even empty, fills it.
                 if data:
+                    raw = None
+                    if self._raw:  # (only ever for data lines: the per-line path)
+                        raw = b"\n".join(self._raw.get(i, v.encode()) for i, v in enumerate(data))
+                        self._raw = {}
                     out.append(
                         _new_event(
                             ReceivedEvent,
@@ -505,34 +509,13 @@ class EventReader:
                                 decoder._event or "message",
                                 decoder._last_event_id,
                                 "\n".join(data),
-                                None,
+                                raw,
                             ),
                         )
                     )
                 decoder._event = ""
                 decoder._data = data = []
                 decoder._retry = None
-        return out
-
-    def _lines(self, lines, t_ns):
-        out = []
-        decoder = self._decoder
-        decode = decoder.decode
-        for line in lines:
-            if line:
-                decode(line)
-                continue
-            # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:) is
-            # not an event; a `data:` line, even empty, fills it (the decoder's `_data`).
-            has_data = bool(decoder._data)
-            raw = None
-            if self._raw:
-                values = decoder._data
-                raw = b"\n".join(self._raw.get(i, v.encode()) for i, v in enumerate(values))
-                self._raw = {}
-            sse = decode("")
-            if sse is not None and has_data:
-                out.append(ReceivedEvent(t_ns, sse.event, sse.id, sse.data, raw))
         return out
 
     def close(self, t_ns):
