@@ -482,8 +482,8 @@ def _resolve(future):
 
 def write_batch(rows, updates, findings, retry_for_s=None):
     """One transaction: events (`rows` flat, as `insert_flat` takes them), stream updates,
-    findings. Retries with backoff while the
-    database is unreachable, for up to STORAGE_RETRY_S, then raises StorageUnavailable."""
+    findings. Retries with backoff while the database is unreachable, for up to
+    STORAGE_RETRY_S, then raises StorageUnavailable."""
     delay = 0.05
     if retry_for_s is None:
         retry_for_s = conf("STORAGE_RETRY_S")
