@@ -5,6 +5,10 @@ import sys
 
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+    # Before Django: Daphne's app config creates the server's event loop at setup.
+    from dashboard import eventloop
+
+    eventloop.install()
     from django.core.management import execute_from_command_line
 
     execute_from_command_line(sys.argv)

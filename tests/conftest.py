@@ -8,7 +8,12 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dashboard import eventloop
 from streams.bench import free_port, wait_for_port  # noqa: F401  (tests import them from here)
+
+# The loop production runs on (manage.py and dashboard.server install it), before pytest-django's
+# django.setup() makes Daphne's loop.
+eventloop.install()
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO.parent / "shared" / "fixtures" / "streams"
@@ -146,9 +151,9 @@ def database_url():
 
 
 class DaphneServer:
-    """`daphne dashboard.asgi:application` on 127.0.0.1 in its own process, on the test
-    database and the simulator process. `overrides` are STREAMSCOPE knobs (tests/live_settings),
-    `env` extra environment (e.g. CHANNEL_CAPACITY)."""
+    """`python -m dashboard.server dashboard.asgi:application` (Daphne) on 127.0.0.1 in its own
+    process, on the test database and the simulator process. `overrides` are STREAMSCOPE knobs
+    (tests/live_settings), `env` extra environment (e.g. CHANNEL_CAPACITY)."""
 
     def __init__(self, upstream_url, overrides=None, env=None, port=None):
         import json
@@ -172,7 +177,7 @@ class DaphneServer:
             **(env or {}),
         }
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(self.port)]
+            [sys.executable, "-m", "dashboard.server", "-b", "127.0.0.1", "-p", str(self.port)]
             + ["dashboard.asgi:application"],
             cwd=REPO,
             env=environment,

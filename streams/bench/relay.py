@@ -24,6 +24,7 @@ Viewers subscribe before their stream starts (the stock pattern cannot catch up)
 """
 
 import asyncio
+import itertools
 import json
 import os
 import secrets
@@ -255,6 +256,12 @@ def add_arguments(parser):
         help="where streams are recorded: in the Daphne process, or in a `stream_worker` "
         "process beside it (needs --layer redis)",
     )
+    parser.add_argument(
+        "--loops",
+        default="uvloop",
+        help="comma-separated event loops for the server processes (Daphne, worker): uvloop, "
+        "asyncio (the simulator and the clients stay on this process's loop)",
+    )
     parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
     parser.add_argument(
         "--no-fast", action="store_true", help="diagnostics: skip the events/s runs"
@@ -319,6 +326,7 @@ def run(command, opts):
     layers = [x.strip() for x in opts["layer"].split(",") if x.strip()]
     if "redis" in layers and not opts["redis_url"]:
         raise SystemExit("--layer redis needs --redis-url (or $BENCH_REDIS_URL / $REDIS_URL)")
+    loops = [x.strip() for x in opts["loops"].split(",") if x.strip()]
     worker = opts["runner"] == "worker"
     if worker and layers != ["redis"]:
         raise SystemExit("--runner worker needs --layer redis (the worker publishes through it)")
@@ -327,7 +335,7 @@ def run(command, opts):
             layer_env = {k: v for k, v in env.items() if k != "REDIS_URL"}
             if layer == "redis":
                 layer_env["REDIS_URL"] = opts["redis_url"]
-            for pattern in patterns:
+            for pattern, loop in itertools.product(patterns, loops):
                 if layer == "redis" and pattern == "batched-layer":
                     continue  # with Redis, `batched` goes through the layer already
                 server_env = {
@@ -335,12 +343,13 @@ def run(command, opts):
                     "UPSTREAM_BASE_URL": sim_root + "/v1",
                     "STREAMSCOPE_BENCH_PATTERN": pattern,
                     "STREAMSCOPE_RUNNER": opts["runner"],
+                    "STREAMSCOPE_EVENT_LOOP": loop,
                 }
                 daphne = Server(
-                    [sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
-                    + ["streams.bench.relay_asgi:application"],
+                    [sys.executable, "-m", "dashboard.server", "-v", "0"]
+                    + ["-b", "127.0.0.1", "-p", "{port}", "streams.bench.relay_asgi:application"],
                     server_env,
-                    tmp / f"daphne-{layer}-{pattern}.log",
+                    tmp / f"daphne-{layer}-{pattern}-{loop}.log",
                 )
                 recorder = None
                 if worker:
@@ -348,7 +357,7 @@ def run(command, opts):
                         [sys.executable, "-m", "streams.bench.relay_worker"],
                         cwd=BASE_DIR,
                         env=server_env,
-                        stdout=open(tmp / f"worker-{pattern}.log", "wb"),  # noqa: SIM115
+                        stdout=open(tmp / f"worker-{pattern}-{loop}.log", "wb"),  # noqa: SIM115
                         stderr=subprocess.STDOUT,
                     )
                 try:
@@ -356,7 +365,12 @@ def run(command, opts):
                         result = asyncio.run(
                             _configuration(pattern, n, daphne.port, sim_root, opts, command)
                         )
-                        result = {"layer": layer, "runner": opts["runner"], **result}
+                        result = {
+                            "layer": layer,
+                            "runner": opts["runner"],
+                            "loop": loop,
+                            **result,
+                        }
                         results.append(result)
                         _print(command, opts, result)
                 finally:
@@ -365,27 +379,37 @@ def run(command, opts):
                         _stop(recorder)
     finally:
         sim.stop()
-    if not opts["json"] and "stock" in patterns:
-        for n in counts:
-            for layer in layers:
-                stock = next(
-                    r
-                    for r in results
-                    if r["pattern"] == "stock" and r["streams"] == n and r["layer"] == layer
-                )
-                for r in results:
-                    if (
-                        r["streams"] == n
-                        and r["layer"] == layer
-                        and r["pattern"] != "stock"
-                        and stock["events_per_s"]
-                    ):
-                        ratio = r["events_per_s"] / stock["events_per_s"]
-                        command.stdout.write(
-                            f"{layer}, {n} stream(s): {r['pattern']} / stock events/s = "
-                            f"{ratio:.1f}×"
-                        )
+    if not opts["json"]:
+        _summary(command, results)
     return results
+
+
+def _summary(command, results):
+    """Ratios between configurations of this run: ours / stock in events/s (per layer and
+    loop), and with more than one loop, each loop's latency against the first's."""
+
+    def find(**want):
+        return next((r for r in results if all(r[k] == v for k, v in want.items())), None)
+
+    for r in results:
+        stock = find(pattern="stock", streams=r["streams"], layer=r["layer"], loop=r["loop"])
+        if r["pattern"] != "stock" and stock and stock["events_per_s"]:
+            command.stdout.write(
+                f"{r['layer']}, {r['loop']}, {r['streams']} stream(s): {r['pattern']} / stock "
+                f"events/s = {r['events_per_s'] / stock['events_per_s']:.1f}×"
+            )
+    base_loop = results[0]["loop"] if results else None
+    for r in results:
+        base = find(pattern=r["pattern"], streams=r["streams"], layer=r["layer"], loop=base_loop)
+        if r["loop"] == base_loop or not base or not r["added_latency_p50_ms"]:
+            continue
+        if base["added_latency_p50_ms"]:
+            command.stdout.write(
+                f"{r['layer']}, {r['pattern']}, {r['streams']} stream(s): added latency "
+                f"{r['loop']} / {base_loop} = p50 "
+                f"{r['added_latency_p50_ms'] / base['added_latency_p50_ms']:.2f}, p99 "
+                f"{r['added_latency_p99_ms'] / base['added_latency_p99_ms']:.2f}"
+            )
 
 
 def _print(command, opts, r):
@@ -402,7 +426,7 @@ def _print(command, opts, r):
         f"published after commit {pair('published_latency')})"
     )
     command.stdout.write(
-        f"{r.get('layer', ''):6} {r['pattern']:13} {r['streams']:4} stream(s): "
+        f"{r['layer']:6} {r['loop']:7} {r['pattern']:13} {r['streams']:4} stream(s): "
         f"{r['events_per_s']:>10,.0f} events/s, "
         f"added latency {lat}, lost {r['lost_events']}, duplicated {r['duplicated_events']}"
     )

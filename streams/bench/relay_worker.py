@@ -6,7 +6,10 @@ import os
 
 import django
 
+from dashboard import eventloop
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
+eventloop.install()
 django.setup()
 
 from django.core.management import call_command  # noqa: E402
