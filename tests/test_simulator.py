@@ -561,7 +561,10 @@ async def test_stall(sim):
     res = await run(sim, "stall", stall_s="0.5")
     check_protocol(res)
     gaps = [b - a for a, b in zip(res.arrivals, res.arrivals[1:], strict=False)]
-    assert max(gaps) >= 0.5
+    # The client stamps an event once it has parsed it: the burst before the stall arrives in
+    # one chunk, so its last event is stamped a little after the bytes came (0.8 ms seen). The
+    # server's own send times below are exact.
+    assert max(gaps) >= 0.5 - 0.02
     assert sorted(gaps)[-2] < 0.25  # exactly one stall
     sent = [e["sent_us"] for e in res.log["events"]]
     assert max(b - a for a, b in zip(sent, sent[1:], strict=False)) >= 500_000
