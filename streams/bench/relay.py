@@ -24,6 +24,7 @@ Viewers subscribe before their stream starts (the stock pattern cannot catch up)
 """
 
 import asyncio
+import gc
 import itertools
 import json
 import os
@@ -74,6 +75,20 @@ async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
         await layer.group_send(group, {"type": "stream.end", "status": status})
 
 
+GC = {}  # the collector's work in this process since the last /_bench/start
+
+
+def _gc_timer(phase, info):
+    now = time.perf_counter()
+    if phase == "start":
+        GC["started"] = now
+    elif "started" in GC:
+        pause_ms = (now - GC.pop("started")) * 1000
+        GC["collections"] = GC.get("collections", 0) + 1
+        GC["ms"] = GC.get("ms", 0.0) + pause_ms
+        GC["max_pause_ms"] = max(GC.get("max_pause_ms", 0.0), pause_ms)
+
+
 HELD = "bench:held"  # the runner of prepared streams until they start (worker runs)
 PUBLISHED = {}  # stream id -> [(first index, last index, monotonic ns of the publish)]
 
@@ -98,6 +113,7 @@ def apply_pattern(pattern):
 
     from streams import relay
 
+    gc.callbacks.append(_gc_timer)
     if pattern == "stock":
         relay.publish = stock_publish_batch
     elif pattern == "batched-layer":
@@ -154,6 +170,7 @@ async def _start(ids):
     from streams.models import Stream
 
     streams = [s async for s in Stream.objects.filter(pk__in=ids)]
+    GC.clear()
     if runner.in_workers():
         # held until now (see _prepare): the workers may claim them once viewers are on
         await Stream.objects.filter(pk__in=ids).aupdate(runner="")
@@ -187,7 +204,8 @@ def _receipts(ids):
 def _stats():
     from streams import consumers
 
-    return dict(consumers.stats)
+    gc_stats = {k: round(v, 1) for k, v in GC.items() if k != "started"}
+    return {**consumers.stats, "gc": gc_stats}
 
 
 async def control(scope, receive, send):
@@ -481,6 +499,8 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         stats = (await client.post("/_bench/stats", json={})).json()
     result["holes_filled"] = stats.get("holes", 0)
+    # the server's garbage collector during the last run (paced if any): its pauses are latency
+    result["server_gc"] = stats.get("gc", {})
     return result
 
 

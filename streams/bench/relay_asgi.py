@@ -25,12 +25,6 @@ from django.urls import path  # noqa: E402
 from streams.bench import relay as bench  # noqa: E402
 from streams.routing import websocket_urlpatterns  # noqa: E402
 
-if os.environ.get("STREAMSCOPE_BENCH_SWITCH_INTERVAL"):
-    # diagnostics: how much of the latency is threads waiting for the GIL
-    import sys
-
-    sys.setswitchinterval(float(os.environ["STREAMSCOPE_BENCH_SWITCH_INTERVAL"]))
-
 bench.apply_pattern(os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched"))
 
 
