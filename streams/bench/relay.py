@@ -89,6 +89,23 @@ def _gc_timer(phase, info):
         GC["max_pause_ms"] = max(GC.get("max_pause_ms", 0.0), pause_ms)
 
 
+HOPS = []  # ms from call_soon to the callback running, sampled every 10 ms
+
+
+async def _hop_sampler():
+    """How long one hop through the event loop's ready queue takes (what every future,
+    task wake-up and `call_soon` costs in waiting): sampled while the streams run."""
+    loop = asyncio.get_running_loop()
+    clock = time.perf_counter
+
+    def ran(t0):
+        HOPS.append((clock() - t0) * 1000)
+
+    while True:
+        loop.call_soon(ran, clock())
+        await asyncio.sleep(0.01)
+
+
 HELD = "bench:held"  # the runner of prepared streams until they start (worker runs)
 PUBLISHED = {}  # stream id -> [(first index, last index, monotonic ns of the publish)]
 
@@ -171,6 +188,10 @@ async def _start(ids):
 
     streams = [s async for s in Stream.objects.filter(pk__in=ids)]
     GC.clear()
+    HOPS.clear()
+    global _sampler
+    if _sampler is None:
+        _sampler = asyncio.get_running_loop().create_task(_hop_sampler())
     if runner.in_workers():
         # held until now (see _prepare): the workers may claim them once viewers are on
         await Stream.objects.filter(pk__in=ids).aupdate(runner="")
@@ -201,11 +222,25 @@ def _receipts(ids):
     return out
 
 
+_sampler = None
+
+
 def _stats():
     from streams import consumers
 
     gc_stats = {k: round(v, 1) for k, v in GC.items() if k != "started"}
-    return {**consumers.stats, "gc": gc_stats}
+    hops = sorted(HOPS)
+    hop_stats = (
+        {
+            "samples": len(hops),
+            "p50_ms": round(hops[len(hops) // 2], 2),
+            "p90_ms": round(hops[int(len(hops) * 0.9)], 2),
+            "max_ms": round(hops[-1], 2),
+        }
+        if hops
+        else {}
+    )
+    return {**consumers.stats, "gc": gc_stats, "loop_hop": hop_stats}
 
 
 async def control(scope, receive, send):
@@ -501,6 +536,8 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
     result["holes_filled"] = stats.get("holes", 0)
     # the server's garbage collector during the last run (paced if any): its pauses are latency
     result["server_gc"] = stats.get("gc", {})
+    # one hop through the server's ready queue (a future, a task wake-up) during that run
+    result["server_loop_hop"] = stats.get("loop_hop", {})
     return result
 
 
