@@ -30,25 +30,18 @@ def run(argv, **env):
 
 
 class TestInstall:
-    def test_uvloop_by_default(self, monkeypatch):
-        monkeypatch.delenv("STREAMSCOPE_EVENT_LOOP", raising=False)
-        before = asyncio.get_event_loop_policy()
-        try:
-            assert eventloop.install() == "uvloop"
-            loop = asyncio.new_event_loop()
-            assert type(loop).__module__.startswith("uvloop")
-            loop.close()
-        finally:
-            asyncio.set_event_loop_policy(before)
-
-    def test_asyncio_on_request(self, monkeypatch):
-        monkeypatch.setenv("STREAMSCOPE_EVENT_LOOP", "asyncio")
+    @pytest.mark.parametrize("choice, want", [(None, "uvloop"), ("asyncio", "asyncio")])
+    def test_the_chosen_loop_makes_new_loops(self, monkeypatch, choice, want):
+        if choice is None:
+            monkeypatch.delenv("STREAMSCOPE_EVENT_LOOP", raising=False)
+        else:
+            monkeypatch.setenv("STREAMSCOPE_EVENT_LOOP", choice)
         before = asyncio.get_event_loop_policy()
         asyncio.set_event_loop_policy(None)
         try:
-            assert eventloop.install() == "asyncio"
+            assert eventloop.install() == want
             loop = asyncio.new_event_loop()
-            assert type(loop).__module__.startswith("asyncio")
+            assert type(loop).__module__.startswith(want)
             loop.close()
         finally:
             asyncio.set_event_loop_policy(before)

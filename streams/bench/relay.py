@@ -90,6 +90,7 @@ def _gc_timer(phase, info):
 
 
 HOPS = []  # ms from call_soon to the callback running, sampled every 10 ms
+_sampler = None  # the task of _hop_sampler, started by the first /_bench/start
 
 
 async def _hop_sampler():
@@ -222,22 +223,18 @@ def _receipts(ids):
     return out
 
 
-_sampler = None
-
-
 def _stats():
     from streams import consumers
 
     gc_stats = {k: round(v, 1) for k, v in GC.items() if k != "started"}
-    hops = sorted(HOPS)
     hop_stats = (
         {
-            "samples": len(hops),
-            "p50_ms": round(hops[len(hops) // 2], 2),
-            "p90_ms": round(hops[int(len(hops) * 0.9)], 2),
-            "max_ms": round(hops[-1], 2),
+            "samples": len(HOPS),
+            "p50_ms": _percentile(HOPS, 50),
+            "p90_ms": _percentile(HOPS, 90),
+            "max_ms": round(max(HOPS), 2),
         }
-        if hops
+        if HOPS
         else {}
     )
     return {**consumers.stats, "gc": gc_stats, "loop_hop": hop_stats}
