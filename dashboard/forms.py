@@ -2,8 +2,8 @@ import datetime as dt
 from urllib.parse import urlencode
 
 from django import forms
-from django.conf import settings
 
+from streams import conf
 from streams.importer import CaptureError, read_capture
 from streams.models import Stream
 
@@ -27,7 +27,7 @@ class CaptureUploadForm(forms.Form):
 
     def clean_file(self):
         upload = self.cleaned_data["file"]
-        limit = settings.STREAMSCOPE["UPLOAD_MAX_BYTES"]
+        limit = conf.get().upload_max_bytes
         if upload.size > limit:
             raise forms.ValidationError(
                 f"File too large: {_mb(upload.size)} MB (limit {_mb(limit)} MB)",

@@ -11,7 +11,7 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
 
-from streams import api
+from streams import conf, services
 from streams.models import Stream
 
 TITLE_CHARS = 80
@@ -128,13 +128,13 @@ def answer_text(stream):
 def use_previous_response_id():
     # Off by default: the simulator keeps no responses, and an upstream that does not either
     # would answer without the conversation's context.
-    return bool(settings.STREAMSCOPE.get("PLAYGROUND_PREVIOUS_RESPONSE_ID", False))
+    return conf.get().playground_previous_response_id
 
 
 def send(user, conversation, form):
     """Start the answer to the form's message: a new turn (and conversation, if None) and its
     pending stream, in one transaction; the caller starts the stream after the commit.
-    Raises Busy, TooLong, or api.TooMany over the per-user limit."""
+    Raises Busy, TooLong, or services.TooMany over the per-user limit."""
     prompt = form.cleaned_data["input"]
     with transaction.atomic():
         if conversation is None:
@@ -153,9 +153,10 @@ def send(user, conversation, form):
             history = conversation.input_items(turns)
             body = form.request_body([*history, {"role": "user", "content": prompt}])
         size = len(json.dumps(body["input"]))
-        if size > api.max_input_chars():
-            raise TooLong(size, api.max_input_chars())
-        stream = api.create_within_limit(user, body)
+        limit = conf.get().max_input_chars
+        if size > limit:
+            raise TooLong(size, limit)
+        stream = services.create(user, body)
         turn = Turn.objects.create(
             conversation=conversation, position=len(turns), prompt=prompt, stream=stream
         )
@@ -178,7 +179,7 @@ def retry(turn):
             raise CannotRetry("This answer's stream was deleted; send the message again.")
         if last.answer.is_active:
             raise Busy()
-        stream = api.create_within_limit(conversation.user, last.answer.request_body)
+        stream = services.create(conversation.user, last.answer.request_body)
         last.stream = stream
         last.save(update_fields=["stream"])
         conversation.save(update_fields=["updated_at"])

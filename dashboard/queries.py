@@ -6,8 +6,10 @@ loads a table into Python: the list is a keyset page over the existing `created_
 (stream, index) constraint, and the chart gets two flat arrays from `values_list`.
 
 Everything an upstream or a model sent is untrusted text: it is returned as plain strings for
-the templates to escape, never marked safe. The upstream API key is redacted from anything an
-upstream could have echoed back (event data, error messages, output), as the exports do.
+the templates to escape, never marked safe. The upstream API key is redacted by
+`streams.public` from what is read, as it is read (before any clipping: half a key is a key):
+stream rows by `public.page_stream`, the output by `public.output`, other rows by
+`public.scrub`.
 """
 
 from __future__ import annotations
@@ -22,11 +24,11 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
 
+from streams import public
 from streams.auth import may_see, streams_for
-from streams.checks import CODES, OUTPUT_DELTAS
+from streams.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS
 from streams.models import Event, Finding, Stream
 from streams.recorder import EVENT_COLUMNS
-from streams.upstream import redact
 
 PAGE_STREAMS = 50  # rows per list page
 EVENTS_PAGE = 200  # rows per event-table window
@@ -37,11 +39,10 @@ SUMMARY_MAX = 160  # characters of an event's one-line summary
 DETAIL_MAX = 200_000  # characters of an event's data shown in the page (the export has all)
 ITEM_JSON_MAX = 20_000
 # Characters of a text part laid out at first; the rest waits in an inert <template> behind a
-# "show all" button (laying out 500 kB of text took ~250 ms of a 100k-event page's load).
+# "show all" button (laying out a long text was a large part of a big stream page's load;
+# docs/performance.md, "Inspection").
 TEXT_SHOWN = 20_000
 DIFF_MAX = 200_000  # characters beyond which a word diff is not computed for the page
-TOOL_TYPES = frozenset({"function_call", "custom_tool_call", "mcp_call"})
-FAILED_TOOL_STATUSES = frozenset({"failed", "incomplete", "cancelled"})
 SEVERITY_RANK = {"error": 3, "warning": 2, "info": 1}
 
 
@@ -88,14 +89,14 @@ def filter_streams(qs, filters):
 def _search(qs, q):
     """A stream id (`#42`), an exact upstream id, or a piece of the prompt.
 
-    The prompt match scans (no full-text index): measured ~90 ms over 200k rows of one user
-    when nothing matches; a page of frequent matches stops after 50 rows. An exact upstream
-    id is looked up alone first, through its index."""
+    The prompt match scans (no full-text index): all of one user's rows when nothing matches
+    (docs/performance.md, "Inspection"); a page of frequent matches stops after 50 rows. An
+    exact upstream id is looked up alone first, through its index."""
     if re.fullmatch(r"#\d{1,18}", q):
         return qs.filter(pk=int(q[1:]))
     if not any(c.isspace() for c in q):
         # Through the upstream_id index alone: with `user_id = ?` beside it SQLite walked the
-        # user's created_at index instead (75 ms at 200k streams); access is applied after.
+        # user's created_at index instead (docs/performance.md); access is applied after.
         hits = Stream.objects.filter(upstream_id=q).values_list("pk", flat=True)[:PAGE_STREAMS]
         if hits:
             return qs.filter(pk__in=list(hits))
@@ -140,6 +141,7 @@ def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
         page = StreamPage(rows, older=rows[-1].pk if has_older else None)
         if anchor is not None:
             page.newer = rows[0].pk if rows else before
+    page.streams = [public.page_stream(s) for s in page.streams]
     page.newest_id = max((s.pk for s in page.streams), default=None)
     if user.is_staff:
         # Staff see everyone's streams: say whose (one lookup for the page, not a join).
@@ -156,7 +158,8 @@ def model_names(user):
     the whole table."""
     recent = streams_for(user).order_by("-created_at")[:MODEL_SCAN]
     names = set()
-    for requested, resolved in recent.values_list("requested_model", "resolved_model"):
+    pairs = public.scrub(list(recent.values_list("requested_model", "resolved_model")))
+    for requested, resolved in pairs:
         names.add(requested)
         names.add(resolved)
     names.discard("")
@@ -278,106 +281,58 @@ def word_ops(old, new):
     return ops
 
 
-def _pretty_json(text):
-    """(pretty text, is JSON) for a string that may hold JSON."""
-    if not isinstance(text, str):
-        return json.dumps(text, indent=2, ensure_ascii=False), True
+def _pretty(value):
+    """(text, is JSON) for a tool's arguments or output: JSON indented (as static/js/dom.js's
+    `pretty` does while it streams), anything else as it came; None stays None."""
+    if value is None:
+        return None, False
+    if not isinstance(value, str):
+        return json.dumps(value, indent=2, ensure_ascii=False), True
     try:
-        value = json.loads(text)
+        parsed = json.loads(value)
     except ValueError:
-        return text, False
-    return json.dumps(value, indent=2, ensure_ascii=False), True
+        return value, False
+    return json.dumps(parsed, indent=2, ensure_ascii=False), True
 
 
-def _text_part(part):
-    text = redact(part.get("text") or "")
-    streamed = part.get("streamed_text")
-    final = part.get("done_text")
-    entry = {
-        "content_index": part.get("content_index"),
-        "type": part.get("type") or "output_text",
-        "done": part.get("done", False),
-        "annotations": [_annotation(a) for a in part.get("annotations") or ()],
-    }
-    # The checker stores the streamed text as `text` and the .done text when it differs; an
-    # older shape stores `streamed_text` beside the final `text`.
-    if isinstance(final, str) and final != text:
-        streamed, final = text, redact(final)
-    elif isinstance(streamed, str) and streamed != text:
-        streamed, final = redact(streamed), text
-    else:
-        streamed, final = None, text
-    entry["text"] = final
+def output_blocks(stream, *, terminal_text=False):
+    """The one server rendering of a stream's output (templates/dashboard/output.html, on the
+    timeline and in the playground): `public.output` (redacted, one `kind` per item type)
+    prepared for display. Texts longer than TEXT_SHOWN are split for the "show all" button, a
+    rewrite gets a word diff of streamed vs final, tool arguments and outputs are
+    pretty-printed, other items are shown as JSON."""
+    items = public.output(stream, terminal_text=terminal_text)
+    for item in items:
+        kind = item["kind"]
+        if kind == "message":
+            for part in item["parts"]:
+                _prepare_text(part)
+        elif kind == "tool":
+            item["arguments"], item["arguments_json"] = _pretty(item["arguments"])
+            item["output"], item["output_json"] = _pretty(item["output"])
+        elif kind == "other":
+            item["json"] = json.dumps(item["item"], indent=2, ensure_ascii=False)[:ITEM_JSON_MAX]
+    return items
+
+
+def _prepare_text(part):
+    final, streamed = part["text"], part["streamed"]
     if len(final) > TEXT_SHOWN:
-        entry["head"], entry["rest"] = final[:TEXT_SHOWN], final[TEXT_SHOWN:]
+        part["head"], part["rest"] = final[:TEXT_SHOWN], final[TEXT_SHOWN:]
     if streamed is not None:
-        entry["streamed"] = streamed
         # SequenceMatcher is quadratic at worst: huge rewrites keep the checker's own diff
         # (the rewritten_text finding) instead.
         if len(streamed) + len(final) <= DIFF_MAX:
-            entry["diff"] = word_ops(streamed, final)
+            part["diff"] = word_ops(streamed, final)
         else:
-            entry["diff_skipped"] = True
-    return entry
-
-
-def _annotation(value):
-    if not isinstance(value, dict):
-        return {"type": "", "text": str(value)[:300]}
-    label = value.get("title") or value.get("url") or value.get("file_id") or ""
-    return {"type": str(value.get("type") or ""), "text": str(label)[:300]}
-
-
-def output_items(parts):
-    """Stream.parts (Checker.items()) prepared for display: texts (with streamed vs final and
-    a word diff where a rewrite changed them), tool calls, reasoning, anything else as JSON."""
-    items = []
-    for raw in parts or ():
-        if not isinstance(raw, dict):
-            continue
-        kind = raw.get("type") or ""
-        item = {"output_index": raw.get("output_index"), "type": kind, "id": raw.get("id", "")}
-        if kind == "message":
-            item["status"] = raw.get("status", "")
-            item["parts"] = [_text_part(p) for p in raw.get("parts") or () if isinstance(p, dict)]
-        elif kind in TOOL_TYPES:
-            arguments, args_json = _pretty_json(redact(raw.get("arguments") or ""))
-            output = raw.get("output")
-            if output is None:
-                output_text, output_json = None, False
-            else:
-                output_text, output_json = _pretty_json(redact(output))
-            status = raw.get("status") or ""
-            item.update(
-                tool=True,
-                name=raw.get("name", ""),
-                call_id=raw.get("call_id", ""),
-                status=status,
-                failed=status in FAILED_TOOL_STATUSES,
-                arguments=arguments,
-                arguments_json=args_json,
-                output=output_text,
-                output_json=output_json,
-                streamed_arguments=redact(raw.get("streamed_arguments")),
-            )
-        elif kind == "reasoning":
-            item["summary"] = [redact(s) for s in raw.get("summary") or () if s]
-            item["content"] = [redact(s) for s in raw.get("content") or () if s]
-        else:
-            value = raw.get("item") or {}
-            text = json.dumps(value, indent=2, ensure_ascii=False)
-            item["json"] = redact(text[:ITEM_JSON_MAX])
-            if raw.get("streamed"):
-                item["streamed"] = redact(raw["streamed"])
-        items.append(item)
-    return items
+            part["diff_skipped"] = True
 
 
 def _final_texts(items):
     return "".join(
         part["text"]
         for item in items
-        if item["type"] == "message"
+        if item["kind"] == "message"
         for part in item["parts"]
         if part["type"] == "output_text"
     )
@@ -388,26 +343,26 @@ def attempts(user, stream):
 
     Two lookups by primary key and by the first_attempt foreign key, with the access rule
     applied to the rows: with `user_id = ?` in the SQL, SQLite preferred the user's
-    created_at index and scanned it (measured 76 ms at 200k streams; an OR of the two
-    lookups, 130 ms)."""
+    created_at index and scanned it, as did an OR of the two lookups (docs/performance.md,
+    "Inspection")."""
     first = stream.first_attempt_id or stream.pk
     columns = ("id", "attempt", "status", "error_code", "user_id")
     rows = list(Stream.objects.filter(pk=first).values(*columns))
     rows += Stream.objects.filter(first_attempt_id=first).values(*columns)
-    rows = [r for r in rows if may_see(user, r["user_id"])]
+    rows = [r for r in public.scrub(rows) if may_see(user, r["user_id"])]
     return sorted(rows, key=lambda r: (r["attempt"], r["id"]))
 
 
 def findings(stream, limit=FINDINGS_SHOWN):
-    rows = list(
-        Finding.objects.filter(stream_id=stream.pk)
-        .order_by("event_index", "id")
-        .values("code", "severity", "event_index", "expected", "got", "detail")[:limit]
+    rows = public.scrub(
+        list(
+            Finding.objects.filter(stream_id=stream.pk)
+            .order_by("event_index", "id")
+            .values("code", "severity", "event_index", "expected", "got", "detail")[:limit]
+        )
     )
     for row in rows:
         row["description"] = CODES.get(row["code"], ("", ""))[1]
-        for key in ("expected", "got", "detail"):
-            row[key] = redact(row[key])
     return rows
 
 
@@ -429,7 +384,7 @@ def type_counts(stream):
         .annotate(n=Count("id"))
         .values_list("type", "n")
     )
-    return sorted(rows, key=lambda r: (-r[1], r[0]))
+    return sorted(public.scrub(list(rows)), key=lambda r: (-r[1], r[0]))
 
 
 def stream_timeline(user, stream, window=None):
@@ -438,8 +393,9 @@ def stream_timeline(user, stream, window=None):
     window of the event table (or the one `window` asks for)."""
     window = window or {}
     events = event_window(stream, **window)
-    items = output_items(stream.parts)
-    final_text = redact(stream.final_text)
+    items = output_blocks(stream)
+    shown = public.page_stream(stream)
+    final_text = shown.final_text
     terminal_diff = None
     if final_text and not stream.is_active and final_text != _final_texts(items):
         terminal_diff = word_ops(_final_texts(items), final_text)
@@ -453,13 +409,14 @@ def stream_timeline(user, stream, window=None):
     chain = attempts(user, stream)
     later = [a for a in chain if a["attempt"] > stream.attempt]
     return {
-        "stream": stream,
-        "error_message": redact(stream.error_message),
+        "stream": shown,
+        "error_message": shown.error_message,
         "attempts": chain,
         "next_attempt": later[0] if later else None,
         "waterfall": waterfall(stream, last_us),
         "waterfall_start": _start_view(stream),
         "items": items,
+        "output_item_kinds": ITEM_KINDS,
         "final_text": final_text,
         "terminal_diff": terminal_diff,
         "findings": findings(stream),
@@ -528,7 +485,8 @@ def _event_rows(qs, limit, descending=False):
     qs = qs.order_by("-index" if descending else "index")
     columns = ("index", "t_us", "prev_t_us", "sequence_number", "type", "is_json", "data")
     rows = []
-    for index, t_us, prev_t_us, seq, type_, is_json, data in qs.values_list(*columns)[:limit]:
+    read = public.scrub(list(qs.values_list(*columns)[:limit]))
+    for index, t_us, prev_t_us, seq, type_, is_json, data in read:
         gap = None
         if t_us is not None and prev_t_us is not None:
             gap = (t_us - prev_t_us) / 1000
@@ -580,8 +538,9 @@ def _where(obj):
 
 
 def event_summary(type_, data, is_json=True):
-    """One line about an event for the table: the delta text, the item, the error, …"""
-    data = redact(data or "")
+    """One line about an event for the table: the delta text, the item, the error, …
+    (`data` redacted already: see `_event_rows`)."""
+    data = data or ""
     if not is_json:
         return "not JSON: " + _clip(data, SUMMARY_MAX - 10)
     try:
@@ -637,7 +596,9 @@ def event_detail(stream, index):
     row = Event.objects.filter(stream_id=stream.pk, index=index).values(*EVENT_COLUMNS[1:]).first()
     if row is None:
         return None
-    data = redact(row["data"])
+    raw = row.pop("raw")
+    row = public.scrub(row)
+    data = row["data"]
     row["size"] = len(data)
     row["truncated"] = len(data) > DETAIL_MAX
     row["verbatim"] = data[:DETAIL_MAX]
@@ -648,17 +609,18 @@ def event_detail(stream, index):
         except ValueError:
             pretty = None
     row["pretty"] = pretty
-    raw = row.pop("raw")
-    row["raw"] = None if raw is None else repr(bytes(raw)[:2000])
+    row["raw"] = None if raw is None else repr(public.redact_bytes(bytes(raw))[:2000])
     row["t_ms"] = None if row["t_us"] is None else row["t_us"] / 1000
     row["findings"] = findings_at(stream, index)
     return row
 
 
 def findings_at(stream, index):
-    rows = list(
-        Finding.objects.filter(stream_id=stream.pk, event_index=index).values(
-            "code", "severity", "expected", "got", "detail"
+    rows = public.scrub(
+        list(
+            Finding.objects.filter(stream_id=stream.pk, event_index=index).values(
+                "code", "severity", "expected", "got", "detail"
+            )
         )
     )
     for row in rows:
@@ -684,9 +646,9 @@ def timing_series(stream):
     simply 0, 1, 2, …
 
     100 000 events: one ordered read of two columns over the (stream, index) range and list
-    comprehensions, ~80 ms on SQLite, ~0.6 MB of JSON."""
+    comprehensions: cheap enough to send whole (docs/performance.md, "Inspection")."""
     events = Event.objects.filter(stream_id=stream.pk)
-    rows = list(events.order_by("index").values_list("t_us", "type"))
+    rows = public.scrub(list(events.order_by("index").values_list("t_us", "type")))
     times = [t for t, _ in rows]
     data = {
         "stream": stream.pk,
@@ -754,8 +716,8 @@ def replay_events(stream):
     `events` holds `[t_us, target, delta]` for a delta (`targets[target]` is its
     `[type, output_index, content_index, summary_index]`) and `[t_us, obj]` for the other
     output-shaping events, `obj` reduced to the fields the page's renderer reads; repeated
-    sequence numbers are left out, as the checker leaves them out of the text. A 100 000
-    delta stream is ~2.5 MB of JSON, fetched only when someone presses Replay."""
+    sequence numbers are left out, as the checker leaves them out of the text. A long stream's
+    replay data is megabytes of JSON: fetched only when someone presses Replay."""
     rows = (
         Event.objects.filter(stream_id=stream.pk, type__in=REPLAY_TYPES)
         .order_by("index")
@@ -786,17 +748,19 @@ def replay_events(stream):
             target = targets.get(key)
             if target is None:
                 target = targets[key] = len(targets)
-            events.append([t_us, target, redact(delta)])
+            events.append([t_us, target, delta])
             continue
         slim = {k: obj[k] for k in REPLAY_KEYS if k in obj}
         for key in ("item", "part"):
             value = obj.get(key)
             if isinstance(value, dict):
                 slim[key] = {k: value[k] for k in REPLAY_ITEM_KEYS if k in value}
-        events.append([t_us, json.loads(redact(json.dumps(slim)))])
-    return {
-        "stream": stream.pk,
-        "targets": [list(k) for k in targets],
-        "events": events,
-        "timed": all(e[0] is not None for e in events),
-    }
+        events.append([t_us, slim])
+    return public.scrub(
+        {
+            "stream": stream.pk,
+            "targets": [list(k) for k in targets],
+            "events": events,
+            "timed": all(e[0] is not None for e in events),
+        }
+    )

@@ -10,6 +10,8 @@ import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from streams import conf
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 
@@ -22,10 +24,6 @@ def env_bool(name, default=False):
 
 def env_int(name, default):
     return int(os.environ.get(name, default))
-
-
-def env_float(name, default):
-    return float(os.environ.get(name, default))
 
 
 def database_from_url(url):
@@ -178,60 +176,10 @@ UPSTREAM_MODELS = [
     m for m in os.environ.get("UPSTREAM_MODELS", "").split(",") if m.strip()
 ]  # fallback list when GET /v1/models does not answer
 
-# --- Recorder -----------------------------------------------------------------------------
-STREAMSCOPE = {
-    # A batch commits when it holds this many events or is this old (always at a terminal event).
-    "BATCH_MAX_EVENTS": env_int("STREAMSCOPE_BATCH_MAX_EVENTS", 2000),
-    "BATCH_MAX_AGE_MS": env_float("STREAMSCOPE_BATCH_MAX_AGE_MS", 5.0),
-    # A streaming row's event_count is rewritten at most this often (its events are committed
-    # at every batch; the count is exact at every milestone, status change and the end).
-    "COUNT_WRITE_INTERVAL_MS": env_float("STREAMSCOPE_COUNT_WRITE_INTERVAL_MS", 500.0),
-    # Events queued between the readers and the writer; readers pause when it is full.
-    "QUEUE_MAX_EVENTS": env_int("STREAMSCOPE_QUEUE_MAX_EVENTS", 20000),
-    # No event for this long: abort and retry the same request (PROTOCOL.md: 60 s).
-    "STALL_TIMEOUT_S": env_float("STREAMSCOPE_STALL_TIMEOUT_S", 60.0),
-    "STALL_MAX_ATTEMPTS": env_int("STREAMSCOPE_STALL_MAX_ATTEMPTS", 3),
-    # Connection errors before the first event: retried with exponential backoff.
-    "CONNECT_MAX_ATTEMPTS": env_int("STREAMSCOPE_CONNECT_MAX_ATTEMPTS", 3),
-    "CONNECT_BACKOFF_S": env_float("STREAMSCOPE_CONNECT_BACKOFF_S", 0.5),
-    "CONNECT_TIMEOUT_S": env_float("STREAMSCOPE_CONNECT_TIMEOUT_S", 10.0),
-    # A running stream's row is touched this often; a row silent for HEARTBEAT_STALE_S while
-    # `streaming` belongs to a dead process and becomes `interrupted`.
-    "HEARTBEAT_S": env_float("STREAMSCOPE_HEARTBEAT_S", 5.0),
-    # A batch that cannot be written is retried with backoff this long; then its streams end
-    # `failed` (storage_unavailable) with the number of events lost.
-    "STORAGE_RETRY_S": env_float("STREAMSCOPE_STORAGE_RETRY_S", 30.0),
-    "HEARTBEAT_STALE_S": env_float("STREAMSCOPE_HEARTBEAT_STALE_S", 30.0),
-    # Per-user limit on concurrently running streams started from pages and the API.
-    "MAX_CONCURRENT_PER_USER": env_int("STREAMSCOPE_MAX_CONCURRENT_PER_USER", 5),
-    # Largest single event `data` kept inline in channel-layer messages; larger ones are read
-    # from the database by the consumer.
-    "RELAY_INLINE_MAX_BYTES": env_int("STREAMSCOPE_RELAY_INLINE_MAX_BYTES", 64 * 1024),
-    # Where streams run: "inprocess" (asyncio tasks in this server) or "worker" (runworker).
-    "RUNNER": os.environ.get("STREAMSCOPE_RUNNER", "inprocess"),
-    # Streams marked `interrupted` (their process died) get a new attempt, run by a worker.
-    "RETRY_INTERRUPTED": env_bool("STREAMSCOPE_RETRY_INTERRUPTED", False),
-    # Streams one worker process runs at once, and how often it polls for new ones (wake-ups
-    # over the channel layer make the poll a fallback).
-    "WORKER_CONCURRENCY": env_int("STREAMSCOPE_WORKER_CONCURRENCY", 200),
-    "WORKER_POLL_S": env_float("STREAMSCOPE_WORKER_POLL_S", 1.0),
-    "UPLOAD_MAX_BYTES": env_int("STREAMSCOPE_UPLOAD_MAX_BYTES", 20 * 1024 * 1024),
-    "MAX_INPUT_CHARS": env_int("STREAMSCOPE_MAX_INPUT_CHARS", 100_000),
-    # --- Relay (streams/consumers.py) ---
-    # Events waiting for one slow WebSocket before it is closed with 4008 (resume with after=).
-    "RELAY_OUTBOX_MAX_EVENTS": env_int("STREAMSCOPE_RELAY_OUTBOX_MAX_EVENTS", 20_000),
-    # Bytes Daphne buffers for a connection above which we stop sending to it…
-    "RELAY_SEND_HIGH_WATER_BYTES": env_int("STREAMSCOPE_RELAY_SEND_HIGH_WATER_BYTES", 256 * 1024),
-    # …and how long it may stay above that before it is closed with 4008.
-    "RELAY_SLOW_CLIENT_TIMEOUT_S": env_float("STREAMSCOPE_RELAY_SLOW_CLIENT_TIMEOUT_S", 30.0),
-    # A connection without messages for this long checks the database once (lost messages).
-    "RELAY_IDLE_CHECK_S": env_float("STREAMSCOPE_RELAY_IDLE_CHECK_S", 5.0),
-    # With the in-memory layer, deliver in-process without it (see streams/relay.py).
-    "RELAY_LOCAL_FANOUT": env_bool("STREAMSCOPE_RELAY_LOCAL_FANOUT", True),
-    # The playground chains turns with previous_response_id instead of resending the history.
-    "PLAYGROUND_PREVIOUS_RESPONSE_ID": env_bool(
-        "STREAMSCOPE_PLAYGROUND_PREVIOUS_RESPONSE_ID", False
-    ),
-}
-DATA_UPLOAD_MAX_MEMORY_SIZE = STREAMSCOPE["UPLOAD_MAX_BYTES"] + 1024 * 1024
-FILE_UPLOAD_MAX_MEMORY_SIZE = STREAMSCOPE["UPLOAD_MAX_BYTES"]
+# --- Streamscope -------------------------------------------------------------------------
+# Each knob is typed, documented and defaulted once in streams/conf.py and read from
+# STREAMSCOPE_<NAME>; this dict holds what the environment set (tests override it).
+STREAMSCOPE = conf.from_environ()
+_upload_max = conf.build(STREAMSCOPE).upload_max_bytes
+DATA_UPLOAD_MAX_MEMORY_SIZE = _upload_max + 1024 * 1024
+FILE_UPLOAD_MAX_MEMORY_SIZE = _upload_max

@@ -36,8 +36,8 @@ from dataclasses import dataclass, field, replace
 from django.db import connection
 from django.db.models import Count as models_Count
 
+from streams import public
 from streams.models import Finding, Stream
-from streams.upstream import redact
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
@@ -760,7 +760,7 @@ def time_series(scope, aggregates, models, now, value=None, qs=SERIES_PERCENTILE
     }
 
 
-def slowest(scope, limit=SLOWEST, *, narrow=False):
+def slowest(scope, limit=SLOWEST):
     """The streams with the highest TTFT in scope."""
     where = scope_where(scope).add(f"{_q('ttft_ms')} IS NOT NULL")
     index = index_for(where, ordered=True)  # the top of the ttft order: O(limit / selectivity)
@@ -897,7 +897,7 @@ def latency_report(scope, *, now=None, compare_with=None):
         report.histogram_rows = histogram_rows(report.histogram)
     if report.series:
         report.series_rows = series_rows(report.series)
-    report.slowest = slowest(scope, narrow=narrow)
+    report.slowest = slowest(scope)
     return report
 
 
@@ -1098,8 +1098,7 @@ def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
             cursor.execute(sql, where.params)
             rows = cursor.fetchall()
         seen = []
-        for text, model in rows:
-            text = redact(text)
+        for text, model in public.scrub(rows):
             if text and text not in [t for t, _ in seen]:
                 seen.append((text, model))
             if len(seen) >= per_category:

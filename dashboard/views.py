@@ -28,7 +28,10 @@ def _get_stream_for_user(request, stream_id):
 
 
 def _fragment(request):
-    """Which piece of a page an htmx (or stream_*.js) request wants: the id of its target."""
+    """Which piece of a page a request wants: `?fragment=<id>` (stream_list.js asks so, in the
+    URL, instead of posing as htmx), or the id of an htmx request's target."""
+    if request.GET.get("fragment"):
+        return request.GET["fragment"]
     if request.headers.get("HX-Request") != "true":
         return None
     return request.headers.get("HX-Target") or None

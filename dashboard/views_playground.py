@@ -25,7 +25,6 @@ A conversation is its owner's only: anyone else (staff included) gets a 404.
 """
 
 import datetime as dt
-import json
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -40,8 +39,10 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms_playground import SPEEDS, PlaygroundForm, scenario_choices
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
-from streams import api, relay, runner
+from dashboard.queries import output_blocks
+from streams import api, conf, public, services
 from streams.catalog import get_catalog
+from streams.checks import ITEM_KINDS
 from streams.models import Stream
 
 SIDEBAR_CONVERSATIONS = 100
@@ -77,77 +78,31 @@ def _wants_json(request):
 # How an answer looks: one function for the page, the turn partial and the script's swap
 
 
-def _pretty(value):
-    """Tool arguments and outputs: indented JSON when they are JSON, else as they came."""
-    if value is None:
-        return ""
-    if isinstance(value, str):
-        try:
-            parsed = json.loads(value)
-        except ValueError:
-            return value
-        if not isinstance(parsed, dict | list):
-            return value
-        value = parsed
-    return json.dumps(value, indent=2, ensure_ascii=False)
-
-
-def answer_blocks(stream):
-    """The stored output items of `stream` (`Stream.parts`, Checker.items()) as display blocks,
-    and whether a rewrite pass changed the text."""
-    blocks = []
-    rewritten = False
-    for item in stream.parts or ():
-        kind = item.get("type")
-        oi = item.get("output_index")
-        if kind == "message":
-            for part in item.get("parts") or ():
-                # `text` is what streamed; `done_text`, present when it differs, is the final
-                # (rewritten) text of output_text.done.
-                final = part.get("done_text")
-                draft = part.get("text", "") if final is not None else None
-                rewritten = rewritten or draft is not None
-                blocks.append(
-                    {
-                        "kind": "text",
-                        "oi": oi,
-                        "ci": part.get("content_index"),
-                        "text": final if final is not None else part.get("text", ""),
-                        "draft": draft,
-                        "refusal": part.get("type") == "refusal",
-                    }
-                )
-        elif kind in ("function_call", "custom_tool_call", "mcp_call"):
-            blocks.append(
-                {
-                    "kind": "tool",
-                    "oi": oi,
-                    "name": item.get("name") or kind,
-                    "call_id": item.get("call_id") or "",
-                    "arguments": _pretty(item.get("arguments")),
-                    "status": item.get("status") or "",
-                    "output": _pretty(item.get("output")),
-                }
-            )
-        elif kind == "reasoning":
-            text = "\n\n".join(item.get("summary") or item.get("content") or ())
-            blocks.append({"kind": "reasoning", "oi": oi, "text": text})
-        else:
-            blocks.append({"kind": "other", "oi": oi, "type": kind or "item"})
-    if not any(b["kind"] == "text" for b in blocks) and stream.final_text:
-        # a stream without deltas (e.g. the terminal event alone carried the text)
-        blocks.append({"kind": "text", "oi": 0, "ci": 0, "text": stream.final_text})
-    return blocks, rewritten
+def answer_output(stream):
+    """The answer's output items (templates/dashboard/output.html, as on the timeline; a
+    stream whose terminal event alone carried the text shows that text), whether a rewrite
+    pass changed a text, and whether anything at all is shown."""
+    items = output_blocks(stream, terminal_text=True)
+    rewritten = any(
+        part["streamed"] is not None
+        for item in items
+        if item["kind"] == "message"
+        for part in item["parts"]
+    )
+    shown = any(item["kind"] != "message" or item["parts"] for item in items)
+    return items, rewritten, shown
 
 
 def answer_notice(stream):
-    """(css class, sentence) saying how an answer ended, when it did not simply complete."""
+    """(css class, sentence) saying how an answer ended, when it did not simply complete.
+    `stream` as `public.page_stream` gives it: the upstream's error message is in the
+    sentence."""
     status = stream.status
     error = ": ".join(x for x in (stream.error_code, stream.error_message) if x)
     if status == Stream.Status.CANCELLED:
         return "warn", "Stopped. What arrived before the stop is kept."
     if status == Stream.Status.STALLED:
-        if stream.attempt < settings.STREAMSCOPE["STALL_MAX_ATTEMPTS"]:
+        if stream.attempt < conf.get().stall_max_attempts:
             return "warn", "No event for a while: asking again…"
         return "err", f"No event for a while, {stream.attempt} times: gave up."
     if status == Stream.Status.FAILED:
@@ -165,15 +120,21 @@ def _prepare(turn, is_last):
     """Attach what the turn partial shows."""
     turn.is_last = is_last
     stream = turn.answer
-    turn.blocks, turn.rewritten = answer_blocks(stream) if stream is not None else ([], False)
-    turn.notice_class, turn.notice = answer_notice(stream) if stream is not None else ("", "")
+    if stream is not None:
+        # What the partial shows of the stream row (model, routing, error) is redacted too.
+        stream = turn.answer = public.page_stream(stream)
+        turn.blocks, turn.rewritten, turn.has_output = answer_output(stream)
+        turn.notice_class, turn.notice = answer_notice(stream)
+    else:
+        turn.blocks, turn.rewritten, turn.has_output = [], False, False
+        turn.notice_class, turn.notice = "", ""
     turn.retryable = bool(is_last and stream is not None and stream.status in RETRYABLE)
     # A stall is retried by the runner as a new stream row: the script asks again until it
     # appears (or the stall was the last attempt).
     turn.awaiting_retry = bool(
         stream is not None
         and stream.status == Stream.Status.STALLED
-        and stream.attempt < settings.STREAMSCOPE["STALL_MAX_ATTEMPTS"]
+        and stream.attempt < conf.get().stall_max_attempts
     )
     return turn
 
@@ -215,6 +176,7 @@ def _page_context(user, conversation, form=None, error=""):
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
         "upstream": settings.UPSTREAM_BASE_URL or "the built-in simulator",
+        "output_item_kinds": ITEM_KINDS,
     }
 
 
@@ -305,7 +267,7 @@ def _send(request, conversation_id):
     except Busy:
         message = "The last answer is still streaming: stop it (Esc) or wait for it to end."
         return None, _error(request, conversation, 409, message, form)
-    except api.TooMany as exc:
+    except services.TooMany as exc:
         return None, _error(request, conversation, 429, exc.message(), form)
 
 
@@ -318,7 +280,7 @@ def _retry(request, conversation_id, turn_id):
         return None, _error(request, conversation, 409, str(exc))
     except Busy:
         return None, _error(request, conversation, 409, "This answer is still streaming.")
-    except api.TooMany as exc:
+    except services.TooMany as exc:
         return None, _error(request, conversation, 429, exc.message())
 
 
@@ -326,8 +288,7 @@ async def _start(request, work, *args):
     turn, response = await sync_to_async(work)(request, *args)
     if response is not None:
         return response
-    runner.start(turn.answer)
-    await relay.publish_created(turn.answer)
+    await services.start(turn.answer)
     return await sync_to_async(_started)(request, turn)
 
 

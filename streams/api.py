@@ -31,60 +31,31 @@ import json
 
 from asgiref.sync import sync_to_async
 from django import forms
-from django.conf import settings
-from django.contrib.auth import get_user_model
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import transaction
 from django.http import HttpResponse
 
-from . import relay, runner
+from . import conf, public, services
 from .auth import api_view, json_error, streams_for
-from .export import stream_fields
 from .models import Event, Stream
 from .simulator.scenarios import SCENARIOS
-from .upstream import redact
 
-MAX_INPUT_CHARS_DEFAULT = 100_000
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
 METADATA_MAX_KEY = 64
 METADATA_MAX_VALUE = 512
 
 
 def max_input_chars():
-    return relay.conf("MAX_INPUT_CHARS", MAX_INPUT_CHARS_DEFAULT)
+    return conf.get().max_input_chars
 
 
 def respond(data, status=200):
-    text = redact(json.dumps(data, cls=DjangoJSONEncoder, ensure_ascii=False))
-    return HttpResponse(text, status=status, content_type="application/json")
-
-
-def _iso(value):
-    return value.isoformat() if value is not None else None
+    """Every API answer goes out through `public.dumps`, which redacts the upstream key."""
+    return HttpResponse(public.dumps(data), status=status, content_type="application/json")
 
 
 def stream_summary(stream):
     """The stream as the `.json` export has it (without events), plus its live feed's path
     (sync: reads its findings)."""
-    return {**stream_fields(stream), "ws": ws_path(stream.pk)}
-
-
-def list_item(stream):
-    return {
-        "id": stream.pk,
-        "status": stream.status,
-        "requested_model": stream.requested_model,
-        "resolved_model": stream.resolved_model,
-        "scenario": stream.scenario,
-        "prompt": stream.prompt[:200],
-        "attempt": stream.attempt,
-        "created_at": _iso(stream.created_at),
-        "ttft_ms": stream.ttft_ms,
-        "duration_ms": stream.duration_ms,
-        "event_count": stream.event_count,
-        "findings_count": stream.findings_count,
-        "error_findings": stream.error_findings,
-    }
+    return {**public.stream(stream), "ws": ws_path(stream.pk)}
 
 
 def ws_path(stream_id):
@@ -180,7 +151,7 @@ class CreateStreamForm(forms.Form):
         """The request for the cleaned data; `input` replaces the validated one (the playground
         sends the conversation so far, having validated only the new message)."""
         d = self.cleaned_data
-        return runner.build_request_body(
+        return services.build_request_body(
             d["input"] if input is None else input,
             d["model"],
             instructions=d["instructions"],
@@ -225,30 +196,6 @@ def _parse_json(request):
 # Domain calls (sync, one transaction each)
 
 
-class TooMany(Exception):
-    """Over MAX_CONCURRENT_PER_USER; `args[0]` is how many streams the user has running."""
-
-    def message(self):
-        limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
-        return (
-            f"You have {self.args[0]} streams running; at most {limit} at a time. "
-            "Wait for one to finish or cancel one."
-        )
-
-
-def create_within_limit(user, body):
-    """A new pending stream for `user`, or TooMany (sync; the API and the playground)."""
-    limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
-    with transaction.atomic():
-        # Serialise one user's creations so two requests cannot both pass the check
-        # (SQLite's IMMEDIATE transactions already do; this is for PostgreSQL).
-        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
-        running = runner.running_count(user)
-        if running >= limit:
-            raise TooMany(running)
-        return runner.create_stream(user, body)
-
-
 def _visible(user, stream_id):
     return streams_for(user).filter(pk=stream_id).first()
 
@@ -272,10 +219,7 @@ def _events_page(user, stream_id, after, limit):
     return {
         "stream": stream_id,
         "status": stream["status"],
-        "events": [
-            {"index": i, "type": t, "sequence_number": s, "t_us": us, "data": d}
-            for i, t, s, us, d in rows
-        ],
+        "events": [public.event(*row) for row in rows],
         "next_after": rows[-1][0] if rows else after,
         "has_more": has_more,
     }
@@ -287,10 +231,10 @@ def _list(user, limit, before, status):
         qs = qs.filter(pk__lt=before)
     if status:
         qs = qs.filter(status=status)
-    streams = list(qs[:limit])
+    rows = list(qs.values("id", *public.LIST_FIELDS)[:limit])
     return {
-        "streams": [list_item(s) for s in streams],
-        "next_before": streams[-1].pk if len(streams) == limit else None,
+        "streams": [public.list_item(row) for row in rows],
+        "next_before": rows[-1]["id"] if len(rows) == limit else None,
     }
 
 
@@ -326,13 +270,11 @@ async def _create(request):
     if not form.is_valid():
         return _invalid(form)
     try:
-        stream = await sync_to_async(create_within_limit)(request.user, form.request_body())
-    except TooMany as exc:
-        limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
-        return json_error(429, "too_many_streams", exc.message(), limit=limit)
+        stream = await sync_to_async(services.create)(request.user, form.request_body())
+    except services.TooMany as exc:
+        return json_error(429, "too_many_streams", exc.message(), limit=exc.limit)
     # A task on the server's event loop: the stream outlives this request.
-    runner.start(stream)
-    await relay.publish_created(stream)
+    await services.start(stream)
     return respond(
         {
             "id": stream.pk,
@@ -378,16 +320,16 @@ async def api_stream_cancel(request, stream_id):
     stream = await sync_to_async(_visible)(request.user, stream_id)
     if stream is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
-    if not stream.is_active:
+    outcome = services.cancel(stream)
+    if outcome == services.CANCELLING:
+        return respond({"id": stream.pk, "status": "cancelling"}, status=202)
+    if outcome == services.FINISHED:
         return json_error(
             409,
             "finished",
             f"Stream {stream_id} already ended ({stream.status}).",
             status=stream.status,
         )
-    # Stall retries run in the task of the first attempt.
-    if runner.cancel(stream.first_attempt_id or stream.pk) or runner.cancel(stream.pk):
-        return respond({"id": stream.pk, "status": "cancelling"}, status=202)
     return json_error(
         409,
         "not_running_here",

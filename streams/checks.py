@@ -5,7 +5,7 @@ findings for that event plus the milestone it represents (`FeedResult`); `Checke
 end of the connection adds the end-of-stream findings. Imports and re-checks go through
 `check_events()`, which is the same machine fed from stored rows.
 
-What it understands (see /shared/PROTOCOL.md and the real captures in /shared/fixtures/streams):
+What it understands (see docs/protocol.md and the real captures in tests/fixtures/streams):
 - both wire conventions: EU GPT's `event: message` and OpenAI's `event: <type>` (an info finding,
   once per stream), and both terminal shapes: `response.completed` with `response.output` /
   `response.output_text`, and EU GPT's wire example with a top-level `final_text`;
@@ -65,8 +65,8 @@ CODES: dict[str, tuple[str, str]] = {
 
 
 def parse_json(text):
-    """json.loads, through orjson first: 1.4 instead of 3.1 µs for a typical delta, and the
-    checker parses every event (in `bench ingest` JSON was a sixth of the pipeline's CPU).
+    """json.loads, through orjson first: much faster for a typical delta, and the checker
+    parses every event (JSON was a large share of the pipeline's CPU; docs/performance.md).
     Exactly json's results and errors: what orjson refuses goes to json (json also takes
     NaN, Infinity and lone surrogate escapes), and so does anything holding a float, because
     orjson turns integers beyond 64 bits into floats."""
@@ -139,7 +139,7 @@ class BufferedThresholds:
     min_silence_us: int = 250_000
 
 
-DEFAULT_STALL_US = 30_000_000  # half of the 60 s after which PROTOCOL.md says to give up and retry
+DEFAULT_STALL_US = 30_000_000  # half of the 60 s after which docs/protocol.md says to retry
 DEFAULT_BUFFERED = BufferedThresholds()
 
 TERMINAL_STATUS = {
@@ -166,7 +166,7 @@ OUTPUT_DELTAS = frozenset(
 
 KNOWN_TYPES = frozenset(
     {
-        # EU GPT (PROTOCOL.md)
+        # EU GPT (docs/protocol.md)
         "response.created",
         "response.routing.completed",
         "response.output_item.added",
@@ -233,6 +233,17 @@ KNOWN_TYPES = frozenset(
 )
 
 TOOL_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
+
+# How each output item type is reassembled and shown: the one list, read by `Checker.items`,
+# streams.public.output and (as `output_item_kinds`) the pages' scripts. Any other type is
+# "other": kept as its item JSON.
+ITEM_KINDS = {
+    "message": "message",
+    "function_call": "tool",
+    "custom_tool_call": "tool",
+    "mcp_call": "tool",
+    "reasoning": "reasoning",
+}
 
 # FeedResult.kind values
 CREATED, ROUTING, OUTPUT, TOOL_CALL, TERMINAL = (
@@ -538,11 +549,10 @@ class Checker:
         data: str,
         obj: object = MISSING,
         t_us: int | None = None,
-        sse_id: str = "",
     ) -> FeedResult:
         """Check one received event. `data` is the verbatim data text; pass `obj=` when it has
         already been parsed. `t_us`: arrival time in µs since the stream started, enabling the
-        timing checks. `sse_id` is accepted for symmetry with the stored row and not checked."""
+        timing checks."""
         out: list[Violation] = []
         first = self.event_count == 0
         self.event_count += 1
@@ -638,8 +648,8 @@ class Checker:
 
     def _fast_delta(self, index, event_name, obj, t_us, out) -> FeedResult | None:
         """The bulk of every stream: the next text delta of an announced, still open part.
-        Same state changes and findings as the general path, at a third of the cost (this
-        runs for every token of every recorded stream)."""
+        Same state changes and findings as the general path, at a fraction of the cost (this
+        runs for every token of every recorded stream; docs/performance.md, "Checker")."""
         if (
             type(obj) is not dict
             or obj.get("type") != "response.output_text.delta"
@@ -1109,7 +1119,8 @@ class Checker:
         """The output items in output_index order, JSON-able, for storage and display."""
         result = []
         for oi, item in sorted(self._items.items()):
-            if item.type == "message":
+            kind = ITEM_KINDS.get(item.type)
+            if kind == "message":
                 entry = {"output_index": oi, "type": "message", "id": _str(item.get("id"))}
                 status = item.get("status")
                 if status:
@@ -1117,7 +1128,7 @@ class Checker:
                 entry["parts"] = [
                     self._part_dict(ci, part) for ci, part in sorted(item.parts.items())
                 ]
-            elif item.type in ("function_call", "custom_tool_call", "mcp_call"):
+            elif kind == "tool":
                 streamed = item.args.text()
                 final = item.args_done
                 if final is None:
@@ -1136,7 +1147,7 @@ class Checker:
                 }
                 if item.args and streamed != arguments:
                     entry["streamed_arguments"] = streamed
-            elif item.type == "reasoning":
+            elif kind == "reasoning":
                 summary = [p.text() for _, p in sorted(item.summary.items())]
                 if not summary and item.done_item:
                     summary = [

@@ -1,132 +1,29 @@
-"""WebSocket consumers: subscribe, catch up from the database, dedupe, forward (DESIGN.md §2).
+"""WebSocket consumers: subscribe, catch up from the database, dedupe, forward.
 
-Endpoints
-=========
-
-``/ws/streams/<id>/?after=<index>&format=html|json``
-    One stream's events. The consumer joins the stream's group *first*, then sends every stored
-    event with an arrival index greater than ``after`` (default -1: all of them) from the
-    database, then the live batches, dropping any event it already sent. A reconnect with the
-    last index seen therefore gets exactly the missing events. When the stream reaches a
-    terminal status (anything but ``pending``/``streaming``) the consumer re-reads the database
-    for events it has not sent, sends them with the final status and closes with 1000.
-
-``/ws/streams/?after=<stream id>&format=html|json``
-    The live list: streams created, status changes and milestones (TTFT, resolved model, …);
-    counters (event_count, output_tokens) at most twice a second per stream. A user gets their
-    own streams, staff get all. On connect it first sends the current state of the user's active
-    streams and of the streams newer than ``after`` (the newest id the page already shows).
-
-Who may connect: a logged-in session (cookie) or ``Authorization: Bearer ss_…`` (an
-``ApiToken``), and an ``Origin`` header matching ALLOWED_HOSTS (scripts must send one too, e.g.
-``Origin: http://127.0.0.1:8000``). Anonymous users, foreign origins, streams of other users
-(unless staff), unknown streams and malformed query strings are refused at the handshake: the
-server answers HTTP 403 and no WebSocket is opened (browsers report close code 1006).
-
-JSON frames (``format=json``), one text message per frame
----------------------------------------------------------
-Stream::
-
-    {"events": [{"index": 0, "type": "response.created", "sequence_number": 0,
-                 "t_us": 12345, "data": "<the SSE data, verbatim, as a string>"}, …],
-     "status": "streaming",          # present when the status is new to this client
-     "stream": {"ttft_ms": 251.3, "resolved_model": "…", "event_count": 42, …},  # changed fields
-     "terminal": true}               # only on the last frame, just before close 1000
-
-A stream deleted while watched ends with ``{"events": [], "status": "deleted", "terminal":
-true}``. The first frame always carries ``status`` and ``stream`` (all public fields: status,
-upstream_id, resolved_model, routing_*, http_status, error_code, error_message, the
-``*_us`` milestones, ttft_ms, duration_ms, tokens_per_s, event_count, output_tokens,
-findings_count, error_findings) and the first page of stored events (possibly none). Events
-are always in arrival order, each index exactly once per connection. ``t_us`` is the receipt
-time in µs since the stream started; ``data`` is the verbatim SSE data (parse it yourself: it
-may be invalid JSON, which is one of the things Streamscope records). Events are batched: one
-frame per committed batch; batches that queued up meanwhile (a slow client, a busy server) go
-out together; at most 2000 events per frame.
-
-List::
-
-    {"streams": [{"id": 7, "status": "streaming", "ttft_ms": 250.9, …}, …]}
-
-Each item carries the stream's id and the fields that changed (the first frame: a snapshot of
-status, source, models, scenario, prompt (200 chars), attempt, created_at, ttft_ms,
-duration_ms, event_count, findings_count, error_findings, error_code). Merge by ``id``.
-
-HTML frames (``format=html``, the default; for htmx's ws extension)
--------------------------------------------------------------------
-Stream: out-of-band fragments, every model-controlled string escaped::
-
-    <tbody hx-swap-oob="beforeend:#events"><tr id="ev-<stream>-<index>" data-index="…">
-        <td>index</td><td>t (ms)</td><td>type</td><td>sequence_number</td>
-        <td class="data"><code>data (first 2000 characters)</code></td></tr>…</tbody>
-    <span hx-swap-oob="beforeend:#output">text of the output_text deltas</span>
-    <span id="stream-status" hx-swap-oob="true" class="status status-<s>" data-status="<s>"
-          [data-terminal="true"]>s</span>                          (when the status changes)
-    <span id="stream-<field>" hx-swap-oob="true" data-value="raw">formatted</span>  (changed
-          fields among HTML_FIELDS; pages include the ids they want to show)
-
-List: ``<tbody hx-swap-oob="afterbegin:#streams">`` with the rows of streams newer than
-``after`` that this connection has not shown yet, and ``<tr id="stream-row-<id>"
-hx-swap-oob="true">`` replacing rows already on the page (``templates/streams/stream_row.html``,
-which the list page can include for its first render).
-
-Close codes
------------
-- 1000 the stream ended; the last frame carried the terminal status. Do not reconnect.
-- 1011 server error; reconnect with ``after=<last index seen>``.
-- 4008 too slow: the client did not read fast enough and its outbox overflowed (or its send
-  buffer stayed full for RELAY_SLOW_CLIENT_TIMEOUT_S). Nothing is lost: reconnect with
-  ``after=<last index seen>`` and the rest comes from the database.
-- 1001/1006 server restart or network trouble: reconnect with ``after=``.
-
-How completeness is kept without trusting the channel layer
-------------------------------------------------------------
-Messages come through the channel layer (Redis), or, with the in-memory layer, through
-``relay.LocalFanout`` (the same messages by direct call: the in-memory layer is process-local
-anyway, and its per-message cost was most of the relay's). Channel layers drop messages
-silently when a consumer's queue is full. So the consumer never
-assumes it got every message: a batch whose first new index is not ``last_sent + 1`` makes it
-read the hole from the database first; a terminal status makes it read everything after
-``last_sent`` before it sends the status; an idle connection (no message for
-RELAY_IDLE_CHECK_S) polls the database once in case the last messages were lost. Events whose
-data was too large to inline are read from the database too.
-
-A slow client never slows the recorder or other viewers: layer messages are taken off the
-channel by Channels' receive loop and only appended to this connection's outbox (no database,
-no rendering, no Channels per-message connection cleanup); a separate sender task drains the
-outbox into frames, coalescing everything queued. Daphne never blocks a send (Twisted buffers
-without limit), so the sender looks at the transport's buffered bytes and stops sending above
-RELAY_SEND_HIGH_WATER_BYTES: batches then queue and coalesce, and when more than
-RELAY_OUTBOX_MAX_EVENTS events are waiting while the buffer stays above it the connection is
-closed with 4008 (a long outbox with a draining buffer is the server's own lag, not the
-client's).
+`/ws/streams/<id>/` sends one stream's events exactly once and in order, then its terminal
+status; `/ws/streams/` is the live list. Frames are JSON, encoded (and the upstream key
+redacted) by `streams.public`. docs/relay.md describes the endpoints, frames, close codes, and
+how completeness is kept without trusting the channel layer and without letting a slow client
+slow anyone else.
 """
 
 import asyncio
 import contextlib
 import functools
-import json
 import logging
 import threading
 import time
-from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import parse_qs
 
-import orjson
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.core.serializers.json import DjangoJSONEncoder
 from django.db import connections
-from django.template.loader import render_to_string
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import mark_safe
 
-from . import relay
+from . import conf, public, relay
 from .auth import bearer_token, may_see, streams_for, user_for_token
 from .models import Event, Stream
-from .recorder import PUBLIC_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -143,61 +40,7 @@ CLOSE_ERROR = 1011
 CLOSE_TOO_SLOW = 4008
 ACTIVE = frozenset(Stream.ACTIVE_STATUSES)
 EVENT_COLUMNS = ("index", "type", "sequence_number", "t_us", "data")
-STREAM_FIELDS = ("status", *sorted(PUBLIC_FIELDS - {"status"}))
-LIST_FIELDS = (
-    "status",
-    "source",
-    "requested_model",
-    "resolved_model",
-    "scenario",
-    "prompt",
-    "attempt",
-    "created_at",
-    "ttft_ms",
-    "duration_ms",
-    "event_count",
-    "findings_count",
-    "error_findings",
-    "error_code",
-)
 LIST_SNAPSHOT_MAX = 200
-# Stream fields rendered as `<span id="stream-<field>">` in HTML frames.
-HTML_FIELDS = (
-    "upstream_id",
-    "resolved_model",
-    "routing_category",
-    "http_status",
-    "error_code",
-    "error_message",
-    "ttft_ms",
-    "duration_ms",
-    "tokens_per_s",
-    "event_count",
-    "output_tokens",
-    "findings_count",
-    "error_findings",
-)
-HTML_DATA_MAX = 2000
-
-# Counters for tests and the benchmark: holes filled from the database, slow clients closed.
-stats = Counter()
-
-
-# Knobs (settings.STREAMSCOPE) and their defaults.
-KNOBS = {
-    # events waiting for one slow connection before it is closed with 4008
-    "RELAY_OUTBOX_MAX_EVENTS": 20_000,
-    # bytes buffered by the server for a connection above which we stop sending to it
-    "RELAY_SEND_HIGH_WATER_BYTES": 256 * 1024,
-    # how long a connection's buffer may stay above that before it is closed with 4008
-    "RELAY_SLOW_CLIENT_TIMEOUT_S": 30.0,
-    # a connection without messages for this long checks the database once
-    "RELAY_IDLE_CHECK_S": 5.0,
-}
-
-
-def knob(name):
-    return relay.conf(name, KNOBS[name])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -232,7 +75,7 @@ def _visible_stream(user, stream_id):
 
 
 def _stream_fields(stream_id):
-    return Stream.objects.filter(pk=stream_id).values(*STREAM_FIELDS).first()
+    return Stream.objects.filter(pk=stream_id).values(*public.STREAM_FIELDS).first()
 
 
 def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS):
@@ -253,42 +96,12 @@ def _list_snapshot(user, after):
     visible = streams_for(user)
     active = visible.filter(status__in=Stream.ACTIVE_STATUSES)
     newer = visible.filter(pk__gt=after) if after is not None else visible.none()
-    rows = (active | newer).order_by("-pk").values("id", *LIST_FIELDS)[:LIST_SNAPSHOT_MAX]
-    out = []
-    for row in rows:
-        row["prompt"] = row["prompt"][:200]
-        out.append(row)
-    return out
-
-
-def _list_rows(user, ids):
-    return list(streams_for(user).filter(pk__in=ids).order_by("-pk"))
+    rows = (active | newer).order_by("-pk").values("id", *public.LIST_FIELDS)
+    return [public.list_item(row) for row in rows[:LIST_SNAPSHOT_MAX]]
 
 
 # ---------------------------------------------------------------------------------------------
 # Frames
-
-
-_django_default = DjangoJSONEncoder().default
-
-
-def _dumps(obj):
-    """Compact JSON, datetimes as Django writes them. orjson first (frames are rendered for
-    every batch of every viewer); json for anything it refuses."""
-    try:
-        return orjson.dumps(
-            obj, default=_django_default, option=orjson.OPT_PASSTHROUGH_DATETIME
-        ).decode()
-    except TypeError:
-        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
-
-
-def _json_event(e, omit_data=False):
-    data = e[4]
-    if omit_data and data is not None:
-        return {"index": e[0], "type": e[1], "sequence_number": e[2], "t_us": e[3],
-                "data": None, "data_bytes": len(data.encode())}  # fmt: skip
-    return {"index": e[0], "type": e[1], "sequence_number": e[2], "t_us": e[3], "data": data}
 
 
 def frame_chunks(events):
@@ -307,114 +120,6 @@ def frame_chunks(events):
     return chunks
 
 
-def json_stream_frame(events, status=None, stream=None, terminal=False, omit_data=False):
-    frame = {"events": [_json_event(e, omit_data) for e in events]}
-    if status is not None:
-        frame["status"] = status
-    if stream:
-        frame["stream"] = stream
-    if terminal:
-        frame["terminal"] = True
-    return _dumps(frame)
-
-
-def _ms(t_us):
-    return "" if t_us is None else f"{t_us / 1000:.3f}"
-
-
-def _short(data):
-    if data is None:
-        return ""
-    return data if len(data) <= HTML_DATA_MAX else data[:HTML_DATA_MAX] + "…"
-
-
-def _delta_text(events):
-    parts = []
-    for e in events:
-        if e[1] == "response.output_text.delta" and e[4]:
-            try:
-                delta = json.loads(e[4]).get("delta")
-            except (ValueError, AttributeError):
-                continue
-            if isinstance(delta, str):
-                parts.append(delta)
-    return "".join(parts)
-
-
-def html_event_rows(stream_id, events):
-    """`<tr>`s for events (payload tuples); also what a page renders for stored events."""
-    return format_html_join(
-        "",
-        '<tr id="ev-{}-{}" class="event" data-index="{}"><td class="num">{}</td>'
-        '<td class="num">{}</td><td class="type">{}</td><td class="num">{}</td>'
-        '<td class="data"><code>{}</code></td></tr>',
-        (
-            (
-                stream_id,
-                e[0],
-                e[0],
-                e[0],
-                _ms(e[3]),
-                e[1],
-                "" if e[2] is None else e[2],
-                _short(e[4]),
-            )
-            for e in events
-        ),
-    )
-
-
-def _field_text(name, value):
-    if value is None or value == "":
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.1f}"
-    return value
-
-
-def html_status(status, terminal=False):
-    return format_html(
-        '<span id="stream-status" hx-swap-oob="true" class="status status-{}" data-status="{}"{}>'
-        "{}</span>",
-        status,
-        status,
-        mark_safe(' data-terminal="true"') if terminal else "",
-        status,
-    )
-
-
-def html_stream_frame(stream_id, events, status=None, stream=None, terminal=False):
-    parts = []
-    if events:
-        parts.append(
-            format_html(
-                '<tbody hx-swap-oob="beforeend:#events">{}</tbody>',
-                html_event_rows(stream_id, events),
-            )
-        )
-        text = _delta_text(events)
-        if text:
-            parts.append(format_html('<span hx-swap-oob="beforeend:#output">{}</span>', text))
-    if status is not None:
-        parts.append(html_status(status, terminal))
-    if stream:
-        parts.extend(
-            format_html(
-                '<span id="stream-{}" hx-swap-oob="true" data-value="{}">{}</span>',
-                name,
-                "" if stream[name] is None else stream[name],
-                _field_text(name, stream[name]),
-            )
-            for name in HTML_FIELDS
-            if name in stream
-        )
-    return "\n".join(parts)
-
-
-def html_stream_row(stream, oob=False):
-    return render_to_string("streams/stream_row.html", {"stream": stream, "oob": oob})
-
-
 # ---------------------------------------------------------------------------------------------
 # Reaching the server's send buffer
 
@@ -422,8 +127,9 @@ def html_stream_row(stream, oob=False):
 def innermost_send(send):
     """The server's own `send` beneath Channels' wrappers (the session middleware wraps it in
     a bound method that keeps the original as `real_send`). For `websocket.send` the wrapper
-    only looks at the session (it saves on `http.response.start` alone): ~a tenth of a frame's
-    cost in the server with 100 paced streams, skipped by sending frames straight to this."""
+    only looks at the session (it saves on `http.response.start` alone), yet costs a noticeable
+    share of each frame with many paced streams: frames go straight to this instead
+    (docs/performance.md, "Consumers")."""
     for _ in range(8):
         inner = getattr(getattr(send, "__self__", None), "real_send", None)
         if inner is None:
@@ -466,6 +172,11 @@ def _query(scope):
     return {k: v[-1] for k, v in parse_qs(scope.get("query_string", b"").decode("latin1")).items()}
 
 
+def _json_format(query):
+    """JSON is the only format; `format=json` is still accepted (clients send it)."""
+    return query.get("format", "json") == "json"
+
+
 def _header(scope, name):
     for key, value in scope.get("headers", []):
         if key == name:
@@ -485,7 +196,6 @@ class RelayConsumer(AsyncWebsocketConsumer):
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self.user = None
-        self.format = "html"
         self.joined = False
         self.local = None  # relay.LocalFanout when messages skip the channel layer
         self.closing = False
@@ -571,7 +281,6 @@ class RelayConsumer(AsyncWebsocketConsumer):
         try:
             await self.run()
         except SlowClient:
-            stats["slow_closes"] += 1
             await self.finish(CLOSE_TOO_SLOW)
         except asyncio.CancelledError:
             raise
@@ -605,12 +314,12 @@ class RelayConsumer(AsyncWebsocketConsumer):
         transport = self.transport
         if transport is None:
             return
-        high = knob("RELAY_SEND_HIGH_WATER_BYTES")
+        high = conf.get().relay_send_high_water_bytes
         if buffered_bytes(transport) <= high:
             return
         # The client reads slower than we send: let batches queue (they coalesce into bigger
         # frames) until the buffer drains, the outbox overflows or the client seems stuck.
-        give_up = time.monotonic() + knob("RELAY_SLOW_CLIENT_TIMEOUT_S")
+        give_up = time.monotonic() + conf.get().relay_slow_client_timeout_s
         while buffered_bytes(transport) > high:
             if self.overflowing() or time.monotonic() > give_up:
                 raise SlowClient()
@@ -641,7 +350,7 @@ def _watch_idle(consumer):
 
 async def _idle_watcher(watched):
     while watched:
-        idle_s = knob("RELAY_IDLE_CHECK_S")
+        idle_s = conf.get().relay_idle_check_s
         await asyncio.sleep(min(1.0, idle_s / 2))
         now = time.monotonic()
         for consumer in tuple(watched):
@@ -667,8 +376,7 @@ class StreamConsumer(RelayConsumer):
             self.last_sent = int(query.get("after", -1))
         except (KeyError, ValueError):
             return False
-        self.format = query.get("format", "html")
-        if self.format not in ("html", "json") or self.last_sent < -1:
+        if not _json_format(query) or self.last_sent < -1:
             return False
         if not await db_read(_visible_stream)(self.user, self.stream_id):
             return False
@@ -702,7 +410,7 @@ class StreamConsumer(RelayConsumer):
         self.wake.set()
 
     def overflowing(self):
-        return self.outbox_events > knob("RELAY_OUTBOX_MAX_EVENTS")
+        return self.outbox_events > conf.get().relay_outbox_max_events
 
     # -- the send side
 
@@ -741,7 +449,6 @@ class StreamConsumer(RelayConsumer):
 
     async def idle_check(self):
         """No message for a while: make sure the layer did not lose the last ones."""
-        stats["idle_checks"] += 1
         fields = await db_read(_stream_fields)(self.stream_id)
         if fields is None:
             await self.gone()
@@ -750,7 +457,6 @@ class StreamConsumer(RelayConsumer):
             self.pending_fields = {**fields, **self.pending_fields}
         missed = await self.read_range(self.last_sent, None)
         if missed or self.pending_fields:
-            stats["filled_events"] += len(missed)
             await self.forward([missed])
 
     async def gone(self):
@@ -771,10 +477,7 @@ class StreamConsumer(RelayConsumer):
                 if i <= last:
                     continue  # already sent: stored catch-up, or a duplicate delivery
                 if i != last + 1:
-                    filled = await self.read_range(last, i)
-                    stats["holes"] += 1
-                    stats["filled_events"] += len(filled)
-                    out.extend(filled)
+                    out.extend(await self.read_range(last, i))
                 if e[4] is None:
                     missing_data.append(len(out))
                 out.append(e)
@@ -786,10 +489,7 @@ class StreamConsumer(RelayConsumer):
             # The last batch may have been dropped: the database has the final word (unless
             # the final count says nothing is missing: 100 streams ending together made 100
             # reads of nothing).
-            tail = await self.read_range(last, None)
-            if tail:
-                stats["filled_events"] += len(tail)
-                out.extend(tail)
+            out.extend(await self.read_range(last, None))
         if missing_data:
             data = await db_read(_event_data)(stream_id, [out[j][0] for j in missing_data])
             for j in missing_data:
@@ -813,7 +513,6 @@ class StreamConsumer(RelayConsumer):
     async def send_events(self, events, status=None, stream=None, terminal=False):
         """Frames of at most PAGE_EVENTS events; status and fields ride on the last one."""
         chunks = frame_chunks(events) or [[]]
-        render = json_stream_frame if self.format == "json" else self._html
         for n, chunk in enumerate(chunks, 1):
             final = n == len(chunks)
             if not chunk and not final:
@@ -821,7 +520,6 @@ class StreamConsumer(RelayConsumer):
             if not chunk and not (status or stream or terminal):
                 continue
             for part, text in self._fitting(
-                render,
                 chunk,
                 status=status if final else None,
                 stream=stream if final else None,
@@ -835,10 +533,10 @@ class StreamConsumer(RelayConsumer):
         if status is not None:
             self.status = status
 
-    def _fitting(self, render, events, omit_data=False, **end):
+    def _fitting(self, events, omit_data=False, **end):
         """(events, text) frames of `events` whose texts Daphne will send: halved until each
         is under MESSAGE_MAX_BYTES; `end` (status, fields, terminal) rides on the last."""
-        text = render(events, omit_data=omit_data, **end)
+        text = public.stream_frame(events, omit_data=omit_data, **end)
         if len(text) * 4 <= MESSAGE_MAX_BYTES or len(text.encode()) <= MESSAGE_MAX_BYTES:
             return [(events, text)]
         if len(events) <= 1:
@@ -847,13 +545,10 @@ class StreamConsumer(RelayConsumer):
                     "relay: a frame of stream %s is too big even without data", self.stream_id
                 )
                 return []
-            return self._fitting(render, events, omit_data=True, **end)
+            return self._fitting(events, omit_data=True, **end)
         half = len(events) // 2
-        first = self._fitting(render, events[:half], omit_data=omit_data)
-        return first + self._fitting(render, events[half:], omit_data=omit_data, **end)
-
-    def _html(self, events, status=None, stream=None, terminal=False, omit_data=False):
-        return html_stream_frame(self.stream_id, events, status, stream, terminal)
+        first = self._fitting(events[:half], omit_data=omit_data)
+        return first + self._fitting(events[half:], omit_data=omit_data, **end)
 
 
 class StreamListConsumer(RelayConsumer):
@@ -868,11 +563,9 @@ class StreamListConsumer(RelayConsumer):
             self.after = int(query["after"]) if "after" in query else None
         except ValueError:
             return False
-        self.format = query.get("format", "html")
-        if self.format not in ("html", "json"):
+        if not _json_format(query):
             return False
         self.changes = {}  # stream id -> changed fields, merged
-        self.shown = set()  # ids whose rows this connection inserted
         return True
 
     def streams_changed(self, message):
@@ -883,39 +576,10 @@ class StreamListConsumer(RelayConsumer):
 
     async def run(self):
         snapshot = await db_read(_list_snapshot)(self.user, self.after)
-        if self.format == "json":
-            await self.send_frame(_dumps({"streams": snapshot}))
-        else:
-            await self.send_rows([row["id"] for row in snapshot])
+        await self.send_frame(public.list_frame(snapshot))
         while not self.closing:
             if not await self.wait_for_work(lambda: self.changes):
                 continue
             changes, self.changes = self.changes, {}
-            if self.format == "json":
-                items = [{"id": sid, **fields} for sid, fields in changes.items()]
-                await self.send_frame(_dumps({"streams": items}))
-            else:
-                await self.send_rows(list(changes))
-
-    async def send_rows(self, ids):
-        if not ids:
-            return
-        streams = await db_read(_list_rows)(self.user, ids)
-        new, known = [], []
-        for stream in streams:
-            is_new = self.after is not None and stream.pk > self.after
-            if is_new and stream.pk not in self.shown:
-                self.shown.add(stream.pk)
-                new.append(html_stream_row(stream))
-            else:
-                known.append(html_stream_row(stream, oob=True))
-        parts = []
-        if new:
-            parts.append(
-                format_html(
-                    '<tbody hx-swap-oob="afterbegin:#streams">{}</tbody>', mark_safe("".join(new))
-                )
-            )
-        parts.extend(known)
-        if parts:
-            await self.send_frame("\n".join(parts))
+            items = [{"id": sid, **fields} for sid, fields in changes.items()]
+            await self.send_frame(public.list_frame(items))

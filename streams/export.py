@@ -5,9 +5,10 @@
   data, sequence numbers) and the same findings, except the timing-only ones (stall,
   buffered_delivery), which need receipt times a file cannot carry. Data that was not valid UTF-8
   is written from `Event.raw`, so it survives the round trip.
-- `.json`: the stream, its findings and (optionally) its events. Never the upstream API key nor
-  request headers: the stored request body has no key, and a key an upstream echoed back in an
-  error message or an event is redacted.
+- `.json`: the stream, its findings and (optionally) its events, in the shapes of
+  `streams.public`. Never the upstream API key nor request headers: the stored request body has
+  no key, and a key an upstream echoed back (an error message, an event) is redacted from both
+  formats by `streams.public`, the capture bytes of an import included.
 
 Big streams are written in chunks read with `.iterator()`, so a 100k-event export never builds
 one giant string. Each format has a sync generator (commands, WSGI) and an async one (the ASGI
@@ -17,34 +18,27 @@ one drives the sync generator on the thread Django's ORM uses, so there is one f
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Callable, Iterator
 
 from asgiref.sync import sync_to_async
 
+from . import public
 from .models import Capture, Event, Stream
-from .recorder import EVENT_COLUMNS
-from .upstream import redact
 
 READ_CHUNK = 2000  # rows per database round trip
 EVENTS_PER_PIECE = 500  # events joined into one piece handed to the response
 CAPTURE_PIECE = 256 * 1024  # bytes per piece of a stored capture
-EVENT_FIELDS = EVENT_COLUMNS[1:-1]  # all but stream_id and raw
-FINDING_FIELDS = ("code", "severity", "event_index", "expected", "got", "detail")
 
 
 # ---- .sse ------------------------------------------------------------------------------------
-
-
-def to_sse(stream: Stream) -> bytes:
-    """The stream as an SSE body (all at once; use `iter_sse` for big streams)."""
-    return b"".join(iter_sse(stream))
 
 
 def iter_sse(stream: Stream) -> Iterator[bytes]:
     """The SSE body in pieces: the capture bytes of an import, or the re-serialised events."""
     content = _capture_content(stream)
     if content is not None:
+        # Redacted whole, before it is cut: a key could straddle two pieces.
+        content = public.redact_bytes(content)
         for i in range(0, len(content), CAPTURE_PIECE):
             yield content[i : i + CAPTURE_PIECE]
         return
@@ -58,10 +52,10 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
     for row in rows:
         piece.append(encoder.event(*row))
         if len(piece) >= EVENTS_PER_PIECE:
-            yield b"".join(piece)
+            yield public.redact_bytes(b"".join(piece))
             piece = []
     if piece:
-        yield b"".join(piece)
+        yield public.redact_bytes(b"".join(piece))
 
 
 async def aiter_sse(stream: Stream) -> AsyncIterator[bytes]:
@@ -97,24 +91,19 @@ class SSEEncoder:
 # ---- .json -----------------------------------------------------------------------------------
 
 
-def stream_document(stream: Stream, events: bool = True) -> dict:
-    """The `.json` export as one dict (tests, small streams); `iter_document` streams it."""
-    return json.loads("".join(iter_document(stream, events=events)))
-
-
 def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
     """The `.json` export as pieces of one JSON object, `events` last."""
-    dumps = _dumps
-    head = dumps(stream_fields(stream))
+    dumps, export_event = public.dumps, public.export_event
+    head = dumps(public.stream(stream))
     if not events:
         yield head
         return
-    yield head[:-1] + ', "events": ['
-    rows = _events(stream).values_list(*EVENT_FIELDS).iterator(chunk_size=READ_CHUNK)
+    yield head[:-1] + ',"events":['
+    rows = _events(stream).values_list(*public.EXPORT_EVENT_FIELDS).iterator(chunk_size=READ_CHUNK)
     piece = []
     first = True
     for row in rows:
-        text = dumps(_event_dict(row))
+        text = dumps(export_event(row))
         piece.append(text if first else "," + text)
         first = False
         if len(piece) >= EVENTS_PER_PIECE:
@@ -129,73 +118,6 @@ async def aiter_document(stream: Stream, events: bool = True) -> AsyncIterator[s
         yield piece
 
 
-def stream_fields(stream: Stream) -> dict:
-    """Everything about a stream but its events: metadata, milestones, metrics, text, findings."""
-    findings = list(stream.findings.order_by("event_index", "id").values(*FINDING_FIELDS))
-    return {
-        "id": stream.pk,
-        "status": stream.status,
-        "source": stream.source,
-        "requested_model": stream.requested_model,
-        "resolved_model": stream.resolved_model,
-        "scenario": stream.scenario,
-        "prompt": stream.prompt,
-        "request": stream.request_body,
-        "upstream_url": stream.upstream_url,
-        "routing": {
-            "category": stream.routing_category,
-            "source": stream.routing_source,
-            "reasoning": stream.routing_reasoning,
-        },
-        "upstream_id": stream.upstream_id,
-        "http_status": stream.http_status,
-        "content_type": stream.content_type,
-        "error": {"code": stream.error_code, "message": stream.error_message}
-        if stream.error_code or stream.error_message
-        else None,
-        "attempt": stream.attempt,
-        "first_attempt": stream.first_attempt_id,
-        "created_at": _iso(stream.created_at),
-        "started_at": _iso(stream.started_at),
-        "finished_at": _iso(stream.finished_at),
-        "milestones_us": {
-            "connected": stream.connected_us,
-            "request_written": stream.request_written_us,
-            "headers": stream.headers_us,
-            "created": stream.created_event_us,
-            "routing": stream.routing_us,
-            "first_token": stream.first_token_us,
-            "first_tool_call": stream.first_tool_call_us,
-            "terminal": stream.terminal_us,
-            "closed": stream.closed_us,
-        },
-        "ttft_ms": stream.ttft_ms,
-        "duration_ms": stream.duration_ms,
-        "tokens_per_s": stream.tokens_per_s,
-        "inter_token_ms": stream.inter_token_ms,
-        "event_count": stream.event_count,
-        "output_tokens": stream.output_tokens,
-        "bytes_received": stream.bytes_received,
-        "output_text": stream.output_text,
-        "final_text": stream.final_text,
-        "parts": stream.parts,
-        "findings_count": stream.findings_count,
-        "error_findings": stream.error_findings,
-        "findings": findings,
-    }
-
-
-def _event_dict(row) -> dict:
-    event = dict(zip(EVENT_FIELDS, row, strict=True))
-    event["received_at"] = _iso(event["received_at"])
-    return event
-
-
-def _dumps(value) -> str:
-    """`json.dumps` without the upstream key (see `upstream.redact`)."""
-    return redact(json.dumps(value, ensure_ascii=False))
-
-
 # ---- shared ----------------------------------------------------------------------------------
 
 
@@ -208,10 +130,6 @@ def _capture_content(stream: Stream) -> bytes | None:
         return None
     content = Capture.objects.filter(stream_id=stream.pk).values_list("content", flat=True).first()
     return None if content is None else bytes(content)  # PostgreSQL gives a memoryview
-
-
-def _iso(value) -> str | None:
-    return value.isoformat() if value is not None else None
 
 
 _END = object()

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
+from . import metrics
 from .capture import CapturedEvent, HarEntry, parse_har, parse_sse_bytes, sniff
 from .checks import Checker
 from .models import Capture, Finding, Stream
 from .recorder import _status_from_checker, insert_events
-from .runner import prompt_of
+from .services import prompt_of
 
 # Rows handed to insert_events at once: bounds the memory of a 100k-event import.
 INSERT_CHUNK = 5000
@@ -110,7 +111,7 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
     feed = checker.feed
     envelopes = []  # what the checker read from each event, for its row (not the parsed JSON)
     for i, ev in enumerate(capture.events):
-        r = feed(i, ev.event_name, ev.data, sse_id=ev.sse_id)
+        r = feed(i, ev.event_name, ev.data)
         envelopes.append((r.type, r.sequence_number, r.output_index, r.content_index, r.is_json))
     checker.close(connection_closed=True)
     status = _status_from_checker(checker)
@@ -185,7 +186,9 @@ def _har_fields(stream: Stream, har: HarEntry) -> None:
         closed = headers + t["receive"]
     if closed is not None:
         stream.closed_us = round(closed * 1000)
-        stream.duration_ms = closed - written
+        stream.duration_ms = metrics.derived(
+            request_written_us=stream.request_written_us, closed_us=stream.closed_us
+        )["duration_ms"]
         if started is not None:
             stream.finished_at = started + dt.timedelta(milliseconds=closed)
 

@@ -103,8 +103,8 @@ class Stream(models.Model):
             # Analytics (dashboard/stats.py). TTFT percentiles by ordered offset: `WHERE model = ?
             # AND <range, filters> ORDER BY ttft_ms LIMIT 1 OFFSET k` walks one of these three in
             # ttft order and checks every filter in the index entry, never in the table row
-            # (measured at 100k streams on SQLite: p50 of one model 2 ms; 90 ms when the filter
-            # columns were missing and each entry cost a table lookup). Per resolved model:
+            # (without the filter columns each entry cost a table lookup, many times slower on
+            # a large history; docs/performance.md, "Models"). Per resolved model:
             models.Index(
                 fields=[
                     "resolved_model",
@@ -146,7 +146,7 @@ class Stream(models.Model):
             # Counts, sums and time buckets per (resolved, requested) pair: `WHERE resolved_model
             # = ? AND requested_model = ? AND created_at >= ? …` seeks the range and reads every
             # metric the latency and routing pages aggregate from the index alone (a table scan
-            # at 100k streams read ~1 KB a row and cost 250 ms; this costs ~1 µs a row). The
+            # reads every wide row, far slower; docs/performance.md, "Models"). The
             # loose index scans listing the models also use its (resolved, requested) prefix.
             # Left out on purpose: event_count and heartbeat_at, which the recorder bumps on
             # every batch — indexing them would cost an index write per batch (and on
@@ -210,7 +210,7 @@ class Event(models.Model):
     """One SSE event as received, with its verbatim `data`."""
 
     # No index of its own: the unique (stream, index) constraint below serves every lookup by
-    # stream, and a second B-tree per row halved the insert rate (measured: 16 → 8 µs a row).
+    # stream, and a second B-tree per row made every insert much slower (docs/performance.md).
     stream = models.ForeignKey(
         Stream, on_delete=models.CASCADE, related_name="events", db_index=False
     )

@@ -18,23 +18,20 @@ import asyncio
 import collections
 import datetime as dt
 import functools
-import gc
 import itertools
 import logging
 import os
 import socket
-import sys
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
-from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from . import relay
+from . import conf, metrics, relay
 from .checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
 from .models import Event, Finding, Stream
 from .upstream import (
@@ -97,10 +94,6 @@ PUBLIC_FIELDS = {
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def conf(name):
-    return settings.STREAMSCOPE[name]
-
-
 def _us(ns):
     return ns // 1000
 
@@ -138,9 +131,9 @@ class Recording:
 
     def start(self, t0_ns):
         self.t0_ns = t0_ns
-        self.inline_max = settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]
+        self.inline_max = conf.get().relay_inline_max_bytes
         self.wall0 = dt.datetime.now(dt.UTC)
-        stall_us = int(conf("STALL_TIMEOUT_S") * 1_000_000)
+        stall_us = int(conf.get().stall_timeout_s * 1_000_000)
         self.checker = Checker(pinned_model=self.pinned_model, stall_threshold_us=stall_us)
 
     def mark(self, name, t_ns):
@@ -176,9 +169,9 @@ class Recording:
         Returns the writer's `(rows, payloads)`: `rows` is flat, EVENT_COLUMNS values one event
         after the other, and payloads are tuples. Per event nothing survives that the garbage
         collector must keep scanning (a tuple of atoms is untracked at its first collection;
-        a list per row and a tuple per queue item were scanned again and again while queued:
-        the collector took 15–20 % of `bench ingest`'s time, now 5–9 %). This is the hottest
-        code in the product."""
+        a list per row and a tuple per queue item were scanned again and again while queued,
+        and the collector took a large share of the pipeline's time; docs/performance.md,
+        "Recorder"). This is the hottest code in the product."""
         rows = []
         payloads = []
         add_row = rows.extend
@@ -252,12 +245,13 @@ class Recording:
         elif kind == TERMINAL:
             self.urgent = self.mark("terminal", t_ns)
 
+    def us(self, name):
+        """A milestone as stored: µs since the attempt started (None if it did not happen)."""
+        t_ns = self.milestones.get(name)
+        return None if t_ns is None else _us(t_ns - self.t0_ns)
+
     def ttft_ms(self):
-        first = self.milestones.get("first_token")
-        written = self.milestones.get("request_written")
-        if first is None or written is None:
-            return None
-        return (first - written) / 1e6
+        return metrics.ttft_ms(self.us("request_written"), self.us("first_token"))
 
     def final_fields(self, status, closed_ns, error_code="", error_message=""):
         """Everything derived when the stream ends, for its last UPDATE."""
@@ -283,16 +277,17 @@ class Recording:
         if error_code:
             fields["error_code"] = str(error_code)[:100]
             fields["error_message"] = error_message or ""
-        written = self.milestones.get("request_written")
-        if written is not None:
-            fields["duration_ms"] = (closed_ns - written) / 1e6
-            fields["ttft_ms"] = self.ttft_ms()
-        n = checker.output_tokens if checker is not None else 0
-        if len(self.output_times) == 2 and n > 1:
-            span_s = (self.output_times[1] - self.output_times[0]) / 1e9
-            if span_s > 0:
-                fields["tokens_per_s"] = (n - 1) / span_s
-                fields["inter_token_ms"] = span_s * 1000 / (n - 1)
+        first_output, last_output = self.output_times or (None, None)
+        fields.update(
+            metrics.derived(
+                request_written_us=self.us("request_written"),
+                first_token_us=self.us("first_token"),
+                closed_us=self.us("closed"),
+                first_output_us=None if first_output is None else _us(first_output - self.t0_ns),
+                last_output_us=None if last_output is None else _us(last_output - self.t0_ns),
+                output_tokens=checker.output_tokens if checker is not None else 0,
+            )
+        )
         return fields
 
 
@@ -318,12 +313,14 @@ class Writer:
     The queue is a deque of `(rec, rows, payloads, done)` entries, one per received chunk
     (`rows` flat, see `Recording.ingest`) or per flush request (`rows` None, `done` a future),
     rather than an asyncio.Queue: asyncio.Queue's bookkeeping cost more than the rest of the
-    reader's per-event work together (profiled: ~1.5 µs per put and get)."""
+    reader's per-event work together (docs/performance.md, "Recorder")."""
 
     def __init__(self, max_events=None, max_age_ms=None, queue_max=None):
-        self.max_events = max_events or conf("BATCH_MAX_EVENTS")
-        self.max_age_s = (max_age_ms if max_age_ms is not None else conf("BATCH_MAX_AGE_MS")) / 1e3
-        self.capacity = queue_max or conf("QUEUE_MAX_EVENTS")
+        self.max_events = max_events or conf.get().batch_max_events
+        self.max_age_s = (
+            max_age_ms if max_age_ms is not None else conf.get().batch_max_age_ms
+        ) / 1e3
+        self.capacity = queue_max or conf.get().queue_max_events
         self.buffer = collections.deque()
         self.queued = 0  # events in the buffer
         self.batches = 0
@@ -374,7 +371,7 @@ class Writer:
             if not self._flushes and self.queued < self.max_events and wait_s > 0:
                 # Let the batch fill until its oldest event is max_age old (or until full, or a
                 # flush). From the oldest event, not from now: what queued during the last
-                # commit has waited already (measured: 5 ms more per cycle at 100 streams).
+                # commit has waited already (docs/performance.md, "Recorder").
                 self._kick = kick = loop.create_future()
                 timer = loop.call_later(wait_s, _resolve, kick)
                 await kick
@@ -383,7 +380,7 @@ class Writer:
             # Everything queued goes into this commit (whole chunks, up to max_events), flush
             # requests included: one commit answers them all. (A flush that ended its batch
             # made 100 streams starting or ending together 100 commits in a row, and every
-            # event queued behind them waited: at 100 paced streams, 354 → 86 commits per run.)
+            # event queued behind them waited; docs/performance.md, "Recorder".)
             batch = []
             events = 0
             while buffer and events < self.max_events:
@@ -439,7 +436,7 @@ class Writer:
                 flushes.append(done)
         now = dt.datetime.now(dt.UTC)
         now_s = self._loop.time()
-        count_interval_s = conf("COUNT_WRITE_INTERVAL_MS") / 1e3
+        count_interval_s = conf.get().count_write_interval_ms / 1e3
         updates = {}
         findings = []
         for rec, payloads in per_stream.items():
@@ -447,9 +444,10 @@ class Writer:
             rec.pending_fields = {}
             if payloads and (fields or now_s >= rec.count_due_s):
                 # Not at every batch: a stream row touched at every 5 ms commit made each commit
-                # rewrite one page per active stream (WAL), which was half the writer's time
-                # at 100 paced streams. Its events are committed either way; the count is
-                # exact whenever anything else of the row changes, and at the end.
+                # rewrite one page per active stream (WAL), much of the writer's time with many
+                # paced streams (docs/performance.md, "Recorder"). Its events are committed
+                # either way; the count is exact whenever anything else of the row changes,
+                # and at the end.
                 fields["event_count"] = max(fields.get("event_count", 0), payloads[-1][0] + 1)
                 rec.count_due_s = now_s + count_interval_s
             if fields:
@@ -486,7 +484,7 @@ def write_batch(rows, updates, findings, retry_for_s=None):
     STORAGE_RETRY_S, then raises StorageUnavailable."""
     delay = 0.05
     if retry_for_s is None:
-        retry_for_s = conf("STORAGE_RETRY_S")
+        retry_for_s = conf.get().storage_retry_s
     give_up = time.monotonic() + retry_for_s
     while True:
         try:
@@ -515,9 +513,9 @@ def update_streams(updates):
     per stream (`{rec: {field name: value}}`; every row also gets the same `heartbeat_at`).
 
     The writer thread re-takes the GIL after every statement, and with a busy event loop each
-    re-take waits for the loop: at 100 paced streams, whose milestones arrive together, one
-    ORM UPDATE per stream cost 2–5 ms of writer time each (0.2 ms on an idle process), so a
-    batch took 30–75 ms and publishing fell ~100 ms behind receipt."""
+    re-take waits for the loop: with many paced streams, whose milestones arrive together, one
+    ORM UPDATE per stream cost many times what it does on an idle process, so batches grew
+    long and publishing fell behind receipt (docs/performance.md, "Recorder")."""
     if not updates:
         return
     heartbeat = None
@@ -582,8 +580,8 @@ def insert_events(rows, *, offsets=False):
 def insert_flat(values, *, offsets=False):
     """Multi-row insert of events given as one flat list: EVENT_COLUMNS values of one event
     after the other (what the recorder builds, with no list or tuple per row). The ORM's
-    bulk_create costs ~6× more per row on SQLite (measured: 25k vs 140k rows/s) and COPY ~7×
-    less than it on PostgreSQL: this is the only raw SQL in the write path.
+    bulk_create costs several times more per row on SQLite, and several times more than COPY
+    on PostgreSQL (docs/performance.md, "Recorder"): this is the only raw SQL in the write path.
 
     `received_at` values that are datetimes become the text the database stores, in place
     (so a retried batch is converted already). With `offsets`, they are the stream's
@@ -603,9 +601,9 @@ def insert_flat(values, *, offsets=False):
     if vendor == "sqlite":
         # One multi-row INSERT per 2000 rows, straight to sqlite3. executemany steps once per
         # row, and sqlite3 releases and re-takes the GIL around every step: with a busy event
-        # loop each re-take waits up to the switch interval, which starved this thread
-        # (measured: publish 190–950 ms behind receipt at 100 paced streams). Django's cursor
-        # wrapper also rewrites every parameter list on the way (21 vs 16 µs a row).
+        # loop each re-take waits up to the switch interval, which starved this thread and
+        # left publishing far behind receipt. Django's cursor wrapper also rewrites every
+        # parameter list on the way, a cost per row (docs/performance.md, "Recorder").
         connection.ensure_connection()
         raw = connection.connection
         step = _SQLITE_ROWS_PER_STATEMENT * width
@@ -631,9 +629,9 @@ def _receipt_times_as_text(values, suffix, offsets):
     "+00" for PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text), in place.
     With `offsets`, a `received_at` is its stream's wall-clock start, and becomes start + t_us.
 
-    Datetime arithmetic and isoformat per row were a sixth of the pipeline's CPU in `bench
-    ingest` (on the writer thread, holding the GIL the readers need); this formats each
-    second once."""
+    Datetime arithmetic and isoformat per row were a large share of the pipeline's CPU (on the
+    writer thread, holding the GIL the readers need; docs/performance.md, "Recorder"); this
+    formats each second once."""
     width = len(EVENT_COLUMNS)
     bases = {}  # id(start) -> µs since the epoch
     seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
@@ -675,16 +673,6 @@ def get_writer():
     loop = asyncio.get_running_loop()
     writer = _writers.get(loop)
     if writer is None or writer.task.done():
-        if not _writers:
-            # Everything allocated so far (Django, drivers, modules) lives as long as the process:
-            # move it out of the collector's sight. Measured: a full collection otherwise paused
-            # the loop ~50 ms just as 50 concurrent streams' first tokens arrived, and every
-            # receipt time in that window was late by as much.
-            gc.freeze()
-            # The writer thread needs the GIL for a moment per statement; with the default
-            # 5 ms switch interval a busy event loop kept it waiting at every hand-over
-            # (measured, `bench relay` at 100 paced streams: added latency p50 940 → 100 ms).
-            sys.setswitchinterval(0.0005)
         writer = _writers[loop] = Writer()
         # Forget writers of closed loops.
         for other in [lp for lp in _writers if lp.is_closed()]:
@@ -701,8 +689,9 @@ class StallWatch:
     set by the reader) is `stall_s` old: the stall rule, no event for N s.
 
     Rescheduling the timeout at every event instead cancelled and pushed a timer per event:
-    6 % of the server's CPU at 100 paced streams (py-spy). This re-arms at most once per
-    `stall_s`, and setting `last_ns` is all an event costs."""
+    a measurable share of the server's CPU with many paced streams (docs/performance.md,
+    "Recorder"). This re-arms at most once per `stall_s`, and setting `last_ns` is all an
+    event costs."""
 
     def __init__(self, loop, timer, stall_s):
         self.loop = loop
@@ -726,10 +715,6 @@ class StallWatch:
             self.handle = None
 
 
-class Stalled(Exception):
-    pass
-
-
 @dataclass
 class Outcome:
     status: str
@@ -745,7 +730,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
     Never raises for upstream trouble: every failure becomes a status on the stream. Re-raises
     CancelledError after recording `cancelled`."""
     writer = writer or get_writer()
-    stall_s = conf("STALL_TIMEOUT_S")
+    stall_s = conf.get().stall_timeout_s
     phases = Phases()
     phases.activate()
     rec.start(time.monotonic_ns())
@@ -758,7 +743,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
     try:
         await writer.flush(rec)
         async with asyncio.timeout(None) as stall_timer:
-            stall_timer.reschedule(loop.time() + stall_s + conf("CONNECT_TIMEOUT_S"))
+            stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
             async with client.stream(
                 "POST",
                 url,
@@ -793,7 +778,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
                             watch.last_ns = t_ns
                             await put(rec, *ingest(events))
                             if rec.urgent:
-                                # Terminal events flush at once (DESIGN.md §1).
+                                # Terminal events flush at once (docs/recorder.md).
                                 rec.urgent = False
                                 await writer.flush(rec)
                 finally:

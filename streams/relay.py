@@ -1,6 +1,6 @@
 """Channel-layer names and messages; the only caller of `group_send`.
 
-One message per committed batch per stream (DESIGN.md §1): Channels' per-message cost is high,
+One message per committed batch per stream (docs/recorder.md): Channels' per-message cost is high,
 so batching is what makes fast streams viewable. Messages are high-level; each consumer formats
 them for its client. A message is sent only after the batch it describes has committed, so a
 browser never sees an event the database does not have.
@@ -20,10 +20,10 @@ trusted for completeness: consumers detect gaps in arrival indexes and read the 
 
 With the in-memory layer (which is process-local by nature) messages skip the layer and go
 through `LocalFanout`: the same groups and messages, delivered by a direct call. The layer
-costs ~100 µs per message and viewer in CPU (a deepcopy per member, an expiry scan of every
-channel on each send and receive, a task per delivery and another per receive); paced streams
-make one message per event, and that alone saturated the server's loop at 100 streams
-(`manage.py bench relay`). RELAY_LOCAL_FANOUT = False turns it off; a real layer (Redis) is
+costs real CPU per message and viewer (a deepcopy per member, an expiry scan of every channel
+on each send and receive, a task per delivery and another per receive); paced streams make one
+message per event, and that alone saturated the server's loop with many paced streams
+(docs/performance.md, "Relay"). RELAY_LOCAL_FANOUT = False turns it off; a real layer (Redis) is
 always used when configured.
 """
 
@@ -31,8 +31,8 @@ import logging
 import time
 
 from channels.layers import InMemoryChannelLayer, get_channel_layer
-from django.conf import settings
 
+from . import conf
 from .models import Stream
 
 log = logging.getLogger(__name__)
@@ -79,18 +79,13 @@ fanout = LocalFanout()
 
 def local_fanout():
     """`fanout` when messages should skip the channel layer (see the module docstring)."""
-    if not conf("RELAY_LOCAL_FANOUT", True):
+    if not conf.get().relay_local_fanout:
         return None
     return fanout if isinstance(get_channel_layer(), InMemoryChannelLayer) else None
 
 
 def stream_group(stream_id):
     return f"stream.{stream_id}"
-
-
-def conf(name, default):
-    """A relay knob from settings.STREAMSCOPE, with its default here."""
-    return settings.STREAMSCOPE.get(name, default)
 
 
 def event_payload(index, type_, sequence_number, t_us, data, inline_max=None):
@@ -100,7 +95,7 @@ def event_payload(index, type_, sequence_number, t_us, data, inline_max=None):
     inline (RELAY_INLINE_MAX_BYTES, or `inline_max` read once by a hot caller); the consumer
     then reads it from the database."""
     if inline_max is None:
-        inline_max = settings.STREAMSCOPE["RELAY_INLINE_MAX_BYTES"]
+        inline_max = conf.get().relay_inline_max_bytes
     if data is not None and len(data) > inline_max:
         data = None
     return (index, type_, sequence_number, t_us, data)
@@ -161,13 +156,6 @@ async def _group_send(layer, stream_id, message, summary):
     except Exception:
         # The database already has everything; viewers catch up from it on reconnect.
         log.exception("publish to the channel layer failed for stream %s", stream_id)
-
-
-async def publish_batch(stream_id, user_id, events, stream_fields=None):
-    """`publish`, awaited."""
-    pending = publish(stream_id, user_id, events, stream_fields)
-    if pending is not None:
-        await pending
 
 
 def created_fields(stream):

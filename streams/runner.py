@@ -18,8 +18,9 @@ from django.conf import settings
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
+from . import conf, services
 from .models import Event, Stream
-from .recorder import RUNNER_ID, Recording, conf, get_writer, record_attempt
+from .recorder import RUNNER_ID, Recording, get_writer, record_attempt
 from .upstream import ClientPool
 
 log = logging.getLogger(__name__)
@@ -46,82 +47,9 @@ def uses_simulator():
     return not settings.UPSTREAM_BASE_URL
 
 
-def build_request_body(
-    input,
-    model="auto",
-    *,
-    instructions="",
-    scenario="",
-    temperature=None,
-    max_output_tokens=None,
-    previous_response_id="",
-    metadata=None,
-):
-    """A Responses API request body. `input` is a string or a list of input items."""
-    body = {"model": model or "auto", "input": input, "stream": True}
-    if instructions:
-        body["instructions"] = instructions
-    if temperature is not None:
-        body["temperature"] = temperature
-    if max_output_tokens is not None:
-        body["max_output_tokens"] = max_output_tokens
-    if previous_response_id:
-        body["previous_response_id"] = previous_response_id
-    metadata = dict(metadata or {})
-    if scenario:
-        metadata["scenario"] = scenario
-    if metadata:
-        body["metadata"] = metadata
-    return body
-
-
-def prompt_of(input):
-    """The last user text of an input, for lists and search."""
-    if isinstance(input, str):
-        return input
-    for item in reversed(input or []):
-        if isinstance(item, dict) and item.get("role", "user") == "user":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return " ".join(
-                    c.get("text", "") for c in content if isinstance(c, dict) and "text" in c
-                )
-    return ""
-
-
 def in_workers():
     """Streams started by pages and the API run in worker processes (`stream_worker`)."""
-    return conf("RUNNER") == "worker"
-
-
-def create_stream(
-    user, body, *, first_attempt=None, attempt=1, source=Stream.Source.LIVE, claimed=None
-):
-    """A new `pending` stream row for `body` (sync; call through sync_to_async from async).
-
-    `claimed`: this process will run it (the default unless streams run in workers; an
-    unclaimed row waits in the database for a worker to claim it)."""
-    if claimed is None:
-        claimed = not in_workers()
-    return Stream.objects.create(
-        user=user if user is not None and getattr(user, "pk", None) else None,
-        source=source,
-        status=Stream.Status.PENDING,
-        request_body=body,
-        requested_model=str(body.get("model", ""))[:100],
-        scenario=str((body.get("metadata") or {}).get("scenario", ""))[:50],
-        prompt=prompt_of(body.get("input"))[:10000],
-        first_attempt=first_attempt,
-        attempt=attempt,
-        heartbeat_at=dt.datetime.now(dt.UTC),
-        runner=RUNNER_ID if claimed else "",
-    )
-
-
-def running_count(user):
-    return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
+    return conf.get().runner == "worker"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -135,7 +63,7 @@ def get_client():
     loop = asyncio.get_running_loop()
     client = _clients.get(loop)
     if client is None:
-        client = _clients[loop] = ClientPool(conf("CONNECT_TIMEOUT_S"))
+        client = _clients[loop] = ClientPool(conf.get().connect_timeout_s)
         for other in [lp for lp in _clients if lp.is_closed()]:
             del _clients[other]
     return client
@@ -149,12 +77,12 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
     url = base_url.rstrip("/") + "/responses"
     writer = get_writer()
     current = stream
-    stall_attempts = conf("STALL_MAX_ATTEMPTS")
+    stall_attempts = conf.get().stall_max_attempts
     while True:
         outcome = None
-        for connect_try in range(conf("CONNECT_MAX_ATTEMPTS")):
+        for connect_try in range(conf.get().connect_max_attempts):
             if connect_try:
-                await asyncio.sleep(conf("CONNECT_BACKOFF_S") * 2 ** (connect_try - 1))
+                await asyncio.sleep(conf.get().connect_backoff_s * 2 ** (connect_try - 1))
             rec = Recording(
                 current.pk, current.user_id, pinned_model=current.requested_model != "auto"
             )
@@ -165,21 +93,10 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
                 break
             log.info("stream %s: %s; retrying", current.pk, outcome.error_message)
         if outcome.status == Stream.Status.STALLED and current.attempt < stall_attempts:
-            current = await sync_to_async(_retry_row)(current)
+            current = await sync_to_async(services.next_attempt)(current)
             log.info("stream %s stalled; retrying as stream %s", stream.pk, current.pk)
             continue
         return current, outcome
-
-
-def _retry_row(stream, claimed=True):
-    first = stream.first_attempt or stream
-    return create_stream(
-        stream.user,
-        stream.request_body,
-        first_attempt=first,
-        attempt=stream.attempt + 1,
-        claimed=claimed,
-    )
 
 
 _tasks = {}
@@ -309,7 +226,7 @@ def _ensure_heartbeat():
 
 async def _heartbeat():
     while _tasks:
-        await asyncio.sleep(conf("HEARTBEAT_S"))
+        await asyncio.sleep(conf.get().heartbeat_s)
         await beat()
 
 
@@ -346,7 +263,7 @@ def sweep_orphans(retry=None):
     Unclaimed rows are waiting for a worker: nobody's orphans."""
     host = socket.gethostname()
     now = dt.datetime.now(dt.UTC)
-    stale = now - dt.timedelta(seconds=conf("HEARTBEAT_STALE_S"))
+    stale = now - dt.timedelta(seconds=conf.get().heartbeat_stale_s)
     active = Stream.objects.filter(status__in=Stream.ACTIVE_STATUSES).exclude(runner="")
     dead = Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
     for runner in active.exclude(runner=RUNNER_ID).values_list("runner", flat=True).distinct():
@@ -377,9 +294,9 @@ def sweep_orphans(retry=None):
         ):
             swept.append(pk)
     if retry is None:
-        retry = conf("RETRY_INTERRUPTED")
+        retry = conf.get().retry_interrupted
     if retry:
         for stream in Stream.objects.filter(pk__in=swept).select_related("user", "first_attempt"):
-            if stream.attempt < conf("STALL_MAX_ATTEMPTS"):
-                _retry_row(stream, claimed=False)
+            if stream.attempt < conf.get().stall_max_attempts:
+                services.next_attempt(stream, claimed=False)
     return len(swept)

@@ -1,9 +1,9 @@
 """The upstream client: a request body in, received events out, with receipt times.
 
-The only module that imports httpx and httpx-sse. Timing rules (DESIGN.md §3): every event is
-stamped with `time.monotonic_ns()` when the bytes carrying it are handed to us, and the request
-phases come from httpx's `trace` extension, so queueing inside our own process is never charged
-to the upstream.
+The only module that sends requests to the upstream. Timing rules (docs/measurement.md): every
+event is stamped with `time.monotonic_ns()` when the bytes carrying it are handed to us, and the
+request phases come from httpx's `trace` extension, so queueing inside our own process is never
+charged to the upstream.
 
 Lines are split here at the byte level so that data which is not valid UTF-8 can be kept
 verbatim (`ReceivedEvent.raw`) instead of being silently replaced; the field semantics of each
@@ -45,8 +45,8 @@ class ReceivedEvent(NamedTuple):
     raw: bytes | None = None  # undecoded data, only when it was not valid UTF-8
 
 
-# tuple.__new__(ReceivedEvent, values): a NamedTuple's own constructor is a Python function
-# (0.27 against 0.12 µs, once per event).
+# tuple.__new__(ReceivedEvent, values): a NamedTuple's own constructor is a Python function,
+# markedly slower, and this runs once per event (docs/performance.md, "Upstream").
 _new_event = tuple.__new__
 
 
@@ -58,7 +58,7 @@ class Phases:
     last_write_ns: int = 0  # when bytes of this request last went to the socket
     # When the newest bytes of the last read from the socket arrived (stamped in the
     # protocol's data_received, not when the reading task got round to them: on a busy loop
-    # that was several ms later, and the receipt times of events are measurements).
+    # that was later, and the receipt times of events are measurements; docs/performance.md).
     last_read_ns: int = 0
 
     async def trace(self, name, info):
@@ -67,8 +67,8 @@ class Phases:
             now = time.monotonic_ns()
             if phase == "request_written" and self.last_write_ns:
                 # httpcore reports the body complete after one more, empty, write, which
-                # yields to the event loop first: under load that came tens of ms after the
-                # last byte had left (measured with 50 streams starting together).
+                # yields to the event loop first: under load that came well after the last
+                # byte had left (docs/performance.md, "Upstream").
                 now = self.last_write_ns
             elif phase == "headers" and self.last_read_ns:
                 # like events: when the bytes that completed them arrived
@@ -147,8 +147,9 @@ class _Stream(httpcore.AsyncNetworkStream):
     request's bytes were handed to the socket (for `request_written`).
 
     Not httpcore's AnyIO backend: its per-read cancel scope, async-library sniffing and reader
-    re-registration cost ~20 µs per read, and a paced upstream sends one event per read. With
-    100 paced streams they were a fifth of the server's CPU (py-spy, `bench relay`)."""
+    re-registration cost a lot per read, and a paced upstream sends one event per read: with
+    many paced streams they were a large share of the server's CPU (docs/performance.md,
+    "Upstream")."""
 
     def __init__(self, transport, protocol):
         self._transport = transport
@@ -302,22 +303,10 @@ class UpstreamError(Exception):
         self.body = body
 
 
-def redact(text):
-    """`text` without the upstream API key. An upstream may echo the key it was sent (in an
-    error message, say); it never reaches a browser, an export or a log. Keys too short to be
-    real are not searched for."""
-    from django.conf import settings
-
-    key = settings.UPSTREAM_API_KEY
-    if not isinstance(text, str) or not key or len(key) < 8 or key not in text:
-        return text
-    return text.replace(key, "[redacted]")
-
-
 def make_client(connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_context=None):
     # No read timeout here: the stall rule (no event for N s) is enforced by the recorder,
-    # which knows when an event arrived. Building an SSL context takes 20–40 ms (certifi's
-    # bundle): pass one to share.
+    # which knows when an event arrived. Building an SSL context (certifi's bundle) is slow
+    # and blocks the loop: pass one to share (docs/performance.md, "Upstream").
     transport = httpx.AsyncHTTPTransport(
         verify=ssl_context if ssl_context is not None else True,
         limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive),
@@ -343,15 +332,15 @@ class ClientPool:
     Not one client: httpcore (1.0.9) scans its whole pool on every request and response
     close, and for every idle connection counts the pool again, so a pool's cost grows with
     the square of its size. With 100 streams starting beside the 100 idle keep-alive
-    connections of the previous 100, starting them blocked the event loop for ~265 ms, and
-    the pool took a third of the process's CPU (py-spy) in `bench relay`."""
+    connections of the previous 100, starting them stalled the event loop, and the pool took
+    a large share of the process's CPU (docs/performance.md, "Upstream")."""
 
     def __init__(self, connect_timeout=10.0, shard_streams=16, keepalive=8):
         self.connect_timeout = connect_timeout
         self.shard_streams = shard_streams
         self.keepalive = keepalive
         self.shards = []  # [client, streams in flight]
-        self.ssl_context = None  # one for all shards: each new one blocked the loop 20–40 ms
+        self.ssl_context = None  # one for all shards: building each one blocks the loop
 
     @contextlib.asynccontextmanager
     async def stream(self, method, url, **kwargs):
@@ -479,9 +468,9 @@ class EventReader:
     def _lines(self, lines, t_ns):
         """Decoded lines into events. `data: ` and `event: ` lines and the blank line that ends
         a block change the decoder's state here exactly as `SSEDecoder.decode` would, without a
-        call, a `ServerSentEvent` and its checks per line (every event has two or three lines;
-        measured in `bench ingest`, the reader was then a fifth of the pipeline's time). Any
-        other line goes to the decoder."""
+        call, a `ServerSentEvent` and its checks per line (every event has two or three lines,
+        and with those the reader was a large share of the pipeline's time; docs/performance.md,
+        "Upstream"). Any other line goes to the decoder."""
         out = []
         decoder = self._decoder
         decode = decoder.decode

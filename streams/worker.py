@@ -19,8 +19,8 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import DatabaseError, close_old_connections
 
-from . import runner
-from .recorder import RUNNER_ID, conf
+from . import conf, runner
+from .recorder import RUNNER_ID
 
 log = logging.getLogger(__name__)
 
@@ -40,8 +40,8 @@ def _db(fn, *args):
 
 class StreamWorker:
     def __init__(self, concurrency=None, poll_s=None):
-        self.concurrency = concurrency or conf("WORKER_CONCURRENCY")
-        self.poll_s = poll_s if poll_s is not None else conf("WORKER_POLL_S")
+        self.concurrency = concurrency or conf.get().worker_concurrency
+        self.poll_s = poll_s if poll_s is not None else conf.get().worker_poll_s
         self.wake = asyncio.Event()
         self.stopping = asyncio.Event()
         self.started = 0
@@ -54,7 +54,7 @@ class StreamWorker:
         try:
             while not self.stopping.is_set():
                 if loop.time() >= next_sweep:
-                    next_sweep = loop.time() + conf("HEARTBEAT_S")
+                    next_sweep = loop.time() + conf.get().heartbeat_s
                     await self._sweep()
                 free = self.concurrency - len(runner.running_here())
                 claimed = await _db(runner.claim_pending, free) if free > 0 else []

@@ -8,15 +8,17 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dashboard import eventloop
+from streams import process
 from streams.bench import free_port, wait_for_port  # noqa: F401  (tests import them from here)
 
 # The loop production runs on (manage.py and dashboard.server install it), before pytest-django's
-# django.setup() makes Daphne's loop.
-eventloop.install()
+# django.setup() makes Daphne's loop; and the same process tuning (streams/process.py).
+process.install_event_loop()
+process.tune()
 
 REPO = Path(__file__).resolve().parents[1]
-FIXTURES = REPO.parent / "shared" / "fixtures" / "streams"
+# Real captures, inside the repository (see their SOURCES.md): a fresh clone tests on its own.
+FIXTURES = REPO / "tests" / "fixtures" / "streams"
 
 
 def log_in_people(target):

@@ -267,11 +267,28 @@ class TestRead:
         stream = await Stream.objects.acreate(
             user=people.owner,
             status="failed",
+            resolved_model="echo-sk-very-secret-123",
+            upstream_id="resp_sk-very-secret-123",
             error_code="invalid_api_key",
             error_message="Incorrect API key provided: sk-very-secret-123",
+            parts=[{"output_index": 0, "type": "function_call", "name": "sk-very-secret-123"}],
         )
-        r = await bearer(people.owner).get(f"/api/streams/{stream.pk}/")
-        assert b"sk-very-secret" not in r.content and "[redacted]" in r.json()["error"]["message"]
+        data = json.dumps({"type": "error", "message": "bad key sk-very-secret-123"})
+        await Event.objects.acreate(stream=stream, index=0, type="error", t_us=1, data=data)
+        client = bearer(people.owner)
+        summary = await client.get(f"/api/streams/{stream.pk}/")
+        events = await client.get(f"/api/streams/{stream.pk}/events/")
+        listed = await client.get("/api/streams/")
+        for r in (summary, events, listed):
+            assert r.status_code == 200 and b"sk-very-secret" not in r.content
+        s = summary.json()
+        assert s["error"]["message"] == "Incorrect API key provided: [redacted]"
+        assert s["resolved_model"] == "echo-[redacted]" and s["upstream_id"] == "resp_[redacted]"
+        assert s["parts"][0]["name"] == "[redacted]"
+        assert events.json()["events"][0]["data"] == data.replace(
+            "sk-very-secret-123", "[redacted]"
+        )
+        assert listed.json()["streams"][0]["resolved_model"] == "echo-[redacted]"
 
     def test_the_summary_lists_findings(self, people):
         stream = Stream.objects.create(user=people.owner, status="completed")

@@ -1,5 +1,5 @@
 """streams.checks: every finding code on a stream that triggers it and a similar one that must not,
-plus the twelve real captures in shared/fixtures/streams. Pure tests, no database."""
+plus the twelve real captures in tests/fixtures/streams. Pure tests, no database."""
 
 import json
 from pathlib import Path
@@ -16,11 +16,11 @@ from streams.checks import (
     Violation,
     check_events,
 )
+from tests.conftest import FIXTURES
 
 
 def fixtures_dir() -> Path:
-    # The repo and shared/ sit side by side (here and in CI): <parent>/<repo>/tests/this_file.
-    return Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "streams"
+    return FIXTURES
 
 
 # ---- stream builders ---------------------------------------------------------------------------
@@ -199,7 +199,7 @@ class TestCleanStream:
         assert checker.resolved_model == "gpt-oss-120b"
 
     def test_wire_example_with_top_level_final_text(self):
-        # PROTOCOL.md's wire-format example, verbatim: no item/part events, final_text at top level.
+        # docs/protocol.md's wire example, verbatim: no item/part events, top-level final_text.
         events = [
             '{"type":"response.created","sequence_number":0}',
             '{"type":"response.output_text.delta","sequence_number":1,"delta":"Hello"}',

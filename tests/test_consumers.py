@@ -9,7 +9,7 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from dashboard.asgi import application
-from streams import consumers, relay, runner
+from streams import consumers, relay, runner, services
 from streams.models import ApiToken, Event, Stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,15 +93,23 @@ def payloads(start, n):
     ]
 
 
+async def publish_batch(stream_id, user_id, events, stream_fields=None):
+    """What the recorder's writer does after a commit: `relay.publish`, awaited when it goes
+    through the channel layer."""
+    pending = relay.publish(stream_id, user_id, events, stream_fields)
+    if pending is not None:
+        await pending
+
+
 def body(scenario="", model="auto", **metadata):
     metadata.setdefault("time_scale", 0.05)
-    return runner.build_request_body(
+    return services.build_request_body(
         "Tell me about Utrecht", model, scenario=scenario, metadata=metadata
     )
 
 
 async def created(user, b):
-    return await sync_to_async(runner.create_stream)(user, b)
+    return await sync_to_async(services.new_row)(user, b)
 
 
 @pytest.fixture
@@ -117,6 +125,22 @@ def capacity(settings):
         }
 
     return set_capacity
+
+
+@pytest.fixture
+def hole_reads(monkeypatch):
+    """The (after, before) ranges consumers read from the database to fill holes left by
+    dropped layer messages."""
+    reads = []
+    read_range = consumers.StreamConsumer.read_range
+
+    async def spy(self, after, before):
+        if before is not None:
+            reads.append((after, before))
+        return await read_range(self, after, before)
+
+    monkeypatch.setattr(consumers.StreamConsumer, "read_range", spy)
+    return reads
 
 
 @pytest.fixture
@@ -157,6 +181,8 @@ class TestAccess:
             f"/ws/streams/{stream.pk}/?after=x",
             f"/ws/streams/{stream.pk}/?after=-5",
             f"/ws/streams/{stream.pk}/?format=xml",
+            f"/ws/streams/{stream.pk}/?format=html",  # JSON is the only format
+            "/ws/streams/?format=html",
         ):
             comm = ws(path, people.owner)
             connected, _ = await comm.connect()
@@ -240,7 +266,9 @@ class TestLive:
         changed = {k for f in frames for k in f.get("stream", {})}
         assert {"ttft_ms", "resolved_model", "event_count"} <= changed
 
-    async def test_dropped_layer_messages_are_filled_from_the_database(self, people, capacity):
+    async def test_dropped_layer_messages_are_filled_from_the_database(
+        self, people, capacity, hole_reads
+    ):
         capacity(2)
         stream = await stored_stream(people.owner, 10, status="streaming")
         comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
@@ -248,17 +276,13 @@ class TestLive:
         hello = await comm.receive_json_from()
         assert indexes([hello]) == list(range(10)) and hello["status"] == "streaming"
         await stored_stream(people.owner, 100, status="streaming", start=10, stream=stream)
-        holes = consumers.stats["holes"]
         # 20 messages at once: a queue of 2 keeps the first two and drops the rest silently.
         await asyncio.gather(
-            *(
-                relay.publish_batch(stream.pk, people.owner.pk, payloads(10 + 5 * k, 5))
-                for k in range(20)
-            )
+            *(publish_batch(stream.pk, people.owner.pk, payloads(10 + 5 * k, 5)) for k in range(20))
         )
         await stored_stream(people.owner, 5, status="completed", start=110, stream=stream)
         await asyncio.sleep(0.05)
-        await relay.publish_batch(
+        await publish_batch(
             stream.pk,
             people.owner.pk,
             payloads(110, 5),
@@ -267,7 +291,7 @@ class TestLive:
         frames, code = await frames_until_close(comm)
         assert code == 1000 and frames[-1]["status"] == "completed"
         assert indexes([hello, *frames]) == list(range(115))
-        assert consumers.stats["holes"] > holes
+        assert hole_reads  # the layer did drop messages, and the holes came from the database
 
     async def test_a_lost_terminal_message_is_noticed_by_the_idle_check(self, people, knobs):
         knobs(RELAY_IDLE_CHECK_S=0.2)
@@ -291,7 +315,7 @@ class TestLive:
         assert frames == [{"events": [], "status": "deleted", "terminal": True}] and code == 1000
 
     async def test_a_tiny_channel_capacity_loses_nothing(
-        self, people, upstream, capacity, knobs, monkeypatch
+        self, people, upstream, capacity, knobs, monkeypatch, hole_reads
     ):
         capacity(2)
         knobs(BATCH_MAX_EVENTS=5)
@@ -305,7 +329,6 @@ class TestLive:
             await dispatch(self, message)
 
         monkeypatch.setattr(consumers.StreamConsumer, "dispatch", busy_dispatch)
-        holes = consumers.stats["holes"]
         stream = await created(people.owner, body("fast", events=3000, batch=20))
         viewers = [ws(f"/ws/streams/{stream.pk}/?format=json", people.owner) for _ in range(3)]
         for comm in viewers:
@@ -316,7 +339,7 @@ class TestLive:
         for frames, code in results:
             assert code == 1000
             assert indexes(frames) == list(range(3000))
-        assert consumers.stats["holes"] > holes  # the layer did drop messages
+        assert hole_reads  # the layer did drop messages
 
     async def test_large_event_data_is_read_from_the_database(self, people, upstream, knobs):
         knobs(RELAY_INLINE_MAX_BYTES=40)
@@ -330,24 +353,18 @@ class TestLive:
         assert [e["data"] for f in frames for e in f["events"]] == stored
         assert all(len(d) > 40 for d in stored)
 
-    async def test_html_frames_escape_model_output(self, people, upstream):
+    async def test_frames_are_json_without_a_format_and_carry_model_output_verbatim(
+        self, people, upstream
+    ):
         stream = await created(people.owner, body("xss"))
         await runner.run_stream(stream)
         comm = ws(f"/ws/streams/{stream.pk}/", people.owner)
         assert (await comm.connect())[0]
-        html = []
-        while True:
-            out = await comm.receive_output(5)
-            if out["type"] == "websocket.close":
-                break
-            html.append(out["text"])
-        page = "".join(html)
-        assert '<tbody hx-swap-oob="beforeend:#events">' in page
-        assert f'<tr id="ev-{stream.pk}-0"' in page
-        assert "&lt;script&gt;" in page and "&lt;img src=x" in page
-        assert "<script" not in page and "<img" not in page
-        assert 'id="stream-status"' in page and 'data-terminal="true"' in page
-        assert 'hx-swap-oob="beforeend:#output"' in page
+        frames, code = await frames_until_close(comm)
+        assert code == 1000 and frames[-1]["terminal"] is True
+        stored = [e.data async for e in Event.objects.filter(stream=stream).order_by("index")]
+        assert [e["data"] for f in frames for e in f["events"]] == stored
+        assert any("<script>" in d for d in stored)  # escaping is the page's business
 
 
 class TestSlowClients:
@@ -388,7 +405,7 @@ class TestSlowClients:
             await stored_stream(
                 people.owner, 10, status="streaming", start=5 + 10 * k, stream=stream
             )
-            await relay.publish_batch(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10))
+            await publish_batch(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10))
             await asyncio.sleep(0.01)
         frames, code = await frames_until_close(comm, timeout=3)
         assert code == 4008
@@ -414,9 +431,7 @@ class TestList:
         assert [s["id"] for s in snap["streams"]] == [theirs.pk, mine.pk]
         new = await created(people.stranger, body())
         await relay.publish_created(new)
-        await relay.publish_batch(
-            mine.pk, people.owner.pk, [], {"status": "completed", "ttft_ms": 9.5}
-        )
+        await publish_batch(mine.pk, people.owner.pk, [], {"status": "completed", "ttft_ms": 9.5})
         got = await owner.receive_json_from()
         assert got["streams"] == [{"id": mine.pk, "status": "completed", "ttft_ms": 9.5}]
         changes = {}
@@ -430,20 +445,99 @@ class TestList:
         await owner.disconnect()
         await staff.disconnect()
 
-    async def test_html_rows_are_inserted_once_then_replaced(self, people):
+    async def test_without_a_format_the_list_is_json_too(self, people):
         old = await stored_stream(people.owner, 1, status="completed")
         comm = ws(f"/ws/streams/?after={old.pk}", people.owner)
         assert (await comm.connect())[0]
-        assert await comm.receive_nothing(0.2)  # nothing active, nothing newer
+        assert await comm.receive_json_from() == {"streams": []}  # nothing active nor newer
         new = await created(people.owner, body())
         await relay.publish_created(new)
-        first = await comm.receive_from()
-        assert '<tbody hx-swap-oob="afterbegin:#streams">' in first
-        assert f'id="stream-row-{new.pk}"' in first
-        await relay.publish_batch(new.pk, people.owner.pk, [], {"status": "streaming"})
-        second = await comm.receive_from()
-        assert "afterbegin" not in second
-        assert f'<tr id="stream-row-{new.pk}"' in second and 'hx-swap-oob="true"' in second
+        [item] = (await comm.receive_json_from())["streams"]
+        assert item["id"] == new.pk and item["status"] == "pending"
+        await comm.disconnect()
+
+
+class TestRedaction:
+    """An upstream that echoes the key it was sent: the key never reaches a viewer."""
+
+    KEY = "sk-echoed-upstream-key-42"
+
+    @pytest.fixture(autouse=True)
+    def _key(self, settings):
+        settings.UPSTREAM_API_KEY = self.KEY
+
+    def echoing_stream(self, user, status="failed"):
+        error = json.dumps({"type": "error", "message": f"Incorrect API key: {self.KEY}"})
+
+        @sync_to_async
+        def store():
+            stream = Stream.objects.create(
+                user=user,
+                status=status,
+                resolved_model=f"model-{self.KEY}",
+                error_code="invalid_api_key",
+                error_message=f"Incorrect API key provided: {self.KEY}",
+                prompt="Hi",
+            )
+            Event.objects.create(
+                stream=stream, index=0, type="error", sequence_number=0, t_us=5, data=error
+            )
+            Stream.objects.filter(pk=stream.pk).update(event_count=1)
+            return stream
+
+        return store()
+
+    async def texts_until_close(self, comm):
+        texts = []
+        while (out := await comm.receive_output(10))["type"] != "websocket.close":
+            texts.append(out["text"])
+        return texts
+
+    async def test_stored_event_data_and_error_message_are_redacted(self, people):
+        stream = await self.echoing_stream(people.owner)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        texts = await self.texts_until_close(comm)
+        assert texts and not any(self.KEY in t for t in texts)
+        first = json.loads(texts[0])
+        assert first["stream"]["error_message"] == "Incorrect API key provided: [redacted]"
+        assert first["stream"]["resolved_model"] == "model-[redacted]"
+        assert "[redacted]" in first["events"][0]["data"]
+
+    async def test_live_batches_and_fields_are_redacted(self, people):
+        stream = await stored_stream(people.owner, 1, status="streaming")
+        comm = ws(f"/ws/streams/{stream.pk}/", people.owner)
+        assert (await comm.connect())[0]
+        await comm.receive_json_from()
+        data = json.dumps({"type": "error", "message": f"bad key {self.KEY}"})
+        await Event.objects.acreate(
+            stream=stream, index=1, type="error", sequence_number=1, t_us=9, data=data
+        )
+        fields = {"status": "failed", "event_count": 2, "error_message": f"key {self.KEY}"}
+        await Stream.objects.filter(pk=stream.pk).aupdate(**fields)
+        await publish_batch(
+            stream.pk, people.owner.pk, [relay.event_payload(1, "error", 1, 9, data)], fields
+        )
+        texts = await self.texts_until_close(comm)
+        assert texts and not any(self.KEY in t for t in texts)
+        last = json.loads(texts[-1])
+        assert last["stream"]["error_message"] == "key [redacted]" and last["terminal"]
+        assert [e["data"] for f in map(json.loads, texts) for e in f["events"]] == [
+            data.replace(self.KEY, "[redacted]")
+        ]
+
+    async def test_list_items_are_redacted(self, people):
+        stream = await self.echoing_stream(people.owner, status="streaming")
+        comm = ws("/ws/streams/", people.owner)
+        assert (await comm.connect())[0]
+        snapshot = await comm.receive_from()
+        assert self.KEY not in snapshot
+        assert json.loads(snapshot)["streams"][0]["resolved_model"] == "model-[redacted]"
+        await publish_batch(stream.pk, people.owner.pk, [], {"resolved_model": self.KEY})
+        change = await comm.receive_from()
+        assert json.loads(change) == {
+            "streams": [{"id": stream.pk, "resolved_model": "[redacted]"}]
+        }
         await comm.disconnect()
 
 

@@ -10,15 +10,20 @@ from asgiref.sync import sync_to_async
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from streams import export
+from streams import export, public
 from streams.capture import parse_sse_bytes
-from streams.export import iter_document, iter_sse, stream_document, to_sse
+from streams.export import iter_document, iter_sse
 from streams.importer import import_capture
 from streams.models import Event, Finding, Stream
 from streams.recorder import insert_events
-from tests.test_importer import event_tuples, finding_tuples, small_stream, sse
+from tests.test_importer import event_tuples, exported, finding_tuples, small_stream, sse
 
 T0 = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
+
+
+def document(stream, events=True):
+    """The stream's `.json` export, parsed: what the download and `export_sse --json` send."""
+    return json.loads("".join(iter_document(stream, events=events)))
 
 
 def recorded(events, *, status="completed", **fields):
@@ -64,7 +69,7 @@ class TestSse:
     def test_recorded_rows_are_written_as_sse_blocks(self):
         stream = recorded(messages()[:2])
         first, second = (e[2] for e in messages()[:2])
-        assert to_sse(stream) == (
+        assert exported(stream) == (
             f"event: message\ndata: {first}\n\nevent: message\ndata: {second}\n\n".encode()
         )
 
@@ -77,7 +82,7 @@ class TestSse:
         events.insert(5, ("message", "", "caf\ufffd", b"caf\xe9"))
         events.insert(6, ("message", "", "", None))
         stream = recorded(events)
-        body = to_sse(stream)
+        body = exported(stream)
         parsed = parse_sse_bytes(body)
         assert [(e.event_name, e.sse_id, e.data) for e in parsed] == [e[:3] for e in events]
         assert parsed[5].raw == b"caf\xe9"
@@ -100,12 +105,12 @@ class TestSse:
     def test_an_import_gives_back_its_bytes(self):
         content = b": hi\r\n\r\n" + sse(*small_stream()).replace(b"\n", b"\r\n")
         [stream] = import_capture(content, "crlf.sse")
-        assert to_sse(stream) == content
+        assert exported(stream) == content
         # even when the bytes are larger than one piece
         big = sse(*small_stream("x" * 20_000))
         [stream] = import_capture(big, "big.sse")
         assert len(list(iter_sse(stream))) > 1
-        assert to_sse(stream) == big
+        assert exported(stream) == big
 
 
 @pytest.mark.django_db
@@ -127,7 +132,7 @@ class TestDocument:
         Finding.objects.create(
             stream=stream, code="sequence_gap", severity="error", event_index=3, detail="d"
         )
-        doc = stream_document(stream)
+        doc = document(stream)
         assert doc["id"] == stream.pk and doc["status"] == "completed"
         assert doc["source"] == "live"
         assert doc["routing"] == {"category": "chat", "source": "", "reasoning": ""}
@@ -159,11 +164,11 @@ class TestDocument:
         ]
         assert len(doc["events"]) == stream.event_count
         e = doc["events"][1]
-        assert set(e) == set(export.EVENT_FIELDS)
+        assert set(e) == set(public.EXPORT_EVENT_FIELDS)
         assert e["index"] == 1 and e["t_us"] == 1000 and e["is_json"] is True
         assert e["received_at"] == (T0 + dt.timedelta(milliseconds=1)).isoformat()
         assert json.loads(e["data"])["sequence_number"] == 1
-        assert "events" not in stream_document(stream, events=False)
+        assert "events" not in document(stream, events=False)
 
     def test_the_pieces_are_one_json_document(self):
         n = export.EVENTS_PER_PIECE + 10
@@ -191,6 +196,24 @@ class TestDocument:
         assert not {"headers", "request_headers", "api_key"} & set(doc)
         assert "Authorization" not in text
 
+    def test_the_upstream_key_never_leaves_an_sse_export(self, settings):
+        settings.UPSTREAM_API_KEY = "sk-very-secret-123"
+        data = '{"type":"error","message":"bad key sk-very-secret-123"}'
+        recorded_body = exported(recorded([("message", "", data, None)], status="failed"))
+        assert (
+            recorded_body
+            == b"event: message\ndata: "
+            + data.replace("sk-very-secret-123", "[redacted]").encode()
+            + b"\n\n"
+        )
+        # an imported capture is given back byte for byte, but for the key (even one that
+        # would straddle two pieces of the download)
+        content = b"data: " + b"x" * (export.CAPTURE_PIECE - 10) + b" sk-very-secret-123\n\n"
+        [imported] = import_capture(content, "echo.sse")
+        pieces = list(iter_sse(imported))
+        assert len(pieces) == 2 and b"sk-very" not in b"".join(pieces)
+        assert b"".join(pieces) == content.replace(b"sk-very-secret-123", b"[redacted]")
+
 
 @pytest.mark.django_db
 class TestExportCommand:
@@ -206,7 +229,7 @@ class TestExportCommand:
         buffer = io.BytesIO()
         stdout = io.TextIOWrapper(buffer)  # like sys.stdout: text, with the bytes under .buffer
         call_command("export_sse", str(stream.pk), stdout=stdout)
-        assert buffer.getvalue() == to_sse(stream)
+        assert buffer.getvalue() == exported(stream)
         assert buffer.getvalue().endswith(b"data: \xff\n\n")
 
     def test_json_writes_the_document(self, tmp_path):
@@ -224,7 +247,7 @@ class TestExportCommand:
         events = small_stream()
         del events[5]
         [a] = import_capture(sse(*events), "gap.sse")
-        [b] = import_capture(to_sse(a), "again.sse")
+        [b] = import_capture(exported(a), "again.sse")
         assert finding_tuples(a) == finding_tuples(b)
         assert ("sequence_gap", "error", 5) in finding_tuples(a)
         assert Event.objects.filter(stream=b).count() == len(events)
@@ -237,11 +260,11 @@ class TestExportCommand:
 async def test_the_async_generator_gives_the_same_bytes():
     stream = await sync_to_async(recorded)(messages())
     pieces = [p async for p in export.aiter_sse(stream)]
-    assert b"".join(pieces) == await sync_to_async(to_sse)(stream)
+    assert b"".join(pieces) == await sync_to_async(exported)(stream)
 
 
 @pytest.mark.django_db(transaction=True)
 async def test_the_async_generator_gives_the_same_document():
     stream = await sync_to_async(recorded)(messages())
     text = "".join([p async for p in export.aiter_document(stream)])
-    assert json.loads(text) == await sync_to_async(stream_document)(stream)
+    assert json.loads(text) == await sync_to_async(document)(stream)

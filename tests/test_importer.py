@@ -14,14 +14,21 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from streams.export import to_sse
+from streams.export import iter_sse
 from streams.importer import CaptureError, import_capture, read_capture
 from streams.models import Capture, Event, Finding, Stream
 from tests.conftest import FIXTURES, REPO, database_url
 from tests.test_recorder import body, record
 
 CAPTURES = sorted(p.name for p in FIXTURES.glob("*.sse"))
+# At collection: a missing or empty folder would otherwise parametrize zero cases and pass.
+assert CAPTURES, f"no .sse captures in {FIXTURES}"
 TIMING_ONLY = {"stall", "buffered_delivery"}
+
+
+def exported(stream):
+    """The stream's `.sse` export, whole: what the download and `export_sse` send."""
+    return b"".join(iter_sse(stream))
 
 
 def event_tuples(stream):
@@ -137,9 +144,9 @@ class TestRealCaptures:
         assert stream.findings_count == Finding.objects.filter(stream=stream).count()
         assert Capture.objects.get(stream=stream).filename == name
 
-        exported = to_sse(stream)
-        assert exported == content  # byte-identical
-        again = one(exported, name)
+        body = exported(stream)
+        assert body == content  # byte-identical
+        again = one(body, name)
         assert [r[1:] for r in event_tuples(again)] == [r[1:] for r in rows]
         assert finding_tuples(again) == finding_tuples(stream)
 
@@ -172,7 +179,7 @@ class TestWireFormats:
         assert len(rows) == len(events)  # comments and retry blocks are not events
         assert [r[2] for r in rows] == [str(i) for i in range(len(events))]
         assert [r[4] for r in rows] == list(range(len(events)))
-        assert to_sse(stream) == content
+        assert exported(stream) == content
 
     def test_done_sentinel_is_an_info_finding(self):
         content = sse(*small_stream()) + b"data: [DONE]\n\n"
@@ -202,7 +209,7 @@ class TestWireFormats:
         assert bad.data == "caf\ufffd \ufffd"
         assert not bad.is_json
         assert "invalid_json" in codes(stream)
-        assert to_sse(stream) == content
+        assert exported(stream) == content
 
     def test_the_model_option_is_the_requested_model(self):
         stream = one(sse(*small_stream(routing=True, model="gpt-oss-20b")), model="auto")
@@ -299,8 +306,8 @@ class TestHar:
         assert a.started_at.isoformat() == "2025-01-02T03:04:05.678000+00:00"
         assert a.first_token_us is None and a.ttft_ms is None  # HAR has no per-event times
         # the export is the entry's body, not the HAR
-        assert to_sse(a) == first
-        assert to_sse(b) == second
+        assert exported(a) == first
+        assert exported(b) == second
         assert Capture.objects.get(stream=b).filename == "session.har#2"
         assert "sk-secret" not in json.dumps(a.request_body)
 
@@ -443,7 +450,7 @@ async def test_recorded_streams_round_trip_through_export_and_import(upstream):
     recorded = await asyncio.gather(*(record(body(s, sentences=2)) for s in ROUND_TRIP_SCENARIOS))
 
     def check(stream):
-        again = one(to_sse(stream), f"{stream.scenario}.sse")
+        again = one(exported(stream), f"{stream.scenario}.sse")
         original_rows = [(r[3], r[4], r[5]) for r in event_tuples(stream)]
         assert [(r[3], r[4], r[5]) for r in event_tuples(again)] == original_rows, stream.scenario
         assert [r[1:3] for r in event_tuples(again)] == [r[1:3] for r in event_tuples(stream)]

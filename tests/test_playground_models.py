@@ -16,7 +16,7 @@ from dashboard.models import (
     retry,
     send,
 )
-from streams import api, catalog, upstream
+from streams import catalog, services, upstream
 from streams.catalog import Catalog
 from streams.models import Stream
 
@@ -102,7 +102,7 @@ class TestSend(Base):
     def test_it_keeps_to_the_per_user_limit(self, settings):
         settings.STREAMSCOPE = {**settings.STREAMSCOPE, "MAX_CONCURRENT_PER_USER": 1}
         stream(self.owner, Stream.Status.STREAMING)  # in another conversation
-        with pytest.raises(api.TooMany):
+        with pytest.raises(services.TooMany):
             send(self.owner, self.conversation, form())
         assert Turn.objects.count() == 0
 

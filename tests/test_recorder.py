@@ -7,7 +7,7 @@ import itertools
 import pytest
 from asgiref.sync import sync_to_async
 
-from streams import runner
+from streams import runner, services
 from streams.models import Event, Finding, Stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -15,11 +15,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 def body(scenario="", model="auto", prompt="Tell me about Utrecht", **metadata):
     metadata.setdefault("time_scale", 0.05)
-    return runner.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
+    return services.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
 
 
 async def record(b, **kwargs):
-    stream = await sync_to_async(runner.create_stream)(None, b)
+    stream = await sync_to_async(services.new_row)(None, b)
     last, outcome = await runner.run_stream(stream, **kwargs)
     return await Stream.objects.aget(pk=last.pk), outcome
 
@@ -151,7 +151,7 @@ async def test_utf8_split_across_writes_reassembles_exactly(upstream):
 
 async def test_stall_aborts_and_retries_as_linked_attempts(upstream, settings):
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "STALL_TIMEOUT_S": 0.4, "STALL_MAX_ATTEMPTS": 2}
-    first = await sync_to_async(runner.create_stream)(None, body("stall", stall_s=5))
+    first = await sync_to_async(services.new_row)(None, body("stall", stall_s=5))
     last, outcome = await runner.run_stream(first)
     first = await Stream.objects.aget(pk=first.pk)
     last = await Stream.objects.aget(pk=last.pk)
@@ -177,7 +177,7 @@ async def test_a_stream_longer_than_the_stall_timeout_is_no_stall(upstream, sett
 
 
 async def test_cancel_closes_promptly_and_keeps_what_arrived(upstream):
-    stream = await sync_to_async(runner.create_stream)(None, body(time_scale=1.0))
+    stream = await sync_to_async(services.new_row)(None, body(time_scale=1.0))
     task = runner.start(stream)
     for _ in range(200):
         await asyncio.sleep(0.02)
@@ -218,7 +218,7 @@ async def test_200_concurrent_streams_lose_nothing(upstream):
 
 async def test_in_worker_mode_a_row_claimed_elsewhere_is_not_recorded_here(settings):
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "RUNNER": "worker"}
-    stream = await sync_to_async(runner.create_stream)(None, body())
+    stream = await sync_to_async(services.new_row)(None, body())
     assert stream.runner == ""  # waits for a worker
     stream.runner = "elsewhere:1:abcd"  # one claimed it before we got to start it
     assert runner.start(stream) is None and stream.pk not in runner._tasks
@@ -382,7 +382,7 @@ def test_stream_updates_group_by_changed_columns(db):
     NULLs, JSON and datetimes adapted as the ORM would."""
     from streams.recorder import Recording, update_streams
 
-    a, b, c, d = (runner.create_stream(None, body()) for _ in range(4))
+    a, b, c, d = (services.new_row(None, body()) for _ in range(4))
     now = dt.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
     def rec(stream):
@@ -417,7 +417,7 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
     retried batch (rows already converted) must store the same."""
     from streams.recorder import insert_events
 
-    stream = runner.create_stream(None, body())
+    stream = services.new_row(None, body())
     start = dt.datetime(2026, 11, 30, 23, 59, 59, 999_000, tzinfo=dt.UTC)
     offsets = [0, 1, 999, 1_000, 1_001, 999_999, 1_000_000, 86_400_000_000 + 17]
     rows = [
@@ -435,11 +435,11 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
 
 
 def test_orphans_of_dead_processes_become_interrupted(db):
-    live = runner.create_stream(None, body())
+    live = services.new_row(None, body())
     Stream.objects.filter(pk=live.pk).update(status="streaming")
-    dead = runner.create_stream(None, body())
+    dead = services.new_row(None, body())
     Stream.objects.filter(pk=dead.pk).update(status="streaming", runner="otherhost:1:abc")
-    stale = runner.create_stream(None, body())
+    stale = services.new_row(None, body())
     Stream.objects.filter(pk=stale.pk).update(
         status="streaming",
         runner="otherhost:2:def",
@@ -447,7 +447,7 @@ def test_orphans_of_dead_processes_become_interrupted(db):
     )
     import socket
 
-    local_dead = runner.create_stream(None, body())
+    local_dead = services.new_row(None, body())
     Stream.objects.filter(pk=local_dead.pk).update(
         status="streaming", runner=f"{socket.gethostname()}:999999:abc"
     )

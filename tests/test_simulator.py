@@ -95,7 +95,7 @@ async def run(sim, scenario="normal", model="gpt-oss-20b", input=PROMPT, time_sc
 
 
 def check_protocol(res: Result, terminal=True) -> None:
-    """Every ordering guarantee of PROTOCOL.md."""
+    """Every ordering guarantee of docs/protocol.md."""
     evs = res.events
     assert all(e.event == "message" for e in res.sse)
     assert evs[0]["type"] == "response.created"

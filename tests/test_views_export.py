@@ -9,11 +9,11 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient, Client
 
-from streams.export import stream_document, to_sse
 from streams.importer import import_capture
 from streams.models import Stream
 from tests.conftest import FIXTURES, log_in_people
-from tests.test_importer import har, har_entry, small_stream, sse
+from tests.test_export import document
+from tests.test_importer import exported, har, har_entry, small_stream, sse
 
 BASIC = (FIXTURES / "openai_text_basic.sse").read_bytes()
 
@@ -71,7 +71,7 @@ class TestStreamJson(Base):
         assert r["Content-Type"] == "application/json"
         assert r["Content-Disposition"] == f'attachment; filename="stream-{self.stream.pk}.json"'
         doc = json.loads(body(r))
-        assert doc == stream_document(self.stream)
+        assert doc == document(self.stream)
         assert doc["output_text"] == "1, 2, 3" and len(doc["events"]) == 15
 
     def test_it_returns_404_for_strangers(self):
@@ -107,7 +107,7 @@ async def test_downloads_stream_under_asgi_without_buffering_warnings():
         r = await client.get(f"/streams/{stream.pk}.json")
         doc = json.loads(b"".join([piece async for piece in r]))
     assert doc["id"] == stream.pk and len(doc["events"]) == 15
-    assert await sync_to_async(to_sse)(stream) == BASIC
+    assert await sync_to_async(exported)(stream) == BASIC
 
 
 class TestStreamUpload(Base):
@@ -128,7 +128,7 @@ class TestStreamUpload(Base):
         assert r.status_code == 302 and r["Location"] == f"/streams/{stream.pk}/"
         assert stream.user == self.owner and stream.source == "import"
         assert stream.requested_model == "auto"
-        assert to_sse(stream) == BASIC
+        assert exported(stream) == BASIC
 
     def test_a_har_with_two_responses_redirects_to_the_first(self):
         content = har(har_entry(sse(*small_stream("A"))), har_entry(sse(*small_stream("B"))))

@@ -127,7 +127,8 @@ class TestConversation(Base):
         ]
         add_turn(self.conversation, "Weather?", parts=parts)
         html = self.owner_client.get(self.url()).content.decode()
-        assert '<code class="pg-tool-name">get_weather</code>' in html
+        # the timeline's card (templates/dashboard/output.html renders both pages' output)
+        assert '<strong class="mono tool-name">get_weather</strong>' in html
         assert "&quot;city&quot;: &quot;Utrecht&quot;" in html  # pretty-printed, escaped
         assert "&quot;temp_c&quot;: 11" in html and "It is 11 °C." in html
 
@@ -148,6 +149,25 @@ class TestConversation(Base):
         html = self.owner_client.get(self.url()).content.decode()
         assert "Half an ans" in html and "Stopped." in html
         assert f"/turns/{turn.pk}/retry/" in html
+
+    def test_an_upstream_that_echoes_the_key_never_shows_it(self, settings):
+        key = settings.UPSTREAM_API_KEY = "sk-echoed-upstream-key-42"
+        turn = add_turn(
+            self.conversation,
+            "Hi",
+            status=Stream.Status.FAILED,
+            parts=text_parts(f"Half an answer with {key}"),
+            resolved_model=f"m-{key}",
+            routing_reasoning=f"because {key}",
+            error_code="invalid_api_key",
+            error_message=f"Incorrect API key provided: {key}",
+        )
+        html = self.owner_client.get(self.url()).content.decode()
+        turn_html = self.owner_client.get(f"{self.url()}turns/{turn.pk}/").content.decode()
+        for page in (html, turn_html):
+            assert key not in page
+            assert "invalid_api_key: Incorrect API key provided: [redacted]" in page  # the notice
+            assert "Half an answer with [redacted]" in page and "m-[redacted]" in page
 
     def test_only_the_last_turn_offers_a_retry(self):
         first = add_turn(self.conversation, "One", status=Stream.Status.FAILED)

@@ -102,6 +102,18 @@ class TestStreamList(Base):
         assert r.text.lstrip().startswith('<section id="results"')
         assert f"stream-row-{newer.pk}" in r.text
 
+    def test_it_answers_fragments_asked_for_in_the_query(self):
+        # stream_list.js asks so (no htmx headers); the cursors and filters work as on pages
+        newer = Stream.objects.create(user=self.owner, prompt="newer")
+        r = self.get(self.owner_client, f"/?fragment=streams&before={newer.pk}")
+        assert r.status_code == 200 and "<form" not in r.text
+        assert f"stream-row-{self.stream.pk}" in r.text and f"stream-row-{newer.pk}" not in r.text
+        r = self.get(self.owner_client, "/?status=pending&fragment=results")
+        assert r.text.lstrip().startswith('<section id="results"')
+        assert f"stream-row-{newer.pk}" in r.text and "fragment" not in r.text
+        r = self.get(self.stranger_client, f"/?fragment=streams&before={newer.pk}")
+        assert f"stream-row-{self.stream.pk}" not in r.text
+
     def test_it_refuses_bad_filters(self):
         r = self.get(self.owner_client, "/?status=nonsense&before=x")
         assert r.status_code == 400
@@ -192,6 +204,43 @@ class TestStreamDetail(Base):
         config = json.loads(r.context["page_config"] and json.dumps(r.context["page_config"]))
         assert config["active"] is True and config["ws"] == f"/ws/streams/{stream.pk}/?format=json"
         assert r.context["events"].last == 305 and r.context["events"].has_before
+
+
+class TestRedaction(Base):
+    """An upstream that echoes the key it was sent: no page nor page data shows it."""
+
+    KEY = "sk-echoed-upstream-key-42"
+
+    def test_no_page_shows_the_key(self, settings):
+        settings.UPSTREAM_API_KEY = self.KEY
+        events = text_events("Your key is ", self.KEY, rewrite_to=f"Your key: {self.KEY}")
+        events.insert(
+            3,
+            {
+                "type": "response.output_item.added",
+                "output_index": 1,
+                "item": {"type": "function_call", "name": f"f_{self.KEY}", "arguments": "{}"},
+            },
+        )
+        stream = recorded(
+            self.owner,
+            events,
+            resolved_model=f"m-{self.KEY}",
+            routing_reasoning=f"because {self.KEY}",
+            error_code="invalid_api_key",
+            error_message=f"Incorrect API key provided: {self.KEY}",
+        )
+        assert self.KEY in json.dumps(stream.parts)  # the stored row keeps what came
+        base = f"/streams/{stream.pk}/"
+        for url in ("/", base, f"{base}events/", f"{base}events/4/", f"{base}timing.json",
+                    f"{base}replay.json"):  # fmt: skip
+            r = self.get(self.owner_client, url)
+            assert r.status_code == 200 and self.KEY not in r.text, url
+        r = self.get(self.owner_client, base)
+        assert "Incorrect API key provided: [redacted]" in r.text
+        assert "f_[redacted]" in r.text and "m-[redacted]" in r.text
+        assert "Your key: [redacted]" in r.text  # the output, and the rewrite's diff
+        assert r.context["output_item_kinds"]["function_call"] == "tool"
 
 
 class TestStreamEvents(Base):

@@ -4,9 +4,10 @@
  *
  * - Sending is a POST (fetch, CSRF token from the form); the server starts the stream and
  *   answers the new turn, rendered by the page's own template. The WebSocket only receives.
- * - A streaming answer follows /ws/streams/<id>/?format=json and applies each event to the
- *   DOM as it comes: text deltas append to a text node, tool calls become cards, routing,
- *   rewrite, TTFT and tokens/s update the answer's header. Lost connections resume with
+ * - A streaming answer follows /ws/streams/<id>/?format=json and applies each event as it
+ *   comes: the output (text, tool cards, reasoning, a rewrite) through output.js, the module
+ *   the timeline renders live output with too; routing, rewrite, TTFT and tokens/s update the
+ *   answer's header here. Lost connections resume with
  *   after=<last index seen> (streamclient.js); a reload attaches again with after=-1, which
  *   replays the stored events of that one stream and continues live.
  * - When the stream ends the turn is fetched again, rendered by the server from the stored
@@ -15,6 +16,8 @@
  *   inserted is the server's own rendering of a turn (Django-escaped).
  */
 
+import { el, serverFragment } from "./dom.js";
+import { LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 
 // Deltas that carry model output, as streams/checks.py's OUTPUT_DELTAS: tokens/s counts these
@@ -30,30 +33,10 @@ const OUTPUT_DELTAS = new Set([
   "response.code_interpreter_call_code.delta",
   "response.audio.transcript.delta",
 ]);
+const TERMINAL_EVENTS = new Set(["response.completed", "response.incomplete", "response.failed"]);
 const BOTTOM_SLACK_PX = 140;
 const SILENCE_AFTER_S = 5;
 const RETRY_POLLS = 15;
-
-function el(tag, className, text) {
-  const node = document.createElement(tag);
-  if (className) node.className = className;
-  if (text !== undefined) node.textContent = text;
-  return node;
-}
-
-function pretty(value) {
-  if (value === null || value === undefined) return "";
-  let parsed = value;
-  if (typeof value === "string") {
-    try {
-      parsed = JSON.parse(value);
-    } catch {
-      return value;
-    }
-    if (parsed === null || typeof parsed !== "object") return value;
-  }
-  return JSON.stringify(parsed, null, 2);
-}
 
 function nearBottom() {
   const doc = document.documentElement;
@@ -75,9 +58,7 @@ function failure(response) {
 
 /** The server's rendering of one turn, as an element (Django-escaped HTML, not model data). */
 function fromHtml(html) {
-  const template = document.createElement("template");
-  template.innerHTML = html.trim();
-  return template.content.firstElementChild;
+  return serverFragment(html.trim()).firstElementChild;
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -89,7 +70,10 @@ class LiveAnswer {
     this.hooks = hooks;
     this.streamId = turn.dataset.stream;
     this.answer = turn.querySelector(".pg-answer");
-    this.items = new Map(); // output_index -> {type, block?, parts: Map(ci -> part), tool?}
+    this.output = new LiveOutput(this.answer, {
+      playground: true,
+      onRewrite: (label) => this.rewrite(label),
+    });
     this.deltas = 0;
     this.firstDeltaUs = null;
     this.lastFrameAt = performance.now();
@@ -127,6 +111,7 @@ class LiveAnswer {
     this.lastFrameAt = performance.now();
     const stick = nearBottom();
     for (const event of frame.events || []) this.event(event);
+    this.output.flush();
     if (frame.stream) this.fields(frame.stream);
     if (frame.status) this.status(frame.status);
     this.tick();
@@ -142,51 +127,17 @@ class LiveAnswer {
     }
     if (!d || typeof d !== "object") return;
     if (OUTPUT_DELTAS.has(d.type)) this.counted(e.t_us);
-    const oi = Number.isInteger(d.output_index) ? d.output_index : 0;
-    const ci = Number.isInteger(d.content_index) ? d.content_index : 0;
-    switch (d.type) {
-      case "response.created":
-        if (d.response && typeof d.response.model === "string") this.route(d.response.model);
-        break;
-      case "response.routing.completed":
-        this.route(d.model_id, d.category, d.reasoning, d.source);
-        break;
-      case "response.output_item.added":
-        this.item(oi, d.item);
-        break;
-      case "response.content_part.added":
-        this.part(oi, ci, d.part && d.part.type);
-        break;
-      case "response.output_text.delta":
-      case "response.refusal.delta":
-        this.delta(oi, ci, d.delta, d.type === "response.refusal.delta");
-        break;
-      case "response.output_text.done":
-      case "response.refusal.done":
-        this.textDone(oi, ci, d.type === "response.refusal.done" ? d.refusal : d.text);
-        break;
-      case "response.function_call_arguments.delta":
-        this.argsDelta(oi, d.delta);
-        break;
-      case "response.function_call_arguments.done":
-        this.argsDone(oi, d.arguments);
-        break;
-      case "response.output_item.done":
-        this.itemDone(oi, d.item);
-        break;
-      case "response.rewrite.in_progress":
-        this.rewrite("rewriting…");
-        break;
-      case "response.completed":
-      case "response.incomplete":
-      case "response.failed":
-        this.completed(d);
-        break;
-      case "error":
-        this.notice("err", [d.code, d.message].filter((x) => typeof x === "string" && x).join(": "));
-        break;
-      default:
-      // The schema is additive: unknown events are ignored, never fatal.
+    this.output.apply(d);
+    // What the answer's header and notice show; the schema is additive: others are ignored.
+    if (d.type === "response.created") {
+      if (d.response && typeof d.response.model === "string") this.route(d.response.model);
+    } else if (d.type === "response.routing.completed") {
+      this.route(d.model_id, d.category, d.reasoning, d.source);
+    } else if (d.type === "error") {
+      this.notice("err", [d.code, d.message].filter((x) => typeof x === "string" && x).join(": "));
+    } else if (TERMINAL_EVENTS.has(d.type)) {
+      const error = d.response && d.response.error;
+      if (error && error.message) this.notice("err", error.message);
     }
   }
 
@@ -262,81 +213,6 @@ class LiveAnswer {
     }
   }
 
-  // -- the answer's blocks, ordered by (output_index, content_index) like the server's
-
-  place(block, oi, ci) {
-    block.dataset.oi = oi;
-    if (ci !== undefined) block.dataset.ci = ci;
-    const key = (node) => [Number(node.dataset.oi), Number(node.dataset.ci || 0)];
-    const mine = [oi, ci || 0];
-    for (const other of this.answer.querySelectorAll(":scope > .pg-block")) {
-      const [o, c] = key(other);
-      if (o > mine[0] || (o === mine[0] && c > mine[1])) {
-        // a draft <details> belongs to the block before it
-        this.answer.insertBefore(block, other);
-        return block;
-      }
-    }
-    this.answer.append(block);
-    return block;
-  }
-
-  item(oi, raw) {
-    let item = this.items.get(oi);
-    const type = (raw && typeof raw.type === "string" && raw.type) || "message";
-    if (!item) {
-      item = { type, parts: new Map() };
-      this.items.set(oi, item);
-    }
-    if (type === "function_call" || type === "custom_tool_call" || type === "mcp_call") {
-      item.type = type;
-      if (!item.tool) item.tool = this.toolCard(oi, raw || {});
-    } else if (type === "reasoning" && !item.block) {
-      item.type = type;
-      const block = el("details", "pg-block pg-reasoning");
-      block.append(el("summary", "", "Reasoning"));
-      item.text = block.appendChild(el("div", "pg-text"));
-      item.block = this.place(block, oi);
-    } else if (type !== "message" && !item.block) {
-      item.type = type;
-      item.block = this.place(el("div", "pg-block pg-other muted", `(${type} item)`), oi);
-    }
-    return item;
-  }
-
-  toolCard(oi, raw) {
-    const card = el("section", "pg-block pg-tool");
-    const head = card.appendChild(el("header"));
-    const icon = head.appendChild(el("span", "pg-tool-icon", "ƒ"));
-    icon.setAttribute("aria-hidden", "true");
-    const name = head.appendChild(el("code", "pg-tool-name", raw.name || raw.type || "tool"));
-    head.append(" ");
-    const status = head.appendChild(el("span", "badge pg-tool-status streaming", "running"));
-    if (raw.call_id) head.append(" ", el("code", "pg-tool-id muted", raw.call_id));
-    card.append(el("div", "pg-tool-label", "Arguments"));
-    const args = card.appendChild(el("pre", "pg-tool-args"));
-    const outLabel = card.appendChild(el("div", "pg-tool-label", "Output"));
-    const output = card.appendChild(el("pre", "pg-tool-output"));
-    outLabel.hidden = output.hidden = true;
-    this.place(card, oi);
-    const tool = { card, name, status, args, outLabel, output, text: "" };
-    if (typeof raw.arguments === "string" && raw.arguments) this.setArgs(tool, raw.arguments);
-    return tool;
-  }
-
-  part(oi, ci, type) {
-    const item = this.item(oi, { type: "message" });
-    let part = item.parts.get(ci);
-    if (!part) {
-      const refusal = type === "refusal";
-      const block = el("div", `pg-block pg-text${refusal ? " pg-refusal" : ""}`);
-      const node = block.appendChild(document.createTextNode(""));
-      part = { block: this.place(block, oi, ci), node, text: "", done: false };
-      item.parts.set(ci, part);
-    }
-    return part;
-  }
-
   counted(tUs) {
     this.deltas += 1;
     if (typeof tUs !== "number") return;
@@ -345,84 +221,11 @@ class LiveAnswer {
     if (this.deltas > 1 && span > 0) this.rate((this.deltas - 1) / span);
   }
 
-  delta(oi, ci, text, refusal) {
-    if (typeof text !== "string") return;
-    const part = this.part(oi, ci, refusal ? "refusal" : "output_text");
-    part.node.appendData(text);
-    part.text += text;
-  }
-
-  textDone(oi, ci, text) {
-    if (typeof text !== "string") return;
-    const part = this.part(oi, ci);
-    part.done = true;
-    if (text === part.text) return;
-    if (part.text) {
-      // The final text differs from what streamed (a rewrite pass): show the final text,
-      // keep the draft one click away.
-      const draft = el("details", "pg-draft");
-      draft.append(el("summary", "", "Streamed draft (before the rewrite)"));
-      draft.append(el("div", "pg-text", part.text));
-      part.block.after(draft);
-      this.rewrite("rewritten");
-    }
-    part.node.data = text;
-    part.text = text;
-  }
-
-  setArgs(tool, text) {
-    tool.text = text;
-    tool.args.textContent = pretty(text);
-  }
-
-  argsDelta(oi, text) {
-    if (typeof text !== "string") return;
-    const tool = this.item(oi, { type: "function_call" }).tool;
-    tool.text += text;
-    tool.args.textContent = tool.text;
-  }
-
-  argsDone(oi, text) {
-    if (typeof text !== "string") return;
-    this.setArgs(this.item(oi, { type: "function_call" }).tool, text);
-  }
-
-  itemDone(oi, raw) {
-    if (!raw || typeof raw !== "object") return;
-    const item = this.item(oi, raw);
-    if (item.tool) {
-      const tool = item.tool;
-      if (raw.name) tool.name.textContent = raw.name;
-      if (typeof raw.arguments === "string" && raw.arguments) this.setArgs(tool, raw.arguments);
-      const status = typeof raw.status === "string" ? raw.status : "";
-      tool.status.className = `badge pg-tool-status ${status}`;
-      tool.status.textContent = status || "done";
-      tool.card.dataset.status = status;
-      if (raw.output !== undefined && raw.output !== null && raw.output !== "") {
-        tool.output.textContent = pretty(raw.output);
-        tool.outLabel.hidden = tool.output.hidden = false;
-      }
-    } else if (item.type === "message" && Array.isArray(raw.content)) {
-      raw.content.forEach((c, ci) => {
-        if (c && typeof c.text === "string" && !item.parts.has(ci)) this.textDone(oi, ci, c.text);
-      });
-    } else if (item.type === "reasoning" && Array.isArray(raw.summary)) {
-      item.text.textContent = raw.summary.map((s) => (s && s.text) || "").join("\n\n");
-    }
-  }
-
-  completed(d) {
-    const response = d.response && typeof d.response === "object" ? d.response : {};
-    const text = typeof response.output_text === "string" ? response.output_text : d.final_text;
-    const hasText = this.answer.querySelector(".pg-text");
-    if (typeof text === "string" && text && !hasText) this.textDone(0, 0, text);
-    if (response.error && response.error.message) this.notice("err", response.error.message);
-  }
-
   // -- the end
 
   async end(info) {
     this.ended = true;
+    this.output.finish();
     clearInterval(this.timer);
     this.silence("");
     if (info.reason === "refused") {

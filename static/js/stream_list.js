@@ -1,13 +1,17 @@
 /**
  * stream_list.js — the streams list stays live.
  *
- * The page is server-rendered (filters and keyset pages through htmx). This module follows
- * /ws/streams/ (JSON frames, resumed by streamclient.js) and:
- * - updates the cells of rows already on the page from the changed fields (textContent only);
- * - when a stream it has not shown appears on the newest page, asks the server for the rows
- *   newer than the newest one shown *with the current filters* (`?…&after=<id>`, the rows
- *   partial), so what appears is exactly what the filters select — the server stays the one
- *   place that filters and renders rows.
+ * The page is server-rendered (filters and keyset pages through htmx), and so is every row it
+ * shows: templates/streams/stream_row.html is the one row renderer, and no figure is
+ * formatted here. This module follows /ws/streams/ (JSON frames, resumed by streamclient.js)
+ * and asks the rows partial of the list view (`?<filters>&fragment=streams&after=…|before=…`,
+ * the same filters, the same keyset cursors as its pages) for what changed:
+ * - a row already on the page: its status badge changes at once (the raw status, as
+ *   textContent), and the row is fetched again, throttled, through a cursor next to it (the
+ *   row below it, `after=`; the bottom row: the row above it, `before=`); the cells that
+ *   differ are swapped for the server's;
+ * - a stream it has not shown, on the newest page: the rows newer than the newest one shown,
+ *   so what appears is exactly what the filters select; they are prepended.
  */
 import { connectStream } from "./streamclient.js";
 
@@ -17,96 +21,92 @@ const FETCH_GAP_MS = 400; // at most ~2 row fetches a second, however busy the s
 const results = () => document.getElementById("results");
 const live = document.getElementById("list-live");
 
-function formatCount(n) {
-  return Number(n).toLocaleString("en-US").replace(/,/g, "\u202f");
+// Rows whose stream changed since they were rendered: id -> the frame count when it changed.
+const dirty = new Map();
+let frames = 0;
+let unseen = false; // a stream newer than the newest row was announced
+let servedNew = false; // the last request was for new rows: changed rows go next
+
+/** The status, at once: the frame's raw value, the one thing the row shows unformatted. */
+function setStatus(row, status) {
+  const badge = row.querySelector('[data-f="status"]');
+  if (!badge || badge.textContent === status) return;
+  badge.textContent = status;
+  badge.className = `badge ${status}`;
+  row.className = row.className.replace(/\bstatus-\S+/, `status-${status}`);
+  row.classList.remove("is-new");
+  void row.offsetWidth; // restart the highlight
+  row.classList.add("is-new");
 }
 
-function formatDuration(ms) {
-  if (ms === null || ms === undefined) return "—";
-  if (ms < 1000) return `${Math.round(ms)} ms`;
-  const s = ms / 1000;
-  if (s < 60) return `${s.toFixed(2)} s`;
-  const total = Math.round(s);
-  return `${Math.floor(total / 60)} min ${String(total % 60).padStart(2, "0")} s`;
-}
-
-function cell(row, field) {
-  return row.querySelector(`[data-f="${field}"]`);
-}
-
-/** Apply changed fields to a row rendered by templates/streams/stream_row.html. */
-function updateRow(row, item) {
-  if ("status" in item) {
-    const badge = cell(row, "status");
-    badge.textContent = item.status;
-    badge.className = `badge ${item.status}`;
-    row.className = row.className.replace(/\bstatus-\S+/, `status-${item.status}`);
+/** Bring a row up to the server's rendering of it: only the cells that differ are swapped. */
+function patch(row, fresh) {
+  const cells = [...row.children];
+  const freshCells = [...fresh.children];
+  fresh.classList.toggle("is-new", row.classList.contains("is-new"));
+  if (cells.length !== freshCells.length) {
+    row.replaceWith(fresh);
+    return;
   }
-  if ("resolved_model" in item) {
-    const requested = row.querySelector("td.model > span:first-child").textContent;
-    const resolved = item.resolved_model || "";
-    cell(row, "resolved_model").textContent =
-      resolved && resolved !== requested ? ` → ${resolved}` : "";
-  }
-  if ("ttft_ms" in item) {
-    cell(row, "ttft_ms").textContent = item.ttft_ms === null ? "—" : String(Math.round(item.ttft_ms));
-  }
-  if ("duration_ms" in item) cell(row, "duration_ms").textContent = formatDuration(item.duration_ms);
-  if ("event_count" in item) cell(row, "event_count").textContent = formatCount(item.event_count);
-  if ("findings_count" in item || "error_findings" in item) {
-    const td = cell(row, "findings_count");
-    const count = item.findings_count ?? Number(td.textContent.replace(/\D/g, "") || 0);
-    const errors = item.error_findings ?? (td.querySelector(".sev-error") ? 1 : 0);
-    const span = document.createElement("span");
-    span.className = errors ? "sev-error" : count ? "sev-warning" : "muted";
-    span.textContent = String(count);
-    td.replaceChildren(span);
-  }
-  if ("status" in item) {
-    row.classList.remove("is-new");
-    void row.offsetWidth; // restart the highlight
-    row.classList.add("is-new");
-  }
+  row.className = fresh.className;
+  cells.forEach((td, i) => {
+    if (td.innerHTML !== freshCells[i].innerHTML) td.replaceWith(freshCells[i]);
+  });
 }
 
 let fetching = false;
-let again = false;
 let lastFetch = 0;
 
 function scheduleFetch() {
-  if (fetching) {
-    again = true;
-    return;
-  }
+  if (fetching) return; // the running fetch looks again when it is done
   const wait = Math.max(0, lastFetch + FETCH_GAP_MS - performance.now());
   fetching = true;
-  setTimeout(fetchNewRows, wait);
+  setTimeout(fetchRows, wait);
 }
 
-/** Rows newer than the newest shown, filtered by the server; then prepend them. */
-async function fetchNewRows() {
+/** What to ask next: new rows or a window around the lowest changed row, taking turns (a
+ * steady flow of new streams must not keep the rows on the page from updating). */
+function nextRequest(section) {
+  const newest = section.dataset.newest;
+  if (unseen && section.dataset.live !== "on") unseen = false;
+  if (unseen && !(servedNew && dirty.size)) {
+    unseen = false;
+    servedNew = true;
+    if (!newest) return { fragment: "results" };
+    return { fragment: "streams", after: newest };
+  }
+  servedNew = false;
+  const rows = [...section.querySelectorAll("#streams > tr")].filter((r) => dirty.has(Number(r.dataset.id)));
+  for (const id of dirty.keys()) {
+    if (!document.getElementById(`stream-row-${id}`)) dirty.delete(id); // trimmed or filtered away
+  }
+  const lowest = rows.at(-1);
+  if (!lowest) return null;
+  const below = lowest.nextElementSibling;
+  const above = lowest.previousElementSibling;
+  const cursor = below ? { after: below.dataset.id } : above ? { before: above.dataset.id } : {};
+  return { fragment: "streams", target: Number(lowest.dataset.id), ...cursor };
+}
+
+/** One request for rows with the page's filters, merged into the page; then the next, if any. */
+async function fetchRows() {
   const section = results();
   try {
-    if (!section || section.dataset.live !== "on") return;
-    const query = section.dataset.query;
-    const newest = section.dataset.newest;
-    const params = new URLSearchParams(query);
-    let target = "results";
-    if (newest) {
-      params.set("after", newest);
-      target = "streams";
-    }
+    const request = section && nextRequest(section);
+    if (!request) return;
+    const { target, ...cursor } = request;
+    const params = new URLSearchParams(section.dataset.query);
+    for (const [key, value] of Object.entries(cursor)) params.set(key, value);
+    const asked = frames;
     lastFetch = performance.now();
-    const response = await fetch(`/?${params}`, {
-      headers: { "HX-Request": "true", "HX-Target": target },
-      credentials: "same-origin",
-    });
+    const response = await fetch(`/?${params}`, { credentials: "same-origin" });
+    if (target !== undefined && dirty.get(target) <= asked) dirty.delete(target); // (even if not sent back: filtered out)
     if (!response.ok) return;
     const html = await response.text();
     if (section !== results()) return; // the filters changed meanwhile
     const tpl = document.createElement("template");
     tpl.innerHTML = html; // server-rendered, escaped by Django's templates
-    if (target === "results") {
+    if (cursor.fragment === "results") {
       const fresh = tpl.content.querySelector("#results");
       if (fresh && fresh.querySelector("tbody tr")) {
         section.replaceWith(fresh);
@@ -115,31 +115,41 @@ async function fetchNewRows() {
       return;
     }
     const rows = [...tpl.content.querySelectorAll("tr[id^='stream-row-']")];
-    const body = section.querySelector("#streams");
-    let max = Number(newest);
-    const fresh = document.createDocumentFragment();
-    for (const row of rows) {
-      const id = Number(row.dataset.id);
-      max = Math.max(max, id);
-      const old = document.getElementById(row.id);
-      if (old) old.replaceWith(row);
-      else {
-        row.classList.add("is-new");
-        fresh.append(row);
-      }
-    }
-    body.prepend(fresh);
-    section.dataset.newest = String(max);
-    section.querySelector(".empty")?.remove();
-    trim(section);
-    if (rows.length >= 50) again = true; // a burst: there may be more
+    merge(section, rows, asked);
+    if (target === undefined && rows.length >= 50) unseen = true; // a burst: there may be more
+  } catch {
+    // the network or the server failed this once: the next change asks again
   } finally {
     fetching = false;
-    if (again) {
-      again = false;
-      scheduleFetch();
+    if (unseen || dirty.size) scheduleFetch();
+  }
+}
+
+/** Fresh rows from the server: update those on the page, prepend those newer than the newest. */
+function merge(section, rows, asked) {
+  const body = section.querySelector("#streams");
+  const newest = Number(section.dataset.newest || 0);
+  let max = newest;
+  const fresh = document.createDocumentFragment();
+  for (const row of rows) {
+    const id = Number(row.dataset.id);
+    const old = document.getElementById(row.id);
+    if (old) {
+      // A row that changed after the request went out is newer on the page than in this answer.
+      if ((dirty.get(id) ?? -1) > asked) continue;
+      dirty.delete(id);
+      patch(old, row);
+    } else if (id > newest) {
+      max = Math.max(max, id);
+      row.classList.add("is-new");
+      fresh.append(row);
     }
   }
+  if (!fresh.childNodes.length) return;
+  body.prepend(fresh);
+  section.dataset.newest = String(max);
+  section.querySelector(".empty")?.remove();
+  trim(section);
 }
 
 /** Keep the live page bounded; the "Older" link continues after the last row kept. */
@@ -162,14 +172,18 @@ function trim(section) {
 function onFrame(frame) {
   const section = results();
   if (!section || !frame || !Array.isArray(frame.streams)) return;
+  frames += 1;
   const newest = Number(section.dataset.newest || 0);
-  let unseen = false;
   for (const item of frame.streams) {
     const row = document.getElementById(`stream-row-${item.id}`);
-    if (row) updateRow(row, item);
-    else if (item.id > newest) unseen = true;
+    if (row) {
+      if (typeof item.status === "string") setStatus(row, item.status);
+      dirty.set(item.id, frames);
+    } else if (item.id > newest && section.dataset.live === "on") {
+      unseen = true;
+    }
   }
-  if (unseen && section.dataset.live === "on") scheduleFetch();
+  if (unseen || dirty.size) scheduleFetch();
 }
 
 function setLive(state, text) {

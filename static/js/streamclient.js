@@ -6,8 +6,7 @@
  *
  *   const conn = connectStream("/ws/streams/42/?format=json", {
  *     after: -1,                         // the last event index the page already shows
- *     onFrame(frame, conn) {},           // every frame: a parsed object (format=json) or the
- *                                        // HTML text (format=html)
+ *     onFrame(frame, conn) {},           // every frame, parsed (JSON frames, see below)
  *     onStatus(status, frame, conn) {},  // a frame carried a (new) status
  *     onOpen(conn) {}, onClose(info, conn) {},   // info: {code, reason, willRetry, delayMs}
  *     onEnd(info, conn) {},              // for good: {reason: "terminal" | "closed" | "refused"}
@@ -16,16 +15,14 @@
  *   conn.close();    // stop; no reconnect
  *
  * Frames and close codes are documented in streams/consumers.py. This client:
- * - tracks the highest event index it has received (JSON: `events[].index`; HTML: the
- *   `data-index` attributes of the rows) and reconnects with `after=<lastIndex>`, so the
- *   server sends exactly the missing events;
+ * - tracks the highest event index it has received (`events[].index`) and reconnects with
+ *   `after=<lastIndex>`, so the server sends exactly the missing events;
  * - reconnects with jittered exponential backoff (baseDelayMs × 2^attempt, capped at
  *   maxDelayMs, "full jitter"), at once after close code 4008 (the server let a slow client
  *   go: resuming is the expected next step);
- * - stops after a terminal frame (JSON `terminal: true`, HTML `data-terminal="true"`; the
- *   server then closes with 1000), after `conn.close()`, and after `maxRefusals` connections in
- *   a row that never
- *   opened: a refused handshake (not logged in, no access, foreign origin) looks the same as
+ * - stops after a terminal frame (`terminal: true`; the server then closes with 1000), after
+ *   `conn.close()`, and after `maxRefusals` connections in a row that never opened: a refused
+ *   handshake (not logged in, no access, foreign origin) looks the same as
  *   a network failure to a browser, so it cannot be told apart from one on the first try.
  * For the live list (/ws/streams/) frames carry no event indexes and `after` is left as given.
  */
@@ -44,7 +41,6 @@ const DEFAULTS = {
 
 const CLOSE_NORMAL = 1000;
 const CLOSE_TOO_SLOW = 4008;
-const HTML_INDEX = /data-index="(\d+)"/g;
 
 /** An absolute ws:// or wss:// URL for `url` (a path, or http(s)/ws(s) URL). */
 export function websocketUrl(url, after) {
@@ -86,25 +82,12 @@ export function connectStream(url, options = {}) {
   }
 
   function handle(data) {
-    let frame = data;
-    let terminal = false;
-    let status = null;
-    if (typeof data === "string" && data.startsWith("{")) {
-      frame = JSON.parse(data);
-      for (const e of frame.events || []) {
-        if (conn.lastIndex === null || e.index > conn.lastIndex) conn.lastIndex = e.index;
-      }
-      status = frame.status ?? null;
-      terminal = frame.terminal === true;
-    } else if (typeof data === "string") {
-      for (const m of data.matchAll(HTML_INDEX)) {
-        const i = Number(m[1]);
-        if (conn.lastIndex === null || i > conn.lastIndex) conn.lastIndex = i;
-      }
-      const s = /id="stream-status"[^>]*data-status="([^"]*)"/.exec(data);
-      if (s) status = s[1];
-      terminal = data.includes('data-terminal="true"');
+    const frame = JSON.parse(data);
+    for (const e of frame.events || []) {
+      if (conn.lastIndex === null || e.index > conn.lastIndex) conn.lastIndex = e.index;
     }
+    const status = frame.status ?? null;
+    const terminal = frame.terminal === true;
     attempt = 0;
     opts.onFrame(frame, conn);
     if (status !== null && status !== conn.status) {

@@ -171,10 +171,10 @@ async def _bare(client, upstream, streams, events):
 async def _pipeline(client, upstream, streams, events):
     from asgiref.sync import sync_to_async
 
-    from streams import runner
+    from streams import runner, services
     from streams.models import Event, Stream
 
-    rows = [await sync_to_async(runner.create_stream)(None, _body(events)) for _ in range(streams)]
+    rows = [await sync_to_async(services.new_row)(None, _body(events)) for _ in range(streams)]
     t0 = time.perf_counter()
     await asyncio.gather(*(runner.run_stream(s, base_url=upstream) for s in rows))
     elapsed = time.perf_counter() - t0

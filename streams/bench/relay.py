@@ -136,7 +136,7 @@ def apply_pattern(pattern):
         relay.publish = stock_publish_batch
     elif pattern == "batched-layer":
         # ours, but through the channel layer even though it is the in-memory one
-        settings.STREAMSCOPE["RELAY_LOCAL_FANOUT"] = False
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "RELAY_LOCAL_FANOUT": False}
     relay.publish = timed(relay.publish)
 
 
@@ -162,20 +162,20 @@ class StockConsumer(AsyncWebsocketConsumer):
 def _prepare(data):
     from django.contrib.auth import get_user_model
 
-    from streams import runner
+    from streams import runner, services
     from streams.models import ApiToken, Stream
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
     token = ApiToken.issue(user, name="bench relay")
     ids = []
     for i in range(data["count"]):
-        body = runner.build_request_body(
+        body = services.build_request_body(
             f"Benchmark question {i}: tell me about Utrecht",
             data.get("model", "auto"),
             scenario=data.get("scenario", ""),
             metadata={**data.get("metadata", {}), "seed": i},
         )
-        ids.append(runner.create_stream(user, body).pk)
+        ids.append(services.new_row(user, body).pk)
     if runner.in_workers():
         # Claimed by nobody real until /_bench/start, or a worker would start them before
         # their viewers are on (the stock pattern has no catch-up).
@@ -224,8 +224,6 @@ def _receipts(ids):
 
 
 def _stats():
-    from streams import consumers
-
     gc_stats = {k: round(v, 1) for k, v in GC.items() if k != "started"}
     hop_stats = (
         {
@@ -237,7 +235,7 @@ def _stats():
         if HOPS
         else {}
     )
-    return {**consumers.stats, "gc": gc_stats, "loop_hop": hop_stats}
+    return {"gc": gc_stats, "loop_hop": hop_stats}
 
 
 async def control(scope, receive, send):
@@ -530,7 +528,6 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
         result["paced_events"] = paced["stored"]
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         stats = (await client.post("/_bench/stats", json={})).json()
-    result["holes_filled"] = stats.get("holes", 0)
     # the server's garbage collector during the last run (paced if any): its pauses are latency
     result["server_gc"] = stats.get("gc", {})
     # one hop through the server's ready queue (a future, a task wake-up) during that run

@@ -6,11 +6,12 @@ import os
 
 import django
 
-from dashboard import eventloop
+from streams import process
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
-eventloop.install()
+process.install_event_loop()
 django.setup()
+process.tune()
 
 from django.core.management import call_command  # noqa: E402
 

@@ -11,7 +11,7 @@ Scenarios (choose with ``metadata.scenario`` or the ``X-Simulator-Scenario`` hea
 ====================  ==============================================================================
 scenario              what the stream does
 ====================  ==============================================================================
-normal                one assistant message streamed token by token; every PROTOCOL.md guarantee
+normal                one assistant message streamed token by token; each docs/protocol.md guarantee
 tools                 one function call (arguments streamed, ``output`` + ``status: completed`` in
                       ``output_item.done``), then a text answer; ``response.completed`` lists
                       ``tool_calls``

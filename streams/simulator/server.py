@@ -459,7 +459,7 @@ class SimulatorServer:
         self, req: HttpRequest, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> bool:
         # When the request's last bytes came off the socket, not when this task got to them:
-        # under a burst of 50 requests the difference was tens of ms for the last ones.
+        # under a burst of requests the last ones would be stamped late (docs/performance.md).
         received_ns = getattr(reader, "last_data_ns", 0) or time.monotonic_ns()
         keep = req.keep_alive
         path = req.path.rstrip("/") or "/"
@@ -541,10 +541,10 @@ class SimulatorServer:
         except RequestError as exc:
             await self._send_json(writer, exc.status, exc.body(), keep)
             return keep
-        # Building a plan costs ~1 ms of CPU. One at a time, each in a loop iteration of its
-        # own (a lock's next waiter wakes in the next iteration, after the loop has polled
-        # the sockets): 50 requests planned back to back kept the loop from reading other
-        # requests for tens of ms, and late reads made late receipt stamps.
+        # Building a plan costs real CPU. One at a time, each in a loop iteration of its own
+        # (a lock's next waiter wakes in the next iteration, after the loop has polled the
+        # sockets): a burst of requests planned back to back kept the loop from reading other
+        # requests, and late reads made late receipt stamps (docs/performance.md, "Simulator").
         async with self._plan_lock:
             plan = build_plan(
                 sim_req,

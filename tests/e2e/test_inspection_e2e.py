@@ -12,8 +12,10 @@ import time
 
 import httpx
 import pytest
+from django.template.defaultfilters import floatformat
 from playwright.sync_api import expect
 
+from dashboard.templatetags.inspection import count, duration
 from streams.models import Finding, Stream
 from streams.recorder import insert_events
 from tests.conftest import DaphneServer
@@ -371,6 +373,11 @@ class TestStreamList:
         expect(row).to_be_visible(timeout=WAIT_MS)
         expect(row.locator("[data-f=status]")).to_have_text("completed", timeout=WAIT_MS)
         expect(row.locator("[data-f=ttft_ms]")).not_to_have_text("—")
+        # the figures are the server's rendering of the row (fetched again as it changed)
+        stream = Stream.objects.get(pk=stream_id)
+        expect(row.locator("[data-f=event_count]")).to_have_text(count(stream.event_count))
+        expect(row.locator("[data-f=ttft_ms]")).to_have_text(floatformat(stream.ttft_ms, 0))
+        expect(row.locator("[data-f=duration_ms]")).to_have_text(duration(stream.duration_ms))
         screenshot(page, "stream_list")
 
         # filters swap the results and keep the URL

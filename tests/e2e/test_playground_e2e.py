@@ -12,6 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.models import Conversation
+from streams import conf
 from streams.models import Stream
 from tests.conftest import DaphneServer
 from tests.e2e.conftest import SCREENSHOTS, TIMEOUT_MS
@@ -151,18 +152,19 @@ def test_tool_calls_show_as_cards(playground):
     pg = playground()
     page = pg.page
     pg.send("What's the weather in Utrecht?", scenario="tools")
-    card = page.locator(f"{LAST} .pg-tool")
+    # The output as the timeline shows it (templates/dashboard/output.html, live: output.js).
+    card = page.locator(f"{LAST} .pg-answer .item.tool")
     expect(card).to_have_count(1)  # while streaming: the card is there before the text
     assert pg.wait_ended() == "completed"
-    expect(card.locator(".pg-tool-name")).to_have_text("get_weather")
-    expect(card.locator(".pg-tool-status")).to_have_text("completed")
-    assert '"location": "Utrecht"' in card.locator(".pg-tool-args").inner_text()
-    assert "temp_c" in card.locator(".pg-tool-output").inner_text()
-    assert "I called get_weather" in page.inner_text(f"{LAST} .pg-answer > .pg-text")
+    expect(card.locator(".tool-name")).to_have_text("get_weather")
+    expect(card.locator(".tool-status")).to_have_text("completed")
+    assert '"location": "Utrecht"' in card.locator(".args").inner_text()
+    assert "temp_c" in card.locator(".tool-output").inner_text()
+    assert "I called get_weather" in page.inner_text(f"{LAST} .pg-answer .part-output_text .text")
 
     pg.send("And several at once?", scenario="parallel_tools")
     assert pg.wait_ended() == "completed"
-    statuses = page.locator(f"{LAST} .pg-tool-status").all_inner_texts()
+    statuses = page.locator(f"{LAST} .tool-status").all_inner_texts()
     assert statuses == ["completed", "failed", "completed"]
     expect(page.locator(".pg-turn")).to_have_count(2)
     pg.shot("playground-desktop")
@@ -256,7 +258,7 @@ def test_validation_and_the_limit_are_said_plainly(playground, owner, settings):
     assert page.evaluate("document.activeElement.id") == "pg-temperature"
     page.fill("#pg-temperature", "")
 
-    limit = settings.STREAMSCOPE["MAX_CONCURRENT_PER_USER"]
+    limit = conf.get().max_concurrent_per_user
     for _ in range(limit):
         Stream.objects.create(user=owner, status=Stream.Status.STREAMING)
     page.fill("#pg-input", "Hi")

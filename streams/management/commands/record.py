@@ -8,7 +8,7 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from streams import runner
+from streams import services
 from streams.models import Stream
 
 
@@ -37,7 +37,7 @@ class Command(BaseCommand):
                 user = get_user_model().objects.get(username=opts["user"])
             except get_user_model().DoesNotExist as exc:
                 raise CommandError(f"no user {opts['user']!r}") from exc
-        body = runner.build_request_body(
+        body = services.build_request_body(
             opts["prompt"],
             opts["model"],
             instructions=opts["instructions"],
@@ -55,9 +55,9 @@ class Command(BaseCommand):
 
         async def one():
             async with semaphore:
-                stream = await sync_to_async(runner.create_stream)(user, body)
+                stream = await sync_to_async(services.new_row)(user, body, claimed=True)
                 try:
-                    last, _ = await runner.run_stream(stream, base_url=base_url)
+                    last = await services.record(stream, base_url=base_url)
                     result = await sync_to_async(summary)(last.pk)
                 except Exception as exc:  # recording itself failed: say so, keep going
                     result = {"id": stream.pk, "error": f"{type(exc).__name__}: {exc}"}

@@ -11,13 +11,12 @@ two days, so every panel of the latency and routing pages has something to show.
 Each stream gets `--events-per-stream` events on average (wire-faithful Responses API JSON with
 receipt offsets), and the real protocol checker reads them: findings, output text and status
 agree with the stored events exactly as if the recorder had written them. Rows go in through
-`bulk_create` (streams, findings) and `streams.recorder.insert_events` (events: executemany on
-SQLite, COPY on PostgreSQL), in chunks of one transaction each.
+`bulk_create` (streams, findings) and `streams.recorder.insert_events` (events: multi-row INSERT
+on SQLite, COPY on PostgreSQL), in chunks of one transaction each.
 
-Throughput, measured on the shared 2-core dev machine (SQLite, 20 events a stream): about
-1,500 streams/s (30,000 events/s): 100,000 streams and 2,000,000 events in 63-72 s. Half of it
-is `bulk_create` of the wide Stream rows, a quarter the checker; the event rows themselves go
-in at >100,000/s. The command prints its own figures at the end.
+Most of its time goes to `bulk_create` of the wide Stream rows, then to the checker; the event
+rows themselves are the cheap part. The command prints its own throughput at the end; measured
+figures are in docs/performance.md ("seed_demo").
 """
 
 import contextlib
@@ -30,6 +29,7 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
+from streams import metrics
 from streams.checks import Checker
 from streams.models import Finding, Stream
 from streams.recorder import insert_events
@@ -237,7 +237,7 @@ def make_stream(rng, created_at, users, events_per_stream):
             resolved_model="",
             closed_us=headers + rng.randint(100, 900),
         )
-        fields["duration_ms"] = (fields["closed_us"] - written) / 1000
+        fields.update(metrics.derived(request_written_us=written, closed_us=fields["closed_us"]))
         fields["finished_at"] = created_at + dt.timedelta(microseconds=fields["closed_us"])
         return fields, [], []
 
@@ -378,7 +378,6 @@ def make_stream(rng, created_at, users, events_per_stream):
         event_count=len(rows),
         bytes_received=sum(len(r[6]) for r in rows),
         closed_us=close_at,
-        duration_ms=(close_at - written) / 1000,
         finished_at=created_at + dt.timedelta(microseconds=close_at),
         heartbeat_at=created_at + dt.timedelta(microseconds=close_at),
         findings_count=len(findings),
@@ -392,12 +391,16 @@ def make_stream(rng, created_at, users, events_per_stream):
             routing_source=str(checker.routing.get("source") or ""),
             routing_reasoning=str(checker.routing.get("reasoning") or ""),
         )
-    if "first_token_us" in milestones:
-        fields["ttft_ms"] = (milestones["first_token_us"] - written) / 1000
-        if n > 1 and output_times[1] > output_times[0]:
-            span_s = (output_times[1] - output_times[0]) / 1e6
-            fields["tokens_per_s"] = (n - 1) / span_s
-            fields["inter_token_ms"] = span_s * 1000 / (n - 1)
+    fields.update(
+        metrics.derived(
+            request_written_us=written,
+            first_token_us=milestones.get("first_token_us"),
+            closed_us=close_at,
+            first_output_us=output_times[0] if output_times else None,
+            last_output_us=output_times[1] if output_times else None,
+            output_tokens=n,
+        )
+    )
     return fields, rows, findings
 
 

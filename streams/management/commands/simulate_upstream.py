@@ -43,7 +43,8 @@ class Command(BaseCommand):
         await server.start(opts["host"], opts["port"])
         # Its send and receipt times are what tests measure us against: keep collections of
         # the long-lived heap (start-up, then the growing response log) from pausing the loop
-        # mid-stream. Measured: groups of streams 20–70 ms off once the log had grown.
+        # mid-stream. Otherwise groups of streams drift off their schedule once the log has
+        # grown (docs/performance.md, "Simulator").
         gc.freeze()
         freezer = asyncio.get_running_loop().create_task(_freeze_every(1.0))
         self.stdout.write(server.base_url)

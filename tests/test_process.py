@@ -1,5 +1,5 @@
-"""The event loop every process runs on (dashboard.eventloop): uvloop, installed before Daphne
-makes its loop, in each entry point."""
+"""Process tuning (streams.process): the event loop every process runs on, uvloop, installed
+before Daphne makes its loop, in each entry point; the collector and switch interval."""
 
 import asyncio
 import os
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from dashboard import eventloop
+from streams import process
 
 from .conftest import REPO
 
@@ -39,7 +39,7 @@ class TestInstall:
         before = asyncio.get_event_loop_policy()
         asyncio.set_event_loop_policy(None)
         try:
-            assert eventloop.install() == want
+            assert process.install_event_loop() == want
             loop = asyncio.new_event_loop()
             assert type(loop).__module__.startswith(want)
             loop.close()
@@ -49,7 +49,7 @@ class TestInstall:
     def test_unknown_value_is_a_clear_error(self, monkeypatch):
         monkeypatch.setenv("STREAMSCOPE_EVENT_LOOP", "trio")
         with pytest.raises(SystemExit, match="STREAMSCOPE_EVENT_LOOP: 'trio' is not one of"):
-            eventloop.install()
+            process.install_event_loop()
 
 
 class TestEntryPoints:
@@ -70,3 +70,21 @@ class TestEntryPoints:
     def test_plain_daphne_import_would_not(self):
         # why dashboard.server exists: Daphne's loop is made at import, before any app code
         assert run([sys.executable, "-c", DAPHNE_LOOP]) == "asyncio"
+
+
+class TestTuning:
+    """What `process.tune()` sets, each entry point applies at start-up (the writer no longer
+    changes it as a side effect)."""
+
+    TUNED = "import gc, sys; print(sys.getswitchinterval(), gc.get_freeze_count() > 0)"
+
+    def test_manage_py(self):
+        out = run([sys.executable, "manage.py", "shell", "-c", self.TUNED])
+        assert out == f"{process.SWITCH_INTERVAL_S} True"
+
+    def test_dashboard_server_module(self):
+        out = run([sys.executable, "-c", "import dashboard.server; " + self.TUNED])
+        assert out == f"{process.SWITCH_INTERVAL_S} True"
+
+    def test_a_bare_interpreter_is_untouched(self):
+        assert run([sys.executable, "-c", self.TUNED]) == "0.005 False"

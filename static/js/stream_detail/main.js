@@ -1,0 +1,229 @@
+/**
+ * The timeline of one stream (templates/dashboard/stream_detail.html): live while it streams,
+ * replayable after. The page is server-rendered; these modules add what needs a client:
+ * - Live: follows /ws/streams/<id>/ (JSON frames; streamclient.js resumes with after=) and
+ *   rebuilds the output from the events as they arrive (output.js, shared with the
+ *   playground), appends points to the chart, rows to the event table, and updates status and
+ *   figures. When the stream ends, the server's rendering of the summary and output replaces
+ *   the live one (it adds what only the whole stream knows: rewrite diffs, findings, final
+ *   figures).
+ * - timing_chart.js: the inter-event timing chart (uPlot) from /streams/<id>/timing.json.
+ * - events_table.js: the event table, windows of rows by index range.
+ * - replay.js: replay of a finished stream, through the same output renderer as live.
+ *
+ * Everything a model or upstream sent is put in the page with textContent or as text nodes.
+ * HTML is only ever parsed from this server's own template fragments, which escape it.
+ */
+import { getText } from "../dom.js";
+import { LiveOutput } from "../output.js";
+import { connectStream } from "../streamclient.js";
+import { EventTable } from "./events_table.js";
+import { fmtCount, fmtDuration, fmtMs } from "./format.js";
+import { Replay } from "./replay.js";
+import { TimingChart } from "./timing_chart.js";
+
+const config = JSON.parse(document.getElementById("timeline-config").textContent);
+const OUTPUT_TYPES = new Set(config.outputTypes || []);
+const TERMINAL = (status) => status !== "pending" && status !== "streaming";
+
+// ---- figures and status ------------------------------------------------------------------------
+
+const FORMAT = {
+  ttft_ms: fmtMs,
+  duration_ms: fmtDuration,
+  event_count: fmtCount,
+  output_tokens: fmtCount,
+  findings_count: fmtCount,
+  tokens_per_s: (v) => (v === null || v === undefined ? "—" : v.toFixed(1)),
+};
+
+function setFields(fields) {
+  for (const [name, value] of Object.entries(fields || {})) {
+    const format = FORMAT[name] || ((v) => (v === null || v === undefined || v === "" ? "—" : String(v)));
+    for (const node of document.querySelectorAll(`[data-field="${name}"]`)) {
+      node.textContent = format(value);
+    }
+  }
+}
+
+function setStatus(status) {
+  const badge = document.getElementById("stream-status");
+  if (!badge || !status) return;
+  badge.textContent = status;
+  badge.dataset.status = status;
+  badge.className = `badge big ${status}`;
+}
+
+let liveState = ["off", ""];
+
+function setLive(state, text) {
+  liveState = [state, text];
+  const node = document.getElementById("live-state");
+  if (!node) return;
+  node.dataset.state = state;
+  node.textContent = text;
+}
+
+// ---- the page --------------------------------------------------------------------------------
+
+const table = new EventTable(config.urls);
+const chart = new TimingChart((index) => table.jump(index));
+const renderer = new LiveOutput(document.getElementById("output-items"));
+const replay = new Replay(config.urls.replay, renderer, chart);
+
+function jumpTo(index) {
+  table.jump(index);
+}
+
+// Long texts come with their tail in an inert <template>, laid out only on demand.
+document.addEventListener("click", (event) => {
+  const button = event.target.closest("button.show-rest");
+  if (!button) return;
+  const text = button.previousElementSibling;
+  const rest = text?.querySelector("template.text-rest");
+  if (rest) {
+    text.append(rest.content.textContent);
+    rest.remove();
+  }
+  button.remove();
+});
+
+document.addEventListener("click", (event) => {
+  const link = event.target.closest("a[data-jump]");
+  if (!link) return;
+  event.preventDefault();
+  jumpTo(Number(link.dataset.jump));
+  history.replaceState(null, "", `?at=${link.dataset.jump}`);
+});
+
+async function loadChart() {
+  try {
+    performance.mark("timing-fetch");
+    const data = JSON.parse(await getText(config.urls.timing));
+    performance.mark("timing-loaded");
+    chart.load(data);
+    performance.measure("timing-fetch", "timing-fetch", "timing-loaded");
+    performance.measure("timing-draw", "timing-loaded");
+  } catch (error) {
+    chart.caption.textContent = `The timing could not be loaded (${error.message}).`;
+  }
+}
+
+/** Replace parts of the page with the server's rendering of them (the summary: header,
+ * figures, milestones, findings; with `output`, the output too — once the stream ended, it
+ * adds what only the whole stream knows: rewrite diffs, final tool states). */
+let refreshSeq = 0;
+
+async function refresh({ output = false, attempt = 0 } = {}) {
+  const seq = ++refreshSeq;
+  const html = await getText(config.urls.page);
+  if (seq !== refreshSeq) return; // a later refresh (the final one) wins
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  for (const id of output ? ["stream-summary", "output"] : ["stream-summary"]) {
+    const fresh = doc.getElementById(id);
+    const old = document.getElementById(id);
+    if (fresh && old) old.replaceWith(document.importNode(fresh, true));
+  }
+  setLive(liveState[0], liveState[1]);
+  const select = doc.getElementById("event-type");
+  if (select) {
+    const value = table.typeSelect.value;
+    table.typeSelect.replaceChildren(...[...select.options].map((o) => document.importNode(o, true)));
+    table.typeSelect.value = value;
+  }
+  replay.bind();
+  renderer.attach(document.getElementById("output-items"));
+  const status = document.getElementById("stream-status")?.dataset.status;
+  // A stall retry is created just after the stalled attempt ends: look again for its link.
+  if (status === "stalled" && !document.querySelector(".retry-link") && attempt < 6) {
+    setTimeout(() => refresh({ attempt: attempt + 1 }), 500 * (attempt + 1));
+  }
+}
+
+// Fields whose change is worth re-rendering the summary while live (milestones, findings).
+const SUMMARY_FIELDS = /_us$|^findings_count$|^resolved_model$|^routing_|^error_|^http_status$/;
+const SUMMARY_EVERY_MS = 1500;
+let summaryTimer = 0;
+let summaryAt = 0;
+
+let followEnded = false;
+
+function scheduleSummary() {
+  if (summaryTimer || followEnded) return;
+  const wait = Math.max(0, summaryAt + SUMMARY_EVERY_MS - performance.now());
+  summaryTimer = setTimeout(async () => {
+    summaryAt = performance.now();
+    try {
+      await refresh();
+    } finally {
+      summaryTimer = 0;
+    }
+  }, wait);
+}
+
+function follow() {
+  let ended = false;
+  let outputTokens = 0;
+  const end = async () => {
+    if (ended) return;
+    ended = followEnded = true;
+    renderer.finish();
+    setLive("off", "");
+    clearTimeout(summaryTimer);
+    chart.stopLive();
+    table.live = false;
+    await Promise.allSettled([refresh({ output: true }), loadChart(), table.loadAfter()]);
+  };
+  connectStream(config.ws, {
+    after: -1,
+    onOpen: () => setLive("live", "live"),
+    onFrame(frame) {
+      let added = false;
+      for (const e of frame.events || []) {
+        let obj = null;
+        try {
+          obj = JSON.parse(e.data);
+        } catch {
+          // not JSON: recorded as a finding; nothing to render
+        }
+        if (obj) renderer.apply(obj);
+        const isOutput = OUTPUT_TYPES.has(e.type);
+        if (isOutput) outputTokens += 1;
+        chart.push(e.index, e.t_us, isOutput);
+        added = true;
+      }
+      requestAnimationFrame(() => renderer.flush());
+      if (added && !ended) {
+        chart.scheduleDraw();
+        table.noteNewEvents();
+        // The recorder stores output_tokens when the stream ends; count them meanwhile.
+        if (!ended) setFields({ output_tokens: outputTokens });
+      }
+      if (frame.stream) {
+        setFields(frame.stream);
+        if (!frame.status && Object.keys(frame.stream).some((k) => SUMMARY_FIELDS.test(k))) {
+          scheduleSummary();
+        }
+      }
+      if (frame.status) setStatus(frame.status);
+    },
+    onStatus(status) {
+      if (TERMINAL(status)) end();
+    },
+    onClose(info) {
+      if (info.willRetry) setLive("retrying", "reconnecting…");
+    },
+    onEnd(info) {
+      if (info.reason === "terminal") end();
+      else setLive("off", info.reason === "refused" ? "live updates unavailable" : "");
+    },
+  });
+}
+
+if (config.active) {
+  table.live = true;
+  chart.caption.textContent = "Live: the chart fills in as events arrive.";
+  follow();
+} else {
+  loadChart();
+}

@@ -1,0 +1,339 @@
+/**
+ * The inter-event timing chart (uPlot, a classic script loaded before the modules: window.uPlot)
+ * from /streams/<id>/timing.json, or live from the events as they arrive.
+ */
+import { el } from "../dom.js";
+import { fmtCount, fmtDuration, fmtGap, fmtMs } from "./format.js";
+
+const MIN_GAP_MS = 0.001;
+const DENSE = 2000; // points above which the chart draws its own dots
+
+/** A points-only series. Dense ones draw square dots straight onto the canvas, one per
+ * distinct pixel: uPlot's own points are arcs, far too slow for long streams (docs/performance.md). */
+function dotSeries(label, color, size, dense) {
+  const series = { label, stroke: color, fill: color, value: (u, v) => (v === null ? "—" : `${fmtMs(v)} ms`) };
+  if (!dense) {
+    return { ...series, paths: () => null, points: { show: true, size, width: 0, fill: color } };
+  }
+  return {
+    ...series,
+    points: { show: false },
+    paths: (u, sidx, i0, i1) => {
+      const xs = u.data[0];
+      const ys = u.data[sidx];
+      const ctx = u.ctx;
+      const px = Math.round(size * devicePixelRatio);
+      const half = px / 2;
+      const seen = new Set();
+      ctx.save();
+      ctx.beginPath();
+      ctx.rect(u.bbox.left, u.bbox.top, u.bbox.width, u.bbox.height);
+      ctx.clip();
+      ctx.fillStyle = color;
+      for (let i = i0; i <= i1; i++) {
+        const y = ys[i];
+        if (y === null || y === undefined) continue;
+        const x = Math.round(u.valToPos(xs[i], "x", true));
+        const yy = Math.round(u.valToPos(y, "y", true));
+        const key = x * 65536 + yy;
+        if (seen.has(key)) continue;
+        seen.add(key);
+        ctx.fillRect(x - half, yy - half, px, px);
+      }
+      ctx.restore();
+      return null;
+    },
+  };
+}
+/** The gap axis's range: whole decades with room above and below, so dots on the extremes
+ * are not cut by the frame. uPlot's log splits need decade ends: from 0.0952 they stepped
+ * 0.11, 0.22 → rounded to 0 and looped until "Invalid array length" (in a microtask, so no
+ * try/catch of ours saw it). No gap yet (a live stream's first event) gives a fixed range. */
+function logRange(min, max) {
+  if (!(Number.isFinite(min) && Number.isFinite(max) && max > 0)) return [1e-3, 1e3];
+  const exponent = (v, snap) => {
+    const e = Math.log10(v);
+    return Math.abs(e - Math.round(e)) < 1e-9 ? Math.round(e) : snap(e);
+  };
+  const lo = Math.max(exponent(Math.max(min, MIN_GAP_MS), Math.ceil) - 1, -4);
+  const hi = exponent(Math.max(max, MIN_GAP_MS), Math.floor) + 1;
+  return [Number(`1e${lo}`), Number(`1e${hi}`)];
+}
+const decades = (u, splits) => splits.map((v) => (Math.abs(Math.log10(v) % 1) < 1e-9 ? v : null)); // a log scale needs positive values: 1 µs stands for "same instant"
+
+export class TimingChart {
+  /** `onPick(index)`: a point or a row of the longest-gaps table was clicked. */
+  constructor(onPick) {
+    this.onPick = onPick;
+    this.box = document.getElementById("timing-chart");
+    this.caption = document.getElementById("timing-caption");
+    this.table = document.getElementById("timing-table");
+    this.reset();
+    this.plot = null;
+    this.replayMs = null;
+    this.pendingDraw = 0;
+    if (this.box) new ResizeObserver(() => this.resize()).observe(this.box);
+  }
+
+  reset() {
+    this.xs = []; // seconds since the attempt started
+    this.out = []; // gap (ms) of output deltas, else null
+    this.other = []; // gap (ms) of other events, else null
+    this.indexes = [];
+    this.lastUs = 0;
+    this.marks = [];
+    this.silence = null;
+  }
+
+  push(index, tUs, isOutput) {
+    if (tUs === null || tUs === undefined) return;
+    const gap = Math.max((tUs - this.lastUs) / 1000, MIN_GAP_MS);
+    this.lastUs = tUs;
+    this.xs.push(tUs / 1e6);
+    this.out.push(isOutput ? gap : null);
+    this.other.push(isOutput ? null : gap);
+    this.indexes.push(index);
+  }
+
+  load(data) {
+    this.reset();
+    if (!data.timed) {
+      this.caption.textContent =
+        "This stream has no receipt times (an imported .sse file keeps none): nothing to chart.";
+      this.box.hidden = true;
+      return;
+    }
+    const types = data.types || [];
+    const output = new Set(data.output_types || []);
+    const isOut = types.map((t) => output.has(t));
+    let t = 0;
+    const gaps = data.gap_us;
+    for (let i = 0; i < gaps.length; i++) {
+      t += gaps[i];
+      this.push(data.index ? data.index[i] : data.first + i, t, isOut[data.kind[i]]);
+    }
+    this.marks = data.marks || [];
+    // A stalled attempt ends in silence: chart it up to the close, as a band.
+    if (data.status === "stalled" && data.closed_us && data.closed_us > t) {
+      this.xs.push(data.closed_us / 1e6);
+      this.out.push(null);
+      this.other.push(null);
+      this.indexes.push(null);
+      this.silence = [t / 1e6, data.closed_us / 1e6];
+    }
+    this.draw(true);
+    this.describe(data);
+  }
+
+  describe(data) {
+    const s = data.stats;
+    if (!s) {
+      this.caption.textContent = `${fmtCount(data.count)} events: too few to chart gaps.`;
+      return;
+    }
+    const stalls = this.marks.filter((m) => m.code === "stall").length;
+    const bursts = this.marks.filter((m) => m.code === "buffered_delivery").length;
+    const longest = s.longest[0];
+    let text =
+      `${fmtCount(data.count)} events over ${fmtDuration(s.duration_ms)}. ` +
+      `Time since the previous event: median ${fmtGap(s.median_ms)}, ` +
+      `90th percentile ${fmtGap(s.p90_ms)}, 99th ${fmtGap(s.p99_ms)}, ` +
+      `longest ${fmtGap(s.max_ms)} (before event ${longest.index}). `;
+    if (stalls || bursts) {
+      text += `Marked: ${stalls} stall${stalls === 1 ? "" : "s"} (red bands) and ${bursts} ` +
+        `buffered burst${bursts === 1 ? "" : "s"} (amber lines). `;
+    } else {
+      text += "No stall or buffered burst was flagged. ";
+    }
+    if (this.silence) {
+      const quiet = (this.silence[1] - this.silence[0]) * 1000;
+      text += `After the last event nothing came for ${fmtDuration(quiet)}, until the stall ` +
+        "timeout aborted the attempt (red band at the end). ";
+    }
+    text += "Blue: output deltas; grey: other events. Drag to zoom, double-click to reset, " +
+      "click a point to open its event.";
+    this.caption.textContent = text;
+    const body = this.table.querySelector("tbody");
+    body.replaceChildren();
+    for (const row of s.longest) {
+      const tr = el("tr");
+      const cell = el("td", "num");
+      const button = el("button", "ev-open", String(row.index));
+      button.type = "button";
+      button.addEventListener("click", () => this.onPick(row.index));
+      cell.append(button);
+      tr.append(cell, el("td", "num", fmtMs(row.gap_ms)));
+      body.append(tr);
+    }
+    this.table.hidden = false;
+  }
+
+  /** Live: a summary of what arrived so far. */
+  describeLive() {
+    if (!this.xs.length) return;
+    let max = 0;
+    let at = 0;
+    for (let i = 1; i < this.xs.length; i++) {
+      const gap = this.out[i] ?? this.other[i];
+      if (gap > max) {
+        max = gap;
+        at = this.indexes[i];
+      }
+    }
+    this.caption.textContent =
+      `Live: ${fmtCount(this.xs.length)} events over ${fmtDuration(this.xs.at(-1) * 1000)} so far; ` +
+      `longest pause ${fmtGap(max)} (before event ${at}).`;
+  }
+
+  options() {
+    const marks = this;
+    const dense = this.xs.length > DENSE;
+    return {
+      width: Math.max(300, this.box.clientWidth),
+      height: 240,
+      scales: {
+        // one point (min === max), or none yet, must not give uPlot an empty or NaN range
+        x: { time: false, range: (u, min, max) =>
+          !(Number.isFinite(min) && Number.isFinite(max)) ? [0, 1]
+            : min === max ? [Math.max(0, min - 0.5), max + 0.5] : [min, max] },
+        y: { distr: 3, log: 10, range: (u, min, max) => logRange(min, max) },
+      },
+      legend: { live: true },
+      cursor: { drag: { x: true, y: false }, points: { size: 7 } },
+      axes: [
+        { label: "seconds since the request", labelSize: 20, size: 34, space: 60,
+          values: (u, ticks) => ticks.map((v) => (v === null ? "" : `${+v.toFixed(3)}`)) },
+        { label: "ms since previous event", labelSize: 20, size: 56,
+          // powers of ten only: the log scale's minor splits made a striped background
+          filter: decades, grid: { filter: decades }, ticks: { filter: decades },
+          values: (u, ticks) =>
+            ticks.map((v) => (v === null ? "" : v >= 1000 ? fmtCount(v) : `${+v.toPrecision(3)}`)) },
+      ],
+      series: [
+        { label: "t (s)", value: (u, v) => (v === null ? "—" : v.toFixed(4)) },
+        dotSeries("output delta", "#2f7fd6", dense ? 3 : 5, dense),
+        dotSeries("other event", "#8b95a7", dense ? 4 : 6, dense),
+      ],
+      hooks: { draw: [(u) => marks.drawMarks(u)] },
+    };
+  }
+
+  drawMarks(u) {
+    const ctx = u.ctx;
+    const { top, height } = u.bbox;
+    ctx.save();
+    ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
+    ctx.textAlign = "left"; // uPlot leaves its axes' alignment on the context
+    ctx.textBaseline = "alphabetic";
+    for (const mark of this.marks) {
+      const i = this.position(mark.event_index);
+      if (i < 0) continue;
+      const x = u.valToPos(this.xs[i], "x", true);
+      if (mark.code === "stall") {
+        const x0 = u.valToPos(i > 0 ? this.xs[i - 1] : 0, "x", true);
+        ctx.fillStyle = "rgba(179, 38, 30, 0.13)";
+        ctx.fillRect(x0, top, Math.max(x - x0, 2), height);
+        ctx.fillStyle = "#b3261e";
+        ctx.fillText("stall", x0 + 4, top + 12 * devicePixelRatio);
+      } else {
+        ctx.strokeStyle = "rgba(224, 161, 0, 0.9)";
+        ctx.lineWidth = 2 * devicePixelRatio;
+        ctx.beginPath();
+        ctx.moveTo(x, top);
+        ctx.lineTo(x, top + height);
+        ctx.stroke();
+        ctx.fillStyle = "#a15c00";
+        ctx.fillText("burst", x + 3, top + 24 * devicePixelRatio);
+      }
+    }
+    if (this.silence) {
+      const [x0, x1] = this.silence.map((v) => u.valToPos(v, "x", true));
+      ctx.fillStyle = "rgba(179, 38, 30, 0.13)";
+      ctx.fillRect(x0, top, Math.max(x1 - x0, 2), height);
+      ctx.fillStyle = "#b3261e";
+      ctx.fillText("no event until the stall timeout: aborted", x0 + 4, top + 12 * devicePixelRatio);
+    }
+    if (this.replayMs !== null) {
+      const x = u.valToPos(this.replayMs / 1000, "x", true);
+      ctx.strokeStyle = "#141a26";
+      ctx.lineWidth = 1.5 * devicePixelRatio;
+      ctx.beginPath();
+      ctx.moveTo(x, top);
+      ctx.lineTo(x, top + height);
+      ctx.stroke();
+    }
+    ctx.restore();
+  }
+
+  /** Position of an event index in the arrays (indexes ascend). */
+  position(index) {
+    let lo = 0;
+    let hi = this.indexes.length - 1;
+    while (lo <= hi) {
+      const mid = (lo + hi) >> 1;
+      const v = this.indexes[mid];
+      if (v === index) return mid;
+      if (v < index) lo = mid + 1;
+      else hi = mid - 1;
+    }
+    return -1;
+  }
+
+  data() {
+    return [this.xs, this.out, this.other].map((values) =>
+      values.map((v) => (Number.isFinite(v) ? v : null)),
+    );
+  }
+
+  draw(rebuild = false) {
+    if (!this.box || !window.uPlot || !this.xs.length) return;
+    this.box.hidden = false;
+    if (this.plot && !rebuild) {
+      this.plot.setData(this.data());
+      return;
+    }
+    this.plot?.destroy();
+    this.box.replaceChildren();
+    this.plot = new window.uPlot(this.options(), this.data(), this.box);
+    let down = null;
+    this.plot.over.addEventListener("mousedown", (e) => (down = [e.clientX, e.clientY]));
+    this.plot.over.addEventListener("click", (e) => {
+      const moved = down && Math.hypot(e.clientX - down[0], e.clientY - down[1]) > 3;
+      const i = this.plot.cursor.idx;
+      const index = i === null || i === undefined ? null : this.indexes[i];
+      if (!moved && index !== null && index !== undefined) this.onPick(index);
+    });
+  }
+
+  /** Live points: redraw at most every 250 ms. */
+  scheduleDraw() {
+    if (this.pendingDraw) return;
+    this.pendingDraw = setTimeout(() => {
+      this.pendingDraw = 0;
+      try {
+        this.draw();
+        this.describeLive();
+      } catch (error) {
+        // The chart is an aid: a drawing error must never stop the live page.
+        console.error("timing chart:", error);
+      }
+    }, 250);
+  }
+
+  /** The stream ended: no more live redraws (the stored timing replaces the live points). */
+  stopLive() {
+    clearTimeout(this.pendingDraw);
+    this.pendingDraw = 0;
+  }
+
+  setReplay(ms) {
+    this.replayMs = ms;
+    this.plot?.redraw(false, false);
+  }
+
+  resize() {
+    if (this.plot && this.box.clientWidth) {
+      this.plot.setSize({ width: this.box.clientWidth, height: 240 });
+    }
+  }
+}

@@ -1,0 +1,144 @@
+"""Streamscope's own settings: each one typed, documented and given its default here, once.
+
+Every setting `name` is read from the environment variable `STREAMSCOPE_<NAME>` (upper case)
+by `dashboard/settings.py`, which keeps what was set in `settings.STREAMSCOPE` (a dict of
+upper-case names, so Django's `override_settings` and pytest-django's `settings` fixture work
+as usual). Code reads them typed through `get()`:
+
+    from streams import conf
+    conf.get().batch_max_events
+
+`get()` is one identity check when nothing changed: cheap enough for the recorder's hot path.
+An unknown name in `settings.STREAMSCOPE` or a value of the wrong type is an error at first use,
+not a silently ignored knob.
+"""
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+
+from django.conf import settings
+
+RUNNERS = ("inprocess", "worker")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- Recorder (streams/recorder.py) ---
+    # A batch commits when it holds this many events or is this old (always at a terminal event).
+    batch_max_events: int = 2000
+    batch_max_age_ms: float = 5.0
+    # A streaming row's event_count is rewritten at most this often (its events are committed
+    # at every batch; the count is exact at every milestone, status change and the end).
+    count_write_interval_ms: float = 500.0
+    # Events queued between the readers and the writer; readers pause when it is full.
+    queue_max_events: int = 20000
+    # A batch that cannot be written is retried with backoff this long; then its streams end
+    # `failed` (storage_unavailable) with the number of events lost.
+    storage_retry_s: float = 30.0
+    # --- Running streams (streams/runner.py, streams/worker.py) ---
+    # No event for this long: abort and retry the same request (docs/protocol.md: 60 s).
+    stall_timeout_s: float = 60.0
+    stall_max_attempts: int = 3
+    # Connection errors before the first event: retried with exponential backoff.
+    connect_max_attempts: int = 3
+    connect_backoff_s: float = 0.5
+    connect_timeout_s: float = 10.0
+    # A running stream's row is touched this often; a row silent for heartbeat_stale_s while
+    # `streaming` belongs to a dead process and becomes `interrupted`.
+    heartbeat_s: float = 5.0
+    heartbeat_stale_s: float = 30.0
+    # Where streams started by pages and the API run: "inprocess" (asyncio tasks in the server)
+    # or "worker" (`manage.py stream_worker` processes).
+    runner: str = "inprocess"
+    # Streams marked `interrupted` (their process died) get a new attempt, run by a worker.
+    retry_interrupted: bool = False
+    # Streams one worker process runs at once, and how often it polls for new ones (wake-ups
+    # over the channel layer make the poll a fallback).
+    worker_concurrency: int = 200
+    worker_poll_s: float = 1.0
+    # --- Limits on what users send (streams/services.py, pages, API) ---
+    # Running streams per user started from pages and the API.
+    max_concurrent_per_user: int = 5
+    # Characters of `input` (as JSON) one request may carry.
+    max_input_chars: int = 100_000
+    # Bytes of one uploaded capture.
+    upload_max_bytes: int = 20 * 1024 * 1024
+    # --- Relay (streams/relay.py, streams/consumers.py) ---
+    # Largest single event `data` kept inline in channel-layer messages; larger ones are read
+    # from the database by the consumer.
+    relay_inline_max_bytes: int = 64 * 1024
+    # Events waiting for one slow WebSocket before it is closed with 4008 (resume with after=).
+    relay_outbox_max_events: int = 20_000
+    # Bytes Daphne buffers for a connection above which we stop sending to it…
+    relay_send_high_water_bytes: int = 256 * 1024
+    # …and how long it may stay above that before it is closed with 4008.
+    relay_slow_client_timeout_s: float = 30.0
+    # A connection without messages for this long checks the database once (lost messages).
+    relay_idle_check_s: float = 5.0
+    # With the in-memory layer, deliver in-process without it (see streams/relay.py).
+    relay_local_fanout: bool = True
+    # --- Playground ---
+    # Chain turns with previous_response_id instead of resending the history.
+    playground_previous_response_id: bool = False
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = f.type
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+            elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise TypeError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not {kind.__name__}")
+            elif kind is float and not math.isfinite(value):
+                raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not finite")
+        if self.runner not in RUNNERS:
+            raise ValueError(f"STREAMSCOPE RUNNER: {self.runner!r} is not one of {RUNNERS}")
+
+
+NAMES = tuple(f.name.upper() for f in dataclasses.fields(Settings))
+
+
+def _parse(kind, text):
+    if kind is bool:
+        return text.strip().lower() in {"1", "true", "yes", "on"}
+    return kind(text.strip()) if kind is not str else text.strip()
+
+
+def from_environ(environ=os.environ):
+    """The settings set as `STREAMSCOPE_<NAME>` environment variables, parsed: the value of
+    `settings.STREAMSCOPE`. A value that does not parse stops the process with its name."""
+    values = {}
+    for f in dataclasses.fields(Settings):
+        text = environ.get(f"STREAMSCOPE_{f.name.upper()}")
+        if text is None:
+            continue
+        try:
+            values[f.name.upper()] = _parse(f.type, text)
+        except ValueError as exc:
+            raise SystemExit(f"STREAMSCOPE_{f.name.upper()}={text!r}: {exc}") from exc
+    Settings(**{k.lower(): v for k, v in values.items()})  # validate now, at start-up
+    return values
+
+
+def build(values):
+    """`Settings` from a dict of upper-case names (what `settings.STREAMSCOPE` holds)."""
+    unknown = sorted(set(values) - set(NAMES))
+    if unknown:
+        raise KeyError(f"unknown STREAMSCOPE settings: {', '.join(unknown)}")
+    return Settings(**{k.lower(): v for k, v in values.items()})
+
+
+_cache = (None, None)
+
+
+def get():
+    """The current settings (rebuilt only when `settings.STREAMSCOPE` was replaced)."""
+    global _cache
+    values = settings.STREAMSCOPE
+    source, built = _cache
+    if source is not values:
+        built = build(values)
+        _cache = (values, built)
+    return built

@@ -1,0 +1,154 @@
+"""Creating, starting and cancelling streams: the one way, for every caller.
+
+The JSON API, the playground, `manage.py record`, the stall and orphan retries of the runner
+and the benchmarks all create their rows here, so a stream's row is built one way (its prompt,
+requested model, scenario, attempt links, who runs it) and the per-user limit is checked one way.
+Sync functions run in one transaction; call them through `sync_to_async` from async code.
+"""
+
+import datetime as dt
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from . import conf, relay, runner
+from .models import Stream
+from .recorder import RUNNER_ID
+
+
+class TooMany(Exception):
+    """Over the per-user limit; `running` streams are running, `limit` may."""
+
+    def __init__(self, running, limit):
+        super().__init__(running, limit)
+        self.running, self.limit = running, limit
+
+    def message(self):
+        return (
+            f"You have {self.running} streams running; at most {self.limit} at a time. "
+            "Wait for one to finish or cancel one."
+        )
+
+
+def build_request_body(
+    input,
+    model="auto",
+    *,
+    instructions="",
+    scenario="",
+    temperature=None,
+    max_output_tokens=None,
+    previous_response_id="",
+    metadata=None,
+):
+    """A Responses API request body. `input` is a string or a list of input items."""
+    body = {"model": model or "auto", "input": input, "stream": True}
+    if instructions:
+        body["instructions"] = instructions
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_output_tokens is not None:
+        body["max_output_tokens"] = max_output_tokens
+    if previous_response_id:
+        body["previous_response_id"] = previous_response_id
+    metadata = dict(metadata or {})
+    if scenario:
+        metadata["scenario"] = scenario
+    if metadata:
+        body["metadata"] = metadata
+    return body
+
+
+def prompt_of(input):
+    """The last user text of an input, for lists and search."""
+    if isinstance(input, str):
+        return input
+    for item in reversed(input if isinstance(input, list) else ()):
+        if isinstance(item, dict) and item.get("role", "user") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(
+                    c["text"]
+                    for c in content
+                    if isinstance(c, dict) and isinstance(c.get("text"), str)
+                )
+    return ""
+
+
+def new_row(user, body, *, first_attempt=None, attempt=1, source=Stream.Source.LIVE, claimed=None):
+    """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
+
+    `claimed`: this process will run it (the default unless streams run in workers; an
+    unclaimed row waits in the database for a worker to claim it)."""
+    if claimed is None:
+        claimed = not runner.in_workers()
+    return Stream.objects.create(
+        user=user if user is not None and getattr(user, "pk", None) else None,
+        source=source,
+        status=Stream.Status.PENDING,
+        request_body=body,
+        requested_model=str(body.get("model", ""))[:100],
+        scenario=str((body.get("metadata") or {}).get("scenario", ""))[:50],
+        prompt=prompt_of(body.get("input"))[:10000],
+        first_attempt=first_attempt,
+        attempt=attempt,
+        heartbeat_at=dt.datetime.now(dt.UTC),
+        runner=RUNNER_ID if claimed else "",
+    )
+
+
+def next_attempt(stream, claimed=True):
+    """The row of `stream`'s next attempt, linked to its first (a stall or orphan retry)."""
+    return new_row(
+        stream.user,
+        stream.request_body,
+        first_attempt=stream.first_attempt or stream,
+        attempt=stream.attempt + 1,
+        claimed=claimed,
+    )
+
+
+def running_count(user):
+    return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
+
+
+def create(user, body):
+    """A new pending stream for `user` within the per-user limit, or `TooMany`."""
+    limit = conf.get().max_concurrent_per_user
+    with transaction.atomic():
+        # Serialise one user's creations so two requests cannot both pass the check
+        # (SQLite's IMMEDIATE transactions already do; this is for PostgreSQL).
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        running = running_count(user)
+        if running >= limit:
+            raise TooMany(running, limit)
+        return new_row(user, body)
+
+
+async def start(stream):
+    """Run a created stream (a task on this loop, or a wake-up for the workers) and announce
+    it to the live list. Call after the transaction that created it has committed."""
+    runner.start(stream)
+    await relay.publish_created(stream)
+
+
+async def record(stream, *, base_url=None):
+    """Record `stream` here and now, with its retries (the CLI); returns the last attempt."""
+    last, _ = await runner.run_stream(stream, base_url=base_url)
+    return last
+
+
+CANCELLING, FINISHED, NOT_RUNNING_HERE = "cancelling", "finished", "not_running_here"
+
+
+def cancel(stream):
+    """Ask `stream` to stop: CANCELLING, FINISHED (it already ended) or NOT_RUNNING_HERE (it
+    runs in another server process that this one cannot reach)."""
+    if not stream.is_active:
+        return FINISHED
+    # Stall retries run in the task of the first attempt.
+    if runner.cancel(stream.first_attempt_id or stream.pk) or runner.cancel(stream.pk):
+        return CANCELLING
+    return NOT_RUNNING_HERE

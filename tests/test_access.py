@@ -1,0 +1,245 @@
+"""Who may use what, for every route at once: every URL pattern (found at runtime, recursively)
+and every WebSocket route is requested by whoever must be refused, and by whoever must not be.
+
+The table below says, per route, who may use it. A route without a row fails the test, and so
+does a row whose route is gone: a new view cannot ship without saying who may use it. Adding a
+route is one line in RULES (or WS_RULES); a new URL parameter is one line in PARAMS.
+
+Refusals: pages send anonymous users to the login page (302), the JSON API answers them 401, the
+admin sends anyone who is not staff to its own login; someone else's object is a 404 (its id
+must not leak, so never a 403); a staff-only page is a 403 for other users; a WebSocket
+handshake is refused. The allowed users' status is checked too, so the test fails both ways."""
+
+import re
+from dataclasses import dataclass
+from types import SimpleNamespace
+from urllib.parse import urlsplit
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.shortcuts import resolve_url
+from django.test import AsyncClient
+from django.urls import URLResolver, get_resolver, reverse
+
+from dashboard.models import Conversation, Turn
+from streams.models import Event, Stream
+from streams.routing import websocket_urlpatterns
+from tests.test_api import session
+from tests.test_consumers import _disconnect_communicators, ws  # noqa: F401  (a fixture)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# Who may use a route.
+PUBLIC = "public"  # anyone, logged in or not
+USER = "user"  # any logged-in user
+STAFF = "staff"  # staff only: other users get 403
+OWNER_OR_STAFF = "owner or staff"  # the object's owner and staff; anyone else gets 404
+OWNER = "owner"  # the object's owner only: anyone else, staff included, gets 404
+ADMIN = "admin"  # the Django admin: whoever is not staff goes to the admin's own login
+
+
+@dataclass(frozen=True)
+class Rule:
+    who: str
+    method: str = "GET"  # POSTs send an empty form: refused before it is read, or rejected after
+    ok: int = 200  # what an allowed user gets
+    api: bool = False  # JSON API: anonymous requests get 401, not a login redirect
+
+
+# Keyed by route name (the route itself when it has none). A per-object rule applies its object
+# check only to patterns of that name that carry an object in the URL (playground_send has a
+# pattern with a conversation and one without).
+RULES = {
+    "login": Rule(PUBLIC),
+    "logout": Rule(PUBLIC, "POST", ok=302),
+    "favicon.ico": Rule(PUBLIC, ok=301),
+    "admin:index": Rule(ADMIN),
+    "stream_list": Rule(USER),
+    "stream_upload": Rule(USER),
+    "latency": Rule(USER),
+    "routing": Rule(USER),
+    "admin_analytics": Rule(STAFF),
+    "stream_detail": Rule(OWNER_OR_STAFF),
+    "stream_events": Rule(OWNER_OR_STAFF),
+    "stream_event": Rule(OWNER_OR_STAFF),
+    "stream_timing": Rule(OWNER_OR_STAFF),
+    "stream_replay": Rule(OWNER_OR_STAFF),
+    "stream_sse": Rule(OWNER_OR_STAFF),
+    "stream_json": Rule(OWNER_OR_STAFF),
+    "api_streams": Rule(USER, api=True),
+    "api_stream": Rule(OWNER_OR_STAFF, api=True),
+    "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
+    "api_stream_cancel": Rule(OWNER_OR_STAFF, "POST", ok=409, api=True),  # it has ended
+    "playground": Rule(USER),
+    "playground_conversation": Rule(OWNER),
+    "playground_send": Rule(OWNER, "POST", ok=400),  # the empty form: no message
+    "playground_turn": Rule(OWNER),
+    "playground_retry": Rule(OWNER, "POST", ok=409),  # its answer is still streaming
+    "playground_delete": Rule(OWNER, "POST", ok=302),
+}
+WS_RULES = {
+    "ws_streams": Rule(USER),
+    "ws_stream": Rule(OWNER_OR_STAFF),
+}
+# Routes not walked one by one, and why.
+SKIPPED_PREFIXES = {
+    "admin/": "the Django admin's own pages: every one is wrapped in admin_view (staff login, "
+    "then model permissions), which admin:index checks once",
+}
+# URL parameters: the owner's object that each one names.
+PARAMS = {
+    "stream_id": lambda objects: objects.stream.pk,
+    "index": lambda objects: objects.event.index,
+    "conversation_id": lambda objects: objects.conversation.pk,
+    "turn_id": lambda objects: objects.turn.pk,
+}
+PER_OBJECT = (OWNER_OR_STAFF, OWNER)
+_PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
+
+
+@dataclass(frozen=True)
+class Route:
+    key: str  # the name (namespaced), or the route when it has none
+    route: str  # e.g. "streams/<int:stream_id>/", without the leading slash
+
+    @property
+    def params(self):
+        return _PARAM.findall(self.route)
+
+
+def http_routes():
+    def walk(patterns, prefix, namespace):
+        for p in patterns:
+            route = prefix + str(p.pattern)
+            if isinstance(p, URLResolver):
+                inner = ":".join(n for n in (namespace, p.namespace) if n)
+                yield from walk(p.url_patterns, route, inner)
+            else:
+                name = ":".join(n for n in (namespace, p.name) if n) if p.name else ""
+                yield Route(name or route, route)
+
+    return list(walk(get_resolver().url_patterns, "", ""))
+
+
+def ws_routes():
+    return [Route(p.name or str(p.pattern), str(p.pattern)) for p in websocket_urlpatterns]
+
+
+def against(routes, rules):
+    """(the routes to walk, keys of routes without a rule, keys of rules without a route)."""
+    skipped = tuple(SKIPPED_PREFIXES)
+    walked = [r for r in routes if r.key in rules or not r.route.startswith(skipped)]
+    missing = sorted({r.key for r in walked if r.key not in rules})
+    stale = sorted(set(rules) - {r.key for r in walked})
+    return [r for r in walked if r.key in rules], missing, stale
+
+
+def path_of(route, objects):
+    def value(match):
+        name = match.group(1)
+        if name not in PARAMS:
+            raise AssertionError(f"route {route.key!r}: no value for <{name}>; add it to PARAMS")
+        return str(PARAMS[name](objects))
+
+    if "^" in route.route or "(?P<" in route.route:
+        raise AssertionError(f"route {route.key!r} is a regex; PARAMS fills path() routes only")
+    return "/" + _PARAM.sub(value, route.route)
+
+
+@sync_to_async
+def owned_objects(owner):
+    """Fresh objects of `owner` for one route (a route may delete its object): a finished
+    stream with one event, and a conversation whose one turn is still streaming its answer."""
+    stream = Stream.objects.create(user=owner, status=Stream.Status.COMPLETED, event_count=1)
+    data = '{"type":"response.created","sequence_number":0}'
+    event = Event.objects.create(
+        stream=stream, index=0, type="response.created", sequence_number=0, t_us=0, data=data
+    )
+    conversation = Conversation.objects.create(user=owner, title="Access")
+    answer = Stream.objects.create(
+        user=owner,
+        status=Stream.Status.STREAMING,
+        requested_model="auto",
+        request_body={"model": "auto", "input": [{"role": "user", "content": "Hi"}]},
+    )
+    turn = Turn.objects.create(conversation=conversation, position=0, prompt="Hi", stream=answer)
+    return SimpleNamespace(stream=stream, event=event, conversation=conversation, turn=turn)
+
+
+def cases(rule, route, people):
+    """(who, user or None, allowed) in the order they are tried: the refused first, the
+    owner last (an allowed POST may delete the object)."""
+    per_object = rule.who in PER_OBJECT and bool(route.params)
+    if rule.who == PUBLIC:
+        return [("anonymous", None, True)]
+    out = [("anonymous", None, False)]
+    if rule.who in (STAFF, ADMIN):
+        return out + [("a non-staff user", people.owner, False), ("staff", people.staff, True)]
+    if per_object:
+        out.append(("another user", people.stranger, False))
+    out.append(("staff", people.staff, not (per_object and rule.who == OWNER)))
+    return out + [("the owner", people.owner, True)]
+
+
+def http_problem(rule, who, allowed, response, path):
+    """What is wrong with `response`, or None."""
+    status = response.status_code
+    location = urlsplit(response.get("Location", "")).path
+    if allowed:
+        expected, ok = f"{rule.ok}", status == rule.ok
+    elif who == "anonymous" and rule.api:
+        expected, ok = "401", status == 401
+    elif rule.who == ADMIN:
+        login = reverse("admin:login")
+        expected, ok = f"302 to {login}", status == 302 and location == login
+    elif who == "anonymous":
+        login = resolve_url(settings.LOGIN_URL)
+        expected, ok = f"302 to {login}", status == 302 and location == login
+    elif rule.who == STAFF:
+        expected, ok = "403", status == 403
+    else:
+        expected, ok = "404", status == 404
+    if ok:
+        return None
+    got = f"{status} to {location}" if location else f"{status}"
+    return f"{rule.method} {path} as {who}: expected {expected}, got {got}"
+
+
+async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
+    settings.UPSTREAM_BASE_URL = ""  # the built-in simulator's catalogue: no HTTP for a page
+    problems = []
+
+    routes, missing, stale = against(http_routes(), RULES)
+    ws_checked, ws_missing, ws_stale = against(ws_routes(), WS_RULES)
+    problems += [f"new route {key!r} has no access rule (RULES)" for key in missing]
+    problems += [f"new WebSocket route {key!r} has no access rule (WS_RULES)" for key in ws_missing]
+    problems += [f"RULES has {key!r}, which is no route" for key in stale]
+    problems += [f"WS_RULES has {key!r}, which is no WebSocket route" for key in ws_stale]
+
+    clients = {user.pk: session(user) for user in (people.owner, people.stranger, people.staff)}
+
+    for route in routes:
+        rule = RULES[route.key]
+        path = path_of(route, await owned_objects(people.owner))
+        for who, user, allowed in cases(rule, route, people):
+            client = AsyncClient() if user is None else clients[user.pk]
+            if rule.method == "GET":
+                response = await client.get(path)
+            else:
+                response = await client.post(path, {})
+            problem = http_problem(rule, who, allowed, response, path)
+            if problem:
+                problems.append(f"{route.key}: {problem}")
+
+    for route in ws_checked:
+        rule = WS_RULES[route.key]
+        path = path_of(route, await owned_objects(people.owner)) + "?format=json"
+        for who, user, allowed in cases(rule, route, people):
+            connected, _ = await ws(path, user).connect()
+            if connected != allowed:
+                expected = "accepted" if allowed else "refused"
+                problems.append(f"{route.key}: WebSocket {path} as {who}: expected {expected}")
+
+    assert routes and ws_checked
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,70 @@
+"""Settings (streams.conf): typed, each default written once, each documented."""
+
+import re
+
+import pytest
+
+from streams import conf
+
+from .conftest import REPO
+
+
+class TestFromEnviron:
+    def test_it_keeps_only_what_the_environment_sets_parsed_to_its_type(self):
+        got = conf.from_environ(
+            {
+                "STREAMSCOPE_BATCH_MAX_EVENTS": "100",
+                "STREAMSCOPE_STALL_TIMEOUT_S": "1.5",
+                "STREAMSCOPE_RELAY_LOCAL_FANOUT": "off",
+                "STREAMSCOPE_RUNNER": " worker ",
+                "UNRELATED": "x",
+            }
+        )
+        assert got == {
+            "BATCH_MAX_EVENTS": 100,
+            "STALL_TIMEOUT_S": 1.5,
+            "RELAY_LOCAL_FANOUT": False,
+            "RUNNER": "worker",
+        }
+
+    @pytest.mark.parametrize(
+        "name, value",
+        [("BATCH_MAX_EVENTS", "many"), ("STALL_TIMEOUT_S", "nan"), ("RUNNER", "threads")],
+    )
+    def test_a_bad_value_stops_the_process_with_its_name(self, name, value):
+        with pytest.raises((SystemExit, ValueError), match=name):
+            conf.from_environ({f"STREAMSCOPE_{name}": value})
+
+
+class TestGet:
+    def test_defaults_come_from_the_dataclass(self, settings):
+        settings.STREAMSCOPE = {}
+        assert conf.get() == conf.Settings()
+        assert conf.get().max_concurrent_per_user == 5
+
+    def test_an_override_is_seen_at_once_and_typed(self, settings):
+        settings.STREAMSCOPE = {"STALL_TIMEOUT_S": 2}
+        assert conf.get().stall_timeout_s == 2.0 and isinstance(conf.get().stall_timeout_s, float)
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "STALL_TIMEOUT_S": 3.5}
+        assert conf.get().stall_timeout_s == 3.5
+
+    def test_an_unknown_name_is_an_error_not_an_ignored_knob(self, settings):
+        settings.STREAMSCOPE = {"BATCH_MAX_EVENT": 10}
+        with pytest.raises(KeyError, match="BATCH_MAX_EVENT"):
+            conf.get()
+
+    @pytest.mark.parametrize("value", ["10", True, None])
+    def test_a_wrong_type_is_an_error(self, settings, value):
+        settings.STREAMSCOPE = {"BATCH_MAX_EVENTS": value}
+        with pytest.raises(TypeError, match="BATCH_MAX_EVENTS"):
+            conf.get()
+
+
+def test_every_setting_is_documented_in_the_readme():
+    readme = (REPO / "README.md").read_text()
+    missing = [n for n in conf.NAMES if f"`STREAMSCOPE_{n}`" not in readme]
+    assert not missing, f"add to README's Configuration table: {missing}"
+    # and the README names no setting that does not exist
+    process_env = {"EVENT_LOOP", "TEST_OVERRIDES", "BENCH_PATTERN", "PG_DATA", "PG_BIN"}
+    named = set(re.findall(r"STREAMSCOPE_([A-Z_]+[A-Z])", readme))
+    assert named - set(conf.NAMES) - process_env == set()

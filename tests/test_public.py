@@ -1,0 +1,108 @@
+"""streams.public: the outward shapes and the one redaction. Pure tests, no database (the pages,
+API, exports and WebSocket frames that go through it have their own tests of the key never
+showing: test_views_*, test_api, test_export, test_consumers)."""
+
+import datetime as dt
+import json
+
+import pytest
+
+from streams import public
+from streams.models import Stream
+
+KEY = "sk-echoed-upstream-key-42"
+
+
+@pytest.fixture
+def key(settings):
+    settings.UPSTREAM_API_KEY = KEY
+    return KEY
+
+
+class TestRedaction:
+    def test_without_a_key_values_come_back_untouched(self, settings):
+        settings.UPSTREAM_API_KEY = ""
+        value = {"a": [f"x {KEY}"]}
+        stream = Stream(error_message=KEY)
+        assert public.scrub(value) is value and public.page_stream(stream) is stream
+        assert KEY in public.dumps(value)
+
+    def test_keys_too_short_to_be_real_are_not_searched_for(self, settings):
+        settings.UPSTREAM_API_KEY = "abc"
+        assert public.redact("abcdef") == "abcdef" and public.dumps(["abc"]) == '["abc"]'
+
+    def test_everything_out_is_redacted(self, key):
+        assert public.redact(f"bad key {key}") == "bad key [redacted]"
+        assert public.redact_bytes(f"{key}!".encode()) == b"[redacted]!"
+        assert public.scrub({key: [(f"<{key}>", 1)]}) == {"[redacted]": [("<[redacted]>", 1)]}
+        assert public.dumps({"m": f"a {key}"}) == '{"m":"a [redacted]"}'
+
+    def test_a_page_gets_a_redacted_copy_and_the_row_keeps_what_came(self, key):
+        stream = Stream(pk=3, resolved_model=f"m-{key}", parts=[{"name": key}], ttft_ms=1.5)
+        shown = public.page_stream(stream)
+        assert shown.resolved_model == "m-[redacted]" and shown.parts == [{"name": "[redacted]"}]
+        assert shown.pk == 3 and shown.ttft_ms == 1.5
+        assert stream.resolved_model == f"m-{key}"
+
+
+class TestShapes:
+    def test_a_stream_frame_is_the_documented_json(self, key):
+        events = [(0, "response.created", 0, 12, '{"type":"response.created"}'),
+                  (1, "error", 1, 15, f'{{"message":"{key}"}}')]  # fmt: skip
+        text = public.stream_frame(events, status="failed", stream={"ttft_ms": 1.5}, terminal=True)
+        assert json.loads(text) == {
+            "events": [
+                {
+                    "index": 0,
+                    "type": "response.created",
+                    "sequence_number": 0,
+                    "t_us": 12,
+                    "data": '{"type":"response.created"}',
+                },
+                {
+                    "index": 1,
+                    "type": "error",
+                    "sequence_number": 1,
+                    "t_us": 15,
+                    "data": '{"message":"[redacted]"}',
+                },
+            ],  # fmt: skip
+            "status": "failed",
+            "stream": {"ttft_ms": 1.5},
+            "terminal": True,
+        }
+        omitted = json.loads(public.stream_frame(events[:1], omit_data=True))
+        assert omitted["events"][0]["data"] is None and omitted["events"][0]["data_bytes"] == 27
+
+    def test_a_list_item_clips_the_prompt(self):
+        at = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
+        row = {"id": 7, **dict.fromkeys(public.LIST_FIELDS), "prompt": "p" * 300, "created_at": at}
+        item = public.list_item(row)
+        assert item["id"] == 7 and item["prompt"] == "p" * 200
+        assert item["created_at"] == at.isoformat()
+
+
+class TestOutput:
+    def test_each_item_gets_its_kind_and_a_rewrite_its_streamed_text(self):
+        parts = [
+            {"output_index": 0, "type": "reasoning", "summary": ["hm", ""]},
+            {"output_index": 1, "type": "mcp_call", "name": "f", "status": "failed"},
+            {"output_index": 2, "type": "message", "parts": [
+                {"content_index": 0, "type": "output_text", "text": "teh", "done_text": "the"},
+                {"content_index": 1, "type": "refusal", "text": "No."}]},
+            {"output_index": 3, "type": "web_search_call", "item": {"status": "completed"}},
+        ]  # fmt: skip
+        reasoning, tool, message, other = public.output(Stream(parts=parts))
+        assert [i["kind"] for i in (reasoning, tool, message, other)] == [
+            "reasoning", "tool", "message", "other"]  # fmt: skip
+        assert reasoning["summary"] == ["hm"] and tool["failed"] and tool["output"] is None
+        rewritten, refusal = message["parts"]
+        assert (rewritten["text"], rewritten["streamed"]) == ("the", "teh")
+        assert refusal["refusal"] and refusal["streamed"] is None
+        assert other["item"] == {"status": "completed"}
+
+    def test_a_terminal_text_alone_is_an_answer_where_asked(self):
+        stream = Stream(parts=[], final_text="Hello")
+        assert public.output(stream) == []
+        [message] = public.output(stream, terminal_text=True)
+        assert message["kind"] == "message" and message["parts"][0]["text"] == "Hello"
