@@ -22,13 +22,14 @@ import re
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Max, Min, OuterRef, Q, Subquery
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
 
 from streams import public
 from streams.auth import may_see, streams_for
 from streams.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS
+from streams.lookups import HasTag
 from streams.models import Event, Finding, Stream
-from streams.recorder import EVENT_COLUMNS
+from streams.recorder import PROXIED_COLUMNS
 
 PAGE_STREAMS = 50  # rows per list page
 EVENTS_PAGE = 200  # rows per event-table window
@@ -65,6 +66,16 @@ def filter_streams(qs, filters):
         qs = qs.filter(status=f["status"])
     if f.get("source"):
         qs = qs.filter(source=f["source"])
+    if f.get("tag"):
+        qs = qs.filter(HasTag(F("tags"), f["tag"]))
+    if f.get("session"):
+        qs = qs.filter(session=f["session"])
+    if f.get("user"):
+        # Narrows what `qs` already allows (streams_for): a user who is not staff filtering
+        # by someone else gets nothing, the same as for a name nobody has. A scalar subquery,
+        # so the (user, created_at) index still serves the page.
+        users = get_user_model().objects.filter(username=f["user"]).values("pk")[:1]
+        qs = qs.filter(user_id=Subquery(users))
     if f.get("requested"):
         qs = qs.filter(requested_model=f["requested"])
     if f.get("resolved"):
@@ -144,11 +155,7 @@ def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
     page.streams = [public.page_stream(s) for s in page.streams]
     page.newest_id = max((s.pk for s in page.streams), default=None)
     if user.is_staff:
-        # Staff see everyone's streams: say whose (one lookup for the page, not a join).
-        owners = {s.user_id for s in page.streams} - {None}
-        names = dict(get_user_model().objects.filter(pk__in=owners).values_list("pk", "username"))
-        for stream in page.streams:
-            stream.owner_name = names.get(stream.user_id, "")
+        _owner_names(page.streams)
     return page
 
 
@@ -164,6 +171,72 @@ def model_names(user):
         names.add(resolved)
     names.discard("")
     return sorted(names)
+
+
+def _owner_names(streams):
+    """Staff see everyone's streams: say whose (one lookup for the page, not a join)."""
+    owners = {s.user_id for s in streams} - {None}
+    names = dict(get_user_model().objects.filter(pk__in=owners).values_list("pk", "username"))
+    for stream in streams:
+        stream.owner_name = names.get(stream.user_id, "")
+
+
+# ---------------------------------------------------------------------------------------------
+# A session: the streams a proxied client labelled with one X-Streamscope-Session
+
+
+SESSION_PAGE = 200
+
+
+@dataclass
+class SessionPage:
+    session: str
+    streams: list
+    count: int  # the session's streams `user` may see, on every page
+    statuses: list  # [(status, n)], most frequent first
+    first_at: object = None  # the first one's created_at
+    last_at: object = None  # the last finished_at (or created_at while none has finished)
+    later: int | None = None  # cursor (a stream id) for ?after=
+    after: int | None = None  # the cursor this page continues from
+
+
+def session_page(user, session, *, after=None, limit=None):
+    """The streams of `session` that `user` may see (their own; staff: everyone's), in creation
+    order, a page at a time after the stream `after`; None when there are none (the page is
+    a 404: whether someone else used that session name is not told)."""
+    if not session:
+        return None
+    limit = limit or SESSION_PAGE
+    qs = streams_for(user).filter(session=session)
+    figures = qs.aggregate(
+        n=Count("pk"), first=Min("created_at"), finished=Max("finished_at"), last=Max("created_at")
+    )
+    if not figures["n"]:
+        return None
+    statuses = sorted(
+        qs.values_list("status").annotate(n=Count("pk")).values_list("status", "n"),
+        key=lambda r: (-r[1], r[0]),
+    )
+    ordered = qs.order_by("created_at", "pk")
+    anchor = None
+    if after:
+        anchor = qs.filter(pk=after).values_list("created_at", flat=True).first()
+    if anchor is not None:
+        ordered = ordered.filter(created_at__gte=anchor).exclude(created_at=anchor, pk__lte=after)
+    rows = list(ordered[: limit + 1])
+    page = SessionPage(
+        session=public.redact(session),
+        streams=[public.page_stream(s) for s in rows[:limit]],
+        count=figures["n"],
+        statuses=statuses,
+        first_at=figures["first"],
+        last_at=max(filter(None, (figures["finished"], figures["last"])), default=None),
+        later=rows[limit - 1].pk if len(rows) > limit else None,
+        after=after if anchor is not None else None,
+    )
+    if user.is_staff:
+        _owner_names(page.streams)
+    return page
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,16 +255,22 @@ MILESTONES = (
     ("terminal_us", "Terminal", "response.completed / error / failed / incomplete"),
     ("closed_us", "Closed", "connection closed"),
 )
+# A proxied stream's one milestone of its own: the first event's bytes reached the client (its
+# bar, from the milestone before, is the proxy's delay for that event).
+TO_CLIENT = ("first_sent_us", "To client", "the proxy handed the first event to its client")
 
 
-def waterfall(stream, last_event_us=None, until=None):
+def waterfall(stream, last_event_us=None, until=None, first_sent_us=None):
     """The milestones in time order, each a bar from the previous milestone to itself, scaled
     like a browser's network timing view (percentages of the whole attempt, or of the time
-    up to `until` µs: the page's "until the first token" zoom)."""
+    up to `until` µs: the page's "until the first token" zoom). `first_sent_us`: a proxied
+    stream's TO_CLIENT milestone."""
+    times = {name: getattr(stream, name) for name, _, _ in MILESTONES}
+    times[TO_CLIENT[0]] = first_sent_us
     reached = [
-        (getattr(stream, name), i, name, label, what)
-        for i, (name, label, what) in enumerate(MILESTONES)
-        if getattr(stream, name) is not None
+        (times[name], i, name, label, what)
+        for i, (name, label, what) in enumerate((*MILESTONES, TO_CLIENT))
+        if times[name] is not None
     ]
     reached.sort()
     end = until or max([r[0] for r in reached] + [last_event_us or 0])
@@ -221,13 +300,13 @@ def waterfall(stream, last_event_us=None, until=None):
     return {"rows": rows, "ticks": _ticks(end), "total_ms": end / 1000, "spans": spans}
 
 
-def _start_view(stream):
+def _start_view(stream, first_sent_us=None):
     """The waterfall up to the first token (+20 %), where a long stream's early milestones
     are otherwise a few pixels wide; None when there is nothing to zoom into."""
     first = stream.first_token_us
     if first is None or not stream.terminal_us or stream.terminal_us < 3 * first:
         return None
-    return waterfall(stream, until=int(first * 1.2))
+    return waterfall(stream, until=int(first * 1.2), first_sent_us=first_sent_us)
 
 
 def _ticks(end_us):
@@ -290,7 +369,7 @@ def _pretty(value):
         return json.dumps(value, indent=2, ensure_ascii=False), True
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # (nested too deep to show as a tree)
         return value, False
     return json.dumps(parsed, indent=2, ensure_ascii=False), True
 
@@ -406,15 +485,26 @@ def stream_timeline(user, stream, window=None):
             .values_list("t_us", flat=True)
             .first()
         )
+    first_sent = None
+    if events.proxied:
+        # the first event handed over (index order through the (stream, index) index; an
+        # event the client never got, after it hung up, has none)
+        first_sent = (
+            Event.objects.filter(stream_id=stream.pk, sent_us__isnull=False)
+            .order_by("index")
+            .values_list("sent_us", flat=True)
+            .first()
+        )
     chain = attempts(user, stream)
     later = [a for a in chain if a["attempt"] > stream.attempt]
     return {
         "stream": shown,
+        "proxied": events.proxied,
         "error_message": shown.error_message,
         "attempts": chain,
         "next_attempt": later[0] if later else None,
-        "waterfall": waterfall(stream, last_us),
-        "waterfall_start": _start_view(stream),
+        "waterfall": waterfall(stream, last_us, first_sent_us=first_sent),
+        "waterfall_start": _start_view(stream, first_sent),
         "items": items,
         "output_item_kinds": ITEM_KINDS,
         "final_text": final_text,
@@ -439,6 +529,24 @@ class EventWindow:
     has_after: bool = False
     type: str = ""
     at: int | None = None  # the row the page jumped to
+    proxied: bool = False  # rows have `proxy_ms`, the table its "proxy +ms" column
+
+    @property
+    def columns(self):
+        """The table's column count (for cells that span it)."""
+        return 7 if self.proxied else 6
+
+
+def is_proxied(stream):
+    return stream.source == Stream.Source.PROXY
+
+
+def proxy_added_ms(t_us, sent_us):
+    """How long the proxy held an event: its receipt from the upstream → handed to the client
+    (the per-event value behind Stream.proxy_added_p50_ms; None when it was never handed)."""
+    if t_us is None or sent_us is None:
+        return None
+    return (sent_us - t_us) / 1000
 
 
 def event_window(
@@ -463,7 +571,7 @@ def event_window(
         rows = _event_rows(qs, limit + 1, descending=True)
     else:
         rows = _event_rows(qs.filter(index__gt=-1 if after is None else after), limit + 1)
-    window = EventWindow(type=type, at=at)
+    window = EventWindow(type=type, at=at, proxied=is_proxied(stream))
     if descending:
         window.has_before = len(rows) > limit
         rows = rows[:limit][::-1]
@@ -485,8 +593,8 @@ def _event_rows(qs, limit, descending=False):
     qs = qs.order_by("-index" if descending else "index")
     columns = ("index", "t_us", "prev_t_us", "sequence_number", "type", "is_json", "data")
     rows = []
-    read = public.scrub(list(qs.values_list(*columns)[:limit]))
-    for index, t_us, prev_t_us, seq, type_, is_json, data in read:
+    read = public.scrub(list(qs.values_list(*columns, "sent_us")[:limit]))
+    for index, t_us, prev_t_us, seq, type_, is_json, data, sent_us in read:
         gap = None
         if t_us is not None and prev_t_us is not None:
             gap = (t_us - prev_t_us) / 1000
@@ -495,6 +603,7 @@ def _event_rows(qs, limit, descending=False):
                 "index": index,
                 "t_ms": None if t_us is None else t_us / 1000,
                 "gap_ms": gap,
+                "proxy_ms": proxy_added_ms(t_us, sent_us),
                 "sequence_number": seq,
                 "type": type_ or ("(not JSON)" if not is_json else "(no type)"),
                 "summary": event_summary(type_, data, is_json),
@@ -545,7 +654,7 @@ def event_summary(type_, data, is_json=True):
         return "not JSON: " + _clip(data, SUMMARY_MAX - 10)
     try:
         obj = json.loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):
         return "not JSON: " + _clip(data, SUMMARY_MAX - 10)
     if not isinstance(obj, dict):
         return _clip(data)
@@ -593,7 +702,9 @@ def event_summary(type_, data, is_json=True):
 
 def event_detail(stream, index):
     """One event with its data: pretty-printed JSON and verbatim; None when it does not exist."""
-    row = Event.objects.filter(stream_id=stream.pk, index=index).values(*EVENT_COLUMNS[1:]).first()
+    row = (
+        Event.objects.filter(stream_id=stream.pk, index=index).values(*PROXIED_COLUMNS[1:]).first()
+    )
     if row is None:
         return None
     raw = row.pop("raw")
@@ -606,11 +717,15 @@ def event_detail(stream, index):
     if row["is_json"]:
         try:
             pretty = json.dumps(json.loads(data), indent=2, ensure_ascii=False)[:DETAIL_MAX]
-        except ValueError:
+        except (ValueError, RecursionError):
             pretty = None
     row["pretty"] = pretty
     row["raw"] = None if raw is None else repr(public.redact_bytes(bytes(raw))[:2000])
     row["t_ms"] = None if row["t_us"] is None else row["t_us"] / 1000
+    row["proxied"] = is_proxied(stream)
+    row["columns"] = EventWindow(proxied=row["proxied"]).columns
+    row["sent_ms"] = None if row["sent_us"] is None else row["sent_us"] / 1000
+    row["proxy_ms"] = proxy_added_ms(row["t_us"], row["sent_us"])
     row["findings"] = findings_at(stream, index)
     return row
 
@@ -646,9 +761,18 @@ def timing_series(stream):
     simply 0, 1, 2, …
 
     100 000 events: one ordered read of two columns over the (stream, index) range and list
-    comprehensions: cheap enough to send whole (docs/performance.md, "Inspection")."""
+    comprehensions: cheap enough to send whole (docs/performance.md, "Inspection").
+
+    A proxied stream's also has `proxy_us[i]`, how long the proxy held each event (None: never
+    handed to the client), and `proxy`, the stream's p50 and p99 of it."""
     events = Event.objects.filter(stream_id=stream.pk)
-    rows = public.scrub(list(events.order_by("index").values_list("t_us", "type")))
+    proxied = is_proxied(stream)
+    columns = ("t_us", "type", "sent_us") if proxied else ("t_us", "type")
+    rows = public.scrub(list(events.order_by("index").values_list(*columns)))
+    sent = None
+    if proxied:
+        sent = [s for _, _, s in rows]
+        rows = [(t, type_) for t, type_, _ in rows]
     times = [t for t, _ in rows]
     data = {
         "stream": stream.pk,
@@ -668,6 +792,9 @@ def timing_series(stream):
         types=list(types),
         output_types=sorted(t for t in types if t in OUTPUT_DELTAS),
     )
+    if sent is not None:
+        data["proxy_us"] = [None if s is None else s - t for t, s in zip(times, sent, strict=True)]
+        data["proxy"] = {"p50_ms": stream.proxy_added_p50_ms, "p99_ms": stream.proxy_added_p99_ms}
     bounds = events.aggregate(lo=Min("index"), hi=Max("index"))
     indexes = range(len(rows))
     if rows and (bounds["lo"], bounds["hi"]) != (0, len(rows) - 1):
@@ -733,7 +860,7 @@ def replay_events(stream):
             seen.add(seq)
         try:
             obj = json.loads(data)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if not isinstance(obj, dict):
             continue

@@ -1,7 +1,8 @@
 """`python -m dashboard.server [daphne options] dashboard.asgi:application`: Daphne's own
 command line, on the event loop and process tuning of `streams.process` (Daphne creates its
 loop when its server module is imported, so the plain `daphne` command cannot be told
-afterwards)."""
+afterwards); and the periodic sweep for streams of dead processes, which the plain
+`daphne` command would not run."""
 
 import os
 
@@ -17,5 +18,10 @@ process.tune()
 
 from daphne.cli import CommandLineInterface  # noqa: E402
 
+from streams import runner  # noqa: E402
+
 if __name__ == "__main__":
+    # Rows of processes that died end `interrupted` while this server runs, not only when some
+    # process next starts (see runner.sweep_when_served).
+    runner.sweep_when_served()
     CommandLineInterface.entrypoint()

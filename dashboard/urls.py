@@ -1,10 +1,29 @@
+"""The site's routes, grouped by page, in one list (one place shows every page's URL and name;
+the API's are in streams/urls.py, the WebSockets' in streams/routing.py). A view's function
+name is its URL name.
+"""
+
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from dashboard import views, views_analytics
+from dashboard.views import analytics, playground, streams
+
+# under /playground/; what each does is in the table of dashboard/views/playground.py
+playground_urls = [
+    path("", playground.playground, name="playground"),
+    path("send/", playground.playground_send, name="playground_send"),
+    path("<int:conversation_id>/", playground.playground_conversation,
+         name="playground_conversation"),
+    path("<int:conversation_id>/send/", playground.playground_send, name="playground_send"),
+    path("<int:conversation_id>/delete/", playground.playground_delete, name="playground_delete"),
+    path("<int:conversation_id>/turns/<int:turn_id>/", playground.playground_turn,
+         name="playground_turn"),
+    path("<int:conversation_id>/turns/<int:turn_id>/retry/", playground.playground_retry,
+         name="playground_retry"),
+]  # fmt: skip
 
 urlpatterns = [
     path("login/", auth_views.LoginView.as_view(), name="login"),
@@ -12,17 +31,21 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("api/", include("streams.urls")),
-    path("", views.stream_list, name="stream_list"),
-    path("streams/upload/", views.stream_upload, name="stream_upload"),
-    path("latency/", views_analytics.latency, name="latency"),
-    path("routing/", views_analytics.routing, name="routing"),
-    path("analytics/", views_analytics.admin_analytics, name="admin_analytics"),
-    path("streams/<int:stream_id>/", views.stream_detail, name="stream_detail"),
-    path("streams/<int:stream_id>/events/", views.stream_events, name="stream_events"),
-    path("streams/<int:stream_id>/events/<int:index>/", views.stream_event, name="stream_event"),
-    path("streams/<int:stream_id>/timing.json", views.stream_timing, name="stream_timing"),
-    path("streams/<int:stream_id>/replay.json", views.stream_replay, name="stream_replay"),
-    path("streams/<int:stream_id>.sse", views.stream_sse, name="stream_sse"),
-    path("streams/<int:stream_id>.json", views.stream_json, name="stream_json"),
-    path("playground/", include("dashboard.urls_playground")),
+    # the streams pages
+    path("", streams.stream_list, name="stream_list"),
+    path("streams/upload/", streams.stream_upload, name="stream_upload"),
+    path("streams/<int:stream_id>/", streams.stream_detail, name="stream_detail"),
+    path("streams/<int:stream_id>/events/", streams.stream_events, name="stream_events"),
+    path("streams/<int:stream_id>/events/<int:index>/", streams.stream_event, name="stream_event"),
+    path("streams/<int:stream_id>/timing.json", streams.stream_timing, name="stream_timing"),
+    path("streams/<int:stream_id>/replay.json", streams.stream_replay, name="stream_replay"),
+    path("streams/<int:stream_id>.sse", streams.stream_sse, name="stream_sse"),
+    path("streams/<int:stream_id>.json", streams.stream_json, name="stream_json"),
+    # a session name is the client's own (X-Streamscope-Session): any text, slashes included
+    path("sessions/<path:session>/", streams.session_detail, name="session_detail"),
+    # analytics
+    path("latency/", analytics.latency, name="latency"),
+    path("routing/", analytics.routing, name="routing"),
+    path("analytics/", analytics.admin_analytics, name="admin_analytics"),
+    path("playground/", include(playground_urls)),
 ]

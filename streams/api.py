@@ -28,23 +28,33 @@ path of the stream's WebSocket (``/ws/streams/<id>/``; add ``?format=json`` for 
 """
 
 import json
+import math
 
 from asgiref.sync import sync_to_async
 from django import forms
 from django.http import HttpResponse
 
-from . import conf, public, services
+from . import conf, public, safejson, services
 from .auth import api_view, json_error, streams_for
 from .models import Event, Stream
-from .simulator.scenarios import SCENARIOS
+from .simulator.scenarios import SCENARIOS, RequestError, check_metadata
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
 METADATA_MAX_KEY = 64
 METADATA_MAX_VALUE = 512
+# Integers in metadata: what a 64-bit column and JavaScript's numbers both hold exactly.
+METADATA_MAX_INT = 2**53
 
 
 def max_input_chars():
     return conf.get().max_input_chars
+
+
+def max_body_bytes():
+    """The largest request body that could be valid: `input` and `instructions` of up to
+    MAX_INPUT_CHARS characters each, at most 6 bytes a character as JSON writes them
+    (`\u00e9`), plus room for the small fields."""
+    return 12 * max_input_chars() + 64 * 1024
 
 
 def respond(data, status=200):
@@ -82,6 +92,8 @@ class InputField(forms.Field):
                 )
             return value
         if isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
+            for n, item in enumerate(value):
+                _check_content(item.get("content"), f"input[{n}].content")
             size = len(json.dumps(value))
             if size > limit:
                 raise forms.ValidationError(
@@ -91,11 +103,34 @@ class InputField(forms.Field):
         raise forms.ValidationError("A string, or a non-empty list of input items (objects).")
 
 
+def _check_content(content, where):
+    """An input item's `content`: a string, or a list of parts (objects) whose `text`, if any,
+    is a string (the prompt is read from it; an upstream would refuse anything else)."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise forms.ValidationError(f"{where} is a string or a list of parts (objects).")
+    for n, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise forms.ValidationError(f"{where}[{n}] is not an object.")
+        if "text" in part and not isinstance(part["text"], str):
+            raise forms.ValidationError(f"{where}[{n}].text is not a string.")
+
+
+class TextField(forms.CharField):
+    """A string, or nothing: Django's CharField would store `["a"]` as the text "['a']"."""
+
+    def to_python(self, value):
+        if value not in self.empty_values and not isinstance(value, str):
+            raise forms.ValidationError(f"A string, not {type(value).__name__}.")
+        return super().to_python(value)
+
+
 class CreateStreamForm(forms.Form):
     input = InputField()
-    model = forms.CharField(required=False, max_length=100)
-    scenario = forms.CharField(required=False, max_length=50)
-    instructions = forms.CharField(required=False, strip=False)
+    model = TextField(required=False, max_length=100)
+    scenario = TextField(required=False, max_length=50)
+    instructions = TextField(required=False, strip=False)
     temperature = forms.FloatField(required=False, min_value=0, max_value=2)
     max_output_tokens = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
 
@@ -134,16 +169,27 @@ class CreateStreamForm(forms.Form):
             self.add_error(None, f"metadata has at most {METADATA_MAX_KEYS} keys.")
         else:
             for k, v in metadata.items():
-                ok_value = isinstance(v, (int, float, bool)) or (
-                    isinstance(v, str) and len(v) <= METADATA_MAX_VALUE
+                ok_value = (
+                    isinstance(v, bool)
+                    or (isinstance(v, int) and abs(v) <= METADATA_MAX_INT)
+                    or (isinstance(v, float) and math.isfinite(v))
+                    or (isinstance(v, str) and len(v) <= METADATA_MAX_VALUE)
                 )
                 if len(k) > METADATA_MAX_KEY or not ok_value:
                     self.add_error(
                         None,
                         f"metadata[{k[:64]!r}]: keys up to {METADATA_MAX_KEY} characters, "
-                        f"values numbers or strings up to {METADATA_MAX_VALUE}.",
+                        f"values finite numbers or strings up to {METADATA_MAX_VALUE}.",
                     )
                     break
+            else:
+                # The simulator's parameters (events, huge_bytes, stall_s, …) within their caps:
+                # refused here with the simulator's own message rather than as a failed stream
+                # (and a real upstream takes metadata as opaque labels, so nothing is lost).
+                try:
+                    check_metadata(metadata)
+                except RequestError as exc:
+                    self.add_error(None, exc.message + ".")
         data["metadata"] = metadata if isinstance(metadata, dict) else {}
         return data
 
@@ -183,9 +229,18 @@ def _invalid(form):
 
 
 def _parse_json(request):
+    limit = max_body_bytes()
     try:
-        data = json.loads(request.body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    # (the declared length first: Django refuses to read a body over its own upload limit)
+    if declared > limit or len(request.body) > limit:
+        return None, json_error(413, "too_large", f"The body is over {limit:,} bytes.", limit=limit)
+    try:
+        # depth-bounded before json recurses; NaN and Infinity refused (no column stores them)
+        data = safejson.loads(request.body or b"null")
+    except ValueError as exc:
         return None, json_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
     if not isinstance(data, dict):
         return None, json_error(400, "invalid_json", "The body must be a JSON object.")
@@ -212,7 +267,7 @@ def _events_page(user, stream_id, after, limit):
     rows = list(
         Event.objects.filter(stream_id=stream_id, index__gt=after)
         .order_by("index")
-        .values_list("index", "type", "sequence_number", "t_us", "data")[: limit + 1]
+        .values_list("index", "type", "sequence_number", "t_us", "data", "sent_us")[: limit + 1]
     )
     has_more = len(rows) > limit
     rows = rows[:limit]

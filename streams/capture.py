@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Literal
+
+from . import safejson
 
 BOM = b"\xef\xbb\xbf"
 # CRLF must come first so that it counts as one line end, not two.
@@ -42,8 +44,18 @@ def truncated_tail(events: list[CapturedEvent]) -> bool:
     return bool(events) and events[-1].truncated
 
 
-def parse_sse_bytes(content: bytes) -> list[CapturedEvent]:
-    """Parse a whole `text/event-stream` body into its dispatched events."""
+class TooManyEvents(ValueError):
+    """A file holds more events than one import may (`max_events`)."""
+
+    def __init__(self, limit: int):
+        super().__init__(f"more than {limit:,} events; one file may hold at most {limit:,}")
+        self.limit = limit
+
+
+def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[CapturedEvent]:
+    """Parse a whole `text/event-stream` body into its dispatched events; TooManyEvents as soon
+    as there are more than `max_events` (before building them all: 19 MB of `data: {}` are
+    1.9 million events)."""
     pos = 3 if content.startswith(BOM) else 0
     end = len(content)
     events: list[CapturedEvent] = []
@@ -57,6 +69,8 @@ def parse_sse_bytes(content: bytes) -> list[CapturedEvent]:
     def dispatch(block_end: int, truncated: bool) -> None:
         if not data_lines:  # WHATWG: an empty data buffer dispatches nothing
             return
+        if max_events is not None and len(events) >= max_events:
+            raise TooManyEvents(max_events)
         joined = b"\n".join(data_lines)
         try:
             data, raw = joined.decode("utf-8"), None
@@ -143,39 +157,72 @@ def _is_stream_entry(url: str, mime_type: str) -> bool:
     return path.endswith("/responses")
 
 
-def _number(value) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+# Chrome nests an initiator's async stack traces (`_initiator.stack.parent.parent…`) a level per
+# hop; the fields read here are 5 deep. The bound keeps json's recursive parser far from its limit.
+HAR_MAX_DEPTH = 256
+# The longest phase or entry time taken from a HAR (30 days in ms): it becomes µs milestones and
+# a finish time, and `1e300` would overflow both.
+HAR_MAX_MS = 30 * 24 * 3600 * 1000
+
+
+def _number(value, where: str) -> float | None:
+    """A HAR time in ms: None when absent or -1 ("not applicable"); ValueError when it is not a
+    number or out of range."""
+    if value is None:
         return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"{where} is {_shown(value)}, not a number of milliseconds")
+    if value > HAR_MAX_MS:
+        raise ValueError(f"{where} is {value:g} ms; at most {HAR_MAX_MS:,} (30 days)")
+    return value if value >= 0 else None
+
+
+def _shown(value) -> str:
+    return f"a {type(value).__name__}" if isinstance(value, str | list | dict) else repr(value)
+
+
+def _field(obj: dict, name: str, kind: type, where: str, default):
+    """`obj[name]` when it is a `kind`, `default` when absent or null; ValueError otherwise (a
+    HAR written by hand or by a broken tool, said precisely rather than guessed at)."""
+    value = obj.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or isinstance(value, bool):
+        what = {dict: "an object", str: "a string", int: "an integer"}[kind]
+        raise ValueError(f"{where}.{name} is {_shown(value)}, not {what}")
     return value
 
 
-def parse_har(content: bytes) -> list[HarEntry]:
+def parse_har(content: bytes, max_events: int | None = None) -> list[HarEntry]:
     """The SSE responses in a HAR export: entries typed text/event-stream or POSTed to */responses.
 
     HAR keeps no per-event arrival times, only the entry's phase timings, which are returned as-is.
-    Raises ValueError when the content is not a HAR document.
+    Raises ValueError when the content is not a HAR document, or a field it reads has the wrong
+    type or an impossible value; TooManyEvents over `max_events` in all its entries.
     """
     try:
-        doc = json.loads(content.decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        doc = safejson.loads(content, max_depth=HAR_MAX_DEPTH)
+    except ValueError as exc:
         raise ValueError(f"not a HAR file: {exc}") from exc
     log = doc.get("log") if isinstance(doc, dict) else None
     if not isinstance(log, dict) or not isinstance(log.get("entries"), list):
         raise ValueError("not a HAR file: no log.entries")
 
     result = []
-    for entry in log["entries"]:
+    budget = max_events
+    for n, entry in enumerate(log["entries"], 1):
         if not isinstance(entry, dict):
             continue
-        request = entry.get("request") or {}
-        response = entry.get("response") or {}
-        body = response.get("content") or {}
-        url = str(request.get("url", ""))
-        mime_type = str(body.get("mimeType", ""))
+        where = f"HAR entry {n}"
+        request = _field(entry, "request", dict, where, {})
+        response = _field(entry, "response", dict, where, {})
+        body = _field(response, "content", dict, f"{where}.response", {})
+        url = _field(request, "url", str, f"{where}.request", "")
+        mime_type = _field(body, "mimeType", str, f"{where}.response.content", "")
         if not _is_stream_entry(url, mime_type):
             continue
-        text = body.get("text")
-        if not isinstance(text, str):
+        text = _field(body, "text", str, f"{where}.response.content", None)
+        if text is None:
             raw = None
         elif body.get("encoding") == "base64":
             try:
@@ -184,21 +231,31 @@ def parse_har(content: bytes) -> list[HarEntry]:
                 raw = None
         else:
             raw = text.encode("utf-8", errors="surrogatepass")
-        timings = entry.get("timings") or {}
-        status = response.get("status")
-        post = request.get("postData") or {}
+        timings = _field(entry, "timings", dict, where, {})
+        status = _field(response, "status", int, f"{where}.response", None)
+        post = _field(request, "postData", dict, f"{where}.request", {})
+        try:
+            events = parse_sse_bytes(raw, budget) if raw else []
+        except TooManyEvents:
+            raise TooManyEvents(max_events) from None  # (said of the file, not what was left)
+        if budget is not None:
+            budget -= len(events)
         result.append(
             HarEntry(
                 url=url,
-                method=str(request.get("method", "")),
-                status=status if isinstance(status, int) and status > 0 else None,
-                started_at=str(entry.get("startedDateTime", "")),
-                time_ms=_number(entry.get("time")),
-                timings={k: _number(timings[k]) for k in _TIMING_KEYS if k in timings},
+                method=_field(request, "method", str, f"{where}.request", ""),
+                status=status if status is not None and status > 0 else None,
+                started_at=_field(entry, "startedDateTime", str, where, ""),
+                time_ms=_number(entry.get("time"), f"{where}.time"),
+                timings={
+                    k: _number(timings[k], f"{where}.timings.{k}")
+                    for k in _TIMING_KEYS
+                    if k in timings
+                },
                 mime_type=mime_type,
-                request_body=str(post.get("text", "")) if isinstance(post, dict) else "",
+                request_body=_field(post, "text", str, f"{where}.request.postData", ""),
                 content=raw,
-                events=parse_sse_bytes(raw) if raw else [],
+                events=events,
             )
         )
     return result

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from .safejson import too_deep
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 CODES: dict[str, tuple[str, str]] = {
@@ -69,21 +71,27 @@ def parse_json(text):
     parses every event (JSON was a large share of the pipeline's CPU; docs/performance.md).
     Exactly json's results and errors: what orjson refuses goes to json (json also takes
     NaN, Infinity and lone surrogate escapes), and so does anything holding a float, because
-    orjson turns integers beyond 64 bits into floats."""
+    orjson turns integers beyond 64 bits into floats. Data nested deeper than
+    EVENT_MAX_DEPTH is a ValueError, like any other data that is not JSON."""
     try:
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return json.loads(text)
+        return _json_loads(text)
     if type(obj) is dict:
         # the usual event (a delta): one flat object, looked at without a stack
         for v in obj.values():
             t = type(v)
             if t is float:
-                return json.loads(text)
+                return _json_loads(text)
             if t is dict or t is list:
                 break
         else:
             return obj
+    # orjson took up to 1024 levels; the stored output and the pages' pretty-printing recurse,
+    # so the bound is lower. Cheapest test first (this runs for every event that is not a flat
+    # object): a text nested deeper than the bound has more than twice as many characters.
+    if len(text) > 2 * EVENT_MAX_DEPTH and too_deep(text, EVENT_MAX_DEPTH):
+        raise ValueError(_TOO_DEEP)
     stack = [obj]
     while stack:
         o = stack.pop()
@@ -93,8 +101,21 @@ def parse_json(text):
         elif t is list:
             stack.extend(o)
         elif t is float:
-            return json.loads(text)
+            return json.loads(text)  # (its depth was bounded above)
     return obj
+
+
+# Real events nest under 10 deep. json parses recursively (100,000 levels raise RecursionError,
+# which would end the stream's task); json.dumps(indent=…) takes two frames a level.
+EVENT_MAX_DEPTH = 128
+_TOO_DEEP = f"nested deeper than {EVENT_MAX_DEPTH} levels"
+
+
+def _json_loads(text):
+    """json.loads behind the depth bound: measured without recursion before json recurses."""
+    if too_deep(text, EVENT_MAX_DEPTH):
+        raise ValueError(_TOO_DEEP)
+    return json.loads(text)
 
 
 @dataclass(frozen=True, slots=True)

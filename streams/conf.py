@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from django.conf import settings
 
 RUNNERS = ("inprocess", "worker")
+ON_DISCONNECT = ("cancel", "drain")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +50,8 @@ class Settings:
     # `streaming` belongs to a dead process and becomes `interrupted`.
     heartbeat_s: float = 5.0
     heartbeat_stale_s: float = 30.0
+    # Every long-lived process (Daphne's, a worker's) sweeps for such rows this often.
+    sweep_interval_s: float = 5.0
     # Where streams started by pages and the API run: "inprocess" (asyncio tasks in the server)
     # or "worker" (`manage.py stream_worker` processes).
     runner: str = "inprocess"
@@ -79,6 +82,17 @@ class Settings:
     relay_idle_check_s: float = 5.0
     # With the in-memory layer, deliver in-process without it (see streams/relay.py).
     relay_local_fanout: bool = True
+    # --- The recording proxy (streams/proxy.py) ---
+    # Proxied requests one Streamscope token may have in flight at once (429 beyond).
+    proxy_max_concurrent: int = 200
+    # A client that hangs up mid-stream: "cancel" the upstream request (the row ends
+    # `cancelled`, client_disconnected), or "drain" it to its end and record all of it.
+    proxy_on_disconnect: str = "cancel"
+    # Largest request body the proxy forwards (413 beyond).
+    proxy_max_body_bytes: int = 16 * 1024 * 1024
+    # How long a checked token is trusted without asking the database again (a revoked token
+    # stops working within this time).
+    proxy_token_cache_s: float = 5.0
     # --- Playground ---
     # Chain turns with previous_response_id instead of resending the history.
     playground_previous_response_id: bool = False
@@ -95,6 +109,11 @@ class Settings:
                 raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not finite")
         if self.runner not in RUNNERS:
             raise ValueError(f"STREAMSCOPE RUNNER: {self.runner!r} is not one of {RUNNERS}")
+        if self.proxy_on_disconnect not in ON_DISCONNECT:
+            raise ValueError(
+                f"STREAMSCOPE PROXY_ON_DISCONNECT: {self.proxy_on_disconnect!r} is not one of "
+                f"{ON_DISCONNECT}"
+            )
 
 
 NAMES = tuple(f.name.upper() for f in dataclasses.fields(Settings))

@@ -40,6 +40,8 @@ CLOSE_ERROR = 1011
 CLOSE_TOO_SLOW = 4008
 ACTIVE = frozenset(Stream.ACTIVE_STATUSES)
 EVENT_COLUMNS = ("index", "type", "sequence_number", "t_us", "data")
+# A proxied stream's events also say when the proxy handed them to its client.
+PROXIED_EVENT_COLUMNS = (*EVENT_COLUMNS, "sent_us")
 LIST_SNAPSHOT_MAX = 200
 
 
@@ -70,20 +72,27 @@ def close_db_connections():
         future.result(timeout=10)
 
 
-def _visible_stream(user, stream_id):
-    return streams_for(user).filter(pk=stream_id).exists()
+def _visible_stream_source(user, stream_id):
+    """The stream's `source` if `user` may see it, else None."""
+    return streams_for(user).filter(pk=stream_id).values_list("source", flat=True).first()
 
 
 def _stream_fields(stream_id):
     return Stream.objects.filter(pk=stream_id).values(*public.STREAM_FIELDS).first()
 
 
-def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS):
+def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=EVENT_COLUMNS):
     """Stored events with after < index (< before), in index order, as payload tuples."""
     qs = Event.objects.filter(stream_id=stream_id, index__gt=after)
     if before is not None:
         qs = qs.filter(index__lt=before)
-    return list(qs.order_by("index").values_list(*EVENT_COLUMNS)[:limit])
+    return list(qs.order_by("index").values_list(*columns)[:limit])
+
+
+def _event_sent(stream_id, lo, hi):
+    """{index: sent_us} of the stored events lo ≤ index ≤ hi."""
+    qs = Event.objects.filter(stream_id=stream_id, index__gte=lo, index__lte=hi)
+    return dict(qs.values_list("index", "sent_us"))
 
 
 def _event_data(stream_id, indexes):
@@ -378,8 +387,12 @@ class StreamConsumer(RelayConsumer):
             return False
         if not _json_format(query) or self.last_sent < -1:
             return False
-        if not await db_read(_visible_stream)(self.user, self.stream_id):
+        source = await db_read(_visible_stream_source)(self.user, self.stream_id)
+        if source is None:
             return False
+        # Proxied streams' events carry sent_us; every other stream's frames stay as they were.
+        self.proxied = source == Stream.Source.PROXY
+        self.columns = PROXIED_EVENT_COLUMNS if self.proxied else EVENT_COLUMNS
         self.group = relay.stream_group(self.stream_id)
         self.status = None
         self.outbox = []  # event lists of queued batches, in arrival order
@@ -423,7 +436,9 @@ class StreamConsumer(RelayConsumer):
         terminal = self.status not in ACTIVE
         first = True
         while True:
-            page = await db_read(_events_between)(self.stream_id, self.last_sent)
+            page = await db_read(_events_between)(
+                self.stream_id, self.last_sent, columns=self.columns
+            )
             if page or first:
                 await self.send_events(
                     page, status=self.status if first else None, stream=fields if first else None
@@ -494,17 +509,32 @@ class StreamConsumer(RelayConsumer):
             data = await db_read(_event_data)(stream_id, [out[j][0] for j in missing_data])
             for j in missing_data:
                 e = out[j]
-                out[j] = (e[0], e[1], e[2], e[3], data.get(e[0], ""))
+                out[j] = (*e[:4], data.get(e[0], ""), *e[5:])
+        if self.proxied:
+            out = await self.with_sent(out)
         if status == self.status:
             status = None
         await self.send_events(out, status=status, stream=fields, terminal=terminal)
         if terminal:
             await self.finish(CLOSE_NORMAL)
 
+    async def with_sent(self, events):
+        """A proxied stream's events with their sent_us. The recorder's payloads carry none
+        (one tuple shape for every stream keeps the hot path as it is), so the events that
+        came through the layer get theirs from the database, one range read per frame
+        (they were committed before they were announced); stored reads have it already."""
+        bare = [e[0] for e in events if len(e) == 5]
+        if not bare:
+            return events
+        sent = await db_read(_event_sent)(self.stream_id, bare[0], bare[-1])
+        return [(*e, sent.get(e[0])) if len(e) == 5 else e for e in events]
+
     async def read_range(self, after, before):
         out = []
         while True:
-            page = await db_read(_events_between)(self.stream_id, after, before)
+            page = await db_read(_events_between)(
+                self.stream_id, after, before, columns=self.columns
+            )
             out.extend(page)
             if len(page) < PAGE_EVENTS:
                 return out

@@ -15,13 +15,12 @@ checks and writes; `import_capture` is both.
 from __future__ import annotations
 
 import datetime as dt
-import json
 from dataclasses import dataclass
 
 from django.db import transaction
 
-from . import metrics
-from .capture import CapturedEvent, HarEntry, parse_har, parse_sse_bytes, sniff
+from . import metrics, safejson
+from .capture import CapturedEvent, HarEntry, TooManyEvents, parse_har, parse_sse_bytes, sniff
 from .checks import Checker
 from .models import Capture, Finding, Stream
 from .recorder import _status_from_checker, insert_events
@@ -29,6 +28,11 @@ from .services import prompt_of
 
 # Rows handed to insert_events at once: bounds the memory of a 100k-event import.
 INSERT_CHUNK = 5000
+# What one file may become (all its SSE responses together): a 20 MB upload of `data: {}` would
+# otherwise be 1.9 million events and as many findings, parsed, checked and written inside the
+# request. The longest real captures hold a few thousand events.
+MAX_EVENTS_PER_UPLOAD = 100_000
+MAX_FINDINGS_PER_UPLOAD = 100_000
 
 
 class CaptureError(Exception):
@@ -36,24 +40,52 @@ class CaptureError(Exception):
 
 
 @dataclass
+class Checked:
+    """What the checker made of one capture, for the model it was checked for."""
+
+    model: str
+    body: dict  # the request body the HAR kept ({} when none)
+    requested: str
+    checker: Checker
+    envelopes: list  # what the checker read from each event, for its row (not the parsed JSON)
+
+
+@dataclass
 class ParsedCapture:
-    """One SSE response found in an uploaded file, not yet stored."""
+    """One SSE response found in an uploaded file, checked, not yet stored."""
 
     filename: str
     content: bytes  # the SSE body bytes: the whole file, or one HAR entry's response body
     events: list[CapturedEvent]
     har: HarEntry | None = None
+    checked: Checked | None = None
 
 
-def read_capture(content: bytes, filename: str = "") -> list[ParsedCapture]:
-    """Parse a raw SSE body or a HAR export into its SSE responses. Raises CaptureError."""
+def read_capture(content: bytes, filename: str = "", model: str = "") -> list[ParsedCapture]:
+    """Parse and check a raw SSE body or a HAR export (`model`: the one the request asked for,
+    when the file does not say). Raises CaptureError, also over MAX_EVENTS_PER_UPLOAD events or
+    MAX_FINDINGS_PER_UPLOAD findings."""
+    captures = _parse(content, filename)
+    findings = 0
+    for capture in captures:
+        capture.checked = _check(capture, model)
+        findings += len(capture.checked.checker.violations)
+    if findings > MAX_FINDINGS_PER_UPLOAD:
+        raise CaptureError(
+            f"the checker found {findings:,} findings in it; one file may have at most "
+            f"{MAX_FINDINGS_PER_UPLOAD:,}"
+        )
+    return captures
+
+
+def _parse(content: bytes, filename: str) -> list[ParsedCapture]:
     name = filename or "capture"
     if not content or not content.strip():
         raise CaptureError("the file is empty")
     if sniff(content, filename) == "har":
         try:
-            entries = parse_har(content)
-        except ValueError as exc:
+            entries = parse_har(content, MAX_EVENTS_PER_UPLOAD)
+        except ValueError as exc:  # TooManyEvents too
             raise CaptureError(str(exc)) from None
         found = [e for e in entries if e.events]
         if not found:
@@ -70,7 +102,10 @@ def read_capture(content: bytes, filename: str = "") -> list[ParsedCapture]:
             )
             for i, entry in enumerate(found, 1)
         ]
-    events = parse_sse_bytes(content)
+    try:
+        events = parse_sse_bytes(content, MAX_EVENTS_PER_UPLOAD)
+    except TooManyEvents as exc:
+        raise CaptureError(str(exc)) from None
     if not events:
         raise CaptureError(
             f"not an event stream or a HAR file (no `data:` field in {len(content):,} bytes)"
@@ -80,7 +115,7 @@ def read_capture(content: bytes, filename: str = "") -> list[ParsedCapture]:
 
 def import_capture(content: bytes, filename: str, *, user=None, model: str = "") -> list[Stream]:
     """Store every SSE response of a file as an imported stream; return them in file order."""
-    return store_captures(read_capture(content, filename), user=user, model=model)
+    return store_captures(read_capture(content, filename, model), user=user, model=model)
 
 
 def store_captures(captures: list[ParsedCapture], *, user=None, model: str = "") -> list[Stream]:
@@ -94,26 +129,40 @@ def _request_body(har: HarEntry | None) -> dict:
     if har is None or not har.request_body:
         return {}
     try:
-        body = json.loads(har.request_body)
+        # Stored as the stream's request: bounded, and without NaN (no database takes it).
+        body = safejson.loads(har.request_body)
     except ValueError:
         return {}
     return body if isinstance(body, dict) else {}
 
 
-def _store(capture: ParsedCapture, user, model: str) -> Stream:
+def _check(capture: ParsedCapture, model: str) -> Checked:
     body = _request_body(capture.har)
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     requested = model or str(body.get("model") or "")
     # Known only when someone said which model was asked for; the created event's model is
     # already the resolved one.
     pinned = (requested != "auto") if requested else None
     checker = Checker(pinned_model=pinned)
     feed = checker.feed
-    envelopes = []  # what the checker read from each event, for its row (not the parsed JSON)
+    envelopes = []
     for i, ev in enumerate(capture.events):
         r = feed(i, ev.event_name, ev.data)
         envelopes.append((r.type, r.sequence_number, r.output_index, r.content_index, r.is_json))
     checker.close(connection_closed=True)
+    return Checked(model, body, requested, checker, envelopes)
+
+
+def _store(capture: ParsedCapture, user, model: str) -> Stream:
+    checked = capture.checked
+    if checked is None or checked.model != model:
+        checked = _check(capture, model)
+    body, requested, checker, envelopes = (
+        checked.body,
+        checked.requested,
+        checked.checker,
+        checked.envelopes,
+    )
+    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
     status = _status_from_checker(checker)
     violations = checker.violations
     routing = checker.routing

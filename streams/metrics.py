@@ -9,8 +9,12 @@ Inputs are the stream's milestones in µs since its attempt started, exactly as 
   "asked httpx");
 - ``duration_ms``: request written → connection closed;
 - ``tokens_per_s`` / ``inter_token_ms``: over the span from the first to the last output delta,
-  n deltas make n − 1 gaps.
+  n deltas make n − 1 gaps;
+- ``proxy_added_p50_ms`` / ``_p99_ms`` (proxied streams): per event, the time from its receipt
+  from the upstream to its bytes being handed to the client's socket (`Event.sent_us − t_us`).
 """
+
+import math
 
 
 def ttft_ms(request_written_us, first_token_us):
@@ -41,4 +45,23 @@ def derived(
         if span_us > 0:
             fields["tokens_per_s"] = (output_tokens - 1) / (span_us / 1e6)
             fields["inter_token_ms"] = span_us / 1000 / (output_tokens - 1)
+    return fields
+
+
+def proxy_added(delays):
+    """p50/p99 of the proxy's added time per event, from `(delay µs, events)` pairs (every
+    event of one received chunk waited as long), nearest rank."""
+    ordered = sorted(delays)
+    total = sum(n for _, n in ordered)
+    fields = {}
+    if not total:
+        return fields
+    for name, q in (("proxy_added_p50_ms", 0.50), ("proxy_added_p99_ms", 0.99)):
+        rank = max(1, math.ceil(q * total))
+        seen = 0
+        for delay_us, n in ordered:
+            seen += n
+            if seen >= rank:
+                fields[name] = delay_us / 1000
+                break
     return fields

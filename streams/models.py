@@ -93,14 +93,29 @@ class Stream(models.Model):
     findings_count = models.PositiveIntegerField(default=0)
     error_findings = models.PositiveIntegerField(default=0)
 
+    # Proxied streams (streams/proxy.py): how long the proxy held events between their receipt
+    # from the upstream and handing them to the client's socket, over the stream's events.
+    proxy_added_p50_ms = models.FloatField(null=True, blank=True)
+    proxy_added_p99_ms = models.FloatField(null=True, blank=True)
+    # What the client said about the request (X-Streamscope-Tags / -Session headers).
+    tags = models.JSONField(default=list, blank=True)
+    session = models.CharField(max_length=200, blank=True)
+
     class Meta:
         indexes = [
             # the streams list: newest first, optionally per user
             models.Index(fields=["-created_at"], name="stream_created"),
             models.Index(fields=["user", "-created_at"], name="stream_user_created"),
+            # a session's streams in order (the session page, the session filter); most
+            # streams have none, so the index holds only those that do
+            models.Index(
+                fields=["session", "created_at"],
+                condition=~models.Q(session=""),
+                name="stream_session_created",
+            ),
             # list filters on status and the sweeper's `status = streaming` scan
             models.Index(fields=["status", "-created_at"], name="stream_status_created"),
-            # Analytics (dashboard/stats.py). TTFT percentiles by ordered offset: `WHERE model = ?
+            # Analytics (dashboard/stats/). TTFT percentiles by ordered offset: `WHERE model = ?
             # AND <range, filters> ORDER BY ttft_ms LIMIT 1 OFFSET k` walks one of these three in
             # ttft order and checks every filter in the index entry, never in the table row
             # (without the filter columns each entry cost a table lookup, many times slower on
@@ -227,6 +242,9 @@ class Event(models.Model):
     data = models.TextField()
     # The undecoded bytes, kept only when the data was not valid UTF-8 (nothing is lost).
     raw = models.BinaryField(null=True)
+    # Proxied streams: µs since the stream started when the event's bytes were handed to the
+    # client's socket (t_us is when they came from the upstream).
+    sent_us = models.BigIntegerField(null=True)
 
     class Meta:
         constraints = [

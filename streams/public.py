@@ -6,29 +6,38 @@ browser, an API client or an export only through this module.
 
 - Text out (API responses, `.json` exports, WebSocket frames): the shapes below (`stream`,
   `list_item`, `event`, `export_event`, `stream_frame`, `list_frame`) are plain values encoded
-  by `dumps`, which redacts the encoded text once. With no key configured that costs one
-  settings lookup; with one, one `in` test per frame or document piece, not one per field.
+  by `dumps`, which redacts the encoded text once. With no key configured that costs two
+  settings lookups and a cache hit; with one, two `in` tests per frame or document piece, not
+  one per field (and a regex pass over text holding a `\\u` escape, which may spell the key).
 - Bytes out (`.sse` exports): `redact_bytes` over each piece of whole events.
 - Values for templates (pages): `page_stream` (a stream row), `output` (its reassembled output)
   and `scrub` (anything else built from rows), each a redacted copy.
 
-Keys shorter than KEY_MIN characters are not searched for: they cannot be real, and replacing
-a short string everywhere would mangle unrelated text.
+What is redacted: the key as written and with any of its characters written as JSON escapes
+(`\\u0073k-…` decodes to `sk-…` in whatever parses it), and the credentials of a URL
+(`upstream_url`, `redact_url`; those of UPSTREAM_BASE_URL wherever they appear). Secrets
+shorter than KEY_MIN characters are not searched for: they cannot be real, and replacing a
+short string everywhere would mangle unrelated text.
 """
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
+import re
+from urllib.parse import unquote
 
 import orjson
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 
 from .checks import ITEM_KINDS
-from .recorder import EVENT_COLUMNS, PUBLIC_FIELDS
+from .models import Event
+from .recorder import PUBLIC_FIELDS
 
 REDACTED = "[redacted]"
+REDACTED_BYTES = REDACTED.encode()
 KEY_MIN = 8
 FAILED_TOOL_STATUSES = frozenset({"failed", "incomplete", "cancelled"})
 
@@ -52,65 +61,150 @@ LIST_FIELDS = (
     "error_code",
 )
 LIST_PROMPT_MAX = 200
-# An event as the `.json` export has it: every stored column but the stream and the raw bytes.
-EXPORT_EVENT_FIELDS = EVENT_COLUMNS[1:-1]
+# An event as the `.json` export has it: every stored column but the stream and the raw bytes
+# (from the model, not the recorder's row layout, which leaves sent_us out of the rows of
+# streams that are not proxied).
+EXPORT_EVENT_FIELDS = tuple(
+    f.attname for f in Event._meta.concrete_fields if f.attname not in ("id", "stream_id", "raw")
+)
 FINDING_FIELDS = ("code", "severity", "event_index", "expected", "got", "detail")
 
 
 # ---- redaction -------------------------------------------------------------------------------
 
 
-def _key():
-    key = settings.UPSTREAM_API_KEY
-    return key if isinstance(key, str) and len(key) >= KEY_MIN else None
+class _Redactor:
+    """Replaces the secrets, as written or with any of their characters JSON-escaped (`\\u0073`
+    for `s`, once or more: verbatim event data holds one backslash, that data inside a JSON
+    document two), by REDACTED. Redaction runs on what leaves (encoded text, verbatim data),
+    where a key an upstream wrote as `\\u0073k-…` decodes to the key only in the browser."""
+
+    __slots__ = ("secrets", "text_re", "bytes_re")
+
+    def __init__(self, secrets):
+        self.secrets = secrets  # longest first: a secret inside another goes with it
+        self.text_re = re.compile("|".join(_tolerant(s) for s in secrets))
+        self.bytes_re = re.compile("|".join(_tolerant(s, bytes) for s in secrets).encode())
+
+    def text(self, text: str) -> str:
+        if "\\u" in text:  # an escape may hide a secret (or be something else: the regex says)
+            return self.text_re.sub(REDACTED, text)
+        for secret in self.secrets:
+            if secret in text:
+                text = text.replace(secret, REDACTED)
+        return text
+
+    def bytes(self, data: bytes) -> bytes:
+        if b"\\u" in data:
+            return self.bytes_re.sub(REDACTED_BYTES, data)
+        for secret in self.secrets:
+            raw = secret.encode()
+            if raw in data:
+                data = data.replace(raw, REDACTED_BYTES)
+        return data
+
+
+def _tolerant(secret: str, kind=str) -> str:
+    """A pattern matching `secret` with each character as itself or as a JSON `\\uXXXX` escape
+    (hex in either case, behind one or more backslashes)."""
+    parts = []
+    for ch in secret:
+        as_is = re.escape(ch) if kind is str else "".join(f"\\x{b:02x}" for b in ch.encode())
+        units = [ord(ch)] if ord(ch) < 0x10000 else _surrogates(ord(ch))
+        escaped = "".join(f"\\\\+u(?i:{u:04x})" for u in units)
+        parts.append(f"(?:{as_is}|{escaped})")
+    return "".join(parts)
+
+
+def _surrogates(cp):
+    cp -= 0x10000
+    return [0xD800 + (cp >> 10), 0xDC00 + (cp & 0x3FF)]
+
+
+@functools.lru_cache(maxsize=8)
+def _redactor_for(key, base_url):
+    secrets = set()
+    if isinstance(key, str) and len(key) >= KEY_MIN:
+        secrets.add(key)
+    # Credentials in UPSTREAM_BASE_URL (`https://user:pass@host/v1`) are a secret too, as
+    # written in the URL and decoded (an upstream may echo either).
+    userinfo = _USERINFO.search(base_url or "")
+    if userinfo:
+        info = userinfo.group()[:-1]
+        password = info.partition(":")[2]
+        for secret in (info, unquote(info), password, unquote(password)):
+            if len(secret) >= KEY_MIN:
+                secrets.add(secret)
+    return _Redactor(tuple(sorted(secrets, key=len, reverse=True))) if secrets else None
+
+
+def _redactor():
+    return _redactor_for(settings.UPSTREAM_API_KEY, settings.UPSTREAM_BASE_URL)
+
+
+def redacts():
+    """Whether there is a key to redact (what leaves may then differ in length)."""
+    return _redactor() is not None
 
 
 def redact(text):
     """`text` without the upstream API key (anything but a string comes back as it is)."""
-    key = _key()
-    if key is None or not isinstance(text, str) or key not in text:
+    redactor = _redactor()
+    if redactor is None or not isinstance(text, str):
         return text
-    return text.replace(key, REDACTED)
+    return redactor.text(text)
 
 
 def redact_bytes(data: bytes) -> bytes:
-    key = _key()
-    if key is None:
-        return data
-    raw = key.encode()
-    return data.replace(raw, REDACTED.encode()) if raw in data else data
+    redactor = _redactor()
+    return data if redactor is None else redactor.bytes(data)
+
+
+# The userinfo of a URL (`user:pass@`): nothing a URL's other parts or a JSON string's end hold.
+_USERINFO = re.compile(r"(?<=://)[^/?#@\s\"\\<>]+@")
+
+
+def redact_url(url):
+    """`url` without the credentials it may embed (`https://[redacted]@host/…`): for
+    `Stream.upstream_url` and anything shown of UPSTREAM_BASE_URL."""
+    if not isinstance(url, str) or "@" not in url:
+        return url
+    return redact(_USERINFO.sub(REDACTED + "@", url))
 
 
 def scrub(value):
     """`value` with the key redacted from every string in it, walking dicts, lists and tuples
     (a copy; other objects are left as they are); `value` itself when no key is configured."""
-    key = _key()
-    return value if key is None else _scrub(value, key)
+    redactor = _redactor()
+    return value if redactor is None else _scrub(value, redactor.text)
 
 
-def _scrub(value, key):
+def _scrub(value, sub):
     if isinstance(value, str):
-        return value.replace(key, REDACTED) if key in value else value
+        return sub(value)
     if isinstance(value, dict):
-        return {_scrub(k, key): _scrub(v, key) for k, v in value.items()}
+        return {_scrub(k, sub): _scrub(v, sub) for k, v in value.items()}
     if isinstance(value, list):
-        return [_scrub(v, key) for v in value]
+        return [_scrub(v, sub) for v in value]
     if isinstance(value, tuple):
-        return tuple(_scrub(v, key) for v in value)
+        return tuple(_scrub(v, sub) for v in value)
     return value
 
 
 def page_stream(stream):
-    """The stream row as a page may show it: `stream` itself when no key is configured, else a
-    copy whose text and JSON fields are redacted (never saved: the row keeps what came)."""
-    key = _key()
-    if key is None:
+    """The stream row as a page may show it: `stream` itself when there is nothing to redact,
+    else a copy whose text and JSON fields are redacted (never saved: the row keeps what came)."""
+    redactor = _redactor()
+    url = stream.upstream_url
+    if redactor is None and "@" not in url:
         return stream
     shown = copy.copy(stream)
-    for f in stream._meta.concrete_fields:
-        value = getattr(stream, f.attname)
-        if isinstance(value, str | list | dict):
-            setattr(shown, f.attname, _scrub(value, key))
+    if redactor is not None:
+        for f in stream._meta.concrete_fields:
+            value = getattr(stream, f.attname)
+            if isinstance(value, str | list | dict):
+                setattr(shown, f.attname, _scrub(value, redactor.text))
+    shown.upstream_url = redact_url(url)
     return shown
 
 
@@ -129,10 +223,8 @@ def dumps(obj) -> str:
         ).decode()
     except TypeError:
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
-    key = _key()
-    if key is not None and key in text:
-        text = text.replace(key, REDACTED)
-    return text
+    redactor = _redactor()
+    return text if redactor is None else redactor.text(text)
 
 
 def _iso(value):
@@ -152,8 +244,11 @@ def stream(stream) -> dict:
         "resolved_model": stream.resolved_model,
         "scenario": stream.scenario,
         "prompt": stream.prompt,
+        # what a proxied request's client said about it (X-Streamscope-Tags / -Session)
+        "tags": stream.tags,
+        "session": stream.session,
         "request": stream.request_body,
-        "upstream_url": stream.upstream_url,
+        "upstream_url": redact_url(stream.upstream_url),
         "routing": {
             "category": stream.routing_category,
             "source": stream.routing_source,
@@ -185,6 +280,8 @@ def stream(stream) -> dict:
         "duration_ms": stream.duration_ms,
         "tokens_per_s": stream.tokens_per_s,
         "inter_token_ms": stream.inter_token_ms,
+        "proxy_added_p50_ms": stream.proxy_added_p50_ms,
+        "proxy_added_p99_ms": stream.proxy_added_p99_ms,
         "event_count": stream.event_count,
         "output_tokens": stream.output_tokens,
         "bytes_received": stream.bytes_received,
@@ -205,10 +302,15 @@ def list_item(row) -> dict:
     return item
 
 
-def event(index, type, sequence_number, t_us, data) -> dict:
-    """One event as the API and the WebSocket send it; `data` is the verbatim SSE data."""
+def event(index, type, sequence_number, t_us, data, sent_us=None) -> dict:
+    """One event as the API and the WebSocket send it; `data` is the verbatim SSE data.
+    `sent_us` (a proxied stream's: when the proxy handed the event to its client) is there
+    only when known, so the events of every other stream keep their shape byte for byte."""
+    if sent_us is None:
+        return {"index": index, "type": type, "sequence_number": sequence_number,
+                "t_us": t_us, "data": data}  # fmt: skip
     return {"index": index, "type": type, "sequence_number": sequence_number, "t_us": t_us,
-            "data": data}  # fmt: skip
+            "data": data, "sent_us": sent_us}  # fmt: skip
 
 
 def export_event(row) -> dict:
@@ -220,10 +322,11 @@ def export_event(row) -> dict:
 
 def stream_frame(events, status=None, stream=None, terminal=False, omit_data=False) -> str:
     """A stream WebSocket frame (docs/relay.md) for payload tuples `(index, type,
-    sequence_number, t_us, data)`; `omit_data` sends each event's size instead of its data."""
+    sequence_number, t_us, data[, sent_us])` (sent_us: proxied streams only); `omit_data`
+    sends each event's size instead of its data."""
     if omit_data:
         out = [
-            {**event(*e[:4], None), "data_bytes": len(e[4].encode())}
+            {**event(*e[:4], None, *e[5:]), "data_bytes": len(e[4].encode())}
             if e[4] is not None
             else event(*e)
             for e in events

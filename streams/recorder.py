@@ -19,6 +19,7 @@ import collections
 import datetime as dt
 import functools
 import itertools
+import json
 import logging
 import os
 import socket
@@ -63,6 +64,9 @@ EVENT_COLUMNS = (
     "data",
     "raw",
 )
+# A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
+# rows of every other stream bind one value less (a column more cost ~10 % of the insert).
+PROXIED_COLUMNS = (*EVENT_COLUMNS, "sent_us")
 # Fields of a stream that viewers are told about when they change.
 PUBLIC_FIELDS = {
     "status",
@@ -125,15 +129,21 @@ class Recording:
     count_due_s: float = 0.0  # loop time when event_count is next written (Writer._commit)
     inline_max: int | None = None  # RELAY_INLINE_MAX_BYTES, read once per attempt
     body_open: bool = False  # an event stream was being read (the checker has a say)
+    # Proxied streams: rows with PROXIED_COLUMNS, and (µs the proxy held a chunk before the
+    # client's socket had it, events).
+    proxied: bool = False
+    proxy_delays: list = field(default_factory=list)
+    # Why a cancel came, when the canceller knows (the proxy: "client_disconnected").
+    cancel_code: str = ""
     # Filled by the reader, drained by the writer at the next commit.
     pending_fields: dict = field(default_factory=dict)
     pending_findings: list = field(default_factory=list)
 
-    def start(self, t0_ns):
+    def start(self, t0_ns, stall_s):
         self.t0_ns = t0_ns
         self.inline_max = conf.get().relay_inline_max_bytes
         self.wall0 = dt.datetime.now(dt.UTC)
-        stall_us = int(conf.get().stall_timeout_s * 1_000_000)
+        stall_us = int(stall_s * 1_000_000)
         self.checker = Checker(pinned_model=self.pinned_model, stall_threshold_us=stall_us)
 
     def mark(self, name, t_ns):
@@ -163,7 +173,7 @@ class Recording:
         self.pending_fields["findings_count"] = self.findings
         self.pending_fields["error_findings"] = self.error_findings
 
-    def ingest(self, events):
+    def ingest(self, events, sent_ns=None):
         """The events of one received chunk: number them, feed the checker, note milestones.
 
         Returns the writer's `(rows, payloads)`: `rows` is flat, EVENT_COLUMNS values one event
@@ -171,7 +181,9 @@ class Recording:
         collector must keep scanning (a tuple of atoms is untracked at its first collection;
         a list per row and a tuple per queue item were scanned again and again while queued,
         and the collector took a large share of the pipeline's time; docs/performance.md,
-        "Recorder"). This is the hottest code in the product."""
+        "Recorder"). This is the hottest code in the product.
+
+        `sent_ns`: when the proxy handed the chunk to its client (None: not proxied)."""
         rows = []
         payloads = []
         add_row = rows.extend
@@ -182,6 +194,8 @@ class Recording:
         t0_ns = self.t0_ns
         inline_max = self.inline_max
         index = self.next_index
+        sent_us = None if sent_ns is None else (sent_ns - t0_ns) // 1000
+        proxied = self.proxied
         for sse in events:
             t_us = (sse.t_ns - t0_ns) // 1000
             data = sse.data
@@ -209,7 +223,11 @@ class Recording:
                     sse.raw,
                 )
             )
-            add_payload(relay.event_payload(index, type_, seq, t_us, data, inline_max))
+            payload = relay.event_payload(index, type_, seq, t_us, data, inline_max)
+            if proxied:
+                add_row((sent_us,))
+                payload = (*payload, sent_us)  # the consumer needs no read for it
+            add_payload(payload)
             index += 1
         self.next_index = index
         return rows, payloads
@@ -263,7 +281,7 @@ class Recording:
             "event_count": self.next_index,
             "bytes_received": self.bytes_received,
         }
-        if checker is not None:
+        if checker is not None and self.body_open:
             fields.update(
                 output_tokens=checker.output_tokens,
                 final_text=checker.final_text or "",
@@ -288,6 +306,8 @@ class Recording:
                 output_tokens=checker.output_tokens if checker is not None else 0,
             )
         )
+        if self.proxy_delays:
+            fields.update(metrics.proxy_added(self.proxy_delays))
         return fields
 
 
@@ -331,7 +351,17 @@ class Writer:
         self._kick = None  # a pending batch's timer: resolve it to commit early
         self._flushes = 0  # flush requests in the buffer: commit without waiting
         self._oldest = 0.0  # loop time when the buffer last became non-empty
+        self._batch = ()  # the batch being committed
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
+        self.task.add_done_callback(self._stopped)
+
+    def _stopped(self, task):
+        # A writer that is gone (its loop shutting down, cancelled) answers every flush still
+        # waiting, so that no recording waits for a commit that will never come.
+        for entry in (*self._batch, *self.buffer):
+            done = entry[3]
+            if done is not None and not done.done():
+                done.set_exception(StorageUnavailable("the writer stopped"))
 
     async def put(self, rec, rows, payloads):
         """Queue the events of one received chunk (what `Recording.ingest` returned): one call
@@ -350,6 +380,8 @@ class Writer:
 
     async def flush(self, rec):
         """Commit everything queued so far (and `rec`'s pending fields); wait for it."""
+        if self.task.done():
+            raise StorageUnavailable("the writer stopped")
         done = self._loop.create_future()
         self.buffer.append((rec, None, None, done))
         self._flushes += 1
@@ -397,6 +429,7 @@ class Writer:
                 self._oldest = loop.time()  # (a full batch's rest: committed without waiting)
             if self.queued < self.capacity and not self._space.is_set():
                 self._space.set()
+            self._batch = batch
             try:
                 await self._commit(batch)
             except Exception as exc:
@@ -419,11 +452,15 @@ class Writer:
 
     async def _commit(self, batch):
         rows = []
+        proxied_rows = []
         per_stream = {}  # rec -> payloads, in arrival order
         flushes = []
         for rec, chunk_rows, payloads, done in batch:
             if done is None:
-                rows += chunk_rows
+                if rec.proxied:
+                    proxied_rows += chunk_rows
+                else:
+                    rows += chunk_rows
                 mine = per_stream.get(rec)
                 if mine is None:
                     # a copy: the batch's entries keep their own counts (a failed commit
@@ -456,7 +493,9 @@ class Writer:
             if rec.pending_findings:
                 findings.extend(rec.pending_findings)
                 rec.pending_findings = []
-        await self._loop.run_in_executor(db_executor(), write_batch, rows, updates, findings)
+        await self._loop.run_in_executor(
+            db_executor(), write_batch, rows, updates, findings, None, proxied_rows
+        )
         self.batches += 1
         publishes = []
         for rec, payloads in per_stream.items():
@@ -478,10 +517,10 @@ def _resolve(future):
         future.set_result(None)
 
 
-def write_batch(rows, updates, findings, retry_for_s=None):
-    """One transaction: events (`rows` flat, as `insert_flat` takes them), stream updates,
-    findings. Retries with backoff while the database is unreachable, for up to
-    STORAGE_RETRY_S, then raises StorageUnavailable."""
+def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
+    """One transaction: events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
+    PROXIED_COLUMNS), stream updates, findings. Retries with backoff while the database is
+    unreachable, for up to STORAGE_RETRY_S, then raises StorageUnavailable."""
     delay = 0.05
     if retry_for_s is None:
         retry_for_s = conf.get().storage_retry_s
@@ -491,6 +530,8 @@ def write_batch(rows, updates, findings, retry_for_s=None):
             with transaction.atomic():
                 if rows:
                     insert_flat(rows, offsets=True)
+                if proxied_rows:
+                    insert_flat(proxied_rows, offsets=True, columns=PROXIED_COLUMNS)
                 update_streams(updates)
                 if findings:
                     Finding.objects.bulk_create(findings, batch_size=500)
@@ -577,7 +618,7 @@ def insert_events(rows, *, offsets=False):
     insert_flat(list(itertools.chain.from_iterable(rows)), offsets=offsets)
 
 
-def insert_flat(values, *, offsets=False):
+def insert_flat(values, *, offsets=False, columns=EVENT_COLUMNS):
     """Multi-row insert of events given as one flat list: EVENT_COLUMNS values of one event
     after the other (what the recorder builds, with no list or tuple per row). The ORM's
     bulk_create costs several times more per row on SQLite, and several times more than COPY
@@ -588,10 +629,10 @@ def insert_flat(values, *, offsets=False):
     wall-clock start, turned into start + t_us here, on the writer's thread, off the event
     loop."""
     vendor = connection.vendor
-    _receipt_times_as_text(values, "+00" if vendor == "postgresql" else "", offsets)
+    width = len(columns)
+    _receipt_times_as_text(values, "+00" if vendor == "postgresql" else "", offsets, width)
     table = connection.ops.quote_name(Event._meta.db_table)
-    cols = ", ".join(connection.ops.quote_name(c) for c in EVENT_COLUMNS)
-    width = len(EVENT_COLUMNS)
+    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
     if vendor == "postgresql":
         with connection.cursor() as cursor:
             with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
@@ -609,12 +650,12 @@ def insert_flat(values, *, offsets=False):
         step = _SQLITE_ROWS_PER_STATEMENT * width
         for start in range(0, len(values), step):
             chunk = values[start : start + step] if len(values) > step else values
-            raw.execute(_sqlite_insert(len(chunk) // width), chunk)
+            raw.execute(_sqlite_insert(len(chunk) // width, columns), chunk)
         return
-    sql = _INSERT_SQL.get(vendor)
+    sql = _INSERT_SQL.get((vendor, columns))
     if sql is None:
         marks = ", ".join(["%s"] * width)
-        sql = _INSERT_SQL[vendor] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
+        sql = _INSERT_SQL[vendor, columns] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
     with connection.cursor() as cursor:
         cursor.executemany(sql, [values[i : i + width] for i in range(0, len(values), width)])
 
@@ -624,7 +665,7 @@ _RECEIVED_AT = EVENT_COLUMNS.index("received_at")
 _T_US = EVENT_COLUMNS.index("t_us")
 
 
-def _receipt_times_as_text(values, suffix, offsets):
+def _receipt_times_as_text(values, suffix, offsets, width):
     """`received_at` in flat event values as the text the database stores (UTC; `suffix`
     "+00" for PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text), in place.
     With `offsets`, a `received_at` is its stream's wall-clock start, and becomes start + t_us.
@@ -632,7 +673,6 @@ def _receipt_times_as_text(values, suffix, offsets):
     Datetime arithmetic and isoformat per row were a large share of the pipeline's CPU (on the
     writer thread, holding the GIL the readers need; docs/performance.md, "Recorder"); this
     formats each second once."""
-    width = len(EVENT_COLUMNS)
     bases = {}  # id(start) -> µs since the epoch
     seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
     for i in range(_RECEIVED_AT, len(values), width):
@@ -653,15 +693,15 @@ def _receipt_times_as_text(values, suffix, offsets):
         values[i] = f"{text}.{us:06d}{suffix}" if us else text + suffix
 
 
-# SQLite allows 32766 bound parameters per statement (3.32+); 13 per row.
+# SQLite allows 32766 bound parameters per statement (3.32+); 13 per row (14 proxied).
 _SQLITE_ROWS_PER_STATEMENT = 2000
 
 
 @functools.cache
-def _sqlite_insert(n):
+def _sqlite_insert(n, columns=EVENT_COLUMNS):
     table = connection.ops.quote_name(Event._meta.db_table)
-    cols = ", ".join(connection.ops.quote_name(c) for c in EVENT_COLUMNS)
-    row = "(" + ", ".join(["?"] * len(EVENT_COLUMNS)) + ")"
+    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
+    row = "(" + ", ".join(["?"] * len(columns)) + ")"
     return f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row] * n)
 
 
@@ -724,16 +764,24 @@ class Outcome:
     retryable: bool = False  # a connection error before the first event
 
 
-async def record_attempt(rec, client, url, body, api_key, writer=None):
+async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None, stall_s=None):
     """Run one upstream request and record it on `rec`'s stream; return its outcome.
 
     Never raises for upstream trouble: every failure becomes a status on the stream. Re-raises
-    CancelledError after recording `cancelled`."""
+    CancelledError after recording `cancelled` (with `rec.cancel_code`, if one was set).
+
+    `tap` (the recording proxy, streams/proxy.py): the request goes out as `tap.content` with
+    `tap.headers`; the response's head goes to `await tap.start(response)` and every chunk of
+    its body, as it came, to `await tap.chunk(bytes)` (which returns when the client's socket
+    had it, monotonic ns) *before* it is parsed and recorded. A stall is recorded (the
+    checker's finding), not aborted: the proxy's client decides.
+
+    `stall_s`: this attempt's stall threshold (default STALL_TIMEOUT_S)."""
     writer = writer or get_writer()
-    stall_s = conf.get().stall_timeout_s
+    stall_s = conf.get().stall_timeout_s if stall_s is None else stall_s
     phases = Phases()
     phases.activate()
-    rec.start(time.monotonic_ns())
+    rec.start(time.monotonic_ns(), stall_s)
     rec.status = Stream.Status.STREAMING
     rec.pending_fields.update(
         status=rec.status, started_at=rec.wall0, runner=RUNNER_ID, upstream_url=url
@@ -741,50 +789,35 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
     outcome = None
     loop = asyncio.get_running_loop()
     try:
-        await writer.flush(rec)
+        if tap is None:
+            await writer.flush(rec)
+        # (The proxy's request goes out at once: its row may still be being created, and its
+        # `streaming` status goes with the first batch; `tap.opened()` gives the row.)
         async with asyncio.timeout(None) as stall_timer:
-            stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
+            if tap is None:
+                stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
+                request = {"json": body, "headers": request_headers(api_key)}
+            else:
+                request = {"content": tap.content, "headers": tap.headers}
             async with client.stream(
-                "POST",
-                url,
-                json=body,
-                headers=request_headers(api_key),
-                extensions={"trace": phases.trace},
+                "POST", url, extensions={"trace": phases.trace}, **request
             ) as response:
                 for name, t_ns in phases.marks.items():
                     rec.mark(name, t_ns)
                 rec.pending_fields["http_status"] = response.status_code
                 rec.pending_fields["content_type"] = response.headers.get("content-type", "")[:200]
+                if tap is not None:
+                    await tap.start(response)
                 if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
                     "content-type", ""
                 ):
-                    check_response(response, await read_error_body(response))
-                rec.body_open = True
-                reader = EventReader()
-                ingest = rec.ingest
-                put = writer.put
-                stall_timer.reschedule(None)
-                watch = StallWatch(loop, stall_timer, stall_s)
-                try:
-                    async for chunk in response.aiter_bytes():
-                        if rec.storage_error:
-                            raise StorageUnavailable(rec.storage_error)
-                        # the arrival of the newest bytes read (our backend stamps it in the
-                        # protocol callback), else now
-                        t_ns = phases.last_read_ns or time.monotonic_ns()
-                        rec.bytes_received += len(chunk)
-                        events = reader.feed(chunk, t_ns)
-                        if events:
-                            watch.last_ns = t_ns
-                            await put(rec, *ingest(events))
-                            if rec.urgent:
-                                # Terminal events flush at once (docs/recorder.md).
-                                rec.urgent = False
-                                await writer.flush(rec)
-                finally:
-                    watch.cancel()
-                reader.close(time.monotonic_ns())
-        outcome = Outcome(None)  # the checker decides, once it has seen the end
+                    if tap is None:
+                        check_response(response, await read_error_body(response))
+                    else:
+                        outcome = await _tap_whole_body(rec, writer, response, tap, phases)
+                if outcome is None:
+                    await _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
+        outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
     except TimeoutError:
         if rec.next_index == 0 and "headers" not in rec.milestones:
             outcome = Outcome(Stream.Status.FAILED, "timeout", "no response from upstream")
@@ -818,10 +851,147 @@ async def record_attempt(rec, client, url, body, api_key, writer=None):
             Stream.Status.FAILED, "storage_unavailable", rec.storage_error or str(exc)
         )
     except asyncio.CancelledError:
-        await asyncio.shield(_finish(rec, writer, Outcome(Stream.Status.CANCELLED)))
+        reason = CANCEL_REASONS.get(rec.cancel_code, "")
+        cancelled = Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
+        await asyncio.shield(_finish(rec, writer, cancelled, tap))
         raise
-    await _finish(rec, writer, outcome)
+    await _finish(rec, writer, outcome, tap)
     return outcome
+
+
+async def _read_events(rec, writer, response, tap, phases, stall_timer, stall_s):
+    """Read, parse and queue an event stream's body (forwarding each chunk first, with a tap)."""
+    loop = asyncio.get_running_loop()
+    rec.body_open = True
+    reader = EventReader()
+    ingest = rec.ingest
+    put = writer.put
+    stall_timer.reschedule(None)
+    watch = StallWatch(loop, stall_timer, stall_s) if tap is None else None
+    sent_ns = None
+    try:
+        # the proxy forwards the bytes as they came (it asks for no content encoding)
+        async for chunk in response.aiter_raw() if tap is not None else response.aiter_bytes():
+            # the arrival of the newest bytes read (our backend stamps it in the protocol
+            # callback), else now
+            t_ns = phases.last_read_ns or time.monotonic_ns()
+            if tap is not None:
+                sent_ns = await tap.chunk(chunk)
+            if rec.storage_error:
+                raise StorageUnavailable(rec.storage_error)
+            rec.bytes_received += len(chunk)
+            events = reader.feed(chunk, t_ns)
+            if events:
+                if watch is not None:
+                    watch.last_ns = t_ns
+                elif sent_ns is not None:
+                    rec.proxy_delays.append(((sent_ns - t_ns) // 1000, len(events)))
+                await put(rec, *ingest(events, sent_ns))
+                if rec.urgent:
+                    # Terminal events flush at once (docs/recorder.md).
+                    rec.urgent = False
+                    await writer.flush(rec)
+    finally:
+        if watch is not None:
+            watch.cancel()
+    reader.close(time.monotonic_ns())
+
+
+async def _tap_whole_body(rec, writer, response, tap, phases):
+    """A body that is not an event stream, through the proxy: forwarded as it comes, kept
+    whole as one event (verbatim, so nothing the client saw is missing from the record), and
+    judged like the recorder judges it — except that a JSON response to a `stream: false`
+    request is the answer it asked for. Returns the outcome."""
+    chunks = []
+    t_ns = sent_ns = None
+    async for chunk in response.aiter_raw():
+        t_ns = phases.last_read_ns or time.monotonic_ns()
+        sent_ns = await tap.chunk(chunk)
+        rec.bytes_received += len(chunk)
+        chunks.append(chunk)
+    body = b"".join(chunks)
+    if t_ns is None:
+        t_ns = time.monotonic_ns()
+    text = body.decode("utf-8", errors="replace")
+    type_, is_json, fields, status = _json_response_fields(response, text, tap.wants_json)
+    t_us = _us(t_ns - rec.t0_ns)
+    s_us = None if sent_ns is None else _us(sent_ns - rec.t0_ns)
+    rec.mark("terminal", t_ns)
+    rec.pending_fields.update(fields)
+    if s_us is not None:
+        rec.proxy_delays.append((s_us - t_us, 1))
+    raw = None if text.encode() == body else body
+    row = [
+        rec.stream_id,
+        0,
+        t_us,
+        rec.wall0,
+        "",
+        "",
+        type_,
+        None,
+        None,
+        None,
+        is_json,
+        text,
+        raw,
+        s_us,
+    ]  # fmt: skip (PROXIED_COLUMNS)
+    rec.next_index = 1
+    await writer.put(rec, row, [(*relay.event_payload(0, type_, None, t_us, text), s_us)])
+    if status is not None:
+        return Outcome(status)
+    try:
+        check_response(response, text)
+    except UpstreamError as exc:
+        return Outcome(Stream.Status.FAILED, exc.code, exc.message)
+    return Outcome(Stream.Status.FAILED, "wrong_content_type", "not an event stream")
+
+
+_JSON_STATUSES = {
+    "completed": Stream.Status.COMPLETED,
+    "incomplete": Stream.Status.INCOMPLETE,
+    "failed": Stream.Status.FAILED,
+    "cancelled": Stream.Status.CANCELLED,
+}
+
+
+def _json_response_fields(response, text, wants_json):
+    """(event type, is_json, fields, status) of a body that is not an event stream: status
+    None unless it is the 2xx JSON `response` object a `stream: false` request asked for."""
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip()
+    if response.status_code >= 400 or content_type != "application/json":
+        return "response.body", False, {}, None
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return "response.body", False, {}, None
+    if not isinstance(obj, dict) or obj.get("object") != "response":
+        return "response.body", True, {}, None
+    if not wants_json:
+        return "response", True, {}, None  # a stream was asked for: wrong_content_type
+    texts = []
+    for item in obj.get("output") or ():
+        for part in (item.get("content") or ()) if isinstance(item, dict) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    fields = dict(
+        upstream_id=str(obj.get("id") or "")[:200],
+        resolved_model=str(obj.get("model") or "")[:100],
+        final_text="".join(texts),
+        output_text="".join(texts),
+    )
+    tokens = usage.get("output_tokens")
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+        fields["output_tokens"] = tokens
+    return "response", True, fields, _JSON_STATUSES.get(obj.get("status"), Stream.Status.COMPLETED)
+
+
+CANCEL_REASONS = {
+    "client_disconnected": "the proxied client closed its connection; the upstream request "
+    "was cancelled",
+}
 
 
 def _describe(exc):
@@ -839,8 +1009,10 @@ def _status_from_checker(checker):
         return Stream.Status.TRUNCATED
 
 
-async def _finish(rec, writer, outcome):
+async def _finish(rec, writer, outcome, tap=None):
     closed_ns = time.monotonic_ns()
+    if tap is not None:
+        await tap.opened()  # the row exists
     if rec.body_open:
         # A connection we closed ourselves (cancel, stall) is not the upstream's fault.
         closed_by_upstream = outcome.status not in (Stream.Status.CANCELLED, Stream.Status.STALLED)

@@ -15,12 +15,14 @@ import threading
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.db import close_old_connections
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
 from . import conf, services
 from .models import Event, Stream
 from .recorder import RUNNER_ID, Recording, get_writer, record_attempt
+from .simulator import scenarios
 from .upstream import ClientPool
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,12 @@ def get_client():
 
 async def run_stream(stream, *, base_url=None, api_key=None, client=None):
     """Record `stream` (and its stall retries). Returns (last attempt's stream, outcome)."""
+    # The built-in simulator paces a run at its time_scale (the playground's speed): its
+    # stall scenario's silence scales, and the stall threshold with it.
+    stall_s = None
+    if base_url is None and uses_simulator():
+        metadata = stream.request_body.get("metadata")
+        stall_s = scenarios.stall_threshold_s(conf.get().stall_timeout_s, metadata)
     base_url = base_url or await sync_to_async(upstream_base_url)()
     api_key = settings.UPSTREAM_API_KEY if api_key is None else api_key
     client = client or get_client()
@@ -87,14 +95,14 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
                 current.pk, current.user_id, pinned_model=current.requested_model != "auto"
             )
             outcome = await record_attempt(
-                rec, client, url, current.request_body, api_key, writer=writer
+                rec, client, url, current.request_body, api_key, writer=writer, stall_s=stall_s
             )
             if not outcome.retryable:
                 break
             log.info("stream %s: %s; retrying", current.pk, outcome.error_message)
         if outcome.status == Stream.Status.STALLED and current.attempt < stall_attempts:
-            current = await sync_to_async(services.next_attempt)(current)
-            log.info("stream %s stalled; retrying as stream %s", stream.pk, current.pk)
+            stalled, current = current, await sync_to_async(services.next_attempt)(current)
+            log.info("stream %s stalled; retrying as stream %s", stalled.pk, current.pk)
             continue
         return current, outcome
 
@@ -151,7 +159,8 @@ def running_here():
 
 
 async def _cancel_elsewhere(stream_id):
-    await sync_to_async(_cancel_unclaimed)(stream_id)
+    if not await sync_to_async(_cancel_unclaimed)(stream_id):
+        await sync_to_async(_cancel_if_abandoned)(stream_id)
     await _tell_workers({"type": "worker.cancel", "stream": stream_id})
 
 
@@ -214,14 +223,40 @@ def claim_pending(limit):
 # Liveness: heartbeats and orphans
 
 
+class _Complaints:
+    """A periodic job's failures, logged once per kind (exception type) until it works again:
+    a database outage is one line per kind, not a traceback every beat."""
+
+    def __init__(self, job):
+        self.job = job
+        self.kinds = set()
+
+    def failed(self, exc):
+        kind = type(exc).__name__
+        if kind not in self.kinds:
+            self.kinds.add(kind)
+            log.warning("%s failed (%s: %s); retrying, logged once", self.job, kind, exc)
+
+    def recovered(self):
+        if self.kinds:
+            log.info("%s works again", self.job)
+            self.kinds.clear()
+
+
 _heartbeat_tasks = {}
+_heartbeat_complaints = _Complaints("heartbeat")
 
 
 def _ensure_heartbeat():
     loop = asyncio.get_running_loop()
     task = _heartbeat_tasks.get(loop)
     if task is None or task.done():
-        _heartbeat_tasks[loop] = loop.create_task(_heartbeat(), name="streamscope-heartbeat")
+        # Its own context, not the request's that started the first stream (see `start`):
+        # with the request's, every beat's ORM call failed once the response had been sent,
+        # and a quiet stream looked dead to other processes' sweeps.
+        _heartbeat_tasks[loop] = loop.create_task(
+            _heartbeat(), name="streamscope-heartbeat", context=contextvars.Context()
+        )
 
 
 async def _heartbeat():
@@ -239,8 +274,61 @@ async def beat():
             await Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).aupdate(
                 heartbeat_at=dt.datetime.now(dt.UTC)
             )
-        except Exception:
-            log.exception("heartbeat failed")
+        except Exception as exc:
+            _heartbeat_complaints.failed(exc)
+        else:
+            _heartbeat_complaints.recovered()
+
+
+_sweepers = {}
+
+
+def sweep_periodically(on_swept=None):
+    """Sweep orphans now and then every SWEEP_INTERVAL_S, on the running loop, for as long as
+    it runs: a long-lived process's job (Daphne's, a worker's), so a row left by a process that
+    died ends `interrupted` without waiting for some process's next start. `on_swept(n)` is
+    called after a sweep that found some. Returns the sweeper task (one per loop)."""
+    loop = asyncio.get_running_loop()
+    task = _sweepers.get(loop)
+    if task is None or task.done():
+        task = _sweepers[loop] = loop.create_task(
+            _sweep_forever(on_swept), name="streamscope-sweeper", context=contextvars.Context()
+        )
+    return task
+
+
+def sweep_when_served():
+    """Start `sweep_periodically` once Daphne's reactor runs its loop. Called by the two
+    commands that serve (`manage.py serve`, `python -m dashboard.server`) before they hand the
+    process to Daphne: Daphne speaks no ASGI lifespan, so its reactor's start is the one moment
+    every server process has, and nothing else (tests, `record`, `migrate`) ever runs it."""
+    from twisted.internet import reactor  # Daphne's asyncio reactor, installed by daphne.server
+
+    # callLater runs on the asyncio loop once it runs (callWhenRunning would run before).
+    reactor.callLater(0, sweep_periodically)
+
+
+def _sweep_now():
+    close_old_connections()  # a long-lived thread: replace a connection the database dropped
+    # A retry waits unclaimed for a worker: without workers it would wait (and hold one of
+    # its user's slots) for ever.
+    return sweep_orphans(retry=conf.get().retry_interrupted and in_workers())
+
+
+async def _sweep_forever(on_swept):
+    complaints = _Complaints("orphan sweep")
+    while True:
+        try:
+            swept = await sync_to_async(_sweep_now)()
+        except Exception as exc:
+            complaints.failed(exc)
+        else:
+            complaints.recovered()
+            if swept:
+                log.warning("marked %d stream(s) of dead processes interrupted", swept)
+                if on_swept is not None:
+                    on_swept(swept)
+        await asyncio.sleep(conf.get().sweep_interval_s)
 
 
 def _pid_alive(pid):
@@ -253,6 +341,43 @@ def _pid_alive(pid):
     return True
 
 
+def _process_gone(runner):
+    """`runner` (a RUNNER_ID) names a process of this host that no longer exists, or an
+    earlier run of this very pid (a container restarted with the same pid)."""
+    parts = runner.split(":")
+    if len(parts) == 3 and parts[0] == socket.gethostname() and parts[1].isdigit():
+        pid = int(parts[1])
+        return not _pid_alive(pid) or (pid == os.getpid() and runner != RUNNER_ID)
+    return False
+
+
+def _stored_count():
+    """The number of events stored for the row being updated: the recorder rewrites a
+    streaming row's count only now and then."""
+    return Coalesce(
+        Subquery(
+            Event.objects.filter(stream_id=OuterRef("pk"))
+            .values("stream_id")
+            .annotate(n=Count("pk"))
+            .values("n")[:1]
+        ),
+        0,
+    )
+
+
+def _end_abandoned(pk, runner, status, message, now):
+    """End an active row nothing records any more; conditional on the runner seen, so a row
+    claimed again meanwhile is left alone. Returns whether it was ended."""
+    fields = {"error_code": "interrupted"} if status == Stream.Status.INTERRUPTED else {}
+    return Stream.objects.filter(pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES).update(
+        status=status,
+        event_count=_stored_count(),
+        finished_at=now,
+        error_message=message,
+        **fields,
+    )
+
+
 def sweep_orphans(retry=None):
     """Mark streams left `pending`/`streaming` by a dead process as `interrupted`; returns how
     many. With `retry` (default: the RETRY_INTERRUPTED setting) each gets a new attempt, linked
@@ -261,38 +386,25 @@ def sweep_orphans(retry=None):
     A stream is orphaned when its runner is a process of this host that no longer exists (or
     an earlier run of this very pid), or when nobody has touched it for HEARTBEAT_STALE_S.
     Unclaimed rows are waiting for a worker: nobody's orphans."""
-    host = socket.gethostname()
     now = dt.datetime.now(dt.UTC)
     stale = now - dt.timedelta(seconds=conf.get().heartbeat_stale_s)
     active = Stream.objects.filter(status__in=Stream.ACTIVE_STATUSES).exclude(runner="")
     dead = Q(heartbeat_at__lt=stale) | Q(heartbeat_at__isnull=True)
     for runner in active.exclude(runner=RUNNER_ID).values_list("runner", flat=True).distinct():
-        parts = runner.split(":")
-        if len(parts) == 3 and parts[0] == host and parts[1].isdigit():
-            pid = int(parts[1])
-            if not _pid_alive(pid) or pid == os.getpid():
-                dead |= Q(runner=runner)
+        if _process_gone(runner):
+            dead |= Q(runner=runner)
     orphans = list(active.filter(dead).exclude(runner=RUNNER_ID).values_list("pk", "runner"))
-    swept = []
-    for pk, runner in orphans:
-        # Conditional on the runner seen: a row claimed again meanwhile is left alone.
-        if Stream.objects.filter(pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES).update(
-            status=Stream.Status.INTERRUPTED,
-            # what was stored: the recorder rewrites a streaming row's count only now and then
-            event_count=Coalesce(
-                Subquery(
-                    Event.objects.filter(stream_id=OuterRef("pk"))
-                    .values("stream_id")
-                    .annotate(n=Count("pk"))
-                    .values("n")[:1]
-                ),
-                0,
-            ),
-            finished_at=now,
-            error_code="interrupted",
-            error_message="the process recording this stream stopped before it ended",
-        ):
-            swept.append(pk)
+    swept = [
+        pk
+        for pk, runner in orphans
+        if _end_abandoned(
+            pk,
+            runner,
+            Stream.Status.INTERRUPTED,
+            "the process recording this stream stopped before it ended",
+            now,
+        )
+    ]
     if retry is None:
         retry = conf.get().retry_interrupted
     if retry:
@@ -300,3 +412,66 @@ def sweep_orphans(retry=None):
             if stream.attempt < conf.get().stall_max_attempts:
                 services.next_attempt(stream, claimed=False)
     return len(swept)
+
+
+def cancel_unfinished_here(message):
+    """End this process's rows that did not end (they carry its RUNNER_ID, stall retries too)
+    `cancelled`: for a command stopped before its recordings could end them; returns how many."""
+    return Stream.objects.filter(runner=RUNNER_ID, status__in=Stream.ACTIVE_STATUSES).update(
+        status=Stream.Status.CANCELLED,
+        event_count=_stored_count(),
+        finished_at=dt.datetime.now(dt.UTC),
+        error_message=message,
+    )
+
+
+def _abandoned(stream):
+    """Nothing records active `stream` (a row just read) any more: it waits for a worker, or
+    this process claimed it but runs no task for it, or its process is gone or silent for
+    HEARTBEAT_STALE_S (as `sweep_orphans` decides)."""
+    runner = stream.runner
+    if runner == RUNNER_ID:
+        return stream.pk not in _tasks and stream.first_attempt_id not in _tasks
+    if runner == "":
+        return stream.status == Stream.Status.PENDING
+    stale = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=conf.get().heartbeat_stale_s)
+    return _process_gone(runner) or stream.heartbeat_at is None or stream.heartbeat_at < stale
+
+
+def cancel_orphan(stream):
+    """Cancel `stream` (a row just read) in the database when nothing records it any more
+    (see `_abandoned`), without waiting for the next sweep. True when it will be cancelled;
+    False when a live process elsewhere may still be recording it.
+
+    Without this, cancelling a row of a process that died answered 409 until a sweep came, and
+    the row held one of its user's slots meanwhile."""
+    if not stream.is_active or not _abandoned(stream):
+        return False
+    _spawn(sync_to_async(_cancel_abandoned)(stream.pk, stream.runner))
+    return True
+
+
+def _cancel_abandoned(pk, runner):
+    return _end_abandoned(
+        pk,
+        runner,
+        Stream.Status.CANCELLED,
+        "cancelled; nothing was recording it any more (its process had stopped)",
+        dt.datetime.now(dt.UTC),
+    )
+
+
+def _cancel_if_abandoned(stream_id):
+    """Worker mode: a cancel no worker answers, because the worker that ran it died."""
+    stream = Stream.objects.filter(pk=stream_id, status__in=Stream.ACTIVE_STATUSES).first()
+    if stream is not None and stream.runner and _abandoned(stream):
+        return _cancel_abandoned(stream.pk, stream.runner)
+    return 0
+
+
+def adopt(stream_id, task):
+    """Count a task started elsewhere (the recording proxy's) as running `stream_id` in this
+    process: it gets the heartbeat, and a cancel from a page or the API reaches it."""
+    _tasks[stream_id] = task
+    task.add_done_callback(lambda t: _done(stream_id, t))
+    _ensure_heartbeat()

@@ -77,7 +77,17 @@ def prompt_of(input):
     return ""
 
 
-def new_row(user, body, *, first_attempt=None, attempt=1, source=Stream.Source.LIVE, claimed=None):
+def new_row(
+    user,
+    body,
+    *,
+    first_attempt=None,
+    attempt=1,
+    source=Stream.Source.LIVE,
+    claimed=None,
+    tags=(),
+    session="",
+):
     """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
 
     `claimed`: this process will run it (the default unless streams run in workers; an
@@ -96,6 +106,8 @@ def new_row(user, body, *, first_attempt=None, attempt=1, source=Stream.Source.L
         attempt=attempt,
         heartbeat_at=dt.datetime.now(dt.UTC),
         runner=RUNNER_ID if claimed else "",
+        tags=list(tags),
+        session=session,
     )
 
 
@@ -108,6 +120,13 @@ def next_attempt(stream, claimed=True):
         attempt=stream.attempt + 1,
         claimed=claimed,
     )
+
+
+def create_proxied(user, body, *, tags=(), session=""):
+    """The row of a request the recording proxy forwards (streams/proxy.py): recorded by this
+    process, in the request that holds the client's connection, whatever STREAMSCOPE_RUNNER
+    says; the proxy's own per-token limit applies, not the per-user one of pages and the API."""
+    return new_row(user, body, source=Stream.Source.PROXY, claimed=True, tags=tags, session=session)
 
 
 def running_count(user):
@@ -134,6 +153,11 @@ async def start(stream):
     await relay.publish_created(stream)
 
 
+async def announce(stream):
+    """Tell the live list about a stream someone else runs (the proxy)."""
+    await relay.publish_created(stream)
+
+
 async def record(stream, *, base_url=None):
     """Record `stream` here and now, with its retries (the CLI); returns the last attempt."""
     last, _ = await runner.run_stream(stream, base_url=base_url)
@@ -150,5 +174,7 @@ def cancel(stream):
         return FINISHED
     # Stall retries run in the task of the first attempt.
     if runner.cancel(stream.first_attempt_id or stream.pk) or runner.cancel(stream.pk):
+        return CANCELLING
+    if runner.cancel_orphan(stream):  # its process died: cancelled in the database
         return CANCELLING
     return NOT_RUNNING_HERE

@@ -388,7 +388,7 @@ def error_from_body(text):
 
     try:
         obj = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None, None
     err = obj.get("error") if isinstance(obj, dict) else None
     if isinstance(err, dict):
@@ -544,7 +544,7 @@ def list_models(base_url, api_key="", timeout=3.0):
         )
     try:
         data = response.json().get("data")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError, RecursionError):
         data = None
     if not isinstance(data, list):
         raise UpstreamError("bad_models_list", "GET /models did not answer {'data': [...]}")

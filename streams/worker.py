@@ -7,9 +7,9 @@ nudges to the `streamscope.workers` group: `worker.wake` (a row is waiting: clai
 than at the next poll) and `worker.cancel` (stop a stream, wherever it runs). A nudge lost to a
 Redis restart costs one poll interval, never a stream.
 
-Each worker also sweeps: a stream whose process died (same host: its pid is gone; any host: its
-heartbeat is older than HEARTBEAT_STALE_S) becomes `interrupted`, and with RETRY_INTERRUPTED a
-new attempt waits for the next free worker.
+Each worker also sweeps (every SWEEP_INTERVAL_S): a stream whose process died (same host: its
+pid is gone; any host: its heartbeat is older than HEARTBEAT_STALE_S) becomes `interrupted`,
+and with RETRY_INTERRUPTED a new attempt waits for the next free worker.
 """
 
 import asyncio
@@ -35,7 +35,7 @@ def _db(fn, *args):
     except DatabaseError as exc:
         log.warning("worker: database unavailable (%s); retrying at the next poll", exc)
         close_old_connections()
-        return 0 if fn is runner.sweep_orphans else []
+        return []
 
 
 class StreamWorker:
@@ -49,13 +49,10 @@ class StreamWorker:
     async def run(self, drain_s=30.0):
         log.info("stream worker %s: up to %d streams", RUNNER_ID, self.concurrency)
         listener = asyncio.create_task(self._listen(), name="worker-listen")
-        loop = asyncio.get_running_loop()
-        next_sweep = 0.0
+        # the sweep's retries, if any, are waiting: claim them now
+        sweeper = runner.sweep_periodically(on_swept=lambda _: self.wake.set())
         try:
             while not self.stopping.is_set():
-                if loop.time() >= next_sweep:
-                    next_sweep = loop.time() + conf.get().heartbeat_s
-                    await self._sweep()
                 free = self.concurrency - len(runner.running_here())
                 claimed = await _db(runner.claim_pending, free) if free > 0 else []
                 for stream in claimed:
@@ -71,13 +68,8 @@ class StreamWorker:
                     pass
         finally:
             listener.cancel()
+            sweeper.cancel()
             await self._drain(drain_s)
-
-    async def _sweep(self):
-        swept = await _db(runner.sweep_orphans)
-        if swept:
-            log.warning("marked %d stream(s) of dead processes interrupted", swept)
-            self.wake.set()  # their retries, if any, are waiting
 
     async def _listen(self):
         """Nudges from the channel layer; re-subscribes after a layer outage."""
@@ -114,5 +106,11 @@ class StreamWorker:
             await asyncio.sleep(0.2)
         for stream_id in list(runner.running_here()):
             runner.cancel(stream_id)
-        while runner.running_here():
+        # A cancelled stream writes its final status through the writer, which must still be
+        # running: bounded, so a stream stuck on a database that does not answer cannot keep
+        # the process from exiting (its row is swept as interrupted then).
+        deadline = asyncio.get_running_loop().time() + conf.get().storage_retry_s + 5.0
+        while runner.running_here() and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
+        if runner.running_here():
+            log.warning("worker stopping with %d stream(s) unfinished", len(runner.running_here()))

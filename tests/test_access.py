@@ -67,6 +67,7 @@ RULES = {
     "stream_replay": Rule(OWNER_OR_STAFF),
     "stream_sse": Rule(OWNER_OR_STAFF),
     "stream_json": Rule(OWNER_OR_STAFF),
+    "session_detail": Rule(OWNER_OR_STAFF),  # a session none of yours is in: 404
     "api_streams": Rule(USER, api=True),
     "api_stream": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
@@ -91,6 +92,7 @@ SKIPPED_PREFIXES = {
 PARAMS = {
     "stream_id": lambda objects: objects.stream.pk,
     "index": lambda objects: objects.event.index,
+    "session": lambda objects: objects.stream.session,
     "conversation_id": lambda objects: objects.conversation.pk,
     "turn_id": lambda objects: objects.turn.pk,
 }
@@ -150,8 +152,11 @@ def path_of(route, objects):
 @sync_to_async
 def owned_objects(owner):
     """Fresh objects of `owner` for one route (a route may delete its object): a finished
-    stream with one event, and a conversation whose one turn is still streaming its answer."""
-    stream = Stream.objects.create(user=owner, status=Stream.Status.COMPLETED, event_count=1)
+    stream with one event (in a session), and a conversation whose one turn is still
+    streaming its answer."""
+    stream = Stream.objects.create(
+        user=owner, status=Stream.Status.COMPLETED, event_count=1, session="access-session"
+    )
     data = '{"type":"response.created","sequence_number":0}'
     event = Event.objects.create(
         stream=stream, index=0, type="response.created", sequence_number=0, t_us=0, data=data

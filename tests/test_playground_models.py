@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 
-from dashboard.forms_playground import PlaygroundForm
+from dashboard.forms.playground import PlaygroundForm
 from dashboard.models import (
     Busy,
     CannotRetry,

@@ -74,6 +74,21 @@ class TestShapes:
         omitted = json.loads(public.stream_frame(events[:1], omit_data=True))
         assert omitted["events"][0]["data"] is None and omitted["events"][0]["data_bytes"] == 27
 
+    def test_a_proxied_event_says_when_the_client_got_it_and_no_other_does(self):
+        plain = (3, "response.output_text.delta", 3, 120, '{"delta":"a"}')
+        # a payload with sent_us None (the proxy never handed it over) is a plain one, byte
+        # for byte: other streams' frames are what they were before sent_us existed
+        assert public.stream_frame([(*plain, None)]) == public.stream_frame([plain])
+        assert public.stream_frame([plain]) == (
+            '{"events":[{"index":3,"type":"response.output_text.delta","sequence_number":3,'
+            '"t_us":120,"data":"{\\"delta\\":\\"a\\"}"}]}'
+        )
+        [sent] = json.loads(public.stream_frame([(*plain, 150)]))["events"]
+        assert sent == {**public.event(*plain), "sent_us": 150}
+        [omitted] = json.loads(public.stream_frame([(*plain, 150)], omit_data=True))["events"]
+        assert omitted["sent_us"] == 150 and omitted["data"] is None
+        assert omitted["data_bytes"] == len(plain[4])
+
     def test_a_list_item_clips_the_prompt(self):
         at = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
         row = {"id": 7, **dict.fromkeys(public.LIST_FIELDS), "prompt": "p" * 300, "created_at": at}

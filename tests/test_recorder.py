@@ -360,11 +360,11 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, sett
     commits = []
     real_write = recorder.write_batch
 
-    def write_batch(rows, updates, findings, retry_for_s=None):
+    def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
         if rows:
             commits.append(len(rows))
             counts.extend(f["event_count"] for f in updates.values() if "event_count" in f)
-        return real_write(rows, updates, findings, retry_for_s)
+        return real_write(rows, updates, findings, retry_for_s, proxied_rows)
 
     monkeypatch.setattr(recorder, "write_batch", write_batch)
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "COUNT_WRITE_INTERVAL_MS": 60_000}
@@ -513,3 +513,32 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
     assert rec.lost_events == 5
     assert rec.storage_error.startswith("5 event(s) could not be stored")
     writer.task.cancel()
+
+
+async def test_on_the_built_in_simulator_the_stall_threshold_follows_the_runs_speed(settings):
+    """The playground's speed (time_scale) shortens the stall scenario's silence, and the
+    threshold applied to built-in simulator runs in proportion: 60 s × 0.05 = 3 s here."""
+    settings.UPSTREAM_BASE_URL = ""  # the built-in simulator
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "STALL_MAX_ATTEMPTS": 1}
+    started = asyncio.get_running_loop().time()
+    stream, outcome = await record(body("stall", time_scale=0.05))
+    took = asyncio.get_running_loop().time() - started
+    assert stream.status == "stalled" and outcome.error_code == "stall"
+    assert "no event for 3 s" in stream.error_message
+    assert took < 30  # not the real upstream's 60 s
+
+
+async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
+    """A writer cancelled (its loop shutting down) answers the flushes waiting for it, and a
+    later flush fails at once: no recording waits forever for a commit that will not come."""
+    from streams.recorder import Recording, StorageUnavailable, Writer
+
+    writer = Writer(max_age_ms=60_000)  # a batch that would wait a minute
+    rec = Recording(1, None, pinned_model=False)
+    waiting = asyncio.ensure_future(writer.flush(rec))
+    await asyncio.sleep(0)
+    writer.task.cancel()
+    with pytest.raises(StorageUnavailable):
+        await asyncio.wait_for(waiting, 5)
+    with pytest.raises(StorageUnavailable):
+        await asyncio.wait_for(writer.flush(rec), 5)

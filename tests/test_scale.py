@@ -406,3 +406,45 @@ async def test_daphne_restart_viewers_reconnect_and_resume(people, simulator_pro
         worker.stop()
         if second is not None:
             second.stop()
+
+
+async def test_proxied_streams_record_in_the_web_process_and_reach_viewers_elsewhere(
+    people, simulator_process
+):
+    """With STREAMSCOPE_RUNNER=worker and no worker at all: a proxied stream runs and records
+    in the Daphne holding the client's connection; a viewer on the other Daphne sees it live
+    through Redis."""
+    servers = [daphne(simulator_process) for _ in range(2)]
+    try:
+        async with httpx.AsyncClient(timeout=60) as client:
+
+            async def one(i):
+                body = {
+                    "model": "auto",
+                    "input": f"question {i}",
+                    "stream": True,
+                    "metadata": {"time_scale": "0.3", "seed": str(i)},
+                }
+                async with client.stream(
+                    "POST",
+                    f"{servers[0].url}/v1/responses",
+                    json=body,
+                    headers={"Authorization": f"Bearer {people.owner.token}"},
+                ) as r:
+                    assert r.status_code == 200
+                    stream_id = int(r.headers["x-streamscope-stream"])
+                    viewer = asyncio.ensure_future(watch(servers[1], stream_id, people.owner))
+                    received = b"".join([chunk async for chunk in r.aiter_raw()])
+                return stream_id, received, await viewer
+
+            results = await asyncio.gather(*(one(i) for i in range(20)))
+        await wait_finished([sid for sid, _, _ in results])
+        for sid, received, (seen, _) in results:
+            stream, n = await assert_stored_exactly_once(simulator_process, sid)
+            assert stream.source == "proxy" and stream.status == "completed"
+            assert stream.runner.split(":")[1] == str(servers[0].proc.pid)
+            assert seen == list(range(n))
+            assert received.count(b"\n\n") == n
+    finally:
+        for p in servers:
+            p.stop()

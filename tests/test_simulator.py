@@ -25,6 +25,7 @@ from streams.simulator.scenarios import (
     XSS_SCRIPT,
     SimRequest,
     build_plan,
+    stall_threshold_s,
 )
 from streams.simulator.server import ResponseLog
 
@@ -568,6 +569,68 @@ async def test_stall(sim):
     assert sorted(gaps)[-2] < 0.25  # exactly one stall
     sent = [e["sent_us"] for e in res.log["events"]]
     assert max(b - a for a, b in zip(sent, sent[1:], strict=False)) >= 500_000
+
+
+def _stall_fault(**metadata):
+    body = {"model": "gpt-oss-20b", "input": PROMPT, "metadata": {"scenario": "stall", **metadata}}
+    plan = build_plan(SimRequest.from_body(body), "resp_x", 1)
+    (fault,) = [f for f in plan.faults if f["kind"] == "stall"]
+    return fault["stall_s"], plan
+
+
+@pytest.mark.parametrize(
+    "metadata, silence_s",
+    [
+        ({}, 90.0),  # real pacing: the scenario's own 90 s
+        ({"time_scale": "0.25"}, 22.5),  # the playground's "4× faster"
+        ({"speed": "2"}, 45.0),
+        ({"time_scale": "2"}, 180.0),  # half speed
+        ({"time_scale": "0"}, 3.0),  # "Instant" still stalls, briefly
+        ({"time_scale": "0.25", "stall_s": "5"}, 5.0),  # explicit: seconds at any pacing
+        ({"time_scale": "0", "stall_s": "0.5"}, 0.5),
+    ],
+)
+def test_the_stall_scenario_silence_scales_with_the_pacing(metadata, silence_s):
+    got, plan = _stall_fault(**metadata)
+    assert got == silence_s
+    # the silence is an absolute offset of the writes after it, not scaled again at send time
+    offsets = sorted({w.offset for w in plan.writes})
+    assert offsets == [0.0, silence_s]
+
+
+@pytest.mark.parametrize(
+    "configured, metadata, threshold",
+    [
+        (60.0, {}, 60.0),
+        (60.0, {"time_scale": "0.25"}, 15.0),
+        (60.0, {"speed": "4"}, 15.0),
+        (60.0, {"time_scale": "2"}, 120.0),
+        (60.0, {"time_scale": "0"}, 2.0),  # Instant: the floor, below its 3 s silence
+        (60.0, {"time_scale": "0.25", "stall_s": "5"}, 60.0),  # explicit stall_s: unscaled
+        (0.4, {"time_scale": "0.05"}, 0.4),  # a test's own small threshold is never raised
+        (60.0, {"time_scale": "nonsense"}, 60.0),
+        (60.0, None, 60.0),
+    ],
+)
+def test_the_stall_threshold_for_simulator_runs_scales_the_same_way(
+    configured, metadata, threshold
+):
+    assert stall_threshold_s(configured, metadata) == pytest.approx(threshold)
+
+
+@pytest.mark.parametrize("time_scale", ["0", "0.01", "0.25", "0.5", "1", "2"])
+def test_at_every_speed_the_stall_scenario_outlasts_the_scaled_threshold(time_scale):
+    silence_s, _ = _stall_fault(time_scale=time_scale)
+    assert silence_s > stall_threshold_s(60.0, {"time_scale": time_scale})
+
+
+async def test_stall_at_instant_speed_is_a_short_silence_on_the_wire(sim):
+    res = await run(sim, "stall", time_scale=0)
+    check_protocol(res)
+    sent = [e["sent_us"] for e in res.log["events"]]
+    gaps = sorted(b - a for a, b in zip(sent, sent[1:], strict=False))
+    assert gaps[-1] >= 3_000_000  # MIN_STALL_SILENCE_S, not the 90 s of real pacing
+    assert gaps[-2] < 500_000  # and only one silence
 
 
 async def test_stall_client_disconnect_stops_server(sim):

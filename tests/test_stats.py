@@ -8,8 +8,12 @@ import random
 import pytest
 from django.contrib.auth import get_user_model
 
-from dashboard import stats
-from dashboard.stats import Scope, nearest_rank, rank
+from dashboard.stats import latency
+from dashboard.stats.admin import admin_report
+from dashboard.stats.latency import latency_report
+from dashboard.stats.pairs import pair_aggregates
+from dashboard.stats.routing import routing_report
+from dashboard.stats.sql import PCT_NAMES, Scope, nearest_rank, rank, version
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Finding, Stream
 
@@ -91,7 +95,7 @@ class TestLatency:
         save(*rows)
 
     def report(self, scope):
-        return stats.latency_report(scope, now=NOW)
+        return latency_report(scope, now=NOW)
 
     def test_it_computes_percentiles_per_resolved_model(self):
         scope = Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW)
@@ -152,9 +156,9 @@ class TestLatency:
 
     def test_the_narrow_path_gives_the_same_percentiles(self):
         scope = everyone()
-        aggregates = stats.pair_aggregates(scope)
-        ordered = stats._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=False)
-        narrow = stats._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=True)
+        aggregates = pair_aggregates(scope)
+        ordered = latency._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=False)
+        narrow = latency._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=True)
         assert ordered == narrow
 
     def test_histogram_counts_every_stream_with_a_ttft(self):
@@ -194,7 +198,7 @@ class TestLatency:
         scope = everyone()
         a = Scope(**{**scope.__dict__, "resolved_model": "m-a"})
         b = Scope(**{**scope.__dict__, "resolved_model": "m-b"})
-        report = stats.latency_report(scope, now=NOW, compare_with=("m-a", a, "m-b", b))
+        report = latency_report(scope, now=NOW, compare_with=("m-a", a, "m-b", b))
         deltas = {d["key"]: d for d in report.comparison.deltas}
         assert deltas["p50"]["a"] == 60.0 and deltas["p50"]["b"] == 200.0
         assert deltas["p50"]["change_pct"] == pytest.approx(100 * 140 / 60)
@@ -210,9 +214,9 @@ def test_percentiles_match_the_definition_on_random_data():
     values = {m: [round(rng.lognormvariate(5, 0.6), 3) for _ in range(n)] for m, n in
               (("x", 37), ("y", 101), ("z", 3))}  # fmt: skip
     save(*[make(None, m, "auto", v) for m, vs in values.items() for v in vs])
-    report = stats.latency_report(everyone(), now=NOW)
+    report = latency_report(everyone(), now=NOW)
     for row in report.by_resolved:
-        for q, name in stats.PCT_NAMES.items():
+        for q, name in PCT_NAMES.items():
             assert row[name] == nearest_rank(values[row["model"]], q), (row["model"], name)
     every = [v for vs in values.values() for v in vs]
     assert report.overall["p95"] == nearest_rank(every, 950)
@@ -272,7 +276,7 @@ class TestRouting:
         self.violating = saved[-1]
 
     def test_shares_of_resolved_models(self):
-        report = stats.routing_report(everyone(), now=NOW)
+        report = routing_report(everyone(), now=NOW)
         shares = {s["model"]: s for s in report.shares}
         assert report.total == 6
         assert shares["m-a"]["count"] == 3 and shares["m-a"]["share"] == pytest.approx(0.5)
@@ -282,7 +286,7 @@ class TestRouting:
         assert shares["m-b"]["error_rate"] == pytest.approx(0.5)
 
     def test_the_category_model_matrix(self):
-        report = stats.routing_report(everyone(), now=NOW)
+        report = routing_report(everyone(), now=NOW)
         matrix = {
             row["category"]: {c["model"]: c["count"] for c in row["cells"]} for row in report.matrix
         }
@@ -293,7 +297,7 @@ class TestRouting:
         assert chat["total"] == 4 and chat["cells"][0]["share"] == pytest.approx(0.75)
 
     def test_sources_and_decision_time(self):
-        report = stats.routing_report(everyone(), now=NOW)
+        report = routing_report(everyone(), now=NOW)
         assert {s["source"]: s["count"] for s in report.sources} == {
             "rules": 4,
             "fallback": 1,
@@ -304,25 +308,25 @@ class TestRouting:
         assert decision["m-a"]["p50"] == pytest.approx(31.0) and decision["m-a"]["n"] == 3
 
     def test_sample_reasons_are_distinct_per_category(self):
-        report = stats.routing_report(everyone(), now=NOW)
+        report = routing_report(everyone(), now=NOW)
         reasons = {r["category"]: [s["text"] for s in r["samples"]] for r in report.reasons}
         assert sorted(reasons["chat"]) == ["Short input <b>chat</b>", "m-a at capacity"]
         assert reasons["code"] == ["Looks like code"]
 
     def test_auto_vs_pinned(self):
-        report = stats.routing_report(everyone(), now=NOW)
+        report = routing_report(everyone(), now=NOW)
         sides = {r["side"]: r for r in report.auto_vs_pinned}
         assert sides["auto"]["count"] == 6 and sides["pinned"]["count"] == 2
         assert sides["pinned"]["p50"] == 50.0 and sides["pinned"]["max"] == 60.0
 
     def test_pinned_requests_with_a_routing_event_are_listed(self):
-        report = stats.routing_report(everyone(), now=NOW)
+        report = routing_report(everyone(), now=NOW)
         assert [s["id"] for s in report.pinned_routed] == [self.violating.pk]
         assert report.pinned_routed_count == 1
         assert report.pinned_routed_findings == 1
 
     def test_no_auto_requests_is_an_empty_report(self):
-        report = stats.routing_report(everyone(source="import"), now=NOW)
+        report = routing_report(everyone(source="import"), now=NOW)
         assert report.empty and report.shares == []
 
 
@@ -348,7 +352,7 @@ class TestAdmin:
         self.saved = saved
 
     def report(self):
-        return stats.admin_report(everyone(), now=NOW)
+        return admin_report(everyone(), now=NOW)
 
     def test_streams_and_events_per_day(self):
         days = {d["day"]: d for d in self.report().days}
@@ -382,15 +386,15 @@ class TestAdmin:
 def test_the_version_changes_when_a_stream_starts_or_finishes():
     scope = everyone()
     [stream] = save(make(None, "m-a", "auto", None, status="streaming"))
-    v1 = stats.version(scope, NOW)
-    assert stats.latency_report(scope, now=NOW, known_version=v1) is None
+    v1 = version(scope, NOW)
+    assert latency_report(scope, now=NOW, known_version=v1) is None
     Stream.objects.filter(pk=stream.pk).update(status="completed")
-    v2 = stats.version(scope, NOW)
+    v2 = version(scope, NOW)
     assert v2 != v1
     save(make(None, "m-a", "auto", 10.0))
-    assert stats.version(scope, NOW) != v2
-    report = stats.latency_report(scope, now=NOW, known_version=v1)
-    assert report is not None and report.version == stats.version(scope, NOW)
+    assert version(scope, NOW) != v2
+    report = latency_report(scope, now=NOW, known_version=v1)
+    assert report is not None and report.version == version(scope, NOW)
 
 
 @pytest.mark.django_db
@@ -409,6 +413,6 @@ def test_seed_demo_makes_a_history_the_pages_can_show():
     total = sum(streams.values_list("event_count", flat=True))
     assert total == counts["events"]
     assert sum(streams.values_list("findings_count", flat=True)) == Finding.objects.count()
-    report = stats.routing_report(Scope(user_id=None, start=NOW - 3 * DAY, end=NOW), now=NOW)
+    report = routing_report(Scope(user_id=None, start=NOW - 3 * DAY, end=NOW), now=NOW)
     assert {s["model"] for s in report.shares} >= {"eu-reasoner", "qwen3-coder"}
     assert {row["category"] for row in report.matrix} >= {"chat", "code", "tools", "reasoning"}

@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from streams.management.commands.seed_demo import _settable_created_at
-from streams.models import Stream
+from streams.models import Finding, Stream
 from tests.conftest import log_in_people
 
 EVIL = '<script>alert("m")</script>'
@@ -204,6 +204,76 @@ class TestRouting(Base):
     def test_it_shows_an_empty_state(self):
         r = self.owner_client.get(self.url, {"source": "import"})
         assert r.status_code == 200 and b'id="empty-state"' in r.content
+
+
+class TestLabels(Base):
+    """The latency and routing pages filter by what a proxied request's client labelled it
+    with (tag, session) and, for staff, by user; for anyone else a user only narrows."""
+
+    @pytest.fixture(autouse=True)
+    def _labelled(self, _people):
+        routed = {"routing_source": "rules", "routing_us": 30_000, "source": "proxy"}
+        with _settable_created_at():
+            self.labelled = Stream.objects.bulk_create(
+                [
+                    stream(self.owner, "owner-model", 50.0, tags=["checkout", 'a"b'],
+                           session="s-1", routing_category="chat", **routed),
+                    stream(self.owner, "owner-model", 70.0, tags=["beta"], session="s-2",
+                           routing_category="code", **routed),
+                    stream(self.stranger, "stranger-model", 90.0, tags=["checkout"],
+                           session="s-1", routing_category="chat", **routed),
+                    stream(self.owner, "owner-model", 30.0, requested="owner-model",
+                           tags=["pinned"], session="s-3", routing_category="chat", **routed),
+                ]
+            )  # fmt: skip
+        Finding.objects.create(
+            stream=self.labelled[3], code="routing_on_pinned_model", severity="error"
+        )
+
+    def latency(self, client, **query):
+        r = client.get("/latency/", query)
+        assert r.status_code == 200
+        return r.context["report"]
+
+    def test_latency_filters_by_tag(self):
+        report = self.latency(self.owner_client, tag="checkout")
+        assert (report.overall["count"], report.overall["p50"]) == (1, 50.0)
+        assert [s["id"] for s in report.slowest] == [self.labelled[0].pk]
+        assert self.latency(self.owner_client, tag='a"b').overall["count"] == 1
+        assert self.latency(self.owner_client, tag="b").empty  # whole tags only
+        assert self.latency(self.staff_client, tag="checkout").overall["count"] == 2
+
+    def test_latency_filters_by_session_and_source(self):
+        assert self.latency(self.owner_client, session="s-1").overall["count"] == 1
+        assert self.latency(self.staff_client, session="s-1").overall["count"] == 2
+        report = self.latency(self.owner_client, source="proxy", session="s-2")
+        assert (report.overall["count"], report.overall["p50"]) == (1, 70.0)
+
+    def test_staff_filter_by_user_and_others_only_narrow(self):
+        report = self.latency(self.staff_client, user="stranger")
+        assert report.overall["count"] == 2 and report.overall["max"] == 999.0
+        assert self.latency(self.staff_client, user="stranger", tag="checkout").overall[
+            "p50"
+        ] == 90.0  # fmt: skip
+        assert self.latency(self.staff_client, user="nobody").empty
+        assert self.latency(self.owner_client, user="stranger").empty
+        assert self.latency(self.owner_client, user="owner").overall["count"] == 6
+        assert b'name="user"' in self.staff_client.get("/latency/").content
+        assert b'name="user"' not in self.owner_client.get("/latency/").content
+
+    def test_routing_filters_by_tag_session_and_user(self):
+        report = self.owner_client.get("/routing/", {"tag": "checkout"}).context["report"]
+        assert report.total == 1 and report.categories == ["chat"]
+        report = self.owner_client.get("/routing/", {"session": "s-2"}).context["report"]
+        assert report.total == 1 and report.categories == ["code"]
+        report = self.staff_client.get("/routing/", {"user": "stranger"}).context["report"]
+        assert report.total == 2
+        assert self.owner_client.get("/routing/", {"user": "stranger"}).context["report"].empty
+        # findings are counted over the same streams
+        report = self.owner_client.get("/routing/", {"tag": "pinned"}).context["report"]
+        assert report.pinned_routed_findings == 1
+        report = self.owner_client.get("/routing/", {"tag": "beta"}).context["report"]
+        assert report.pinned_routed_findings == 0
 
 
 class TestAdminAnalytics(Base):

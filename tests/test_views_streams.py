@@ -3,12 +3,15 @@ fragments and data (events windows, one event, timing.json, replay.json). Who ma
 and what each shows."""
 
 import json
+import re
+from urllib.parse import quote
 
 import pytest
 from django.test import Client
 
+from dashboard import queries
 from streams.importer import import_capture
-from streams.models import Stream
+from streams.models import Event, Stream
 from tests.conftest import FIXTURES, log_in_people
 from tests.test_queries import recorded, text_events
 
@@ -33,6 +36,22 @@ class Base:
 
 def htmx(target):
     return {"HX-Request": "true", "HX-Target": target}
+
+
+def proxied(user, tags=("checkout", "beta"), session="s-1", **fields):
+    """A stream as the recording proxy stores one (8 events, 1 ms apart from 100 ms): event i
+    handed to the client 50·(i + 1) µs after its receipt, but the last, which never was."""
+    fields = {"proxy_added_p50_ms": 0.2, "proxy_added_p99_ms": 0.35, **fields}
+    stream = recorded(user, text_events("Hello ", "there"), source=Stream.Source.PROXY,
+                      tags=list(tags), session=session, **fields)  # fmt: skip
+    events = Event.objects.filter(stream=stream)
+    for i in range(stream.event_count - 1):
+        events.filter(index=i).update(sent_us=100_000 + 1000 * i + 50 * (i + 1))
+    return stream
+
+
+def rows_in_order(text):
+    return [int(pk) for pk in re.findall(r'id="stream-row-(\d+)"', text)]
 
 
 class TestStreamList(Base):
@@ -118,6 +137,56 @@ class TestStreamList(Base):
         r = self.get(self.owner_client, "/?status=nonsense&before=x")
         assert r.status_code == 400
         assert "Select a valid choice" in r.text
+
+    def test_it_filters_by_tag_session_and_source(self):
+        tagged = proxied(self.owner, tags=['a"b', "beta"], session="s-1")
+        other = proxied(self.owner, tags=["beta"], session="s-2")
+        # a tag is matched whole, never as a piece of the encoded list ('a"b' holds "b")
+        for query, want in (
+            ("?tag=beta", [other.pk, tagged.pk]),
+            ('?tag=a"b', [tagged.pk]),
+            ("?tag=b", []),
+            ("?tag=BETA", []),
+            ("?session=s-2", [other.pk]),
+            ("?session=s-1&tag=beta", [tagged.pk]),
+            ("?source=proxy", [other.pk, tagged.pk]),
+            ("?source=live", [self.stream.pk]),
+        ):
+            r = self.get(self.owner_client, "/" + query.replace('"', "%22"))
+            assert r.status_code == 200 and rows_in_order(r.text) == want, query
+        # the live list's row requests keep the filters
+        r = self.get(self.owner_client, f"/?tag=beta&fragment=streams&after={tagged.pk}")
+        assert rows_in_order(r.text) == [other.pk]
+
+    def test_staff_filter_by_user_and_others_only_narrow_their_own(self):
+        mine = proxied(self.stranger)
+        r = self.get(self.staff_client, "/?user=stranger")
+        assert rows_in_order(r.text) == [mine.pk]
+        assert 'name="user" value="stranger"' in r.text
+        r = self.get(self.staff_client, "/?user=nobody")
+        assert rows_in_order(r.text) == []
+        # not staff: someone else's name finds nothing (as a name nobody has), one's own works
+        r = self.get(self.owner_client, "/?user=stranger")
+        assert r.status_code == 200 and rows_in_order(r.text) == []
+        assert 'name="user"' not in r.text  # the filter is offered to staff only
+        assert rows_in_order(self.get(self.owner_client, "/?user=owner").text) == [self.stream.pk]
+
+    def test_rows_show_tags_and_session_escaped_and_linked(self):
+        stream = proxied(self.owner, tags=[XSS], session=f"run/{XSS}")
+        r = self.get(self.owner_client)
+        assert XSS not in r.text
+        row = r.text[r.text.index(f'id="stream-row-{stream.pk}"') :]
+        assert '<a class="tag" href="/?tag=%3Cimg%20src%3Dx%20onerror%3Dalert%281%29%3E"' in row
+        assert ">&lt;img src=x onerror=alert(1)&gt;</a>" in row
+        link = "/sessions/run/%3Cimg%20src=x%20onerror=alert(1)%3E/"
+        assert f'<a class="session-link" href="{link}"' in row
+        assert self.get(self.owner_client, link).status_code == 200  # the link works
+
+    def test_a_list_of_proxied_streams_shows_the_proxys_delay(self):
+        proxied(self.owner)
+        assert "Proxy +ms p50 / p99" in self.get(self.owner_client, "/?source=proxy").text
+        assert '<td class="num proxy-added"' in self.get(self.owner_client, "/?source=proxy").text
+        assert "Proxy +ms" not in self.get(self.owner_client).text
 
 
 class TestStreamDetail(Base):
@@ -312,3 +381,138 @@ class TestStreamReplay(Base):
 
     def test_it_requires_login(self):
         assert self.get(Client()).status_code == 302
+
+
+class TestProxiedTimeline(Base):
+    """The timeline of a stream recorded by the proxy: the proxy's own delay, its labels."""
+
+    @pytest.fixture(autouse=True)
+    def _proxied(self, _people):
+        self.proxied = proxied(self.owner, tags=[XSS, "beta"], session=f"run/{XSS}")
+
+    def url(self, stream=None):
+        return f"/streams/{(stream or self.proxied).pk}/"
+
+    def test_it_shows_the_proxys_added_delay(self):
+        r = self.get(self.owner_client)
+        assert r.status_code == 200 and r.context["page_config"]["proxied"] is True
+        figure = r.text[r.text.index('id="proxy-added"') :]
+        assert "Proxy added p50 / p99" in figure and "0.20 / 0.35 <small>ms</small>" in figure
+        assert ">proxy +ms</th>" in r.text
+        cells = re.findall(r'<td class="num proxy-ms"[^>]*>([^<]*)</td>', r.text)
+        assert cells == ["0.05", "0.10", "0.15", "0.20", "0.25", "0.30", "0.35", "—"]
+        assert '<td class="num proxy-ms" title="not handed to the client">—</td>' in r.text
+        # the waterfall's "To client": the first event's hand-over (100.05 ms)
+        assert 'class="wf-bar wf-first_sent"' in r.text and "To client: " in r.text
+        assert r.context["waterfall"]["rows"][-1]["name"] != "first_sent"
+        to_client = next(w for w in r.context["waterfall"]["rows"] if w["name"] == "first_sent")
+        assert to_client["at_ms"] == 100.05
+
+    def test_it_shows_tags_and_session_escaped_with_a_link_to_the_session(self):
+        r = self.get(self.owner_client)
+        assert XSS not in r.text and "recording proxy" in r.text
+        tags = r.text[r.text.index('id="stream-tags"') :]
+        assert tags.index("&lt;img src=x onerror=alert(1)&gt;</a>") < tags.index(">beta</a>")
+        session = r.text[r.text.index('id="stream-session"') :]
+        assert 'href="/sessions/run/%3Cimg%20src=x%20onerror=alert(1)%3E/"' in session
+        assert ">run/&lt;img src=x onerror=alert(1)&gt;</a>" in session
+
+    def test_other_streams_have_none_of_it(self):
+        r = self.get(self.owner_client, self.url(self.stream))
+        assert r.context["page_config"]["proxied"] is False
+        for absent in ("proxy-added", "proxy +ms", "proxy-ms", "wf-first_sent", "stream-tags",
+                       "stream-session", 'colspan="7"'):  # fmt: skip
+            assert absent not in r.text, absent
+        timing = self.get(self.owner_client, self.url(self.stream) + "timing.json").json()
+        assert "proxy_us" not in timing and "proxy" not in timing
+
+    def test_the_event_window_and_an_events_detail_have_it(self):
+        r = self.get(self.owner_client, self.url() + "events/?after=2")
+        assert re.findall(r'<td class="num proxy-ms"[^>]*>([^<]*)</td>', r.text)[:2] == [
+            "0.20",
+            "0.25",
+        ]
+        r = self.get(self.owner_client, self.url() + "events/3/")
+        assert 'colspan="7"' in r.text
+        assert "to client</span> 103.2 ms <span" in r.text and "(proxy +0.20 ms)" in r.text
+        r = self.get(self.owner_client, self.url() + "events/7/")
+        assert "not handed to the client" in r.text
+
+    def test_the_timing_data_has_the_proxys_series(self):
+        data = self.get(self.owner_client, self.url() + "timing.json").json()
+        assert data["proxy_us"] == [50, 100, 150, 200, 250, 300, 350, None]
+        assert data["proxy"] == {"p50_ms": 0.2, "p99_ms": 0.35}
+
+    def test_the_json_export_has_the_labels_figures_and_hand_over_times(self):
+        r = self.get(self.owner_client, f"/streams/{self.proxied.pk}.json")
+        doc = json.loads(b"".join(r.streaming_content))
+        assert doc["source"] == "proxy" and doc["tags"] == [XSS, "beta"]
+        assert doc["session"] == f"run/{XSS}"
+        assert (doc["proxy_added_p50_ms"], doc["proxy_added_p99_ms"]) == (0.2, 0.35)
+        assert [e["sent_us"] for e in doc["events"]][:2] == [100_050, 101_100]
+
+    def test_strangers_get_404_and_staff_see_it(self):
+        assert self.get(self.stranger_client).status_code == 404
+        assert "Proxy added p50 / p99" in self.get(self.staff_client).text
+
+
+class TestSessionDetail(Base):
+    """/sessions/<session>/: a proxied client's session, its streams in creation order."""
+
+    def url(self, session="s-1"):
+        return f"/sessions/{quote(session)}/"
+
+    def test_it_lists_the_sessions_streams_in_creation_order(self):
+        first = proxied(self.owner, session="s-1", ttft_ms=81.5)
+        proxied(self.owner, session="s-2")
+        second = proxied(self.owner, session="s-1", status="failed", error_code="boom")
+        r = self.get(self.owner_client)
+        assert r.status_code == 200
+        assert rows_in_order(r.text) == [first.pk, second.pk]
+        assert '<dd id="session-count">2</dd>' in r.text
+        assert f'href="/streams/{first.pk}/"' in r.text and ">82</td>" in r.text  # TTFT
+        assert '<td class="num proxy-added"' in r.text and "0.20 / 0.35" in r.text
+        assert 'class="session-link"' not in r.text  # the page is the session
+        assert 'href="/?session=s-1"' in r.text
+
+    def test_a_stranger_sees_nothing_of_the_owners(self):
+        ours = proxied(self.owner, session="s-1")
+        r = self.get(self.stranger_client)
+        assert r.status_code == 404 and f"/streams/{ours.pk}/" not in r.text
+        # the same session name used by the stranger: only theirs
+        theirs = proxied(self.stranger, session="s-1")
+        r = self.get(self.stranger_client)
+        assert r.status_code == 200 and rows_in_order(r.text) == [theirs.pk]
+        assert '<dd id="session-count">1</dd>' in r.text and 'class="owner' not in r.text
+
+    def test_staff_see_everyones_and_whose_it_is(self):
+        ours = proxied(self.owner, session="s-1")
+        theirs = proxied(self.stranger, session="s-1")
+        r = self.get(self.staff_client)
+        assert rows_in_order(r.text) == [ours.pk, theirs.pk]
+        assert '<td class="owner muted">owner</td>' in r.text
+        assert '<td class="owner muted">stranger</td>' in r.text
+
+    def test_it_escapes_the_session_and_its_tags(self):
+        session = f"a/{XSS}?x=1#y"
+        proxied(self.owner, tags=[XSS], session=session)
+        r = self.get(self.owner_client, self.url(session))
+        assert r.status_code == 200 and XSS not in r.text
+        assert '<code id="session-name">a/&lt;img src=x onerror=alert(1)&gt;?x=1#y</code>' in r.text
+
+    def test_it_pages_in_creation_order(self, monkeypatch):
+        monkeypatch.setattr(queries, "SESSION_PAGE", 2)
+        streams = [proxied(self.owner, session="s-1") for _ in range(5)]
+        r = self.get(self.owner_client)
+        assert rows_in_order(r.text) == [s.pk for s in streams[:2]]
+        assert f'href="?after={streams[1].pk}"' in r.text
+        r = self.get(self.owner_client, self.url() + f"?after={streams[1].pk}")
+        assert rows_in_order(r.text) == [s.pk for s in streams[2:4]]
+        assert "2 of 5" in r.text and "From the first" in r.text
+        r = self.get(self.owner_client, self.url() + f"?after={streams[3].pk}")
+        assert rows_in_order(r.text) == [streams[4].pk] and "Later →" not in r.text
+
+    def test_it_returns_404_for_unknown_sessions_and_requires_login(self):
+        assert self.get(self.owner_client, self.url("nope")).status_code == 404
+        r = self.get(Client())
+        assert r.status_code == 302 and r["Location"].startswith("/login/")

@@ -30,6 +30,26 @@ def wait_for_port(port, proc=None, timeout=30):
     raise TimeoutError(f"nothing listening on 127.0.0.1:{port}")
 
 
+def migrated_env(name, drop=()):
+    """A temporary folder and the environment of the bench's processes (this one's, without
+    `drop`): a fresh SQLite database there (migrated), quiet logs."""
+    import os
+    import secrets
+    import tempfile
+
+    tmp = Path(tempfile.mkdtemp(prefix=f"streamscope-bench-{name}-"))
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in drop},
+        "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(40),
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+    }
+    manage(env, "migrate", "-v0")
+    return tmp, env
+
+
 def manage(env, *args):
     """`manage.py *args` in a fresh process with `env`; its stdout. Exits the bench if it fails."""
     proc = subprocess.run(

@@ -28,20 +28,17 @@ import gc
 import itertools
 import json
 import os
-import secrets
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import httpx
 from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
-from streams.bench import BASE_DIR, free_port, manage, wait_for_port
+from streams.bench import BASE_DIR, free_port, migrated_env, wait_for_port
 
 FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
 FAST_EVENTS_MANY = 1_000
@@ -354,16 +351,7 @@ def _stop(proc):
 def run(command, opts):
     counts = [int(n) for n in opts["streams"].split(",") if n.strip()]
     patterns = [p.strip() for p in opts["patterns"].split(",") if p.strip()]
-    tmp = Path(tempfile.mkdtemp(prefix="streamscope-bench-relay-"))
-    env = {
-        **os.environ,
-        "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3",
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(40),
-        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-    }
-    manage(env, "migrate", "-v0")
+    tmp, env = migrated_env("relay")
     sim = Server(
         [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
         env,

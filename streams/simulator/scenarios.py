@@ -33,8 +33,9 @@ http_500              500 with a JSON error body
 wrong_content_type    200 with ``Content-Type: application/json`` and the final response JSON
 malformed_json        one ``data:`` line mid-stream is not valid JSON (it takes no sequence number),
                       then the stream continues normally
-stall                 after some deltas, silence for ``metadata.stall_s`` (90) seconds, then the
-                      rest; if the client disconnects meanwhile, the server stops
+stall                 after some deltas, silence for ``metadata.stall_s`` seconds (default 90 s
+                      scaled by ``time_scale``, at least 3 s), then the rest; if the client
+                      disconnects meanwhile, the server stops
 slow_headers          status line and headers only after ``metadata.header_delay_s`` (2) seconds
 unknown_event         adds ``response.citation.added`` and ``response.usage.partial`` (numbered)
 utf8_split            text with multi-byte characters (é, €, 😀, 日本語); each delta event
@@ -62,9 +63,10 @@ Common ``metadata`` parameters (strings are accepted, as the OpenAI API only all
 derive from the seed too, so same-seed streams are byte-identical; otherwise those two are unique
 per response and everything else is identical).
 
-Model pacing (TTFT, token gaps, bursts) is scaled by ``time_scale``; the explicit fault durations
-(``stall_s``, ``header_delay_s``, ``split_pause_s``) are absolute seconds and are not scaled, so a
-test can run at ``time_scale=0`` and still see a 0.5 s stall. ``max_output_tokens`` caps the reply
+Model pacing (TTFT, token gaps, bursts) is scaled by ``time_scale``, and so is the stall
+scenario's default silence (see ``stall_silence_s``); the explicit fault durations (``stall_s``,
+``header_delay_s``, ``split_pause_s``) are absolute seconds and are not scaled, so a test can run
+at ``time_scale=0`` and still see a 0.5 s stall. ``max_output_tokens`` caps the reply
 length. With ``"stream": false`` every scenario except ``http_429``/``http_500`` returns the final
 response JSON after the stream's duration; stream-level faults do not apply.
 """
@@ -73,6 +75,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import random
 import re
 from dataclasses import dataclass, field
@@ -98,7 +101,7 @@ SCENARIOS: dict[str, str] = {
     "http_500": "500 with a JSON error body.",
     "wrong_content_type": "200 with Content-Type application/json (the final response JSON).",
     "malformed_json": "One data line that is not valid JSON mid-stream, then the stream continues.",
-    "stall": "No events for metadata.stall_s (90) s after some deltas, then the rest.",
+    "stall": "No events for metadata.stall_s (90 × time_scale) s after some deltas, then the rest.",
     "slow_headers": "Status and headers only after metadata.header_delay_s (2) s.",
     "unknown_event": "Extra response.citation.added and response.usage.partial events.",
     "utf8_split": "Multi-byte characters split across two socket writes.",
@@ -139,13 +142,66 @@ class RequestError(Exception):
 
 
 # --------------------------------------------------------------------------- request parsing
+# The largest value of each numeric metadata parameter. The simulator may run inside the server
+# process and builds a response's plan in memory before sending it (`huge_bytes=1e8` took
+# 1.7 GB), and durations hold a connection, and a user's stream slot, open.
+METADATA_CAPS: dict[str, float] = {
+    "events": 200_000,
+    "batch": 10_000,
+    "burst_size": 10_000,
+    "sentences": 1_000,
+    "huge_bytes": 4 * 1024 * 1024,
+    "stall_s": 600,
+    "header_delay_s": 600,
+    "split_pause_s": 10,
+    "retry_after": 3600,
+    "time_scale": 100,
+}
+# `speed` is 1 / time_scale; 0 (or less) means no sleeps.
+MIN_SPEED = 1 / METADATA_CAPS["time_scale"]
+
+
 def _as_float(value: Any, name: str, default: float) -> float:
     if value is None or value == "":
         return default
     try:
-        return float(value)
-    except (TypeError, ValueError):
+        number = float(value)
+    except (TypeError, ValueError, OverflowError):
         raise RequestError(400, "invalid_metadata", f"metadata.{name} must be a number") from None
+    if not math.isfinite(number):
+        raise RequestError(400, "invalid_metadata", f"metadata.{name} must be a finite number")
+    cap = METADATA_CAPS.get(name)
+    if cap is not None and number > cap:
+        raise RequestError(
+            400, "invalid_metadata", f"metadata.{name} is {number:g}; at most {cap:g}"
+        )
+    return number
+
+
+def _time_scale(metadata: dict, default: float) -> float:
+    if metadata.get("time_scale") not in (None, ""):
+        return max(0.0, _as_float(metadata.get("time_scale"), "time_scale", 1.0))
+    if metadata.get("speed") not in (None, ""):
+        speed = _as_float(metadata.get("speed"), "speed", 1.0)
+        if speed <= 0:
+            return 0.0
+        if speed < MIN_SPEED:
+            raise RequestError(
+                400,
+                "invalid_metadata",
+                f"metadata.speed is {speed:g}; at least {MIN_SPEED:g} (or 0: no sleeps)",
+            )
+        return 1.0 / speed
+    return default
+
+
+def check_metadata(metadata: dict) -> None:
+    """RequestError (naming the parameter and its cap) for a numeric parameter that is not a
+    finite number within METADATA_CAPS: what `SimRequest.from_body` would refuse, said before a
+    stream is created for it."""
+    for name in METADATA_CAPS:
+        _as_float(metadata.get(name), name, 0.0)
+    _time_scale(metadata, 1.0)
 
 
 def _as_int(value: Any, name: str, default: int) -> int:
@@ -246,13 +302,11 @@ class SimRequest:
         tools = body.get("tools") or []
         if not isinstance(tools, list):
             raise RequestError(400, "invalid_tools", "'tools' must be a list")
-        time_scale = default_time_scale
-        if metadata.get("time_scale") not in (None, ""):
-            time_scale = _as_float(metadata.get("time_scale"), "time_scale", 1.0)
-        elif metadata.get("speed") not in (None, ""):
-            speed = _as_float(metadata.get("speed"), "speed", 1.0)
-            time_scale = 0.0 if speed <= 0 or speed == float("inf") else 1.0 / speed
+        check_metadata(metadata)
+        time_scale = _time_scale(metadata, default_time_scale)
         max_out = body.get("max_output_tokens")
+        if isinstance(max_out, float) and not math.isfinite(max_out):
+            max_out = None  # (json, which the server parses with, reads Infinity)
         return cls(
             model=model,
             input_text=input_text,
@@ -272,6 +326,39 @@ class SimRequest:
 
     def meta_int(self, name: str, default: int) -> int:
         return _as_int(self.metadata.get(name), name, default)
+
+
+# The stall scenario's silence at real pacing; at another pacing it scales with time_scale (the
+# playground's speed), but is never shorter than MIN_STALL_SILENCE_S, so that "Instant" still
+# shows a stall. An explicit metadata.stall_s is seconds, at any pacing.
+STALL_SILENCE_S = 90.0
+MIN_STALL_SILENCE_S = 3.0
+# The stall threshold for runs on the simulator scales the same way (see stall_threshold_s),
+# down to this floor: below the silence's, so the scaled stall is still detected.
+MIN_STALL_THRESHOLD_S = 2.0
+
+
+def stall_silence_s(metadata: dict, time_scale: float) -> float:
+    if metadata.get("stall_s") not in (None, ""):
+        return _as_float(metadata.get("stall_s"), "stall_s", STALL_SILENCE_S)
+    return max(STALL_SILENCE_S * time_scale, MIN_STALL_SILENCE_S)
+
+
+def stall_threshold_s(configured_s: float, metadata: dict | None) -> float:
+    """The stall threshold (no event for N s) for a run on this simulator: `configured_s`
+    (STALL_TIMEOUT_S, 60 s: docs/protocol.md) scaled by the run's time_scale like the stall
+    scenario's silence, so a faster playground run stalls and retries faster in proportion.
+    Never below min(`configured_s`, MIN_STALL_THRESHOLD_S), so at "Instant" the pacing's own
+    jitter is no stall; with an explicit ``stall_s`` (seconds: a test's own fault, against its
+    own threshold) unscaled. A real upstream's threshold is `configured_s` as it is."""
+    metadata = metadata if isinstance(metadata, dict) else {}
+    if metadata.get("stall_s") not in (None, ""):
+        return configured_s
+    try:
+        time_scale = _time_scale(metadata, 1.0)
+    except RequestError:  # the simulator refuses such a request anyway
+        return configured_s
+    return max(configured_s * time_scale, min(configured_s, MIN_STALL_THRESHOLD_S))
 
 
 def derive_seed(body: dict, scenario: str, server_seed: int | str = 0) -> int:
@@ -913,7 +1000,7 @@ def _apply_faults(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev]
         evs.insert(mid, Ev(at=evs[mid].at, raw=MALFORMED_DATA, numbered=False))
         plan.faults.append({"kind": "malformed_json", "at_index": mid})
     elif scen == "stall":
-        stall_s = req.meta_float("stall_s", 90.0)
+        stall_s = stall_silence_s(req.metadata, req.time_scale)
         evs[early + 1].stall_before = stall_s
         plan.faults.append({"kind": "stall", "before_index": early + 1, "stall_s": stall_s})
     elif scen == "slow_headers":

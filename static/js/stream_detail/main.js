@@ -67,7 +67,7 @@ function setLive(state, text) {
 // ---- the page --------------------------------------------------------------------------------
 
 const table = new EventTable(config.urls);
-const chart = new TimingChart((index) => table.jump(index));
+const chart = new TimingChart((index) => table.jump(index), { proxied: config.proxied });
 const renderer = new LiveOutput(document.getElementById("output-items"));
 const replay = new Replay(config.urls.replay, renderer, chart);
 
@@ -189,7 +189,7 @@ function follow() {
         if (obj) renderer.apply(obj);
         const isOutput = OUTPUT_TYPES.has(e.type);
         if (isOutput) outputTokens += 1;
-        chart.push(e.index, e.t_us, isOutput);
+        chart.push(e.index, e.t_us, isOutput, e.sent_us);
         added = true;
       }
       requestAnimationFrame(() => renderer.flush());

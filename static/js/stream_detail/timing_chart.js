@@ -62,9 +62,11 @@ function logRange(min, max) {
 const decades = (u, splits) => splits.map((v) => (Math.abs(Math.log10(v) % 1) < 1e-9 ? v : null)); // a log scale needs positive values: 1 µs stands for "same instant"
 
 export class TimingChart {
-  /** `onPick(index)`: a point or a row of the longest-gaps table was clicked. */
-  constructor(onPick) {
+  /** `onPick(index)`: a point or a row of the longest-gaps table was clicked. `proxied`: the
+   * stream came through the recording proxy, whose own delay per event is a third series. */
+  constructor(onPick, { proxied = false } = {}) {
     this.onPick = onPick;
+    this.proxied = proxied;
     this.box = document.getElementById("timing-chart");
     this.caption = document.getElementById("timing-caption");
     this.table = document.getElementById("timing-table");
@@ -79,19 +81,23 @@ export class TimingChart {
     this.xs = []; // seconds since the attempt started
     this.out = []; // gap (ms) of output deltas, else null
     this.other = []; // gap (ms) of other events, else null
+    this.proxy = []; // proxied streams: ms the proxy held the event (receipt → client), or null
     this.indexes = [];
     this.lastUs = 0;
     this.marks = [];
     this.silence = null;
   }
 
-  push(index, tUs, isOutput) {
+  /** `sentUs`: when the proxy handed the event to its client (proxied streams; else absent). */
+  push(index, tUs, isOutput, sentUs) {
     if (tUs === null || tUs === undefined) return;
     const gap = Math.max((tUs - this.lastUs) / 1000, MIN_GAP_MS);
     this.lastUs = tUs;
     this.xs.push(tUs / 1e6);
     this.out.push(isOutput ? gap : null);
     this.other.push(isOutput ? null : gap);
+    const held = sentUs === null || sentUs === undefined ? null : Math.max((sentUs - tUs) / 1000, MIN_GAP_MS);
+    this.proxy.push(held);
     this.indexes.push(index);
   }
 
@@ -108,9 +114,11 @@ export class TimingChart {
     const isOut = types.map((t) => output.has(t));
     let t = 0;
     const gaps = data.gap_us;
+    const held = data.proxy_us;
     for (let i = 0; i < gaps.length; i++) {
       t += gaps[i];
-      this.push(data.index ? data.index[i] : data.first + i, t, isOut[data.kind[i]]);
+      const sent = held && held[i] !== null ? t + held[i] : null;
+      this.push(data.index ? data.index[i] : data.first + i, t, isOut[data.kind[i]], sent);
     }
     this.marks = data.marks || [];
     // A stalled attempt ends in silence: chart it up to the close, as a band.
@@ -118,6 +126,7 @@ export class TimingChart {
       this.xs.push(data.closed_us / 1e6);
       this.out.push(null);
       this.other.push(null);
+      this.proxy.push(null);
       this.indexes.push(null);
       this.silence = [t / 1e6, data.closed_us / 1e6];
     }
@@ -150,8 +159,15 @@ export class TimingChart {
       text += `After the last event nothing came for ${fmtDuration(quiet)}, until the stall ` +
         "timeout aborted the attempt (red band at the end). ";
     }
-    text += "Blue: output deltas; grey: other events. Drag to zoom, double-click to reset, " +
-      "click a point to open its event.";
+    text += "Blue: output deltas; grey: other events. ";
+    if (this.proxied) {
+      const p = data.proxy || {};
+      text += "Orange: the proxy's own delay per event, from its receipt from the upstream to " +
+        "handing it to the client" +
+        (p.p50_ms === null || p.p50_ms === undefined ? "" : ` (median ${fmtGap(p.p50_ms)}, 99th ${fmtGap(p.p99_ms)})`) +
+        ". ";
+    }
+    text += "Drag to zoom, double-click to reset, click a point to open its event.";
     this.caption.textContent = text;
     const body = this.table.querySelector("tbody");
     body.replaceChildren();
@@ -180,9 +196,15 @@ export class TimingChart {
         at = this.indexes[i];
       }
     }
-    this.caption.textContent =
+    let text =
       `Live: ${fmtCount(this.xs.length)} events over ${fmtDuration(this.xs.at(-1) * 1000)} so far; ` +
       `longest pause ${fmtGap(max)} (before event ${at}).`;
+    if (this.proxied) {
+      let held = null;
+      for (const v of this.proxy) if (v !== null && (held === null || v > held)) held = v;
+      if (held !== null) text += ` The proxy held an event at most ${fmtGap(held)} (orange).`;
+    }
+    this.caption.textContent = text;
   }
 
   options() {
@@ -203,7 +225,8 @@ export class TimingChart {
       axes: [
         { label: "seconds since the request", labelSize: 20, size: 34, space: 60,
           values: (u, ticks) => ticks.map((v) => (v === null ? "" : `${+v.toFixed(3)}`)) },
-        { label: "ms since previous event", labelSize: 20, size: 56,
+        { label: this.proxied ? "ms: gap · proxy added" : "ms since previous event",
+          labelSize: 20, size: 56,
           // powers of ten only: the log scale's minor splits made a striped background
           filter: decades, grid: { filter: decades }, ticks: { filter: decades },
           values: (u, ticks) =>
@@ -213,6 +236,8 @@ export class TimingChart {
         { label: "t (s)", value: (u, v) => (v === null ? "—" : v.toFixed(4)) },
         dotSeries("output delta", "#2f7fd6", dense ? 3 : 5, dense),
         dotSeries("other event", "#8b95a7", dense ? 4 : 6, dense),
+        // same unit, same axis: the proxy's delay reads against the gaps it sits between
+        ...(this.proxied ? [dotSeries("proxy added", "#e8590c", dense ? 3 : 4, dense)] : []),
       ],
       hooks: { draw: [(u) => marks.drawMarks(u)] },
     };
@@ -280,7 +305,9 @@ export class TimingChart {
   }
 
   data() {
-    return [this.xs, this.out, this.other].map((values) =>
+    const series = [this.xs, this.out, this.other];
+    if (this.proxied) series.push(this.proxy);
+    return series.map((values) =>
       values.map((v) => (Number.isFinite(v) ? v : null)),
     );
   }

@@ -10,6 +10,7 @@ BENCHMARKS = {
     "ingest": "streams.bench.ingest",
     "relay": "streams.bench.relay",
     "pages": "streams.bench.pages",
+    "proxy": "streams.bench.proxy",
 }
 
 

@@ -5,6 +5,7 @@ import sys
 
 from django.core.management.base import BaseCommand, CommandError
 
+from streams import cli
 from streams.export import iter_document, iter_sse
 from streams.models import Stream
 
@@ -19,6 +20,11 @@ class Command(BaseCommand):
         parser.add_argument("--no-events", action="store_true", help="--json without the events")
 
     def handle(self, *args, **opts):
+        # `export_sse 42 | head`: the reader leaving early is no error worth a traceback
+        with cli.stoppable(self, "export_sse"):
+            self.export(opts)
+
+    def export(self, opts):
         try:
             stream = Stream.objects.get(pk=opts["stream_id"])
         except Stream.DoesNotExist as exc:

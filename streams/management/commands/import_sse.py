@@ -7,6 +7,7 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
+from streams import cli
 from streams.importer import CaptureError, import_capture
 
 SEVERITIES = ("error", "warning", "info")
@@ -26,6 +27,12 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="", help="owner of the imported streams (username)")
 
     def handle(self, *args, **opts):
+        # Each file is stored in one transaction (streams.importer): a file cut short by a
+        # stop leaves no row behind, and the files before it stay imported.
+        with cli.stoppable(self, "import_sse"):
+            self.import_files(opts)
+
+    def import_files(self, opts):
         user = None
         if opts["user"]:
             try:

@@ -3,13 +3,15 @@
 import asyncio
 import json
 import sys
+import threading
 
 from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from streams import services
+from streams import cli, runner, services
 from streams.models import Stream
+from streams.recorder import RUNNER_ID
 
 
 class Command(BaseCommand):
@@ -43,28 +45,92 @@ class Command(BaseCommand):
             instructions=opts["instructions"],
             scenario=opts["scenario"],
         )
-        results = asyncio.run(self.record_all(body, user, opts))
+        with cli.stoppable(self, "record", cleanup=cancel_unfinished):
+            results = asyncio.run(self.record_all(body, user, opts))
         broken = [r for r in results if r.get("error")]
         if broken:
             sys.exit(1)
 
     async def record_all(self, body, user, opts):
+        """Record the streams; on SIGINT/SIGTERM or a closed stdout raise `cli.Stopped` once
+        every recording has ended (or CANCEL_GRACE_S passed)."""
         semaphore = asyncio.Semaphore(opts["concurrency"])
         base_url = opts["upstream"].rstrip("/") or None
         indent = None if opts["json"] else 2
+        loop = asyncio.get_running_loop()
+        stop = loop.create_future()
+
+        def stopping(code, reason):
+            if not stop.done():
+                stop.set_result(cli.Stopped(code, reason))
 
         async def one():
             async with semaphore:
-                stream = await sync_to_async(services.new_row)(user, body, claimed=True)
+                if stop.done():
+                    return None
+                stream = None
                 try:
+                    stream = await sync_to_async(services.new_row)(user, body, claimed=True)
                     last = await services.record(stream, base_url=base_url)
                     result = await sync_to_async(summary)(last.pk)
                 except Exception as exc:  # recording itself failed: say so, keep going
-                    result = {"id": stream.pk, "error": f"{type(exc).__name__}: {exc}"}
-                self.stdout.write(json.dumps(result, indent=indent))
+                    result = {
+                        "id": getattr(stream, "pk", None),
+                        "error": f"{type(exc).__name__}: {exc}",
+                    }
+                try:
+                    self.stdout.write(json.dumps(result, indent=indent))
+                    self.stdout.flush()  # a line per stream as it ends, also into a pipe
+                except BrokenPipeError:
+                    stopping(*cli.BROKEN_PIPE)
                 return result
 
-        return await asyncio.gather(*(one() for _ in range(opts["count"])))
+        # (only the main thread may handle signals: not so when a test runs this in a thread)
+        signals = cli.SIGNALS if threading.current_thread() is threading.main_thread() else ()
+        for sig, (code, reason) in signals:
+            loop.add_signal_handler(sig, stopping, code, reason)
+        tasks = [asyncio.create_task(one()) for _ in range(opts["count"])]
+        try:
+            everything = asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.wait([everything, stop], return_when=asyncio.FIRST_COMPLETED)
+            if stop.done():
+                raise stop.result()
+            return everything.result()
+        finally:
+            # Stop the recordings here, while this loop's writer still runs: each one ends by
+            # writing its status through the writer. Left to asyncio.run, the writer would be
+            # cancelled together with them, and a recording waiting for its last write would
+            # wait for ever (the hang in asyncio.run's _cancel_all_tasks, issue 17).
+            await _stop_all(tasks)
+            for sig, _ in signals:
+                loop.remove_signal_handler(sig)
+
+
+# How long stopped recordings may take to write their final status before they are left to
+# `cancel_unfinished` (normally a few ms: one commit).
+CANCEL_GRACE_S = 5.0
+
+
+async def _stop_all(tasks):
+    pending = [t for t in tasks if not t.done()]
+    for task in pending:
+        task.cancel()
+    if pending:
+        _, pending = await asyncio.wait(pending, timeout=CANCEL_GRACE_S)
+    for task in pending:
+        # Still waiting for its last write (a database that does not answer): a second cancel
+        # ends the wait; `cancel_unfinished` writes its status instead.
+        task.cancel()
+    if pending:
+        await asyncio.wait(pending, timeout=1.0)
+
+
+def cancel_unfinished():
+    """The note for the stop message: this run's streams that ended `cancelled`, those the
+    recorder could not end itself among them."""
+    runner.cancel_unfinished_here("cancelled: manage.py record was stopped")
+    n = Stream.objects.filter(runner=RUNNER_ID, status=Stream.Status.CANCELLED).count()
+    return f"{n} stream(s) cancelled" if n else ""
 
 
 def summary(stream_id):

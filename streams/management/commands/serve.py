@@ -13,7 +13,7 @@ from streams import runner
 class Command(BaseCommand):
     help = (
         "Apply migrations, make sure an admin login exists (printed), mark streams of dead "
-        "processes interrupted, then serve HTTP and WebSockets (Daphne)."
+        "processes interrupted (now and periodically), then serve HTTP and WebSockets (Daphne)."
     )
 
     def add_arguments(self, parser):
@@ -28,6 +28,7 @@ class Command(BaseCommand):
         upstream = runner.upstream_base_url()
         self.stdout.write(f"upstream: {upstream}")
         self.stdout.write(f"dashboard: http://{opts['addrport']}/")
+        runner.sweep_when_served()  # and every SWEEP_INTERVAL_S from now on
         call_command("runserver", opts["addrport"], use_reloader=False)
 
     def ensure_admin(self):

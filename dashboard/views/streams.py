@@ -1,3 +1,8 @@
+"""The streams pages: the list (/) with its upload, a stream's timeline (/streams/<id>/) with its
+event table, event detail, timing and replay data, the .sse and .json exports, and a proxied
+client's session (/sessions/<session>/: its streams in order).
+"""
+
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
 from django.http import (
@@ -12,10 +17,16 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
 from dashboard import queries
-from dashboard.forms import CaptureUploadForm, EventWindowForm, StreamFilterForm
+from dashboard.forms.streams import (
+    CaptureUploadForm,
+    EventWindowForm,
+    SessionPageForm,
+    StreamFilterForm,
+)
 from streams import export, importer
 from streams.auth import streams_for
 from streams.checks import OUTPUT_DELTAS
+from streams.models import Stream
 
 
 def _get_stream_for_user(request, stream_id):
@@ -50,6 +61,7 @@ def _timeline_config(stream):
         "id": pk,
         "status": stream.status,
         "active": stream.is_active,
+        "proxied": queries.is_proxied(stream),
         "eventCount": stream.event_count,
         "outputTypes": sorted(OUTPUT_DELTAS),
         "ws": f"/ws/streams/{pk}/?format=json",
@@ -123,6 +135,7 @@ def stream_list(request):
     if not form.is_valid():
         # A bad value in a hand-edited URL: show the form with its errors and no rows.
         context = {"form": form, "nav": "streams", "page": None, "models": []}
+        context["show_owner"] = request.user.is_staff
         return render(request, "dashboard/stream_list.html", context, status=400)
     d = form.cleaned_data
     page = queries.stream_page(request.user, form.filters(), before=d["before"], after=d["after"])
@@ -134,6 +147,8 @@ def stream_list(request):
         "query": form.query(),
         "filtered": form.is_filtered(),
         "show_owner": request.user.is_staff,
+        # the proxy's own delay is a column where every row is proxied
+        "show_proxy": d["source"] == Stream.Source.PROXY,
     }
     fragment = _fragment(request)
     if fragment == "streams":
@@ -193,3 +208,22 @@ def stream_timing(request, stream_id):
 def stream_replay(request, stream_id):
     stream = _get_stream_for_user(request, stream_id)
     return _json(queries.replay_events(stream))
+
+
+@login_required
+@require_GET
+def session_detail(request, session):
+    form = SessionPageForm(request.GET)
+    after = form.cleaned_data["after"] if form.is_valid() else None
+    page = queries.session_page(request.user, session, after=after)
+    if page is None:
+        # none of the user's own (staff: nobody's): whether others used the name is not told
+        raise Http404("No such session")
+    context = {
+        "page": page,
+        "nav": "streams",
+        "show_owner": request.user.is_staff,
+        "show_proxy": True,
+        "in_session": True,
+    }
+    return render(request, "dashboard/session_detail.html", context)

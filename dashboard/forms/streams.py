@@ -1,3 +1,5 @@
+"""Forms of the streams pages: the capture upload, the list's query string, the event window."""
+
 import datetime as dt
 from urllib.parse import urlencode
 
@@ -35,7 +37,10 @@ class CaptureUploadForm(forms.Form):
             )
         content = upload.read()
         try:
-            self.cleaned_data["captures"] = read_capture(content, upload.name)
+            # checked here for the model given (the view stores it as is), so that a file over
+            # the import's bounds is refused with the form's error, not half-way through storing
+            model = (self.data.get("model") or "").strip()
+            self.cleaned_data["captures"] = read_capture(content, upload.name, model)
         except CaptureError as exc:
             raise forms.ValidationError(
                 f"Cannot import {upload.name}: {exc}", code="not_a_capture"
@@ -61,6 +66,11 @@ class StreamFilterForm(forms.Form):
     source = forms.ChoiceField(required=False, choices=[("", "Any source"), *Stream.Source.choices])
     requested = forms.CharField(required=False, max_length=100)
     resolved = forms.CharField(required=False, max_length=100)
+    # Labels a proxied request's client sent (X-Streamscope-Tags / -Session), and whose
+    # streams (the page offers it to staff; for anyone else it can only narrow their own).
+    tag = forms.CharField(required=False, max_length=64)
+    session = forms.CharField(required=False, max_length=200)
+    user = forms.CharField(required=False, max_length=150)
     findings = forms.ChoiceField(
         required=False,
         choices=[
@@ -86,7 +96,18 @@ class StreamFilterForm(forms.Form):
     before = forms.IntegerField(required=False, min_value=1)
     after = forms.IntegerField(required=False, min_value=1)
 
-    FILTERS = ("q", "status", "source", "requested", "resolved", "findings", "range")
+    FILTERS = (
+        "q",
+        "status",
+        "source",
+        "tag",
+        "session",
+        "user",
+        "requested",
+        "resolved",
+        "findings",
+        "range",
+    )
 
     def filters(self):
         """The cleaned filters for `queries.stream_page`, a preset range turned into `since`."""
@@ -123,3 +144,9 @@ class EventWindowForm(forms.Form):
         keys = ("after", "before", "at", "type", "tail")
         # (not `in (None, "", False)`: 0 == False, and event 0 is a fine place to jump to)
         return {k: d[k] for k in keys if d.get(k) is not None and d[k] != "" and d[k] is not False}
+
+
+class SessionPageForm(forms.Form):
+    """A session page's cursor: the stream it continues after (creation order)."""
+
+    after = forms.IntegerField(required=False, min_value=1)

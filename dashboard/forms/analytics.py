@@ -1,10 +1,10 @@
-"""Query-string forms of the analytics pages: validated input in, a `stats.Scope` out."""
+"""Query-string forms of the analytics pages: validated input in, a `stats.sql.Scope` out."""
 
 import datetime as dt
 
 from django import forms
 
-from dashboard.stats import Scope
+from dashboard.stats.sql import Scope
 from streams.models import Stream
 
 RANGES = {
@@ -96,7 +96,25 @@ def _utc(value):
     return value.astimezone(dt.UTC)
 
 
-class LatencyForm(RangeForm):
+class LabelsForm(RangeForm):
+    """A range, plus what a proxied request's client labelled it with and whose it is (the
+    pages offer `user` to staff; for anyone else it can only narrow their own streams, see
+    Scope)."""
+
+    tag = forms.CharField(required=False, max_length=64)
+    session = forms.CharField(required=False, max_length=200)
+    user = forms.CharField(required=False, max_length=150)
+
+    def filters(self):
+        data = self.cleaned_data if self.is_bound else {}
+        return {
+            "tag": data.get("tag", ""),
+            "session": data.get("session", ""),
+            "username": data.get("user", ""),
+        }
+
+
+class LatencyForm(LabelsForm):
     model = forms.CharField(required=False, max_length=100, label="Resolved model")
     requested = forms.CharField(required=False, max_length=100, label="Requested model")
     status = forms.ChoiceField(choices=ANY + list(Stream.Status.choices), required=False)
@@ -123,6 +141,7 @@ class LatencyForm(RangeForm):
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}
         return {
+            **super().filters(),
             "resolved_model": data.get("model", ""),
             "requested_model": data.get("requested", ""),
             "status": data.get("status", ""),
@@ -146,12 +165,12 @@ class LatencyForm(RangeForm):
         return "Range before", before, "This range", scope
 
 
-class RoutingForm(RangeForm):
+class RoutingForm(LabelsForm):
     source = forms.ChoiceField(choices=ANY + list(Stream.Source.choices), required=False)
 
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}
-        return {"source": data.get("source", "")}
+        return {**super().filters(), "source": data.get("source", "")}
 
 
 class AdminAnalyticsForm(RangeForm):

@@ -37,7 +37,7 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms_playground import SPEEDS, PlaygroundForm, scenario_choices
+from dashboard.forms.playground import SPEEDS, PlaygroundForm, scenario_choices
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
 from dashboard.queries import output_blocks
 from streams import api, conf, public, services
@@ -101,10 +101,16 @@ def answer_notice(stream):
     error = ": ".join(x for x in (stream.error_code, stream.error_message) if x)
     if status == Stream.Status.CANCELLED:
         return "warn", "Stopped. What arrived before the stop is kept."
+    limit = conf.get().stall_max_attempts
     if status == Stream.Status.STALLED:
-        if stream.attempt < conf.get().stall_max_attempts:
-            return "warn", "No event for a while: asking again…"
+        if stream.attempt < limit:
+            # the recorder's message names the threshold it applied ("no event for 60 s")
+            why = stream.error_message or "no event for a while"
+            return "warn", f"Stalled: {why} — retrying, attempt {stream.attempt + 1} of {limit}."
         return "err", f"No event for a while, {stream.attempt} times: gave up."
+    if stream.is_active and stream.attempt > 1:
+        # the answer being followed is a retry: say so, not swap attempts silently
+        return "warn", f"Retrying after a stall: attempt {stream.attempt} of {limit}."
     if status == Stream.Status.FAILED:
         return "err", f"The upstream reported an error — {error or 'no details'}."
     if status == Stream.Status.TRUNCATED:
@@ -175,7 +181,7 @@ def _page_context(user, conversation, form=None, error=""):
         "speeds": SPEEDS,
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
-        "upstream": settings.UPSTREAM_BASE_URL or "the built-in simulator",
+        "upstream": public.redact_url(settings.UPSTREAM_BASE_URL) or "the built-in simulator",
         "output_item_kinds": ITEM_KINDS,
     }
 

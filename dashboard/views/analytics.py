@@ -1,8 +1,9 @@
 """The analytics pages: latency (/latency/), routing (/routing/), admin analytics (/analytics/).
 
 Each view checks access, parses the query string with a form, makes one call into
-`dashboard.stats` and renders. The pages poll themselves (htmx, every 10 s while visible) with
-the version of the data they show; an unchanged version answers 204 and htmx keeps the page.
+`dashboard.stats` (one report module per page) and renders. The pages poll themselves (htmx,
+every 10 s while visible) with the version of the data they show; an unchanged version answers
+204 and htmx keeps the page.
 """
 
 import datetime as dt
@@ -14,8 +15,10 @@ from django.http import HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
-from dashboard import stats
-from dashboard.forms_analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
+from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
+from dashboard.stats.admin import admin_report
+from dashboard.stats.latency import PHASES, latency_report
+from dashboard.stats.routing import routing_report
 
 
 def _render(request, template, context, form):
@@ -65,12 +68,12 @@ def latency(request):
     form = LatencyForm(request.GET)
 
     def report(scope, **kwargs):
-        return stats.latency_report(
+        return latency_report(
             scope, compare_with=form.comparison(request.user, kwargs["now"]), **kwargs
         )
 
     return _report_page(
-        request, form, report, "dashboard/latency.html", nav="latency", phase_labels=stats.PHASES
+        request, form, report, "dashboard/latency.html", nav="latency", phase_labels=PHASES
     )
 
 
@@ -78,7 +81,7 @@ def latency(request):
 @require_GET
 def routing(request):
     return _report_page(
-        request, RoutingForm(request.GET), stats.routing_report, "dashboard/routing.html",
+        request, RoutingForm(request.GET), routing_report, "dashboard/routing.html",
         nav="routing",
     )  # fmt: skip
 
@@ -87,6 +90,6 @@ def routing(request):
 @require_GET
 def admin_analytics(request):
     return _report_page(
-        request, AdminAnalyticsForm(request.GET), stats.admin_report,
+        request, AdminAnalyticsForm(request.GET), admin_report,
         "dashboard/admin_analytics.html", nav="admin",
     )  # fmt: skip

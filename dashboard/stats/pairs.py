@@ -1,0 +1,217 @@
+"""Aggregates per (resolved model, requested model) pair: the latency and routing pages fold
+their groups from these (counts and sums add up; percentiles never do, so a group's are
+computed over its own conditions, `_group_where`), and both draw per-model time series.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import replace
+
+from dashboard.stats.sql import (
+    IDX_PAIR,
+    PCT_NAMES,
+    PERCENTILES,
+    Where,
+    _div,
+    _from,
+    _pct,
+    _q,
+    _rows,
+    _scalars,
+    buckets,
+    distinct_values,
+    history_start,
+    index_for,
+    percentiles,
+    scope_where,
+)
+
+SERIES_PERCENTILES = (500, 950)
+_STATUS_COUNTS = ("failed", "stalled", "truncated")
+
+
+@functools.cache
+def _pair_columns():
+    """(name, SQL, fold) of the aggregates of one pair; fold is "sum" or "max". Each column
+    costs time for every row read on SQLite (decoding the index record; docs/performance.md,
+    "Analytics"), so only what the pages show is here."""
+    status = _q("status")
+    ttft, itl = _q("ttft_ms"), _q("inter_token_ms")
+    cols = [
+        ("count", "COUNT(*)", "sum"),
+        ("active", f"COUNT(CASE WHEN {status} IN ('pending', 'streaming') THEN 1 END)", "sum"),
+    ]
+    for name in _STATUS_COUNTS:
+        cols.append((name, f"COUNT(CASE WHEN {status} = '{name}' THEN 1 END)", "sum"))
+    cols += [
+        ("ttft_n", f"COUNT({ttft})", "sum"),
+        ("ttft_sum", f"SUM({ttft})", "sum"),
+        ("ttft_max", f"MAX({ttft})", "max"),
+        ("itl_n", f"COUNT({itl})", "sum"),
+        ("itl_sum", f"SUM({itl})", "sum"),
+        ("routed", f"COUNT({_q('routing_us')})", "sum"),
+    ]
+    return tuple(cols)
+
+
+def model_pairs(scope):
+    """The (resolved, requested) pairs that occur among the streams `scope` may see (all time,
+    which keeps the filter menus stable), by loose index scans."""
+    access = Where()
+    if scope.user_id is not None:
+        access.eq("user_id", scope.user_id)
+    pairs = []
+    for resolved in [""] + distinct_values("resolved_model", access):
+        where = access.copy().eq("resolved_model", resolved)
+        for requested in [""] + distinct_values("requested_model", where):
+            pairs.append((resolved, requested))
+    # "" pairs are probed by the aggregates and dropped when empty
+    return pairs
+
+
+def pair_aggregates(scope, pairs=None):
+    """{(resolved, requested): {aggregate: value}} over the scope, one index seek per pair."""
+    pairs = model_pairs(scope) if pairs is None else pairs
+    base = scope_where(scope, skip=("resolved_model", "requested_model"))
+    wanted = [
+        (r, q)
+        for r, q in pairs
+        if (not scope.resolved_model or r == scope.resolved_model)
+        and (not scope.requested_model or q == scope.requested_model)
+    ]
+    cols = _pair_columns()
+    select = ", ".join(sql for _, sql, _ in cols)
+    parts = []
+    for i, (resolved, requested) in enumerate(wanted):
+        where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
+        parts.append(
+            (f"SELECT {i}, {select} FROM {_from(IDX_PAIR)} WHERE {where.sql()}", where.params)
+        )
+    out = {}
+    for row in _rows(parts):
+        if row[1]:
+            out[wanted[row[0]]] = {name: v for (name, _, _), v in zip(cols, row[1:], strict=True)}
+    return out
+
+
+def fold(aggregates, key=lambda pair: pair):
+    """Add up pair aggregates into groups {key(pair): aggregates}; None keys are dropped."""
+    folds = {name: how for name, _, how in _pair_columns()}
+    out = {}
+    for pair, agg in aggregates.items():
+        k = key(pair)
+        if k is None:
+            continue
+        acc = out.get(k)
+        if acc is None:
+            out[k] = dict(agg)
+            continue
+        for name, v in agg.items():
+            if v is None:
+                continue
+            if acc[name] is None:
+                acc[name] = v
+            elif folds[name] == "max":
+                acc[name] = max(acc[name], v)
+            else:
+                acc[name] += v
+    return out
+
+
+def _summary(agg, pcts):
+    """The numbers of one table row from folded aggregates and its percentiles."""
+    finished = agg["count"] - (agg["active"] or 0)
+    itl_mean = _div(agg["itl_sum"], agg["itl_n"])
+    row = {
+        "count": agg["count"],
+        "ttft_n": agg["ttft_n"],
+        "ttft_mean": _div(agg["ttft_sum"], agg["ttft_n"]),
+        "max": agg["ttft_max"],
+        "itl_mean": itl_mean,
+        # Output rate from the mean gap, not the mean of per-stream rates: a stream that came
+        # through a buffering proxy has gaps of microseconds and a rate of 10^4-10^5 tokens/s,
+        # which would swamp a mean of rates (seen on the demo data: 3 700 "tokens/s").
+        "tps": 1000 / itl_mean if itl_mean else None,
+        "finished": finished,
+        "error_rate": _div(agg["failed"], finished),
+        "stall_rate": _div(agg["stalled"], finished),
+        "truncation_rate": _div(agg["truncated"], finished),
+    }
+    for rate in ("error", "stall", "truncation"):
+        row[f"{rate}_pct"] = _pct(row[f"{rate}_rate"])
+    for q in PERCENTILES:
+        row[PCT_NAMES[q]] = pcts.get(q)
+    for s in _STATUS_COUNTS:
+        row[s] = agg[s] or 0
+    return row
+
+
+def _group_where(scope, pairs, want):
+    """Conditions selecting the pairs for which want(pair) is true, plus the scope filters. A
+    single resolved or requested model becomes an equality (so an ordered index applies)."""
+    base = scope_where(scope, skip=("resolved_model", "requested_model"))
+    chosen = [p for p in pairs if want(p)]
+    resolved = {r for r, _ in chosen}
+    requested = {q for _, q in chosen}
+    where = base.copy()
+    if len(resolved) == 1:
+        where.eq("resolved_model", next(iter(resolved)))
+    if len(requested) == 1:
+        where.eq("requested_model", next(iter(requested)))
+    if len(resolved) > 1 and len(requested) > 1:
+        # a union of pairs: only needed for "pinned" (every requested model but auto)
+        where.among("requested_model", sorted(requested))
+    elif len(resolved) > 1:
+        where.among("resolved_model", sorted(resolved))
+    elif len(requested) > 1:
+        where.among("requested_model", sorted(requested))
+    return where
+
+
+def _series_bounds(scope, now):
+    end = scope.end or now
+    start = scope.start or history_start(scope)
+    if start is None or start >= end:
+        return None
+    return start, end
+
+
+def time_series(scope, aggregates, models, now, value=None, qs=SERIES_PERCENTILES):
+    """Per model and time bucket: the count and the percentiles `qs` of TTFT (or `value`;
+    "*" with no `qs` counts streams)."""
+    bounds = _series_bounds(scope, now)
+    if bounds is None or not models:
+        return None
+    step, windows = buckets(*bounds)
+    value = value or _q("ttft_ms")
+    pairs = list(aggregates)
+    groups = {}
+    for model in models:
+        for b, (lo, hi) in enumerate(windows):
+            # the bucket replaces the page's range, so the index seek covers the bucket only
+            window = replace(scope, start=max(lo, bounds[0]), end=min(hi, bounds[1]))
+            groups[(model, b)] = _group_where(window, pairs, lambda p, m=model: p[0] == m)
+    counts = _scalars(
+        [
+            (
+                f"SELECT COUNT({value}) FROM {_from(index_for(w, ordered=False))} WHERE {w.sql()}",
+                w.params,
+            )
+            for w in groups.values()
+        ]
+    )
+    groups = {key: (w, n) for (key, w), n in zip(groups.items(), counts, strict=True)}
+    pcts = percentiles(groups, value, qs, narrow=True)
+    return {
+        "step": step,
+        "t": [int(lo.timestamp()) for lo, _ in windows],
+        "series": [
+            {
+                "model": model,
+                "n": [groups[(model, b)][1] for b in range(len(windows))],
+                **{PCT_NAMES[q]: [pcts[(model, b)][q] for b in range(len(windows))] for q in qs},
+            }
+            for model in models
+        ],
+    }

@@ -1,0 +1,440 @@
+"""The SQL the analytics pages share: scopes and their conditions, index choice, percentiles by
+ordered offset, statements of many subqueries, time buckets, and the version a poll compares.
+
+Everything is computed in the database, from the metrics the recorder denormalises onto `Stream`
+rows; nothing in `dashboard.stats` loads stream rows into Python. What comes back are aggregates
+(a few hundred numbers) and short lists (the slowest N streams, sample reasoning strings).
+
+Percentiles: nearest rank, exact. For the n non-null values of a group sorted ascending,
+x_1 ≤ … ≤ x_n, the q-quantile is x_k with k = ⌈q·n⌉ (and x_1 for k = 0); p100 is the maximum.
+k is computed with integers (q in per mille), so tests can use the same definition without
+floating-point doubts: `rank(q_permille, n)`.
+
+How, and why it is fast on large histories: each percentile of each group is one scalar
+subquery, `SELECT v … WHERE <group> AND <filters> ORDER BY v LIMIT 1 OFFSET k-1`, many of them
+in one statement. With `ORDER BY ttft_ms` the database walks an index that is ordered by
+(group, ttft_ms) and carries every filter column (see the indexes on `Stream.Meta`), skipping
+k entries without touching a table row; percentiles above the median walk from the top, so one
+group's p50…p99 cost about 0.9·n index entries in all. Narrow time windows (the buckets of a
+time series, short ranges) instead read only the window's rows through the (model, requested
+model, created_at) index and sort those few (SQLite is told which index to use, see `_from`).
+Counts and sums come from per-group aggregate subqueries that seek the same covering index, and
+are folded in Python (counts and sums add up; percentiles never are). On SQLite, window
+functions and GROUP BY sort in a temporary B-tree over the whole history; these shapes avoid
+that sort (docs/performance.md, "Analytics"). SQL text is built here, with parameters, because
+the ORM cannot put hundreds of ordered-offset subqueries into one statement; the same SQL runs
+on SQLite and PostgreSQL.
+
+Names with a leading underscore are private to the `dashboard.stats` package: its report
+modules share them, callers outside it do not use them.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import math
+import zlib
+from dataclasses import dataclass
+
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import F
+
+from streams.lookups import HasTag, has_tag_sql
+from streams.models import Finding, Stream
+
+PERCENTILES = (500, 750, 900, 950, 990)  # per mille
+PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
+MAX_BUCKETS = 56  # 1h by 2 min, 24h by 30 min, 7d by 3 h, 30d by day, 90d by 2 days
+# Steps for time buckets, aligned on the Unix epoch (so UTC days and hours) and stable across
+# refreshes.
+BUCKET_STEPS = (60, 120, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400,
+                7 * 86400)  # fmt: skip
+# One statement holds at most this many subqueries (SQLite allows 2000 result columns and 500
+# compound terms; PostgreSQL 1664 target entries).
+CHUNK = 250
+FINISHED_EXCLUDES = ("pending", "streaming")
+
+TABLE = Stream._meta.db_table
+
+
+# ---------------------------------------------------------------------------------------------
+# Refreshing: pages poll; a poll recomputes only when something changed
+
+
+def version(scope, now):
+    """A fingerprint of what could change a page: the newest stream, the running ones, and
+    the minute (relative ranges move). Two small index reads."""
+    where = Where()
+    if scope.user_id is not None:
+        where.eq("user_id", scope.user_id)
+    active = where.copy().among("status", FINISHED_EXCLUDES)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT MAX({_q('id')}) FROM {_q(TABLE)} WHERE {where.sql()}", where.params)
+        newest = cursor.fetchone()[0] or 0
+        cursor.execute(
+            f"SELECT {_q('id')} FROM {_q(TABLE)} WHERE {active.sql()} ORDER BY {_q('id')}",
+            active.params,
+        )
+        running = [r[0] for r in cursor.fetchall()]
+    minute = int(now.timestamp() // 60)
+    running_crc = zlib.crc32(",".join(map(str, running)).encode())
+    return f"{newest}-{len(running)}-{running_crc:x}-{minute}"
+
+
+def _versioned(build):
+    """`build(scope, …)` that returns None (nothing changed) when called with the version the
+    caller already shows (`known_version`), and otherwise a report carrying its version."""
+
+    @functools.wraps(build)
+    def wrapper(scope, *args, known_version=None, now=None, **kwargs):
+        now = now or dt.datetime.now(dt.UTC)
+        current = version(scope, now)
+        if known_version and known_version == current:
+            return None
+        report = build(scope, *args, now=now, **kwargs)
+        report.version = current
+        return report
+
+    return wrapper
+
+
+# ---------------------------------------------------------------------------------------------
+# Definitions shared with the tests
+
+
+def rank(q_permille, n):
+    """1-based nearest rank of the q-quantile (q in per mille) among n values."""
+    return max(1, (q_permille * n + 999) // 1000)
+
+
+def nearest_rank(values, q_permille):
+    """The definition, for lists in Python (tests, and nothing that reads the database)."""
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return None
+    return ordered[rank(q_permille, len(ordered)) - 1]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which streams a page looks at. `user_id` None means every stream (staff)."""
+
+    user_id: int | None
+    start: dt.datetime | None = None
+    end: dt.datetime | None = None
+    resolved_model: str = ""
+    requested_model: str = ""
+    status: str = ""
+    source: str = ""
+    # a proxied request's labels, and whose streams: a username that narrows `user_id`'s
+    # access (staff pick anyone; anyone else can only narrow to themselves)
+    tag: str = ""
+    session: str = ""
+    username: str = ""
+
+    @classmethod
+    def for_user(cls, user, **filters):
+        return cls(user_id=None if user.is_staff else user.pk, **filters)
+
+    @property
+    def span_s(self):
+        if self.start is None or self.end is None:
+            return None
+        return (self.end - self.start).total_seconds()
+
+
+# ---------------------------------------------------------------------------------------------
+# SQL building blocks
+
+
+@functools.cache
+def _q(name):
+    # SQLite and PostgreSQL both quote with double quotes
+    return connection.ops.quote_name(name)
+
+
+def _dt(value):
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+class Where:
+    """A conjunction of SQL conditions with their parameters. It remembers which columns it
+    pins to one value (`eqs`) or a few (`ins`), from which `index_for` picks the index."""
+
+    def __init__(self, parts=(), params=(), eqs=(), ins=()):
+        self.parts = list(parts)
+        self.params = list(params)
+        self.eqs = set(eqs)
+        self.ins = set(ins)
+
+    def add(self, sql, *params):
+        self.parts.append(sql)
+        self.params.extend(params)
+        return self
+
+    def eq(self, column, value):
+        self.eqs.add(column)
+        return self.add(f"{_q(column)} = %s", value)
+
+    def among(self, column, values):
+        values = list(values)
+        if not values:
+            return self.add("1 = 0")
+        if len(values) == 1:
+            return self.eq(column, values[0])
+        self.ins.add(column)
+        return self.add(f"{_q(column)} IN ({', '.join(['%s'] * len(values))})", *values)
+
+    def between(self, start, end):
+        if start is not None:
+            self.add(f"{_q('created_at')} >= %s", _dt(start))
+        if end is not None:
+            self.add(f"{_q('created_at')} < %s", _dt(end))
+        return self
+
+    def copy(self):
+        return Where(self.parts, self.params, self.eqs, self.ins)
+
+    def sql(self):
+        return " AND ".join(self.parts) if self.parts else "1 = 1"
+
+
+def scope_where(scope, *, skip=()):
+    """The conditions of a scope (access, range, filters), leaving out the columns in `skip`."""
+    where = Where()
+    if scope.user_id is not None:
+        where.eq("user_id", scope.user_id)
+    where.between(scope.start, scope.end)
+    for column in ("resolved_model", "requested_model", "status", "source", "session"):
+        value = getattr(scope, column)
+        if value and column not in skip:
+            where.eq(column, value)
+    if scope.tag:
+        where.add(*_has_tag(scope.tag))
+    if scope.username:
+        # one scalar subquery, evaluated once: the user_id columns of the indexes still serve
+        # (an unknown name is NULL, which matches nothing)
+        users = get_user_model()._meta.db_table
+        where.add(
+            f"{_q('user_id')} = (SELECT {_q('id')} FROM {_q(users)} WHERE {_q('username')} = %s)",
+            scope.username,
+        )
+    return where
+
+
+def _has_tag(tag):
+    sql, params = has_tag_sql(f"{_q(TABLE)}.{_q('tags')}", tag, connection)
+    return (sql, *params)
+
+
+def _findings_in_scope(scope):
+    """The findings of the streams in `scope` (its access, range, source and labels), as a
+    queryset."""
+    qs = Finding.objects.all()
+    if scope.user_id is not None:
+        qs = qs.filter(stream__user_id=scope.user_id)
+    if scope.start is not None:
+        qs = qs.filter(stream__created_at__gte=scope.start)
+    if scope.end is not None:
+        qs = qs.filter(stream__created_at__lt=scope.end)
+    if scope.source:
+        qs = qs.filter(stream__source=scope.source)
+    if scope.session:
+        qs = qs.filter(stream__session=scope.session)
+    if scope.tag:
+        qs = qs.filter(HasTag(F("stream__tags"), scope.tag))
+    if scope.username:
+        qs = qs.filter(stream__user__username=scope.username)
+    return qs
+
+
+# The indexes of Stream.Meta these queries are shaped for (see streams/models.py).
+IDX_RESOLVED_TTFT = "stream_resolved_ttft_cov"
+IDX_REQUESTED_TTFT = "stream_requested_ttft_cov"
+IDX_TTFT = "stream_ttft_cov"
+IDX_PAIR = "stream_pair_metrics"
+IDX_CREATED = "stream_created"
+IDX_PINNED_ROUTED = "stream_pinned_routed"
+IDX_USER = "stream_user_usage"
+
+
+def index_for(where, *, ordered):
+    """The index that serves `where`: `ordered` = rows are wanted in ttft order (an ordered
+    offset); otherwise the rows of a time window are read and sorted or counted."""
+    if ordered:
+        if "resolved_model" in where.eqs:
+            return IDX_RESOLVED_TTFT
+        if "requested_model" in where.eqs:
+            return IDX_REQUESTED_TTFT
+        return IDX_TTFT
+    if "resolved_model" in where.eqs or (
+        "requested_model" in where.eqs and "resolved_model" in where.ins
+    ):
+        return IDX_PAIR
+    return IDX_CREATED
+
+
+def _from(index=None):
+    """The table, with an index named for SQLite: without statistics (ANALYZE) its planner
+    guesses, and on a large history it guessed a non-covering index for a time range plus a
+    sort, far slower than the covering one (docs/performance.md, "Analytics"). PostgreSQL
+    plans from its statistics."""
+    table = _q(TABLE)
+    if index and connection.vendor == "sqlite":
+        return f"{table} INDEXED BY {_q(index)}"
+    return table
+
+
+def _scalars(subqueries):
+    """Values of scalar subqueries [(sql, params)], in order, a few statements in all."""
+    values = []
+    with connection.cursor() as cursor:
+        for lo in range(0, len(subqueries), CHUNK):
+            chunk = subqueries[lo : lo + CHUNK]
+            sql = "SELECT " + ", ".join(f"({s})" for s, _ in chunk)
+            cursor.execute(sql, [p for _, ps in chunk for p in ps])
+            values.extend(cursor.fetchone())
+    return values
+
+
+def _rows(parts):
+    """Rows of several SELECTs [(sql, params)] whose first column says which part they are,
+    joined with UNION ALL, a few statements in all."""
+    rows = []
+    with connection.cursor() as cursor:
+        for lo in range(0, len(parts), CHUNK):
+            chunk = parts[lo : lo + CHUNK]
+            sql = " UNION ALL ".join(f"SELECT * FROM ({s}) t{i}" for i, (s, _) in enumerate(chunk))
+            cursor.execute(sql, [p for _, ps in chunk for p in ps])
+            rows.extend(cursor.fetchall())
+    return rows
+
+
+def _dicts(sql, params, cols):
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        rows = [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
+    for r in rows:
+        if isinstance(r.get("created_at"), str):
+            r["created_at"] = dt.datetime.fromisoformat(r["created_at"]).replace(tzinfo=dt.UTC)
+    return rows
+
+
+def _div(a, b):
+    return a / b if a is not None and b else None
+
+
+def _pct(fraction):
+    return None if fraction is None else 100 * fraction
+
+
+def _ranked(where, value, offset, *, descending=False, narrow=False):
+    """The scalar subquery for the value at `offset` of `value` ordered over `where`. `narrow`:
+    read the rows of `where` through the (model, created_at) index and sort them, instead of
+    walking the ttft-ordered one (SQLite is told which index; PostgreSQL costs both)."""
+    direction = " DESC" if descending else ""
+    ordered = value == _q("ttft_ms") and (
+        # without a model to seek, a window's rows would come through the created_at index
+        # and a table lookup each: walking the ttft-ordered covering index is cheaper
+        not narrow or index_for(where, ordered=False) == IDX_CREATED
+    )
+    sql = (
+        f"SELECT {value} FROM {_from(index_for(where, ordered=ordered))} "
+        f"WHERE {where.sql()} AND {value} IS NOT NULL "
+        f"ORDER BY {value}{direction} LIMIT 1 OFFSET {int(offset)}"
+    )
+    return sql, list(where.params)
+
+
+def percentile_queries(where, value, n, qs=PERCENTILES, *, narrow=False):
+    """Subqueries for the percentiles `qs` of `value` over the n non-null values in `where`."""
+    out = []
+    for q in qs:
+        k = rank(q, n)
+        if k > n // 2:  # nearer the top: walk down from the maximum
+            out.append(_ranked(where, value, n - k, descending=True, narrow=narrow))
+        else:
+            out.append(_ranked(where, value, k - 1, narrow=narrow))
+    return out
+
+
+def percentiles(groups, value, qs=PERCENTILES, *, narrow=False):
+    """{key: {q: value}} for groups {key: (where, n)}; groups with n = 0 get None values."""
+    jobs = []
+    for key, (where, n) in groups.items():
+        if n:
+            jobs.extend(
+                (key, q, sq)
+                for q, sq in zip(
+                    qs, percentile_queries(where, value, n, qs, narrow=narrow), strict=True
+                )
+            )
+    values = _scalars([sq for _, _, sq in jobs])
+    out = {key: dict.fromkeys(qs) for key in groups}
+    for (key, q, _), v in zip(jobs, values, strict=True):
+        out[key][q] = v
+    return out
+
+
+def distinct_values(column, where=None):
+    """The distinct non-empty values of an indexed column, by a loose index scan: one index
+    seek per value (`MIN(col) WHERE col > previous`), instead of reading every row."""
+    where = where or Where()
+    col = _q(column)
+    cond = where.sql()
+    sql = (
+        f"WITH RECURSIVE v(x) AS ("
+        f"SELECT MIN({col}) FROM {_q(TABLE)} WHERE {col} > %s AND {cond} "
+        f"UNION ALL SELECT (SELECT MIN({col}) FROM {_q(TABLE)} WHERE {col} > v.x AND {cond}) "
+        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, ["", *where.params, *where.params])
+        return [r[0] for r in cursor.fetchall()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Time ranges and buckets
+
+
+def bucket_step(span_s):
+    for step in BUCKET_STEPS:
+        if span_s / step <= MAX_BUCKETS:
+            return step
+    return BUCKET_STEPS[-1]
+
+
+def buckets(start, end):
+    """Epoch-aligned [lo, hi) windows covering start…end, at most ~MAX_BUCKETS of them."""
+    step = bucket_step((end - start).total_seconds())
+    first = math.floor(start.timestamp() / step) * step
+    edges = []
+    t = first
+    stop = end.timestamp()
+    while t < stop:
+        edges.append(t)
+        t += step
+    edges.append(t)
+    as_dt = [dt.datetime.fromtimestamp(e, dt.UTC) for e in edges]
+    return step, list(zip(as_dt, as_dt[1:], strict=False))
+
+
+def history_start(scope):
+    """The oldest stream in scope (for "all time"); one index seek."""
+    where = Where()
+    if scope.user_id is not None:
+        where.eq("user_id", scope.user_id)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT MIN({_q('created_at')}) FROM {_q(TABLE)} WHERE {where.sql()}", where.params
+        )
+        value = cursor.fetchone()[0]
+    if value is None:
+        return None
+    if isinstance(value, str):  # SQLite hands back text
+        value = dt.datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value

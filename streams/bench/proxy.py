@@ -1,0 +1,194 @@
+"""The recording proxy against direct calls: added time to first token and per event.
+
+The same paced simulator is called directly and through the proxy (`POST /v1/responses` on a
+Daphne running the project), alternating rounds, in one run, with the same seeds: stream i of a
+direct round and of a proxied round are planned alike, so their differences are the proxy's.
+Per configuration (number of concurrent clients):
+
+- added TTFT: per seed, (first delta at the client − request start) proxied − direct; p50/p99;
+- added per-event latency: client receipt − the simulator's send time (its own log, on the
+  same monotonic clock), proxied p50/p99 − direct p50/p99;
+- events lost: what the simulator sent and the client did not get, or the record lacks;
+- the proxy process's CPU per proxied event (utime + stime of Daphne, from /proc);
+- Daphne's floor: a trivial raw-ASGI response from the same server (request round trip p50).
+"""
+
+import asyncio
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from . import manage, migrated_env
+from .relay import Server, _percentile
+
+REQUEST = {
+    "model": "auto",
+    "input": "Tell me about Utrecht",
+    "stream": True,
+    "metadata": {"time_scale": "1.0", "sentences": "3", "deterministic_ids": "false"},
+}
+
+
+def add_arguments(parser):
+    parser.add_argument("--concurrency", default="1,16,64", help="concurrent clients, e.g. 1,16")
+    parser.add_argument("--rounds", type=int, default=2, help="direct/proxied round pairs")
+
+
+def run(command, opts):
+    tmp, env = migrated_env("proxy", drop=("REDIS_URL",))
+    token = manage(
+        env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; from streams.models import ApiToken; "
+        "u, _ = get_user_model().objects.get_or_create(username='bench'); "
+        "print(ApiToken.issue(u, 'bench proxy'))",
+    ).split()[-1]
+    sim = Server(
+        [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
+        env,
+        tmp / "simulator.log",
+    )
+    sim_root = f"http://127.0.0.1:{sim.port}"
+    daphne = Server(
+        [sys.executable, "-m", "dashboard.server", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
+        + ["streams.bench.proxy_asgi:application"],
+        {**env, "UPSTREAM_BASE_URL": sim_root + "/v1", "STREAMSCOPE_PROXY_MAX_CONCURRENT": "1000"},
+        tmp / "daphne.log",
+    )
+    results = []
+    try:
+        for n in [int(x) for x in opts["concurrency"].split(",") if x.strip()]:
+            result = asyncio.run(_configuration(n, opts["rounds"], sim_root, daphne, token))
+            result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
+            results.append(result)
+            if opts["json"]:
+                command.stdout.write(json.dumps(result))
+            else:
+                command.stdout.write(
+                    f"concurrency {n:>3}: added TTFT p50 {result['added_ttft_p50_ms']} / p99 "
+                    f"{result['added_ttft_p99_ms']} ms; added per event p50 "
+                    f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
+                    f"(request on its way {result['added_request_p50_ms']} ms); "
+                    f"lost {result['lost_events']}; {result['cpu_us_per_event']} µs CPU/event; "
+                    f"Daphne floor p50 {result['daphne_floor_p50_ms']} ms"
+                )
+    finally:
+        daphne.stop()
+        sim.stop()
+    return results
+
+
+def _cpu_s(pid):
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+async def _configuration(n, rounds, sim_root, daphne, token):
+    proxy_base = f"http://127.0.0.1:{daphne.port}/v1"
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        floor = []
+        for _ in range(50):
+            t0 = time.perf_counter_ns()
+            await client.get(f"http://127.0.0.1:{daphne.port}/_bench/floor")
+            floor.append((time.perf_counter_ns() - t0) / 1e6)
+        ttft = {"direct": {}, "proxy": {}}
+        arrival = {"direct": {}, "proxy": {}}  # request start → the simulator had it
+        lag = {"direct": [], "proxy": []}
+        lost = 0
+        proxied_ids, proxied_events, cpu = {}, 0, 0.0
+        for r in range(rounds):
+            for mode in ("direct", "proxy"):
+                base = sim_root + "/v1" if mode == "direct" else proxy_base
+                headers = {"Authorization": f"Bearer {token}"} if mode == "proxy" else {}
+                before = _cpu_s(daphne.proc.pid)
+                runs = await asyncio.gather(
+                    *(_one(client, base, headers, seed=r * 1000 + i) for i in range(n))
+                )
+                if mode == "proxy":
+                    cpu += _cpu_s(daphne.proc.pid) - before
+                for seed, (t0, t_first, receipts, response_id, stream_id) in runs:
+                    url = f"{sim_root}/_simulator/responses/{response_id}"
+                    log = (await client.get(url)).json()
+                    received = log["request_received_ns"]
+                    sent = [received + e["sent_us"] * 1000 for e in log["events"]]
+                    arrival[mode][seed] = received - t0
+                    lost += max(0, len(sent) - len(receipts))
+                    lag[mode] += [(got - s) / 1e6 for got, s in zip(receipts, sent, strict=False)]
+                    ttft[mode][seed] = t_first
+                    if mode == "proxy":
+                        proxied_ids[stream_id] = len(receipts)
+                        proxied_events += len(receipts)
+    added_ttft = [(ttft["proxy"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
+    added_request = [(arrival["proxy"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]]
+    return {
+        "concurrency": n,
+        "added_ttft_p50_ms": round(statistics.median(added_ttft), 3),
+        "added_ttft_p99_ms": _percentile(added_ttft, 99),
+        "added_event_p50_ms": round(
+            statistics.median(lag["proxy"]) - statistics.median(lag["direct"]), 3
+        ),
+        "added_event_p99_ms": round(
+            _percentile(lag["proxy"], 99) - _percentile(lag["direct"], 99), 3
+        ),
+        # of the added TTFT, how much is the request's way to the upstream
+        "added_request_p50_ms": round(statistics.median(added_request), 3),
+        "lost_events": lost,
+        "cpu_us_per_event": round(cpu * 1e6 / max(1, proxied_events), 1),
+        "daphne_floor_p50_ms": round(statistics.median(floor), 3),
+        "events": proxied_events,
+        "_proxied_ids": proxied_ids,
+    }
+
+
+async def _one(client, base, headers, seed):
+    """One streaming request: (seed, (first-delta ns − start ns, receipt ns per event, the
+    upstream's response id, the proxy's stream id or None))."""
+    body = {**REQUEST, "metadata": {**REQUEST["metadata"], "seed": str(seed)}}
+    receipts, response_id, first = [], None, None
+    t0 = time.monotonic_ns()
+    async with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
+        stream_id = r.headers.get("x-streamscope-stream")
+        buffer = b""
+        async for chunk in r.aiter_raw():
+            now = time.monotonic_ns()
+            buffer += chunk
+            *blocks, buffer = buffer.split(b"\n\n")
+            for block in blocks:
+                if not block.strip():
+                    continue
+                receipts.append(now)
+                if first is None and b"output_text.delta" in block:
+                    first = now - t0
+                if response_id is None and b'"response.created"' in block:
+                    data = block.split(b"data: ", 1)[1]
+                    response_id = json.loads(data)["response"]["id"]
+    return seed, (t0, first, receipts, response_id, int(stream_id) if stream_id else None)
+
+
+def _unrecorded(env, received):
+    """Events proxied clients got that the records lack (`received`: stream id → events the
+    client got), once every proxied stream has ended."""
+    out = manage(
+        env,
+        "shell",
+        "-c",
+        "import json, time\n"
+        "from django.db.models import Count\n"
+        "from streams.models import Event, Stream\n"
+        f"ids = {sorted(i for i in received if i)!r}\n"
+        "deadline = time.time() + 30\n"
+        "while Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).exists() "
+        "and time.time() < deadline:\n    time.sleep(0.1)\n"
+        "rows = Event.objects.filter(stream_id__in=ids).values('stream_id')"
+        ".annotate(n=Count('id'))\n"
+        "print(json.dumps({r['stream_id']: r['n'] for r in rows}))",
+    )
+    stored = {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
+    return sum(abs(n - stored.get(i, 0)) for i, n in received.items() if i)

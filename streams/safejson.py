@@ -1,0 +1,58 @@
+"""JSON that strangers wrote: API bodies, uploaded HAR files, an upstream's event data.
+
+Python's `json` parses recursively (100,000 nested brackets raise RecursionError, which is no
+ValueError and kills whatever called it), and it reads `NaN`, `Infinity` and `1e400` as floats
+that no database column or JSON encoder downstream accepts. So nesting is measured here without
+recursion, *before* any recursive parser sees the text, and `loads` refuses non-finite numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+# API bodies and HAR documents: a Responses request nests about 6 deep, a browser's HAR about 5.
+MAX_DEPTH = 64
+
+# A JSON string (escapes included, written unrolled so that it never backtracks) or a bracket.
+_TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
+
+
+def too_deep(text: str, limit: int) -> bool:
+    """Whether `text` nests arrays and objects deeper than `limit` (brackets inside strings do
+    not count). Linear and without recursion; text with at most `limit` opening brackets in all
+    (nearly everything) is answered by two C-speed counts."""
+    if text.count("[") + text.count("{") <= limit:
+        return False
+    depth = 0
+    for m in _TOKEN.finditer(text):
+        c = text[m.start()]
+        if c == "[" or c == "{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif c == "]" or c == "}":
+            depth -= 1
+    return False
+
+
+def _no_constant(name):
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite(text):
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"the number {text[:40]} is out of range")
+    return value
+
+
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH):
+    """`json.loads` for untrusted text: ValueError (with a message fit for the user) when it is
+    not JSON, nests deeper than `max_depth`, or holds NaN, ±Infinity or a float that overflows."""
+    if isinstance(text, bytes | bytearray):
+        text = bytes(text).decode("utf-8-sig")  # UnicodeDecodeError is a ValueError
+    if too_deep(text, max_depth):
+        raise ValueError(f"nested deeper than {max_depth} levels")
+    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)

@@ -1,0 +1,362 @@
+"""The upstream key never leaves, however a hostile upstream echoes it: raw, in JSON `\\u`
+escapes, in error bodies, deltas, tool names, model ids, event types and SSE fields. A raw
+HTTP server stands in for the upstream (127.0.0.1 only); the streams it sends are recorded by a
+real Daphne and read back through every way out: API, exports, pages, WebSocket frames."""
+
+import asyncio
+import html
+import json
+import re
+import threading
+import time
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from streams import public
+from streams.models import Stream
+from tests.conftest import DaphneServer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY = "sk-hostile-9f8e7d6c5b4a"
+
+
+# ---- a hostile upstream ------------------------------------------------------------------------
+
+
+class RawUpstream:
+    """A raw HTTP/1.1 server on 127.0.0.1 in a thread of its own (servers in other processes
+    reach it too). `respond(method, path, headers, body)` returns `(status, content_type,
+    chunks)`; each chunk is written and drained in turn, then the connection closes."""
+
+    def __init__(self, respond):
+        self.respond = respond
+        self.requests = []
+        self._loop = asyncio.new_event_loop()
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), daemon=True)
+        self._thread.start()
+        assert started.wait(10)
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+
+    def _run(self, started):
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        started.set()
+        self._loop.run_forever()
+
+    async def _handle(self, reader, writer):
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            lines = head.decode("latin-1").split("\r\n")
+            method, path, _ = lines[0].split(" ", 2)
+            headers = {}
+            for line in lines[1:]:
+                if ":" in line:
+                    name, value = line.split(":", 1)
+                    headers[name.strip().lower()] = value.strip()
+            body = await reader.readexactly(int(headers.get("content-length") or 0))
+            self.requests.append((method, path, headers, body))
+            status, content_type, chunks = self.respond(method, path, headers, body)
+            writer.write(
+                f"HTTP/1.1 {status} X\r\nContent-Type: {content_type}\r\n"
+                "Connection: close\r\n\r\n".encode()
+            )
+            for chunk in chunks:
+                writer.write(chunk)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def stop(self):
+        def close():
+            self._server.close()
+            self._loop.stop()
+
+        self._loop.call_soon_threadsafe(close)
+        self._thread.join(10)
+
+
+def sse(data, event="message", id=None):
+    head = f"event: {event}\n" + (f"id: {id}\n" if id is not None else "")
+    return (head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode()
+
+
+def escaped(text, every=1, upper=False):
+    """`text` with every `every`-th character as a JSON `\\uXXXX` escape."""
+    out = []
+    for i, ch in enumerate(text):
+        if i % every == 0:
+            code = f"{ord(ch):04x}"
+            out.append("\\u" + (code.upper() if upper else code))
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def echoing_stream(key):
+    """A Responses stream that carries `key` in every field a stream has."""
+    e1 = escaped(key)  # every character escaped
+    e2 = escaped(key, every=3, upper=True)  # some, in upper-case hex
+    first = "\\u0073" + key[1:]  # the issue's `\u0073k-…`
+    events = [
+        sse(
+            f'{{"type":"response.created","sequence_number":0,"response":{{"id":"resp_{e2}",'
+            f'"object":"response","model":"m-{first}","status":"in_progress"}}}}',
+            id=key,
+        ),
+        sse(
+            '{"type":"response.output_item.added","sequence_number":1,"output_index":0,'
+            f'"item":{{"type":"function_call","id":"fc_1","call_id":"call_{key}",'
+            f'"name":"{e1}","arguments":""}}}}'
+        ),
+        sse(
+            '{"type":"response.function_call_arguments.delta","sequence_number":2,'
+            f'"output_index":0,"item_id":"fc_1","delta":"{{\\"k\\":\\"{first}\\"}}"}}'
+        ),
+        sse(
+            '{"type":"response.output_item.done","sequence_number":3,"output_index":0,'
+            f'"item":{{"type":"function_call","id":"fc_1","call_id":"call_{key}",'
+            f'"name":"{e1}","arguments":"{{\\"k\\":\\"{first}\\"}}","status":"completed"}}}}'
+        ),
+        sse(
+            '{"type":"response.output_item.added","sequence_number":4,"output_index":1,'
+            '"item":{"type":"message","id":"msg_1","role":"assistant","content":[]}}'
+        ),
+        sse(
+            '{"type":"response.content_part.added","sequence_number":5,"output_index":1,'
+            '"item_id":"msg_1","content_index":0,"part":{"type":"output_text","text":""}}'
+        ),
+        sse(
+            '{"type":"response.output_text.delta","sequence_number":6,"output_index":1,'
+            f'"item_id":"msg_1","content_index":0,"delta":"raw {key}, "}}'
+        ),
+        sse(
+            '{"type":"response.output_text.delta","sequence_number":7,"output_index":1,'
+            f'"item_id":"msg_1","content_index":0,"delta":"escaped {first}, {e1}, {e2}."}}'
+        ),
+        sse(f'{{"type":"response.{key}","sequence_number":8}}', event=key),
+        sse(f'{{"type":"response.{e2}","sequence_number":9,"note":"{e1}"}}'),
+        sse(
+            f'{{"type":"response.completed","sequence_number":10,"response":{{'
+            f'"id":"resp_{e2}","object":"response","model":"m-{first}","status":"completed",'
+            f'"output_text":"raw {key}, escaped {e1}"}}}}'
+        ),
+    ]
+    return events
+
+
+def hostile(method, path, headers, body):
+    """Echoes the bearer key it was sent: in its model list, a 401 body, or a stream (chosen by
+    `metadata.hostile`)."""
+    key = headers.get("authorization", "").removeprefix("Bearer ")
+    if method == "GET" and path.endswith("/models"):
+        models = [{"id": f"m-{key}", "object": "model"}, {"id": f"m-{escaped(key)}"}]
+        return 200, "application/json", [json.dumps({"data": models}).encode()]
+    mode = (json.loads(body or b"{}").get("metadata") or {}).get("hostile", "stream")
+    if mode == "401":
+        message = f"Incorrect API key provided: {key} ({escaped(key)})"
+        error = {"error": {"code": "invalid_api_key", "message": message}}
+        return 401, "application/json", [json.dumps(error).encode()]
+    if mode == "error_event":
+        created = echoing_stream(key)[0]
+        error = sse(
+            f'{{"type":"error","code":"invalid_api_key","message":"Bad key {escaped(key, 2)}"}}'
+        )
+        return 200, "text/event-stream", [created, error]
+    return 200, "text/event-stream", echoing_stream(key)
+
+
+# ---- finding the key in any form ----------------------------------------------------------------
+
+_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
+
+
+def forms_of(text):
+    """`text` as a reader may see it: as sent, HTML-unescaped, and with JSON escapes decoded
+    (once, twice: data inside a JSON document is escaped twice)."""
+    seen = [text, html.unescape(text)]
+    for _ in range(3):
+        seen.append(_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), seen[-1]))
+    return seen
+
+
+def copies(text, key=KEY):
+    return max(form.count(key) for form in forms_of(text))
+
+
+def test_the_search_finds_every_form():
+    assert copies(f"a {KEY}") == 1
+    assert copies(json.dumps({"d": json.dumps({"m": KEY})})) == 1
+    assert copies(escaped(KEY, 3, upper=True)) == 1
+    assert copies("\\\\u0073" + KEY[1:]) == 1
+    assert copies(html.escape(f"<{KEY}>")) == 1
+    assert copies("sk-hostile") == 0
+
+
+# ---- the redaction itself -----------------------------------------------------------------------
+
+
+class TestDecodedRedaction:
+    @pytest.fixture(autouse=True)
+    def key(self, settings):
+        settings.UPSTREAM_API_KEY = KEY
+        settings.UPSTREAM_BASE_URL = ""
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            f"raw {KEY}",
+            "\\u0073" + KEY[1:],
+            escaped(KEY),
+            escaped(KEY, 2, upper=True),
+            "\\\\u0073" + KEY[1:],  # the same data, inside a JSON document
+            json.dumps({"data": json.dumps({"m": escaped(KEY, 3)}, ensure_ascii=False)}),
+        ],
+    )
+    def test_every_spelling_is_redacted_wherever_it_leaves(self, text):
+        assert copies(text) == 1
+        assert copies(public.redact(text)) == 0
+        assert copies(public.redact_bytes(text.encode()).decode()) == 0
+        assert copies(public.dumps({"data": text})) == 0
+        assert copies(json.dumps(public.scrub([{"x": text}]))) == 0
+
+    def test_redacted_json_stays_json_and_other_escapes_stay(self):
+        data = '{"m":"' + escaped(KEY) + ' caf\\u00e9 \\u0073"}'  # real JSON escapes
+        assert json.loads(data) == {"m": f"{KEY} café s"}
+        out = public.dumps({"data": data})
+        assert json.loads(json.loads(out)["data"]) == {"m": "[redacted] café s"}
+
+    def test_the_key_case_counts_only_in_hex(self):
+        other = "\\u0053" + KEY[1:]  # S, not s: another string
+        assert public.redact(other) == other
+
+    def test_without_a_key_nothing_is_searched(self, settings):
+        settings.UPSTREAM_API_KEY = ""
+        text = escaped(KEY)
+        assert public.redact(text) is text and public.dumps([text]) == json.dumps([text])
+
+
+class TestUrlCredentials:
+    def test_upstream_url_loses_its_credentials(self, settings):
+        settings.UPSTREAM_API_KEY = ""
+        stream = Stream(upstream_url="https://bob:s3cret-pass-99@up.test/v1/responses")
+        assert public.redact_url(stream.upstream_url) == "https://[redacted]@up.test/v1/responses"
+        assert public.page_stream(stream).upstream_url == "https://[redacted]@up.test/v1/responses"
+        assert stream.upstream_url.startswith("https://bob:")  # the row keeps what came
+        assert public.redact_url("https://up.test/v1?a=b@c") == "https://up.test/v1?a=b@c"
+
+    def test_the_base_urls_password_is_a_secret_wherever_it_shows(self, settings):
+        settings.UPSTREAM_API_KEY = ""
+        settings.UPSTREAM_BASE_URL = "https://bob:s3cret%2Dpass-99@up.test/v1"
+        assert public.redact("echo: s3cret-pass-99") == "echo: [redacted]"
+        assert public.dumps({"m": "s3cret%2Dpass-99"}) == '{"m":"[redacted]"}'
+        assert "s3cret" not in public.redact_url(settings.UPSTREAM_BASE_URL)
+
+
+# ---- end to end: a real Daphne recording the hostile upstream ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def hostile_upstream():
+    server = RawUpstream(hostile)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def daphne_with_key(django_db_setup, hostile_upstream, _relay_db_connections):
+    server = DaphneServer(hostile_upstream.base_url, env={"UPSTREAM_API_KEY": KEY})
+    yield server
+    server.stop()
+
+
+async def _finished(stream_id, timeout=30):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        stream = await Stream.objects.aget(pk=stream_id)
+        if not stream.is_active:
+            return stream
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"stream {stream_id} did not finish")
+
+
+async def _frames(server, path, user, timeout=20):
+    frames = []
+    async with connect(
+        server.ws_url + path,
+        origin=server.origin,
+        additional_headers={"Cookie": user.cookie},
+        max_size=None,
+        open_timeout=10,
+    ) as ws:
+        try:
+            async with asyncio.timeout(timeout):
+                async for message in ws:
+                    frames.append(message)
+                    if path == "/ws/streams/":  # the live list never ends: its first frame
+                        break
+        except TimeoutError:
+            pass
+    return frames
+
+
+class TestHostileUpstream:
+    async def test_no_copy_of_the_key_leaves_in_any_form(self, people, daphne_with_key):
+        server, owner = daphne_with_key, people.owner
+        bearer = {"Authorization": f"Bearer {owner.token}"}
+        async with httpx.AsyncClient(base_url=server.url, timeout=15) as client:
+            ids = []
+            for mode in ("stream", "401", "error_event"):
+                r = await client.post(
+                    "/api/streams/",
+                    json={"input": "hi", "metadata": {"hostile": mode}},
+                    headers=bearer,
+                )
+                assert r.status_code == 201, r.text
+                ids.append(r.json()["id"])
+            streams = [await _finished(i) for i in ids]
+            # the upstream really echoed it, and the database keeps what came, verbatim
+            assert streams[0].status == "completed" and streams[1].status == "failed"
+            assert KEY in streams[0].resolved_model + streams[0].output_text
+            assert KEY in streams[1].error_message
+
+            fetched = {}
+            page = {"Cookie": owner.cookie}
+            for sid in ids:
+                for path in (f"/api/streams/{sid}/", f"/api/streams/{sid}/events/"):
+                    fetched[path] = await client.get(path, headers=bearer)
+                events = fetched[f"/api/streams/{sid}/events/"].json()["events"]
+                for path in (
+                    f"/streams/{sid}.sse",
+                    f"/streams/{sid}.json",
+                    f"/streams/{sid}/",
+                    f"/streams/{sid}/events/",
+                    *(f"/streams/{sid}/events/{e['index']}/" for e in events),
+                ):
+                    fetched[path] = await client.get(path, headers=page)
+            fetched["/api/streams/"] = await client.get("/api/streams/", headers=bearer)
+            fetched["/"] = await client.get("/", headers=page)
+        for path, r in fetched.items():
+            assert r.status_code == 200, (path, r.status_code)
+        frames = {}
+        for sid in ids:
+            frames[sid] = await _frames(server, f"/ws/streams/{sid}/", owner)
+            assert frames[sid], sid
+        frames["list"] = await _frames(server, "/ws/streams/", owner)
+
+        leaks = {path: copies(r.text) for path, r in fetched.items() if copies(r.text)}
+        leaks |= {f"ws {k}": n for k, fs in frames.items() if (n := sum(map(copies, fs)))}
+        assert leaks == {}
+        # …and the redaction shows where the key was, not an empty page
+        summary = fetched[f"/api/streams/{ids[0]}/"].json()
+        assert "[redacted]" in summary["resolved_model"]
+        assert "[redacted]" in fetched[f"/api/streams/{ids[1]}/"].json()["error"]["message"]
+        assert "[redacted]" in fetched[f"/streams/{ids[0]}.sse"].text
