@@ -8,7 +8,6 @@ import html
 import json
 import re
 import threading
-import time
 
 import httpx
 import pytest
@@ -17,6 +16,7 @@ from websockets.asyncio.client import connect
 from streams import public
 from streams.models import Stream
 from tests.conftest import DaphneServer
+from tests.test_relay_live import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -278,16 +278,6 @@ def daphne_with_key(django_db_setup, hostile_upstream, _relay_db_connections):
     server.stop()
 
 
-async def _finished(stream_id, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stream = await Stream.objects.aget(pk=stream_id)
-        if not stream.is_active:
-            return stream
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"stream {stream_id} did not finish")
-
-
 async def _frames(server, path, user, timeout=20):
     frames = []
     async with connect(
@@ -322,7 +312,7 @@ class TestHostileUpstream:
                 )
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["id"])
-            streams = [await _finished(i) for i in ids]
+            streams = [await finished(i) for i in ids]
             # the upstream really echoed it, and the database keeps what came, verbatim
             assert streams[0].status == "completed" and streams[1].status == "failed"
             assert KEY in streams[0].resolved_model + streams[0].output_text
