@@ -89,12 +89,6 @@ def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=EV
     return list(qs.order_by("index").values_list(*columns)[:limit])
 
 
-def _event_sent(stream_id, lo, hi):
-    """{index: sent_us} of the stored events lo ≤ index ≤ hi."""
-    qs = Event.objects.filter(stream_id=stream_id, index__gte=lo, index__lte=hi)
-    return dict(qs.values_list("index", "sent_us"))
-
-
 def _event_data(stream_id, indexes):
     return dict(
         Event.objects.filter(stream_id=stream_id, index__in=indexes).values_list("index", "data")
@@ -510,24 +504,11 @@ class StreamConsumer(RelayConsumer):
             for j in missing_data:
                 e = out[j]
                 out[j] = (*e[:4], data.get(e[0], ""), *e[5:])
-        if self.proxied:
-            out = await self.with_sent(out)
         if status == self.status:
             status = None
         await self.send_events(out, status=status, stream=fields, terminal=terminal)
         if terminal:
             await self.finish(CLOSE_NORMAL)
-
-    async def with_sent(self, events):
-        """A proxied stream's events with their sent_us. The recorder's payloads carry none
-        (one tuple shape for every stream keeps the hot path as it is), so the events that
-        came through the layer get theirs from the database, one range read per frame
-        (they were committed before they were announced); stored reads have it already."""
-        bare = [e[0] for e in events if len(e) == 5]
-        if not bare:
-            return events
-        sent = await db_read(_event_sent)(self.stream_id, bare[0], bare[-1])
-        return [(*e, sent.get(e[0])) if len(e) == 5 else e for e in events]
 
     async def read_range(self, after, before):
         out = []

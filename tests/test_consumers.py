@@ -583,8 +583,8 @@ def proxied_stream(user, n, status="completed", start=0, stream=None, unsent=())
 
 
 class TestProxied:
-    """A proxied stream's events also say when the proxy handed them to its client (sent_us);
-    the recorder's layer payloads do not carry it, so the consumer reads it."""
+    """A proxied stream's events also say when the proxy handed them to its client (sent_us):
+    stored reads select it, and the recorder's payloads of proxied chunks carry it."""
 
     async def test_stored_events_carry_sent_us(self, people):
         stream = await proxied_stream(people.owner, 5, unsent={4})
@@ -596,39 +596,18 @@ class TestProxied:
         assert [e.get("sent_us") for e in events] == [20, 121, 222, 323, None]
         assert "sent_us" not in events[4]  # never handed over: no key, not null
 
-    async def test_live_events_get_their_sent_us_from_the_database(self, people, knobs):
-        knobs(RELAY_INLINE_MAX_BYTES=40)  # some payloads without data: both reads at once
-        stream = await proxied_stream(people.owner, 3, status="streaming")
-        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
-        assert (await comm.connect())[0]
-        hello = await comm.receive_json_from()
-        assert [e["sent_us"] for e in hello["events"]] == [20, 121, 222]
-        await proxied_stream(people.owner, 4, status="streaming", start=3, stream=stream)
-        live = [p if i % 2 else (*p[:4], None) for i, p in enumerate(payloads(3, 4))]
-        assert all(len(p) == 5 for p in live)  # the recorder's shape: no sent_us
-        done = {"status": "completed", "event_count": 7}
-        await publish_batch(stream.pk, people.owner.pk, live, done)
-        frames, code = await frames_until_close(comm)
-        events = [e for f in frames for e in f["events"]]
-        assert code == 1000 and [e["index"] for e in events] == [3, 4, 5, 6]
-        assert [e["sent_us"] for e in events] == [323, 424, 525, 626]
-        assert [e["data"] for e in events] == [delta(i) for i in range(3, 7)]
-
-    async def test_payloads_that_carry_sent_us_are_sent_as_they_are(self, people, monkeypatch):
-        # (index, type, sequence_number, t_us, data, sent_us): what the recorder may publish
-        # for proxied chunks; then the consumer reads nothing more
+    async def test_payloads_that_carry_sent_us_are_sent_as_they_are(self, people):
+        # (index, type, sequence_number, t_us, data, sent_us): what the recorder publishes
+        # for proxied chunks
         stream = await proxied_stream(people.owner, 1, status="streaming")
         comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
         assert (await comm.connect())[0]
         await comm.receive_json_from()
         await proxied_stream(people.owner, 2, status="streaming", start=1, stream=stream)
-        reads = []
-        monkeypatch.setattr(consumers, "_event_sent", lambda *a: reads.append(a) or {})
         live = [(*p, 7000 + p[0]) for p in payloads(1, 2)]
         await publish_batch(stream.pk, people.owner.pk, live, {"status": "completed"})
         frames, _ = await frames_until_close(comm)
         assert [e["sent_us"] for f in frames for e in f["events"]] == [7001, 7002]
-        assert reads == []
 
     async def test_other_streams_frames_have_no_sent_us(self, people):
         stream = await stored_stream(people.owner, 2, status="streaming")

@@ -542,3 +542,21 @@ async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
         await asyncio.wait_for(waiting, 5)
     with pytest.raises(StorageUnavailable):
         await asyncio.wait_for(writer.flush(rec), 5)
+
+
+def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
+    """Proxied rows have PROXIED_COLUMNS and their relay payloads sent_us (the consumer reads
+    nothing more); every other stream's keep EVENT_COLUMNS and the 5-tuple."""
+    from streams.recorder import EVENT_COLUMNS, PROXIED_COLUMNS, Recording
+    from streams.upstream import ReceivedEvent
+
+    for proxied, columns in ((False, EVENT_COLUMNS), (True, PROXIED_COLUMNS)):
+        rec = Recording(1, None, pinned_model=False, proxied=proxied)
+        rec.start(1_000_000, 60.0)
+        sse = ReceivedEvent(3_000_000, "message", "", '{"type":"response.created"}')
+        rows, payloads = rec.ingest([sse, sse], sent_ns=4_500_000 if proxied else None)
+        assert len(rows) == 2 * len(columns)
+        if proxied:
+            assert rows[len(columns) - 1] == 3500 and payloads[0][5] == 3500
+        else:
+            assert [len(p) for p in payloads] == [5, 5]
