@@ -70,7 +70,7 @@ class Command(BaseCommand):
                     return None
                 stream = None
                 try:
-                    stream = await sync_to_async(services.new_row)(user, body, claimed=True)
+                    stream = await _created(user, body)
                     last = await services.record(stream, base_url=base_url)
                     result = await sync_to_async(summary)(last.pk)
                 except Exception as exc:  # recording itself failed: say so, keep going
@@ -104,6 +104,18 @@ class Command(BaseCommand):
             await _stop_all(tasks)
             for sig, _ in signals:
                 loop.remove_signal_handler(sig)
+
+
+async def _created(user, body):
+    """A new row for this run. A stop that comes while it is being inserted waits for the
+    insert: the thread would finish it anyway, after `cancel_unfinished` had looked, and leave
+    the row `pending` for good."""
+    creating = asyncio.ensure_future(sync_to_async(services.new_row)(user, body, claimed=True))
+    try:
+        return await asyncio.shield(creating)
+    except asyncio.CancelledError:
+        await asyncio.wait([creating])
+        raise
 
 
 # How long stopped recordings may take to write their final status before they are left to
