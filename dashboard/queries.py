@@ -26,7 +26,7 @@ from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
 
 from streams import public
 from streams.auth import may_see, streams_for
-from streams.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS
+from streams.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.lookups import HasTag
 from streams.models import Event, Finding, Stream
 from streams.recorder import PROXIED_COLUMNS
@@ -152,11 +152,33 @@ def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
         page = StreamPage(rows, older=rows[-1].pk if has_older else None)
         if anchor is not None:
             page.newer = rows[0].pk if rows else before
-    page.streams = [public.page_stream(s) for s in page.streams]
+    page.streams = _group_attempts([public.page_stream(s) for s in page.streams])
     page.newest_id = max((s.pk for s in page.streams), default=None)
     if user.is_staff:
         _owner_names(page.streams)
     return page
+
+
+def _group_attempts(streams):
+    """Retries under their first attempt: a retry whose first attempt is on the same page
+    moves to just below it (in attempt order) and is marked `grouped`; one whose first attempt
+    is on another page stays where its time puts it. Only the page's order changes: the
+    cursors were taken from the rows as queried."""
+    shown = {s.pk for s in streams}
+    retries = {}
+    for s in streams:
+        if s.first_attempt_id in shown:
+            s.grouped = True
+            retries.setdefault(s.first_attempt_id, []).append(s)
+    if not retries:
+        return streams
+    out = []
+    for s in streams:
+        if getattr(s, "grouped", False):
+            continue
+        out.append(s)
+        out.extend(sorted(retries.get(s.pk, ()), key=lambda r: (r.attempt, r.pk)))
+    return out
 
 
 def model_names(user):
@@ -474,6 +496,10 @@ def stream_timeline(user, stream, window=None):
     events = event_window(stream, **window)
     items = output_blocks(stream)
     shown = public.page_stream(stream)
+    if stream.is_active:
+        # A streaming row's event_count is rewritten at most every COUNT_WRITE_INTERVAL_MS:
+        # the page counts what is stored, as its table and chart do (never saved).
+        shown.event_count = stored_event_count(stream)
     final_text = shown.final_text
     terminal_diff = None
     if final_text and not stream.is_active and final_text != _final_texts(items):
@@ -499,6 +525,7 @@ def stream_timeline(user, stream, window=None):
     later = [a for a in chain if a["attempt"] > stream.attempt]
     return {
         "stream": shown,
+        "replay": replay_offer(stream),
         "proxied": events.proxied,
         "error_message": shown.error_message,
         "attempts": chain,
@@ -747,6 +774,21 @@ def findings_at(stream, index):
 # Chart and replay data
 
 
+def flagged_timing(stream):
+    """How many stall and buffered_delivery findings the stream has, all of them (a stall
+    before the connection closed sits at no event): the chart caption's numbers."""
+    counts = dict(
+        Finding.objects.filter(stream_id=stream.pk, code__in=("stall", "buffered_delivery"))
+        .values_list("code")
+        .annotate(n=Count("id"))
+        .values_list("code", "n")
+    )
+    return {
+        "stall": counts.get("stall", 0),
+        "buffered_delivery": counts.get("buffered_delivery", 0),
+    }
+
+
 def _percentile(values, p):
     if not values:
         return None
@@ -780,8 +822,10 @@ def timing_series(stream):
         "count": len(rows),
         "timed": None not in times,
         "closed_us": stream.closed_us,
+        "flagged": flagged_timing(stream),
     }
-    if not data["timed"]:
+    if not rows or not data["timed"]:
+        # (no events: an HTTP error or a wrong content type; nothing to chart)
         return data
     types = {}
     data["kind"] = [types.setdefault(type_ or "", len(types)) for _, type_ in rows]
@@ -811,6 +855,8 @@ def timing_series(stream):
             "max_ms": between[-1] / 1000,
             "longest": [{"index": indexes[i], "gap_ms": gaps[i] / 1000} for i in top],
         }
+    # marks: where to draw them (findings at an event); the caption counts `flagged`, which
+    # also has a stall before the connection closed (a finding at no event)
     data["marks"] = list(
         Finding.objects.filter(
             stream_id=stream.pk, code__in=("stall", "buffered_delivery"), event_index__isnull=False
@@ -819,6 +865,41 @@ def timing_series(stream):
         .values("event_index", "code")[:1000]
     )
     return data
+
+
+def stored_event_count(stream):
+    """How many events of the stream are stored: its last index + 1 (indexes are dense from
+    0), read through the (stream, index) index."""
+    last = (
+        Event.objects.filter(stream_id=stream.pk)
+        .order_by("-index")
+        .values_list("index", flat=True)
+        .first()
+    )
+    return 0 if last is None else last + 1
+
+
+def replay_offer(stream):
+    """Whether the page offers a replay, and if not, why: a stream that received no events
+    (HTTP 429/500, a wrong content type) or none that shaped an output has nothing to replay."""
+    if stream.is_active:
+        return {"available": False, "reason": "The replay is available when the stream has ended."}
+    if not stream.event_count:
+        return {"available": False, "reason": "Nothing to replay: no events were received."}
+    if not stream.parts:
+        return {"available": False, "reason": "Nothing to replay: no event carried output."}
+    return {"available": True, "reason": ""}
+
+
+def terminal_index(stream):
+    """The arrival index of the stream's terminal event (None without one). What arrived after
+    it is not part of the response (checks: event_after_terminal)."""
+    return (
+        Event.objects.filter(stream_id=stream.pk, type__in=TERMINAL_STATUS)
+        .order_by("index")
+        .values_list("index", flat=True)
+        .first()
+    )
 
 
 # Types the page's output renderer uses, and the fields of each it needs.
@@ -843,13 +924,14 @@ def replay_events(stream):
     `events` holds `[t_us, target, delta]` for a delta (`targets[target]` is its
     `[type, output_index, content_index, summary_index]`) and `[t_us, obj]` for the other
     output-shaping events, `obj` reduced to the fields the page's renderer reads; repeated
-    sequence numbers are left out, as the checker leaves them out of the text. A long stream's
-    replay data is megabytes of JSON: fetched only when someone presses Replay."""
-    rows = (
-        Event.objects.filter(stream_id=stream.pk, type__in=REPLAY_TYPES)
-        .order_by("index")
-        .values_list("t_us", "type", "sequence_number", "data")
-    )
+    sequence numbers are left out, as the checker leaves them out of the text, and so is what
+    arrived after the terminal event. A long stream's replay data is megabytes of JSON:
+    fetched only when someone presses Replay."""
+    rows = Event.objects.filter(stream_id=stream.pk, type__in=REPLAY_TYPES)
+    end = terminal_index(stream)
+    if end is not None:
+        rows = rows.filter(index__lt=end)
+    rows = rows.order_by("index").values_list("t_us", "type", "sequence_number", "data")
     targets = {}
     events = []
     seen = set()

@@ -5,10 +5,13 @@ folder, the in-memory channel layer, and the built-in upstream simulator. At sca
 selects PostgreSQL and REDIS_URL selects channels-redis.
 """
 
+import datetime as dt
 import os
 import secrets
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
+
+from csp.constants import NONE, SELF, UNSAFE_INLINE
 
 from streams import conf
 
@@ -84,12 +87,16 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "template_partials",
+    # login throttling (its own migrations: AccessAttempt, AccessLog, AccessFailureLog)
+    "axes",
     "streams",
     "dashboard",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # on every response, static files and admin included (CONTENT_SECURITY_POLICY below)
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -97,6 +104,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # last, as django-axes asks: it turns a lockout into the 429 page
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "dashboard.urls"
@@ -141,6 +150,11 @@ else:
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# django-axes first: it refuses a locked-out (username, IP) pair before the password is hashed.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
@@ -183,3 +197,65 @@ STREAMSCOPE = conf.from_environ()
 _upload_max = conf.build(STREAMSCOPE).upload_max_bytes
 DATA_UPLOAD_MAX_MEMORY_SIZE = _upload_max + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = _upload_max
+
+# --- Hostile users (docs/security.md) ---------------------------------------------------------
+_conf = conf.build(STREAMSCOPE)
+
+# One cache for every process when there is Redis: the token throttle's windows, the per-user
+# WebSocket counts and upload rates must be the same numbers in each Daphne and worker.
+if REDIS_URL:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+        }
+    }
+
+# Login throttling: a lockout is per (username, client IP), so an attacker guessing alice's
+# password locks out only themselves, never alice at her own address; the client IP is
+# REMOTE_ADDR (behind nginx: Daphne's --proxy-headers, docs/security.md). A wrong password is a
+# few database rows (the default handler), and nothing is looked up on other pages.
+AXES_FAILURE_LIMIT = _conf.login_failure_limit
+AXES_COOLOFF_TIME = dt.timedelta(seconds=_conf.login_cooloff_s)
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Success logs would grow by a row per login; failures are what a lockout is counted from.
+AXES_DISABLE_ACCESS_LOG = True
+AXES_VERBOSE = False
+
+# HTTPS: only where the deployment says it terminates TLS (STREAMSCOPE_SECURE), so that
+# `make run` on http://127.0.0.1 keeps working.
+if _conf.secure:
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    # nginx (README) sets X-Forwarded-Proto; without this every request would look like http
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = _conf.ssl_redirect
+    SECURE_HSTS_SECONDS = _conf.hsts_seconds
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = _conf.hsts_include_subdomains
+    SECURE_HSTS_PRELOAD = _conf.hsts_preload
+SESSION_COOKIE_HTTPONLY = True
+
+# Content-Security-Policy on every response: scripts only from our own static files (the
+# templates have no inline script or handler; json_script blocks are data, not scripts).
+# style-src-attr 'unsafe-inline' alone is allowed: the waterfall and latency bars are
+# positioned by server-computed style attributes, which cannot run code; <style> elements and
+# style sheets still come from 'self' only.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": [SELF],
+        "script-src": [SELF],
+        "style-src": [SELF],
+        "style-src-attr": [UNSAFE_INLINE],
+        "img-src": [SELF, "data:"],
+        "font-src": [SELF],
+        # 'self' covers ws:/wss: to the same host (CSP Level 3) for the live relay
+        "connect-src": [SELF],
+        "object-src": [NONE],
+        "base-uri": [SELF],
+        "form-action": [SELF],
+        "frame-ancestors": [NONE],
+    }
+}

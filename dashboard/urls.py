@@ -10,11 +10,14 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from dashboard.views import analytics, playground, streams
+from streams import telemetry
 
 # under /playground/; what each does is in the table of dashboard/views/playground.py
 playground_urls = [
     path("", playground.playground, name="playground"),
     path("send/", playground.playground_send, name="playground_send"),
+    path("compare/", playground.playground_compare, name="playground_compare"),
+    path("compare/send/", playground.playground_compare_send, name="playground_compare_send"),
     path("<int:conversation_id>/", playground.playground_conversation,
          name="playground_conversation"),
     path("<int:conversation_id>/send/", playground.playground_send, name="playground_send"),
@@ -31,9 +34,13 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("api/", include("streams.urls")),
+    # Prometheus scrapes `metrics_path: /metrics` (no slash, its default); bearer token or staff
+    path("metrics", telemetry.metrics, name="metrics"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),
     path("streams/upload/", streams.stream_upload, name="stream_upload"),
+    path("imports/<int:job_id>/", streams.import_job, name="import_job"),
+    path("imports/<int:job_id>/cancel/", streams.import_cancel, name="import_cancel"),
     path("streams/<int:stream_id>/", streams.stream_detail, name="stream_detail"),
     path("streams/<int:stream_id>/events/", streams.stream_events, name="stream_events"),
     path("streams/<int:stream_id>/events/<int:index>/", streams.stream_event, name="stream_event"),

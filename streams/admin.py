@@ -2,7 +2,32 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
-from .models import ApiToken, Event, Finding, Stream
+from . import public
+from .models import ApiToken, Event, Finding, ImportFile, ImportJob, Stream
+
+
+class RedactedAdmin(admin.ModelAdmin):
+    """Admin pages of rows that hold what upstreams sent (verbatim): rendered, then redacted by
+    streams.public like every other exit, so no field, inline or filter choice is missed."""
+
+    def _redacted(self, response):
+        if hasattr(response, "render") and not response.is_rendered:
+            response.render()
+        if not getattr(response, "streaming", False):
+            response.content = public.redact_bytes(response.content)
+        return response
+
+    def changelist_view(self, request, extra_context=None):
+        return self._redacted(super().changelist_view(request, extra_context))
+
+    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
+        return self._redacted(super().changeform_view(request, object_id, form_url, extra_context))
+
+    def history_view(self, request, object_id, extra_context=None):
+        return self._redacted(super().history_view(request, object_id, extra_context))
+
+    def delete_view(self, request, object_id, extra_context=None):
+        return self._redacted(super().delete_view(request, object_id, extra_context))
 
 
 class FixedCountPaginator(Paginator):
@@ -13,7 +38,7 @@ class FixedCountPaginator(Paginator):
         return 1_000_000
 
 
-class BigTableAdmin(admin.ModelAdmin):
+class BigTableAdmin(RedactedAdmin):
     paginator = FixedCountPaginator
     show_full_result_count = False
     list_per_page = 50
@@ -64,6 +89,22 @@ class FindingAdmin(BigTableAdmin):
     list_display = ("stream", "event_index", "severity", "code", "detail")
     list_filter = ("severity", "code")
     raw_id_fields = ("stream",)
+
+
+@admin.register(ImportJob)
+class ImportJobAdmin(RedactedAdmin):
+    list_display = ("id", "user", "status", "created_at", "cancel_reason")
+    list_filter = ("status",)
+    raw_id_fields = ("user",)
+    readonly_fields = ("created_at", "updated_at", "polled_at")
+
+
+@admin.register(ImportFile)
+class ImportFileAdmin(RedactedAdmin):
+    list_display = ("job", "position", "filename", "size", "status")
+    list_filter = ("status",)
+    raw_id_fields = ("job",)
+    exclude = ("content",)
 
 
 @admin.register(ApiToken)

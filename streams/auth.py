@@ -6,16 +6,23 @@
   cross-site request cannot carry it.
 - A user sees their own streams; staff see every stream. A stream someone may not see is
   reported as not found, so ids of other users' streams do not leak.
+- Wrong tokens are throttled per client IP (`token_user`, for the API, the proxy and the
+  WebSockets): a sliding window of failures in Django's cache (Redis at scale, so every process
+  counts the same); valid tokens are never counted. Passwords are django-axes' (settings.py).
 """
 
 import datetime as dt
 import functools
+import math
+import time
 
 from asgiref.sync import sync_to_async
+from django.core.cache import cache
 from django.http import JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
+from . import conf
 from .models import ApiToken, Stream
 
 TOKEN_PREFIX = "ss_"
@@ -49,6 +56,115 @@ def user_for_token(token):
     if row.last_used_at is None or now - row.last_used_at >= LAST_USED_PRECISION:
         ApiToken.objects.filter(pk=row.pk).update(last_used_at=now)
     return row.user
+
+
+# ---- token throttling -----------------------------------------------------------------------
+#
+# A sliding-window counter (two fixed windows, the previous one weighted by how much of it still
+# overlaps the sliding window): two cache keys per IP, an atomic `incr` per failure, one read per
+# token check, and the same numbers in every process when the cache is Redis.
+
+_FAIL_KEY = "streamscope:tokfail:{}:{}"
+_SEEN_KEY = "streamscope:tokok:{}"
+SEEN_VALID_S = 3600
+
+
+def client_ip(scope):
+    """The client's address of an ASGI scope (behind nginx, Daphne's --proxy-headers puts the
+    forwarded one there, as it does into a request's REMOTE_ADDR)."""
+    client = scope.get("client")
+    return str(client[0]) if client else "-"
+
+
+def _failures(ip, now):
+    """(estimated failures in the sliding window, seconds until it is under the limit)."""
+    s = conf.get()
+    window, limit = s.token_failure_window_s, s.token_failure_limit
+    n = int(now // window)
+    keys = [_FAIL_KEY.format(ip, n), _FAIL_KEY.format(ip, n - 1)]
+    got = cache.get_many(keys)
+    cur, prev = got.get(keys[0], 0), got.get(keys[1], 0)
+    elapsed = now - n * window
+    estimate = prev * (1 - elapsed / window) + cur
+    if estimate < limit:
+        return estimate, None
+    if cur < limit:  # the previous window's weight has to shrink
+        wait = window * (1 - (limit - cur) / prev) - elapsed
+    else:  # into the next window, where this one is the previous
+        wait = (window - elapsed) + window * (1 - limit / cur)
+    return estimate, max(1, math.ceil(wait))
+
+
+def note_token_failure(ip):
+    window = conf.get().token_failure_window_s
+    key = _FAIL_KEY.format(ip, int(time.time() // window))
+    cache.add(key, 0, timeout=math.ceil(2 * window) + 1)
+    try:
+        cache.incr(key)
+    except ValueError:  # expired between add and incr
+        cache.add(key, 1, timeout=math.ceil(2 * window) + 1)
+
+
+def token_user(token, ip):
+    """(the token's user or None, None) — or (None, seconds to wait) when `ip` sent too many
+    wrong tokens lately (sync). Valid tokens are never counted; once an IP is throttled, only
+    tokens that were valid from it lately still pass (a user behind the attacker's NAT keeps
+    working, a new guess is not even looked up)."""
+    estimate, retry = _failures(ip, time.time())
+    digest = ApiToken.hash(token) if token else ""
+    if retry is not None and not cache.get(_SEEN_KEY.format(digest)):
+        return None, retry
+    user = user_for_token(token)
+    if user is None:
+        note_token_failure(ip)
+    elif estimate > 0:
+        # Only while this IP has failures on record: no cache write on the usual path.
+        cache.set(_SEEN_KEY.format(digest), 1, timeout=SEEN_VALID_S)
+    return user, None
+
+
+# ---- open WebSockets per user ---------------------------------------------------------------
+#
+# A user has MAX_SOCKETS_PER_USER numbered slots in the cache; a socket holds one as a lease
+# that its process renews (renew_socket_slots, every SOCKET_RENEW_S) while it is open. A process
+# that dies uncleanly stops renewing, and its slots come free after SOCKET_LEASE_S.
+
+_SLOT_KEY = "streamscope:ws:{}:{}"
+SOCKET_LEASE_S = 30
+SOCKET_RENEW_S = 10
+
+
+def take_socket_slot(user_id, owner):
+    """The cache key of a free slot now held by `owner` (a unique string), or None (sync)."""
+    cap = conf.get().max_sockets_per_user
+    keys = [_SLOT_KEY.format(user_id, i) for i in range(cap)]
+    held = cache.get_many(keys)
+    for key in keys:
+        # `add` is atomic (SET NX in Redis): two processes cannot take one slot
+        if key not in held and cache.add(key, owner, timeout=SOCKET_LEASE_S):
+            return key
+    return None
+
+
+def renew_socket_slots(slots):
+    """Renew leases: `slots` maps cache key -> owner."""
+    if slots:
+        cache.set_many(slots, timeout=SOCKET_LEASE_S)
+
+
+def free_socket_slot(key, owner):
+    if cache.get(key) == owner:  # not a slot whose lease ran out and went to someone else
+        cache.delete(key)
+
+
+def revoked_tokens(digests):
+    """Of these token digests, the ones no longer valid (revoked, deleted, user inactive)."""
+    valid = set(
+        ApiToken.objects.filter(
+            digest__in=digests, revoked=False, user__is_active=True
+        ).values_list("digest", flat=True)
+    )
+    return set(digests) - valid
 
 
 def streams_for(user):
@@ -88,7 +204,14 @@ def api_view(view):
         authorization = request.headers.get("Authorization")
         if authorization:
             token = bearer_token(authorization)
-            user = await sync_to_async(user_for_token)(token) if token else None
+            ip = request.META.get("REMOTE_ADDR") or "-"
+            user, retry = await sync_to_async(token_user)(token, ip)
+            if retry is not None:
+                response = json_error(
+                    429, "too_many_attempts", f"Too many wrong tokens: retry in {retry} s."
+                )
+                response["Retry-After"] = str(retry)
+                return response
             if user is None:
                 response = json_error(401, "invalid_token", "Unknown, revoked or malformed token.")
                 response["WWW-Authenticate"] = 'Bearer realm="streamscope"'

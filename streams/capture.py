@@ -132,6 +132,27 @@ def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[Captu
     return events
 
 
+def first_invalid_utf8(content: bytes) -> tuple[int, bytes] | None:
+    """Where a body stops being UTF-8: `(byte offset, the invalid bytes)` of its first invalid
+    sequence, or None when all of it is UTF-8 (a BOM included). One decode of the whole body:
+    the offset is the file's, whichever field (data, event, id, a comment) holds it."""
+    try:
+        content.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        return exc.start, content[exc.start : exc.end]
+    return None
+
+
+def event_at(events: list[CapturedEvent], offset: int) -> int | None:
+    """The index of the event whose block holds byte `offset` (None: between blocks)."""
+    for i, event in enumerate(events):
+        if event.byte_offset <= offset < event.byte_end:
+            return i
+        if event.byte_offset > offset:
+            break
+    return None
+
+
 @dataclass(slots=True)
 class HarEntry:
     url: str

@@ -45,11 +45,19 @@ CODES: dict[str, tuple[str, str]] = {
     "sequence_regression": (ERROR, "A sequence_number arrived lower than one already seen."),
     "missing_sequence_number": (
         ERROR,
-        "An event other than `error` has no integer sequence_number.",
+        "An event other than `error` has no integer sequence_number (reported once).",
     ),
-    "event_after_terminal": (ERROR, "An event arrived after the terminal event."),
+    "event_after_terminal": (
+        ERROR,
+        "Events arrived after the terminal event (reported once, with how many); "
+        "they are not part of the response.",
+    ),
     "missing_terminal": (ERROR, "The connection closed without a terminal event."),
     "invalid_json": (ERROR, "The event's data is not JSON."),
+    "invalid_utf8": (
+        ERROR,
+        "Bytes that are not UTF-8 (reported once, at the first); kept raw, never replaced.",
+    ),
     "missing_type": (ERROR, "The event's JSON is not an object with a string `type`."),
     "delta_after_item_done": (ERROR, "A delta arrived after its item or part was done."),
     "text_mismatch": (ERROR, "A part's .done text differs from its concatenated deltas."),
@@ -344,6 +352,7 @@ class _Part:
         "part_text",
         "annotations",
         "reported",
+        "rewritten",
     )
 
     def __init__(self, type_: str):
@@ -355,13 +364,26 @@ class _Part:
         self.part_text: str | None = None  # from content_part.done or the item's done content
         self.annotations: list = []
         self.reported = False  # delta_without_part already said
+        self.rewritten = False  # its .done came after response.rewrite.in_progress
 
     def text(self) -> str:
-        if self.buf:
-            return self.buf.text()
+        """The part's final text: its .done text when it has one (after a rewrite pass that is
+        the rewritten text, docs/protocol.md), else its deltas, else the text of its
+        content_part.done / output_item.done. The one rule, for every reader: the recorder's and
+        the importer's `output_text` and `parts`, the serializer, the pages and the CLI."""
         if self.done_text is not None:
             return self.done_text
+        if self.buf:
+            return self.buf.text()
         return self.part_text or ""
+
+    def streamed(self) -> str | None:
+        """What the deltas spelled, when that is not the final text (a rewrite's draft, or a
+        .done text that disagrees with its deltas); None otherwise."""
+        if not self.buf:
+            return None
+        streamed = self.buf.text()
+        return None if streamed == self.text() else streamed
 
 
 class _Item:
@@ -510,6 +532,7 @@ class Checker:
         self.error_code = ""
         self.error_message = ""
         self.incomplete_reason = ""
+        self.usage: dict = {}  # the terminal response's `usage`, as sent (telemetry's token counts)
         self.terminal_type = ""
         self.terminal_index: int | None = None
         self.final_text: str | None = None
@@ -522,7 +545,12 @@ class Checker:
         self._deferred: list[tuple[int, Callable[[], list[Violation]]]] = []
         self._first_output_seen = False
         self._first_tool_call_seen = False
+        self._after_terminal_n = 0  # events after the terminal one (reported once, at close)
+        self._after_terminal_first: tuple = (None, None, "")
         self._name_reported = False
+        self._invalid_utf8_reported = False
+        self._unnumbered_reported = False
+        self._routing_reported = False
         self._unknown_reported: set[str] = set()
         self._last_t: int | None = None
         self._burst_n = 0
@@ -609,7 +637,7 @@ class Checker:
             if first:
                 out.append(_v("first_not_created", index, "response.created", "non-JSON data"))
             if self.terminal_index is not None and not sentinel:
-                out.append(self._after_terminal(index, "non-JSON data"))
+                self._note_after_terminal(index, None, "non-JSON data")
             return self._done(result)
 
         fast = self._fast_delta(index, event_name, obj, t_us, out)
@@ -626,7 +654,7 @@ class Checker:
             if first:
                 out.append(_v("first_not_created", index, "response.created", got))
             if self.terminal_index is not None:
-                out.append(self._after_terminal(index, got))
+                self._note_after_terminal(index, None, got)
             return self._done(result)
 
         result.type = etype
@@ -637,16 +665,24 @@ class Checker:
         if first and etype != "response.created":
             out.append(_v("first_not_created", index, "response.created", etype))
 
+        after_terminal = self.terminal_index is not None
+        if after_terminal:
+            self._note_after_terminal(index, seq, etype)
         if seq is None:
-            if etype != "error":
+            if etype != "error" and not self._unnumbered_reported:
+                # One fact (this server leaves numbers out), however many events show it: the
+                # event table's seq column shows every one.
+                self._unnumbered_reported = True
                 raw = obj.get("sequence_number", MISSING)
                 got = "absent" if raw is MISSING else f"{raw!r} ({type(raw).__name__})"
-                out.append(_v("missing_sequence_number", index, "an integer", got, etype))
+                detail = f"{etype}; reported once per stream, at the first event without one"
+                out.append(_v("missing_sequence_number", index, "an integer", got, detail))
         elif not self._sequence(index, seq, etype, out):
             return self._done(result)  # a duplicate: reported, not applied
-
-        if self.terminal_index is not None:
-            out.append(self._after_terminal(index, etype))
+        if after_terminal:
+            # The response ended with its terminal event: what comes after is recorded and
+            # reported (once, at close), never part of its text, items or milestones.
+            return self._done(result)
 
         handler = self._handlers.get(etype)
         if handler is not None:
@@ -712,6 +748,31 @@ class Checker:
             out, OUTPUT, False, False, "response.output_text.delta", seq, oi, ci, True, obj
         )
 
+    def report_invalid_utf8(
+        self, index: int | None, offset: int, bad: bytes, events: int, where: str = "file"
+    ) -> list[Violation]:
+        """The body is not UTF-8 (a Latin-1 capture, say): one finding for the stream, at the
+        first invalid sequence (`offset` in bytes from the start of the `where`, `index` the
+        event holding it, None outside any event), `events` holding such bytes. Their text shows
+        U+FFFD in place of each bad sequence; the bytes themselves are kept by the caller
+        (`Event.raw`, and an import's `Capture`), so the finding says where to find them."""
+        if self._invalid_utf8_reported:
+            return []
+        self._invalid_utf8_reported = True
+        shown = " ".join(f"{b:02X}" for b in bad[:8])
+        violation = _v(
+            "invalid_utf8",
+            index,
+            "UTF-8",
+            f"byte {offset:,} of the {where}: {shown}",
+            f"the first invalid UTF-8 sequence is at byte offset {offset} of the {where} "
+            f"(bytes {shown}; Latin-1 or Windows-1252, perhaps); {events} event(s) have such "
+            "bytes in their data: shown with U+FFFD for each invalid sequence, kept verbatim "
+            "as raw bytes (the event's page, the .sse export)",
+        )
+        self.violations.append(violation)
+        return [violation]
+
     def _done(self, result: FeedResult) -> FeedResult:
         if result.violations:
             self.violations.extend(result.violations)
@@ -731,6 +792,8 @@ class Checker:
         for _seq, check in self._deferred:
             out.extend(check())
         self._deferred.clear()
+        if self._after_terminal_n:
+            out.append(self._after_terminal())
         if self.terminal_index is None and connection_closed:
             self._status = "truncated"
             out.append(
@@ -835,12 +898,26 @@ class Checker:
                 )
             )
 
-    def _after_terminal(self, index: int, what: str) -> Violation:
+    def _note_after_terminal(self, index: int, seq: int | None, what: str) -> None:
+        if not self._after_terminal_n:
+            self._after_terminal_first = (index, seq, what)
+        self._after_terminal_n += 1
+
+    def _after_terminal(self) -> Violation:
+        """One finding for every event after the terminal one: one fact (the server did not
+        stop), with how many came and where the first one was."""
+        index, seq, what = self._after_terminal_first
+        n = self._after_terminal_n
+        first = f"the first is event {index}" + (
+            f" (sequence_number {seq})" if seq is not None else " (no sequence_number)"
+        )
         return _v(
             "event_after_terminal",
             index,
             f"nothing after {self.terminal_type} (event {self.terminal_index})",
-            what,
+            f"{n} event{'s' if n != 1 else ''}, the first {what}",
+            f"{n} event{'s' if n != 1 else ''} after the terminal event; {first}. "
+            "None of them is part of the response's text or items.",
         )
 
     # ---- state -----------------------------------------------------------------------------------
@@ -900,7 +977,8 @@ class Checker:
         self.routing = {
             k: obj[k] for k in ("model_id", "category", "source", "reasoning") if k in obj
         }
-        if self.pinned_model:
+        if self.pinned_model and not self._routing_reported:
+            self._routing_reported = True  # a second routing event is the same fact
             out.append(
                 _v(
                     "routing_on_pinned_model",
@@ -989,6 +1067,7 @@ class Checker:
         item, part = self._part(index, obj, "refusal" if is_refusal else "output_text", None)
         text = obj.get("refusal" if is_refusal else "text")
         part.done_text, part.done_seq = (text if isinstance(text, str) else ""), seq
+        part.rewritten = self.rewrite_announced
         ci = _int(obj.get("content_index")) or 0
         where = f"({item.output_index}, {ci})"
 
@@ -996,7 +1075,7 @@ class Checker:
             streamed, done = part.buf.text(), part.done_text
             if streamed == done:
                 return []
-            if self.rewrite_announced:
+            if part.rewritten:
                 return [_v("rewritten_text", index, streamed, done, word_diff(streamed, done))]
             return [
                 _v(
@@ -1068,8 +1147,6 @@ class Checker:
         return None
 
     def _on_terminal(self, index, obj, seq, out):
-        if self.terminal_index is not None:  # a second terminal: already event_after_terminal
-            return TERMINAL
         etype = obj["type"]
         self.terminal_type, self.terminal_index = etype, index
         self._status = TERMINAL_STATUS[etype]
@@ -1077,6 +1154,7 @@ class Checker:
         response = response if isinstance(response, dict) else {}
         self.upstream_id = self.upstream_id or _str(response.get("id"))
         self.response_model = _str(response.get("model")) or self.response_model
+        self.usage = response["usage"] if isinstance(response.get("usage"), dict) else {}
         if etype == "error":
             nested = obj.get("error") if isinstance(obj.get("error"), dict) else {}
             self.error_code = _str(obj.get("code")) or _str(nested.get("code"))
@@ -1093,6 +1171,9 @@ class Checker:
         if self.final_text is not None:
 
             def check() -> list[Violation]:
+                # Against the final output (each part's .done text where it has one): a part
+                # whose .done disagrees with its deltas, or was rewritten, is reported at that
+                # .done already, and a terminal that agrees with it repeats no fact.
                 assembled, final = self.output_text, self.final_text
                 if assembled == final:
                     return []
@@ -1127,7 +1208,8 @@ class Checker:
     @property
     def output_text(self) -> str:
         """As the openai SDK's `Response.output_text`: every output_text part of every message,
-        in output order, each reassembled from its deltas (or its .done text if it had none)."""
+        in output order, each its final text (`_Part.text`: the .done text, which after a
+        rewrite pass is the rewritten one, else its deltas)."""
         return "".join(
             part.text()
             for _, item in sorted(self._items.items())
@@ -1188,14 +1270,17 @@ class Checker:
 
     @staticmethod
     def _part_dict(ci: int, part: _Part) -> dict:
-        text = part.text()
-        entry = {"content_index": ci, "type": part.type, "text": text, "done": False}
-        if part.done_text is not None:
-            entry["done"] = True
-            if part.done_text != text:
-                entry["done_text"] = part.done_text
-        if part.buf and part.buf.text() != text:
-            entry["streamed_text"] = part.buf.text()
+        """`text` is the final text, `streamed_text` the deltas' when they differ from it
+        (`rewritten`: by an announced rewrite pass; else a text_mismatch). Rows stored before
+        this shape have the deltas as `text` and a differing .done text as `done_text`;
+        streams.public.output reads both."""
+        entry = {"content_index": ci, "type": part.type, "text": part.text()}
+        entry["done"] = part.done_text is not None
+        streamed = part.streamed()
+        if streamed is not None:
+            entry["streamed_text"] = streamed
+            if part.rewritten:
+                entry["rewritten"] = True
         if part.annotations:
             entry["annotations"] = part.annotations
         return entry

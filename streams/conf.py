@@ -22,6 +22,7 @@ from django.conf import settings
 
 RUNNERS = ("inprocess", "worker")
 ON_DISCONNECT = ("cancel", "drain")
+RECEIPT_CLOCKS = ("kernel", "loop")
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,10 @@ class Settings:
     # A batch that cannot be written is retried with backoff this long; then its streams end
     # `failed` (storage_unavailable) with the number of events lost.
     storage_retry_s: float = 30.0
+    # Whose clock stamps receipt (streams/upstream.py): "kernel" (SO_TIMESTAMPNS on plain TCP,
+    # where the platform has it; TLS and others fall back) or "loop" (when the event loop's
+    # callback ran: every loop delay is charged to the upstream; kept to compare).
+    receipt_clock: str = "kernel"
     # --- Running streams (streams/runner.py, streams/worker.py) ---
     # No event for this long: abort and retry the same request (docs/protocol.md: 60 s).
     stall_timeout_s: float = 60.0
@@ -61,6 +66,12 @@ class Settings:
     # over the channel layer make the poll a fallback).
     worker_concurrency: int = 200
     worker_poll_s: float = 1.0
+    # --- Retention (streams/retention.py, docs/analytics.md) ---
+    # Events, and whole streams (events, findings, the row), older than this many days are
+    # deleted by the periodic sweep and `manage.py prune`; 0 keeps everything. The analytics
+    # pages' pre-aggregates keep the history either way.
+    retain_events_days: float = 0.0
+    retain_streams_days: float = 0.0
     # --- Limits on what users send (streams/services.py, pages, API) ---
     # Running streams per user started from pages and the API.
     max_concurrent_per_user: int = 5
@@ -93,9 +104,42 @@ class Settings:
     # How long a checked token is trusted without asking the database again (a revoked token
     # stops working within this time).
     proxy_token_cache_s: float = 5.0
+    # --- Telemetry (streams/telemetry.py, docs/telemetry.md) ---
+    # Prometheus figures are kept (the /metrics endpoint answers either way).
+    metrics: bool = True
+    # Bearer token a Prometheus server scrapes /metrics with (empty: staff sessions only).
+    metrics_token: str = ""
+    # Distinct model ids per label per process; the upstream may send any, later ones are "other".
+    metrics_max_models: int = 50
     # --- Playground ---
     # Chain turns with previous_response_id instead of resending the history.
     playground_previous_response_id: bool = False
+    # --- Hostile users (docs/security.md) ---
+    # HTTPS deployment: Secure cookies, HSTS, the proxy's X-Forwarded-Proto trusted, and (unless
+    # ssl_redirect is off, e.g. TLS ends before a proxy that cannot say so) http → https.
+    secure: bool = False
+    ssl_redirect: bool = True
+    hsts_seconds: int = 31_536_000
+    hsts_include_subdomains: bool = True
+    hsts_preload: bool = False
+    # Wrong passwords for one username from one IP before that pair is locked out (django-axes),
+    # and for how long: per pair, so an attacker cannot lock a user out from elsewhere.
+    login_failure_limit: int = 10
+    login_cooloff_s: float = 900.0
+    # Wrong bearer tokens one client IP may send in a sliding window before further unknown
+    # tokens get 429 (valid tokens are never counted).
+    token_failure_limit: int = 50
+    token_failure_window_s: float = 60.0
+    # Open WebSockets per user, across processes (4029 beyond).
+    max_sockets_per_user: int = 50
+    # Imports (streams/imports.py): uploads per user per minute, jobs per user at once, and how
+    # long a job may go unwatched (its progress page not polled) before it is cancelled.
+    import_max_per_minute: int = 10
+    import_max_concurrent: int = 2
+    import_abandon_s: float = 60.0
+    # Bearer-credential shapes redacted from everything that leaves, whoever's key it is (a
+    # pass-through client's key is never known on read): comma-separated prefixes.
+    redact_key_prefixes: str = "sk-"
 
     def __post_init__(self):
         for f in dataclasses.fields(self):
@@ -109,6 +153,10 @@ class Settings:
                 raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not finite")
         if self.runner not in RUNNERS:
             raise ValueError(f"STREAMSCOPE RUNNER: {self.runner!r} is not one of {RUNNERS}")
+        if self.receipt_clock not in RECEIPT_CLOCKS:
+            raise ValueError(
+                f"STREAMSCOPE RECEIPT_CLOCK: {self.receipt_clock!r} is not one of {RECEIPT_CLOCKS}"
+            )
         if self.proxy_on_disconnect not in ON_DISCONNECT:
             raise ValueError(
                 f"STREAMSCOPE PROXY_ON_DISCONNECT: {self.proxy_on_disconnect!r} is not one of "

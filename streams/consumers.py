@@ -13,16 +13,18 @@ import functools
 import logging
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import parse_qs
+from urllib.parse import parse_qs, urlsplit
 
 from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
+from django.conf import settings
 from django.db import connections
 
-from . import conf, public, relay
-from .auth import bearer_token, may_see, streams_for, user_for_token
+from . import auth, conf, public, relay, telemetry
+from .auth import bearer_token, may_see, streams_for
 from .models import Event, Stream
 
 log = logging.getLogger(__name__)
@@ -38,6 +40,9 @@ MESSAGE_MAX_BYTES = 1024 * 1024 - 4096
 CLOSE_NORMAL = 1000
 CLOSE_ERROR = 1011
 CLOSE_TOO_SLOW = 4008
+CLOSE_REVOKED = 4003  # the token this socket was opened with was revoked
+CLOSE_TOO_MANY = 4029  # the user has MAX_SOCKETS_PER_USER sockets open
+REVOCATION_CHECK_S = 2.0
 ACTIVE = frozenset(Stream.ACTIVE_STATUSES)
 EVENT_COLUMNS = ("index", "type", "sequence_number", "t_us", "data")
 # A proxied stream's events also say when the proxy handed them to its client.
@@ -187,6 +192,41 @@ def _header(scope, name):
     return None
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def _origin_key(url):
+    """(scheme, host, port) of an origin or `scheme://host[:port]`, default ports filled in."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme not in _DEFAULT_PORTS or not parts.hostname:
+        return None
+    return parts.scheme, parts.hostname.lower(), port or _DEFAULT_PORTS[parts.scheme]
+
+
+def origin_allowed(scope):
+    """The browser's `Origin` is the server's own (scheme, host and port of this connection:
+    the Host header, https when the connection or, with STREAMSCOPE_SECURE, the proxy's
+    X-Forwarded-Proto says so), or one of CSRF_TRUSTED_ORIGINS. Host names alone let any port
+    or scheme of an allowed host in (another service on that machine, plain http)."""
+    origin = _origin_key(_header(scope, b"origin") or "")
+    if origin is None:
+        return False
+    secure = scope.get("scheme") == "wss" or (
+        conf.get().secure and _header(scope, b"x-forwarded-proto") == "https"
+    )
+    host = _header(scope, b"host")
+    if host is None and scope.get("server"):  # a server that does not pass Host on
+        host = "{}:{}".format(*scope["server"])
+    own = _origin_key(f"{'https' if secure else 'http'}://{host}") if host else None
+    if origin == own:
+        return True
+    return origin in {_origin_key(o) for o in settings.CSRF_TRUSTED_ORIGINS}
+
+
 class RelayConsumer(AsyncWebsocketConsumer):
     """What both consumers share: who is asking, the refusal before accept, the fast path for
     layer messages, the sender task and the slow-client guard."""
@@ -209,6 +249,9 @@ class RelayConsumer(AsyncWebsocketConsumer):
         self.transport = None
         self._send_frame = None  # the server's send (innermost_send), once accepted
         self._fast = {}
+        self.token_digest = None  # when the socket was opened with a bearer token
+        self.slot = None  # the user's socket slot (auth.take_socket_slot)
+        self.slot_owner = uuid.uuid4().hex
 
     async def dispatch(self, message):
         handler = self._fast.get(message["type"])
@@ -231,7 +274,10 @@ class RelayConsumer(AsyncWebsocketConsumer):
             return user
         token = bearer_token(_header(self.scope, b"authorization"))
         if token:
-            return await db_read(user_for_token)(token)
+            user, _retry = await db_read(auth.token_user)(token, auth.client_ip(self.scope))
+            if user is not None:
+                self.token_digest = auth.ApiToken.hash(token)
+            return user
         return None
 
     async def authorize(self):
@@ -240,7 +286,8 @@ class RelayConsumer(AsyncWebsocketConsumer):
 
     async def websocket_connect(self, message):
         try:
-            self.user = await self.resolve_user()
+            allowed = origin_allowed(self.scope)
+            self.user = await self.resolve_user() if allowed else None
             allowed = self.user is not None and await self.authorize()
         except Exception:
             log.exception("relay: access check failed")
@@ -249,6 +296,12 @@ class RelayConsumer(AsyncWebsocketConsumer):
             # Before accept: Daphne answers the handshake with 403, nothing is sent.
             await self.close()
             raise StopConsumer()
+        self.slot = await db_read(auth.take_socket_slot)(self.user.pk, self.slot_owner)
+        if self.slot is None:
+            # Accepted to be closed: a close code says why, a refused handshake would not.
+            await self.accept()
+            await self.close(CLOSE_TOO_MANY)
+            raise StopConsumer()
         self._fast = {t: getattr(self, t.replace(".", "_")) for t in self.fast_handlers}
         self.local = relay.local_fanout()
         if self.local is not None:
@@ -256,11 +309,13 @@ class RelayConsumer(AsyncWebsocketConsumer):
         else:
             await self.channel_layer.group_add(self.group, self.channel_name)
         self.joined = True
+        telemetry.viewer_joined()
         await self.accept()
         self.transport = find_transport(self.base_send)
         self._send_frame = innermost_send(self.base_send)
         self.sender = asyncio.get_running_loop().create_task(self._sender())
         _watch_idle(self)
+        _guard(self)
 
     async def websocket_disconnect(self, message):
         self.closing = True
@@ -273,8 +328,16 @@ class RelayConsumer(AsyncWebsocketConsumer):
 
     async def _leave(self):
         _idle_watch.get(asyncio.get_running_loop(), set()).discard(self)
+        _guarded.get(asyncio.get_running_loop(), set()).discard(self)
+        if self.slot is not None:
+            slot, self.slot = self.slot, None
+            try:
+                await db_read(auth.free_socket_slot)(slot, self.slot_owner)
+            except Exception:  # the cache is down: the lease runs out on its own
+                log.warning("relay: could not free a socket slot", exc_info=True)
         if self.joined:
             self.joined = False
+            telemetry.viewer_left()
             if self.local is not None:
                 self.local.unsubscribe(self.group, self.deliver)
             else:
@@ -284,6 +347,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         try:
             await self.run()
         except SlowClient:
+            telemetry.slow_viewer_closed()
             await self.finish(CLOSE_TOO_SLOW)
         except asyncio.CancelledError:
             raise
@@ -332,6 +396,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         return False
 
     async def send_frame(self, text):
+        telemetry.frame_sent()
         await self._send_frame({"type": "websocket.send", "text": text})
 
 
@@ -365,6 +430,47 @@ async def _idle_watcher(watched):
     for loop, members in list(_idle_watch.items()):
         if members is watched:
             del _idle_watch[loop]
+
+
+# One guard task per event loop renews the open sockets' slot leases and closes sockets whose
+# token was revoked: one cache write and one database read per process every few seconds,
+# whatever the number of sockets; the database is the truth for every process.
+_guarded = {}  # loop -> set of consumers
+
+
+def _guard(consumer):
+    loop = asyncio.get_running_loop()
+    guarded = _guarded.get(loop)
+    if guarded is None:
+        guarded = _guarded[loop] = set()
+        loop.create_task(_guardian(guarded), name="streamscope-relay-guard")
+        for other in [lp for lp in _guarded if lp.is_closed()]:
+            del _guarded[other]
+    guarded.add(consumer)
+
+
+async def _guardian(guarded):
+    renewed = time.monotonic()
+    while guarded:
+        await asyncio.sleep(REVOCATION_CHECK_S)
+        try:
+            digests = {c.token_digest for c in guarded if c.token_digest}
+            if digests:
+                revoked = await db_read(auth.revoked_tokens)(digests)
+                for consumer in [c for c in guarded if c.token_digest in revoked]:
+                    guarded.discard(consumer)
+                    if consumer.sender is not None:
+                        consumer.sender.cancel()
+                    await consumer.finish(CLOSE_REVOKED)
+            if time.monotonic() - renewed >= auth.SOCKET_RENEW_S:
+                renewed = time.monotonic()
+                slots = {c.slot: c.slot_owner for c in guarded if c.slot}
+                await db_read(auth.renew_socket_slots)(slots)
+        except Exception:
+            log.exception("relay: socket guard failed (retrying)")
+    for loop, members in list(_guarded.items()):
+        if members is guarded:
+            del _guarded[loop]
 
 
 class StreamConsumer(RelayConsumer):

@@ -19,8 +19,17 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from . import metrics, safejson
-from .capture import CapturedEvent, HarEntry, TooManyEvents, parse_har, parse_sse_bytes, sniff
+from . import aggregates, metrics, safejson
+from .capture import (
+    CapturedEvent,
+    HarEntry,
+    TooManyEvents,
+    event_at,
+    first_invalid_utf8,
+    parse_har,
+    parse_sse_bytes,
+    sniff,
+)
 from .checks import Checker
 from .models import Capture, Finding, Stream
 from .recorder import _status_from_checker, insert_events
@@ -122,7 +131,10 @@ def store_captures(captures: list[ParsedCapture], *, user=None, model: str = "")
     """Check and store parsed captures, all in one transaction (a file is imported whole or not
     at all)."""
     with transaction.atomic():
-        return [_store(capture, user, model) for capture in captures]
+        streams = [_store(capture, user, model) for capture in captures]
+        # imported streams are finished: into the pre-aggregates in the same transaction
+        aggregates.add_streams([s.pk for s in streams])
+        return streams
 
 
 def _request_body(har: HarEntry | None) -> dict:
@@ -149,6 +161,18 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
         r = feed(i, ev.event_name, ev.data)
         envelopes.append((r.type, r.sequence_number, r.output_index, r.content_index, r.is_json))
     checker.close(connection_closed=True)
+    invalid = first_invalid_utf8(capture.content)
+    if invalid is not None:
+        # Never a silent U+FFFD: the event's text has it, its `raw` and the Capture keep the
+        # bytes, and this finding says where the first bad sequence is.
+        offset, bad = invalid
+        checker.report_invalid_utf8(
+            event_at(capture.events, offset),
+            offset,
+            bad,
+            sum(ev.raw is not None for ev in capture.events),
+            "HAR entry's response body" if capture.har is not None else "file",
+        )
     return Checked(model, body, requested, checker, envelopes)
 
 

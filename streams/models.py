@@ -68,6 +68,12 @@ class Stream(models.Model):
     heartbeat_at = models.DateTimeField(null=True, blank=True)
     runner = models.CharField(max_length=120, blank=True)  # host:pid:boot of the process
 
+    # Whose clock stamped this attempt's receipt times (docs/measurement.md): the kernel's
+    # (SO_TIMESTAMPNS, plain TCP) or the event loop's callback (TLS, other platforms, or
+    # STREAMSCOPE_RECEIPT_CLOCK=loop); blank when no request went out (imports, early failures).
+    receipt_clock = models.CharField(
+        max_length=10, blank=True, choices=[("kernel", "kernel"), ("loop", "event loop")]
+    )
     # Milestones: monotonic µs since the start of this attempt (null = not reached).
     connected_us = models.BigIntegerField(null=True, blank=True)
     request_written_us = models.BigIntegerField(null=True, blank=True)
@@ -100,6 +106,9 @@ class Stream(models.Model):
     # What the client said about the request (X-Streamscope-Tags / -Session headers).
     tags = models.JSONField(default=list, blank=True)
     session = models.CharField(max_length=200, blank=True)
+    # Retention (streams/retention.py): when this stream's events were deleted; the row, its
+    # metrics and findings stay, and the timeline says the events are gone.
+    events_pruned_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -211,6 +220,12 @@ class Stream(models.Model):
             ),
             # search by upstream id
             models.Index(fields=["upstream_id"], name="stream_upstream_id"),
+            # Admin analytics' largest and slowest streams: `ORDER BY bytes_received DESC LIMIT
+            # 10` within a range walks these from the top and checks the range in the entry;
+            # without them every stream of the range was read and sorted (seconds at 1M rows).
+            # Both columns are written once, when the stream ends (never per batch).
+            models.Index(fields=["bytes_received", "created_at", "user"], name="stream_bytes_top"),
+            models.Index(fields=["duration_ms", "created_at", "user"], name="stream_duration_top"),
         ]
 
     def __str__(self):
@@ -294,6 +309,65 @@ class Capture(models.Model):
         return self.filename
 
 
+class ImportJob(models.Model):
+    """One upload of captured files, imported in the background (streams/imports.py)."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"  # every file was read (some may have failed: see its files)
+        FAILED = "failed"  # the job itself broke off (its process died, an error)
+        CANCELLED = "cancelled"
+
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    model = models.CharField(max_length=100, blank=True)  # the requested model, when given
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    # when someone last looked at its progress: a job nobody watches is cancelled
+    polled_at = models.DateTimeField(auto_now_add=True)
+    cancel_reason = models.CharField(max_length=100, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        indexes = [
+            # the per-user caps: a user's active jobs and uploads of the last minute
+            models.Index(fields=["user", "status"], name="importjob_user_status"),
+            models.Index(fields=["user", "created_at"], name="importjob_user_created"),
+        ]
+
+    def __str__(self):
+        return f"import {self.pk} ({self.status})"
+
+
+class ImportFile(models.Model):
+    """One uploaded file of an import job: its bytes until it is imported, then its outcome."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        READING = "reading"
+        DONE = "done"
+        FAILED = "failed"
+        CANCELLED = "cancelled"
+
+    job = models.ForeignKey(ImportJob, on_delete=models.CASCADE, related_name="files")
+    position = models.PositiveIntegerField()
+    filename = models.CharField(max_length=300)
+    size = models.PositiveBigIntegerField()
+    content = models.BinaryField()  # emptied once imported (the Capture rows keep the bytes)
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    stream_ids = models.JSONField(default=list)
+
+    class Meta:
+        ordering = ["job", "position"]
+
+    def __str__(self):
+        return self.filename
+
+
 class ApiToken(models.Model):
     """A per-user bearer token for scripts; only its SHA-256 is stored."""
 
@@ -317,3 +391,179 @@ class ApiToken(models.Model):
         token = "ss_" + secrets.token_urlsafe(32)
         cls.objects.create(user=user, name=name, digest=cls.hash(token), prefix=token[:10])
         return token
+
+
+# ---------------------------------------------------------------------------------------------
+# Pre-aggregates of finished streams (streams/aggregates.py keeps them; docs/analytics.md).
+# One row per (period, key): `span` is 3600 (an hour) or 86400 (a UTC day), `t` the period's
+# start in epoch seconds; every value column adds up, so a stream is added and subtracted
+# exactly and the rows of any set of periods sum to the figures of their streams. `user_key`
+# is the user's id, 0 for none (a NULL would make every key distinct to ON CONFLICT).
+
+
+class _Rollup(models.Model):
+    class Meta:
+        abstract = True
+
+    def __str__(self):
+        return f"{type(self).__name__} {self.span}s @ {self.t}: {self.n}"
+
+
+class UsageRollup(_Rollup):
+    """Counts and sums of finished streams per period and (models, source, user, status,
+    error code): what every table row, rate, mean and the admin totals add up from."""
+
+    span = models.IntegerField()
+    t = models.BigIntegerField()
+    resolved_model = models.CharField(max_length=100)
+    requested_model = models.CharField(max_length=100)
+    source = models.CharField(max_length=10)
+    user_key = models.BigIntegerField()
+    status = models.CharField(max_length=12)
+    error_code = models.CharField(max_length=100)
+    n = models.BigIntegerField(default=0)
+    ttft_n = models.BigIntegerField(default=0)
+    ttft_sum_ns = models.BigIntegerField(default=0)
+    itl_n = models.BigIntegerField(default=0)
+    itl_sum_ns = models.BigIntegerField(default=0)
+    routed = models.BigIntegerField(default=0)
+    decision_n = models.BigIntegerField(default=0)
+    phase_n = models.BigIntegerField(default=0)
+    written_sum_us = models.BigIntegerField(default=0)
+    headers_sum_us = models.BigIntegerField(default=0)
+    created_sum_us = models.BigIntegerField(default=0)
+    routed_or_created_sum_us = models.BigIntegerField(default=0)
+    first_token_sum_us = models.BigIntegerField(default=0)
+    output_tokens = models.BigIntegerField(default=0)
+    bytes_received = models.BigIntegerField(default=0)
+    events = models.BigIntegerField(default=0)
+    findings = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            # the upsert's conflict target; reads seek (span, t) ranges
+            models.UniqueConstraint(
+                fields=[
+                    "span",
+                    "t",
+                    "resolved_model",
+                    "requested_model",
+                    "source",
+                    "user_key",
+                    "status",
+                    "error_code",
+                ],
+                name="usage_rollup_key",
+            ),  # fmt: skip
+        ]
+
+
+class HistogramRollup(_Rollup):
+    """Log-bucketed histograms (bucket b holds values in (γ^(b-1), γ^b], γ = 1.02) of TTFT
+    and of the routing decision time, per period and models; `full` rows also per source and
+    user, the others summed over both (what an unfiltered page reads: several times fewer
+    rows)."""
+
+    metric = models.SmallIntegerField()
+    full = models.BooleanField()
+    span = models.IntegerField()
+    t = models.BigIntegerField()
+    resolved_model = models.CharField(max_length=100)
+    requested_model = models.CharField(max_length=100)
+    source = models.CharField(max_length=10)
+    user_key = models.BigIntegerField()
+    bucket = models.SmallIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "metric",
+                    "full",
+                    "span",
+                    "t",
+                    "user_key",
+                    "source",
+                    "resolved_model",
+                    "requested_model",
+                    "bucket",
+                ],
+                name="histogram_rollup_key",
+            ),  # fmt: skip
+        ]
+
+
+class RoutingRollup(_Rollup):
+    """Requests with `model: "auto"` per period, chosen model, source, user and the router's
+    category and source (the routing page's matrix and sources)."""
+
+    span = models.IntegerField()
+    t = models.BigIntegerField()
+    resolved_model = models.CharField(max_length=100)
+    source = models.CharField(max_length=10)
+    user_key = models.BigIntegerField()
+    routing_category = models.CharField(max_length=50)
+    routing_source = models.CharField(max_length=50)
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "span",
+                    "t",
+                    "resolved_model",
+                    "source",
+                    "user_key",
+                    "routing_category",
+                    "routing_source",
+                ],
+                name="routing_rollup_key",
+            ),  # fmt: skip
+        ]
+
+
+class FindingRollup(_Rollup):
+    """Checker findings of finished streams per period, code, severity, models, source and
+    user (admin analytics' findings table, the routing page's pinned-routing count)."""
+
+    span = models.IntegerField()
+    t = models.BigIntegerField()
+    code = models.CharField(max_length=50)
+    severity = models.CharField(max_length=10)
+    resolved_model = models.CharField(max_length=100)
+    requested_model = models.CharField(max_length=100)
+    source = models.CharField(max_length=10)
+    user_key = models.BigIntegerField()
+    n = models.BigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "span",
+                    "t",
+                    "code",
+                    "severity",
+                    "resolved_model",
+                    "requested_model",
+                    "source",
+                    "user_key",
+                ],
+                name="finding_rollup_key",
+            ),  # fmt: skip
+        ]
+
+
+def _subtract_deleted_stream(sender, instance, **kwargs):
+    # here rather than in apps.ready: every way of deleting a stream row through the ORM
+    # (admin, the stream page, a cascade) passes this (streams/aggregates.py)
+    from streams import aggregates
+
+    aggregates.on_stream_delete(sender, instance, **kwargs)
+
+
+models.signals.pre_delete.connect(
+    _subtract_deleted_stream, sender=Stream, dispatch_uid="streams.aggregates.delete"
+)

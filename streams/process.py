@@ -49,3 +49,14 @@ def tune():
     docstring). Idempotent; call after `django.setup()`."""
     gc.freeze()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def pid_alive(pid):
+    """Whether a process `pid` exists on this machine (one of another user counts)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -45,7 +45,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 
 from . import conf, public, runner, safejson, services
-from .auth import TOKEN_PREFIX, bearer_token, user_for_token
+from .auth import bearer_token, client_ip, token_user
 from .models import ApiToken
 from .recorder import Recording, get_writer, record_attempt
 
@@ -118,25 +118,27 @@ _token_cache = {}  # digest -> (future of the user or None, monotonic expiry)
 _in_flight = {}  # digest -> requests in flight
 
 
-async def _user_for(token):
-    """The token's user (or None), asking the database at most once per token per
-    PROXY_TOKEN_CACHE_S: requests that come together share one look-up."""
+async def _user_for(token, ip):
+    """(the token's user or None, its digest, None) — or (None, digest, seconds to wait) when
+    `ip` sent too many wrong tokens (auth.token_user). The database is asked at most once per
+    token per PROXY_TOKEN_CACHE_S: requests that come together share one look-up, and a cached
+    valid token skips the throttle's cache read too."""
     digest = ApiToken.hash(token)
     hit = _token_cache.get(digest)
     now = time.monotonic()
     if hit is None or hit[1] <= now:
         if len(_token_cache) > 10_000:
             _token_cache.clear()
-        lookup = asyncio.ensure_future(sync_to_async(user_for_token)(token))
+        lookup = asyncio.ensure_future(sync_to_async(token_user)(token, ip))
         hit = _token_cache[digest] = (lookup, now + conf.get().proxy_token_cache_s)
     try:
-        user = await asyncio.shield(hit[0])
+        user, retry = await asyncio.shield(hit[0])
     except Exception:
         _token_cache.pop(digest, None)
         raise
     if user is None:
         _token_cache.pop(digest, None)  # unknown tokens are not remembered
-    return user, digest
+    return user, digest, retry
 
 
 def _upstream_authorization(headers):
@@ -171,9 +173,18 @@ async def application(scope, receive, send):
     for name, value in scope["headers"]:
         headers.setdefault(name.lower(), value)
     token, upstream_auth, passthrough = _upstream_authorization(headers)
-    user = digest = None
-    if token and token.startswith(TOKEN_PREFIX) and len(token) <= 200:
-        user, digest = await _user_for(token)
+    user = digest = retry = None
+    if token:
+        user, digest, retry = await _user_for(token, client_ip(scope))
+    if retry is not None:
+        return await _error(
+            send,
+            429,
+            f"Too many wrong tokens from this address: retry in {retry} s.",
+            "rate_limit_error",
+            "too_many_attempts",
+            [(b"retry-after", str(retry).encode())],
+        )
     if user is None:
         return await _error(
             send,
@@ -363,6 +374,7 @@ class Tap:
         self.headers = headers
         self.wants_json = wants_json
         self.redact = True
+        self.redactor = None  # public.ChunkRedactor, from the response's start
         self.started = False
         self.client_gone = False
 
@@ -389,6 +401,8 @@ class Tap:
             (b"cache-control", b"no-cache"),
             (b"x-streamscope-stream", str(self.stream_id).encode()),
         ]
+        if self.redact:
+            self.redactor = public.chunk_redactor()
         await self.send(
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
@@ -397,14 +411,19 @@ class Tap:
     async def chunk(self, data):
         if self.client_gone:
             return None
-        if self.redact:
-            data = public.redact_bytes(data)
+        if self.redactor is not None:
+            data = self.redactor.feed(data)  # (a secret split across chunks is redacted too)
+            if not data:
+                return time.monotonic_ns()
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
         return time.monotonic_ns()
 
     async def finish(self, outcome):
         """End the client's response the way the upstream's ended."""
         clean = outcome is not None and outcome.error_code not in BROKEN
+        held = self.redactor.close() if self.redactor is not None else b""
+        if held and self.started and not self.client_gone:
+            await self.send({"type": "http.response.body", "body": held, "more_body": True})
         if not self.started:
             code = outcome.error_code if outcome is not None else "cancelled"
             message = outcome.error_message if outcome is not None else "cancelled"

@@ -142,22 +142,175 @@ def _redactor():
     return _redactor_for(settings.UPSTREAM_API_KEY, settings.UPSTREAM_BASE_URL)
 
 
+# ---- credentials by their shape --------------------------------------------------------------
+#
+# A pass-through client's own key (the proxy forwards its Authorization as it came) is never
+# stored, so on read nobody knows it; an upstream that echoes it left it in the verbatim rows.
+# What leaves therefore also loses every string shaped like a bearer credential: one of
+# STREAMSCOPE_REDACT_KEY_PREFIXES (`sk-`) at a word start, then 20 or more key characters, any of
+# them possibly JSON-escaped (docs/security.md says why not a per-stream list of hashes).
+
+SHAPE_MIN_CHARS = 20
+
+
+class _Shapes:
+    __slots__ = ("prefixes", "text_re", "bytes_re")
+
+    def __init__(self, prefixes):
+        self.prefixes = prefixes
+        # a key character as itself or JSON-escaped (\u0030-\u0039, \u0041-…, `-`, `_`)
+        escaped = "\\\\+u00(?i:3[0-9]|4[1-9a-f]|5[0-9a]|6[1-9a-f]|7[0-9a]|2d|5f)"
+        tail = f"(?:[A-Za-z0-9_\\-]|{escaped}){{{SHAPE_MIN_CHARS},}}"
+        start = "(?<![A-Za-z0-9_])"
+        self.text_re = re.compile("|".join(start + _tolerant(p) + tail for p in prefixes))
+        self.bytes_re = re.compile(
+            "|".join(start + _tolerant(p, bytes) + tail for p in prefixes).encode()
+        )
+
+    def text(self, text: str) -> str:
+        if "\\u" in text or any(p in text for p in self.prefixes):
+            return self.text_re.sub(REDACTED, text)
+        return text
+
+    def bytes(self, data: bytes) -> bytes:
+        if b"\\u" in data or any(p.encode() in data for p in self.prefixes):
+            return self.bytes_re.sub(REDACTED_BYTES, data)
+        return data
+
+
+class _Outward:
+    """The configured secrets, then the credential shapes: what every exit applies."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, parts):
+        self.parts = parts
+
+    def text(self, text: str) -> str:
+        for part in self.parts:
+            text = part.text(text)
+        return text
+
+    def bytes(self, data: bytes) -> bytes:
+        for part in self.parts:
+            data = part.bytes(data)
+        return data
+
+
+@functools.lru_cache(maxsize=8)
+def _outward_for(key, base_url, prefixes):
+    shapes = tuple(p.strip() for p in prefixes.split(",") if len(p.strip()) >= 2)
+    parts = [r for r in (_redactor_for(key, base_url), _Shapes(shapes) if shapes else None) if r]
+    return _Outward(tuple(parts)) if parts else None
+
+
+def _outward():
+    from . import conf  # (conf imports settings only; here to keep this module's imports light)
+
+    return _outward_for(
+        settings.UPSTREAM_API_KEY, settings.UPSTREAM_BASE_URL, conf.get().redact_key_prefixes
+    )
+
+
 def redacts():
-    """Whether there is a key to redact (what leaves may then differ in length)."""
+    """Whether the proxy's live bytes are redacted (chunk_redactor: the configured secrets; what
+    leaves may then differ in length). Credential shapes are redacted from what is read back,
+    not from a live answer, which goes to the client that sent the key."""
     return _redactor() is not None
 
 
 def redact(text):
-    """`text` without the upstream API key (anything but a string comes back as it is)."""
-    redactor = _redactor()
+    """`text` without the upstream API key or a credential's shape (anything but a string comes
+    back as it is)."""
+    redactor = _outward()
     if redactor is None or not isinstance(text, str):
         return text
     return redactor.text(text)
 
 
 def redact_bytes(data: bytes) -> bytes:
-    redactor = _redactor()
+    redactor = _outward()
     return data if redactor is None else redactor.bytes(data)
+
+
+class ChunkRedactor:
+    """Redacts a byte stream that is forwarded chunk by chunk (the recording proxy): a secret
+    split across two chunks is redacted too. A chunk's tail that could be the start of a
+    secret (as written or JSON-escaped) is held back until the next chunk says; anything else
+    goes on at once, so an event stream's chunks, which end in a blank line, are never held."""
+
+    def __init__(self, redactor):
+        self.redactor = redactor
+        self.held = b""
+
+    def feed(self, chunk: bytes) -> bytes:
+        data = self.redactor.bytes(self.held + chunk)
+        keep = _secret_start(data, self.redactor.secrets)
+        self.held = data[keep:]
+        return data[:keep]
+
+    def close(self) -> bytes:
+        """What was held back: the stream ended without the rest of a secret."""
+        held, self.held = self.held, b""
+        return held
+
+
+def chunk_redactor():
+    """A ChunkRedactor for the configured secrets, or None when there is nothing to redact."""
+    redactor = _redactor()
+    return None if redactor is None else ChunkRedactor(redactor)
+
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
+
+
+def _secret_start(data: bytes, secrets) -> int:
+    """Where the tail of `data` that could begin one of `secrets` starts (len(data): none)."""
+    window = max(len(s) for s in secrets) * 13  # a character is at most `\\\\uXXXX` x2
+    start = max(0, len(data) - window)
+    firsts = {s.encode()[:1] for s in secrets} | {b"\\"}
+    for i in range(start, len(data)):
+        if data[i : i + 1] in firsts and any(_could_begin(data, i, s) for s in secrets):
+            return i
+    return len(data)
+
+
+def _could_begin(data: bytes, i: int, secret: str) -> bool:
+    """Whether data[i:], which ends the data read so far, is the beginning of `secret` with
+    each character as itself or as a JSON escape behind one or more backslashes."""
+    end = len(data)
+    for ch in secret:
+        if i == end:
+            return True
+        raw = ch.encode()
+        if data[i : i + len(raw)] == raw:
+            i += len(raw)
+            continue
+        if raw.startswith(data[i:]):  # the data ends inside this character's bytes
+            return True
+        if data[i] != 0x5C:  # a backslash
+            return False
+        units = [ord(ch)] if ord(ch) < 0x10000 else _surrogates(ord(ch))
+        for unit in units:
+            if i == end:
+                return True
+            if data[i] != 0x5C:
+                return False
+            while i < end and data[i] == 0x5C:
+                i += 1
+            if i == end:
+                return True
+            if data[i] != 0x75:  # u (JSON escapes are lower-case u)
+                return False
+            digits = data[i + 1 : i + 5]
+            if any(b not in _HEX for b in digits):
+                return False
+            if not f"{unit:04x}".startswith(digits.decode().lower()):
+                return False
+            if len(digits) < 4:
+                return True
+            i += 5
+    return False  # a whole secret: redact() has replaced it already
 
 
 # The userinfo of a URL (`user:pass@`): nothing a URL's other parts or a JSON string's end hold.
@@ -175,7 +328,7 @@ def redact_url(url):
 def scrub(value):
     """`value` with the key redacted from every string in it, walking dicts, lists and tuples
     (a copy; other objects are left as they are); `value` itself when no key is configured."""
-    redactor = _redactor()
+    redactor = _outward()
     return value if redactor is None else _scrub(value, redactor.text)
 
 
@@ -194,7 +347,7 @@ def _scrub(value, sub):
 def page_stream(stream):
     """The stream row as a page may show it: `stream` itself when there is nothing to redact,
     else a copy whose text and JSON fields are redacted (never saved: the row keeps what came)."""
-    redactor = _redactor()
+    redactor = _outward()
     url = stream.upstream_url
     if redactor is None and "@" not in url:
         return stream
@@ -223,7 +376,7 @@ def dumps(obj) -> str:
         ).decode()
     except TypeError:
         text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
-    redactor = _redactor()
+    redactor = _outward()
     return text if redactor is None else redactor.text(text)
 
 
@@ -265,6 +418,8 @@ def stream(stream) -> dict:
         "created_at": _iso(stream.created_at),
         "started_at": _iso(stream.started_at),
         "finished_at": _iso(stream.finished_at),
+        # whose clock stamped the receipt times: "kernel", "loop", or "" (none were taken)
+        "receipt_clock": stream.receipt_clock,
         "milestones_us": {
             "connected": stream.connected_us,
             "request_written": stream.request_written_us,
@@ -410,16 +565,17 @@ def output(stream, *, terminal_text=False) -> list[dict]:
 
 
 def _text_part(part):
+    # The text is the checker's (checks._Part.text: the .done text, rewritten or not, else the
+    # deltas), stored as `text`, with the deltas' own as `streamed_text` when they differ.
+    # Rows stored before that rule kept the deltas as `text` and a differing .done text as
+    # `done_text`: read the same way, they show the same final text.
     text = part.get("text") or ""
-    final, streamed = part.get("done_text"), part.get("streamed_text")
-    # The checker stores the streamed text as `text` and the .done text when it differs; an
-    # older shape stores `streamed_text` beside the final `text`.
-    if isinstance(final, str) and final != text:
-        streamed = text
-    elif isinstance(streamed, str) and streamed != text:
-        final = text
-    else:
-        final, streamed = text, None
+    final, streamed = text, part.get("streamed_text")
+    legacy = part.get("done_text")
+    if isinstance(legacy, str) and legacy != text:
+        final, streamed = legacy, text
+    if not isinstance(streamed, str) or streamed == final:
+        streamed = None
     type_ = part.get("type") or "output_text"
     return {
         "content_index": part.get("content_index"),
@@ -428,6 +584,7 @@ def _text_part(part):
         "done": part.get("done", False),
         "text": final,
         "streamed": streamed,
+        "rewritten": bool(part.get("rewritten")),
         "annotations": [_annotation(a) for a in part.get("annotations") or ()],
     }
 

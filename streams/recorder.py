@@ -32,7 +32,7 @@ import httpx
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from . import conf, metrics, relay
+from . import aggregates, conf, metrics, relay, telemetry
 from .checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
 from .models import Event, Finding, Stream
 from .upstream import (
@@ -135,6 +135,12 @@ class Recording:
     proxy_delays: list = field(default_factory=list)
     # Why a cancel came, when the canceller knows (the proxy: "client_disconnected").
     cancel_code: str = ""
+    # The request's `model` and `stream` (telemetry's labels and span attributes).
+    request_model: str = ""
+    request_stream: bool = True
+    # (set by the runner) a retryable outcome of this attempt is retried on the same row: its
+    # end is not the stream's end (telemetry counts it once, at the last attempt)
+    connect_retry_follows: bool = False
     # Filled by the reader, drained by the writer at the next commit.
     pending_fields: dict = field(default_factory=dict)
     pending_findings: list = field(default_factory=list)
@@ -145,6 +151,14 @@ class Recording:
         self.wall0 = dt.datetime.now(dt.UTC)
         stall_us = int(stall_s * 1_000_000)
         self.checker = Checker(pinned_model=self.pinned_model, stall_threshold_us=stall_us)
+
+    def restart_clock(self):
+        """Start the attempt clock again, now that the request really starts: our own set-up
+        before it (committing the `streaming` status behind other streams' batches) is not the
+        upstream's time, and every milestone counts from here."""
+        self.t0_ns = time.monotonic_ns()
+        self.wall0 = dt.datetime.now(dt.UTC)
+        self.pending_fields["started_at"] = self.wall0
 
     def mark(self, name, t_ns):
         """Set a milestone once; returns True when it was new."""
@@ -442,6 +456,7 @@ class Writer:
                     # The reader stops at its next chunk and the stream ends `failed` with a
                     # status saying how much was lost: never a silent gap.
                     rec.lost_events += n
+                    telemetry.events_lost(rec, n)
                     rec.storage_error = (
                         f"{rec.lost_events} event(s) could not be stored: {exc}; recording stopped"
                     )
@@ -493,10 +508,14 @@ class Writer:
             if rec.pending_findings:
                 findings.extend(rec.pending_findings)
                 rec.pending_findings = []
+        started = telemetry.batch_started(self.queued, self.capacity)
         await self._loop.run_in_executor(
             db_executor(), write_batch, rows, updates, findings, None, proxied_rows
         )
         self.batches += 1
+        telemetry.batch_committed(
+            len(rows) // len(EVENT_COLUMNS), len(proxied_rows) // len(PROXIED_COLUMNS), started
+        )
         publishes = []
         for rec, payloads in per_stream.items():
             fields = updates.get(rec, ())
@@ -532,9 +551,12 @@ def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
                     insert_flat(rows, offsets=True)
                 if proxied_rows:
                     insert_flat(proxied_rows, offsets=True, columns=PROXIED_COLUMNS)
-                update_streams(updates)
-                if findings:
-                    Finding.objects.bulk_create(findings, batch_size=500)
+                # a status change is where a stream enters (or moves in) the pre-aggregates:
+                # they follow it in this same transaction (streams/aggregates.py)
+                with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
+                    update_streams(updates)
+                    if findings:
+                        Finding.objects.bulk_create(findings, batch_size=500)
             return
         except (OperationalError, InterfaceError) as exc:
             if time.monotonic() + delay > give_up:
@@ -782,6 +804,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
     phases = Phases()
     phases.activate()
     rec.start(time.monotonic_ns(), stall_s)
+    rec.request_model, rec.request_stream = str(body.get("model") or ""), body.get("stream") is True
     rec.status = Stream.Status.STREAMING
     rec.pending_fields.update(
         status=rec.status, started_at=rec.wall0, runner=RUNNER_ID, upstream_url=url
@@ -791,6 +814,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
     try:
         if tap is None:
             await writer.flush(rec)
+            rec.restart_clock()
         # (The proxy's request goes out at once: its row may still be being created, and its
         # `streaming` status goes with the first batch; `tap.opened()` gives the row.)
         async with asyncio.timeout(None) as stall_timer:
@@ -804,6 +828,8 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
             ) as response:
                 for name, t_ns in phases.marks.items():
                     rec.mark(name, t_ns)
+                if phases.receipt_clock:  # (set by the connection that wrote the request)
+                    rec.pending_fields["receipt_clock"] = phases.receipt_clock
                 rec.pending_fields["http_status"] = response.status_code
                 rec.pending_fields["content_type"] = response.headers.get("content-type", "")[:200]
                 if tap is not None:
@@ -1031,6 +1057,7 @@ async def _finish(rec, writer, outcome, tap=None):
         rec.pending_fields.update(fields)
         try:
             await writer.flush(rec)
+            telemetry.stream_finished(rec, fields, outcome)  # stored: figures agree with rows
             return
         except StorageUnavailable:
             pass
@@ -1039,6 +1066,7 @@ async def _finish(rec, writer, outcome, tap=None):
     rec.pending_fields = {}
     rec.pending_findings = []
     fields.update(status=Stream.Status.FAILED, error_code="storage_unavailable")
+    telemetry.stream_finished(rec, fields, outcome)
     _write_later(rec.stream_id, fields, received=rec.next_index)
 
 
@@ -1047,7 +1075,7 @@ _later = set()
 
 def _final_write(stream_id, fields, received):
     close_old_connections()
-    with transaction.atomic():
+    with transaction.atomic(), aggregates.tracking([stream_id]):
         stored = Event.objects.filter(stream_id=stream_id).count()
         fields = {
             **fields,

@@ -15,11 +15,11 @@ import threading
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, transaction
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 
-from . import conf, services
+from . import aggregates, conf, process, retention, services, telemetry
 from .models import Event, Stream
 from .recorder import RUNNER_ID, Recording, get_writer, record_attempt
 from .simulator import scenarios
@@ -90,10 +90,12 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
         outcome = None
         for connect_try in range(conf.get().connect_max_attempts):
             if connect_try:
+                telemetry.retried("connect")
                 await asyncio.sleep(conf.get().connect_backoff_s * 2 ** (connect_try - 1))
             rec = Recording(
                 current.pk, current.user_id, pinned_model=current.requested_model != "auto"
             )
+            rec.connect_retry_follows = connect_try + 1 < conf.get().connect_max_attempts
             outcome = await record_attempt(
                 rec, client, url, current.request_body, api_key, writer=writer, stall_s=stall_s
             )
@@ -103,6 +105,7 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
         if outcome.status == Stream.Status.STALLED and current.attempt < stall_attempts:
             stalled, current = current, await sync_to_async(services.next_attempt)(current)
             log.info("stream %s stalled; retrying as stream %s", stalled.pk, current.pk)
+            telemetry.retried("stall")
             continue
         return current, outcome
 
@@ -312,7 +315,11 @@ def _sweep_now():
     close_old_connections()  # a long-lived thread: replace a connection the database dropped
     # A retry waits unclaimed for a worker: without workers it would wait (and hold one of
     # its user's slots) for ever.
-    return sweep_orphans(retry=conf.get().retry_interrupted and in_workers())
+    swept = sweep_orphans(retry=conf.get().retry_interrupted and in_workers())
+    # Retention rides on the same sweep: it does nothing until it is due (at most once an
+    # hour per process), then deletes in small batches of one short transaction each.
+    retention.prune_if_due()
+    return swept
 
 
 async def _sweep_forever(on_swept):
@@ -331,23 +338,13 @@ async def _sweep_forever(on_swept):
         await asyncio.sleep(conf.get().sweep_interval_s)
 
 
-def _pid_alive(pid):
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _process_gone(runner):
     """`runner` (a RUNNER_ID) names a process of this host that no longer exists, or an
     earlier run of this very pid (a container restarted with the same pid)."""
     parts = runner.split(":")
     if len(parts) == 3 and parts[0] == socket.gethostname() and parts[1].isdigit():
         pid = int(parts[1])
-        return not _pid_alive(pid) or (pid == os.getpid() and runner != RUNNER_ID)
+        return not process.pid_alive(pid) or (pid == os.getpid() and runner != RUNNER_ID)
     return False
 
 
@@ -369,13 +366,17 @@ def _end_abandoned(pk, runner, status, message, now):
     """End an active row nothing records any more; conditional on the runner seen, so a row
     claimed again meanwhile is left alone. Returns whether it was ended."""
     fields = {"error_code": "interrupted"} if status == Stream.Status.INTERRUPTED else {}
-    return Stream.objects.filter(pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES).update(
-        status=status,
-        event_count=_stored_count(),
-        finished_at=now,
-        error_message=message,
-        **fields,
-    )
+    # the row enters the pre-aggregates as it ends, in the same transaction
+    with transaction.atomic(), aggregates.tracking([pk]):
+        return Stream.objects.filter(
+            pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES
+        ).update(
+            status=status,
+            event_count=_stored_count(),
+            finished_at=now,
+            error_message=message,
+            **fields,
+        )
 
 
 def sweep_orphans(retry=None):
@@ -417,7 +418,13 @@ def sweep_orphans(retry=None):
 def cancel_unfinished_here(message):
     """End this process's rows that did not end (they carry its RUNNER_ID, stall retries too)
     `cancelled`: for a command stopped before its recordings could end them; returns how many."""
-    return Stream.objects.filter(runner=RUNNER_ID, status__in=Stream.ACTIVE_STATUSES).update(
+    mine = Stream.objects.filter(runner=RUNNER_ID, status__in=Stream.ACTIVE_STATUSES)
+    with transaction.atomic(), aggregates.tracking(list(mine.values_list("pk", flat=True))):
+        return _cancel_unfinished(mine, message)
+
+
+def _cancel_unfinished(mine, message):
+    return mine.update(
         status=Stream.Status.CANCELLED,
         event_count=_stored_count(),
         finished_at=dt.datetime.now(dt.UTC),

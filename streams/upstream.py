@@ -1,9 +1,11 @@
 """The upstream client: a request body in, received events out, with receipt times.
 
 The only module that sends requests to the upstream. Timing rules (docs/measurement.md): every
-event is stamped with `time.monotonic_ns()` when the bytes carrying it are handed to us, and the
-request phases come from httpx's `trace` extension, so queueing inside our own process is never
-charged to the upstream.
+event is stamped on the `time.monotonic_ns()` clock with the kernel's receipt time of the bytes
+carrying it (`SO_TIMESTAMPNS` on plain TCP; where that is not possible, TLS or another
+platform, when the bytes are handed to our socket protocol), the request is written when the
+send syscall that finished it returned, and the request phases come from httpx's `trace`
+extension, so queueing inside our own process is never charged to the upstream.
 
 Lines are split here at the byte level so that data which is not valid UTF-8 can be kept
 verbatim (`ReceivedEvent.raw`) instead of being silently replaced; the field semantics of each
@@ -14,7 +16,11 @@ import asyncio
 import collections
 import contextlib
 import contextvars
+import os
+import socket
 import ssl
+import struct
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -60,6 +66,9 @@ class Phases:
     # protocol's data_received, not when the reading task got round to them: on a busy loop
     # that was later, and the receipt times of events are measurements; docs/performance.md).
     last_read_ns: int = 0
+    # Which clock those times came from ("kernel" or "loop", streams.conf.RECEIPT_CLOCKS): the
+    # connection that wrote the request says, so a stream records the clock it really had.
+    receipt_clock: str = ""
 
     async def trace(self, name, info):
         phase = TRACE_PHASES.get(name)
@@ -107,8 +116,13 @@ class _Protocol(asyncio.Protocol):
         self.transport = transport
 
     def data_received(self, data):
+        self.data_arrived(data, time.monotonic_ns())
+
+    def data_arrived(self, data, t_ns):
+        """`data`, received at `t_ns` (monotonic): the kernel's stamp on plain TCP
+        (`_KernelTransport`), else now, in the loop's callback."""
         self.chunks.append(data)
-        self.arrivals.append(time.monotonic_ns())
+        self.arrivals.append(t_ns)
         self.size += len(data)
         if self.size > self.HIGH_WATER and not self.reading_paused:
             self.reading_paused = True
@@ -151,6 +165,10 @@ class _Stream(httpcore.AsyncNetworkStream):
     many paced streams they were a large share of the server's CPU (docs/performance.md,
     "Upstream")."""
 
+    receipt_clock = "loop"
+    # Arrivals read together are at most this far apart (their events carry the newest time).
+    MERGE_NS = 250_000
+
     def __init__(self, transport, protocol):
         self._transport = transport
         self._protocol = protocol
@@ -185,11 +203,22 @@ class _Stream(httpcore.AsyncNetworkStream):
             chunks.appendleft(data[max_bytes:])
             arrivals.appendleft(arrived)
             data = data[:max_bytes]
-        elif chunks and len(data) + len(chunks[0]) <= max_bytes:
-            # several arrivals waiting (a loaded loop): one read, one pass through h11
+        elif (
+            chunks
+            and len(data) + len(chunks[0]) <= max_bytes
+            and arrivals[0] - arrived <= self.MERGE_NS
+        ):
+            # several arrivals waiting (a burst): one read, one pass through h11. Only those of
+            # one moment: the bytes of one read share its newest arrival time, and the kernel
+            # stamped each arrival apart, so a paced stream read late keeps its times.
+            first = arrived
             parts = [data]
             size = len(data)
-            while chunks and size + len(chunks[0]) <= max_bytes:
+            while (
+                chunks
+                and size + len(chunks[0]) <= max_bytes
+                and arrivals[0] - first <= self.MERGE_NS
+            ):
                 part = chunks.popleft()
                 arrived = arrivals.popleft()
                 parts.append(part)
@@ -223,6 +252,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         phases = _current_phases.get()
         if phases is not None:
             phases.last_write_ns = time.monotonic_ns()
+            phases.receipt_clock = self.receipt_clock
 
     async def aclose(self):
         self._transport.close()
@@ -265,9 +295,384 @@ class _Stream(httpcore.AsyncNetworkStream):
         return None
 
 
+# --- Kernel receipt times (plain TCP) ----------------------------------------------------------
+# The loop's callback runs when the loop gets round to the socket: every loop delay (a long
+# callback, a collection, a neighbour process on the same core) was charged to the upstream,
+# 1.6–1.9 ms late at the median with a CPU hog beside us (docs/measurement.md). The kernel
+# stamps each segment when it receives it, and `recvmsg` hands us the stamp of the newest bytes
+# of each read, however late we read them.
+
+# Python 3.11's socket module lacks the constant; its value on Linux (asm-generic/socket.h).
+_SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
+_TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_nsec
+# The request's send time, also from the kernel: SO_TIMESTAMPING's software transmit stamp of
+# the last byte of each send (OPT_ID numbers it by byte offset; OPT_TSONLY: the stamp without a
+# copy of the packet). Our own clock read around the send syscall was not enough: after it the
+# thread waits to take the GIL back, before it another thread may take the GIL, and with the
+# writer thread committing beside 50 streams either came 1–2 ms off for a few of them.
+_SO_TIMESTAMPING = 37 if sys.platform == "linux" else None
+_TX_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)  # TX_SOFTWARE, SOFTWARE, OPT_ID, OPT_TSONLY
+_SOCK_EXTENDED_ERR = struct.Struct("=IBBBBII")  # errno, origin, type, code, pad, info, data
+_EE_ORIGIN_TIMESTAMPING = 4
+_RECVERR = {(socket.IPPROTO_IP, 11), (socket.IPPROTO_IPV6, 25)}  # IP_RECVERR, IPV6_RECVERR
+_HAS_CMSG = hasattr(socket, "CMSG_SPACE")
+# a read's SCM_TIMESTAMPNS, and the SCM_TIMESTAMPING (3 timespecs) SO_TIMESTAMPING adds to it
+_ANCILLARY = socket.CMSG_SPACE(16) + socket.CMSG_SPACE(48) if _HAS_CMSG else 0
+# a transmit stamp: SCM_TIMESTAMPING and IP(V6)_RECVERR (sock_extended_err + an address)
+_TX_ANCILLARY = socket.CMSG_SPACE(48) + socket.CMSG_SPACE(16 + 28) + 64 if _HAS_CMSG else 0
+_READ_SIZE = 256 * 1024  # one recvmsg: what a fast upstream's burst fills before we look
+
+
+class _ClockOffset:
+    """CLOCK_REALTIME (the kernel's stamps) − CLOCK_MONOTONIC (everything we measure), for the
+    whole process. The best of several paired readings (the tightest bracket: a pair split by
+    a preemption is discarded), re-measured every RECHECK_NS: an NTP step moves the real-time
+    clock, and then every stamp converted with the old offset would be off by the step."""
+
+    RECHECK_NS = 2_000_000_000
+    PAIRS = 5
+
+    def __init__(self):
+        self.offset_ns = None
+        self.due_ns = 0
+
+    def measure(self):
+        best = None
+        for _ in range(self.PAIRS):
+            before = time.monotonic_ns()
+            real = time.time_ns()
+            after = time.monotonic_ns()
+            if best is None or after - before < best[0]:
+                best = (after - before, real - (before + after) // 2)
+        self.offset_ns = best[1]
+        self.due_ns = after + self.RECHECK_NS
+
+    def monotonic(self, realtime_ns, now_ns):
+        """`realtime_ns` (a kernel stamp) on the monotonic clock; never later than `now_ns`."""
+        if now_ns >= self.due_ns:
+            self.measure()
+        t_ns = realtime_ns - self.offset_ns
+        if t_ns > now_ns:
+            # A stamp from the future: the real-time clock stepped since the last reading.
+            self.measure()
+            t_ns = min(realtime_ns - self.offset_ns, now_ns)
+        return t_ns
+
+
+_clock = _ClockOffset()
+
+
+class _KernelTransport:
+    """A plain TCP socket read with `recvmsg` when the loop says it is readable (`add_reader`:
+    uvloop and the stdlib loop both watch sockets they do not own as transports), each read
+    stamped by the kernel; written with `send`. It offers `_Protocol` and `_Stream` the few
+    transport methods they use, and feeds the protocol as an asyncio transport would: data,
+    then `eof_received` and `connection_lost(None)` on a FIN, `connection_lost(exc)` on a
+    reset."""
+
+    def __init__(self, loop, sock, protocol):
+        self._loop = loop
+        self._sock = sock
+        self._fd = sock.fileno()
+        self._protocol = protocol
+        self._extra = {
+            "socket": sock,
+            "sockname": sock.getsockname(),
+            "peername": sock.getpeername(),
+        }
+        self._reading = False
+        self._closed = False
+        self._lost = False
+        self._out = None  # (memoryview of what is left to send, future of the send's end)
+        self._sent = 0  # bytes sent: the OPT_ID of the transmit stamp of the last one
+        try:  # (after connecting: a TCP socket numbers its stamps from its first unsent byte)
+            sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPING, _TX_FLAGS)
+            self._tx_stamps = True
+        except (OSError, TypeError):
+            self._tx_stamps = False
+        self._stamp_late = False  # a send returned before its transmit stamp was there
+        protocol.connection_made(self)
+        self.resume_reading()
+
+    # what _Protocol and _Stream call
+    def pause_reading(self):
+        if self._reading:
+            self._reading = False
+            self._loop.remove_reader(self._fd)
+
+    def resume_reading(self):
+        if not self._reading and not self._closed:
+            self._reading = True
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    def is_closing(self):
+        return self._closed
+
+    def get_extra_info(self, name, default=None):
+        return self._extra.get(name, default)
+
+    def close(self):
+        if self._closed:
+            return
+        self.pause_reading()
+        self._closed = True
+        self._fail_send(httpcore.WriteError("the connection is closed"))
+        self._sock.close()
+        self._loop.call_soon(self._connection_lost, None)
+
+    def detach(self):
+        """Stop watching the socket and give it away (TLS goes through the loop's transport)."""
+        self.pause_reading()
+        self._closed = self._lost = True
+        return self._sock
+
+    def _connection_lost(self, exc):
+        if not self._lost:
+            self._lost = True
+            self._protocol.connection_lost(exc)
+
+    def _on_readable(self):
+        # uvloop (libuv) reports a socket with a pending error (a reset, a transmit stamp in the
+        # error queue) once, and stops watching it: this call must deal with the error itself,
+        # or nothing would ever read the socket again (a reset right behind the last data hung
+        # the proxy's client).
+        recvmsg = self._sock.recvmsg
+        protocol = self._protocol
+        while self._reading:
+            try:
+                data, ancillary, _, _ = recvmsg(_READ_SIZE, _ANCILLARY)
+            except (BlockingIOError, InterruptedError):
+                # (rare: nothing to read, so the loop may have woken us for an error-queue
+                # entry and stopped watching)
+                self._stamp_late = self._tx_stamps
+                self._late_stamps()
+                return
+            except OSError as exc:  # a reset: what arrived before it was read already
+                self.pause_reading()
+                self._connection_lost(exc)
+                self.close()
+                return
+            now = time.monotonic_ns()
+            if not data:
+                self.pause_reading()
+                protocol.eof_received()
+                self.close()  # as an asyncio transport does when eof_received is falsy
+                return
+            t_ns = now
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPNS:
+                    sec, nsec = _TIMESPEC.unpack_from(value)
+                    t_ns = _clock.monotonic(sec * 1_000_000_000 + nsec, now)
+            protocol.data_arrived(data, t_ns)
+            if len(data) < _READ_SIZE:
+                # The socket is (almost certainly) empty: no EAGAIN round trip, but a reset that
+                # came behind the data is taken now (see above).
+                error = self._sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+                if error:
+                    self.pause_reading()
+                    self._connection_lost(OSError(error, os.strerror(error)))
+                    self.close()
+                elif self._stamp_late:
+                    self._late_stamps()
+                return
+
+    def _late_stamps(self):
+        """A transmit stamp that was not there when its send returned may come later: drop
+        it, and watch the socket again (see _on_readable)."""
+        if self._stamp_late and self._reading:
+            self._stamp_late = False
+            self._sent_at(None)
+            self._loop.remove_reader(self._fd)
+            self._loop.add_reader(self._fd, self._on_readable)
+
+    # writing
+    async def send(self, buffer, timeout):
+        """Send all of `buffer`; return when the send syscall that finished it was made
+        (monotonic ns): the clock is read just before that call, not after it. After it, the
+        thread first takes the GIL back, and with the writer thread committing beside it that
+        came 1–2 ms after the packet had left, for 8 of 50 concurrent streams; before it there
+        is only the call itself, which releases the GIL and enters the kernel at once."""
+        view = memoryview(buffer)
+        t_ns = time.monotonic_ns()
+        try:
+            sent = self._sock.send(view)
+        except (BlockingIOError, InterruptedError):
+            sent = 0
+        except OSError as exc:
+            raise httpcore.WriteError(str(exc) or type(exc).__name__) from exc
+        self._sent += sent
+        if sent == len(view):
+            return self._sent_at(t_ns)
+        done = self._loop.create_future()
+        self._out = (view[sent:], done)
+        self._loop.add_writer(self._fd, self._on_writable)
+        try:
+            async with asyncio.timeout(timeout):
+                return await done
+        except TimeoutError:
+            self._fail_send(None)
+            raise httpcore.WriteTimeout("timed out writing to the upstream") from None
+
+    def _on_writable(self):
+        view, done = self._out
+        t_ns = time.monotonic_ns()  # (before the call: see send)
+        try:
+            sent = self._sock.send(view)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as exc:
+            self._fail_send(httpcore.WriteError(str(exc) or type(exc).__name__))
+            return
+        self._sent += sent
+        if sent < len(view):
+            self._out = (view[sent:], done)
+            return
+        self._out = None
+        self._loop.remove_writer(self._fd)
+        if not done.done():
+            done.set_result(self._sent_at(t_ns))
+
+    def _sent_at(self, t_ns):
+        """The kernel's transmit time of the last byte sent so far (monotonic ns), taken from
+        the socket's error queue, where it is by the time the send syscall returns (it went
+        out within the call); `t_ns` when it is not there. Older stamps are dropped."""
+        if not self._tx_stamps:
+            return t_ns
+        want = (self._sent - 1) & 0xFFFFFFFF
+        found = None
+        recvmsg = self._sock.recvmsg
+        while True:
+            try:
+                _, ancillary, _, _ = recvmsg(0, _TX_ANCILLARY, socket.MSG_ERRQUEUE)
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:  # (a socket error; the read reports it)
+                break
+            stamp = key = None
+            for level, kind, value in ancillary:
+                if level == socket.SOL_SOCKET and kind == _SO_TIMESTAMPING:
+                    sec, nsec = _TIMESPEC.unpack_from(value)
+                    stamp = sec * 1_000_000_000 + nsec
+                elif (level, kind) in _RECVERR:
+                    err = _SOCK_EXTENDED_ERR.unpack_from(value)
+                    if err[1] == _EE_ORIGIN_TIMESTAMPING:
+                        key = err[6]
+            if key == want and stamp:
+                found = stamp
+        if t_ns is None:
+            return None
+        if found is None:
+            self._stamp_late = True
+            return t_ns
+        now = time.monotonic_ns()
+        return max(t_ns, _clock.monotonic(found, now))
+
+    def _fail_send(self, exc):
+        if self._out is None:
+            return
+        _, done = self._out
+        self._out = None
+        self._loop.remove_writer(self._fd)
+        if exc is not None and not done.done():
+            done.set_exception(exc)
+
+
+class _KernelStream(_Stream):
+    """`_Stream` on a `_KernelTransport`: reads as before (the protocol holds the kernel's
+    stamps), writes through `send` so `request_written` is the syscall's, not a later turn."""
+
+    receipt_clock = "kernel"
+
+    async def write(self, buffer, timeout=None):
+        if not buffer:
+            return
+        if self._protocol.eof or self._transport.is_closing():
+            raise httpcore.WriteError("the connection is closed")
+        sent_ns = await self._transport.send(buffer, timeout)
+        phases = _current_phases.get()
+        if phases is not None:
+            phases.last_write_ns = sent_ns
+            phases.receipt_clock = self.receipt_clock
+
+    async def start_tls(self, ssl_context, server_hostname=None, timeout=None):
+        # TLS decrypts in the loop's transport, which reads the socket itself: the socket moves
+        # to an ordinary transport (nothing has been received yet: a TLS server waits for our
+        # ClientHello) and receipt is stamped as there, in data_received.
+        loop = asyncio.get_running_loop()
+        sock = self._transport.detach()
+        try:
+            transport, _ = await loop.create_connection(lambda: self._protocol, sock=sock)
+        except OSError as exc:
+            sock.close()
+            raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+        return await _Stream(transport, self._protocol).start_tls(
+            ssl_context, server_hostname=server_hostname, timeout=timeout
+        )
+
+
+def _configured_clock():
+    from . import conf  # (here: the parsers and the simulator's client need no settings)
+
+    return conf.get().receipt_clock
+
+
+def kernel_timestamps_available():
+    return _SO_TIMESTAMPNS is not None and _HAS_CMSG
+
+
+async def _connect_kernel(host, port, local_address):
+    """A connected non-blocking TCP socket with kernel receive timestamps on (None: this
+    platform or socket refuses them; the caller connects as before)."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    error = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            try:
+                sock.setsockopt(socket.SOL_SOCKET, _SO_TIMESTAMPNS, 1)
+            except OSError:
+                sock.close()
+                return None
+            # as asyncio's transports do: a request's head and body are not held back
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if local_address:
+                sock.bind((local_address, 0))
+            await loop.sock_connect(sock, address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+        except BaseException:
+            sock.close()
+            raise
+    raise error or OSError(f"no address for {host}:{port}")
+
+
 class _Backend(httpcore.AsyncNetworkBackend):
+    """httpcore's network backend: plain TCP stamped by the kernel (`receipt_clock` "kernel",
+    where the platform can), else by the loop's callback."""
+
+    def __init__(self, receipt_clock=None):
+        self.receipt_clock = receipt_clock  # None: STREAMSCOPE_RECEIPT_CLOCK, read per connection
+
     async def connect_tcp(self, host, port, timeout=None, local_address=None, socket_options=None):
         loop = asyncio.get_running_loop()
+        clock = self.receipt_clock or _configured_clock()
+        if clock == "kernel" and kernel_timestamps_available():
+            try:
+                async with asyncio.timeout(timeout):
+                    sock = await _connect_kernel(host, port, local_address)
+            except TimeoutError as exc:
+                raise httpcore.ConnectTimeout(f"connecting to {host}:{port} timed out") from exc
+            except OSError as exc:
+                raise httpcore.ConnectError(str(exc) or type(exc).__name__) from exc
+            if sock is not None:
+                for option in socket_options or ():
+                    sock.setsockopt(*option)
+                protocol = _Protocol()
+                return _KernelStream(_KernelTransport(loop, sock, protocol), protocol)
         try:
             async with asyncio.timeout(timeout):
                 transport, protocol = await loop.create_connection(
@@ -306,17 +711,20 @@ class UpstreamError(Exception):
 def make_client(connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_context=None):
     # No read timeout here: the stall rule (no event for N s) is enforced by the recorder,
     # which knows when an event arrived. Building an SSL context (certifi's bundle) is slow
-    # and blocks the loop: pass one to share (docs/performance.md, "Upstream").
-    transport = httpx.AsyncHTTPTransport(
-        verify=ssl_context if ssl_context is not None else True,
-        limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=keepalive),
-        trust_env=False,
+    # and blocks the loop: pass one to share (docs/performance.md, "Upstream"). None: httpcore
+    # builds its default one if and when a connection needs TLS, so a client for an http://
+    # upstream never builds one (httpx's transport always did, ~25 ms of blocked loop, charged
+    # to the first attempt's `connected`: it read 87–112 ms on loopback).
+    transport = httpx.AsyncHTTPTransport.__new__(httpx.AsyncHTTPTransport)
+    # httpx's transport is its httpcore pool (`_pool` is all its methods use); building the pool
+    # here is also the only way to give it our network backend (httpx has no public hook).
+    transport._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=max_connections,
+        max_keepalive_connections=keepalive,
+        keepalive_expiry=5.0,  # httpx's default
+        network_backend=_Backend(),
     )
-    pool = getattr(transport, "_pool", None)
-    if pool is not None and hasattr(pool, "_network_backend"):
-        # httpx has no public hook for this; without it `request_written` falls back to
-        # httpx's trace event (see Phases.trace), and reads cost more (see _Stream).
-        pool._network_backend = _Backend()
     return httpx.AsyncClient(
         transport=transport,
         timeout=httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None),
@@ -339,20 +747,27 @@ class ClientPool:
         self.connect_timeout = connect_timeout
         self.shard_streams = shard_streams
         self.keepalive = keepalive
-        self.shards = []  # [client, streams in flight]
-        self.ssl_context = None  # one for all shards: building each one blocks the loop
+        self.shards = []  # [client, streams in flight], for http:// upstreams
+        self.tls_shards = []  # the same for https://
+        # One for all TLS shards, built at the first https:// request: building each one blocks
+        # the loop, and an http:// upstream needs none.
+        self.ssl_context = None
 
     @contextlib.asynccontextmanager
     async def stream(self, method, url, **kwargs):
-        shard = next((s for s in self.shards if s[1] < self.shard_streams), None)
+        tls = str(url)[:6].lower() == "https:"
+        shards = self.tls_shards if tls else self.shards
+        shard = next((s for s in shards if s[1] < self.shard_streams), None)
         if shard is None:
-            if self.ssl_context is None:
+            if tls and self.ssl_context is None:
                 self.ssl_context = httpx.create_ssl_context(trust_env=False)
             client = make_client(
-                self.connect_timeout, keepalive=self.keepalive, ssl_context=self.ssl_context
+                self.connect_timeout,
+                keepalive=self.keepalive,
+                ssl_context=self.ssl_context if tls else None,
             )
             shard = [client, 0]
-            self.shards.append(shard)
+            shards.append(shard)
         shard[1] += 1
         try:
             async with shard[0].stream(method, url, **kwargs) as response:
@@ -361,9 +776,10 @@ class ClientPool:
             shard[1] -= 1
 
     async def aclose(self):
-        for client, _ in self.shards:
+        for client, _ in (*self.shards, *self.tls_shards):
             await client.aclose()
         self.shards = []
+        self.tls_shards = []
 
 
 def request_headers(api_key):

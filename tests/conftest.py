@@ -214,3 +214,12 @@ def live_server_daphne(django_db_setup, simulator_process, _relay_db_connections
     server = DaphneServer(simulator_process.base_url)
     yield server
     server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _imports_inline(monkeypatch):
+    """Uploads are read by a thread pool (streams/imports.py) that cannot see a test's open
+    transaction: read them in the request's thread (tests/test_imports.py covers the pool)."""
+    from streams import imports
+
+    monkeypatch.setattr(imports, "RUN_INLINE", True)

@@ -23,7 +23,7 @@ from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, Turn
-from streams.models import Event, Stream
+from streams.models import Event, ImportJob, Stream
 from streams.routing import websocket_urlpatterns
 from tests.test_api import session
 from tests.test_consumers import _disconnect_communicators, ws  # noqa: F401  (a fixture)
@@ -57,6 +57,8 @@ RULES = {
     "admin:index": Rule(ADMIN),
     "stream_list": Rule(USER),
     "stream_upload": Rule(USER),
+    "import_job": Rule(OWNER),  # an import job's progress: its owner's only
+    "import_cancel": Rule(OWNER, "POST", ok=302),
     "latency": Rule(USER),
     "routing": Rule(USER),
     "admin_analytics": Rule(STAFF),
@@ -72,12 +74,15 @@ RULES = {
     "api_stream": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_cancel": Rule(OWNER_OR_STAFF, "POST", ok=409, api=True),  # it has ended
+    "metrics": Rule(STAFF, api=True),  # or METRICS_TOKEN (tests/test_telemetry.py)
     "playground": Rule(USER),
     "playground_conversation": Rule(OWNER),
     "playground_send": Rule(OWNER, "POST", ok=400),  # the empty form: no message
     "playground_turn": Rule(OWNER),
     "playground_retry": Rule(OWNER, "POST", ok=409),  # its answer is still streaming
     "playground_delete": Rule(OWNER, "POST", ok=302),
+    "playground_compare": Rule(USER),
+    "playground_compare_send": Rule(USER, "POST", ok=400),  # the empty form: no message
 }
 WS_RULES = {
     "ws_streams": Rule(USER),
@@ -95,6 +100,7 @@ PARAMS = {
     "session": lambda objects: objects.stream.session,
     "conversation_id": lambda objects: objects.conversation.pk,
     "turn_id": lambda objects: objects.turn.pk,
+    "job_id": lambda objects: objects.job.pk,
 }
 PER_OBJECT = (OWNER_OR_STAFF, OWNER)
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -169,7 +175,10 @@ def owned_objects(owner):
         request_body={"model": "auto", "input": [{"role": "user", "content": "Hi"}]},
     )
     turn = Turn.objects.create(conversation=conversation, position=0, prompt="Hi", stream=answer)
-    return SimpleNamespace(stream=stream, event=event, conversation=conversation, turn=turn)
+    job = ImportJob.objects.create(user=owner, status=ImportJob.Status.DONE)
+    return SimpleNamespace(
+        stream=stream, event=event, conversation=conversation, turn=turn, job=job
+    )
 
 
 def cases(rule, route, people):

@@ -5,7 +5,14 @@ import json
 
 import pytest
 
-from streams.capture import parse_har, parse_sse_bytes, sniff, truncated_tail
+from streams.capture import (
+    event_at,
+    first_invalid_utf8,
+    parse_har,
+    parse_sse_bytes,
+    sniff,
+    truncated_tail,
+)
 
 BODY = (
     "event: message\n"
@@ -235,3 +242,22 @@ class TestSniff:
     def test_empty_content_falls_back_to_the_file_name(self):
         assert sniff(b"", "network.HAR") == "har"
         assert sniff(b"  ", "stream.sse") == "sse"
+
+
+class TestInvalidUtf8:
+    def test_it_finds_the_first_invalid_sequence_and_its_event(self):
+        body = BODY.encode() + "event: message\ndata: Café crème\n\n".encode("latin-1")
+        offset, bad = first_invalid_utf8(body)
+        assert offset == body.index(b"\xe9") and bad == b"\xe9"
+        events = parse_sse_bytes(body)
+        assert event_at(events, offset) == 2
+        assert bytes(events[2].raw) == "Café crème".encode("latin-1")
+
+    def test_utf8_and_a_bom_are_fine(self):
+        assert first_invalid_utf8(b"\xef\xbb\xbf" + "data: Café\n\n".encode()) is None
+
+    def test_bytes_outside_any_event_have_no_event(self):
+        body = b": caf\xe9\n\n" + BODY.encode()
+        offset, _ = first_invalid_utf8(body)
+        # a comment alone in its block dispatches nothing
+        assert offset == 5 and event_at(parse_sse_bytes(body), offset) is None

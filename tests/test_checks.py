@@ -156,6 +156,7 @@ class TestCodes:
                 "event_after_terminal",
                 "missing_terminal",
                 "invalid_json",
+                "invalid_utf8",
                 "missing_type",
                 "delta_after_item_done",
                 "text_mismatch",
@@ -307,6 +308,12 @@ class TestMissingSequenceNumber:
         assert "missing_sequence_number" in codes(violations)
         assert checker.output_text == "Hello, world."  # still applied, in arrival order
 
+    def test_it_is_one_finding_for_a_stream_that_never_numbers(self):
+        events = [{k: v for k, v in e.items() if k != "sequence_number"} for e in good_stream()]
+        _, violations = run(events)
+        assert codes(violations) == ["missing_sequence_number"]
+        assert violations[0].event_index == 0
+
     def test_it_fires_for_a_non_integer_number(self):
         events = good_stream()
         events[4] = {**events[4], "sequence_number": "4"}
@@ -329,7 +336,48 @@ class TestEventAfterTerminal:
         _, violations = run(events)
         [v] = [v for v in violations if v.code == "event_after_terminal"]
         assert v.event_index == len(events) - 1
-        assert v.got == "response.output_text.delta"
+        assert v.got == "1 event, the first response.output_text.delta"
+
+    def test_many_events_after_the_terminal_are_one_finding_with_their_count(self):
+        events = good_stream()
+        n = len(events)
+        events += [
+            {**delta("!"), "sequence_number": n},
+            '{"not json',
+            {**delta("?"), "sequence_number": n + 1},
+            {**completed("Hello, world.!?"), "sequence_number": n + 2},
+        ]
+        checker, violations = run(events)
+        [v] = [v for v in violations if v.code == "event_after_terminal"]
+        assert v.event_index == n  # the first offending event
+        assert v.got.startswith("4 events")
+        assert f"event {n} (sequence_number {n})" in v.detail
+        assert f"(event {n - 1})" in v.expected  # the terminal it came after
+
+    def test_events_after_the_terminal_are_not_part_of_the_response(self):
+        events = good_stream()
+        n = len(events)
+        events += [
+            {**item_added(1), "sequence_number": n},
+            {**part_added(1), "sequence_number": n + 1},
+            {**delta("late", oi=1), "sequence_number": n + 2},
+            {**delta(" more"), "sequence_number": n + 3},
+            {**item_added(2, "function_call", name="f"), "sequence_number": n + 4},
+        ]
+        checker, violations = run(events)
+        assert checker.output_text == "Hello, world."
+        assert [item["output_index"] for item in checker.items()] == [0]
+        assert checker.items()[0]["parts"][0]["text"] == "Hello, world."
+        assert checker.output_tokens == 3  # the three deltas before the terminal
+        assert checker.status == "completed"
+        # one finding for the fact, none for what the late events would have said
+        assert codes(violations) == ["event_after_terminal"]
+
+    def test_a_late_event_is_no_milestone(self):
+        checker = Checker()
+        events = numbered([created(), completed(""), delta("x")])
+        kinds = [checker.feed(i, "message", json.dumps(e)).kind for i, e in enumerate(events)]
+        assert kinds == ["created", TERMINAL, None]
 
     def test_a_done_sentinel_after_the_terminal_is_not_an_event(self):
         _, violations = run([*good_stream(), "[DONE]"])
@@ -474,18 +522,45 @@ class TestTextMismatch:
             numbered([{k: v for k, v in e.items() if k != "sequence_number"} for e in events])
         )
         assert errors(violations) == []
-        assert codes(violations) == [
-            "rewritten_text",
-            "rewritten_text",
-        ]  # the part and the final text
+        # one fact, one finding: the part's .done and the terminal carry the same rewrite
+        assert codes(violations) == ["rewritten_text"]
         part = violations[0]
-        assert (part.expected, part.got) == ("Hello, world.", rewritten)
+        assert (part.expected, part.got, part.event_index) == ("Hello, world.", rewritten, 7)
         assert "[-world.-]" in part.detail and "{+World!+}" in part.detail
         assert checker.rewrite_announced
-        assert checker.output_text == "Hello, world."  # reassembled from the deltas
-        assert checker.final_text == rewritten
+        # the response's text is the rewritten one; the streamed draft is kept beside it
+        assert checker.output_text == checker.final_text == rewritten
         [message] = checker.items()
-        assert message["parts"][0]["done_text"] == rewritten
+        assert message["parts"][0]["text"] == rewritten
+        assert message["parts"][0]["streamed_text"] == "Hello, world."
+        assert message["parts"][0]["rewritten"] is True
+
+    def test_a_rewrite_only_the_terminal_carries_is_reported_once(self):
+        events = good_stream()[:-1]
+        events = [e for e in events if e["type"] != "response.output_text.done"]
+        events.insert(6, {"type": "response.rewrite.in_progress"})
+        events.append(completed("Hello, World!"))
+        checker, violations = run(
+            numbered([{k: v for k, v in e.items() if k != "sequence_number"} for e in events])
+        )
+        assert codes(violations) == ["rewritten_text"]
+        assert violations[0].event_index == len(events) - 1
+
+    def test_a_mismatch_the_terminal_agrees_with_is_reported_once(self):
+        # the .done text differs from the deltas and the terminal carries the .done text:
+        # one fact (text_mismatch at the .done), not a second final_text_mismatch
+        events = good_stream()
+        events[6] = {**events[6], "text": "Hello, World."}
+        events[-1] = {
+            **completed("Hello, World."),
+            "sequence_number": events[-1]["sequence_number"],
+        }
+        checker, violations = run(events)
+        assert codes(violations) == ["text_mismatch"]
+        assert checker.output_text == "Hello, World."
+        part = checker.items()[0]["parts"][0]
+        assert (part["text"], part["streamed_text"]) == ("Hello, World.", "Hello, world.")
+        assert "rewritten" not in part
 
     def test_it_does_not_fire_when_the_texts_agree(self):
         _, violations = run(good_stream())
@@ -601,6 +676,12 @@ class TestRoutingOnPinnedModel:
         checker, violations = run(self.routed(), pinned_model=True)
         [v] = violations
         assert (v.code, v.severity, v.got) == ("routing_on_pinned_model", "warning", "gpt-oss-20b")
+
+    def test_a_second_routing_event_is_the_same_fact(self):
+        events = [{k: v for k, v in e.items() if k != "sequence_number"} for e in self.routed()]
+        events.insert(2, events[1])
+        checker, violations = run(numbered(events), pinned_model=True)
+        assert codes(violations) == ["routing_on_pinned_model"]
 
     @pytest.mark.parametrize("pinned", [False, None])
     def test_it_does_not_fire_for_auto_or_unknown(self, pinned):

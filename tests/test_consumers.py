@@ -34,7 +34,8 @@ async def _disconnect_communicators():
 
 
 def ws(path, user=None, origin=ORIGIN, token=None):
-    headers = []
+    # the server's own origin is scheme + Host: what a browser on ORIGIN's page sends
+    headers = [(b"host", b"127.0.0.1:8000")]
     if origin:
         headers.append((b"origin", origin.encode()))
     if user is not None:

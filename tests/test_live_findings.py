@@ -118,8 +118,11 @@ async def test_rewrite_is_info_not_a_mismatch(upstream):
     found = await findings(stream)
     assert found and {(f.code, f.severity) for f in found} == {("rewritten_text", "info")}
     [fault] = await faults(upstream, stream)
-    assert stream.output_text == fault["draft"]  # what was streamed
-    assert stream.final_text == fault["text"] != fault["draft"]  # what the terminal says
+    # the response's text is the rewritten one (issue 16); the draft is kept in `parts`
+    assert stream.output_text == stream.final_text == fault["text"] != fault["draft"]
+    draft = "".join(p.get("streamed_text", "") for i in stream.parts for p in i["parts"])
+    assert draft == fault["draft"]
+    assert len(found) == 1  # one rewrite, one finding
     assert stream.error_findings == 0 and stream.status == "completed"
 
 

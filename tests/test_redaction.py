@@ -240,8 +240,17 @@ class TestDecodedRedaction:
 
     def test_without_a_key_nothing_is_searched(self, settings):
         settings.UPSTREAM_API_KEY = ""
+        # (credential shapes are searched for always, unless none are configured)
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "REDACT_KEY_PREFIXES": ""}
         text = escaped(KEY)
         assert public.redact(text) is text and public.dumps([text]) == json.dumps([text])
+
+    def test_without_a_key_a_credential_shape_is_still_redacted(self, settings):
+        # a pass-through client's key, which the server never knew (docs/security.md)
+        settings.UPSTREAM_API_KEY = ""
+        text = escaped(KEY)
+        assert public.redact(text) == "[redacted]"
+        assert "hostile" not in public.dumps([text, f"key {KEY} echoed"])
 
 
 class TestUrlCredentials:

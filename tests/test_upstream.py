@@ -122,3 +122,256 @@ async def test_a_read_reports_when_its_bytes_arrived_not_when_it_ran():
     assert await stream.read(1024) == b"cd"
     assert first < phases.last_read_ns <= second
     assert time.monotonic_ns() - phases.last_read_ns >= 30_000_000
+
+
+# --- Kernel receipt times (upstream._KernelTransport): real sockets on 127.0.0.1 -------------
+
+
+async def _server(handler, ssl=None):
+    import asyncio
+
+    server = await asyncio.start_server(handler, "127.0.0.1", 0, ssl=ssl)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def _connect(port, clock="kernel"):
+    from streams.upstream import _Backend
+
+    return await _Backend(receipt_clock=clock).connect_tcp("127.0.0.1", port, timeout=5)
+
+
+async def test_a_late_read_reports_when_the_kernel_received_the_bytes():
+    """The loop is blocked for 30 ms after the bytes arrived: their receipt time is still the
+    kernel's, not the read's; and the request's write time is the kernel's send time."""
+    import asyncio
+    import time
+
+    from streams.upstream import Phases, _KernelStream
+
+    got = asyncio.Event()
+    sent = []
+
+    async def handler(reader, writer):
+        await reader.readexactly(5)
+        got.set()
+        writer.write(b"hello")
+        await writer.drain()
+        sent.append(time.monotonic_ns())
+        await reader.read()
+        writer.close()
+
+    server, port = await _server(handler)
+    stream = await _connect(port)
+    try:
+        assert isinstance(stream, _KernelStream)
+        phases = Phases()
+        phases.activate()
+        before = time.monotonic_ns()
+        await stream.write(b"hi 42")
+        after = time.monotonic_ns()
+        assert before <= phases.last_write_ns <= after
+        assert phases.receipt_clock == "kernel"
+        await got.wait()
+        while not sent:
+            await asyncio.sleep(0.001)
+        time.sleep(0.03)  # a busy loop: nothing reads the socket for 30 ms
+        assert await stream.read(1024) == b"hello"
+        late = time.monotonic_ns() - phases.last_read_ns
+        assert late >= 30_000_000
+        assert abs(phases.last_read_ns - sent[0]) < 5_000_000
+    finally:
+        await stream.aclose()
+        server.close()
+
+
+async def test_end_of_stream_and_reset_read_as_before():
+    """A FIN reads as b"" (then again b""); an RST after data gives the data, then ReadError —
+    as on the loop's transport."""
+    import asyncio
+    import socket
+    import struct
+
+    import httpcore
+
+    async def closes(reader, writer):
+        writer.write(b"bye")
+        await writer.drain()
+        writer.close()
+
+    async def resets(reader, writer):
+        writer.write(b"half")
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    for clock in ("kernel", "loop"):
+        server, port = await _server(closes)
+        stream = await _connect(port, clock)
+        data = b""
+        while chunk := await stream.read(1024):
+            data += chunk
+        assert (data, await stream.read(1024)) == (b"bye", b"")
+        assert stream.get_extra_info("is_readable")  # an idle connection the server closed
+        await stream.aclose()
+        server.close()
+
+        server, port = await _server(resets)
+        stream = await _connect(port, clock)
+        assert await stream.read(1024) == b"half"
+        with pytest.raises(httpcore.ReadError):
+            await stream.read(1024)
+        await stream.aclose()
+        server.close()
+
+
+async def test_reading_pauses_above_the_high_water_mark_and_resumes(monkeypatch):
+    """Backpressure: with a slow reader, the protocol stops reading the socket above HIGH_WATER
+    buffered bytes (TCP then slows the sender) and reads on once drained; nothing is lost."""
+    import asyncio
+
+    from streams.upstream import _Protocol
+
+    monkeypatch.setattr(_Protocol, "HIGH_WATER", 64 * 1024)
+    body = bytes(range(256)) * 8 * 1024  # 2 MiB
+
+    async def handler(reader, writer):
+        writer.write(body)
+        await writer.drain()
+        writer.close()
+
+    server, port = await _server(handler)
+    stream = await _connect(port)
+    pauses = 0
+    data = bytearray()
+    try:
+        while True:
+            await asyncio.sleep(0.002)  # slower than loopback
+            if stream._protocol.reading_paused:
+                pauses += 1
+                assert stream._protocol.size <= _Protocol.HIGH_WATER + (256 << 10)
+            chunk = await stream.read(64 * 1024)
+            if not chunk:
+                break
+            data += chunk
+    finally:
+        await stream.aclose()
+        server.close()
+    assert bytes(data) == body
+    assert pauses > 3
+
+
+async def test_tls_moves_the_socket_to_the_loops_transport():
+    """start_tls on a kernel-stamped connection: the handshake and everything after it go
+    through the loop's TLS transport, stamped as there (the stream says "loop")."""
+    import ssl
+
+    import trustme
+
+    from streams.upstream import Phases
+
+    ca = trustme.CA()
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("localhost").configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+
+    async def echo(reader, writer):
+        writer.write(await reader.readexactly(4))
+        await writer.drain()
+        writer.close()
+
+    server, port = await _server(echo, ssl=server_ctx)
+    stream = await _connect(port)
+    try:
+        tls = await stream.start_tls(client_ctx, server_hostname="localhost", timeout=5)
+        assert tls.get_extra_info("ssl_object") is not None
+        phases = Phases()
+        phases.activate()
+        await tls.write(b"ping")
+        assert phases.receipt_clock == "loop"
+        assert await tls.read(1024) == b"ping"
+        await tls.aclose()
+    finally:
+        server.close()
+
+
+def test_kernel_stamps_convert_to_the_monotonic_clock():
+    import time
+
+    from streams.upstream import _ClockOffset
+
+    clock = _ClockOffset()
+    real, now = time.time_ns(), time.monotonic_ns()
+    assert abs(clock.monotonic(real, now) - now) < 1_000_000
+    # a stamp "from the future" (the real-time clock stepped back since): never after now
+    assert clock.monotonic(real + 3_600_000_000_000, now) <= now
+    assert clock.due_ns > now  # measured again within RECHECK_NS
+
+
+async def test_an_http_upstream_builds_no_ssl_context(monkeypatch):
+    """Building one (certifi's bundle, ~25 ms of blocked loop) was charged to the first
+    attempt's `connected`: an http:// upstream never needs one."""
+    import ssl
+
+    import httpx
+
+    from streams.upstream import ClientPool
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("an SSL context was built for an http:// upstream")
+
+    monkeypatch.setattr(httpx, "create_ssl_context", forbidden)
+    monkeypatch.setattr(ssl, "create_default_context", forbidden)
+    monkeypatch.setattr(ssl.SSLContext, "load_verify_locations", forbidden)
+
+    async def answer(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server, port = await _server(answer)
+    pool = ClientPool()
+    try:
+        async with pool.stream("GET", f"http://127.0.0.1:{port}/") as response:
+            assert await response.aread() == b"ok"
+        assert pool.ssl_context is None and len(pool.shards) == 1 and not pool.tls_shards
+    finally:
+        await pool.aclose()
+        server.close()
+
+
+async def test_a_reset_right_behind_the_last_data_is_not_missed():
+    """Data and the RST both wait in the socket before the loop looks: uvloop reports the
+    socket once (and then stops watching it, libuv's rule for a socket with an error), so the
+    one read must also notice the reset: the proxy's client hung on such a stream."""
+    import asyncio
+    import socket
+    import struct
+    import time
+
+    import httpcore
+
+    async def resets(reader, writer):
+        writer.write(b"last")
+        await writer.drain()
+        sock = writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        writer.transport.abort()
+
+    server, port = await _server(resets)
+    stream = await _connect(port)
+    try:
+        stream._transport.pause_reading()  # as a busy loop would: nobody looks for a while
+        await asyncio.sleep(0.05)
+        time.sleep(0.02)
+        stream._transport.resume_reading()
+        assert await stream.read(1024) == b"last"
+        async with asyncio.timeout(5):
+            with pytest.raises(httpcore.ReadError):
+                await stream.read(1024)
+    finally:
+        await stream.aclose()
+        server.close()

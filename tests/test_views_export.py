@@ -117,13 +117,18 @@ class TestStreamUpload(Base):
         upload = SimpleUploadedFile(name, content, content_type="application/octet-stream")
         return (client or self.owner_client).post(self.url, {"file": upload, **data})
 
+    def job_page(self, r):
+        """An upload is an import job (streams/imports.py): where its page leads."""
+        assert r.status_code == 302 and r["Location"].startswith("/imports/")
+        return self.owner_client.get(r["Location"])
+
     def test_it_shows_the_form(self):
         r = self.owner_client.get(self.url)
         assert r.status_code == 200
         assert b'enctype="multipart/form-data"' in r.content
 
     def test_it_imports_and_redirects_to_the_stream(self):
-        r = self.post(BASIC, "basic.sse", model="auto")
+        r = self.job_page(self.post(BASIC, "basic.sse", model="auto"))
         stream = Stream.objects.latest("pk")
         assert r.status_code == 302 and r["Location"] == f"/streams/{stream.pk}/"
         assert stream.user == self.owner and stream.source == "import"
@@ -133,9 +138,12 @@ class TestStreamUpload(Base):
     def test_a_har_with_two_responses_redirects_to_the_first(self):
         content = har(har_entry(sse(*small_stream("A"))), har_entry(sse(*small_stream("B"))))
         before = Stream.objects.count()
-        r = self.post(content, "session.har")
+        r = self.job_page(self.post(content, "session.har"))
         first, second = Stream.objects.order_by("pk")[before:]
-        assert r["Location"] == f"/streams/{first.pk}/"
+        # two streams: the job's page links both
+        assert (
+            f'href="/streams/{first.pk}/"' in r.text and f'href="/streams/{second.pk}/"' in r.text
+        )
         assert (first.output_text, second.output_text) == ("A", "B")
 
     def test_it_refuses_files_over_the_limit(self, settings):
@@ -157,7 +165,11 @@ class TestStreamUpload(Base):
     def test_it_shows_why_a_file_is_not_a_capture(self, content, message):
         before = Stream.objects.count()
         r = self.post(content, "notes.txt")
-        assert r.status_code == 400
+        if content:  # read by the import job: its page says why
+            r = self.job_page(r)
+            assert r.status_code == 200 and b"<td>Failed" in r.content
+        else:  # the form refuses an empty file at once
+            assert r.status_code == 400
         assert message in r.content
         assert Stream.objects.count() == before
 

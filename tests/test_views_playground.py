@@ -4,6 +4,7 @@ and retrying for real against the simulator."""
 
 import asyncio
 import json
+import re
 
 import pytest
 from django.test import AsyncClient, Client
@@ -84,6 +85,119 @@ class TestPlayground(Base):
         html = self.owner_client.get("/playground/").content.decode()
         assert '<option value="m-small">m-small</option>' in html
         assert 'name="scenario"' not in html and 'name="speed"' not in html
+
+
+class TestComposerDefaults(Base):
+    def test_a_new_conversation_resets_scenario_and_speed_but_keeps_the_model(self):
+        self.conversation.model = "gpt-oss-20b"
+        self.conversation.scenario = "stall"
+        self.conversation.speed = "0"
+        self.conversation.save()
+        html = self.owner_client.get("/playground/").content.decode()
+        assert '<option value="gpt-oss-20b" selected>' in html
+        assert '<option value="stall" title=' in html and 'value="stall" title="' in html
+        assert "selected>stall" not in html.replace('"', "")
+        assert '<option value="1" selected>Real time</option>' in html
+        # the conversation itself keeps what it was sent with
+        html = self.owner_client.get(self.url()).content.decode()
+        assert '<option value="0" selected>Instant</option>' in html
+
+    def test_scenarios_carry_their_descriptions_and_speeds_are_in_order(self):
+        html = self.owner_client.get("/playground/").content.decode()
+        assert 'value="http_429" title="429 with a JSON error body and Retry-After."' in html
+        assert 'id="pg-scenario-help"' in html
+        speed = html.split('id="pg-speed"')[1].split("</select>")[0]
+        assert re.findall(r'<option value="([\d.]+)"', speed) == ["2", "1", "0.5", "0.25", "0"]
+
+
+class TestNotices(Base):
+    def notice(self, **fields):
+        turn = add_turn(self.conversation, "Hi", status=Stream.Status.FAILED, **fields)
+        html = self.owner_client.get(self.url()).content.decode()
+        return html, turn
+
+    def test_an_http_refusal_names_its_status(self):
+        html, _ = self.notice(http_status=429, error_code="rate_limited", error_message="Slow down")
+        assert "The upstream answered HTTP 429 (rate limited: wait before retrying)" in html
+        assert "rate_limited: Slow down" in html
+
+    def test_a_wrong_content_type_says_what_came(self):
+        html, _ = self.notice(
+            http_status=200,
+            content_type="application/json",
+            error_code="wrong_content_type",
+            error_message="expected text/event-stream, got 'application/json'",
+        )
+        assert "The upstream answered HTTP 200 with application/json, not an event stream" in html
+        assert "reported an error" not in html
+
+    def test_an_answer_with_findings_says_so(self):
+        from streams.models import Finding
+
+        turn = add_turn(self.conversation, "Hi", findings_count=2)
+        for code in ("sequence_gap", "duplicate_event"):
+            Finding.objects.create(stream=turn.stream, code=code, severity="warning", detail="x")
+        html = self.owner_client.get(self.url()).content.decode()
+        assert f'href="/streams/{turn.stream.pk}/#findings"' in html
+        assert "2 findings" in html and "duplicate_event, sequence_gap" in html
+
+
+class TestCompare(Base):
+    def compare(self, client=None, **data):
+        body = {"input": "Hi", "models": ["auto", "gpt-oss-20b"], "speed": "0", **data}
+        return (client or self.owner_client).post("/playground/compare/send/", body, **JSON)
+
+    def test_the_page_offers_every_model_with_two_chosen(self):
+        r = self.owner_client.get("/playground/compare/")
+        assert r.status_code == 200
+        html = r.content.decode()
+        assert 'name="models" value="auto" checked' in html
+        assert 'name="models" value="gpt-oss-120b" checked' in html
+        assert 'name="models" value="eu-reasoner">' in html
+        assert Client().get("/playground/compare/").status_code == 302
+
+    @pytest.mark.parametrize("models", [["auto"], ["auto", "auto"], ["a", "b"], []])
+    def test_it_wants_two_to_four_known_models(self, models):
+        r = self.compare(models=models)
+        assert r.status_code == 400
+        assert Stream.objects.filter(user=self.owner).count() == 0
+
+    def test_five_models_are_too_many(self):
+        models = ["auto", "gpt-oss-20b", "gpt-oss-120b", "qwen3-coder", "eu-reasoner"]
+        r = self.compare(models=models)
+        assert r.status_code == 400 and "2 to 4" in r.json()["message"]
+
+    def test_it_says_when_there_are_not_enough_slots_and_starts_none(self, settings):
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "MAX_CONCURRENT_PER_USER": 5}
+        for _ in range(3):
+            Stream.objects.create(user=self.owner, status=Stream.Status.STREAMING)
+        models = ["auto", "gpt-oss-20b", "gpt-oss-120b"]
+        r = self.compare(models=models)
+        assert r.status_code == 429
+        assert r.json()["message"] == (
+            "A compare of 3 models needs 3 free stream slots; you have 2 (at most 5 streams at "
+            "a time, 3 running). Wait for some to finish, stop them, or choose fewer models."
+        )
+        assert Stream.objects.filter(user=self.owner).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)
+class TestCompareForReal:
+    async def test_one_message_starts_one_stream_per_model(self, people, upstream):
+        client = logged_in(people.owner)
+        body = {"input": "Tell me about Utrecht", "models": ["auto", "gpt-oss-20b"], "speed": "0"}
+        r = await client.post("/playground/compare/send/", body)
+        assert r.status_code == 201, r.content
+        shown = r.json()["streams"]
+        assert [s["model"] for s in shown] == ["auto", "gpt-oss-20b"]
+        for s in shown:
+            assert s["ws"] == f"/ws/streams/{s['id']}/" and s["timeline"] == f"/streams/{s['id']}/"
+            stream = await finished(s["id"])
+            assert stream.status == "completed" and stream.user_id == people.owner.pk
+            assert stream.request_body["model"] == s["model"]
+            assert stream.request_body["input"] == "Tell me about Utrecht"
+        stranger = logged_in(people.stranger)
+        assert (await stranger.get(shown[0]["timeline"])).status_code == 404
 
 
 class TestConversation(Base):

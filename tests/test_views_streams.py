@@ -188,6 +188,39 @@ class TestStreamList(Base):
         assert '<td class="num proxy-added"' in self.get(self.owner_client, "/?source=proxy").text
         assert "Proxy +ms" not in self.get(self.owner_client).text
 
+    def test_retries_sit_under_their_first_attempt_with_token_counts(self):
+        first = Stream.objects.create(user=self.owner, status="stalled", output_tokens=1234)
+        unrelated = Stream.objects.create(user=self.owner, status="completed")
+        second = Stream.objects.create(
+            user=self.owner, status="completed", attempt=2, first_attempt=first
+        )
+        r = self.get(self.owner_client)
+        order = rows_in_order(r.text)
+        # newest first, but the retry right below the attempt it retried
+        assert order[:3] == [unrelated.pk, first.pk, second.pk]
+        row = r.text.split(f'id="stream-row-{second.pk}"')[1].split("</tr>")[0]
+        assert "↳" in row and "try 2" in row
+        assert "Tokens</th>" in r.text
+        first_row = r.text.split(f'id="stream-row-{first.pk}"')[1].split("</tr>")[0]
+        assert '<td class="num" data-f="output_tokens">1\u202f234</td>' in first_row
+
+    def test_a_retry_whose_first_attempt_is_on_another_page_links_to_it(self):
+        first = Stream.objects.create(user=self.owner, status="stalled")
+        second = Stream.objects.create(
+            user=self.owner, status="completed", attempt=2, first_attempt=first
+        )
+        r = self.get(self.owner_client, f"/?status=completed&q=%23{second.pk}")
+        row = r.text.split(f'id="stream-row-{second.pk}"')[1].split("</tr>")[0]
+        assert f'try 2 of <a href="/streams/{first.pk}/">#{first.pk}</a>' in row
+
+    def test_the_time_ranges_are_the_analytics_pages_ones(self):
+        from dashboard.forms.analytics import RANGE_CHOICES
+        from dashboard.forms.streams import StreamFilterForm
+
+        mine = [c for c in StreamFilterForm().fields["range"].choices if c[0]]
+        presets = [c for c in RANGE_CHOICES if c[0] not in ("all", "custom")]
+        assert mine == presets
+
 
 class TestStreamDetail(Base):
     def url(self, pk=None):

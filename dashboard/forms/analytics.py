@@ -4,25 +4,12 @@ import datetime as dt
 
 from django import forms
 
+from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from dashboard.stats.sql import Scope
 from streams.models import Stream
 
-RANGES = {
-    "1h": dt.timedelta(hours=1),
-    "24h": dt.timedelta(hours=24),
-    "7d": dt.timedelta(days=7),
-    "30d": dt.timedelta(days=30),
-    "90d": dt.timedelta(days=90),
-}
-RANGE_CHOICES = [
-    ("1h", "Last hour"),
-    ("24h", "Last 24 hours"),
-    ("7d", "Last 7 days"),
-    ("30d", "Last 30 days"),
-    ("90d", "Last 90 days"),
-    ("all", "All time"),
-    ("custom", "Custom (UTC)"),
-]
+RANGES = PRESETS
+RANGE_CHOICES = [*PRESET_CHOICES, ("all", ALL_TIME), ("custom", "Custom (UTC)")]
 ANY = [("", "Any")]
 
 

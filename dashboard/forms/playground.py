@@ -6,14 +6,15 @@ from django import forms
 from streams.api import CreateStreamForm
 from streams.simulator.scenarios import SCENARIOS
 
-# time_scale values the simulator understands, as offered in the composer.
+# time_scale values the simulator understands, as offered in the composer: slowest first.
 SPEEDS = [
+    ("2", "Half speed"),
     ("1", "Real time"),
     ("0.5", "2× faster"),
     ("0.25", "4× faster"),
     ("0", "Instant"),
-    ("2", "Half speed"),
 ]
+DEFAULT_SPEED = "1"
 
 
 class PlaygroundForm(CreateStreamForm):
@@ -83,4 +84,40 @@ class PlaygroundForm(CreateStreamForm):
 
 
 def scenario_choices():
-    return [(name, f"{name} — {text}") for name, text in SCENARIOS.items()]
+    """(id, what it does) of the simulator's scenarios, from its own catalogue."""
+    return list(SCENARIOS.items())
+
+
+COMPARE_MIN, COMPARE_MAX = 2, 4
+
+
+class CompareForm(PlaygroundForm):
+    """One message to 2–4 models at once (compare mode): the composer's fields, with `models`
+    instead of one `model`; each stream's request is the one the playground would send."""
+
+    models = forms.MultipleChoiceField(required=False)
+
+    def __init__(self, data=None, *, catalog, **kwargs):
+        if data is not None:
+            data = data.copy()
+            data["model"] = "auto"  # the per-stream model comes from `models`
+        super().__init__(data, catalog=catalog, **kwargs)
+        self.fields["models"].choices = [(m, m) for m in catalog.choices]
+        self.fields["models"].label = "Models"
+
+    def clean_models(self):
+        models = list(dict.fromkeys(self.cleaned_data["models"]))  # each once, in order
+        if not COMPARE_MIN <= len(models) <= COMPARE_MAX:
+            raise forms.ValidationError(
+                f"Choose {COMPARE_MIN} to {COMPARE_MAX} different models (auto counts as one)."
+            )
+        return models
+
+    def request_bodies(self):
+        """(model, request body) per chosen model."""
+        bodies = []
+        for model in self.cleaned_data["models"]:
+            body = self.request_body()
+            body["model"] = model
+            bodies.append((model, body))
+        return bodies

@@ -5,8 +5,9 @@ from urllib.parse import urlencode
 
 from django import forms
 
+from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from streams import conf
-from streams.importer import CaptureError, read_capture
+from streams.imports import MAX_FILES
 from streams.models import Stream
 
 MB = 1024 * 1024
@@ -16,11 +17,31 @@ def _mb(n):
     return f"{n / MB:.1f}"
 
 
-class CaptureUploadForm(forms.Form):
-    """A captured stream to import: a raw SSE body or a HAR export. Validating it parses it, so
-    `cleaned_data["captures"]` holds what the view stores (the file is read once)."""
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
 
-    file = forms.FileField()
+
+class MultipleFileField(forms.FileField):
+    """Several files in one field (Django's documented recipe): a list of uploads."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None):
+        if isinstance(data, list | tuple) and not data:
+            data = None  # nothing chosen: FileField's own "required" error
+        if isinstance(data, list | tuple):
+            return [super(MultipleFileField, self).clean(d, initial) for d in data]
+        return [super().clean(data, initial)]
+
+
+class CaptureUploadForm(forms.Form):
+    """Captured streams to import: raw SSE bodies or HAR exports, several at once. Only what is
+    cheap is checked here (sizes, count); reading them is an import job's (streams/imports.py),
+    whose page shows why a file could not be imported."""
+
+    file = MultipleFileField()
     model = forms.CharField(
         max_length=100,
         required=False,
@@ -28,33 +49,25 @@ class CaptureUploadForm(forms.Form):
     )
 
     def clean_file(self):
-        upload = self.cleaned_data["file"]
-        limit = conf.get().upload_max_bytes
-        if upload.size > limit:
+        uploads = self.cleaned_data["file"]
+        if len(uploads) > MAX_FILES:
             raise forms.ValidationError(
-                f"File too large: {_mb(upload.size)} MB (limit {_mb(limit)} MB)",
-                code="too_large",
+                f"{len(uploads)} files: at most {MAX_FILES} per upload", code="too_many"
             )
-        content = upload.read()
-        try:
-            # checked here for the model given (the view stores it as is), so that a file over
-            # the import's bounds is refused with the form's error, not half-way through storing
-            model = (self.data.get("model") or "").strip()
-            self.cleaned_data["captures"] = read_capture(content, upload.name, model)
-        except CaptureError as exc:
+        limit = conf.get().upload_max_bytes
+        total = sum(u.size for u in uploads)
+        if total > limit:
             raise forms.ValidationError(
-                f"Cannot import {upload.name}: {exc}", code="not_a_capture"
-            ) from None
-        return upload
+                f"File too large: {_mb(total)} MB (limit {_mb(limit)} MB)", code="too_large"
+            )
+        return uploads
+
+    def files_to_import(self):
+        """(name, bytes) of each upload, read once."""
+        return [(u.name, u.read()) for u in self.cleaned_data["file"]]
 
 
-RANGES = {
-    "15m": dt.timedelta(minutes=15),
-    "1h": dt.timedelta(hours=1),
-    "24h": dt.timedelta(hours=24),
-    "7d": dt.timedelta(days=7),
-    "30d": dt.timedelta(days=30),
-}
+RANGES = PRESETS
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
@@ -80,17 +93,8 @@ class StreamFilterForm(forms.Form):
             ("none", "Without findings"),
         ],
     )
-    range = forms.ChoiceField(
-        required=False,
-        choices=[
-            ("", "Any time"),
-            ("15m", "Last 15 minutes"),
-            ("1h", "Last hour"),
-            ("24h", "Last 24 hours"),
-            ("7d", "Last 7 days"),
-            ("30d", "Last 30 days"),
-        ],
-    )
+    # the analytics pages' presets (forms/ranges.py); custom bounds are From / To below
+    range = forms.ChoiceField(required=False, choices=[("", ALL_TIME), *PRESET_CHOICES])
     since = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS)
     until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS)
     before = forms.IntegerField(required=False, min_value=1)

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from django.db import connection
 from django.db.models import Count as models_Count
 
+from dashboard.stats import cube
 from dashboard.stats.sql import (
     IDX_CREATED,
     IDX_USER,
@@ -41,6 +42,7 @@ class AdminReport:
     largest: list = field(default_factory=list)
     slowest: list = field(default_factory=list)
     daily_chart: dict | None = None
+    method: str = cube.EXACT  # counts are exact either way; this says where they came from
 
 
 PROBLEM_STATUSES = ("failed", "stalled", "truncated", "interrupted", "cancelled", "incomplete")
@@ -125,7 +127,8 @@ def usage_per_user(scope, limit=TOP_USERS):
                 "last": last,
             }
         )
-    return out, len(rows)
+    # "(no user)" (streams recorded from the CLI) is a row of the table, not a user
+    return out, sum(1 for r in rows if r[0] is not None)
 
 
 def error_codes(scope):
@@ -151,9 +154,17 @@ def findings_by_code(scope):
         .annotate(n=models_Count("id"))
         .order_by()
     )
+    return findings_table(rows)
+
+
+def findings_table(rows):
+    """(code, severity, resolved model, count) rows as the page's table: {"models", "rows"},
+    for the exact and the pre-aggregated paths alike."""
     table = {}
     model_names = set()
     for code, severity, model, n in rows:
+        if not n:
+            continue
         entry = table.setdefault(
             (code, severity), {"code": code, "severity": severity, "total": 0, "models": {}}
         )
@@ -181,8 +192,8 @@ def top_streams(scope, column, limit=TOP_STREAMS):
         "duration_ms",
     ]
     rows = _dicts(
-        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(IDX_USER)} WHERE {w.sql()} "
-        f"ORDER BY {_q(column)} DESC LIMIT {int(limit)}",
+        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(TOP_INDEX[column])} "
+        f"WHERE {w.sql()} ORDER BY {_q(column)} DESC LIMIT {int(limit)}",
         w.params,
         cols,
     )
@@ -191,10 +202,17 @@ def top_streams(scope, column, limit=TOP_STREAMS):
     return rows
 
 
+# walked from the top, the range checked in the index entry (streams/models.py)
+TOP_INDEX = {"bytes_received": "stream_bytes_top", "duration_ms": "stream_duration_top"}
+
+
 @_versioned
 def admin_report(scope, *, now=None):
     now = now or dt.datetime.now(dt.UTC)
     report = AdminReport(scope=scope, empty=True)
+    if cube.method(scope) == cube.AGGREGATED:
+        report.method = cube.AGGREGATED
+        return _aggregated(report, scope, now)
     report.days = per_day(scope, now)
     if not any(d["streams"] for d in report.days):
         return report
@@ -219,3 +237,126 @@ def admin_report(scope, *, now=None):
         "findings": sum(r["total"] for r in report.findings["rows"]),
     }
     return report
+
+
+# ---------------------------------------------------------------------------------------------
+# The same report from the pre-aggregates (dashboard/stats/cube.py): every figure exact.
+
+
+def _days(scope, now, first=None):
+    end = scope.end or now
+    start = scope.start
+    if start is None:
+        known = [x for x in (history_start(scope), first) if x is not None]
+        start = min(known) if known else None
+    if start is None:
+        return None, []
+    day0 = dt.datetime.combine(start.date(), dt.time(), dt.UTC)
+    days = []
+    d = day0
+    while d < end and len(days) < 400:
+        days.append(d)
+        d += dt.timedelta(days=1)
+    return start, days
+
+
+def _aggregated(report, scope, now):
+    from django.contrib.auth import get_user_model
+
+    # all time begins with the oldest aggregated day: retention may have deleted its rows
+    start, days = _days(scope, now, None if scope.start else cube.first_day(scope))
+    if not days:
+        return report
+    c = cube.Cube(scope, scope.start, scope.end or now)
+    by_day = c.usage(("t", "status"), step=86400)
+    per = {}
+    for (t, status), v in by_day.items():
+        e = per.setdefault(t, [0, 0, 0])
+        e[0] += v["n"]
+        e[1] += v["n"] if status == "failed" else 0
+        e[2] += v["events"]
+    report.days = []
+    for d in days:
+        streams, failed, events = per.get(int(d.timestamp()), (0, 0, 0))
+        report.days.append(
+            {"day": d.date(), "streams": streams, "failed": failed, "events": events}
+        )
+    if not any(d["streams"] for d in report.days):
+        return report
+    report.empty = False
+    report.daily_chart = {
+        "t": [
+            int(dt.datetime.combine(d["day"], dt.time(), dt.UTC).timestamp()) for d in report.days
+        ],
+        "streams": [d["streams"] for d in report.days],
+        "failed": [d["failed"] for d in report.days],
+    }
+    per_user = {}
+    for (user, status), v in c.usage(("user_key", "status")).items():
+        e = per_user.setdefault(user, {"n": 0, "failed": 0, "tokens": 0, "bytes": 0, "f": 0})
+        e["n"] += v["n"]
+        e["failed"] += v["n"] if status == "failed" else 0
+        e["tokens"] += v["output_tokens"]
+        e["bytes"] += v["bytes_received"]
+        e["f"] += v["findings"]
+    rows = sorted(((u or None, e) for u, e in per_user.items() if e["n"]),
+                  key=lambda r: (-r[1]["n"], r[0] or 0))  # fmt: skip
+    shown = rows[:TOP_USERS]
+    names = dict(
+        get_user_model()
+        .objects.filter(pk__in=[u for u, _ in shown if u is not None])
+        .values_list("pk", "username")
+    )
+    last = _last_streams(scope, [u for u, _ in shown])
+    report.users = [
+        {
+            "user_id": u,
+            "username": names.get(u, "") if u is not None else "",
+            "streams": e["n"],
+            "failed": e["failed"],
+            "error_rate": _div(e["failed"], e["n"]),
+            "error_pct": _pct(_div(e["failed"], e["n"])),
+            "output_tokens": e["tokens"],
+            "bytes": e["bytes"],
+            "findings": e["f"],
+            "last": last.get(u),
+        }
+        for u, e in shown
+    ]
+    errors = [
+        {"status": s, "code": code, "count": v["n"]}
+        for (s, code), v in c.usage(("status", "error_code")).items()
+        if s in PROBLEM_STATUSES and v["n"]
+    ]
+    errors.sort(key=lambda r: (-r["count"], r["status"], r["code"]))
+    report.errors = errors
+    found = c.findings(("code", "severity", "resolved_model")).items()
+    report.findings = findings_table((*key, n) for key, n in found)
+    report.largest = top_streams(scope, "bytes_received")
+    report.slowest = top_streams(scope, "duration_ms")
+    report.totals = {
+        "streams": sum(d["streams"] for d in report.days),
+        "failed": sum(d["failed"] for d in report.days),
+        "events": sum(d["events"] for d in report.days),
+        "users": sum(1 for u, _ in rows if u is not None),
+        "findings": sum(r["total"] for r in report.findings["rows"]),
+    }
+    return report
+
+
+def _last_streams(scope, users):
+    """{user id: newest created_at in scope}: one seek of (user, created_at) each."""
+    subqueries = []
+    for u in users:
+        w = scope_where(scope)
+        w.add(f"{_q('user_id')} IS NULL") if u is None else w.eq("user_id", u)
+        subqueries.append((f"SELECT MAX({_q('created_at')}) FROM {_q(TABLE)} WHERE {w.sql()}",
+                           w.params))  # fmt: skip
+    out = {}
+    for u, value in zip(users, _scalars(subqueries), strict=True):
+        if isinstance(value, str):
+            value = dt.datetime.fromisoformat(value)
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=dt.UTC)
+        out[u] = value
+    return out

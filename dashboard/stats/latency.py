@@ -10,9 +10,11 @@ import functools
 import math
 from dataclasses import dataclass, field
 
+from dashboard.stats import cube
 from dashboard.stats.pairs import (
     SERIES_PERCENTILES,
     _group_where,
+    _series_bounds,
     _summary,
     fold,
     model_pairs,
@@ -30,11 +32,13 @@ from dashboard.stats.sql import (
     _rows,
     _scalars,
     _versioned,
+    buckets,
     history_start,
     index_for,
     percentiles,
     scope_where,
 )
+from streams.aggregates import ERROR_BOUND, HOUR, TTFT, bucket_value, percentile
 
 SLOWEST = 20
 HISTOGRAM_BINS = 40
@@ -285,6 +289,11 @@ def compare(scope_a, label_a, scope_b, label_b):
 
 
 def _one_row(scope):
+    if cube.method(scope) == cube.AGGREGATED:
+        c = cube.Cube(scope)
+        aggregates = cube.pair_aggregates(c)
+        hists = c.histograms(TTFT, ("resolved_model", "requested_model"))
+        return _overall_from(aggregates, hists)
     aggregates = pair_aggregates(scope)
     return overall(scope, aggregates, narrow=False)
 
@@ -305,6 +314,9 @@ class LatencyReport:
     comparison: Comparison | None = None
     resolved_models: list = field(default_factory=list)
     requested_models: list = field(default_factory=list)
+    # cube.EXACT (raw rows) or cube.AGGREGATED (percentiles within `error_bound_pct`)
+    method: str = cube.EXACT
+    error_bound_pct: float = 100 * ERROR_BOUND
 
 
 @_versioned
@@ -318,6 +330,8 @@ def latency_report(scope, *, now=None, compare_with=None):
         resolved_models=sorted({r for r, _ in pairs if r}),
         requested_models=sorted({q for _, q in pairs if q}),
     )
+    if cube.method(scope) == cube.AGGREGATED:
+        return _aggregated(report, scope, now, compare_with)
     aggregates = pair_aggregates(scope, pairs)
     if compare_with is not None:
         label_a, scope_a, label_b, scope_b = compare_with
@@ -337,6 +351,122 @@ def latency_report(scope, *, now=None, compare_with=None):
     report.histogram = histogram(scope, aggregates, [r for r in report.by_resolved if r["model"]])
     models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
     report.series = time_series(scope, aggregates, models, now)
+    if report.histogram:
+        report.histogram_rows = histogram_rows(report.histogram)
+    if report.series:
+        report.series_rows = series_rows(report.series)
+    report.slowest = slowest(scope)
+    return report
+
+
+# ---------------------------------------------------------------------------------------------
+# The same report from the pre-aggregates (dashboard/stats/cube.py): counts, sums, rates and
+# maxima exact, percentiles and the histogram's bins from log buckets (within ERROR_BOUND).
+
+
+def _rows_from(aggregates, hists, key, label):
+    groups = fold(aggregates, key)
+    members = {g: [p for p in aggregates if key(p) == g] for g in groups}
+    maxima = {g: a["ttft_max"] for g, a in groups.items()}
+    pcts = cube.group_percentiles(hists, members, PERCENTILES, maxima)
+    rows = [{label: g, **_summary(a, pcts[g])} for g, a in groups.items()]
+    rows.sort(key=lambda r: (-r["count"], str(r[label])))
+    return rows
+
+
+def _overall_from(aggregates, hists):
+    if not aggregates:
+        return None
+    rows = _rows_from(aggregates, hists, lambda p: "all", "model")
+    row = rows[0]
+    del row["model"]
+    return row
+
+
+def _phases_from(c):
+    out = {}
+    for (model,), v in c.usage(("resolved_model",)).items():
+        n = v["phase_n"]
+        if not n:
+            continue
+        written, headers = v["written_sum_us"], v["headers_sum_us"]
+        created, routed = v["created_sum_us"], v["routed_or_created_sum_us"]
+        first = v["first_token_sum_us"]
+        ms = [written, headers - written, created - headers, routed - created, first - routed]
+        out[model] = [
+            {"key": k, "label": label, "ms": x / n / 1000}
+            for (k, label), x in zip(PHASES, ms, strict=True)
+        ]
+    return out
+
+
+def _histogram_from(hists, rows):
+    top = max((r["p99"] for r in rows if r["p99"] is not None), default=None)
+    if top is None:
+        return None
+    width = _nice(top / HISTOGRAM_BINS)
+    nbins = max(1, min(HISTOGRAM_BINS, math.ceil(top / width)))
+    edges = [i * width for i in range(nbins + 1)]
+    series = []
+    for r in rows:
+        counts = [0] * (nbins + 1)
+        merged = {}
+        for (resolved, _), h in hists.items():
+            if resolved == r["model"]:
+                for b, n in h.items():
+                    merged[b] = merged.get(b, 0) + n
+        for b, n in merged.items():
+            counts[min(nbins, int(bucket_value(b) // width))] += n
+        series.append({"model": r["model"], "counts": counts})
+    return {"edges": edges, "width": width, "series": series}
+
+
+def _series_from(scope, aggregates, models, now, metric=TTFT, qs=SERIES_PERCENTILES):
+    """time_series from the cube when its steps are whole hours (ranges over ~28 h); shorter
+    ranges read their few rows raw."""
+    bounds = _series_bounds(scope, now)
+    if bounds is None or not models:
+        return None
+    step, windows = buckets(*bounds)
+    if step % HOUR:
+        return cube.short_series(scope, models, bounds, step, windows, _q("ttft_ms"), qs)
+    c = cube.Cube(scope, bounds[0], bounds[1])
+    hists = c.histograms(metric, ("resolved_model", "t"), step)
+    ts = [int(lo.timestamp()) for lo, _ in windows]
+    series = []
+    for model in models:
+        entry = {"model": model, "n": []}
+        for q in qs:
+            entry[PCT_NAMES[q]] = []
+        for t in ts:
+            h = hists.get((model, t), {})
+            entry["n"].append(sum(h.values()))
+            for q in qs:
+                entry[PCT_NAMES[q]].append(percentile(h, q))
+        series.append(entry)
+    return {"step": step, "t": ts, "series": series}
+
+
+def _aggregated(report, scope, now, compare_with):
+    report.method = cube.AGGREGATED
+    c = cube.Cube(scope)
+    aggregates = cube.pair_aggregates(c)
+    if compare_with is not None:
+        label_a, scope_a, label_b, scope_b = compare_with
+        report.comparison = compare(scope_a, label_a, scope_b, label_b)
+    if not aggregates:
+        return report
+    report.empty = False
+    hists = c.histograms(TTFT, ("resolved_model", "requested_model"))
+    report.overall = _overall_from(aggregates, hists)
+    report.by_resolved = _rows_from(aggregates, hists, lambda p: p[0], "model")
+    phase_means = _phases_from(c)
+    for row in report.by_resolved:
+        row["phases"] = phase_means.get(row["model"])
+    report.by_requested = _rows_from(aggregates, hists, lambda p: p[1], "model")
+    report.histogram = _histogram_from(hists, [r for r in report.by_resolved if r["model"]])
+    models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
+    report.series = _series_from(scope, aggregates, models, now)
     if report.histogram:
         report.histogram_rows = histogram_rows(report.histogram)
     if report.series:

@@ -2,6 +2,8 @@
 
 from django import template
 
+from dashboard.queries import TEXT_SHOWN
+
 register = template.Library()
 
 
@@ -45,3 +47,10 @@ def count(value):
 def pct(value):
     """A percentage for an inline style (always a dot, never a localised comma)."""
     return f"{float(value or 0):.3f}"
+
+
+@register.simple_tag
+def output_text_shown():
+    """Characters of a text laid out before "Show all": the live renderer (static/js/output.js)
+    collapses a growing text at the same point as the server's rendering."""
+    return TEXT_SHOWN

@@ -15,6 +15,9 @@ GET  /playground/<c>/turns/<t>/        playground_turn           one turn, rende
                                                                  swaps it in when its stream ends)
 POST /playground/<c>/turns/<t>/retry/  playground_retry          ask again (last turn only)
 POST /playground/<c>/delete/           playground_delete         delete (its streams are kept)
+GET  /playground/compare/              playground_compare        compare mode: one message to 2–4
+                                                                 models side by side, live
+POST /playground/compare/send/         playground_compare_send   start one stream per model (JSON)
 =====================================  ========================  ================================
 
 Stop is the API's `POST /api/streams/<id>/cancel/`. POSTs answer JSON to the page's script
@@ -29,6 +32,7 @@ import datetime as dt
 from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.db import transaction
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
@@ -37,15 +41,23 @@ from django.utils import timezone
 from django.utils.timesince import timesince
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard.forms.playground import SPEEDS, PlaygroundForm, scenario_choices
+from dashboard.forms.playground import (
+    COMPARE_MAX,
+    DEFAULT_SPEED,
+    SPEEDS,
+    CompareForm,
+    PlaygroundForm,
+    scenario_choices,
+)
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
 from dashboard.queries import output_blocks
 from streams import api, conf, public, services
 from streams.catalog import get_catalog
 from streams.checks import ITEM_KINDS
-from streams.models import Stream
+from streams.models import Finding, Stream
 
 SIDEBAR_CONVERSATIONS = 100
+FINDING_CODES_MAX = 200  # findings read to name their codes on an answer's badge
 RETRYABLE = {
     Stream.Status.FAILED,
     Stream.Status.CANCELLED,
@@ -112,7 +124,7 @@ def answer_notice(stream):
         # the answer being followed is a retry: say so, not swap attempts silently
         return "warn", f"Retrying after a stall: attempt {stream.attempt} of {limit}."
     if status == Stream.Status.FAILED:
-        return "err", f"The upstream reported an error — {error or 'no details'}."
+        return "err", _failure(stream, error)
     if status == Stream.Status.TRUNCATED:
         return "err", "The connection closed before the answer ended."
     if status == Stream.Status.INTERRUPTED:
@@ -120,6 +132,31 @@ def answer_notice(stream):
     if status == Stream.Status.INCOMPLETE:
         return "warn", f"The answer is incomplete{' — ' + error if error else ''}."
     return "", ""
+
+
+def _failure(stream, error):
+    """What a failed answer's notice says: an HTTP refusal and an answer that was not an event
+    stream are the upstream's answers, not its "errors", and read as such."""
+    http = stream.http_status
+    if stream.error_code == "wrong_content_type":
+        kind = stream.content_type or "no Content-Type"
+        where = f"HTTP {http} " if http else ""
+        return f"The upstream answered {where}with {kind}, not an event stream: nothing to show."
+    if http and http >= 400:
+        # The upstream's Retry-After is not recorded (streams.models.Stream has no field for
+        # it): a 429 says so rather than pretend there is none.
+        limited = " (rate limited: wait before retrying)" if http == 429 else ""
+        return f"The upstream answered HTTP {http}{limited} — {error or 'no details'}."
+    return f"The upstream reported an error — {error or 'no details'}."
+
+
+def _findings(stream):
+    """(count, "code, code") of the checker's findings on an answer, for its header."""
+    if stream is None or not stream.findings_count:
+        return 0, ""
+    codes = Finding.objects.filter(stream_id=stream.pk).values_list("code", flat=True)
+    names = sorted(set(codes[:FINDING_CODES_MAX]))
+    return stream.findings_count, ", ".join(names)
 
 
 def _prepare(turn, is_last):
@@ -131,7 +168,9 @@ def _prepare(turn, is_last):
         stream = turn.answer = public.page_stream(stream)
         turn.blocks, turn.rewritten, turn.has_output = answer_output(stream)
         turn.notice_class, turn.notice = answer_notice(stream)
+        turn.findings, turn.finding_codes = _findings(stream)
     else:
+        turn.findings, turn.finding_codes = 0, ""
         turn.blocks, turn.rewritten, turn.has_output = [], False, False
         turn.notice_class, turn.notice = "", ""
     turn.retryable = bool(is_last and stream is not None and stream.status in RETRYABLE)
@@ -160,9 +199,15 @@ def _page_context(user, conversation, form=None, error=""):
         _prepare(turn, n == len(turns))
     conversations = Conversation.objects.filter(user_id=user.pk).order_by("-updated_at")
     if form is None:
-        # A new conversation starts from the settings of the one used last.
+        # A new conversation starts from the model and options of the one used last, but with
+        # the simulator's scenario and speed at their defaults: a stall or an error scenario
+        # carried into "+ New conversation" made its first answer fail for no visible reason.
         template = conversation or conversations.first()
-        initial = template.settings_dict() if template else {"model": "auto", "speed": "1"}
+        initial = template.settings_dict() if template else {"model": "auto"}
+        if conversation is None:
+            initial = {**initial, "scenario": "", "speed": DEFAULT_SPEED}
+        elif not initial.get("speed"):
+            initial = {**initial, "speed": DEFAULT_SPEED}  # sent before speeds were kept
         form = PlaygroundForm(initial=initial, catalog=catalog)
     conversations = list(conversations[:SIDEBAR_CONVERSATIONS])
     now = timezone.now()
@@ -308,3 +353,76 @@ async def playground_send(request, conversation_id=None):
 @require_POST
 async def playground_retry(request, conversation_id, turn_id):
     return await _start(request, _retry, conversation_id, turn_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# Compare: one message to several models at once. Not a conversation: each answer is a stream
+# of its own (in the streams list), started by services.create/start like any other.
+
+
+@login_required
+@require_GET
+def playground_compare(request):
+    catalog = get_catalog()
+    pinned = [m for m in catalog.choices if m != "auto"]
+    initial = {"models": (["auto"] if "auto" in catalog.choices else []) + pinned[:1]}
+    form = CompareForm(catalog=catalog, initial={**initial, "speed": DEFAULT_SPEED})
+    context = {
+        "nav": "playground",
+        "form": form,
+        "catalog": catalog,
+        "scenarios": scenario_choices(),
+        "speeds": SPEEDS,
+        "chosen": initial["models"],
+        "slots": COMPARE_MAX,
+        "limit": conf.get().max_concurrent_per_user,
+        "output_item_kinds": ITEM_KINDS,
+    }
+    return render(request, "dashboard/playground_compare.html", context)
+
+
+def _compare_create(request):
+    """Validate, check there is a slot per model, create every stream (all or none)."""
+    form = CompareForm(request.POST, catalog=get_catalog())
+    if not form.is_valid():
+        return None, JsonResponse(
+            {"message": form.first_error(), "errors": form.error_dict()}, status=400
+        )
+    bodies = form.request_bodies()
+    limit = conf.get().max_concurrent_per_user
+    running = services.running_count(request.user)
+    if running + len(bodies) > limit:
+        # Said before anything starts: a compare that got 3 of its 4 answers compares nothing.
+        free = max(0, limit - running)
+        message = (
+            f"A compare of {len(bodies)} models needs {len(bodies)} free stream slots; "
+            f"you have {free} (at most {limit} streams at a time, {running} running). "
+            "Wait for some to finish, stop them, or choose fewer models."
+        )
+        return None, JsonResponse({"message": message, "errors": {}}, status=429)
+    try:
+        with transaction.atomic():
+            streams = [services.create(request.user, body) for _, body in bodies]
+    except services.TooMany as exc:  # another tab took a slot meanwhile
+        return None, JsonResponse({"message": exc.message(), "errors": {}}, status=429)
+    return streams, None
+
+
+@login_required
+@require_POST
+async def playground_compare_send(request):
+    streams, response = await sync_to_async(_compare_create)(request)
+    if response is not None:
+        return response
+    for stream in streams:
+        await services.start(stream)
+    shown = [
+        {
+            "id": s.pk,
+            "model": s.requested_model,
+            "ws": api.ws_path(s.pk),
+            "timeline": reverse("stream_detail", args=[s.pk]),
+        }
+        for s in streams
+    ]
+    return JsonResponse({"streams": shown}, status=201)

@@ -23,9 +23,9 @@ from dashboard.forms.streams import (
     SessionPageForm,
     StreamFilterForm,
 )
-from streams import export, importer
+from streams import export, imports
 from streams.auth import streams_for
-from streams.checks import OUTPUT_DELTAS
+from streams.checks import OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import Stream
 
 
@@ -64,6 +64,7 @@ def _timeline_config(stream):
         "proxied": queries.is_proxied(stream),
         "eventCount": stream.event_count,
         "outputTypes": sorted(OUTPUT_DELTAS),
+        "terminalTypes": sorted(TERMINAL_STATUS),
         "ws": f"/ws/streams/{pk}/?format=json",
         "urls": {
             "page": reverse("stream_detail", args=[pk]),
@@ -115,17 +116,50 @@ def stream_upload(request):
     if request.method == "POST":
         form = CaptureUploadForm(request.POST, request.FILES)
         if form.is_valid():
-            streams = importer.store_captures(
-                form.cleaned_data["captures"],
-                user=request.user,
-                model=form.cleaned_data["model"],
-            )
-            return HttpResponseRedirect(reverse("stream_detail", args=[streams[0].pk]))
+            try:
+                job = imports.submit(
+                    request.user, form.files_to_import(), model=form.cleaned_data["model"]
+                )
+            except imports.ImportRefused as exc:
+                form.add_error(None, str(exc))
+                context = {"form": form, "nav": "streams"}
+                response = render(request, "dashboard/stream_upload.html", context, status=429)
+                response["Retry-After"] = str(exc.retry_after)
+                return response
+            return HttpResponseRedirect(reverse("import_job", args=[job.pk]))
         status = 400
     else:
         form, status = CaptureUploadForm(), 200
     context = {"form": form, "nav": "streams"}
     return render(request, "dashboard/stream_upload.html", context, status=status)
+
+
+@login_required
+@require_GET
+def import_job(request, job_id):
+    """An import's progress; its `progress` fragment is polled while it runs (and a job nobody
+    polls is cancelled). One stream imported: its page, as the upload used to lead to."""
+    progress = imports.progress(job_id, request.user)
+    if progress is None:
+        raise Http404("No such import")
+    ids = progress["stream_ids"]
+    single = not progress["active"] and len(ids) == 1 and len(progress["files"]) == 1
+    if _fragment(request) == "import-progress":
+        response = render(request, "dashboard/import_job.html#progress", progress)
+        if single:
+            response["HX-Redirect"] = reverse("stream_detail", args=[ids[0]])
+        return response
+    if single:
+        return HttpResponseRedirect(reverse("stream_detail", args=[ids[0]]))
+    return render(request, "dashboard/import_job.html", {**progress, "nav": "streams"})
+
+
+@login_required
+@require_http_methods(["POST"])
+def import_cancel(request, job_id):
+    if not imports.cancel(job_id, request.user):
+        raise Http404("No such import")
+    return HttpResponseRedirect(reverse("import_job", args=[job_id]))
 
 
 @login_required

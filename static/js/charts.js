@@ -1,4 +1,9 @@
-/* Streamscope analytics charts, drawn with the vendored uPlot.
+/* Streamscope analytics charts, drawn with the vendored uPlot (an ES module; uPlot is the
+ * classic script before it, window.uPlot).
+ *
+ * Read at a glance: a model has one colour on every page (palette.js), times are UTC and
+ * 24-hour (time.js), a series with isolated values draws them as points (a one-bucket line
+ * draws nothing), legends show nothing rather than "–" where a series has no value.
  *
  * A chart is an element `<div class="chart" data-chart="KIND" data-source="ID">`; its data is
  * the JSON of `<script type="application/json" id="ID">` (Django's json_script, so it is
@@ -9,23 +14,23 @@
  * with their container. Open <details> table views stay open across swaps.
  * A page that polls must render its chart data inside the swapped region.
  */
+import { alpha, colorFor } from "./palette.js";
+import { utcAxis } from "./time.js";
+
 (function () {
-  "use strict";
-
-  const PALETTE = ["#2857d6", "#d4572a", "#1f7a3d", "#8a3ffc", "#b28600", "#007d79",
-    "#e0457b", "#5d6678", "#0072c3", "#a56eff"];
   const HEIGHT = 260;
+  const ACCENT = "#0072B2"; // one-series charts: the palette's first colour
+  const FAILED = "#D55E00";
 
-  function colorFor(name) {
-    // a stable colour per model name, the same on every page and chart
-    let h = 0;
-    for (let i = 0; i < name.length; i++) h = (h * 31 + name.charCodeAt(i)) >>> 0;
-    return PALETTE[h % PALETTE.length];
+  /** Whether a series has a value with no value on either side: a line cannot show it. */
+  function isolated(values) {
+    return values.some((v, i) => v != null && values[i - 1] == null && values[i + 1] == null);
   }
 
-  function alpha(hex, a) {
-    const n = parseInt(hex.slice(1), 16);
-    return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${a})`;
+  /** A time chart's x: UTC, 24-hour ticks and legend. */
+  function timeX() {
+    const t = utcAxis(uPlot);
+    return { tzDate: t.tzDate, axis: t.axis, series: t.series };
   }
 
   // Data of swapped-in content. htmx is configured with allowScriptTags: false, so it drops
@@ -40,7 +45,7 @@
   }
 
   function fmtMs(v) {
-    return v == null ? "–" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : Math.round(v) + " ms");
+    return v == null ? "" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : Math.round(v) + " ms");
   }
 
   function base(el, extra) {
@@ -57,14 +62,15 @@
     histogram(el, d) {
       const xs = d.edges;
       const data = [xs];
-      const series = [{ label: "TTFT", value: (u, v) => v == null ? "–" : `${v}–${v + d.width} ms` }];
+      const series = [{ label: "TTFT", value: (u, v) => v == null ? "" : `${v}–${v + d.width} ms` }];
       for (const s of d.series) {
         data.push(s.counts);
         const c = colorFor(s.model);
         series.push({
           label: s.model, stroke: c, fill: alpha(c, 0.12), width: 1.5,
           paths: uPlot.paths.stepped({ align: 1 }),
-          value: (u, v) => v == null ? "–" : String(v),
+          points: { show: false }, // an outline, not a dot per bin (empty bins included)
+          value: (u, v) => v == null ? "" : String(v),
         });
       }
       return new uPlot(base(el, {
@@ -79,19 +85,23 @@
 
     // TTFT p50 (solid) and p95 (dashed) per model over time
     timeseries(el, d) {
+      const x = timeX();
       const data = [d.t];
-      const series = [{}];
+      const series = [x.series];
       for (const s of d.series) {
         const c = colorFor(s.model);
         data.push(s.p50);
-        series.push({ label: `${s.model} p50`, stroke: c, width: 2, spanGaps: false, value: (u, v) => fmtMs(v) });
+        series.push({ label: `${s.model} p50`, stroke: c, width: 2, spanGaps: false, value: (u, v) => fmtMs(v),
+          points: { show: isolated(s.p50), size: 7, fill: c } });
         if (s.p95) {
           data.push(s.p95);
-          series.push({ label: `${s.model} p95`, stroke: c, width: 1, dash: [5, 4], spanGaps: false, value: (u, v) => fmtMs(v) });
+          series.push({ label: `${s.model} p95`, stroke: c, width: 1, dash: [5, 4], spanGaps: false, value: (u, v) => fmtMs(v),
+            points: { show: isolated(s.p95), size: 5, fill: "#fff" } });
         }
       }
       return new uPlot(base(el, {
-        axes: [{}, { label: "TTFT (ms)", size: 60 }],
+        tzDate: x.tzDate,
+        axes: [x.axis, { label: "TTFT (ms)", size: 60 }],
         series,
       }), data, el);
     },
@@ -111,11 +121,17 @@
           { label: "% of auto requests" },
         ],
         series: [
-          { label: "model", value: (u, v) => v == null ? "–" : names[v] },
+          { label: "model", value: (u, v) => v == null ? "" : names[v] },
           {
-            label: "share", stroke: "#2857d6", fill: alpha("#2857d6", 0.6),
-            paths: uPlot.paths.bars({ size: [0.6, 80] }), points: { show: false },
-            value: (u, v) => v == null ? "–" : v.toFixed(1) + " %",
+            // each bar in its model's colour, as on every other chart
+            label: "share", stroke: ACCENT, fill: alpha(ACCENT, 0.6),
+            paths: uPlot.paths.bars({
+              size: [0.6, 80],
+              disp: { fill: { unit: 3, values: () => names.map((n) => alpha(colorFor(n), 0.75)) },
+                stroke: { unit: 3, values: () => names.map((n) => colorFor(n)) } },
+            }),
+            points: { show: false },
+            value: (u, v) => v == null ? "" : v.toFixed(1) + " %",
           },
         ],
       }), data, el);
@@ -123,30 +139,39 @@
 
     // routing: share of each resolved model per time bucket (lines, %)
     trend(el, d) {
+      const x = timeX();
       const totals = d.t.map((_, i) => d.series.reduce((a, s) => a + s.n[i], 0));
       const data = [d.t];
-      const series = [{}];
+      const series = [x.series];
       for (const s of d.series) {
         const c = colorFor(s.model);
-        data.push(s.n.map((n, i) => totals[i] ? 100 * n / totals[i] : null));
-        series.push({ label: s.model, stroke: c, width: 2, spanGaps: false, value: (u, v) => v == null ? "–" : v.toFixed(1) + " %" });
+        const values = s.n.map((n, i) => totals[i] ? 100 * n / totals[i] : null);
+        data.push(values);
+        series.push({ label: s.model, stroke: c, width: 2, spanGaps: false,
+          points: { show: isolated(values), size: 7, fill: c },
+          value: (u, v) => v == null ? "" : v.toFixed(1) + " %" });
       }
       return new uPlot(base(el, {
+        tzDate: x.tzDate,
         scales: { y: { range: [0, 100] } },
-        axes: [{}, { label: "% of auto requests" }],
+        axes: [x.axis, { label: "% of auto requests" }],
         series,
       }), data, el);
     },
 
     // admin: streams and failed streams per day (bars)
     daily(el, d) {
+      const x = timeX();
       const data = [d.t, d.streams, d.failed];
       return new uPlot(base(el, {
-        axes: [{}, { label: "streams" }],
+        tzDate: x.tzDate,
+        axes: [x.axis, { label: "streams" }],
         series: [
-          {},
-          { label: "streams", stroke: "#2857d6", fill: alpha("#2857d6", 0.5), paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false } },
-          { label: "failed", stroke: "#b3261e", width: 2 },
+          x.series,
+          { label: "streams", stroke: ACCENT, fill: alpha(ACCENT, 0.5), paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false },
+            value: (u, v) => v == null ? "" : String(v) },
+          { label: "failed", stroke: FAILED, width: 2, points: { show: isolated(d.failed), size: 7, fill: FAILED },
+            value: (u, v) => v == null ? "" : String(v) },
         ],
       }), data, el);
     },

@@ -1,9 +1,9 @@
 /**
  * dom.js — the few DOM helpers every page module uses. An ES module, no build step.
  *
- * Model and upstream strings reach the page only as text (`el(…, text)` sets textContent);
- * `serverFragment` parses HTML, and only ever this server's own template fragments, which
- * Django escaped.
+ * Model and upstream strings reach the page only as text (`el(…, text)` sets textContent),
+ * or as Markdown through markdown.js (HTML disabled, then DOMPurify); `serverFragment` parses
+ * HTML, and only ever this server's own template fragments, which Django escaped.
  */
 
 /** A new element with a class and, optionally, its text. */

@@ -17,9 +17,19 @@
  * `{{ output_item_kinds|json_script:"output-item-kinds" }}`; a type it does not list renders
  * as "other".
  *
- * Everything a model or upstream sent goes into the page as text (textContent, Text nodes).
+ * Everything a model or upstream sent goes into the page as text (textContent, Text nodes),
+ * except a message's text, which is also shown as Markdown through markdown.js (HTML
+ * disabled, then sanitised; the raw text stays in the page behind a "Raw" toggle).
+ *
+ * Keeping up with a fast or huge stream: deltas only append (`flush` writes what came since
+ * the last call, once per animation frame); a text longer than the page's text limit (the
+ * server's, `queries.TEXT_SHOWN`, from <meta name="output-text-shown">) lays out its head
+ * only, the rest waits in an inert <template> behind "Show all" exactly as the server renders
+ * it; Markdown re-renders only the growing tail after the last blank line (markdown.js's
+ * `stableBoundary`), and only of the shown head.
  */
 import { el, pretty } from "./dom.js";
+import { forcedCut, markdownAvailable, markdownFragment, stableBoundary } from "./markdown.js";
 
 const TEXT_DELTAS = new Map([
   ["response.output_text.delta", "output_text"],
@@ -55,6 +65,27 @@ export function outputItemKinds() {
   return pageKinds;
 }
 
+// Markdown beyond this many characters is not rendered, even on "Show all" (markdown-it takes
+// ~1 ms per 5,000 characters here: 200,000 is a long but bounded pause, on a click).
+const MARKDOWN_MAX = 200_000;
+// Markdown work per animation frame, in characters: new text rendered for good, and the
+// growing tail re-rendered (markdown-it + DOMPurify + insertion cost ~2 ms per 1,000
+// characters in Chromium here; a frame is 16 ms). A longer text renders over several frames.
+const MARKDOWN_PER_FRAME = 2500;
+const MARKDOWN_TAIL_MAX = 1500;
+const COUNT = new Intl.NumberFormat("en-US");
+
+let shownLimit = null;
+
+/** Characters of a text laid out before "Show all": the server's limit, from the page. */
+export function textShown() {
+  if (shownLimit !== null) return shownLimit;
+  const meta = document.querySelector('meta[name="output-text-shown"]');
+  const value = Number.parseInt(meta?.content ?? "", 10);
+  shownLimit = Number.isInteger(value) && value > 0 ? value : 20_000;
+  return shownLimit;
+}
+
 const index = (v) => (Number.isInteger(v) ? v : 0);
 const object = (v) => (v && typeof v === "object" ? v : {});
 
@@ -71,7 +102,7 @@ export class LiveOutput {
     this.playground = playground;
     this.onRewrite = onRewrite;
     this.items = new Map(); // output_index -> item record
-    this.pending = new Map(); // Text node -> chunks not yet in the DOM
+    this.pending = new Set(); // text targets with text not yet in the DOM
     this.growing = null;
     this.seen = new Set(); // sequence numbers applied
   }
@@ -146,10 +177,30 @@ export class LiveOutput {
     // Anything else adds nothing to the output (the schema is additive: never fatal).
   }
 
-  /** Write buffered deltas: one DOM change per text per call, however many deltas came. */
+  /** Write buffered deltas: one DOM change per text per call, however many deltas came
+   * (call it once per animation frame). */
   flush() {
-    for (const [node, chunks] of this.pending) node.appendData(chunks.join(""));
+    const later = [];
+    for (const target of this.pending) {
+      writeText(target);
+      const limit = target.expanded ? MARKDOWN_MAX : textShown();
+      if (target.md && !renderMarkdown(target.el, target.text, limit)) later.push(target);
+    }
     this.pending.clear();
+    // Markdown left for later frames (a large delta): it continues on its own.
+    for (const target of later) this.pending.add(target);
+    if (later.length && !this.again) {
+      this.again = true;
+      requestAnimationFrame(() => {
+        this.again = false;
+        this.flush();
+      });
+    }
+  }
+
+  /** Whether text is still waiting to be written or rendered. */
+  get busy() {
+    return this.pending.size > 0;
   }
 
   finish() {
@@ -163,20 +214,27 @@ export class LiveOutput {
   append(target, chunk) {
     if (!chunk) return;
     target.text += chunk;
-    const chunks = this.pending.get(target.node);
-    if (chunks) chunks.push(chunk);
-    else this.pending.set(target.node, [chunk]);
-    if (this.growing !== target.box) {
+    this.pending.add(target);
+    const growing = target.md ? target.el : target.box;
+    if (this.growing !== growing) {
       this.growing?.classList.remove("growing");
-      this.growing = target.box;
-      target.box.classList.add("growing");
+      this.growing = growing;
+      growing.classList.add("growing");
     }
   }
 
   replace(target, text) {
-    this.pending.delete(target.node);
-    target.node.data = text;
+    // Start the text over: head, collapsed rest and Markdown are rebuilt by the next flush.
+    target.tpl?.remove();
+    target.button?.remove();
+    target.tpl = target.rest = target.button = null;
+    target.expanded = false;
+    target.box.replaceChildren(target.node);
+    target.node.data = "";
+    target.written = 0;
     target.text = text;
+    if (target.md) resetMarkdown(target.el);
+    this.pending.add(target);
   }
 
   /** A part's final text: it replaces what streamed if a rewrite pass changed it (the
@@ -262,13 +320,178 @@ export class LiveOutput {
 
 // ---- the elements, as the server's partial renders them ---------------------------------------
 
-/** A box of text that grows by appending to one Text node. */
-function textBox(className) {
-  const box = el("div", className);
+/** A box of text that grows by appending to one Text node (`written`: characters in the
+ * page so far; past the text limit they go to the collapsed rest, see writeText). */
+function textBox(className, tag = "div") {
+  const box = el(tag, className);
   const node = document.createTextNode("");
   box.append(node);
-  return { box, node };
+  return { box, node, text: "", written: 0, tpl: null, rest: null, button: null, expanded: false };
 }
+
+function showAllLabel(length) {
+  // as the server's `count` filter writes it: thin-space thousands
+  return `Show all ${COUNT.format(length).replace(/,/g, "\u202f")} characters`;
+}
+
+/** Put what `target.text` gained since the last call in the page: into the laid-out head up
+ * to the text limit, beyond it into an inert <template class="text-rest"> with a "Show all"
+ * button after the box (the server's own markup for a long text, output.html). */
+function writeText(target) {
+  const { text, box } = target;
+  if (target.tpl && !target.tpl.isConnected) {
+    // "Show all" was pressed: the rest is laid out now (as a last Text node); keep appending.
+    target.expanded = true;
+    target.tpl = target.rest = target.button = null;
+    target.node = box.lastChild?.nodeType === Node.TEXT_NODE ? box.lastChild : box.appendChild(document.createTextNode(""));
+  }
+  if (target.written >= text.length) return;
+  const limit = textShown();
+  if (target.expanded || (!target.tpl && text.length <= limit)) {
+    target.node.appendData(text.slice(target.written));
+    target.written = text.length;
+    return;
+  }
+  if (!target.tpl) {
+    if (target.written < limit) target.node.appendData(text.slice(target.written, limit));
+    target.written = limit;
+    target.tpl = el("template", "text-rest");
+    target.rest = document.createTextNode("");
+    target.tpl.content.append(target.rest);
+    box.append(target.tpl);
+    target.button = el("button", "show-rest small");
+    target.button.type = "button";
+    box.after(target.button);
+  }
+  target.rest.appendData(text.slice(target.written));
+  target.written = text.length;
+  target.button.textContent = showAllLabel(text.length);
+}
+
+// ---- Markdown of a message's text part ---------------------------------------------------------
+
+// Per part element: how far its text is rendered for good (a stable boundary) and how long
+// the text was at the last render.
+const markdownState = new WeakMap();
+
+/** The part's Markdown body (before its raw `.text`) and toggle, made once. */
+function markdownBody(part) {
+  let state = markdownState.get(part);
+  if (state) return state;
+  const body = el("div", "md-body");
+  const stable = el("div", "md-stable");
+  const tail = el("div", "md-tail");
+  body.append(stable, tail);
+  const toggle = el("button", "md-toggle small link", "Raw");
+  toggle.type = "button";
+  toggle.title = "Show the text exactly as the model sent it";
+  toggle.setAttribute("aria-pressed", "false");
+  part.classList.add("md");
+  part.prepend(toggle, body);
+  state = { body, stable, tail, toggle, at: 0, length: -1, split: false };
+  markdownState.set(part, state);
+  return state;
+}
+
+function resetMarkdown(part) {
+  const state = markdownState.get(part);
+  if (!state) return;
+  state.stable.replaceChildren();
+  state.tail.replaceChildren();
+  state.at = 0;
+  state.length = -1;
+  state.split = false;
+}
+
+/** Render the first `limit` characters of `text` into the part's Markdown body, at most
+ * `budget` characters of it this call: what lies before a stable boundary is rendered once
+ * and kept, the tail after it again. False when there is more to do (call again next frame). */
+function renderMarkdown(part, text, limit, budget = MARKDOWN_PER_FRAME) {
+  if (!markdownAvailable()) return true;
+  const state = markdownBody(part);
+  if (text.length > MARKDOWN_MAX && !part.classList.contains("raw")) setRaw(part, true);
+  const shown = text.length > limit ? text.slice(0, limit) : text;
+  if (shown.length === state.length) return true;
+  if (shown.length < state.length) resetMarkdown(part);
+  let spent = 0;
+  while (shown.length - state.at > MARKDOWN_TAIL_MAX) {
+    if (spent >= budget) {
+      state.tail.replaceChildren();
+      return false;
+    }
+    const cut = forcedCut(shown, state.at, MARKDOWN_TAIL_MAX);
+    state.stable.append(chunk(shown.slice(state.at, cut.at), state.split, cut.split));
+    state.split = cut.split;
+    spent += cut.at - state.at;
+    state.at = cut.at;
+  }
+  const next = stableBoundary(shown, state.at);
+  if (next > state.at) {
+    state.stable.append(chunk(shown.slice(state.at, next), state.split, false));
+    state.split = false;
+    state.at = next;
+  }
+  state.tail.replaceChildren(chunk(shown.slice(state.at), state.split, false));
+  state.length = shown.length;
+  return true;
+}
+
+/** One rendered piece of a text; `before` / `after`: a forced cut split the paragraph at
+ * its start / end, and CSS joins the halves into one (`.md-chunk` is display: contents, the
+ * halves' paragraphs inline). */
+function chunk(text, before, after) {
+  const box = el("div", "md-chunk");
+  box.classList.toggle("cut-before", before);
+  box.classList.toggle("cut-after", after);
+  box.append(markdownFragment(text));
+  return box;
+}
+
+/** renderMarkdown to the end, a frame's budget at a time. */
+function renderMarkdownSoon(part, text, limit) {
+  if (!renderMarkdown(part, text, limit)) requestAnimationFrame(() => renderMarkdownSoon(part, text, limit));
+}
+
+function setRaw(part, raw) {
+  const state = markdownState.get(part);
+  part.classList.toggle("raw", raw);
+  if (!state) return;
+  state.toggle.textContent = raw ? "Formatted" : "Raw";
+  state.toggle.setAttribute("aria-pressed", String(raw));
+}
+
+/** Markdown for the message texts the server rendered inside `root` (a page's output, a
+ * playground turn): the raw text stays, hidden behind the "Raw" toggle. */
+export function enhanceOutput(root) {
+  if (!root || !markdownAvailable()) return;
+  for (const part of root.querySelectorAll(".item.message .part-output_text")) {
+    if (markdownState.has(part)) continue;
+    const text = part.querySelector(":scope > .text");
+    if (text) renderMarkdownSoon(part, text.textContent, textShown());
+  }
+}
+
+// One listener per page for what the server's and the live rendering share: "Show all" lays
+// out a long text's inert rest (and its Markdown), "Raw" flips a text between its two forms.
+document.addEventListener("click", (event) => {
+  const toggle = event.target.closest("button.md-toggle");
+  if (toggle) {
+    const part = toggle.parentElement;
+    setRaw(part, !part.classList.contains("raw"));
+    return;
+  }
+  const button = event.target.closest("button.show-rest");
+  if (!button) return;
+  const text = button.previousElementSibling;
+  const rest = text?.querySelector("template.text-rest");
+  if (rest) {
+    text.append(document.createTextNode(rest.content.textContent));
+    rest.remove();
+  }
+  button.remove();
+  const part = text?.parentElement;
+  if (part && markdownState.has(part)) renderMarkdownSoon(part, text.textContent, MARKDOWN_MAX);
+});
 
 function head(...children) {
   const node = el("div", "item-head");
@@ -281,9 +504,8 @@ function itemElement(rec) {
     const name = el("strong", "mono tool-name", "");
     const status = el("span", "badge tool-status", "in progress");
     const callId = el("span", "muted small mono", "");
-    const pre = el("pre", "args");
-    const args = { text: "", box: pre, node: document.createTextNode("") };
-    pre.append(args.node);
+    const args = textBox("args", "pre");
+    const pre = args.box;
     const output = el("pre", "tool-output", "(pending)");
     const body = el("div", "tool-body");
     const argsBox = el("div");
@@ -312,7 +534,10 @@ function partElement(type) {
   if (type === "refusal") wrap.append(el("div", "part-label refusal-label", "Refusal"));
   const text = textBox("text");
   wrap.append(text.box);
-  return { el: wrap, ...text };
+  // A message's text reads as Markdown (a refusal stays as sent).
+  const md = type === "output_text" && markdownAvailable();
+  if (md) markdownBody(wrap);
+  return { el: wrap, md, ...text };
 }
 
 function draft(text) {

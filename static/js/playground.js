@@ -12,12 +12,16 @@
  *   replays the stored events of that one stream and continues live.
  * - When the stream ends the turn is fetched again, rendered by the server from the stored
  *   stream: what the page shows after an answer is exactly what a reload shows.
- * - Model output only ever reaches the DOM through textContent / Text nodes. The only HTML
+ * - Frames are queued and applied in animation frames, at most FRAME_BUDGET_MS of events per
+ *   frame, then written once (output.js's flush) and scrolled once: a 10,000-event burst or a
+ *   1 MB delta never holds the page for long, and the layout is read once per frame.
+ * - Model output only ever reaches the DOM through textContent / Text nodes, or as Markdown
+ *   through output.js / markdown.js (HTML disabled, then sanitised). The only other HTML
  *   inserted is the server's own rendering of a turn (Django-escaped).
  */
 
 import { el, serverFragment } from "./dom.js";
-import { LiveOutput } from "./output.js";
+import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 
 // Deltas that carry model output, as streams/checks.py's OUTPUT_DELTAS: tokens/s counts these
@@ -37,6 +41,8 @@ const TERMINAL_EVENTS = new Set(["response.completed", "response.incomplete", "r
 const BOTTOM_SLACK_PX = 140;
 const SILENCE_AFTER_S = 5;
 const RETRY_POLLS = 15;
+// Work per animation frame on queued events (a frame is ~16 ms; the rest is for layout/paint).
+const FRAME_BUDGET_MS = 6;
 
 function nearBottom() {
   const doc = document.documentElement;
@@ -56,9 +62,18 @@ function failure(response) {
   return `The server answered ${response.status}. Please try again.`;
 }
 
-/** The server's rendering of one turn, as an element (Django-escaped HTML, not model data). */
+/** The server's rendering of one turn, as an element (Django-escaped HTML, not model data),
+ * its message texts shown as Markdown. */
 function fromHtml(html) {
-  return serverFragment(html.trim()).firstElementChild;
+  const turn = serverFragment(html.trim()).firstElementChild;
+  enhanceOutput(turn);
+  return turn;
+}
+
+/** The next animation frame; a hidden tab gets none, so there a timer stands in. */
+function nextFrame(callback) {
+  if (document.hidden) setTimeout(callback, 16);
+  else requestAnimationFrame(callback);
 }
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -78,6 +93,10 @@ class LiveAnswer {
     this.firstDeltaUs = null;
     this.lastFrameAt = performance.now();
     this.ended = false;
+    this.queue = []; // frames received, not yet applied
+    this.position = 0; // events of queue[0] already applied
+    this.scheduled = false;
+    this.endInfo = null; // the connection ended: finish once the queue is applied
   }
 
   $(selector) {
@@ -109,13 +128,39 @@ class LiveAnswer {
 
   frame(frame) {
     this.lastFrameAt = performance.now();
+    this.queue.push(frame);
+    this.schedule();
+  }
+
+  schedule() {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    nextFrame(() => this.drain());
+  }
+
+  /** Apply queued events for at most FRAME_BUDGET_MS, write them once, scroll once. */
+  drain() {
+    this.scheduled = false;
     const stick = nearBottom();
-    for (const event of frame.events || []) this.event(event);
+    const deadline = performance.now() + FRAME_BUDGET_MS;
+    while (this.queue.length) {
+      const frame = this.queue[0];
+      const events = frame.events || [];
+      while (this.position < events.length && performance.now() < deadline) {
+        this.event(events[this.position]);
+        this.position += 1;
+      }
+      if (this.position < events.length) break;
+      this.queue.shift();
+      this.position = 0;
+      if (frame.stream) this.fields(frame.stream);
+      if (frame.status) this.status(frame.status);
+    }
     this.output.flush();
-    if (frame.stream) this.fields(frame.stream);
-    if (frame.status) this.status(frame.status);
     this.tick();
     if (stick) scrollToBottom();
+    if (this.queue.length) this.schedule();
+    else if (this.endInfo) this.end(this.endInfo);
   }
 
   event(e) {
@@ -224,6 +269,11 @@ class LiveAnswer {
   // -- the end
 
   async end(info) {
+    if (this.queue.length) {
+      this.endInfo = info; // drain() comes back here when everything received is shown
+      return;
+    }
+    if (this.ended) return;
     this.ended = true;
     this.output.finish();
     clearInterval(this.timer);
@@ -285,6 +335,7 @@ function init(root) {
         } catch {
           return; // keep what streamed
         }
+        if (turn.dataset.retries) fresh.dataset.retries = turn.dataset.retries;
         turn.replaceWith(fresh);
         turn = fresh;
         if (fresh.dataset.active === "true") {
@@ -294,6 +345,7 @@ function init(root) {
         }
         if (fresh.dataset.awaitingRetry !== "true") {
           const status = fresh.dataset.status || "";
+          retried(fresh, status);
           announce.textContent = status === "completed" ? "Answer complete." : `Answer ${status}.`;
           return;
         }
@@ -301,6 +353,17 @@ function init(root) {
       }
     },
   };
+
+  /** A Retry that ended badly again must not look like nothing happened: say which retry. */
+  function retried(turn, status) {
+    const n = Number(turn.dataset.retries || 0);
+    const notice = turn.querySelector(".pg-notice");
+    if (!n || status === "completed" || !notice) return;
+    const text = notice.querySelector(".pg-notice-text");
+    const times = n === 1 ? "once" : `${n} times`;
+    text.textContent = `Retried ${times}, ${status} again. ${text.textContent}`;
+    notice.classList.add("flash");
+  }
 
   function follow(turn) {
     if (turn.dataset.active === "true") {
@@ -454,6 +517,7 @@ function init(root) {
         return;
       }
       const fresh = fromHtml(data.html);
+      fresh.dataset.retries = String(Number(turn.dataset.retries || 0) + 1);
       turn.replaceWith(fresh);
       follow(fresh);
       input.focus();
@@ -494,8 +558,18 @@ function init(root) {
     retry(retryForm);
   });
 
+  // What the chosen scenario does, from the simulator's catalogue (each option's title).
+  const scenario = document.getElementById("pg-scenario");
+  const scenarioHelp = document.getElementById("pg-scenario-help");
+  const describeScenario = () => {
+    if (scenario && scenarioHelp) scenarioHelp.textContent = scenario.selectedOptions[0]?.title || "";
+  };
+  scenario?.addEventListener("change", describeScenario);
+  describeScenario();
+
   // On a phone the conversation list starts folded: the chat is what the screen is for.
   if (window.matchMedia("(max-width: 760px)").matches) document.getElementById("pg-list").open = false;
+  enhanceOutput(transcript);
   for (const turn of transcript.querySelectorAll(".pg-turn")) follow(turn);
   if (transcript.querySelector(".pg-turn")) scrollToBottom();
   resize();

@@ -47,6 +47,12 @@ def add_arguments(parser):
         help="runs of each consumer per configuration, bare and pipeline alternating; the best "
         "of each counts (a noisy neighbour slows single runs by up to half on a small VM)",
     )
+    parser.add_argument(
+        "--metrics",
+        default="on",
+        help="on, off or on,off: the pipeline with Prometheus figures kept, without, or both in "
+        "each round (alternating order), printing what keeping them costs",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
 
 
@@ -78,6 +84,7 @@ def run(command, opts):
                         "streams": streams,
                         "events": events,
                         "repeat": opts["repeat"],
+                        "metrics": opts["metrics"],
                         "upstream": f"http://127.0.0.1:{sim_port}/v1",
                     }
                     out = run_child("ingest", spec, env)[-1]
@@ -103,6 +110,20 @@ def _print(command, out, as_json):
         f" events   bare {out['bare_events_per_s']:>9,.0f} ev/s   pipeline "
         f"{out['pipeline_events_per_s']:>9,.0f} ev/s   ratio {out['ratio']:.2f}   "
         f"lost {out['lost_events']}   peak RSS {out['peak_rss_mb']:.0f} MB"
+        + (
+            f"   metrics off {out['metrics_off_events_per_s']:,.0f} ev/s: metrics cost "
+            f"{out['metrics_cost_pct']:+.2f} % of throughput, "
+            f"{out['metrics_cpu_cost_pct']:+.2f} % of CPU per event"
+            if "metrics_cost_pct" in out
+            else ""
+        )
+        + (
+            f"   {out['bytes_per_event']:.0f} B/event (table {out['table_bytes_per_event']:.0f}"
+            f", indexes {out['index_bytes_per_event']}, received_at "
+            f"{out['received_at_bytes_per_event']:.0f})"
+            if "bytes_per_event" in out
+            else ""
+        )
     )
 
 
@@ -195,12 +216,19 @@ async def _measure(spec):
         # Warm both paths (connections, imports, the writer, the test database).
         await _bare(client, upstream, 2, 200)
         await _pipeline(client, upstream, 2, 200)
-        bares, pipes = [], []
-        for _ in range(spec["repeat"]):
+        bares = []
+        modes = [m.strip() for m in spec.get("metrics", "on").split(",") if m.strip()]
+        by_mode = {mode: [] for mode in modes}
+        for i in range(spec["repeat"]):
             # alternating, so that a slow spell of the machine hits both alike
             bares.append(await _bare(client, upstream, streams, events))
-            pipes.append(await _pipeline(client, upstream, streams, events))
-        bare, pipe = max(bares), max(pipes)
+            for mode in modes if i % 2 == 0 else modes[::-1]:
+                _set_metrics(mode)
+                cpu0 = time.process_time()
+                run = await _pipeline(client, upstream, streams, events)
+                by_mode[mode].append((*run, (time.process_time() - cpu0) / (streams * events)))
+        pipes = [run[:2] for runs in by_mode.values() for run in runs]
+        bare, pipe = max(bares), max(by_mode[modes[0]])
     return {
         "streams": streams,
         "events": streams * events,
@@ -211,4 +239,83 @@ async def _measure(spec):
         "bare_lost_events": sum(lost for _, lost in bares),
         "runs": spec["repeat"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        **_metrics_cost(by_mode),
+        **await asyncio.to_thread(_storage),
+    }
+
+
+def _set_metrics(mode):
+    """Prometheus figures kept (`on`, the default) or not (`off`), from now on."""
+    from django.conf import settings
+
+    if mode not in ("on", "off"):
+        raise SystemExit(f"--metrics: {mode!r} is not on or off")
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "METRICS": mode == "on"}
+
+
+def _metrics_cost(by_mode):
+    """With both modes: the best run of each, and what keeping the figures cost in % — of
+    throughput, and of this process's CPU time per event (both threads; much less disturbed by
+    a busy neighbour than wall-clock throughput, which moves single runs by half on a shared VM).
+    `by_mode`: {mode: [(events/s, lost, CPU s per event)]}."""
+    if set(by_mode) != {"on", "off"}:
+        return {}
+    on, off = max(by_mode["on"])[0], max(by_mode["off"])[0]
+    cpu_on = min(r[2] for r in by_mode["on"])
+    cpu_off = min(r[2] for r in by_mode["off"])
+    return {
+        "metrics_on_events_per_s": round(on),
+        "metrics_off_events_per_s": round(off),
+        "metrics_cost_pct": round((off - on) / off * 100, 2),
+        "metrics_on_cpu_us_per_event": round(cpu_on * 1e6, 3),
+        "metrics_off_cpu_us_per_event": round(cpu_off * 1e6, 3),
+        "metrics_cpu_cost_pct": round((cpu_on - cpu_off) / cpu_off * 100, 2),
+        # every round of both, for the spread
+        "metrics_on_runs": [round(r[0]) for r in by_mode["on"]],
+        "metrics_off_runs": [round(r[0]) for r in by_mode["off"]],
+    }
+
+
+def _storage():
+    """Bytes per stored event: the event table and its indexes (what the database holds on
+    disk for them, over every event of this database), and the parts the "drop received_at /
+    composite key" idea would save (docs/analytics.md, "Storage per event")."""
+    from django.db import close_old_connections, connection
+
+    from streams.models import Event
+
+    close_old_connections()
+    table = Event._meta.db_table
+    n = Event.objects.count()
+    if not n:
+        return {}
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "SELECT name, SUM(pgsize) FROM dbstat WHERE name = %s OR name IN "
+                "(SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = %s) "
+                "GROUP BY name",
+                [table, table],
+            )
+            sizes = dict(cursor.fetchall())
+            heap = sizes.pop(table)
+            cursor.execute(f"SELECT AVG(LENGTH(received_at)) FROM {table}")
+            received = cursor.fetchone()[0] or 0
+        else:
+            cursor.execute("SELECT pg_table_size(%s), pg_indexes_size(%s)", [table, table])
+            heap, indexes = cursor.fetchone()
+            cursor.execute(
+                "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+                "WHERE indrelid = %s::regclass",
+                [table],
+            )
+            sizes = dict(cursor.fetchall())
+            received = 8  # timestamptz
+    index_bytes = sum(sizes.values())
+    return {
+        "stored_events": n,
+        "bytes_per_event": round((heap + index_bytes) / n, 1),
+        "table_bytes_per_event": round(heap / n, 1),
+        "index_bytes_per_event": {k: round(v / n, 1) for k, v in sizes.items()},
+        "received_at_bytes_per_event": round(received, 1),
     }

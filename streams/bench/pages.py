@@ -6,9 +6,11 @@ and filled by `manage.py seed_demo` (30 days, `--events-per-stream` events a str
 child process requests each page with Django's test Client, logged in as staff: one warm-up
 request, then `--repeat` timed ones (middleware, view, queries and template rendering; no
 network). The query count comes
-from one more request with the queries captured. Pages: latency and routing at their default
-range (7 days) and at 30 days (the whole history), admin analytics (30 days), and the streams
-list `/` when it exists (URL name `stream_list`). Target: ≤ 300 ms a page at 100 000 streams
+from one more request with the queries captured. Pages: latency and routing at every range
+they offer (1 h, 24 h, 7 days — the default —, 30 days, all; latency also with a model, a user
+and a source filter), admin analytics (24 h, 30 days — the default —, all), and the streams list
+`/` when it exists (URL name `stream_list`). `--database postgres` without `--postgres-url`
+starts a throw-away server on $PGPORT (default 55710). Target: ≤ 300 ms a page at 100 000 streams
 on SQLite, and growth well below linear in the number of streams.
 """
 
@@ -25,11 +27,22 @@ from streams.bench import manage, run_child
 
 SIZES = (10_000, 100_000)
 PAGES = [
+    ("latency 1h", "/latency/?range=1h"),
+    ("latency 24h", "/latency/?range=24h"),
     ("latency", "/latency/"),
     ("latency 30d", "/latency/?range=30d"),
+    ("latency all", "/latency/?range=all"),
+    ("latency 30d model", "/latency/?range=30d&model=gpt-oss-120b"),
+    ("latency 30d user", "/latency/?range=30d&user=alice"),
+    ("latency 30d source", "/latency/?range=30d&source=proxy"),
+    ("routing 1h", "/routing/?range=1h"),
+    ("routing 24h", "/routing/?range=24h"),
     ("routing", "/routing/"),
     ("routing 30d", "/routing/?range=30d"),
+    ("routing all", "/routing/?range=all"),
+    ("admin 24h", "/analytics/?range=24h"),
     ("admin_analytics", "/analytics/"),
+    ("admin all", "/analytics/?range=all"),
     ("stream_list", "stream_list"),  # a URL name: skipped when it does not exist
 ]
 
@@ -95,7 +108,7 @@ def _print(command, out, previous, as_json):
         size_ratio = out["streams"] / previous["streams"]
         growth = f"   ×{ratio:.1f} for ×{size_ratio:.0f} streams"
     command.stdout.write(
-        f"{out['database']:8} {out['page']:16} {out['streams']:>8,} streams   "
+        f"{out['database']:8} {out['page']:20} {out['streams']:>8,} streams   "
         f"p50 {out['server_ms_p50']:7.1f} ms   max {out['server_ms_max']:7.1f} ms   "
         f"{out['queries']:>3} queries{growth}"
     )
@@ -114,7 +127,9 @@ class _database:
             return f"sqlite:///{self.tmp.name}/bench.sqlite3"
         if self.database == "postgres":
             if not self.opts["postgres_url"]:
-                raise SystemExit("--database postgres needs --postgres-url or $BENCH_POSTGRES_URL")
+                # a throw-away server of our own, as .ci/test-suite starts one
+                self.server = ThrowawayPostgres()
+                self.opts = {**self.opts, "postgres_url": self.server.start()}
             self.name = f"bench_pages_{uuid.uuid4().hex[:8]}"
             self._admin(f'CREATE DATABASE "{self.name}"')
             parts = urlsplit(self.opts["postgres_url"])
@@ -126,6 +141,8 @@ class _database:
             self.tmp.cleanup()
         else:
             self._admin(f'DROP DATABASE IF EXISTS "{self.name}"')
+            if getattr(self, "server", None) is not None:
+                self.server.stop()
 
     def _admin(self, sql):
         import psycopg
@@ -179,3 +196,45 @@ def _child_main(command, opts):
             "queries": len(queries.captured_queries),
         }
         command.stdout.write(json.dumps(result))
+
+
+class ThrowawayPostgres:
+    """initdb + pg_ctl in a temporary folder on $PGPORT (default 55710), fsync off; stopped
+    and removed by `stop`. As root, the server runs as the `postgres` user."""
+
+    def start(self):
+        import glob
+        import shutil
+
+        bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[-2]))
+        if not bins:
+            raise SystemExit("no PostgreSQL under /usr/lib/postgresql: pass --postgres-url")
+        self.bin = bins[-1]
+        self.port = int(os.environ.get("PGPORT", "55710"))
+        self.dir = tempfile.mkdtemp(prefix="bench-pg-")
+        os.makedirs(f"{self.dir}/data")
+        self.as_postgres = os.geteuid() == 0
+        if self.as_postgres:
+            shutil.chown(self.dir, "postgres")
+            shutil.chown(f"{self.dir}/data", "postgres")
+        self._run(f"{self.bin}/initdb -D {self.dir}/data -U postgres --auth=trust -E UTF8 "
+                  "--no-instructions")  # fmt: skip
+        with open(f"{self.dir}/data/postgresql.conf", "a") as conf:
+            conf.write(f"port = {self.port}\nlisten_addresses = '127.0.0.1'\n"
+                       f"unix_socket_directories = '{self.dir}'\nfsync = off\n")  # fmt: skip
+        self._run(f"{self.bin}/pg_ctl -D {self.dir}/data -l {self.dir}/server.log -w start")
+        return f"postgres://postgres@127.0.0.1:{self.port}/postgres"
+
+    def _run(self, cmd):
+        import subprocess
+
+        args = ["su", "postgres", "-c", cmd] if self.as_postgres else ["sh", "-c", cmd]
+        subprocess.run(args, check=True, stdout=subprocess.DEVNULL)
+
+    def stop(self):
+        import shutil
+
+        try:
+            self._run(f"{self.bin}/pg_ctl -D {self.dir}/data -m immediate -w stop")
+        finally:
+            shutil.rmtree(self.dir, ignore_errors=True)

@@ -36,7 +36,12 @@ REQUEST = {
 
 def add_arguments(parser):
     parser.add_argument("--concurrency", default="1,16,64", help="concurrent clients, e.g. 1,16")
-    parser.add_argument("--rounds", type=int, default=2, help="direct/proxied round pairs")
+    parser.add_argument("--rounds", type=int, default=3, help="direct/proxied round pairs")
+    parser.add_argument(
+        "--arrivals",
+        default="steady,burst",
+        help="steady (n clients streaming back to back, staggered) and/or burst (n at once)",
+    )
 
 
 def run(command, opts):
@@ -63,15 +68,24 @@ def run(command, opts):
     )
     results = []
     try:
-        for n in [int(x) for x in opts["concurrency"].split(",") if x.strip()]:
-            result = asyncio.run(_configuration(n, opts["rounds"], sim_root, daphne, token))
+        configurations = [
+            (int(n), arrivals)
+            for arrivals in opts["arrivals"].split(",")
+            for n in opts["concurrency"].split(",")
+            if n.strip()
+        ]
+        for n, arrivals in configurations:
+            result = asyncio.run(
+                _configuration(n, opts["rounds"], sim_root, daphne, token, arrivals.strip())
+            )
             result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
             results.append(result)
             if opts["json"]:
                 command.stdout.write(json.dumps(result))
             else:
                 command.stdout.write(
-                    f"concurrency {n:>3}: added TTFT p50 {result['added_ttft_p50_ms']} / p99 "
+                    f"concurrency {n:>3}, {arrivals:>6}: "
+                    f"added TTFT p50 {result['added_ttft_p50_ms']} / p99 "
                     f"{result['added_ttft_p99_ms']} ms; added per event p50 "
                     f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
                     f"(request on its way {result['added_request_p50_ms']} ms); "
@@ -89,15 +103,31 @@ def _cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _configuration(n, rounds, sim_root, daphne, token):
+async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
+    """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs.
+
+    `arrivals`: "burst", every client's request sent in the same instant (a round is a
+    gather of n requests: the proxy's per-request work queues up, the worst case); or
+    "steady", n clients that each run streams back to back, their first starts spread evenly
+    over one stream's duration, so n streams are in flight throughout and requests arrive
+    one by one as in steady traffic (the first stream of each client is not measured: its
+    round is still filling up)."""
     proxy_base = f"http://127.0.0.1:{daphne.port}/v1"
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    auth = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         floor = []
         for _ in range(50):
             t0 = time.perf_counter_ns()
             await client.get(f"http://127.0.0.1:{daphne.port}/_bench/floor")
             floor.append((time.perf_counter_ns() - t0) / 1e6)
+        # Warm-up, not measured: one-time costs (the token's look-up, the proxy's first
+        # upstream client, connections of both pools) are not the per-request figure.
+        duration_ns = 0
+        for base, headers in ((sim_root + "/v1", {}), (proxy_base, auth)):
+            started = time.monotonic_ns()
+            await asyncio.gather(*(_one(client, base, headers, seed=-1 - i) for i in range(n)))
+            duration_ns = max(duration_ns, time.monotonic_ns() - started)
         ttft = {"direct": {}, "proxy": {}}
         arrival = {"direct": {}, "proxy": {}}  # request start → the simulator had it
         lag = {"direct": [], "proxy": []}
@@ -106,29 +136,41 @@ async def _configuration(n, rounds, sim_root, daphne, token):
         for r in range(rounds):
             for mode in ("direct", "proxy"):
                 base = sim_root + "/v1" if mode == "direct" else proxy_base
-                headers = {"Authorization": f"Bearer {token}"} if mode == "proxy" else {}
+                headers = auth if mode == "proxy" else {}
                 before = _cpu_s(daphne.proc.pid)
-                runs = await asyncio.gather(
-                    *(_one(client, base, headers, seed=r * 1000 + i) for i in range(n))
-                )
+                if arrivals == "burst":
+                    runs = await asyncio.gather(
+                        *(_one(client, base, headers, seed=r * 1000 + i) for i in range(n))
+                    )
+                else:
+                    clients = await asyncio.gather(
+                        *(
+                            _client(client, base, headers, r * 1000 + i * 10, i * duration_ns / n)
+                            for i in range(n)
+                        )
+                    )
+                    runs = [run for streams in clients for run in streams]
                 if mode == "proxy":
                     cpu += _cpu_s(daphne.proc.pid) - before
-                for seed, (t0, t_first, receipts, response_id, stream_id) in runs:
+                for seed, (t0, t_first, receipts, response_id, stream_id, measured) in runs:
                     url = f"{sim_root}/_simulator/responses/{response_id}"
                     log = (await client.get(url)).json()
                     received = log["request_received_ns"]
                     sent = [received + e["sent_us"] * 1000 for e in log["events"]]
-                    arrival[mode][seed] = received - t0
                     lost += max(0, len(sent) - len(receipts))
-                    lag[mode] += [(got - s) / 1e6 for got, s in zip(receipts, sent, strict=False)]
-                    ttft[mode][seed] = t_first
                     if mode == "proxy":
                         proxied_ids[stream_id] = len(receipts)
                         proxied_events += len(receipts)
+                    if not measured:
+                        continue
+                    arrival[mode][seed] = received - t0
+                    lag[mode] += [(got - s) / 1e6 for got, s in zip(receipts, sent, strict=False)]
+                    ttft[mode][seed] = t_first
     added_ttft = [(ttft["proxy"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
     added_request = [(arrival["proxy"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]]
     return {
         "concurrency": n,
+        "arrivals": arrivals,
         "added_ttft_p50_ms": round(statistics.median(added_ttft), 3),
         "added_ttft_p99_ms": _percentile(added_ttft, 99),
         "added_event_p50_ms": round(
@@ -143,8 +185,23 @@ async def _configuration(n, rounds, sim_root, daphne, token):
         "cpu_us_per_event": round(cpu * 1e6 / max(1, proxied_events), 1),
         "daphne_floor_p50_ms": round(statistics.median(floor), 3),
         "events": proxied_events,
+        "samples": len(added_ttft),
         "_proxied_ids": proxied_ids,
     }
+
+
+STEADY_STREAMS = 3  # per client and round in "steady" arrivals; the first is not measured
+
+
+async def _client(client, base, headers, seed0, offset_ns):
+    """One client of a "steady" round: waits `offset_ns`, then runs STEADY_STREAMS streams
+    back to back."""
+    await asyncio.sleep(offset_ns / 1e9)
+    runs = []
+    for j in range(STEADY_STREAMS):
+        seed, result = await _one(client, base, headers, seed0 + j)
+        runs.append((seed, (*result[:5], j > 0)))
+    return runs
 
 
 async def _one(client, base, headers, seed):
@@ -169,7 +226,7 @@ async def _one(client, base, headers, seed):
                 if response_id is None and b'"response.created"' in block:
                     data = block.split(b"data: ", 1)[1]
                     response_id = json.loads(data)["response"]["id"]
-    return seed, (t0, first, receipts, response_id, int(stream_id) if stream_id else None)
+    return seed, (t0, first, receipts, response_id, int(stream_id) if stream_id else None, True)
 
 
 def _unrecorded(env, received):

@@ -83,6 +83,13 @@ def logged_in_page(browser, request):
         page = context.new_page()
         page.errors = []
         page.on("pageerror", lambda e: page.errors.append(e.stack or str(e)))
+        # What the Content-Security-Policy refused (Chromium reports each refusal as a
+        # console error): a page that needs an inline script or eval is broken under it.
+        page.csp_violations = []
+        page.on(
+            "console",
+            lambda m: "Content Security Policy" in m.text and page.csp_violations.append(m.text),
+        )
         page.goto(base_url + path)
         return page
 

@@ -3,6 +3,7 @@ with painted pixels), its table view opens, no script errors, and untrusted name
 Screenshots go to tests/e2e/screenshots/ (git-ignored)."""
 
 import datetime as dt
+import time
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -27,10 +28,17 @@ def staff(transactional_db):
     return get_user_model().objects.create_user("boss", is_staff=True)
 
 
+def wait_until(page, expression, timeout_s):
+    """Poll `expression` from here: Playwright's wait_for_function compiles its predicate with
+    eval inside the page, which the pages' CSP (no 'unsafe-eval') refuses after a swap."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {expression}"
+        time.sleep(0.05)
+
+
 def charts_drawn(page, count):
-    page.wait_for_function(
-        f"document.querySelectorAll('[data-chart] canvas').length >= {count}", timeout=15_000
-    )
+    wait_until(page, f"document.querySelectorAll('[data-chart] canvas').length >= {count}", 15)
     charts = page.query_selector_all("[data-chart]")
     assert len(charts) == count
     for chart in charts:
@@ -70,9 +78,8 @@ def test_routing_page_draws_its_charts_and_refreshes(
         requested_model="auto", resolved_model="qwen3-coder", status="completed", ttft_ms=300.0,
         routing_us=30_000, routing_category="code", routing_source="rules",
     )  # fmt: skip
-    page.wait_for_function(
-        f"parseInt(document.querySelector('.figure .value').textContent) === {total + 1}",
-        timeout=25_000,
+    wait_until(
+        page, f"parseInt(document.querySelector('.figure .value').textContent) === {total + 1}", 25
     )
     charts_drawn(page, 2)
     assert page.locator("#trend-table").get_attribute("open") is not None

@@ -64,7 +64,20 @@ class Playground:
         return self.page.get_attribute(selector, "data-status")
 
     def answer_text(self, selector=LAST):
-        return self.page.inner_text(f"{selector} .pg-answer")
+        """The answer as the model sent it: message texts raw (their "Raw" view, not the
+        Markdown), as a person reads it with the toggle pressed."""
+        return self.page.locator(f"{selector} .pg-answer").evaluate(
+            """(answer) => {
+                const parts = [...answer.querySelectorAll(".part.md:not(.raw)")];
+                const toggles = [...answer.querySelectorAll(".md-toggle")];
+                parts.forEach((p) => p.classList.add("raw"));
+                toggles.forEach((t) => { t.hidden = true; });
+                const text = answer.innerText;
+                parts.forEach((p) => p.classList.remove("raw"));
+                toggles.forEach((t) => { t.hidden = false; });
+                return text;
+            }"""
+        )
 
     def shot(self, name):
         """What the user sees (scrolled to the end), and the whole page."""
@@ -72,11 +85,12 @@ class Playground:
         self.page.evaluate("window.scrollTo(0, document.documentElement.scrollHeight)")
         self.page.screenshot(path=str(SCREENSHOTS / f"{name}.png"))
         # sticky parts would be drawn mid-page in a full-page capture: unstick them for it
-        style = self.page.add_style_tag(
-            content=".pg-composer, .pg-sidebar { position: static !important; }"
-        )
+        # (through the CSSOM: the page's CSP refuses a <style> tag)
+        sticky = ".pg-composer, .pg-sidebar"
+        unstick = "(nodes, value) => nodes.forEach((n) => { n.style.position = value; })"
+        self.page.eval_on_selector_all(sticky, unstick, "static")
         self.page.screenshot(path=str(SCREENSHOTS / f"{name}-full.png"), full_page=True)
-        style.evaluate("node => node.remove()")
+        self.page.eval_on_selector_all(sticky, unstick, "")
 
     def close(self):
         assert self.errors == [], self.errors

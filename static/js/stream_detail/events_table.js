@@ -18,6 +18,9 @@ export class EventTable {
     this.range = document.getElementById("events-range");
     this.loading = null;
     this.live = false;
+    // Live: the last index the page has received over the WebSocket. Rows beyond it (stored,
+    // their frame not here yet) wait, so the table never shows more than the page counts.
+    this.upTo = null;
     this.readState(this.body);
     this.top = el("div", "window-edge");
     this.bottom = el("div", "window-edge");
@@ -110,25 +113,36 @@ export class EventTable {
   async loadAfter() {
     if (this.loading || this.last === null) {
       if (this.last === null && !this.loading && this.live) return this.replace({ type: this.type, tail: "1" });
+      // New events (or the stream's end) while a window is on its way: read again after it,
+      // or the last rows before a pause would wait for an event that may never come.
+      if (this.loading === "after") this.again = true;
       return;
     }
     this.loading = "after";
     try {
       const atBottom = this.scroll.scrollHeight - this.scroll.scrollTop - this.scroll.clientHeight < 40;
       const body = await this.fetchWindow({ after: this.last, type: this.type });
-      const rows = [...body.querySelectorAll("tr.event")].filter((r) => Number(r.dataset.index) > this.last);
+      const cap = this.live && this.upTo !== null ? this.upTo : Infinity;
+      const fetched = [...body.querySelectorAll("tr.event")];
+      const rows = fetched.filter((r) => Number(r.dataset.index) > this.last && Number(r.dataset.index) <= cap);
+      const held = fetched.some((r) => Number(r.dataset.index) > cap);
       if (rows.length) {
         this.body.querySelector("tr.no-events")?.remove();
         this.body.append(...rows);
         this.last = Number(rows.at(-1).dataset.index);
         if (this.first === null) this.first = Number(rows[0].dataset.index);
       }
-      this.hasAfter = body.dataset.hasAfter === "1";
+      // Held rows come with their frames, which call noteNewEvents: no chase meanwhile.
+      this.hasAfter = !held && body.dataset.hasAfter === "1";
       this.prune("top");
       if (atBottom && this.live) this.scroll.scrollTop = this.scroll.scrollHeight;
       this.updateRange();
     } finally {
       this.loading = null;
+    }
+    if (this.again) {
+      this.again = false;
+      return this.loadAfter();
     }
     if (this.hasAfter && this.visible(this.bottom)) this.loadAfter();
   }

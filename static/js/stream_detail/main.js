@@ -15,7 +15,7 @@
  * HTML is only ever parsed from this server's own template fragments, which escape it.
  */
 import { getText } from "../dom.js";
-import { LiveOutput } from "../output.js";
+import { enhanceOutput, LiveOutput } from "../output.js";
 import { connectStream } from "../streamclient.js";
 import { EventTable } from "./events_table.js";
 import { fmtCount, fmtDuration, fmtMs } from "./format.js";
@@ -24,6 +24,9 @@ import { TimingChart } from "./timing_chart.js";
 
 const config = JSON.parse(document.getElementById("timeline-config").textContent);
 const OUTPUT_TYPES = new Set(config.outputTypes || []);
+// After the first of these the response has ended: later events are recorded (and flagged by
+// the checker) but are not part of its output (checks.TERMINAL_STATUS).
+const TERMINAL_TYPES = new Set(config.terminalTypes || []);
 const TERMINAL = (status) => status !== "pending" && status !== "streaming";
 
 // ---- figures and status ------------------------------------------------------------------------
@@ -75,18 +78,9 @@ function jumpTo(index) {
   table.jump(index);
 }
 
-// Long texts come with their tail in an inert <template>, laid out only on demand.
-document.addEventListener("click", (event) => {
-  const button = event.target.closest("button.show-rest");
-  if (!button) return;
-  const text = button.previousElementSibling;
-  const rest = text?.querySelector("template.text-rest");
-  if (rest) {
-    text.append(rest.content.textContent);
-    rest.remove();
-  }
-  button.remove();
-});
+// Long texts come with their tail in an inert <template>, laid out only on demand (output.js
+// handles "Show all" and the Markdown / raw toggle for every page that shows output).
+enhanceOutput(document.getElementById("output-items"));
 
 document.addEventListener("click", (event) => {
   const link = event.target.closest("a[data-jump]");
@@ -125,6 +119,9 @@ async function refresh({ output = false, attempt = 0 } = {}) {
     if (fresh && old) old.replaceWith(document.importNode(fresh, true));
   }
   setLive(liveState[0], liveState[1]);
+  // The server's row counts at most every COUNT_WRITE_INTERVAL_MS while streaming: the page's
+  // own count of received events stays the one it shows until the stream ends.
+  if (!followEnded) showLiveCounts();
   const select = doc.getElementById("event-type");
   if (select) {
     const value = table.typeSelect.value;
@@ -133,6 +130,7 @@ async function refresh({ output = false, attempt = 0 } = {}) {
   }
   replay.bind();
   renderer.attach(document.getElementById("output-items"));
+  if (output) enhanceOutput(document.getElementById("output-items"));
   const status = document.getElementById("stream-status")?.dataset.status;
   // A stall retry is created just after the stalled attempt ends: look again for its link.
   if (status === "stalled" && !document.querySelector(".retry-link") && attempt < 6) {
@@ -147,6 +145,17 @@ let summaryTimer = 0;
 let summaryAt = 0;
 
 let followEnded = false;
+
+// Live, every count on the page is the number of events this page received over the
+// WebSocket (each stored before it was sent, exactly once, in order): the header, the event
+// table's heading, the chart's caption (its points) and the rows the table shows
+// (table.upTo). The row's `event_count` in frames lags by up to COUNT_WRITE_INTERVAL_MS.
+const live = { events: 0, outputTokens: 0 };
+
+function showLiveCounts() {
+  // The recorder stores output_tokens when the stream ends; count them meanwhile.
+  setFields({ event_count: live.events, output_tokens: live.outputTokens });
+}
 
 function scheduleSummary() {
   if (summaryTimer || followEnded) return;
@@ -163,7 +172,7 @@ function scheduleSummary() {
 
 function follow() {
   let ended = false;
-  let outputTokens = 0;
+  let terminalSeen = false;
   const end = async () => {
     if (ended) return;
     ended = followEnded = true;
@@ -186,21 +195,27 @@ function follow() {
         } catch {
           // not JSON: recorded as a finding; nothing to render
         }
-        if (obj) renderer.apply(obj);
         const isOutput = OUTPUT_TYPES.has(e.type);
-        if (isOutput) outputTokens += 1;
+        if (!terminalSeen) {
+          if (obj) renderer.apply(obj);
+          if (isOutput) live.outputTokens += 1;
+          terminalSeen = TERMINAL_TYPES.has(e.type);
+        }
         chart.push(e.index, e.t_us, isOutput, e.sent_us);
+        live.events = Math.max(live.events, e.index + 1);
         added = true;
       }
       requestAnimationFrame(() => renderer.flush());
       if (added && !ended) {
+        table.upTo = live.events - 1;
         chart.scheduleDraw();
         table.noteNewEvents();
-        // The recorder stores output_tokens when the stream ends; count them meanwhile.
-        if (!ended) setFields({ output_tokens: outputTokens });
+        showLiveCounts();
       }
       if (frame.stream) {
-        setFields(frame.stream);
+        // (the page's own counts stand for these: see `live`)
+        const { event_count: _n, output_tokens: _t, ...fields } = frame.stream;
+        setFields(fields);
         if (!frame.status && Object.keys(frame.stream).some((k) => SUMMARY_FIELDS.test(k))) {
           scheduleSummary();
         }

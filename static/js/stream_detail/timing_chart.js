@@ -5,13 +5,15 @@
 import { el } from "../dom.js";
 import { fmtCount, fmtDuration, fmtGap, fmtMs } from "./format.js";
 
-const MIN_GAP_MS = 0.001;
+const MIN_GAP_MS = 0.001; // receipt times are µs: the smallest gap above zero
 const DENSE = 2000; // points above which the chart draws its own dots
 
 /** A points-only series. Dense ones draw square dots straight onto the canvas, one per
  * distinct pixel: uPlot's own points are arcs, far too slow for long streams (docs/performance.md). */
 function dotSeries(label, color, size, dense) {
-  const series = { label, stroke: color, fill: color, value: (u, v) => (v === null ? "—" : `${fmtMs(v)} ms`) };
+  // the legend says nothing where a series has no value (not "—"); the "0" lane reads 0
+  const value = (u, v) => (v === null || v === undefined ? "" : v === u.zeroLane ? "0 ms" : `${fmtMs(v)} ms`);
+  const series = { label, stroke: color, fill: color, value };
   if (!dense) {
     return { ...series, paths: () => null, points: { show: true, size, width: 0, fill: color } };
   }
@@ -45,21 +47,38 @@ function dotSeries(label, color, size, dense) {
     },
   };
 }
-/** The gap axis's range: whole decades with room above and below, so dots on the extremes
- * are not cut by the frame. uPlot's log splits need decade ends: from 0.0952 they stepped
- * 0.11, 0.22 → rounded to 0 and looped until "Invalid array length" (in a microtask, so no
- * try/catch of ours saw it). No gap yet (a live stream's first event) gives a fixed range. */
-function logRange(min, max) {
-  if (!(Number.isFinite(min) && Number.isFinite(max) && max > 0)) return [1e-3, 1e3];
-  const exponent = (v, snap) => {
-    const e = Math.log10(v);
-    return Math.abs(e - Math.round(e)) < 1e-9 ? Math.round(e) : snap(e);
-  };
-  const lo = Math.max(exponent(Math.max(min, MIN_GAP_MS), Math.ceil) - 1, -4);
-  const hi = exponent(Math.max(max, MIN_GAP_MS), Math.floor) + 1;
-  return [Number(`1e${lo}`), Number(`1e${hi}`)];
+/** The gap axis: decades from the one below the smallest gap above zero to the one above the
+ * largest, and, when some gaps are 0 µs (events read in one go), a "0" lane one decade below
+ * that, where those are drawn (a log axis has no 0; before, they sat at 1 µs on an axis
+ * running to 0.0001 ms and a fast stream looked empty). The ticks are ours (`splits`):
+ * uPlot's log splits need decade ends and looped on others ("Invalid array length").
+ * `gaps`: every series' values (ms; 0 allowed). */
+export function gapScale(gaps) {
+  let min = Infinity;
+  let max = 0;
+  let zero = false;
+  for (const values of gaps) {
+    for (const v of values) {
+      if (v === null || v === undefined || !Number.isFinite(v)) continue;
+      if (v <= 0) zero = true;
+      else {
+        if (v < min) min = v;
+        if (v > max) max = v;
+      }
+    }
+  }
+  if (!(max > 0)) {
+    min = 1;
+    max = 1;
+  }
+  const lowest = Math.floor(Math.log10(Math.max(min, MIN_GAP_MS)) + 1e-9);
+  const highest = Math.floor(Math.log10(max) + 1e-9) + 1;
+  const lane = zero ? Number(`1e${lowest - 1}`) : null;
+  const splits = [];
+  for (let e = zero ? lowest - 1 : lowest; e <= highest; e += 1) splits.push(Number(`1e${e}`));
+  // half a decade of room under the lowest row, so its dots are not cut by the frame
+  return { lane, splits, range: [splits[0] / 3, Number(`1e${highest}`)] };
 }
-const decades = (u, splits) => splits.map((v) => (Math.abs(Math.log10(v) % 1) < 1e-9 ? v : null)); // a log scale needs positive values: 1 µs stands for "same instant"
 
 export class TimingChart {
   /** `onPick(index)`: a point or a row of the longest-gaps table was clicked. `proxied`: the
@@ -91,18 +110,23 @@ export class TimingChart {
   /** `sentUs`: when the proxy handed the event to its client (proxied streams; else absent). */
   push(index, tUs, isOutput, sentUs) {
     if (tUs === null || tUs === undefined) return;
-    const gap = Math.max((tUs - this.lastUs) / 1000, MIN_GAP_MS);
+    const gap = Math.max((tUs - this.lastUs) / 1000, 0); // 0: drawn in the "0" lane
     this.lastUs = tUs;
     this.xs.push(tUs / 1e6);
     this.out.push(isOutput ? gap : null);
     this.other.push(isOutput ? null : gap);
-    const held = sentUs === null || sentUs === undefined ? null : Math.max((sentUs - tUs) / 1000, MIN_GAP_MS);
+    const held = sentUs === null || sentUs === undefined ? null : Math.max((sentUs - tUs) / 1000, 0);
     this.proxy.push(held);
     this.indexes.push(index);
   }
 
   load(data) {
     this.reset();
+    if (!data.count) {
+      this.caption.textContent = "No events were received: nothing to chart.";
+      this.box.hidden = true;
+      return;
+    }
     if (!data.timed) {
       this.caption.textContent =
         "This stream has no receipt times (an imported .sse file keeps none): nothing to chart.";
@@ -140,8 +164,11 @@ export class TimingChart {
       this.caption.textContent = `${fmtCount(data.count)} events: too few to chart gaps.`;
       return;
     }
-    const stalls = this.marks.filter((m) => m.code === "stall").length;
-    const bursts = this.marks.filter((m) => m.code === "buffered_delivery").length;
+    // Counted from the findings (the server's `flagged`), not from the marks drawn: a stall
+    // before the connection closed is at no event, and has no mark of its own.
+    const flagged = data.flagged || {};
+    const stalls = flagged.stall ?? this.marks.filter((m) => m.code === "stall").length;
+    const bursts = flagged.buffered_delivery ?? this.marks.filter((m) => m.code === "buffered_delivery").length;
     const longest = s.longest[0];
     let text =
       `${fmtCount(data.count)} events over ${fmtDuration(s.duration_ms)}. ` +
@@ -210,6 +237,7 @@ export class TimingChart {
   options() {
     const marks = this;
     const dense = this.xs.length > DENSE;
+    const label = (v) => (v === marks.scale.lane ? "0" : v >= 1000 ? fmtCount(v) : `${+v.toPrecision(3)}`);
     return {
       width: Math.max(300, this.box.clientWidth),
       height: 240,
@@ -218,7 +246,7 @@ export class TimingChart {
         x: { time: false, range: (u, min, max) =>
           !(Number.isFinite(min) && Number.isFinite(max)) ? [0, 1]
             : min === max ? [Math.max(0, min - 0.5), max + 0.5] : [min, max] },
-        y: { distr: 3, log: 10, range: (u, min, max) => logRange(min, max) },
+        y: { distr: 3, log: 10, range: () => this.scale.range },
       },
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 7 } },
@@ -227,19 +255,23 @@ export class TimingChart {
           values: (u, ticks) => ticks.map((v) => (v === null ? "" : `${+v.toFixed(3)}`)) },
         { label: this.proxied ? "ms: gap · proxy added" : "ms since previous event",
           labelSize: 20, size: 56,
-          // powers of ten only: the log scale's minor splits made a striped background
-          filter: decades, grid: { filter: decades }, ticks: { filter: decades },
-          values: (u, ticks) =>
-            ticks.map((v) => (v === null ? "" : v >= 1000 ? fmtCount(v) : `${+v.toPrecision(3)}`)) },
+          // powers of ten only (the log scale's minor splits made a striped background), and
+          // the "0" lane of 0-µs gaps at the bottom
+          splits: () => this.scale.splits,
+          values: (u, ticks) => ticks.map((v) => (v === null ? "" : label(v))) },
       ],
       series: [
-        { label: "t (s)", value: (u, v) => (v === null ? "—" : v.toFixed(4)) },
+        { label: "t (s)", value: (u, v) => (v === null || v === undefined ? "" : v.toFixed(4)) },
         dotSeries("output delta", "#2f7fd6", dense ? 3 : 5, dense),
         dotSeries("other event", "#8b95a7", dense ? 4 : 6, dense),
         // same unit, same axis: the proxy's delay reads against the gaps it sits between
         ...(this.proxied ? [dotSeries("proxy added", "#e8590c", dense ? 3 : 4, dense)] : []),
       ],
-      hooks: { draw: [(u) => marks.drawMarks(u)] },
+      hooks: {
+        draw: [(u) => marks.drawMarks(u)],
+        setData: [(u) => { u.zeroLane = marks.scale.lane; }],
+        init: [(u) => { u.zeroLane = marks.scale.lane; }],
+      },
     };
   }
 
@@ -247,6 +279,18 @@ export class TimingChart {
     const ctx = u.ctx;
     const { top, height } = u.bbox;
     ctx.save();
+    if (this.scale.lane !== null) {
+      // the "0" lane's upper edge: gaps below it are 0 µs, not a value on the log axis
+      const y = u.valToPos(this.scale.lane * Math.sqrt(10), "y", true);
+      ctx.strokeStyle = "rgba(93, 102, 120, 0.5)";
+      ctx.lineWidth = devicePixelRatio;
+      ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
+      ctx.beginPath();
+      ctx.moveTo(u.bbox.left, y);
+      ctx.lineTo(u.bbox.left + u.bbox.width, y);
+      ctx.stroke();
+      ctx.setLineDash([]);
+    }
     ctx.font = `${11 * devicePixelRatio}px system-ui, sans-serif`;
     ctx.textAlign = "left"; // uPlot leaves its axes' alignment on the context
     ctx.textBaseline = "alphabetic";
@@ -305,11 +349,12 @@ export class TimingChart {
   }
 
   data() {
-    const series = [this.xs, this.out, this.other];
-    if (this.proxied) series.push(this.proxy);
-    return series.map((values) =>
-      values.map((v) => (Number.isFinite(v) ? v : null)),
-    );
+    const gaps = [this.out, this.other];
+    if (this.proxied) gaps.push(this.proxy);
+    this.scale = gapScale(gaps);
+    const lane = this.scale.lane;
+    const y = (v) => (!Number.isFinite(v) ? null : v <= 0 ? lane : v);
+    return [this.xs.map((v) => (Number.isFinite(v) ? v : null)), ...gaps.map((values) => values.map(y))];
   }
 
   draw(rebuild = false) {
@@ -321,7 +366,8 @@ export class TimingChart {
     }
     this.plot?.destroy();
     this.box.replaceChildren();
-    this.plot = new window.uPlot(this.options(), this.data(), this.box);
+    const data = this.data(); // first: the options read the gap scale it sets
+    this.plot = new window.uPlot(this.options(), data, this.box);
     let down = null;
     this.plot.over.addEventListener("mousedown", (e) => (down = [e.clientX, e.clientY]));
     this.plot.over.addEventListener("click", (e) => {

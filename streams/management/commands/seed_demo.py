@@ -19,6 +19,7 @@ rows themselves are the cheap part. The command prints its own throughput at the
 figures are in docs/performance.md ("seed_demo").
 """
 
+import collections
 import contextlib
 import datetime as dt
 import json
@@ -27,9 +28,9 @@ import time
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
-from django.db import transaction
+from django.db import connection, transaction
 
-from streams import metrics
+from streams import aggregates, metrics
 from streams.checks import Checker
 from streams.models import Finding, Stream
 from streams.recorder import insert_events
@@ -37,6 +38,7 @@ from streams.simulator.models import MODELS
 from streams.simulator.router import route
 
 CHUNK = 2_000
+AGGREGATE_EVERY = 10  # chunks
 REGRESSED_MODEL = "gpt-oss-120b"  # slower over the last REGRESSION_DAYS days
 REGRESSION_DAYS = 2
 REGRESSION_FACTOR = 1.6
@@ -422,6 +424,68 @@ def _timestamps(rng, n, days, now):
     return out
 
 
+_DEFAULTS = {"user_id": None, "error_code": "", "routing_category": "", "routing_source": ""}
+_Row = collections.namedtuple("_Row", "pk created_at")
+
+
+def _stream_columns():
+    fields = [f for f in Stream._meta.concrete_fields if not f.primary_key]
+    return fields
+
+
+def _insert_streams(rows):
+    """Stream rows (dicts of field values) with ids of our own, one multi-row INSERT per few
+    hundred rows on SQLite, COPY on PostgreSQL: bulk_create's per-value preparation was a
+    third of the command's time (docs/analytics.md, "seed_demo")."""
+    fields = _stream_columns()
+    qn = connection.ops.quote_name
+    table = qn(Stream._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COALESCE(MAX({qn('id')}), 0) FROM {table}")
+        first = cursor.fetchone()[0] + 1
+    pg = connection.vendor == "postgresql"
+    values = []
+    out = []
+    for i, row in enumerate(rows):
+        pk = first + i
+        out.append(_Row(pk, row["created_at"]))
+        line = [pk]
+        for f in fields:
+            name = f.attname
+            v = row.get(name, row.get(f.name)) if (name in row or f.name in row) else (
+                f.get_default())  # fmt: skip
+            if isinstance(v, (dict, list)):
+                v = json.dumps(v)
+            elif isinstance(v, dt.datetime):
+                v = v.astimezone(dt.UTC)
+                v = v if pg else v.replace(tzinfo=None).isoformat(" ")
+            line.append(v)
+        values.append(line)
+    cols = ", ".join(qn(c) for c in ["id"] + [f.column for f in fields])
+    if pg:
+        with connection.cursor() as cursor:
+            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                for line in values:
+                    copy.write_row(line)
+            cursor.execute(
+                f"SELECT setval(pg_get_serial_sequence('{Stream._meta.db_table}', 'id'), %s)",
+                [first + len(rows) - 1],
+            )
+        return out
+    width = len(fields) + 1
+    per = max(1, 30000 // width)
+    connection.ensure_connection()
+    raw = connection.connection
+    row_marks = "(" + ", ".join(["?"] * width) + ")"
+    for lo in range(0, len(values), per):
+        chunk = values[lo : lo + per]
+        raw.execute(
+            f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row_marks] * len(chunk)),
+            [v for line in chunk for v in line],
+        )
+    return out
+
+
 def demo_users(names):
     User = get_user_model()
     ids = []
@@ -449,13 +513,14 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
     user_choices.append((None, 1.0))
     times = _timestamps(rng, streams, days, now)
     counts = {"streams": 0, "events": 0, "findings": 0}
+    contrib = aggregates.Contributions()
     with _settable_created_at():
         for lo in range(0, streams, CHUNK):
             made = [
                 make_stream(rng, t, user_choices, events_per_stream) for t in times[lo : lo + CHUNK]
             ]
             with transaction.atomic():
-                rows = Stream.objects.bulk_create([Stream(**m[0]) for m in made])
+                rows = _insert_streams([m[0] for m in made])
                 events = []
                 findings = []
                 for row, m in zip(rows, made, strict=True):
@@ -484,6 +549,18 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
                     insert_events(events, offsets=True)
                 if findings:
                     Finding.objects.bulk_create(findings, batch_size=1000)
+                # the analytics pre-aggregates, as the recorder keeps them: summed here over
+                # many chunks (most keys repeat: an hour's streams share a few hundred) and
+                # written every AGGREGATE_EVERY chunks, an upsert that adds
+                for fields, _, violations in made:
+                    found = collections.Counter((v.code, v.severity) for v in violations)
+                    contrib.add_stream(
+                        {c: fields.get(c, _DEFAULTS.get(c)) for c in aggregates.COLUMNS},
+                        [(code, sev, n) for (code, sev), n in found.items()],
+                    )
+                if (lo // CHUNK) % AGGREGATE_EVERY == AGGREGATE_EVERY - 1 or lo + CHUNK >= streams:
+                    aggregates.apply(contrib)
+                    contrib = aggregates.Contributions()
             counts["streams"] += len(rows)
             counts["events"] += len(events)
             counts["findings"] += len(findings)

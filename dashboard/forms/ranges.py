@@ -1,0 +1,23 @@
+"""The time ranges every page offers, in one list: the streams list and the analytics pages
+show the same presets with the same labels (a user switching pages keeps a choice that
+means the same thing)."""
+
+import datetime as dt
+
+PRESETS = {
+    "15m": dt.timedelta(minutes=15),
+    "1h": dt.timedelta(hours=1),
+    "24h": dt.timedelta(hours=24),
+    "7d": dt.timedelta(days=7),
+    "30d": dt.timedelta(days=30),
+    "90d": dt.timedelta(days=90),
+}
+PRESET_CHOICES = [
+    ("15m", "Last 15 minutes"),
+    ("1h", "Last hour"),
+    ("24h", "Last 24 hours"),
+    ("7d", "Last 7 days"),
+    ("30d", "Last 30 days"),
+    ("90d", "Last 90 days"),
+]
+ALL_TIME = "All time"

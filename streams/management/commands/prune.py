@@ -1,0 +1,29 @@
+"""`python manage.py prune [--dry-run]`: apply retention now (streams/retention.py)."""
+
+from django.core.management.base import BaseCommand
+
+from streams import conf, retention
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete events and streams older than STREAMSCOPE_RETAIN_EVENTS_DAYS / "
+        "STREAMSCOPE_RETAIN_STREAMS_DAYS, in small batches (the analytics aggregates stay)."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("--dry-run", action="store_true", help="count, delete nothing")
+
+    def handle(self, *args, **opts):
+        events_cutoff, streams_cutoff = retention.cutoffs()
+        if events_cutoff is None and streams_cutoff is None:
+            self.stdout.write("retention is off (STREAMSCOPE_RETAIN_*_DAYS are 0): nothing to do")
+            return
+        done = retention.prune(dry_run=opts["dry_run"])
+        verb = "would delete" if opts["dry_run"] else "deleted"
+        s = conf.get()
+        self.stdout.write(
+            f"{verb} {done['streams']:,} streams older than {s.retain_streams_days:g} days, "
+            f"and the events of {done['event_streams']:,} more older than "
+            f"{s.retain_events_days:g} days ({done['events']:,} events in all)"
+        )

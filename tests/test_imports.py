@@ -1,0 +1,154 @@
+"""Imports off the request path (streams/imports.py): background reading, several files per
+upload, progress, cancel, abandonment, and the per-user caps."""
+
+import datetime as dt
+
+import pytest
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.utils import timezone
+
+from streams import imports
+from streams.models import ImportFile, ImportJob, Stream
+
+from .conftest import log_in_people
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def _sse(text="Hoi"):
+    events = [
+        {"type": "response.created", "sequence_number": 0, "response": {"id": "r1"}},
+        {"type": "response.output_text.delta", "sequence_number": 1, "delta": text},
+        {"type": "response.completed", "sequence_number": 2, "response": {"id": "r1"}},
+    ]
+    import json
+
+    return b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events)
+
+
+@pytest.fixture
+def people(db):
+    class P:
+        pass
+
+    p = P()
+    log_in_people(p)
+    return p
+
+
+@pytest.fixture
+def background(monkeypatch):
+    # the pool's threads, as in production (conftest reads inline by default)
+    monkeypatch.setattr(imports, "RUN_INLINE", False)
+
+
+def _upload(client, *files, **data):
+    uploads = [SimpleUploadedFile(n, c, content_type="application/octet-stream") for n, c in files]
+    return client.post("/streams/upload/", {"file": uploads, **data})
+
+
+class TestBackground:
+    def test_an_upload_answers_at_once_and_the_pool_reads_every_file(self, people, background):
+        r = _upload(
+            people.owner_client, ("a.sse", _sse("A")), ("b.sse", _sse("B")), ("bad.txt", b"x\n")
+        )
+        assert r.status_code == 302 and r["Location"].startswith("/imports/")
+        job = ImportJob.objects.get()
+        job = imports.wait(job.pk)
+        assert job.status == ImportJob.Status.DONE
+        files = list(job.files.order_by("position"))
+        assert [f.status for f in files] == ["done", "done", "failed"]
+        assert "not an event stream" in files[2].error
+        assert all(bytes(f.content) == b"" for f in files)  # the bytes live on in Capture
+        texts = [Stream.objects.get(pk=f.stream_ids[0]).output_text for f in files[:2]]
+        assert texts == ["A", "B"]
+        page = people.owner_client.get(r["Location"])
+        assert page.status_code == 200 and b"3 of 3 files read" in page.content
+
+    def test_the_progress_fragment_redirects_to_a_single_stream_when_done(self, people):
+        r = _upload(people.owner_client, ("a.sse", _sse()))
+        frag = people.owner_client.get(r["Location"] + "?fragment=import-progress")
+        stream = Stream.objects.get()
+        assert frag["HX-Redirect"] == f"/streams/{stream.pk}/"
+
+    def test_someone_elses_job_is_not_found(self, people):
+        r = _upload(people.owner_client, ("a.sse", _sse()))
+        assert people.stranger_client.get(r["Location"]).status_code == 404
+        job = ImportJob.objects.get()
+        cancel = people.stranger_client.post(f"/imports/{job.pk}/cancel/")
+        assert cancel.status_code == 404
+
+
+class TestCancel:
+    def _queued_job(self, people, n=3):
+        # a job created without being started: what the pool has not reached yet
+        job = ImportJob.objects.create(user=people.owner)
+        for i in range(n):
+            ImportFile.objects.create(
+                job=job, position=i, filename=f"{i}.sse", size=10, content=_sse()
+            )
+        return job
+
+    def test_a_cancelled_job_reads_no_further_file(self, people):
+        job = self._queued_job(people)
+        r = people.owner_client.post(f"/imports/{job.pk}/cancel/")
+        assert r.status_code == 302
+        imports.run(job.pk)  # what the pool would do next: nothing
+        job.refresh_from_db()
+        assert job.status == "cancelled" and Stream.objects.count() == 0
+
+    def test_a_job_nobody_polls_is_cancelled_as_abandoned(self, people, settings):
+        settings.STREAMSCOPE = {"IMPORT_ABANDON_S": 30}
+        job = self._queued_job(people)
+        ImportJob.objects.filter(pk=job.pk).update(
+            polled_at=timezone.now() - dt.timedelta(seconds=31)
+        )
+        imports.run(job.pk)
+        job.refresh_from_db()
+        assert (job.status, job.cancel_reason) == ("cancelled", "abandoned")
+        assert set(job.files.values_list("status", flat=True)) == {"cancelled"}
+        assert Stream.objects.count() == 0
+
+    def test_a_watched_job_is_not_abandoned(self, people, settings):
+        settings.STREAMSCOPE = {"IMPORT_ABANDON_S": 30}
+        job = self._queued_job(people, n=1)
+        ImportJob.objects.filter(pk=job.pk).update(
+            polled_at=timezone.now() - dt.timedelta(seconds=31)
+        )
+        people.owner_client.get(f"/imports/{job.pk}/?fragment=import-progress")  # a poll
+        imports.run(job.pk)
+        job.refresh_from_db()
+        assert job.status == "done" and Stream.objects.count() == 1
+
+
+class TestCaps:
+    def test_uploads_per_minute_are_capped_with_429(self, people, settings):
+        settings.STREAMSCOPE = {"IMPORT_MAX_PER_MINUTE": 3}
+        codes = [_upload(people.owner_client, ("a.sse", _sse())).status_code for _ in range(5)]
+        assert codes == [302, 302, 302, 429, 429]
+        r = _upload(people.owner_client, ("a.sse", _sse()))
+        assert int(r["Retry-After"]) > 0 and b"uploads per minute" in r.content
+        # another user is not affected
+        assert _upload(people.stranger_client, ("a.sse", _sse())).status_code == 302
+
+    def test_concurrent_jobs_are_capped_with_429(self, people, settings):
+        settings.STREAMSCOPE = {"IMPORT_MAX_CONCURRENT": 1}
+        ImportJob.objects.create(user=people.owner, status=ImportJob.Status.RUNNING)
+        r = _upload(people.owner_client, ("a.sse", _sse()))
+        assert r.status_code == 429 and b"at most 1 at once" in r.content
+
+    def test_a_job_of_a_dead_process_does_not_hold_a_slot_for_good(self, people, settings):
+        settings.STREAMSCOPE = {"IMPORT_MAX_CONCURRENT": 1}
+        stale = ImportJob.objects.create(user=people.owner, status=ImportJob.Status.RUNNING)
+        ImportJob.objects.filter(pk=stale.pk).update(
+            updated_at=timezone.now() - dt.timedelta(seconds=imports.STALE_S + 1)
+        )
+        assert _upload(people.owner_client, ("a.sse", _sse())).status_code == 302
+        stale.refresh_from_db()
+        assert (stale.status, stale.error) == ("failed", "interrupted")
+
+    def test_more_files_than_allowed_are_refused_by_the_form(self, people):
+        files = [(f"{i}.sse", _sse()) for i in range(imports.MAX_FILES + 1)]
+        r = _upload(people.owner_client, *files)
+        assert r.status_code == 400 and b"at most 20 per upload" in r.content
+        assert ImportJob.objects.count() == 0
