@@ -76,6 +76,10 @@ def filter_streams(qs, filters):
         # so the (user, created_at) index still serves the page.
         users = get_user_model().objects.filter(username=f["user"]).values("pk")[:1]
         qs = qs.filter(user_id=Subquery(users))
+    if f.get("meta"):
+        key, value = f["meta"]
+        # a JSON member lookup of the stored request (Django quotes the key as a JSON path)
+        qs = qs.filter(**{f"request_body__metadata__{key}": value})
     if f.get("requested"):
         qs = qs.filter(requested_model=f["requested"])
     if f.get("resolved"):

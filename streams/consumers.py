@@ -21,7 +21,7 @@ from channels.db import database_sync_to_async
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from . import auth, conf, public, relay, telemetry
 from .auth import bearer_token, may_see, streams_for
@@ -58,7 +58,27 @@ _read_executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="streamsco
 
 
 def db_read(func):
-    return database_sync_to_async(func, thread_sensitive=False, executor=_read_executor)
+    return database_sync_to_async(
+        _once_more_on_a_dead_connection(func), thread_sensitive=False, executor=_read_executor
+    )
+
+
+def _once_more_on_a_dead_connection(func):
+    """`func`, asked again on a fresh connection if the thread's kept one had died (the
+    database restarted since this thread last used it): a restart costs a reconnect, not a
+    refused socket for each of the relay's threads."""
+
+    @functools.wraps(func)
+    def call(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except (OperationalError, InterfaceError):
+            if connections["default"].in_atomic_block:
+                raise
+            connections.close_all()
+            return func(*args, **kwargs)
+
+    return call
 
 
 def close_db_connections():

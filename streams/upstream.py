@@ -472,9 +472,20 @@ class _KernelTransport:
                     self.pause_reading()
                     self._connection_lost(OSError(error, os.strerror(error)))
                     self.close()
-                elif self._stamp_late:
+                elif self._stamp_late or (self._tx_stamps and self._error_queue_pending()):
+                    # Also a stamp nobody waits for (a retransmitted segment's, under load):
+                    # any entry in the error queue made the loop stop watching (see above).
+                    self._stamp_late = True
                     self._late_stamps()
                 return
+
+    def _error_queue_pending(self):
+        """Whether the socket's error queue holds an entry (one peek, no copy)."""
+        try:
+            self._sock.recvmsg(0, _TX_ANCILLARY, socket.MSG_ERRQUEUE | socket.MSG_PEEK)
+        except OSError:  # BlockingIOError: empty
+            return False
+        return True
 
     def _late_stamps(self):
         """A transmit stamp that was not there when its send returned may come later: drop
@@ -817,9 +828,15 @@ def check_response(response, body_text=None):
     status = response.status_code
     if status >= 400:
         code, message = error_from_body(body_text or "")
+        message = message or f"HTTP {status} {response.reason_phrase}".strip()
+        # How long the upstream asked to wait is what a user of a 429/503 wants to know; the
+        # headers are not stored, so it goes with the message (a number or an HTTP date).
+        retry_after = response.headers.get("retry-after", "").strip()[:40]
+        if retry_after:
+            message = f"{message} (Retry-After: {retry_after})"
         raise UpstreamError(
             code or f"http_{status}",
-            message or f"HTTP {status} {response.reason_phrase}".strip(),
+            message,
             http_status=status,
             body=body_text or "",
         )

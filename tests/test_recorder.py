@@ -144,6 +144,7 @@ async def test_http_errors_keep_status_and_body_message(upstream):
     stream, _ = await record(body("http_429"))
     assert stream.http_status == 429
     assert stream.event_count == 0
+    assert stream.error_message.endswith("(Retry-After: 2)")  # what the page's notice shows
     stream, _ = await record(body("http_500"))
     assert stream.http_status == 500 and stream.error_message
 

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from urllib.parse import urlsplit
 
@@ -301,15 +302,32 @@ needs_pg_control = pytest.mark.skipif(
 )
 
 
+async def _relay_threads_read():
+    """A read on each of the relay's reader threads of this process (consumers.db_read)."""
+    from streams.consumers import _read_executor, db_read
+
+    barrier = threading.Barrier(_read_executor._max_workers, timeout=10)
+
+    def count():
+        barrier.wait()  # one call per thread
+        return Stream.objects.count()
+
+    return await asyncio.gather(*(db_read(count)() for _ in range(_read_executor._max_workers)))
+
+
 async def _outage(downtime_s):
     from asgiref.sync import sync_to_async
     from django.db import connections
 
+    await _relay_threads_read()  # each relay thread holds a connection from before
     await asyncio.to_thread(_postgres, "stop")
     await asyncio.sleep(downtime_s)
     await asyncio.to_thread(_postgres, "start")
     # The test's own ORM calls run on asgiref's thread: its connection died with the server.
     await sync_to_async(connections.close_all)()
+    # The relay's threads reconnect on their own: a viewer's first read after the restart is
+    # answered, not refused (their connections died with the server too).
+    await _relay_threads_read()
 
 
 def _survive_outage(flow):

@@ -416,3 +416,18 @@ def test_seed_demo_makes_a_history_the_pages_can_show():
     report = routing_report(Scope(user_id=None, start=NOW - 3 * DAY, end=NOW), now=NOW)
     assert {s["model"] for s in report.shares} >= {"eu-reasoner", "qwen3-coder"}
     assert {row["category"] for row in report.matrix} >= {"chat", "code", "tools", "reasoning"}
+
+
+@pytest.mark.django_db
+def test_over_time_buckets_follow_the_datas_own_span():
+    """A day of data on the 7-day range is a line of many points, not one 3-hour bucket (the
+    charts drew nothing); the latency and routing pages alike."""
+    day = NOW - 3 * DAY
+    save(*(make(ttft=100.0 + i, created_at=day + i * HOUR) for i in range(24)))
+    scope = everyone()
+    for report in (latency_report(scope, now=NOW), routing_report(scope, now=NOW)):
+        series = report.series
+        assert series["step"] <= 1800, series["step"]
+        counts = next(s for s in series["series"] if s["model"] == "m-a")["n"]
+        assert sum(1 for n in counts if n) == 24 and sum(counts) == 24
+        assert series["t"][0] <= day.timestamp() < series["t"][0] + series["step"]

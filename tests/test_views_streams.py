@@ -158,6 +158,26 @@ class TestStreamList(Base):
         r = self.get(self.owner_client, f"/?tag=beta&fragment=streams&after={tagged.pk}")
         assert rows_in_order(r.text) == [other.pk]
 
+    def test_it_filters_by_request_metadata(self):
+        acme = proxied(self.owner, request_body={"input": "x", "metadata": {"tenant": "acme"}})
+        odd = proxied(self.owner, request_body={"metadata": {'te"n.a-nt': "a'b", "tenant": 5}})
+        for query, want in (
+            ("?meta=tenant%3Dacme", [acme.pk]),
+            ("?meta=tenant%3D+acme", [acme.pk]),  # spaces around the value are the form's
+            ("?meta=tenant%3Dac", []),  # matched whole
+            ("?meta=tenant%3D", []),
+            ("?meta=nobody%3Dacme", []),
+        ):
+            r = self.get(self.owner_client, "/" + query)
+            assert r.status_code == 200 and rows_in_order(r.text) == want, query
+        assert odd.pk not in rows_in_order(self.get(self.owner_client, "/?meta=tenant%3D5").text)
+        for bad in ("tenant", "%3Dacme", "a%22b%3Dc", "k" * 65 + "%3Dv"):
+            r = self.get(self.owner_client, "/?meta=" + bad)
+            assert r.status_code == 400 and "key=value" in r.text, bad
+        # the stranger's own list never shows the owner's stream, whatever the filter
+        r = self.get(self.stranger_client, "/?meta=tenant%3Dacme")
+        assert rows_in_order(r.text) == []
+
     def test_staff_filter_by_user_and_others_only_narrow_their_own(self):
         mine = proxied(self.stranger)
         r = self.get(self.staff_client, "/?user=stranger")

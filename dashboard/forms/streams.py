@@ -1,6 +1,7 @@
 """Forms of the streams pages: the capture upload, the list's query string, the event window."""
 
 import datetime as dt
+import re
 from urllib.parse import urlencode
 
 from django import forms
@@ -71,6 +72,9 @@ RANGES = PRESETS
 DATETIME_FORMATS = ["%Y-%m-%dT%H:%M", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M", "%Y-%m-%d"]
 
 
+META_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
+
+
 class StreamFilterForm(forms.Form):
     """The streams list's query string: filters, search, and the keyset cursor."""
 
@@ -84,6 +88,8 @@ class StreamFilterForm(forms.Form):
     tag = forms.CharField(required=False, max_length=64)
     session = forms.CharField(required=False, max_length=200)
     user = forms.CharField(required=False, max_length=150)
+    # `key=value` in the request's `metadata` (what an app sends along, e.g. `tenant=acme`)
+    meta = forms.CharField(required=False, max_length=300, strip=True)
     findings = forms.ChoiceField(
         required=False,
         choices=[
@@ -107,11 +113,27 @@ class StreamFilterForm(forms.Form):
         "tag",
         "session",
         "user",
+        "meta",
         "requested",
         "resolved",
         "findings",
         "range",
     )
+
+    def clean_meta(self):
+        """`key=value` → (key, value); the key as OpenAI's metadata keys are (≤ 64 word
+        characters, dots or dashes), so it is never more than a JSON object's member name."""
+        text = self.cleaned_data.get("meta") or ""
+        if not text:
+            return None
+        key, sep, value = text.partition("=")
+        key = key.strip()
+        if not sep or not META_KEY.fullmatch(key):
+            raise forms.ValidationError(
+                "Metadata as key=value, the key of letters, digits, '_', '.' or '-' (≤ 64).",
+                code="invalid_meta",
+            )
+        return key, value.strip()
 
     def filters(self):
         """The cleaned filters for `queries.stream_page`, a preset range turned into `since`."""

@@ -5,6 +5,7 @@ computed over its own conditions, `_group_where`), and both draw per-model time 
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 from dataclasses import replace
 
@@ -21,7 +22,7 @@ from dashboard.stats.sql import (
     _scalars,
     buckets,
     distinct_values,
-    history_start,
+    history_span,
     index_for,
     percentiles,
     scope_where,
@@ -169,10 +170,21 @@ def _group_where(scope, pairs, want):
     return where
 
 
+# The shortest span over-time buckets are chosen for (a lone stream still gets a few points).
+SERIES_MIN_SPAN = dt.timedelta(minutes=10)
+
+
 def _series_bounds(scope, now):
+    """The span of the over-time charts: the page's range narrowed to the data's own span in
+    it, so the bucket width follows the data (a day of data on a 7-day range is still a line
+    of half-hour points, not one 3-hour point). None without data in the range."""
     end = scope.end or now
-    start = scope.start or history_start(scope)
-    if start is None or start >= end:
+    first, last = history_span(scope)
+    if first is None:
+        return None
+    start = max(scope.start or first, first)
+    end = min(end, max(last + dt.timedelta(seconds=1), start + SERIES_MIN_SPAN))
+    if start >= end:
         return None
     return start, end
 

@@ -423,14 +423,26 @@ def buckets(start, end):
 
 def history_start(scope):
     """The oldest stream in scope (for "all time"); one index seek."""
+    return history_span(scope)[0]
+
+
+def history_span(scope):
+    """(oldest, newest) stream's creation in scope (None, None without any): two index seeks
+    (one statement of two subqueries: SQLite seeks MIN or MAX only when it stands alone)."""
     where = Where()
     if scope.user_id is not None:
         where.eq("user_id", scope.user_id)
+    col, cond = _q("created_at"), where.sql()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT MIN({_q('created_at')}) FROM {_q(TABLE)} WHERE {where.sql()}", where.params
+            f"SELECT (SELECT MIN({col}) FROM {_q(TABLE)} WHERE {cond}), "
+            f"(SELECT MAX({col}) FROM {_q(TABLE)} WHERE {cond})",
+            [*where.params, *where.params],
         )
-        value = cursor.fetchone()[0]
+        return tuple(_as_datetime(v) for v in cursor.fetchone())
+
+
+def _as_datetime(value):
     if value is None:
         return None
     if isinstance(value, str):  # SQLite hands back text
