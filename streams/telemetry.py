@@ -256,9 +256,9 @@ def stream_finished(rec, fields, outcome=None):
     """All per-stream figures, once, from the finished Recording and the fields of its last
     write (`Recording.final_fields`, with the final status and error code). Never raises: a
     figure is not worth a recording."""
-    from . import tracing  # optional; off unless configured
-
     try:
+        from . import tracing  # optional; off unless configured
+
         tracing.stream_finished(rec, fields)
         # (an attempt whose connection error is retried on the same row is not its end)
         retried = outcome is not None and outcome.retryable and rec.connect_retry_follows

@@ -161,6 +161,11 @@ async def _sent_counts(client, upstream, ids):
     counts = []
     for rid in ids:
         r = await client.get(f"{root}/_simulator/responses/{rid}")
+        if r.status_code == 404:
+            raise SystemExit(
+                "the simulator's log no longer holds a response of this run (it keeps 2,000,000 "
+                "events in all): run fewer streams × events per configuration"
+            )
         counts.append(r.json()["event_count"])
     return counts
 
