@@ -32,7 +32,7 @@ import httpx
 from django.db import close_old_connections, connection, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from . import aggregates, conf, metrics, relay, telemetry
+from . import aggregates, capture, conf, metrics, relay, telemetry
 from .checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
 from .models import Event, Finding, Stream
 from .upstream import (
@@ -141,6 +141,9 @@ class Recording:
     # (set by the runner) a retryable outcome of this attempt is retried on the same row: its
     # end is not the stream's end (telemetry counts it once, at the last attempt)
     connect_retry_follows: bool = False
+    # Events whose data was not UTF-8: [first index, byte offset in its data, the bad bytes,
+    # how many] (one invalid_utf8 finding at the end; the bytes are kept in Event.raw).
+    invalid_utf8: list | None = None
     # Filled by the reader, drained by the writer at the next commit.
     pending_fields: dict = field(default_factory=dict)
     pending_findings: list = field(default_factory=list)
@@ -220,6 +223,8 @@ class Recording:
                 self._milestone(result, sse.t_ns)
             type_ = result.type
             seq = result.sequence_number
+            if sse.raw is not None:
+                self._not_utf8(index, sse.raw)
             add_row(
                 (
                     stream_id,
@@ -245,6 +250,13 @@ class Recording:
             index += 1
         self.next_index = index
         return rows, payloads
+
+    def _not_utf8(self, index, raw):
+        if self.invalid_utf8 is not None:
+            self.invalid_utf8[3] += 1
+            return
+        where = capture.first_invalid_utf8(raw) or (0, b"")
+        self.invalid_utf8 = [index, where[0], where[1], 1]
 
     def _milestone(self, result, t_ns):
         kind = result.kind
@@ -1048,6 +1060,10 @@ async def _finish(rec, writer, outcome, tap=None):
         )
         if final:
             rec.add_findings(final)
+    if rec.invalid_utf8 is not None:
+        index, offset, bad, count = rec.invalid_utf8
+        where = f"data of event {index}"
+        rec.add_findings(rec.checker.report_invalid_utf8(index, offset, bad, count, where=where))
     if outcome.status is None:
         outcome.status = _status_from_checker(rec.checker)
     rec.status = outcome.status

@@ -286,3 +286,51 @@ class TestFiguresAgree(Base):
         stream.refresh_from_db()
         html = self.page(stream)
         assert self.check(stream, html) == 8
+
+
+# ---- a live recording whose upstream sends bytes that are not UTF-8 ---------------------------
+
+
+@pytest.fixture
+def latin1_upstream(settings):
+    from .test_redaction import RawUpstream
+
+    created = (
+        b'data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_l1",'
+        b'"object":"response","model":"m","status":"in_progress"}}\n\n'
+    )
+    deltas = [
+        b'data: {"type":"response.output_text.delta","sequence_number":%d,"output_index":0,'
+        b'"item_id":"msg_1","content_index":0,"delta":"caf\xe9 %d"}\n\n' % (i, i)
+        for i in (1, 2)
+    ]
+    done = (
+        b'data: {"type":"response.completed","sequence_number":3,"response":{"id":"resp_l1",'
+        b'"object":"response","model":"m","status":"completed"}}\n\n'
+    )
+    server = RawUpstream(lambda *a: (200, "text/event-stream", [created, *deltas, done]))
+    settings.UPSTREAM_BASE_URL = server.base_url
+    yield server
+    server.stop()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_live_stream_that_is_not_utf8_gets_one_finding_and_keeps_its_bytes(
+    latin1_upstream,
+):
+    from asgiref.sync import sync_to_async
+
+    from streams import runner, services
+
+    stream = await sync_to_async(services.new_row)(None, {"input": "hi", "stream": True})
+    last, _ = await runner.run_stream(stream)
+    findings = [f async for f in Finding.objects.filter(stream_id=last.pk, code="invalid_utf8")]
+    assert len(findings) == 1
+    (finding,) = findings
+    assert finding.event_index == 1
+    # the offset in that event's data, the bytes in hex, and how many events hold such bytes
+    offset = (await Event.objects.aget(stream_id=last.pk, index=1)).raw.index(b"\xe9")
+    assert f"byte {offset:,} of the data of event 1: E9" in finding.got
+    assert "2 event(s)" in finding.detail
+    raws = [e.raw async for e in Event.objects.filter(stream_id=last.pk).order_by("index")]
+    assert raws[0] is None and b"caf\xe9 1" in raws[1] and b"caf\xe9 2" in raws[2]
