@@ -206,6 +206,15 @@ def top_streams(scope, column, limit=TOP_STREAMS):
 TOP_INDEX = {"bytes_received": "stream_bytes_top", "duration_ms": "stream_duration_top"}
 
 
+def _daily_chart(days):
+    """The per-day chart's series (exact and pre-aggregated paths alike)."""
+    return {
+        "t": [int(dt.datetime.combine(d["day"], dt.time(), dt.UTC).timestamp()) for d in days],
+        "streams": [d["streams"] for d in days],
+        "failed": [d["failed"] for d in days],
+    }
+
+
 @_versioned
 def admin_report(scope, *, now=None):
     now = now or dt.datetime.now(dt.UTC)
@@ -217,13 +226,7 @@ def admin_report(scope, *, now=None):
     if not any(d["streams"] for d in report.days):
         return report
     report.empty = False
-    report.daily_chart = {
-        "t": [
-            int(dt.datetime.combine(d["day"], dt.time(), dt.UTC).timestamp()) for d in report.days
-        ],
-        "streams": [d["streams"] for d in report.days],
-        "failed": [d["failed"] for d in report.days],
-    }
+    report.daily_chart = _daily_chart(report.days)
     report.users, user_count = usage_per_user(scope)
     report.errors = error_codes(scope)
     report.findings = findings_by_code(scope)
@@ -284,13 +287,7 @@ def _aggregated(report, scope, now):
     if not any(d["streams"] for d in report.days):
         return report
     report.empty = False
-    report.daily_chart = {
-        "t": [
-            int(dt.datetime.combine(d["day"], dt.time(), dt.UTC).timestamp()) for d in report.days
-        ],
-        "streams": [d["streams"] for d in report.days],
-        "failed": [d["failed"] for d in report.days],
-    }
+    report.daily_chart = _daily_chart(report.days)
     per_user = {}
     for (user, status), v in c.usage(("user_key", "status")).items():
         e = per_user.setdefault(user, {"n": 0, "failed": 0, "tokens": 0, "bytes": 0, "f": 0})

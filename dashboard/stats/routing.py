@@ -152,15 +152,7 @@ def routing_report(scope, *, now=None):
         sources[src] = sources.get(src, 0) + n
     _fill_matrix(report, categories, sources, models, total)
     report.series = time_series(auto_scope, auto, [m for m in models if m], now, value="*", qs=())
-    if report.series:
-        report.trend_models = [x["model"] for x in report.series["series"]]
-        report.trend_rows = [
-            {
-                "t": dt.datetime.fromtimestamp(t, dt.UTC),
-                "counts": [x["n"][i] for x in report.series["series"]],
-            }
-            for i, t in enumerate(report.series["t"])
-        ]
+    _fill_trend(report)
     report.reasons = sample_reasons(auto_scope, [c for c in report.categories if c])
     return report
 
@@ -305,15 +297,7 @@ def _aggregated(scope, now):
     _fill_matrix(report, categories, sources, models, total)
     series_models = [m for m in models if m]
     report.series = _series_counts(auto_scope, auto, series_models, now)
-    if report.series:
-        report.trend_models = [x["model"] for x in report.series["series"]]
-        report.trend_rows = [
-            {
-                "t": dt.datetime.fromtimestamp(t, dt.UTC),
-                "counts": [x["n"][i] for x in report.series["series"]],
-            }
-            for i, t in enumerate(report.series["t"])
-        ]
+    _fill_trend(report)
     report.reasons = sample_reasons(auto_scope, [c_ for c_ in report.categories if c_])
     return report
 
@@ -334,6 +318,19 @@ def _share(model, agg, total, pcts, dpcts, routed):
         "decision_p50": dpcts[model][500],
         "decision_p95": dpcts[model][950],
     }
+
+
+def _fill_trend(report):
+    """The share-over-time table's rows from `report.series` (both paths)."""
+    if report.series:
+        report.trend_models = [x["model"] for x in report.series["series"]]
+        report.trend_rows = [
+            {
+                "t": dt.datetime.fromtimestamp(t, dt.UTC),
+                "counts": [x["n"][i] for x in report.series["series"]],
+            }
+            for i, t in enumerate(report.series["t"])
+        ]
 
 
 def _fill_matrix(report, categories, sources, models, total):
