@@ -33,8 +33,9 @@ from collections import defaultdict
 from django.db import connection
 
 HOUR = 3600
+THREE_HOURS = 10800  # what a series in 3-, 6- or 12-hour steps reads (7- to 28-day ranges)
 DAY = 86400
-SPANS = (HOUR, DAY)
+SPANS = (HOUR, THREE_HOURS, DAY)  # each divides the next; epoch-aligned periods
 
 GAMMA = 1.02
 ERROR_BOUND = (GAMMA - 1) / (GAMMA + 1)  # 0.0099: the relative error of a percentile
@@ -239,14 +240,19 @@ class Contributions:
         }
 
 
-def read_streams(where_sql, params):
-    """[(row dict, findings)] of the stream rows matching a condition (raw SQL on Stream)."""
+def read_streams(where_sql, params, index=None):
+    """[(row dict, findings)] of the stream rows matching a condition (raw SQL on Stream).
+    `index`: the index SQLite must use (its planner has no statistics: for the few active rows
+    of one user it chose the user's index and read all of their history)."""
     from streams.models import Finding, Stream
 
     qn = connection.ops.quote_name
     cols = ", ".join(qn(c) for c in COLUMNS)
+    table = qn(Stream._meta.db_table)
+    if index and connection.vendor == "sqlite":
+        table += f" INDEXED BY {qn(index)}"
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT {cols} FROM {qn(Stream._meta.db_table)} WHERE {where_sql}", params)
+        cursor.execute(f"SELECT {cols} FROM {table} WHERE {where_sql}", params)
         rows = [dict(zip(COLUMNS, r, strict=True)) for r in cursor.fetchall()]
     if not rows:
         return []

@@ -439,23 +439,16 @@ class UsageRollup(_Rollup):
     events = models.BigIntegerField(default=0)
     findings = models.BigIntegerField(default=0)
 
-    class Meta:
-        constraints = [
-            # the upsert's conflict target; reads seek (span, t) ranges
-            models.UniqueConstraint(
-                fields=[
-                    "span",
-                    "t",
-                    "resolved_model",
-                    "requested_model",
-                    "source",
-                    "user_key",
-                    "status",
-                    "error_code",
-                ],
-                name="usage_rollup_key",
-            ),  # fmt: skip
-        ]
+    pk = models.CompositePrimaryKey(
+        "span",
+        "t",
+        "resolved_model",
+        "requested_model",
+        "source",
+        "user_key",
+        "status",
+        "error_code",
+    )
 
 
 class HistogramRollup(_Rollup):
@@ -475,23 +468,17 @@ class HistogramRollup(_Rollup):
     bucket = models.SmallIntegerField()
     n = models.BigIntegerField(default=0)
 
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=[
-                    "metric",
-                    "full",
-                    "span",
-                    "t",
-                    "user_key",
-                    "source",
-                    "resolved_model",
-                    "requested_model",
-                    "bucket",
-                ],
-                name="histogram_rollup_key",
-            ),  # fmt: skip
-        ]
+    pk = models.CompositePrimaryKey(
+        "metric",
+        "full",
+        "span",
+        "t",
+        "user_key",
+        "source",
+        "resolved_model",
+        "requested_model",
+        "bucket",
+    )
 
 
 class RoutingRollup(_Rollup):
@@ -507,21 +494,9 @@ class RoutingRollup(_Rollup):
     routing_source = models.CharField(max_length=50)
     n = models.BigIntegerField(default=0)
 
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=[
-                    "span",
-                    "t",
-                    "resolved_model",
-                    "source",
-                    "user_key",
-                    "routing_category",
-                    "routing_source",
-                ],
-                name="routing_rollup_key",
-            ),  # fmt: skip
-        ]
+    pk = models.CompositePrimaryKey(
+        "span", "t", "resolved_model", "source", "user_key", "routing_category", "routing_source"
+    )
 
 
 class FindingRollup(_Rollup):
@@ -538,22 +513,9 @@ class FindingRollup(_Rollup):
     user_key = models.BigIntegerField()
     n = models.BigIntegerField(default=0)
 
-    class Meta:
-        constraints = [
-            models.UniqueConstraint(
-                fields=[
-                    "span",
-                    "t",
-                    "code",
-                    "severity",
-                    "resolved_model",
-                    "requested_model",
-                    "source",
-                    "user_key",
-                ],
-                name="finding_rollup_key",
-            ),  # fmt: skip
-        ]
+    pk = models.CompositePrimaryKey(
+        "span", "t", "code", "severity", "resolved_model", "requested_model", "source", "user_key"
+    )
 
 
 def _subtract_deleted_stream(sender, instance, **kwargs):

@@ -77,36 +77,30 @@ def method(scope):
 
 
 def windows(start, end, step=None):
-    """[(span, lo, hi)] in epoch seconds covering [start, end): span "raw", HOUR or DAY.
-    `start` None is the whole history. Day rows only when `step` is a whole number of days."""
-    end_s = end.timestamp()
-    h1 = math.floor(end_s / agg.HOUR) * agg.HOUR
-    if start is None:
-        lo_s, h0 = None, None
-    else:
-        lo_s = start.timestamp()
-        h0 = math.ceil(lo_s / agg.HOUR) * agg.HOUR
-        if h0 >= h1:
-            return [("raw", lo_s, end_s)]
+    """[(span, lo, hi)] in epoch seconds covering [start, end): span "raw" or one of
+    `agg.SPANS`. `start` None is the whole history. Whole periods of the coarsest span that
+    divides `step` (any, without a step) fill the middle, finer spans the remaining edges, and
+    the partial hours at the ends are raw: so a row of any period lies inside one step bucket."""
+    spans = [s for s in agg.SPANS if step is None or step % s == 0]
     out = []
-    if lo_s is not None and lo_s < h0:
-        out.append(("raw", lo_s, h0))
-    if end_s > h1:
-        out.append(("raw", h1, end_s))
-    days_ok = step is None or step % agg.DAY == 0
-    if not days_ok:
-        out.append((agg.HOUR, h0, h1))
-        return out
-    d0 = None if h0 is None else math.ceil(h0 / agg.DAY) * agg.DAY
-    d1 = math.floor(h1 / agg.DAY) * agg.DAY
-    if d0 is not None and d0 >= d1:
-        out.append((agg.HOUR, h0, h1))
-        return out
-    if h0 is not None and h0 < d0:
-        out.append((agg.HOUR, h0, d0))
-    out.append((agg.DAY, d0, d1))
-    if d1 < h1:
-        out.append((agg.HOUR, d1, h1))
+
+    def cover(lo, hi, spans):
+        if not spans:
+            if lo is None or lo < hi:
+                out.append(("raw", lo, hi))
+            return
+        span = spans[-1]
+        a = None if lo is None else math.ceil(lo / span) * span
+        b = math.floor(hi / span) * span
+        if a is not None and a >= b:
+            return cover(lo, hi, spans[:-1])
+        if lo is not None and lo < a:
+            cover(lo, a, spans[:-1])
+        out.append((span, a, b))
+        if b < hi:
+            cover(b, hi, spans[:-1])
+
+    cover(None if start is None else start.timestamp(), end.timestamp(), spans)
     return out
 
 
@@ -161,7 +155,8 @@ class Cube:
     def raw_rows(self, step=None):
         """[(row, findings)] of the finished streams in the raw windows and of the active
         streams in the range."""
-        key = step is not None and step % agg.DAY != 0
+        # the raw windows are the partial hours at the ends, whatever the coarser periods
+        key = step is None or step % agg.HOUR == 0
         if key in self._raw:
             return self._raw[key]
         import datetime as dt
@@ -174,15 +169,17 @@ class Cube:
                 w = scope_where(
                     replace(
                         self.scope,
-                        start=dt.datetime.fromtimestamp(lo, dt.UTC),
+                        start=None if lo is None else dt.datetime.fromtimestamp(lo, dt.UTC),
                         end=dt.datetime.fromtimestamp(hi, dt.UTC),
                     )
                 ).add(f"{_q('status')} NOT IN ('pending', 'streaming')")
-                rows += agg.read_streams(w.sql(), w.params)
+                # under an hour of rows: by time (a model's index would read all its history)
+                rows += agg.read_streams(w.sql(), w.params, index="stream_created")
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
                 f"{_q('status')} IN ('pending', 'streaming')"
             )
-            rows += agg.read_streams(w.sql(), w.params)
+            # the few active rows, by status (a user's index would read all their history)
+            rows += agg.read_streams(w.sql(), w.params, index="stream_status_created")
         self._raw[key] = rows
         return rows
 
@@ -198,13 +195,13 @@ class Cube:
                 out.append(row[col])
         return tuple(out)
 
-    def _rollup(
+    def _rollup_rows(
         self, model, value_cols, by, step, extra=(), extra_params=(), full_filter=True, models=True
     ):
-        """{key: [sums]} from the hour and day rows of `model` in the range."""
-        out = {}
+        """The grouped rows (key columns, then sums) of `model`'s periods in the range, one
+        statement per kind of period."""
         if self.nobody:
-            return out
+            return
         cols = [c for c in by if c != "t"]
         select = [_q(c) for c in cols]
         group = list(select)
@@ -236,15 +233,24 @@ class Cube:
         with connection.cursor() as cursor:
             for sql, params in parts:
                 cursor.execute(sql, params)
-                for r in cursor.fetchall():
-                    # int(): PostgreSQL's SUM of bigint is numeric (Decimal)
-                    k, v = tuple(r[: len(by)]), [int(x or 0) for x in r[len(by) :]]
-                    acc = out.get(k)
-                    if acc is None:
-                        out[k] = [x or 0 for x in v]
-                    else:
-                        for i, x in enumerate(v):
-                            acc[i] += x or 0
+                yield from cursor.fetchall()
+
+    def _rollup(self, model, value_cols, by, step, **kwargs):
+        """{key: [sums]} from the rollup periods of `model` in the range."""
+        out = {}
+        nk = len(by)
+        for r in self._rollup_rows(model, value_cols, by, step, **kwargs):
+            # (the sums are CAST to BIGINT: ints on both databases; NULL only without GROUP
+            # BY over no rows)
+            k, values = r[:nk], r[nk:]
+            if None in values:
+                values = [x or 0 for x in values]
+            acc = out.get(k)
+            if acc is None:
+                out[k] = list(values)
+            else:
+                for i, x in enumerate(values):
+                    acc[i] += x
         return out
 
     # -- the four kinds of figures -----------------------------------------------------------
@@ -268,7 +274,8 @@ class Cube:
         """{key: Counter(bucket: n)} of TTFT or DECISION; `by` from resolved_model,
         requested_model (and user_key, source), "t"."""
         by = tuple(by)
-        rows = self._rollup(
+        nk = len(by)
+        rows = self._rollup_rows(
             HistogramRollup,
             ("n",),
             (*by, "bucket"),
@@ -278,9 +285,9 @@ class Cube:
             full_filter=self.full,
         )
         out = defaultdict(Counter)
-        for k, (n,) in rows.items():
-            if n:
-                out[k[:-1]][k[-1]] += n
+        for r in rows:  # (key…, bucket, n): tens of thousands of rows on long ranges
+            if r[-1]:
+                out[r[:nk]][r[nk]] += r[-1]
         for row, _ in self.raw_rows(step):
             value = row["ttft_ms"] if metric == agg.TTFT else agg.decision_ms(row)
             if value is not None:
@@ -299,7 +306,7 @@ class Cube:
         extra, params = (), ()
         if code is not None:
             extra, params = (f"{_q('code')} = %s",), (code,)
-        out = self._rollup(FindingRollup, ("n",), tuple(by), None, extra, params)
+        out = self._rollup(FindingRollup, ("n",), tuple(by), None, extra=extra, extra_params=params)
         for row, found in self.raw_rows():
             for c, severity, n in found:
                 if code is not None and c != code:
@@ -308,18 +315,6 @@ class Cube:
                 k = self._raw_key(values, by, None)
                 out[k] = [out.get(k, [0])[0] + n]
         return {k: v[0] for k, v in out.items()}
-
-    def raw_values(self, start, end, value_sql):
-        """[(resolved_model, created_at epoch s, value)] of every stream in [start, end) with
-        a value: for short ranges, whose few rows are cheaper to read once than to aggregate."""
-        w = scope_where(replace(self.scope, start=start, end=end)).add(f"{value_sql} IS NOT NULL")
-        sql = (
-            f"SELECT {_q('resolved_model')}, {_q('created_at')}, {value_sql} "
-            f"FROM {_q(Stream._meta.db_table)} WHERE {w.sql()}"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, w.params)
-            return [(m, agg.epoch_s(t), v) for m, t, v in cursor.fetchall()]
 
     def ttft_max(self, pairs):
         """{(resolved, requested): exact max TTFT} from the raw rows' ttft-ordered index."""
@@ -375,21 +370,46 @@ def pair_aggregates(cube, pairs=None):
 
 def short_series(scope, models, bounds, step, windows, value_sql, qs):
     """A time series of a short range (steps under an hour: ranges up to ~28 h) from its raw
-    rows, read once: per model and bucket the count and exact nearest-rank percentiles."""
-    from dashboard.stats.sql import PCT_NAMES, nearest_rank
+    rows: per model and bucket the count and exact nearest-rank percentiles, ranked by the
+    database (window functions), so only the rows at the ranks come back — at 1M streams a
+    day is ~33 000 rows, and reading them into Python was most of the page's time."""
+    from dashboard.stats.sql import PCT_NAMES, epoch_seconds, rank
 
-    c = Cube(scope, bounds[0], bounds[1])
-    values = defaultdict(list)
-    wanted = set(models)
-    for model, t, v in c.raw_values(bounds[0], bounds[1], value_sql):
-        if model in wanted:
-            values[(model, int(t // step) * step)].append(v)
     ts = [int(lo.timestamp()) for lo, _ in windows]
+    w = scope_where(replace(scope, start=bounds[0], end=bounds[1])).add(f"{value_sql} IS NOT NULL")
+    table = _q(Stream._meta.db_table)
+    b = f"(({epoch_seconds(_q('created_at'))} - {ts[0]}) / {int(step)})"
+    model = _q("resolved_model")
+    counts, values = {}, {}
+    with connection.cursor() as cursor:
+        if not qs:
+            cursor.execute(
+                f"SELECT {model}, {b}, COUNT(*) FROM {table} WHERE {w.sql()} GROUP BY {model}, {b}",
+                w.params,
+            )
+            for m, i, n in cursor.fetchall():
+                counts[(m, i)] = n
+        else:
+            ranked = (
+                f"SELECT m, b, v, ROW_NUMBER() OVER (PARTITION BY m, b ORDER BY v) AS rn, "
+                f"COUNT(*) OVER (PARTITION BY m, b) AS n FROM (SELECT {model} AS m, {b} AS b, "
+                f"{value_sql} AS v FROM {table} WHERE {w.sql()}) AS s"
+            )
+            at = " OR ".join(f"rn = ({int(q)} * n + 999) / 1000" for q in qs)
+            cursor.execute(
+                f"SELECT m, b, n, rn, v FROM ({ranked}) AS r WHERE rn = 1 OR {at}", w.params
+            )
+            for m, i, n, rn, v in cursor.fetchall():
+                counts[(m, i)] = n
+                values[(m, i, rn)] = v
     series = []
-    for model in models:
-        entry = {"model": model, "n": [len(values.get((model, t), ())) for t in ts]}
+    for m in models:
+        entry = {"model": m, "n": [counts.get((m, i), 0) for i in range(len(ts))]}
         for q in qs:
-            entry[PCT_NAMES[q]] = [nearest_rank(values.get((model, t), ()), q) for t in ts]
+            entry[PCT_NAMES[q]] = [
+                values.get((m, i, rank(q, n))) if (n := counts.get((m, i))) else None
+                for i in range(len(ts))
+            ]
         series.append(entry)
     return {"step": step, "t": ts, "series": series}
 

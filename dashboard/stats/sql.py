@@ -155,6 +155,14 @@ def _q(name):
     return connection.ops.quote_name(name)
 
 
+def epoch_seconds(column):
+    """SQL for the whole seconds since the epoch of a datetime column (for time buckets in the
+    database). SQLite stores text; its '%s' is doubled for the parameter substitution."""
+    if connection.vendor == "sqlite":
+        return f"CAST(strftime('%%s', {column}) AS INTEGER)"
+    return f"CAST(FLOOR(EXTRACT(EPOCH FROM {column})) AS BIGINT)"
+
+
 def _dt(value):
     return connection.ops.adapt_datetimefield_value(value)
 

@@ -10,7 +10,10 @@ Per configuration (number of concurrent clients):
   same monotonic clock), proxied p50/p99 − direct p50/p99;
 - events lost: what the simulator sent and the client did not get, or the record lacks;
 - the proxy process's CPU per proxied event (utime + stime of Daphne, from /proc);
-- Daphne's floor: a trivial raw-ASGI response from the same server (request round trip p50).
+- Daphne's floor: a trivial raw-ASGI response from the same server (request round trip p50);
+- the relay floor: the same rounds through `/_bench/relay` on the same Daphne, the least a
+  forwarding hop does on this stack (httpcore out, chunks back; streams/bench/proxy_asgi.py):
+  its added TTFT and per-event latency, and the proxy's above it (Streamscope's own cost).
 """
 
 import asyncio
@@ -89,8 +92,12 @@ def run(command, opts):
                     f"{result['added_ttft_p99_ms']} ms; added per event p50 "
                     f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
                     f"(request on its way {result['added_request_p50_ms']} ms); "
-                    f"lost {result['lost_events']}; {result['cpu_us_per_event']} µs CPU/event; "
-                    f"Daphne floor p50 {result['daphne_floor_p50_ms']} ms"
+                    f"lost {result['lost_events']}; {result['cpu_us_per_event']} µs CPU/event "
+                    f"(relaying: {result['relay_cpu_us_per_event']}); "
+                    f"Daphne floor p50 {result['daphne_floor_p50_ms']} ms; relay floor: added "
+                    f"TTFT p50 {result['relay_ttft_p50_ms']} / p99 {result['relay_ttft_p99_ms']} "
+                    f"ms, per event p50 {result['relay_event_p50_ms']} ms; proxy above the relay: "
+                    f"TTFT p50 {result['over_relay_ttft_p50_ms']} ms"
                 )
     finally:
         daphne.stop()
@@ -113,6 +120,8 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
     one by one as in steady traffic (the first stream of each client is not measured: its
     round is still filling up)."""
     proxy_base = f"http://127.0.0.1:{daphne.port}/v1"
+    relay_base = f"http://127.0.0.1:{daphne.port}/_bench/relay/v1"
+    bases = {"direct": sim_root + "/v1", "relay": relay_base, "proxy": proxy_base}
     limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
     auth = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
@@ -124,18 +133,19 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
         # Warm-up, not measured: one-time costs (the token's look-up, the proxy's first
         # upstream client, connections of both pools) are not the per-request figure.
         duration_ns = 0
-        for base, headers in ((sim_root + "/v1", {}), (proxy_base, auth)):
+        for base, headers in ((sim_root + "/v1", {}), (relay_base, {}), (proxy_base, auth)):
             started = time.monotonic_ns()
             await asyncio.gather(*(_one(client, base, headers, seed=-1 - i) for i in range(n)))
             duration_ns = max(duration_ns, time.monotonic_ns() - started)
-        ttft = {"direct": {}, "proxy": {}}
-        arrival = {"direct": {}, "proxy": {}}  # request start → the simulator had it
-        lag = {"direct": [], "proxy": []}
+        ttft = {mode: {} for mode in bases}
+        arrival = {mode: {} for mode in bases}  # request start → the simulator had it
+        lag = {mode: [] for mode in bases}
         lost = 0
-        proxied_ids, proxied_events, cpu = {}, 0, 0.0
+        proxied_ids, cpu = {}, dict.fromkeys(bases, 0.0)
+        events = dict.fromkeys(bases, 0)
         for r in range(rounds):
-            for mode in ("direct", "proxy"):
-                base = sim_root + "/v1" if mode == "direct" else proxy_base
+            for mode in bases:
+                base = bases[mode]
                 headers = auth if mode == "proxy" else {}
                 before = _cpu_s(daphne.proc.pid)
                 if arrivals == "burst":
@@ -150,23 +160,24 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
                         )
                     )
                     runs = [run for streams in clients for run in streams]
-                if mode == "proxy":
-                    cpu += _cpu_s(daphne.proc.pid) - before
+                cpu[mode] += _cpu_s(daphne.proc.pid) - before
                 for seed, (t0, t_first, receipts, response_id, stream_id, measured) in runs:
                     url = f"{sim_root}/_simulator/responses/{response_id}"
                     log = (await client.get(url)).json()
                     received = log["request_received_ns"]
                     sent = [received + e["sent_us"] * 1000 for e in log["events"]]
                     lost += max(0, len(sent) - len(receipts))
+                    events[mode] += len(receipts)
                     if mode == "proxy":
                         proxied_ids[stream_id] = len(receipts)
-                        proxied_events += len(receipts)
                     if not measured:
                         continue
                     arrival[mode][seed] = received - t0
                     lag[mode] += [(got - s) / 1e6 for got, s in zip(receipts, sent, strict=False)]
                     ttft[mode][seed] = t_first
     added_ttft = [(ttft["proxy"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
+    relay_ttft = [(ttft["relay"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
+    over_relay = [(ttft["proxy"][s] - ttft["relay"][s]) / 1e6 for s in ttft["direct"]]
     added_request = [(arrival["proxy"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]]
     return {
         "concurrency": n,
@@ -182,9 +193,24 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
         # of the added TTFT, how much is the request's way to the upstream
         "added_request_p50_ms": round(statistics.median(added_request), 3),
         "lost_events": lost,
-        "cpu_us_per_event": round(cpu * 1e6 / max(1, proxied_events), 1),
+        "cpu_us_per_event": round(cpu["proxy"] * 1e6 / max(1, events["proxy"]), 1),
+        # the same process's CPU per event while it relayed (its idle work included in both)
+        "relay_cpu_us_per_event": round(cpu["relay"] * 1e6 / max(1, events["relay"]), 1),
         "daphne_floor_p50_ms": round(statistics.median(floor), 3),
-        "events": proxied_events,
+        "relay_ttft_p50_ms": round(statistics.median(relay_ttft), 3),
+        "relay_ttft_p99_ms": _percentile(relay_ttft, 99),
+        "relay_event_p50_ms": round(
+            statistics.median(lag["relay"]) - statistics.median(lag["direct"]), 3
+        ),
+        "relay_request_p50_ms": round(
+            statistics.median(
+                (arrival["relay"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]
+            ),
+            3,
+        ),
+        "over_relay_ttft_p50_ms": round(statistics.median(over_relay), 3),
+        "over_relay_ttft_p99_ms": _percentile(over_relay, 99),
+        "events": events["proxy"],
         "samples": len(added_ttft),
         "_proxied_ids": proxied_ids,
     }

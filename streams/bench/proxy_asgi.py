@@ -1,10 +1,23 @@
-"""The ASGI application of `bench proxy`'s Daphne: the project's application, plus
-`GET /_bench/floor`, a trivial raw-ASGI response from the same server, so the benchmark can say
-how far the proxy is above Daphne's own floor. Only on the bench's 127.0.0.1 server."""
+"""The ASGI application of `bench proxy`'s Daphne: the project's application, plus two floors
+served by the same server, so the benchmark can say how far the proxy is above what the fixed
+stack costs by itself. Only on the bench's 127.0.0.1 server.
+
+- `GET /_bench/floor`: a trivial raw-ASGI response (Daphne's own round trip);
+- `POST /_bench/relay/v1/responses`: the least a forwarding hop can do on this stack: the body
+  is sent to the upstream with httpcore (httpx's transport, one pooled connection per stream in
+  flight) and each chunk of the answer is written to the client as it arrives. No
+  authentication, no parsing, no recording: what the proxy adds above it is Streamscope's own.
+"""
+
+import os
+
+import httpcore
 
 from dashboard.asgi import application as project
 
 FLOOR = b'{"ok":true}'
+RELAY = "/_bench/relay/v1/"
+_pool = None
 
 
 async def application(scope, receive, send):
@@ -18,4 +31,35 @@ async def application(scope, receive, send):
         )
         await send({"type": "http.response.body", "body": FLOOR})
         return
+    if scope["type"] == "http" and scope["path"].startswith(RELAY):
+        return await _relay(scope, receive, send)
     await project(scope, receive, send)
+
+
+async def _relay(scope, receive, send):
+    global _pool
+    if _pool is None:
+        _pool = httpcore.AsyncConnectionPool(max_connections=2000, max_keepalive_connections=2000)
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    url = os.environ["UPSTREAM_BASE_URL"].rstrip("/") + "/" + scope["path"][len(RELAY) :]
+    headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
+    async with _pool.stream("POST", url, headers=headers, content=b"".join(chunks)) as response:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": response.status,
+                "headers": [
+                    (k, v)
+                    for k, v in response.headers
+                    if k.lower() not in (b"transfer-encoding", b"connection", b"content-length")
+                ],
+            }
+        )
+        async for chunk in response.aiter_stream():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
