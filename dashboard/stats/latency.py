@@ -429,7 +429,9 @@ def _series_from(scope, aggregates, models, now, metric=TTFT, qs=SERIES_PERCENTI
         return None
     step, windows = buckets(*bounds)
     if step % HOUR:
-        return cube.short_series(scope, models, bounds, step, windows, _q("ttft_ms"), qs)
+        return cube.short_series(
+            scope, models, bounds, step, windows, _q("ttft_ms"), qs, pairs=list(aggregates)
+        )
     c = cube.Cube(scope, bounds[0], bounds[1])
     hists = c.histograms(metric, ("resolved_model", "t"), step)
     ts = [int(lo.timestamp()) for lo, _ in windows]

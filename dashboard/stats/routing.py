@@ -377,7 +377,9 @@ def _series_counts(auto_scope, auto, models, now):
         return None
     step, windows = buckets(*bounds)
     if step % HOUR:
-        return cube.short_series(auto_scope, models, bounds, step, windows, _q("id"), ())
+        return cube.short_series(
+            auto_scope, models, bounds, step, windows, _q("id"), (), pairs=list(auto)
+        )
     usage = cube.Cube(auto_scope, bounds[0], bounds[1]).usage(("resolved_model", "t"), step)
     ts = [int(lo.timestamp()) for lo, _ in windows]
     return {
