@@ -383,10 +383,10 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
         # in one range per pair instead of a table lookup per row from the time index.
         w = scope_where(window, skip=("resolved_model", "requested_model"))
         w.among("resolved_model", sorted(models)).among("requested_model", requested)
-        table = _from(IDX_PAIR)
+        table = _from(IDX_PAIR, w)
     else:
         w = scope_where(window)
-        table = _from(index_for(w, ordered=False))  # (a time window, not a model's history)
+        table = _from(index_for(w, ordered=False), w)  # (a time window, not a model's history)
     w.add(f"{value_sql} IS NOT NULL")
     b = f"(({epoch_seconds(_q('created_at'))} - {ts[0]}) / {int(step)})"
     model = _q("resolved_model")

@@ -91,7 +91,10 @@ def phases(scope, aggregates, key):
     for i, (resolved, requested) in enumerate(pairs):
         where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
         parts.append(
-            (f"SELECT {i}, {select} FROM {_from(IDX_PAIR)} WHERE {where.sql()}", where.params)
+            (
+                f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}",
+                where.params,
+            )
         )
     sums = {}
     for i, n, *values in _rows(parts):
@@ -169,7 +172,7 @@ def histogram(scope, aggregates, rows):
             if i < nbins:
                 w.add(f"{_q('ttft_ms')} < %s", edges[i + 1])
             index = index_for(w, ordered=True)
-            subqueries.append((f"SELECT COUNT(*) FROM {_from(index)} WHERE {w.sql()}", w.params))
+            subqueries.append((f"SELECT COUNT(*) FROM {_from(index, w)} WHERE {w.sql()}", w.params))
     counts = _scalars(subqueries)
     series = []
     for j, model in enumerate(models):
@@ -234,7 +237,7 @@ def slowest(scope, limit=SLOWEST):
         "output_tokens",
     ]
     sql = (
-        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(index)} WHERE {where.sql()} "
+        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(index, where)} WHERE {where.sql()} "
         f"ORDER BY {_q('ttft_ms')} DESC LIMIT {int(limit)}"
     )
     return _dicts(sql, where.params, cols)

@@ -87,7 +87,10 @@ def pair_aggregates(scope, pairs=None):
     for i, (resolved, requested) in enumerate(wanted):
         where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
         parts.append(
-            (f"SELECT {i}, {select} FROM {_from(IDX_PAIR)} WHERE {where.sql()}", where.params)
+            (
+                f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}",
+                where.params,
+            )
         )
     out = {}
     for row in _rows(parts):
@@ -207,7 +210,8 @@ def time_series(scope, aggregates, models, now, value=None, qs=SERIES_PERCENTILE
     counts = _scalars(
         [
             (
-                f"SELECT COUNT({value}) FROM {_from(index_for(w, ordered=False))} WHERE {w.sql()}",
+                f"SELECT COUNT({value}) FROM {_from(index_for(w, ordered=False), w)} "
+                f"WHERE {w.sql()}",
                 w.params,
             )
             for w in groups.values()

@@ -82,7 +82,7 @@ def _routing_groups(scope, pairs):
         cat, src = _q("routing_category"), _q("routing_source")
         parts.append(
             (
-                f"SELECT {i}, {cat}, {src}, COUNT(*) FROM {_from(IDX_PAIR)} WHERE {w.sql()} "
+                f"SELECT {i}, {cat}, {src}, COUNT(*) FROM {_from(IDX_PAIR, w)} WHERE {w.sql()} "
                 f"GROUP BY {cat}, {src}",
                 w.params,
             )
@@ -128,7 +128,7 @@ def routing_report(scope, *, now=None):
     n_decision = _scalars(
         [
             (
-                f"SELECT COUNT({decision_value}) FROM {_from(index_for(w, ordered=False))} "
+                f"SELECT COUNT({decision_value}) FROM {_from(index_for(w, ordered=False), w)} "
                 f"WHERE {w.sql()}",
                 w.params,
             )
@@ -184,7 +184,8 @@ def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
         where = scope_where(scope).eq("routing_category", cat)
         where.add(f"{_q('routing_us')} IS NOT NULL")
         sql = (
-            f"SELECT {_q('routing_reasoning')}, {_q('resolved_model')} FROM {_from(IDX_CREATED)} "
+            f"SELECT {_q('routing_reasoning')}, {_q('resolved_model')} "
+            f"FROM {_from(IDX_CREATED, where)} "
             f"WHERE {where.sql()} ORDER BY {_q('created_at')} DESC LIMIT {int(look_at)}"
         )
         with connection.cursor() as cursor:
@@ -225,14 +226,15 @@ def pinned_with_routing(scope, limit=PINNED_ROUTED_SHOWN):
         "status",
     ]
     rows = _dicts(
-        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(IDX_PINNED_ROUTED)} "
+        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(IDX_PINNED_ROUTED, where)} "
         f"WHERE {where.sql()} ORDER BY {_q('created_at')} DESC LIMIT {int(limit)}",
         where.params,
         cols,
     )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COUNT(*) FROM {_from(IDX_PINNED_ROUTED)} WHERE {where.sql()}", where.params
+            f"SELECT COUNT(*) FROM {_from(IDX_PINNED_ROUTED, where)} WHERE {where.sql()}",
+            where.params,
         )
         count = cursor.fetchone()[0]
     return rows, count

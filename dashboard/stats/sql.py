@@ -219,6 +219,9 @@ def scope_where(scope, *, skip=()):
         value = getattr(scope, column)
         if value and column not in skip:
             where.eq(column, value)
+    if scope.session and "session" not in skip:
+        # the session index is partial; SQLite uses it only when the query says so itself
+        where.add(f"NOT ({_q('session')} = '')")
     if scope.tag:
         where.add(*_has_tag(scope.tag))
     if scope.username:
@@ -266,6 +269,7 @@ IDX_PAIR = "stream_pair_metrics"
 IDX_CREATED = "stream_created"
 IDX_PINNED_ROUTED = "stream_pinned_routed"
 IDX_USER = "stream_user_usage"
+IDX_SESSION = "stream_session_created"  # partial: WHERE NOT (session = '')
 
 
 def index_for(where, *, ordered):
@@ -284,12 +288,15 @@ def index_for(where, *, ordered):
     return IDX_CREATED
 
 
-def _from(index=None):
+def _from(index=None, where=None):
     """The table, with an index named for SQLite: without statistics (ANALYZE) its planner
     guesses, and on a large history it guessed a non-covering index for a time range plus a
     sort, far slower than the covering one (docs/performance.md, "Analytics"). PostgreSQL
-    plans from its statistics."""
+    plans from its statistics. A session filter (`where` has it) selects a handful of rows:
+    its own index, whatever the query's shape would otherwise want."""
     table = _q(TABLE)
+    if where is not None and "session" in where.eqs:
+        index = IDX_SESSION
     if index and connection.vendor == "sqlite":
         return f"{table} INDEXED BY {_q(index)}"
     return table
@@ -349,7 +356,7 @@ def _ranked(where, value, offset, *, descending=False, narrow=False):
         not narrow or index_for(where, ordered=False) == IDX_CREATED
     )
     sql = (
-        f"SELECT {value} FROM {_from(index_for(where, ordered=ordered))} "
+        f"SELECT {value} FROM {_from(index_for(where, ordered=ordered), where)} "
         f"WHERE {where.sql()} AND {value} IS NOT NULL "
         f"ORDER BY {value}{direction} LIMIT 1 OFFSET {int(offset)}"
     )
