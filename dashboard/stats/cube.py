@@ -21,7 +21,7 @@ from dataclasses import replace
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from dashboard.stats.sql import _q, _scalars, scope_where
+from dashboard.stats.sql import _q, _scalars, memoized, scope_where
 from streams import aggregates as agg
 from streams.models import FindingRollup, HistogramRollup, RoutingRollup, UsageRollup
 
@@ -36,7 +36,12 @@ def _table(model):
 
 
 def visible_streams(scope):
-    """Finished streams the scope's user may see, all time, from the day rows (one seek)."""
+    """Finished streams the scope's user may see, all time, from the day rows (once per
+    report)."""
+    return memoized(("visible_streams", scope.user_id), lambda: _visible_streams(scope))
+
+
+def _visible_streams(scope):
     where, params = [f"{_q('span')} = %s"], [agg.DAY]
     if scope.user_id is not None:
         where.append(f"{_q('user_key')} = %s")

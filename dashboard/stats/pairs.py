@@ -9,8 +9,11 @@ import datetime as dt
 import functools
 from dataclasses import replace
 
+from django.db import connection
+
 from dashboard.stats.sql import (
     IDX_PAIR,
+    IDX_STATUS,
     PCT_NAMES,
     PERCENTILES,
     Where,
@@ -58,17 +61,49 @@ def _pair_columns():
 
 def model_pairs(scope):
     """The (resolved, requested) pairs that occur among the streams `scope` may see (all time,
-    which keeps the filter menus stable), by loose index scans."""
-    access = Where()
+    which keeps the filter menus stable). On a large history from the day rollups, which hold
+    every finished stream (also those retention deleted), and the few active rows: the loose
+    index scan of the raw rows, with a user's filter, walked every row of each model the user
+    never used (350 ms at 1M streams on SQLite). On a small one by that scan, exact for rows
+    written by any means."""
+    from dashboard.stats import cube
+
+    if cube.visible_streams(scope) < cube.EXACT_BELOW:
+        access = Where()
+        if scope.user_id is not None:
+            access.eq("user_id", scope.user_id)
+        pairs = []
+        for resolved in [""] + distinct_values("resolved_model", access):
+            where = access.copy().eq("resolved_model", resolved)
+            for requested in [""] + distinct_values("requested_model", where):
+                pairs.append((resolved, requested))
+        # "" pairs are probed by the aggregates and dropped when empty
+        return pairs
+    from streams.aggregates import ACTIVE, DAY
+    from streams.models import UsageRollup
+
+    models = f"{_q('resolved_model')}, {_q('requested_model')}"
+    rollup, params = [f"{_q('span')} = %s"], [DAY]
+    active, active_params = [f"{_q('status')} IN ({', '.join(['%s'] * len(ACTIVE))})"], [*ACTIVE]
     if scope.user_id is not None:
-        access.eq("user_id", scope.user_id)
-    pairs = []
-    for resolved in [""] + distinct_values("resolved_model", access):
-        where = access.copy().eq("resolved_model", resolved)
-        for requested in [""] + distinct_values("requested_model", where):
-            pairs.append((resolved, requested))
-    # "" pairs are probed by the aggregates and dropped when empty
-    return pairs
+        rollup.append(f"{_q('user_key')} = %s")
+        params.append(scope.user_id)
+        active.append(f"{_q('user_id')} = %s")
+        active_params.append(scope.user_id)
+    pairs = set()
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT DISTINCT {models} FROM {_q(UsageRollup._meta.db_table)} "
+            f"WHERE {' AND '.join(rollup)}",
+            params,
+        )
+        pairs.update(cursor.fetchall())
+        cursor.execute(
+            f"SELECT DISTINCT {models} FROM {_from(IDX_STATUS)} WHERE {' AND '.join(active)}",
+            active_params,
+        )
+        pairs.update(cursor.fetchall())
+    return sorted(pairs)
 
 
 def pair_aggregates(scope, pairs=None):

@@ -31,6 +31,7 @@ modules share them, callers outside it do not use them.
 
 from __future__ import annotations
 
+import contextvars
 import datetime as dt
 import functools
 import math
@@ -83,6 +84,20 @@ def version(scope, now):
     return f"{newest}-{len(running)}-{running_crc:x}-{minute}"
 
 
+_memo = contextvars.ContextVar("streamscope_report_memo", default=None)
+
+
+def memoized(key, compute):
+    """compute(), once per report being built (`_versioned`): figures several parts of one
+    page ask for, such as how many streams the scope sees."""
+    memo = _memo.get()
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
 def _versioned(build):
     """`build(scope, …)` that returns None (nothing changed) when called with the version the
     caller already shows (`known_version`), and otherwise a report carrying its version."""
@@ -93,7 +108,11 @@ def _versioned(build):
         current = version(scope, now)
         if known_version and known_version == current:
             return None
-        report = build(scope, *args, now=now, **kwargs)
+        token = _memo.set({})
+        try:
+            report = build(scope, *args, now=now, **kwargs)
+        finally:
+            _memo.reset(token)
         report.version = current
         return report
 
@@ -269,6 +288,7 @@ IDX_PAIR = "stream_pair_metrics"
 IDX_CREATED = "stream_created"
 IDX_PINNED_ROUTED = "stream_pinned_routed"
 IDX_USER = "stream_user_usage"
+IDX_STATUS = "stream_status_created"
 IDX_SESSION = "stream_session_created"  # partial: WHERE NOT (session = '')
 
 
