@@ -10,20 +10,27 @@ two days, so every panel of the latency and routing pages has something to show.
 
 Each stream gets `--events-per-stream` events on average (wire-faithful Responses API JSON with
 receipt offsets), and the real protocol checker reads them: findings, output text and status
-agree with the stored events exactly as if the recorder had written them. Rows go in through
-`bulk_create` (streams, findings) and `streams.recorder.insert_events` (events: multi-row INSERT
-on SQLite, COPY on PostgreSQL), in chunks of one transaction each.
+agree with the stored events exactly as if the recorder had written them.
 
-Most of its time goes to `bulk_create` of the wide Stream rows, then to the checker; the event
-rows themselves are the cheap part. The command prints its own throughput at the end; measured
+Making and checking a stream is the expensive part, so `seed` makes a pool of *shapes* with
+`make_stream` (one per SHAPE_EVERY streams, at least MIN_SHAPES) and stamps each out for many
+streams: only the creation time, the owner and the response/message ids differ (patched in the
+database by INSERT … SELECT from temporary template tables), and the pre-aggregates come from
+each shape's `aggregates.Contributions` with the hour, day and owner filled in. Into empty
+tables from a command, indexes are built once at the end and a writer thread does the database
+work while the next chunk is made. The command prints its own throughput at the end; measured
 figures are in docs/performance.md ("seed_demo").
 """
 
+import bisect
 import collections
 import contextlib
 import datetime as dt
 import json
+import operator
+import queue
 import random
+import threading
 import time
 
 from django.contrib.auth import get_user_model
@@ -32,13 +39,12 @@ from django.db import connection, transaction
 
 from streams import aggregates, metrics
 from streams.checks import Checker
-from streams.models import Finding, Stream
-from streams.recorder import insert_events
+from streams.models import Event, Finding, Stream
+from streams.recorder import EVENT_COLUMNS
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
 
 CHUNK = 2_000
-AGGREGATE_EVERY = 10  # chunks
 REGRESSED_MODEL = "gpt-oss-120b"  # slower over the last REGRESSION_DAYS days
 REGRESSION_DAYS = 2
 REGRESSION_FACTOR = 1.6
@@ -170,8 +176,10 @@ def _response(rid, created_s, model, status, **extra):
     }
 
 
-def make_stream(rng, created_at, users, events_per_stream):
-    """One stream as the recorder would have stored it: the row's fields and its events."""
+def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_s=None):
+    """One stream as the recorder would have stored it: the row's fields and its events.
+    `ids` (response id, message id) and `created_s` (the response's created_at) replace the
+    random and the real ones: `seed` makes its shapes with placeholders there."""
     requested = _pick(rng, REQUESTED)
     source = _pick(rng, SOURCES)
     outcome = _pick(rng, OUTCOMES + [("completed", 1.0)])
@@ -206,9 +214,9 @@ def make_stream(rng, created_at, users, events_per_stream):
                 "reasoning": decision.reasoning,
             }
     profile = MODELS[resolved]
-    rid = f"resp_{rng.getrandbits(96):024x}"
-    mid = f"msg_{rng.getrandbits(96):024x}"
-    created_s = int(created_at.timestamp())
+    rid, mid = ids or (f"resp_{rng.getrandbits(96):024x}", f"msg_{rng.getrandbits(96):024x}")
+    if created_s is None:
+        created_s = int(created_at.timestamp())
     fields = {
         "user_id": user,
         "source": source,
@@ -409,81 +417,433 @@ def make_stream(rng, created_at, users, events_per_stream):
 _REGRESSION_START = None
 
 
-def _timestamps(rng, n, days, now):
-    """`n` creation times over the last `days` days, shaped by HOURLY, oldest first."""
-    weights = [w / sum(HOURLY) for w in HOURLY]
-    start = now - dt.timedelta(days=days)
+def _times_us(rng, n, days, now_us):
+    """`n` creation times (µs since the epoch, UTC) over the last `days` days, shaped by
+    HOURLY, oldest first."""
+    top = max(HOURLY)
+    accept = [w / top for w in HOURLY]
+    span_us = int(days * 86400 * 1_000_000)
+    start = now_us - span_us
     out = []
-    for _ in range(n):
-        while True:
-            t = start + dt.timedelta(seconds=rng.random() * days * 86400)
-            if rng.random() < weights[t.hour] / max(weights):
-                break
-        out.append(t)
+    random_ = rng.random
+    while len(out) < n:
+        t = start + int(random_() * span_us)
+        if random_() < accept[t // 3_600_000_000 % 24]:
+            out.append(t)
     out.sort()
     return out
 
 
 _DEFAULTS = {"user_id": None, "error_code": "", "routing_category": "", "routing_source": ""}
-_Row = collections.namedtuple("_Row", "pk created_at")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+# Shapes: a stream made once by `make_stream` and the real checker, then stamped out for many
+# streams that differ only in what must differ (docs/performance.md, "seed_demo"). The checker
+# was most of the command's time, and reusing its verdicts is exact: nothing it reads depends
+# on the wall clock, the ids or the owner. One shape per SHAPE_EVERY streams (at least
+# MIN_SHAPES, or one per stream below that) keeps the distributions those of make_stream.
+SHAPE_EVERY = 20
+MIN_SHAPES = 5_000
+# Placeholders where each stream has its own value, as long as the real ones (so the stored
+# `bytes_received` stays the length of the stored events): the response and message ids, and
+# the response's `created_at` seconds (ten digits until 2286).
+_RID = "resp_" + "@" * 24
+_MID = "msg_" + "~" * 24
+_CREATED_S = 9_876_543_210
+_CREATED_JSON = f'"created_at":{_CREATED_S}'
+_DAY_US = 86_400_000_000
+_NO_USER = object()  # the owner's slot in a shape's rollup keys
+_TEMPLATE_TIME = "1970-01-01 00:00:00"  # (a shape's time columns: each stream has its own)
+_TIMES = ("created_at", "started_at", "finished_at", "heartbeat_at")
+
+
+def _pool_size(n):
+    return n if n <= MIN_SHAPES else max(MIN_SHAPES, n // SHAPE_EVERY)
+
+
+class _Shape:
+    """One made stream as rows for the template tables: the Stream row's values in column
+    order (JSON dumped once), its events and findings, and what it adds to each rollup table
+    with the hour, the day and the owner left open."""
+
+    __slots__ = ("row", "events", "findings", "aggregates")
+
+    def __init__(self, fields, rows, violations, columns, tables):
+        row = []
+        for f in columns:
+            if f.attname in fields:
+                v = fields[f.attname]
+            elif f.name in fields:
+                v = fields[f.name]
+            else:
+                v = f.get_default()
+            if isinstance(v, dict | list):
+                v = json.dumps(v)
+            elif f.attname in _TIMES:
+                v = _TEMPLATE_TIME
+            row.append(v)
+        self.row = row
+        self.events = []
+        for index, (t_us, type_, seq, oi, ci, is_json, data) in enumerate(rows):
+            kind = (_MID in data) | (_RID in data or _CREATED_JSON in data) << 1
+            self.events.append((index, t_us, type_, seq, oi, ci, is_json, data, kind))
+        self.findings = [
+            (v.code, v.severity, v.event_index, v.expected, v.got, v.detail) for v in violations
+        ]
+        if any(_RID in str(f) or _MID in str(f) for f in self.findings):
+            raise AssertionError("a finding names an id: it would need patching")  # (none does)
+        # The rollup rows this stream adds, from aggregates' own add_stream, with its hour, day
+        # and owner as placeholders: (table's rows, key before t, key between t and the owner
+        # or None when the key has no owner, the rest, which of aggregates.SPANS, values).
+        row_ = {c: fields.get(c, _DEFAULTS.get(c)) for c in aggregates.COLUMNS}
+        row_.update(created_at=_EPOCH, user_id=_NO_USER)
+        found = collections.Counter((v.code, v.severity) for v in violations)
+        contrib = aggregates.Contributions()
+        contrib.add_stream(row_, [(code, sev, n) for (code, sev), n in found.items()])
+        out = []
+        for model, keys in contrib.tables.items():
+            rows_, t_at, span_at, user_at = tables[model]
+            for key, values in keys.items():
+                assert key[t_at] == 0
+                period = aggregates.SPANS.index(key[span_at])
+                if key[user_at] is _NO_USER:
+                    between, rest = key[t_at + 1 : user_at], key[user_at + 1 :]
+                else:
+                    between, rest = None, key[t_at + 1 :]
+                out.append((rows_, key[:t_at], between, rest, period, values))
+        self.aggregates = out
+
+
+def _make_pool(rng, n, n_late, events_per_stream, columns, tables):
+    """`n` shapes made as of before the regression; the last `n_late` of them also serve the
+    streams after its start, and those on the regressed model get a twin made as of then from
+    the same random draws (only its latency differs). Returns the shapes, twins at the end,
+    and {shape: its twin}."""
+    before = _REGRESSION_START - dt.timedelta(seconds=1)
+    after = _REGRESSION_START + dt.timedelta(seconds=1)
+    shapes, twins, twin_of = [], [], {}
+    for i in range(n):
+        state = rng.getstate() if i >= n - n_late else None
+        fields, rows, violations = make_stream(rng, before, None, events_per_stream,
+                                               ids=(_RID, _MID), created_s=_CREATED_S)  # fmt: skip
+        shapes.append(_Shape(fields, rows, violations, columns, tables))
+        if state is not None and fields["resolved_model"] == REGRESSED_MODEL:
+            end = rng.getstate()
+            rng.setstate(state)
+            made = make_stream(rng, after, None, events_per_stream, ids=(_RID, _MID),
+                               created_s=_CREATED_S)  # fmt: skip
+            rng.setstate(end)
+            twin_of[i] = n + len(twins)
+            twins.append(_Shape(*made, columns, tables))
+    return shapes + twins, twin_of
 
 
 def _stream_columns():
-    fields = [f for f in Stream._meta.concrete_fields if not f.primary_key]
-    return fields
+    return [f for f in Stream._meta.concrete_fields if not f.primary_key]
 
 
-def _insert_streams(rows):
-    """Stream rows (dicts of field values) with ids of our own, one multi-row INSERT per few
-    hundred rows on SQLite, COPY on PostgreSQL: bulk_create's per-value preparation was a
-    third of the command's time (docs/analytics.md, "seed_demo")."""
-    fields = _stream_columns()
+def _insert(table, columns, flat):
+    """Rows given as one flat list of values: multi-row INSERTs straight to sqlite3, COPY on
+    PostgreSQL (the ORM's per-value preparation was a third of the command's time)."""
     qn = connection.ops.quote_name
-    table = qn(Stream._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT COALESCE(MAX({qn('id')}), 0) FROM {table}")
-        first = cursor.fetchone()[0] + 1
-    pg = connection.vendor == "postgresql"
-    values = []
-    out = []
-    for i, row in enumerate(rows):
-        pk = first + i
-        out.append(_Row(pk, row["created_at"]))
-        line = [pk]
-        for f in fields:
-            name = f.attname
-            v = row.get(name, row.get(f.name)) if (name in row or f.name in row) else (
-                f.get_default())  # fmt: skip
-            if isinstance(v, (dict, list)):
-                v = json.dumps(v)
-            elif isinstance(v, dt.datetime):
-                v = v.astimezone(dt.UTC)
-                v = v if pg else v.replace(tzinfo=None).isoformat(" ")
-            line.append(v)
-        values.append(line)
-    cols = ", ".join(qn(c) for c in ["id"] + [f.column for f in fields])
-    if pg:
+    width = len(columns)
+    cols = ", ".join(qn(c) for c in columns)
+    table = qn(table)
+    if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-                for line in values:
-                    copy.write_row(line)
-            cursor.execute(
-                f"SELECT setval(pg_get_serial_sequence('{Stream._meta.db_table}', 'id'), %s)",
-                [first + len(rows) - 1],
-            )
-        return out
-    width = len(fields) + 1
-    per = max(1, 30000 // width)
+                for lo in range(0, len(flat), width):
+                    copy.write_row(flat[lo : lo + width])
+        return
+    per = max(1, 30000 // width) * width
     connection.ensure_connection()
     raw = connection.connection
-    row_marks = "(" + ", ".join(["?"] * width) + ")"
-    for lo in range(0, len(values), per):
-        chunk = values[lo : lo + per]
+    marks = "(" + ", ".join(["?"] * width) + ")"
+    for lo in range(0, len(flat), per):
+        chunk = flat[lo : lo + per]
         raw.execute(
-            f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row_marks] * len(chunk)),
-            [v for line in chunk for v in line],
+            f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([marks] * (len(chunk) // width)),
+            chunk,
         )
-    return out
+
+
+class _Templates:
+    """The shapes in temporary tables of the seeding connection, and the INSERT … SELECTs that
+    stamp out a chunk of streams from them inside the database: a stream costs Python six
+    values (its number, shape, start, owner and ids) instead of its ~200 row values, and the
+    database writes each event's receipt time and ids itself."""
+
+    STREAMS = "seed_demo_stream"  # the chunk: (pk, shape, c_us, user_id, rid, mid)
+    SHAPE_STREAM = "seed_demo_shape_stream"
+    SHAPE_EVENT = "seed_demo_shape_event"
+    SHAPE_FINDING = "seed_demo_shape_finding"
+    EVENT_COLUMNS = ("shape", "idx", "t_us", "type", "seq", "oi", "ci", "is_json", "data",
+                     "kind")  # fmt: skip
+    FINDING_COLUMNS = ("shape", "n", "code", "severity", "event_index", "expected", "got",
+                       "detail")  # fmt: skip
+
+    def __init__(self, shapes, columns):
+        self.pg = connection.vendor == "postgresql"
+        qn = connection.ops.quote_name
+        stream, event, finding = (qn(m._meta.db_table) for m in (Stream, Event, Finding))
+        names = [f.column for f in columns]
+        types = {f.column: f.db_type(connection) for f in columns}
+        big, text, boolean = ("bigint", "text", "boolean") if self.pg else ("", "", "")
+        self._drop()
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE {self.STREAMS} (pk {big} PRIMARY KEY, shape {big}, "
+                f"c_us {big}, user_id {big}, rid {text}, mid {text})"
+            )
+            if self.pg:
+                cursor.execute(f"CREATE TEMPORARY TABLE {self.SHAPE_STREAM} (LIKE {stream})")
+            else:
+                cursor.execute(
+                    f"CREATE TEMPORARY TABLE {self.SHAPE_STREAM} AS SELECT * FROM {stream} WHERE 0"
+                )
+            cursor.execute(
+                f"CREATE UNIQUE INDEX {self.SHAPE_STREAM}_id ON {self.SHAPE_STREAM} (id)"
+            )
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE {self.SHAPE_EVENT} (shape {big}, idx {big}, t_us {big}, "
+                f"type {text}, seq {big}, oi {big}, ci {big}, is_json {boolean}, data {text}, "
+                f"kind {big}, PRIMARY KEY (shape, idx))"
+            )
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE {self.SHAPE_FINDING} (shape {big}, n {big}, "
+                f"code {text}, severity {text}, event_index {big}, expected {text}, got {text}, "
+                f"detail {text}, PRIMARY KEY (shape, n))"
+            )
+        rows, events, findings = [], [], []
+        patched = set()
+        for s, shape in enumerate(shapes):
+            rows.append(s)
+            rows.extend(shape.row)
+            patched.update(
+                name
+                for name, v in zip(names, shape.row, strict=True)
+                if isinstance(v, str) and (_RID in v or _MID in v)
+            )  # (upstream_id, parts)
+            for e in shape.events:
+                events.append(s)
+                events.extend(e)
+            for n, f in enumerate(shape.findings):
+                findings.extend((s, n, *f))
+        _insert(self.SHAPE_STREAM, ["id", *names], rows)
+        _insert(self.SHAPE_EVENT, self.EVENT_COLUMNS, events)
+        _insert(self.SHAPE_FINDING, self.FINDING_COLUMNS, findings)
+
+        ts = self._timestamp
+        exprs = []
+        for name in names:
+            if name == "user_id":
+                exprs.append("s.user_id")
+            elif name in ("created_at", "started_at"):
+                exprs.append(ts("s.c_us"))
+            elif name in ("finished_at", "heartbeat_at"):
+                exprs.append(ts("s.c_us + t.closed_us"))
+            elif name in patched:
+                column = f"t.{qn(name)}"
+                if self.pg:  # (parts is jsonb there: replaced in its text)
+                    column = f"CAST({column} AS text)"
+                value = f"replace(replace({column}, '{_RID}', s.rid), '{_MID}', s.mid)"
+                exprs.append(f"CAST({value} AS {types[name]})" if self.pg else value)
+            else:
+                exprs.append(f"t.{qn(name)}")
+        self.sql = [
+            f"INSERT INTO {stream} (id, {', '.join(qn(n) for n in names)}) "
+            f"SELECT s.pk, {', '.join(exprs)} FROM {self.STREAMS} s "
+            f"JOIN {self.SHAPE_STREAM} t ON t.id = s.shape ORDER BY s.pk",
+            f"INSERT INTO {event} ({', '.join(qn(c) for c in EVENT_COLUMNS)}) "
+            f"SELECT s.pk, e.idx, e.t_us, {ts('s.c_us + e.t_us')}, 'message', '', e.type, "
+            "e.seq, e.oi, e.ci, e.is_json, CASE e.kind WHEN 0 THEN e.data "
+            f"WHEN 1 THEN replace(e.data, '{_MID}', s.mid) "
+            f"ELSE replace(replace(replace(e.data, '{_MID}', s.mid), '{_RID}', s.rid), "
+            f"'{_CREATED_JSON}', '\"created_at\":' || (s.c_us / 1000000)) END, NULL "
+            f"FROM {self.STREAMS} s JOIN {self.SHAPE_EVENT} e ON e.shape = s.shape "
+            "ORDER BY s.pk, e.idx",
+            f"INSERT INTO {finding} (stream_id, code, severity, event_index, expected, got, "
+            "detail) SELECT s.pk, f.code, f.severity, f.event_index, f.expected, f.got, "
+            f"f.detail FROM {self.STREAMS} s JOIN {self.SHAPE_FINDING} f ON f.shape = s.shape "
+            "ORDER BY s.pk, f.n",
+        ]
+
+    def _timestamp(self, us):
+        """The text (SQLite: naive UTC, as Django stores it) or timestamptz of µs since the
+        epoch."""
+        if self.pg:
+            return f"(timestamptz 'epoch' + ({us}) * interval '1 microsecond')"
+        return (
+            f"(strftime('%Y-%m-%d %H:%M:%S', ({us}) / 1000000, 'unixepoch') "
+            f"|| CASE WHEN ({us}) % 1000000 THEN printf('.%06d', ({us}) % 1000000) ELSE '' END)"
+        )
+
+    def stamp(self, values):
+        """Insert the streams given as flat (pk, shape, c_us, user_id, rid, mid) values, with
+        their events and findings."""
+        _insert(self.STREAMS, ("pk", "shape", "c_us", "user_id", "rid", "mid"), values)
+        with connection.cursor() as cursor:
+            for sql in self.sql:
+                cursor.execute(sql)
+            cursor.execute(f"DELETE FROM {self.STREAMS}")
+
+    def _drop(self):
+        with connection.cursor() as cursor:
+            for table in (self.STREAMS, self.SHAPE_STREAM, self.SHAPE_EVENT, self.SHAPE_FINDING):
+                cursor.execute(f"DROP TABLE IF EXISTS {table}")
+
+    def close(self):
+        self._drop()
+
+
+def _insert_rollups(contrib):
+    """Complete rollup rows into tables that hold none of their keys: plain INSERTs, what
+    aggregates.apply's upsert does to absent rows, without its ON CONFLICT and parameter
+    rewriting (2.3× faster: 712,000 rows in 3.2 s instead of 7.1 s)."""
+    for model, (key, values) in aggregates._tables().items():
+        rows = contrib.tables.get(model)
+        if rows:
+            flat = []
+            for k, v in rows.items():
+                flat += k
+                flat += v
+            _insert(model._meta.db_table, key + values, flat)
+
+
+class _Writer:
+    """Writes the chunks: a chunk's streams, events and findings, and a day's rollup rows when
+    it ends one, in one transaction. Into empty tables outside a transaction (a command's
+    bulk load) on a thread of its own, with its own connection: the INSERT … SELECTs and the
+    commits run in the database's C code without the GIL, so on two cores the writing
+    overlaps the making of the next chunk (docs/performance.md, "seed_demo"). Otherwise (the
+    caller's transaction: tests) inline, on the caller's connection."""
+
+    def __init__(self, shapes, columns, threaded, fresh_rollups):
+        self.error = None
+        self.queue = None
+        self.fresh_rollups = fresh_rollups
+        if not threaded:
+            self.templates = _Templates(shapes, columns)
+            return
+        self.queue = queue.Queue(maxsize=2)
+        self.thread = threading.Thread(
+            target=self._run, args=(shapes, columns), name="seed_demo writer", daemon=True
+        )
+        self.thread.start()
+
+    def _write(self, templates, values, contrib):
+        with transaction.atomic():
+            templates.stamp(values)
+            if contrib is not None:
+                (_insert_rollups if self.fresh_rollups else aggregates.apply)(contrib)
+
+    def _run(self, shapes, columns):
+        try:
+            if connection.vendor == "sqlite":
+                # As _bulk_load, for this connection; and no foreign key lookup per event row
+                # (a tenth of its insert): every row's stream is inserted just before it.
+                with connection.cursor() as cursor:
+                    cursor.execute("PRAGMA synchronous = OFF")
+                    cursor.execute("PRAGMA foreign_keys = OFF")
+            templates = _Templates(shapes, columns)
+            try:
+                while (item := self.queue.get()) is not None:
+                    self._write(templates, *item)
+            finally:
+                templates.close()
+        except BaseException as exc:  # handed to the producer, which stops at its next put
+            self.error = exc
+            while self.queue.get() is not None:
+                pass
+        finally:
+            connection.close()
+
+    def put(self, values, contrib):
+        if self.queue is None:
+            self._write(self.templates, values, contrib)
+            return
+        if self.error is not None:
+            raise self.error
+        self.queue.put((values, contrib))
+
+    def close(self):
+        if self.queue is None:
+            self.templates.close()
+            return
+        self.queue.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+
+
+_TABLES = (Stream, Event, Finding)
+
+
+@contextlib.contextmanager
+def _bulk_load():
+    """Into empty tables, outside a transaction: the secondary indexes of the stream, event and
+    finding tables are dropped and built again at the end from their stored definitions (once,
+    sorted, instead of a random insert into a dozen B-trees per row), so are PostgreSQL's
+    foreign keys of those tables, and SQLite does not sync to disk. Unsafe for the product's
+    data, acceptable for a demo history: a crash leaves a partial demo database to delete,
+    never a damaged recording (an exception or Ctrl-C still builds the indexes again; only a
+    kill -9 leaves them missing)."""
+    if connection.in_atomic_block or any(m.objects.exists() for m in _TABLES):
+        yield False
+        return
+    tables = [m._meta.db_table for m in _TABLES]
+    indexes, foreign_keys = [], []  # (SQLite: the writer's connection skips the checks)
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            marks = ", ".join(["%s"] * len(tables))
+            cursor.execute(
+                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+                f"AND tbl_name IN ({marks}) ORDER BY name",
+                tables,
+            )
+            indexes = cursor.fetchall()
+            cursor.execute("PRAGMA synchronous")
+            synchronous = cursor.fetchone()[0]
+            cursor.execute("PRAGMA synchronous = OFF")
+        elif connection.vendor == "postgresql":
+            # (not the indexes behind a primary key or a unique constraint, nor the partial
+            # ones: small, and PostgreSQL would spell their condition differently afterwards)
+            cursor.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+                "AND tablename = ANY(%s) AND indexname NOT IN (SELECT conname FROM pg_constraint) "
+                "AND indexdef NOT LIKE '%% WHERE %%' ORDER BY indexname",
+                [tables],
+            )
+            indexes = (
+                cursor.fetchall()
+            )  # and their foreign keys: a trigger per inserted row (most of the time of an event
+            # row), checked again by one join each when they are added back
+            cursor.execute(
+                "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
+                "FROM pg_constraint WHERE contype = 'f' AND conrelid::regclass::text = ANY(%s) "
+                "ORDER BY conname",
+                [tables],
+            )
+            foreign_keys = cursor.fetchall()
+        qn = connection.ops.quote_name
+        for name, _ in indexes:
+            cursor.execute(f"DROP INDEX {qn(name)}")
+        for table, name, _ in foreign_keys:
+            cursor.execute(f"ALTER TABLE {qn(table)} DROP CONSTRAINT {qn(name)}")
+    try:
+        yield True
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "postgresql":
+                cursor.execute("SET maintenance_work_mem = '256MB'")
+            for _, sql in indexes:
+                cursor.execute(sql)
+            for table, name, definition in foreign_keys:
+                cursor.execute(f"ALTER TABLE {qn(table)} ADD CONSTRAINT {qn(name)} {definition}")
+            if connection.vendor == "sqlite":
+                cursor.execute(f"PRAGMA synchronous = {int(synchronous)}")
+            elif connection.vendor == "postgresql":
+                cursor.execute("RESET maintenance_work_mem")
 
 
 def demo_users(names):
@@ -509,63 +869,97 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
     # the first user is the busiest; a few streams have no user (recorded from the CLI)
     weights = [1 / (i + 1) for i in range(len(user_ids))]
     total = sum(weights) / 0.95
-    user_choices = [(uid, w / total) for uid, w in zip(user_ids, weights, strict=True)]
-    user_choices.append((None, 1.0))
-    times = _timestamps(rng, streams, days, now)
+    owners = [*user_ids, None]
+    owner_weights = [w / total for w in weights] + [1 - sum(weights) / total]
+    one_us = dt.timedelta(microseconds=1)
+    times = _times_us(rng, streams, days, (now - _EPOCH) // one_us)
+    # the first stream that regresses
+    split = bisect.bisect_right(times, (_REGRESSION_START - _EPOCH) // one_us)
+
+    columns = _stream_columns()
+    # {table: (its rows being summed, where t, span and the owner are in its key)}
+    tables = {
+        model: ({}, key.index("t"), key.index("span"), key.index("user_key"))
+        for model, (key, _values) in aggregates._tables().items()
+    }
+    # Each shape serves about as many streams as the others (a shuffled cycle); the streams
+    # after the regression's start, whose gpt-oss-120b is slower, cycle over the last shapes
+    # of the pool (their twins on that model), one per SHAPE_EVERY of them too.
+    size = _pool_size(streams)
+    late = streams - split
+    size_late = min(size, _pool_size(late))
+    shapes, twin_of = _make_pool(rng, size, size_late, events_per_stream, columns, tables)
+    assignment = [i % size for i in range(split)]
+    rng.shuffle(assignment)
+    cycle = [size - size_late + i % size_late for i in range(late)]
+    rng.shuffle(cycle)
+    assignment += [twin_of.get(s, s) for s in cycle]
+    owner_of = rng.choices(owners, owner_weights, k=streams)
+
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT COALESCE(MAX({qn('id')}), 0) FROM {qn(Stream._meta.db_table)}")
+        next_pk = cursor.fetchone()[0] + 1
     counts = {"streams": 0, "events": 0, "findings": 0}
-    contrib = aggregates.Contributions()
-    with _settable_created_at():
-        for lo in range(0, streams, CHUNK):
-            made = [
-                make_stream(rng, t, user_choices, events_per_stream) for t in times[lo : lo + CHUNK]
-            ]
-            with transaction.atomic():
-                rows = _insert_streams([m[0] for m in made])
-                events = []
-                findings = []
-                for row, m in zip(rows, made, strict=True):
-                    _, items, violations = m
-                    start = row.created_at
-                    events.extend(
-                        (
-                            row.pk,
-                            i,
-                            t_us,
-                            start,
-                            "message",
-                            "",
-                            type_,
-                            seq,
-                            oi,
-                            ci,
-                            is_json,
-                            data,
-                            None,
-                        )  # fmt: skip
-                        for i, (t_us, type_, seq, oi, ci, is_json, data) in enumerate(items)
-                    )
-                    findings.extend(Finding(stream_id=row.pk, **v.as_dict()) for v in violations)
-                if events:
-                    insert_events(events, offsets=True)
-                if findings:
-                    Finding.objects.bulk_create(findings, batch_size=1000)
-                # the analytics pre-aggregates, as the recorder keeps them: summed here over
-                # many chunks (most keys repeat: an hour's streams share a few hundred) and
-                # written every AGGREGATE_EVERY chunks, an upsert that adds
-                for fields, _, violations in made:
-                    found = collections.Counter((v.code, v.severity) for v in violations)
-                    contrib.add_stream(
-                        {c: fields.get(c, _DEFAULTS.get(c)) for c in aggregates.COLUMNS},
-                        [(code, sev, n) for (code, sev), n in found.items()],
-                    )
-                if (lo // CHUNK) % AGGREGATE_EVERY == AGGREGATE_EVERY - 1 or lo + CHUNK >= streams:
-                    aggregates.apply(contrib)
+    getrandbits = rng.getrandbits
+    add = operator.add
+    spans = aggregates.SPANS
+    with _bulk_load() as bulk:
+        # each rollup row is written once (chunks end at a day) into empty tables: inserted
+        fresh = (
+            bulk
+            and max(aggregates.SPANS) <= aggregates.DAY
+            and not any(model.objects.exists() for model in aggregates._tables())
+        )
+        writer = _Writer(shapes, columns, threaded=bulk, fresh_rollups=fresh)
+        try:
+            lo = 0
+            while lo < streams:
+                # chunks end at a UTC day: the streams are in time order, so every rollup row
+                # of the days before is complete (periods of up to a day), and goes in once
+                day = times[lo] // _DAY_US
+                hi = min(streams, lo + CHUNK, bisect.bisect_left(times, (day + 1) * _DAY_US, lo))
+                values = []
+                n_events = n_findings = 0
+                for i in range(lo, hi):
+                    s = assignment[i]
+                    shape = shapes[s]
+                    c_us = times[i]
+                    user = owner_of[i]
+                    values += (next_pk + i, s, c_us, user, f"resp_{getrandbits(96):024x}",
+                               f"msg_{getrandbits(96):024x}")  # fmt: skip
+                    n_events += len(shape.events)
+                    n_findings += len(shape.findings)
+                    c_s = c_us // 1_000_000
+                    periods = [(c_s // span * span,) for span in spans]
+                    owner = (user or 0,)
+                    for rows, pre, between, rest, period, add_ in shape.aggregates:
+                        if between is None:
+                            key = pre + periods[period] + rest
+                        else:
+                            key = pre + periods[period] + between + owner + rest
+                        have = rows.get(key)
+                        if have is None:
+                            rows[key] = add_.copy()
+                        elif len(add_) == 1:
+                            have[0] += add_[0]
+                        else:
+                            have[:] = map(add, have, add_)
+                contrib = None
+                if hi == streams or times[hi] // _DAY_US != day:
                     contrib = aggregates.Contributions()
-            counts["streams"] += len(rows)
-            counts["events"] += len(events)
-            counts["findings"] += len(findings)
-            if progress:
-                progress(counts)
+                    for model, (rows, *_) in tables.items():
+                        contrib.tables[model] = rows.copy()
+                        rows.clear()
+                writer.put(values, contrib)
+                counts["streams"] += hi - lo
+                counts["events"] += n_events
+                counts["findings"] += n_findings
+                lo = hi
+                if progress:
+                    progress(counts)
+        finally:
+            writer.close()
     return counts
 
 
