@@ -122,7 +122,9 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
     proxy_base = f"http://127.0.0.1:{daphne.port}/v1"
     relay_base = f"http://127.0.0.1:{daphne.port}/_bench/relay/v1"
     bases = {"direct": sim_root + "/v1", "relay": relay_base, "proxy": proxy_base}
-    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    # Warm connections for every origin (the simulator and Daphne) at once: with room for only
+    # n, each change of mode closed the other origin's and the next round paid for opening them.
+    limits = httpx.Limits(max_connections=3 * (n + 4), max_keepalive_connections=3 * (n + 4))
     auth = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
         floor = []
