@@ -402,7 +402,8 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
 
     ts = [int(lo.timestamp()) for lo, _ in windows]
     window = replace(scope, start=bounds[0], end=bounds[1])
-    requested = sorted({q for r, q in pairs if r in set(models)})
+    wanted = set(models)
+    requested = sorted({q for r, q in pairs if r in wanted})
     if requested:
         # Both models named: the pair index (covering, in time order within a pair) is read
         # in one range per pair instead of a table lookup per row from the time index.

@@ -210,6 +210,17 @@ def series_rows(series, qs=SERIES_PERCENTILES):
     return rows
 
 
+def _finish(report, scope):
+    """What both ways of computing a report end with: the table forms of the histogram and the
+    series, and the slowest streams (raw rows, exact, either way)."""
+    if report.histogram:
+        report.histogram_rows = histogram_rows(report.histogram)
+    if report.series:
+        report.series_rows = series_rows(report.series)
+    report.slowest = slowest(scope)
+    return report
+
+
 def _nice(x):
     """The smallest of 1, 2, 2.5, 5 × 10^k that is ≥ x."""
     if x <= 0:
@@ -354,12 +365,7 @@ def latency_report(scope, *, now=None, compare_with=None):
     report.histogram = histogram(scope, aggregates, [r for r in report.by_resolved if r["model"]])
     models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
     report.series = time_series(scope, aggregates, models, now)
-    if report.histogram:
-        report.histogram_rows = histogram_rows(report.histogram)
-    if report.series:
-        report.series_rows = series_rows(report.series)
-    report.slowest = slowest(scope)
-    return report
+    return _finish(report, scope)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -472,9 +478,4 @@ def _aggregated(report, scope, now, compare_with):
     report.histogram = _histogram_from(hists, [r for r in report.by_resolved if r["model"]])
     models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
     report.series = _series_from(scope, aggregates, models, now)
-    if report.histogram:
-        report.histogram_rows = histogram_rows(report.histogram)
-    if report.series:
-        report.series_rows = series_rows(report.series)
-    report.slowest = slowest(scope)
-    return report
+    return _finish(report, scope)
