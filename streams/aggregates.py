@@ -67,13 +67,15 @@ USAGE_VALUES = (
 )  # fmt: skip
 HISTOGRAM_KEY = (
     "metric", "full", "span", "t", "user_key", "source", "resolved_model", "requested_model",
-    "bucket",
+    "status", "bucket",
 )  # fmt: skip
 ROUTING_KEY = (
     "span", "t", "resolved_model", "source", "user_key", "routing_category", "routing_source",
+    "status",
 )  # fmt: skip
 FINDING_KEY = (
     "span", "t", "code", "severity", "resolved_model", "requested_model", "source", "user_key",
+    "status",
 )  # fmt: skip
 COUNT = ("n",)
 
@@ -202,13 +204,14 @@ class Contributions:
         ts = epoch_s(row["created_at"])
         user = row["user_id"] or 0
         resolved, requested, source = row["resolved_model"], row["requested_model"], row["source"]
+        status = row["status"]
         values = usage_values(row)
         decision = decision_ms(row)
         for span in SPANS:
             t = int(ts // span) * span
             self._add(
                 UsageRollup,
-                (span, t, resolved, requested, source, user, row["status"], row["error_code"]),
+                (span, t, resolved, requested, source, user, status, row["error_code"]),
                 values,
                 sign,
             )
@@ -216,16 +219,16 @@ class Contributions:
                 if value is None:
                     continue
                 b = bucket(value)
-                self._add(HistogramRollup, (metric, False, span, t, 0, "", resolved, requested, b),
-                          (1,), sign)  # fmt: skip
+                self._add(HistogramRollup, (metric, False, span, t, 0, "", resolved, requested,
+                                            status, b), (1,), sign)  # fmt: skip
                 self._add(HistogramRollup, (metric, True, span, t, user, source, resolved,
-                                            requested, b), (1,), sign)  # fmt: skip
+                                            requested, status, b), (1,), sign)  # fmt: skip
             if requested == "auto":
                 key = (span, t, resolved, source, user, row["routing_category"],
-                       row["routing_source"])  # fmt: skip
+                       row["routing_source"], status)  # fmt: skip
                 self._add(RoutingRollup, key, (1,), sign)
             for code, severity, n in findings:
-                key = (span, t, code, severity, resolved, requested, source, user)
+                key = (span, t, code, severity, resolved, requested, source, user, status)
                 self._add(FindingRollup, key, (n,), sign)
 
     def merge(self, other, sign=1):

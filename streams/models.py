@@ -453,9 +453,10 @@ class UsageRollup(_Rollup):
 
 class HistogramRollup(_Rollup):
     """Log-bucketed histograms (bucket b holds values in (γ^(b-1), γ^b], γ = 1.02) of TTFT
-    and of the routing decision time, per period and models; `full` rows also per source and
-    user, the others summed over both (what an unfiltered page reads: several times fewer
-    rows)."""
+    and of the routing decision time, per period, models and the stream's status; `full` rows
+    also per source and user, the others summed over both (what an unfiltered page reads:
+    several times fewer rows). `status` "" marks rows migrated from before it was kept whose
+    streams retention had deleted (migration 0008)."""
 
     metric = models.SmallIntegerField()
     full = models.BooleanField()
@@ -465,6 +466,7 @@ class HistogramRollup(_Rollup):
     requested_model = models.CharField(max_length=100)
     source = models.CharField(max_length=10)
     user_key = models.BigIntegerField()
+    status = models.CharField(max_length=12)
     bucket = models.SmallIntegerField()
     n = models.BigIntegerField(default=0)
 
@@ -477,13 +479,14 @@ class HistogramRollup(_Rollup):
         "source",
         "resolved_model",
         "requested_model",
+        "status",
         "bucket",
     )
 
 
 class RoutingRollup(_Rollup):
-    """Requests with `model: "auto"` per period, chosen model, source, user and the router's
-    category and source (the routing page's matrix and sources)."""
+    """Requests with `model: "auto"` per period, chosen model, source, user, the router's
+    category and source, and the stream's status (the routing page's matrix and sources)."""
 
     span = models.IntegerField()
     t = models.BigIntegerField()
@@ -492,16 +495,25 @@ class RoutingRollup(_Rollup):
     user_key = models.BigIntegerField()
     routing_category = models.CharField(max_length=50)
     routing_source = models.CharField(max_length=50)
+    status = models.CharField(max_length=12)
     n = models.BigIntegerField(default=0)
 
     pk = models.CompositePrimaryKey(
-        "span", "t", "resolved_model", "source", "user_key", "routing_category", "routing_source"
+        "span",
+        "t",
+        "resolved_model",
+        "source",
+        "user_key",
+        "routing_category",
+        "routing_source",
+        "status",
     )
 
 
 class FindingRollup(_Rollup):
-    """Checker findings of finished streams per period, code, severity, models, source and
-    user (admin analytics' findings table, the routing page's pinned-routing count)."""
+    """Checker findings of finished streams per period, code, severity, models, source, user
+    and the stream's status (admin analytics' findings table, the routing page's
+    pinned-routing count)."""
 
     span = models.IntegerField()
     t = models.BigIntegerField()
@@ -511,10 +523,19 @@ class FindingRollup(_Rollup):
     requested_model = models.CharField(max_length=100)
     source = models.CharField(max_length=10)
     user_key = models.BigIntegerField()
+    status = models.CharField(max_length=12)
     n = models.BigIntegerField(default=0)
 
     pk = models.CompositePrimaryKey(
-        "span", "t", "code", "severity", "resolved_model", "requested_model", "source", "user_key"
+        "span",
+        "t",
+        "code",
+        "severity",
+        "resolved_model",
+        "requested_model",
+        "source",
+        "user_key",
+        "status",
     )
 
 

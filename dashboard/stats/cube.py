@@ -6,10 +6,11 @@ active streams, which are not aggregated yet. All three add up, so counts, sums 
 exact; percentiles come from the merged log-bucketed histograms (within
 `aggregates.ERROR_BOUND`), maxima from the raw rows' ttft-ordered index (exact).
 
-`answers(scope)`: the aggregates hold no tags, sessions or per-status histograms, so a scope
-with a tag, session or status filter is computed from the raw rows (exact) by the callers; so
-is a small history (`EXACT_BELOW` streams), where the raw queries are fast anyway and every
-figure is exact. The pages say which was used (`report.method`).
+`method(scope)`: the aggregates hold no tags or sessions, so a scope with a tag or session
+filter is computed from the raw rows (exact) by the callers; so is a small history
+(`EXACT_BELOW` streams), where the raw queries are fast anyway and every figure is exact. A
+status filter reads the rollups: every table is keyed by the stream's status. The pages say
+which was used (`report.method`).
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def first_day(scope):
 
 def method(scope):
     """EXACT (raw rows) or AGGREGATED for this scope."""
-    if scope.tag or scope.session or scope.status:
+    if scope.tag or scope.session:
         return EXACT
     if visible_streams(scope) < EXACT_BELOW:
         return EXACT
@@ -142,6 +143,9 @@ class Cube:
                 if getattr(s, col):
                     where.append(f"{_q(col)} = %s")
                     params.append(getattr(s, col))
+        if s.status:
+            where.append(f"{_q('status')} = %s")
+            params.append(s.status)
         if with_user_source:
             if self.user_key is not None:
                 where.append(f"{_q('user_key')} = %s")

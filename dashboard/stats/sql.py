@@ -260,9 +260,12 @@ def _has_tag(tag):
 
 
 def _findings_in_scope(scope):
-    """The findings of the streams in `scope` (its access, range, source and labels), as a
-    queryset."""
+    """The findings of the streams in `scope` (its access, range, models, status, source and
+    labels), as a queryset."""
     qs = Finding.objects.all()
+    for column in ("resolved_model", "requested_model", "status"):
+        if getattr(scope, column):
+            qs = qs.filter(**{f"stream__{column}": getattr(scope, column)})
     if scope.user_id is not None:
         qs = qs.filter(stream__user_id=scope.user_id)
     if scope.start is not None:
