@@ -53,11 +53,13 @@ COLUMNS = (
     "id", "created_at", "status", "resolved_model", "requested_model", "source", "user_id",
     "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
     "headers_us", "created_event_us", "first_token_us", "output_tokens", "bytes_received",
-    "event_count", "findings_count", "routing_category", "routing_source",
+    "event_count", "findings_count", "routing_category", "routing_source", "tags",
 )  # fmt: skip
 
+# `tag`: "" in the rows of every stream; a tagged stream adds the same rows once more per tag
+# (at most proxy.MAX_TAGS), so a tag's figures are a key range like a period's.
 USAGE_KEY = (
-    "span", "t", "resolved_model", "requested_model", "source", "user_key", "status",
+    "span", "tag", "t", "resolved_model", "requested_model", "source", "user_key", "status",
     "error_code",
 )  # fmt: skip
 USAGE_VALUES = (
@@ -66,16 +68,16 @@ USAGE_VALUES = (
     "first_token_sum_us", "output_tokens", "bytes_received", "events", "findings",
 )  # fmt: skip
 HISTOGRAM_KEY = (
-    "metric", "full", "span", "t", "user_key", "source", "resolved_model", "requested_model",
-    "status", "bucket",
+    "metric", "full", "span", "tag", "t", "user_key", "source", "resolved_model",
+    "requested_model", "status", "bucket",
 )  # fmt: skip
 ROUTING_KEY = (
-    "span", "t", "resolved_model", "source", "user_key", "routing_category", "routing_source",
-    "status",
+    "span", "tag", "t", "resolved_model", "source", "user_key", "routing_category",
+    "routing_source", "status",
 )  # fmt: skip
 FINDING_KEY = (
-    "span", "t", "code", "severity", "resolved_model", "requested_model", "source", "user_key",
-    "status",
+    "span", "tag", "t", "code", "severity", "resolved_model", "requested_model", "source",
+    "user_key", "status",
 )  # fmt: skip
 COUNT = ("n",)
 
@@ -175,6 +177,25 @@ def usage_values(row):
     )
 
 
+MAX_TAGS = 20  # per stream, and characters per tag: what the proxy keeps (proxy.MAX_TAGS)
+MAX_TAG_CHARS = 64
+
+
+def stream_tags(row):
+    """The tags a stream row is aggregated under: distinct, as stored (a JSON list; raw SQL
+    hands back its text), at most MAX_TAGS of at most MAX_TAG_CHARS (longer ones, which only
+    a hand-written row could hold, are left to the raw path)."""
+    tags = row.get("tags") or ()
+    if isinstance(tags, str):
+        import json
+
+        tags = json.loads(tags)
+    if not isinstance(tags, list):
+        return []
+    ok = [t for t in dict.fromkeys(x for x in tags if isinstance(x, str)) if t]
+    return [t for t in ok if len(t) <= MAX_TAG_CHARS][:MAX_TAGS]
+
+
 def decision_ms(row):
     if row["routing_us"] is None or row["request_written_us"] is None:
         return None
@@ -207,29 +228,32 @@ class Contributions:
         status = row["status"]
         values = usage_values(row)
         decision = decision_ms(row)
-        for span in SPANS:
-            t = int(ts // span) * span
-            self._add(
-                UsageRollup,
-                (span, t, resolved, requested, source, user, status, row["error_code"]),
-                values,
-                sign,
-            )
-            for metric, value in ((TTFT, row["ttft_ms"]), (DECISION, decision)):
-                if value is None:
-                    continue
-                b = bucket(value)
-                self._add(HistogramRollup, (metric, False, span, t, 0, "", resolved, requested,
-                                            status, b), (1,), sign)  # fmt: skip
-                self._add(HistogramRollup, (metric, True, span, t, user, source, resolved,
-                                            requested, status, b), (1,), sign)  # fmt: skip
-            if requested == "auto":
-                key = (span, t, resolved, source, user, row["routing_category"],
-                       row["routing_source"], status)  # fmt: skip
-                self._add(RoutingRollup, key, (1,), sign)
-            for code, severity, n in findings:
-                key = (span, t, code, severity, resolved, requested, source, user, status)
-                self._add(FindingRollup, key, (n,), sign)
+        buckets = [
+            (metric, bucket(value))
+            for metric, value in ((TTFT, row["ttft_ms"]), (DECISION, decision))
+            if value is not None
+        ]
+        for tag in ("", *stream_tags(row)):
+            for span in SPANS:
+                t = int(ts // span) * span
+                self._add(
+                    UsageRollup,
+                    (span, tag, t, resolved, requested, source, user, status, row["error_code"]),
+                    values,
+                    sign,
+                )
+                for metric, b in buckets:
+                    for full, who, where in ((False, 0, ""), (True, user, source)):
+                        key = (metric, full, span, tag, t, who, where, resolved, requested,
+                               status, b)  # fmt: skip
+                        self._add(HistogramRollup, key, (1,), sign)
+                if requested == "auto":
+                    key = (span, tag, t, resolved, source, user, row["routing_category"],
+                           row["routing_source"], status)  # fmt: skip
+                    self._add(RoutingRollup, key, (1,), sign)
+                for code, severity, n in findings:
+                    key = (span, tag, t, code, severity, resolved, requested, source, user, status)
+                    self._add(FindingRollup, key, (n,), sign)
 
     def merge(self, other, sign=1):
         for model, rows in other.tables.items():

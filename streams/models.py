@@ -395,10 +395,12 @@ class ApiToken(models.Model):
 
 # ---------------------------------------------------------------------------------------------
 # Pre-aggregates of finished streams (streams/aggregates.py keeps them; docs/analytics.md).
-# One row per (period, key): `span` is 3600 (an hour) or 86400 (a UTC day), `t` the period's
-# start in epoch seconds; every value column adds up, so a stream is added and subtracted
-# exactly and the rows of any set of periods sum to the figures of their streams. `user_key`
-# is the user's id, 0 for none (a NULL would make every key distinct to ON CONFLICT).
+# One row per (period, key): `span` is 3600 (an hour), 10800 (3 hours) or 86400 (a UTC day),
+# `t` the period's start in epoch seconds; every value column adds up, so a stream is added
+# and subtracted exactly and the rows of any set of periods sum to the figures of their
+# streams. `tag` is "" in the rows every stream adds; a tagged stream adds its rows once more
+# under each of its tags (what a tag filter reads). `user_key` is the user's id, 0 for none (a
+# NULL would make every key distinct to ON CONFLICT).
 
 
 class _Rollup(models.Model):
@@ -414,6 +416,7 @@ class UsageRollup(_Rollup):
     error code): what every table row, rate, mean and the admin totals add up from."""
 
     span = models.IntegerField()
+    tag = models.CharField(max_length=64)
     t = models.BigIntegerField()
     resolved_model = models.CharField(max_length=100)
     requested_model = models.CharField(max_length=100)
@@ -441,6 +444,7 @@ class UsageRollup(_Rollup):
 
     pk = models.CompositePrimaryKey(
         "span",
+        "tag",
         "t",
         "resolved_model",
         "requested_model",
@@ -461,6 +465,7 @@ class HistogramRollup(_Rollup):
     metric = models.SmallIntegerField()
     full = models.BooleanField()
     span = models.IntegerField()
+    tag = models.CharField(max_length=64)
     t = models.BigIntegerField()
     resolved_model = models.CharField(max_length=100)
     requested_model = models.CharField(max_length=100)
@@ -474,6 +479,7 @@ class HistogramRollup(_Rollup):
         "metric",
         "full",
         "span",
+        "tag",
         "t",
         "user_key",
         "source",
@@ -489,6 +495,7 @@ class RoutingRollup(_Rollup):
     category and source, and the stream's status (the routing page's matrix and sources)."""
 
     span = models.IntegerField()
+    tag = models.CharField(max_length=64)
     t = models.BigIntegerField()
     resolved_model = models.CharField(max_length=100)
     source = models.CharField(max_length=10)
@@ -500,6 +507,7 @@ class RoutingRollup(_Rollup):
 
     pk = models.CompositePrimaryKey(
         "span",
+        "tag",
         "t",
         "resolved_model",
         "source",
@@ -516,6 +524,7 @@ class FindingRollup(_Rollup):
     pinned-routing count)."""
 
     span = models.IntegerField()
+    tag = models.CharField(max_length=64)
     t = models.BigIntegerField()
     code = models.CharField(max_length=50)
     severity = models.CharField(max_length=10)
@@ -528,6 +537,7 @@ class FindingRollup(_Rollup):
 
     pk = models.CompositePrimaryKey(
         "span",
+        "tag",
         "t",
         "code",
         "severity",

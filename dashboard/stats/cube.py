@@ -6,10 +6,11 @@ active streams, which are not aggregated yet. All three add up, so counts, sums 
 exact; percentiles come from the merged log-bucketed histograms (within
 `aggregates.ERROR_BOUND`), maxima from the raw rows' ttft-ordered index (exact).
 
-`method(scope)`: the aggregates hold no tags or sessions, so a scope with a tag or session
-filter is computed from the raw rows (exact) by the callers; so is a small history
-(`EXACT_BELOW` streams), where the raw queries are fast anyway and every figure is exact. A
-status filter reads the rollups: every table is keyed by the stream's status. The pages say
+`method(scope)`: the aggregates hold no sessions, so a scope with a session filter is
+computed from the raw rows (exact) by the callers, on the session index; so is a small
+history (`EXACT_BELOW` streams), where the raw queries are fast anyway and every figure is
+exact. Status and tag filters read the rollups: every table is keyed by the stream's status
+and tag (a tagged stream's rows are there once per tag besides its "" ones). The pages say
 which was used (`report.method`).
 """
 
@@ -43,7 +44,7 @@ def visible_streams(scope):
 
 
 def _visible_streams(scope):
-    where, params = [f"{_q('span')} = %s"], [agg.DAY]
+    where, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [agg.DAY]
     if scope.user_id is not None:
         where.append(f"{_q('user_key')} = %s")
         params.append(scope.user_id)
@@ -60,7 +61,7 @@ def first_day(scope):
     """The start of the oldest aggregated day the scope's user may see (None: none)."""
     import datetime as dt
 
-    where, params = [f"{_q('span')} = %s"], [agg.DAY]
+    where, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [agg.DAY]
     if scope.user_id is not None:
         where.append(f"{_q('user_key')} = %s")
         params.append(scope.user_id)
@@ -75,7 +76,7 @@ def first_day(scope):
 
 def method(scope):
     """EXACT (raw rows) or AGGREGATED for this scope."""
-    if scope.tag or scope.session:
+    if scope.session:
         return EXACT
     if visible_streams(scope) < EXACT_BELOW:
         return EXACT
@@ -136,8 +137,9 @@ class Cube:
     # -- filters ---------------------------------------------------------------------------
 
     def _filters(self, with_user_source=True, models=True):
-        where, params = [], []
         s = self.scope
+        # every stream's rows are under "", a tagged stream's also under each tag
+        where, params = [f"{_q('tag')} = %s"], [s.tag or ""]
         if models:
             for col in ("resolved_model", "requested_model"):
                 if getattr(s, col):

@@ -83,7 +83,7 @@ def model_pairs(scope):
     from streams.models import UsageRollup
 
     models = f"{_q('resolved_model')}, {_q('requested_model')}"
-    rollup, params = [f"{_q('span')} = %s"], [DAY]
+    rollup, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [DAY]
     active, active_params = [f"{_q('status')} IN ({', '.join(['%s'] * len(ACTIVE))})"], [*ACTIVE]
     if scope.user_id is not None:
         rollup.append(f"{_q('user_key')} = %s")

@@ -58,6 +58,10 @@ REQUESTED = [  # (requested model, weight)
     ("eu-reasoner", 0.05),
 ]
 SOURCES = [("live", 0.80), ("proxy", 0.15), ("import", 0.05)]
+# What the apps behind the proxy tag their requests with (X-Streamscope-Tags): one app tag per
+# proxied stream, and some carry a second, rarer one.
+PROXY_TAGS = [("checkout", 0.40), ("support-bot", 0.35), ("eval", 0.25)]
+EXTRA_TAGS = [("canary", 0.05), ("experiment-b", 0.10)]
 # Outcomes; the rest completes. Probabilities per stream.
 OUTCOMES = [
     ("http_429", 0.010),
@@ -182,6 +186,12 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
     random and the real ones: `seed` makes its shapes with placeholders there."""
     requested = _pick(rng, REQUESTED)
     source = _pick(rng, SOURCES)
+    tags = []
+    if source == "proxy":
+        tags.append(_pick(rng, PROXY_TAGS))
+        extra = _pick(rng, EXTRA_TAGS + [("", 1.0 - sum(p for _, p in EXTRA_TAGS))])
+        if extra:
+            tags.append(extra)
     outcome = _pick(rng, OUTCOMES + [("completed", 1.0)])
     user = _pick(rng, users) if users else None
     category = rng.choice(list(PROMPTS))
@@ -220,6 +230,7 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
     fields = {
         "user_id": user,
         "source": source,
+        "tags": tags,
         "requested_model": requested,
         "scenario": "seed_demo",
         "prompt": prompt,
