@@ -127,6 +127,27 @@ def percentile(counts, q_permille, maximum=None):
     raise AssertionError("unreachable")
 
 
+def top_band(counts, k):
+    """(lo, hi): values such that the k largest of a histogram {bucket: n} all lie in (lo, hi]
+    — from the bottom of the bucket holding the k-th largest to the top of the top bucket,
+    widened by a millionth of a percent for the float edges (a bucket is `ceil(log(v) / log
+    γ)`, exact to ~1e-15). None when unknown (no histogram, or the k-th largest reads as 0)."""
+    if not counts:
+        return None
+    seen, top, kth = 0, None, None
+    for b in sorted(counts, reverse=True):
+        if not counts[b]:
+            continue
+        top = b if top is None else top
+        seen += counts[b]
+        kth = b
+        if seen >= k:
+            break
+    if top is None or kth == ZERO:
+        return None
+    return GAMMA ** (kth - 1) * (1 - 1e-8), GAMMA**top * (1 + 1e-8)
+
+
 # ---------------------------------------------------------------------------------------------
 # What a stream adds
 

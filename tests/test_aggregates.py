@@ -149,6 +149,27 @@ def test_percentiles_from_buckets_are_within_the_bound():
     assert aggregates.ERROR_BOUND < 0.01
 
 
+def test_the_top_band_holds_the_k_largest_values_and_little_else():
+    rng = random.Random(3)
+    for _ in range(200):
+        n = rng.randint(1, 300)
+        values = [rng.lognormvariate(rng.uniform(0, 8), rng.uniform(0.05, 2)) for _ in range(n)]
+        # values on bucket edges, where float rounding would bite
+        values += [aggregates.GAMMA ** rng.randint(1, 400) for _ in range(rng.randint(0, 5))]
+        hist = {}
+        for v in values:
+            hist[aggregates.bucket(v)] = hist.get(aggregates.bucket(v), 0) + 1
+        k = rng.choice([1, 1, 10, 50])
+        lo, hi = aggregates.top_band(hist, k)
+        top = sorted(values, reverse=True)[:k]
+        assert all(lo < v <= hi for v in top)
+        # narrow: from the k-th largest's bucket to the largest's
+        assert hi <= max(values) * aggregates.GAMMA * 1.0001
+        assert lo >= top[-1] / aggregates.GAMMA / 1.0001
+    assert aggregates.top_band({}, 1) is None
+    assert aggregates.top_band({aggregates.ZERO: 4}, 1) is None
+
+
 # ---------------------------------------------------------------------------------------------
 # The pages from aggregates against the raw (exact) path, on a seed_demo history
 

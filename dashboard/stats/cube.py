@@ -133,6 +133,7 @@ class Cube:
             self.user_key = pk
         self._raw = {}
         self._usage = {}  # (by, step) -> what usage() returned
+        self._hists = {}  # (metric, by, step) -> what histograms() returned
 
     # -- filters ---------------------------------------------------------------------------
 
@@ -303,8 +304,13 @@ class Cube:
 
     def histograms(self, metric, by, step=None):
         """{key: Counter(bucket: n)} of TTFT or DECISION; `by` from resolved_model,
-        requested_model (and user_key, source), "t"."""
-        by = tuple(by)
+        requested_model (and user_key, source), "t". Read once per cube and grouping."""
+        key = (metric, tuple(by), step)
+        if key not in self._hists:
+            self._hists[key] = self._histograms(metric, tuple(by), step)
+        return self._hists[key]
+
+    def _histograms(self, metric, by, step):
         nk = len(by)
         rows = self._rollup_rows(
             HistogramRollup,
@@ -348,9 +354,20 @@ class Cube:
         return {k: v[0] for k, v in out.items()}
 
     def ttft_max(self, pairs):
-        """{(resolved, requested): exact max TTFT} from the raw rows' ttft-ordered index."""
+        """{(resolved, requested): exact max TTFT} from the raw rows' ttft-ordered index.
+
+        With a tag filter the walk down that index stops only at a row with the tag (the index
+        does not hold tags): for a rare tag that is most of a model's history. The pair's
+        histogram says which bucket its maximum is in, so the walk starts at that bucket's top
+        and ends at its bottom (`agg.top_band`): exact, and only the rows within 2 % of the
+        maximum's value are read."""
         from dashboard.stats.sql import _ranked
 
+        hists = (
+            self.histograms(agg.TTFT, ("resolved_model", "requested_model"))
+            if (self.scope.tag)
+            else {}
+        )
         jobs = []
         for resolved, requested in pairs:
             w = scope_where(replace(self.scope, start=self.start, end=self.end))
@@ -358,6 +375,9 @@ class Cube:
                 w.eq("resolved_model", resolved)
             if not self.scope.requested_model:
                 w.eq("requested_model", requested)
+            band = agg.top_band(hists.get((resolved, requested)), 1)
+            if band is not None:
+                w.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
             jobs.append(_ranked(w, _q("ttft_ms"), 0, descending=True))
         return dict(zip(pairs, _scalars(jobs), strict=True))
 

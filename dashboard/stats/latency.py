@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass, field
 
 from dashboard.stats import cube
@@ -38,7 +39,7 @@ from dashboard.stats.sql import (
     percentiles,
     scope_where,
 )
-from streams.aggregates import ERROR_BOUND, HOUR, TTFT, bucket_value, percentile
+from streams.aggregates import ERROR_BOUND, HOUR, TTFT, bucket_value, percentile, top_band
 
 SLOWEST = 20
 HISTOGRAM_BINS = 40
@@ -210,14 +211,14 @@ def series_rows(series, qs=SERIES_PERCENTILES):
     return rows
 
 
-def _finish(report, scope):
+def _finish(report, scope, band=None):
     """What both ways of computing a report end with: the table forms of the histogram and the
-    series, and the slowest streams (raw rows, exact, either way)."""
+    series, and the slowest streams (raw rows, exact, either way; `band`: see `slowest`)."""
     if report.histogram:
         report.histogram_rows = histogram_rows(report.histogram)
     if report.series:
         report.series_rows = series_rows(report.series)
-    report.slowest = slowest(scope)
+    report.slowest = slowest(scope, band=band)
     return report
 
 
@@ -232,9 +233,13 @@ def _nice(x):
     return 10 ** (exp + 1)
 
 
-def slowest(scope, limit=SLOWEST):
-    """The streams with the highest TTFT in scope."""
+def slowest(scope, limit=SLOWEST, band=None):
+    """The streams with the highest TTFT in scope. `band` (lo, hi): where the scope's `limit`
+    highest values lie, from its histogram (`aggregates.top_band`) — a rare tag's walk down
+    the ttft order then reads only that band, not the history above and below it."""
     where = scope_where(scope).add(f"{_q('ttft_ms')} IS NOT NULL")
+    if band is not None:
+        where.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
     index = index_for(where, ordered=True)  # the top of the ttft order: O(limit / selectivity)
     cols = [
         "id",
@@ -478,4 +483,10 @@ def _aggregated(report, scope, now, compare_with):
     report.histogram = _histogram_from(hists, [r for r in report.by_resolved if r["model"]])
     models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
     report.series = _series_from(scope, aggregates, models, now)
-    return _finish(report, scope)
+    band = None
+    if scope.tag:
+        merged = Counter()
+        for h in hists.values():
+            merged.update(h)
+        band = top_band(merged, SLOWEST)
+    return _finish(report, scope, band)
