@@ -208,6 +208,11 @@ def test_0007_keeps_the_aggregates_and_adds_three_hour_rows(tmp_path):
 def test_0008_restates_the_rollups_by_status_and_tag_and_keeps_what_retention_deleted(tmp_path):
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
     env.pop("REDIS_URL", None)
+    check_0008(env)
+
+
+def check_0008(env):
+    """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
     _manage(env, "migrate", "-v", "0", "streams", "0007")
     _manage(env, "migrate", "-v", "0", "dashboard")  # (a stream's deletion reaches its turns)
     before = _last_json(_manage(env, "shell", "-c", BEFORE_0008))
