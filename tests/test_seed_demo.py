@@ -170,3 +170,13 @@ def test_the_bulk_load_into_empty_tables_keeps_the_schema(small_pools):
     stored = aggregates.stored()
     aggregates.rebuild()
     assert aggregates.stored() == stored
+
+
+def test_copy_text_is_what_copy_reads():
+    """The COPY text the producer makes for PostgreSQL: one %-format when no value needs
+    escaping, value by value otherwise; NULLs, booleans and escapes either way."""
+    assert seed_demo._copy_text([1, None, "gpt-oss-20b", True, 2.5, False], 3) == (
+        "1\t\\N\tgpt-oss-20b\nTrue\t2.5\tFalse\n"
+    )
+    tricky = [7, "a\tb", None, "c\\N", "line\nbreak\r", False]
+    assert seed_demo._copy_text(tricky, 3) == "7\ta\\tb\t\\N\nc\\\\N\tline\\nbreak\\r\tf\n"
