@@ -460,7 +460,8 @@ class HistogramRollup(_Rollup):
     and of the routing decision time, per period, models and the stream's status; `full` rows
     also per source and user, the others summed over both (what an unfiltered page reads:
     several times fewer rows). `status` "" marks rows migrated from before it was kept whose
-    streams retention had deleted (migration 0008)."""
+    streams retention had deleted (migration 0008), which also adds the covering index
+    `histogram_rollup_user` (metric, full, span, tag, user_key, t, n) for a user's filter."""
 
     metric = models.SmallIntegerField()
     full = models.BooleanField()

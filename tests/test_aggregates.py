@@ -266,6 +266,25 @@ def test_latency_from_aggregates_equals_the_exact_page(history, monkeypatch, spa
         assert sum(a["counts"]) == sum(b["counts"])
 
 
+def test_a_comparison_with_the_range_before_from_aggregates(history, monkeypatch):
+    scope = Scope(user_id=None, start=NOW - dt.timedelta(days=1), end=NOW)
+    before = Scope(user_id=None, start=NOW - dt.timedelta(days=2), end=scope.start)
+    both = ("Range before", before, "This range", scope)
+
+    def build(s, now):
+        return latency_report(s, now=now, compare_with=both)
+
+    exact, fast = _both(build, scope, monkeypatch)
+    # "this range" is the report's own overall row, not computed a second time
+    assert fast.comparison.b == fast.overall
+    for side in ("a", "b"):
+        _same_row(getattr(exact.comparison, side), getattr(fast.comparison, side))
+    assert (
+        fast.comparison.a["count"]
+        == Stream.objects.filter(created_at__gte=before.start, created_at__lt=before.end).count()
+    )
+
+
 def test_a_user_sees_only_their_own_aggregates(history, monkeypatch):
     scope = Scope(user_id=history.pk, start=NOW - dt.timedelta(days=3), end=NOW)
     exact, fast = _both(latency_report, scope, monkeypatch)

@@ -282,11 +282,13 @@ COMPARED = (
 )
 
 
-def compare(scope_a, label_a, scope_b, label_b):
+def compare(scope_a, label_a, scope_b, label_b, known=None):
     """Two scopes side by side (two models, or one range and the one before it): B − A as a
-    relative change, and in percentage points for rates."""
-    a = _one_row(scope_a)
-    b = _one_row(scope_b)
+    relative change, and in percentage points for rates. `known`: {scope: its overall row}
+    already computed."""
+    known = known or {}
+    a = known[scope_a] if scope_a in known else _one_row(scope_a)
+    b = known[scope_b] if scope_b in known else _one_row(scope_b)
     deltas = []
     for key, name, unit in COMPARED:
         va = a.get(key) if a else None
@@ -467,14 +469,18 @@ def _aggregated(report, scope, now, compare_with):
     report.method = cube.AGGREGATED
     c = cube.Cube(scope)
     aggregates = cube.pair_aggregates(c)
+    hists = c.histograms(TTFT, ("resolved_model", "requested_model")) if aggregates else {}
+    overall = _overall_from(aggregates, hists)
     if compare_with is not None:
         label_a, scope_a, label_b, scope_b = compare_with
-        report.comparison = compare(scope_a, label_a, scope_b, label_b)
+        # "this range" against the one before is this report's own overall row
+        report.comparison = compare(
+            scope_a, label_a, scope_b, label_b, known={scope: overall and dict(overall)}
+        )
     if not aggregates:
         return report
     report.empty = False
-    hists = c.histograms(TTFT, ("resolved_model", "requested_model"))
-    report.overall = _overall_from(aggregates, hists)
+    report.overall = overall
     report.by_resolved = _rows_from(aggregates, hists, lambda p: p[0], "model")
     phase_means = _phases_from(c)
     for row in report.by_resolved:

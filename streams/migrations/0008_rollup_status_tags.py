@@ -47,6 +47,8 @@ KEYS = {
         "user_key", "status",
     ),
 }  # fmt: skip
+USER_INDEX = ("metric", "full", "span", "tag", "user_key", "t", "n")
+COUNT_INDEX = ("span", "tag", "user_key", "n")
 USAGE_VALUES = (
     "n", "ttft_n", "ttft_sum_ns", "itl_n", "itl_sum_ns", "routed", "decision_n", "phase_n",
     "written_sum_us", "headers_sum_us", "created_sum_us", "routed_or_created_sum_us",
@@ -261,9 +263,15 @@ def _insert(cursor, qn, table, cols, items):
 
 
 def forwards(apps, schema_editor):
-    connection, qn = schema_editor.connection, schema_editor.quote_name
     for name in KEYS:
         _new_keys(schema_editor, apps.get_model("streams", name), name)
+    _restate(apps, schema_editor)
+    _user_index(schema_editor, apps.get_model("streams", "histogramrollup")._meta.db_table)
+    _count_index(schema_editor, apps.get_model("streams", "usagerollup")._meta.db_table)
+
+
+def _restate(apps, schema_editor):
+    connection, qn = schema_editor.connection, schema_editor.quote_name
     stream_table = apps.get_model("streams", "stream")._meta.db_table
     finding_table = apps.get_model("streams", "finding")._meta.db_table
     usage_table = apps.get_model("streams", "usagerollup")._meta.db_table
@@ -313,6 +321,36 @@ def forwards(apps, schema_editor):
                     (*k, *v) for k, v in tables[name].items() if (k[span_at], k[t_at]) in whole
                 ]
                 _insert(cursor, qn, table, (*key, *values), items)
+
+
+def _count_index(schema_editor, table):
+    """The usage rows' stream counts and model pairs by (span, tag, user): what every page
+    reads first (how many streams the scope may see, which pairs exist) without a table
+    lookup per day row (31 ms of a page on PostgreSQL at 1M streams; the table row is 26
+    columns wide). Covering as `_user_index` is."""
+    qn = schema_editor.quote_name
+    cols = ", ".join(qn(c) for c in COUNT_INDEX)
+    sql = f"CREATE INDEX {qn('usage_rollup_count')} ON {qn(table)} ({cols}"
+    if schema_editor.connection.vendor == "postgresql":
+        sql += f") INCLUDE ({qn('resolved_model')}, {qn('requested_model')}"
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(sql + ")")
+
+
+def _user_index(schema_editor, table):
+    """The histogram rows of one user in key order, with their counts: a user's filter read
+    every user's rows of its range (the key has the user after `t`), ~4× the rows with three
+    users. Covering on both databases: a WITHOUT ROWID table's index holds its whole primary
+    key; PostgreSQL INCLUDEs what the reads select. Not in the model's Meta, where `include`
+    would warn on SQLite."""
+    qn = schema_editor.quote_name
+    cols = ", ".join(qn(c) for c in USER_INDEX)
+    sql = f"CREATE INDEX {qn('histogram_rollup_user')} ON {qn(table)} ({cols}"
+    if schema_editor.connection.vendor == "postgresql":
+        rest = [c for c in KEYS["histogramrollup"] if c not in USER_INDEX]
+        sql += f") INCLUDE ({', '.join(qn(c) for c in rest)}"
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(sql + ")")
 
 
 def _state_operations():
