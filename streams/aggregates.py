@@ -57,7 +57,7 @@ COLUMNS = (
 )  # fmt: skip
 
 # `tag`: "" in the rows of every stream; a tagged stream adds the same rows once more per tag
-# (at most proxy.MAX_TAGS), so a tag's figures are a key range like a period's.
+# (at most models.MAX_TAGS), so a tag's figures are a key range like a period's.
 USAGE_KEY = (
     "span", "tag", "t", "resolved_model", "requested_model", "source", "user_key", "status",
     "error_code",
@@ -198,14 +198,12 @@ def usage_values(row):
     )
 
 
-MAX_TAGS = 20  # per stream, and characters per tag: what the proxy keeps (proxy.MAX_TAGS)
-MAX_TAG_CHARS = 64
-
-
 def stream_tags(row):
     """The tags a stream row is aggregated under: distinct, as stored (a JSON list; raw SQL
-    hands back its text), at most MAX_TAGS of at most MAX_TAG_CHARS (longer ones, which only
-    a hand-written row could hold, are left to the raw path)."""
+    hands back its text), at most MAX_TAGS of at most MAX_TAG_CHARS (`streams.models`; longer
+    ones, which only a hand-written row could hold, are left to the raw path)."""
+    from streams.models import MAX_TAG_CHARS, MAX_TAGS
+
     tags = row.get("tags") or ()
     if isinstance(tags, str):
         import json

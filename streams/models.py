@@ -393,6 +393,12 @@ class ApiToken(models.Model):
         return token
 
 
+# What a client may label a stream with (X-Streamscope-Tags): the proxy keeps at most MAX_TAGS
+# tags of at most MAX_TAG_CHARS characters; the rollups and the filter forms take tags that long.
+MAX_TAGS = 20
+MAX_TAG_CHARS = 64
+
+
 # ---------------------------------------------------------------------------------------------
 # Pre-aggregates of finished streams (streams/aggregates.py keeps them; docs/analytics.md).
 # One row per (period, key): `span` is 3600 (an hour), 10800 (3 hours) or 86400 (a UTC day),
@@ -416,7 +422,7 @@ class UsageRollup(_Rollup):
     error code): what every table row, rate, mean and the admin totals add up from."""
 
     span = models.IntegerField()
-    tag = models.CharField(max_length=64)
+    tag = models.CharField(max_length=MAX_TAG_CHARS)
     t = models.BigIntegerField()
     resolved_model = models.CharField(max_length=100)
     requested_model = models.CharField(max_length=100)
@@ -466,7 +472,7 @@ class HistogramRollup(_Rollup):
     metric = models.SmallIntegerField()
     full = models.BooleanField()
     span = models.IntegerField()
-    tag = models.CharField(max_length=64)
+    tag = models.CharField(max_length=MAX_TAG_CHARS)
     t = models.BigIntegerField()
     resolved_model = models.CharField(max_length=100)
     requested_model = models.CharField(max_length=100)
@@ -496,7 +502,7 @@ class RoutingRollup(_Rollup):
     category and source, and the stream's status (the routing page's matrix and sources)."""
 
     span = models.IntegerField()
-    tag = models.CharField(max_length=64)
+    tag = models.CharField(max_length=MAX_TAG_CHARS)
     t = models.BigIntegerField()
     resolved_model = models.CharField(max_length=100)
     source = models.CharField(max_length=10)
@@ -525,7 +531,7 @@ class FindingRollup(_Rollup):
     pinned-routing count)."""
 
     span = models.IntegerField()
-    tag = models.CharField(max_length=64)
+    tag = models.CharField(max_length=MAX_TAG_CHARS)
     t = models.BigIntegerField()
     code = models.CharField(max_length=50)
     severity = models.CharField(max_length=10)

@@ -46,7 +46,7 @@ from django.conf import settings
 
 from . import conf, public, runner, safejson, services
 from .auth import bearer_token, client_ip, token_user
-from .models import ApiToken
+from .models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
 from .recorder import Recording, get_writer, record_attempt
 
 log = logging.getLogger(__name__)
@@ -76,8 +76,6 @@ NOT_FORWARDED = HOP_BY_HOP | {
 }
 # Response headers replaced by the proxy's own.
 REPLACED = HOP_BY_HOP | {b"cache-control", b"x-accel-buffering"}
-MAX_TAGS = 20
-MAX_TAG_CHARS = 64
 
 
 # ---- the proxy's own answers ----------------------------------------------------------------

@@ -6,7 +6,7 @@ from django import forms
 
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from dashboard.stats.sql import Scope
-from streams.models import Stream
+from streams.models import MAX_TAG_CHARS, Stream
 
 RANGES = PRESETS
 RANGE_CHOICES = [*PRESET_CHOICES, ("all", ALL_TIME), ("custom", "Custom (UTC)")]
@@ -88,7 +88,7 @@ class LabelsForm(RangeForm):
     pages offer `user` to staff; for anyone else it can only narrow their own streams, see
     Scope)."""
 
-    tag = forms.CharField(required=False, max_length=64)
+    tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS)
     session = forms.CharField(required=False, max_length=200)
     user = forms.CharField(required=False, max_length=150)
 

@@ -9,7 +9,7 @@ from django import forms
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from streams import conf
 from streams.imports import MAX_FILES
-from streams.models import Stream
+from streams.models import MAX_TAG_CHARS, Stream
 
 MB = 1024 * 1024
 
@@ -85,7 +85,7 @@ class StreamFilterForm(forms.Form):
     resolved = forms.CharField(required=False, max_length=100)
     # Labels a proxied request's client sent (X-Streamscope-Tags / -Session), and whose
     # streams (the page offers it to staff; for anyone else it can only narrow their own).
-    tag = forms.CharField(required=False, max_length=64)
+    tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS)
     session = forms.CharField(required=False, max_length=200)
     user = forms.CharField(required=False, max_length=150)
     # `key=value` in the request's `metadata` (what an app sends along, e.g. `tenant=acme`)

@@ -363,11 +363,8 @@ class Cube:
         maximum's value are read."""
         from dashboard.stats.sql import _ranked
 
-        hists = (
-            self.histograms(agg.TTFT, ("resolved_model", "requested_model"))
-            if (self.scope.tag)
-            else {}
-        )
+        by = ("resolved_model", "requested_model")
+        hists = self.histograms(agg.TTFT, by) if self.scope.tag else {}
         jobs = []
         for resolved, requested in pairs:
             w = scope_where(replace(self.scope, start=self.start, end=self.end))
