@@ -11,14 +11,18 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from streams import proxy  # noqa: E402
+from streams.egress import EgressGate  # noqa: E402
 from streams.routing import websocket_urlpatterns  # noqa: E402
 
-application = ProtocolTypeRouter(
-    {
-        # /v1/… is the recording proxy, a plain ASGI app in front of Django (streams/proxy.py)
-        "http": proxy.route(django_asgi_app),
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
-        ),
-    }
+# Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/egress.py).
+application = EgressGate(
+    ProtocolTypeRouter(
+        {
+            # /v1/… is the recording proxy, a plain ASGI app in front of Django (streams/proxy.py)
+            "http": proxy.route(django_asgi_app),
+            "websocket": AllowedHostsOriginValidator(
+                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            ),
+        }
+    )
 )

@@ -6,10 +6,9 @@ loads a table into Python: the list is a keyset page over the existing `created_
 (stream, index) constraint, and the chart gets two flat arrays from `values_list`.
 
 Everything an upstream or a model sent is untrusted text: it is returned as plain strings for
-the templates to escape, never marked safe. The upstream API key is redacted by
-`streams.public` from what is read, as it is read (before any clipping: half a key is a key):
-stream rows by `public.page_stream`, the output by `public.output`, other rows by
-`public.scrub`.
+the templates to escape, never marked safe, and verbatim: secrets an upstream echoed are taken
+out of the rendered page as it leaves, by the egress gate (streams/egress.py), which also
+catches a key cut by clipping or split across rows.
 """
 
 from __future__ import annotations
@@ -156,7 +155,7 @@ def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
         page = StreamPage(rows, older=rows[-1].pk if has_older else None)
         if anchor is not None:
             page.newer = rows[0].pk if rows else before
-    page.streams = _group_attempts([public.page_stream(s) for s in page.streams])
+    page.streams = _group_attempts(list(page.streams))
     page.newest_id = max((s.pk for s in page.streams), default=None)
     if user.is_staff:
         _owner_names(page.streams)
@@ -191,7 +190,7 @@ def model_names(user):
     the whole table."""
     recent = streams_for(user).order_by("-created_at")[:MODEL_SCAN]
     names = set()
-    pairs = public.scrub(list(recent.values_list("requested_model", "resolved_model")))
+    pairs = list(recent.values_list("requested_model", "resolved_model"))
     for requested, resolved in pairs:
         names.add(requested)
         names.add(resolved)
@@ -251,8 +250,8 @@ def session_page(user, session, *, after=None, limit=None):
         ordered = ordered.filter(created_at__gte=anchor).exclude(created_at=anchor, pk__lte=after)
     rows = list(ordered[: limit + 1])
     page = SessionPage(
-        session=public.redact(session),
-        streams=[public.page_stream(s) for s in rows[:limit]],
+        session=session,
+        streams=rows[:limit],
         count=figures["n"],
         statuses=statuses,
         first_at=figures["first"],
@@ -402,7 +401,7 @@ def _pretty(value):
 
 def output_blocks(stream, *, terminal_text=False):
     """The one server rendering of a stream's output (templates/dashboard/output.html, on the
-    timeline and in the playground): `public.output` (redacted, one `kind` per item type)
+    timeline and in the playground): `public.output` (one `kind` per item type)
     prepared for display. Texts longer than TEXT_SHOWN are split for the "show all" button, a
     rewrite gets a word diff of streamed vs final, tool arguments and outputs are
     pretty-printed, other items are shown as JSON."""
@@ -454,17 +453,15 @@ def attempts(user, stream):
     columns = ("id", "attempt", "status", "error_code", "user_id")
     rows = list(Stream.objects.filter(pk=first).values(*columns))
     rows += Stream.objects.filter(first_attempt_id=first).values(*columns)
-    rows = [r for r in public.scrub(rows) if may_see(user, r["user_id"])]
+    rows = [r for r in rows if may_see(user, r["user_id"])]
     return sorted(rows, key=lambda r: (r["attempt"], r["id"]))
 
 
 def findings(stream, limit=FINDINGS_SHOWN):
-    rows = public.scrub(
-        list(
-            Finding.objects.filter(stream_id=stream.pk)
-            .order_by("event_index", "id")
-            .values("code", "severity", "event_index", "expected", "got", "detail")[:limit]
-        )
+    rows = list(
+        Finding.objects.filter(stream_id=stream.pk)
+        .order_by("event_index", "id")
+        .values("code", "severity", "event_index", "expected", "got", "detail")[:limit]
     )
     for row in rows:
         row["description"] = CODES.get(row["code"], ("", ""))[1]
@@ -489,7 +486,7 @@ def type_counts(stream):
         .annotate(n=Count("id"))
         .values_list("type", "n")
     )
-    return sorted(public.scrub(list(rows)), key=lambda r: (-r[1], r[0]))
+    return sorted(rows, key=lambda r: (-r[1], r[0]))
 
 
 def stream_timeline(user, stream, window=None):
@@ -499,12 +496,11 @@ def stream_timeline(user, stream, window=None):
     window = window or {}
     events = event_window(stream, **window)
     items = output_blocks(stream)
-    shown = public.page_stream(stream)
     if stream.is_active:
         # A streaming row's event_count is rewritten at most every COUNT_WRITE_INTERVAL_MS:
         # the page counts what is stored, as its table and chart do (never saved).
-        shown.event_count = stored_event_count(stream)
-    final_text = shown.final_text
+        stream.event_count = stored_event_count(stream)
+    final_text = stream.final_text
     terminal_diff = None
     if final_text and not stream.is_active and final_text != _final_texts(items):
         terminal_diff = word_ops(_final_texts(items), final_text)
@@ -528,10 +524,10 @@ def stream_timeline(user, stream, window=None):
     chain = attempts(user, stream)
     later = [a for a in chain if a["attempt"] > stream.attempt]
     return {
-        "stream": shown,
+        "stream": stream,
         "replay": replay_offer(stream),
         "proxied": events.proxied,
-        "error_message": shown.error_message,
+        "error_message": stream.error_message,
         "attempts": chain,
         "next_attempt": later[0] if later else None,
         "waterfall": waterfall(stream, last_us, first_sent_us=first_sent),
@@ -624,7 +620,7 @@ def _event_rows(qs, limit, descending=False):
     qs = qs.order_by("-index" if descending else "index")
     columns = ("index", "t_us", "prev_t_us", "sequence_number", "type", "is_json", "data")
     rows = []
-    read = public.scrub(list(qs.values_list(*columns, "sent_us")[:limit]))
+    read = list(qs.values_list(*columns, "sent_us")[:limit])
     for index, t_us, prev_t_us, seq, type_, is_json, data, sent_us in read:
         gap = None
         if t_us is not None and prev_t_us is not None:
@@ -679,7 +675,7 @@ def _where(obj):
 
 def event_summary(type_, data, is_json=True):
     """One line about an event for the table: the delta text, the item, the error, …
-    (`data` redacted already: see `_event_rows`)."""
+    (`data` verbatim: the page leaves through the egress gate)."""
     data = data or ""
     if not is_json:
         return "not JSON: " + _clip(data, SUMMARY_MAX - 10)
@@ -739,7 +735,6 @@ def event_detail(stream, index):
     if row is None:
         return None
     raw = row.pop("raw")
-    row = public.scrub(row)
     data = row["data"]
     row["size"] = len(data)
     row["truncated"] = len(data) > DETAIL_MAX
@@ -751,7 +746,7 @@ def event_detail(stream, index):
         except (ValueError, RecursionError):
             pretty = None
     row["pretty"] = pretty
-    row["raw"] = None if raw is None else repr(public.redact_bytes(bytes(raw))[:2000])
+    row["raw"] = None if raw is None else repr(bytes(raw)[:2000])
     row["t_ms"] = None if row["t_us"] is None else row["t_us"] / 1000
     row["proxied"] = is_proxied(stream)
     row["columns"] = EventWindow(proxied=row["proxied"]).columns
@@ -762,11 +757,9 @@ def event_detail(stream, index):
 
 
 def findings_at(stream, index):
-    rows = public.scrub(
-        list(
-            Finding.objects.filter(stream_id=stream.pk, event_index=index).values(
-                "code", "severity", "expected", "got", "detail"
-            )
+    rows = list(
+        Finding.objects.filter(stream_id=stream.pk, event_index=index).values(
+            "code", "severity", "expected", "got", "detail"
         )
     )
     for row in rows:
@@ -814,7 +807,7 @@ def timing_series(stream):
     events = Event.objects.filter(stream_id=stream.pk)
     proxied = is_proxied(stream)
     columns = ("t_us", "type", "sent_us") if proxied else ("t_us", "type")
-    rows = public.scrub(list(events.order_by("index").values_list(*columns)))
+    rows = list(events.order_by("index").values_list(*columns))
     sent = None
     if proxied:
         sent = [s for _, _, s in rows]
@@ -969,11 +962,9 @@ def replay_events(stream):
             if isinstance(value, dict):
                 slim[key] = {k: value[k] for k in REPLAY_ITEM_KEYS if k in value}
         events.append([t_us, slim])
-    return public.scrub(
-        {
-            "stream": stream.pk,
-            "targets": [list(k) for k in targets],
-            "events": events,
-            "timed": all(e[0] is not None for e in events),
-        }
-    )
+    return {
+        "stream": stream.pk,
+        "targets": [list(k) for k in targets],
+        "events": events,
+        "timed": all(e[0] is not None for e in events),
+    }

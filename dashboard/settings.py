@@ -73,7 +73,30 @@ def database_from_url(url):
     raise ValueError(f"DATABASE_URL: unsupported scheme {parts.scheme!r}")
 
 
-SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or secrets.token_urlsafe(50)
+def _kept_secret_key(path):
+    """The one-machine default's secret: generated once, kept in a git-ignored file only its
+    owner may read, so sessions (and the sealed pass-through keys, streams/sealed.py) survive
+    a restart. Several processes starting at once agree: the first to create the file wins."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        for _ in range(50):
+            key = path.read_text().strip()
+            if key:
+                return key
+            import time
+
+            time.sleep(0.02)  # another process is writing it
+        raise RuntimeError(f"{path} is empty: delete it or set DJANGO_SECRET_KEY") from None
+    key = secrets.token_urlsafe(50)
+    with os.fdopen(fd, "w") as f:
+        f.write(key + "\n")
+    return key
+
+
+SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY") or _kept_secret_key(
+    Path(os.environ.get("STREAMSCOPE_SECRET_KEY_FILE") or BASE_DIR / ".streamscope-secret-key")
+)
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = os.environ.get("DJANGO_ALLOWED_HOSTS", "127.0.0.1,localhost,[::1]").split(",")
 CSRF_TRUSTED_ORIGINS = [
@@ -178,7 +201,11 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    # log lines are an exit too: the egress gate's rules apply (streams/egress.py)
+    "filters": {"egress": {"()": "streams.egress.LogFilter"}},
+    "handlers": {
+        "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["egress"]}
+    },
     "loggers": {
         "streams": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
     },

@@ -2,32 +2,7 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
-from . import public
 from .models import ApiToken, Event, Finding, ImportFile, ImportJob, Stream
-
-
-class RedactedAdmin(admin.ModelAdmin):
-    """Admin pages of rows that hold what upstreams sent (verbatim): rendered, then redacted by
-    streams.public like every other exit, so no field, inline or filter choice is missed."""
-
-    def _redacted(self, response):
-        if hasattr(response, "render") and not response.is_rendered:
-            response.render()
-        if not getattr(response, "streaming", False):
-            response.content = public.redact_bytes(response.content)
-        return response
-
-    def changelist_view(self, request, extra_context=None):
-        return self._redacted(super().changelist_view(request, extra_context))
-
-    def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
-        return self._redacted(super().changeform_view(request, object_id, form_url, extra_context))
-
-    def history_view(self, request, object_id, extra_context=None):
-        return self._redacted(super().history_view(request, object_id, extra_context))
-
-    def delete_view(self, request, object_id, extra_context=None):
-        return self._redacted(super().delete_view(request, object_id, extra_context))
 
 
 class FixedCountPaginator(Paginator):
@@ -38,7 +13,7 @@ class FixedCountPaginator(Paginator):
         return 1_000_000
 
 
-class BigTableAdmin(RedactedAdmin):
+class BigTableAdmin(admin.ModelAdmin):
     paginator = FixedCountPaginator
     show_full_result_count = False
     list_per_page = 50
@@ -92,7 +67,7 @@ class FindingAdmin(BigTableAdmin):
 
 
 @admin.register(ImportJob)
-class ImportJobAdmin(RedactedAdmin):
+class ImportJobAdmin(admin.ModelAdmin):
     list_display = ("id", "user", "status", "created_at", "cancel_reason")
     list_filter = ("status",)
     raw_id_fields = ("user",)
@@ -100,7 +75,7 @@ class ImportJobAdmin(RedactedAdmin):
 
 
 @admin.register(ImportFile)
-class ImportFileAdmin(RedactedAdmin):
+class ImportFileAdmin(admin.ModelAdmin):
     list_display = ("job", "position", "filename", "size", "status")
     list_filter = ("status",)
     raw_id_fields = ("job",)

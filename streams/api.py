@@ -58,7 +58,7 @@ def max_body_bytes():
 
 
 def respond(data, status=200):
-    """Every API answer goes out through `public.dumps`, which redacts the upstream key."""
+    """Every API answer is JSON by `public.dumps` (the egress gate redacts it as it leaves)."""
     return HttpResponse(public.dumps(data), status=status, content_type="application/json")
 
 

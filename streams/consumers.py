@@ -1,10 +1,10 @@
 """WebSocket consumers: subscribe, catch up from the database, dedupe, forward.
 
 `/ws/streams/<id>/` sends one stream's events exactly once and in order, then its terminal
-status; `/ws/streams/` is the live list. Frames are JSON, encoded (and the upstream key
-redacted) by `streams.public`. docs/relay.md describes the endpoints, frames, close codes, and
-how completeness is kept without trusting the channel layer and without letting a slow client
-slow anyone else.
+status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.public`; every
+frame leaves through the egress gate (streams/egress.py). docs/relay.md describes the
+endpoints, frames, close codes, and how completeness is kept without trusting the channel
+layer and without letting a slow client slow anyone else.
 """
 
 import asyncio
@@ -23,7 +23,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
-from . import auth, conf, public, relay, telemetry
+from . import auth, conf, egress, public, relay, telemetry
 from .auth import bearer_token, may_see, streams_for
 from .models import Event, Stream
 
@@ -172,7 +172,7 @@ def find_transport(send):
     Daphne hands the application `partial(server.handle_reply, protocol)` and writes every
     frame into Twisted's unbounded buffer at once, so a send never waits for a slow client.
     Measuring that buffer is the only way to notice one."""
-    send = innermost_send(send)
+    send = innermost_send(egress.innermost(innermost_send(send)))
     if isinstance(send, functools.partial):
         for arg in send.args:
             transport = getattr(arg, "transport", None)

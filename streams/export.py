@@ -8,7 +8,7 @@
 - `.json`: the stream, its findings and (optionally) its events, in the shapes of
   `streams.public`. Never the upstream API key nor request headers: the stored request body has
   no key, and a key an upstream echoed back (an error message, an event) is redacted from both
-  formats by `streams.public`, the capture bytes of an import included.
+  formats, the capture bytes of an import included, by the egress gate as they leave.
 
 Big streams are written in chunks read with `.iterator()`, so a 100k-event export never builds
 one giant string. Each format has a sync generator (commands, WSGI) and an async one (the ASGI
@@ -37,8 +37,6 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
     """The SSE body in pieces: the capture bytes of an import, or the re-serialised events."""
     content = _capture_content(stream)
     if content is not None:
-        # Redacted whole, before it is cut: a key could straddle two pieces.
-        content = public.redact_bytes(content)
         for i in range(0, len(content), CAPTURE_PIECE):
             yield content[i : i + CAPTURE_PIECE]
         return
@@ -52,10 +50,10 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
     for row in rows:
         piece.append(encoder.event(*row))
         if len(piece) >= EVENTS_PER_PIECE:
-            yield public.redact_bytes(b"".join(piece))
+            yield b"".join(piece)
             piece = []
     if piece:
-        yield public.redact_bytes(b"".join(piece))
+        yield b"".join(piece)
 
 
 async def aiter_sse(stream: Stream) -> AsyncIterator[bytes]:

@@ -24,7 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from django.db import close_old_connections, transaction
 from django.utils import timezone
 
-from . import conf, importer, public
+from . import conf, importer
 from .models import ImportFile, ImportJob
 
 log = logging.getLogger(__name__)
@@ -191,10 +191,6 @@ def progress(job_id, user):
         # .update: touching polled_at must not bump updated_at's meaning (the job's own work)
         ImportJob.objects.filter(pk=job_id).update(polled_at=timezone.now())
     files = list(job.files.defer("content").order_by("position"))
-    # an error quotes the file, and the file is what someone captured: out through public
-    job.error = public.redact(job.error)
-    for f in files:
-        f.filename, f.error = public.redact(f.filename), public.redact(f.error)
     done = sum(f.status in (ImportFile.Status.DONE, ImportFile.Status.FAILED) for f in files)
     return {
         "job": job,

@@ -393,6 +393,20 @@ class ApiToken(models.Model):
         return token
 
 
+class SealedSecret(models.Model):
+    """A pass-through key the proxy forwarded (a client's own upstream key), kept so that the
+    egress gate redacts it, and any fragment of it, in every process and after restarts. Never
+    in clear: `sealed` is the key encrypted under a key derived from SECRET_KEY, `fingerprint`
+    an HMAC of it (streams/sealed.py; docs/security.md says why not fingerprints alone)."""
+
+    fingerprint = models.CharField(max_length=64, unique=True)
+    sealed = models.TextField()
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"pass-through key {self.fingerprint[:12]}…"
+
+
 # What a client may label a stream with (X-Streamscope-Tags): the proxy keeps at most MAX_TAGS
 # tags of at most MAX_TAG_CHARS characters; the rollups and the filter forms take tags that long.
 MAX_TAGS = 20

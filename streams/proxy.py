@@ -9,11 +9,13 @@ proxy's own are in the OpenAI shape, `{"error": {"message", "type", "code"}}`.
 
 Authentication, one of:
 - `Authorization: Bearer ss_…` (a Streamscope token): the upstream is called with the server's
-  `UPSTREAM_API_KEY`. What the upstream sends back has that key redacted: it never leaves the
-  server, even when an upstream echoes it.
+  `UPSTREAM_API_KEY`.
 - Pass-through: the client's own upstream key in `Authorization` and its Streamscope token in
-  `X-Streamscope-Token`; the `Authorization` header is forwarded as it came and never stored,
-  logged or shown.
+  `X-Streamscope-Token`; the `Authorization` header is forwarded as it came, and its key is
+  handed to the egress gate (`egress.remember`, sealed at rest) before the request goes up.
+Whatever the upstream sends back, headers and bytes, leaves through the egress gate
+(streams/egress.py) like every response: no key, configured or passed through, reaches the
+client, even when an upstream echoes it.
 No valid token: 401, and nothing is sent upstream. Each token may have
 `STREAMSCOPE_PROXY_MAX_CONCURRENT` requests in flight (429 with `Retry-After` beyond).
 
@@ -44,7 +46,7 @@ import time
 from asgiref.sync import sync_to_async
 from django.conf import settings
 
-from . import conf, public, runner, safejson, services
+from . import conf, egress, runner, safejson, services
 from .auth import bearer_token, client_ip, token_user
 from .models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
 from .recorder import Recording, get_writer, record_attempt
@@ -101,6 +103,7 @@ def _abort(send):
     """Reset the client's connection: an upstream that broke off must not look like a clean
     end. ASGI has no message for it; beneath Channels' router, `send` is Daphne's
     `partial(handle_reply, request)`, whose connection can be aborted."""
+    send = egress.innermost(send)
     request = (getattr(send, "args", None) or (None,))[0]
     transport = getattr(getattr(request, "channel", None), "transport", None)
     if transport is not None and hasattr(transport, "abortConnection"):
@@ -218,16 +221,27 @@ async def application(scope, receive, send):
             "too_many_requests",
             [(b"retry-after", b"1")],
         )
+    if passthrough and upstream_auth:
+        await _remember(upstream_auth)
     _in_flight[digest] = _in_flight.get(digest, 0) + 1
     try:
         forward = _forward_headers(scope, headers, upstream_auth)
         if path == "/v1/models":
-            return await _models(send, forward, passthrough)
-        return await _responses(scope, receive, send, user, headers, forward, passthrough)
+            return await _models(send, forward)
+        return await _responses(scope, receive, send, user, headers, forward)
     finally:
         _in_flight[digest] -= 1
         if not _in_flight[digest]:
             del _in_flight[digest]
+
+
+async def _remember(authorization):
+    """Hand a pass-through key to the egress gate before the upstream can echo it (sealed in
+    the database once per process and key; then known at once)."""
+    value = authorization.decode("latin-1").strip()
+    key = bearer_token(value) or value
+    if not egress.knows(key):
+        await sync_to_async(egress.remember)(key)
 
 
 def _forward_headers(scope, headers, upstream_auth):
@@ -264,7 +278,7 @@ def _client_labels(headers):
     return tags[:MAX_TAGS], session[:200]
 
 
-async def _responses(scope, receive, send, user, headers, forward, passthrough):
+async def _responses(scope, receive, send, user, headers, forward):
     limit = conf.get().proxy_max_body_bytes
     content = await _read_body(receive, limit)
     if content is None:
@@ -304,7 +318,6 @@ async def _responses(scope, receive, send, user, headers, forward, passthrough):
     rec = Recording(None, user.pk, pinned_model=isinstance(model, str) and model != "auto")
     rec.proxied = True
     tap = Tap(send, rec, row, content, forward, wants_json=body.get("stream") is not True)
-    tap.redact = not passthrough
     # Its own task and context: it outlives this request with `drain`, and a cancel from a
     # page or the API reaches it like any running stream (runner.adopt, once the row exists).
     url = base_url.rstrip("/") + "/responses"
@@ -337,7 +350,7 @@ async def _disconnected(receive):
         pass
 
 
-async def _models(send, forward, passthrough):
+async def _models(send, forward):
     base_url = await sync_to_async(runner.upstream_base_url)()
     client = runner.get_client()
     try:
@@ -349,10 +362,6 @@ async def _models(send, forward, passthrough):
         return await _error(
             send, 502, f"The upstream did not answer: {exc}", "api_error", "bad_gateway"
         )
-    if not passthrough:
-        body = public.redact_bytes(body)
-        headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
-        headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -371,8 +380,6 @@ class Tap:
         self.content = content
         self.headers = headers
         self.wants_json = wants_json
-        self.redact = True
-        self.redactor = None  # public.ChunkRedactor, from the response's start
         self.started = False
         self.client_gone = False
 
@@ -391,16 +398,11 @@ class Tap:
     async def start(self, response):
         await self.opened()
         headers = [(k, v) for k, v in response.headers.raw if k.lower() not in REPLACED]
-        if self.redact and public.redacts():
-            # Redacting may change the body's length.
-            headers = [(k, v) for k, v in headers if k.lower() != b"content-length"]
         headers += [
             (b"x-accel-buffering", b"no"),
             (b"cache-control", b"no-cache"),
             (b"x-streamscope-stream", str(self.stream_id).encode()),
         ]
-        if self.redact:
-            self.redactor = public.chunk_redactor()
         await self.send(
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
@@ -409,19 +411,12 @@ class Tap:
     async def chunk(self, data):
         if self.client_gone:
             return None
-        if self.redactor is not None:
-            data = self.redactor.feed(data)  # (a secret split across chunks is redacted too)
-            if not data:
-                return time.monotonic_ns()
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
         return time.monotonic_ns()
 
     async def finish(self, outcome):
         """End the client's response the way the upstream's ended."""
         clean = outcome is not None and outcome.error_code not in BROKEN
-        held = self.redactor.close() if self.redactor is not None else b""
-        if held and self.started and not self.client_gone:
-            await self.send({"type": "http.response.body", "body": held, "more_body": True})
         if not self.started:
             code = outcome.error_code if outcome is not None else "cancelled"
             message = outcome.error_message if outcome is not None else "cancelled"

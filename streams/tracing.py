@@ -19,7 +19,7 @@ import logging
 import os
 import threading
 
-from . import public, telemetry
+from . import egress, telemetry
 
 log = logging.getLogger(__name__)
 
@@ -207,10 +207,11 @@ class Tracing:
 
 
 def _text(value):
-    """An attribute value from the upstream: redacted (the upstream key), bounded."""
+    """An attribute value from the upstream, bounded; spans leave by the OTLP exporter, not an
+    ASGI message, so this exit applies the egress gate's rules itself."""
     if not value:
         return ""
-    return public.redact(str(value))[:ATTRIBUTE_MAX_CHARS]
+    return egress.redact(str(value)[: ATTRIBUTE_MAX_CHARS * 2])[:ATTRIBUTE_MAX_CHARS]
 
 
 class _Bounded:

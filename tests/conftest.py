@@ -223,3 +223,66 @@ def _imports_inline(monkeypatch):
     from streams import imports
 
     monkeypatch.setattr(imports, "RUN_INLINE", True)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _test_client_through_the_gate():
+    """Django's test client calls the views without the ASGI application, so without the egress
+    gate (streams/egress.py) that every response leaves through. Its responses get the gate's
+    rules the way the gate's HTTP exit applies them (headers; a whole body, or a streamed one
+    with carry-over), so what a test reads is what a browser would. The ASGI exit itself is
+    tested in tests/test_egress.py, and every route through a real Daphne in
+    tests/test_egress_walk.py."""
+    from django.test import client as test_client
+
+    from streams import egress
+
+    def through_gate(response):
+        rules = egress.rules()
+        if not rules:
+            return response
+        for name, value in list(response.items()):
+            response[name] = rules.text(value)
+        if not getattr(response, "streaming", False):
+            response.content = egress.redact_bytes(response.content)
+            return response
+        redactor = egress.StreamRedactor(rules)
+        pieces = response.streaming_content
+
+        def feed(piece):
+            return redactor.feed(piece if isinstance(piece, bytes) else piece.encode())
+
+        if response.is_async:
+
+            async def redacted():
+                async for piece in pieces:
+                    if out := feed(piece):
+                        yield out
+                if tail := redactor.close():
+                    yield tail
+        else:
+
+            def redacted():
+                for piece in pieces:
+                    if out := feed(piece):
+                        yield out
+                if tail := redactor.close():
+                    yield tail
+
+        response.streaming_content = redacted()
+        return response
+
+    original = test_client.ClientHandler.__call__
+    original_async = test_client.AsyncClientHandler.__call__
+
+    def call(self, environ):
+        return through_gate(original(self, environ))
+
+    async def acall(self, scope):
+        return through_gate(await original_async(self, scope))
+
+    test_client.ClientHandler.__call__ = call
+    test_client.AsyncClientHandler.__call__ = acall
+    yield
+    test_client.ClientHandler.__call__ = original
+    test_client.AsyncClientHandler.__call__ = original_async

@@ -7,8 +7,10 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.test import Client
 
 from streams import export, public
 from streams.capture import parse_sse_bytes
@@ -188,7 +190,10 @@ class TestDocument:
             error_code="invalid_api_key",
             error_message="Incorrect API key provided: sk-very-secret-123",
         )
-        text = "".join(iter_document(stream))
+        out = io.StringIO()
+        call_command("export_sse", str(stream.pk), "--json", stdout=out)
+        text = out.getvalue()
+        assert "sk-very-secret-123" in "".join(iter_document(stream))  # verbatim until it leaves
         assert "sk-very-secret-123" not in text
         assert "[redacted]" in json.loads(text)["error"]["message"]
         doc = json.loads(text)
@@ -196,10 +201,11 @@ class TestDocument:
         assert not {"headers", "request_headers", "api_key"} & set(doc)
         assert "Authorization" not in text
 
-    def test_the_upstream_key_never_leaves_an_sse_export(self, settings):
+    def test_the_upstream_key_never_leaves_an_sse_export(self, settings, tmp_path):
         settings.UPSTREAM_API_KEY = "sk-very-secret-123"
         data = '{"type":"error","message":"bad key sk-very-secret-123"}'
-        recorded_body = exported(recorded([("message", "", data, None)], status="failed"))
+        stream = recorded([("message", "", data, None)], status="failed")
+        recorded_body = self.client_get(stream)
         assert (
             recorded_body
             == b"event: message\ndata: "
@@ -211,8 +217,20 @@ class TestDocument:
         content = b"data: " + b"x" * (export.CAPTURE_PIECE - 10) + b" sk-very-secret-123\n\n"
         [imported] = import_capture(content, "echo.sse")
         pieces = list(iter_sse(imported))
-        assert len(pieces) == 2 and b"sk-very" not in b"".join(pieces)
-        assert b"".join(pieces) == content.replace(b"sk-very-secret-123", b"[redacted]")
+        assert len(pieces) == 2 and pieces[1].startswith(b"very-secret")  # it straddles them
+        assert self.client_get(imported) == content.replace(b"sk-very-secret-123", b"[redacted]")
+        path = tmp_path / "out.sse"
+        call_command("export_sse", str(imported.pk), "-o", str(path))
+        assert path.read_bytes() == content.replace(b"sk-very-secret-123", b"[redacted]")
+
+    def client_get(self, stream):
+        """The download as it leaves the server (the test client applies the egress gate)."""
+        client = Client()
+        user = User.objects.create_superuser(f"export-{stream.pk}", password="x")
+        client.force_login(user)
+        r = client.get(f"/streams/{stream.pk}.sse")
+        assert r.status_code == 200
+        return b"".join(r.streaming_content) if r.streaming else r.content
 
 
 @pytest.mark.django_db

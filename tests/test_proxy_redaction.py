@@ -1,6 +1,6 @@
-"""The recording proxy redacts the server's key from what it forwards even when a hostile
-upstream splits the key across reads (as written or JSON-escaped), without holding back any
-byte an event stream's reader is waiting for."""
+"""The recording proxy's answers pass the egress gate, which redacts the server's key from
+what it forwards even when a hostile upstream splits the key across reads (as written or
+JSON-escaped), without holding back any byte an event stream's reader is waiting for."""
 
 import random
 import time
@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from streams import public
+from streams import egress
 from streams.models import ApiToken, Event
 
 from .conftest import DaphneServer
@@ -17,7 +17,11 @@ from .test_redaction import KEY, RawUpstream, copies, escaped, sse
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-REDACTOR = public._Redactor((KEY,))
+RULES = egress.Rules((KEY,), ())
+
+
+def redacted(body: bytes) -> bytes:
+    return RULES.text(body.decode()).encode()
 
 
 def split_key_stream():
@@ -85,7 +89,7 @@ def test_a_key_split_across_reads_is_redacted(people, proxy_with_key):
             stream_id = int(r.headers["x-streamscope-stream"])
             got = b"".join(r.iter_raw())
     assert copies(got.decode()) == 0
-    assert got == REDACTOR.bytes(BODY)  # the rest as the upstream sent it
+    assert got == redacted(BODY)  # the rest as the upstream sent it
     wait_terminal(stream_id)
     stored = "".join(Event.objects.filter(stream_id=stream_id).values_list("data", flat=True))
     assert KEY in stored  # the record stays verbatim
@@ -98,16 +102,16 @@ def test_chunk_redactor_equals_whole_body_redaction():
         body = f'data: {{"m": "Incorrect key {key}, again {key}"}}\n\n'.encode() * 2
         cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, 8)))
         pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-        redactor = public.ChunkRedactor(REDACTOR)
+        redactor = egress.StreamRedactor(RULES)
         out = b"".join(redactor.feed(p) for p in pieces) + redactor.close()
-        assert out == REDACTOR.bytes(body), (trial, pieces)
+        assert out == redacted(body), (trial, pieces)
         assert copies(out.decode()) == 0
 
 
 def test_chunk_redactor_holds_back_nothing_of_whole_events():
-    redactor = public.ChunkRedactor(REDACTOR)
+    redactor = egress.StreamRedactor(RULES)
     for chunk in (b'data: {"a": "sss"}\n\n', b"event: x\ndata: {}\n\n", b'data: "\\\\"\n\n'):
         assert redactor.feed(chunk) == chunk
-    # an unrelated tail is held only while it could still become the key
+    # an unrelated tail is held only while it could still become a fragment of the key
     assert redactor.feed(b"data: s") == b"data: "
     assert redactor.feed(b"ix\n\n") == b"six\n\n"

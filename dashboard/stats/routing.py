@@ -39,7 +39,6 @@ from dashboard.stats.sql import (
     percentiles,
     scope_where,
 )
-from streams import public
 from streams.aggregates import DECISION, ERROR_BOUND, HOUR, TTFT
 
 AUTO = "auto"
@@ -192,7 +191,7 @@ def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
             cursor.execute(sql, where.params)
             rows = cursor.fetchall()
         seen = []
-        for text, model in public.scrub(rows):
+        for text, model in rows:
             if text and text not in [t for t, _ in seen]:
                 seen.append((text, model))
             if len(seen) >= per_category:

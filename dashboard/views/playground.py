@@ -51,7 +51,7 @@ from dashboard.forms.playground import (
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
 from dashboard.queries import output_blocks
-from streams import api, conf, public, services
+from streams import api, conf, services
 from streams.catalog import get_catalog
 from streams.checks import ITEM_KINDS
 from streams.models import Finding, Stream
@@ -106,9 +106,8 @@ def answer_output(stream):
 
 
 def answer_notice(stream):
-    """(css class, sentence) saying how an answer ended, when it did not simply complete.
-    `stream` as `public.page_stream` gives it: the upstream's error message is in the
-    sentence."""
+    """(css class, sentence) saying how an answer ended, when it did not simply complete (the
+    upstream's error message is in the sentence)."""
     status = stream.status
     error = ": ".join(x for x in (stream.error_code, stream.error_message) if x)
     if status == Stream.Status.CANCELLED:
@@ -164,8 +163,6 @@ def _prepare(turn, is_last):
     turn.is_last = is_last
     stream = turn.answer
     if stream is not None:
-        # What the partial shows of the stream row (model, routing, error) is redacted too.
-        stream = turn.answer = public.page_stream(stream)
         turn.blocks, turn.rewritten, turn.has_output = answer_output(stream)
         turn.notice_class, turn.notice = answer_notice(stream)
         turn.findings, turn.finding_codes = _findings(stream)
@@ -226,7 +223,7 @@ def _page_context(user, conversation, form=None, error=""):
         "speeds": SPEEDS,
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
-        "upstream": public.redact_url(settings.UPSTREAM_BASE_URL) or "the built-in simulator",
+        "upstream": settings.UPSTREAM_BASE_URL or "the built-in simulator",
         "output_item_kinds": ITEM_KINDS,
     }
 
