@@ -27,6 +27,7 @@ Errors are ``{"error": {"code", "message", "fields"?}}`` with a 4xx status. ``ws
 path of the stream's WebSocket (``/ws/streams/<id>/``; add ``?format=json`` for JSON frames).
 """
 
+import asyncio
 import json
 import math
 
@@ -317,15 +318,24 @@ async def api_streams(request):
     return respond(data)
 
 
-async def _create(request):
+def _request_body(request):
+    """(the request body to send upstream, None) or (None, the error response)."""
     data, error = _parse_json(request)
     if error:
-        return error
+        return None, error
     form = CreateStreamForm(data)
     if not form.is_valid():
-        return _invalid(form)
+        return None, _invalid(form)
+    return form.request_body(), None
+
+
+async def _create(request):
+    # parsed and validated off the event loop: a body may be megabytes of a stranger's JSON
+    body, error = await asyncio.to_thread(_request_body, request)
+    if error:
+        return error
     try:
-        stream = await sync_to_async(services.create)(request.user, form.request_body())
+        stream = await sync_to_async(services.create)(request.user, body)
     except services.TooMany as exc:
         return json_error(429, "too_many_streams", exc.message(), limit=exc.limit)
     # A task on the server's event loop: the stream outlives this request.

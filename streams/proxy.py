@@ -76,6 +76,8 @@ NOT_FORWARDED = HOP_BY_HOP | {
     b"x-streamscope-tags",
     b"x-streamscope-session",
 }
+# Request bodies up to this size are parsed on the event loop (a thread hop costs more).
+LOOP_PARSE_MAX_BYTES = 64 * 1024
 # Response headers replaced by the proxy's own.
 REPLACED = HOP_BY_HOP | {b"cache-control", b"x-accel-buffering"}
 
@@ -292,7 +294,11 @@ async def _responses(scope, receive, send, user, headers, forward):
             "request_too_large",
         )
     try:
-        body = safejson.loads(content)
+        # a big body is parsed off the event loop (the other requests keep being served)
+        if len(content) > LOOP_PARSE_MAX_BYTES:
+            body = await asyncio.to_thread(safejson.loads, content)
+        else:
+            body = safejson.loads(content)
     except ValueError as exc:
         return await _error(
             send,
