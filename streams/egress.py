@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import bisect
-import codecs
 import functools
 import html.entities
 import logging
@@ -44,6 +43,7 @@ from urllib.parse import unquote
 from django.conf import settings
 
 REDACTED = "[redacted]"
+REDACTED_BYTES = REDACTED.encode()
 FRAGMENT_MIN = 8
 SHAPE_MIN_CHARS = 20
 # Characters of a credential's shape, and of every key-like secret: always decoded from escapes.
@@ -55,7 +55,6 @@ MAX_HOLD = 8192
 WHOLE_BODY_MAX = 8 << 20
 _RUN_CACHE_MAX = 4096
 _RUN_CACHE_RUN_MAX = 96
-_USERINFO = re.compile(r"(?<=://)[^/?#@\s\"'\\<>:]*:[^/?#@\s\"'\\<>]+@")
 
 log = logging.getLogger(__name__)
 
@@ -64,74 +63,120 @@ log = logging.getLogger(__name__)
 
 
 class Rules:
-    """An immutable set of secrets and shapes, and how to find them in a text."""
+    """An immutable set of secrets and shapes, and how to find them. Works on bytes (UTF-8 for
+    text): C-speed scans (`bytes.translate`, `find`, `in`) decide where to look, so text without
+    a secret costs a few passes at memory speed."""
 
     def __init__(self, secrets, prefixes):
         secrets = {s for s in secrets if isinstance(s, str) and len(s) >= FRAGMENT_MIN}
         self.secrets = tuple(sorted(secrets, key=len, reverse=True))
-        self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
+        raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
         self.grams = frozenset(
-            s[i : i + FRAGMENT_MIN] for s in secrets for i in range(len(s) - FRAGMENT_MIN + 1)
+            s[i : i + FRAGMENT_MIN] for s in raw for i in range(len(s) - FRAGMENT_MIN + 1)
         )
-        alphabet = set().union(*self.secrets) if self.secrets else set()
+        self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
+        alphabet = set(b"".join(raw))
         self.alphabet = frozenset(alphabet)
-        self.run_re = (
-            re.compile(f"[{_char_class(alphabet)}]{{{FRAGMENT_MIN},}}") if alphabet else None
-        )
-        decoded = alphabet | (KEY_CHARS if self.prefixes else set())
+        # one C-speed pass classifies every byte: 1 a secret's, 2-5 the first bytes of escapes
+        # and URL credentials (when no secret has them), 0 anything else
+        self.table = bytes(1 if b in alphabet else _SPECIAL.get(b, 0) for b in range(256))
+        self.run = b"\x01" * FRAGMENT_MIN
+        self.special = {b: code for b, code in _SPECIAL.items() if b not in alphabet}
+        # what escapes are decoded to: a secret's characters, and a shape's
+        decoded = set().union(*self.secrets) if self.secrets else set()
+        if self.prefixes:
+            decoded |= KEY_CHARS
         self.decodes = frozenset(decoded)
-        self.escape_re = _escape_pattern(decoded) if decoded else None
-        self.shape_re = (
-            re.compile(
-                "|".join(
-                    f"(?<![A-Za-z0-9]){re.escape(p)}[A-Za-z0-9_\\-]{{{SHAPE_MIN_CHARS},}}"
-                    for p in self.prefixes
-                )
+        self.holds = frozenset(alphabet | ({ord(c) for c in KEY_CHARS} if self.prefixes else set()))
+        self.shapes = tuple(
+            (
+                p.encode(),
+                re.compile(re.escape(p.encode()) + rb"[A-Za-z0-9_\-]{%d,}" % SHAPE_MIN_CHARS),
             )
-            if self.prefixes
-            else None
+            for p in self.prefixes
         )
-        self._runs = {}  # run -> tuple of (start, end) windows of secrets in it, merged
+        self.named = tuple(
+            (f"&{name}".encode(), value.encode())
+            for name, value in html.entities.html5.items()
+            if value in decoded and name.endswith(";")
+        )
+        self._runs = {}  # run -> ((start, end), …) of fragments in it, merged
 
     def __bool__(self):
         return bool(self.secrets or self.prefixes)
 
     # -- decoding ---------------------------------------------------------------------------
 
-    def decode(self, text):
-        """(decoded text, escapes): `text` with every escape of a secret's character replaced
-        by that character; `escapes` lists (decoded position, text position, text length) of
-        each, for mapping back (None when nothing was decoded)."""
-        if self.escape_re is None or not (
-            "\\" in text or "%" in text or "&" in text
-        ):  # (no escape can be there)
-            return text, None
+    def _has(self, byte, kinds, data):
+        """Whether `data` (classified as `kinds`) holds `byte`: a memchr on `kinds`."""
+        code = self.special.get(byte)
+        return bytes((code,)) in kinds if code is not None else bytes((byte,)) in data
+
+    def decode(self, data, kinds):
+        """(decoded bytes, escapes): `data` with every escape of a secret's character replaced
+        by that character (UTF-8); `escapes` lists (decoded position, data position, data
+        length, decoded length) of each, for mapping back; None when nothing was decoded.
+        `kinds` is `data` translated by `table`."""
+        found = []
+        if self._has(0x5C, kinds, data) and b"\\u" in data:
+            found += self._escapes(_ESC_JSON, data, lambda m: chr(int(m.group()[-4:], 16)))
+        if self._has(0x25, kinds, data):
+            found += self._escapes(_ESC_URL, data, lambda m: chr(int(m.group()[1:], 16)))
+        if self._has(0x26, kinds, data):
+            if b"&#" in data:
+                found += self._escapes(_ESC_NUMBER, data, _number_reference)
+            for name, value in self.named:
+                at = data.find(name)
+                while at >= 0:
+                    found.append((at, at + len(name), value))
+                    at = data.find(name, at + 1)
+        if not found:
+            return data, None
+        found.sort()
         pieces, escapes, last, shift = [], [], 0, 0
-        for m in self.escape_re.finditer(text):
-            ch = _unescape(m)
-            if ch is None or ch not in self.decodes:
+        for start, end, ch in found:
+            if start < last:
                 continue
-            start, end = m.span()
-            pieces.append(text[last:start])
+            pieces.append(data[last:start])
             pieces.append(ch)
-            escapes.append((start - shift, start, end - start))
-            shift += end - start - 1
+            escapes.append((start - shift, start, end - start, len(ch)))
+            shift += end - start - len(ch)
             last = end
-        if not escapes:
-            return text, None
-        pieces.append(text[last:])
-        return "".join(pieces), escapes
+        pieces.append(data[last:])
+        return b"".join(pieces), escapes
+
+    def _escapes(self, pattern, data, char):
+        out = []
+        for m in pattern.finditer(data):
+            try:
+                ch = char(m)
+            except (ValueError, OverflowError):
+                continue
+            if ch in self.decodes:
+                out.append((m.start(), m.end(), ch.encode("utf-8", "surrogatepass")))
+        return out
 
     @staticmethod
-    def to_text(pos, escapes):
-        """A position (or a span's end) in the decoded text, in the text it came from."""
+    def to_data(pos, escapes):
+        """A position (or a span's end) in the decoded bytes, in the bytes they came from."""
         if escapes is None:
             return pos
         i = bisect.bisect_right(escapes, (pos, float("inf"))) - 1
         if i < 0:
             return pos
-        d, t, n = escapes[i]
-        return t if d == pos else t + n + (pos - d - 1)
+        d, t, tn, dn = escapes[i]
+        return t if pos < d + dn else t + tn + (pos - d - dn)
+
+    @staticmethod
+    def to_decoded(pos, escapes):
+        """A position in the bytes, in the decoded bytes (inside an escape: the escape's)."""
+        if escapes is None:
+            return pos
+        i = bisect.bisect_right([e[1] for e in escapes], pos) - 1
+        if i < 0:
+            return pos
+        d, t, tn, dn = escapes[i]
+        return d if pos < t + tn else d + dn + (pos - t - tn)
 
     # -- finding ----------------------------------------------------------------------------
 
@@ -153,43 +198,59 @@ class Rules:
             self._runs[run] = found
         return found
 
-    def marks(self, decoded):
-        """Spans of `decoded` to redact: fragments of known secrets, credential shapes."""
+    def marks(self, decoded, kinds):
+        """Spans of `decoded` (classified as `kinds`) to redact: fragments of known secrets,
+        credential shapes."""
         spans = []
-        if self.run_re is not None:
-            runs = self.run_re.findall(decoded)
-            if runs and any(self._run_marks(r) for r in runs):
-                for m in self.run_re.finditer(decoded):
-                    base = m.start()
-                    spans.extend((base + s, base + e) for s, e in self._run_marks(m.group()))
-        if self.shape_re is not None and any(p in decoded for p in self.prefixes):
-            spans.extend(m.span() for m in self.shape_re.finditer(decoded))
+        if self.grams:
+            i = kinds.find(self.run)
+            while i >= 0:
+                j = kinds.find(b"\x00", i)
+                if j < 0:
+                    j = len(decoded)
+                spans.extend((i + s, i + e) for s, e in self._run_marks(decoded[i:j]))
+                i = kinds.find(self.run, j)
+        for prefix, pattern in self.shapes:
+            if prefix in decoded:
+                for m in pattern.finditer(decoded):
+                    s = m.start()
+                    if s == 0 or decoded[s - 1] not in _ALNUM:
+                        spans.append(m.span())
         return spans
 
     # -- redacting --------------------------------------------------------------------------
 
     def text(self, text):
-        out, _ = self._apply(text, tail=False)
-        return out
+        """`text` (a str) redacted; the same object when nothing was."""
+        data = text.encode("utf-8", "surrogatepass")
+        out, _ = self.apply(data, tail=False)
+        return text if out is data else out.decode("utf-8", "surrogatepass")
 
-    def _apply(self, text, tail):
-        """(`text` redacted up to the hold point, the hold point). With `tail`, the end of
-        `text` that could still begin a secret is held back (its continuation decides)."""
-        decoded, escapes = self.decode(text)
+    def bytes(self, data):
+        return self.apply(data, tail=False)[0]
+
+    def apply(self, data, tail):
+        """(`data` redacted up to the hold point, the hold point). With `tail`, the end of
+        `data` that could still begin a secret is held back (its continuation decides); when
+        nothing is redacted nor held, the first item is `data` itself."""
+        kinds = data.translate(self.table)
+        decoded, escapes = self.decode(data, kinds)
+        decoded_kinds = kinds if escapes is None else decoded.translate(self.table)
         spans = [
-            (self.to_text(s, escapes), self.to_text(e, escapes)) for s, e in self.marks(decoded)
+            (self.to_data(s, escapes), self.to_data(e, escapes))
+            for s, e in self.marks(decoded, decoded_kinds)
         ]
-        if "://" in text and "@" in text:
-            spans.extend((m.start(), m.end() - 1) for m in _USERINFO.finditer(text))
-        hold = len(text)
+        if self._has(0x40, kinds, data) and b"://" in data:
+            spans.extend(m.span(1) for m in _USERINFO.finditer(data))
+        hold = len(data)
         if tail:
-            hold = self._hold_point(text, decoded, escapes)
+            hold = self._hold_point(data, decoded, escapes)
             for s, e in spans:
                 if s < hold < e:
                     hold = s
             spans = [(s, e) for s, e in spans if e <= hold]
         if not spans:
-            return (text if hold == len(text) else text[:hold]), hold
+            return (data if hold == len(data) else data[:hold]), hold
         spans.sort()
         out, last = [], 0
         for s, e in spans:
@@ -201,122 +262,78 @@ class Rules:
                 # a backslash escaping the span's first character goes with it (a JSON
                 # string must not be left with a dangling escape)
                 b = s
-                while b > last and text[b - 1] == "\\":
+                while b > last and data[b - 1] == 0x5C:
                     b -= 1
                 if (s - b) % 2:
                     s -= 1
-                out.append(text[last:s])
-                out.append(REDACTED)
+                out.append(data[last:s])
+                out.append(REDACTED_BYTES)
             last = e
-        out.append(text[last:hold])
-        return "".join(out), hold
+        out.append(data[last:hold])
+        return b"".join(out), hold
 
-    def _hold_point(self, text, decoded, escapes):
-        hold = end = len(text)
-        partial = _PARTIAL_ESCAPE.search(text, max(0, len(text) - 40))
+    def _hold_point(self, data, decoded, escapes):
+        hold = end = len(data)
+        partial = _PARTIAL_ESCAPE.search(data, max(0, len(data) - 40))
         if partial:
             hold = end = partial.start()
-        # the run of secret characters that ends the text (or meets the partial escape): its
-        # last FRAGMENT_MIN - 1 characters may begin a fragment; from a shape's prefix on, all
-        # of it may be a credential
+        # the run of secret (or key) characters that ends the data, or meets the unfinished
+        # escape: its last FRAGMENT_MIN - 1 bytes may begin a fragment; from a shape's prefix
+        # on, all of it may be a credential
         d_end = self.to_decoded(end, escapes)
-        alphabet = self.decodes
+        holds = self.holds
         i = d_end
-        while i > 0 and decoded[i - 1] in alphabet and d_end - i < MAX_HOLD:
+        while i > 0 and decoded[i - 1] in holds and d_end - i < MAX_HOLD:
             i -= 1
         if i < d_end or partial:
             run = decoded[i:d_end]
             start = max(i, d_end - (FRAGMENT_MIN - 1))
-            for p in self.prefixes:
-                at = run.find(p)
+            for prefix, _ in self.shapes:
+                at = run.find(prefix)
                 if at >= 0:
                     start = min(start, i + at)
-            hold = min(hold, self.to_text(start, escapes))
+            hold = min(hold, self.to_data(start, escapes))
         return hold
 
-    @staticmethod
-    def to_decoded(pos, escapes):
-        """A position in the text, in the decoded text (inside an escape: the escape's)."""
-        if escapes is None:
-            return pos
-        i = bisect.bisect_left([t for _, t, _ in escapes], pos) - 1
-        if i < 0:
-            return pos
-        d, t, n = escapes[i]
-        return d if pos < t + n else d + 1 + (pos - t - n)
+
+_SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5}  # \\ % & @
+_ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
+# Escapes, each behind a literal first byte so that the regex engine skips to it at C speed.
+_ESC_JSON = re.compile(rb"\\+u[0-9a-fA-F]{4}")
+_ESC_URL = re.compile(rb"%[0-9a-fA-F]{2}")
+_ESC_NUMBER = re.compile(rb"&#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});?")
+# The password of a URL's userinfo (`scheme://user:password@`).
+_USERINFO = re.compile(rb"://([^/?#@\s\"'\\<>:]*:[^/?#@\s\"'\\<>]+)@")
 
 
-def _char_class(chars):
-    return "".join(re.escape(c) for c in sorted(chars))
-
-
-def _escape_pattern(chars):
-    """Escapes that may spell one of `chars`: JSON \\uXXXX (behind one or more backslashes),
-    URL %XX, HTML &#NN; / &#xHH; and the named references of those characters."""
-    ascii_codes = sorted({ord(c) for c in chars if ord(c) < 0x80})
-    hex2 = "|".join(f"{c:02x}" for c in ascii_codes)
-    named = sorted(
-        (name for name, value in html.entities.html5.items() if value in chars and ";" in name),
-        key=len,
-        reverse=True,
-    )
-    parts = [r"\\+u[0-9a-fA-F]{4}", r"&#[0-9]{1,7};?", r"&#[xX][0-9a-fA-F]{1,6};?"]
-    if hex2:
-        parts.append(f"%(?i:{hex2})")
-    if named:
-        parts.append("&(?:" + "|".join(re.escape(n) for n in named) + ")")
-    return re.compile("|".join(parts))
-
-
-def _unescape(m):
-    s = m.group()
-    try:
-        if s[0] == "\\":
-            return chr(int(s[-4:], 16))
-        if s[0] == "%":
-            return chr(int(s[1:], 16))
-        if s.startswith("&#x") or s.startswith("&#X"):
-            return chr(int(s[3:].rstrip(";"), 16))
-        if s.startswith("&#"):
-            return chr(int(s[2:].rstrip(";")))
-        return html.entities.html5.get(s[1:])
-    except (ValueError, OverflowError):
-        return None
+def _number_reference(m):
+    s = m.group()[2:].rstrip(b";")
+    return chr(int(s[1:], 16) if s[:1] in (b"x", b"X") else int(s))
 
 
 # The end of a chunk that may be the beginning of an escape.
 _PARTIAL_ESCAPE = re.compile(
-    r"(?:\\+(?:u[0-9a-fA-F]{0,3})?|%[0-9a-fA-F]?|&#?[xX]?[0-9a-fA-F]*|&[A-Za-z]{0,31})\Z"
+    rb"(?:\\+(?:u[0-9a-fA-F]{0,3})?|%[0-9a-fA-F]?|&#?[xX]?[0-9a-fA-F]*|&[A-Za-z]{0,31})\Z"
 )
 
 
 class StreamRedactor:
     """Redacts a body that leaves in chunks: what could be the beginning of a secret is held
     back until the next chunk says (an event stream's chunks end in a blank line: nothing is
-    held); bytes that are not UTF-8 pass through as they are."""
+    held). Bytes in, bytes out: data that is not UTF-8 passes as it came."""
 
     def __init__(self, rules):
         self.rules = rules
-        self.decoder = codecs.getincrementaldecoder("utf-8")("surrogateescape")
-        self.held = ""
+        self.held = b""
 
     def feed(self, chunk: bytes, final=False) -> bytes:
-        pending = self.decoder.getstate()[0]
-        text = self.decoder.decode(chunk, final)
-        if not self.held and not final and text and text[-1] == "\n":
-            out, _ = self.rules._apply(text, tail=False)  # nothing to hold: the common case
-            return chunk if out is text and not pending else _enc(out)
-        text = self.held + text
-        out, hold = self.rules._apply(text, tail=not final)
-        self.held = text[hold:]
-        return _enc(out)
+        data = self.held + chunk if self.held else chunk
+        out, hold = self.rules.apply(data, tail=not final)
+        self.held = data[hold:]
+        return out
 
     def close(self) -> bytes:
         return self.feed(b"", final=True)
-
-
-def _enc(text):
-    return text.encode("utf-8", "surrogateescape")
 
 
 # ---- the secrets this process knows --------------------------------------------------------
@@ -403,7 +420,7 @@ def _rules_for(key, passthrough):
     secrets = set(passthrough)
     if isinstance(api_key, str):
         secrets.add(api_key)
-    userinfo = _USERINFO.search(base_url or "") or re.search(r"(?<=://)[^/?#@]+@", base_url or "")
+    userinfo = re.search(r"(?<=://)[^/?#@]+@", base_url or "")
     if userinfo:
         info = userinfo.group()[:-1]
         password = info.partition(":")[2]
@@ -429,8 +446,7 @@ def redact_bytes(data: bytes) -> bytes:
     r = rules()
     if not r:
         return data
-    out = r.text(data.decode("utf-8", "surrogateescape"))
-    return _enc(out)
+    return r.bytes(data)
 
 
 def redact_pieces(pieces):
@@ -508,11 +524,7 @@ def _headers(rules, headers):
 
 
 def _redact_latin1(rules, value):
-    if isinstance(value, bytes):
-        text = value.decode("latin-1")
-        out = rules.text(text)
-        return value if out is text else out.encode("latin-1", "replace")
-    return rules.text(value)
+    return rules.bytes(value) if isinstance(value, bytes) else rules.text(value)
 
 
 class _HttpExit:
