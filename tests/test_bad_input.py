@@ -268,3 +268,23 @@ async def test_a_runner_that_meets_an_event_nested_100k_deep_ends_the_stream():
     assert events[1].data == nested(DEEP) and not events[1].is_json
     codes = [f.code async for f in Finding.objects.filter(stream=stream)]
     assert "invalid_json" in codes
+
+
+# ---- analytics ranges ---------------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "query",
+    [
+        "range=custom&start=0001-01-01T00:00&compare=previous",
+        "range=custom&start=0001-01-01T00:00",
+        "range=custom&start=2020-01-01T00:00&end=9999-12-31T23:59",
+        "range=custom&start=9999-12-31T23:59",
+    ],
+)
+def test_dates_at_the_calendars_ends_are_a_400_saying_which(admin_client, query):
+    for page in ("/latency/", "/routing/", "/analytics/"):
+        r = admin_client.get(f"{page}?{query}")
+        assert r.status_code == 400, (page, query)
+        assert "Choose a date between 1970 and 2999" in r.content.decode()

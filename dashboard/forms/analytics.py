@@ -13,6 +13,9 @@ RANGE_CHOICES = [*PRESET_CHOICES, ("all", ALL_TIME), ("custom", "Custom (UTC)")]
 ANY = [("", "Any")]
 
 
+EARLIEST_YEAR, LATEST_YEAR = 1970, 2999
+
+
 class RangeForm(forms.Form):
     """A time range: a preset relative to now, or custom bounds (UTC)."""
 
@@ -44,6 +47,12 @@ class RangeForm(forms.Form):
         if not cleaned.get("range"):
             cleaned["range"] = self.default_range
         start, end = cleaned.get("start"), cleaned.get("end")
+        # bounds at the calendar's ends overflow as soon as a range is shifted or widened
+        # (the range before, a bucket's edge)
+        for name, value in (("start", start), ("end", end)):
+            if value is not None and not EARLIEST_YEAR <= value.year <= LATEST_YEAR:
+                self.add_error(name, f"Choose a date between {EARLIEST_YEAR} and {LATEST_YEAR}.")
+                start = end = None
         if cleaned["range"] == "custom":
             if start is None:
                 self.add_error("start", "A custom range needs a start.")
