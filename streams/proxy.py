@@ -45,6 +45,7 @@ import time
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.http.request import split_domain_port, validate_host
 
 from . import conf, egress, runner, safejson, services
 from .auth import bearer_token, client_ip, token_user
@@ -144,6 +145,11 @@ async def _user_for(token, ip):
     return user, digest, retry
 
 
+def _host_allowed(host: bytes) -> bool:
+    domain, _ = split_domain_port(host.decode("latin-1"))
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
 def _upstream_authorization(headers):
     """(Streamscope token, the Authorization value to send upstream, pass-through?)."""
     own = headers.get(b"x-streamscope-token")
@@ -175,6 +181,11 @@ async def application(scope, receive, send):
     headers = {}
     for name, value in scope["headers"]:
         headers.setdefault(name.lower(), value)
+    if not _host_allowed(headers.get(b"host", b"")):
+        # Django checks the Host of every page; the proxy runs in front of Django, so here
+        return await _error(
+            send, 400, "This host is not served here.", "invalid_request_error", "bad_host"
+        )
     token, upstream_auth, passthrough = _upstream_authorization(headers)
     user = digest = retry = None
     if token:

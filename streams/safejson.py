@@ -52,9 +52,36 @@ def _finite(text):
 
 def loads(text: str | bytes, max_depth: int = MAX_DEPTH):
     """`json.loads` for untrusted text: ValueError (with a message fit for the user) when it is
-    not JSON, nests deeper than `max_depth`, or holds NaN, ±Infinity or a float that overflows."""
+    not JSON, nests deeper than `max_depth`, holds NaN, ±Infinity or a float that overflows, or
+    a string with a lone surrogate (`"\\ud800"`: valid JSON, but no UTF-8 text, so no column,
+    page or encoder downstream takes it)."""
     if isinstance(text, bytes | bytearray):
         text = bytes(text).decode("utf-8-sig")  # UnicodeDecodeError is a ValueError
     if too_deep(text, max_depth):
         raise ValueError(f"nested deeper than {max_depth} levels")
-    return json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    value = json.loads(text, parse_constant=_no_constant, parse_float=_finite)
+    if _SURROGATE_ESCAPE.search(text):
+        _refuse_surrogates(value)
+    return value
+
+
+# (an escape of a surrogate: only then can a parsed string hold a lone one)
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _refuse_surrogates(value):
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                bad = item[exc.start : exc.end].encode("utf-16", "surrogatepass")[2:]
+                code = int.from_bytes(bad[:2], "little")
+                raise ValueError(f"a lone surrogate (\\u{code:04x}) is not text") from None
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)

@@ -45,6 +45,8 @@ class TestApi:
             ('{"input": "hi", "metadata": {"time_scale": Infinity}}', "Infinity"),
             ('{"input": "hi", "metadata": {"time_scale": -Infinity}}', "-Infinity"),
             ('{"input": "hi", "temperature": 1e400}', "out of range"),
+            ('{"input": "x\\ud800"}', "lone surrogate (\\ud800)"),
+            ('{"input": "hi", "metadata": {"\\udc00": "v"}}', "lone surrogate (\\udc00)"),
         ],
     )
     async def test_bodies_json_cannot_hold_are_400(self, people, raw, says):

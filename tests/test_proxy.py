@@ -9,7 +9,7 @@ import httpx
 import openai
 import pytest
 
-from streams.models import ApiToken, Event, Stream
+from streams.models import ApiToken, Event, SealedSecret, Stream
 
 from .conftest import DaphneServer, SimulatorProcess
 
@@ -262,6 +262,19 @@ class TestAccess:
         assert r.status_code == 404
         assert set(r.json()["error"]) == {"message", "type", "code"}
 
+    def test_a_host_not_allowed_is_400_and_nothing_reaches_the_upstream(
+        self, live_server_daphne, token
+    ):
+        for host in ("evil.example", "", "127.0.0.1.evil.example:80"):
+            r = httpx.post(
+                f"{live_server_daphne.url}/v1/responses",
+                json=request(),
+                headers={"Authorization": f"Bearer {token}", "Host": host},
+            )
+            assert r.status_code == 400, host
+            assert r.json()["error"]["code"] == "bad_host"
+        assert not Stream.objects.exists()
+
     def test_a_revoked_token_stops_working(self, live_server_daphne, token):
         ApiToken.objects.update(revoked=True)
         time.sleep(0.1)  # (this token was never cached: first use)
@@ -320,6 +333,9 @@ class TestPassThrough:
         ]
         assert self.KEY not in repr(rows)
         assert self.KEY not in passthrough_server.output()
+        # kept sealed only, for the egress gate: no piece of it in clear
+        [sealed] = SealedSecret.objects.values_list("fingerprint", "sealed")
+        assert not any(self.KEY[i : i + 8] in repr(sealed) for i in range(len(self.KEY) - 7))
 
     def test_without_the_streamscope_token_it_is_refused(self, passthrough_server, people):
         client = openai.OpenAI(

@@ -39,3 +39,19 @@ def test_depth_is_still_counted_outside_strings_only():
     assert not safejson.too_deep("[" * 70 + '"unterminated [[[', 70)
     assert safejson.too_deep("[" * 71 + '"unterminated', 70)
     assert safejson.loads('{"a": ["\\"[", 1]}') == {"a": ['"[', 1]}
+
+
+@pytest.mark.parametrize(
+    "text",
+    ['{"input": "x\\ud800"}', '{"metadata": {"\\udc00": "v"}}', '["a", ["\\uDBFF"]]'],
+)
+def test_a_lone_surrogate_is_refused_saying_so(text):
+    with pytest.raises(ValueError, match="lone surrogate"):
+        safejson.loads(text)
+
+
+def test_a_surrogate_pair_is_text():
+    assert safejson.loads('{"e": "\\ud83d\\ude00", "b": "\\\\ud800"}') == {
+        "e": "\U0001f600",
+        "b": "\\ud800",
+    }
