@@ -107,20 +107,27 @@ def note_token_failure(ip):
 
 def token_user(token, ip):
     """(the token's user or None, None) — or (None, seconds to wait) when `ip` sent too many
-    wrong tokens lately (sync). Valid tokens are never counted; once an IP is throttled, only
-    tokens that were valid from it lately still pass (a user behind the attacker's NAT keeps
-    working, a new guess is not even looked up)."""
+    wrong tokens lately (sync)."""
+    return throttled_check(token, ip, user_for_token)
+
+
+def throttled_check(token, ip, check):
+    """(check(token), None) — or (None, seconds to wait) when `ip` sent too many wrong bearer
+    tokens lately, to any endpoint (sync). `check` returns what the token stands for, or None
+    for a wrong one. Valid tokens are never counted; once an IP is throttled, only tokens that
+    were valid from it lately still pass (a user behind the attacker's NAT keeps working, a
+    new guess is not even looked up)."""
     estimate, retry = _failures(ip, time.time())
     digest = ApiToken.hash(token) if token else ""
     if retry is not None and not cache.get(_SEEN_KEY.format(digest)):
         return None, retry
-    user = user_for_token(token)
-    if user is None:
+    found = check(token)
+    if found is None:
         note_token_failure(ip)
     elif estimate > 0:
         # Only while this IP has failures on record: no cache write on the usual path.
         cache.set(_SEEN_KEY.format(digest), 1, timeout=SEEN_VALID_S)
-    return user, None
+    return found, None
 
 
 # ---- open WebSockets per user ---------------------------------------------------------------

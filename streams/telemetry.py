@@ -39,7 +39,7 @@ from prometheus_client import (
 from prometheus_client.exposition import choose_encoder
 
 from . import conf, process
-from .auth import bearer_token
+from .auth import bearer_token, throttled_check
 from .checks import CODES
 
 log = logging.getLogger(__name__)
@@ -273,7 +273,11 @@ def _observe(rec, fields):
     checker = rec.checker
     source = source_of(rec)
     resolved = fields.get("resolved_model") or (checker.resolved_model if checker else "")
-    labels = (model_label(rec.request_model), model_label(resolved), source)
+    labels = (
+        model_label(requested_label(rec.request_model, resolved)),
+        model_label(resolved),
+        source,
+    )
     STREAMS.labels(fields["status"], error_code_label(fields.get("error_code")), source).inc()
     ttft_ms = fields.get("ttft_ms")
     if ttft_ms is not None:
@@ -292,6 +296,14 @@ def _observe(rec, fields):
             BUFFERED_DELIVERIES.labels(*labels).inc()
     for delay_us, _events in rec.proxy_delays:
         PROXY_ADDED.observe(max(delay_us, 0) / 1e6)
+
+
+def requested_label(requested, resolved):
+    """The requested model as a label value: a client chooses it, so it counts only when the
+    upstream answered it with a model (a stream it served). Any other requested id (a 404 for
+    `junk-model-N`, a request that never got an answer) is OTHER: a client cannot use up the
+    label values, and so cannot push another user's real model into OTHER."""
+    return requested if resolved and requested else OTHER
 
 
 def usage_tokens(checker):
@@ -405,11 +417,21 @@ def _allowed(request):
     users 403)."""
     header = request.headers.get("Authorization")
     if header:
-        token = bearer_token(header) or ""
+        # guesses count with the API's and the proxy's wrong tokens, per client IP
         expected = conf.get().metrics_token
-        if expected and hmac.compare_digest(token.encode(), expected.encode()):
+
+        def check(token):
+            if expected and hmac.compare_digest(token.encode(), expected.encode()):
+                return True
             return None
-        return _refusal(401, "invalid metrics token")
+
+        ip = request.META.get("REMOTE_ADDR") or "-"
+        ok, retry = throttled_check(bearer_token(header) or "", ip, check)
+        if retry is not None:
+            response = _refusal(429, f"too many wrong tokens: retry in {retry} s")
+            response["Retry-After"] = str(retry)
+            return response
+        return None if ok else _refusal(401, "invalid metrics token")
     user = request.user
     if not user.is_authenticated:
         return _refusal(401, "authentication required")

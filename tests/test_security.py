@@ -148,7 +148,7 @@ class TestApiTokenThrottling:
 class TestProxyTokenThrottling:
     async def test_guessed_tokens_get_429_in_the_openai_shape_with_retry_after(self):
         transport = httpx.ASGITransport(app=proxy.application, client=("10.0.2.1", 5555))
-        async with httpx.AsyncClient(transport=transport, base_url="http://scope") as client:
+        async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
             codes = []
             for _ in range(300):
                 guess = "ss_" + secrets.token_urlsafe(32)

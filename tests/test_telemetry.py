@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 from collections import Counter
+from types import SimpleNamespace
 
 import httpx
 import pytest
@@ -207,6 +208,30 @@ MODELS = ("gen_ai_request_model", "gen_ai_response_model")
 
 
 class TestLabels:
+    def test_a_thousand_junk_model_names_leave_a_real_models_series_intact(self, monkeypatch):
+        # a client chooses the requested model: 404s for junk-model-N must not use up the
+        # label values that alice's qwen3-coder needs (the attack, 60 were enough)
+        monkeypatch.setattr(telemetry, "model_label", telemetry.LabelFold(50))
+        monkeypatch.setattr(telemetry, "enabled", lambda: True)
+
+        def observe(requested, resolved, status):
+            rec = SimpleNamespace(
+                checker=None, proxied=True, request_model=requested, proxy_delays=(),
+                stream_id=None,
+            )  # fmt: skip
+            fields = {"status": status, "resolved_model": resolved, "ttft_ms": 12.0}
+            telemetry._observe(rec, fields)
+
+        for i in range(1000):
+            observe(f"junk-model-{i}", "", "failed")
+        observe("qwen3-coder", "qwen3-coder-2025", "completed")
+        text, _ = telemetry.exposition("")
+        series = [line for line in text.decode().splitlines() if "qwen3-coder" in line]
+        assert any('gen_ai_request_model="qwen3-coder"' in line for line in series)
+        assert any('gen_ai_response_model="qwen3-coder-2025"' in line for line in series)
+        assert "junk-model" not in text.decode()
+        assert len(telemetry.model_label.seen) <= 3  # other, "", the real ones
+
     def test_model_ids_beyond_the_cap_are_other(self):
         fold = telemetry.LabelFold(3)
         assert [fold(m) for m in ("a", "b", "a", "c", "d", "e", "b")] == [
@@ -251,6 +276,24 @@ class TestMetricsAccess:
     async def test_it_refuses_a_wrong_token_with_401(self, metrics_token):
         response = await AsyncClient().get("/metrics", headers={"Authorization": "Bearer nope"})
         assert response.status_code == 401
+
+    async def test_token_guesses_are_throttled_like_the_apis(self, settings, metrics_token):
+        from django.core.cache import cache
+
+        cache.clear()
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "TOKEN_FAILURE_LIMIT": 3}
+        statuses = []
+        for guess in range(5):
+            response = await AsyncClient().get(
+                "/metrics", headers={"Authorization": f"Bearer guess-{guess}"}
+            )
+            statuses.append(response.status_code)
+        assert statuses == [401, 401, 401, 429, 429]
+        assert int(response["Retry-After"]) >= 1
+        # the scraper's own token, never seen valid from here, waits too (no guess is compared)
+        response = await AsyncClient().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
+        assert response.status_code == 429
+        cache.clear()
 
     async def test_it_refuses_any_token_when_none_is_configured(self, settings):
         settings.STREAMSCOPE = {**settings.STREAMSCOPE, "METRICS_TOKEN": ""}
