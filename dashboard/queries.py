@@ -112,8 +112,11 @@ def _search(qs, q):
         # Through the upstream_id index alone: with `user_id = ?` beside it SQLite walked the
         # user's created_at index instead (docs/performance.md); access is applied after.
         hits = Stream.objects.filter(upstream_id=q).values_list("pk", flat=True)[:PAGE_STREAMS]
-        if hits:
-            return qs.filter(pk__in=list(hits))
+        # only the hits this user may see (and the filters keep) decide: another user's id
+        # must not change what a search shows, or its absence would confirm that it exists
+        visible = list(qs.filter(pk__in=list(hits)).values_list("pk", flat=True)) if hits else ()
+        if visible:
+            return qs.filter(pk__in=visible)
     cond = Q(prompt__icontains=q)
     if q.isdigit() and len(q) <= 18:
         cond |= Q(pk=int(q))

@@ -10,6 +10,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from dashboard import queries
+from streams import egress
 from streams.checks import check_events
 from streams.models import Finding, Stream
 from streams.recorder import insert_events
@@ -238,8 +239,12 @@ class TestStreamPage:
     def test_an_upstream_id_search_keeps_to_visible_streams(self, owner, stranger):
         Stream.objects.create(user=stranger, upstream_id="resp_x")
         mine = Stream.objects.create(user=owner, prompt="about resp_x")
-        assert ids(queries.stream_page(owner, {"q": "resp_x"})) == []
+        # what the owner sees is what they would see if the stranger's id did not exist: its
+        # absence from the page must not confirm it
+        assert ids(queries.stream_page(owner, {"q": "resp_x"})) == [mine.pk]
         assert ids(queries.stream_page(owner, {"q": "about resp_x"})) == [mine.pk]
+        theirs = Stream.objects.create(user=owner, upstream_id="resp_x")
+        assert ids(queries.stream_page(owner, {"q": "resp_x"})) == [theirs.pk]
 
     def test_search_by_id_and_time_range(self, owner):
         old, new = many(owner, 2)
@@ -370,14 +375,17 @@ class TestSummaries:
         assert len(summary) == queries.SUMMARY_MAX and summary.endswith("…")
 
     def test_the_upstream_key_never_shows(self, owner, settings):
-        # Redacted as the rows are read, before the summary clips them: half a key is a key.
+        # The summary clips the key (verbatim rows, clipped); what leaves through the egress
+        # gate holds no piece of it of 8 or more characters.
         settings.UPSTREAM_API_KEY = "sk-secret-123456"
         filler = "x" * (queries.SUMMARY_MAX - 20)
         stream = recorded(
             owner, [{"type": "error", "message": f"{filler} bad key sk-secret-123456"}]
         )
         [row] = queries.event_window(stream).rows
-        assert "sk-sec" not in row["summary"] and "[red" in row["summary"]
+        assert row["summary"].endswith("sk-secret-…")  # clipped mid-key
+        shown = egress.redact(row["summary"])
+        assert "sk-secr" not in shown and shown.endswith("[redacted]…")
 
 
 class TestOutputItems:
