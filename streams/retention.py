@@ -18,6 +18,7 @@ import logging
 import time
 
 from django.db import connection, transaction
+from django.db.models import Q
 
 from . import aggregates, conf
 from .models import Event, Stream
@@ -50,6 +51,16 @@ def _finished_before(cutoff):
     return Stream.objects.filter(created_at__lt=cutoff).exclude(status__in=Stream.ACTIVE_STATUSES)
 
 
+def _streams_due(cutoff):
+    """Finished streams older than `cutoff` whose chain of attempts is all due: deleting a
+    first attempt deletes its retries, so a chain waits for its youngest attempt (a retry made
+    today keeps its 40-day-old first attempt, and is never deleted with it)."""
+    young = Stream.objects.filter(first_attempt__isnull=False).filter(
+        Q(created_at__gte=cutoff) | Q(status__in=Stream.ACTIVE_STATUSES)
+    )
+    return _finished_before(cutoff).exclude(pk__in=young.values("first_attempt_id"))
+
+
 def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
     """Delete what retention says is due; returns {"streams", "events", "event_streams"}
     (with `dry_run`, what would be deleted, counted without deleting)."""
@@ -57,7 +68,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
     events_cutoff, streams_cutoff = cutoffs(now)
     out = {"streams": 0, "events": 0, "event_streams": 0}
     if streams_cutoff is not None:
-        doomed = _finished_before(streams_cutoff)
+        doomed = _streams_due(streams_cutoff)
         if dry_run:
             out["streams"] = doomed.count()
             out["events"] += Event.objects.filter(stream__in=doomed).count()

@@ -77,6 +77,28 @@ def test_the_dry_run_counts_and_deletes_nothing(history, settings):
     assert Event.objects.count() == events and Stream.objects.count() == 301
 
 
+def test_a_retry_younger_than_the_limit_keeps_its_chain(db, settings):
+    from streams.management.commands.seed_demo import _settable_created_at
+
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 30}
+    with _settable_created_at():
+        first = Stream.objects.create(status="failed", created_at=NOW - dt.timedelta(days=40))
+        today = Stream.objects.create(
+            status="completed", attempt=2, first_attempt=first, created_at=NOW
+        )
+        gone = Stream.objects.create(status="failed", created_at=NOW - dt.timedelta(days=41))
+        gone_retry = Stream.objects.create(
+            status="failed", attempt=2, first_attempt=gone, created_at=NOW - dt.timedelta(days=40)
+        )
+        alone = Stream.objects.create(status="failed", created_at=NOW - dt.timedelta(days=35))
+    out = io.StringIO()
+    call_command("prune", "--dry-run", stdout=out)
+    assert "3 streams" in out.getvalue(), out.getvalue()  # what goes, counted as it goes
+    assert retention.prune(now=NOW)["streams"] == 3
+    left = set(Stream.objects.values_list("pk", flat=True))
+    assert {first.pk, today.pk} <= left and not {gone.pk, gone_retry.pk, alone.pk} & left
+
+
 def test_retention_is_off_by_default(history):
     out = io.StringIO()
     call_command("prune", stdout=out)
