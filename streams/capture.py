@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 import math
 import re
 from dataclasses import dataclass, field
@@ -198,6 +199,33 @@ def _number(value, where: str) -> float | None:
     return value if value >= 0 else None
 
 
+def _status(value, where: str) -> int | None:
+    """An HTTP status code (100-599), None when absent or 0 (a request the browser never got an
+    answer to); ValueError otherwise."""
+    if value is None or value == 0:
+        return None
+    if not 100 <= value <= 599:
+        raise ValueError(f"{where}.status is {_shown(value)}, not an HTTP status (100-599)")
+    return value
+
+
+def _started_at(value: str, where: str) -> str:
+    """`startedDateTime` as written, once it is known to be an ISO 8601 time that a UTC clock
+    can hold (years 1970-2999, whatever its offset); "" when absent; ValueError otherwise."""
+    if not value:
+        return ""
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise ValueError(
+            f"{where}.startedDateTime is {value[:40]!r}, not an ISO 8601 time"
+        ) from None
+    # (checked before the offset is applied: at the calendar's ends that overflows)
+    if not 1970 <= when.year <= 2999:
+        raise ValueError(f"{where}.startedDateTime {value[:40]!r} is outside 1970-2999")
+    return value
+
+
 def _shown(value) -> str:
     return f"a {type(value).__name__}" if isinstance(value, str | list | dict) else repr(value)
 
@@ -253,7 +281,9 @@ def parse_har(content: bytes, max_events: int | None = None) -> list[HarEntry]:
         else:
             raw = text.encode("utf-8", errors="surrogatepass")
         timings = _field(entry, "timings", dict, where, {})
-        status = _field(response, "status", int, f"{where}.response", None)
+        status = _status(
+            _field(response, "status", int, f"{where}.response", None), f"{where}.response"
+        )
         post = _field(request, "postData", dict, f"{where}.request", {})
         try:
             events = parse_sse_bytes(raw, budget) if raw else []
@@ -265,8 +295,8 @@ def parse_har(content: bytes, max_events: int | None = None) -> list[HarEntry]:
             HarEntry(
                 url=url,
                 method=_field(request, "method", str, f"{where}.request", ""),
-                status=status if status is not None and status > 0 else None,
-                started_at=_field(entry, "startedDateTime", str, where, ""),
+                status=status,
+                started_at=_started_at(_field(entry, "startedDateTime", str, where, ""), where),
                 time_ms=_number(entry.get("time"), f"{where}.time"),
                 timings={
                     k: _number(timings[k], f"{where}.timings.{k}")

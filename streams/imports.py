@@ -21,7 +21,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
 
 from . import conf, importer
@@ -62,21 +62,25 @@ def submit(user, files, model="") -> ImportJob:
     s = conf.get()
     now = timezone.now()
     _sweep_stale(user)
-    jobs = ImportJob.objects.filter(user=user)
-    recent = jobs.filter(created_at__gte=now - dt.timedelta(seconds=60)).count()
-    if recent >= s.import_max_per_minute:
-        raise ImportRefused(
-            f"At most {s.import_max_per_minute} uploads per minute: try again in a minute.", 60
-        )
-    active = jobs.filter(status__in=ImportJob.ACTIVE_STATUSES).count()
-    if active >= s.import_max_concurrent:
-        raise ImportRefused(
-            f"You have {active} imports running; at most {s.import_max_concurrent} at once. "
-            "Wait for one to finish, or cancel it.",
-            5,
-        )
+    # The job is inserted first and the caps counted after, in one transaction that holds the
+    # user's lock: 12 uploads at once cannot all count the same 1 running job and all start.
     with transaction.atomic():
+        _lock_user(user.pk)
         job = ImportJob.objects.create(user=user, model=model[:100])
+        jobs = ImportJob.objects.filter(user=user).exclude(pk=job.pk)
+        recent = jobs.filter(created_at__gte=now - dt.timedelta(seconds=60)).count()
+        if recent >= s.import_max_per_minute:
+            raise ImportRefused(
+                f"At most {s.import_max_per_minute} uploads per minute: try again in a minute.",
+                60,
+            )
+        active = jobs.filter(status__in=ImportJob.ACTIVE_STATUSES).count()
+        if active >= s.import_max_concurrent:
+            raise ImportRefused(
+                f"You have {active} imports running; at most {s.import_max_concurrent} at "
+                "once. Wait for one to finish, or cancel it.",
+                5,
+            )
         ImportFile.objects.bulk_create(
             [
                 ImportFile(
@@ -87,6 +91,17 @@ def submit(user, files, model="") -> ImportJob:
         )
     start(job.pk)
     return job
+
+
+def _lock_user(user_id):
+    """Serialise one user's submissions until the transaction ends: PostgreSQL's advisory
+    lock; SQLite serialises writers itself (the insert above holds its write lock)."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [_LOCK_SPACE, user_id])
+
+
+_LOCK_SPACE = 0x5353  # this module's advisory locks, apart from anyone else's
 
 
 def start(job_id):
@@ -104,10 +119,15 @@ def _run_in_thread(job_id, inline=False):
         close_old_connections()
     try:
         run(job_id)
-    except Exception as exc:
+    except Exception:
+        # the job's own bookkeeping failed (a file's failure is the file's, in _read_file):
+        # no upload is kept, every file not read says so
         log.exception("import %s failed", job_id)
+        ImportFile.objects.filter(job_id=job_id).exclude(
+            status__in=(ImportFile.Status.DONE, ImportFile.Status.FAILED)
+        ).update(status=ImportFile.Status.FAILED, error=UNEXPECTED, content=b"")
         ImportJob.objects.filter(pk=job_id, status__in=ImportJob.ACTIVE_STATUSES).update(
-            status=ImportJob.Status.FAILED, error=f"{type(exc).__name__}: {exc}"[:2000]
+            status=ImportJob.Status.FAILED, error=UNEXPECTED
         )
     finally:
         with _lock:
@@ -159,16 +179,30 @@ def _read_file(job, file_id):
     content = bytes(f.content)
     try:
         captures = importer.read_capture(content, f.filename, job.model)
+        _still_wanted(job.pk)  # parsing a big file takes a while: maybe nobody wants it now
+        streams = importer.store_captures(captures, user=job.user, model=job.model)
     except importer.CaptureError as exc:
-        ImportFile.objects.filter(pk=file_id).update(
-            status=ImportFile.Status.FAILED, error=f"Cannot import {f.filename}: {exc}", content=b""
-        )
-        return
-    _still_wanted(job.pk)  # parsing a big file takes a while: maybe nobody wants it any more
-    streams = importer.store_captures(captures, user=job.user, model=job.model)
+        return _file_failed(file_id, f"Cannot import {f.filename}: {exc}")
+    except Cancelled:
+        _file_failed(file_id, "Cancelled before it was stored.", ImportFile.Status.CANCELLED)
+        raise
+    except Exception:
+        # a value the checks above let through and the database or a parser refused: the
+        # file fails in words, its upload goes, the job reads on
+        log.exception("import %s: file %s failed", job.pk, file_id)
+        return _file_failed(file_id, f"Cannot import {f.filename}: {UNEXPECTED}")
     ImportFile.objects.filter(pk=file_id).update(
         status=ImportFile.Status.DONE, stream_ids=[s.pk for s in streams], content=b""
     )
+
+
+UNEXPECTED = (
+    "a value in it could not be stored (nothing of it was kept; the server's log has the details)"
+)
+
+
+def _file_failed(file_id, error, status=ImportFile.Status.FAILED):
+    ImportFile.objects.filter(pk=file_id).update(status=status, error=error[:2000], content=b"")
 
 
 def _sweep_stale(user):

@@ -152,3 +152,107 @@ class TestCaps:
         r = _upload(people.owner_client, *files)
         assert r.status_code == 400 and b"at most 20 per upload" in r.content
         assert ImportJob.objects.count() == 0
+
+
+def _har(**change):
+    from tests.test_importer import har, har_entry
+
+    entry = har_entry(_sse())
+    for path, value in change.items():
+        target = entry
+        *parents, last = path.split("__")
+        for p in parents:
+            target = target[p]
+        target[last] = value
+    return har(entry)
+
+
+class TestFailingCleanly:
+    @pytest.mark.parametrize(
+        "change,says",
+        [
+            ({"response__status": 10**30}, "not an HTTP status"),
+            ({"response__status": -3}, "not an HTTP status"),
+            ({"startedDateTime": "0001-01-01T00:00:00+14:00"}, "outside 1970-2999"),
+            ({"startedDateTime": "9999-12-31T23:59:59-14:00"}, "outside 1970-2999"),
+            ({"startedDateTime": "yesterday"}, "not an ISO 8601 time"),
+            ({"request__postData__text": "x\ud800"}, "lone surrogate"),
+        ],
+    )
+    def test_an_impossible_value_fails_its_file_in_words_and_keeps_no_upload(
+        self, people, change, says
+    ):
+        r = _upload(people.owner_client, ("bad.har", _har(**change)), ("good.sse", _sse()))
+        assert r.status_code == 302
+        job = ImportJob.objects.get()
+        bad, good = job.files.order_by("position")
+        assert (job.status, bad.status, good.status) == ("done", "failed", "done")
+        assert says in bad.error and "Error" not in bad.error, bad.error
+        assert bytes(bad.content) == b"" and bytes(good.content) == b""
+        assert Stream.objects.count() == 1
+
+    def test_a_value_only_the_database_refuses_fails_its_file_not_the_job(
+        self, people, monkeypatch
+    ):
+        real = imports.importer.store_captures
+
+        def store(captures, **kwargs):
+            if captures and "boom" in (captures[0].filename or ""):
+                raise OverflowError("Python int too large to convert to SQLite INTEGER")
+            return real(captures, **kwargs)
+
+        monkeypatch.setattr(imports.importer, "store_captures", store)
+        _upload(people.owner_client, ("boom.sse", _sse()), ("fine.sse", _sse()))
+        job = ImportJob.objects.get()
+        boom, fine = job.files.order_by("position")
+        assert (job.status, boom.status, fine.status) == ("done", "failed", "done")
+        assert boom.error == f"Cannot import boom.sse: {imports.UNEXPECTED}"
+        assert bytes(boom.content) == b""
+
+    def test_a_job_whose_bookkeeping_fails_keeps_no_upload(self, people, monkeypatch):
+        def broken(job_id):
+            raise RuntimeError("disk on fire")
+
+        monkeypatch.setattr(imports, "run", broken)
+        _upload(people.owner_client, ("a.sse", _sse()), ("b.sse", _sse()))
+        job = ImportJob.objects.get()
+        assert (job.status, job.error) == ("failed", imports.UNEXPECTED)
+        assert {(f.status, bytes(f.content)) for f in job.files.all()} == {("failed", b"")}
+
+
+def test_uploads_at_once_cannot_pass_the_concurrent_cap_together(people, settings, monkeypatch):
+    import threading
+    import time
+
+    settings.STREAMSCOPE = {"IMPORT_MAX_CONCURRENT": 2, "IMPORT_MAX_PER_MINUTE": 100}
+    monkeypatch.setattr(imports, "start", lambda job_id: None)  # jobs stay queued
+    # every upload reaches its transaction together (the race a count-then-insert loses)
+    atomic = imports.transaction.atomic
+
+    def slow_atomic(*args, **kwargs):
+        time.sleep(0.05)
+        return atomic(*args, **kwargs)
+
+    monkeypatch.setattr(imports.transaction, "atomic", slow_atomic)
+    barrier = threading.Barrier(12)
+    outcomes = []
+
+    def submit():
+        from django.db import connection
+
+        try:
+            barrier.wait()
+            imports.submit(people.owner, [("a.sse", _sse())])
+            outcomes.append("ok")
+        except imports.ImportRefused:
+            outcomes.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=submit) for _ in range(12)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert sorted(outcomes) == ["ok"] * 2 + ["refused"] * 10
+    assert ImportJob.objects.filter(status__in=ImportJob.ACTIVE_STATUSES).count() == 2
