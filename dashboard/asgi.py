@@ -18,7 +18,7 @@ from streams.routing import websocket_urlpatterns  # noqa: E402
 application = EgressGate(
     ProtocolTypeRouter(
         {
-            # /v1/… is the recording proxy, a plain ASGI app in front of Django (streams/proxy.py)
+            # /v1/… is the recording proxy, an ASGI app in front of Django (streams/proxy.py)
             "http": proxy.route(django_asgi_app),
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns))

@@ -49,6 +49,9 @@ def tune():
     docstring). Idempotent; call after `django.setup()`."""
     gc.freeze()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    from . import edge  # (a stalled request body is cut off where Daphne reads it)
+
+    edge.install()
 
 
 def pid_alive(pid):
