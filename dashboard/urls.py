@@ -6,11 +6,30 @@ name is its URL name.
 from django.contrib import admin
 from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
-from django.urls import include, path
+from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 
 from dashboard.views import analytics, playground, streams
 from streams import telemetry
+
+
+class SessionConverter:
+    """A session name in a path, slashes and all, that a browser does not rewrite: a segment
+    `.` or `..` (which browsers resolve away, even written `%2e`) or one starting with `~`
+    gets a `~` in front, taken off again when the URL is read."""
+
+    regex = ".+"
+
+    def to_python(self, value):
+        return "/".join(s[1:] if s.startswith("~") else s for s in value.split("/"))
+
+    def to_url(self, value):
+        return "/".join(
+            "~" + s if s in (".", "..") or s.startswith("~") else s for s in value.split("/")
+        )
+
+
+register_converter(SessionConverter, "session")
 
 # under /playground/; what each does is in the table of dashboard/views/playground.py
 playground_urls = [
@@ -49,7 +68,7 @@ urlpatterns = [
     path("streams/<int:stream_id>.sse", streams.stream_sse, name="stream_sse"),
     path("streams/<int:stream_id>.json", streams.stream_json, name="stream_json"),
     # a session name is the client's own (X-Streamscope-Session): any text, slashes included
-    path("sessions/<path:session>/", streams.session_detail, name="session_detail"),
+    path("sessions/<session:session>/", streams.session_detail, name="session_detail"),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

@@ -2,9 +2,10 @@
 fragments and data (events windows, one event, timing.json, replay.json). Who may see what,
 and what each shows."""
 
+import html
 import json
 import re
-from urllib.parse import quote
+from urllib.parse import quote, urljoin, urlsplit
 
 import pytest
 from django.test import Client
@@ -527,6 +528,16 @@ class TestSessionDetail(Base):
         assert '<td class="num proxy-added"' in r.text and "0.20 / 0.35" in r.text
         assert 'class="session-link"' not in r.text  # the page is the session
         assert 'href="/?session=s-1"' in r.text
+
+    @pytest.mark.parametrize("name", ["..", ".", "a/b/../../c", "./x", "~", "~/..", "%2e%2e"])
+    def test_a_link_to_any_session_opens_it_in_a_browser(self, name):
+        ours = proxied(self.owner, session=name)
+        stream_page = self.get(self.owner_client, f"/streams/{ours.pk}/").text
+        href = html.unescape(re.search(r'class="session-link" href="([^"]+)"', stream_page)[1])
+        # what a browser requests: dot segments resolved, as urljoin does (RFC 3986 5.2)
+        url = urljoin("http://127.0.0.1/streams/1/", href)
+        r = self.get(self.owner_client, urlsplit(url).path)
+        assert r.status_code == 200 and rows_in_order(r.text) == [ours.pk], (name, href, url)
 
     def test_a_stranger_sees_nothing_of_the_owners(self):
         ours = proxied(self.owner, session="s-1")
