@@ -31,6 +31,7 @@ present. docs/security.md has the measured cost.
 from __future__ import annotations
 
 import asyncio
+import base64
 import bisect
 import functools
 import html.entities
@@ -95,10 +96,23 @@ class Rules:
             )
             for p in self.prefixes
         )
-        self.named = tuple(
-            (f"&{name}".encode(), value.encode())
+        # named references of a secret's characters or of escape syntax (`&lowbar;`, `&amp;`),
+        # behind any number of `&amp;`s: one pass decodes what HTML escaped twice
+        self.named = {
+            name[:-1].encode(): value.encode()
             for name, value in html.entities.html5.items()
-            if value in decoded and name.endswith(";")
+            if (value in decoded or value in _SYNTAX)
+            and name.endswith(";")
+            and name.lower() != "amp;"  # (a prefix of the others; alone it spells nothing)
+        }
+        self.named_re = (
+            re.compile(
+                rb"&(?:amp;)*("
+                + b"|".join(re.escape(n) for n in sorted(self.named, key=len, reverse=True))
+                + rb");"
+            )
+            if self.named
+            else None
         )
         self._runs = {}  # run -> ((start, end), …) of fragments in it, merged
 
@@ -113,37 +127,48 @@ class Rules:
         return bytes((code,)) in kinds if code is not None else bytes((byte,)) in data
 
     def decode(self, data, kinds):
-        """(decoded bytes, escapes): `data` with every escape of a secret's character replaced
-        by that character (UTF-8); `escapes` lists (decoded position, data position, data
-        length, decoded length) of each, for mapping back; None when nothing was decoded.
-        `kinds` is `data` translated by `table`."""
+        """(decoded bytes, chain): `data` with every escape of a secret's character replaced by
+        that character (UTF-8), escapes nested in each other included (`&amp;#115;`, `%2573`,
+        or a JSON `\\u0026` that makes `&#115;`: up to DECODE_PASSES deep). `chain` lists, per
+        pass, (decoded position, data position, data length, decoded length) of each escape,
+        for mapping back; None when nothing was decoded. `kinds` is `data` translated by
+        `table`."""
+        chain = []
+        for _ in range(DECODE_PASSES):
+            found = self._found(data, kinds)
+            if not found:
+                break
+            found.sort()
+            pieces, escapes, last, shift, nested = [], [], 0, 0, False
+            for start, end, ch in found:
+                if start < last:
+                    continue
+                pieces.append(data[last:start])
+                pieces.append(ch)
+                escapes.append((start - shift, start, end - start, len(ch)))
+                shift += end - start - len(ch)
+                last = end
+                nested = nested or ch in _SYNTAX_BYTES
+            pieces.append(data[last:])
+            data = b"".join(pieces)
+            chain.append(escapes)
+            if not nested:
+                break
+            kinds = data.translate(self.table)
+        return data, (chain or None)
+
+    def _found(self, data, kinds):
         found = []
         if self._has(0x5C, kinds, data) and b"\\u" in data:
             found += self._escapes(_ESC_JSON, data, lambda m: chr(int(m.group()[-4:], 16)))
         if self._has(0x25, kinds, data):
-            found += self._escapes(_ESC_URL, data, lambda m: chr(int(m.group()[1:], 16)))
+            found += self._escapes(_ESC_URL, data, lambda m: chr(int(m.group()[-2:], 16)))
         if self._has(0x26, kinds, data):
-            if b"&#" in data:
+            if b"#" in data:
                 found += self._escapes(_ESC_NUMBER, data, _number_reference)
-            for name, value in self.named:
-                at = data.find(name)
-                while at >= 0:
-                    found.append((at, at + len(name), value))
-                    at = data.find(name, at + 1)
-        if not found:
-            return data, None
-        found.sort()
-        pieces, escapes, last, shift = [], [], 0, 0
-        for start, end, ch in found:
-            if start < last:
-                continue
-            pieces.append(data[last:start])
-            pieces.append(ch)
-            escapes.append((start - shift, start, end - start, len(ch)))
-            shift += end - start - len(ch)
-            last = end
-        pieces.append(data[last:])
-        return b"".join(pieces), escapes
+            for m in self.named_re.finditer(data) if self.named_re is not None else ():
+                found.append((m.start(), m.end(), self.named[m.group(1)]))
+        return found
 
     def _escapes(self, pattern, data, char):
         out = []
@@ -152,31 +177,29 @@ class Rules:
                 ch = char(m)
             except (ValueError, OverflowError):
                 continue
-            if ch in self.decodes:
+            if ch in self.decodes or ch in _SYNTAX:
                 out.append((m.start(), m.end(), ch.encode("utf-8", "surrogatepass")))
         return out
 
     @staticmethod
-    def to_data(pos, escapes):
+    def to_data(pos, chain):
         """A position (or a span's end) in the decoded bytes, in the bytes they came from."""
-        if escapes is None:
-            return pos
-        i = bisect.bisect_right(escapes, (pos, float("inf"))) - 1
-        if i < 0:
-            return pos
-        d, t, tn, dn = escapes[i]
-        return t if pos < d + dn else t + tn + (pos - d - dn)
+        for escapes in reversed(chain or ()):
+            i = bisect.bisect_right(escapes, (pos, float("inf"))) - 1
+            if i >= 0:
+                d, t, tn, dn = escapes[i]
+                pos = t if pos < d + dn else t + tn + (pos - d - dn)
+        return pos
 
     @staticmethod
-    def to_decoded(pos, escapes):
+    def to_decoded(pos, chain):
         """A position in the bytes, in the decoded bytes (inside an escape: the escape's)."""
-        if escapes is None:
-            return pos
-        i = bisect.bisect_right([e[1] for e in escapes], pos) - 1
-        if i < 0:
-            return pos
-        d, t, tn, dn = escapes[i]
-        return d if pos < t + tn else d + dn + (pos - t - tn)
+        for escapes in chain or ():
+            i = bisect.bisect_right([e[1] for e in escapes], pos) - 1
+            if i >= 0:
+                d, t, tn, dn = escapes[i]
+                pos = d if pos < t + tn else d + dn + (pos - t - tn)
+        return pos
 
     # -- finding ----------------------------------------------------------------------------
 
@@ -300,14 +323,19 @@ _SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5}  # \\ % & @
 _ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 # Escapes, each behind a literal first byte so that the regex engine skips to it at C speed.
 _ESC_JSON = re.compile(rb"\\+u[0-9a-fA-F]{4}")
-_ESC_URL = re.compile(rb"%[0-9a-fA-F]{2}")
-_ESC_NUMBER = re.compile(rb"&#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});?")
+_ESC_URL = re.compile(rb"%(?:25)*[0-9a-fA-F]{2}")  # (`%2573`: `%73` URL-encoded again)
+_ESC_NUMBER = re.compile(rb"&(?:amp;)*#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});?")
+# Characters escapes are written with: an escape that makes one may begin another.
+_SYNTAX = frozenset("&#;%\\")
+_SYNTAX_BYTES = frozenset(c.encode() for c in _SYNTAX)
+DECODE_PASSES = 4
 # The password of a URL's userinfo (`scheme://user:password@`).
 _USERINFO = re.compile(rb"://([^/?#@\s\"'\\<>:]*:[^/?#@\s\"'\\<>]+)@")
 
 
 def _number_reference(m):
-    s = m.group()[2:].rstrip(b";")
+    s = m.group()
+    s = s[s.index(b"#") + 1 :].rstrip(b";")
     return chr(int(s[1:], 16) if s[:1] in (b"x", b"X") else int(s))
 
 
@@ -425,6 +453,8 @@ def _rules_for(key, passthrough):
         info = userinfo.group()[:-1]
         password = info.partition(":")[2]
         secrets.update((info, unquote(info), password, unquote(password)))
+        # …and as they go over the wire, `Authorization: Basic <base64 of user:password>`
+        secrets.add(base64.b64encode(unquote(info).encode()).decode())
     shapes = tuple(p.strip() for p in (prefixes or "").split(",") if p.strip())
     return Rules(secrets, shapes)
 

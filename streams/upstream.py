@@ -780,6 +780,8 @@ class ClientPool:
             shard = [client, 0]
             shards.append(shard)
         shard[1] += 1
+        if "auth" not in kwargs and _has_authorization(kwargs.get("headers")):
+            kwargs["auth"] = KEEP_AUTHORIZATION
         try:
             async with shard[0].stream(method, url, **kwargs) as response:
                 yield response
@@ -791,6 +793,22 @@ class ClientPool:
             await client.aclose()
         self.shards = []
         self.tls_shards = []
+
+
+# httpx turns credentials in a URL into `Authorization: Basic …`, replacing the one a request
+# carries: the configured key (or a pass-through client's) would never be sent. A request with
+# its own Authorization keeps it; URL credentials are sent only when there is none.
+KEEP_AUTHORIZATION = httpx.Auth()
+
+
+def _has_authorization(headers):
+    if not headers:
+        return False
+    items = headers.items() if hasattr(headers, "items") else headers
+    return any(
+        (k.lower() if isinstance(k, str) else k.lower().decode("latin-1")) == "authorization"
+        for k, _ in items
+    )
 
 
 def request_headers(api_key):
@@ -965,7 +983,11 @@ def list_models(base_url, api_key="", timeout=3.0):
         headers["Authorization"] = f"Bearer {api_key}"
     try:
         with httpx.Client(timeout=timeout, trust_env=False) as client:
-            response = client.get(base_url.rstrip("/") + "/models", headers=headers)
+            response = client.get(
+                base_url.rstrip("/") + "/models",
+                headers=headers,
+                auth=KEEP_AUTHORIZATION if "Authorization" in headers else httpx.USE_CLIENT_DEFAULT,
+            )
     except httpx.HTTPError as exc:
         raise UpstreamError("connect_error", f"{type(exc).__name__}: {exc}") from exc
     if response.status_code != 200:

@@ -3,6 +3,7 @@ every offset and in every encoding, credential shapes, URL credentials, streamed
 to whole ones, pass-through keys sealed at rest, and the ASGI exits for HTTP and WebSocket."""
 
 import asyncio
+import base64
 import html
 import json
 import random
@@ -80,6 +81,13 @@ class TestFragments:
             lambda s: "".join(f"&#x{ord(c):x};" for c in s),
             lambda s: s.replace("_", "&lowbar;"),
             lambda s: html.escape(s),
+            # escaped twice, or one escape inside another: a page escaping stored `&#115;`,
+            # Markdown turning it back into `s`
+            lambda s: html.escape("".join(f"&#{ord(c)};" for c in s)),
+            lambda s: html.escape(html.escape("".join(f"&#x{ord(c):x};" for c in s))),
+            lambda s: quote(quote(s, safe=""), safe=""),
+            lambda s: "".join(f"\\u0026#{ord(c)};" for c in s),
+            lambda s: "".join(f"%26%23{ord(c)}%3B" for c in s),
         ],
     )
     def test_fragments_are_redacted_in_every_encoding(self, spell):
@@ -115,6 +123,17 @@ class TestShapesAndUrls:
         rules = egress.Rules((), ("sk-",))
         text = "task-1234567890123456789012345"
         assert rules.text(text) == text
+
+    def test_the_base_urls_credentials_are_secrets_as_sent_too(self, settings):
+        settings.UPSTREAM_API_KEY = ""
+        settings.UPSTREAM_BASE_URL = "http://user:pw-Secret-77441199@127.0.0.1:9/v1"
+        egress._known.checked = float("inf")
+        try:
+            basic = base64.b64encode(b"user:pw-Secret-77441199").decode()
+            out = egress.redact(f"Authorization: Basic {basic} / pw-Secret-77441199")
+            assert out == "Authorization: Basic [redacted] / [redacted]"
+        finally:
+            egress._known.checked = float("-inf")
 
     def test_url_passwords_go_and_urls_stay(self):
         rules = egress.Rules((), ())

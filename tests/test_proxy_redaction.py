@@ -12,8 +12,9 @@ from streams import egress
 from streams.models import ApiToken, Event
 
 from .conftest import DaphneServer
+from .support.hostile import RawUpstream, escaped, sse
 from .test_proxy import wait_terminal
-from .test_redaction import KEY, RawUpstream, copies, escaped, sse
+from .test_redaction import KEY, copies
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,6 +1,9 @@
 """streams.upstream.EventReader, the live reader: chunk boundaries anywhere must give the same
 events as the whole-body parser of imports (streams.capture), WHATWG rules included. Pure."""
 
+import asyncio
+import base64
+
 import pytest
 
 from streams.capture import parse_sse_bytes
@@ -375,3 +378,33 @@ async def test_a_reset_right_behind_the_last_data_is_not_missed():
     finally:
         await stream.aclose()
         server.close()
+
+
+def test_a_key_is_sent_as_itself_when_the_base_url_has_credentials_too():
+    """httpx turns a URL's credentials into `Authorization: Basic`, replacing the request's
+    own: the configured key was never sent. The request's Authorization wins; the URL's
+    credentials go only when a request has none."""
+    from streams import upstream as up
+    from tests.support.hostile import RawUpstream
+
+    server = RawUpstream(lambda m, p, h, b: (200, "application/json", [b'{"data": []}']))
+    try:
+        base = server.base_url.replace("http://", "http://user:pw-77@")
+        up.list_models(base, "sk-the-key-123456")
+        up.list_models(base, "")
+
+        async def stream():
+            pool = up.ClientPool()
+            try:
+                for headers in ({"Authorization": "Bearer sk-the-key-123456"}, {}):
+                    async with pool.stream("GET", base + "/models", headers=headers) as r:
+                        await r.aread()
+            finally:
+                await pool.aclose()
+
+        asyncio.run(stream())
+        sent = [h.get("authorization") for _, _, h, _ in server.requests]
+        basic = "Basic " + base64.b64encode(b"user:pw-77").decode()
+        assert sent == ["Bearer sk-the-key-123456", basic, "Bearer sk-the-key-123456", basic]
+    finally:
+        server.stop()
