@@ -7,7 +7,134 @@ import sys
 import time
 from pathlib import Path
 
+from django.core.management.base import CommandError
+
 BASE_DIR = Path(__file__).resolve().parents[2]
+
+
+# ---------------------------------------------------------------------------------------------
+# The limits of the servers a bench starts
+#
+# A bench puts one user's, one token's and one client address's worth of load on the servers it
+# starts, far above what one person does, and Streamscope's limits (streams/conf.py) are sized
+# for people. Each STREAMSCOPE_* setting is either a limit that load could hit, raised to what
+# the bench is about to do (LOAD_LIMITS, applied by `server_limits`), or says here why no bench
+# can hit it (NOT_LOAD_LIMITS). tests/test_bench.py fails when conf.py has a setting that is in
+# neither, so a new limit is weighed against the benchmarks when it is added; one that slips
+# through anyway shows as lost events or refused viewers, and a bench with either exits non-zero
+# (`fail_if`).
+
+# conf name -> the load figure that sizes it (the keyword of `server_limits`)
+LOAD_LIMITS = {
+    # WebSockets the bench holds open at once, all of one user
+    "MAX_SOCKETS_PER_USER": "sockets",
+    # streams running at once, all of one user (not checked on the benches' paths today: their
+    # rows are made by services.new_row / create_proxied, but they are one user's streams)
+    "MAX_CONCURRENT_PER_USER": "streams",
+    # streams one worker runs at once (bench relay --runner worker: all of them, as inprocess)
+    "WORKER_CONCURRENCY": "streams",
+    # proxied requests in flight at once, all with one token
+    "PROXY_MAX_CONCURRENT": "requests",
+    # events one viewer may be behind by before it is closed: at most its whole stream
+    "RELAY_OUTBOX_MAX_EVENTS": "viewer_events",
+    # how long a viewer may read slowly before it is closed: as long as the bench's client waits
+    "RELAY_SLOW_CLIENT_TIMEOUT_S": "patience_s",
+}
+
+NOT_LOAD_LIMITS = {
+    "BATCH_MAX_EVENTS": "batching, part of what is measured",
+    "BATCH_MAX_AGE_MS": "batching, part of what is measured",
+    "COUNT_WRITE_INTERVAL_MS": "how often a count is rewritten, part of what is measured",
+    "QUEUE_MAX_EVENTS": "backpressure: readers wait while it is full, nothing is dropped",
+    "STORAGE_RETRY_S": "a database that refuses batches fails streams: reported as lost events",
+    "RECEIPT_CLOCK": "which clock stamps receipts, not a limit",
+    "STALL_TIMEOUT_S": "the simulator never pauses that long; a stalled stream fails the bench",
+    "STALL_MAX_ATTEMPTS": "retries after a stall, which fails the bench anyway",
+    "CONNECT_MAX_ATTEMPTS": "retries of connection errors to the local simulator",
+    "CONNECT_BACKOFF_S": "retries of connection errors to the local simulator",
+    "CONNECT_TIMEOUT_S": "connecting to the local simulator; a failed stream fails the bench",
+    "HEARTBEAT_S": "liveness of running rows, not a limit",
+    "HEARTBEAT_STALE_S": "only a blocked process misses it; its streams fail the bench",
+    "SWEEP_INTERVAL_S": "how often dead processes' rows are looked for, not a limit",
+    "RUNNER": "bench relay sets it from --runner; the other benches do not start streams by it",
+    "RETRY_INTERRUPTED": "no bench process dies mid-run",
+    "WORKER_POLL_S": "a fallback poll beside wake-ups, not a limit",
+    "RETAIN_EVENTS_DAYS": "the benches' streams are minutes old; bench pages never prunes",
+    "RETAIN_STREAMS_DAYS": "the benches' streams are minutes old; bench pages never prunes",
+    "MAX_INPUT_CHARS": "the benches' inputs are one short sentence",
+    "UPLOAD_MAX_BYTES": "no bench uploads",
+    "RELAY_INLINE_MAX_BYTES": "larger events are read from the database, nothing is dropped",
+    "RELAY_SEND_HIGH_WATER_BYTES": "above it batches wait in the outbox (RELAY_OUTBOX_MAX_EVENTS)",
+    "RELAY_IDLE_CHECK_S": "a quiet viewer reads the database once, nothing is dropped",
+    "RELAY_LOCAL_FANOUT": "bench relay sets it per pattern (batched-layer)",
+    "PROXY_ON_DISCONNECT": "the bench's proxied clients read every stream to its end",
+    "PROXY_MAX_BODY_BYTES": "the benches' request bodies are a few hundred bytes",
+    "PROXY_TOKEN_CACHE_S": "how long a checked token is trusted, not a limit",
+    "METRICS": "bench ingest --metrics sets it",
+    "METRICS_TOKEN": "no bench scrapes /metrics",
+    "METRICS_MAX_MODELS": "folds label values, drops no data; the simulator has a few models",
+    "PLAYGROUND_PREVIOUS_RESPONSE_ID": "no bench uses the playground",
+    "SECURE": "deployment, not load (the benches' servers are plain HTTP on 127.0.0.1)",
+    "SSL_REDIRECT": "deployment, not load",
+    "HSTS_SECONDS": "deployment, not load",
+    "HSTS_INCLUDE_SUBDOMAINS": "deployment, not load",
+    "HSTS_PRELOAD": "deployment, not load",
+    "LOGIN_FAILURE_LIMIT": "no bench logs in with a password (bench pages: force_login)",
+    "LOGIN_COOLOFF_S": "no bench logs in with a password",
+    "TOKEN_FAILURE_LIMIT": "the benches present only valid tokens, which are never counted",
+    "TOKEN_FAILURE_WINDOW_S": "the benches present only valid tokens, which are never counted",
+    "IMPORT_MAX_PER_MINUTE": "no bench imports",
+    "IMPORT_MAX_CONCURRENT": "no bench imports",
+    "IMPORT_ABANDON_S": "no bench imports",
+    "REQUEST_BODY_TIMEOUT_S": "the benches' request bodies are small and sent at once",
+    "REDACT_KEY_PREFIXES": "what is redacted, not a limit",
+}
+
+
+def server_limits(env, *, streams=0, sockets=0, requests=0, viewer_events=0, patience_s=0):
+    """The STREAMSCOPE_* variables that size a bench server's limits for the load the bench is
+    about to put on it, to be merged into `env` (the server's environment otherwise). Each
+    LOAD_LIMITS setting is raised to its load figure where `env` (or conf.py's default) has it
+    lower, never lowered: a caller who set one higher keeps it.
+
+    - streams: streams running at once (one user);
+    - sockets: WebSockets open at once (one user);
+    - requests: proxied requests in flight at once (one token);
+    - viewer_events: events one viewer may fall behind by;
+    - patience_s: how long the bench's clients wait through silence before giving up."""
+    from streams import conf
+
+    need = {
+        "streams": streams,
+        "sockets": sockets,
+        "requests": requests,
+        "viewer_events": viewer_events,
+        "patience_s": patience_s,
+    }
+    current = conf.build(conf.from_environ(env))
+    out = {}
+    for name, load in LOAD_LIMITS.items():
+        have = getattr(current, name.lower())
+        value = max(have, type(have)(need[load]))
+        out[f"STREAMSCOPE_{name}"] = str(value)
+    return out
+
+
+def limits_of(variables):
+    """{conf name: value} of `server_limits`' variables, for a bench's output."""
+    return {
+        name.removeprefix("STREAMSCOPE_"): float(v) if "." in v else int(v)
+        for name, v in variables.items()
+    }
+
+
+def fail_if(problems, what):
+    """Exit non-zero (after the figures were printed) when a bench lost or refused anything:
+    its figures would describe less work than it claims."""
+    if problems:
+        raise CommandError(
+            f"bench {what}: " + "; ".join(problems) + " — the figures above are not valid"
+        )
 
 
 def free_port():

@@ -7,7 +7,13 @@ for 1 stream and for 100 concurrent streams. Each database configuration runs in
 process of its own on a fresh, migrated database (`--database sqlite,postgres`), against one
 simulator process, so the figures of one run are comparable. Each consumer runs `--repeat`
 times (default 3), bare and pipeline alternating, and the best run of each counts. `lost_events`
-compares what was stored with what the simulator says it sent, summed over all runs.
+compares what was stored with what the simulator says it sent, summed over all runs, and
+`failed_streams` counts pipeline streams that did not end `completed`; either, or events the bare
+consumer missed, makes the run exit non-zero after printing its figures.
+
+No server and no user: the child records with `runner.run_stream` on rows without an owner, so
+none of the per-user, per-token or per-socket limits of streams/conf.py apply (see
+streams.bench.NOT_LOAD_LIMITS for the rest; the recorder's queue is backpressure, not a limit).
 """
 
 import argparse
@@ -22,7 +28,7 @@ import time
 
 import httpx
 
-from streams.bench import BASE_DIR, free_port, manage, run_child, wait_for_port
+from streams.bench import BASE_DIR, fail_if, free_port, manage, run_child, wait_for_port
 
 CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
 
@@ -98,6 +104,16 @@ def run(command, opts):
     finally:
         sim.terminate()
         sim.wait(10)
+    problems = []
+    for r in results:
+        label = f"{r['database']} {r['streams']} stream(s)"
+        if r["lost_events"]:
+            problems.append(f"{label}: {r['lost_events']} event(s) not stored")
+        if r["bare_lost_events"]:
+            problems.append(f"{label}: the bare consumer missed {r['bare_lost_events']} event(s)")
+        if r["failed_streams"]:
+            problems.append(f"{label}: {r['failed_streams']} stream(s) did not complete")
+    fail_if(problems, "ingest")
     return results
 
 
@@ -110,6 +126,7 @@ def _print(command, out, as_json):
         f" events   bare {out['bare_events_per_s']:>9,.0f} ev/s   pipeline "
         f"{out['pipeline_events_per_s']:>9,.0f} ev/s   ratio {out['ratio']:.2f}   "
         f"lost {out['lost_events']}   peak RSS {out['peak_rss_mb']:.0f} MB"
+        + (f"   {out['failed_streams']} stream(s) not completed" if out["failed_streams"] else "")
         + (
             f"   metrics off {out['metrics_off_events_per_s']:,.0f} ev/s: metrics cost "
             f"{out['metrics_cost_pct']:+.2f} % of throughput, "
@@ -205,12 +222,13 @@ async def _pipeline(client, upstream, streams, events):
     await asyncio.gather(*(runner.run_stream(s, base_url=upstream) for s in rows))
     elapsed = time.perf_counter() - t0
     ids = [s.pk for s in rows]
-    upstream_ids = [
-        u async for u in Stream.objects.filter(pk__in=ids).values_list("upstream_id", flat=True)
+    ended = [
+        r async for r in Stream.objects.filter(pk__in=ids).values_list("upstream_id", "status")
     ]
+    failed = sum(1 for upstream_id, status in ended if status != "completed" or not upstream_id)
     stored = await Event.objects.filter(stream_id__in=ids).acount()
-    sent = await _sent_counts(client, upstream, upstream_ids)
-    return stored / elapsed, sum(sent) - stored
+    sent = await _sent_counts(client, upstream, [u for u, _ in ended if u])
+    return stored / elapsed, sum(sent) - stored, failed
 
 
 async def _measure(spec):
@@ -232,7 +250,7 @@ async def _measure(spec):
                 cpu0 = time.process_time()
                 run = await _pipeline(client, upstream, streams, events)
                 by_mode[mode].append((*run, (time.process_time() - cpu0) / (streams * events)))
-        pipes = [run[:2] for runs in by_mode.values() for run in runs]
+        pipes = [run[:3] for runs in by_mode.values() for run in runs]
         bare, pipe = max(bares), max(by_mode[modes[0]])
     return {
         "streams": streams,
@@ -240,7 +258,8 @@ async def _measure(spec):
         "bare_events_per_s": round(bare[0]),
         "pipeline_events_per_s": round(pipe[0]),
         "ratio": round(pipe[0] / bare[0], 3),
-        "lost_events": sum(lost for _, lost in pipes),
+        "lost_events": sum(lost for _, lost, _ in pipes),
+        "failed_streams": sum(failed for _, _, failed in pipes),
         "bare_lost_events": sum(lost for _, lost in bares),
         "runs": spec["repeat"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
@@ -262,12 +281,12 @@ def _metrics_cost(by_mode):
     """With both modes: the best run of each, and what keeping the figures cost in % — of
     throughput, and of this process's CPU time per event (both threads; much less disturbed by
     a busy neighbour than wall-clock throughput, which moves single runs by half on a shared VM).
-    `by_mode`: {mode: [(events/s, lost, CPU s per event)]}."""
+    `by_mode`: {mode: [(events/s, lost, failed streams, CPU s per event)]}."""
     if set(by_mode) != {"on", "off"}:
         return {}
     on, off = max(by_mode["on"])[0], max(by_mode["off"])[0]
-    cpu_on = min(r[2] for r in by_mode["on"])
-    cpu_off = min(r[2] for r in by_mode["off"])
+    cpu_on = min(r[3] for r in by_mode["on"])
+    cpu_off = min(r[3] for r in by_mode["off"])
     return {
         "metrics_on_events_per_s": round(on),
         "metrics_off_events_per_s": round(off),

@@ -12,6 +12,11 @@ and a source filter), admin analytics (24 h, 30 days — the default —, all), 
 `/` when it exists (URL name `stream_list`). `--database postgres` without `--postgres-url`
 starts a throw-away server on $PGPORT (default 55710). Target: ≤ 300 ms a page at 100 000 streams
 on SQLite, and growth well below linear in the number of streams.
+
+No server and no limits: the pages are requested in-process by a staff user logged in with
+`force_login`, and none of streams/conf.py's limits applies to reading them (streams.bench.
+NOT_LOAD_LIMITS). The child checks that the database holds as many streams as were seeded and
+that every page answers 200; otherwise the run exits non-zero.
 """
 
 import argparse
@@ -171,7 +176,14 @@ def _child_main(command, opts):
     from django.test.utils import CaptureQueriesContext
     from django.urls import NoReverseMatch, reverse
 
+    from streams.models import Stream
+
     spec = json.loads(opts["child"])
+    seeded = Stream.objects.count()
+    if seeded != spec["streams"]:
+        raise SystemExit(
+            f"bench pages: {seeded:,} streams in the database, {spec['streams']:,} seeded"
+        )
     if connection.vendor == "postgresql":
         # what autovacuum does within a minute of a bulk load: planner statistics, and the
         # visibility map that lets index-only scans skip the table

@@ -14,6 +14,11 @@ Per configuration (number of concurrent clients):
 - the relay floor: the same rounds through `/_bench/relay` on the same Daphne, the least a
   forwarding hop does on this stack (httpcore out, chunks back; streams/bench/proxy_asgi.py):
   its added TTFT and per-event latency, and the proxy's above it (Streamscope's own cost).
+
+All of the bench's requests carry one token of one user: the Daphne it starts gets the limits
+that needs (streams.bench.server_limits: requests in flight per token and streams per user, from
+the largest --concurrency), and the run exits non-zero when an event was lost or not recorded,
+or the proxy refused a request.
 """
 
 import asyncio
@@ -25,8 +30,9 @@ import time
 from pathlib import Path
 
 import httpx
+from django.core.management.base import CommandError
 
-from . import manage, migrated_env
+from . import fail_if, limits_of, manage, migrated_env, server_limits
 from .relay import Server, _percentile
 
 REQUEST = {
@@ -44,6 +50,18 @@ def add_arguments(parser):
         "--arrivals",
         default="steady,burst",
         help="steady (n clients streaming back to back, staggered) and/or burst (n at once)",
+    )
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=int(REQUEST["metadata"]["sentences"]),
+        help="length of each reply (the simulator's `sentences`)",
+    )
+    parser.add_argument(
+        "--time-scale",
+        type=float,
+        default=float(REQUEST["metadata"]["time_scale"]),
+        help="the simulator's pacing: 1 is a real model's, smaller is faster (a quick check)",
     )
 
 
@@ -63,25 +81,40 @@ def run(command, opts):
         tmp / "simulator.log",
     )
     sim_root = f"http://127.0.0.1:{sim.port}"
+    configurations = [
+        (int(n), arrivals)
+        for arrivals in opts["arrivals"].split(",")
+        for n in opts["concurrency"].split(",")
+        if n.strip()
+    ]
+    most = max((n for n, _ in configurations), default=0)
+    # Each client's next request may arrive while the proxy still finishes its last one (the
+    # client has the whole answer before the proxy's handler returns): twice the clients.
+    limits = server_limits(env, streams=2 * most, requests=2 * most)
     daphne = Server(
         [sys.executable, "-m", "dashboard.server", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
         + ["streams.bench.proxy_asgi:application"],
-        {**env, "UPSTREAM_BASE_URL": sim_root + "/v1", "STREAMSCOPE_PROXY_MAX_CONCURRENT": "1000"},
+        {**env, "UPSTREAM_BASE_URL": sim_root + "/v1", **limits},
         tmp / "daphne.log",
     )
+    request = {
+        **REQUEST,
+        "metadata": {
+            **REQUEST["metadata"],
+            "time_scale": str(opts["time_scale"]),
+            "sentences": str(opts["sentences"]),
+        },
+    }
     results = []
     try:
-        configurations = [
-            (int(n), arrivals)
-            for arrivals in opts["arrivals"].split(",")
-            for n in opts["concurrency"].split(",")
-            if n.strip()
-        ]
         for n, arrivals in configurations:
             result = asyncio.run(
-                _configuration(n, opts["rounds"], sim_root, daphne, token, arrivals.strip())
+                _configuration(
+                    n, opts["rounds"], sim_root, daphne, token, arrivals.strip(), request
+                )
             )
             result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
+            result["server_limits"] = limits_of(limits)
             results.append(result)
             if opts["json"]:
                 command.stdout.write(json.dumps(result))
@@ -102,6 +135,15 @@ def run(command, opts):
     finally:
         daphne.stop()
         sim.stop()
+    fail_if(
+        [
+            f"{r['arrivals']} {r['concurrency']} client(s): {r['lost_events']} event(s) lost or "
+            "not recorded"
+            for r in results
+            if r["lost_events"]
+        ],
+        "proxy",
+    )
     return results
 
 
@@ -110,7 +152,7 @@ def _cpu_s(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
+async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
     """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs.
 
     `arrivals`: "burst", every client's request sent in the same instant (a round is a
@@ -137,7 +179,9 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
         duration_ns = 0
         for base, headers in ((sim_root + "/v1", {}), (relay_base, {}), (proxy_base, auth)):
             started = time.monotonic_ns()
-            await asyncio.gather(*(_one(client, base, headers, seed=-1 - i) for i in range(n)))
+            await asyncio.gather(
+                *(_one(client, base, headers, request, seed=-1 - i) for i in range(n))
+            )
             duration_ns = max(duration_ns, time.monotonic_ns() - started)
         ttft = {mode: {} for mode in bases}
         arrival = {mode: {} for mode in bases}  # request start → the simulator had it
@@ -152,12 +196,19 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
                 before = _cpu_s(daphne.proc.pid)
                 if arrivals == "burst":
                     runs = await asyncio.gather(
-                        *(_one(client, base, headers, seed=r * 1000 + i) for i in range(n))
+                        *(_one(client, base, headers, request, seed=r * 1000 + i) for i in range(n))
                     )
                 else:
                     clients = await asyncio.gather(
                         *(
-                            _client(client, base, headers, r * 1000 + i * 10, i * duration_ns / n)
+                            _client(
+                                client,
+                                base,
+                                headers,
+                                request,
+                                r * 1000 + i * 10,
+                                i * duration_ns / n,
+                            )
                             for i in range(n)
                         )
                     )
@@ -221,24 +272,28 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals):
 STEADY_STREAMS = 3  # per client and round in "steady" arrivals; the first is not measured
 
 
-async def _client(client, base, headers, seed0, offset_ns):
+async def _client(client, base, headers, request, seed0, offset_ns):
     """One client of a "steady" round: waits `offset_ns`, then runs STEADY_STREAMS streams
     back to back."""
     await asyncio.sleep(offset_ns / 1e9)
     runs = []
     for j in range(STEADY_STREAMS):
-        seed, result = await _one(client, base, headers, seed0 + j)
+        seed, result = await _one(client, base, headers, request, seed0 + j)
         runs.append((seed, (*result[:5], j > 0)))
     return runs
 
 
-async def _one(client, base, headers, seed):
+async def _one(client, base, headers, request, seed):
     """One streaming request: (seed, (first-delta ns − start ns, receipt ns per event, the
     upstream's response id, the proxy's stream id or None))."""
-    body = {**REQUEST, "metadata": {**REQUEST["metadata"], "seed": str(seed)}}
+    body = {**request, "metadata": {**request["metadata"], "seed": str(seed)}}
     receipts, response_id, first = [], None, None
     t0 = time.monotonic_ns()
     async with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
+        if r.status_code != 200:
+            # a limit of the server the bench did not size, or a broken path: not a figure
+            text = (await r.aread()).decode(errors="replace")[:500]
+            raise CommandError(f"bench proxy: {base}/responses answered {r.status_code}: {text}")
         stream_id = r.headers.get("x-streamscope-stream")
         buffer = b""
         async for chunk in r.aiter_raw():

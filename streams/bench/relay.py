@@ -21,6 +21,13 @@ lost_events / duplicated_events compare what the clients got with what was store
 With `--runner worker --layer redis` a `stream_worker` process records (streams.bench.
 relay_worker, publishing in the same pattern) and Daphne only relays, through Redis.
 Viewers subscribe before their stream starts (the stock pattern cannot catch up).
+
+The bench's load is one user's: every viewer, stream and token is the `bench` user's. The servers
+it starts get the limits that load needs (streams.bench.server_limits: sockets per user, streams
+per user and per worker, a viewer's outbox and patience, from the stream counts and events per
+stream), and the run exits non-zero when one of our patterns lost or duplicated an event, a
+viewer was closed by the server, or a stream did not complete (the stock pattern's losses are
+what it is there to show).
 """
 
 import asyncio
@@ -38,11 +45,27 @@ from asgiref.sync import sync_to_async
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.layers import get_channel_layer
 
-from streams.bench import BASE_DIR, free_port, migrated_env, wait_for_port
+from streams.bench import (
+    BASE_DIR,
+    fail_if,
+    free_port,
+    limits_of,
+    migrated_env,
+    server_limits,
+    wait_for_port,
+)
 
 FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
 FAST_EVENTS_MANY = 1_000
 PACED = {"model": "auto", "metadata": {"time_scale": 1.0, "sentences": 6}}
+# How long our viewers wait through silence before giving up on their stream (they end at its
+# terminal frame; silence only means a loaded machine).
+PATIENCE_S = 120.0
+# Why the server closed a viewer (streams/consumers.py's close codes).
+CLOSE_REASONS = {
+    4008: "too slow: RELAY_OUTBOX_MAX_EVENTS / RELAY_SLOW_CLIENT_TIMEOUT_S",
+    4029: "too many sockets for one user: MAX_SOCKETS_PER_USER",
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -366,6 +389,17 @@ def run(command, opts):
     worker = opts["runner"] == "worker"
     if worker and layers != ["redis"]:
         raise SystemExit("--runner worker needs --layer redis (the worker publishes through it)")
+    most = max(counts, default=0)
+    limits = server_limits(
+        env,
+        streams=most,
+        # one viewer per stream, and as many again whose close the server may not have handled
+        # when the next run's viewers connect (a slot is freed after the close, asynchronously)
+        sockets=0 if opts["no_viewers"] else 2 * most,
+        # a viewer is never further behind than its whole stream
+        viewer_events=max((_fast_events(opts, n) for n in counts), default=0),
+        patience_s=PATIENCE_S,
+    )
     try:
         for layer in layers:
             layer_env = {k: v for k, v in env.items() if k != "REDIS_URL"}
@@ -380,6 +414,7 @@ def run(command, opts):
                     "STREAMSCOPE_BENCH_PATTERN": pattern,
                     "STREAMSCOPE_RUNNER": opts["runner"],
                     "STREAMSCOPE_EVENT_LOOP": loop,
+                    **limits,
                 }
                 daphne = Server(
                     [sys.executable, "-m", "dashboard.server", "-v", "0"]
@@ -406,6 +441,7 @@ def run(command, opts):
                             "runner": opts["runner"],
                             "loop": loop,
                             **result,
+                            "server_limits": limits_of(limits),
                         }
                         results.append(result)
                         _print(command, opts, result)
@@ -417,7 +453,31 @@ def run(command, opts):
         sim.stop()
     if not opts["json"]:
         _summary(command, results)
+    fail_if(_problems(results), "relay")
     return results
+
+
+def _problems(results):
+    out = []
+    for r in results:
+        label = f"{r['layer']} {r['loop']} {r['pattern']} {r['streams']} stream(s)"
+        if r["failed_streams"]:
+            out.append(f"{label}: {r['failed_streams']} stream(s) did not complete")
+        if r["pattern"] == "stock":
+            continue  # the stock pattern's losses are what it is measured for
+        if r["lost_events"]:
+            out.append(f"{label}: {r['lost_events']} event(s) lost")
+        if r["duplicated_events"]:
+            out.append(f"{label}: {r['duplicated_events']} event(s) duplicated")
+        for code, n in r["viewers_closed"].items():
+            why = CLOSE_REASONS.get(int(code), "closed before the stream's end")
+            out.append(f"{label}: {n} viewer(s) closed by the server with {code} ({why})")
+    return out
+
+
+def _fast_events(opts, n):
+    """Events per fast stream when `n` run at once."""
+    return opts["fast_events"] or FAST_EVENTS.get(n, FAST_EVENTS_MANY)
 
 
 def _summary(command, results):
@@ -465,12 +525,22 @@ def _print(command, opts, r):
         f"{r['layer']:6} {r['loop']:7} {r['pattern']:13} {r['streams']:4} stream(s): "
         f"{r['events_per_s']:>10,.0f} events/s, "
         f"added latency {lat}, lost {r['lost_events']}, duplicated {r['duplicated_events']}"
+        + (f", viewers closed {r['viewers_closed']}" if r["viewers_closed"] else "")
+        + (f", {r['failed_streams']} stream(s) not completed" if r["failed_streams"] else "")
     )
 
 
 async def _configuration(pattern, n, port, sim_root, opts, command):
-    fast_events = opts["fast_events"] or FAST_EVENTS.get(n, FAST_EVENTS_MANY)
-    fast = {"delivered": 0, "elapsed_s": 0, "lost": 0, "duplicated": 0, "stored": 0}
+    fast_events = _fast_events(opts, n)
+    fast = {
+        "delivered": 0,
+        "elapsed_s": 0,
+        "lost": 0,
+        "duplicated": 0,
+        "stored": 0,
+        "closed": {},
+        "failed": 0,
+    }
     if not opts["no_fast"]:
         fast = await _run(
             pattern,
@@ -491,6 +561,10 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
         "lost_events": fast["lost"],
         "duplicated_events": fast["duplicated"],
         "fast_events": fast["stored"],
+        # viewers the server closed before their stream's end, by close code
+        "viewers_closed": dict(fast["closed"]),
+        # streams that ended otherwise than `completed`
+        "failed_streams": fast["failed"],
     }
     if not opts["no_paced"]:
         request = {**PACED, "metadata": {**PACED["metadata"], "sentences": opts["sentences"]}}
@@ -513,6 +587,9 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
         if not opts["no_viewers"]:
             result["lost_events"] += paced["lost"]
             result["duplicated_events"] += paced["duplicated"]
+        for code, count in paced["closed"].items():
+            result["viewers_closed"][code] = result["viewers_closed"].get(code, 0) + count
+        result["failed_streams"] += paced["failed"]
         result["paced_events"] = paced["stored"]
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         stats = (await client.post("/_bench/stats", json={})).json()
@@ -552,11 +629,14 @@ async def _run(pattern, n, port, request, idle_s, viewers=True):
                 sockets += await asyncio.gather(*(viewer(s) for s in ids[i : i + 20]))
         t0 = time.monotonic_ns()
         await client.post("/_bench/start", json={"ids": ids})
-        received = await asyncio.gather(
+        consumed = await asyncio.gather(
             *(_consume(ws, pattern == "stock", idle_s) for ws in sockets)
         )
-        if not viewers:
-            received = [[] for _ in ids]
+        received = [records for records, _ in consumed] if viewers else [[] for _ in ids]
+        closed = {}
+        for _, code in consumed:
+            if code is not None:
+                closed[str(code)] = closed.get(str(code), 0) + 1
         for _ in range(600):
             streams = (await client.post("/_bench/streams", json={"ids": ids})).json()["streams"]
             if all(s["status"] not in ("pending", "streaming") for s in streams):
@@ -582,15 +662,21 @@ async def _run(pattern, n, port, request, idle_s, viewers=True):
         "lost": lost,
         "duplicated": duplicated,
         "elapsed_s": (last - t0) / 1e9,
+        "closed": closed,
+        "failed": sum(1 for s in streams if s["status"] != "completed"),
     }
 
 
 async def _consume(ws, stock, idle_s):
-    """(index, receipt monotonic ns) of every event received, until the end or silence."""
+    """(index, receipt monotonic ns) of every event received, until the end or silence; and the
+    close code when the server closed the socket before that (else None)."""
+    from websockets.exceptions import ConnectionClosed
+
     if not stock:
         # ours ends with a terminal frame; silence only means a loaded machine
-        idle_s = max(idle_s, 120.0)
+        idle_s = max(idle_s, PATIENCE_S)
     records = []
+    closed = None
     append = records.append
     loads = json.loads
     clock = time.monotonic_ns
@@ -613,10 +699,12 @@ async def _consume(ws, stock, idle_s):
                     append((e["index"], now))
                 if frame.get("terminal"):
                     break
-    except Exception:  # closed: what arrived counts
+    except ConnectionClosed as exc:  # what arrived counts; the code says why
+        closed = exc.rcvd.code if exc.rcvd is not None else 1006
+    except Exception:  # what arrived counts
         pass
     await ws.close()
-    return records
+    return records, closed
 
 
 def _percentile(values, p):

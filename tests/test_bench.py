@@ -1,0 +1,291 @@
+"""The benchmarks cannot rot: each `manage.py bench …` runs once, at the smallest size that still
+goes through each of its stages (its servers, every pattern or arrival mode, the checks after
+the run), through its real command line with --json, and must lose nothing.
+
+What is asserted is that the figures exist and make sense (every line parses, the counts equal
+what was sent, rates and ratios are positive and finite, nothing lost, duplicated, refused or
+unrecorded), never how fast anything was: CI machines are too noisy for timings, and the
+benchmarks print those for people.
+
+Every bench runs in an environment whose load limits (streams.bench.LOAD_LIMITS) are far below
+its load: a bench that did not size the servers it starts for its own load would lose events or
+have requests refused, and exit non-zero. Tier 1 runs the SQLite / in-memory modes; tier 2
+(`scale`) the PostgreSQL and Redis modes, which would rot unseen otherwise.
+"""
+
+import json
+import math
+import os
+import secrets
+import subprocess
+import sys
+import uuid
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+from streams import conf
+from streams.bench import LOAD_LIMITS, NOT_LOAD_LIMITS, server_limits
+from tests.conftest import REPO
+
+ON_SCALE_STACK = os.environ.get("DATABASE_URL", "").startswith("postgres") and bool(
+    os.environ.get("REDIS_URL")
+)
+TIER_1 = pytest.mark.skipif(
+    os.environ.get("DATABASE_URL", "").startswith("postgres") or bool(os.environ.get("REDIS_URL")),
+    reason="the SQLite and in-memory modes, once (tier 1); tier 2 runs the PostgreSQL and Redis "
+    "ones",
+)
+
+
+def tier_2(test):
+    return pytest.mark.scale(
+        pytest.mark.skipif(not ON_SCALE_STACK, reason="needs PostgreSQL and Redis (CI tier 2)")(
+            test
+        )
+    )
+
+
+# Each load limit below what any bench here puts on its servers (3 viewers of one user, 2 clients
+# of one token, …): the benches must raise them, or lose work and fail.
+TIGHT = {f"STREAMSCOPE_{name}": "1" for name in LOAD_LIMITS}
+TIGHT["STREAMSCOPE_MAX_SOCKETS_PER_USER"] = "2"
+
+
+def bench(tmp_path, *args):
+    """`manage.py bench *args --json` in a subprocess with TIGHT limits; its JSON lines. Fails
+    the test when it exits non-zero or prints anything else on stdout. (Its temporary folders,
+    databases and server logs, go to `tmp_path`.)"""
+    environment = {
+        **os.environ,
+        "TMPDIR": str(tmp_path),
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(40),
+        "LOG_LEVEL": "WARNING",
+        "PYTHONUNBUFFERED": "1",
+        **TIGHT,
+    }
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "bench", *args, "--json"],
+        cwd=REPO,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert proc.returncode == 0, f"bench {' '.join(args)}:\n{proc.stderr[-5000:]}"
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    assert lines, f"bench {args[0]} printed nothing"
+    return [json.loads(line) for line in lines]
+
+
+def positive(value):
+    return isinstance(value, int | float) and math.isfinite(value) and value > 0
+
+
+def finite(value):
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Every setting is weighed against the benchmarks
+
+
+def test_every_setting_of_conf_is_a_load_limit_or_says_why_not():
+    names = set(conf.NAMES)
+    load, other = set(LOAD_LIMITS), set(NOT_LOAD_LIMITS)
+    assert not load & other, f"both a load limit and not: {sorted(load & other)}"
+    missing = sorted(names - load - other)
+    assert not missing, (
+        f"streams/conf.py has {missing}: add each to streams/bench/__init__.py, to LOAD_LIMITS "
+        "if a benchmark's load (one user, one token, one address, thousands of events) could "
+        "hit it, so the benchmarks size their servers for it, or to NOT_LOAD_LIMITS with the "
+        "reason none can"
+    )
+    # (server_limits reads each load limit; a stale reason elsewhere is only untidy)
+    assert not load - names, f"no longer in conf.py: {sorted(load - names)}"
+    assert all(reason for reason in NOT_LOAD_LIMITS.values())
+
+
+def test_server_limits_raise_a_limit_to_the_load_and_never_lower_one():
+    tight = server_limits({"STREAMSCOPE_MAX_SOCKETS_PER_USER": "2"}, sockets=6, patience_s=120)
+    assert tight["STREAMSCOPE_MAX_SOCKETS_PER_USER"] == "6"
+    assert float(tight["STREAMSCOPE_RELAY_SLOW_CLIENT_TIMEOUT_S"]) == 120
+    assert set(tight) == {f"STREAMSCOPE_{name}" for name in LOAD_LIMITS}
+    # a caller's higher setting stays; below the load, conf.py's default stays
+    roomy = server_limits({"STREAMSCOPE_MAX_SOCKETS_PER_USER": "1000"}, sockets=6, streams=3)
+    assert roomy["STREAMSCOPE_MAX_SOCKETS_PER_USER"] == "1000"
+    assert roomy["STREAMSCOPE_WORKER_CONCURRENCY"] == str(conf.Settings().worker_concurrency)
+
+
+# ---------------------------------------------------------------------------------------------
+# Tier 1: SQLite, the in-memory channel layer
+
+
+def check_ingest(lines, database, streams, events):
+    assert [line["streams"] for line in lines] == streams
+    for line in lines:
+        assert line["database"] == database
+        assert line["events"] == line["streams"] * events
+        assert line["lost_events"] == line["bare_lost_events"] == line["failed_streams"] == 0
+        assert positive(line["bare_events_per_s"]) and positive(line["pipeline_events_per_s"])
+        assert positive(line["ratio"])
+        assert line["ratio"] == pytest.approx(
+            line["pipeline_events_per_s"] / line["bare_events_per_s"], rel=0.01
+        )
+        assert line["stored_events"] >= line["events"]
+        assert positive(line["bytes_per_event"]) and positive(line["peak_rss_mb"])
+
+
+@TIER_1
+def test_ingest(tmp_path):
+    """2 concurrent streams, Prometheus figures kept and not (both in each round)."""
+    lines = bench(
+        tmp_path, "ingest", "--streams", "2", "--events", "50", "--repeat", "1",
+        "--metrics", "on,off",
+    )  # fmt: skip
+    check_ingest(lines, "sqlite", [2], 50)
+    for line in lines:
+        assert line["layer"] == "memory"
+        for mode in ("on", "off"):
+            assert positive(line[f"metrics_{mode}_events_per_s"])
+            assert positive(line[f"metrics_{mode}_cpu_us_per_event"])
+            assert len(line[f"metrics_{mode}_runs"]) == 1
+        assert finite(line["metrics_cost_pct"]) and finite(line["metrics_cpu_cost_pct"])
+
+
+def check_relay(lines, streams, fast_events, patterns):
+    assert [line["pattern"] for line in lines] == patterns
+    for line in lines:
+        assert line["streams"] == streams
+        assert line["failed_streams"] == 0, line
+        assert line["fast_events"] == streams * fast_events
+        assert line["paced_events"] > 0
+        assert positive(line["events_per_s"])
+        for name in ("added_latency", "recorder_latency"):
+            assert finite(line[f"{name}_p50_ms"]) and finite(line[f"{name}_p99_ms"])
+        assert line["added_latency_p50_ms"] > 0
+        if line["pattern"] != "stock":  # the stock pattern is there to show what it loses
+            assert line["lost_events"] == line["duplicated_events"] == 0, line
+            assert line["viewers_closed"] == {}, line
+        # sized for this load above the environment's MAX_SOCKETS_PER_USER=2 and the rest at 1
+        limits = line["server_limits"]
+        assert limits["MAX_SOCKETS_PER_USER"] >= streams
+        assert limits["MAX_CONCURRENT_PER_USER"] >= streams
+        assert limits["WORKER_CONCURRENCY"] >= streams
+        assert limits["RELAY_OUTBOX_MAX_EVENTS"] >= fast_events
+
+
+@TIER_1
+def test_relay_loses_nothing_with_more_viewers_than_the_environment_allows_one_user(tmp_path):
+    """3 viewers of one user against STREAMSCOPE_MAX_SOCKETS_PER_USER=2 in the bench's
+    environment: the bench sizes its Daphne for its own viewers, so every event arrives. (Before
+    it did, the third viewer was closed with 4029 and its events counted as lost, with exit
+    status 0: `bench relay --streams 100` lost half its events to the cap of 50.)"""
+    lines = bench(tmp_path, "relay", "--streams", "3", "--fast-events", "20", "--sentences", "1")
+    check_relay(lines, 3, 20, ["stock", "batched-layer", "batched"])
+
+
+@TIER_1
+def test_pages(tmp_path):
+    from streams.bench.pages import PAGES
+
+    lines = bench(tmp_path, "pages", "--sizes", "200", "--repeat", "1")
+    assert [line["page"] for line in lines] == [name for name, _ in PAGES]
+    for line in lines:
+        assert line["database"] == "sqlite" and line["streams"] == 200
+        assert positive(line["server_ms_p50"]) and line["server_ms_max"] >= line["server_ms_p50"]
+        assert isinstance(line["queries"], int) and line["queries"] > 0
+
+
+@TIER_1
+def test_proxy(tmp_path):
+    """2 clients of one token against STREAMSCOPE_PROXY_MAX_CONCURRENT=1 in the environment,
+    both arrival patterns, at a twentieth of a real model's pacing."""
+    lines = bench(
+        tmp_path, "proxy", "--concurrency", "2", "--rounds", "1", "--time-scale", "0.05",
+        "--sentences", "2",
+    )  # fmt: skip
+    assert [(line["arrivals"], line["concurrency"]) for line in lines] == [
+        ("steady", 2),
+        ("burst", 2),
+    ]
+    from streams.bench.proxy import STEADY_STREAMS
+
+    for line in lines:
+        assert line["lost_events"] == 0
+        assert line["events"] > 0
+        # steady: every client's streams but its first of the round; burst: one each
+        per_client = STEADY_STREAMS - 1 if line["arrivals"] == "steady" else 1
+        assert line["samples"] == 2 * per_client
+        for name, value in line.items():
+            if name.endswith("_ms") or name.endswith("_per_event"):
+                assert finite(value), (name, value)
+        assert positive(line["daphne_floor_p50_ms"])
+        assert line["cpu_us_per_event"] >= 0 and line["relay_cpu_us_per_event"] >= 0
+        assert line["server_limits"]["PROXY_MAX_CONCURRENT"] >= 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Tier 2: PostgreSQL and Redis
+
+
+def _postgres(database):
+    parts = urlsplit(os.environ["DATABASE_URL"])
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+@pytest.fixture
+def scratch_postgres():
+    """An empty database on the tier's PostgreSQL server, dropped afterwards (the bench fills
+    the database it is given)."""
+    import psycopg
+
+    name = f"bench_ingest_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    yield _postgres(name)
+    with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@tier_2
+def test_ingest_on_postgres(scratch_postgres, tmp_path):
+    lines = bench(
+        tmp_path, "ingest", "--database", "postgres", "--postgres-url", scratch_postgres,
+        "--streams", "2", "--events", "50", "--repeat", "1",
+    )  # fmt: skip
+    check_ingest(lines, "postgres", [2], 50)
+    assert lines[0]["layer"] == "redis"
+
+
+@tier_2
+def test_pages_on_postgres(tmp_path):
+    from streams.bench.pages import PAGES
+
+    lines = bench(
+        tmp_path, "pages", "--database", "postgres", "--postgres-url", os.environ["DATABASE_URL"],
+        "--sizes", "200", "--repeat", "1",
+    )  # fmt: skip
+    assert [line["page"] for line in lines] == [name for name, _ in PAGES]
+    for line in lines:
+        assert line["database"] == "postgres" and line["streams"] == 200
+        assert positive(line["server_ms_p50"]) and line["queries"] > 0
+
+
+@tier_2
+def test_relay_on_redis_with_a_worker(tmp_path):
+    """Recording in a `stream_worker`, relaying through Redis, with one worker stream at a time
+    and 2 sockets per user in the environment. The bench's Redis database is one of its own:
+    its socket leases and throttles must not meet the tests' (database 0)."""
+    import redis
+
+    url = urlunsplit(urlsplit(os.environ["REDIS_URL"])._replace(path="/9"))
+    try:
+        lines = bench(
+            tmp_path, "relay", "--layer", "redis", "--redis-url", url, "--runner", "worker",
+            "--streams", "3", "--fast-events", "20", "--sentences", "1", "--patterns", "batched",
+        )  # fmt: skip
+    finally:
+        redis.Redis.from_url(url).flushdb()
+    check_relay(lines, 3, 20, ["batched"])
+    assert all(line["layer"] == "redis" and line["runner"] == "worker" for line in lines)
