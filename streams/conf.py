@@ -154,6 +154,12 @@ class Settings:
                 raise TypeError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not {kind.__name__}")
             elif kind is float and not math.isfinite(value):
                 raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not finite")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in (int, float) and f.name not in MAY_BE_ZERO and value <= 0:
+                raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} must be above 0")
+            if f.type in (int, float) and value < 0:
+                raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} must not be negative")
         if self.runner not in RUNNERS:
             raise ValueError(f"STREAMSCOPE RUNNER: {self.runner!r} is not one of {RUNNERS}")
         if self.receipt_clock not in RECEIPT_CLOCKS:
@@ -168,6 +174,22 @@ class Settings:
 
 
 NAMES = tuple(f.name.upper() for f in dataclasses.fields(Settings))
+# Numbers that may be 0 (off, none, immediately); every other number must be above 0: a limit of
+# 0 is no limit but a refusal of everything, or a division by zero.
+MAY_BE_ZERO = frozenset(
+    {
+        "batch_max_age_ms",
+        "count_write_interval_ms",
+        "storage_retry_s",
+        "connect_backoff_s",
+        "retain_events_days",
+        "retain_streams_days",
+        "relay_inline_max_bytes",
+        "proxy_token_cache_s",
+        "hsts_seconds",
+        "login_cooloff_s",
+    }
+)
 
 
 def _parse(kind, text):

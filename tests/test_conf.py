@@ -86,3 +86,16 @@ def test_postgresql_connections_sort_in_memory(db):
         with connection.cursor() as cursor:
             cursor.execute("SHOW work_mem")
             assert cursor.fetchone()[0] == "32MB"
+
+
+@pytest.mark.parametrize(
+    "name", ["TOKEN_FAILURE_LIMIT", "MAX_SOCKETS_PER_USER", "QUEUE_MAX_EVENTS"]
+)
+def test_a_limit_of_zero_or_less_stops_the_start_naming_it(name):
+    for value in ("0", "-3"):
+        with pytest.raises(ValueError, match=f"STREAMSCOPE {name}"):
+            conf.from_environ({f"STREAMSCOPE_{name}": value})
+
+
+def test_zero_stays_allowed_where_it_means_off():
+    assert conf.from_environ({"STREAMSCOPE_RETAIN_EVENTS_DAYS": "0"}) == {"RETAIN_EVENTS_DAYS": 0}

@@ -22,9 +22,13 @@ class Command(BaseCommand):
     async def main(self, opts):
         worker = StreamWorker(concurrency=opts["concurrency"] or None)
         loop = asyncio.get_running_loop()
+        def stop():
+            worker.stopping.set()
+            worker.wake.set()  # (out of its wait for work)
+
+        # one handler per signal: a second add_signal_handler replaces the first
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, worker.stopping.set)
-            loop.add_signal_handler(sig, worker.wake.set)
+            loop.add_signal_handler(sig, stop)
         self.stdout.write(f"stream worker {RUNNER_ID} ready")
         self.stdout.flush()
         await worker.run(drain_s=opts["drain"])
