@@ -8,7 +8,7 @@ import random
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 
 from dashboard.stats import cube
 from dashboard.stats.admin import admin_report
@@ -104,7 +104,7 @@ def _random_history(rng, users, n=120):
 
 
 @pytest.fixture
-def people(db):
+def people(_without_history, db):
     User = get_user_model()
     return [User.objects.create_user("ann"), User.objects.create_user("ben"), None]
 
@@ -174,11 +174,64 @@ def test_the_top_band_holds_the_k_largest_values_and_little_else():
 # The pages from aggregates against the raw (exact) path, on a seed_demo history
 
 
-@pytest.fixture
-def history(db):
-    from streams.management.commands.seed_demo import seed
+class _SharedHistory:
+    """The history, seeded once for the cases that read it (seeding is nearly all of such a
+    case's time) in a transaction left open across them and rolled back at the module's end.
+    Each case's own transaction (`db`) is a savepoint inside it, rolled back after the case:
+    whatever a case writes is gone before the next one, which sees the history as seeded. The
+    cases that need an empty database (`people`) come first in the file; should one run after
+    the history is seeded (`--failed-first`, another order), it is rolled back for that case
+    and seeded again for the next case that reads it."""
 
-    seed(1500, days=4, seed=11, events_per_stream=8, users=("alice", "bob"), now=NOW)
+    def __init__(self, blocker):
+        self.blocker = blocker
+        self.outer = None  # the open transaction holding the history
+
+    def seeded(self):
+        from streams.management.commands.seed_demo import seed
+
+        if self.outer is not None:
+            return
+        with self.blocker.unblock():
+            assert not connection.in_atomic_block, "seeded inside a case's own transaction"
+            self.outer = transaction.atomic()
+            self.outer.__enter__()
+            try:
+                seed(1500, days=4, seed=11, events_per_stream=8, users=("alice", "bob"), now=NOW)
+            except BaseException:
+                self.gone()
+                raise
+
+    def gone(self):
+        if self.outer is None:
+            return
+        outer, self.outer = self.outer, None
+        with self.blocker.unblock():
+            assert connection.atomic_blocks[-1] is outer, "a case's own transaction is open"
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+@pytest.fixture(scope="module")
+def _shared_history(django_db_setup, django_db_blocker):
+    shared = _SharedHistory(django_db_blocker)
+    yield shared
+    shared.gone()
+
+
+# (before `db`, which opens the case's own transaction: these fixtures are asked for first)
+@pytest.fixture
+def _with_history(_shared_history):
+    _shared_history.seeded()
+
+
+@pytest.fixture
+def _without_history(_shared_history):
+    _shared_history.gone()
+
+
+@pytest.fixture
+def history(_with_history, db):
     return get_user_model().objects.get(username="alice")
 
 
@@ -226,8 +279,7 @@ FILTERS = [
     {"requested_model": "auto"},
 ]
 # The status is in every rollup's key, and every tagged stream's rows are there once more per
-# tag: these on two ranges (a day of hour rows and raw edges; all time's day rows), which keeps
-# the suite's time (each case seeds its history).
+# tag: these on two ranges (a day of hour rows and raw edges; all time's day rows).
 KEYED = [
     {"status": "failed"},
     {"status": "completed", "source": "proxy"},
