@@ -99,3 +99,16 @@ def test_a_limit_of_zero_or_less_stops_the_start_naming_it(name):
 
 def test_zero_stays_allowed_where_it_means_off():
     assert conf.from_environ({"STREAMSCOPE_RETAIN_EVENTS_DAYS": "0"}) == {"RETAIN_EVENTS_DAYS": 0}
+
+
+def test_the_one_machine_secret_key_is_made_once_kept_0600_and_survives_restarts(tmp_path):
+    from dashboard.settings import _kept_secret_key
+
+    path = tmp_path / ".streamscope-secret-key"
+    first = _kept_secret_key(path)
+    assert len(first) >= 50 and (path.stat().st_mode & 0o777) == 0o600
+    assert _kept_secret_key(path) == first  # the next start: the same key, sessions hold
+    # DJANGO_SECRET_KEY wins (read in settings before the file is looked at)
+    text = (REPO / "dashboard" / "settings.py").read_text()
+    assert 'os.environ.get("DJANGO_SECRET_KEY") or _kept_secret_key(' in text
+    assert ".streamscope-secret-key" in (REPO / ".gitignore").read_text()

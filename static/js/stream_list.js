@@ -211,7 +211,8 @@ if (section) {
     onClose: (info) => {
       if (info.willRetry) setLive("retrying", "reconnecting…");
     },
-    onEnd: (info) => setLive("off", info.reason === "refused" ? "live updates unavailable" : ""),
+    onEnd: (info) =>
+      setLive("off", { refused: "live updates unavailable", signed_out: "signed out" }[info.reason] ?? ""),
   });
   setLive("connecting", "connecting…");
 }

@@ -9,7 +9,7 @@
  *     onFrame(frame, conn) {},           // every frame, parsed (JSON frames, see below)
  *     onStatus(status, frame, conn) {},  // a frame carried a (new) status
  *     onOpen(conn) {}, onClose(info, conn) {},   // info: {code, reason, willRetry, delayMs}
- *     onEnd(info, conn) {},              // for good: {reason: "terminal" | "closed" | "refused"}
+ *     onEnd(info, conn) {},  // for good: {reason: "terminal" | "closed" | "refused" | "signed_out"}
  *   });
  *   conn.lastIndex;  // the highest event index received so far
  *   conn.close();    // stop; no reconnect
@@ -23,9 +23,15 @@
  * - stops after a terminal frame (`terminal: true`; the server then closes with 1000), after
  *   `conn.close()`, and after `maxRefusals` connections in a row that never opened: a refused
  *   handshake (not logged in, no access, foreign origin) looks the same as
- *   a network failure to a browser, so it cannot be told apart from one on the first try.
+ *   a network failure to a browser, so it cannot be told apart from one on the first try;
+ * - after a refused handshake asks the API whether the session still holds (signedout.js):
+ *   when it does not (a restart with a new secret, a logout elsewhere), it stops at once with
+ *   `signed_out` and the page says "signed out, log in again" with a link back, instead of
+ *   "reconnecting…" for ever.
  * For the live list (/ws/streams/) frames carry no event indexes and `after` is left as given.
  */
+
+import { showSignedOut, signedOut } from "./signedout.js";
 
 const DEFAULTS = {
   after: null,
@@ -70,6 +76,7 @@ export function connectStream(url, options = {}) {
   };
   let attempt = 0; // reconnects since the last frame
   let refusals = 0; // connections in a row that never opened
+  let probing = false; // asking whether the session still holds
   let timer = null;
 
   function stop(reason) {
@@ -120,6 +127,18 @@ export function connectStream(url, options = {}) {
         return;
       }
       if (!opened) refusals += 1;
+      if (!opened && !probing) {
+        // refused (or the server is away, restarting): perhaps the session ended, and then
+        // retrying cannot help
+        probing = true;
+        signedOut().then((gone) => {
+          probing = false;
+          if (gone && !conn.ended) {
+            showSignedOut();
+            stop("signed_out");
+          }
+        });
+      }
       if (refusals >= opts.maxRefusals) {
         opts.onClose({ code: event.code, reason: event.reason, willRetry: false }, conn);
         stop("refused");

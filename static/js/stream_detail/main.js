@@ -230,6 +230,7 @@ function follow() {
     },
     onEnd(info) {
       if (info.reason === "terminal") end();
+      else if (info.reason === "signed_out") setLive("off", "signed out");
       else setLive("off", info.reason === "refused" ? "live updates unavailable" : "");
     },
   });
