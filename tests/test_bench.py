@@ -198,6 +198,20 @@ def test_pages(tmp_path):
 
 
 @TIER_1
+def test_egress(tmp_path):
+    lines = bench(tmp_path, "egress", "--events", "50", "--repeat", "1")
+    pages = {line["page"]: line for line in lines if line["what"] == "page"}
+    frames = [line for line in lines if line["what"] == "frame"]
+    assert set(pages) >= {"timeline", "export .json", "export .sse", "latency"}
+    assert [f["events"] for f in frames] == [10, 1]
+    for line in (*pages.values(), *frames):
+        for key in ("page_ms", "gate_ms", "encode_us", "gate_us"):
+            if key in line:
+                assert math.isfinite(line[key]) and line[key] > 0, line
+    assert not [line for line in lines if line["what"] == "check"]
+
+
+@TIER_1
 def test_proxy(tmp_path):
     """2 clients of one token against STREAMSCOPE_PROXY_MAX_CONCURRENT=1 in the environment,
     both arrival patterns, at a twentieth of a real model's pacing."""

@@ -13,6 +13,7 @@ BENCHMARKS = {
     "relay": "streams.bench.relay",
     "pages": "streams.bench.pages",
     "proxy": "streams.bench.proxy",
+    "egress": "streams.bench.egress",
 }
 
 
