@@ -104,6 +104,12 @@ class Settings:
     # How long a checked token is trusted without asking the database again (a revoked token
     # stops working within this time).
     proxy_token_cache_s: float = 5.0
+    # A proxied client's unread bytes the server holds for it: beyond this, the proxy stops
+    # reading the upstream until the client reads; a client that reads nothing for
+    # PROXY_SLOW_CLIENT_TIMEOUT_S is let go (PROXY_ON_DISCONNECT says what becomes of the
+    # upstream request). Memory for unread responses is at most this per connection.
+    proxy_client_buffer_bytes: int = 256 * 1024
+    proxy_slow_client_timeout_s: float = 30.0
     # --- Telemetry (streams/telemetry.py, docs/telemetry.md) ---
     # Prometheus figures are kept (the /metrics endpoint answers either way).
     metrics: bool = True

@@ -27,7 +27,10 @@ body bytes, plus `X-Accel-Buffering: no`, `Cache-Control: no-cache` and `X-Strea
 An upstream failure is never turned into a clean end: a reset upstream connection resets the
 client's. A client that hangs up cancels the upstream request (the row ends `cancelled`,
 `client_disconnected`), or with `STREAMSCOPE_PROXY_ON_DISCONNECT=drain` the upstream is read to
-its end and recorded. A stall is recorded (the checker's `stall` finding), never retried
+its end and recorded. Backpressure end to end: while more than PROXY_CLIENT_BUFFER_BYTES wait
+unread for a client, the proxy reads no further from the upstream; a client that reads nothing
+for PROXY_SLOW_CLIENT_TIMEOUT_S is let go like one that hung up (`client_too_slow`), and what it
+was never handed has no `sent_us`. A request counts as in flight until its client has its bytes. A stall is recorded (the checker's `stall` finding), never retried
 behind the client's back.
 
 A plain ASGI application in front of Django (dashboard/asgi.py routes `/v1/` here): the view
@@ -345,10 +348,10 @@ async def _responses(scope, receive, send, user, headers, forward):
     tap.task = task
     gone = asyncio.ensure_future(_disconnected(receive))
     await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
-    if not task.done():  # the client hung up first
+    if not task.done():  # the client hung up first, or stopped reading and was let go
         tap.client_gone = True
         if conf.get().proxy_on_disconnect == "cancel":
-            rec.cancel_code = "client_disconnected"
+            rec.cancel_code = "client_too_slow" if tap.too_slow else "client_disconnected"
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -360,6 +363,9 @@ async def _responses(scope, receive, send, user, headers, forward):
         exc = task.exception()
         outcome = None if exc is not None else task.result()
     await tap.finish(outcome)
+    # in flight until the client has its bytes: unread responses count against the token's
+    # PROXY_MAX_CONCURRENT, not only the requests still reading the upstream
+    await tap.drained(0)
 
 
 async def _disconnected(receive):
@@ -399,6 +405,8 @@ class Tap:
         self.wants_json = wants_json
         self.started = False
         self.client_gone = False
+        self.too_slow = False  # let go for not reading (not a hang-up)
+        self.transport = None  # the client's, to see how much of what was sent it has read
 
     async def opened(self):
         """The stream's row, once created: the recording writes to it from now on."""
@@ -424,12 +432,37 @@ class Tap:
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
         self.started = True
+        self.transport = _transport(self.send)
 
     async def chunk(self, data):
+        """Hand `data` to the client; when it was handed over (None: the client is gone or
+        was let go, and did not get it). While more than PROXY_CLIENT_BUFFER_BYTES wait unread
+        in the server for this client, this waits: the recording reads no further from the
+        upstream, whose own TCP flow control then slows it."""
         if self.client_gone:
             return None
         await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        if not await self.drained(conf.get().proxy_client_buffer_bytes):
+            return None
         return time.monotonic_ns()
+
+    async def drained(self, high):
+        """Whether the client's unread bytes came down to `high` within
+        PROXY_SLOW_CLIENT_TIMEOUT_S; if not, the client is let go (its connection closed, as
+        if it had hung up) and this is False."""
+        transport = self.transport
+        if transport is None or self.client_gone or _unread(transport) <= high:
+            return not self.client_gone
+        give_up = time.monotonic() + conf.get().proxy_slow_client_timeout_s
+        while _unread(transport) > high:
+            if self.client_gone:
+                return False
+            if time.monotonic() > give_up:
+                self.too_slow = self.client_gone = True
+                _abort(self.send)
+                return False
+            await asyncio.sleep(0.01)
+        return True
 
     async def finish(self, outcome):
         """End the client's response the way the upstream's ended."""
@@ -449,6 +482,22 @@ class Tap:
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
         elif not _abort(self.send):
             raise ConnectionResetError(f"stream {self.stream_id}: the upstream broke off")
+
+
+def _transport(send):
+    """The Twisted transport of the client's connection under Daphne, or None elsewhere."""
+    send = egress.innermost(send)
+    request = (getattr(send, "args", None) or (None,))[0]
+    transport = getattr(getattr(request, "channel", None), "transport", None)
+    return transport if hasattr(transport, "dataBuffer") else None
+
+
+def _unread(transport):
+    """Bytes written for the client that are still in the server's buffer, not its socket's."""
+    try:
+        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
+    except AttributeError:
+        return 0
 
 
 # Outcomes after which the client's connection is reset rather than ended: the upstream's

@@ -70,6 +70,9 @@ NOT_LOAD_LIMITS = {
     "PROXY_ON_DISCONNECT": "the bench's proxied clients read every stream to its end",
     "PROXY_MAX_BODY_BYTES": "the benches' request bodies are a few hundred bytes",
     "PROXY_TOKEN_CACHE_S": "how long a checked token is trusted, not a limit",
+    "PROXY_CLIENT_BUFFER_BYTES": "backpressure: the proxy waits for its client, nothing is dropped",
+    "PROXY_SLOW_CLIENT_TIMEOUT_S": "the bench's clients read as fast as they can; one that stops "
+    "for this long fails the bench anyway",
     "METRICS": "bench ingest --metrics sets it",
     "METRICS_TOKEN": "no bench scrapes /metrics",
     "METRICS_MAX_MODELS": "folds label values, drops no data; the simulator has a few models",
