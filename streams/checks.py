@@ -428,8 +428,13 @@ class _Item:
         return self.item.get(key)
 
 
-def _int(value) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
+def _int(value, bits=64) -> int | None:
+    """An integer field of an event as a number its database column holds (`bits`); anything
+    else, a 2**70 included, is no number (the event's data keeps what came)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+            return value
+    return None
 
 
 def _str(value) -> str:
@@ -660,8 +665,8 @@ class Checker:
         result.type = etype
         seq = _int(obj.get("sequence_number"))
         result.sequence_number = seq
-        result.output_index = _int(obj.get("output_index"))
-        result.content_index = _int(obj.get("content_index"))
+        result.output_index = _int(obj.get("output_index"), 32)
+        result.content_index = _int(obj.get("content_index"), 32)
         if first and etype != "response.created":
             out.append(_v("first_not_created", index, "response.created", etype))
 

@@ -659,7 +659,10 @@ class LogFilter(logging.Filter):
     """Log lines are an exit too: their message and arguments lose any secret."""
 
     def filter(self, record):
-        if rules():
-            record.msg = redact(str(record.getMessage()))
-            record.args = None
+        try:
+            if rules():
+                record.msg = redact(str(record.getMessage()))
+                record.args = None
+        except Exception:  # a log call with the wrong arguments: logging reports it itself
+            pass
         return True

@@ -1,10 +1,11 @@
 """Captured files in, stored streams out: the import side of issue 4.
 
 A raw SSE body (`.sse`, `.txt`, whatever the name) becomes one `Stream`; a HAR export becomes one
-`Stream` per SSE response in it. Each is checked by the same `Checker` the recorder runs and stored
-through the recorder's own `insert_events`, so an imported stream's rows are indistinguishable from
-a recorded one's except that they have no receipt times (a file keeps none; a HAR keeps only the
-entry's phase timings, which become the stream's milestones). The exact body bytes are kept in a
+`Stream` per SSE response in it. Each is checked by the same `Checker` the recorder runs, its row
+built and finished by `streams.rows` as a recorded one's is, and its events stored through the
+same `insert_events`, so an imported stream's rows are indistinguishable from a recorded one's
+except that they have no receipt times (a file keeps none; a HAR keeps only the entry's phase
+timings, which become the stream's milestones). The exact body bytes are kept in a
 `Capture` so that an export of an imported stream is byte-identical to what was imported.
 
 Two steps, so that a form can validate a file without writing anything:
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 from django.db import transaction
 
-from . import aggregates, metrics, safejson
+from . import aggregates, rows, safejson
 from .capture import (
     CapturedEvent,
     HarEntry,
@@ -32,8 +33,7 @@ from .capture import (
 )
 from .checks import Checker
 from .models import Capture, Finding, Stream
-from .recorder import _status_from_checker, insert_events
-from .services import prompt_of
+from .rows import insert_events
 
 # Rows handed to insert_events at once: bounds the memory of a 100k-event import.
 INSERT_CHUNK = 5000
@@ -186,49 +186,34 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
         checked.checker,
         checked.envelopes,
     )
-    metadata = body.get("metadata") if isinstance(body.get("metadata"), dict) else {}
-    status = _status_from_checker(checker)
     violations = checker.violations
-    routing = checker.routing
-
-    stream = Stream(
-        user=user if user is not None and getattr(user, "pk", None) else None,
-        source=Stream.Source.IMPORT,
-        status=status,
-        request_body=body,
-        requested_model=(requested or checker.response_model)[:100],
-        scenario=str(metadata.get("scenario") or "")[:50],
-        prompt=prompt_of(body.get("input"))[:10000],
-        upstream_id=checker.upstream_id[:200],
-        resolved_model=checker.resolved_model[:100],
-        routing_category=str(routing.get("category") or "")[:50],
-        routing_source=str(routing.get("source") or "")[:50],
-        routing_reasoning=str(routing.get("reasoning") or ""),
-        error_code=checker.error_code[:100],
-        error_message=checker.error_message,
+    har = _har_fields(capture.har) if capture.har is not None else {}
+    fields = rows.finished(
+        checker,
         event_count=len(capture.events),
-        output_tokens=checker.output_tokens,
         bytes_received=len(capture.content),
-        final_text=checker.final_text or "",
-        output_text=checker.output_text,
-        parts=checker.items(),
-        findings_count=len(violations),
-        error_findings=sum(v.severity == "error" for v in violations),
+        finished_at=har.pop("finished_at", None),
+        request_written_us=har.get("request_written_us"),
+        closed_us=har.get("closed_us"),
     )
-    if capture.har is not None:
-        _har_fields(stream, capture.har)
-    stream.save()
+    stream = rows.create(
+        body,
+        user=user,
+        requested_model=requested or checker.response_model,
+        source=Stream.Source.IMPORT,
+        **{**har, **fields},
+    )
 
     sid = stream.pk
-    rows = []
+    chunk = []
     for i, (ev, envelope) in enumerate(zip(capture.events, envelopes, strict=True)):
         # t_us and received_at: a file keeps no receipt times
-        rows.append((sid, i, None, None, ev.event_name, ev.sse_id, *envelope, ev.data, ev.raw))
-        if len(rows) >= INSERT_CHUNK:
-            insert_events(rows)
-            rows = []
-    if rows:
-        insert_events(rows)
+        chunk.append((sid, i, None, None, ev.event_name, ev.sse_id, *envelope, ev.data, ev.raw))
+        if len(chunk) >= INSERT_CHUNK:
+            insert_events(chunk)
+            chunk = []
+    if chunk:
+        insert_events(chunk)
     Finding.objects.bulk_create(
         [Finding(stream_id=sid, **v.as_dict()) for v in violations], batch_size=500
     )
@@ -236,34 +221,37 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
     return stream
 
 
-def _har_fields(stream: Stream, har: HarEntry) -> None:
-    """Request metadata and phase milestones from a HAR entry (µs since `startedDateTime`)."""
-    # Without the query string: some APIs take their key there, and a key is never stored.
-    stream.upstream_url = har.url.split("?", 1)[0].split("#", 1)[0][:300]
-    stream.http_status = har.status
-    stream.content_type = har.mime_type[:200]
+def _har_fields(har: HarEntry) -> dict:
+    """Request metadata and phase milestones from a HAR entry (µs since `startedDateTime`),
+    and when it finished."""
     started = _parse_iso(har.started_at)
-    stream.started_at = started
+    fields = {
+        # Without the query string: some APIs take their key there, and a key is never stored.
+        "upstream_url": har.url.split("?", 1)[0].split("#", 1)[0],
+        "http_status": har.status,
+        "content_type": har.mime_type,
+        "started_at": started,
+    }
     t = har.timings
     if t.get("send") is None and t.get("wait") is None:
-        return
+        return fields
     # HAR: ssl is already included in connect; -1 ("not applicable") was read as None.
     connected = sum(t.get(k) or 0 for k in ("blocked", "dns", "connect"))
     written = connected + (t.get("send") or 0)
     headers = written + (t.get("wait") or 0)
-    stream.connected_us = round(connected * 1000)
-    stream.request_written_us = round(written * 1000)
-    stream.headers_us = round(headers * 1000)
+    fields.update(
+        connected_us=round(connected * 1000),
+        request_written_us=round(written * 1000),
+        headers_us=round(headers * 1000),
+    )
     closed = har.time_ms
     if closed is None and t.get("receive") is not None:
         closed = headers + t["receive"]
     if closed is not None:
-        stream.closed_us = round(closed * 1000)
-        stream.duration_ms = metrics.derived(
-            request_written_us=stream.request_written_us, closed_us=stream.closed_us
-        )["duration_ms"]
+        fields["closed_us"] = round(closed * 1000)
         if started is not None:
-            stream.finished_at = started + dt.timedelta(milliseconds=closed)
+            fields["finished_at"] = started + dt.timedelta(milliseconds=closed)
+    return fields
 
 
 def _parse_iso(value: str) -> dt.datetime | None:

@@ -30,8 +30,9 @@ client's. A client that hangs up cancels the upstream request (the row ends `can
 its end and recorded. Backpressure end to end: while more than PROXY_CLIENT_BUFFER_BYTES wait
 unread for a client, the proxy reads no further from the upstream; a client that reads nothing
 for PROXY_SLOW_CLIENT_TIMEOUT_S is let go like one that hung up (`client_too_slow`), and what it
-was never handed has no `sent_us`. A request counts as in flight until its client has its bytes. A stall is recorded (the checker's `stall` finding), never retried
-behind the client's back.
+was never handed has no `sent_us`. A request counts as in flight until its client has its
+bytes. A stall is recorded (the checker's `stall` finding), never retried behind the client's
+back.
 
 A plain ASGI application in front of Django (dashboard/asgi.py routes `/v1/` here): the view
 machinery adds a measurable delay per request, and a checked token is cached for
@@ -502,4 +503,6 @@ def _unread(transport):
 
 # Outcomes after which the client's connection is reset rather than ended: the upstream's
 # connection broke, or recording was stopped (cancel from a page, storage failure).
-BROKEN = frozenset({"connection_reset", "connection_error", "http_error", "storage_unavailable"})
+BROKEN = frozenset(
+    {"connection_reset", "connection_error", "http_error", "storage_unavailable", "storage_refused"}
+)

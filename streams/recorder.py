@@ -12,13 +12,14 @@ upstream (httpx) ─► reader (per stream) ─► bounded queue ─► writer �
   every COUNT_WRITE_INTERVAL_MS), and only after the commit publishes one
   channel-layer message per stream. Terminal events, cancellation and the end of a stream flush
   at once.
+- The SQL of a batch, the bounds of every column and the fields a stream ends with are
+  `streams/rows.py`'s: a stream whose rows the database refuses loses its events of the batch
+  and ends `failed` (`storage_refused`), the other streams of the batch are stored.
 """
 
 import asyncio
 import collections
 import datetime as dt
-import functools
-import itertools
 import json
 import logging
 import os
@@ -29,12 +30,22 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import httpx
-from django.db import close_old_connections, connection, transaction
 from django.db.utils import InterfaceError, OperationalError
 
-from . import aggregates, capture, conf, metrics, relay, telemetry
+from . import capture, conf, metrics, relay, rows, telemetry
 from .checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
-from .models import Event, Finding, Stream
+from .models import Finding, Stream
+
+# The SQL of the write path lives in streams/rows.py; these names are the recorder's API too.
+from .rows import (  # noqa: F401  (re-exported)
+    EVENT_COLUMNS,
+    PROXIED_COLUMNS,
+    StorageUnavailable,
+    insert_events,
+    insert_flat,
+    update_streams,
+    write_batch,
+)
 from .upstream import (
     EventReader,
     Phases,
@@ -48,25 +59,6 @@ log = logging.getLogger(__name__)
 
 RUNNER_ID = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
-# Columns written per event, in the order of the rows the reader builds.
-EVENT_COLUMNS = (
-    "stream_id",
-    "index",
-    "t_us",
-    "received_at",
-    "event_name",
-    "sse_id",
-    "type",
-    "sequence_number",
-    "output_index",
-    "content_index",
-    "is_json",
-    "data",
-    "raw",
-)
-# A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
-# rows of every other stream bind one value less (a column more cost ~10 % of the insert).
-PROXIED_COLUMNS = (*EVENT_COLUMNS, "sent_us")
 # Fields of a stream that viewers are told about when they change.
 PUBLIC_FIELDS = {
     "status",
@@ -95,7 +87,6 @@ PUBLIC_FIELDS = {
     "findings_count",
     "error_findings",
 }
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
 def _us(ns):
@@ -125,6 +116,10 @@ class Recording:
     status: str = Stream.Status.PENDING
     urgent: bool = False  # the writer should commit what is queued now
     storage_error: str = ""  # set by the writer when it gave up on a batch of this stream
+    # "storage_unavailable" (the database did not answer) or "storage_refused" (it refused
+    # this stream's rows: a data error), and the cause, for the final message
+    storage_code: str = ""
+    storage_cause: str = ""
     lost_events: int = 0
     count_due_s: float = 0.0  # loop time when event_count is next written (Writer._commit)
     inline_max: int | None = None  # RELAY_INLINE_MAX_BYTES, read once per attempt
@@ -298,51 +293,29 @@ class Recording:
         return metrics.ttft_ms(self.us("request_written"), self.us("first_token"))
 
     def final_fields(self, status, closed_ns, error_code="", error_message=""):
-        """Everything derived when the stream ends, for its last UPDATE."""
-        checker = self.checker
+        """Everything derived when the stream ends, for its last UPDATE (`rows.finished`)."""
         self.mark("closed", closed_ns)
-        fields = {
-            "status": status,
-            "finished_at": dt.datetime.now(dt.UTC),
-            "event_count": self.next_index,
-            "bytes_received": self.bytes_received,
-        }
-        if checker is not None and self.body_open:
-            fields.update(
-                output_tokens=checker.output_tokens,
-                final_text=checker.final_text or "",
-                output_text=checker.output_text or "",
-                parts=checker.items(),
-                upstream_id=checker.upstream_id or "",
-                resolved_model=checker.resolved_model or "",
-            )
-            if not error_code and checker.error_code:
-                error_code, error_message = checker.error_code, checker.error_message or ""
-        if error_code:
-            fields["error_code"] = str(error_code)[:100]
-            fields["error_message"] = error_message or ""
         first_output, last_output = self.output_times or (None, None)
-        fields.update(
-            metrics.derived(
-                request_written_us=self.us("request_written"),
-                first_token_us=self.us("first_token"),
-                closed_us=self.us("closed"),
-                first_output_us=None if first_output is None else _us(first_output - self.t0_ns),
-                last_output_us=None if last_output is None else _us(last_output - self.t0_ns),
-                output_tokens=checker.output_tokens if checker is not None else 0,
-            )
+        return rows.finished(
+            self.checker,
+            status=status,
+            error_code=error_code,
+            error_message=error_message,
+            event_count=self.next_index,
+            bytes_received=self.bytes_received,
+            body_read=self.body_open,
+            finished_at=dt.datetime.now(dt.UTC),
+            request_written_us=self.us("request_written"),
+            first_token_us=self.us("first_token"),
+            closed_us=self.us("closed"),
+            first_output_us=None if first_output is None else _us(first_output - self.t0_ns),
+            last_output_us=None if last_output is None else _us(last_output - self.t0_ns),
+            proxy_delays=self.proxy_delays,
         )
-        if self.proxy_delays:
-            fields.update(metrics.proxy_added(self.proxy_delays))
-        return fields
 
 
 # ---------------------------------------------------------------------------------------------
 # The writer
-
-
-class StorageUnavailable(Exception):
-    pass
 
 
 _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamscope-writer")
@@ -467,27 +440,23 @@ class Writer:
                 for rec, n in lost.items():
                     # The reader stops at its next chunk and the stream ends `failed` with a
                     # status saying how much was lost: never a silent gap.
-                    rec.lost_events += n
-                    telemetry.events_lost(rec, n)
-                    rec.storage_error = (
-                        f"{rec.lost_events} event(s) could not be stored: {exc}; recording stopped"
-                    )
+                    _lose(rec, n, "storage_unavailable", "database unavailable", str(exc))
                 for entry in batch:
                     done = entry[3]
                     if done is not None and not done.done():
                         done.set_exception(StorageUnavailable(str(exc)))
 
     async def _commit(self, batch):
-        rows = []
+        event_rows = []
         proxied_rows = []
         per_stream = {}  # rec -> payloads, in arrival order
-        flushes = []
+        flushes = []  # (rec, future)
         for rec, chunk_rows, payloads, done in batch:
             if done is None:
                 if rec.proxied:
                     proxied_rows += chunk_rows
                 else:
-                    rows += chunk_rows
+                    event_rows += chunk_rows
                 mine = per_stream.get(rec)
                 if mine is None:
                     # a copy: the batch's entries keep their own counts (a failed commit
@@ -497,7 +466,7 @@ class Writer:
                     mine += payloads
             else:
                 per_stream.setdefault(rec, [])
-                flushes.append(done)
+                flushes.append((rec, done))
         now = dt.datetime.now(dt.UTC)
         now_s = self._loop.time()
         count_interval_s = conf.get().count_write_interval_ms / 1e3
@@ -521,13 +490,17 @@ class Writer:
                 findings.extend(rec.pending_findings)
                 rec.pending_findings = []
         started = telemetry.batch_started(self.queued, self.capacity)
-        await self._loop.run_in_executor(
-            db_executor(), write_batch, rows, updates, findings, None, proxied_rows
+        refused = await self._loop.run_in_executor(
+            db_executor(), write_batch, event_rows, updates, findings, None, proxied_rows
         )
         self.batches += 1
         telemetry.batch_committed(
-            len(rows) // len(EVENT_COLUMNS), len(proxied_rows) // len(PROXIED_COLUMNS), started
+            len(event_rows) // len(EVENT_COLUMNS),
+            len(proxied_rows) // len(PROXIED_COLUMNS),
+            started,
         )
+        if refused:
+            _refused(refused, per_stream, flushes)
         publishes = []
         for rec, payloads in per_stream.items():
             fields = updates.get(rec, ())
@@ -538,205 +511,40 @@ class Writer:
                     publishes.append(pending)
         if publishes:
             await asyncio.gather(*publishes)
-        for done in flushes:
+        for _, done in flushes:
             if not done.done():
                 done.set_result(None)
+
+
+def _lose(rec, n, code, cause, error):
+    """`rec` lost `n` events of a batch (and its row's pending changes): its reader stops at
+    its next chunk and the stream ends `failed` with `code`, saying how much was lost."""
+    rec.lost_events += n
+    if n:
+        telemetry.events_lost(rec, n)
+    rec.storage_code, rec.storage_cause = code, cause
+    if rec.lost_events:
+        lost = f"{rec.lost_events} event(s) could not be stored"
+    else:
+        lost = "the stream's row could not be written"
+    rec.storage_error = f"{lost}: {error}; recording stopped"
+
+
+def _refused(refused, per_stream, flushes):
+    """The streams whose rows the database refused (`rows.write_batch` wrote the others): they
+    lose this batch's events, are not published, and their flushes fail."""
+    for rec in [r for r in per_stream if r.stream_id in refused]:
+        why = rows.describe_refusal(refused[rec.stream_id])
+        payloads = per_stream.pop(rec)
+        _lose(rec, len(payloads), "storage_refused", f"refused by the database: {why}", why)
+    for rec, done in flushes:
+        if rec.stream_id in refused and not done.done():
+            done.set_exception(StorageUnavailable(rec.storage_error))
 
 
 def _resolve(future):
     if not future.done():
         future.set_result(None)
-
-
-def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
-    """One transaction: events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
-    PROXIED_COLUMNS), stream updates, findings. Retries with backoff while the database is
-    unreachable, for up to STORAGE_RETRY_S, then raises StorageUnavailable."""
-    delay = 0.05
-    if retry_for_s is None:
-        retry_for_s = conf.get().storage_retry_s
-    give_up = time.monotonic() + retry_for_s
-    while True:
-        try:
-            with transaction.atomic():
-                if rows:
-                    insert_flat(rows, offsets=True)
-                if proxied_rows:
-                    insert_flat(proxied_rows, offsets=True, columns=PROXIED_COLUMNS)
-                # a status change is where a stream enters (or moves in) the pre-aggregates:
-                # they follow it in this same transaction (streams/aggregates.py)
-                with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
-                    update_streams(updates)
-                    if findings:
-                        Finding.objects.bulk_create(findings, batch_size=500)
-            return
-        except (OperationalError, InterfaceError) as exc:
-            if time.monotonic() + delay > give_up:
-                raise StorageUnavailable(f"database unavailable: {exc}") from exc
-            log.warning("writer: database error (%s); retrying in %.2f s", exc, delay)
-            close_old_connections()
-            try:
-                connection.close()
-            except Exception:
-                pass
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
-
-
-def update_streams(updates):
-    """The batch's stream changes in one UPDATE per distinct set of changed columns, not one
-    per stream (`{rec: {field name: value}}`; every row also gets the same `heartbeat_at`).
-
-    The writer thread re-takes the GIL after every statement, and with a busy event loop each
-    re-take waits for the loop: with many paced streams, whose milestones arrive together, one
-    ORM UPDATE per stream cost many times what it does on an idle process, so batches grew
-    long and publishing fell behind receipt (docs/performance.md, "Recorder")."""
-    if not updates:
-        return
-    heartbeat = None
-    groups = {}  # column names -> [(pk, fields)]
-    for rec, fields in updates.items():
-        heartbeat = fields.get("heartbeat_at", heartbeat)
-        names = tuple(sorted(k for k in fields if k != "heartbeat_at"))
-        groups.setdefault(names, []).append((rec.stream_id, fields))
-    sqlite = connection.vendor == "sqlite"
-    mark = "?" if sqlite else "%s"
-    qn = connection.ops.quote_name
-    table = qn(Stream._meta.db_table)
-    statements = []
-    for names, members in groups.items():
-        sets, params = [], []
-        for name in names:
-            field = Stream._meta.get_field(name)
-            column = qn(field.column)
-            values = [fields[name] for _, fields in members]
-            if all(v == values[0] for v in values[1:]) or all(v is None for v in values):
-                # one value for all (a status, a NULL): no CASE, and no untyped NULLs in one
-                sets.append(f"{column} = {mark}")
-                params.append(field.get_db_prep_save(values[0], connection))
-                continue
-            sets.append(
-                f"{column} = CASE id "
-                + " ".join([f"WHEN {mark} THEN {mark}"] * len(members))
-                + " END"
-            )
-            for (pk, _), value in zip(members, values, strict=True):
-                params += [pk, field.get_db_prep_save(value, connection)]
-        if heartbeat is not None:
-            sets.append(f"heartbeat_at = {mark}")
-            params.append(
-                Stream._meta.get_field("heartbeat_at").get_db_prep_save(heartbeat, connection)
-            )
-        if not sets:
-            continue
-        params += [pk for pk, _ in members]
-        ids = ", ".join([mark] * len(members))
-        statements.append((f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({ids})", params))
-    if sqlite:
-        # straight to sqlite3, like insert_events (no Django cursor wrapper on the way)
-        connection.ensure_connection()
-        raw = connection.connection
-        for sql, params in statements:
-            raw.execute(sql, params)
-        return
-    with connection.cursor() as cursor:
-        for sql, params in statements:
-            cursor.execute(sql, params)
-
-
-_INSERT_SQL = {}
-
-
-def insert_events(rows, *, offsets=False):
-    """Multi-row insert of event rows (sequences of EVENT_COLUMNS values); see `insert_flat`."""
-    insert_flat(list(itertools.chain.from_iterable(rows)), offsets=offsets)
-
-
-def insert_flat(values, *, offsets=False, columns=EVENT_COLUMNS):
-    """Multi-row insert of events given as one flat list: EVENT_COLUMNS values of one event
-    after the other (what the recorder builds, with no list or tuple per row). The ORM's
-    bulk_create costs several times more per row on SQLite, and several times more than COPY
-    on PostgreSQL (docs/performance.md, "Recorder"): this is the only raw SQL in the write path.
-
-    `received_at` values that are datetimes become the text the database stores, in place
-    (so a retried batch is converted already). With `offsets`, they are the stream's
-    wall-clock start, turned into start + t_us here, on the writer's thread, off the event
-    loop."""
-    vendor = connection.vendor
-    width = len(columns)
-    _receipt_times_as_text(values, "+00" if vendor == "postgresql" else "", offsets, width)
-    table = connection.ops.quote_name(Event._meta.db_table)
-    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
-    if vendor == "postgresql":
-        with connection.cursor() as cursor:
-            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
-                for start in range(0, len(values), width):
-                    copy.write_row(values[start : start + width])
-        return
-    if vendor == "sqlite":
-        # One multi-row INSERT per 2000 rows, straight to sqlite3. executemany steps once per
-        # row, and sqlite3 releases and re-takes the GIL around every step: with a busy event
-        # loop each re-take waits up to the switch interval, which starved this thread and
-        # left publishing far behind receipt. Django's cursor wrapper also rewrites every
-        # parameter list on the way, a cost per row (docs/performance.md, "Recorder").
-        connection.ensure_connection()
-        raw = connection.connection
-        step = _SQLITE_ROWS_PER_STATEMENT * width
-        for start in range(0, len(values), step):
-            chunk = values[start : start + step] if len(values) > step else values
-            raw.execute(_sqlite_insert(len(chunk) // width, columns), chunk)
-        return
-    sql = _INSERT_SQL.get((vendor, columns))
-    if sql is None:
-        marks = ", ".join(["%s"] * width)
-        sql = _INSERT_SQL[vendor, columns] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
-    with connection.cursor() as cursor:
-        cursor.executemany(sql, [values[i : i + width] for i in range(0, len(values), width)])
-
-
-_ONE_US = dt.timedelta(microseconds=1)
-_RECEIVED_AT = EVENT_COLUMNS.index("received_at")
-_T_US = EVENT_COLUMNS.index("t_us")
-
-
-def _receipt_times_as_text(values, suffix, offsets, width):
-    """`received_at` in flat event values as the text the database stores (UTC; `suffix`
-    "+00" for PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text), in place.
-    With `offsets`, a `received_at` is its stream's wall-clock start, and becomes start + t_us.
-
-    Datetime arithmetic and isoformat per row were a large share of the pipeline's CPU (on the
-    writer thread, holding the GIL the readers need; docs/performance.md, "Recorder"); this
-    formats each second once."""
-    bases = {}  # id(start) -> µs since the epoch
-    seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
-    for i in range(_RECEIVED_AT, len(values), width):
-        start = values[i]
-        if start is None or type(start) is str:  # (a retried batch: done already)
-            continue
-        base = bases.get(id(start))
-        if base is None:
-            if start.tzinfo is None:  # (naive: UTC, as Django stores it)
-                start = start.replace(tzinfo=dt.UTC)
-            base = bases[id(values[i])] = (start - _EPOCH) // _ONE_US
-        if offsets:
-            base += values[i - _RECEIVED_AT + _T_US]
-        second, us = divmod(base, 1_000_000)
-        text = seconds.get(second)
-        if text is None:
-            text = seconds[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
-        values[i] = f"{text}.{us:06d}{suffix}" if us else text + suffix
-
-
-# SQLite allows 32766 bound parameters per statement (3.32+); 13 per row (14 proxied).
-_SQLITE_ROWS_PER_STATEMENT = 2000
-
-
-@functools.cache
-def _sqlite_insert(n, columns=EVENT_COLUMNS):
-    table = connection.ops.quote_name(Event._meta.db_table)
-    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
-    row = "(" + ", ".join(["?"] * len(columns)) + ")"
-    return f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row] * n)
 
 
 _writers = {}
@@ -843,7 +651,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
                 if phases.receipt_clock:  # (set by the connection that wrote the request)
                     rec.pending_fields["receipt_clock"] = phases.receipt_clock
                 rec.pending_fields["http_status"] = response.status_code
-                rec.pending_fields["content_type"] = response.headers.get("content-type", "")[:200]
+                rec.pending_fields["content_type"] = response.headers.get("content-type", "")
                 if tap is not None:
                     await tap.start(response)
                 if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
@@ -885,9 +693,8 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
     except httpx.HTTPError as exc:
         outcome = Outcome(Stream.Status.FAILED, "http_error", _describe(exc))
     except StorageUnavailable as exc:
-        outcome = Outcome(
-            Stream.Status.FAILED, "storage_unavailable", rec.storage_error or str(exc)
-        )
+        code = rec.storage_code or "storage_unavailable"
+        outcome = Outcome(Stream.Status.FAILED, code, rec.storage_error or str(exc))
     except asyncio.CancelledError:
         reason = CANCEL_REASONS.get(rec.cancel_code, "")
         cancelled = Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
@@ -1015,8 +822,8 @@ def _json_response_fields(response, text, wants_json):
                 texts.append(part["text"])
     usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
     fields = dict(
-        upstream_id=str(obj.get("id") or "")[:200],
-        resolved_model=str(obj.get("model") or "")[:100],
+        upstream_id=str(obj.get("id") or ""),
+        resolved_model=str(obj.get("model") or ""),
         final_text="".join(texts),
         output_text="".join(texts),
     )
@@ -1037,16 +844,6 @@ def _describe(exc):
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 
-def _status_from_checker(checker):
-    status = checker.status if checker is not None else "truncated"
-    if status == "streaming":
-        return Stream.Status.TRUNCATED
-    try:
-        return Stream.Status(status)
-    except ValueError:
-        return Stream.Status.TRUNCATED
-
-
 async def _finish(rec, writer, outcome, tap=None):
     closed_ns = time.monotonic_ns()
     if tap is not None:
@@ -1065,7 +862,7 @@ async def _finish(rec, writer, outcome, tap=None):
         where = f"data of event {index}"
         rec.add_findings(rec.checker.report_invalid_utf8(index, offset, bad, count, where=where))
     if outcome.status is None:
-        outcome.status = _status_from_checker(rec.checker)
+        outcome.status = rows.status_from_checker(rec.checker)
     rec.status = outcome.status
     fields = rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
     outcome.events = rec.next_index
@@ -1077,40 +874,29 @@ async def _finish(rec, writer, outcome, tap=None):
             return
         except StorageUnavailable:
             pass
-    # Some of this stream's events could not be stored. Its final status must still land
-    # (or the row would claim to be streaming), saying exactly how many are missing.
+    # Some of this stream's events (or its row) could not be stored: the database was
+    # unavailable, or refused them. Its final status must still land (or the row would claim
+    # to be streaming), saying exactly how many are missing, and why.
     rec.pending_fields = {}
     rec.pending_findings = []
-    fields.update(status=Stream.Status.FAILED, error_code="storage_unavailable")
+    fields.update(status=Stream.Status.FAILED, error_code=rec.storage_code or "storage_unavailable")
     telemetry.stream_finished(rec, fields, outcome)
-    _write_later(rec.stream_id, fields, received=rec.next_index)
+    cause = rec.storage_cause or "database unavailable"
+    _write_later(rec.stream_id, fields, received=rec.next_index, cause=cause)
 
 
 _later = set()
 
 
-def _final_write(stream_id, fields, received):
-    close_old_connections()
-    with transaction.atomic(), aggregates.tracking([stream_id]):
-        stored = Event.objects.filter(stream_id=stream_id).count()
-        fields = {
-            **fields,
-            "event_count": stored,
-            "error_message": (
-                f"{received - stored} of {received} received event(s) could not be stored "
-                f"(database unavailable); recording stopped"
-            ),
-        }
-        Stream.objects.filter(pk=stream_id).update(**fields)
-
-
-def _write_later(stream_id, fields, received, interval_s=2.0, for_s=600.0):
+def _write_later(stream_id, fields, received, cause, interval_s=2.0, for_s=600.0):
     async def retry():
         loop = asyncio.get_running_loop()
         deadline = loop.time() + for_s
         while loop.time() < deadline:
             try:
-                await loop.run_in_executor(db_executor(), _final_write, stream_id, fields, received)
+                await loop.run_in_executor(
+                    db_executor(), rows.end_after_loss, stream_id, fields, received, cause
+                )
                 log.warning("stream %s: final status written after a storage outage", stream_id)
                 return
             except (OperationalError, InterfaceError):

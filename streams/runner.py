@@ -15,12 +15,11 @@ import threading
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
-from django.db import close_old_connections, transaction
-from django.db.models import Count, OuterRef, Q, Subquery
-from django.db.models.functions import Coalesce
+from django.db import close_old_connections
+from django.db.models import Q
 
-from . import aggregates, conf, process, retention, services, telemetry
-from .models import Event, Stream
+from . import conf, process, retention, rows, services, telemetry
+from .models import Stream
 from .recorder import RUNNER_ID, Recording, get_writer, record_attempt
 from .simulator import scenarios
 from .upstream import ClientPool
@@ -168,10 +167,11 @@ async def _cancel_elsewhere(stream_id):
 
 
 def _cancel_unclaimed(stream_id):
-    return Stream.objects.filter(pk=stream_id, status=Stream.Status.PENDING, runner="").update(
-        status=Stream.Status.CANCELLED,
-        finished_at=dt.datetime.now(dt.UTC),
+    return rows.end_from_stored(
+        stream_id,
+        Stream.Status.CANCELLED,
         error_message="cancelled before a worker started it",
+        where={"status": Stream.Status.PENDING, "runner": ""},
     )
 
 
@@ -348,41 +348,26 @@ def _process_gone(runner):
     return False
 
 
-def _stored_count():
-    """The number of events stored for the row being updated: the recorder rewrites a
-    streaming row's count only now and then."""
-    return Coalesce(
-        Subquery(
-            Event.objects.filter(stream_id=OuterRef("pk"))
-            .values("stream_id")
-            .annotate(n=Count("pk"))
-            .values("n")[:1]
-        ),
-        0,
+def _end_abandoned(pk, runner, status, message, now):
+    """End an active row nothing records any more, with what is stored of it: its output,
+    tokens, bytes and findings rebuilt from its stored events (`rows.end_from_stored`);
+    conditional on the runner seen, so a row claimed again meanwhile is left alone. Returns
+    whether it was ended."""
+    return rows.end_from_stored(
+        pk,
+        status,
+        error_code="interrupted" if status == Stream.Status.INTERRUPTED else "",
+        error_message=message,
+        where={"runner": runner, "status__in": Stream.ACTIVE_STATUSES},
+        now=now,
     )
 
 
-def _end_abandoned(pk, runner, status, message, now):
-    """End an active row nothing records any more; conditional on the runner seen, so a row
-    claimed again meanwhile is left alone. Returns whether it was ended."""
-    fields = {"error_code": "interrupted"} if status == Stream.Status.INTERRUPTED else {}
-    # the row enters the pre-aggregates as it ends, in the same transaction
-    with transaction.atomic(), aggregates.tracking([pk]):
-        return Stream.objects.filter(
-            pk=pk, runner=runner, status__in=Stream.ACTIVE_STATUSES
-        ).update(
-            status=status,
-            event_count=_stored_count(),
-            finished_at=now,
-            error_message=message,
-            **fields,
-        )
-
-
 def sweep_orphans(retry=None):
-    """Mark streams left `pending`/`streaming` by a dead process as `interrupted`; returns how
-    many. With `retry` (default: the RETRY_INTERRUPTED setting) each gets a new attempt, linked
-    to the first, that waits unclaimed for a worker.
+    """Mark streams left `pending`/`streaming` by a dead process as `interrupted`, each with
+    the output, tokens, bytes and findings of what was stored of it; returns how many. With
+    `retry` (default: the RETRY_INTERRUPTED setting) each gets a new attempt, linked to the
+    first, that waits unclaimed for a worker.
 
     A stream is orphaned when its runner is a process of this host that no longer exists (or
     an earlier run of this very pid), or when nobody has touched it for HEARTBEAT_STALE_S.
@@ -417,18 +402,16 @@ def sweep_orphans(retry=None):
 
 def cancel_unfinished_here(message):
     """End this process's rows that did not end (they carry its RUNNER_ID, stall retries too)
-    `cancelled`: for a command stopped before its recordings could end them; returns how many."""
-    mine = Stream.objects.filter(runner=RUNNER_ID, status__in=Stream.ACTIVE_STATUSES)
-    with transaction.atomic(), aggregates.tracking(list(mine.values_list("pk", flat=True))):
-        return _cancel_unfinished(mine, message)
-
-
-def _cancel_unfinished(mine, message):
-    return mine.update(
-        status=Stream.Status.CANCELLED,
-        event_count=_stored_count(),
-        finished_at=dt.datetime.now(dt.UTC),
-        error_message=message,
+    `cancelled`, with what is stored of them: for a command stopped before its recordings could
+    end them; returns how many."""
+    where = {"runner": RUNNER_ID, "status__in": Stream.ACTIVE_STATUSES}
+    mine = list(Stream.objects.filter(**where).values_list("pk", flat=True))
+    now = dt.datetime.now(dt.UTC)
+    return sum(
+        rows.end_from_stored(
+            pk, Stream.Status.CANCELLED, error_message=message, where=where, now=now
+        )
+        for pk in mine
     )
 
 

@@ -1,8 +1,9 @@
 """Creating, starting and cancelling streams: the one way, for every caller.
 
 The JSON API, the playground, `manage.py record`, the stall and orphan retries of the runner
-and the benchmarks all create their rows here, so a stream's row is built one way (its prompt,
-requested model, scenario, attempt links, who runs it) and the per-user limit is checked one way.
+and the benchmarks all create their rows here (built by `streams.rows`, as every row is), so a
+stream's row is built one way (its prompt, requested model, scenario, attempt links, who runs
+it) and the per-user limit is checked one way.
 Sync functions run in one transaction; call them through `sync_to_async` from async code.
 """
 
@@ -11,9 +12,10 @@ import datetime as dt
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from . import conf, relay, runner
+from . import conf, relay, rows, runner
 from .models import Stream
 from .recorder import RUNNER_ID
+from .rows import prompt_of  # noqa: F401  (callers take it from here too)
 
 
 class TooMany(Exception):
@@ -59,24 +61,6 @@ def build_request_body(
     return body
 
 
-def prompt_of(input):
-    """The last user text of an input, for lists and search."""
-    if isinstance(input, str):
-        return input
-    for item in reversed(input if isinstance(input, list) else ()):
-        if isinstance(item, dict) and item.get("role", "user") == "user":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return " ".join(
-                    c["text"]
-                    for c in content
-                    if isinstance(c, dict) and isinstance(c.get("text"), str)
-                )
-    return ""
-
-
 def new_row(
     user,
     body,
@@ -94,14 +78,11 @@ def new_row(
     unclaimed row waits in the database for a worker to claim it)."""
     if claimed is None:
         claimed = not runner.in_workers()
-    return Stream.objects.create(
-        user=user if user is not None and getattr(user, "pk", None) else None,
+    return rows.create(
+        body,
+        user=user,
         source=source,
         status=Stream.Status.PENDING,
-        request_body=body,
-        requested_model=str(body.get("model", ""))[:100],
-        scenario=str((body.get("metadata") or {}).get("scenario", ""))[:50],
-        prompt=prompt_of(body.get("input"))[:10000],
         first_attempt=first_attempt,
         attempt=attempt,
         heartbeat_at=dt.datetime.now(dt.UTC),

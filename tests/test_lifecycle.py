@@ -138,6 +138,12 @@ def test_a_server_killed_with_sigkill_leaves_rows_that_are_swept(people, simulat
     try:
         ids = _fill_slots(first, people.owner, 3)
         assert api_create(first, people.owner).status_code == 429  # the slots are taken
+        deltas = Event.objects.filter(stream_id__in=ids, type="response.output_text.delta")
+        wait_until(
+            lambda: deltas.values("stream_id").distinct().count() == 3,
+            30,
+            what="output of every stream stored",
+        )
         first.proc.send_signal(signal.SIGKILL)
         first.proc.wait(10)
         killed = time.monotonic()
@@ -161,6 +167,10 @@ def test_a_server_killed_with_sigkill_leaves_rows_that_are_swept(people, simulat
         for stream in Stream.objects.filter(pk__in=ids):
             assert stream.error_code == "interrupted"
             assert stream.event_count == Event.objects.filter(stream=stream).count() > 0
+            # what was stored of it (rows.end_from_stored), not "No output"
+            stored_deltas = deltas.filter(stream=stream).count()
+            assert stream.output_text and stream.output_tokens == stored_deltas > 0
+            assert stream.bytes_received > 0 and stream.first_token_us is not None
         r = api_create(other, people.owner, metadata={"time_scale": 0})
         assert r.status_code == 201, r.text  # the slots are free
         assert log_errors(other.output()) == []

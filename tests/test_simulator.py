@@ -162,7 +162,7 @@ async def test_models_endpoint(sim):
 
 
 def test_scenarios_documented():
-    assert len(SCENARIOS) == 27
+    assert len(SCENARIOS) == 28
     for name in SCENARIOS:
         assert f"\n{name} " in docs, name
 

@@ -54,6 +54,11 @@ comments              SSE comment blocks ``: keep-alive`` and a ``retry: 1000`` 
                       leaves out the retry block (the openai SDK and httpx-sse dispatch it as
                       an event with empty data; the SDK then fails on ``json.loads("")``)
 done_sentinel         a final ``data: [DONE]`` block after ``response.completed``
+long_strings          values longer than the columns that store them: a 10,000-character model id
+                      (``response.model``, the routing ``model_id``), a 1,000-character response
+                      id, routing category and source, ``event:`` name and ``id:`` of every
+                      event, one event type of 1,000 characters, and a 300-byte Content-Type
+                      parameter; otherwise normal
 ====================  ==============================================================================
 
 Common ``metadata`` parameters (strings are accepted, as the OpenAI API only allows string values):
@@ -78,7 +83,7 @@ import json
 import math
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .models import AUTO_MODEL, MODELS, ModelProfile
@@ -112,6 +117,10 @@ SCENARIOS: dict[str, str] = {
     "xss": "Deltas containing <img src=x onerror=alert(1)> and <script>alert(1)</script>.",
     "comments": "SSE comment lines (': keep-alive') and a 'retry: 1000' block between events.",
     "done_sentinel": "A final 'data: [DONE]' after response.completed.",
+    "long_strings": (
+        "A 10,000-character model id; 1,000-character response id, routing category and "
+        "source, event names, ids and one type."
+    ),
 }
 
 docs = (__doc__ or "").split("Scenarios (choose", 1)[-1]
@@ -125,6 +134,9 @@ MALFORMED_DATA = '{"type":"response.output_text.delta","delta":"unterminated'
 ERROR_CODE = "internal_error"
 ERROR_MESSAGE = "Unexpected upstream failure"
 REWRITE_FIXES = {"teh": "the", "definately": "definitely", "seperate": "separate", "wich": "which"}
+# long_strings: the lengths of its long values (far beyond the columns that store them).
+LONG_MODEL_CHARS = 10_000
+LONG_FIELD_CHARS = 1_000
 
 
 class RequestError(Exception):
@@ -490,6 +502,7 @@ class Ev:
     raw: str | None = None  # data text that is not an event object (malformed, [DONE])
     numbered: bool = True
     event_line: str | None = "message"
+    sse_id: str | None = None  # an `id:` line, when set
     comment: bytes | None = None  # a non-event block (comment / retry), written verbatim
     skip_before: int = 0  # sequence numbers to skip before this one (gap)
     seq: int | None = None
@@ -521,6 +534,8 @@ class PlannedEvent:
     type: str | None
     sequence_number: int | None
     data: str
+    event_name: str | None = None  # the `event:` line, when not "message" (long_strings)
+    sse_id: str | None = None  # the `id:` line, when there is one (long_strings)
 
 
 @dataclass
@@ -828,6 +843,17 @@ def build_plan(
     else:
         resolved = req.model
     profile = MODELS[resolved]
+    reported = req.model  # the model response.created names
+    if req.scenario == "long_strings":
+        response_id = _long(response_id + "_", LONG_FIELD_CHARS, "0123456789abcdef")  # (a header)
+        resolved = reported = _long(resolved + "/", LONG_MODEL_CHARS)
+        if routing:
+            routing = replace(
+                routing,
+                model_id=resolved,
+                category=_long(routing.category + "/", LONG_FIELD_CHARS),
+                source=_long(routing.source + "/", LONG_FIELD_CHARS),
+            )
     plan = Plan(
         response_id=response_id,
         scenario=req.scenario,
@@ -859,7 +885,7 @@ def build_plan(
     b.emit(
         {
             "type": "response.created",
-            "response": _response(req, response_id, created_at_ms, req.model, "in_progress"),
+            "response": _response(req, response_id, created_at_ms, reported, "in_progress"),
         },
         at=rng.uniform(0.004, 0.015),
     )
@@ -1045,6 +1071,14 @@ def _apply_faults(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev]
     elif scen == "done_sentinel":
         evs.append(Ev(at=evs[-1].at, raw="[DONE]", numbered=False, event_line=None))
         plan.faults.append({"kind": "done_sentinel"})
+    elif scen == "long_strings":
+        long_type = _long("response.long_type.", LONG_FIELD_CHARS, "t😀")
+        evs.insert(1, Ev(at=evs[0].at, obj={"type": long_type}))
+        for i, ev in enumerate(evs):
+            ev.event_line = _long(f"message.{i}.", LONG_FIELD_CHARS, "é😀n")
+            ev.sse_id = _long(f"{i}.", LONG_FIELD_CHARS, "i😀")
+        plan.content_type += "; profile=" + "p" * 300
+        plan.faults.append({"kind": "long_strings", "type": long_type})
     elif scen == "utf8_split":
         for i in deltas:
             if any(ord(ch) > 127 for ch in evs[i].obj["delta"]):
@@ -1076,7 +1110,14 @@ def _block(ev: Ev) -> bytes:
     if ev.comment is not None:
         return ev.comment
     head = f"event: {ev.event_line}\n" if ev.event_line else ""
+    if ev.sse_id is not None:
+        head += f"id: {ev.sse_id}\n"
     return f"{head}data: {ev.data}\n\n".encode()
+
+
+def _long(prefix: str, chars: int, fill: str = "😀é-") -> str:
+    """`prefix` padded with `fill` to `chars` characters (long_strings)."""
+    return (prefix + fill * chars)[:chars]
 
 
 def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
@@ -1125,7 +1166,8 @@ def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
         idx = None
         if ev.comment is None:
             idx = len(plan.events)
-            plan.events.append(PlannedEvent(ev.type, ev.seq, ev.data))
+            name = ev.event_line if ev.event_line != "message" else None
+            plan.events.append(PlannedEvent(ev.type, ev.seq, ev.data, name, ev.sse_id))
         blob = _block(ev)
         if burst:
             pending.append((idx, blob))

@@ -170,15 +170,19 @@ class ResponseLog:
     def add_event(self, entry: LogEntry, index: int, ev, sent_us: int) -> None:
         entry.event_count += 1
         if len(entry.events) < self.max_events:
-            entry.events.append(
-                {
-                    "index": index,
-                    "type": ev.type,
-                    "sequence_number": ev.sequence_number,
-                    "data": ev.data,
-                    "sent_us": sent_us,
-                }
-            )
+            logged = {
+                "index": index,
+                "type": ev.type,
+                "sequence_number": ev.sequence_number,
+                "data": ev.data,
+                "sent_us": sent_us,
+            }
+            # (the `event:` name when not "message", and the `id:`, only when sent)
+            if ev.event_name is not None:
+                logged["event"] = ev.event_name
+            if ev.sse_id is not None:
+                logged["id"] = ev.sse_id
+            entry.events.append(logged)
             self._total_events += 1
             self._total_bytes += len(ev.data)
             if (

@@ -39,9 +39,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
 from streams import aggregates, metrics
+from streams import rows as stream_rows
 from streams.checks import Checker
 from streams.models import Event, Finding, Stream
-from streams.recorder import EVENT_COLUMNS
+from streams.rows import EVENT_COLUMNS
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
 
@@ -387,41 +388,23 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
         elif kind in ("created", "routing", "terminal"):
             milestones.setdefault(f"{kind}_us" if kind != "created" else "created_event_us", t_us)
     findings.extend(checker.close(connection_closed=closed_by_upstream, t_us=close_at))
-    fields.update(milestones)
-    n = checker.output_tokens
+    finished_at = created_at + dt.timedelta(microseconds=close_at)
+    # the fields the recorder would have ended it with (streams.rows.finished)
     fields.update(
-        status=status,
-        upstream_id=rid,
-        resolved_model=checker.resolved_model or resolved,
-        output_tokens=n,
-        output_text=checker.output_text,
-        final_text=checker.final_text or "",
-        parts=checker.items(),
-        event_count=len(rows),
-        bytes_received=sum(len(r[6]) for r in rows),
-        closed_us=close_at,
-        finished_at=created_at + dt.timedelta(microseconds=close_at),
-        heartbeat_at=created_at + dt.timedelta(microseconds=close_at),
-        findings_count=len(findings),
-        error_findings=sum(1 for f in findings if f.severity == "error"),
-    )
-    if checker.error_code:
-        fields.update(error_code=checker.error_code, error_message=checker.error_message)
-    if checker.routing:
-        fields.update(
-            routing_category=str(checker.routing.get("category") or ""),
-            routing_source=str(checker.routing.get("source") or ""),
-            routing_reasoning=str(checker.routing.get("reasoning") or ""),
-        )
-    fields.update(
-        metrics.derived(
+        stream_rows.finished(
+            checker,
+            status=status,
+            event_count=len(rows),
+            bytes_received=sum(len(r[6]) for r in rows),
+            finished_at=finished_at,
             request_written_us=written,
             first_token_us=milestones.get("first_token_us"),
             closed_us=close_at,
             first_output_us=output_times[0] if output_times else None,
             last_output_us=output_times[1] if output_times else None,
-            output_tokens=n,
-        )
+            milestones=milestones,
+        ),
+        heartbeat_at=finished_at,
     )
     return fields, rows, findings
 
@@ -1126,7 +1109,20 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
         finally:
             sys.setswitchinterval(switch)
             writer.close()
+    _reset_sequences()
     return counts
+
+
+def _reset_sequences():
+    """The streams were inserted with their ids: PostgreSQL's sequence must continue after
+    them, or the next row created the usual way collides with a seeded one."""
+    if connection.vendor != "postgresql":
+        return
+    from django.core.management.color import no_style
+
+    with connection.cursor() as cursor:
+        for sql in connection.ops.sequence_reset_sql(no_style(), [Stream, Event, Finding]):
+            cursor.execute(sql)
 
 
 class Command(BaseCommand):
