@@ -18,10 +18,12 @@ process.tune()
 
 from daphne.cli import CommandLineInterface  # noqa: E402
 
-from streams import runner  # noqa: E402
+from streams import runner, shutdown  # noqa: E402
 
 if __name__ == "__main__":
     # Rows of processes that died end `interrupted` while this server runs, not only when some
     # process next starts (see runner.sweep_when_served).
     runner.sweep_when_served()
+    # SIGTERM/SIGINT let running streams end first (streams/shutdown.py)
+    shutdown.install_for_daphne()
     CommandLineInterface.entrypoint()

@@ -336,8 +336,8 @@ async def _create(request):
         return error
     try:
         stream = await sync_to_async(services.create)(request.user, body)
-    except services.TooMany as exc:
-        return json_error(429, "too_many_streams", exc.message(), limit=exc.limit)
+    except services.TooMany as exc:  # (or ShuttingDown: 503)
+        return json_error(exc.http_status, exc.code, exc.message(), limit=exc.limit)
     # A task on the server's event loop: the stream outlives this request.
     await services.start(stream)
     return respond(

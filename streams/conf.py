@@ -143,6 +143,9 @@ class Settings:
     import_max_per_minute: int = 10
     import_max_concurrent: int = 2
     import_abandon_s: float = 60.0
+    # SIGTERM/SIGINT: running streams may end within this many seconds; then the rest end
+    # `interrupted` with what arrived, and the process exits (streams/shutdown.py).
+    shutdown_grace_s: float = 10.0
     # A request body that sends nothing for this long, or takes 3x this long in all, is
     # answered 408 and dropped (a slow body must not hold a request open; streams/edge.py).
     request_body_timeout_s: float = 10.0

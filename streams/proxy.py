@@ -51,7 +51,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from . import conf, egress, runner, safejson, services
+from . import conf, egress, runner, safejson, services, shutdown
 from .auth import bearer_token, client_ip, token_user
 from .models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
 from .recorder import Recording, get_writer, record_attempt
@@ -237,6 +237,15 @@ async def application(scope, receive, send):
             "rate_limit_error",
             "too_many_requests",
             [(b"retry-after", b"1")],
+        )
+    if shutdown.stopping:
+        return await _error(
+            send,
+            503,
+            "The server is stopping: send the request again in a moment.",
+            "api_error",
+            "shutting_down",
+            [(b"retry-after", b"5")],
         )
     if passthrough and upstream_auth:
         await _remember(upstream_auth)
@@ -467,7 +476,10 @@ class Tap:
 
     async def finish(self, outcome):
         """End the client's response the way the upstream's ended."""
-        clean = outcome is not None and outcome.error_code not in BROKEN
+        # a stop of this process (streams/shutdown.py) ends the response, it does not reset it
+        clean = (outcome is None and shutdown.stopping) or (
+            outcome is not None and outcome.error_code not in BROKEN
+        )
         if not self.started:
             code = outcome.error_code if outcome is not None else "cancelled"
             message = outcome.error_message if outcome is not None else "cancelled"

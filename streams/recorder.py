@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import httpx
 from django.db.utils import InterfaceError, OperationalError
 
-from . import capture, conf, metrics, relay, rows, telemetry
+from . import capture, conf, metrics, relay, rows, shutdown, telemetry
 from .checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
 from .models import Finding, Stream
 
@@ -696,8 +696,14 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
         code = rec.storage_code or "storage_unavailable"
         outcome = Outcome(Stream.Status.FAILED, code, rec.storage_error or str(exc))
     except asyncio.CancelledError:
-        reason = CANCEL_REASONS.get(rec.cancel_code, "")
-        cancelled = Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
+        if shutdown.stopping and not rec.cancel_code:
+            # cut short by a stop of this process, not by anyone who wanted it stopped
+            cancelled = Outcome(
+                Stream.Status.INTERRUPTED, shutdown.SHUTDOWN_CODE, shutdown.SHUTDOWN_REASON
+            )
+        else:
+            reason = CANCEL_REASONS.get(rec.cancel_code, "")
+            cancelled = Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
         await asyncio.shield(_finish(rec, writer, cancelled, tap))
         raise
     await _finish(rec, writer, outcome, tap)
@@ -836,6 +842,8 @@ def _json_response_fields(response, text, wants_json):
 CANCEL_REASONS = {
     "client_disconnected": "the proxied client closed its connection; the upstream request "
     "was cancelled",
+    "client_too_slow": "the proxied client read nothing for PROXY_SLOW_CLIENT_TIMEOUT_S and "
+    "was let go",
 }
 
 

@@ -12,7 +12,7 @@ import datetime as dt
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
-from . import conf, relay, rows, runner
+from . import conf, relay, rows, runner, shutdown
 from .models import Stream
 from .recorder import RUNNER_ID
 from .rows import prompt_of  # noqa: F401  (callers take it from here too)
@@ -20,6 +20,8 @@ from .rows import prompt_of  # noqa: F401  (callers take it from here too)
 
 class TooMany(Exception):
     """Over the per-user limit; `running` streams are running, `limit` may."""
+
+    http_status, code = 429, "too_many_streams"
 
     def __init__(self, running, limit):
         super().__init__(running, limit)
@@ -30,6 +32,18 @@ class TooMany(Exception):
             f"You have {self.running} streams running; at most {self.limit} at a time. "
             "Wait for one to finish or cancel one."
         )
+
+
+class ShuttingDown(TooMany):
+    """This process is stopping (streams/shutdown.py): it starts no stream."""
+
+    http_status, code = 503, "shutting_down"
+
+    def __init__(self):
+        super().__init__(0, 0)
+
+    def message(self):
+        return "The server is stopping: start the stream again in a moment."
 
 
 def build_request_body(
@@ -116,6 +130,8 @@ def running_count(user):
 
 def create(user, body):
     """A new pending stream for `user` within the per-user limit, or `TooMany`."""
+    if shutdown.stopping:
+        raise ShuttingDown()
     limit = conf.get().max_concurrent_per_user
     with transaction.atomic():
         # Serialise one user's creations so two requests cannot both pass the check

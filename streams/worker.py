@@ -19,7 +19,7 @@ from asgiref.sync import sync_to_async
 from channels.layers import get_channel_layer
 from django.db import DatabaseError, close_old_connections
 
-from . import conf, runner
+from . import conf, runner, shutdown
 from .recorder import RUNNER_ID
 
 log = logging.getLogger(__name__)
@@ -96,21 +96,6 @@ class StreamWorker:
                 await asyncio.sleep(1.0)
 
     async def _drain(self, drain_s):
-        """Let running streams finish (a deploy should not cut answers short), then cancel."""
-        running = list(runner.running_here())
-        if not running:
-            return
-        log.info("worker stopping: waiting up to %.0f s for %d stream(s)", drain_s, len(running))
-        deadline = asyncio.get_running_loop().time() + drain_s
-        while runner.running_here() and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.2)
-        for stream_id in list(runner.running_here()):
-            runner.cancel(stream_id)
-        # A cancelled stream writes its final status through the writer, which must still be
-        # running: bounded, so a stream stuck on a database that does not answer cannot keep
-        # the process from exiting (its row is swept as interrupted then).
-        deadline = asyncio.get_running_loop().time() + conf.get().storage_retry_s + 5.0
-        while runner.running_here() and asyncio.get_running_loop().time() < deadline:
-            await asyncio.sleep(0.05)
-        if runner.running_here():
-            log.warning("worker stopping with %d stream(s) unfinished", len(runner.running_here()))
+        """Let running streams finish (a deploy should not cut answers short), then interrupt
+        the rest: the servers' graceful stop (streams/shutdown.py), one mechanism."""
+        await shutdown.drain(drain_s)

@@ -90,6 +90,8 @@ NOT_LOAD_LIMITS = {
     "IMPORT_MAX_CONCURRENT": "no bench imports",
     "IMPORT_ABANDON_S": "no bench imports",
     "REQUEST_BODY_TIMEOUT_S": "the benches' request bodies are small and sent at once",
+    "SHUTDOWN_GRACE_S": "how long a stopping server waits for its streams; benches stop theirs "
+    "after every stream ended",
     "REDACT_KEY_PREFIXES": "what is redacted, not a limit",
 }
 

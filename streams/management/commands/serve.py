@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from streams import runner
+from streams import runner, shutdown
 
 
 class Command(BaseCommand):
@@ -29,6 +29,7 @@ class Command(BaseCommand):
         self.stdout.write(f"upstream: {upstream}")
         self.stdout.write(f"dashboard: http://{opts['addrport']}/")
         runner.sweep_when_served()  # and every SWEEP_INTERVAL_S from now on
+        shutdown.install_for_daphne()  # SIGTERM/SIGINT let running streams end first
         call_command("runserver", opts["addrport"], use_reloader=False)
 
     def ensure_admin(self):

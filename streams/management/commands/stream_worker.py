@@ -5,6 +5,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
+from streams import conf, shutdown
 from streams.recorder import RUNNER_ID
 from streams.worker import StreamWorker
 
@@ -14,7 +15,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=0, help="streams at once")
-        parser.add_argument("--drain", type=float, default=30.0, help="seconds to finish on stop")
+        parser.add_argument(
+            "--drain",
+            type=float,
+            default=None,
+            help="seconds to finish on stop (default: STREAMSCOPE_SHUTDOWN_GRACE_S)",
+        )
 
     def handle(self, *args, **opts):
         asyncio.run(self.main(opts))
@@ -22,7 +28,9 @@ class Command(BaseCommand):
     async def main(self, opts):
         worker = StreamWorker(concurrency=opts["concurrency"] or None)
         loop = asyncio.get_running_loop()
+
         def stop():
+            shutdown.stopping = True  # (what it cuts short ends `interrupted`, not cancelled)
             worker.stopping.set()
             worker.wake.set()  # (out of its wait for work)
 
@@ -31,5 +39,6 @@ class Command(BaseCommand):
             loop.add_signal_handler(sig, stop)
         self.stdout.write(f"stream worker {RUNNER_ID} ready")
         self.stdout.flush()
-        await worker.run(drain_s=opts["drain"])
+        drain = opts["drain"] if opts["drain"] is not None else conf.get().shutdown_grace_s
+        await worker.run(drain_s=drain)
         self.stdout.write(f"stream worker stopped after {worker.started} stream(s)")
