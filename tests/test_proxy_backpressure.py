@@ -52,9 +52,7 @@ def unread_request(server, token, events=EVENTS):
     while b"\r\n\r\n" not in head:
         head += sock.recv(1024)
     assert head.startswith(b"HTTP/1.1 200"), head[:200]
-    headers = dict(
-        line.split(b": ", 1) for line in head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:]
-    )
+    headers = dict(line.split(b": ", 1) for line in head.split(b"\r\n\r\n")[0].split(b"\r\n")[1:])
     stream_id = int({k.lower(): v for k, v in headers.items()}[b"x-streamscope-stream"])
     return sock, stream_id
 
