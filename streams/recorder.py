@@ -51,7 +51,6 @@ from .upstream import (
     Phases,
     UpstreamError,
     check_response,
-    read_error_body,
     request_headers,
 )
 
@@ -657,10 +656,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
                 if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
                     "content-type", ""
                 ):
-                    if tap is None:
-                        check_response(response, await read_error_body(response))
-                    else:
-                        outcome = await _tap_whole_body(rec, writer, response, tap, phases)
+                    outcome = await _whole_body(rec, writer, response, tap, phases)
                 if outcome is None:
                     await _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
         outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
@@ -748,23 +744,37 @@ async def _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
     reader.close(time.monotonic_ns())
 
 
-async def _tap_whole_body(rec, writer, response, tap, phases):
-    """A body that is not an event stream, through the proxy: forwarded as it comes, kept
-    whole as one event (verbatim, so nothing the client saw is missing from the record), and
-    judged like the recorder judges it — except that a JSON response to a `stream: false`
-    request is the answer it asked for. Returns the outcome."""
-    chunks = []
+# The most of a body that is not an event stream kept from a stream started here (through the
+# proxy the whole body is forwarded, and kept, as it comes).
+WHOLE_BODY_MAX = 16 * 1024 * 1024
+
+
+async def _whole_body(rec, writer, response, tap, phases):
+    """A body that is not an event stream (an error, a JSON answer, anything): kept whole as
+    one event, verbatim, whatever its type — what the upstream sent is the record — and
+    through the proxy forwarded as it comes (so nothing the client saw is missing from the
+    record); then judged as the recorder judges it, except that a JSON response to a
+    `stream: false` request is the answer it asked for. Returns the outcome."""
+    chunks, size = [], 0
     t_ns = sent_ns = None
-    async for chunk in response.aiter_raw():
+    body_chunks = response.aiter_raw() if tap is not None else response.aiter_bytes()
+    async for chunk in body_chunks:
         t_ns = phases.last_read_ns or time.monotonic_ns()
-        sent_ns = await tap.chunk(chunk)
+        if tap is not None:
+            sent_ns = await tap.chunk(chunk)
+        elif size + len(chunk) > WHOLE_BODY_MAX:
+            chunk = chunk[: WHOLE_BODY_MAX - size]
         rec.bytes_received += len(chunk)
+        size += len(chunk)
         chunks.append(chunk)
+        if tap is None and size >= WHOLE_BODY_MAX:
+            break
     body = b"".join(chunks)
     if t_ns is None:
         t_ns = time.monotonic_ns()
     text = body.decode("utf-8", errors="replace")
-    type_, is_json, fields, status = _json_response_fields(response, text, tap.wants_json)
+    wants_json = tap.wants_json if tap is not None else False
+    type_, is_json, fields, status = _json_response_fields(response, text, wants_json)
     t_us = _us(t_ns - rec.t0_ns)
     s_us = None if sent_ns is None else _us(sent_ns - rec.t0_ns)
     rec.mark("terminal", t_ns)
@@ -772,24 +782,13 @@ async def _tap_whole_body(rec, writer, response, tap, phases):
     if s_us is not None:
         rec.proxy_delays.append((s_us - t_us, 1))
     raw = None if text.encode() == body else body
-    row = [
-        rec.stream_id,
-        0,
-        t_us,
-        rec.wall0,
-        "",
-        "",
-        type_,
-        None,
-        None,
-        None,
-        is_json,
-        text,
-        raw,
-        s_us,
-    ]  # fmt: skip (PROXIED_COLUMNS)
+    row = [rec.stream_id, 0, t_us, rec.wall0, "", "", type_, None, None, None, is_json, text, raw]
+    payload = relay.event_payload(0, type_, None, t_us, text)
+    if tap is not None:  # (PROXIED_COLUMNS: when the client had it)
+        row.append(s_us)
+        payload = (*payload, s_us)
     rec.next_index = 1
-    await writer.put(rec, row, [(*relay.event_payload(0, type_, None, t_us, text), s_us)])
+    await writer.put(rec, row, [payload])
     if status is not None:
         return Outcome(status)
     try:

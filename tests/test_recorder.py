@@ -3,6 +3,7 @@
 import asyncio
 import datetime as dt
 import itertools
+import json
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -143,10 +144,24 @@ async def test_every_scenario_is_recorded_with_its_status(
 async def test_http_errors_keep_status_and_body_message(upstream):
     stream, _ = await record(body("http_429"))
     assert stream.http_status == 429
-    assert stream.event_count == 0
+    # the body is the record too: one event, verbatim (the error in the page's notice)
+    assert stream.event_count == 1
+    [event] = await sync_to_async(list)(Event.objects.filter(stream=stream))
+    assert event.type == "response.body" and '"error"' in event.data
     assert stream.error_message.endswith("(Retry-After: 2)")  # what the page's notice shows
     stream, _ = await record(body("http_500"))
     assert stream.http_status == 500 and stream.error_message
+
+
+async def test_a_body_that_is_not_an_event_stream_is_kept_as_it_came(upstream):
+    """The issue's case: a complete JSON answer with the wrong Content-Type was thrown away
+    (0 events, "nothing to show"). What the upstream sent is the record, whatever its type."""
+    stream, _ = await record(body("wrong_content_type"))
+    assert (stream.status, stream.error_code) == ("failed", "wrong_content_type")
+    [event] = await sync_to_async(list)(Event.objects.filter(stream=stream))
+    assert event.type == "response" and event.is_json
+    assert json.loads(event.data)["object"] == "response"  # the answer, whole
+    assert stream.bytes_received == len(event.data.encode())
 
 
 async def test_slow_headers_are_a_phase_of_their_own(upstream):
