@@ -4,6 +4,7 @@ starts no new stream (503), lets a stream that ends within STREAMSCOPE_SHUTDOWN_
 ends the rest `interrupted` with what arrived (a proxied client gets the end of its response,
 not a reset), and exits; nothing is left `streaming`."""
 
+import html
 import signal
 import subprocess
 import threading
@@ -158,4 +159,102 @@ def test_stream_worker_stops_gracefully(people, simulator_process):
         if worker.poll() is None:
             worker.kill()
         worker.communicate()
+        server.stop()
+
+
+# --- kill -9: after the restart, every page shows what was stored --------------------------------
+
+
+def _stored_text(stream_id):
+    """The output the stored events spell: their deltas, in order."""
+    import json as _json
+
+    from streams.models import Event
+
+    deltas = Event.objects.filter(stream_id=stream_id, type="response.output_text.delta")
+    return "".join(
+        _json.loads(d)["delta"] for d in deltas.order_by("index").values_list("data", flat=True)
+    )
+
+
+def _playground_stream(url, user):
+    """A playground answer that stalls (the simulator's `stall`, real pacing): its stream id."""
+    with httpx.Client(base_url=url, timeout=30, headers={"Cookie": user.cookie}) as client:
+        page = client.get("/playground/")
+        assert page.status_code == 200
+        csrf = client.cookies.get("csrftoken") or page.cookies["csrftoken"]
+        r = client.post(
+            "/playground/send/",
+            data={"input": "Tell me about Utrecht", "model": "auto", "scenario": "stall",
+                  "speed": "1", "csrfmiddlewaretoken": csrf},
+            headers={"Accept": "application/json", "X-CSRFToken": csrf, "Origin": url,
+                     "Referer": f"{url}/playground/",
+                     "Cookie": f"{user.cookie}; csrftoken={csrf}"},
+        )  # fmt: skip
+        assert r.status_code == 201, r.text[:300]
+        return r.json()["turn"]["stream"], r.json()["conversation"]["url"]
+
+
+@pytest.mark.parametrize("command", ["dashboard.server", "serve"])
+def test_after_kill_9_every_page_shows_what_was_stored(people, simulator_process, command):
+    user = people.owner
+    if command == "dashboard.server":
+        first = DaphneServer(simulator_process.base_url, overrides=OVERRIDES)
+        url, proc = first.url, first.proc
+    else:
+        port = free_port()
+        env = {"UPSTREAM_BASE_URL": simulator_process.base_url}
+        proc = manage(
+            "serve", f"127.0.0.1:{port}", overrides=OVERRIDES, stdout=subprocess.DEVNULL, **env
+        )
+        wait_for_port(port, proc=proc, timeout=60)
+        url = f"http://127.0.0.1:{port}"
+    proxied = {}
+    try:
+        api_id = api_create_ok(url, user, **LONG)
+        thread = threading.Thread(target=_proxied, args=(url, user.token, proxied), daemon=True)
+        thread.start()
+        playground_id, conversation_url = _playground_stream(url, user)
+        wait_until(
+            lambda: (
+                "id" in proxied and all(map(_deltas_stored, (api_id, proxied["id"], playground_id)))
+            ),
+            30,
+            what="deltas of every stream",
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    thread.join(10)
+    ids = {"api": api_id, "proxied": proxied["id"], "playground": playground_id}
+    assert set(Stream.objects.filter(pk__in=ids.values()).values_list("status", flat=True)) == {
+        "streaming"
+    }
+    server = DaphneServer(simulator_process.base_url, overrides=OVERRIDES)  # the restart
+    try:
+        wait_until(
+            lambda: not Stream.objects.filter(status__in=Stream.ACTIVE_STATUSES).exists(),
+            30, what="the restart's sweep",
+        )  # fmt: skip
+        bearer = {"Authorization": f"Bearer {user.token}"}
+        page = {"Cookie": user.cookie}
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for source, stream_id in ids.items():
+                text = _stored_text(stream_id)
+                assert text, source
+                stream = Stream.objects.get(pk=stream_id)
+                assert stream.status == "interrupted" and stream.output_text == text, source
+                api = client.get(f"/api/streams/{stream_id}/", headers=bearer).json()
+                assert api["output_text"] == text and api["status"] == "interrupted", source
+                assert api["bytes_received"] > 0 and api["event_count"] > 0, source
+                timeline = client.get(f"/streams/{stream_id}/", headers=page).text
+                assert "No output." not in timeline, source
+                assert html.escape(text.split()[0]) in timeline, source
+                replay = client.get(f"/streams/{stream_id}/replay.json", headers=page).json()
+                assert replay["events"], source
+            conversation = client.get(conversation_url, headers=page).text
+            assert html.escape(_stored_text(playground_id).split()[0]) in conversation
+    finally:
         server.stop()
