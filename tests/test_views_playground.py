@@ -139,7 +139,12 @@ class TestNotices(Base):
             Finding.objects.create(stream=turn.stream, code=code, severity="warning", detail="x")
         html = self.owner_client.get(self.url()).content.decode()
         assert f'href="/streams/{turn.stream.pk}/#findings"' in html
-        assert "2 findings" in html and "duplicate_event, sequence_gap" in html
+        badge = html.split('class="pg-findings"')[1].split("</a>")[0]
+        assert (
+            'class="sev-pill sev-pill-warning" title="2 warnings: something to look at">2 warn<'
+            in badge
+        )
+        assert "duplicate_event, sequence_gap" in html
 
 
 class TestCompare(Base):
@@ -221,7 +226,7 @@ class TestConversation(Base):
         assert "Utrect is a citty." in html and "Streamed draft" in html  # …kept one click away
         assert 'title="plain question &lt;script&gt;"' in html
         assert "gpt-oss-120b" in html and "general" in html
-        assert "<b>251</b> ms" in html and "<b>38.3</b> tok/s" in html
+        assert "<b>251</b> ms" in html and "<b>38.3</b> deltas/s" in html
         stream_id = self.conversation.turns.get().stream_id
         assert f'href="/streams/{stream_id}/"' in html
         assert 'data-active="true"' not in html
@@ -508,3 +513,33 @@ class TestSendForReal:
         stream = await finished(r.json()["turn"]["stream"])
         assert stream.status == "completed"
         assert stream.request_body["metadata"] == {"time_scale": "0"}
+
+
+class TestFindingsBadge(Base):
+    """An answer's findings badge says each severity: an OpenAI-style stream's info finding
+    reads "1 info" in grey, never as a warning or an error."""
+
+    def badge(self, *severities):
+        from streams.models import Finding
+
+        turn = add_turn(self.conversation, "Hi", findings_count=len(severities))
+        for severity in severities:
+            Finding.objects.create(
+                stream=turn.stream, code="event_name_not_message", severity=severity
+            )
+        html = self.owner_client.get(self.url()).content.decode()
+        return html.split('class="pg-findings"')[1].split("</a>")[0]
+
+    def test_an_info_finding_reads_info(self):
+        badge = self.badge("info")
+        assert '<span class="visually-hidden">Findings: </span>' in badge
+        assert badge.endswith(
+            '<span class="sev-pill sev-pill-info" title="1 info finding: noted, not a fault">'
+            "1 info</span>"
+        )
+        assert "warn" not in badge and "err" not in badge.split("</span>", 1)[1]
+
+    def test_mixed_findings_read_worst_first(self):
+        badge = self.badge("info", "error", "warning", "info")
+        pills = re.findall(r'sev-pill-(\w+)"[^>]*>([^<]+)<', badge)
+        assert pills == [("error", "1 err"), ("warning", "1 warn"), ("info", "2 info")]

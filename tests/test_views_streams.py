@@ -221,7 +221,7 @@ class TestStreamList(Base):
         assert order[:3] == [unrelated.pk, first.pk, second.pk]
         row = r.text.split(f'id="stream-row-{second.pk}"')[1].split("</tr>")[0]
         assert "↳" in row and "try 2" in row
-        assert "Tokens</th>" in r.text
+        assert ">Deltas</th>" in r.text
         first_row = r.text.split(f'id="stream-row-{first.pk}"')[1].split("</tr>")[0]
         assert '<td class="num" data-f="output_tokens">1\u202f234</td>' in first_row
 
@@ -580,3 +580,91 @@ class TestSessionDetail(Base):
         assert self.get(self.owner_client, self.url("nope")).status_code == 404
         r = self.get(Client())
         assert r.status_code == 302 and r["Location"].startswith("/login/")
+
+
+class TestFindingsAndDeltas(Base):
+    """Findings say their severity in words and colour (an info finding never looks like an
+    error), and the figures counted over output delta events say "deltas", not "tokens"."""
+
+    def with_findings(self, *severities):
+        from streams.models import Finding
+
+        stream = recorded(self.owner, text_events("Hello ", "there"))
+        for severity in severities:
+            Finding.objects.create(stream=stream, code="x", severity=severity)
+        Stream.objects.filter(pk=stream.pk).update(
+            findings_count=len(severities), error_findings=severities.count("error")
+        )
+        return stream
+
+    def cell(self, text, stream):
+        row = text.split(f'id="stream-row-{stream.pk}"')[1].split("</tr>")[0]
+        return row.split('data-f="findings_count">')[1].split("</td>")[0]
+
+    def test_a_list_row_tells_errors_from_the_rest(self):
+        info = self.with_findings("info")
+        mixed = self.with_findings("error", "error", "warning", "info")
+        text = self.get(self.owner_client, "/").text
+        # the row counts errors apart only: the rest is "warn/info", grey, never orange or red
+        assert self.cell(text, info) == (
+            '<span class="sev-pill sev-pill-other" title="1 finding, no error: warnings or info '
+            '(this list counts errors apart; the timeline tells warnings from info)">'
+            "1 warn/info</span>"
+        )
+        cell = self.cell(text, mixed)
+        assert (
+            '<span class="sev-pill sev-pill-error" title="2 error findings: the protocol was'
+            in cell
+        )
+        assert (
+            '>2 err</span> <span class="sev-pill sev-pill-other"' in cell
+            and ">2 warn/info<" in cell
+        )
+        assert "sev-warning" not in text
+        assert self.cell(text, self.stream) == '<span class="muted">0</span>'
+
+    def test_a_row_that_counts_warnings_tells_them_from_info(self):
+        from django.template import Context, Template
+
+        row = Stream(findings_count=4, error_findings=1)
+        row.warning_findings = 2
+        html = Template("{% load inspection %}{% finding_pills row %}").render(
+            Context({"row": row})
+        )
+        assert [p.split(">")[1] for p in html.split("</span>")[:-1]] == [
+            "1 err",
+            "2 warn",
+            "1 info",
+        ]
+        assert "sev-pill-info" in html and "sev-pill-other" not in html
+
+    def test_the_timeline_says_each_severity(self):
+        stream = self.with_findings("warning", "info", "info")
+        text = self.get(self.owner_client, f"/streams/{stream.pk}/").text
+        split = text.split('class="finding-split">')[1].split("</small>")[0]
+        assert split == (
+            '<span class="sev-pill sev-pill-warning" title="1 warning: something to look at">'
+            '1 warn</span> <span class="sev-pill sev-pill-info" title="2 info findings: noted, '
+            'not a fault">2 info</span>'
+        )
+
+    def test_figures_over_deltas_say_deltas(self):
+        text = self.get(self.owner_client, f"/streams/{self.stream.pk}/").text
+        assert "Output tokens" not in text and "Tokens/s" not in text and "Inter-token" not in text
+        for figure, label in (
+            ("output-deltas", "Output deltas"),
+            ("deltas-per-s", "Deltas/s"),
+            ("inter-delta", "Inter-delta"),
+        ):
+            div = text.split(f'id="figure-{figure}"')[1].split("</div>")[0]
+            assert f'<div class="label">{label}' in div
+            assert "not tokens" in div.split('title="')[1].split('"')[0]
+        head = self.get(self.owner_client, "/").text
+        th = head.split(">Deltas</th>")[0].rsplit("<th", 1)[1]
+        assert "It counts delta events, not tokens" in th
+        assert ">Tokens<" not in head
+
+    def test_the_findings_filter_names_severities(self):
+        text = self.get(self.owner_client, "/").text
+        assert '<option value="errors">With error findings</option>' in text
+        assert '<option value="any">With findings (any severity)</option>' in text

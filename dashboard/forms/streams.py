@@ -94,8 +94,8 @@ class StreamFilterForm(forms.Form):
         required=False,
         choices=[
             ("", "Any"),
-            ("any", "With findings"),
-            ("errors", "With errors"),
+            ("any", "With findings (any severity)"),
+            ("errors", "With error findings"),
             ("none", "Without findings"),
         ],
     )

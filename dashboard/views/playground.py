@@ -50,7 +50,7 @@ from dashboard.forms.playground import (
     scenario_choices,
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
-from dashboard.queries import output_blocks
+from dashboard.queries import finding_counts, output_blocks
 from streams import api, conf, services
 from streams.catalog import get_catalog
 from streams.checks import ITEM_KINDS
@@ -150,12 +150,13 @@ def _failure(stream, error):
 
 
 def _findings(stream):
-    """(count, "code, code") of the checker's findings on an answer, for its header."""
+    """(count, {severity: count}, "code, code") of the checker's findings on an answer, for its
+    header's badge (which says their severities)."""
     if stream is None or not stream.findings_count:
-        return 0, ""
+        return 0, {}, ""
     codes = Finding.objects.filter(stream_id=stream.pk).values_list("code", flat=True)
     names = sorted(set(codes[:FINDING_CODES_MAX]))
-    return stream.findings_count, ", ".join(names)
+    return stream.findings_count, finding_counts(stream), ", ".join(names)
 
 
 def _prepare(turn, is_last):
@@ -165,9 +166,9 @@ def _prepare(turn, is_last):
     if stream is not None:
         turn.blocks, turn.rewritten, turn.has_output = answer_output(stream)
         turn.notice_class, turn.notice = answer_notice(stream)
-        turn.findings, turn.finding_codes = _findings(stream)
+        turn.findings, turn.finding_counts, turn.finding_codes = _findings(stream)
     else:
-        turn.findings, turn.finding_codes = 0, ""
+        turn.findings, turn.finding_counts, turn.finding_codes = 0, {}, ""
         turn.blocks, turn.rewritten, turn.has_output = [], False, False
         turn.notice_class, turn.notice = "", ""
     turn.retryable = bool(is_last and stream is not None and stream.status in RETRYABLE)
@@ -316,7 +317,7 @@ def _send(request, conversation_id):
         message = "The last answer is still streaming: stop it (Esc) or wait for it to end."
         return None, _error(request, conversation, 409, message, form)
     except services.TooMany as exc:
-        return None, _error(request, conversation, 429, exc.message(), form)
+        return None, _error(request, conversation, exc.http_status, exc.message(), form)
 
 
 def _retry(request, conversation_id, turn_id):
@@ -329,7 +330,7 @@ def _retry(request, conversation_id, turn_id):
     except Busy:
         return None, _error(request, conversation, 409, "This answer is still streaming.")
     except services.TooMany as exc:
-        return None, _error(request, conversation, 429, exc.message())
+        return None, _error(request, conversation, exc.http_status, exc.message())
 
 
 async def _start(request, work, *args):
@@ -401,7 +402,7 @@ def _compare_create(request):
         with transaction.atomic():
             streams = [services.create(request.user, body) for _, body in bodies]
     except services.TooMany as exc:  # another tab took a slot meanwhile
-        return None, JsonResponse({"message": exc.message(), "errors": {}}, status=429)
+        return None, JsonResponse({"message": exc.message(), "errors": {}}, status=exc.http_status)
     return streams, None
 
 

@@ -6,8 +6,10 @@
  * start for each) and answers their ids; each column follows its stream's WebSocket like the
  * playground does (streamclient.js, resuming with after=) and renders its output with
  * output.js, written once per animation frame. The figures are the server's (the frames'
- * `stream` fields: TTFT, tokens/s, duration, event and finding counts, as the timeline shows
- * them); the summary names who was first to the first token and to the end.
+ * `stream` fields: TTFT, output deltas/s, duration, event and finding counts, as the timeline
+ * shows them); the summary names who was first to the first token and to the end. Findings
+ * show their severity as the list does (dashboard/templatetags/inspection.py, finding_pills):
+ * errors red, the rest (warnings or info: the frames count errors apart only) grey.
  * Model output reaches the page only through output.js (text, or sanitised Markdown).
  */
 import { el } from "./dom.js";
@@ -19,9 +21,30 @@ const TERMINAL = (status) => status && status !== "pending" && status !== "strea
 
 const fmt = {
   ms: (v) => (typeof v === "number" ? (v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${Math.round(v)} ms`) : ""),
-  rate: (v) => (typeof v === "number" ? `${v.toFixed(1)} tok/s` : ""),
+  rate: (v) => (typeof v === "number" ? `${v.toFixed(1)} deltas/s` : ""),
   count: (v) => (typeof v === "number" ? String(v) : ""),
 };
+
+/** A stream's findings by severity, from the frames' counts: errors in red, the others
+ * (warnings or info, not told apart by the frames) in grey; "0" without any. */
+function findingPills(total, errors) {
+  total = typeof total === "number" ? total : 0;
+  errors = typeof errors === "number" ? errors : 0;
+  if (!total) return [el("span", "muted", "0")];
+  const pills = [];
+  const pill = (severity, text, title) => {
+    const node = el("span", `sev-pill sev-pill-${severity}`, text);
+    node.title = title;
+    if (pills.length) pills.push(" ");
+    pills.push(node);
+  };
+  if (errors) pill("error", `${errors} err`, `${errors} error finding${errors === 1 ? "" : "s"}: the protocol was broken`);
+  const other = total - errors;
+  if (other > 0) {
+    pill("other", `${other} warn/info`, `${other} finding${other === 1 ? "" : "s"}, no error: warnings or info (the timeline tells them apart)`);
+  }
+  return pills;
+}
 
 class Column {
   constructor(grid, info, onChange) {
@@ -43,14 +66,16 @@ class Column {
     this.cells = {};
     for (const [key, label] of [
       ["ttft_ms", "TTFT"],
-      ["tokens_per_s", "Tokens/s"],
+      ["tokens_per_s", "Deltas/s"],
       ["duration_ms", "Total"],
       ["event_count", "Events"],
       ["findings_count", "Findings"],
     ]) {
       const dd = el("dd", "", "");
       dd.dataset.f = key;
-      this.figures.append(el("dt", "", label), dd);
+      const dt = el("dt", "", label);
+      if (key === "tokens_per_s") dt.title = grid.closest("#compare")?.dataset.helpRate || "";
+      this.figures.append(dt, dd);
       this.cells[key] = dd;
     }
     this.routed = el("p", "muted small cmp-routed", "");
@@ -97,7 +122,7 @@ class Column {
     this.cells.tokens_per_s.textContent = fmt.rate(f.tokens_per_s);
     this.cells.duration_ms.textContent = fmt.ms(f.duration_ms);
     this.cells.event_count.textContent = fmt.count(f.event_count);
-    this.cells.findings_count.textContent = fmt.count(f.findings_count ?? 0);
+    this.cells.findings_count.replaceChildren(...findingPills(f.findings_count, f.error_findings));
     this.badge.textContent = this.status;
     this.badge.className = `badge ${this.status}`;
     if (f.resolved_model && f.resolved_model !== this.info.model) {

@@ -25,11 +25,28 @@
  * the last call, once per animation frame); a text longer than the page's text limit (the
  * server's, `queries.TEXT_SHOWN`, from <meta name="output-text-shown">) lays out its head
  * only, the rest waits in an inert <template> behind "Show all" exactly as the server renders
- * it; Markdown re-renders only the growing tail after the last blank line (markdown.js's
- * `stableBoundary`), and only of the shown head.
+ * it; Markdown is rendered in pieces cut where markdown.js allows (`nextCut`: never inside a
+ * link, code span or emphasis; a code block or table carries its fence or head over), each
+ * once, and only the growing tail after the last blank line (`stableBoundary`) again; of the
+ * shown head, to the end of the piece it ends in.
+ *
+ * Budgets: what cannot be formatted within them is shown raw, whole, under a one-line note
+ * (markdown.js NOTES), never empty or cut: a piece nested too deeply (markdown.js DEPTH_MAX;
+ * it is rendered again block by block, so only the deep blocks go raw), a run with no place
+ * to cut longer than PIECE_MAX, a text over MARKDOWN_MAX, and once a piece took longer than
+ * MARKDOWN_SLOW_MS, the rest of its text.
  */
 import { el, pretty } from "./dom.js";
-import { forcedCut, markdownAvailable, markdownFragment, stableBoundary } from "./markdown.js";
+import {
+  lineCut,
+  markdownAvailable,
+  markdownPiece,
+  NOTES,
+  nextCut,
+  PIECE_MAX,
+  pieceSource,
+  stableBoundary,
+} from "./markdown.js";
 
 const TEXT_DELTAS = new Map([
   ["response.output_text.delta", "output_text"],
@@ -65,14 +82,18 @@ export function outputItemKinds() {
   return pageKinds;
 }
 
-// Markdown beyond this many characters is not rendered, even on "Show all" (markdown-it takes
-// ~1 ms per 5,000 characters here: 200,000 is a long but bounded pause, on a click).
+// A text longer than this is not formatted at all, even on "Show all", but shown raw with a
+// note (markdown-it takes ~1 ms per 5,000 characters here: 200,000 is a long but bounded
+// pause, on a click).
 const MARKDOWN_MAX = 200_000;
 // Markdown work per animation frame, in characters: new text rendered for good, and the
 // growing tail re-rendered (markdown-it + DOMPurify + insertion cost ~2 ms per 1,000
 // characters in Chromium here; a frame is 16 ms). A longer text renders over several frames.
 const MARKDOWN_PER_FRAME = 2500;
 const MARKDOWN_TAIL_MAX = 1500;
+// A piece that took longer than this to render (markdown-it has had input that costs far more
+// than its length) makes the rest of its text show raw (markdown.js NOTES.slow).
+const MARKDOWN_SLOW_MS = 250;
 const COUNT = new Intl.NumberFormat("en-US");
 
 let shownLimit = null;
@@ -103,6 +124,8 @@ export class LiveOutput {
     this.onRewrite = onRewrite;
     this.items = new Map(); // output_index -> item record
     this.pending = new Set(); // text targets with text not yet in the DOM
+    this.stale = new Set(); // text targets whose Markdown waits for more text (or the end)
+    this.ended = false; // finish() was called: Markdown renders whole, nothing waits
     this.growing = null;
     this.seen = new Set(); // sequence numbers applied
   }
@@ -120,6 +143,8 @@ export class LiveOutput {
     this.container.replaceChildren();
     this.items.clear();
     this.pending.clear();
+    this.stale.clear();
+    this.ended = false;
     this.seen.clear();
     this.growing = null;
   }
@@ -179,12 +204,15 @@ export class LiveOutput {
 
   /** Write buffered deltas: one DOM change per text per call, however many deltas came
    * (call it once per animation frame). */
-  flush() {
+  flush(final = this.ended) {
     const later = [];
     for (const target of this.pending) {
       writeText(target);
-      const limit = target.expanded ? MARKDOWN_MAX : textShown();
-      if (target.md && !renderMarkdown(target.el, target.text, limit)) later.push(target);
+      const limit = target.expanded ? Infinity : textShown();
+      if (!target.md) continue;
+      if (!renderMarkdown(target.el, target.text, limit, { final })) later.push(target);
+      else if (markdownStale(target.el)) this.stale.add(target);
+      else this.stale.delete(target);
     }
     this.pending.clear();
     // Markdown left for later frames (a large delta): it continues on its own.
@@ -204,6 +232,10 @@ export class LiveOutput {
   }
 
   finish() {
+    // what an uncut tail still owes (markdownStale) is rendered now, whole
+    for (const target of this.stale) this.pending.add(target);
+    this.stale.clear();
+    this.ended = true;
     this.flush();
     this.growing?.classList.remove("growing");
     this.growing = null;
@@ -370,8 +402,9 @@ function writeText(target) {
 
 // ---- Markdown of a message's text part ---------------------------------------------------------
 
-// Per part element: how far its text is rendered for good (a stable boundary) and how long
-// the text was at the last render.
+// Per part element: where its text is rendered for good (`at`, a place markdown.js allows a cut,
+// and the construct the text is in there), how the last piece ended, and the text's length and
+// limit at the last render.
 const markdownState = new WeakMap();
 
 /** The part's Markdown body (before its raw `.text`) and toggle, made once. */
@@ -388,8 +421,9 @@ function markdownBody(part) {
   toggle.setAttribute("aria-pressed", "false");
   part.classList.add("md");
   part.prepend(toggle, body);
-  state = { body, stable, tail, toggle, at: 0, length: -1, split: false };
+  state = { body, stable, tail, toggle };
   markdownState.set(part, state);
+  resetMarkdown(part);
   return state;
 }
 
@@ -398,58 +432,203 @@ function resetMarkdown(part) {
   if (!state) return;
   state.stable.replaceChildren();
   state.tail.replaceChildren();
-  state.at = 0;
-  state.length = -1;
-  state.split = false;
+  Object.assign(state, {
+    at: 0, // rendered for good up to here
+    ctx: undefined, // the construct the text is in at `at` (markdown.js nextCut)
+    edge: null, // how the piece before `at` ended (its cut), null at the start or a blank line
+    length: -1, // the text's length and limit at the last render
+    limit: 0,
+    stale: false, // the tail shows less than the text (rendered again when it grew enough)
+    tailLength: 0,
+    huge: -1, // characters shown raw because the whole text is too long to format
+    slow: false, // a piece took too long: the rest is shown raw
+    rawTail: null, // the tail's raw text, when it goes on the last piece's raw text
+  });
 }
 
-/** Render the first `limit` characters of `text` into the part's Markdown body, at most
- * `budget` characters of it this call: what lies before a stable boundary is rendered once
- * and kept, the tail after it again. False when there is more to do (call again next frame). */
-function renderMarkdown(part, text, limit, budget = MARKDOWN_PER_FRAME) {
+/** Render `text` into the part's Markdown body: its first `limit` characters and on to the
+ * end of the piece they end in, at most `budget` characters this call. Pieces before a cut
+ * (markdown.js nextCut: never inside a link, code span or emphasis) are rendered once and
+ * kept; a piece markdown.js or the budgets refuse is shown raw with a note (NOTES), whole; the
+ * growing tail is rendered again (an uncut tail over MARKDOWN_TAIL_MAX once it grew by a
+ * quarter, or when `final`). False when there is more to do (call again next frame). */
+function renderMarkdown(part, text, limit, { budget = MARKDOWN_PER_FRAME, final = false } = {}) {
   if (!markdownAvailable()) return true;
   const state = markdownBody(part);
-  if (text.length > MARKDOWN_MAX && !part.classList.contains("raw")) setRaw(part, true);
-  const shown = text.length > limit ? text.slice(0, limit) : text;
-  if (shown.length === state.length) return true;
-  if (shown.length < state.length) resetMarkdown(part);
-  let spent = 0;
-  while (shown.length - state.at > MARKDOWN_TAIL_MAX) {
-    if (spent >= budget) {
-      state.tail.replaceChildren();
-      return false;
+  if (text.length < state.length || limit < state.limit) resetMarkdown(part);
+  const shown = Math.min(text.length, limit);
+  if (text.length > MARKDOWN_MAX) {
+    // Not formatted at all: the text as it came (what is laid out of it), with the note.
+    if (state.huge < 0) {
+      resetMarkdown(part);
+      state.stable.append(rawPiece("", "huge"));
+      state.huge = 0;
     }
-    const cut = forcedCut(shown, state.at, MARKDOWN_TAIL_MAX);
-    state.stable.append(chunk(shown.slice(state.at, cut.at), state.split, cut.split));
-    state.split = cut.split;
-    spent += cut.at - state.at;
-    state.at = cut.at;
+    if (shown > state.huge) state.stable.querySelector(".md-raw").append(text.slice(state.huge, shown));
+    state.huge = shown;
+    return true;
   }
-  const next = stableBoundary(shown, state.at);
-  if (next > state.at) {
-    state.stable.append(chunk(shown.slice(state.at, next), state.split, false));
-    state.split = false;
-    state.at = next;
+  if (text.length === state.length && limit === state.limit && !(final && state.stale)) return true;
+  state.rawTail?.remove();
+  state.rawTail = null;
+  state.tail.replaceChildren();
+  const capped = text.length > limit; // the rest waits behind "Show all"
+  let spent = 0;
+  let tailDone = false;
+  while (state.at < shown) {
+    if (!capped && text.length - state.at <= MARKDOWN_TAIL_MAX) break;
+    if (spent >= budget) return false;
+    const cut = nextCut(text, state.at, state.ctx, MARKDOWN_TAIL_MAX);
+    const end = cut ? cut.at : text.length;
+    const size = end - state.at;
+    if (size > PIECE_MAX && (!cut || end > shown)) {
+      // no place to cut before the end of what is shown: raw as far as that goes, as the
+      // tail (the text, or the limit, may still grow)
+      tailRaw(state, text.slice(state.at, shown), "long");
+      tailDone = true;
+      break;
+    }
+    if (!cut) break; // the rest is one piece, maybe still growing: the tail, below
+    commit(state, text, cut, size > PIECE_MAX ? "long" : null);
+    spent += Math.min(size, PIECE_MAX);
   }
-  state.tail.replaceChildren(chunk(shown.slice(state.at), state.split, false));
-  state.length = shown.length;
+  if (!tailDone && state.at < shown) {
+    const next = stableBoundary(text, state.at, state.ctx);
+    if (next > state.at) commit(state, text, { at: next, kind: "blank", ctx: undefined, split: false });
+    const rest = text.length - state.at;
+    if (rest > PIECE_MAX) {
+      tailRaw(state, text.slice(state.at, shown), "long");
+    } else if (final && !capped && rest > 0) {
+      // the text is whole: its last piece is rendered for good (block by block if too deep)
+      commit(state, text, null);
+    } else if (!final && rest > MARKDOWN_TAIL_MAX && state.tailShown && rest < state.tailLength * 1.25) {
+      // an uncut run (a long link, a line with no space) re-rendered at every frame would cost
+      // its whole length every time: again once it grew by a quarter (or at the end); its new
+      // text shows as text meanwhile
+      state.tail.append(state.tailShown, text.slice(state.at + state.tailLength));
+      state.stale = true;
+    } else if (rest > 0) {
+      const piece = renderPiece(state, text, text.length, null);
+      if (piece.box) state.tail.append(piece.box);
+      else tailRaw(state, text.slice(state.at), piece.reason);
+      state.tailShown = piece.box;
+      state.tailLength = rest;
+      state.stale = false;
+    }
+  }
+  state.length = text.length;
+  state.limit = limit;
   return true;
 }
 
-/** One rendered piece of a text; `before` / `after`: a forced cut split the paragraph at
- * its start / end, and CSS joins the halves into one (`.md-chunk` is display: contents, the
- * halves' paragraphs inline). */
-function chunk(text, before, after) {
+/** Render the text from `state.at` to `cut` (null: the text's end) for good, and move on. A
+ * piece too deeply nested as a whole is rendered again block by block (line by line), so
+ * that only what is too deep shows raw. */
+function commit(state, text, cut, reason = null) {
+  const end = cut ? cut.at : text.length;
+  const start = state.at;
+  let piece = renderPiece(state, text, end, cut, reason);
+  if (piece.reason === "deep") {
+    for (let inner = lineCut(text, state.at, state.ctx); inner && inner.at < end; ) {
+      advance(state, text, inner, renderPiece(state, text, inner.at, inner));
+      inner = lineCut(text, state.at, state.ctx);
+    }
+    if (state.at !== start) piece = renderPiece(state, text, end, cut);
+  }
+  advance(state, text, cut, piece);
+}
+
+/** Put a rendered piece (or its raw text) in the page and move on to `cut`. */
+function advance(state, text, cut, piece) {
+  const end = cut ? cut.at : text.length;
+  if (piece.box) state.stable.append(piece.box);
+  else state.stable.append(rawPiece(text.slice(state.at, end), piece.reason, lastRaw(state, piece.reason)));
+  state.at = end;
+  state.ctx = cut?.ctx;
+  state.edge = cut && cut.kind !== "blank" ? cut : null;
+  state.tailShown = null;
+  state.tailLength = 0;
+}
+
+/** One piece of the text, `text[state.at:end]` ending at `cut`, rendered: `{ box }` (a
+ * `.md-chunk`), or `{ reason }` to show it raw. The classes let CSS join what a cut split: a
+ * paragraph (`cut-*`: its halves inline), a fenced code block (`fence-*`) or a table
+ * (`table-*`: its repeated head hidden); `cont-*`: no gap between the two. */
+function renderPiece(state, text, end, cut, reason = null) {
+  if (reason || state.slow) return { reason: reason || "slow" };
+  const before = state.edge;
+  const source = pieceSource(text, state.at, end, state.ctx, cut?.ctx);
+  let started = performance.now();
+  let piece = markdownPiece(source);
+  if (piece.reason) return piece;
+  if (performance.now() - started > MARKDOWN_SLOW_MS) {
+    // Input markdown-it takes this long over would take it again at every frame of a growing
+    // tail: the rest of the text goes raw. Timed twice, so that a pause of the page (a busy
+    // machine, a garbage collection) does not count as the input's.
+    started = performance.now();
+    piece = markdownPiece(source);
+    if (performance.now() - started > MARKDOWN_SLOW_MS) state.slow = true;
+  }
   const box = el("div", "md-chunk");
-  box.classList.toggle("cut-before", before);
-  box.classList.toggle("cut-after", after);
-  box.append(markdownFragment(text));
+  box.append(piece.fragment);
+  const classes = {
+    "cut-before": before?.split,
+    "cut-after": cut?.split,
+    "fence-before": before?.ctx?.fence,
+    "fence-after": cut?.ctx?.fence,
+    "table-before": before?.ctx?.table,
+    "table-after": cut?.ctx?.table,
+    "cont-before": before,
+    "cont-after": cut && cut.kind !== "blank",
+  };
+  for (const [name, on] of Object.entries(classes)) if (on) box.classList.add(name);
+  return { box };
+}
+
+/** The last piece rendered for good, if it is raw for `reason` (raw text after it goes on its
+ * text, under the same note). */
+function lastRaw(state, reason) {
+  const last = state.stable.lastElementChild;
+  return last?.classList.contains("md-fallback") && last.dataset.reason === reason ? last : null;
+}
+
+/** Text shown raw, whole, under a one-line note saying why: a new `.md-fallback` chunk, or
+ * (`onto`) more text of the one before (then nothing new to append). */
+function rawPiece(text, reason, onto = null) {
+  if (onto) {
+    onto.querySelector(".md-raw").append(text);
+    return document.createDocumentFragment();
+  }
+  const box = el("div", "md-chunk md-fallback");
+  box.dataset.reason = reason;
+  const note = el("p", "md-note", NOTES[reason]);
+  note.setAttribute("role", "note");
+  box.append(note, el("div", "md-raw", text));
   return box;
+}
+
+/** The tail as raw text for `reason`: onto the last piece's raw text when that is raw for the
+ * same reason (one note), else a raw piece of its own. */
+function tailRaw(state, text, reason) {
+  const onto = lastRaw(state, reason);
+  if (onto) {
+    state.rawTail = document.createTextNode(text);
+    onto.querySelector(".md-raw").append(state.rawTail);
+  } else state.tail.append(rawPiece(text, reason));
+  state.tailShown = null;
+  state.stale = false;
+}
+
+/** Whether the part's Markdown shows less than its text (an uncut tail waiting to grow). */
+function markdownStale(part) {
+  return Boolean(markdownState.get(part)?.stale);
 }
 
 /** renderMarkdown to the end, a frame's budget at a time. */
 function renderMarkdownSoon(part, text, limit) {
-  if (!renderMarkdown(part, text, limit)) requestAnimationFrame(() => renderMarkdownSoon(part, text, limit));
+  if (!renderMarkdown(part, text, limit, { final: true })) {
+    requestAnimationFrame(() => renderMarkdownSoon(part, text, limit));
+  }
 }
 
 function setRaw(part, raw) {
@@ -460,6 +639,12 @@ function setRaw(part, raw) {
   state.toggle.setAttribute("aria-pressed", String(raw));
 }
 
+/** The whole text of a server-rendered `.text`: its laid-out head and the inert rest. */
+function wholeText(node) {
+  const rest = node.querySelector(":scope > template.text-rest");
+  return rest ? node.textContent + rest.content.textContent : node.textContent;
+}
+
 /** Markdown for the message texts the server rendered inside `root` (a page's output, a
  * playground turn): the raw text stays, hidden behind the "Raw" toggle. */
 export function enhanceOutput(root) {
@@ -467,7 +652,7 @@ export function enhanceOutput(root) {
   for (const part of root.querySelectorAll(".item.message .part-output_text")) {
     if (markdownState.has(part)) continue;
     const text = part.querySelector(":scope > .text");
-    if (text) renderMarkdownSoon(part, text.textContent, textShown());
+    if (text) renderMarkdownSoon(part, wholeText(text), textShown());
   }
 }
 
@@ -490,7 +675,7 @@ document.addEventListener("click", (event) => {
   }
   button.remove();
   const part = text?.parentElement;
-  if (part && markdownState.has(part)) renderMarkdownSoon(part, text.textContent, MARKDOWN_MAX);
+  if (part && markdownState.has(part)) renderMarkdownSoon(part, text.textContent, Infinity);
 });
 
 function head(...children) {

@@ -6,7 +6,7 @@
  *   answers the new turn, rendered by the page's own template. The WebSocket only receives.
  * - A streaming answer follows /ws/streams/<id>/?format=json and applies each event as it
  *   comes: the output (text, tool cards, reasoning, a rewrite) through output.js, the module
- *   the timeline renders live output with too; routing, rewrite, TTFT and tokens/s update the
+ *   the timeline renders live output with too; routing, rewrite, TTFT and deltas/s update the
  *   answer's header here. Lost connections resume with
  *   after=<last index seen> (streamclient.js); a reload attaches again with after=-1, which
  *   replays the stored events of that one stream and continues live.
@@ -24,8 +24,9 @@ import { el, serverFragment } from "./dom.js";
 import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 
-// Deltas that carry model output, as streams/checks.py's OUTPUT_DELTAS: tokens/s counts these
-// from the first to the last, the way the recorder computes the stored figure.
+// Deltas that carry model output, as streams/checks.py's OUTPUT_DELTAS: deltas/s counts these
+// from the first to the last, the way the recorder computes the stored figure (`tokens_per_s`,
+// a rate of delta events, not of tokens).
 const OUTPUT_DELTAS = new Set([
   "response.output_text.delta",
   "response.refusal.delta",
