@@ -88,6 +88,8 @@ def filter_streams(qs, filters):
         qs = qs.filter(findings_count__gt=0)
     elif findings == "errors":
         qs = qs.filter(error_findings__gt=0)
+    elif findings == "warnings":  # or worse
+        qs = qs.filter(Q(error_findings__gt=0) | Q(warning_findings__gt=0))
     elif findings == "none":
         qs = qs.filter(findings_count=0)
     if f.get("since"):

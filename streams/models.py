@@ -98,6 +98,7 @@ class Stream(models.Model):
     parts = models.JSONField(default=list, blank=True)  # reassembled output items and parts
     findings_count = models.PositiveIntegerField(default=0)
     error_findings = models.PositiveIntegerField(default=0)
+    warning_findings = models.PositiveIntegerField(default=0)  # (the rest are info)
 
     # Proxied streams (streams/proxy.py): how long the proxy held events between their receipt
     # from the upstream and handing them to the client's socket, over the stream's events.

@@ -36,6 +36,7 @@ LIST_FIELDS = (
     "event_count",
     "findings_count",
     "error_findings",
+    "warning_findings",
     "error_code",
 )
 LIST_PROMPT_MAX = 200
@@ -131,6 +132,7 @@ def stream(stream) -> dict:
         "parts": stream.parts,
         "findings_count": stream.findings_count,
         "error_findings": stream.error_findings,
+        "warning_findings": stream.warning_findings,
         "findings": findings,
     }
 

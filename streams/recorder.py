@@ -85,6 +85,7 @@ PUBLIC_FIELDS = {
     "output_tokens",
     "findings_count",
     "error_findings",
+    "warning_findings",
 }
 
 
@@ -109,6 +110,7 @@ class Recording:
     next_index: int = 0
     bytes_received: int = 0
     error_findings: int = 0
+    warning_findings: int = 0
     findings: int = 0
     output_times: list = field(default_factory=list)  # first and last output delta, ns
     milestones: dict = field(default_factory=dict)
@@ -170,6 +172,8 @@ class Recording:
             self.findings += 1
             if v.severity == "error":
                 self.error_findings += 1
+            elif v.severity == "warning":
+                self.warning_findings += 1
             self.pending_findings.append(
                 Finding(
                     stream_id=self.stream_id,
@@ -183,6 +187,7 @@ class Recording:
             )
         self.pending_fields["findings_count"] = self.findings
         self.pending_fields["error_findings"] = self.error_findings
+        self.pending_fields["warning_findings"] = self.warning_findings
 
     def ingest(self, events, sent_ns=None):
         """The events of one received chunk: number them, feed the checker, note milestones.

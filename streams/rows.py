@@ -225,6 +225,7 @@ def finished(
             resolved_model=checker.resolved_model or "",
             findings_count=len(violations),
             error_findings=sum(v.severity == "error" for v in violations),
+            warning_findings=sum(v.severity == "warning" for v in violations),
         )
         routing = checker.routing
         if routing:

@@ -506,3 +506,39 @@ def test_integers_no_column_holds_are_stored_as_none_and_found(db):
     assert len(stored) == 3 and str(2**70) in stored[1].data
     assert (stored[1].sequence_number, stored[1].output_index) == (None, None)
     assert Finding.objects.filter(stream=stream, code="missing_sequence_number").exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_warning_findings_are_counted_live_and_backfilled_by_the_migration():
+    from django.db import connection
+    from django.db.migrations.executor import MigrationExecutor
+
+    from dashboard import queries
+    from streams.models import Finding, Stream
+
+    def stream_with(*severities):
+        s = Stream.objects.create(findings_count=len(severities))
+        s.error_findings = severities.count("error")
+        s.save(update_fields=["error_findings"])
+        for sev in severities:
+            Finding.objects.create(stream=s, code="x", severity=sev)
+        return s
+
+    warned, errored, noted = (
+        stream_with("warning", "warning", "info"),
+        stream_with("error"),
+        stream_with("info"),
+    )
+    # the migration's backfill (0010), from the findings stored
+    executor = MigrationExecutor(connection)
+    executor.migrate([("streams", "0009_sealed_secrets")])
+    executor = MigrationExecutor(connection)
+    executor.migrate([("streams", "0010_warning_findings")])
+    got = dict(Stream.objects.values_list("pk", "warning_findings"))
+    assert got == {warned.pk: 2, errored.pk: 0, noted.pk: 0}
+
+    class Staff:
+        is_staff, pk, is_authenticated = True, None, True
+
+    page = queries.stream_page(Staff(), {"findings": "warnings"})
+    assert {s.pk for s in page.streams} == {warned.pk, errored.pk}

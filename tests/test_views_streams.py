@@ -593,7 +593,9 @@ class TestFindingsAndDeltas(Base):
         for severity in severities:
             Finding.objects.create(stream=stream, code="x", severity=severity)
         Stream.objects.filter(pk=stream.pk).update(
-            findings_count=len(severities), error_findings=severities.count("error")
+            findings_count=len(severities),
+            error_findings=severities.count("error"),
+            warning_findings=severities.count("warning"),
         )
         return stream
 
@@ -601,27 +603,24 @@ class TestFindingsAndDeltas(Base):
         row = text.split(f'id="stream-row-{stream.pk}"')[1].split("</tr>")[0]
         return row.split('data-f="findings_count">')[1].split("</td>")[0]
 
-    def test_a_list_row_tells_errors_from_the_rest(self):
+    def test_a_list_row_tells_each_severity_apart(self):
         info = self.with_findings("info")
         mixed = self.with_findings("error", "error", "warning", "info")
         text = self.get(self.owner_client, "/").text
-        # the row counts errors apart only: the rest is "warn/info", grey, never orange or red
+        # an info finding is grey and says so, never orange or red
         assert self.cell(text, info) == (
-            '<span class="sev-pill sev-pill-other" title="1 finding, no error: warnings or info '
-            '(this list counts errors apart; the timeline tells warnings from info)">'
-            "1 warn/info</span>"
+            '<span class="sev-pill sev-pill-info" title="1 info finding: noted, not a fault">'
+            "1 info</span>"
         )
         cell = self.cell(text, mixed)
-        assert (
-            '<span class="sev-pill sev-pill-error" title="2 error findings: the protocol was'
-            in cell
-        )
-        assert (
-            '>2 err</span> <span class="sev-pill sev-pill-other"' in cell
-            and ">2 warn/info<" in cell
-        )
-        assert "sev-warning" not in text
+        pills = [p.split(">")[-1] for p in cell.split("</span>")[:-1]]
+        assert pills == ["2 err", "1 warn", "1 info"]
+        assert "sev-pill-error" in cell and "sev-pill-warning" in cell
         assert self.cell(text, self.stream) == '<span class="muted">0</span>'
+        # and the list filters by it: warnings or worse
+        filtered = self.get(self.owner_client, "/?findings=warnings").text
+        assert f'id="stream-row-{mixed.pk}"' in filtered
+        assert f'id="stream-row-{info.pk}"' not in filtered
 
     def test_a_row_that_counts_warnings_tells_them_from_info(self):
         from django.template import Context, Template

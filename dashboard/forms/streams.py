@@ -95,6 +95,7 @@ class StreamFilterForm(forms.Form):
         choices=[
             ("", "Any"),
             ("any", "With findings (any severity)"),
+            ("warnings", "With warnings or errors"),
             ("errors", "With error findings"),
             ("none", "Without findings"),
         ],

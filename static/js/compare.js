@@ -27,7 +27,7 @@ const fmt = {
 
 /** A stream's findings by severity, from the frames' counts: errors in red, the others
  * (warnings or info, not told apart by the frames) in grey; "0" without any. */
-function findingPills(total, errors) {
+function findingPills(total, errors, warnings) {
   total = typeof total === "number" ? total : 0;
   errors = typeof errors === "number" ? errors : 0;
   if (!total) return [el("span", "muted", "0")];
@@ -39,6 +39,12 @@ function findingPills(total, errors) {
     pills.push(node);
   };
   if (errors) pill("error", `${errors} err`, `${errors} error finding${errors === 1 ? "" : "s"}: the protocol was broken`);
+  if (typeof warnings === "number") {
+    if (warnings) pill("warning", `${warnings} warn`, `${warnings} warning${warnings === 1 ? "" : "s"}: something to look at`);
+    const info = total - errors - warnings;
+    if (info > 0) pill("info", `${info} info`, `${info} info finding${info === 1 ? "" : "s"}: noted, not a fault`);
+    return pills;
+  }
   const other = total - errors;
   if (other > 0) {
     pill("other", `${other} warn/info`, `${other} finding${other === 1 ? "" : "s"}, no error: warnings or info (the timeline tells them apart)`);
@@ -122,7 +128,7 @@ class Column {
     this.cells.tokens_per_s.textContent = fmt.rate(f.tokens_per_s);
     this.cells.duration_ms.textContent = fmt.ms(f.duration_ms);
     this.cells.event_count.textContent = fmt.count(f.event_count);
-    this.cells.findings_count.replaceChildren(...findingPills(f.findings_count, f.error_findings));
+    this.cells.findings_count.replaceChildren(...findingPills(f.findings_count, f.error_findings, f.warning_findings));
     this.badge.textContent = this.status;
     this.badge.className = `badge ${this.status}`;
     if (f.resolved_model && f.resolved_model !== this.info.model) {

@@ -534,7 +534,14 @@ def _make_pool(rng, n, n_late, events_per_stream, columns, tables):
 
 
 def _stream_columns():
-    return [f for f in Stream._meta.concrete_fields if not f.primary_key]
+    """The stream row's columns that the database has: a history seeded into an older schema
+    (the migration tests seed before they migrate) leaves out the columns added since."""
+    with connection.cursor() as cursor:
+        present = {
+            c.name
+            for c in connection.introspection.get_table_description(cursor, Stream._meta.db_table)
+        }
+    return [f for f in Stream._meta.concrete_fields if not f.primary_key and f.column in present]
 
 
 _COPY_ESCAPES = str.maketrans({"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r"})
