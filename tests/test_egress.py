@@ -14,6 +14,7 @@ import pytest
 
 from streams import egress, sealed
 from streams.models import SealedSecret
+from tests.support.hostile import escaped
 
 KEY = "sk-BAR-CANARY-835431943zq"
 FRAGMENT = 8  # the promise: no piece of a known secret this long leaves
@@ -34,17 +35,6 @@ def leaks(text, secret=KEY):
     n = FRAGMENT
     grams = {secret[i : i + n] for i in range(len(secret) - n + 1)}
     return sorted({g for f in forms for g in grams if g in f})
-
-
-def escaped(text, every=1, upper=False):
-    out = []
-    for i, ch in enumerate(text):
-        if i % every == 0:
-            code = f"{ord(ch):04x}"
-            out.append("\\u" + (code.upper() if upper else code))
-        else:
-            out.append(ch)
-    return "".join(out)
 
 
 class TestFragments:

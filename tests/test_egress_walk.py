@@ -258,15 +258,7 @@ def echo_stream(k, others, model):
         _delta(s, k, f"other: {other}; ")
     _delta(s, k, f"{XSS[0]} {XSS[1]}")
     text = "".join(s.texts)
-    s.add(
-        {
-            "type": "response.output_text.done",
-            "output_index": 1,
-            "item_id": f"msg_{k}",
-            "content_index": 0,
-            "text": text,
-        }
-    )
+    _text_done(s, k, text)
     s.add({"type": f"response.{k}", "note": "@@JSON_SOME@@"}, event=f"ev-{k}", id_=f"evid-{k}")
     s.add({"type": "response.citation.added", "url": f"https://x.test/?k={forms['url']}"})
     _completed(
@@ -289,6 +281,12 @@ def split_stream(k, others, model):
             _delta(s, k, f"<{secret[:i]}")
             _delta(s, k, f"{secret[i:]}> ")
     text = "".join(s.texts)
+    _text_done(s, k, text)
+    _completed(s, k, model, text)
+    return s.chunks
+
+
+def _text_done(s, k, text):
     s.add(
         {
             "type": "response.output_text.done",
@@ -298,8 +296,6 @@ def split_stream(k, others, model):
             "text": text,
         }
     )
-    _completed(s, k, model, text)
-    return s.chunks
 
 
 def mismatch_stream(k, others, model):
@@ -312,15 +308,7 @@ def mismatch_stream(k, others, model):
     _delta(s, k, text)
     s.raw("{not json " + "." * 186 + k)
     done = text.replace(k, k[:12] + "#" + k[13:], 1)
-    s.add(
-        {
-            "type": "response.output_text.done",
-            "output_index": 1,
-            "item_id": f"msg_{k}",
-            "content_index": 0,
-            "text": done,
-        }
-    )
+    _text_done(s, k, done)
     _completed(s, k, model, text[:-9] + "~" + text[-8:])
     return s.chunks
 
@@ -335,15 +323,7 @@ def long_stream(k, others, model):
     s.add({"type": "response." + "t" * NAME_FILL + k})
     s.add({"type": "response.x" + "u" * NAME_FILL + "-" + k, "note": k})
     text = "".join(s.texts)
-    s.add(
-        {
-            "type": "response.output_text.done",
-            "output_index": 1,
-            "item_id": f"msg_{k}",
-            "content_index": 0,
-            "text": text,
-        }
-    )
+    _text_done(s, k, text)
     _completed(s, k, model, text)
     return s.chunks
 
