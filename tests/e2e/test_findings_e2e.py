@@ -134,16 +134,16 @@ def test_the_timeline_says_each_severity_and_counts_deltas(
     assert page.errors == []
 
 
-def test_the_list_tells_errors_from_the_rest(logged_in_page, people, streams, screenshot):
+def test_the_list_tells_each_severity_apart(logged_in_page, people, streams, screenshot):
     page = logged_in_page(people.owner, path="/", width=WIDTH, height=HEIGHT)
 
     def cell(name):
         return page.locator(f"#stream-row-{streams[name].pk} .findings-cell")
 
-    # a row counts its errors apart from the rest: those are "warn/info", grey, never orange
-    assert pills(cell("info")) == [("other", "1 warn/info")]
-    assert pills(cell("warning")) == [("other", "2 warn/info")]
-    assert pills(cell("error")) == [("error", "1 err"), ("other", "2 warn/info")]
+    # each severity in its colour and word (Stream.warning_findings): an info finding is grey
+    assert pills(cell("info")) == [("info", "1 info")]
+    assert pills(cell("warning")) == [("warning", "1 warn"), ("info", "1 info")]
+    assert pills(cell("error")) == [("error", "1 err"), ("warning", "1 warn"), ("info", "1 info")]
     head = page.locator("table.streams thead th", has_text="Deltas")
     assert "counts delta events, not tokens" in head.get_attribute("title")
     expect(page.locator("table.streams thead")).not_to_contain_text("Tokens")
@@ -151,6 +151,7 @@ def test_the_list_tells_errors_from_the_rest(logged_in_page, people, streams, sc
     assert options == [
         "Any",
         "With findings (any severity)",
+        "With warnings or errors",
         "With error findings",
         "Without findings",
     ]
@@ -199,7 +200,8 @@ def test_compare_says_deltas_and_severity(browser, live_server_daphne, owner):  
         expect(column.locator('dd[data-f="tokens_per_s"]')).to_have_text(
             f"{stream.tokens_per_s:.1f} deltas/s"
         )
-        expected = [("other", f"{stream.findings_count} warn/info")]
+        assert not stream.warning_findings  # unknown_event: info findings only
+        expected = [("info", f"{stream.findings_count} info")]
         assert pills(column.locator('dd[data-f="findings_count"]')) == expected
     expect(page.locator(".cmp-grid")).not_to_contain_text("tok/s")
     pg.shot("findings-compare")
