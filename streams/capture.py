@@ -322,3 +322,28 @@ def sniff(content: bytes, filename: str = "") -> Literal["har", "sse"]:
     if head:
         return "har" if head[:1] == b"{" else "sse"
     return "har" if filename.lower().endswith(".har") else "sse"
+
+
+class SSEEncoder:
+    """One stored event → its SSE block. Keeps the `id` in effect, as a parser does: WHATWG
+    carries the last id over to later events, so an event whose id was cleared after one that
+    had an id needs an explicit empty `id:` line to come back with no id."""
+
+    def __init__(self):
+        self.last_id = ""
+
+    def event(self, event_name: str, sse_id: str, data: str, raw) -> bytes:
+        out = []
+        if event_name:
+            out.append(b"event: " + event_name.encode() + b"\n")
+        if sse_id or self.last_id:
+            out.append(b"id: " + sse_id.encode() + b"\n")
+        self.last_id = sse_id
+        if raw is not None:
+            lines = bytes(raw).split(b"\n")
+        else:
+            lines = data.encode().split(b"\n")
+        for line in lines:
+            out.append(b"data: " + line + b"\n")
+        out.append(b"\n")
+        return b"".join(out)

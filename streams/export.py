@@ -23,6 +23,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from asgiref.sync import sync_to_async
 
 from . import public
+from .capture import SSEEncoder
 from .models import Capture, Event, Stream
 
 READ_CHUNK = 2000  # rows per database round trip
@@ -59,31 +60,6 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
 async def aiter_sse(stream: Stream) -> AsyncIterator[bytes]:
     async for piece in _drive(iter_sse, stream):
         yield piece
-
-
-class SSEEncoder:
-    """One stored event → its SSE block. Keeps the `id` in effect, as a parser does: WHATWG
-    carries the last id over to later events, so an event whose id was cleared after one that
-    had an id needs an explicit empty `id:` line to come back with no id."""
-
-    def __init__(self):
-        self.last_id = ""
-
-    def event(self, event_name: str, sse_id: str, data: str, raw) -> bytes:
-        out = []
-        if event_name:
-            out.append(b"event: " + event_name.encode() + b"\n")
-        if sse_id or self.last_id:
-            out.append(b"id: " + sse_id.encode() + b"\n")
-        self.last_id = sse_id
-        if raw is not None:
-            lines = bytes(raw).split(b"\n")
-        else:
-            lines = data.encode().split(b"\n")
-        for line in lines:
-            out.append(b"data: " + line + b"\n")
-        out.append(b"\n")
-        return b"".join(out)
 
 
 # ---- .json -----------------------------------------------------------------------------------

@@ -298,7 +298,7 @@ def from_events(
     milestones = {}
     first_output = last_output = None
     count = size = 0
-    last_id = ""
+    encoder = capture.SSEEncoder()  # (the bytes as the `.sse` export writes them)
     invalid = None  # [first index, offset, bad bytes, events] of data that was not UTF-8
     delays = []
     for index, event_name, sse_id, data, raw, t_us, sent_us in events:
@@ -327,8 +327,7 @@ def from_events(
                 offset, bad = capture.first_invalid_utf8(raw) or (0, b"")
                 invalid = [index, offset, bad, 0]
             invalid[3] += 1
-        size += _sse_size(event_name, sse_id, data, raw, last_id)
-        last_id = sse_id
+        size += len(encoder.event(event_name, sse_id, data, raw))
         if sent_us is not None and t_us is not None:
             delays.append((sent_us - t_us, 1))
     closed_us = stream.closed_us
@@ -354,18 +353,6 @@ def from_events(
         proxy_delays=delays,
     )
     return Rebuilt(fields, list(checker.violations))
-
-
-def _sse_size(event_name, sse_id, data, raw, last_id):
-    """Bytes of one stored event as an SSE block (as `export.SSEEncoder` writes it)."""
-    size = 1  # the blank line that ends it
-    if event_name:
-        size += 8 + len(event_name.encode())  # "event: …\n"
-    if sse_id or last_id:
-        size += 5 + len(sse_id.encode())  # "id: …\n"
-    payload = raw if raw is not None else data.encode()
-    lines = payload.count(b"\n") + 1
-    return size + len(payload) - (lines - 1) + 7 * lines  # "data: …\n" per line
 
 
 # What a row that could not take its rebuilt fields gets (values of our own, always storable).
