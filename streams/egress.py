@@ -77,7 +77,6 @@ class Rules:
         )
         self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
         alphabet = set(b"".join(raw))
-        self.alphabet = frozenset(alphabet)
         # one C-speed pass classifies every byte: 1 a secret's, 2-5 the first bytes of escapes
         # and URL credentials (when no secret has them), 0 anything else
         self.table = bytes(1 if b in alphabet else _SPECIAL.get(b, 0) for b in range(256))
