@@ -23,9 +23,10 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
-from . import auth, conf, egress, public, relay, telemetry
+from . import auth, conf, public, relay, telemetry
 from .auth import bearer_token, may_see, streams_for
 from .models import Event, Stream
+from .transport import buffered_bytes, connection
 
 log = logging.getLogger(__name__)
 
@@ -167,25 +168,9 @@ def innermost_send(send):
 
 
 def find_transport(send):
-    """The Twisted transport behind Daphne's `send`, or None under another server.
-
-    Daphne hands the application `partial(server.handle_reply, protocol)` and writes every
-    frame into Twisted's unbounded buffer at once, so a send never waits for a slow client.
-    Measuring that buffer is the only way to notice one."""
-    send = innermost_send(egress.innermost(innermost_send(send)))
-    if isinstance(send, functools.partial):
-        for arg in send.args:
-            transport = getattr(arg, "transport", None)
-            if transport is not None and hasattr(transport, "dataBuffer"):
-                return transport
-    return None
-
-
-def buffered_bytes(transport):
-    try:
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
-    except AttributeError:
-        return 0
+    """The Twisted transport behind Daphne's `send`, or None under another server (its buffer
+    is the only way to notice a slow client: streams/transport.py)."""
+    return connection(send)
 
 
 class SlowClient(Exception):

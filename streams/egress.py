@@ -643,17 +643,6 @@ class _SocketExit:
         return await self.__wrapped__(message)
 
 
-def innermost(send):
-    """The server's `send` beneath the gate (for what only the server can do: abort a
-    connection, measure its buffer)."""
-    for _ in range(8):
-        inner = getattr(send, "__wrapped__", None)
-        if inner is None:
-            return send
-        send = inner
-    return send
-
-
 class LogFilter(logging.Filter):
     """Log lines are an exit too: their message and arguments lose any secret."""
 

@@ -51,7 +51,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
-from . import conf, egress, runner, safejson, services, shutdown
+from . import conf, egress, runner, safejson, services, shutdown, transport
 from .auth import bearer_token, client_ip, token_user
 from .models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
 from .recorder import Recording, get_writer, record_attempt
@@ -108,15 +108,8 @@ async def _error(send, status, message, type_, code, headers=()):
 
 def _abort(send):
     """Reset the client's connection: an upstream that broke off must not look like a clean
-    end. ASGI has no message for it; beneath Channels' router, `send` is Daphne's
-    `partial(handle_reply, request)`, whose connection can be aborted."""
-    send = egress.innermost(send)
-    request = (getattr(send, "args", None) or (None,))[0]
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    if transport is not None and hasattr(transport, "abortConnection"):
-        transport.abortConnection()
-        return True
-    return False
+    end (ASGI has no message for it)."""
+    return transport.abort(send)
 
 
 # ---- who is asking ---------------------------------------------------------------------------
@@ -442,7 +435,7 @@ class Tap:
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
         self.started = True
-        self.transport = _transport(self.send)
+        self.transport = transport.connection(self.send)
 
     async def chunk(self, data):
         """Hand `data` to the client; when it was handed over (None: the client is gone or
@@ -460,11 +453,11 @@ class Tap:
         """Whether the client's unread bytes came down to `high` within
         PROXY_SLOW_CLIENT_TIMEOUT_S; if not, the client is let go (its connection closed, as
         if it had hung up) and this is False."""
-        transport = self.transport
-        if transport is None or self.client_gone or _unread(transport) <= high:
+        conn = self.transport
+        if conn is None or self.client_gone or transport.buffered_bytes(conn) <= high:
             return not self.client_gone
         give_up = time.monotonic() + conf.get().proxy_slow_client_timeout_s
-        while _unread(transport) > high:
+        while transport.buffered_bytes(conn) > high:
             if self.client_gone:
                 return False
             if time.monotonic() > give_up:
@@ -495,22 +488,6 @@ class Tap:
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
         elif not _abort(self.send):
             raise ConnectionResetError(f"stream {self.stream_id}: the upstream broke off")
-
-
-def _transport(send):
-    """The Twisted transport of the client's connection under Daphne, or None elsewhere."""
-    send = egress.innermost(send)
-    request = (getattr(send, "args", None) or (None,))[0]
-    transport = getattr(getattr(request, "channel", None), "transport", None)
-    return transport if hasattr(transport, "dataBuffer") else None
-
-
-def _unread(transport):
-    """Bytes written for the client that are still in the server's buffer, not its socket's."""
-    try:
-        return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
-    except AttributeError:
-        return 0
 
 
 # Outcomes after which the client's connection is reset rather than ended: the upstream's
