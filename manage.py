@@ -6,7 +6,7 @@ import sys
 def main():
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
     # Before Django: Daphne's app config creates the server's event loop at setup.
-    from streams import process
+    from streams.run import process
 
     process.install_event_loop()
     import django

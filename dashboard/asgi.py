@@ -10,15 +10,19 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from streams import proxy  # noqa: E402
-from streams.egress import EgressGate  # noqa: E402
-from streams.routing import websocket_urlpatterns  # noqa: E402
+from streams.live.sockets import websocket_urlpatterns  # noqa: E402
+from streams.serve import edge, proxy  # noqa: E402
+from streams.serve.egress import EgressGate  # noqa: E402
 
-# Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/egress.py).
+# Whatever serves this application reads request bodies through the edge (streams/serve/edge.py):
+# a body that stalls is cut off with a 408 where Daphne reads it.
+edge.install()
+
+# Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/serve/egress.py).
 application = EgressGate(
     ProtocolTypeRouter(
         {
-            # /v1/… is the recording proxy, an ASGI app in front of Django (streams/proxy.py)
+            # /v1/… is the recording proxy, an ASGI app in front of Django (streams/serve/proxy.py)
             "http": proxy.route(django_asgi_app),
             "websocket": AllowedHostsOriginValidator(
                 AuthMiddlewareStack(URLRouter(websocket_urlpatterns))

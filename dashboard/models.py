@@ -11,8 +11,9 @@ from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
 
-from streams import conf, services
+from streams.core import conf
 from streams.models import Stream
+from streams.run import services
 
 TITLE_CHARS = 80
 

@@ -7,7 +7,7 @@ loads a table into Python: the list is a keyset page over the existing `created_
 
 Everything an upstream or a model sent is untrusted text: it is returned as plain strings for
 the templates to escape, never marked safe, and verbatim: secrets an upstream echoed are taken
-out of the rendered page as it leaves, by the egress gate (streams/egress.py), which also
+out of the rendered page as it leaves, by the egress gate (streams/serve/egress.py), which also
 catches a key cut by clipping or split across rows.
 """
 
@@ -23,12 +23,12 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
 
-from streams import public
-from streams.auth import may_see, streams_for
-from streams.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
-from streams.lookups import HasTag
+from streams.core.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.ingest.recorder import PROXIED_COLUMNS
 from streams.models import Event, Finding, Stream
-from streams.recorder import PROXIED_COLUMNS
+from streams.store import public
+from streams.store.access import may_see, streams_for
+from streams.store.lookups import HasTag
 
 PAGE_STREAMS = 50  # rows per list page
 EVENTS_PAGE = 200  # rows per event-table window

@@ -1,12 +1,12 @@
 """`python -m dashboard.server [daphne options] dashboard.asgi:application`: Daphne's own
-command line, on the event loop and process tuning of `streams.process` (Daphne creates its
+command line, on the event loop and process tuning of `streams.run.process` (Daphne creates its
 loop when its server module is imported, so the plain `daphne` command cannot be told
 afterwards); and the periodic sweep for streams of dead processes, which the plain
 `daphne` command would not run."""
 
 import os
 
-from streams import process
+from streams.run import process
 
 process.install_event_loop()
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
@@ -18,12 +18,12 @@ process.tune()
 
 from daphne.cli import CommandLineInterface  # noqa: E402
 
-from streams import runner, shutdown  # noqa: E402
+from streams.run import runner, shutdown  # noqa: E402
 
 if __name__ == "__main__":
     # Rows of processes that died end `interrupted` while this server runs, not only when some
     # process next starts (see runner.sweep_when_served).
     runner.sweep_when_served()
-    # SIGTERM/SIGINT let running streams end first (streams/shutdown.py)
+    # SIGTERM/SIGINT let running streams end first (streams/run/shutdown.py)
     shutdown.install_for_daphne()
     CommandLineInterface.entrypoint()

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 
-from streams import conf
+from streams.core import conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -75,7 +75,7 @@ def database_from_url(url):
 
 def _kept_secret_key(path):
     """The one-machine default's secret: generated once, kept in a git-ignored file only its
-    owner may read, so sessions (and the sealed pass-through keys, streams/sealed.py) survive
+    owner may read, so sessions (and the sealed pass-through keys, streams/store/sealed.py) survive
     a restart. Several processes starting at once agree: the first to create the file wins."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -201,8 +201,8 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # log lines are an exit too: the egress gate's rules apply (streams/egress.py)
-    "filters": {"egress": {"()": "streams.egress.LogFilter"}},
+    # log lines are an exit too: the egress gate's rules apply (streams/serve/egress.py)
+    "filters": {"egress": {"()": "streams.store.known_secrets.LogFilter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["egress"]}
     },
@@ -222,7 +222,7 @@ UPSTREAM_MODELS = [
 ]  # fallback list when GET /v1/models does not answer
 
 # --- Streamscope -------------------------------------------------------------------------
-# Each knob is typed, documented and defaulted once in streams/conf.py and read from
+# Each knob is typed, documented and defaulted once in streams/core/conf.py and read from
 # STREAMSCOPE_<NAME>; this dict holds what the environment set (tests override it).
 STREAMSCOPE = conf.from_environ()
 _upload_max = conf.build(STREAMSCOPE).upload_max_bytes

@@ -1,5 +1,5 @@
 """The site's routes, grouped by page, in one list (one place shows every page's URL and name;
-the API's are in streams/urls.py, the WebSockets' in streams/routing.py). A view's function
+the API's are in streams/urls.py, the WebSockets' in streams/live/sockets.py). A view's function
 name is its URL name.
 """
 
@@ -10,7 +10,7 @@ from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 
 from dashboard.views import analytics, playground, streams
-from streams import telemetry
+from streams.serve import scrape
 
 
 class SessionConverter:
@@ -54,7 +54,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
     path("api/", include("streams.urls")),
     # Prometheus scrapes `metrics_path: /metrics` (no slash, its default); bearer token or staff
-    path("metrics", telemetry.metrics, name="metrics"),
+    path("metrics", scrape.metrics, name="metrics"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),
     path("streams/upload/", streams.stream_upload, name="stream_upload"),

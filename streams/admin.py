@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 
-from .models import ApiToken, Event, Finding, ImportFile, ImportJob, Stream
+from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Stream
 
 
 class FixedCountPaginator(Paginator):

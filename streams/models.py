@@ -100,14 +100,14 @@ class Stream(models.Model):
     error_findings = models.PositiveIntegerField(default=0)
     warning_findings = models.PositiveIntegerField(default=0)  # (the rest are info)
 
-    # Proxied streams (streams/proxy.py): how long the proxy held events between their receipt
+    # Proxied streams (streams/serve/proxy.py): how long the proxy held events between their receipt
     # from the upstream and handing them to the client's socket, over the stream's events.
     proxy_added_p50_ms = models.FloatField(null=True, blank=True)
     proxy_added_p99_ms = models.FloatField(null=True, blank=True)
     # What the client said about the request (X-Streamscope-Tags / -Session headers).
     tags = models.JSONField(default=list, blank=True)
     session = models.CharField(max_length=200, blank=True)
-    # Retention (streams/retention.py): when this stream's events were deleted; the row, its
+    # Retention (streams/store/retention.py): when this stream's events were deleted; the row, its
     # metrics and findings stay, and the timeline says the events are gone.
     events_pruned_at = models.DateTimeField(null=True, blank=True)
 
@@ -311,7 +311,7 @@ class Capture(models.Model):
 
 
 class ImportJob(models.Model):
-    """One upload of captured files, imported in the background (streams/imports.py)."""
+    """One upload of captured files, imported in the background (streams/ingest/import_jobs.py)."""
 
     class Status(models.TextChoices):
         QUEUED = "queued"
@@ -398,7 +398,7 @@ class SealedSecret(models.Model):
     """A pass-through key the proxy forwarded (a client's own upstream key), kept so that the
     egress gate redacts it, and any fragment of it, in every process and after restarts. Never
     in clear: `sealed` is the key encrypted under a key derived from SECRET_KEY, `fingerprint`
-    an HMAC of it (streams/sealed.py; docs/security.md says why not fingerprints alone)."""
+    an HMAC of it (streams/store/sealed.py; docs/security.md says why not fingerprints alone)."""
 
     fingerprint = models.CharField(max_length=64, unique=True)
     sealed = models.TextField()
@@ -415,7 +415,7 @@ MAX_TAG_CHARS = 64
 
 
 # ---------------------------------------------------------------------------------------------
-# Pre-aggregates of finished streams (streams/aggregates.py keeps them; docs/analytics.md).
+# Pre-aggregates of finished streams (streams/store/aggregates.py keeps them; docs/analytics.md).
 # One row per (period, key): `span` is 3600 (an hour), 10800 (3 hours) or 86400 (a UTC day),
 # `t` the period's start in epoch seconds; every value column adds up, so a stream is added
 # and subtracted exactly and the rows of any set of periods sum to the figures of their
@@ -569,16 +569,3 @@ class FindingRollup(_Rollup):
         "user_key",
         "status",
     )
-
-
-def _subtract_deleted_stream(sender, instance, **kwargs):
-    # here rather than in apps.ready: every way of deleting a stream row through the ORM
-    # (admin, the stream page, a cascade) passes this (streams/aggregates.py)
-    from streams import aggregates
-
-    aggregates.on_stream_delete(sender, instance, **kwargs)
-
-
-models.signals.pre_delete.connect(
-    _subtract_deleted_stream, sender=Stream, dispatch_uid="streams.aggregates.delete"
-)

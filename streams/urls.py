@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from . import api
+from streams.serve import api
 
 urlpatterns = [
     path("streams/", api.api_streams, name="api_streams"),

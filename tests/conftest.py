@@ -8,11 +8,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from streams import process
 from streams.bench import free_port, wait_for_port  # noqa: F401  (tests import them from here)
+from streams.run import process
 
 # The loop production runs on (manage.py and dashboard.server install it), before pytest-django's
-# django.setup() makes Daphne's loop; and the same process tuning (streams/process.py).
+# django.setup() makes Daphne's loop; and the same process tuning (streams/run/process.py).
 process.install_event_loop()
 process.tune()
 
@@ -88,7 +88,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     from asgiref.sync import SyncToAsync
     from django.db import connections
 
-    from streams.recorder import db_executor
+    from streams.ingest.recorder import db_executor
 
     db_executor().submit(connections.close_all).result(timeout=10)
     executor = getattr(SyncToAsync, "single_thread_executor", None)
@@ -126,7 +126,7 @@ def _relay_db_connections(django_db_setup):
     """Torn down before the test database is dropped: close the relay's reader threads'
     connections (PostgreSQL refuses to drop a database that has sessions)."""
     yield
-    from streams.consumers import close_db_connections
+    from streams.live.consumers import close_db_connections
 
     close_db_connections()
 
@@ -218,41 +218,43 @@ def live_server_daphne(django_db_setup, simulator_process, _relay_db_connections
 
 @pytest.fixture(autouse=True)
 def _imports_inline(monkeypatch):
-    """Uploads are read by a thread pool (streams/imports.py) that cannot see a test's open
-    transaction: read them in the request's thread (tests/test_imports.py covers the pool)."""
-    from streams import imports
+    """Uploads are read by a thread pool (streams/ingest/import_jobs.py) that cannot see a
+    test's open transaction: read them in the request's thread (tests/test_imports.py covers
+    the pool)."""
+    from streams.ingest import import_jobs
 
-    monkeypatch.setattr(imports, "RUN_INLINE", True)
+    monkeypatch.setattr(import_jobs, "RUN_INLINE", True)
 
 
 @pytest.fixture(autouse=True, scope="session")
 def _test_client_through_the_gate():
     """Django's test client calls the views without the ASGI application, so without the egress
-    gate (streams/egress.py) that every response leaves through. Its responses get the gate's
+    gate (streams/serve/egress.py) that every response leaves through. Its responses get the gate's
     rules the way the gate's HTTP exit applies them (headers; a whole body, or a streamed one
     with carry-over), so what a test reads is what a browser would. The ASGI exit itself is
     tested in tests/test_egress.py, and every route through a real Daphne in
     tests/test_egress_walk.py."""
     from django.test import client as test_client
 
-    from streams import egress
+    from streams.core import redaction
+    from streams.store import known_secrets
 
     def through_gate(response):
-        rules = egress.rules()
+        rules = known_secrets.rules()
         if not rules:
             return response
         for name, value in list(response.items()):
             response[name] = rules.text(value)
         if not getattr(response, "streaming", False):
-            response.content = egress.redact_bytes(response.content)
+            response.content = known_secrets.redact_bytes(response.content)
             return response
         pieces = response.streaming_content
         if not response.is_async:  # the gate's rules for a body in pieces, as the export command's
-            response.streaming_content = egress.redact_pieces(
+            response.streaming_content = known_secrets.redact_pieces(
                 p if isinstance(p, bytes) else p.encode() for p in pieces
             )
             return response
-        redactor = egress.StreamRedactor(rules)
+        redactor = redaction.StreamRedactor(rules)
 
         async def redacted():
             async for piece in pieces:

@@ -23,8 +23,8 @@ from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, Turn
+from streams.live.sockets import websocket_urlpatterns
 from streams.models import Event, ImportJob, Stream
-from streams.routing import websocket_urlpatterns
 from tests.test_api import session
 from tests.test_consumers import _disconnect_communicators, ws  # noqa: F401  (a fixture)
 

@@ -1,5 +1,5 @@
-"""streams.aggregates and dashboard.stats.cube: the pre-aggregates kept by the write path equal
-a rebuild from the raw rows on seeded random histories, the percentiles they give are within
+"""streams.store.aggregates and dashboard.stats.cube: the pre-aggregates kept by the write path
+equal a rebuild from the raw rows on seeded random histories, the percentiles they give are within
 the stated bound, and the pages' figures from them equal the raw (exact) ones."""
 
 import datetime as dt
@@ -15,8 +15,9 @@ from dashboard.stats.admin import admin_report
 from dashboard.stats.latency import latency_report
 from dashboard.stats.routing import routing_report
 from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope, nearest_rank
-from streams import aggregates, recorder
+from streams.ingest import recorder
 from streams.models import Finding, Stream, UsageRollup
+from streams.store import aggregates
 
 NOW = dt.datetime(2026, 3, 2, 12, 17, 41, tzinfo=dt.UTC)
 STATUSES = ["completed", "completed", "completed", "failed", "stalled", "truncated",

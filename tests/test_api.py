@@ -8,9 +8,9 @@ import pytest
 from django.core.management import call_command
 from django.test import AsyncClient
 
-from streams import runner
-from streams.api import stream_summary
 from streams.models import ApiToken, Event, Finding, Stream
+from streams.run import runner
+from streams.serve.api import stream_summary
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

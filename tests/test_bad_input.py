@@ -8,13 +8,15 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.core.files.uploadedfile import SimpleUploadedFile
 
-from streams import checks, runner, services
-from streams.capture import parse_sse_bytes
-from streams.checks import Checker, parse_json
-from streams.importer import MAX_EVENTS_PER_UPLOAD, CaptureError, read_capture
+from streams.core import checks
+from streams.core.capture import parse_sse_bytes
+from streams.core.checks import Checker, parse_json
+from streams.core.safejson import too_deep
+from streams.ingest.importer import MAX_EVENTS_PER_UPLOAD, CaptureError, read_capture
 from streams.models import Event, Finding, Stream
-from streams.safejson import too_deep
+from streams.run import runner
 from streams.simulator.scenarios import METADATA_CAPS, RequestError, SimRequest
+from streams.store import rows
 from tests.conftest import log_in_people
 from tests.test_api import bearer, wait_finished
 from tests.test_importer import har, har_entry, small_stream, sse
@@ -150,7 +152,8 @@ class TestUpload:
         log_in_people(self)
 
     def post(self, content, name):
-        # an upload is an import job (streams/imports.py): its page says how the file went
+        # an upload is an import job (streams/ingest/import_jobs.py): its page says how the file
+        # went
         upload = SimpleUploadedFile(name, content, content_type="application/octet-stream")
         return self.owner_client.post(self.url, {"file": upload}, follow=True)
 
@@ -196,14 +199,14 @@ class TestUpload:
         assert Stream.objects.count() == 0
 
     def test_the_event_cap_counts_every_response_of_a_har(self, monkeypatch):
-        monkeypatch.setattr("streams.importer.MAX_EVENTS_PER_UPLOAD", 10)
+        monkeypatch.setattr("streams.ingest.importer.MAX_EVENTS_PER_UPLOAD", 10)
         one = sse(*small_stream("Hoi"))  # 6 events
         assert len(read_capture(har(har_entry(one)), "a.har")) == 1
         with pytest.raises(CaptureError, match="more than 10 events"):
             read_capture(har(har_entry(one), har_entry(one)), "b.har")
 
     def test_the_findings_cap_refuses_a_file_of_findings(self, monkeypatch):
-        monkeypatch.setattr("streams.importer.MAX_FINDINGS_PER_UPLOAD", 50)
+        monkeypatch.setattr("streams.ingest.importer.MAX_FINDINGS_PER_UPLOAD", 50)
         with pytest.raises(CaptureError, match="at most 50"):
             read_capture(b"data: {}\n\n" * 60, "f.sse")
 
@@ -259,8 +262,8 @@ def _deep_upstream(method, path, headers, body):
 async def test_a_runner_that_meets_an_event_nested_100k_deep_ends_the_stream():
     server = RawUpstream(_deep_upstream)
     try:
-        body = services.build_request_body("hi", "auto")
-        stream = await sync_to_async(services.new_row)(None, body)
+        body = rows.build_request_body("hi", "auto")
+        stream = await sync_to_async(rows.new_row)(None, body)
         last, _ = await runner.run_stream(stream, base_url=server.base_url)
     finally:
         server.stop()

@@ -24,8 +24,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from streams import conf
 from streams.bench import LOAD_LIMITS, NOT_LOAD_LIMITS, server_limits
+from streams.core import conf
 from tests.conftest import REPO
 
 ON_SCALE_STACK = os.environ.get("DATABASE_URL", "").startswith("postgres") and bool(
@@ -96,7 +96,8 @@ def test_every_setting_of_conf_is_a_load_limit_or_says_why_not():
     assert not load & other, f"both a load limit and not: {sorted(load & other)}"
     missing = sorted(names - load - other)
     assert not missing, (
-        f"streams/conf.py has {missing}: add each to streams/bench/__init__.py, to LOAD_LIMITS "
+        f"streams/core/conf.py has {missing}: add each to streams/bench/__init__.py, to "
+        "LOAD_LIMITS "
         "if a benchmark's load (one user, one token, one address, thousands of events) could "
         "hit it, so the benchmarks size their servers for it, or to NOT_LOAD_LIMITS with the "
         "reason none can"

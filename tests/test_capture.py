@@ -1,11 +1,11 @@
-"""streams.capture: the WHATWG SSE parser over bytes, HAR import and sniffing. Pure tests."""
+"""streams.core.capture: the WHATWG SSE parser over bytes, HAR import and sniffing. Pure tests."""
 
 import base64
 import json
 
 import pytest
 
-from streams.capture import (
+from streams.core.capture import (
     event_at,
     first_invalid_utf8,
     parse_har,

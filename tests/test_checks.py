@@ -1,13 +1,13 @@
-"""streams.checks: every finding code on a stream that triggers it and a similar one that must not,
-plus the twelve real captures in tests/fixtures/streams. Pure tests, no database."""
+"""streams.core.checks: every finding code on a stream that triggers it and a similar one that must
+not, plus the twelve real captures in tests/fixtures/streams. Pure tests, no database."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from streams.capture import parse_sse_bytes
-from streams.checks import (
+from streams.core.capture import parse_sse_bytes
+from streams.core.checks import (
     CODES,
     OUTPUT,
     TERMINAL,
@@ -1217,7 +1217,7 @@ class TestCaptureDetails:
 def test_parse_json_takes_what_json_takes(text):
     import json
 
-    from streams.checks import parse_json
+    from streams.core.checks import parse_json
 
     got, want = parse_json(text), json.loads(text)
     assert json.dumps(got) == json.dumps(want)
@@ -1227,7 +1227,7 @@ def test_parse_json_takes_what_json_takes(text):
 def test_parse_json_refuses_what_json_refuses(text):
     import json
 
-    from streams.checks import parse_json
+    from streams.core.checks import parse_json
 
     with pytest.raises(ValueError) as ours:
         parse_json(text)

@@ -1,10 +1,10 @@
-"""Settings (streams.conf): typed, each default written once, each documented."""
+"""Settings (streams.core.conf): typed, each default written once, each documented."""
 
 import re
 
 import pytest
 
-from streams import conf
+from streams.core import conf
 
 from .conftest import REPO
 

@@ -9,8 +9,10 @@ from asgiref.sync import sync_to_async
 from channels.testing import WebsocketCommunicator
 
 from dashboard.asgi import application
-from streams import consumers, relay, runner, services
+from streams.live import consumers, relay
 from streams.models import ApiToken, Event, Stream
+from streams.run import runner
+from streams.store import rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -108,13 +110,13 @@ async def publish_batch(stream_id, user_id, events, stream_fields=None):
 
 def body(scenario="", model="auto", **metadata):
     metadata.setdefault("time_scale", 0.05)
-    return services.build_request_body(
+    return rows.build_request_body(
         "Tell me about Utrecht", model, scenario=scenario, metadata=metadata
     )
 
 
 async def created(user, b):
-    return await sync_to_async(services.new_row)(user, b)
+    return await sync_to_async(rows.new_row)(user, b)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""A request body that stalls is answered 408 and dropped (streams/edge.py), through a real
+"""A request body that stalls is answered 408 and dropped (streams/serve/edge.py), through a real
 Daphne: for a page's form post and for the proxy, while other users are served meanwhile."""
 
 import socket

@@ -1,5 +1,5 @@
-"""The egress gate's rules (streams/egress.py), without a server: fragments of known secrets at
-every offset and in every encoding, credential shapes, URL credentials, streamed bodies equal
+"""The egress gate's rules (streams/serve/egress.py), without a server: fragments of known secrets
+at every offset and in every encoding, credential shapes, URL credentials, streamed bodies equal
 to whole ones, pass-through keys sealed at rest, and the ASGI exits for HTTP and WebSocket."""
 
 import asyncio
@@ -12,13 +12,15 @@ from urllib.parse import quote, unquote
 
 import pytest
 
-from streams import egress, sealed
+from streams.core import redaction
 from streams.models import SealedSecret
+from streams.serve import egress
+from streams.store import known_secrets, sealed
 from tests.support.hostile import escaped
 
 KEY = "sk-BAR-CANARY-835431943zq"
 FRAGMENT = 8  # the promise: no piece of a known secret this long leaves
-RULES = egress.Rules((KEY,), ("sk-",))
+RULES = redaction.Rules((KEY,), ("sk-",))
 
 
 _JSON_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
@@ -93,7 +95,7 @@ class TestFragments:
         assert json.loads(out) == {"m": "a [redacted]", "n": "\n[redacted]", "e": "[redacted]"}
         # a key beginning with an escape's letter takes the backslash with it, never leaving
         # a dangling escape
-        rules = egress.Rules(("nABCDEFGHIJ123",), ())
+        rules = redaction.Rules(("nABCDEFGHIJ123",), ())
         out = rules.text(json.dumps({"m": "x\nABCDEFGHIJ123"}))
         assert json.loads(out) == {"m": "x[redacted]"}
 
@@ -105,28 +107,28 @@ class TestFragments:
 class TestShapesAndUrls:
     @pytest.mark.parametrize("before", ["", " ", "resp_", "tool_", '"', "="])
     def test_a_credential_shape_is_redacted_behind_any_non_alphanumeric(self, before):
-        rules = egress.Rules((), ("sk-",))
+        rules = redaction.Rules((), ("sk-",))
         text = f"{before}sk-proj-AbCdEfGhIjKlMnOpQrStUv123 end"
         assert rules.text(text) == f"{before}[redacted] end"
 
     def test_a_word_ending_in_the_prefix_is_not_a_shape(self):
-        rules = egress.Rules((), ("sk-",))
+        rules = redaction.Rules((), ("sk-",))
         text = "task-1234567890123456789012345"
         assert rules.text(text) == text
 
     def test_the_base_urls_credentials_are_secrets_as_sent_too(self, settings):
         settings.UPSTREAM_API_KEY = ""
         settings.UPSTREAM_BASE_URL = "http://user:pw-Secret-77441199@127.0.0.1:9/v1"
-        egress._known.checked = float("inf")
+        known_secrets._known.checked = float("inf")
         try:
             basic = base64.b64encode(b"user:pw-Secret-77441199").decode()
-            out = egress.redact(f"Authorization: Basic {basic} / pw-Secret-77441199")
+            out = known_secrets.redact(f"Authorization: Basic {basic} / pw-Secret-77441199")
             assert out == "Authorization: Basic [redacted] / [redacted]"
         finally:
-            egress._known.checked = float("-inf")
+            known_secrets._known.checked = float("-inf")
 
     def test_url_passwords_go_and_urls_stay(self):
-        rules = egress.Rules((), ())
+        rules = redaction.Rules((), ())
         assert rules.text("see https://bob:pw-9@up.test/v1") == "see https://[redacted]@up.test/v1"
         assert rules.text("mailto:a@b.c and https://up.test/?a=b@c") == (
             "mailto:a@b.c and https://up.test/?a=b@c"
@@ -151,14 +153,14 @@ class TestStreamed:
             ).encode() + b"\xff\xfe raw bytes\n\n"
             cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, 10)))
             pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-            redactor = egress.StreamRedactor(RULES)
+            redactor = redaction.StreamRedactor(RULES)
             out = b"".join(redactor.feed(p) for p in pieces) + redactor.close()
             whole = RULES.text(body.decode("utf-8", "surrogateescape"))
             assert out == whole.encode("utf-8", "surrogateescape"), (trial, pieces)
             assert leaks(out.decode("utf-8", "replace")) == []
 
     def test_whole_events_are_never_held(self):
-        redactor = egress.StreamRedactor(RULES)
+        redactor = redaction.StreamRedactor(RULES)
         for chunk in (
             b'data: {"a": "sk-BAR"}\n\n',
             b"event: x\ndata: {}\n\n",
@@ -172,28 +174,28 @@ class TestSealed:
 
     @pytest.fixture(autouse=True)
     def clean(self):
-        egress.forget_all()
+        known_secrets.forget_all()
         yield
-        egress.forget_all()
+        known_secrets.forget_all()
 
     def test_a_pass_through_key_is_sealed_and_known_again_after_a_restart(self, settings):
         client_key = "sk-client-Zq81Lm2093XbVw"
-        assert egress.redact(f"echo {client_key[4:]}") == f"echo {client_key[4:]}"
-        assert egress.remember(client_key)
-        assert egress.redact(f"echo {client_key[4:]}") == "echo [redacted]"
+        assert known_secrets.redact(f"echo {client_key[4:]}") == f"echo {client_key[4:]}"
+        assert known_secrets.remember(client_key)
+        assert known_secrets.redact(f"echo {client_key[4:]}") == "echo [redacted]"
         # at rest: no fragment of it in clear
         row = SealedSecret.objects.values("fingerprint", "sealed").get()
         assert leaks(json.dumps(row), client_key) == []
-        egress.forget_all()  # a new process
-        assert egress.redact(client_key[2:14]) == client_key[2:14]
-        egress._known.refresh()
-        assert egress.redact(client_key[2:14]) == "[redacted]"
-        assert not egress.remember(client_key)  # known: nothing written again
+        known_secrets.forget_all()  # a new process
+        assert known_secrets.redact(client_key[2:14]) == client_key[2:14]
+        known_secrets._known.refresh()
+        assert known_secrets.redact(client_key[2:14]) == "[redacted]"
+        assert not known_secrets.remember(client_key)  # known: nothing written again
         assert SealedSecret.objects.count() == 1
 
     def test_another_secret_key_cannot_open_them(self, settings):
-        egress.remember("sk-client-Zq81Lm2093XbVw")
-        egress.forget_all()
+        known_secrets.remember("sk-client-Zq81Lm2093XbVw")
+        known_secrets.forget_all()
         settings.SECRET_KEY = "another-secret-key-entirely-0123456789"
         top, secrets = sealed.load_after(0)
         assert top > 0 and secrets == []
@@ -220,9 +222,9 @@ def run(app, scope, messages=()):
 def key(settings):
     settings.UPSTREAM_API_KEY = KEY
     settings.UPSTREAM_BASE_URL = ""
-    egress._known.checked = float("inf")  # no database in these
+    known_secrets._known.checked = float("inf")  # no database in these
     yield
-    egress._known.checked = float("-inf")
+    known_secrets._known.checked = float("-inf")
 
 
 def test_http_headers_and_a_whole_body_leave_redacted_with_their_length(key):

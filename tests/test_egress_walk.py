@@ -1120,8 +1120,8 @@ def into_the_rollups(hours=3):
     from django.db import transaction
     from django.db.models import F
 
-    from streams import aggregates
     from streams.models import Stream as Row
+    from streams.store import aggregates
 
     shift = dt.timedelta(hours=hours)
     with transaction.atomic():

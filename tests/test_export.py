@@ -1,4 +1,4 @@
-"""streams.export and the export_sse command: SSE re-serialisation of recorded rows, the JSON
+"""streams.serve.export and the export_sse command: SSE re-serialisation of recorded rows, the JSON
 document, the streaming generators (sync and async) and the key never leaving."""
 
 import datetime as dt
@@ -12,12 +12,13 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test import Client
 
-from streams import export, public
-from streams.capture import parse_sse_bytes
-from streams.export import iter_document, iter_sse
-from streams.importer import import_capture
+from streams.core.capture import parse_sse_bytes
+from streams.ingest.importer import import_capture
+from streams.ingest.recorder import insert_events
 from streams.models import Event, Finding, Stream
-from streams.recorder import insert_events
+from streams.serve import export
+from streams.serve.export import iter_document, iter_sse
+from streams.store import public
 from tests.test_importer import event_tuples, exported, finding_tuples, small_stream, sse
 
 T0 = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)

@@ -1,5 +1,5 @@
-"""streams.importer and the import_sse command: real captures, wire-format variants, HAR, round
-trips through the export (imported and recorded streams), unreadable files."""
+"""streams.ingest.importer and the import_sse command: real captures, wire-format variants, HAR,
+round trips through the export (imported and recorded streams), unreadable files."""
 
 import base64
 import io
@@ -14,9 +14,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from streams.export import iter_sse
-from streams.importer import CaptureError, import_capture, read_capture
+from streams.ingest.importer import CaptureError, import_capture, read_capture
 from streams.models import Capture, Event, Finding, Stream
+from streams.serve.export import iter_sse
 from tests.conftest import FIXTURES, REPO, database_url
 from tests.test_recorder import body, record
 

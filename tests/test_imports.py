@@ -1,5 +1,5 @@
-"""Imports off the request path (streams/imports.py): background reading, several files per
-upload, progress, cancel, abandonment, and the per-user caps."""
+"""Imports off the request path (streams/ingest/import_jobs.py): background reading, several files
+per upload, progress, cancel, abandonment, and the per-user caps."""
 
 import datetime as dt
 
@@ -7,7 +7,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from streams import imports
+from streams.ingest import import_jobs
 from streams.models import ImportFile, ImportJob, Stream
 
 from .conftest import log_in_people
@@ -39,7 +39,7 @@ def people(db):
 @pytest.fixture
 def background(monkeypatch):
     # the pool's threads, as in production (conftest reads inline by default)
-    monkeypatch.setattr(imports, "RUN_INLINE", False)
+    monkeypatch.setattr(import_jobs, "RUN_INLINE", False)
 
 
 def _upload(client, *files, **data):
@@ -54,7 +54,7 @@ class TestBackground:
         )
         assert r.status_code == 302 and r["Location"].startswith("/imports/")
         job = ImportJob.objects.get()
-        job = imports.wait(job.pk)
+        job = import_jobs.wait(job.pk)
         assert job.status == ImportJob.Status.DONE
         files = list(job.files.order_by("position"))
         assert [f.status for f in files] == ["done", "done", "failed"]
@@ -93,7 +93,7 @@ class TestCancel:
         job = self._queued_job(people)
         r = people.owner_client.post(f"/imports/{job.pk}/cancel/")
         assert r.status_code == 302
-        imports.run(job.pk)  # what the pool would do next: nothing
+        import_jobs.run(job.pk)  # what the pool would do next: nothing
         job.refresh_from_db()
         assert job.status == "cancelled" and Stream.objects.count() == 0
 
@@ -103,7 +103,7 @@ class TestCancel:
         ImportJob.objects.filter(pk=job.pk).update(
             polled_at=timezone.now() - dt.timedelta(seconds=31)
         )
-        imports.run(job.pk)
+        import_jobs.run(job.pk)
         job.refresh_from_db()
         assert (job.status, job.cancel_reason) == ("cancelled", "abandoned")
         assert set(job.files.values_list("status", flat=True)) == {"cancelled"}
@@ -116,7 +116,7 @@ class TestCancel:
             polled_at=timezone.now() - dt.timedelta(seconds=31)
         )
         people.owner_client.get(f"/imports/{job.pk}/?fragment=import-progress")  # a poll
-        imports.run(job.pk)
+        import_jobs.run(job.pk)
         job.refresh_from_db()
         assert job.status == "done" and Stream.objects.count() == 1
 
@@ -141,14 +141,14 @@ class TestCaps:
         settings.STREAMSCOPE = {"IMPORT_MAX_CONCURRENT": 1}
         stale = ImportJob.objects.create(user=people.owner, status=ImportJob.Status.RUNNING)
         ImportJob.objects.filter(pk=stale.pk).update(
-            updated_at=timezone.now() - dt.timedelta(seconds=imports.STALE_S + 1)
+            updated_at=timezone.now() - dt.timedelta(seconds=import_jobs.STALE_S + 1)
         )
         assert _upload(people.owner_client, ("a.sse", _sse())).status_code == 302
         stale.refresh_from_db()
         assert (stale.status, stale.error) == ("failed", "interrupted")
 
     def test_more_files_than_allowed_are_refused_by_the_form(self, people):
-        files = [(f"{i}.sse", _sse()) for i in range(imports.MAX_FILES + 1)]
+        files = [(f"{i}.sse", _sse()) for i in range(import_jobs.MAX_FILES + 1)]
         r = _upload(people.owner_client, *files)
         assert r.status_code == 400 and b"at most 20 per upload" in r.content
         assert ImportJob.objects.count() == 0
@@ -194,29 +194,29 @@ class TestFailingCleanly:
     def test_a_value_only_the_database_refuses_fails_its_file_not_the_job(
         self, people, monkeypatch
     ):
-        real = imports.importer.store_captures
+        real = import_jobs.importer.store_captures
 
         def store(captures, **kwargs):
             if captures and "boom" in (captures[0].filename or ""):
                 raise OverflowError("Python int too large to convert to SQLite INTEGER")
             return real(captures, **kwargs)
 
-        monkeypatch.setattr(imports.importer, "store_captures", store)
+        monkeypatch.setattr(import_jobs.importer, "store_captures", store)
         _upload(people.owner_client, ("boom.sse", _sse()), ("fine.sse", _sse()))
         job = ImportJob.objects.get()
         boom, fine = job.files.order_by("position")
         assert (job.status, boom.status, fine.status) == ("done", "failed", "done")
-        assert boom.error == f"Cannot import boom.sse: {imports.UNEXPECTED}"
+        assert boom.error == f"Cannot import boom.sse: {import_jobs.UNEXPECTED}"
         assert bytes(boom.content) == b""
 
     def test_a_job_whose_bookkeeping_fails_keeps_no_upload(self, people, monkeypatch):
         def broken(job_id):
             raise RuntimeError("disk on fire")
 
-        monkeypatch.setattr(imports, "run", broken)
+        monkeypatch.setattr(import_jobs, "run", broken)
         _upload(people.owner_client, ("a.sse", _sse()), ("b.sse", _sse()))
         job = ImportJob.objects.get()
-        assert (job.status, job.error) == ("failed", imports.UNEXPECTED)
+        assert (job.status, job.error) == ("failed", import_jobs.UNEXPECTED)
         assert {(f.status, bytes(f.content)) for f in job.files.all()} == {("failed", b"")}
 
 
@@ -225,15 +225,15 @@ def test_uploads_at_once_cannot_pass_the_concurrent_cap_together(people, setting
     import time
 
     settings.STREAMSCOPE = {"IMPORT_MAX_CONCURRENT": 2, "IMPORT_MAX_PER_MINUTE": 100}
-    monkeypatch.setattr(imports, "start", lambda job_id: None)  # jobs stay queued
+    monkeypatch.setattr(import_jobs, "start", lambda job_id: None)  # jobs stay queued
     # every upload reaches its transaction together (the race a count-then-insert loses)
-    atomic = imports.transaction.atomic
+    atomic = import_jobs.transaction.atomic
 
     def slow_atomic(*args, **kwargs):
         time.sleep(0.05)
         return atomic(*args, **kwargs)
 
-    monkeypatch.setattr(imports.transaction, "atomic", slow_atomic)
+    monkeypatch.setattr(import_jobs.transaction, "atomic", slow_atomic)
     barrier = threading.Barrier(12)
     outcomes = []
 
@@ -242,9 +242,9 @@ def test_uploads_at_once_cannot_pass_the_concurrent_cap_together(people, setting
 
         try:
             barrier.wait()
-            imports.submit(people.owner, [("a.sse", _sse())])
+            import_jobs.submit(people.owner, [("a.sse", _sse())])
             outcomes.append("ok")
-        except imports.ImportRefused:
+        except import_jobs.ImportRefused:
             outcomes.append("refused")
         finally:
             connection.close()

@@ -21,9 +21,10 @@ import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
-from streams import runner, services
+from streams.core.lifecycle import RUNNER_ID
 from streams.models import Event, Stream
-from streams.recorder import RUNNER_ID
+from streams.run import runner, services
+from streams.store import rows
 
 from .conftest import REPO, DaphneServer, database_url
 from .test_api import bearer
@@ -444,7 +445,7 @@ def test_import_sse_interrupted_keeps_whole_files_only(people, big_capture):
 
 
 def test_import_sse_and_export_sse_into_a_closed_pipe(people, big_capture):
-    from streams.importer import import_capture
+    from streams.ingest.importer import import_capture
 
     with open(big_capture, "rb") as f:
         (stream,) = import_capture(f.read(), "big.sse")
@@ -595,15 +596,15 @@ def test_a_failure_outside_a_recording_does_not_hang_record(people, simulator_pr
     from streams.management.commands.record import Command
 
     calls = itertools.count()
-    new_row = services.new_row
+    new_row = rows.new_row
 
     def flaky_new_row(*args, **kwargs):
         if next(calls) == 2:
             raise OperationalError("database is locked")
         return new_row(*args, **kwargs)
 
-    monkeypatch.setattr(services, "new_row", flaky_new_row)
-    body = services.build_request_body("Tell me about Utrecht", "gpt-oss-20b")
+    monkeypatch.setattr(rows, "new_row", flaky_new_row)
+    body = rows.build_request_body("Tell me about Utrecht", "gpt-oss-20b")
     body["metadata"] = {"time_scale": "0.3"}
     command = Command(stdout=open(os.devnull, "w"))  # noqa: SIM115 (closed with the process)
     opts = {"concurrency": 5, "count": 5, "upstream": simulator_process.base_url, "json": True}

@@ -1,4 +1,4 @@
-"""Derived metrics (streams.metrics): one definition, and every writer of a stream row agrees
+"""Derived metrics (streams.core.figures): one definition, and every writer of a stream row agrees
 with it exactly — the recorder, the importer and seed_demo."""
 
 import io
@@ -6,13 +6,13 @@ import io
 import pytest
 from django.core.management import call_command
 
-from streams import metrics
+from streams.core import figures
 from streams.models import Stream
 
 
 class TestDerived:
     def test_it_derives_every_figure_from_the_milestones(self):
-        got = metrics.derived(
+        got = figures.derived(
             request_written_us=1_000,
             first_token_us=251_000,
             closed_us=1_001_000,
@@ -28,24 +28,24 @@ class TestDerived:
         }
 
     def test_without_output_ttft_is_none_and_rates_are_absent(self):
-        got = metrics.derived(request_written_us=1_000, closed_us=5_000, output_tokens=0)
+        got = figures.derived(request_written_us=1_000, closed_us=5_000, output_tokens=0)
         assert got == {"ttft_ms": None, "duration_ms": 4.0}
 
     def test_without_a_written_request_nothing_is_timed_from_it(self):
-        got = metrics.derived(request_written_us=None, first_token_us=9, closed_us=10)
+        got = figures.derived(request_written_us=None, first_token_us=9, closed_us=10)
         assert got == {}
 
     @pytest.mark.parametrize("tokens, last", [(1, 900), (5, 100)])
     def test_one_token_or_no_span_gives_no_rate(self, tokens, last):
-        got = metrics.derived(
+        got = figures.derived(
             request_written_us=0, first_output_us=100, last_output_us=last, output_tokens=tokens
         )
         assert "tokens_per_s" not in got and "inter_token_ms" not in got
 
 
 def agrees(stream):
-    """The stored figures equal what streams.metrics derives from the stored milestones."""
-    want = metrics.derived(
+    """The stored figures equal what streams.core.figures derives from the stored milestones."""
+    want = figures.derived(
         request_written_us=stream.request_written_us,
         first_token_us=stream.first_token_us,
         closed_us=stream.closed_us,

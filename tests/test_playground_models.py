@@ -1,5 +1,5 @@
 """The playground's domain (dashboard/models.py: history, send, retry) and the upstream's model
-catalogue (streams/catalog.py, upstream.list_models)."""
+catalogue (streams/run/catalog.py, upstream.list_models)."""
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -16,9 +16,10 @@ from dashboard.models import (
     retry,
     send,
 )
-from streams import catalog, services, upstream
-from streams.catalog import Catalog
+from streams.ingest import upstream
 from streams.models import Stream
+from streams.run import catalog, services
+from streams.run.catalog import Catalog
 
 SIMULATED = Catalog(("gpt-oss-120b", "gpt-oss-20b"), "upstream", simulated=True)
 

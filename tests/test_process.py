@@ -1,4 +1,4 @@
-"""Process tuning (streams.process): the event loop every process runs on, uvloop, installed
+"""Process tuning (streams.run.process): the event loop every process runs on, uvloop, installed
 before Daphne makes its loop, in each entry point; the collector and switch interval."""
 
 import asyncio
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from streams import process
+from streams.run import process
 
 from .conftest import REPO
 

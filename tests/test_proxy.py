@@ -1,5 +1,5 @@
-"""The recording proxy (streams/proxy.py) on a real Daphne, against the simulator over real HTTP,
-with the official openai SDK and plain httpx as its clients."""
+"""The recording proxy (streams/serve/proxy.py) on a real Daphne, against the simulator over real
+HTTP, with the official openai SDK and plain httpx as its clients."""
 
 import asyncio
 import json

@@ -1,5 +1,6 @@
-"""A proxied client that never reads cannot bloat the server (streams/proxy.py, Tap): the proxy
-stops reading the upstream while PROXY_CLIENT_BUFFER_BYTES wait unread, lets the client go after
+"""A proxied client that never reads cannot bloat the server (streams/serve/proxy.py, Tap):
+the proxy stops reading the upstream while PROXY_CLIENT_BUFFER_BYTES wait unread, lets the
+client go after
 PROXY_SLOW_CLIENT_TIMEOUT_S, and the record says what the client was handed. Against a real
 Daphne and the simulator's `fast` scenario (the attack: three such clients on 200,000-event
 streams took the server from 248 to 502 MB, for good, and their rows said `completed`)."""

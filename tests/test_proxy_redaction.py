@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from streams import egress
+from streams.core import redaction
 from streams.models import ApiToken, Event
 
 from .conftest import DaphneServer
@@ -18,7 +18,7 @@ from .test_redaction import KEY, copies
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-RULES = egress.Rules((KEY,), ())
+RULES = redaction.Rules((KEY,), ())
 
 
 def redacted(body: bytes) -> bytes:
@@ -103,14 +103,14 @@ def test_chunk_redactor_equals_whole_body_redaction():
         body = f'data: {{"m": "Incorrect key {key}, again {key}"}}\n\n'.encode() * 2
         cuts = sorted(rng.sample(range(1, len(body)), rng.randint(1, 8)))
         pieces = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
-        redactor = egress.StreamRedactor(RULES)
+        redactor = redaction.StreamRedactor(RULES)
         out = b"".join(redactor.feed(p) for p in pieces) + redactor.close()
         assert out == redacted(body), (trial, pieces)
         assert copies(out.decode()) == 0
 
 
 def test_chunk_redactor_holds_back_nothing_of_whole_events():
-    redactor = egress.StreamRedactor(RULES)
+    redactor = redaction.StreamRedactor(RULES)
     for chunk in (b'data: {"a": "sss"}\n\n', b"event: x\ndata: {}\n\n", b'data: "\\\\"\n\n'):
         assert redactor.feed(chunk) == chunk
     # an unrelated tail is held only while it could still become a fragment of the key

@@ -1,4 +1,4 @@
-"""streams.retention and `manage.py prune`: what is old goes in small batches, active streams
+"""streams.store.retention and `manage.py prune`: what is old goes in small batches, active streams
 stay, the aggregates keep the history, and the timeline says the events are gone."""
 
 import datetime as dt
@@ -11,8 +11,8 @@ from django.test import Client
 from dashboard.stats import cube
 from dashboard.stats.admin import admin_report
 from dashboard.stats.sql import Scope
-from streams import aggregates, retention
 from streams.models import Event, Finding, Stream, UsageRollup
+from streams.store import aggregates, retention
 
 NOW = dt.datetime.now(dt.UTC)
 

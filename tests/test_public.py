@@ -1,5 +1,5 @@
-"""streams.public: the outward shapes and the one redaction. Pure tests, no database (the pages,
-API, exports and WebSocket frames that go through it have their own tests of the key never
+"""streams.store.public: the outward shapes and the one redaction. Pure tests, no database (the
+pages, API, exports and WebSocket frames that go through it have their own tests of the key never
 showing: test_views_*, test_api, test_export, test_consumers)."""
 
 import datetime as dt
@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from streams import egress, public
 from streams.models import Stream
+from streams.store import known_secrets, public
 
 KEY = "sk-echoed-upstream-key-42"
 
@@ -21,13 +21,13 @@ def key(settings):
 
 class TestVerbatim:
     def test_the_shapes_say_what_was_stored_and_the_gate_redacts_them(self, key):
-        # secrets are taken out where everything leaves (streams/egress.py), not here
+        # secrets are taken out where everything leaves (streams/serve/egress.py), not here
         stream = Stream(pk=3, resolved_model=f"m-{key}", parts=[{"name": key}], ttft_ms=1.5)
         assert public.dumps({"m": f"a {key}"}) == json.dumps(
             {"m": f"a {key}"}, separators=(",", ":")
         )
         assert public.output(stream)[0]["item"] == {} and stream.resolved_model == f"m-{key}"
-        assert egress.redact(public.dumps({"m": f"a {key}"})) == '{"m":"a [redacted]"}'
+        assert known_secrets.redact(public.dumps({"m": f"a {key}"})) == '{"m":"a [redacted]"}'
 
 
 class TestShapes:

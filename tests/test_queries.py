@@ -10,10 +10,10 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from dashboard import queries
-from streams import egress
-from streams.checks import check_events
+from streams.core.checks import check_events
+from streams.ingest.recorder import insert_events
 from streams.models import Finding, Stream
-from streams.recorder import insert_events
+from streams.store import known_secrets
 
 pytestmark = pytest.mark.django_db
 
@@ -384,7 +384,7 @@ class TestSummaries:
         )
         [row] = queries.event_window(stream).rows
         assert row["summary"].endswith("sk-secret-…")  # clipped mid-key
-        shown = egress.redact(row["summary"])
+        shown = known_secrets.redact(row["summary"])
         assert "sk-secr" not in shown and shown.endswith("[redacted]…")
 
 

@@ -8,19 +8,20 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 
-from streams import runner, services
 from streams.models import Event, Finding, Stream
+from streams.run import runner
+from streams.store import rows
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def body(scenario="", model="auto", prompt="Tell me about Utrecht", **metadata):
     metadata.setdefault("time_scale", 0.05)
-    return services.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
+    return rows.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
 
 
 async def record(b, **kwargs):
-    stream = await sync_to_async(services.new_row)(None, b)
+    stream = await sync_to_async(rows.new_row)(None, b)
     last, outcome = await runner.run_stream(stream, **kwargs)
     return await Stream.objects.aget(pk=last.pk), outcome
 
@@ -181,7 +182,7 @@ async def test_utf8_split_across_writes_reassembles_exactly(upstream):
 
 async def test_stall_aborts_and_retries_as_linked_attempts(upstream, settings):
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "STALL_TIMEOUT_S": 0.4, "STALL_MAX_ATTEMPTS": 2}
-    first = await sync_to_async(services.new_row)(None, body("stall", stall_s=5))
+    first = await sync_to_async(rows.new_row)(None, body("stall", stall_s=5))
     last, outcome = await runner.run_stream(first)
     first = await Stream.objects.aget(pk=first.pk)
     last = await Stream.objects.aget(pk=last.pk)
@@ -207,7 +208,7 @@ async def test_a_stream_longer_than_the_stall_timeout_is_no_stall(upstream, sett
 
 
 async def test_cancel_closes_promptly_and_keeps_what_arrived(upstream):
-    stream = await sync_to_async(services.new_row)(None, body(time_scale=1.0))
+    stream = await sync_to_async(rows.new_row)(None, body(time_scale=1.0))
     task = runner.start(stream)
     for _ in range(200):
         await asyncio.sleep(0.02)
@@ -248,7 +249,7 @@ async def test_200_concurrent_streams_lose_nothing(upstream):
 
 async def test_in_worker_mode_a_row_claimed_elsewhere_is_not_recorded_here(settings):
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "RUNNER": "worker"}
-    stream = await sync_to_async(services.new_row)(None, body())
+    stream = await sync_to_async(rows.new_row)(None, body())
     assert stream.runner == ""  # waits for a worker
     stream.runner = "elsewhere:1:abcd"  # one claimed it before we got to start it
     assert runner.start(stream) is None and stream.pk not in runner._tasks
@@ -257,7 +258,7 @@ async def test_in_worker_mode_a_row_claimed_elsewhere_is_not_recorded_here(setti
 
 
 async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
-    from streams.upstream import ClientPool
+    from streams.ingest.upstream import ClientPool
 
     pool = ClientPool(shard_streams=2, keepalive=2)
     try:
@@ -285,8 +286,8 @@ async def test_an_https_upstream_is_recorded_the_same(upstream, monkeypatch, fas
 
     import trustme
 
-    from streams import upstream as upstream_module
-    from streams.upstream import ClientPool
+    from streams.ingest import upstream as upstream_module
+    from streams.ingest.upstream import ClientPool
 
     pauses = []
     if fast:
@@ -359,7 +360,7 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, sett
     """A streaming row's event_count is not rewritten at every 5 ms commit (each rewrite costs
     the commit a page per stream), only once per COUNT_WRITE_INTERVAL_MS or with another
     change of the row, and it is exact at the end."""
-    from streams import recorder
+    from streams.ingest import recorder
 
     counts = []  # event_count values written, per commit that had events of the stream
     commits = []
@@ -385,9 +386,9 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, sett
 def test_stream_updates_group_by_changed_columns(db):
     """update_streams: one statement per set of changed columns, each row its own values,
     NULLs, JSON and datetimes adapted as the ORM would."""
-    from streams.recorder import Recording, update_streams
+    from streams.ingest.recorder import Recording, update_streams
 
-    a, b, c, d = (services.new_row(None, body()) for _ in range(4))
+    a, b, c, d = (rows.new_row(None, body()) for _ in range(4))
     now = dt.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=dt.UTC)
 
     def rec(stream):
@@ -420,18 +421,18 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
     """insert_events(offsets=True) formats received_at itself (not through datetime
     arithmetic): it must read back as exactly start + t_us, whole seconds included, and a
     retried batch (rows already converted) must store the same."""
-    from streams.recorder import insert_events
+    from streams.ingest.recorder import insert_events
 
-    stream = services.new_row(None, body())
+    stream = rows.new_row(None, body())
     start = dt.datetime(2026, 11, 30, 23, 59, 59, 999_000, tzinfo=dt.UTC)
     offsets = [0, 1, 999, 1_000, 1_001, 999_999, 1_000_000, 86_400_000_000 + 17]
-    rows = [
+    values = [
         [stream.pk, i, t, start, "message", "", "x", i, None, None, True, "{}", None]
         for i, t in enumerate(offsets)
     ]
-    insert_events(rows[:4], offsets=True)
-    insert_events(rows[4:], offsets=True)
-    insert_events([[*r[:1], r[1] + 100, *r[2:]] for r in rows[4:]], offsets=True)  # again
+    insert_events(values[:4], offsets=True)
+    insert_events(values[4:], offsets=True)
+    insert_events([[*r[:1], r[1] + 100, *r[2:]] for r in values[4:]], offsets=True)  # again
     got = dict(Event.objects.filter(stream=stream).values_list("index", "received_at"))
     for i, t in enumerate(offsets):
         assert got[i] == start + dt.timedelta(microseconds=t), (i, t, got[i])
@@ -440,11 +441,11 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
 
 
 def test_orphans_of_dead_processes_become_interrupted(db):
-    live = services.new_row(None, body())
+    live = rows.new_row(None, body())
     Stream.objects.filter(pk=live.pk).update(status="streaming")
-    dead = services.new_row(None, body())
+    dead = rows.new_row(None, body())
     Stream.objects.filter(pk=dead.pk).update(status="streaming", runner="otherhost:1:abc")
-    stale = services.new_row(None, body())
+    stale = rows.new_row(None, body())
     Stream.objects.filter(pk=stale.pk).update(
         status="streaming",
         runner="otherhost:2:def",
@@ -452,12 +453,12 @@ def test_orphans_of_dead_processes_become_interrupted(db):
     )
     import socket
 
-    local_dead = services.new_row(None, body())
+    local_dead = rows.new_row(None, body())
     Stream.objects.filter(pk=local_dead.pk).update(
         status="streaming", runner=f"{socket.gethostname()}:999999:abc"
     )
     # rows whose count lags what was stored (the recorder rewrites it only now and then)
-    from streams.recorder import insert_events
+    from streams.ingest.recorder import insert_events
 
     start = dt.datetime.now(dt.UTC)
     insert_events(
@@ -501,7 +502,7 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
     """Two chunks of one stream in a batch that cannot be stored: the stream is told it lost
     exactly their events (the writer merges a stream's chunks for publishing; the counts of
     the entries must not see that)."""
-    from streams import recorder
+    from streams.ingest import recorder
 
     def write_batch(rows, updates, findings, retry_for_s=None):
         raise recorder.StorageUnavailable("database unavailable: test")
@@ -536,7 +537,7 @@ async def test_on_the_built_in_simulator_the_stall_threshold_follows_the_runs_sp
 async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
     """A writer cancelled (its loop shutting down) answers the flushes waiting for it, and a
     later flush fails at once: no recording waits forever for a commit that will not come."""
-    from streams.recorder import Recording, StorageUnavailable, Writer
+    from streams.ingest.recorder import Recording, StorageUnavailable, Writer
 
     writer = Writer(max_age_ms=60_000)  # a batch that would wait a minute
     rec = Recording(1, None, pinned_model=False)
@@ -552,8 +553,8 @@ async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
 def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
     """Proxied rows have PROXIED_COLUMNS and their relay payloads sent_us (the consumer reads
     nothing more); every other stream's keep EVENT_COLUMNS and the 5-tuple."""
-    from streams.recorder import EVENT_COLUMNS, PROXIED_COLUMNS, Recording
-    from streams.upstream import ReceivedEvent
+    from streams.ingest.recorder import EVENT_COLUMNS, PROXIED_COLUMNS, Recording
+    from streams.ingest.upstream import ReceivedEvent
 
     for proxied, columns in ((False, EVENT_COLUMNS), (True, PROXIED_COLUMNS)):
         rec = Recording(1, None, pinned_model=False, proxied=proxied)

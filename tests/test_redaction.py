@@ -11,8 +11,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from streams import egress, public
 from streams.models import Stream
+from streams.store import known_secrets, public
 from tests.conftest import DaphneServer
 from tests.support.hostile import RawUpstream, escaped, forms_of, hostile
 from tests.test_relay_live import finished
@@ -57,52 +57,54 @@ class TestDecodedRedaction:
     )
     def test_every_spelling_is_redacted_wherever_it_leaves(self, text):
         assert copies(text) == 1
-        assert copies(egress.redact(text)) == 0
-        assert copies(egress.redact_bytes(text.encode()).decode()) == 0
-        assert copies(egress.redact(public.dumps({"data": text}))) == 0
-        assert copies(egress.redact(json.dumps([{"x": text}]))) == 0
+        assert copies(known_secrets.redact(text)) == 0
+        assert copies(known_secrets.redact_bytes(text.encode()).decode()) == 0
+        assert copies(known_secrets.redact(public.dumps({"data": text}))) == 0
+        assert copies(known_secrets.redact(json.dumps([{"x": text}]))) == 0
 
     def test_redacted_json_stays_json_and_other_escapes_stay(self):
         data = '{"m":"' + escaped(KEY) + ' caf\\u00e9 \\u0073"}'  # real JSON escapes
         assert json.loads(data) == {"m": f"{KEY} café s"}
-        out = egress.redact(public.dumps({"data": data}))
+        out = known_secrets.redact(public.dumps({"data": data}))
         assert json.loads(json.loads(out)["data"]) == {"m": "[redacted] café s"}
 
     def test_the_key_case_counts_only_in_hex(self):
         other = "\\u0053" + KEY[1:8]  # S, not s: 7 characters of the key, no fragment
-        assert egress.redact(other) == other
+        assert known_secrets.redact(other) == other
         # s: 8 characters of the key, a fragment
-        assert egress.redact("\\u0073" + KEY[1:8]) == "[redacted]"
+        assert known_secrets.redact("\\u0073" + KEY[1:8]) == "[redacted]"
 
     def test_without_a_key_nothing_is_searched(self, settings):
         settings.UPSTREAM_API_KEY = ""
         # (credential shapes are searched for always, unless none are configured)
         settings.STREAMSCOPE = {**settings.STREAMSCOPE, "REDACT_KEY_PREFIXES": ""}
         text = escaped(KEY)
-        assert egress.redact(text) is text and not egress.rules()
+        assert known_secrets.redact(text) is text and not known_secrets.rules()
 
     def test_without_a_key_a_credential_shape_is_still_redacted(self, settings):
         # a pass-through client's key, which the server never knew (docs/security.md)
         settings.UPSTREAM_API_KEY = ""
         text = escaped(KEY)
-        assert egress.redact(text) == "[redacted]"
-        assert "hostile" not in egress.redact(public.dumps([text, f"key {KEY} echoed"]))
+        assert known_secrets.redact(text) == "[redacted]"
+        assert "hostile" not in known_secrets.redact(public.dumps([text, f"key {KEY} echoed"]))
 
 
 class TestUrlCredentials:
     def test_upstream_url_loses_its_credentials(self, settings):
         settings.UPSTREAM_API_KEY = ""
         stream = Stream(upstream_url="https://bob:s3cret-pass-99@up.test/v1/responses")
-        assert egress.redact(stream.upstream_url) == "https://[redacted]@up.test/v1/responses"
+        assert (
+            known_secrets.redact(stream.upstream_url) == "https://[redacted]@up.test/v1/responses"
+        )
         assert stream.upstream_url.startswith("https://bob:")  # the row keeps what came
-        assert egress.redact("https://up.test/v1?a=b@c") == "https://up.test/v1?a=b@c"
+        assert known_secrets.redact("https://up.test/v1?a=b@c") == "https://up.test/v1?a=b@c"
 
     def test_the_base_urls_password_is_a_secret_wherever_it_shows(self, settings):
         settings.UPSTREAM_API_KEY = ""
         settings.UPSTREAM_BASE_URL = "https://bob:s3cret%2Dpass-99@up.test/v1"
-        assert egress.redact("echo: s3cret-pass-99") == "echo: [redacted]"
-        assert egress.redact(public.dumps({"m": "s3cret%2Dpass-99"})) == '{"m":"[redacted]"}'
-        assert "s3cret" not in egress.redact(settings.UPSTREAM_BASE_URL)
+        assert known_secrets.redact("echo: s3cret-pass-99") == "echo: [redacted]"
+        assert known_secrets.redact(public.dumps({"m": "s3cret%2Dpass-99"})) == '{"m":"[redacted]"}'
+        assert "s3cret" not in known_secrets.redact(settings.UPSTREAM_BASE_URL)
 
 
 # ---- end to end: a real Daphne recording the hostile upstream ----------------------------------

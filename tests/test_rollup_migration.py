@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 OLD = """
 import datetime as dt, json, random
 from django.db import connection, transaction
-from streams import aggregates
+from streams.store import aggregates
 from streams.models import Event, Finding, Stream, UsageRollup
 
 def history(n, seed):
@@ -113,7 +113,7 @@ print(json.dumps({m.__name__: len(old_rows(m)[1]) for m in aggregates._tables()}
 AFTER = """
 import json
 from django.db import connection, transaction
-from streams import aggregates
+from streams.store import aggregates
 stored = aggregates.stored()
 with transaction.atomic():
     aggregates.rebuild()

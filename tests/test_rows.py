@@ -1,5 +1,6 @@
-"""streams.rows: the one home of the stream row. Bounding (every bounded Stream and Event column,
-found by walking the models, so a new column is covered without anyone listing it), finishing
+"""streams.store.rows: the one home of the stream row. Bounding (every bounded Stream and
+Event column, found by walking the models, so a new column is covered without anyone listing
+it), finishing
 (the same fields live and from the stored events), the orphan sweep's rebuild, and the writer's
 isolation of a stream whose rows the database refuses. The live tests record through the
 simulator's `long_strings` scenario; all run on SQLite and on PostgreSQL (which, unlike SQLite,
@@ -14,9 +15,11 @@ import pytest
 from asgiref.sync import sync_to_async
 from django.db import models
 
-from streams import importer, recorder, rows, runner, services
+from streams.ingest import importer, recorder
 from streams.models import Event, Finding, Stream
+from streams.run import runner
 from streams.simulator.scenarios import LONG_FIELD_CHARS, LONG_MODEL_CHARS
+from streams.store import rows
 
 DEAD_RUNNER = f"{socket.gethostname()}:999999:0123abcd"  # a pid of this host that is not alive
 
@@ -35,11 +38,11 @@ def too_long(limit):
 
 def body(scenario="", model="auto", prompt="Tell me about Utrecht", **metadata):
     metadata.setdefault("time_scale", 0.02)
-    return services.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
+    return rows.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
 
 
 async def record(b, **kwargs):
-    stream = await sync_to_async(services.new_row)(None, b)
+    stream = await sync_to_async(rows.new_row)(None, b)
     last, outcome = await runner.run_stream(stream, **kwargs)
     return await Stream.objects.aget(pk=last.pk), outcome
 
@@ -86,7 +89,7 @@ def test_every_bounded_stream_column_is_bounded_on_create_and_update():
         assert rows.bound({field.name: value}) == {field.name: expected}
         created = rows.create({"input": "hi"}, **{field.name: value})
         assert getattr(Stream.objects.get(pk=created.pk), field.name) == expected, field.name
-        row = services.new_row(None, body())
+        row = rows.new_row(None, body())
         update = {field.name: value}
         rows.update_streams({recorder.Recording(row.pk, None, pinned_model=False): update})
         assert getattr(Stream.objects.get(pk=row.pk), field.name) == expected, field.name
@@ -100,7 +103,7 @@ def test_every_bounded_event_column_is_bounded_on_insert(columns):
     max_length by the raw INSERT / COPY; `data` and `raw` (the verbatim event) are not."""
     written = [f for f in char_fields(Event) if f.column in columns]
     assert {f.column for f in written} == set(rows.EVENT_LIMITS)  # every one is written raw
-    stream = services.new_row(None, body())
+    stream = rows.new_row(None, body())
     data = '{"type":"x","text":"' + "😀" * 20_000 + '"}'
     raw = b"\xff" * 3000
     values = dict(zip(columns, [None] * len(columns), strict=True))
@@ -200,7 +203,7 @@ def _sse_bytes():
 
 
 def test_finished_takes_the_checker_and_what_the_caller_knows():
-    from streams.checks import Checker
+    from streams.core.checks import Checker
 
     checker = Checker(pinned_model=True)
     for i, (t, obj) in enumerate(PARTIAL):
@@ -243,7 +246,7 @@ def test_the_sweep_rebuilds_a_dead_processs_stream_from_its_stored_events():
     """kill -9 of the process recording it: the row was `streaming` with only its milestones;
     the sweep ends it `interrupted` with the output, tokens, bytes and findings of what was
     stored (before, it set status, count and end time only: "No output")."""
-    stream = services.new_row(None, body(model="m-x"))
+    stream = rows.new_row(None, body(model="m-x"))
     Stream.objects.filter(pk=stream.pk).update(
         status="streaming", runner=DEAD_RUNNER, request_written_us=500, event_count=1
     )
@@ -267,11 +270,11 @@ def test_the_sweep_rebuilds_a_dead_processs_stream_from_its_stored_events():
 
 @pytest.mark.django_db
 def test_cancelling_an_orphan_and_a_stopped_command_keep_what_was_stored():
-    orphan = services.new_row(None, body(model="m-x"))
+    orphan = rows.new_row(None, body(model="m-x"))
     Stream.objects.filter(pk=orphan.pk).update(status="streaming", runner=DEAD_RUNNER)
     _store_partial(orphan)
     assert runner._cancel_abandoned(orphan.pk, DEAD_RUNNER)
-    mine = services.new_row(None, body(model="m-x"), claimed=True)
+    mine = rows.new_row(None, body(model="m-x"), claimed=True)
     Stream.objects.filter(pk=mine.pk).update(status="streaming")
     _store_partial(mine)
     assert runner.cancel_unfinished_here("stopped") == 1
@@ -286,7 +289,7 @@ def test_cancelling_an_orphan_and_a_stopped_command_keep_what_was_stored():
 
 @pytest.mark.django_db
 def test_a_rebuild_the_database_refuses_still_ends_the_row(monkeypatch):
-    stream = services.new_row(None, body(model="m-x"))
+    stream = rows.new_row(None, body(model="m-x"))
     Stream.objects.filter(pk=stream.pk).update(status="streaming", runner=DEAD_RUNNER)
     _store_partial(stream)
     real = rows.from_events
@@ -346,7 +349,7 @@ class _Rec:
 @pytest.mark.django_db(transaction=True)  # (foreign keys are checked at a real commit)
 @pytest.mark.parametrize("poison", ["duplicate", "surrogate", "deleted"])
 def test_write_batch_writes_the_others_when_one_streams_rows_are_refused(poison):
-    good, bad = services.new_row(None, body()), services.new_row(None, body())
+    good, bad = rows.new_row(None, body()), rows.new_row(None, body())
     rows.insert_events([_row(bad.pk, 0)], offsets=True)
     bad_rows = [_row(bad.pk, i) for i in (1, 2, 3)]
     if poison == "duplicate":
@@ -375,8 +378,8 @@ async def test_the_writer_isolates_a_refused_stream_and_counts_exactly_what_it_l
     published and flushed; the offender loses exactly its events of the batch (not published),
     its flush fails, and its final write says how many of the received events are missing
     and why, with `storage_refused`."""
-    good = await sync_to_async(services.new_row)(None, body())
-    bad = await sync_to_async(services.new_row)(None, body())
+    good = await sync_to_async(rows.new_row)(None, body())
+    bad = await sync_to_async(rows.new_row)(None, body())
     await sync_to_async(rows.insert_events)([_row(bad.pk, i) for i in range(3)], offsets=True)
     published = []
     monkeypatch.setattr(
@@ -476,7 +479,7 @@ async def test_a_long_strings_stream_beside_normal_ones_leaves_them_alone(upstre
 
 
 def test_a_model_that_is_not_a_string_is_no_model_and_the_body_keeps_it():
-    from streams import rows
+    from streams.store import rows
 
     for model in (["x"], {"a": 1}, 5, None):
         stream = rows.new({"model": model, "input": "hi", "metadata": {"scenario": ["s"]}})
@@ -491,7 +494,7 @@ def test_integers_no_column_holds_are_stored_as_none_and_found(db):
     checker reports the number it could not take."""
     import json as _json
 
-    from streams.importer import import_capture
+    from streams.ingest.importer import import_capture
     from streams.models import Event, Finding
 
     events = [

@@ -1,4 +1,4 @@
-"""streams.safejson reads what strangers wrote in time linear in its length: the crafted body
+"""streams.core.safejson reads what strangers wrote in time linear in its length: the crafted body
 that froze the server (an unterminated string of escaped quotes after many brackets) and its
 relatives, measured in this process's CPU time (which a busy machine does not inflate)."""
 
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from streams import safejson
+from streams.core import safejson
 
 
 def cpu_seconds(fn, *args):

@@ -201,16 +201,16 @@ async def test_two_daphnes_two_workers_200_streams(people, simulator_process):
 async def test_sigkill_of_a_worker_interrupts_and_retries_its_streams(people, simulator_process):
     from asgiref.sync import sync_to_async
 
-    from streams import services
+    from streams.store import rows
 
     worker_a = WorkerProcess(simulator_process.base_url, {"RETRY_INTERRUPTED": True})
     worker_b = None
     try:
-        body = services.build_request_body(
+        body = rows.build_request_body(
             "Tell me a long story", "gpt-oss-120b", metadata={"time_scale": "1.0"}
         )
         ids = [
-            (await sync_to_async(services.new_row)(people.owner, body, claimed=False)).pk
+            (await sync_to_async(rows.new_row)(people.owner, body, claimed=False)).pk
             for _ in range(5)
         ]
         deadline = time.monotonic() + 20
@@ -304,7 +304,7 @@ needs_pg_control = pytest.mark.skipif(
 
 async def _relay_threads_read():
     """A read on each of the relay's reader threads of this process (consumers.db_read)."""
-    from streams.consumers import _read_executor, db_read
+    from streams.live.consumers import _read_executor, db_read
 
     barrier = threading.Barrier(_read_executor._max_workers, timeout=10)
 
@@ -349,13 +349,13 @@ def test_postgres_outage_writes_are_retried_and_nothing_is_lost(people, simulato
 async def _outage_retried(people, simulator_process):
     from asgiref.sync import sync_to_async
 
-    from streams import services
+    from streams.store import rows
 
     worker = WorkerProcess(simulator_process.base_url)
     try:
-        body = services.build_request_body("q", "gpt-oss-20b", metadata={"time_scale": "1.0"})
+        body = rows.build_request_body("q", "gpt-oss-20b", metadata={"time_scale": "1.0"})
         ids = [
-            (await sync_to_async(services.new_row)(people.owner, body, claimed=False)).pk
+            (await sync_to_async(rows.new_row)(people.owner, body, claimed=False)).pk
             for _ in range(10)
         ]
         await asyncio.sleep(1.0)
@@ -379,13 +379,13 @@ def test_postgres_outage_beyond_the_retry_window_ends_with_a_clear_status(
 async def _outage_gives_up(people, simulator_process):
     from asgiref.sync import sync_to_async
 
-    from streams import services
+    from streams.store import rows
 
     worker = WorkerProcess(simulator_process.base_url, {"STORAGE_RETRY_S": 1.0})
     try:
-        body = services.build_request_body("q", "gpt-oss-120b", metadata={"time_scale": "1.0"})
+        body = rows.build_request_body("q", "gpt-oss-120b", metadata={"time_scale": "1.0"})
         ids = [
-            (await sync_to_async(services.new_row)(people.owner, body, claimed=False)).pk
+            (await sync_to_async(rows.new_row)(people.owner, body, claimed=False)).pk
             for _ in range(3)
         ]
         await asyncio.sleep(1.5)

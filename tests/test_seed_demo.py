@@ -11,10 +11,10 @@ import statistics
 import pytest
 from django.db import connection
 
-from streams import aggregates
-from streams.checks import Checker
+from streams.core.checks import Checker
 from streams.management.commands import seed_demo
 from streams.models import Event, Finding, Stream
+from streams.store import aggregates
 
 NOW = dt.datetime(2026, 3, 2, 12, 17, 41, 123456, tzinfo=dt.UTC)
 UNCLOSED = {"stalled", "cancelled", "interrupted"}  # closed by us, not by the upstream

@@ -3,7 +3,7 @@ response's text is the rewritten `.done` text, with the streamed draft kept besi
 after the terminal event are one finding and no part of the response; a capture that is not
 UTF-8 is a finding with the byte offset, its bytes kept; a stream without events has a timing
 chart and no replay to offer. Each fact is checked where it is read: the stored row, the
-serializer (`streams.public`), the timeline page, the replay data and the `import_sse` CLI."""
+serializer (`streams.store.public`), the timeline page, the replay data and the `import_sse` CLI."""
 
 import io
 import json
@@ -13,10 +13,10 @@ import pytest
 from django.core.management import call_command
 
 from dashboard import queries
-from streams import public
-from streams.export import iter_sse
-from streams.importer import import_capture, read_capture
+from streams.ingest.importer import import_capture, read_capture
 from streams.models import Capture, Event, Finding, Stream
+from streams.serve.export import iter_sse
+from streams.store import public
 from tests.conftest import log_in_people
 from tests.test_importer import har, har_entry, small_stream, sse
 from tests.test_queries import recorded, text_events
@@ -320,9 +320,10 @@ async def test_a_live_stream_that_is_not_utf8_gets_one_finding_and_keeps_its_byt
 ):
     from asgiref.sync import sync_to_async
 
-    from streams import runner, services
+    from streams.run import runner
+    from streams.store import rows
 
-    stream = await sync_to_async(services.new_row)(None, {"input": "hi", "stream": True})
+    stream = await sync_to_async(rows.new_row)(None, {"input": "hi", "stream": True})
     last, _ = await runner.run_stream(stream)
     findings = [f async for f in Finding.objects.filter(stream_id=last.pk, code="invalid_utf8")]
     assert len(findings) == 1

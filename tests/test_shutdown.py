@@ -1,4 +1,4 @@
-"""A graceful stop (streams/shutdown.py), for each documented command that runs streams:
+"""A graceful stop (streams/run/shutdown.py), for each documented command that runs streams:
 `python -m dashboard.server`, `manage.py serve` and `manage.py stream_worker`. On SIGTERM it
 starts no new stream (503), lets a stream that ends within STREAMSCOPE_SHUTDOWN_GRACE_S end,
 ends the rest `interrupted` with what arrived (a proxied client gets the end of its response,

@@ -1,5 +1,5 @@
-"""Prometheus metrics (streams/telemetry.py): the figures agree with the database, labels stay
-bounded, /metrics lets in only whom it should, and several processes add up."""
+"""Prometheus metrics (streams/observe/telemetry.py): the figures agree with the database, labels
+stay bounded, /metrics lets in only whom it should, and several processes add up."""
 
 import asyncio
 import json
@@ -16,9 +16,11 @@ from asgiref.sync import sync_to_async
 from django.test import AsyncClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from streams import egress, runner, services, telemetry
-from streams.checks import CODES
+from streams.core.checks import CODES
 from streams.models import Event, Finding, Stream
+from streams.observe import telemetry
+from streams.run import runner
+from streams.store import known_secrets, rows
 from tests.conftest import REPO, DaphneServer, database_url, free_port
 from tests.test_api import session
 from tests.test_consumers import _disconnect_communicators, ws  # noqa: F401  (a fixture)
@@ -72,7 +74,7 @@ def metrics_token(settings):
 
 
 async def record(b, **kwargs):
-    stream = await sync_to_async(services.new_row)(None, b)
+    stream = await sync_to_async(rows.new_row)(None, b)
     last, _ = await runner.run_stream(stream, **kwargs)
     return stream.pk, last.pk
 
@@ -247,7 +249,7 @@ class TestLabels:
         settings.UPSTREAM_API_KEY = "sk-test-secret-key-123456"
         fold = telemetry.LabelFold(10)
         label = fold("model-sk-test-secret-key-123456")
-        assert egress.redact(label) == "model-[redacted]"  # /metrics leaves through the gate
+        assert known_secrets.redact(label) == "model-[redacted]"  # /metrics leaves through the gate
         assert len(fold("x" * 5000)) == telemetry.LABEL_MAX_CHARS
         assert fold(None) == fold("") == ""
 
@@ -418,7 +420,7 @@ class TestSeveralProcesses:
             "import os, sys, django\n"
             "os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'dashboard.settings')\n"
             "django.setup()\n"
-            "from streams import telemetry\n"
+            "from streams.observe import telemetry\n"
             "telemetry.viewer_joined(); telemetry.viewer_joined()\n"
             "print('ready', flush=True)\n"
             "sys.stdin.read()\n"

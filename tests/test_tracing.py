@@ -1,4 +1,4 @@
-"""OpenTelemetry traces (streams/tracing.py) against a real OTLP/HTTP receiver on 127.0.0.1
+"""OpenTelemetry traces (streams/observe/tracing.py) against a real OTLP/HTTP receiver on 127.0.0.1
 that decodes what arrives with the protocol's own protobuf messages (opentelemetry-proto)."""
 
 import gzip
@@ -15,9 +15,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span, Status
 
-from streams import runner, services, telemetry, tracing
+from streams.ingest.recorder import Recording
 from streams.models import Event, Finding, Stream
-from streams.recorder import Recording
+from streams.observe import telemetry, tracing
+from streams.run import runner
+from streams.store import rows
 from tests.test_recorder import body
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -113,7 +115,7 @@ def traced(monkeypatch):
 
 
 async def record(b):
-    stream = await sync_to_async(services.new_row)(None, b)
+    stream = await sync_to_async(rows.new_row)(None, b)
     last, _ = await runner.run_stream(stream)
     return await Stream.objects.aget(pk=last.pk)
 

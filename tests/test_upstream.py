@@ -1,13 +1,14 @@
-"""streams.upstream.EventReader, the live reader: chunk boundaries anywhere must give the same
-events as the whole-body parser of imports (streams.capture), WHATWG rules included. Pure."""
+"""streams.ingest.upstream.EventReader, the live reader: chunk boundaries anywhere must give
+the same events as the whole-body parser of imports (streams.core.capture), WHATWG rules
+included. Pure."""
 
 import asyncio
 import base64
 
 import pytest
 
-from streams.capture import parse_sse_bytes
-from streams.upstream import EventReader
+from streams.core.capture import parse_sse_bytes
+from streams.ingest.upstream import EventReader
 
 BODIES = {
     "plain": b'event: message\ndata: {"a":1}\n\nevent: message\ndata: {"b":2}\n\n',
@@ -98,7 +99,7 @@ async def test_a_read_reports_when_its_bytes_arrived_not_when_it_ran():
     late (a busy loop) still reports when they arrived, for every part of a split read."""
     import time
 
-    from streams.upstream import Phases, _Protocol, _Stream
+    from streams.ingest.upstream import Phases, _Protocol, _Stream
 
     class Transport:
         def pause_reading(self):
@@ -138,7 +139,7 @@ async def _server(handler, ssl=None):
 
 
 async def _connect(port, clock="kernel"):
-    from streams.upstream import _Backend
+    from streams.ingest.upstream import _Backend
 
     return await _Backend(receipt_clock=clock).connect_tcp("127.0.0.1", port, timeout=5)
 
@@ -149,7 +150,7 @@ async def test_a_late_read_reports_when_the_kernel_received_the_bytes():
     import asyncio
     import time
 
-    from streams.upstream import Phases, _KernelStream
+    from streams.ingest.upstream import Phases, _KernelStream
 
     got = asyncio.Event()
     sent = []
@@ -234,7 +235,7 @@ async def test_reading_pauses_above_the_high_water_mark_and_resumes(monkeypatch)
     buffered bytes (TCP then slows the sender) and reads on once drained; nothing is lost."""
     import asyncio
 
-    from streams.upstream import _Protocol
+    from streams.ingest.upstream import _Protocol
 
     monkeypatch.setattr(_Protocol, "HIGH_WATER", 64 * 1024)
     body = bytes(range(256)) * 8 * 1024  # 2 MiB
@@ -272,7 +273,7 @@ async def test_tls_moves_the_socket_to_the_loops_transport():
 
     import trustme
 
-    from streams.upstream import Phases
+    from streams.ingest.upstream import Phases
 
     ca = trustme.CA()
     server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
@@ -303,7 +304,7 @@ async def test_tls_moves_the_socket_to_the_loops_transport():
 def test_kernel_stamps_convert_to_the_monotonic_clock():
     import time
 
-    from streams.upstream import _ClockOffset
+    from streams.ingest.upstream import _ClockOffset
 
     clock = _ClockOffset()
     real, now = time.time_ns(), time.monotonic_ns()
@@ -320,7 +321,7 @@ async def test_an_http_upstream_builds_no_ssl_context(monkeypatch):
 
     import httpx
 
-    from streams.upstream import ClientPool
+    from streams.ingest.upstream import ClientPool
 
     def forbidden(*args, **kwargs):
         raise AssertionError("an SSL context was built for an http:// upstream")
@@ -384,7 +385,7 @@ def test_a_key_is_sent_as_itself_when_the_base_url_has_credentials_too():
     """httpx turns a URL's credentials into `Authorization: Basic`, replacing the request's
     own: the configured key was never sent. The request's Authorization wins; the URL's
     credentials go only when a request has none."""
-    from streams import upstream as up
+    from streams.ingest import upstream as up
     from tests.support.hostile import RawUpstream
 
     server = RawUpstream(lambda m, p, h, b: (200, "application/json", [b'{"data": []}']))

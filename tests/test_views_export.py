@@ -9,7 +9,7 @@ from django.contrib.auth import get_user_model
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import AsyncClient, Client
 
-from streams.importer import import_capture
+from streams.ingest.importer import import_capture
 from streams.models import Stream
 from tests.conftest import FIXTURES, log_in_people
 from tests.test_export import document
@@ -118,7 +118,7 @@ class TestStreamUpload(Base):
         return (client or self.owner_client).post(self.url, {"file": upload, **data})
 
     def job_page(self, r):
-        """An upload is an import job (streams/imports.py): where its page leads."""
+        """An upload is an import job (streams/ingest/import_jobs.py): where its page leads."""
         assert r.status_code == 302 and r["Location"].startswith("/imports/")
         return self.owner_client.get(r["Location"])
 

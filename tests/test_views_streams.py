@@ -11,7 +11,7 @@ import pytest
 from django.test import Client
 
 from dashboard import queries
-from streams.importer import import_capture
+from streams.ingest.importer import import_capture
 from streams.models import Event, Stream
 from tests.conftest import FIXTURES, log_in_people
 from tests.test_queries import recorded, text_events

@@ -21,7 +21,7 @@ async def test_ttft_is_the_wires_with_a_cpu_hog_beside_50_concurrent_streams(ups
 
 
 async def test_the_stream_records_which_clock_stamped_it(upstream, settings):
-    from streams.upstream import ClientPool
+    from streams.ingest.upstream import ClientPool
 
     streams = {}
     for clock in ("loop", "kernel"):

@@ -378,7 +378,7 @@ class TtftJudgement:
 def judge_ttft(streams, events_of, packets, port):
     """A TtftJudgement per stream. `events_of[stream.pk]`: its stored events, in order (the
     simulator's normal scenario: stored event i is the i-th event on the wire)."""
-    from streams.checks import OUTPUT_DELTAS
+    from streams.core.checks import OUTPUT_DELTAS
 
     def is_output_delta(event):
         return event.type in OUTPUT_DELTAS
@@ -446,13 +446,14 @@ async def record_concurrently(n, model="auto", time_scale=1.0, stagger_s=0.01, c
 
     from asgiref.sync import sync_to_async
 
-    from streams import runner, services
     from streams.models import Stream
+    from streams.run import runner
+    from streams.store import rows
 
     async def one(i):
         await asyncio.sleep(i * stagger_s)
-        body = services.build_request_body(f"q{i}", model, metadata={"time_scale": time_scale})
-        stream = await sync_to_async(services.new_row)(None, body)
+        body = rows.build_request_body(f"q{i}", model, metadata={"time_scale": time_scale})
+        stream = await sync_to_async(rows.new_row)(None, body)
         last, _ = await runner.run_stream(stream, client=client)
         return await Stream.objects.aget(pk=last.pk)
 

@@ -3,7 +3,7 @@ plus what only the playground knows: the upstream's model list and the simulator
 
 from django import forms
 
-from streams.api import CreateStreamForm
+from streams.serve.api import CreateStreamForm
 from streams.simulator.scenarios import SCENARIOS
 
 # time_scale values the simulator understands, as offered in the composer: slowest first.

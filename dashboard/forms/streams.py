@@ -7,8 +7,8 @@ from urllib.parse import urlencode
 from django import forms
 
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
-from streams import conf
-from streams.imports import MAX_FILES
+from streams.core import conf
+from streams.ingest.import_jobs import MAX_FILES
 from streams.models import MAX_TAG_CHARS, Stream
 
 MB = 1024 * 1024
@@ -39,8 +39,8 @@ class MultipleFileField(forms.FileField):
 
 class CaptureUploadForm(forms.Form):
     """Captured streams to import: raw SSE bodies or HAR exports, several at once. Only what is
-    cheap is checked here (sizes, count); reading them is an import job's (streams/imports.py),
-    whose page shows why a file could not be imported."""
+    cheap is checked here (sizes, count); reading them is an import job's
+    (streams/ingest/import_jobs.py), whose page shows why a file could not be imported."""
 
     file = MultipleFileField()
     model = forms.CharField(

@@ -1,4 +1,4 @@
-"""Reading the pre-aggregates (streams/aggregates.py) for a scope, exactly where they can be.
+"""Reading the pre-aggregates (streams/store/aggregates.py) for a scope, exactly where they can be.
 
 A range [start, end) is split into whole UTC days (day rows), whole hours at its ends (hour
 rows), and the partial hours at its edges, read from the raw stream rows — as are the few
@@ -24,8 +24,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 
 from dashboard.stats.sql import _q, _scalars, memoized, scope_where
-from streams import aggregates as agg
 from streams.models import FindingRollup, HistogramRollup, RoutingRollup, UsageRollup
+from streams.store import aggregates as agg
 
 EXACT_BELOW = 20_000  # streams visible to the scope: below this every figure is exact (raw)
 

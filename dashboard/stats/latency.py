@@ -39,7 +39,7 @@ from dashboard.stats.sql import (
     percentiles,
     scope_where,
 )
-from streams.aggregates import ERROR_BOUND, HOUR, TTFT, bucket_value, percentile, top_band
+from streams.store.aggregates import ERROR_BOUND, HOUR, TTFT, bucket_value, percentile, top_band
 
 SLOWEST = 20
 HISTOGRAM_BINS = 40

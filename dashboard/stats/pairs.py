@@ -79,8 +79,8 @@ def model_pairs(scope):
                 pairs.append((resolved, requested))
         # "" pairs are probed by the aggregates and dropped when empty
         return pairs
-    from streams.aggregates import ACTIVE, DAY
     from streams.models import UsageRollup
+    from streams.store.aggregates import ACTIVE, DAY
 
     models = f"{_q('resolved_model')}, {_q('requested_model')}"
     rollup, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [DAY]

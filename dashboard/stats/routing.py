@@ -39,7 +39,7 @@ from dashboard.stats.sql import (
     percentiles,
     scope_where,
 )
-from streams.aggregates import DECISION, ERROR_BOUND, HOUR, TTFT
+from streams.store.aggregates import DECISION, ERROR_BOUND, HOUR, TTFT
 
 AUTO = "auto"
 SAMPLE_REASONS = 3

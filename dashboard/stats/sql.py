@@ -42,8 +42,8 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import F
 
-from streams.lookups import HasTag, has_tag_sql
 from streams.models import Finding, Stream
+from streams.store.lookups import HasTag, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}

@@ -58,7 +58,7 @@ def output_text_shown():
 
 # ---- findings by severity ---------------------------------------------------------------------
 
-# Severities worst first, each with its short word and how it reads in full (streams/checks.py
+# Severities worst first, each with its short word and how it reads in full (streams/core/checks.py
 # CODES gives every finding code one of them).
 SEVERITIES = (
     ("error", "err", "error finding", "error findings", "the protocol was broken"),
@@ -103,8 +103,8 @@ def finding_pills(source):
 
 # ---- what a figure counts ---------------------------------------------------------------------
 
-# `Stream.output_tokens` counts output-bearing delta events (streams/checks.py), and
-# `tokens_per_s` / `inter_token_ms` are taken over those deltas (streams/metrics.py): the pages
+# `Stream.output_tokens` counts output-bearing delta events (streams/core/checks.py), and
+# `tokens_per_s` / `inter_token_ms` are taken over those deltas (streams/core/figures.py): the pages
 # call them deltas and say so, here, once (compare.js gets them from its page).
 FIGURE_HELP = {
     "deltas": (

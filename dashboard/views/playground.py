@@ -51,10 +51,12 @@ from dashboard.forms.playground import (
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
 from dashboard.queries import finding_counts, output_blocks
-from streams import api, conf, services
-from streams.catalog import get_catalog
-from streams.checks import ITEM_KINDS
+from streams.core import conf
+from streams.core.checks import ITEM_KINDS
 from streams.models import Finding, Stream
+from streams.run import services
+from streams.run.catalog import get_catalog
+from streams.serve import api
 
 SIDEBAR_CONVERSATIONS = 100
 FINDING_CODES_MAX = 200  # findings read to name their codes on an answer's badge

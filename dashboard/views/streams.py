@@ -23,10 +23,11 @@ from dashboard.forms.streams import (
     SessionPageForm,
     StreamFilterForm,
 )
-from streams import export, imports
-from streams.auth import streams_for
-from streams.checks import OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.core.checks import OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.ingest import import_jobs
 from streams.models import Stream
+from streams.serve import export
+from streams.store.access import streams_for
 
 
 def _get_stream_for_user(request, stream_id):
@@ -117,10 +118,10 @@ def stream_upload(request):
         form = CaptureUploadForm(request.POST, request.FILES)
         if form.is_valid():
             try:
-                job = imports.submit(
+                job = import_jobs.submit(
                     request.user, form.files_to_import(), model=form.cleaned_data["model"]
                 )
-            except imports.ImportRefused as exc:
+            except import_jobs.ImportRefused as exc:
                 form.add_error(None, str(exc))
                 context = {"form": form, "nav": "streams"}
                 response = render(request, "dashboard/stream_upload.html", context, status=429)
@@ -139,7 +140,7 @@ def stream_upload(request):
 def import_job(request, job_id):
     """An import's progress; its `progress` fragment is polled while it runs (and a job nobody
     polls is cancelled). One stream imported: its page, as the upload used to lead to."""
-    progress = imports.progress(job_id, request.user)
+    progress = import_jobs.progress(job_id, request.user)
     if progress is None:
         raise Http404("No such import")
     ids = progress["stream_ids"]
@@ -157,7 +158,7 @@ def import_job(request, job_id):
 @login_required
 @require_http_methods(["POST"])
 def import_cancel(request, job_id):
-    if not imports.cancel(job_id, request.user):
+    if not import_jobs.cancel(job_id, request.user):
         raise Http404("No such import")
     return HttpResponseRedirect(reverse("import_job", args=[job_id]))
 

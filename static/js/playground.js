@@ -24,7 +24,7 @@ import { el, serverFragment } from "./dom.js";
 import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 
-// Deltas that carry model output, as streams/checks.py's OUTPUT_DELTAS: deltas/s counts these
+// Deltas that carry model output, as streams/core/checks.py's OUTPUT_DELTAS: deltas/s counts these
 // from the first to the last, the way the recorder computes the stored figure (`tokens_per_s`,
 // a rate of delta events, not of tokens).
 const OUTPUT_DELTAS = new Set([

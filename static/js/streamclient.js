@@ -14,7 +14,7 @@
  *   conn.lastIndex;  // the highest event index received so far
  *   conn.close();    // stop; no reconnect
  *
- * Frames and close codes are documented in streams/consumers.py. This client:
+ * Frames and close codes are documented in streams/live/consumers.py. This client:
  * - tracks the highest event index it has received (`events[].index`) and reconnects with
  *   `after=<lastIndex>`, so the server sends exactly the missing events;
  * - reconnects with jittered exponential backoff (baseDelayMs × 2^attempt, capped at

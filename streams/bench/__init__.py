@@ -16,7 +16,7 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 # The limits of the servers a bench starts
 #
 # A bench puts one user's, one token's and one client address's worth of load on the servers it
-# starts, far above what one person does, and Streamscope's limits (streams/conf.py) are sized
+# starts, far above what one person does, and Streamscope's limits (streams/core/conf.py) are sized
 # for people. Each STREAMSCOPE_* setting is either a limit that load could hit, raised to what
 # the bench is about to do (LOAD_LIMITS, applied by `server_limits`), or says here why no bench
 # can hit it (NOT_LOAD_LIMITS). tests/test_bench.py fails when conf.py has a setting that is in
@@ -29,7 +29,7 @@ LOAD_LIMITS = {
     # WebSockets the bench holds open at once, all of one user
     "MAX_SOCKETS_PER_USER": "sockets",
     # streams running at once, all of one user (not checked on the benches' paths today: their
-    # rows are made by services.new_row / create_proxied, but they are one user's streams)
+    # rows are made by rows.new_row / create_proxied, but they are one user's streams)
     "MAX_CONCURRENT_PER_USER": "streams",
     # streams one worker runs at once (bench relay --runner worker: all of them, as inprocess)
     "WORKER_CONCURRENCY": "streams",
@@ -107,7 +107,7 @@ def server_limits(env, *, streams=0, sockets=0, requests=0, viewer_events=0, pat
     - requests: proxied requests in flight at once (one token);
     - viewer_events: events one viewer may fall behind by;
     - patience_s: how long the bench's clients wait through silence before giving up."""
-    from streams import conf
+    from streams.core import conf
 
     need = {
         "streams": streams,

@@ -88,13 +88,13 @@ def _child_main(command, opts):
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from streams import egress, public
-    from streams.importer import import_capture
+    from streams.ingest.importer import import_capture
+    from streams.store import known_secrets, public
 
     spec = json.loads(opts["child"])
     repeat = spec["repeat"]
-    egress._known.add({PASSTHROUGH})
-    rules = egress.rules()
+    known_secrets._known.add({PASSTHROUGH})
+    rules = known_secrets.rules()
     staff = get_user_model().objects.create_user("bench-staff", is_staff=True)
     words = (
         "Kortom, **de stroom** komt *token voor token* binnen; `tijd` en [link](https://x.test) "

@@ -12,7 +12,7 @@ compares what was stored with what the simulator says it sent, summed over all r
 consumer missed, makes the run exit non-zero after printing its figures.
 
 No server and no user: the child records with `runner.run_stream` on rows without an owner, so
-none of the per-user, per-token or per-socket limits of streams/conf.py apply (see
+none of the per-user, per-token or per-socket limits of streams/core/conf.py apply (see
 streams.bench.NOT_LOAD_LIMITS for the rest; the recorder's queue is backpressure, not a limit).
 """
 
@@ -214,14 +214,15 @@ async def _bare(client, upstream, streams, events):
 async def _pipeline(client, upstream, streams, events):
     from asgiref.sync import sync_to_async
 
-    from streams import runner, services
     from streams.models import Event, Stream
+    from streams.run import runner
+    from streams.store import rows
 
-    rows = [await sync_to_async(services.new_row)(None, _body(events)) for _ in range(streams)]
+    created = [await sync_to_async(rows.new_row)(None, _body(events)) for _ in range(streams)]
     t0 = time.perf_counter()
-    await asyncio.gather(*(runner.run_stream(s, base_url=upstream) for s in rows))
+    await asyncio.gather(*(runner.run_stream(s, base_url=upstream) for s in created))
     elapsed = time.perf_counter() - t0
-    ids = [s.pk for s in rows]
+    ids = [s.pk for s in created]
     ended = [
         r async for r in Stream.objects.filter(pk__in=ids).values_list("upstream_id", "status")
     ]

@@ -14,7 +14,7 @@ starts a throw-away server on $PGPORT (default 55710). Target: ≤ 300 ms a page
 on SQLite, and growth well below linear in the number of streams.
 
 No server and no limits: the pages are requested in-process by a staff user logged in with
-`force_login`, and none of streams/conf.py's limits applies to reading them (streams.bench.
+`force_login`, and none of streams/core/conf.py's limits applies to reading them (streams.bench.
 NOT_LOAD_LIMITS). The child checks that the database holds as many streams as were seeded and
 that every page answers 200; otherwise the run exits non-zero.
 """

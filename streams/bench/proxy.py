@@ -32,8 +32,8 @@ from pathlib import Path
 import httpx
 from django.core.management.base import CommandError
 
-from . import fail_if, limits_of, manage, migrated_env, server_limits
-from .relay import Server, _percentile
+from streams.bench import fail_if, limits_of, manage, migrated_env, server_limits
+from streams.bench.relay import Server, _percentile
 
 REQUEST = {
     "model": "auto",

@@ -61,7 +61,7 @@ PACED = {"model": "auto", "metadata": {"time_scale": 1.0, "sentences": 6}}
 # How long our viewers wait through silence before giving up on their stream (they end at its
 # terminal frame; silence only means a loaded machine).
 PATIENCE_S = 120.0
-# Why the server closed a viewer (streams/consumers.py's close codes).
+# Why the server closed a viewer (streams/live/consumers.py's close codes).
 CLOSE_REASONS = {
     4008: "too slow: RELAY_OUTBOX_MAX_EVENTS / RELAY_SLOW_CLIENT_TIMEOUT_S",
     4029: "too many sockets for one user: MAX_SOCKETS_PER_USER",
@@ -149,7 +149,7 @@ def apply_pattern(pattern):
     """Make this process publish as `pattern` says (see the module docstring)."""
     from django.conf import settings
 
-    from streams import relay
+    from streams.live import relay
 
     gc.callbacks.append(_gc_timer)
     if pattern == "stock":
@@ -182,21 +182,22 @@ class StockConsumer(AsyncWebsocketConsumer):
 def _prepare(data):
     from django.contrib.auth import get_user_model
 
-    from streams import runner, services
+    from streams.core import conf
     from streams.models import ApiToken, Stream
+    from streams.store import rows
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
     token = ApiToken.issue(user, name="bench relay")
     ids = []
     for i in range(data["count"]):
-        body = services.build_request_body(
+        body = rows.build_request_body(
             f"Benchmark question {i}: tell me about Utrecht",
             data.get("model", "auto"),
             scenario=data.get("scenario", ""),
             metadata={**data.get("metadata", {}), "seed": i},
         )
-        ids.append(services.new_row(user, body).pk)
-    if runner.in_workers():
+        ids.append(rows.new_row(user, body).pk)
+    if conf.in_workers():
         # Claimed by nobody real until /_bench/start, or a worker would start them before
         # their viewers are on (the stock pattern has no catch-up).
         Stream.objects.filter(pk__in=ids).update(runner=HELD)
@@ -204,8 +205,9 @@ def _prepare(data):
 
 
 async def _start(ids):
-    from streams import runner
+    from streams.core import conf
     from streams.models import Stream
+    from streams.run import runner
 
     streams = [s async for s in Stream.objects.filter(pk__in=ids)]
     GC.clear()
@@ -213,7 +215,7 @@ async def _start(ids):
     global _sampler
     if _sampler is None:
         _sampler = asyncio.get_running_loop().create_task(_hop_sampler())
-    if runner.in_workers():
+    if conf.in_workers():
         # held until now (see _prepare): the workers may claim them once viewers are on
         await Stream.objects.filter(pk__in=ids).aupdate(runner="")
         for stream in streams:

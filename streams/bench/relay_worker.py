@@ -6,7 +6,7 @@ import os
 
 import django
 
-from streams import process
+from streams.run import process
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dashboard.settings")
 process.install_event_loop()

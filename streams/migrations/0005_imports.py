@@ -1,4 +1,4 @@
-"""Import jobs: uploads parsed in the background (streams/imports.py)."""
+"""Import jobs: uploads parsed in the background (streams/ingest/import_jobs.py)."""
 
 import django.db.models.deletion
 from django.conf import settings

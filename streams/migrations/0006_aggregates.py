@@ -1,4 +1,4 @@
-"""Pre-aggregates of finished streams (streams/aggregates.py), the indexes of admin analytics'
+"""Pre-aggregates of finished streams (streams/store/aggregates.py), the indexes of admin analytics'
 largest and slowest streams, and `Stream.events_pruned_at` (retention)."""
 
 from django.conf import settings

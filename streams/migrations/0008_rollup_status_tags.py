@@ -16,7 +16,7 @@ rows, with status "" ("not known") and no tag rows: summed over statuses every f
 what it was; only a status- or tag-filtered page misses those streams (docs/analytics.md).
 One transaction on both databases.
 
-What a stream adds is written out here rather than imported from `streams.aggregates`: a
+What a stream adds is written out here rather than imported from `streams.store.aggregates`: a
 migration must keep doing what it did when that module changes.
 """
 

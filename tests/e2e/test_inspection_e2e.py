@@ -16,8 +16,8 @@ from django.template.defaultfilters import floatformat
 from playwright.sync_api import expect
 
 from dashboard.templatetags.inspection import count, duration
+from streams.ingest.recorder import insert_events
 from streams.models import Finding, Stream
-from streams.recorder import insert_events
 from tests.conftest import DaphneServer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]

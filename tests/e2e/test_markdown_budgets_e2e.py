@@ -18,7 +18,7 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.models import Conversation, Turn
-from streams.importer import import_capture
+from streams.ingest.importer import import_capture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

@@ -12,7 +12,7 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.models import Conversation
-from streams import conf
+from streams.core import conf
 from streams.models import Stream
 from tests.conftest import DaphneServer
 from tests.e2e.conftest import SCREENSHOTS, TIMEOUT_MS

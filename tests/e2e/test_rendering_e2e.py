@@ -21,7 +21,7 @@ import pytest
 from playwright.sync_api import expect
 
 from dashboard.models import Conversation, Turn
-from streams.importer import import_capture
+from streams.ingest.importer import import_capture
 from streams.models import Event, Stream
 from tests.e2e.test_playground_e2e import LAST, Playground, owner  # noqa: F401 (fixture)
 

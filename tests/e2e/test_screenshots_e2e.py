@@ -6,7 +6,7 @@ a stream with findings, a proxied one in a session, and a conversation."""
 import pytest
 
 from dashboard.models import Conversation, Turn
-from streams.importer import import_capture
+from streams.ingest.importer import import_capture
 from streams.management.commands.seed_demo import seed
 from streams.models import Stream
 from tests.e2e.test_rendering_e2e import MARKDOWN, sse

@@ -7,8 +7,8 @@ from pathlib import Path
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from streams import cli
-from streams.importer import CaptureError, import_capture
+from streams.ingest.importer import CaptureError, import_capture
+from streams.management import cli
 
 SEVERITIES = ("error", "warning", "info")
 EXCERPT_CHARS = 120
@@ -27,7 +27,7 @@ class Command(BaseCommand):
         parser.add_argument("--user", default="", help="owner of the imported streams (username)")
 
     def handle(self, *args, **opts):
-        # Each file is stored in one transaction (streams.importer): a file cut short by a
+        # Each file is stored in one transaction (streams.ingest.importer): a file cut short by a
         # stop leaves no row behind, and the files before it stay imported.
         with cli.stoppable(self, "import_sse"):
             self.import_files(opts)

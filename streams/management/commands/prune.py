@@ -1,8 +1,9 @@
-"""`python manage.py prune [--dry-run]`: apply retention now (streams/retention.py)."""
+"""`python manage.py prune [--dry-run]`: apply retention now (streams/store/retention.py)."""
 
 from django.core.management.base import BaseCommand
 
-from streams import conf, retention
+from streams.core import conf
+from streams.store import retention
 
 
 class Command(BaseCommand):

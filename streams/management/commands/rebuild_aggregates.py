@@ -1,5 +1,5 @@
 """`python manage.py rebuild_aggregates`: recompute the analytics pre-aggregates from the raw
-stream and finding rows (streams/aggregates.py). History whose raw rows retention deleted is
+stream and finding rows (streams/store/aggregates.py). History whose raw rows retention deleted is
 lost from the aggregates too: the command says so and asks for --force."""
 
 import time
@@ -7,7 +7,7 @@ import time
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 
-from streams import aggregates, retention
+from streams.store import aggregates, retention
 
 
 class Command(BaseCommand):

@@ -9,9 +9,11 @@ from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from streams import cli, runner, services
+from streams.core.lifecycle import RUNNER_ID
+from streams.management import cli
 from streams.models import Stream
-from streams.recorder import RUNNER_ID
+from streams.run import runner, services
+from streams.store import rows
 
 
 class Command(BaseCommand):
@@ -39,7 +41,7 @@ class Command(BaseCommand):
                 user = get_user_model().objects.get(username=opts["user"])
             except get_user_model().DoesNotExist as exc:
                 raise CommandError(f"no user {opts['user']!r}") from exc
-        body = services.build_request_body(
+        body = rows.build_request_body(
             opts["prompt"],
             opts["model"],
             instructions=opts["instructions"],
@@ -110,7 +112,7 @@ async def _created(user, body):
     """A new row for this run. A stop that comes while it is being inserted waits for the
     insert: the thread would finish it anyway, after `cancel_unfinished` had looked, and leave
     the row `pending` for good."""
-    creating = asyncio.ensure_future(sync_to_async(services.new_row)(user, body, claimed=True))
+    creating = asyncio.ensure_future(sync_to_async(rows.new_row)(user, body, claimed=True))
     try:
         return await asyncio.shield(creating)
     except asyncio.CancelledError:

@@ -38,13 +38,14 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection, transaction
 
-from streams import aggregates, metrics
-from streams import rows as stream_rows
-from streams.checks import Checker
+from streams.core import figures
+from streams.core.checks import Checker
 from streams.models import Event, Finding, Stream
-from streams.rows import EVENT_COLUMNS
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
+from streams.store import aggregates
+from streams.store import rows as stream_rows
+from streams.store.rows import EVENT_COLUMNS
 
 CHUNK = 2_000
 REGRESSED_MODEL = "gpt-oss-120b"  # slower over the last REGRESSION_DAYS days
@@ -260,7 +261,7 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
             resolved_model="",
             closed_us=headers + rng.randint(100, 900),
         )
-        fields.update(metrics.derived(request_written_us=written, closed_us=fields["closed_us"]))
+        fields.update(figures.derived(request_written_us=written, closed_us=fields["closed_us"]))
         fields["finished_at"] = created_at + dt.timedelta(microseconds=fields["closed_us"])
         return fields, [], []
 
@@ -389,7 +390,7 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
             milestones.setdefault(f"{kind}_us" if kind != "created" else "created_event_us", t_us)
     findings.extend(checker.close(connection_closed=closed_by_upstream, t_us=close_at))
     finished_at = created_at + dt.timedelta(microseconds=close_at)
-    # the fields the recorder would have ended it with (streams.rows.finished)
+    # the fields the recorder would have ended it with (streams.store.rows.finished)
     fields.update(
         stream_rows.finished(
             checker,

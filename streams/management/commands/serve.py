@@ -7,7 +7,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
-from streams import runner, shutdown
+from streams.run import runner, shutdown
 
 
 class Command(BaseCommand):

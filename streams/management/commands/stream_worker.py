@@ -5,13 +5,13 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from streams import conf, shutdown
-from streams.recorder import RUNNER_ID
-from streams.worker import StreamWorker
+from streams.core import conf, lifecycle
+from streams.core.lifecycle import RUNNER_ID
+from streams.run.worker import StreamWorker
 
 
 class Command(BaseCommand):
-    help = "Claim and record streams started by the web processes (see streams/worker.py)."
+    help = "Claim and record streams started by the web processes (see streams/run/worker.py)."
 
     def add_arguments(self, parser):
         parser.add_argument("--concurrency", type=int, default=0, help="streams at once")
@@ -30,7 +30,7 @@ class Command(BaseCommand):
         loop = asyncio.get_running_loop()
 
         def stop():
-            shutdown.stopping = True  # (what it cuts short ends `interrupted`, not cancelled)
+            lifecycle.stopping = True  # (what it cuts short ends `interrupted`, not cancelled)
             worker.stopping.set()
             worker.wake.set()  # (out of its wait for work)
 

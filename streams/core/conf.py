@@ -1,0 +1,250 @@
+"""Streamscope's own settings: each one typed, documented and given its default here, once.
+
+Every setting `name` is read from the environment variable `STREAMSCOPE_<NAME>` (upper case)
+by `dashboard/settings.py`, which keeps what was set in `settings.STREAMSCOPE` (a dict of
+upper-case names, so Django's `override_settings` and pytest-django's `settings` fixture work
+as usual). Code reads them typed through `get()`:
+
+    from streams.core import conf
+    conf.get().batch_max_events
+
+`get()` is one identity check when nothing changed: cheap enough for the recorder's hot path.
+An unknown name in `settings.STREAMSCOPE` or a value of the wrong type is an error at first use,
+not a silently ignored knob.
+"""
+
+import dataclasses
+import math
+import os
+from dataclasses import dataclass
+
+from django.conf import settings
+
+RUNNERS = ("inprocess", "worker")
+ON_DISCONNECT = ("cancel", "drain")
+RECEIPT_CLOCKS = ("kernel", "loop")
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    # --- Recorder (streams/ingest/recorder.py) ---
+    # A batch commits when it holds this many events or is this old (always at a terminal event).
+    batch_max_events: int = 2000
+    batch_max_age_ms: float = 5.0
+    # A streaming row's event_count is rewritten at most this often (its events are committed
+    # at every batch; the count is exact at every milestone, status change and the end).
+    count_write_interval_ms: float = 500.0
+    # Events queued between the readers and the writer; readers pause when it is full.
+    queue_max_events: int = 20000
+    # A batch that cannot be written is retried with backoff this long; then its streams end
+    # `failed` (storage_unavailable) with the number of events lost.
+    storage_retry_s: float = 30.0
+    # Whose clock stamps receipt (streams/ingest/upstream.py): "kernel" (SO_TIMESTAMPNS on plain
+    # TCP, where the platform has it; TLS and others fall back) or "loop" (when the event loop's
+    # callback ran: every loop delay is charged to the upstream; kept to compare).
+    receipt_clock: str = "kernel"
+    # --- Running streams (streams/run/runner.py, streams/run/worker.py) ---
+    # No event for this long: abort and retry the same request (docs/protocol.md: 60 s).
+    stall_timeout_s: float = 60.0
+    stall_max_attempts: int = 3
+    # Connection errors before the first event: retried with exponential backoff.
+    connect_max_attempts: int = 3
+    connect_backoff_s: float = 0.5
+    connect_timeout_s: float = 10.0
+    # A running stream's row is touched this often; a row silent for heartbeat_stale_s while
+    # `streaming` belongs to a dead process and becomes `interrupted`.
+    heartbeat_s: float = 5.0
+    heartbeat_stale_s: float = 30.0
+    # Every long-lived process (Daphne's, a worker's) sweeps for such rows this often.
+    sweep_interval_s: float = 5.0
+    # Where streams started by pages and the API run: "inprocess" (asyncio tasks in the server)
+    # or "worker" (`manage.py stream_worker` processes).
+    runner: str = "inprocess"
+    # Streams marked `interrupted` (their process died) get a new attempt, run by a worker.
+    retry_interrupted: bool = False
+    # Streams one worker process runs at once, and how often it polls for new ones (wake-ups
+    # over the channel layer make the poll a fallback).
+    worker_concurrency: int = 200
+    worker_poll_s: float = 1.0
+    # --- Retention (streams/store/retention.py, docs/analytics.md) ---
+    # Events, and whole streams (events, findings, the row), older than this many days are
+    # deleted by the periodic sweep and `manage.py prune`; 0 keeps everything. The analytics
+    # pages' pre-aggregates keep the history either way.
+    retain_events_days: float = 0.0
+    retain_streams_days: float = 0.0
+    # --- Limits on what users send (streams/run/services.py, pages, API) ---
+    # Running streams per user started from pages and the API.
+    max_concurrent_per_user: int = 5
+    # Characters of `input` (as JSON) one request may carry.
+    max_input_chars: int = 100_000
+    # Bytes of one uploaded capture.
+    upload_max_bytes: int = 20 * 1024 * 1024
+    # --- Relay (streams/live/relay.py, streams/live/consumers.py) ---
+    # Largest single event `data` kept inline in channel-layer messages; larger ones are read
+    # from the database by the consumer.
+    relay_inline_max_bytes: int = 64 * 1024
+    # Events waiting for one slow WebSocket before it is closed with 4008 (resume with after=).
+    relay_outbox_max_events: int = 20_000
+    # Bytes Daphne buffers for a connection above which we stop sending to it…
+    relay_send_high_water_bytes: int = 256 * 1024
+    # …and how long it may stay above that before it is closed with 4008.
+    relay_slow_client_timeout_s: float = 30.0
+    # A connection without messages for this long checks the database once (lost messages).
+    relay_idle_check_s: float = 5.0
+    # With the in-memory layer, deliver in-process without it (see streams/live/relay.py).
+    relay_local_fanout: bool = True
+    # --- The recording proxy (streams/serve/proxy.py) ---
+    # Proxied requests one Streamscope token may have in flight at once (429 beyond).
+    proxy_max_concurrent: int = 200
+    # A client that hangs up mid-stream: "cancel" the upstream request (the row ends
+    # `cancelled`, client_disconnected), or "drain" it to its end and record all of it.
+    proxy_on_disconnect: str = "cancel"
+    # Largest request body the proxy forwards (413 beyond).
+    proxy_max_body_bytes: int = 16 * 1024 * 1024
+    # How long a checked token is trusted without asking the database again (a revoked token
+    # stops working within this time).
+    proxy_token_cache_s: float = 5.0
+    # A proxied client's unread bytes the server holds for it: beyond this, the proxy stops
+    # reading the upstream until the client reads; a client that reads nothing for
+    # PROXY_SLOW_CLIENT_TIMEOUT_S is let go (PROXY_ON_DISCONNECT says what becomes of the
+    # upstream request). Memory for unread responses is at most this per connection.
+    proxy_client_buffer_bytes: int = 256 * 1024
+    proxy_slow_client_timeout_s: float = 30.0
+    # --- Telemetry (streams/observe/telemetry.py, docs/telemetry.md) ---
+    # Prometheus figures are kept (the /metrics endpoint answers either way).
+    metrics: bool = True
+    # Bearer token a Prometheus server scrapes /metrics with (empty: staff sessions only).
+    metrics_token: str = ""
+    # Distinct model ids per label per process; the upstream may send any, later ones are "other".
+    metrics_max_models: int = 50
+    # --- Playground ---
+    # Chain turns with previous_response_id instead of resending the history.
+    playground_previous_response_id: bool = False
+    # --- Hostile users (docs/security.md) ---
+    # HTTPS deployment: Secure cookies, HSTS, the proxy's X-Forwarded-Proto trusted, and (unless
+    # ssl_redirect is off, e.g. TLS ends before a proxy that cannot say so) http → https.
+    secure: bool = False
+    ssl_redirect: bool = True
+    hsts_seconds: int = 31_536_000
+    hsts_include_subdomains: bool = True
+    hsts_preload: bool = False
+    # Wrong passwords for one username from one IP before that pair is locked out (django-axes),
+    # and for how long: per pair, so an attacker cannot lock a user out from elsewhere.
+    login_failure_limit: int = 10
+    login_cooloff_s: float = 900.0
+    # Wrong bearer tokens one client IP may send in a sliding window before further unknown
+    # tokens get 429 (valid tokens are never counted).
+    token_failure_limit: int = 50
+    token_failure_window_s: float = 60.0
+    # Open WebSockets per user, across processes (4029 beyond).
+    max_sockets_per_user: int = 50
+    # Imports (streams/ingest/import_jobs.py): uploads per user per minute, jobs per user at once,
+    # and how long a job may go unwatched (its progress page not polled) before it is cancelled.
+    import_max_per_minute: int = 10
+    import_max_concurrent: int = 2
+    import_abandon_s: float = 60.0
+    # SIGTERM/SIGINT: running streams may end within this many seconds; then the rest end
+    # `interrupted` with what arrived, and the process exits (streams/run/shutdown.py).
+    shutdown_grace_s: float = 10.0
+    # A request body that sends nothing for this long, or takes 3x this long in all, is
+    # answered 408 and dropped (a slow body must not hold a request open; streams/serve/edge.py).
+    request_body_timeout_s: float = 10.0
+    # Bearer-credential shapes redacted from everything that leaves, whoever's key it is (a
+    # pass-through client's key is never known on read): comma-separated prefixes.
+    redact_key_prefixes: str = "sk-"
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            kind = f.type
+            if kind is float and isinstance(value, int) and not isinstance(value, bool):
+                object.__setattr__(self, f.name, float(value))
+            elif not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+                raise TypeError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not {kind.__name__}")
+            elif kind is float and not math.isfinite(value):
+                raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} is not finite")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.type in (int, float) and f.name not in MAY_BE_ZERO and value <= 0:
+                raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} must be above 0")
+            if f.type in (int, float) and value < 0:
+                raise ValueError(f"STREAMSCOPE {f.name.upper()}: {value!r} must not be negative")
+        if self.runner not in RUNNERS:
+            raise ValueError(f"STREAMSCOPE RUNNER: {self.runner!r} is not one of {RUNNERS}")
+        if self.receipt_clock not in RECEIPT_CLOCKS:
+            raise ValueError(
+                f"STREAMSCOPE RECEIPT_CLOCK: {self.receipt_clock!r} is not one of {RECEIPT_CLOCKS}"
+            )
+        if self.proxy_on_disconnect not in ON_DISCONNECT:
+            raise ValueError(
+                f"STREAMSCOPE PROXY_ON_DISCONNECT: {self.proxy_on_disconnect!r} is not one of "
+                f"{ON_DISCONNECT}"
+            )
+
+
+NAMES = tuple(f.name.upper() for f in dataclasses.fields(Settings))
+# Numbers that may be 0 (off, none, immediately); every other number must be above 0: a limit of
+# 0 is no limit but a refusal of everything, or a division by zero.
+MAY_BE_ZERO = frozenset(
+    {
+        "batch_max_age_ms",
+        "count_write_interval_ms",
+        "storage_retry_s",
+        "connect_backoff_s",
+        "retain_events_days",
+        "retain_streams_days",
+        "relay_inline_max_bytes",
+        "proxy_token_cache_s",
+        "hsts_seconds",
+        "login_cooloff_s",
+    }
+)
+
+
+def _parse(kind, text):
+    if kind is bool:
+        return text.strip().lower() in {"1", "true", "yes", "on"}
+    return kind(text.strip()) if kind is not str else text.strip()
+
+
+def from_environ(environ=os.environ):
+    """The settings set as `STREAMSCOPE_<NAME>` environment variables, parsed: the value of
+    `settings.STREAMSCOPE`. A value that does not parse stops the process with its name."""
+    values = {}
+    for f in dataclasses.fields(Settings):
+        text = environ.get(f"STREAMSCOPE_{f.name.upper()}")
+        if text is None:
+            continue
+        try:
+            values[f.name.upper()] = _parse(f.type, text)
+        except ValueError as exc:
+            raise SystemExit(f"STREAMSCOPE_{f.name.upper()}={text!r}: {exc}") from exc
+    Settings(**{k.lower(): v for k, v in values.items()})  # validate now, at start-up
+    return values
+
+
+def build(values):
+    """`Settings` from a dict of upper-case names (what `settings.STREAMSCOPE` holds)."""
+    unknown = sorted(set(values) - set(NAMES))
+    if unknown:
+        raise KeyError(f"unknown STREAMSCOPE settings: {', '.join(unknown)}")
+    return Settings(**{k.lower(): v for k, v in values.items()})
+
+
+_cache = (None, None)
+
+
+def get():
+    """The current settings (rebuilt only when `settings.STREAMSCOPE` was replaced)."""
+    global _cache
+    values = settings.STREAMSCOPE
+    source, built = _cache
+    if source is not values:
+        built = build(values)
+        _cache = (values, built)
+    return built
+
+
+def in_workers():
+    """Streams started by pages and the API run in worker processes (`stream_worker`)."""
+    return get().runner == "worker"

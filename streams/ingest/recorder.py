@@ -1,0 +1,888 @@
+"""The one write path: receipt times, checks, batched commits, then publish.
+
+```
+upstream (httpx) ─► reader (per stream) ─► bounded queue ─► writer ─► DB commit ─► publish batch
+                    stamps t on receipt     (backpressure)   (N events or T ms)   (channel layer)
+```
+- A reader never waits for the database per event: it appends to the writer's bounded queue and
+  only waits when that queue is full, which stops it reading the socket, so TCP slows the
+  upstream instead of memory growing.
+- The writer drains what is queued, across streams, into one transaction on its own thread
+  (multi-row inserts; a stream's row only when a field of it changed, its event_count at most
+  every COUNT_WRITE_INTERVAL_MS), and only after the commit publishes one
+  channel-layer message per stream. Terminal events, cancellation and the end of a stream flush
+  at once.
+- The SQL of a batch, the bounds of every column and the fields a stream ends with are
+  `streams/store/rows.py`'s: a stream whose rows the database refuses loses its events of the batch
+  and ends `failed` (`storage_refused`), the other streams of the batch are stored.
+"""
+
+import asyncio
+import collections
+import datetime as dt
+import json
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import httpx
+from django.db.utils import InterfaceError, OperationalError
+
+from streams.core import capture, conf, figures, lifecycle
+from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
+from streams.ingest.upstream import (
+    EventReader,
+    Phases,
+    UpstreamError,
+    check_response,
+    request_headers,
+)
+from streams.live import relay
+from streams.models import Finding, Stream
+from streams.observe import ended, telemetry
+from streams.store import public, rows
+
+# The SQL of the write path lives in streams/store/rows.py; these names are the recorder's API too.
+from streams.store.rows import (  # noqa: F401  (re-exported)
+    EVENT_COLUMNS,
+    PROXIED_COLUMNS,
+    StorageUnavailable,
+    insert_events,
+    insert_flat,
+    update_streams,
+    write_batch,
+)
+
+log = logging.getLogger(__name__)
+
+
+def _us(ns):
+    return ns // 1000
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-stream state
+
+
+@dataclass(eq=False)
+class Recording:
+    """What a reader knows about the stream it records."""
+
+    stream_id: int
+    user_id: int | None
+    pinned_model: bool
+    t0_ns: int = 0
+    wall0: dt.datetime = None
+    checker: Checker = None
+    next_index: int = 0
+    bytes_received: int = 0
+    error_findings: int = 0
+    warning_findings: int = 0
+    findings: int = 0
+    output_times: list = field(default_factory=list)  # first and last output delta, ns
+    milestones: dict = field(default_factory=dict)
+    status: str = Stream.Status.PENDING
+    urgent: bool = False  # the writer should commit what is queued now
+    storage_error: str = ""  # set by the writer when it gave up on a batch of this stream
+    # "storage_unavailable" (the database did not answer) or "storage_refused" (it refused
+    # this stream's rows: a data error), and the cause, for the final message
+    storage_code: str = ""
+    storage_cause: str = ""
+    lost_events: int = 0
+    count_due_s: float = 0.0  # loop time when event_count is next written (Writer._commit)
+    inline_max: int | None = None  # RELAY_INLINE_MAX_BYTES, read once per attempt
+    body_open: bool = False  # an event stream was being read (the checker has a say)
+    # Proxied streams: rows with PROXIED_COLUMNS, and (µs the proxy held a chunk before the
+    # client's socket had it, events).
+    proxied: bool = False
+    proxy_delays: list = field(default_factory=list)
+    # Why a cancel came, when the canceller knows (the proxy: "client_disconnected").
+    cancel_code: str = ""
+    # The request's `model` and `stream` (telemetry's labels and span attributes).
+    request_model: str = ""
+    request_stream: bool = True
+    # (set by the runner) a retryable outcome of this attempt is retried on the same row: its
+    # end is not the stream's end (telemetry counts it once, at the last attempt)
+    connect_retry_follows: bool = False
+    # Events whose data was not UTF-8: [first index, byte offset in its data, the bad bytes,
+    # how many] (one invalid_utf8 finding at the end; the bytes are kept in Event.raw).
+    invalid_utf8: list | None = None
+    # Filled by the reader, drained by the writer at the next commit.
+    pending_fields: dict = field(default_factory=dict)
+    pending_findings: list = field(default_factory=list)
+
+    def start(self, t0_ns, stall_s):
+        self.t0_ns = t0_ns
+        self.inline_max = conf.get().relay_inline_max_bytes
+        self.wall0 = dt.datetime.now(dt.UTC)
+        stall_us = int(stall_s * 1_000_000)
+        self.checker = Checker(pinned_model=self.pinned_model, stall_threshold_us=stall_us)
+
+    def restart_clock(self):
+        """Start the attempt clock again, now that the request really starts: our own set-up
+        before it (committing the `streaming` status behind other streams' batches) is not the
+        upstream's time, and every milestone counts from here."""
+        self.t0_ns = time.monotonic_ns()
+        self.wall0 = dt.datetime.now(dt.UTC)
+        self.pending_fields["started_at"] = self.wall0
+
+    def mark(self, name, t_ns):
+        """Set a milestone once; returns True when it was new."""
+        if name in self.milestones or t_ns is None:
+            return False
+        self.milestones[name] = t_ns
+        self.pending_fields[f"{name}_us"] = _us(t_ns - self.t0_ns)
+        return True
+
+    def add_findings(self, violations):
+        for v in violations:
+            self.findings += 1
+            if v.severity == "error":
+                self.error_findings += 1
+            elif v.severity == "warning":
+                self.warning_findings += 1
+            self.pending_findings.append(
+                Finding(
+                    stream_id=self.stream_id,
+                    code=v.code,
+                    severity=v.severity,
+                    event_index=v.event_index,
+                    expected=str(v.expected or ""),
+                    got=str(v.got or ""),
+                    detail=str(v.detail or ""),
+                )
+            )
+        self.pending_fields["findings_count"] = self.findings
+        self.pending_fields["error_findings"] = self.error_findings
+        self.pending_fields["warning_findings"] = self.warning_findings
+
+    def ingest(self, events, sent_ns=None):
+        """The events of one received chunk: number them, feed the checker, note milestones.
+
+        Returns the writer's `(rows, payloads)`: `rows` is flat, EVENT_COLUMNS values one event
+        after the other, and payloads are tuples. Per event nothing survives that the garbage
+        collector must keep scanning (a tuple of atoms is untracked at its first collection;
+        a list per row and a tuple per queue item were scanned again and again while queued,
+        and the collector took a large share of the pipeline's time; docs/performance.md,
+        "Recorder"). This is the hottest code in the product.
+
+        `sent_ns`: when the proxy handed the chunk to its client (None: not proxied)."""
+        rows = []
+        payloads = []
+        add_row = rows.extend
+        add_payload = payloads.append
+        feed = self.checker.feed
+        stream_id = self.stream_id
+        wall0 = self.wall0  # the writer thread turns this into the wall-clock receipt time
+        t0_ns = self.t0_ns
+        inline_max = self.inline_max
+        index = self.next_index
+        sent_us = None if sent_ns is None else (sent_ns - t0_ns) // 1000
+        proxied = self.proxied
+        for sse in events:
+            t_us = (sse.t_ns - t0_ns) // 1000
+            data = sse.data
+            result = feed(index, sse.event_name, data, t_us=t_us)
+            if result.violations:
+                self.add_findings(result.violations)
+            if result.kind is not None:
+                self._milestone(result, sse.t_ns)
+            type_ = result.type
+            seq = result.sequence_number
+            if sse.raw is not None:
+                self._not_utf8(index, sse.raw)
+            add_row(
+                (
+                    stream_id,
+                    index,
+                    t_us,
+                    wall0,
+                    sse.event_name,
+                    sse.sse_id,
+                    type_,
+                    seq,
+                    result.output_index,
+                    result.content_index,
+                    result.is_json,
+                    data,
+                    sse.raw,
+                )
+            )
+            payload = relay.event_payload(index, type_, seq, t_us, data, inline_max)
+            if proxied:
+                add_row((sent_us,))
+                payload = (*payload, sent_us)  # the consumer needs no read for it
+            add_payload(payload)
+            index += 1
+        self.next_index = index
+        return rows, payloads
+
+    def _not_utf8(self, index, raw):
+        if self.invalid_utf8 is not None:
+            self.invalid_utf8[3] += 1
+            return
+        where = capture.first_invalid_utf8(raw) or (0, b"")
+        self.invalid_utf8 = [index, where[0], where[1], 1]
+
+    def _milestone(self, result, t_ns):
+        kind = result.kind
+        checker = self.checker
+        if kind == OUTPUT:
+            times = self.output_times
+            if result.first_output:
+                times[:] = [t_ns, t_ns]
+                if self.mark("first_token", t_ns) and "request_written" in self.milestones:
+                    self.pending_fields["ttft_ms"] = self.ttft_ms()
+            elif times:
+                times[1] = t_ns
+        elif kind == CREATED:
+            if self.mark("created_event", t_ns):
+                self.pending_fields["upstream_id"] = checker.upstream_id or ""
+                if checker.resolved_model:
+                    self.pending_fields["resolved_model"] = checker.resolved_model
+        elif kind == ROUTING:
+            if self.mark("routing", t_ns):
+                routing = checker.routing or {}
+                self.pending_fields.update(
+                    resolved_model=checker.resolved_model or "",
+                    routing_category=str(routing.get("category") or ""),
+                    routing_source=str(routing.get("source") or ""),
+                    routing_reasoning=str(routing.get("reasoning") or ""),
+                )
+        elif kind == TOOL_CALL:
+            if result.first_tool_call:
+                self.mark("first_tool_call", t_ns)
+        elif kind == TERMINAL:
+            self.urgent = self.mark("terminal", t_ns)
+
+    def us(self, name):
+        """A milestone as stored: µs since the attempt started (None if it did not happen)."""
+        t_ns = self.milestones.get(name)
+        return None if t_ns is None else _us(t_ns - self.t0_ns)
+
+    def ttft_ms(self):
+        return figures.ttft_ms(self.us("request_written"), self.us("first_token"))
+
+    def final_fields(self, status, closed_ns, error_code="", error_message=""):
+        """Everything derived when the stream ends, for its last UPDATE (`rows.finished`)."""
+        self.mark("closed", closed_ns)
+        first_output, last_output = self.output_times or (None, None)
+        return rows.finished(
+            self.checker,
+            status=status,
+            error_code=error_code,
+            error_message=error_message,
+            event_count=self.next_index,
+            bytes_received=self.bytes_received,
+            body_read=self.body_open,
+            finished_at=dt.datetime.now(dt.UTC),
+            request_written_us=self.us("request_written"),
+            first_token_us=self.us("first_token"),
+            closed_us=self.us("closed"),
+            first_output_us=None if first_output is None else _us(first_output - self.t0_ns),
+            last_output_us=None if last_output is None else _us(last_output - self.t0_ns),
+            proxy_delays=self.proxy_delays,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# The writer
+
+
+_db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamscope-writer")
+
+
+def db_executor():
+    """The writer's own thread (and so its own database connection)."""
+    return _db_executor
+
+
+class Writer:
+    """Commits queued events of all streams of one event loop in batches.
+
+    The queue is a deque of `(rec, rows, payloads, done)` entries, one per received chunk
+    (`rows` flat, see `Recording.ingest`) or per flush request (`rows` None, `done` a future),
+    rather than an asyncio.Queue: asyncio.Queue's bookkeeping cost more than the rest of the
+    reader's per-event work together (docs/performance.md, "Recorder")."""
+
+    def __init__(self, max_events=None, max_age_ms=None, queue_max=None):
+        self.max_events = max_events or conf.get().batch_max_events
+        self.max_age_s = (
+            max_age_ms if max_age_ms is not None else conf.get().batch_max_age_ms
+        ) / 1e3
+        self.capacity = queue_max or conf.get().queue_max_events
+        self.buffer = collections.deque()
+        self.queued = 0  # events in the buffer
+        self.batches = 0
+        self._loop = asyncio.get_running_loop()
+        self._ready = asyncio.Event()  # the buffer is not empty
+        self._space = asyncio.Event()  # the buffer is below capacity
+        self._space.set()
+        self._kick = None  # a pending batch's timer: resolve it to commit early
+        self._flushes = 0  # flush requests in the buffer: commit without waiting
+        self._oldest = 0.0  # loop time when the buffer last became non-empty
+        self._batch = ()  # the batch being committed
+        self.task = self._loop.create_task(self._run(), name="streamscope-writer")
+        self.task.add_done_callback(self._stopped)
+
+    def _stopped(self, task):
+        # A writer that is gone (its loop shutting down, cancelled) answers every flush still
+        # waiting, so that no recording waits for a commit that will never come.
+        for entry in (*self._batch, *self.buffer):
+            done = entry[3]
+            if done is not None and not done.done():
+                done.set_exception(StorageUnavailable("the writer stopped"))
+
+    async def put(self, rec, rows, payloads):
+        """Queue the events of one received chunk (what `Recording.ingest` returned): one call
+        per chunk, not per event (a fast upstream sends a hundred events per chunk)."""
+        self.buffer.append((rec, rows, payloads, None))
+        if not self._ready.is_set():
+            self._ready.set()
+            self._oldest = self._loop.time()
+        n = self.queued = self.queued + len(payloads)
+        if n >= self.max_events:
+            self._wake()
+            if n >= self.capacity:
+                # Backpressure: the reader stops reading its socket until the writer catches up.
+                self._space.clear()
+                await self._space.wait()
+
+    async def flush(self, rec):
+        """Commit everything queued so far (and `rec`'s pending fields); wait for it."""
+        if self.task.done():
+            raise StorageUnavailable("the writer stopped")
+        done = self._loop.create_future()
+        self.buffer.append((rec, None, None, done))
+        self._flushes += 1
+        self._ready.set()
+        self._wake()
+        await done
+
+    def _wake(self):
+        kick = self._kick
+        if kick is not None and not kick.done():
+            kick.set_result(None)
+
+    async def _run(self):
+        loop = self._loop
+        buffer = self.buffer
+        while True:
+            await self._ready.wait()
+            wait_s = self._oldest + self.max_age_s - loop.time()
+            if not self._flushes and self.queued < self.max_events and wait_s > 0:
+                # Let the batch fill until its oldest event is max_age old (or until full, or a
+                # flush). From the oldest event, not from now: what queued during the last
+                # commit has waited already (docs/performance.md, "Recorder").
+                self._kick = kick = loop.create_future()
+                timer = loop.call_later(wait_s, _resolve, kick)
+                await kick
+                timer.cancel()
+                self._kick = None
+            # Everything queued goes into this commit (whole chunks, up to max_events), flush
+            # requests included: one commit answers them all. (A flush that ended its batch
+            # made 100 streams starting or ending together 100 commits in a row, and every
+            # event queued behind them waited; docs/performance.md, "Recorder".)
+            batch = []
+            events = 0
+            while buffer and events < self.max_events:
+                entry = buffer.popleft()
+                batch.append(entry)
+                if entry[3] is not None:
+                    self._flushes -= 1
+                else:
+                    events += len(entry[2])
+            self.queued -= events
+            if not buffer:
+                self._ready.clear()
+            else:
+                self._oldest = loop.time()  # (a full batch's rest: committed without waiting)
+            if self.queued < self.capacity and not self._space.is_set():
+                self._space.set()
+            self._batch = batch
+            try:
+                await self._commit(batch)
+            except Exception as exc:
+                log.exception("writer: a batch of %d events could not be stored", events)
+                lost = collections.Counter()
+                for rec, _, payloads, _ in batch:
+                    if payloads:
+                        lost[rec] += len(payloads)
+                for rec, n in lost.items():
+                    # The reader stops at its next chunk and the stream ends `failed` with a
+                    # status saying how much was lost: never a silent gap.
+                    _lose(rec, n, "storage_unavailable", "database unavailable", str(exc))
+                for entry in batch:
+                    done = entry[3]
+                    if done is not None and not done.done():
+                        done.set_exception(StorageUnavailable(str(exc)))
+
+    async def _commit(self, batch):
+        event_rows = []
+        proxied_rows = []
+        per_stream = {}  # rec -> payloads, in arrival order
+        flushes = []  # (rec, future)
+        for rec, chunk_rows, payloads, done in batch:
+            if done is None:
+                if rec.proxied:
+                    proxied_rows += chunk_rows
+                else:
+                    event_rows += chunk_rows
+                mine = per_stream.get(rec)
+                if mine is None:
+                    # a copy: the batch's entries keep their own counts (a failed commit
+                    # reports per stream how many events it lost)
+                    per_stream[rec] = list(payloads)
+                else:
+                    mine += payloads
+            else:
+                per_stream.setdefault(rec, [])
+                flushes.append((rec, done))
+        now = dt.datetime.now(dt.UTC)
+        now_s = self._loop.time()
+        count_interval_s = conf.get().count_write_interval_ms / 1e3
+        updates = {}
+        findings = []
+        for rec, payloads in per_stream.items():
+            fields = rec.pending_fields
+            rec.pending_fields = {}
+            if payloads and (fields or now_s >= rec.count_due_s):
+                # Not at every batch: a stream row touched at every 5 ms commit made each commit
+                # rewrite one page per active stream (WAL), much of the writer's time with many
+                # paced streams (docs/performance.md, "Recorder"). Its events are committed
+                # either way; the count is exact whenever anything else of the row changes,
+                # and at the end.
+                fields["event_count"] = max(fields.get("event_count", 0), payloads[-1][0] + 1)
+                rec.count_due_s = now_s + count_interval_s
+            if fields:
+                fields["heartbeat_at"] = now
+                updates[rec] = fields
+            if rec.pending_findings:
+                findings.extend(rec.pending_findings)
+                rec.pending_findings = []
+        started = telemetry.batch_started(self.queued, self.capacity)
+        refused = await self._loop.run_in_executor(
+            db_executor(), write_batch, event_rows, updates, findings, None, proxied_rows
+        )
+        self.batches += 1
+        telemetry.batch_committed(
+            len(event_rows) // len(EVENT_COLUMNS),
+            len(proxied_rows) // len(PROXIED_COLUMNS),
+            started,
+        )
+        if refused:
+            _refused(refused, per_stream, flushes)
+        publishes = []
+        for rec, payloads in per_stream.items():
+            fields = updates.get(rec, ())
+            shown = {k: v for k, v in fields.items() if k in public.PUBLIC_FIELDS} if fields else {}
+            if payloads or shown:
+                pending = relay.publish(rec.stream_id, rec.user_id, payloads, shown)
+                if pending is not None:
+                    publishes.append(pending)
+        if publishes:
+            await asyncio.gather(*publishes)
+        for _, done in flushes:
+            if not done.done():
+                done.set_result(None)
+
+
+def _lose(rec, n, code, cause, error):
+    """`rec` lost `n` events of a batch (and its row's pending changes): its reader stops at
+    its next chunk and the stream ends `failed` with `code`, saying how much was lost."""
+    rec.lost_events += n
+    if n:
+        telemetry.events_lost(rec, n)
+    rec.storage_code, rec.storage_cause = code, cause
+    if rec.lost_events:
+        lost = f"{rec.lost_events} event(s) could not be stored"
+    else:
+        lost = "the stream's row could not be written"
+    rec.storage_error = f"{lost}: {error}; recording stopped"
+
+
+def _refused(refused, per_stream, flushes):
+    """The streams whose rows the database refused (`rows.write_batch` wrote the others): they
+    lose this batch's events, are not published, and their flushes fail."""
+    for rec in [r for r in per_stream if r.stream_id in refused]:
+        why = rows.describe_refusal(refused[rec.stream_id])
+        payloads = per_stream.pop(rec)
+        _lose(rec, len(payloads), "storage_refused", f"refused by the database: {why}", why)
+    for rec, done in flushes:
+        if rec.stream_id in refused and not done.done():
+            done.set_exception(StorageUnavailable(rec.storage_error))
+
+
+def _resolve(future):
+    if not future.done():
+        future.set_result(None)
+
+
+_writers = {}
+
+
+def get_writer():
+    """The writer of the running event loop (one per loop: the server's, or a command's)."""
+    loop = asyncio.get_running_loop()
+    writer = _writers.get(loop)
+    if writer is None or writer.task.done():
+        writer = _writers[loop] = Writer()
+        # Forget writers of closed loops.
+        for other in [lp for lp in _writers if lp.is_closed()]:
+            del _writers[other]
+    return writer
+
+
+# ---------------------------------------------------------------------------------------------
+# One attempt
+
+
+class StallWatch:
+    """Expires `timer` (an `asyncio.timeout`) once `last_ns` (a monotonic_ns receipt time,
+    set by the reader) is `stall_s` old: the stall rule, no event for N s.
+
+    Rescheduling the timeout at every event instead cancelled and pushed a timer per event:
+    a measurable share of the server's CPU with many paced streams (docs/performance.md,
+    "Recorder"). This re-arms at most once per `stall_s`, and setting `last_ns` is all an
+    event costs."""
+
+    def __init__(self, loop, timer, stall_s):
+        self.loop = loop
+        self.timer = timer
+        self.stall_ns = int(stall_s * 1e9)
+        self.last_ns = time.monotonic_ns()
+        self.handle = loop.call_later(stall_s, self._check)
+
+    def _check(self):
+        now = time.monotonic_ns()
+        due = self.last_ns + self.stall_ns
+        if now >= due:
+            self.handle = None
+            self.timer.reschedule(self.loop.time())
+        else:
+            self.handle = self.loop.call_later((due - now) / 1e9, self._check)
+
+    def cancel(self):
+        if self.handle is not None:
+            self.handle.cancel()
+            self.handle = None
+
+
+@dataclass
+class Outcome:
+    status: str
+    error_code: str = ""
+    error_message: str = ""
+    events: int = 0
+    retryable: bool = False  # a connection error before the first event
+
+
+async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None, stall_s=None):
+    """Run one upstream request and record it on `rec`'s stream; return its outcome.
+
+    Never raises for upstream trouble: every failure becomes a status on the stream. Re-raises
+    CancelledError after recording `cancelled` (with `rec.cancel_code`, if one was set).
+
+    `tap` (the recording proxy, streams/serve/proxy.py): the request goes out as `tap.content` with
+    `tap.headers`; the response's head goes to `await tap.start(response)` and every chunk of
+    its body, as it came, to `await tap.chunk(bytes)` (which returns when the client's socket
+    had it, monotonic ns) *before* it is parsed and recorded. A stall is recorded (the
+    checker's finding), not aborted: the proxy's client decides.
+
+    `stall_s`: this attempt's stall threshold (default STALL_TIMEOUT_S)."""
+    writer = writer or get_writer()
+    stall_s = conf.get().stall_timeout_s if stall_s is None else stall_s
+    phases = Phases()
+    phases.activate()
+    rec.start(time.monotonic_ns(), stall_s)
+    rec.request_model, rec.request_stream = str(body.get("model") or ""), body.get("stream") is True
+    rec.status = Stream.Status.STREAMING
+    rec.pending_fields.update(
+        status=rec.status, started_at=rec.wall0, runner=lifecycle.RUNNER_ID, upstream_url=url
+    )
+    outcome = None
+    loop = asyncio.get_running_loop()
+    try:
+        if tap is None:
+            await writer.flush(rec)
+            rec.restart_clock()
+        # (The proxy's request goes out at once: its row may still be being created, and its
+        # `streaming` status goes with the first batch; `tap.opened()` gives the row.)
+        async with asyncio.timeout(None) as stall_timer:
+            if tap is None:
+                stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
+                request = {"json": body, "headers": request_headers(api_key)}
+            else:
+                request = {"content": tap.content, "headers": tap.headers}
+            async with client.stream(
+                "POST", url, extensions={"trace": phases.trace}, **request
+            ) as response:
+                for name, t_ns in phases.marks.items():
+                    rec.mark(name, t_ns)
+                if phases.receipt_clock:  # (set by the connection that wrote the request)
+                    rec.pending_fields["receipt_clock"] = phases.receipt_clock
+                rec.pending_fields["http_status"] = response.status_code
+                rec.pending_fields["content_type"] = response.headers.get("content-type", "")
+                if tap is not None:
+                    await tap.start(response)
+                if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
+                    "content-type", ""
+                ):
+                    outcome = await _whole_body(rec, writer, response, tap, phases)
+                if outcome is None:
+                    await _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
+        outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
+    except TimeoutError:
+        if rec.next_index == 0 and "headers" not in rec.milestones:
+            outcome = Outcome(Stream.Status.FAILED, "timeout", "no response from upstream")
+        else:
+            outcome = Outcome(
+                Stream.Status.STALLED, "stall", f"no event for {stall_s:g} s; aborted"
+            )
+    except UpstreamError as exc:
+        if exc.http_status:
+            rec.pending_fields["http_status"] = exc.http_status
+        outcome = Outcome(Stream.Status.FAILED, exc.code, exc.message)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        outcome = Outcome(
+            Stream.Status.FAILED, "connect_error", _describe(exc), retryable=rec.next_index == 0
+        )
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
+        before_events = rec.next_index == 0 and "headers" not in rec.milestones
+        if "terminal" in rec.milestones:
+            outcome = Outcome(None)
+        else:
+            outcome = Outcome(
+                Stream.Status.FAILED if before_events else Stream.Status.TRUNCATED,
+                "connection_error" if before_events else "connection_reset",
+                _describe(exc),
+                retryable=before_events,
+            )
+    except httpx.HTTPError as exc:
+        outcome = Outcome(Stream.Status.FAILED, "http_error", _describe(exc))
+    except StorageUnavailable as exc:
+        code = rec.storage_code or "storage_unavailable"
+        outcome = Outcome(Stream.Status.FAILED, code, rec.storage_error or str(exc))
+    except asyncio.CancelledError:
+        if lifecycle.stopping and not rec.cancel_code:
+            # cut short by a stop of this process, not by anyone who wanted it stopped
+            cancelled = Outcome(
+                Stream.Status.INTERRUPTED, lifecycle.SHUTDOWN_CODE, lifecycle.SHUTDOWN_REASON
+            )
+        else:
+            reason = CANCEL_REASONS.get(rec.cancel_code, "")
+            cancelled = Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
+        await asyncio.shield(_finish(rec, writer, cancelled, tap))
+        raise
+    await _finish(rec, writer, outcome, tap)
+    return outcome
+
+
+async def _read_events(rec, writer, response, tap, phases, stall_timer, stall_s):
+    """Read, parse and queue an event stream's body (forwarding each chunk first, with a tap)."""
+    loop = asyncio.get_running_loop()
+    rec.body_open = True
+    reader = EventReader()
+    ingest = rec.ingest
+    put = writer.put
+    stall_timer.reschedule(None)
+    watch = StallWatch(loop, stall_timer, stall_s) if tap is None else None
+    sent_ns = None
+    try:
+        # the proxy forwards the bytes as they came (it asks for no content encoding)
+        async for chunk in response.aiter_raw() if tap is not None else response.aiter_bytes():
+            # the arrival of the newest bytes read (our backend stamps it in the protocol
+            # callback), else now
+            t_ns = phases.last_read_ns or time.monotonic_ns()
+            if tap is not None:
+                sent_ns = await tap.chunk(chunk)
+            if rec.storage_error:
+                raise StorageUnavailable(rec.storage_error)
+            rec.bytes_received += len(chunk)
+            events = reader.feed(chunk, t_ns)
+            if events:
+                if watch is not None:
+                    watch.last_ns = t_ns
+                elif sent_ns is not None:
+                    rec.proxy_delays.append(((sent_ns - t_ns) // 1000, len(events)))
+                await put(rec, *ingest(events, sent_ns))
+                if rec.urgent:
+                    # Terminal events flush at once (docs/recorder.md).
+                    rec.urgent = False
+                    await writer.flush(rec)
+    finally:
+        if watch is not None:
+            watch.cancel()
+    reader.close(time.monotonic_ns())
+
+
+# The most of a body that is not an event stream kept from a stream started here (through the
+# proxy the whole body is forwarded, and kept, as it comes).
+WHOLE_BODY_MAX = 16 * 1024 * 1024
+
+
+async def _whole_body(rec, writer, response, tap, phases):
+    """A body that is not an event stream (an error, a JSON answer, anything): kept whole as
+    one event, verbatim, whatever its type — what the upstream sent is the record — and
+    through the proxy forwarded as it comes (so nothing the client saw is missing from the
+    record); then judged as the recorder judges it, except that a JSON response to a
+    `stream: false` request is the answer it asked for. Returns the outcome."""
+    chunks, size = [], 0
+    t_ns = sent_ns = None
+    body_chunks = response.aiter_raw() if tap is not None else response.aiter_bytes()
+    async for chunk in body_chunks:
+        t_ns = phases.last_read_ns or time.monotonic_ns()
+        if tap is not None:
+            sent_ns = await tap.chunk(chunk)
+        elif size + len(chunk) > WHOLE_BODY_MAX:
+            chunk = chunk[: WHOLE_BODY_MAX - size]
+        rec.bytes_received += len(chunk)
+        size += len(chunk)
+        chunks.append(chunk)
+        if tap is None and size >= WHOLE_BODY_MAX:
+            break
+    body = b"".join(chunks)
+    if t_ns is None:
+        t_ns = time.monotonic_ns()
+    text = body.decode("utf-8", errors="replace")
+    wants_json = tap.wants_json if tap is not None else False
+    type_, is_json, fields, status = _json_response_fields(response, text, wants_json)
+    t_us = _us(t_ns - rec.t0_ns)
+    s_us = None if sent_ns is None else _us(sent_ns - rec.t0_ns)
+    rec.mark("terminal", t_ns)
+    rec.pending_fields.update(fields)
+    if s_us is not None:
+        rec.proxy_delays.append((s_us - t_us, 1))
+    raw = None if text.encode() == body else body
+    row = [rec.stream_id, 0, t_us, rec.wall0, "", "", type_, None, None, None, is_json, text, raw]
+    payload = relay.event_payload(0, type_, None, t_us, text)
+    if tap is not None:  # (PROXIED_COLUMNS: when the client had it)
+        row.append(s_us)
+        payload = (*payload, s_us)
+    rec.next_index = 1
+    await writer.put(rec, row, [payload])
+    if status is not None:
+        return Outcome(status)
+    try:
+        check_response(response, text)
+    except UpstreamError as exc:
+        return Outcome(Stream.Status.FAILED, exc.code, exc.message)
+    return Outcome(Stream.Status.FAILED, "wrong_content_type", "not an event stream")
+
+
+_JSON_STATUSES = {
+    "completed": Stream.Status.COMPLETED,
+    "incomplete": Stream.Status.INCOMPLETE,
+    "failed": Stream.Status.FAILED,
+    "cancelled": Stream.Status.CANCELLED,
+}
+
+
+def _json_response_fields(response, text, wants_json):
+    """(event type, is_json, fields, status) of a body that is not an event stream: status
+    None unless it is the 2xx JSON `response` object a `stream: false` request asked for."""
+    content_type = response.headers.get("content-type", "").partition(";")[0].strip()
+    if response.status_code >= 400 or content_type != "application/json":
+        return "response.body", False, {}, None
+    try:
+        obj = json.loads(text)
+    except (ValueError, RecursionError):
+        return "response.body", False, {}, None
+    if not isinstance(obj, dict) or obj.get("object") != "response":
+        return "response.body", True, {}, None
+    if not wants_json:
+        return "response", True, {}, None  # a stream was asked for: wrong_content_type
+    texts = []
+    for item in obj.get("output") or ():
+        for part in (item.get("content") or ()) if isinstance(item, dict) else ():
+            if isinstance(part, dict) and isinstance(part.get("text"), str):
+                texts.append(part["text"])
+    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
+    fields = dict(
+        upstream_id=str(obj.get("id") or ""),
+        resolved_model=str(obj.get("model") or ""),
+        final_text="".join(texts),
+        output_text="".join(texts),
+    )
+    tokens = usage.get("output_tokens")
+    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
+        fields["output_tokens"] = tokens
+    return "response", True, fields, _JSON_STATUSES.get(obj.get("status"), Stream.Status.COMPLETED)
+
+
+CANCEL_REASONS = {
+    "client_disconnected": "the proxied client closed its connection; the upstream request "
+    "was cancelled",
+    "client_too_slow": "the proxied client read nothing for PROXY_SLOW_CLIENT_TIMEOUT_S and "
+    "was let go",
+}
+
+
+def _describe(exc):
+    text = str(exc) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
+
+
+async def _finish(rec, writer, outcome, tap=None):
+    closed_ns = time.monotonic_ns()
+    if tap is not None:
+        await tap.opened()  # the row exists
+    if rec.body_open:
+        # A connection we closed ourselves (cancel, stall) is not the upstream's fault.
+        closed_by_upstream = outcome.status not in (Stream.Status.CANCELLED, Stream.Status.STALLED)
+        # With the close time, the checker also judges the silence before it (a stall).
+        final = rec.checker.close(
+            connection_closed=closed_by_upstream, t_us=_us(closed_ns - rec.t0_ns)
+        )
+        if final:
+            rec.add_findings(final)
+    if rec.invalid_utf8 is not None:
+        index, offset, bad, count = rec.invalid_utf8
+        where = f"data of event {index}"
+        rec.add_findings(rec.checker.report_invalid_utf8(index, offset, bad, count, where=where))
+    if outcome.status is None:
+        outcome.status = rows.status_from_checker(rec.checker)
+    rec.status = outcome.status
+    fields = rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
+    outcome.events = rec.next_index
+    if not rec.storage_error:
+        rec.pending_fields.update(fields)
+        try:
+            await writer.flush(rec)
+            ended.stream_ended(rec, fields, outcome)  # stored: figures agree with rows
+            return
+        except StorageUnavailable:
+            pass
+    # Some of this stream's events (or its row) could not be stored: the database was
+    # unavailable, or refused them. Its final status must still land (or the row would claim
+    # to be streaming), saying exactly how many are missing, and why.
+    rec.pending_fields = {}
+    rec.pending_findings = []
+    fields.update(status=Stream.Status.FAILED, error_code=rec.storage_code or "storage_unavailable")
+    ended.stream_ended(rec, fields, outcome)
+    cause = rec.storage_cause or "database unavailable"
+    _write_later(rec.stream_id, fields, received=rec.next_index, cause=cause)
+
+
+_later = set()
+
+
+def _write_later(stream_id, fields, received, cause, interval_s=2.0, for_s=600.0):
+    async def retry():
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + for_s
+        while loop.time() < deadline:
+            try:
+                await loop.run_in_executor(
+                    db_executor(), rows.end_after_loss, stream_id, fields, received, cause
+                )
+                log.warning("stream %s: final status written after a storage outage", stream_id)
+                return
+            except (OperationalError, InterfaceError):
+                await asyncio.sleep(interval_s)
+        log.error("stream %s: final status never written (database unavailable)", stream_id)
+
+    task = asyncio.get_running_loop().create_task(retry())
+    _later.add(task)
+    task.add_done_callback(_later.discard)

@@ -1,0 +1,404 @@
+"""Prometheus metrics: every metric object, its name, labels and buckets, here and nowhere else,
+and the `/metrics` view (docs/telemetry.md).
+
+The recorder, runner and consumers call the small functions below at points that already exist
+(a batch committed, a stream finished, a frame sent); none of them runs per event, so the
+pipeline's hot path (`Recording.ingest`, `Writer.put`) is untouched.
+
+Names follow the OpenTelemetry GenAI semantic conventions in Prometheus form (dots become
+underscores, the unit `s` becomes a `_seconds` suffix) with the conventions' recommended bucket
+boundaries; Streamscope's own figures are `streamscope_*`. Labels never carry anything
+unbounded: model ids come from the upstream (which may send anything), so each process keeps
+at most METRICS_MAX_MODELS distinct values and folds the rest into "other"; finding codes are
+the checker's fixed list; error codes are capped the same way.
+
+Several processes (Daphne, `stream_worker`): with PROMETHEUS_MULTIPROC_DIR set before start-up,
+prometheus_client keeps every value in a per-process file there and `/metrics` sums them
+(`prometheus_client.multiprocess`); the directory must be emptied when the deployment starts.
+"""
+
+import atexit
+import logging
+import os
+import re
+import time
+
+from prometheus_client import (
+    GC_COLLECTOR,
+    PLATFORM_COLLECTOR,
+    PROCESS_COLLECTOR,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    multiprocess,
+)
+from prometheus_client.exposition import choose_encoder
+
+from streams.core import conf, lifecycle
+from streams.core.checks import CODES
+
+log = logging.getLogger(__name__)
+
+MULTIPROC_DIR = os.environ.get("PROMETHEUS_MULTIPROC_DIR") or ""
+
+# The registry the metrics below belong to. In multiprocess mode their values live in files and
+# `/metrics` builds a fresh registry that reads them all instead (prometheus_client's rule).
+REGISTRY = CollectorRegistry(auto_describe=True)
+if not MULTIPROC_DIR:
+    # Process figures (CPU, memory, open files, GC) make sense per process only; in
+    # multiprocess mode they would be one arbitrary process's.
+    for _collector in (PROCESS_COLLECTOR, PLATFORM_COLLECTOR, GC_COLLECTOR):
+        REGISTRY.register(_collector)
+
+OTHER = "other"  # what a label value beyond its cap becomes
+LABEL_MAX_CHARS = 100  # (Stream.resolved_model's length)
+ERROR_CODES_MAX = 50
+
+# --- OTel GenAI semantic conventions (gen-ai-metrics): names, units, recommended buckets ----
+MODEL_LABELS = ("gen_ai_request_model", "gen_ai_response_model", "source")
+OPERATION_DURATION_BUCKETS = (
+    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+)  # fmt: skip
+TOKEN_USAGE_BUCKETS = (
+    1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216, 67108864,
+)  # fmt: skip
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+)  # fmt: skip
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+
+TTFT = Histogram(
+    "gen_ai_server_time_to_first_token_seconds",
+    "Time to first token: first output-bearing delta minus request written (docs/measurement.md).",
+    MODEL_LABELS,
+    buckets=TTFT_BUCKETS,
+    registry=REGISTRY,
+)
+TIME_PER_OUTPUT_TOKEN = Histogram(
+    "gen_ai_server_time_per_output_token_seconds",
+    "Mean gap between output deltas after the first, per stream.",
+    MODEL_LABELS,
+    buckets=TPOT_BUCKETS,
+    registry=REGISTRY,
+)
+OPERATION_DURATION = Histogram(
+    "gen_ai_client_operation_duration_seconds",
+    "Request written to connection closed, per recorded stream (errors included).",
+    MODEL_LABELS,
+    buckets=OPERATION_DURATION_BUCKETS,
+    registry=REGISTRY,
+)
+TOKEN_USAGE = Histogram(
+    "gen_ai_client_token_usage",
+    "Tokens per stream, as the terminal event's usage reports them.",
+    (*MODEL_LABELS, "gen_ai_token_type"),
+    buckets=TOKEN_USAGE_BUCKETS,
+    registry=REGISTRY,
+)
+
+# --- Streamscope's own ------------------------------------------------------------------------
+STREAMS = Counter(
+    "streamscope_streams",
+    "Streams recorded to their end, by final status and error code.",
+    ("status", "error_code", "source"),
+    registry=REGISTRY,
+)
+FINDINGS = Counter(
+    "streamscope_findings",
+    "Checker findings, by code and severity.",
+    ("code", "severity", "source"),
+    registry=REGISTRY,
+)
+STALLS = Counter(
+    "streamscope_stalls",
+    "Silences longer than the stall threshold (the checker's stall finding).",
+    MODEL_LABELS,
+    registry=REGISTRY,
+)
+BUFFERED_DELIVERIES = Counter(
+    "streamscope_buffered_deliveries",
+    "Bursts after a long silence: something between us and the model buffers.",
+    MODEL_LABELS,
+    registry=REGISTRY,
+)
+RETRIES = Counter(
+    "streamscope_retries",
+    "New attempts: `stall` (a new linked stream) or `connect` (same stream, before any event).",
+    ("reason",),
+    registry=REGISTRY,
+)
+EVENTS_RECORDED = Counter(
+    "streamscope_events_recorded",
+    "Events committed to the database.",
+    ("source",),
+    registry=REGISTRY,
+)
+EVENTS_LOST = Counter(
+    "streamscope_events_lost",
+    "Received events the database refused for longer than STORAGE_RETRY_S.",
+    ("source",),
+    registry=REGISTRY,
+)
+BATCH_COMMIT = Histogram(
+    "streamscope_batch_commit_duration_seconds",
+    "One writer batch: insert, stream updates, findings, commit (retries included).",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+# Per process, the worst live one: the alert asks whether any writer is near its capacity.
+WRITER_QUEUE = Gauge(
+    "streamscope_writer_queue_events",
+    "Events waiting behind the batch being committed.",
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+WRITER_QUEUE_CAPACITY = Gauge(
+    "streamscope_writer_queue_capacity_events",
+    "QUEUE_MAX_EVENTS: readers pause when the writer's queue holds this many.",
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+LIVE_VIEWERS = Gauge(
+    "streamscope_live_viewers",
+    "Open WebSocket connections of the live relay.",
+    registry=REGISTRY,
+    multiprocess_mode="livesum",
+)
+FRAMES_SENT = Counter(
+    "streamscope_frames_sent",
+    "WebSocket frames sent to viewers.",
+    registry=REGISTRY,
+)
+SLOW_VIEWER_CLOSES = Counter(
+    "streamscope_slow_viewer_closes",
+    "Viewers closed with 4008 for reading slower than the stream.",
+    registry=REGISTRY,
+)
+PROXY_ADDED = Histogram(
+    "streamscope_proxy_added_latency_seconds",
+    "Proxied streams: per forwarded chunk, receipt from the upstream to the client's socket.",
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+    registry=REGISTRY,
+)
+SPANS_DROPPED = Counter(
+    "streamscope_otel_spans_dropped",
+    "Stream spans not exported: `queue_full` (never waited for) or `export_failed`.",
+    ("reason",),
+    registry=REGISTRY,
+)
+SOURCES = ("live", "proxy")
+# Every series whose label values are known is exported from the start at 0: `increase()` and
+# `rate()` miss the first increment of a series that appears with it (the alert on lost events
+# would never fire for the first loss).
+for _source in SOURCES:
+    EVENTS_RECORDED.labels(_source)
+    EVENTS_LOST.labels(_source)
+    for _code, (_severity, _) in CODES.items():
+        FINDINGS.labels(_code, _severity, _source)
+_RECORDED = {source: EVENTS_RECORDED.labels(source) for source in SOURCES}  # (per batch)
+for _reason in ("stall", "connect"):
+    RETRIES.labels(_reason)
+for _reason in ("queue_full", "export_failed"):
+    SPANS_DROPPED.labels(_reason)
+
+
+# ---------------------------------------------------------------------------------------------
+# Label values
+
+
+class LabelFold:
+    """Label values from outside, bounded: cut to LABEL_MAX_CHARS, and once `limit` distinct
+    values were seen by this process, any new one is OTHER (secrets in them are taken out by
+    the egress gate when /metrics is served)."""
+
+    def __init__(self, limit):
+        self.limit = limit  # an int, or a callable giving it (a setting)
+        self.seen = set()
+
+    def __call__(self, value):
+        value = "" if value is None else str(value)
+        if not value or value in self.seen:  # (what was admitted is cut already)
+            return value
+        value = value[:LABEL_MAX_CHARS]
+        if value in self.seen:
+            return value
+        if len(self.seen) >= (self.limit() if callable(self.limit) else self.limit):
+            return OTHER
+        self.seen.add(value)
+        return value
+
+
+model_label = LabelFold(lambda: conf.get().metrics_max_models)
+error_code_label = LabelFold(ERROR_CODES_MAX)
+
+
+def _finding_code(code):
+    return code if code in CODES else OTHER
+
+
+def source_of(rec):
+    return "proxy" if rec.proxied else "live"
+
+
+def enabled():
+    return conf.get().metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Hooks (each one call at a point the code already has)
+
+
+def stream_finished(rec, fields, outcome=None):
+    """All per-stream figures, once, from the finished Recording and the fields of its last
+    write (`Recording.final_fields`, with the final status and error code). Never raises: a
+    figure is not worth a recording."""
+    try:
+        # (an attempt whose connection error is retried on the same row is not its end)
+        retried = outcome is not None and outcome.retryable and rec.connect_retry_follows
+        if enabled() and not retried:
+            _observe(rec, fields)
+    except Exception:
+        log.exception("telemetry: stream %s not observed", rec.stream_id)
+
+
+def _observe(rec, fields):
+    checker = rec.checker
+    source = source_of(rec)
+    resolved = fields.get("resolved_model") or (checker.resolved_model if checker else "")
+    labels = (
+        model_label(requested_label(rec.request_model, resolved)),
+        model_label(resolved),
+        source,
+    )
+    STREAMS.labels(fields["status"], error_code_label(fields.get("error_code")), source).inc()
+    ttft_ms = fields.get("ttft_ms")
+    if ttft_ms is not None:
+        TTFT.labels(*labels).observe(max(ttft_ms, 0) / 1e3)
+    if fields.get("inter_token_ms") is not None:
+        TIME_PER_OUTPUT_TOKEN.labels(*labels).observe(fields["inter_token_ms"] / 1e3)
+    if fields.get("duration_ms") is not None:
+        OPERATION_DURATION.labels(*labels).observe(max(fields["duration_ms"], 0) / 1e3)
+    for token_type, tokens in usage_tokens(checker).items():
+        TOKEN_USAGE.labels(*labels, token_type).observe(tokens)
+    for v in checker.violations if checker is not None else ():
+        FINDINGS.labels(_finding_code(v.code), v.severity, source).inc()
+        if v.code == "stall":
+            STALLS.labels(*labels).inc()
+        elif v.code == "buffered_delivery":
+            BUFFERED_DELIVERIES.labels(*labels).inc()
+    for delay_us, _events in rec.proxy_delays:
+        PROXY_ADDED.observe(max(delay_us, 0) / 1e6)
+
+
+def requested_label(requested, resolved):
+    """The requested model as a label value: a client chooses it, so it counts only when the
+    upstream answered it with a model (a stream it served). Any other requested id (a 404 for
+    `junk-model-N`, a request that never got an answer) is OTHER: a client cannot use up the
+    label values, and so cannot push another user's real model into OTHER."""
+    return requested if resolved and requested else OTHER
+
+
+def usage_tokens(checker):
+    """{"input": n, "output": n} from the terminal event's `usage` (what the upstream billed;
+    the stored `output_tokens` counts deltas instead), only the counts that are sane ints."""
+    usage = getattr(checker, "usage", None) or {}
+    out = {}
+    for token_type in ("input", "output"):
+        n = usage.get(f"{token_type}_tokens")
+        if type(n) is int and n >= 0:
+            out[token_type] = n
+    return out
+
+
+def batch_started(queued, capacity):
+    """The writer took a batch (`queued` events wait behind it); returns its start time."""
+    if enabled():
+        WRITER_QUEUE.set(queued)
+        WRITER_QUEUE_CAPACITY.set(capacity)
+    return time.perf_counter()
+
+
+def batch_committed(live_events, proxied_events, started):
+    if not enabled():
+        return
+    BATCH_COMMIT.observe(time.perf_counter() - started)
+    if live_events:
+        _RECORDED["live"].inc(live_events)
+    if proxied_events:
+        _RECORDED["proxy"].inc(proxied_events)
+
+
+def events_lost(rec, n):
+    if enabled():
+        EVENTS_LOST.labels(source_of(rec)).inc(n)
+
+
+def retried(reason):
+    if enabled():
+        RETRIES.labels(reason).inc()
+
+
+def viewer_joined():
+    LIVE_VIEWERS.inc()  # (always: a gauge counted only while enabled would drift)
+
+
+def viewer_left():
+    LIVE_VIEWERS.dec()
+
+
+def frame_sent():
+    if enabled():
+        FRAMES_SENT.inc()
+
+
+def slow_viewer_closed():
+    if enabled():
+        SLOW_VIEWER_CLOSES.inc()
+
+
+def span_dropped(reason, n=1):
+    SPANS_DROPPED.labels(reason).inc(n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Exposition
+
+
+if MULTIPROC_DIR:
+    # A process that ends cleanly takes its live gauges with it; one that was killed is reaped
+    # at the next scrape (`_reap_dead`).
+    atexit.register(multiprocess.mark_process_dead, os.getpid(), MULTIPROC_DIR)
+
+_LIVE_FILE = re.compile(r"^gauge_live\w*?_(\d+)\.db$")
+
+
+def _reap_dead(path):
+    """Forget the live gauges of processes that died without saying so (SIGKILL, OOM): the
+    directory is per host, so a pid that is gone here is gone."""
+    pids = set()
+    for name in os.listdir(path):
+        match = _LIVE_FILE.match(name)
+        if match:
+            pids.add(int(match.group(1)))
+    for pid in pids:
+        if not lifecycle.pid_alive(pid):
+            multiprocess.mark_process_dead(pid, path)
+
+
+def registry_for_scrape(path=None):
+    """What `/metrics` serves: this process's registry, or with a multiprocess directory
+    (`path`, default PROMETHEUS_MULTIPROC_DIR) every process's values, summed."""
+    path = path or MULTIPROC_DIR
+    if not path:
+        return REGISTRY
+    _reap_dead(path)
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)
+    return registry
+
+
+def exposition(accept="", path=None):
+    """(body, content type) in the text format, or OpenMetrics if `accept` asks for it."""
+    encoder, content_type = choose_encoder(accept or "")
+    return encoder(registry_for_scrape(path)), content_type

@@ -1,8 +1,0 @@
-from django.urls import path
-
-from . import consumers
-
-websocket_urlpatterns = [
-    path("ws/streams/", consumers.StreamListConsumer.as_asgi(), name="ws_streams"),
-    path("ws/streams/<int:stream_id>/", consumers.StreamConsumer.as_asgi(), name="ws_stream"),
-]

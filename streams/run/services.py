@@ -1,0 +1,107 @@
+"""Creating, starting and cancelling streams: the one way, for every caller.
+
+The JSON API, the playground, `manage.py record`, the stall and orphan retries of the runner
+and the benchmarks all create their rows here (built by `streams.store.rows`, as every row is), so a
+stream's row is built one way (its prompt, requested model, scenario, attempt links, who runs
+it) and the per-user limit is checked one way.
+Sync functions run in one transaction; call them through `sync_to_async` from async code.
+"""
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+
+from streams.core import conf, lifecycle
+from streams.live import relay
+from streams.models import Stream
+from streams.run import runner
+from streams.store import rows
+
+
+class TooMany(Exception):
+    """Over the per-user limit; `running` streams are running, `limit` may."""
+
+    http_status, code = 429, "too_many_streams"
+
+    def __init__(self, running, limit):
+        super().__init__(running, limit)
+        self.running, self.limit = running, limit
+
+    def message(self):
+        return (
+            f"You have {self.running} streams running; at most {self.limit} at a time. "
+            "Wait for one to finish or cancel one."
+        )
+
+
+class ShuttingDown(TooMany):
+    """This process is stopping (streams/run/shutdown.py): it starts no stream."""
+
+    http_status, code = 503, "shutting_down"
+
+    def __init__(self):
+        super().__init__(0, 0)
+
+    def message(self):
+        return "The server is stopping: start the stream again in a moment."
+
+
+def create_proxied(user, body, *, tags=(), session=""):
+    """The row of a request the recording proxy forwards (streams/serve/proxy.py): recorded by this
+    process, in the request that holds the client's connection, whatever STREAMSCOPE_RUNNER
+    says; the proxy's own per-token limit applies, not the per-user one of pages and the API."""
+    return rows.new_row(
+        user, body, source=Stream.Source.PROXY, claimed=True, tags=tags, session=session
+    )
+
+
+def running_count(user):
+    return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
+
+
+def create(user, body):
+    """A new pending stream for `user` within the per-user limit, or `TooMany`."""
+    if lifecycle.stopping:
+        raise ShuttingDown()
+    limit = conf.get().max_concurrent_per_user
+    with transaction.atomic():
+        # Serialise one user's creations so two requests cannot both pass the check
+        # (SQLite's IMMEDIATE transactions already do; this is for PostgreSQL).
+        get_user_model().objects.select_for_update().filter(pk=user.pk).first()
+        running = running_count(user)
+        if running >= limit:
+            raise TooMany(running, limit)
+        return rows.new_row(user, body)
+
+
+async def start(stream):
+    """Run a created stream (a task on this loop, or a wake-up for the workers) and announce
+    it to the live list. Call after the transaction that created it has committed."""
+    runner.start(stream)
+    await relay.publish_created(stream)
+
+
+async def announce(stream):
+    """Tell the live list about a stream someone else runs (the proxy)."""
+    await relay.publish_created(stream)
+
+
+async def record(stream, *, base_url=None):
+    """Record `stream` here and now, with its retries (the CLI); returns the last attempt."""
+    last, _ = await runner.run_stream(stream, base_url=base_url)
+    return last
+
+
+CANCELLING, FINISHED, NOT_RUNNING_HERE = "cancelling", "finished", "not_running_here"
+
+
+def cancel(stream):
+    """Ask `stream` to stop: CANCELLING, FINISHED (it already ended) or NOT_RUNNING_HERE (it
+    runs in another server process that this one cannot reach)."""
+    if not stream.is_active:
+        return FINISHED
+    # Stall retries run in the task of the first attempt.
+    if runner.cancel(stream.first_attempt_id or stream.pk) or runner.cancel(stream.pk):
+        return CANCELLING
+    if runner.cancel_orphan(stream):  # its process died: cancelled in the database
+        return CANCELLING
+    return NOT_RUNNING_HERE

@@ -1,0 +1,405 @@
+"""A small JSON API for scripts and tests; the same access rules as the pages.
+
+Authenticate with the session (browsers; unsafe methods need the CSRF token in
+``X-CSRFToken``) or ``Authorization: Bearer ss_…`` (``python manage.py create_token USER``).
+A stream someone may not see answers 404, as if it did not exist.
+
+=======  ==================================  ==================================================
+method   path                                what
+=======  ==================================  ==================================================
+POST     /api/streams/                       start a stream: ``{"input", "model"?, "scenario"?,
+                                             "instructions"?, "temperature"?,
+                                             "max_output_tokens"?, "metadata"?}`` → 201
+                                             ``{"id", "status", "url", "ws"}``; 400 on invalid
+                                             input, 429 over MAX_CONCURRENT_PER_USER
+GET      /api/streams/?limit=&before=        your streams (staff: all), newest first
+GET      /api/streams/<id>/                  ``stream_summary``: status, milestones, metrics,
+                                             text, findings
+GET      /api/streams/<id>/events/           ``?after=-1&limit=1000`` → ``{"events": [{"index",
+                                             "type", "sequence_number", "t_us", "data"}],
+                                             "next_after", "has_more", "status"}``
+POST     /api/streams/<id>/cancel/           202 if it was running here and is now being
+                                             cancelled; 409 if it already ended (or runs in
+                                             another process)
+=======  ==================================  ==================================================
+
+Errors are ``{"error": {"code", "message", "fields"?}}`` with a 4xx status. ``ws`` is the
+path of the stream's WebSocket (``/ws/streams/<id>/``; add ``?format=json`` for JSON frames).
+"""
+
+import asyncio
+import json
+import math
+
+from asgiref.sync import sync_to_async
+from django import forms
+from django.http import HttpResponse
+
+from streams.core import conf, safejson
+from streams.models import Event, Stream
+from streams.run import services
+from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
+from streams.store import public, rows
+from streams.store.access import api_view, json_error, streams_for
+
+METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
+METADATA_MAX_KEY = 64
+METADATA_MAX_VALUE = 512
+# Integers in metadata: what a 64-bit column and JavaScript's numbers both hold exactly.
+METADATA_MAX_INT = 2**53
+
+
+def max_input_chars():
+    return conf.get().max_input_chars
+
+
+def max_body_bytes():
+    """The largest request body that could be valid: `input` and `instructions` of up to
+    MAX_INPUT_CHARS characters each, at most 6 bytes a character as JSON writes them
+    (`\u00e9`), plus room for the small fields."""
+    return 12 * max_input_chars() + 64 * 1024
+
+
+def respond(data, status=200):
+    """Every API answer is JSON by `public.dumps` (the egress gate redacts it as it leaves)."""
+    return HttpResponse(public.dumps(data), status=status, content_type="application/json")
+
+
+def stream_summary(stream):
+    """The stream as the `.json` export has it (without events), plus its live feed's path
+    (sync: reads its findings)."""
+    return {**public.stream(stream), "ws": ws_path(stream.pk)}
+
+
+def ws_path(stream_id):
+    return f"/ws/streams/{stream_id}/"
+
+
+# ---------------------------------------------------------------------------------------------
+# Input
+
+
+class InputField(forms.Field):
+    """A Responses API `input`: a string, or a list of input items (objects)."""
+
+    def clean(self, value):
+        limit = max_input_chars()
+        if value is None:
+            raise forms.ValidationError("This field is required.")
+        if isinstance(value, str):
+            if not value.strip():
+                raise forms.ValidationError("The input is empty.")
+            if len(value) > limit:
+                raise forms.ValidationError(
+                    f"The input is {len(value)} characters; at most {limit}."
+                )
+            return value
+        if isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
+            for n, item in enumerate(value):
+                _check_content(item.get("content"), f"input[{n}].content")
+            size = len(json.dumps(value))
+            if size > limit:
+                raise forms.ValidationError(
+                    f"The input is {size} characters of JSON; at most {limit}."
+                )
+            return value
+        raise forms.ValidationError("A string, or a non-empty list of input items (objects).")
+
+
+def _check_content(content, where):
+    """An input item's `content`: a string, or a list of parts (objects) whose `text`, if any,
+    is a string (the prompt is read from it; an upstream would refuse anything else)."""
+    if content is None or isinstance(content, str):
+        return
+    if not isinstance(content, list):
+        raise forms.ValidationError(f"{where} is a string or a list of parts (objects).")
+    for n, part in enumerate(content):
+        if not isinstance(part, dict):
+            raise forms.ValidationError(f"{where}[{n}] is not an object.")
+        if "text" in part and not isinstance(part["text"], str):
+            raise forms.ValidationError(f"{where}[{n}].text is not a string.")
+
+
+class TextField(forms.CharField):
+    """A string, or nothing: Django's CharField would store `["a"]` as the text "['a']"."""
+
+    def to_python(self, value):
+        if value not in self.empty_values and not isinstance(value, str):
+            raise forms.ValidationError(f"A string, not {type(value).__name__}.")
+        return super().to_python(value)
+
+
+class CreateStreamForm(forms.Form):
+    input = InputField()
+    model = TextField(required=False, max_length=100)
+    scenario = TextField(required=False, max_length=50)
+    instructions = TextField(required=False, strip=False)
+    temperature = forms.FloatField(required=False, min_value=0, max_value=2)
+    max_output_tokens = forms.IntegerField(required=False, min_value=1, max_value=1_000_000)
+
+    def __init__(self, data=None, **kwargs):
+        super().__init__(data, **kwargs)
+        self.raw = data if data is not None else {}
+
+    def clean_model(self):
+        model = self.cleaned_data["model"] or "auto"
+        if any(c.isspace() for c in model):
+            raise forms.ValidationError("A model id has no whitespace.")
+        return model
+
+    def clean_scenario(self):
+        scenario = self.cleaned_data["scenario"]
+        # Scenarios are the simulator's; a real upstream ignores `metadata.scenario`, so a name
+        # the simulator does not know is a typo either way.
+        if scenario and scenario not in SCENARIOS:
+            raise forms.ValidationError(
+                f"Unknown scenario {scenario!r}; one of: {', '.join(sorted(SCENARIOS))}."
+            )
+        return scenario
+
+    def clean_instructions(self):
+        text = self.cleaned_data["instructions"]
+        if len(text) > max_input_chars():
+            raise forms.ValidationError(f"At most {max_input_chars()} characters.")
+        return text
+
+    def clean(self):
+        data = super().clean()
+        metadata = self.raw.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            self.add_error(None, "metadata must be an object.")
+        elif len(metadata) > METADATA_MAX_KEYS:
+            self.add_error(None, f"metadata has at most {METADATA_MAX_KEYS} keys.")
+        else:
+            for k, v in metadata.items():
+                ok_value = (
+                    isinstance(v, bool)
+                    or (isinstance(v, int) and abs(v) <= METADATA_MAX_INT)
+                    or (isinstance(v, float) and math.isfinite(v))
+                    or (isinstance(v, str) and len(v) <= METADATA_MAX_VALUE)
+                )
+                if len(k) > METADATA_MAX_KEY or not ok_value:
+                    self.add_error(
+                        None,
+                        f"metadata[{k[:64]!r}]: keys up to {METADATA_MAX_KEY} characters, "
+                        f"values finite numbers or strings up to {METADATA_MAX_VALUE}.",
+                    )
+                    break
+            else:
+                # The simulator's parameters (events, huge_bytes, stall_s, …) within their caps:
+                # refused here with the simulator's own message rather than as a failed stream
+                # (and a real upstream takes metadata as opaque labels, so nothing is lost).
+                try:
+                    check_metadata(metadata)
+                except RequestError as exc:
+                    self.add_error(None, exc.message + ".")
+        data["metadata"] = metadata if isinstance(metadata, dict) else {}
+        return data
+
+    def request_body(self, input=None):
+        """The request for the cleaned data; `input` replaces the validated one (the playground
+        sends the conversation so far, having validated only the new message)."""
+        d = self.cleaned_data
+        return rows.build_request_body(
+            d["input"] if input is None else input,
+            d["model"],
+            instructions=d["instructions"],
+            scenario=d["scenario"],
+            temperature=d["temperature"],
+            max_output_tokens=d["max_output_tokens"],
+            metadata=d["metadata"],
+        )
+
+
+class EventsPageForm(forms.Form):
+    after = forms.IntegerField(required=False, min_value=-1)
+    limit = forms.IntegerField(required=False, min_value=1, max_value=10_000)
+
+
+class ListForm(forms.Form):
+    limit = forms.IntegerField(required=False, min_value=1, max_value=500)
+    before = forms.IntegerField(required=False, min_value=1)
+    status = forms.ChoiceField(required=False, choices=Stream.Status.choices)
+
+
+def _invalid(form):
+    fields = {
+        name: [e["message"] for e in errors] for name, errors in form.errors.get_json_data().items()
+    }
+    first = next(iter(fields.items()))
+    where = "" if first[0] == "__all__" else f"{first[0]}: "
+    return json_error(400, "invalid", f"{where}{first[1][0]}", fields=fields)
+
+
+def _parse_json(request):
+    limit = max_body_bytes()
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    # (the declared length first: Django refuses to read a body over its own upload limit)
+    if declared > limit or len(request.body) > limit:
+        return None, json_error(413, "too_large", f"The body is over {limit:,} bytes.", limit=limit)
+    try:
+        # depth-bounded before json recurses; NaN and Infinity refused (no column stores them)
+        data = safejson.loads(request.body or b"null")
+    except ValueError as exc:
+        return None, json_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return None, json_error(400, "invalid_json", "The body must be a JSON object.")
+    return data, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Domain calls (sync, one transaction each)
+
+
+def _visible(user, stream_id):
+    return streams_for(user).filter(pk=stream_id).first()
+
+
+def _summary(user, stream_id):
+    stream = _visible(user, stream_id)
+    return None if stream is None else stream_summary(stream)
+
+
+def _events_page(user, stream_id, after, limit):
+    stream = streams_for(user).filter(pk=stream_id).values("status").first()
+    if stream is None:
+        return None
+    rows = list(
+        Event.objects.filter(stream_id=stream_id, index__gt=after)
+        .order_by("index")
+        .values_list("index", "type", "sequence_number", "t_us", "data", "sent_us")[: limit + 1]
+    )
+    has_more = len(rows) > limit
+    rows = rows[:limit]
+    return {
+        "stream": stream_id,
+        "status": stream["status"],
+        "events": [public.event(*row) for row in rows],
+        "next_after": rows[-1][0] if rows else after,
+        "has_more": has_more,
+    }
+
+
+def _list(user, limit, before, status):
+    qs = streams_for(user).order_by("-pk")
+    if before:
+        qs = qs.filter(pk__lt=before)
+    if status:
+        qs = qs.filter(status=status)
+    rows = list(qs.values("id", *public.LIST_FIELDS)[:limit])
+    return {
+        "streams": [public.list_item(row) for row in rows],
+        "next_before": rows[-1]["id"] if len(rows) == limit else None,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Views
+
+
+def _method_not_allowed(*allowed):
+    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
+    response["Allow"] = ", ".join(allowed)
+    return response
+
+
+@api_view
+async def api_streams(request):
+    if request.method == "POST":
+        return await _create(request)
+    if request.method != "GET":
+        return _method_not_allowed("GET", "POST")
+    form = ListForm(request.GET)
+    if not form.is_valid():
+        return _invalid(form)
+    d = form.cleaned_data
+    data = await sync_to_async(_list)(request.user, d["limit"] or 50, d["before"], d["status"])
+    return respond(data)
+
+
+def _request_body(request):
+    """(the request body to send upstream, None) or (None, the error response)."""
+    data, error = _parse_json(request)
+    if error:
+        return None, error
+    form = CreateStreamForm(data)
+    if not form.is_valid():
+        return None, _invalid(form)
+    return form.request_body(), None
+
+
+async def _create(request):
+    # parsed and validated off the event loop: a body may be megabytes of a stranger's JSON
+    body, error = await asyncio.to_thread(_request_body, request)
+    if error:
+        return error
+    try:
+        stream = await sync_to_async(services.create)(request.user, body)
+    except services.TooMany as exc:  # (or ShuttingDown: 503)
+        return json_error(exc.http_status, exc.code, exc.message(), limit=exc.limit)
+    # A task on the server's event loop: the stream outlives this request.
+    await services.start(stream)
+    return respond(
+        {
+            "id": stream.pk,
+            "status": stream.status,
+            "url": f"/api/streams/{stream.pk}/",
+            "ws": ws_path(stream.pk),
+        },
+        status=201,
+    )
+
+
+@api_view
+async def api_stream(request, stream_id):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    summary = await sync_to_async(_summary)(request.user, stream_id)
+    if summary is None:
+        return json_error(404, "not_found", f"No stream {stream_id}.")
+    return respond(summary)
+
+
+@api_view
+async def api_stream_events(request, stream_id):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    form = EventsPageForm(request.GET)
+    if not form.is_valid():
+        return _invalid(form)
+    after = form.cleaned_data["after"]
+    limit = form.cleaned_data["limit"] or 1000
+    page = await sync_to_async(_events_page)(
+        request.user, stream_id, -1 if after is None else after, limit
+    )
+    if page is None:
+        return json_error(404, "not_found", f"No stream {stream_id}.")
+    return respond(page)
+
+
+@api_view
+async def api_stream_cancel(request, stream_id):
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    stream = await sync_to_async(_visible)(request.user, stream_id)
+    if stream is None:
+        return json_error(404, "not_found", f"No stream {stream_id}.")
+    outcome = services.cancel(stream)
+    if outcome == services.CANCELLING:
+        return respond({"id": stream.pk, "status": "cancelling"}, status=202)
+    if outcome == services.FINISHED:
+        return json_error(
+            409,
+            "finished",
+            f"Stream {stream_id} already ended ({stream.status}).",
+            status=stream.status,
+        )
+    return json_error(
+        409,
+        "not_running_here",
+        f"Stream {stream_id} is {stream.status} but not running in this server process.",
+        status=stream.status,
+    )

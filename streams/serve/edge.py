@@ -1,0 +1,84 @@
+"""The server's edge for what clients send: a request body that stalls is cut off.
+
+Daphne (Twisted) reads a request's whole body before it calls the application, and Twisted's
+idle timeout restarts with every byte, so a client that sends its body a byte at a time holds
+a connection and its buffer for as long as it likes, out of the application's reach. So the
+body is timed where Daphne reads it: each read may wait at most
+STREAMSCOPE_REQUEST_BODY_TIMEOUT_S, the whole body at most three times that; then the client
+gets 408 and the connection is closed. `install()` is called by every entry point that serves
+(dashboard/server.py, `manage.py serve`/`runserver`), once, before the server starts.
+"""
+
+from __future__ import annotations
+
+import time
+
+from streams.core import conf
+
+TIMEOUT_RESPONSE = (
+    b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Content-Length: 41\r\nConnection: close\r\n\r\n"
+    b"The request body did not arrive in time.\n"
+)
+
+_installed = []
+
+
+def install():
+    """Time request bodies in Daphne's request class (idempotent)."""
+    if _installed:
+        return
+    # (not the reactor: importing it here would install Twisted's default one before Daphne
+    # installs its asyncio reactor; it is looked up when a request comes)
+    from daphne.http_protocol import WebRequest
+
+    got_length = WebRequest.gotLength
+    content_chunk = WebRequest.handleContentChunk
+    request_received = WebRequest.requestReceived
+
+    def gotLength(self, length):
+        got_length(self, length)
+        if length == 0:
+            return  # no body to wait for (a GET without one ends before any timer matters)
+        from twisted.internet import reactor
+
+        idle = conf.get().request_body_timeout_s
+        self._streamscope_body = [time.monotonic() + 3 * idle, None]
+        self._streamscope_body[1] = reactor.callLater(idle, _check, self)
+
+    def handleContentChunk(self, data):
+        body = getattr(self, "_streamscope_body", None)
+        if body is not None and body[1] is not None and body[1].active():
+            idle = conf.get().request_body_timeout_s
+            body[1].reset(max(0.0, min(idle, body[0] - time.monotonic())))
+        return content_chunk(self, data)
+
+    def requestReceived(self, command, path, version):
+        _stop(self)
+        return request_received(self, command, path, version)
+
+    WebRequest.gotLength = gotLength
+    WebRequest.handleContentChunk = handleContentChunk
+    WebRequest.requestReceived = requestReceived
+    _installed.append(True)
+
+
+def _stop(request):
+    body = getattr(request, "_streamscope_body", None)
+    if body is not None:
+        if body[1] is not None and body[1].active():
+            body[1].cancel()
+        request._streamscope_body = None
+
+
+def _check(request):
+    """The body's idle or total time ran out: 408, and the connection goes."""
+    body = getattr(request, "_streamscope_body", None)
+    if body is None:
+        return
+    request._streamscope_body = None
+    transport = getattr(request.channel, "transport", None)
+    if transport is None:
+        return
+    transport.write(TIMEOUT_RESPONSE)
+    transport.loseConnection()

@@ -1,0 +1,499 @@
+"""The recording proxy: Streamscope as an OpenAI-compatible endpoint that forwards to the
+upstream and records what passes, so an application is observed by changing its base URL.
+
+    client = OpenAI(base_url="http://scope.example.org/v1", api_key="ss_…")
+
+`POST /v1/responses` (stream true or false) and `GET /v1/models`, forwarded to the upstream
+(`UPSTREAM_BASE_URL`, or the built-in simulator); any other `/v1/…` path is a 404. Errors of the
+proxy's own are in the OpenAI shape, `{"error": {"message", "type", "code"}}`.
+
+Authentication, one of:
+- `Authorization: Bearer ss_…` (a Streamscope token): the upstream is called with the server's
+  `UPSTREAM_API_KEY`.
+- Pass-through: the client's own upstream key in `Authorization` and its Streamscope token in
+  `X-Streamscope-Token`; the `Authorization` header is forwarded as it came, and its key is
+  handed to the egress gate (`known_secrets.remember`, sealed at rest) before the request goes up.
+Whatever the upstream sends back, headers and bytes, leaves through the egress gate
+(streams/serve/egress.py) like every response: no key, configured or passed through, reaches the
+client, even when an upstream echoes it.
+No valid token: 401, and nothing is sent upstream. Each token may have
+`STREAMSCOPE_PROXY_MAX_CONCURRENT` requests in flight (429 with `Retry-After` beyond).
+
+Forward first, record after: each chunk of the upstream's body is written to the client as soon
+as it arrives, then handed to the recorder (`recorder.record_attempt` with a tap), which stores
+every event with both times, receipt from the upstream (`t_us`) and hand-over to the client's
+socket (`sent_us`). The client gets the upstream's status, headers (minus hop-by-hop ones) and
+body bytes, plus `X-Accel-Buffering: no`, `Cache-Control: no-cache` and `X-Streamscope-Stream`.
+An upstream failure is never turned into a clean end: a reset upstream connection resets the
+client's. A client that hangs up cancels the upstream request (the row ends `cancelled`,
+`client_disconnected`), or with `STREAMSCOPE_PROXY_ON_DISCONNECT=drain` the upstream is read to
+its end and recorded. Backpressure end to end: while more than PROXY_CLIENT_BUFFER_BYTES wait
+unread for a client, the proxy reads no further from the upstream; a client that reads nothing
+for PROXY_SLOW_CLIENT_TIMEOUT_S is let go like one that hung up (`client_too_slow`), and what it
+was never handed has no `sent_us`. A request counts as in flight until its client has its
+bytes. A stall is recorded (the checker's `stall` finding), never retried behind the client's
+back.
+
+A plain ASGI application in front of Django (dashboard/asgi.py routes `/v1/` here): the view
+machinery adds a measurable delay per request, and a checked token is cached for
+`STREAMSCOPE_PROXY_TOKEN_CACHE_S` so the database is off the hot path.
+"""
+
+import asyncio
+import contextlib
+import contextvars
+import functools
+import json
+import logging
+import time
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.http.request import split_domain_port, validate_host
+
+from streams.core import conf, lifecycle, safejson, transport
+from streams.ingest.recorder import Recording, get_writer, record_attempt
+from streams.models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
+from streams.run import runner, services
+from streams.store import known_secrets
+from streams.store.access import bearer_token, client_ip, token_user
+
+log = logging.getLogger(__name__)
+
+HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+# Request headers the proxy sets itself or never forwards.
+NOT_FORWARDED = HOP_BY_HOP | {
+    b"host",
+    b"content-length",
+    b"authorization",
+    b"cookie",
+    b"accept-encoding",
+    b"x-streamscope-token",
+    b"x-streamscope-tags",
+    b"x-streamscope-session",
+}
+# Request bodies up to this size are parsed on the event loop (a thread hop costs more).
+LOOP_PARSE_MAX_BYTES = 64 * 1024
+# Response headers replaced by the proxy's own.
+REPLACED = HOP_BY_HOP | {b"cache-control", b"x-accel-buffering"}
+
+
+# ---- the proxy's own answers ----------------------------------------------------------------
+
+
+async def _error(send, status, message, type_, code, headers=()):
+    body = json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+def _abort(send):
+    """Reset the client's connection: an upstream that broke off must not look like a clean
+    end (ASGI has no message for it)."""
+    return transport.abort(send)
+
+
+# ---- who is asking ---------------------------------------------------------------------------
+
+
+_token_cache = {}  # digest -> (future of the user or None, monotonic expiry)
+_in_flight = {}  # digest -> requests in flight
+
+
+async def _user_for(token, ip):
+    """(the token's user or None, its digest, None) — or (None, digest, seconds to wait) when
+    `ip` sent too many wrong tokens (auth.token_user). The database is asked at most once per
+    token per PROXY_TOKEN_CACHE_S: requests that come together share one look-up, and a cached
+    valid token skips the throttle's cache read too."""
+    digest = ApiToken.hash(token)
+    hit = _token_cache.get(digest)
+    now = time.monotonic()
+    if hit is None or hit[1] <= now:
+        if len(_token_cache) > 10_000:
+            _token_cache.clear()
+        lookup = asyncio.ensure_future(sync_to_async(token_user)(token, ip))
+        hit = _token_cache[digest] = (lookup, now + conf.get().proxy_token_cache_s)
+    try:
+        user, retry = await asyncio.shield(hit[0])
+    except Exception:
+        _token_cache.pop(digest, None)
+        raise
+    if user is None:
+        _token_cache.pop(digest, None)  # unknown tokens are not remembered
+    return user, digest, retry
+
+
+def _host_allowed(host: bytes) -> bool:
+    domain, _ = split_domain_port(host.decode("latin-1"))
+    return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
+
+
+def _upstream_authorization(headers):
+    """(Streamscope token, the Authorization value to send upstream, pass-through?)."""
+    own = headers.get(b"x-streamscope-token")
+    if own is not None:
+        return own.decode("latin-1").strip(), headers.get(b"authorization"), True
+    token = bearer_token(headers.get(b"authorization", b"").decode("latin-1"))
+    key = settings.UPSTREAM_API_KEY
+    return token, (f"Bearer {key}".encode() if key else None), False
+
+
+# ---- the application -------------------------------------------------------------------------
+
+
+def route(django_app):
+    """The HTTP application: `/v1/…` to the proxy, everything else to Django."""
+
+    async def http(scope, receive, send):
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
+            await application(scope, receive, send)
+        else:
+            await django_app(scope, receive, send)
+
+    return http
+
+
+async def application(scope, receive, send):
+    path, method = scope["path"], scope["method"]
+    headers = {}
+    for name, value in scope["headers"]:
+        headers.setdefault(name.lower(), value)
+    if not _host_allowed(headers.get(b"host", b"")):
+        # Django checks the Host of every page; the proxy runs in front of Django, so here
+        return await _error(
+            send, 400, "This host is not served here.", "invalid_request_error", "bad_host"
+        )
+    token, upstream_auth, passthrough = _upstream_authorization(headers)
+    user = digest = retry = None
+    if token:
+        user, digest, retry = await _user_for(token, client_ip(scope))
+    if retry is not None:
+        return await _error(
+            send,
+            429,
+            f"Too many wrong tokens from this address: retry in {retry} s.",
+            "rate_limit_error",
+            "too_many_attempts",
+            [(b"retry-after", str(retry).encode())],
+        )
+    if user is None:
+        return await _error(
+            send,
+            401,
+            "A valid Streamscope token is needed: 'Authorization: Bearer ss_…', or your own key "
+            "in Authorization and the token in X-Streamscope-Token.",
+            "invalid_request_error",
+            "invalid_api_key",
+            [(b"www-authenticate", b'Bearer realm="streamscope"')],
+        )
+    # (after the token: without one, nothing says which paths exist)
+    endpoints = {"/v1/responses": "POST", "/v1/models": "GET"}
+    if path not in endpoints:
+        return await _error(
+            send, 404, f"Unknown path {path!r}.", "invalid_request_error", "unknown_url"
+        )
+    if method != endpoints[path]:
+        return await _error(
+            send,
+            405,
+            f"Use {endpoints[path]} for {path}.",
+            "invalid_request_error",
+            "method_not_allowed",
+            [(b"allow", endpoints[path].encode())],
+        )
+    limit = conf.get().proxy_max_concurrent
+    if _in_flight.get(digest, 0) >= limit:
+        return await _error(
+            send,
+            429,
+            f"This token has {limit} requests in flight through Streamscope; at most {limit}.",
+            "rate_limit_error",
+            "too_many_requests",
+            [(b"retry-after", b"1")],
+        )
+    if lifecycle.stopping:
+        return await _error(
+            send,
+            503,
+            "The server is stopping: send the request again in a moment.",
+            "api_error",
+            "shutting_down",
+            [(b"retry-after", b"5")],
+        )
+    if passthrough and upstream_auth:
+        await _remember(upstream_auth)
+    _in_flight[digest] = _in_flight.get(digest, 0) + 1
+    try:
+        forward = _forward_headers(scope, headers, upstream_auth)
+        if path == "/v1/models":
+            return await _models(send, forward)
+        return await _responses(scope, receive, send, user, headers, forward)
+    finally:
+        _in_flight[digest] -= 1
+        if not _in_flight[digest]:
+            del _in_flight[digest]
+
+
+async def _remember(authorization):
+    """Hand a pass-through key to the egress gate before the upstream can echo it (sealed in
+    the database once per process and key; then known at once)."""
+    value = authorization.decode("latin-1").strip()
+    key = bearer_token(value) or value
+    if not known_secrets.knows(key):
+        await sync_to_async(known_secrets.remember)(key)
+
+
+def _forward_headers(scope, headers, upstream_auth):
+    out = [(k, v) for k, v in scope["headers"] if k.lower() not in NOT_FORWARDED]
+    # The bytes as they come: a compressed body would have to be decoded to be recorded.
+    out.append((b"accept-encoding", b"identity"))
+    if upstream_auth:
+        out.append((b"authorization", upstream_auth))
+    return out
+
+
+async def _read_body(receive, limit):
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            return False
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+def _client_labels(headers):
+    tags = []
+    for tag in headers.get(b"x-streamscope-tags", b"").decode("utf-8", "replace").split(","):
+        tag = tag.strip()[:MAX_TAG_CHARS]
+        if tag and tag not in tags:
+            tags.append(tag)
+    session = headers.get(b"x-streamscope-session", b"").decode("utf-8", "replace").strip()
+    return tags[:MAX_TAGS], session[:200]
+
+
+async def _responses(scope, receive, send, user, headers, forward):
+    limit = conf.get().proxy_max_body_bytes
+    content = await _read_body(receive, limit)
+    if content is None:
+        return
+    if content is False:
+        return await _error(
+            send,
+            413,
+            f"The request body is over {limit} bytes.",
+            "invalid_request_error",
+            "request_too_large",
+        )
+    try:
+        # a big body is parsed off the event loop (the other requests keep being served)
+        if len(content) > LOOP_PARSE_MAX_BYTES:
+            body = await asyncio.to_thread(safejson.loads, content)
+        else:
+            body = safejson.loads(content)
+    except ValueError as exc:
+        return await _error(
+            send,
+            400,
+            f"The body is not a JSON object: {exc}",
+            "invalid_request_error",
+            "invalid_json",
+        )
+    if not isinstance(body, dict):
+        return await _error(
+            send, 400, "The body must be a JSON object.", "invalid_request_error", "invalid_json"
+        )
+    tags, session = _client_labels(headers)
+    base_url = settings.UPSTREAM_BASE_URL or await sync_to_async(runner.upstream_base_url)()
+    loop = asyncio.get_running_loop()
+    # The request goes upstream first; its row is created when the upstream's head arrives
+    # (Tap.opened), and the client's response starts once both are there. Creating it at once
+    # on the ORM's thread held the GIL while many requests were on their way.
+    row = functools.partial(
+        sync_to_async(services.create_proxied), user, body, tags=tags, session=session
+    )
+    model = body.get("model")
+    rec = Recording(None, user.pk, pinned_model=isinstance(model, str) and model != "auto")
+    rec.proxied = True
+    tap = Tap(send, rec, row, content, forward, wants_json=body.get("stream") is not True)
+    # Its own task and context: it outlives this request with `drain`, and a cancel from a
+    # page or the API reaches it like any running stream (runner.adopt, once the row exists).
+    url = base_url.rstrip("/") + "/responses"
+    task = loop.create_task(
+        record_attempt(rec, runner.get_client(), url, body, None, writer=get_writer(), tap=tap),
+        context=contextvars.Context(),
+    )
+    tap.task = task
+    gone = asyncio.ensure_future(_disconnected(receive))
+    await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+    if not task.done():  # the client hung up first, or stopped reading and was let go
+        tap.client_gone = True
+        if conf.get().proxy_on_disconnect == "cancel":
+            rec.cancel_code = "client_too_slow" if tap.too_slow else "client_disconnected"
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        return
+    gone.cancel()
+    if task.cancelled():
+        outcome = None
+    else:
+        exc = task.exception()
+        outcome = None if exc is not None else task.result()
+    await tap.finish(outcome)
+    # in flight until the client has its bytes: unread responses count against the token's
+    # PROXY_MAX_CONCURRENT, not only the requests still reading the upstream
+    await tap.drained(0)
+
+
+async def _disconnected(receive):
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _models(send, forward):
+    base_url = await sync_to_async(runner.upstream_base_url)()
+    client = runner.get_client()
+    try:
+        async with client.stream("GET", base_url.rstrip("/") + "/models", headers=forward) as r:
+            body = await r.aread()
+            headers = [(k, v) for k, v in r.headers.raw if k.lower() not in REPLACED]
+            status = r.status_code
+    except Exception as exc:  # the upstream is unreachable: say so, in the OpenAI shape
+        return await _error(
+            send, 502, f"The upstream did not answer: {exc}", "api_error", "bad_gateway"
+        )
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class Tap:
+    """The proxy's side of `record_attempt`: the upstream's head and each chunk of its body go
+    to the client first; what `chunk` returns is when the client's socket had it."""
+
+    def __init__(self, send, rec, row, content, headers, *, wants_json):
+        self.send = send
+        self.rec = rec
+        self.make_row = row  # creates the stream's row (a coroutine function)
+        self.row = None  # the task creating it
+        self.task = None  # the recording's
+        self.stream_id = None
+        self.content = content
+        self.headers = headers
+        self.wants_json = wants_json
+        self.started = False
+        self.client_gone = False
+        self.too_slow = False  # let go for not reading (not a hang-up)
+        self.transport = None  # the client's, to see how much of what was sent it has read
+
+    async def opened(self):
+        """The stream's row, once created: the recording writes to it from now on."""
+        if self.stream_id is None:
+            if self.row is None:
+                self.row = asyncio.ensure_future(self.make_row())
+            stream = await asyncio.shield(self.row)
+            self.stream_id = self.rec.stream_id = stream.pk
+            if self.task is not None:
+                runner.adopt(stream.pk, self.task)
+            await services.announce(stream)
+        return self.stream_id
+
+    async def start(self, response):
+        await self.opened()
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in REPLACED]
+        headers += [
+            (b"x-accel-buffering", b"no"),
+            (b"cache-control", b"no-cache"),
+            (b"x-streamscope-stream", str(self.stream_id).encode()),
+        ]
+        await self.send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        self.started = True
+        self.transport = transport.connection(self.send)
+
+    async def chunk(self, data):
+        """Hand `data` to the client; when it was handed over (None: the client is gone or
+        was let go, and did not get it). While more than PROXY_CLIENT_BUFFER_BYTES wait unread
+        in the server for this client, this waits: the recording reads no further from the
+        upstream, whose own TCP flow control then slows it."""
+        if self.client_gone:
+            return None
+        await self.send({"type": "http.response.body", "body": data, "more_body": True})
+        if not await self.drained(conf.get().proxy_client_buffer_bytes):
+            return None
+        return time.monotonic_ns()
+
+    async def drained(self, high):
+        """Whether the client's unread bytes came down to `high` within
+        PROXY_SLOW_CLIENT_TIMEOUT_S; if not, the client is let go (its connection closed, as
+        if it had hung up) and this is False."""
+        conn = self.transport
+        if conn is None or self.client_gone or transport.buffered_bytes(conn) <= high:
+            return not self.client_gone
+        give_up = time.monotonic() + conf.get().proxy_slow_client_timeout_s
+        while transport.buffered_bytes(conn) > high:
+            if self.client_gone:
+                return False
+            if time.monotonic() > give_up:
+                self.too_slow = self.client_gone = True
+                _abort(self.send)
+                return False
+            await asyncio.sleep(0.01)
+        return True
+
+    async def finish(self, outcome):
+        """End the client's response the way the upstream's ended."""
+        # a stop of this process (streams/run/shutdown.py) ends the response, it does not reset it
+        clean = (outcome is None and lifecycle.stopping) or (
+            outcome is not None and outcome.error_code not in BROKEN
+        )
+        if not self.started:
+            code = outcome.error_code if outcome is not None else "cancelled"
+            message = outcome.error_message if outcome is not None else "cancelled"
+            await _error(
+                self.send,
+                502,
+                f"The upstream failed: {message}",
+                "api_error",
+                code or "bad_gateway",
+                [(b"x-streamscope-stream", str(self.stream_id).encode())],
+            )
+        elif clean:
+            await self.send({"type": "http.response.body", "body": b"", "more_body": False})
+        elif not _abort(self.send):
+            raise ConnectionResetError(f"stream {self.stream_id}: the upstream broke off")
+
+
+# Outcomes after which the client's connection is reset rather than ended: the upstream's
+# connection broke, or recording was stopped (cancel from a page, storage failure).
+BROKEN = frozenset(
+    {"connection_reset", "connection_error", "http_error", "storage_unavailable", "storage_refused"}
+)

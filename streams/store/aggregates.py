@@ -1,0 +1,477 @@
+"""Pre-aggregates of finished streams: the policy in one place (docs/analytics.md).
+
+What a finished stream adds to the rollup tables of `streams.models` (`contributions`), how
+that is written (`apply`: one upsert per table that adds, or subtracts, in the caller's
+transaction), and the ways rows get there:
+
+- the recorder's `write_batch` (and its late final write), the runner's ending of abandoned
+  rows and the importer wrap their changes in `tracking(ids)`: the rows' contributions are
+  read before and after, in the same transaction, and the difference is applied — so a crash
+  never leaves stream rows and aggregates disagreeing, and a row that changes again after it
+  finished is moved, not counted twice;
+- deleting a stream (admin, the stream page) subtracts it (a `pre_delete` receiver);
+- retention (streams/store/retention.py) deletes raw rows and leaves the aggregates alone: they keep
+  the history the raw rows lost;
+- `rebuild()` (`manage.py rebuild_aggregates`) recomputes every table from the raw rows.
+
+Only finished streams are aggregated: a `pending`/`streaming` row still changes at every
+batch, and the pages read the few active ones from the raw rows (`is_finished`).
+
+Histograms are log-bucketed: bucket b holds the values in (γ^(b-1), γ^b] with γ = 1.02, and
+stands for 2γ^b/(γ+1), so a value read back is within (γ-1)/(γ+1) < 0.99 % of any value in
+its bucket (values ≤ 1 µs fall in bucket ZERO, read as 0). A nearest-rank percentile over a
+merged histogram is then the k-th smallest value's bucket: within ERROR_BOUND of the exact one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections import defaultdict
+
+from django.db import connection, models
+
+from streams.models import (
+    MAX_TAG_CHARS,
+    MAX_TAGS,
+    Finding,
+    FindingRollup,
+    HistogramRollup,
+    RoutingRollup,
+    Stream,
+    UsageRollup,
+)
+
+HOUR = 3600
+THREE_HOURS = 10800  # what a series in 3-, 6- or 12-hour steps reads (7- to 28-day ranges)
+DAY = 86400
+SPANS = (HOUR, THREE_HOURS, DAY)  # each divides the next; epoch-aligned periods
+
+GAMMA = 1.02
+ERROR_BOUND = (GAMMA - 1) / (GAMMA + 1)  # 0.0099: the relative error of a percentile
+_LOG_GAMMA = math.log(GAMMA)
+ZERO = -32768
+MIN_VALUE = 0.001  # ms: the clock's resolution (1 µs); anything below reads as 0
+
+TTFT = 1  # HistogramRollup.metric: time to first token (ms)
+DECISION = 2  # routing decision − request written (ms)
+
+ACTIVE = ("pending", "streaming")
+
+# The Stream columns a contribution is made of (raw rows the pages fold in use the same).
+COLUMNS = (
+    "id", "created_at", "status", "resolved_model", "requested_model", "source", "user_id",
+    "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
+    "headers_us", "created_event_us", "first_token_us", "output_tokens", "bytes_received",
+    "event_count", "findings_count", "routing_category", "routing_source", "tags",
+)  # fmt: skip
+
+# `tag`: "" in the rows of every stream; a tagged stream adds the same rows once more per tag
+# (at most models.MAX_TAGS), so a tag's figures are a key range like a period's.
+USAGE_KEY = (
+    "span", "tag", "t", "resolved_model", "requested_model", "source", "user_key", "status",
+    "error_code",
+)  # fmt: skip
+USAGE_VALUES = (
+    "n", "ttft_n", "ttft_sum_ns", "itl_n", "itl_sum_ns", "routed", "decision_n", "phase_n",
+    "written_sum_us", "headers_sum_us", "created_sum_us", "routed_or_created_sum_us",
+    "first_token_sum_us", "output_tokens", "bytes_received", "events", "findings",
+)  # fmt: skip
+HISTOGRAM_KEY = (
+    "metric", "full", "span", "tag", "t", "user_key", "source", "resolved_model",
+    "requested_model", "status", "bucket",
+)  # fmt: skip
+ROUTING_KEY = (
+    "span", "tag", "t", "resolved_model", "source", "user_key", "routing_category",
+    "routing_source", "status",
+)  # fmt: skip
+FINDING_KEY = (
+    "span", "tag", "t", "code", "severity", "resolved_model", "requested_model", "source",
+    "user_key", "status",
+)  # fmt: skip
+COUNT = ("n",)
+
+
+def _tables():
+
+    return {
+        UsageRollup: (USAGE_KEY, USAGE_VALUES),
+        HistogramRollup: (HISTOGRAM_KEY, COUNT),
+        RoutingRollup: (ROUTING_KEY, COUNT),
+        FindingRollup: (FINDING_KEY, COUNT),
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# Buckets and percentiles
+
+
+def bucket(value):
+    """The histogram bucket of a value (ms)."""
+    if value is None or value <= MIN_VALUE:
+        return ZERO
+    return math.ceil(math.log(value) / _LOG_GAMMA)
+
+
+def bucket_value(b):
+    """The value a bucket stands for: within ERROR_BOUND of every value in it."""
+    if b == ZERO:
+        return 0.0
+    return 2 * GAMMA**b / (GAMMA + 1)
+
+
+def percentile(counts, q_permille, maximum=None):
+    """Nearest-rank q-quantile (q in per mille, as `dashboard.stats.sql.rank`) of a histogram
+    {bucket: n}; capped at the exact `maximum` when known. None when empty."""
+    n = sum(counts.values())
+    if not n:
+        return None
+    k = max(1, (q_permille * n + 999) // 1000)
+    seen = 0
+    for b in sorted(counts):
+        seen += counts[b]
+        if seen >= k:
+            v = bucket_value(b)
+            return min(v, maximum) if maximum is not None else v
+    raise AssertionError("unreachable")
+
+
+def top_band(counts, k):
+    """(lo, hi): values such that the k largest of a histogram {bucket: n} all lie in (lo, hi]
+    — from the bottom of the bucket holding the k-th largest to the top of the top bucket,
+    widened by a millionth of a percent for the float edges (a bucket is `ceil(log(v) / log
+    γ)`, exact to ~1e-15). None when unknown (no histogram, or the k-th largest reads as 0)."""
+    if not counts:
+        return None
+    seen, top, kth = 0, None, None
+    for b in sorted(counts, reverse=True):
+        if not counts[b]:
+            continue
+        top = b if top is None else top
+        seen += counts[b]
+        kth = b
+        if seen >= k:
+            break
+    if top is None or kth == ZERO:
+        return None
+    return GAMMA ** (kth - 1) * (1 - 1e-8), GAMMA**top * (1 + 1e-8)
+
+
+# ---------------------------------------------------------------------------------------------
+# What a stream adds
+
+
+def is_finished(status):
+    return status not in ACTIVE
+
+
+def epoch_s(value):
+    """Seconds since the epoch of a stored datetime (SQLite hands back naive UTC or text)."""
+    import datetime as dt
+
+    if isinstance(value, str):
+        value = dt.datetime.fromisoformat(value)
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=dt.UTC)
+    return value.timestamp()
+
+
+def _ns(ms):
+    return round(ms * 1_000_000)
+
+
+def usage_values(row):
+    """The additive values of one stream row (a dict of COLUMNS) in USAGE_VALUES order."""
+    ttft, itl = row["ttft_ms"], row["inter_token_ms"]
+    written, headers = row["request_written_us"], row["headers_us"]
+    created, routing, first = row["created_event_us"], row["routing_us"], row["first_token_us"]
+    phased = None not in (written, headers, created, first)
+    return (
+        1,
+        ttft is not None,
+        _ns(ttft) if ttft is not None else 0,
+        itl is not None,
+        _ns(itl) if itl is not None else 0,
+        routing is not None,
+        routing is not None and written is not None,
+        phased,
+        written if phased else 0,
+        headers if phased else 0,
+        created if phased else 0,
+        (routing if routing is not None else created) if phased else 0,
+        first if phased else 0,
+        row["output_tokens"] or 0,
+        row["bytes_received"] or 0,
+        row["event_count"] or 0,
+        row["findings_count"] or 0,
+    )
+
+
+def stream_tags(row):
+    """The tags a stream row is aggregated under: distinct, as stored (a JSON list; raw SQL
+    hands back its text), at most MAX_TAGS of at most MAX_TAG_CHARS (`streams.models`; longer
+    ones, which only a hand-written row could hold, are left to the raw path)."""
+
+    tags = row.get("tags") or ()
+    if isinstance(tags, str):
+        import json
+
+        tags = json.loads(tags)
+    if not isinstance(tags, list):
+        return []
+    ok = [t for t in dict.fromkeys(x for x in tags if isinstance(x, str)) if t]
+    return [t for t in ok if len(t) <= MAX_TAG_CHARS][:MAX_TAGS]
+
+
+def decision_ms(row):
+    if row["routing_us"] is None or row["request_written_us"] is None:
+        return None
+    return (row["routing_us"] - row["request_written_us"]) / 1000.0
+
+
+class Contributions:
+    """{model: {key tuple: [values]}}: what a set of streams adds to each rollup table."""
+
+    def __init__(self):
+        self.tables = defaultdict(dict)
+
+    def _add(self, model, key, values, sign=1):
+        rows = self.tables[model]
+        acc = rows.get(key)
+        if acc is None:
+            rows[key] = [sign * int(v) for v in values]
+        else:
+            for i, v in enumerate(values):
+                acc[i] += sign * int(v)
+
+    def add_stream(self, row, findings=(), sign=1):
+        """Add one finished stream row (dict of COLUMNS) and its findings [(code, severity,
+        n)]."""
+
+        ts = epoch_s(row["created_at"])
+        user = row["user_id"] or 0
+        resolved, requested, source = row["resolved_model"], row["requested_model"], row["source"]
+        status = row["status"]
+        values = usage_values(row)
+        decision = decision_ms(row)
+        buckets = [
+            (metric, bucket(value))
+            for metric, value in ((TTFT, row["ttft_ms"]), (DECISION, decision))
+            if value is not None
+        ]
+        for tag in ("", *stream_tags(row)):
+            for span in SPANS:
+                t = int(ts // span) * span
+                self._add(
+                    UsageRollup,
+                    (span, tag, t, resolved, requested, source, user, status, row["error_code"]),
+                    values,
+                    sign,
+                )
+                for metric, b in buckets:
+                    for full, who, where in ((False, 0, ""), (True, user, source)):
+                        key = (metric, full, span, tag, t, who, where, resolved, requested,
+                               status, b)  # fmt: skip
+                        self._add(HistogramRollup, key, (1,), sign)
+                if requested == "auto":
+                    key = (span, tag, t, resolved, source, user, row["routing_category"],
+                           row["routing_source"], status)  # fmt: skip
+                    self._add(RoutingRollup, key, (1,), sign)
+                for code, severity, n in findings:
+                    key = (span, tag, t, code, severity, resolved, requested, source, user, status)
+                    self._add(FindingRollup, key, (n,), sign)
+
+    def merge(self, other, sign=1):
+        for model, rows in other.tables.items():
+            for key, values in rows.items():
+                self._add(model, key, values, sign)
+
+    def nonzero(self):
+        """{model: {key: values}} without rows that cancelled out."""
+        return {
+            model: {k: v for k, v in rows.items() if any(v)} for model, rows in self.tables.items()
+        }
+
+
+def read_streams(where_sql, params, index=None):
+    """[(row dict, findings)] of the stream rows matching a condition (raw SQL on Stream).
+    `index`: the index SQLite must use (its planner has no statistics: for the few active rows
+    of one user it chose the user's index and read all of their history)."""
+
+    qn = connection.ops.quote_name
+    cols = ", ".join(qn(c) for c in COLUMNS)
+    table = qn(Stream._meta.db_table)
+    if index and connection.vendor == "sqlite":
+        table += f" INDEXED BY {qn(index)}"
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {cols} FROM {table} WHERE {where_sql}", params)
+        rows = [dict(zip(COLUMNS, r, strict=True)) for r in cursor.fetchall()]
+    if not rows:
+        return []
+    findings = defaultdict(list)
+    ids = [r["id"] for r in rows]
+    for lo in range(0, len(ids), 500):
+        chunk = ids[lo : lo + 500]
+        marks = ", ".join(["%s"] * len(chunk))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {qn('stream_id')}, {qn('code')}, {qn('severity')}, COUNT(*) "
+                f"FROM {qn(Finding._meta.db_table)} WHERE {qn('stream_id')} IN ({marks}) "
+                f"GROUP BY {qn('stream_id')}, {qn('code')}, {qn('severity')}",
+                chunk,
+            )
+            for sid, code, severity, n in cursor.fetchall():
+                findings[sid].append((code, severity, n))
+    return [(r, findings.get(r["id"], ())) for r in rows]
+
+
+def snapshot(ids):
+    """The contributions of the finished streams among `ids`, as stored now."""
+    out = Contributions()
+    ids = list(ids)
+    for lo in range(0, len(ids), 500):
+        chunk = ids[lo : lo + 500]
+        marks = ", ".join(["%s"] * len(chunk))
+        qn = connection.ops.quote_name
+        where = f"{qn('id')} IN ({marks}) AND {qn('status')} NOT IN ('pending', 'streaming')"
+        for row, findings in read_streams(where, chunk):
+            out.add_stream(row, findings)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
+
+
+def apply(contributions, sign=1):
+    """Add (sign 1) or subtract (-1) contributions: one multi-row upsert per table and chunk,
+    in the caller's transaction. ON CONFLICT … DO UPDATE adds to the stored row atomically, so
+    concurrent writers (several workers on PostgreSQL) never lose each other's counts."""
+    qn = connection.ops.quote_name
+    for model, (key, values) in _tables().items():
+        rows = contributions.tables.get(model)
+        if not rows:
+            continue
+        table = qn(model._meta.db_table)
+        cols = key + values
+        width = len(cols)
+        updates = ", ".join(f"{qn(v)} = {table}.{qn(v)} + excluded.{qn(v)}" for v in values)
+        items = list(rows.items())
+        per_statement = max(1, 30000 // width)
+        with connection.cursor() as cursor:
+            for lo in range(0, len(items), per_statement):
+                chunk = items[lo : lo + per_statement]
+                marks = ", ".join(["(" + ", ".join(["%s"] * width) + ")"] * len(chunk))
+                params = []
+                for k, v in chunk:
+                    params.extend(k)
+                    params.extend(sign * x for x in v)
+                cursor.execute(
+                    f"INSERT INTO {table} ({', '.join(qn(c) for c in cols)}) VALUES {marks} "
+                    f"ON CONFLICT ({', '.join(qn(c) for c in key)}) DO UPDATE SET {updates}",
+                    params,
+                )
+
+
+@contextlib.contextmanager
+def tracking(ids):
+    """Around changes to the stream rows `ids` (and their findings), inside a transaction:
+    the aggregates follow whatever the changes did to the finished ones."""
+    ids = [i for i in ids if i is not None]
+    if not ids:
+        yield
+        return
+    before = snapshot(ids)
+    yield
+    after = snapshot(ids)
+    after.merge(before, sign=-1)
+    apply(after)
+
+
+def add_streams(ids):
+    """Streams just written finished (an import): add them."""
+    apply(snapshot(ids))
+
+
+_keeping = contextvars.ContextVar("streamscope_aggregates_keeping", default=False)
+
+
+@contextlib.contextmanager
+def keeping():
+    """Deletions inside leave the aggregates as they are (retention: the history stays)."""
+    token = _keeping.set(True)
+    try:
+        yield
+    finally:
+        _keeping.reset(token)
+
+
+def on_stream_delete(sender, instance, **kwargs):
+    """pre_delete of a Stream (admin, the stream page): subtract it while its row and findings
+    are still there, unless retention is deleting it (`keeping`)."""
+    if not _keeping.get() and is_finished(instance.status):
+        apply(snapshot([instance.pk]), sign=-1)
+
+
+# Every way of deleting a stream row through the ORM (admin, the stream page, a cascade)
+# passes this receiver; the app's `ready` imports this module, so it is always connected.
+models.signals.pre_delete.connect(
+    on_stream_delete, sender=Stream, dispatch_uid="streams.store.aggregates.delete"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rebuilding
+
+
+def rebuild(progress=None, chunk_s=DAY):
+    """Recompute every rollup table from the raw stream and finding rows, one UTC day of
+    streams at a time (each day's rows are complete once its streams are read). Run inside a
+    transaction; returns the number of streams read."""
+    from django.db.models import Max, Min
+
+    for model in _tables():
+        model.objects.all().delete()
+    bounds = Stream.objects.aggregate(lo=Min("created_at"), hi=Max("created_at"))
+    if bounds["lo"] is None:
+        return 0
+    qn = connection.ops.quote_name
+    start = int(epoch_s(bounds["lo"]) // chunk_s) * chunk_s
+    stop = epoch_s(bounds["hi"])
+    total = 0
+    t = start
+    import datetime as dt
+
+    while t <= stop:
+        lo = dt.datetime.fromtimestamp(t, dt.UTC)
+        hi = dt.datetime.fromtimestamp(t + chunk_s, dt.UTC)
+        where = (
+            f"{qn('created_at')} >= %s AND {qn('created_at')} < %s "
+            f"AND {qn('status')} NOT IN ('pending', 'streaming')"
+        )
+        params = [connection.ops.adapt_datetimefield_value(v) for v in (lo, hi)]
+        out = Contributions()
+        rows = read_streams(where, params)
+        for row, findings in rows:
+            out.add_stream(row, findings)
+        apply(out)
+        total += len(rows)
+        if progress:
+            progress(total)
+        t += chunk_s
+    return total
+
+
+def stored():
+    """{model: {key: values}} as stored, without zero rows (what rebuild == incremental
+    compares)."""
+    out = {}
+    for model, (key, values) in _tables().items():
+        rows = {}
+        for r in model.objects.values_list(*key, *values):
+            k, v = tuple(r[: len(key)]), list(r[len(key) :])
+            if any(v):
+                rows[k] = v
+        out[model] = rows
+    return out

@@ -1,0 +1,201 @@
+"""The secrets this server knows, for every exit: the configured `UPSTREAM_API_KEY`, the
+credentials in `UPSTREAM_BASE_URL`, and every pass-through key the proxy has forwarded
+(`remember`; sealed in the database by `streams.store.sealed`, so it is still redacted after a
+restart and by every process). `rules()` is the current `Rules` (streams/core/redaction.py).
+
+The egress gate (streams/serve/egress.py) applies them to every ASGI message; the exits that
+are not ASGI messages call `redact`, `redact_bytes` or `redact_pieces` themselves
+(OpenTelemetry spans, files written by commands) or pass `LogFilter` (log lines).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import logging
+import re
+import threading
+import time
+from urllib.parse import unquote
+
+from django.conf import settings
+
+from streams.core import conf
+from streams.core.redaction import FRAGMENT_MIN, Rules, StreamRedactor
+
+log = logging.getLogger(__name__)
+
+
+class _Known:
+    """The current Rules: the configured secrets and the pass-through keys, refreshed from the
+    database (other processes add keys too) at most every REFRESH_S, and at once when this
+    process adds one."""
+
+    REFRESH_S = 1.0
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.passthrough = set()
+        self.sealed_max = 0
+        self.checked = float("-inf")
+        self.rules = None
+        self.key = None
+        self.refreshing = None
+
+    def configured(self):
+        key = settings.UPSTREAM_API_KEY, settings.UPSTREAM_BASE_URL, _prefixes()
+        return key
+
+    def get(self):
+        key = self.configured()
+        rules = self.rules
+        if rules is None or key != self.key:
+            with self.lock:
+                self.key = key
+                rules = self.rules = _rules_for(key, frozenset(self.passthrough))
+        return rules
+
+    def add(self, secrets):
+        new = {s for s in secrets if len(s) >= FRAGMENT_MIN} - self.passthrough
+        if new:
+            with self.lock:
+                self.passthrough |= new
+                self.rules = None
+        return new
+
+    def stale(self):
+        return time.monotonic() - self.checked > self.REFRESH_S
+
+    async def refresh_async(self, wait):
+        """`refresh` on the ORM's thread; the proxy's requests do not wait for it (the keys
+        they forward are this process's own, known at once)."""
+        from asgiref.sync import sync_to_async
+
+        self.checked = time.monotonic()
+        task = self.refreshing
+        if task is None or task.done():
+            task = self.refreshing = asyncio.ensure_future(sync_to_async(self.refresh)())
+        if wait:
+            await asyncio.shield(task)
+
+    def refresh(self):
+        """Read the pass-through keys other processes sealed since the last look (sync)."""
+        from streams.store import sealed  # (a model: this module loads before the apps do)
+
+        self.checked = time.monotonic()
+        try:
+            top, secrets = sealed.load_after(self.sealed_max)
+        except Exception:  # no table yet (before migrate), database away: keep what we know
+            log.debug("pass-through keys not read", exc_info=True)
+            return
+        self.sealed_max = max(self.sealed_max, top)
+        self.add(secrets)
+
+
+_known = _Known()
+
+
+def _prefixes():
+    return conf.get().redact_key_prefixes
+
+
+@functools.lru_cache(maxsize=16)
+def _rules_for(key, passthrough):
+    api_key, base_url, prefixes = key
+    secrets = set(passthrough)
+    if isinstance(api_key, str):
+        secrets.add(api_key)
+    userinfo = re.search(r"(?<=://)[^/?#@]+@", base_url or "")
+    if userinfo:
+        info = userinfo.group()[:-1]
+        password = info.partition(":")[2]
+        secrets.update((info, unquote(info), password, unquote(password)))
+        # …and as they go over the wire, `Authorization: Basic <base64 of user:password>`
+        secrets.add(base64.b64encode(unquote(info).encode()).decode())
+    shapes = tuple(p.strip() for p in (prefixes or "").split(",") if p.strip())
+    return Rules(secrets, shapes)
+
+
+def rules() -> Rules:
+    return _known.get()
+
+
+def redact(text):
+    """`text` without any secret (anything but a string comes back as it is): for the exits
+    that are not ASGI messages (spans, log lines)."""
+    if not isinstance(text, str):
+        return text
+    r = rules()
+    return r.text(text) if r else text
+
+
+def redact_bytes(data: bytes) -> bytes:
+    r = rules()
+    if not r:
+        return data
+    return r.bytes(data)
+
+
+def redact_pieces(pieces):
+    """An iterable of byte pieces without any secret, a secret cut across pieces included (for
+    the exits that are not ASGI messages: files written by commands)."""
+    r = rules()
+    if not r:
+        yield from pieces
+        return
+    redactor = StreamRedactor(r)
+    for piece in pieces:
+        if out := redactor.feed(piece):
+            yield out
+    if tail := redactor.close():
+        yield tail
+
+
+def remember(secret: str):
+    """A pass-through key the proxy forwards: redacted from now on, here at once, in every
+    process after its next refresh and after restarts (sealed in the database). Sync; returns
+    whether it was new to this process."""
+    from streams.store import sealed
+
+    if not isinstance(secret, str) or len(secret) < FRAGMENT_MIN:
+        return False
+    if secret in _known.passthrough:
+        return False
+    sealed.store(secret)
+    _known.add({secret})
+    return True
+
+
+def knows(secret: str) -> bool:
+    return secret in _known.passthrough
+
+
+def forget_all():
+    """Tests: drop the pass-through keys this process knows (the database keeps them)."""
+    with _known.lock:
+        _known.passthrough.clear()
+        _known.sealed_max = 0
+        _known.checked = float("-inf")
+        _known.rules = None
+
+
+async def refreshed(wait):
+    """Read other processes' new keys if the last look is over REFRESH_S old; `wait` for it
+    (a page does; the proxy's requests do not: the keys they forward are this process's own,
+    known at once)."""
+    if _known.stale():
+        await _known.refresh_async(wait)
+
+
+class LogFilter(logging.Filter):
+    """Log lines are an exit too: their message and arguments lose any secret."""
+
+    def filter(self, record):
+        try:
+            if rules():
+                record.msg = redact(str(record.getMessage()))
+                record.args = None
+        except Exception:  # a log call with the wrong arguments: logging reports it itself
+            pass
+        return True

@@ -1,0 +1,313 @@
+"""The public shapes of a stream: what the API, the exports and the WebSocket frames say
+about it (`stream`, `list_item`, `event`, `export_event`, `stream_frame`, `list_frame`, encoded
+by `dumps`), and its reassembled output for pages (`output`).
+
+These are plain values of what was stored, verbatim: secrets an upstream echoed are taken out
+where everything leaves, by the egress gate (streams/serve/egress.py), not here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from django.core.serializers.json import DjangoJSONEncoder
+
+from streams.core.checks import ITEM_KINDS
+from streams.models import Event
+
+# Fields of a stream that viewers are told about when they change.
+PUBLIC_FIELDS = {
+    "status",
+    "upstream_id",
+    "resolved_model",
+    "routing_category",
+    "routing_source",
+    "routing_reasoning",
+    "http_status",
+    "error_code",
+    "error_message",
+    "connected_us",
+    "request_written_us",
+    "headers_us",
+    "created_event_us",
+    "routing_us",
+    "first_token_us",
+    "first_tool_call_us",
+    "terminal_us",
+    "closed_us",
+    "ttft_ms",
+    "duration_ms",
+    "tokens_per_s",
+    "event_count",
+    "output_tokens",
+    "findings_count",
+    "error_findings",
+    "warning_findings",
+}
+
+FAILED_TOOL_STATUSES = frozenset({"failed", "incomplete", "cancelled"})
+
+# The first frame of a stream's WebSocket: every field viewers are told about when it changes.
+STREAM_FIELDS = ("status", *sorted(PUBLIC_FIELDS - {"status"}))
+# A stream in a list (the API's and the live list's first frame), besides its id.
+LIST_FIELDS = (
+    "status",
+    "source",
+    "requested_model",
+    "resolved_model",
+    "scenario",
+    "prompt",
+    "attempt",
+    "created_at",
+    "ttft_ms",
+    "duration_ms",
+    "event_count",
+    "findings_count",
+    "error_findings",
+    "warning_findings",
+    "error_code",
+)
+LIST_PROMPT_MAX = 200
+# An event as the `.json` export has it: every stored column but the stream and the raw bytes
+# (from the model, not the recorder's row layout, which leaves sent_us out of the rows of
+# streams that are not proxied).
+EXPORT_EVENT_FIELDS = tuple(
+    f.attname for f in Event._meta.concrete_fields if f.attname not in ("id", "stream_id", "raw")
+)
+FINDING_FIELDS = ("code", "severity", "event_index", "expected", "got", "detail")
+
+
+# ---- text out --------------------------------------------------------------------------------
+
+
+_django_default = DjangoJSONEncoder().default
+
+
+def dumps(obj) -> str:
+    """Compact JSON without the key; datetimes as Django writes them. orjson first (frames are
+    encoded for every batch of every viewer), json for what it refuses (integers over 64 bits)."""
+    try:
+        text = orjson.dumps(
+            obj, default=_django_default, option=orjson.OPT_PASSTHROUGH_DATETIME
+        ).decode()
+    except TypeError:
+        text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False, cls=DjangoJSONEncoder)
+    return text
+
+
+def _iso(value):
+    return value.isoformat() if value is not None else None
+
+
+def stream(stream) -> dict:
+    """Everything about a stream but its events: metadata, milestones, metrics, text, output
+    items and findings (the API's summary and the `.json` export's head; sync: reads the
+    findings)."""
+    findings = list(stream.findings.order_by("event_index", "id").values(*FINDING_FIELDS))
+    return {
+        "id": stream.pk,
+        "status": stream.status,
+        "source": stream.source,
+        "requested_model": stream.requested_model,
+        "resolved_model": stream.resolved_model,
+        "scenario": stream.scenario,
+        "prompt": stream.prompt,
+        # what a proxied request's client said about it (X-Streamscope-Tags / -Session)
+        "tags": stream.tags,
+        "session": stream.session,
+        "request": stream.request_body,
+        "upstream_url": stream.upstream_url,
+        "routing": {
+            "category": stream.routing_category,
+            "source": stream.routing_source,
+            "reasoning": stream.routing_reasoning,
+        },
+        "upstream_id": stream.upstream_id,
+        "http_status": stream.http_status,
+        "content_type": stream.content_type,
+        "error": {"code": stream.error_code, "message": stream.error_message}
+        if stream.error_code or stream.error_message
+        else None,
+        "attempt": stream.attempt,
+        "first_attempt": stream.first_attempt_id,
+        "created_at": _iso(stream.created_at),
+        "started_at": _iso(stream.started_at),
+        "finished_at": _iso(stream.finished_at),
+        # whose clock stamped the receipt times: "kernel", "loop", or "" (none were taken)
+        "receipt_clock": stream.receipt_clock,
+        "milestones_us": {
+            "connected": stream.connected_us,
+            "request_written": stream.request_written_us,
+            "headers": stream.headers_us,
+            "created": stream.created_event_us,
+            "routing": stream.routing_us,
+            "first_token": stream.first_token_us,
+            "first_tool_call": stream.first_tool_call_us,
+            "terminal": stream.terminal_us,
+            "closed": stream.closed_us,
+        },
+        "ttft_ms": stream.ttft_ms,
+        "duration_ms": stream.duration_ms,
+        "tokens_per_s": stream.tokens_per_s,
+        "inter_token_ms": stream.inter_token_ms,
+        "proxy_added_p50_ms": stream.proxy_added_p50_ms,
+        "proxy_added_p99_ms": stream.proxy_added_p99_ms,
+        "event_count": stream.event_count,
+        "output_tokens": stream.output_tokens,
+        "bytes_received": stream.bytes_received,
+        "output_text": stream.output_text,
+        "final_text": stream.final_text,
+        "parts": stream.parts,
+        "findings_count": stream.findings_count,
+        "error_findings": stream.error_findings,
+        "warning_findings": stream.warning_findings,
+        "findings": findings,
+    }
+
+
+def list_item(row) -> dict:
+    """A stream in a list, from a `.values("id", *LIST_FIELDS)` row."""
+    item = {"id": row["id"], **{name: row[name] for name in LIST_FIELDS}}
+    item["prompt"] = item["prompt"][:LIST_PROMPT_MAX]
+    item["created_at"] = _iso(item["created_at"])
+    return item
+
+
+def event(index, type, sequence_number, t_us, data, sent_us=None) -> dict:
+    """One event as the API and the WebSocket send it; `data` is the verbatim SSE data.
+    `sent_us` (a proxied stream's: when the proxy handed the event to its client) is there
+    only when known, so the events of every other stream keep their shape byte for byte."""
+    if sent_us is None:
+        return {"index": index, "type": type, "sequence_number": sequence_number,
+                "t_us": t_us, "data": data}  # fmt: skip
+    return {"index": index, "type": type, "sequence_number": sequence_number, "t_us": t_us,
+            "data": data, "sent_us": sent_us}  # fmt: skip
+
+
+def export_event(row) -> dict:
+    """One event as the `.json` export has it, from a `values_list(*EXPORT_EVENT_FIELDS)` row."""
+    item = dict(zip(EXPORT_EVENT_FIELDS, row, strict=True))
+    item["received_at"] = _iso(item["received_at"])
+    return item
+
+
+def stream_frame(events, status=None, stream=None, terminal=False, omit_data=False) -> str:
+    """A stream WebSocket frame (docs/relay.md) for payload tuples `(index, type,
+    sequence_number, t_us, data[, sent_us])` (sent_us: proxied streams only); `omit_data`
+    sends each event's size instead of its data."""
+    if omit_data:
+        out = [
+            {**event(*e[:4], None, *e[5:]), "data_bytes": len(e[4].encode())}
+            if e[4] is not None
+            else event(*e)
+            for e in events
+        ]
+    else:
+        out = [event(*e) for e in events]
+    frame = {"events": out}
+    if status is not None:
+        frame["status"] = status
+    if stream:
+        frame["stream"] = stream
+    if terminal:
+        frame["terminal"] = True
+    return dumps(frame)
+
+
+def list_frame(items) -> str:
+    """A list WebSocket frame: `list_item`s, or `{"id", changed fields…}`."""
+    return dumps({"streams": items})
+
+
+# ---- values for pages ------------------------------------------------------------------------
+
+
+def output(stream, *, terminal_text=False) -> list[dict]:
+    """The stream's reassembled output (`Stream.parts`, Checker.items()) as items in output
+    order, each with its `kind` from checks.ITEM_KINDS ("other" for types not there):
+
+    - message: `parts` of {content_index, type, refusal, done, text (the final text), streamed
+      (the streamed text when a rewrite changed it, else None), annotations [{type, text}]}
+    - tool: name, call_id, status, failed, arguments (text), streamed_arguments, output
+    - reasoning: summary and content (lists of texts)
+    - other: item (the item as it came), streamed
+
+    `terminal_text`: a stream without output parts whose terminal event carried the text
+    gets it as a message (the playground shows the answer; the timeline shows it as the
+    terminal text's difference instead)."""
+    items = []
+    for raw in stream.parts or ():
+        if not isinstance(raw, dict):
+            continue
+        type_ = raw.get("type") or ""
+        kind = ITEM_KINDS.get(type_, "other")
+        item = {"kind": kind, "output_index": raw.get("output_index"), "type": type_,
+                "id": raw.get("id", "")}  # fmt: skip
+        if kind == "message":
+            item["status"] = raw.get("status", "")
+            item["parts"] = [_text_part(p) for p in raw.get("parts") or () if isinstance(p, dict)]
+        elif kind == "tool":
+            status = raw.get("status") or ""
+            item.update(
+                name=raw.get("name") or "",
+                call_id=raw.get("call_id") or "",
+                status=status,
+                failed=status in FAILED_TOOL_STATUSES,
+                arguments=raw.get("arguments") or "",
+                streamed_arguments=raw.get("streamed_arguments"),
+                output=raw.get("output"),
+            )
+        elif kind == "reasoning":
+            item["summary"] = [s for s in raw.get("summary") or () if s]
+            item["content"] = [s for s in raw.get("content") or () if s]
+        else:
+            item["item"] = raw.get("item") or {}
+            item["streamed"] = raw.get("streamed") or ""
+        items.append(item)
+    has_text = any(i["kind"] == "message" and i["parts"] for i in items)
+    if terminal_text and not has_text and stream.final_text:
+        part = {"content_index": 0, "type": "output_text", "text": stream.final_text}
+        items.append(
+            {
+                "kind": "message",
+                "output_index": 0,
+                "type": "message",
+                "id": "",
+                "status": "",
+                "parts": [_text_part({**part, "done": True})],
+            }
+        )
+    return items
+
+
+def _text_part(part):
+    # The text is the checker's (checks._Part.text: the .done text, rewritten or not, else the
+    # deltas), stored as `text`, with the deltas' own as `streamed_text` when they differ.
+    # Rows stored before that rule kept the deltas as `text` and a differing .done text as
+    # `done_text`: read the same way, they show the same final text.
+    text = part.get("text") or ""
+    final, streamed = text, part.get("streamed_text")
+    legacy = part.get("done_text")
+    if isinstance(legacy, str) and legacy != text:
+        final, streamed = legacy, text
+    if not isinstance(streamed, str) or streamed == final:
+        streamed = None
+    type_ = part.get("type") or "output_text"
+    return {
+        "content_index": part.get("content_index"),
+        "type": type_,
+        "refusal": type_ == "refusal",
+        "done": part.get("done", False),
+        "text": final,
+        "streamed": streamed,
+        "rewritten": bool(part.get("rewritten")),
+        "annotations": [_annotation(a) for a in part.get("annotations") or ()],
+    }
+
+
+def _annotation(value):
+    if not isinstance(value, dict):
+        return {"type": "", "text": str(value)[:300]}
+    label = value.get("title") or value.get("url") or value.get("file_id") or ""
+    return {"type": str(value.get("type") or ""), "text": str(label)[:300]}

@@ -1,0 +1,830 @@
+"""One home for the `Stream` row: how it is built, bounded, finished and written.
+
+- **Built** (`new`, `create`): every path that makes a row (the API, the playground, `record`,
+  retries, the proxy, imports) derives the request columns (requested model, scenario, prompt)
+  from the request body here.
+- **Bounded** (`bound`, `bound_event_values`): a text value is cut to its column's
+  `max_length`, read from the model's fields, where values enter SQL: the ORM's creates and
+  updates of stream rows, the raw stream UPDATEs and the raw event INSERT / COPY. Only the
+  bounded columns are cut; an event's `data` and `raw` (the verbatim event) keep everything.
+  PostgreSQL refuses a value longer than its column (SQLite ignores lengths), so an upstream
+  sending a model id or an SSE `event:` name too long for its column must not be able to fail
+  the write.
+- **Finished** (`finished`): the fields a stream ends with (status, output, tokens, bytes,
+  counts, findings, terminal times, error, TTFT and the other derived figures), from the
+  checker and what the caller knows. The recorder, the importer and every path that ends a
+  row use it; `from_events` / `end_from_stored` rebuild them from a row's stored events (what
+  the orphan sweep and a cancel of an orphan write, so a stream whose process died shows what
+  was stored of it).
+- **Written** (`write_batch`): the recorder's batches, one transaction for all streams, retried
+  while the database is unreachable; when the database refuses one stream's rows (a data or
+  integrity error) the batch is written again stream by stream, so the others are stored and
+  only that stream loses its events (and ends `failed`, `storage_refused`).
+
+Imports only the models, the checker and small helpers: the recorder, services, the importer
+and the runner import this module, never the other way round.
+"""
+
+import datetime as dt
+import functools
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+from django.db import close_old_connections, connection, models, transaction
+from django.db.utils import DataError, IntegrityError, InterfaceError, OperationalError
+
+from streams.core import capture, conf, figures, lifecycle
+from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, Violation
+from streams.models import Event, Finding, Stream
+from streams.store import aggregates
+
+log = logging.getLogger(__name__)
+
+# ---------------------------------------------------------------------------------------------
+# Bounding
+
+
+def _limits(model):
+    """{field name: max_length} of a model's bounded text columns, from its fields."""
+    return {
+        f.name: f.max_length
+        for f in model._meta.concrete_fields
+        if isinstance(f, models.CharField) and f.max_length
+    }
+
+
+STREAM_LIMITS = _limits(Stream)
+EVENT_LIMITS = {Event._meta.get_field(name).column: limit for name, limit in _limits(Event).items()}
+
+
+def cut(text, limit):
+    """`text` cut to `limit` characters (what a `varchar(limit)` counts), never between the
+    two halves of a surrogate pair."""
+    if len(text) <= limit:
+        return text
+    end = limit
+    if end and "\ud800" <= text[end - 1] <= "\udbff" and "\udc00" <= text[end] <= "\udfff":
+        end -= 1
+    return text[:end]
+
+
+def bound(fields, limits=STREAM_LIMITS):
+    """Cut the text values of `fields` ({field name: value}) to their columns, in place;
+    returns `fields`."""
+    for name, value in fields.items():
+        limit = limits.get(name)
+        if limit is not None and isinstance(value, str) and len(value) > limit:
+            fields[name] = cut(value, limit)
+    return fields
+
+
+@functools.cache
+def _bounded_positions(columns):
+    return tuple((i, EVENT_LIMITS[c]) for i, c in enumerate(columns) if c in EVENT_LIMITS)
+
+
+def bound_event_values(values, columns):
+    """Cut the bounded columns of flat event values (`columns` values one event after the
+    other) in place. Per batch, one C-level length scan per bounded column; the per-value walk
+    only when some value is too long."""
+    width = len(columns)
+    for pos, limit in _bounded_positions(columns):
+        column = values[pos::width]
+        if not column:
+            continue
+        try:
+            longest = max(map(len, column))
+        except TypeError:  # (a NULL among them)
+            longest = max((len(v) for v in column if v is not None), default=0)
+        if longest <= limit:
+            continue
+        for i in range(pos, len(values), width):
+            value = values[i]
+            if value is not None and len(value) > limit:
+                values[i] = cut(value, limit)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+# The prompt is kept for lists and search, not as the request (that is `request_body`).
+PROMPT_MAX_CHARS = 10_000
+
+
+def prompt_of(input):
+    """The last user text of an input, for lists and search."""
+    if isinstance(input, str):
+        return input
+    for item in reversed(input if isinstance(input, list) else ()):
+        if isinstance(item, dict) and item.get("role", "user") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(
+                    c["text"]
+                    for c in content
+                    if isinstance(c, dict) and isinstance(c.get("text"), str)
+                )
+    return ""
+
+
+def new(body, *, user=None, requested_model=None, **fields):
+    """An unsaved, bounded row for a request `body`: the request's columns derived from it
+    (`requested_model` replaces the body's model when given), `fields` for the rest."""
+    metadata = body.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    if requested_model is None:
+        requested_model = body.get("model")
+    values = {
+        "user": user if user is not None and getattr(user, "pk", None) else None,
+        "request_body": body,
+        # a model that is not a string (`["x"]`) names no model: the request body keeps it as
+        # it came, the column says nothing rather than a Python repr
+        "requested_model": requested_model if isinstance(requested_model, str) else "",
+        "scenario": metadata.get("scenario") if isinstance(metadata.get("scenario"), str) else "",
+        "prompt": prompt_of(body.get("input"))[:PROMPT_MAX_CHARS],
+        **fields,
+    }
+    return Stream(**bound(values))
+
+
+def create(body, **kwargs):
+    """`new`, saved (an INSERT, as `Stream.objects.create`)."""
+    stream = new(body, **kwargs)
+    stream.save(force_insert=True)
+    return stream
+
+
+def build_request_body(
+    input,
+    model="auto",
+    *,
+    instructions="",
+    scenario="",
+    temperature=None,
+    max_output_tokens=None,
+    previous_response_id="",
+    metadata=None,
+):
+    """A Responses API request body. `input` is a string or a list of input items."""
+    body = {"model": model or "auto", "input": input, "stream": True}
+    if instructions:
+        body["instructions"] = instructions
+    if temperature is not None:
+        body["temperature"] = temperature
+    if max_output_tokens is not None:
+        body["max_output_tokens"] = max_output_tokens
+    if previous_response_id:
+        body["previous_response_id"] = previous_response_id
+    metadata = dict(metadata or {})
+    if scenario:
+        metadata["scenario"] = scenario
+    if metadata:
+        body["metadata"] = metadata
+    return body
+
+
+def new_row(
+    user,
+    body,
+    *,
+    first_attempt=None,
+    attempt=1,
+    source=Stream.Source.LIVE,
+    claimed=None,
+    tags=(),
+    session="",
+):
+    """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
+
+    `claimed`: this process will run it (the default unless streams run in workers; an
+    unclaimed row waits in the database for a worker to claim it)."""
+    if claimed is None:
+        claimed = not conf.in_workers()
+    return create(
+        body,
+        user=user,
+        source=source,
+        status=Stream.Status.PENDING,
+        first_attempt=first_attempt,
+        attempt=attempt,
+        heartbeat_at=dt.datetime.now(dt.UTC),
+        runner=lifecycle.RUNNER_ID if claimed else "",
+        tags=list(tags),
+        session=session,
+    )
+
+
+def next_attempt(stream, claimed=True):
+    """The row of `stream`'s next attempt, linked to its first (a stall or orphan retry)."""
+    return new_row(
+        stream.user,
+        stream.request_body,
+        first_attempt=stream.first_attempt or stream,
+        attempt=stream.attempt + 1,
+        claimed=claimed,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Finishing
+
+
+def status_from_checker(checker):
+    """The status the checker gives a stream that ended by itself: `truncated` when it saw no
+    terminal event (or no checker ran)."""
+    status = checker.status if checker is not None else "truncated"
+    if status == "streaming":
+        return Stream.Status.TRUNCATED
+    try:
+        return Stream.Status(status)
+    except ValueError:
+        return Stream.Status.TRUNCATED
+
+
+def finished(
+    checker,
+    *,
+    status=None,
+    error_code="",
+    error_message="",
+    event_count=0,
+    bytes_received=0,
+    body_read=True,
+    finished_at=None,
+    request_written_us=None,
+    first_token_us=None,
+    closed_us=None,
+    first_output_us=None,
+    last_output_us=None,
+    milestones=None,
+    proxy_delays=(),
+):
+    """The fields a stream ends with, bounded, for its last write.
+
+    `checker`: the stream's (closed) checker, or None; `body_read`: it judged an event stream
+    (False: the request failed before one, or the body was something else, and the output
+    fields are left as they are). `status` None: the checker decides (`status_from_checker`).
+    An explicit `error_code` wins over the checker's. Times are µs since the attempt started,
+    as stored; `milestones` ({"<name>_us": µs}) are written too; `proxy_delays` are the
+    proxy's `(µs held, events)` pairs. An explicit `error_message` is kept (the checker's
+    error, if any, then gives only the code)."""
+    if status is None:
+        status = status_from_checker(checker)
+    fields = {
+        "status": status,
+        "finished_at": finished_at,
+        "event_count": event_count,
+        "bytes_received": bytes_received,
+    }
+    if milestones:
+        fields.update(milestones)
+    if closed_us is not None:
+        fields["closed_us"] = closed_us
+    output_tokens = 0
+    if checker is not None and body_read:
+        output_tokens = checker.output_tokens
+        violations = checker.violations
+        fields.update(
+            output_tokens=output_tokens,
+            final_text=checker.final_text or "",
+            output_text=checker.output_text or "",
+            parts=checker.items(),
+            upstream_id=checker.upstream_id or "",
+            resolved_model=checker.resolved_model or "",
+            findings_count=len(violations),
+            error_findings=sum(v.severity == "error" for v in violations),
+            warning_findings=sum(v.severity == "warning" for v in violations),
+        )
+        routing = checker.routing
+        if routing:
+            fields.update(
+                routing_category=str(routing.get("category") or ""),
+                routing_source=str(routing.get("source") or ""),
+                routing_reasoning=str(routing.get("reasoning") or ""),
+            )
+        if not error_code and checker.error_code:
+            error_code = checker.error_code
+            error_message = error_message or checker.error_message or ""
+    if error_code:
+        fields["error_code"] = str(error_code)
+        fields["error_message"] = error_message or ""
+    elif error_message:  # (an end without a code: a cancel says why)
+        fields["error_message"] = error_message
+    fields.update(
+        figures.derived(
+            request_written_us=request_written_us,
+            first_token_us=first_token_us,
+            closed_us=closed_us,
+            first_output_us=first_output_us,
+            last_output_us=last_output_us,
+            output_tokens=output_tokens,
+        )
+    )
+    if proxy_delays:
+        fields.update(figures.proxy_added(proxy_delays))
+    return bound(fields)
+
+
+# The columns `from_events` reads of each stored event, in this order.
+STORED_EVENT_COLUMNS = ("index", "event_name", "sse_id", "data", "raw", "t_us", "sent_us")
+
+
+@dataclass
+class Rebuilt:
+    fields: dict  # `finished`'s fields
+    violations: list[Violation]  # every finding of the checker over the stored events
+
+
+def from_events(
+    stream,
+    events,
+    *,
+    status=None,
+    error_code="",
+    error_message="",
+    finished_at=None,
+    connection_closed=False,
+    stall_threshold_us=None,
+):
+    """A row's finished fields rebuilt from its stored events (`STORED_EVENT_COLUMNS` tuples
+    in index order): the checker run over them as the recorder ran it live, the milestones and
+    output times their receipt times, the bytes those of the events as SSE (what the `.sse`
+    export writes: comments and keep-alives were never stored).
+
+    `stream` gives the request (`requested_model`), the request's written time and, for a
+    stream that did end, its close time. `connection_closed`: the upstream closed the
+    connection (False for a stream nobody saw end: a missing terminal event is not reported).
+    `stall_threshold_us`: the checker's (default STALL_TIMEOUT_S)."""
+    if stall_threshold_us is None:
+        stall_threshold_us = int(conf.get().stall_timeout_s * 1_000_000)
+    requested = stream.requested_model
+    checker = Checker(
+        pinned_model=bool(requested) and requested != "auto",
+        stall_threshold_us=stall_threshold_us,
+    )
+    feed = checker.feed
+    milestones = {}
+    first_output = last_output = None
+    count = size = 0
+    encoder = capture.SSEEncoder()  # (the bytes as the `.sse` export writes them)
+    invalid = None  # [first index, offset, bad bytes, events] of data that was not UTF-8
+    delays = []
+    for index, event_name, sse_id, data, raw, t_us, sent_us in events:
+        count += 1
+        result = feed(index, event_name, data, t_us=t_us)
+        kind = result.kind
+        if kind is not None and t_us is not None:
+            if kind == OUTPUT:
+                if result.first_output:
+                    milestones.setdefault("first_token_us", t_us)
+                    first_output = last_output = t_us
+                elif first_output is not None:
+                    last_output = t_us
+            elif kind == CREATED:
+                milestones.setdefault("created_event_us", t_us)
+            elif kind == ROUTING:
+                milestones.setdefault("routing_us", t_us)
+            elif kind == TOOL_CALL:
+                if result.first_tool_call:
+                    milestones.setdefault("first_tool_call_us", t_us)
+            elif kind == TERMINAL:
+                milestones.setdefault("terminal_us", t_us)
+        if raw is not None:
+            raw = bytes(raw)  # (PostgreSQL gives a memoryview)
+            if invalid is None:
+                offset, bad = capture.first_invalid_utf8(raw) or (0, b"")
+                invalid = [index, offset, bad, 0]
+            invalid[3] += 1
+        size += len(encoder.event(event_name, sse_id, data, raw))
+        if sent_us is not None and t_us is not None:
+            delays.append((sent_us - t_us, 1))
+    closed_us = stream.closed_us
+    checker.close(connection_closed=connection_closed, t_us=closed_us)
+    if invalid is not None:
+        index, offset, bad, n = invalid
+        checker.report_invalid_utf8(index, offset, bad, n, where=f"data of event {index}")
+    fields = finished(
+        checker,
+        status=status,
+        error_code=error_code,
+        error_message=error_message,
+        event_count=count,
+        bytes_received=size,
+        body_read=count > 0,
+        finished_at=finished_at,
+        request_written_us=stream.request_written_us,
+        first_token_us=milestones.get("first_token_us"),
+        closed_us=closed_us,
+        first_output_us=first_output,
+        last_output_us=last_output,
+        milestones=milestones,
+        proxy_delays=delays,
+    )
+    return Rebuilt(fields, list(checker.violations))
+
+
+# What a row that could not take its rebuilt fields gets (values of our own, always storable).
+_MINIMAL = ("status", "finished_at", "event_count", "error_code", "error_message")
+
+
+def end_from_stored(pk, status, *, error_code="", error_message="", where=None, now=None):
+    """End the row `pk` from what is stored of it: its finished fields rebuilt from its events
+    (`from_events`), its findings replaced by the checker's, and with it the pre-aggregates,
+    in one transaction. `where`: further conditions on the row (the runner seen, the active
+    statuses), so a row that changed meanwhile is left alone. Returns whether it was ended.
+
+    The row is locked first (on PostgreSQL its events' inserts wait), so the fields describe
+    exactly the events stored. Should the database refuse the rebuilt fields, the row still
+    ends, with status, count, time and error only."""
+    now = now or dt.datetime.now(dt.UTC)
+    with transaction.atomic(), aggregates.tracking([pk]):
+        stream = (
+            Stream.objects.select_for_update()
+            .filter(pk=pk, **(where or {}))
+            .only("pk", "requested_model", "request_written_us", "closed_us")
+            .first()
+        )
+        if stream is None:
+            return False
+        events = (
+            Event.objects.filter(stream_id=pk)
+            .order_by("index")
+            .values_list(*STORED_EVENT_COLUMNS)
+            .iterator(chunk_size=2000)
+        )
+        rebuilt = from_events(
+            stream,
+            events,
+            status=status,
+            error_code=error_code,
+            error_message=error_message,
+            finished_at=now,
+        )
+        fields = rebuilt.fields
+        try:
+            with transaction.atomic():
+                Finding.objects.filter(stream_id=pk).delete()
+                Finding.objects.bulk_create(
+                    [Finding(stream_id=pk, **v.as_dict()) for v in rebuilt.violations],
+                    batch_size=500,
+                )
+                Stream.objects.filter(pk=pk).update(**fields)
+        except Exception as exc:
+            if not isinstance(exc, _data_errors()):
+                raise
+            log.warning("stream %s: rebuilt fields refused (%s); ending it without them", pk, exc)
+            Stream.objects.filter(pk=pk).update(**{k: fields[k] for k in _MINIMAL if k in fields})
+        return True
+
+
+def end_after_loss(stream_id, fields, received, cause):
+    """The final write of a stream some of whose events could not be stored (`fields`: its
+    finished fields, with the storage error's status and code): the count says what is stored,
+    the message how many of the `received` events are missing, and why (`cause`)."""
+    close_old_connections()
+    with transaction.atomic(), aggregates.tracking([stream_id]):
+        stored = Event.objects.filter(stream_id=stream_id).count()
+        fields = bound(
+            {
+                **fields,
+                "event_count": stored,
+                "error_message": (
+                    f"{received - stored} of {received} received event(s) could not be stored "
+                    f"({cause}); recording stopped"
+                ),
+            }
+        )
+        try:
+            with transaction.atomic():
+                Stream.objects.filter(pk=stream_id).update(**fields)
+        except Exception as exc:
+            if not isinstance(exc, _data_errors()):
+                raise
+            minimal = {k: fields[k] for k in _MINIMAL if k in fields}
+            Stream.objects.filter(pk=stream_id).update(**minimal)
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing batches
+
+# Columns written per event, in the order of the rows the recorder builds.
+EVENT_COLUMNS = (
+    "stream_id",
+    "index",
+    "t_us",
+    "received_at",
+    "event_name",
+    "sse_id",
+    "type",
+    "sequence_number",
+    "output_index",
+    "content_index",
+    "is_json",
+    "data",
+    "raw",
+)
+# A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
+# rows of every other stream bind one value less (a column more cost ~10 % of the insert).
+PROXIED_COLUMNS = (*EVENT_COLUMNS, "sent_us")
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class StorageUnavailable(Exception):
+    pass
+
+
+def _connection_errors():
+    """What a lost or unreachable database raises: Django's classes, and the driver's own
+    where the recorder talks to the driver directly (COPY, raw sqlite3)."""
+    db = connection.Database
+    return (OperationalError, InterfaceError, db.OperationalError, db.InterfaceError)
+
+
+def _data_errors():
+    """What a database refusing rows for their values raises: data and integrity errors
+    (Django's and the driver's), and the driver's own refusals before the server sees them (a
+    lone surrogate it cannot encode, an integer beyond 64 bits)."""
+    db = connection.Database
+    return (
+        DataError,
+        IntegrityError,
+        db.DataError,
+        db.IntegrityError,
+        UnicodeEncodeError,
+        OverflowError,
+    )
+
+
+def describe_refusal(exc):
+    """One line on why the database refused a stream's rows, for its error message."""
+    text = (str(exc).strip().splitlines() or [""])[0]
+    name = type(exc).__name__
+    text = f"{name}: {text}" if text and name not in text else (text or name)
+    return cut(text, 300)
+
+
+def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
+    """One transaction: events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
+    PROXIED_COLUMNS), stream updates (`{rec: {field: value}}`, `rec.stream_id` the row),
+    findings. Returns `{stream id: exception}` of the streams whose rows the database refused
+    (empty when all were written).
+
+    Retries with backoff while the database is unreachable, for up to STORAGE_RETRY_S, then
+    raises StorageUnavailable. When it refuses the batch for a data or integrity error, the
+    batch is written again, each stream's rows in a savepoint of its own: the others are
+    stored, and only the offenders' rows are left out."""
+    delay = 0.05
+    if retry_for_s is None:
+        retry_for_s = conf.get().storage_retry_s
+    give_up = time.monotonic() + retry_for_s
+    apart = False
+    while True:
+        try:
+            with transaction.atomic():
+                if apart:
+                    return _write_apart(rows, updates, findings, proxied_rows)
+                _write_together(rows, updates, findings, proxied_rows)
+            return {}
+        except _connection_errors() as exc:
+            if time.monotonic() + delay > give_up:
+                raise StorageUnavailable(f"database unavailable: {exc}") from exc
+            log.warning("writer: database error (%s); retrying in %.2f s", exc, delay)
+            close_old_connections()
+            try:
+                connection.close()
+            except Exception:
+                pass
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+        except _data_errors() as exc:
+            if apart:
+                raise
+            log.warning(
+                "writer: the database refused a batch (%s); writing it stream by stream", exc
+            )
+            apart = True
+
+
+def _write_together(rows, updates, findings, proxied_rows):
+    if rows:
+        insert_flat(rows, offsets=True)
+    if proxied_rows:
+        insert_flat(proxied_rows, offsets=True, columns=PROXIED_COLUMNS)
+    # a status change is where a stream enters (or moves in) the pre-aggregates: they follow it
+    # in this same transaction (streams/store/aggregates.py)
+    with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
+        update_streams(updates)
+        if findings:
+            Finding.objects.bulk_create(findings, batch_size=500)
+
+
+def _write_apart(rows, updates, findings, proxied_rows):
+    """The batch again, one savepoint per stream; returns the refused streams' errors."""
+    parts = {}  # stream id -> [rows, proxied rows, updates, findings]
+
+    def part(stream_id):
+        mine = parts.get(stream_id)
+        if mine is None:
+            mine = parts[stream_id] = [[], [], {}, []]
+        return mine
+
+    for flat, slot, width in (
+        (rows, 0, len(EVENT_COLUMNS)),
+        (proxied_rows, 1, len(PROXIED_COLUMNS)),
+    ):
+        for start in range(0, len(flat), width):
+            part(flat[start])[slot] += flat[start : start + width]
+    for rec, fields in updates.items():
+        part(rec.stream_id)[2][rec] = fields
+    for finding in findings:
+        part(finding.stream_id)[3].append(finding)
+    if connection.vendor == "postgresql":
+        # Foreign keys are checked at commit otherwise, after every savepoint was released.
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    # A row deleted while it was being recorded (the admin): its events cannot be stored, and
+    # SQLite checks that only at commit.
+    existing = set(
+        Stream.objects.filter(pk__in=[k for k in parts if k is not None]).values_list(
+            "pk", flat=True
+        )
+    )
+    refused = {}
+    for stream_id, (mine, proxied, changes, found) in parts.items():
+        if stream_id not in existing:
+            refused[stream_id] = IntegrityError(f"stream {stream_id} does not exist (deleted)")
+            continue
+        try:
+            with transaction.atomic():
+                _write_together(mine, changes, found, proxied)
+        except _data_errors() as exc:
+            refused[stream_id] = exc
+    if refused:
+        log.warning(
+            "writer: the database refused the rows of stream(s) %s; the others are stored",
+            ", ".join(map(str, refused)),
+        )
+    return refused
+
+
+def update_streams(updates):
+    """The batch's stream changes in one UPDATE per distinct set of changed columns, not one
+    per stream (`{rec: {field name: value}}`; every row also gets the same `heartbeat_at`).
+    Text values are bounded first, in place (so what is published is what is stored).
+
+    The writer thread re-takes the GIL after every statement, and with a busy event loop each
+    re-take waits for the loop: with many paced streams, whose milestones arrive together, one
+    ORM UPDATE per stream cost many times what it does on an idle process, so batches grew
+    long and publishing fell behind receipt (docs/performance.md, "Recorder")."""
+    if not updates:
+        return
+    heartbeat = None
+    groups = {}  # column names -> [(pk, fields)]
+    for rec, fields in updates.items():
+        bound(fields)
+        heartbeat = fields.get("heartbeat_at", heartbeat)
+        names = tuple(sorted(k for k in fields if k != "heartbeat_at"))
+        groups.setdefault(names, []).append((rec.stream_id, fields))
+    sqlite = connection.vendor == "sqlite"
+    mark = "?" if sqlite else "%s"
+    qn = connection.ops.quote_name
+    table = qn(Stream._meta.db_table)
+    statements = []
+    for names, members in groups.items():
+        sets, params = [], []
+        for name in names:
+            field = Stream._meta.get_field(name)
+            column = qn(field.column)
+            values = [fields[name] for _, fields in members]
+            if all(v == values[0] for v in values[1:]) or all(v is None for v in values):
+                # one value for all (a status, a NULL): no CASE, and no untyped NULLs in one
+                sets.append(f"{column} = {mark}")
+                params.append(field.get_db_prep_save(values[0], connection))
+                continue
+            sets.append(
+                f"{column} = CASE id "
+                + " ".join([f"WHEN {mark} THEN {mark}"] * len(members))
+                + " END"
+            )
+            for (pk, _), value in zip(members, values, strict=True):
+                params += [pk, field.get_db_prep_save(value, connection)]
+        if heartbeat is not None:
+            sets.append(f"heartbeat_at = {mark}")
+            params.append(
+                Stream._meta.get_field("heartbeat_at").get_db_prep_save(heartbeat, connection)
+            )
+        if not sets:
+            continue
+        params += [pk for pk, _ in members]
+        ids = ", ".join([mark] * len(members))
+        statements.append((f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({ids})", params))
+    if sqlite:
+        # straight to sqlite3, like insert_flat (no Django cursor wrapper on the way)
+        connection.ensure_connection()
+        raw = connection.connection
+        for sql, params in statements:
+            raw.execute(sql, params)
+        return
+    with connection.cursor() as cursor:
+        for sql, params in statements:
+            cursor.execute(sql, params)
+
+
+_INSERT_SQL = {}
+
+
+def insert_events(rows, *, offsets=False):
+    """Multi-row insert of event rows (sequences of EVENT_COLUMNS values); see `insert_flat`."""
+    insert_flat(list(itertools.chain.from_iterable(rows)), offsets=offsets)
+
+
+def insert_flat(values, *, offsets=False, columns=EVENT_COLUMNS):
+    """Multi-row insert of events given as one flat list: EVENT_COLUMNS values of one event
+    after the other (what the recorder builds, with no list or tuple per row). The ORM's
+    bulk_create costs several times more per row on SQLite, and several times more than COPY
+    on PostgreSQL (docs/performance.md, "Recorder"): this is the only raw SQL in the write path.
+
+    The bounded columns (the `event:` name, the `id:`, the type) are cut to their lengths, and
+    `received_at` values that are datetimes become the text the database stores, in place (so
+    a retried batch is converted already). With `offsets`, they are the stream's wall-clock
+    start, turned into start + t_us here, on the writer's thread, off the event loop."""
+    vendor = connection.vendor
+    width = len(columns)
+    bound_event_values(values, columns)
+    _receipt_times_as_text(values, "+00" if vendor == "postgresql" else "", offsets, width)
+    table = connection.ops.quote_name(Event._meta.db_table)
+    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
+    if vendor == "postgresql":
+        with connection.cursor() as cursor:
+            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+                for start in range(0, len(values), width):
+                    copy.write_row(values[start : start + width])
+        return
+    if vendor == "sqlite":
+        # One multi-row INSERT per 2000 rows, straight to sqlite3. executemany steps once per
+        # row, and sqlite3 releases and re-takes the GIL around every step: with a busy event
+        # loop each re-take waits up to the switch interval, which starved this thread and
+        # left publishing far behind receipt. Django's cursor wrapper also rewrites every
+        # parameter list on the way, a cost per row (docs/performance.md, "Recorder").
+        connection.ensure_connection()
+        raw = connection.connection
+        step = _SQLITE_ROWS_PER_STATEMENT * width
+        for start in range(0, len(values), step):
+            chunk = values[start : start + step] if len(values) > step else values
+            raw.execute(_sqlite_insert(len(chunk) // width, columns), chunk)
+        return
+    sql = _INSERT_SQL.get((vendor, columns))
+    if sql is None:
+        marks = ", ".join(["%s"] * width)
+        sql = _INSERT_SQL[vendor, columns] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
+    with connection.cursor() as cursor:
+        cursor.executemany(sql, [values[i : i + width] for i in range(0, len(values), width)])
+
+
+_ONE_US = dt.timedelta(microseconds=1)
+_RECEIVED_AT = EVENT_COLUMNS.index("received_at")
+_T_US = EVENT_COLUMNS.index("t_us")
+
+
+def _receipt_times_as_text(values, suffix, offsets, width):
+    """`received_at` in flat event values as the text the database stores (UTC; `suffix`
+    "+00" for PostgreSQL's COPY, none for SQLite, where Django keeps naive UTC text), in place.
+    With `offsets`, a `received_at` is its stream's wall-clock start, and becomes start + t_us.
+
+    Datetime arithmetic and isoformat per row were a large share of the pipeline's CPU (on the
+    writer thread, holding the GIL the readers need; docs/performance.md, "Recorder"); this
+    formats each second once."""
+    bases = {}  # id(start) -> µs since the epoch
+    seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
+    for i in range(_RECEIVED_AT, len(values), width):
+        start = values[i]
+        if start is None or type(start) is str:  # (a retried batch: done already)
+            continue
+        base = bases.get(id(start))
+        if base is None:
+            if start.tzinfo is None:  # (naive: UTC, as Django stores it)
+                start = start.replace(tzinfo=dt.UTC)
+            base = bases[id(values[i])] = (start - _EPOCH) // _ONE_US
+        if offsets:
+            base += values[i - _RECEIVED_AT + _T_US]
+        second, us = divmod(base, 1_000_000)
+        text = seconds.get(second)
+        if text is None:
+            text = seconds[second] = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(second))
+        values[i] = f"{text}.{us:06d}{suffix}" if us else text + suffix
+
+
+# SQLite allows 32766 bound parameters per statement (3.32+); 13 per row (14 proxied).
+_SQLITE_ROWS_PER_STATEMENT = 2000
+
+
+@functools.cache
+def _sqlite_insert(n, columns=EVENT_COLUMNS):
+    table = connection.ops.quote_name(Event._meta.db_table)
+    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
+    row = "(" + ", ".join(["?"] * len(columns)) + ")"
+    return f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row] * n)

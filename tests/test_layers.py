@@ -1,0 +1,179 @@
+"""The house by stage, kept so: every module of `streams/` and `dashboard/` sits in a layer of
+`LAYERS` (docs/architecture.md draws them), imports only its own layer and those below it, and
+no import circle exists, lazy imports (inside functions) included.
+
+A new module or package is placed here or this test fails; an import up the path or a circle
+fails with the edge that made it. Read from the source (AST), so nothing needs to be imported.
+"""
+
+import ast
+import pathlib
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGES = ("streams", "dashboard")
+
+# Lowest first. The data path reads bottom to top: pure rules, the schema and what is stored,
+# the instruments, the channel layer, the recorder, the orchestration, the exits; then Django's
+# fixed places, the commands and benchmarks, and the face (`dashboard`), which nothing imports.
+LAYERS = (
+    ("streams.core",),
+    ("streams.simulator",),
+    ("streams.models",),
+    ("streams.store",),
+    ("streams.observe",),
+    ("streams.live",),
+    ("streams.ingest",),
+    ("streams.run",),
+    ("streams.serve",),
+    ("streams", "streams.apps", "streams.admin", "streams.urls", "streams.migrations"),
+    ("streams.bench",),
+    ("streams.management",),
+    ("dashboard", "dashboard.*"),
+)
+
+
+def module_name(path):
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules():
+    """{module name: path} of every Python file of the two packages."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            found[module_name(path)] = path
+    return found
+
+
+def _resolve(name, known):
+    """The longest known module `name` names (an attribute import names its module)."""
+    while name and name not in known:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(known):
+    """{module: {imported module: line}} over `known`, for the two packages only."""
+    graph = {}
+    for module, path in known.items():
+        is_package = path.name == "__init__.py"
+        edges = graph.setdefault(module, {})
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = module.split(".")
+                    if not is_package:
+                        anchor = anchor[:-1]
+                    anchor = anchor[: len(anchor) - (node.level - 1)]
+                    base = ".".join(anchor + ([base] if base else []))
+                targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
+            for target in targets:
+                if target.split(".")[0] not in PACKAGES:
+                    continue
+                resolved = _resolve(target, known)
+                if resolved and resolved != module:
+                    edges.setdefault(resolved, node.lineno)
+    return graph
+
+
+def layer_of(module):
+    """The index in LAYERS of the longest prefix naming `module`'s layer (None: unplaced)."""
+    best, best_len = None, -1
+    for i, prefixes in enumerate(LAYERS):
+        for prefix in prefixes:
+            inside = prefix.endswith(".*") and module.startswith(prefix[:-1])
+            inside = inside or (module.startswith(prefix + ".") and prefix not in PACKAGES)
+            if (module == prefix or inside) and len(prefix) > best_len:
+                best, best_len = i, len(prefix)
+    return best
+
+
+def circles(graph):
+    """Strongly connected components with more than one module (Tarjan, iterative)."""
+    index, low, on_stack, stack, found = {}, {}, set(), [], []
+    counter = 0
+    for root in graph:
+        if root in index:
+            continue
+        work = [(root, iter(graph[root]))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(graph.get(child, ()))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                parent = work[-1][0]
+                low[parent] = min(low[parent], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+KNOWN = modules()
+GRAPH = imports(KNOWN)
+
+
+def test_every_module_has_a_layer():
+    unplaced = sorted(m for m in KNOWN if layer_of(m) is None)
+    assert not unplaced, f"place these in tests/test_layers.py's LAYERS: {unplaced}"
+
+
+def test_no_import_goes_up_the_path():
+    upward = []
+    for module, edges in GRAPH.items():
+        for target, line in edges.items():
+            if layer_of(target) > layer_of(module):
+                path = KNOWN[module].relative_to(ROOT)
+                upward.append(f"{path}:{line}: {module} imports {target}")
+    assert not upward, "imports up the path:\n" + "\n".join(sorted(upward))
+
+
+def test_no_import_circles():
+    found = circles(GRAPH)
+    detail = []
+    for component in found:
+        members = set(component)
+        for module in component:
+            for target, line in GRAPH[module].items():
+                if target in members:
+                    detail.append(f"{KNOWN[module].relative_to(ROOT)}:{line}: imports {target}")
+    assert not found, f"import circles {found}:\n" + "\n".join(detail)
+
+
+def test_the_checks_see_what_they_are_for():
+    """The walker finds the graph it guards: a circle and an upward import built here fail."""
+    assert circles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == [
+        ["a", "b", "c"]
+    ]
+    assert layer_of("streams.store.rows") < layer_of("streams.ingest.recorder")
+    assert layer_of("streams.bench.proxy") < layer_of("dashboard.asgi")
+    assert layer_of("streams.nowhere") is None  # a new top-level module must be placed
+    assert GRAPH["streams.ingest.recorder"], "the recorder's imports were read"
+    lazy = GRAPH["streams.run.shutdown"]
+    assert "streams.run.runner" in lazy, "imports inside functions count"
