@@ -24,11 +24,11 @@ from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
 
 from streams.core.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
-from streams.ingest.recorder import PROXIED_COLUMNS
 from streams.models import Event, Finding, Stream
 from streams.store import public
 from streams.store.access import may_see, streams_for
 from streams.store.lookups import HasTag
+from streams.store.rows import PROXIED_INSERT_COLUMNS
 
 PAGE_STREAMS = 50  # rows per list page
 EVENTS_PAGE = 200  # rows per event-table window
@@ -734,9 +734,8 @@ def event_summary(type_, data, is_json=True):
 
 def event_detail(stream, index):
     """One event with its data: pretty-printed JSON and verbatim; None when it does not exist."""
-    row = (
-        Event.objects.filter(stream_id=stream.pk, index=index).values(*PROXIED_COLUMNS[1:]).first()
-    )
+    events = Event.objects.filter(stream_id=stream.pk, index=index)
+    row = events.values(*PROXIED_INSERT_COLUMNS[1:]).first()
     if row is None:
         return None
     raw = row.pop("raw")

@@ -510,7 +510,7 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
     monkeypatch.setattr(recorder, "write_batch", write_batch)
     writer = recorder.Writer(max_age_ms=1000)
     rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
-    width = len(recorder.EVENT_COLUMNS)
+    width = len(rows.INSERT_COLUMNS)
     for first, n in ((0, 3), (3, 2)):
         payloads = [(i, "x", i, i, "{}") for i in range(first, first + n)]
         await writer.put(rec, [None] * (width * n), payloads)
@@ -551,12 +551,13 @@ async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
 
 
 def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
-    """Proxied rows have PROXIED_COLUMNS and their relay payloads sent_us (the consumer reads
-    nothing more); every other stream's keep EVENT_COLUMNS and the 5-tuple."""
-    from streams.ingest.recorder import EVENT_COLUMNS, PROXIED_COLUMNS, Recording
+    """Proxied rows have PROXIED_INSERT_COLUMNS and their relay payloads sent_us (the consumer
+    reads nothing more); every other stream's keep INSERT_COLUMNS and the 5-tuple."""
+    from streams.ingest.recorder import Recording
     from streams.ingest.upstream import ReceivedEvent
+    from streams.store.rows import INSERT_COLUMNS, PROXIED_INSERT_COLUMNS
 
-    for proxied, columns in ((False, EVENT_COLUMNS), (True, PROXIED_COLUMNS)):
+    for proxied, columns in ((False, INSERT_COLUMNS), (True, PROXIED_INSERT_COLUMNS)):
         rec = Recording(1, None, pinned_model=False, proxied=proxied)
         rec.start(1_000_000, 60.0)
         sse = ReceivedEvent(3_000_000, "message", "", '{"type":"response.created"}')

@@ -97,7 +97,7 @@ def test_every_bounded_stream_column_is_bounded_on_create_and_update():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("columns", [rows.EVENT_COLUMNS, rows.PROXIED_COLUMNS], ids=len)
+@pytest.mark.parametrize("columns", [rows.INSERT_COLUMNS, rows.PROXIED_INSERT_COLUMNS], ids=len)
 def test_every_bounded_event_column_is_bounded_on_insert(columns):
     """Each CharField of Event the recorder writes (walked, not listed) is cut to its
     max_length by the raw INSERT / COPY; `data` and `raw` (the verbatim event) are not."""

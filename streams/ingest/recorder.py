@@ -45,8 +45,8 @@ from streams.store import public, rows
 
 # The SQL of the write path lives in streams/store/rows.py; these names are the recorder's API too.
 from streams.store.rows import (  # noqa: F401  (re-exported)
-    EVENT_COLUMNS,
-    PROXIED_COLUMNS,
+    INSERT_COLUMNS,
+    PROXIED_INSERT_COLUMNS,
     StorageUnavailable,
     insert_events,
     insert_flat,
@@ -93,7 +93,7 @@ class Recording:
     count_due_s: float = 0.0  # loop time when event_count is next written (Writer._commit)
     inline_max: int | None = None  # RELAY_INLINE_MAX_BYTES, read once per attempt
     body_open: bool = False  # an event stream was being read (the checker has a say)
-    # Proxied streams: rows with PROXIED_COLUMNS, and (µs the proxy held a chunk before the
+    # Proxied streams: rows with PROXIED_INSERT_COLUMNS, and (µs the proxy held a chunk before the
     # client's socket had it, events).
     proxied: bool = False
     proxy_delays: list = field(default_factory=list)
@@ -160,7 +160,7 @@ class Recording:
     def ingest(self, events, sent_ns=None):
         """The events of one received chunk: number them, feed the checker, note milestones.
 
-        Returns the writer's `(rows, payloads)`: `rows` is flat, EVENT_COLUMNS values one event
+        Returns the writer's `(rows, payloads)`: `rows` is flat, INSERT_COLUMNS values one event
         after the other, and payloads are tuples. Per event nothing survives that the garbage
         collector must keep scanning (a tuple of atoms is untracked at its first collection;
         a list per row and a tuple per queue item were scanned again and again while queued,
@@ -467,8 +467,8 @@ class Writer:
         )
         self.batches += 1
         telemetry.batch_committed(
-            len(event_rows) // len(EVENT_COLUMNS),
-            len(proxied_rows) // len(PROXIED_COLUMNS),
+            len(event_rows) // len(INSERT_COLUMNS),
+            len(proxied_rows) // len(PROXIED_INSERT_COLUMNS),
             started,
         )
         if refused:
@@ -757,7 +757,7 @@ async def _whole_body(rec, writer, response, tap, phases):
     raw = None if text.encode() == body else body
     row = [rec.stream_id, 0, t_us, rec.wall0, "", "", type_, None, None, None, is_json, text, raw]
     payload = relay.event_payload(0, type_, None, t_us, text)
-    if tap is not None:  # (PROXIED_COLUMNS: when the client had it)
+    if tap is not None:  # (PROXIED_INSERT_COLUMNS: when the client had it)
         row.append(s_us)
         payload = (*payload, s_us)
     rec.next_index = 1

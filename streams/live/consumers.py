@@ -48,9 +48,9 @@ CLOSE_REVOKED = 4003  # the token this socket was opened with was revoked
 CLOSE_TOO_MANY = 4029  # the user has MAX_SOCKETS_PER_USER sockets open
 REVOCATION_CHECK_S = 2.0
 ACTIVE = frozenset(Stream.ACTIVE_STATUSES)
-EVENT_COLUMNS = ("index", "type", "sequence_number", "t_us", "data")
+FRAME_COLUMNS = ("index", "type", "sequence_number", "t_us", "data")
 # A proxied stream's events also say when the proxy handed them to its client.
-PROXIED_EVENT_COLUMNS = (*EVENT_COLUMNS, "sent_us")
+PROXIED_FRAME_COLUMNS = (*FRAME_COLUMNS, "sent_us")
 LIST_SNAPSHOT_MAX = 200
 
 
@@ -110,7 +110,7 @@ def _stream_fields(stream_id):
     return Stream.objects.filter(pk=stream_id).values(*public.STREAM_FIELDS).first()
 
 
-def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=EVENT_COLUMNS):
+def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=FRAME_COLUMNS):
     """Stored events with after < index (< before), in index order, as payload tuples."""
     qs = Event.objects.filter(stream_id=stream_id, index__gt=after)
     if before is not None:
@@ -500,7 +500,7 @@ class StreamConsumer(RelayConsumer):
             return False
         # Proxied streams' events carry sent_us; every other stream's frames stay as they were.
         self.proxied = source == Stream.Source.PROXY
-        self.columns = PROXIED_EVENT_COLUMNS if self.proxied else EVENT_COLUMNS
+        self.columns = PROXIED_FRAME_COLUMNS if self.proxied else FRAME_COLUMNS
         self.group = relay.stream_group(self.stream_id)
         self.status = None
         self.outbox = []  # event lists of queued batches, in arrival order

@@ -512,7 +512,7 @@ def end_after_loss(stream_id, fields, received, cause):
 # Writing batches
 
 # Columns written per event, in the order of the rows the recorder builds.
-EVENT_COLUMNS = (
+INSERT_COLUMNS = (
     "stream_id",
     "index",
     "t_us",
@@ -529,7 +529,7 @@ EVENT_COLUMNS = (
 )
 # A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
 # rows of every other stream bind one value less (a column more cost ~10 % of the insert).
-PROXIED_COLUMNS = (*EVENT_COLUMNS, "sent_us")
+PROXIED_INSERT_COLUMNS = (*INSERT_COLUMNS, "sent_us")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -569,7 +569,7 @@ def describe_refusal(exc):
 
 def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
     """One transaction: events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
-    PROXIED_COLUMNS), stream updates (`{rec: {field: value}}`, `rec.stream_id` the row),
+    PROXIED_INSERT_COLUMNS), stream updates (`{rec: {field: value}}`, `rec.stream_id` the row),
     findings. Returns `{stream id: exception}` of the streams whose rows the database refused
     (empty when all were written).
 
@@ -613,7 +613,7 @@ def _write_together(rows, updates, findings, proxied_rows):
     if rows:
         insert_flat(rows, offsets=True)
     if proxied_rows:
-        insert_flat(proxied_rows, offsets=True, columns=PROXIED_COLUMNS)
+        insert_flat(proxied_rows, offsets=True, columns=PROXIED_INSERT_COLUMNS)
     # a status change is where a stream enters (or moves in) the pre-aggregates: they follow it
     # in this same transaction (streams/store/aggregates.py)
     with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
@@ -633,8 +633,8 @@ def _write_apart(rows, updates, findings, proxied_rows):
         return mine
 
     for flat, slot, width in (
-        (rows, 0, len(EVENT_COLUMNS)),
-        (proxied_rows, 1, len(PROXIED_COLUMNS)),
+        (rows, 0, len(INSERT_COLUMNS)),
+        (proxied_rows, 1, len(PROXIED_INSERT_COLUMNS)),
     ):
         for start in range(0, len(flat), width):
             part(flat[start])[slot] += flat[start : start + width]
@@ -738,12 +738,12 @@ _INSERT_SQL = {}
 
 
 def insert_events(rows, *, offsets=False):
-    """Multi-row insert of event rows (sequences of EVENT_COLUMNS values); see `insert_flat`."""
+    """Multi-row insert of event rows (sequences of INSERT_COLUMNS values); see `insert_flat`."""
     insert_flat(list(itertools.chain.from_iterable(rows)), offsets=offsets)
 
 
-def insert_flat(values, *, offsets=False, columns=EVENT_COLUMNS):
-    """Multi-row insert of events given as one flat list: EVENT_COLUMNS values of one event
+def insert_flat(values, *, offsets=False, columns=INSERT_COLUMNS):
+    """Multi-row insert of events given as one flat list: INSERT_COLUMNS values of one event
     after the other (what the recorder builds, with no list or tuple per row). The ORM's
     bulk_create costs several times more per row on SQLite, and several times more than COPY
     on PostgreSQL (docs/performance.md, "Recorder"): this is the only raw SQL in the write path.
@@ -786,8 +786,8 @@ def insert_flat(values, *, offsets=False, columns=EVENT_COLUMNS):
 
 
 _ONE_US = dt.timedelta(microseconds=1)
-_RECEIVED_AT = EVENT_COLUMNS.index("received_at")
-_T_US = EVENT_COLUMNS.index("t_us")
+_RECEIVED_AT = INSERT_COLUMNS.index("received_at")
+_T_US = INSERT_COLUMNS.index("t_us")
 
 
 def _receipt_times_as_text(values, suffix, offsets, width):
@@ -823,7 +823,7 @@ _SQLITE_ROWS_PER_STATEMENT = 2000
 
 
 @functools.cache
-def _sqlite_insert(n, columns=EVENT_COLUMNS):
+def _sqlite_insert(n, columns=INSERT_COLUMNS):
     table = connection.ops.quote_name(Event._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in columns)
     row = "(" + ", ".join(["?"] * len(columns)) + ")"

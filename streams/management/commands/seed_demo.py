@@ -45,7 +45,7 @@ from streams.simulator.models import MODELS
 from streams.simulator.router import route
 from streams.store import aggregates
 from streams.store import rows as stream_rows
-from streams.store.rows import EVENT_COLUMNS
+from streams.store.rows import INSERT_COLUMNS
 
 CHUNK = 2_000
 REGRESSED_MODEL = "gpt-oss-120b"  # slower over the last REGRESSION_DAYS days
@@ -618,7 +618,7 @@ class _Templates:
     SHAPE_STREAM = "seed_demo_shape_stream"
     SHAPE_EVENT = "seed_demo_shape_event"
     SHAPE_FINDING = "seed_demo_shape_finding"
-    EVENT_COLUMNS = ("shape", "idx", "t_us", "type", "seq", "oi", "ci", "is_json", "data",
+    SHAPE_EVENT_COLUMNS = ("shape", "idx", "t_us", "type", "seq", "oi", "ci", "is_json", "data",
                      "kind")  # fmt: skip
     FINDING_COLUMNS = ("shape", "n", "code", "severity", "event_index", "expected", "got",
                        "detail")  # fmt: skip
@@ -671,7 +671,7 @@ class _Templates:
             for n, f in enumerate(shape.findings):
                 findings.extend((s, n, *f))
         _insert(self.SHAPE_STREAM, ["id", *names], rows)
-        _insert(self.SHAPE_EVENT, self.EVENT_COLUMNS, events)
+        _insert(self.SHAPE_EVENT, self.SHAPE_EVENT_COLUMNS, events)
         _insert(self.SHAPE_FINDING, self.FINDING_COLUMNS, findings)
         if self.pg:  # (their statistics: no autovacuum for temporary tables)
             with connection.cursor() as cursor:
@@ -699,7 +699,7 @@ class _Templates:
             f"INSERT INTO {stream} (id, {', '.join(qn(n) for n in names)}) "
             f"SELECT s.pk, {', '.join(exprs)} FROM {self.STREAMS} s "
             f"JOIN {self.SHAPE_STREAM} t ON t.id = s.shape ORDER BY s.pk",
-            f"INSERT INTO {event} ({', '.join(qn(c) for c in EVENT_COLUMNS)}) "
+            f"INSERT INTO {event} ({', '.join(qn(c) for c in INSERT_COLUMNS)}) "
             f"SELECT s.pk, e.idx, e.t_us, {ts('s.c_us + e.t_us')}, 'message', '', e.type, "
             "e.seq, e.oi, e.ci, e.is_json, CASE e.kind WHEN 0 THEN e.data "
             f"WHEN 1 THEN replace(e.data, '{_MID}', s.mid) "
