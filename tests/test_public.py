@@ -106,3 +106,55 @@ class TestOutput:
         assert public.output(stream) == []
         [message] = public.output(stream, terminal_text=True)
         assert message["kind"] == "message" and message["parts"][0]["text"] == "Hello"
+
+
+def _sentinel(field, n):
+    """A value for `field` no other column of the row holds (n: the column's number)."""
+    from django.db import models
+
+    if isinstance(field, models.DateTimeField):
+        return dt.datetime(2001, 1, 1, tzinfo=dt.UTC) + dt.timedelta(minutes=n)
+    if isinstance(field, models.JSONField):
+        return {"sentinel": f"json-{n}"}
+    if isinstance(field, models.FloatField):
+        return 1000.25 + n
+    if isinstance(field, (models.IntegerField, models.BigIntegerField)):
+        return 7000 + n
+    if field.choices:
+        return field.choices[n % len(field.choices)][0]
+    return f"text-{n}"[: field.max_length or 100]
+
+
+@pytest.mark.django_db
+def test_every_stream_column_is_shown_or_listed_as_not_shown():
+    """A new column of Stream reaches the API and the `.json` export (`public.stream`) or is
+    listed in `public.NOT_SHOWN` with the reason: a column nobody placed fails here."""
+    from django.db import models
+
+    values = {}
+    for n, field in enumerate(Stream._meta.concrete_fields):
+        if field.primary_key or isinstance(field, models.ForeignKey) or field.choices:
+            continue  # the id, links and enums are checked by name below
+        values[field.attname] = _sentinel(field, n)
+    row = Stream.objects.create(**values)
+    shown = json.dumps(public.stream(row), default=str)
+    keys = set(public.stream(row))
+    missing = []
+    for field in Stream._meta.concrete_fields:
+        name = field.attname
+        if name in public.NOT_SHOWN:
+            continue
+        if name in values:
+            value = getattr(row, name)  # (what the database kept: auto_now_add sets its own)
+            if isinstance(value, dt.datetime):
+                found = value.isoformat()
+            elif isinstance(value, dict | str):
+                found = json.dumps(value)[1:-1]
+            else:
+                found = str(value)
+            if found not in shown:
+                missing.append(name)
+        elif name.removesuffix("_id") not in keys and name not in keys:
+            missing.append(name)
+    assert not missing, f"columns neither in public.stream() nor in public.NOT_SHOWN: {missing}"
+    assert not set(public.NOT_SHOWN) - {f.attname for f in Stream._meta.concrete_fields}

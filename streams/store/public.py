@@ -46,6 +46,15 @@ PUBLIC_FIELDS = {
     "warning_findings",
 }
 
+# Columns of a stream its public shape (`stream`) leaves out, and why. Every other column is in
+# it: tests/test_public.py walks the model, so a new column is either shown or listed here.
+NOT_SHOWN = {
+    "id": "shown as `id`",
+    "user_id": "the owner decides who sees a stream (streams/store/access.py); not shown",
+    "heartbeat_at": "the running process's liveness, not the stream's",
+    "runner": "which process runs it (host:pid:nonce), internal",
+}
+
 FAILED_TOOL_STATUSES = frozenset({"failed", "incomplete", "cancelled"})
 
 # The first frame of a stream's WebSocket: every field viewers are told about when it changes.
@@ -163,6 +172,8 @@ def stream(stream) -> dict:
         "error_findings": stream.error_findings,
         "warning_findings": stream.warning_findings,
         "findings": findings,
+        # retention deleted its events (their figures and findings stay)
+        "events_pruned_at": _iso(stream.events_pruned_at),
     }
 
 
