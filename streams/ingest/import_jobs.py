@@ -1,9 +1,9 @@
 """Imports off the request path: an upload becomes an `ImportJob` whose files are read in the
 background, with progress a page can poll, cancellable, and cancelled when nobody watches.
 
-    job = imports.submit(user, [(filename, content), …], model="auto")   # ImportRefused: 429
-    imports.progress(job_id)        # what the page shows; counts as someone watching
-    imports.cancel(job_id)
+    job = import_jobs.submit(user, [(filename, content), …], model="auto")   # ImportRefused: 429
+    import_jobs.progress(job_id)    # what the page shows; counts as someone watching
+    import_jobs.cancel(job_id)
 
 The files wait in the database (`ImportFile.content`), so a job is not tied to the request that
 made it; a small thread pool per process reads them (`importer.read_capture`, then
