@@ -31,9 +31,9 @@ from django.db.utils import InterfaceError, OperationalError
 
 from streams.core import capture, conf, figures, lifecycle
 from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
+from streams.ingest.network import Phases
 from streams.ingest.upstream import (
     EventReader,
-    Phases,
     UpstreamError,
     check_response,
     request_headers,
