@@ -175,58 +175,54 @@ def route(django_app):
     return http
 
 
+class Refused(Exception):
+    """A request the proxy answers itself, in the OpenAI error shape: `status`, the message,
+    the error's type and code, and extra response headers."""
+
+    def __init__(self, status, message, type_, code, headers=()):
+        super().__init__(status, message, type_, code, headers)
+
+
+ENDPOINTS = {"/v1/responses": "POST", "/v1/models": "GET"}
+
+
 async def application(scope, receive, send):
-    path, method = scope["path"], scope["method"]
     headers = {}
     for name, value in scope["headers"]:
         headers.setdefault(name.lower(), value)
+    try:
+        user, digest, upstream_auth = await _admit(scope, headers)
+        if upstream_auth is not None:
+            await _remember(upstream_auth)
+        _in_flight[digest] = _in_flight.get(digest, 0) + 1
+    except Refused as refusal:
+        return await _error(send, *refusal.args)
+    try:
+        forward = _forward_headers(scope, headers, upstream_auth)
+        if scope["path"] == "/v1/models":
+            return await _models(send, forward)
+        return await _responses(scope, receive, send, user, headers, forward)
+    except Refused as refusal:
+        return await _error(send, *refusal.args)
+    finally:
+        _in_flight[digest] -= 1
+        if not _in_flight[digest]:
+            del _in_flight[digest]
+
+
+async def _admit(scope, headers):
+    """(user, token digest, a pass-through key to remember or None), or `Refused`: the host,
+    the token, the route, the token's requests in flight and the server's state, in that
+    order (without a valid token, nothing says which paths exist)."""
     if not _host_allowed(headers.get(b"host", b"")):
         # Django checks the Host of every page; the proxy runs in front of Django, so here
-        return await _error(
-            send, 400, "This host is not served here.", "invalid_request_error", "bad_host"
-        )
+        raise Refused(400, "This host is not served here.", "invalid_request_error", "bad_host")
     token, upstream_auth, passthrough = _upstream_authorization(headers)
-    user = digest = retry = None
-    if token:
-        user, digest, retry = await _user_for(token, client_ip(scope))
-    if retry is not None:
-        return await _error(
-            send,
-            429,
-            f"Too many wrong tokens from this address: retry in {retry} s.",
-            "rate_limit_error",
-            "too_many_attempts",
-            [(b"retry-after", str(retry).encode())],
-        )
-    if user is None:
-        return await _error(
-            send,
-            401,
-            "A valid Streamscope token is needed: 'Authorization: Bearer ss_…', or your own key "
-            "in Authorization and the token in X-Streamscope-Token.",
-            "invalid_request_error",
-            "invalid_api_key",
-            [(b"www-authenticate", b'Bearer realm="streamscope"')],
-        )
-    # (after the token: without one, nothing says which paths exist)
-    endpoints = {"/v1/responses": "POST", "/v1/models": "GET"}
-    if path not in endpoints:
-        return await _error(
-            send, 404, f"Unknown path {path!r}.", "invalid_request_error", "unknown_url"
-        )
-    if method != endpoints[path]:
-        return await _error(
-            send,
-            405,
-            f"Use {endpoints[path]} for {path}.",
-            "invalid_request_error",
-            "method_not_allowed",
-            [(b"allow", endpoints[path].encode())],
-        )
+    user, digest = await _authenticate(scope, token)
+    _check_route(scope["path"], scope["method"])
     limit = conf.get().proxy_max_concurrent
     if _in_flight.get(digest, 0) >= limit:
-        return await _error(
-            send,
+        raise Refused(
             429,
             f"This token has {limit} requests in flight through Streamscope; at most {limit}.",
             "rate_limit_error",
@@ -234,26 +230,54 @@ async def application(scope, receive, send):
             [(b"retry-after", b"1")],
         )
     if lifecycle.stopping:
-        return await _error(
-            send,
+        raise Refused(
             503,
             "The server is stopping: send the request again in a moment.",
             "api_error",
             "shutting_down",
             [(b"retry-after", b"5")],
         )
-    if passthrough and upstream_auth:
-        await _remember(upstream_auth)
-    _in_flight[digest] = _in_flight.get(digest, 0) + 1
-    try:
-        forward = _forward_headers(scope, headers, upstream_auth)
-        if path == "/v1/models":
-            return await _models(send, forward)
-        return await _responses(scope, receive, send, user, headers, forward)
-    finally:
-        _in_flight[digest] -= 1
-        if not _in_flight[digest]:
-            del _in_flight[digest]
+    remember = upstream_auth if passthrough and upstream_auth else None
+    return user, digest, remember
+
+
+async def _authenticate(scope, token):
+    """(user, digest) of a valid Streamscope token, or `Refused` (401; 429 after too many
+    wrong tokens from the client's address)."""
+    user = digest = retry = None
+    if token:
+        user, digest, retry = await _user_for(token, client_ip(scope))
+    if retry is not None:
+        raise Refused(
+            429,
+            f"Too many wrong tokens from this address: retry in {retry} s.",
+            "rate_limit_error",
+            "too_many_attempts",
+            [(b"retry-after", str(retry).encode())],
+        )
+    if user is None:
+        raise Refused(
+            401,
+            "A valid Streamscope token is needed: 'Authorization: Bearer ss_…', or your own key "
+            "in Authorization and the token in X-Streamscope-Token.",
+            "invalid_request_error",
+            "invalid_api_key",
+            [(b"www-authenticate", b'Bearer realm="streamscope"')],
+        )
+    return user, digest
+
+
+def _check_route(path, method):
+    if path not in ENDPOINTS:
+        raise Refused(404, f"Unknown path {path!r}.", "invalid_request_error", "unknown_url")
+    if method != ENDPOINTS[path]:
+        raise Refused(
+            405,
+            f"Use {ENDPOINTS[path]} for {path}.",
+            "invalid_request_error",
+            "method_not_allowed",
+            [(b"allow", ENDPOINTS[path].encode())],
+        )
 
 
 async def _remember(authorization):
@@ -300,39 +324,11 @@ def _client_labels(headers):
 
 
 async def _responses(scope, receive, send, user, headers, forward):
-    limit = conf.get().proxy_max_body_bytes
-    content = await _read_body(receive, limit)
-    if content is None:
-        return
-    if content is False:
-        return await _error(
-            send,
-            413,
-            f"The request body is over {limit} bytes.",
-            "invalid_request_error",
-            "request_too_large",
-        )
-    try:
-        # a big body is parsed off the event loop (the other requests keep being served)
-        if len(content) > LOOP_PARSE_MAX_BYTES:
-            body = await asyncio.to_thread(safejson.loads, content)
-        else:
-            body = safejson.loads(content)
-    except ValueError as exc:
-        return await _error(
-            send,
-            400,
-            f"The body is not a JSON object: {exc}",
-            "invalid_request_error",
-            "invalid_json",
-        )
-    if not isinstance(body, dict):
-        return await _error(
-            send, 400, "The body must be a JSON object.", "invalid_request_error", "invalid_json"
-        )
+    body, content = await _json_body(receive)
+    if body is None:
+        return  # the client left while sending it
     tags, session = _client_labels(headers)
     base_url = settings.UPSTREAM_BASE_URL or await sync_to_async(runner.upstream_base_url)()
-    loop = asyncio.get_running_loop()
     # The request goes upstream first; its row is created when the upstream's head arrives
     # (Tap.opened), and the client's response starts once both are there. Creating it at once
     # on the ORM's thread held the GIL while many requests were on their way.
@@ -346,11 +342,48 @@ async def _responses(scope, receive, send, user, headers, forward):
     # Its own task and context: it outlives this request with `drain`, and a cancel from a
     # page or the API reaches it like any running stream (runner.adopt, once the row exists).
     url = base_url.rstrip("/") + "/responses"
-    task = loop.create_task(
+    task = asyncio.get_running_loop().create_task(
         record_attempt(rec, runner.get_client(), url, body, None, writer=get_writer(), tap=tap),
         context=contextvars.Context(),
     )
     tap.task = task
+    await _until_answered(task, tap, rec, receive)
+
+
+async def _json_body(receive):
+    """(the request's JSON object, its bytes); (None, None) when the client left while sending
+    it; `Refused` for one over PROXY_MAX_BODY_BYTES or not a JSON object."""
+    limit = conf.get().proxy_max_body_bytes
+    content = await _read_body(receive, limit)
+    if content is None:
+        return None, None
+    if content is False:
+        raise Refused(
+            413,
+            f"The request body is over {limit} bytes.",
+            "invalid_request_error",
+            "request_too_large",
+        )
+    try:
+        # a big body is parsed off the event loop (the other requests keep being served)
+        if len(content) > LOOP_PARSE_MAX_BYTES:
+            body = await asyncio.to_thread(safejson.loads, content)
+        else:
+            body = safejson.loads(content)
+    except ValueError as exc:
+        raise Refused(
+            400, f"The body is not a JSON object: {exc}", "invalid_request_error", "invalid_json"
+        ) from None
+    if not isinstance(body, dict):
+        raise Refused(
+            400, "The body must be a JSON object.", "invalid_request_error", "invalid_json"
+        )
+    return body, content
+
+
+async def _until_answered(task, tap, rec, receive):
+    """Wait for the recording `task` or the client's leaving, whichever comes first; then end
+    the client's response (`tap.finish`) and wait until the client has its bytes."""
     gone = asyncio.ensure_future(_disconnected(receive))
     await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():  # the client hung up first, or stopped reading and was let go
