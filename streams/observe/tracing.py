@@ -148,63 +148,69 @@ class Tracing:
         def at(t_ns):
             return wall0_ns + max(t_ns - rec.t0_ns, 0)
 
-        checker = rec.checker
-        status = fields["status"]
         request_model = _text(rec.request_model)
-        response_model = _text(
-            fields.get("resolved_model") or (checker.resolved_model if checker else "")
-        )
-        attributes = {
-            "gen_ai.operation.name": OPERATION,
-            "gen_ai.request.stream": rec.request_stream,
-            "streamscope.stream.id": rec.stream_id or 0,
-            "streamscope.source": telemetry.source_of(rec),
-            "streamscope.status": status,
-            "streamscope.events": rec.next_index,
-            "streamscope.findings": rec.findings,
-        }
-        if request_model:
-            attributes["gen_ai.request.model"] = request_model
-        if response_model:
-            attributes["gen_ai.response.model"] = response_model
-        response_id = _text(fields.get("upstream_id") or (checker.upstream_id if checker else ""))
-        if response_id:
-            attributes["gen_ai.response.id"] = response_id
-        for token_type, n in telemetry.usage_tokens(checker).items():
-            attributes[f"gen_ai.usage.{token_type}_tokens"] = n
-        if fields.get("ttft_ms") is not None:
-            attributes["gen_ai.response.time_to_first_chunk"] = max(fields["ttft_ms"], 0) / 1e3
-        error_code = _text(fields.get("error_code"))
-        if error_code:
-            attributes["error.type"] = error_code
         closed = rec.milestones.get("closed")
         end = at(closed) if closed is not None else None
         span = self.tracer.start_span(
             f"{OPERATION} {request_model}" if request_model else OPERATION,
             kind=SpanKind.CLIENT,
             start_time=wall0_ns,
-            attributes=attributes,
+            attributes=_attributes(rec, fields),
         )
         for name in MILESTONES:
             t_ns = rec.milestones.get(name)
             if t_ns is not None:
                 span.add_event(name, timestamp=at(t_ns))
-        violations = checker.violations if checker is not None else ()
+        violations = rec.checker.violations if rec.checker is not None else ()
         for v in violations[:MAX_FINDING_EVENTS]:
-            finding = {
-                "streamscope.finding.code": v.code,
-                "streamscope.finding.severity": v.severity,
-            }
-            if v.event_index is not None:
-                finding["streamscope.finding.event_index"] = v.event_index
-            if v.detail:
-                finding["streamscope.finding.detail"] = _text(v.detail)
             # a finding has an event index, not a time: it is known by the end
-            span.add_event("streamscope.finding", attributes=finding, timestamp=end)
+            span.add_event("streamscope.finding", attributes=_finding(v), timestamp=end)
+        status = fields["status"]
         if status in ERROR_STATUSES:
-            message = _text(fields.get("error_message")) or error_code or status
-            span.set_status(Status(StatusCode.ERROR, message))
+            message = _text(fields.get("error_message")) or _text(fields.get("error_code"))
+            span.set_status(Status(StatusCode.ERROR, message or status))
         span.end(end_time=end)
+
+
+def _attributes(rec, fields):
+    """The span's attributes: GenAI semantic conventions where they have a name, Streamscope's
+    own otherwise; every value from the upstream through `_text`."""
+    checker = rec.checker
+    attributes = {
+        "gen_ai.operation.name": OPERATION,
+        "gen_ai.request.stream": rec.request_stream,
+        "streamscope.stream.id": rec.stream_id or 0,
+        "streamscope.source": telemetry.source_of(rec),
+        "streamscope.status": fields["status"],
+        "streamscope.events": rec.next_index,
+        "streamscope.findings": rec.findings,
+    }
+    optional = {
+        "gen_ai.request.model": _text(rec.request_model),
+        "gen_ai.response.model": _text(
+            fields.get("resolved_model") or (checker.resolved_model if checker else "")
+        ),
+        "gen_ai.response.id": _text(
+            fields.get("upstream_id") or (checker.upstream_id if checker else "")
+        ),
+        "error.type": _text(fields.get("error_code")),
+    }
+    attributes.update((name, value) for name, value in optional.items() if value)
+    for token_type, n in telemetry.usage_tokens(checker).items():
+        attributes[f"gen_ai.usage.{token_type}_tokens"] = n
+    if fields.get("ttft_ms") is not None:
+        attributes["gen_ai.response.time_to_first_chunk"] = max(fields["ttft_ms"], 0) / 1e3
+    return attributes
+
+
+def _finding(v):
+    """A checker finding as a span event's attributes."""
+    finding = {"streamscope.finding.code": v.code, "streamscope.finding.severity": v.severity}
+    if v.event_index is not None:
+        finding["streamscope.finding.event_index"] = v.event_index
+    if v.detail:
+        finding["streamscope.finding.detail"] = _text(v.detail)
+    return finding
 
 
 def _text(value):

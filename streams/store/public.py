@@ -55,6 +55,38 @@ NOT_SHOWN = {
     "runner": "which process runs it (host:pid:nonce), internal",
 }
 
+# The `milestones_us` of the public shape: (name, column), in the order they happen.
+MILESTONE_COLUMNS = (
+    ("connected", "connected_us"),
+    ("request_written", "request_written_us"),
+    ("headers", "headers_us"),
+    ("created", "created_event_us"),
+    ("routing", "routing_us"),
+    ("first_token", "first_token_us"),
+    ("first_tool_call", "first_tool_call_us"),
+    ("terminal", "terminal_us"),
+    ("closed", "closed_us"),
+)
+
+# The figures, output and counts of the public shape, as their columns are named.
+FIGURE_COLUMNS = (
+    "ttft_ms",
+    "duration_ms",
+    "tokens_per_s",
+    "inter_token_ms",
+    "proxy_added_p50_ms",
+    "proxy_added_p99_ms",
+    "event_count",
+    "output_tokens",
+    "bytes_received",
+    "output_text",
+    "final_text",
+    "parts",
+    "findings_count",
+    "error_findings",
+    "warning_findings",
+)
+
 FAILED_TOOL_STATUSES = frozenset({"failed", "incomplete", "cancelled"})
 
 # The first frame of a stream's WebSocket: every field viewers are told about when it changes.
@@ -145,32 +177,8 @@ def stream(stream) -> dict:
         "finished_at": _iso(stream.finished_at),
         # whose clock stamped the receipt times: "kernel", "loop", or "" (none were taken)
         "receipt_clock": stream.receipt_clock,
-        "milestones_us": {
-            "connected": stream.connected_us,
-            "request_written": stream.request_written_us,
-            "headers": stream.headers_us,
-            "created": stream.created_event_us,
-            "routing": stream.routing_us,
-            "first_token": stream.first_token_us,
-            "first_tool_call": stream.first_tool_call_us,
-            "terminal": stream.terminal_us,
-            "closed": stream.closed_us,
-        },
-        "ttft_ms": stream.ttft_ms,
-        "duration_ms": stream.duration_ms,
-        "tokens_per_s": stream.tokens_per_s,
-        "inter_token_ms": stream.inter_token_ms,
-        "proxy_added_p50_ms": stream.proxy_added_p50_ms,
-        "proxy_added_p99_ms": stream.proxy_added_p99_ms,
-        "event_count": stream.event_count,
-        "output_tokens": stream.output_tokens,
-        "bytes_received": stream.bytes_received,
-        "output_text": stream.output_text,
-        "final_text": stream.final_text,
-        "parts": stream.parts,
-        "findings_count": stream.findings_count,
-        "error_findings": stream.error_findings,
-        "warning_findings": stream.warning_findings,
+        "milestones_us": {name: getattr(stream, column) for name, column in MILESTONE_COLUMNS},
+        **{name: getattr(stream, name) for name in FIGURE_COLUMNS},
         "findings": findings,
         # retention deleted its events (their figures and findings stay)
         "events_pruned_at": _iso(stream.events_pruned_at),
@@ -247,35 +255,7 @@ def output(stream, *, terminal_text=False) -> list[dict]:
     `terminal_text`: a stream without output parts whose terminal event carried the text
     gets it as a message (the playground shows the answer; the timeline shows it as the
     terminal text's difference instead)."""
-    items = []
-    for raw in stream.parts or ():
-        if not isinstance(raw, dict):
-            continue
-        type_ = raw.get("type") or ""
-        kind = ITEM_KINDS.get(type_, "other")
-        item = {"kind": kind, "output_index": raw.get("output_index"), "type": type_,
-                "id": raw.get("id", "")}  # fmt: skip
-        if kind == "message":
-            item["status"] = raw.get("status", "")
-            item["parts"] = [_text_part(p) for p in raw.get("parts") or () if isinstance(p, dict)]
-        elif kind == "tool":
-            status = raw.get("status") or ""
-            item.update(
-                name=raw.get("name") or "",
-                call_id=raw.get("call_id") or "",
-                status=status,
-                failed=status in FAILED_TOOL_STATUSES,
-                arguments=raw.get("arguments") or "",
-                streamed_arguments=raw.get("streamed_arguments"),
-                output=raw.get("output"),
-            )
-        elif kind == "reasoning":
-            item["summary"] = [s for s in raw.get("summary") or () if s]
-            item["content"] = [s for s in raw.get("content") or () if s]
-        else:
-            item["item"] = raw.get("item") or {}
-            item["streamed"] = raw.get("streamed") or ""
-        items.append(item)
+    items = [_output_item(raw) for raw in stream.parts or () if isinstance(raw, dict)]
     has_text = any(i["kind"] == "message" and i["parts"] for i in items)
     if terminal_text and not has_text and stream.final_text:
         part = {"content_index": 0, "type": "output_text", "text": stream.final_text}
@@ -290,6 +270,35 @@ def output(stream, *, terminal_text=False) -> list[dict]:
             }
         )
     return items
+
+
+def _output_item(raw):
+    """One output item of `Stream.parts` in the shape `output` documents."""
+    type_ = raw.get("type") or ""
+    kind = ITEM_KINDS.get(type_, "other")
+    item = {"kind": kind, "output_index": raw.get("output_index"), "type": type_,
+            "id": raw.get("id", "")}  # fmt: skip
+    if kind == "message":
+        item["status"] = raw.get("status", "")
+        item["parts"] = [_text_part(p) for p in raw.get("parts") or () if isinstance(p, dict)]
+    elif kind == "tool":
+        status = raw.get("status") or ""
+        item.update(
+            name=raw.get("name") or "",
+            call_id=raw.get("call_id") or "",
+            status=status,
+            failed=status in FAILED_TOOL_STATUSES,
+            arguments=raw.get("arguments") or "",
+            streamed_arguments=raw.get("streamed_arguments"),
+            output=raw.get("output"),
+        )
+    elif kind == "reasoning":
+        item["summary"] = [s for s in raw.get("summary") or () if s]
+        item["content"] = [s for s in raw.get("content") or () if s]
+    else:
+        item["item"] = raw.get("item") or {}
+        item["streamed"] = raw.get("streamed") or ""
+    return item
 
 
 def _text_part(part):
