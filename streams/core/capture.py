@@ -270,46 +270,51 @@ def parse_har(content: bytes, max_events: int | None = None) -> list[HarEntry]:
         mime_type = _field(body, "mimeType", str, f"{where}.response.content", "")
         if not _is_stream_entry(url, mime_type):
             continue
-        text = _field(body, "text", str, f"{where}.response.content", None)
-        if text is None:
-            raw = None
-        elif body.get("encoding") == "base64":
-            try:
-                raw = base64.b64decode(text, validate=False)
-            except (binascii.Error, ValueError):
-                raw = None
-        else:
-            raw = text.encode("utf-8", errors="surrogatepass")
-        timings = _field(entry, "timings", dict, where, {})
-        status = _status(
-            _field(response, "status", int, f"{where}.response", None), f"{where}.response"
-        )
-        post = _field(request, "postData", dict, f"{where}.request", {})
+        raw = _har_body(body, f"{where}.response.content")
         try:
             events = parse_sse_bytes(raw, budget) if raw else []
         except TooManyEvents:
             raise TooManyEvents(max_events) from None  # (said of the file, not what was left)
         if budget is not None:
             budget -= len(events)
-        result.append(
-            HarEntry(
-                url=url,
-                method=_field(request, "method", str, f"{where}.request", ""),
-                status=status,
-                started_at=_started_at(_field(entry, "startedDateTime", str, where, ""), where),
-                time_ms=_number(entry.get("time"), f"{where}.time"),
-                timings={
-                    k: _number(timings[k], f"{where}.timings.{k}")
-                    for k in _TIMING_KEYS
-                    if k in timings
-                },
-                mime_type=mime_type,
-                request_body=_field(post, "text", str, f"{where}.request.postData", ""),
-                content=raw,
-                events=events,
-            )
-        )
+        result.append(_har_entry(entry, where, request, response, url, mime_type, raw, events))
     return result
+
+
+def _har_body(body, where):
+    """The response body's bytes (base64-decoded when so encoded; None when absent or not
+    decodable)."""
+    text = _field(body, "text", str, where, None)
+    if text is None:
+        return None
+    if body.get("encoding") == "base64":
+        try:
+            return base64.b64decode(text, validate=False)
+        except (binascii.Error, ValueError):
+            return None
+    return text.encode("utf-8", errors="surrogatepass")
+
+
+def _har_entry(entry, where, request, response, url, mime_type, raw, events):
+    """A HarEntry from one entry's checked fields (each wrong type or value a ValueError)."""
+    timings = _field(entry, "timings", dict, where, {})
+    post = _field(request, "postData", dict, f"{where}.request", {})
+    return HarEntry(
+        url=url,
+        method=_field(request, "method", str, f"{where}.request", ""),
+        status=_status(
+            _field(response, "status", int, f"{where}.response", None), f"{where}.response"
+        ),
+        started_at=_started_at(_field(entry, "startedDateTime", str, where, ""), where),
+        time_ms=_number(entry.get("time"), f"{where}.time"),
+        timings={
+            k: _number(timings[k], f"{where}.timings.{k}") for k in _TIMING_KEYS if k in timings
+        },
+        mime_type=mime_type,
+        request_body=_field(post, "text", str, f"{where}.request.postData", ""),
+        content=raw,
+        events=events,
+    )
 
 
 def sniff(content: bytes, filename: str = "") -> Literal["har", "sse"]:
