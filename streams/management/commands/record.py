@@ -70,16 +70,7 @@ class Command(BaseCommand):
             async with semaphore:
                 if stop.done():
                     return None
-                stream = None
-                try:
-                    stream = await _created(user, body)
-                    last = await services.record(stream, base_url=base_url)
-                    result = await sync_to_async(summary)(last.pk)
-                except Exception as exc:  # recording itself failed: say so, keep going
-                    result = {
-                        "id": getattr(stream, "pk", None),
-                        "error": f"{type(exc).__name__}: {exc}",
-                    }
+                result = await _recorded(user, body, base_url)
                 try:
                     self.stdout.write(json.dumps(result, indent=indent))
                     self.stdout.flush()  # a line per stream as it ends, also into a pipe
@@ -106,6 +97,18 @@ class Command(BaseCommand):
             await _stop_all(tasks)
             for sig, _ in signals:
                 loop.remove_signal_handler(sig)
+
+
+async def _recorded(user, body, base_url):
+    """One stream recorded: its summary, or {"id", "error"} when recording itself failed (the
+    run goes on)."""
+    stream = None
+    try:
+        stream = await _created(user, body)
+        last = await services.record(stream, base_url=base_url)
+        return await sync_to_async(summary)(last.pk)
+    except Exception as exc:
+        return {"id": getattr(stream, "pk", None), "error": f"{type(exc).__name__}: {exc}"}
 
 
 async def _created(user, body):
