@@ -10,10 +10,11 @@ from django.contrib.auth import get_user_model
 
 from dashboard.stats import latency
 from dashboard.stats.admin import admin_report
+from dashboard.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report
-from dashboard.stats.pairs import pair_aggregates
 from dashboard.stats.routing import routing_report
-from dashboard.stats.sql import PCT_NAMES, Scope, nearest_rank, rank, version
+from dashboard.stats.sql import PCT_NAMES, Scope, version
+from streams.core.figures import nearest_rank, rank
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Finding, Stream
 
@@ -156,10 +157,10 @@ class TestLatency:
 
     def test_the_narrow_path_gives_the_same_percentiles(self):
         scope = everyone()
-        aggregates = pair_aggregates(scope)
-        ordered = latency._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=False)
-        narrow = latency._rows_for(scope, aggregates, lambda p: p[0], "model", narrow=True)
+        ordered = latency.table_rows(ExactSource(scope, NOW, narrow=False), lambda p: p[0])
+        narrow = latency.table_rows(ExactSource(scope, NOW, narrow=True), lambda p: p[0])
         assert ordered == narrow
+        assert {r["model"]: r["p50"] for r in narrow} == {"m-a": 60.0, "m-b": 200.0}
 
     def test_histogram_counts_every_stream_with_a_ttft(self):
         report = self.report(everyone())

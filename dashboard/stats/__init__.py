@@ -1,11 +1,14 @@
 """Read-side queries of the analytics pages: plain data out, computed in the database.
 
-- `sql`: scopes and conditions, index choice, percentiles by ordered offset, time buckets,
-  the version a poll compares (and the definition of a percentile, `rank`).
-- `pairs`: aggregates per (resolved, requested) model pair, folded into the pages' groups;
-  per-model time series.
+- `sql`: scopes and conditions, index choice, percentiles by ordered offset (at the rank
+  `streams.core.figures.rank` defines), time buckets, the version a poll compares.
+- `pairs`: aggregates per (resolved, requested) model pair, folded into the pages' groups.
+- `source`: the figures a report is built from (`Source`: pair aggregates, group percentiles,
+  phases, histogram bins, time series, routing and findings counts, per-day and per-user
+  usage), and which source a scope is read from (`source_for`);
+  `exact` reads them from the raw rows, `rollup` from the pre-aggregates (`cube`).
 - `latency`, `routing`, `admin`: one report per page (`latency_report`, `routing_report`,
-  `admin_report`), each what its page shows.
+  `admin_report`), each what its page shows, each written once against a `Source`.
 
 Callers import from the submodule (`from dashboard.stats.latency import latency_report`).
 """

@@ -185,11 +185,11 @@ class Cube:
                         start=None if lo is None else dt.datetime.fromtimestamp(lo, dt.UTC),
                         end=dt.datetime.fromtimestamp(hi, dt.UTC),
                     )
-                ).add(f"{_q('status')} NOT IN ('pending', 'streaming')")
+                ).add(f"{_q('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
                 # under an hour of rows: by time (a model's index would read all its history)
                 rows += agg.read_streams(w.sql(), w.params, index="stream_created")
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
-                f"{_q('status')} IN ('pending', 'streaming')"
+                f"{_q('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
             )
             # the few active rows, by status (a user's index would read all their history)
             rows += agg.read_streams(w.sql(), w.params, index="stream_status_created")
@@ -421,7 +421,8 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
     rows: per model and bucket the count and exact nearest-rank percentiles, ranked by the
     database (window functions), so only the rows at the ranks come back — at 1M streams a
     day is ~33 000 rows, and reading them into Python was most of the page's time."""
-    from dashboard.stats.sql import IDX_PAIR, PCT_NAMES, _from, epoch_seconds, index_for, rank
+    from dashboard.stats.sql import IDX_PAIR, PCT_NAMES, _from, epoch_seconds, index_for
+    from streams.core.figures import rank
 
     ts = [int(lo.timestamp()) for lo, _ in windows]
     window = replace(scope, start=bounds[0], end=bounds[1])
@@ -454,6 +455,7 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
                 f"COUNT(*) OVER (PARTITION BY m, b) AS n FROM (SELECT {model} AS m, {b} AS b, "
                 f"{value_sql} AS v FROM {table} WHERE {w.sql()}) AS s"
             )
+            # figures.rank in SQL (integer division; q·n ≥ 1, so the rank is at least 1)
             at = " OR ".join(f"rn = ({int(q)} * n + 999) / 1000" for q in qs)
             cursor.execute(
                 f"SELECT m, b, n, rn, v FROM ({ranked}) AS r WHERE rn = 1 OR {at}", w.params

@@ -6,40 +6,25 @@ of two models or of a range with the one before it.
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import math
-from collections import Counter
 from dataclasses import dataclass, field
 
 from dashboard.stats import cube
-from dashboard.stats.pairs import (
-    SERIES_PERCENTILES,
-    _group_where,
-    _series_bounds,
-    _summary,
-    fold,
-    model_pairs,
-    pair_aggregates,
-    time_series,
-)
+from dashboard.stats.pairs import _summary, fold, model_pairs
+from dashboard.stats.source import source_for
 from dashboard.stats.sql import (
-    IDX_PAIR,
     PCT_NAMES,
     PERCENTILES,
+    SERIES_PERCENTILES,
     Scope,
     _dicts,
     _from,
     _q,
-    _rows,
-    _scalars,
     _versioned,
-    buckets,
-    history_start,
     index_for,
-    percentiles,
     scope_where,
 )
-from streams.store.aggregates import ERROR_BOUND, HOUR, TTFT, bucket_value, percentile, top_band
+from streams.store.aggregates import ERROR_BOUND
 
 SLOWEST = 20
 HISTOGRAM_BINS = 40
@@ -56,107 +41,41 @@ PHASES = (
 )
 
 
-@functools.cache
-def _phase_sql():
-    m = {
-        n: _q(n)
-        for n in (
-            "request_written_us",
-            "headers_us",
-            "created_event_us",
-            "routing_us",
-            "first_token_us",
-        )
-    }
-    complete = " AND ".join(f"{m[n]} IS NOT NULL" for n in m if n != "routing_us")
-    select = ", ".join(
-        [
-            "COUNT(*)",
-            f"SUM({m['request_written_us']})",
-            f"SUM({m['headers_us']})",
-            f"SUM({m['created_event_us']})",
-            f"SUM(COALESCE({m['routing_us']}, {m['created_event_us']}))",
-            f"SUM({m['first_token_us']})",
-        ]
-    )
-    return complete, select
-
-
-def phases(scope, aggregates, key):
-    """{group: [{key, label, ms}]}: mean duration of each phase, over the streams of each
-    group that reached every milestone up to the first token (one seek per pair)."""
-    complete, select = _phase_sql()
-    base = scope_where(scope, skip=("resolved_model", "requested_model")).add(complete)
-    pairs = list(aggregates)
-    parts = []
-    for i, (resolved, requested) in enumerate(pairs):
-        where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
-        parts.append(
-            (
-                f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}",
-                where.params,
-            )
-        )
-    sums = {}
-    for i, n, *values in _rows(parts):
-        if not n:
-            continue
-        k = key(pairs[i])
-        acc = sums.setdefault(k, [0] * 6)
-        for j, v in enumerate([n, *values]):
-            acc[j] += v or 0
+def phases(source):
+    """{resolved model: [{key, label, ms}]}: the mean duration of each phase over the model's
+    streams that reached every milestone up to the first token (`Source.phases`' sums)."""
     out = {}
-    for k, (n, written, headers, created, routed_or_created, first) in sums.items():
-        ms = [
-            written,
-            headers - written,
-            created - headers,
-            routed_or_created - created,
-            first - routed_or_created,
-        ]
-        out[k] = [
-            {"key": key_, "label": label, "ms": v / n / 1000}
-            for (key_, label), v in zip(PHASES, ms, strict=True)
+    for model, (n, written, headers, created, routed, first) in source.phases().items():
+        ms = [written, headers - written, created - headers, routed - created, first - routed]
+        out[model] = [
+            {"key": key, "label": label, "ms": v / n / 1000}
+            for (key, label), v in zip(PHASES, ms, strict=True)
         ]
     return out
 
 
-def _is_narrow(span_s, history_s):
-    """Whether a time window holds few of a group's rows: then reading the window's rows and
-    sorting them beats walking the group's ttft-ordered index (which visits all its rows)."""
-    if span_s is None or not history_s:
-        return False
-    # The crossover measured on SQLite (docs/performance.md, "Analytics").
-    return span_s / history_s < 0.08
-
-
-def _rows_for(scope, aggregates, key, label, narrow):
-    """Table rows (with TTFT percentiles) of the groups key(pair)."""
+def table_rows(source, key, label="model"):
+    """Table rows (counts, rates, TTFT percentiles) of the groups key(pair), busiest first."""
+    aggregates = source.aggregates()
     groups = fold(aggregates, key)
-    pairs = list(aggregates)
-    wheres = {
-        g: (_group_where(scope, pairs, lambda p, g=g: key(p) == g), agg["ttft_n"])
-        for g, agg in groups.items()
-    }
-    pcts = percentiles(wheres, _q("ttft_ms"), narrow=narrow)
-    rows = [{label: g, **_summary(agg, pcts[g])} for g, agg in groups.items()]
+    members = {g: [p for p in aggregates if key(p) == g] for g in groups}
+    pcts = source.percentiles(members)
+    rows = [{label: g, **_summary(a, pcts[g])} for g, a in groups.items()]
     rows.sort(key=lambda r: (-r["count"], str(r[label])))
     return rows
 
 
-def overall(scope, aggregates, narrow):
+def overall(source):
     """The 'all streams' row: folded aggregates, percentiles over the whole scope."""
-    agg = fold(aggregates, lambda p: "all").get("all")
+    agg = fold(source.aggregates(), lambda p: "all").get("all")
     if agg is None:
         return None
-    where = scope_where(scope)
-    pcts = percentiles({"all": (where, agg["ttft_n"])}, _q("ttft_ms"), narrow=narrow)["all"]
-    return _summary(agg, pcts)
+    return _summary(agg, source.percentiles({"all": None})["all"])
 
 
-def histogram(scope, aggregates, rows):
-    """TTFT histogram per resolved model: equal bins from 0 to a round number above the
-    highest p99 (one overflow bin holds the rest)."""
+def histogram(source, rows):
+    """TTFT histogram per resolved model (`rows`): equal bins from 0 to a round number above
+    the highest p99 (one overflow bin holds the rest)."""
     top = max((r["p99"] for r in rows if r["p99"] is not None), default=None)
     if top is None:
         return None
@@ -164,20 +83,8 @@ def histogram(scope, aggregates, rows):
     nbins = max(1, min(HISTOGRAM_BINS, math.ceil(top / width)))
     edges = [i * width for i in range(nbins + 1)]
     models = [r["model"] for r in rows]
-    pairs = list(aggregates)
-    subqueries = []
-    for model in models:
-        where = _group_where(scope, pairs, lambda p, m=model: p[0] == m)
-        for i in range(nbins + 1):
-            w = where.copy().add(f"{_q('ttft_ms')} >= %s", edges[i])
-            if i < nbins:
-                w.add(f"{_q('ttft_ms')} < %s", edges[i + 1])
-            index = index_for(w, ordered=True)
-            subqueries.append((f"SELECT COUNT(*) FROM {_from(index, w)} WHERE {w.sql()}", w.params))
-    counts = _scalars(subqueries)
-    series = []
-    for j, model in enumerate(models):
-        series.append({"model": model, "counts": counts[j * (nbins + 1) : (j + 1) * (nbins + 1)]})
+    counts = source.histogram(models, edges)
+    series = [{"model": m, "counts": counts[m]} for m in models]
     return {"edges": edges, "width": width, "series": series}
 
 
@@ -209,17 +116,6 @@ def series_rows(series, qs=SERIES_PERCENTILES):
                     row[PCT_NAMES[q]] = None if v is None else round(v)
                 rows.append(row)
     return rows
-
-
-def _finish(report, scope, band=None):
-    """What both ways of computing a report end with: the table forms of the histogram and the
-    series, and the slowest streams (raw rows, exact, either way; `band`: see `slowest`)."""
-    if report.histogram:
-        report.histogram_rows = histogram_rows(report.histogram)
-    if report.series:
-        report.series_rows = series_rows(report.series)
-    report.slowest = slowest(scope, band=band)
-    return report
 
 
 def _nice(x):
@@ -282,13 +178,13 @@ COMPARED = (
 )
 
 
-def compare(scope_a, label_a, scope_b, label_b, known=None):
+def compare(scope_a, label_a, scope_b, label_b, now, known=None):
     """Two scopes side by side (two models, or one range and the one before it): B − A as a
     relative change, and in percentage points for rates. `known`: {scope: its overall row}
     already computed."""
     known = known or {}
-    a = known[scope_a] if scope_a in known else _one_row(scope_a)
-    b = known[scope_b] if scope_b in known else _one_row(scope_b)
+    a = known[scope_a] if scope_a in known else overall(source_for(scope_a, now))
+    b = known[scope_b] if scope_b in known else overall(source_for(scope_b, now))
     deltas = []
     for key, name, unit in COMPARED:
         va = a.get(key) if a else None
@@ -307,16 +203,6 @@ def compare(scope_a, label_a, scope_b, label_b, known=None):
             }  # fmt: skip
         )
     return Comparison(label_a, label_b, a, b, deltas)
-
-
-def _one_row(scope):
-    if cube.method(scope) == cube.AGGREGATED:
-        c = cube.Cube(scope)
-        aggregates = cube.pair_aggregates(c)
-        hists = c.histograms(TTFT, ("resolved_model", "requested_model"))
-        return _overall_from(aggregates, hists)
-    aggregates = pair_aggregates(scope)
-    return overall(scope, aggregates, narrow=False)
 
 
 @dataclass
@@ -345,154 +231,34 @@ def latency_report(scope, *, now=None, compare_with=None):
     """Everything the latency page shows. `compare_with`: (label_a, scope_a, label_b, scope_b)."""
     now = now or dt.datetime.now(dt.UTC)
     pairs = model_pairs(scope)
+    source = source_for(scope, now)
     report = LatencyReport(
         scope=scope,
         empty=True,
         resolved_models=sorted({r for r, _ in pairs if r}),
         requested_models=sorted({q for _, q in pairs if q}),
+        method=source.method,
     )
-    if cube.method(scope) == cube.AGGREGATED:
-        return _aggregated(report, scope, now, compare_with)
-    aggregates = pair_aggregates(scope, pairs)
-    if compare_with is not None:
-        label_a, scope_a, label_b, scope_b = compare_with
-        report.comparison = compare(scope_a, label_a, scope_b, label_b)
-    if not aggregates:
-        return report
-    report.empty = False
-    start = scope.start or history_start(scope)
-    history_s = (now - start).total_seconds() if start else None
-    narrow = _is_narrow(scope.span_s, history_s) if scope.start else False
-    report.overall = overall(scope, aggregates, narrow)
-    report.by_resolved = _rows_for(scope, aggregates, lambda p: p[0], "model", narrow)
-    phase_means = phases(scope, aggregates, lambda p: p[0])
-    for row in report.by_resolved:
-        row["phases"] = phase_means.get(row["model"])
-    report.by_requested = _rows_for(scope, aggregates, lambda p: p[1], "model", narrow)
-    report.histogram = histogram(scope, aggregates, [r for r in report.by_resolved if r["model"]])
-    models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
-    report.series = time_series(scope, aggregates, models, now)
-    return _finish(report, scope)
-
-
-# ---------------------------------------------------------------------------------------------
-# The same report from the pre-aggregates (dashboard/stats/cube.py): counts, sums, rates and
-# maxima exact, percentiles and the histogram's bins from log buckets (within ERROR_BOUND).
-
-
-def _rows_from(aggregates, hists, key, label):
-    groups = fold(aggregates, key)
-    members = {g: [p for p in aggregates if key(p) == g] for g in groups}
-    maxima = {g: a["ttft_max"] for g, a in groups.items()}
-    pcts = cube.group_percentiles(hists, members, PERCENTILES, maxima)
-    rows = [{label: g, **_summary(a, pcts[g])} for g, a in groups.items()]
-    rows.sort(key=lambda r: (-r["count"], str(r[label])))
-    return rows
-
-
-def _overall_from(aggregates, hists):
-    if not aggregates:
-        return None
-    rows = _rows_from(aggregates, hists, lambda p: "all", "model")
-    row = rows[0]
-    del row["model"]
-    return row
-
-
-def _phases_from(c):
-    out = {}
-    for (model,), v in c.usage(("resolved_model",)).items():
-        n = v["phase_n"]
-        if not n:
-            continue
-        written, headers = v["written_sum_us"], v["headers_sum_us"]
-        created, routed = v["created_sum_us"], v["routed_or_created_sum_us"]
-        first = v["first_token_sum_us"]
-        ms = [written, headers - written, created - headers, routed - created, first - routed]
-        out[model] = [
-            {"key": k, "label": label, "ms": x / n / 1000}
-            for (k, label), x in zip(PHASES, ms, strict=True)
-        ]
-    return out
-
-
-def _histogram_from(hists, rows):
-    top = max((r["p99"] for r in rows if r["p99"] is not None), default=None)
-    if top is None:
-        return None
-    width = _nice(top / HISTOGRAM_BINS)
-    nbins = max(1, min(HISTOGRAM_BINS, math.ceil(top / width)))
-    edges = [i * width for i in range(nbins + 1)]
-    series = []
-    for r in rows:
-        counts = [0] * (nbins + 1)
-        merged = {}
-        for (resolved, _), h in hists.items():
-            if resolved == r["model"]:
-                for b, n in h.items():
-                    merged[b] = merged.get(b, 0) + n
-        for b, n in merged.items():
-            counts[min(nbins, int(bucket_value(b) // width))] += n
-        series.append({"model": r["model"], "counts": counts})
-    return {"edges": edges, "width": width, "series": series}
-
-
-def _series_from(scope, aggregates, models, now, metric=TTFT, qs=SERIES_PERCENTILES):
-    """time_series from the cube when its steps are whole hours (ranges over ~28 h); shorter
-    ranges read their few rows raw."""
-    bounds = _series_bounds(scope, now)
-    if bounds is None or not models:
-        return None
-    step, windows = buckets(*bounds)
-    if step % HOUR:
-        return cube.short_series(
-            scope, models, bounds, step, windows, _q("ttft_ms"), qs, pairs=list(aggregates)
-        )
-    c = cube.Cube(scope, bounds[0], bounds[1])
-    hists = c.histograms(metric, ("resolved_model", "t"), step)
-    ts = [int(lo.timestamp()) for lo, _ in windows]
-    series = []
-    for model in models:
-        entry = {"model": model, "n": []}
-        for q in qs:
-            entry[PCT_NAMES[q]] = []
-        for t in ts:
-            h = hists.get((model, t), {})
-            entry["n"].append(sum(h.values()))
-            for q in qs:
-                entry[PCT_NAMES[q]].append(percentile(h, q))
-        series.append(entry)
-    return {"step": step, "t": ts, "series": series}
-
-
-def _aggregated(report, scope, now, compare_with):
-    report.method = cube.AGGREGATED
-    c = cube.Cube(scope)
-    aggregates = cube.pair_aggregates(c)
-    hists = c.histograms(TTFT, ("resolved_model", "requested_model")) if aggregates else {}
-    overall = _overall_from(aggregates, hists)
+    report.overall = overall(source)
     if compare_with is not None:
         label_a, scope_a, label_b, scope_b = compare_with
         # "this range" against the one before is this report's own overall row
-        report.comparison = compare(
-            scope_a, label_a, scope_b, label_b, known={scope: overall and dict(overall)}
-        )
-    if not aggregates:
+        known = {scope: report.overall and dict(report.overall)}
+        report.comparison = compare(scope_a, label_a, scope_b, label_b, now, known)
+    if report.overall is None:
         return report
     report.empty = False
-    report.overall = overall
-    report.by_resolved = _rows_from(aggregates, hists, lambda p: p[0], "model")
-    phase_means = _phases_from(c)
+    report.by_resolved = table_rows(source, lambda p: p[0])
+    phase_means = phases(source)
     for row in report.by_resolved:
         row["phases"] = phase_means.get(row["model"])
-    report.by_requested = _rows_from(aggregates, hists, lambda p: p[1], "model")
-    report.histogram = _histogram_from(hists, [r for r in report.by_resolved if r["model"]])
+    report.by_requested = table_rows(source, lambda p: p[1])
+    report.histogram = histogram(source, [r for r in report.by_resolved if r["model"]])
+    if report.histogram:
+        report.histogram_rows = histogram_rows(report.histogram)
     models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
-    report.series = _series_from(scope, aggregates, models, now)
-    band = None
-    if scope.tag:
-        merged = Counter()
-        for h in hists.values():
-            merged.update(h)
-        band = top_band(merged, SLOWEST)
-    return _finish(report, scope, band)
+    report.series = source.series(models)
+    if report.series:
+        report.series_rows = series_rows(report.series)
+    report.slowest = slowest(scope, band=source.top_band(SLOWEST))
+    return report

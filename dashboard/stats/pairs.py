@@ -1,17 +1,17 @@
 """Aggregates per (resolved model, requested model) pair: the latency and routing pages fold
 their groups from these (counts and sums add up; percentiles never do, so a group's are
-computed over its own conditions, `_group_where`), and both draw per-model time series.
+computed over its own conditions, `_group_where`, or its pairs' merged histograms).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-from dataclasses import replace
 
 from django.db import connection
 
 from dashboard.stats.sql import (
+    ACTIVE,
     IDX_PAIR,
     IDX_STATUS,
     PCT_NAMES,
@@ -22,17 +22,15 @@ from dashboard.stats.sql import (
     _pct,
     _q,
     _rows,
-    _scalars,
-    buckets,
     distinct_values,
     history_span,
-    index_for,
-    percentiles,
+    memoized,
     scope_where,
 )
 
-SERIES_PERCENTILES = (500, 950)
 _STATUS_COUNTS = ("failed", "stalled", "truncated")
+# Stream.ACTIVE_STATUSES as SQL literals (enum values: lowercase words, nothing to quote)
+_ACTIVE_LITERALS = ", ".join(f"'{s}'" for s in ACTIVE if s.isalpha())
 
 
 @functools.cache
@@ -44,7 +42,7 @@ def _pair_columns():
     ttft, itl = _q("ttft_ms"), _q("inter_token_ms")
     cols = [
         ("count", "COUNT(*)", "sum"),
-        ("active", f"COUNT(CASE WHEN {status} IN ('pending', 'streaming') THEN 1 END)", "sum"),
+        ("active", f"COUNT(CASE WHEN {status} IN ({_ACTIVE_LITERALS}) THEN 1 END)", "sum"),
     ]
     for name in _STATUS_COUNTS:
         cols.append((name, f"COUNT(CASE WHEN {status} = '{name}' THEN 1 END)", "sum"))
@@ -64,8 +62,12 @@ def model_pairs(scope):
     which keeps the filter menus stable). On a large history from the day rollups, which hold
     every finished stream (also those retention deleted), and the few active rows: the loose
     index scan of the raw rows, with a user's filter, walked every row of each model the user
-    never used (350 ms at 1M streams on SQLite). On a small one by that scan, exact for rows
-    written by any means."""
+    never used (on SQLite, most of the page's time at 1M streams). On a small one by that
+    scan, exact for rows written by any means. Read once per report."""
+    return memoized(("model_pairs", scope.user_id), lambda: _model_pairs(scope))
+
+
+def _model_pairs(scope):
     from dashboard.stats import cube
 
     if cube.visible_streams(scope) < cube.EXACT_BELOW:
@@ -191,6 +193,8 @@ def _group_where(scope, pairs, want):
     single resolved or requested model becomes an equality (so an ordered index applies)."""
     base = scope_where(scope, skip=("resolved_model", "requested_model"))
     chosen = [p for p in pairs if want(p)]
+    if not chosen:
+        return base.add("1 = 0")
     resolved = {r for r, _ in chosen}
     requested = {q for _, q in chosen}
     where = base.copy()
@@ -225,44 +229,3 @@ def _series_bounds(scope, now):
     if start >= end:
         return None
     return start, end
-
-
-def time_series(scope, aggregates, models, now, value=None, qs=SERIES_PERCENTILES):
-    """Per model and time bucket: the count and the percentiles `qs` of TTFT (or `value`;
-    "*" with no `qs` counts streams)."""
-    bounds = _series_bounds(scope, now)
-    if bounds is None or not models:
-        return None
-    step, windows = buckets(*bounds)
-    value = value or _q("ttft_ms")
-    pairs = list(aggregates)
-    groups = {}
-    for model in models:
-        for b, (lo, hi) in enumerate(windows):
-            # the bucket replaces the page's range, so the index seek covers the bucket only
-            window = replace(scope, start=max(lo, bounds[0]), end=min(hi, bounds[1]))
-            groups[(model, b)] = _group_where(window, pairs, lambda p, m=model: p[0] == m)
-    counts = _scalars(
-        [
-            (
-                f"SELECT COUNT({value}) FROM {_from(index_for(w, ordered=False), w)} "
-                f"WHERE {w.sql()}",
-                w.params,
-            )
-            for w in groups.values()
-        ]
-    )
-    groups = {key: (w, n) for (key, w), n in zip(groups.items(), counts, strict=True)}
-    pcts = percentiles(groups, value, qs, narrow=True)
-    return {
-        "step": step,
-        "t": [int(lo.timestamp()) for lo, _ in windows],
-        "series": [
-            {
-                "model": model,
-                "n": [groups[(model, b)][1] for b in range(len(windows))],
-                **{PCT_NAMES[q]: [pcts[(model, b)][q] for b in range(len(windows))] for q in qs},
-            }
-            for model in models
-        ],
-    }

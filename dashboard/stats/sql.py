@@ -5,10 +5,9 @@ Everything is computed in the database, from the metrics the recorder denormalis
 rows; nothing in `dashboard.stats` loads stream rows into Python. What comes back are aggregates
 (a few hundred numbers) and short lists (the slowest N streams, sample reasoning strings).
 
-Percentiles: nearest rank, exact. For the n non-null values of a group sorted ascending,
-x_1 ≤ … ≤ x_n, the q-quantile is x_k with k = ⌈q·n⌉ (and x_1 for k = 0); p100 is the maximum.
-k is computed with integers (q in per mille), so tests can use the same definition without
-floating-point doubts: `rank(q_permille, n)`.
+Percentiles: nearest rank, exact, as `streams.core.figures.rank` defines it (the one
+definition: x_k of the n values sorted, k = ⌈q·n⌉ with q in per mille); the SQL offset of a
+percentile is that rank's.
 
 How, and why it is fast on large histories: each percentile of each group is one scalar
 subquery, `SELECT v … WHERE <group> AND <filters> ORDER BY v LIMIT 1 OFFSET k-1`, many of them
@@ -42,11 +41,13 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.db.models import F
 
+from streams.core.figures import rank
 from streams.models import Finding, Stream
 from streams.store.lookups import HasTag, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
+SERIES_PERCENTILES = (500, 950)  # per mille: what the over-time charts draw
 MAX_BUCKETS = 56  # 1h by 2 min, 24h by 30 min, 7d by 3 h, 30d by day, 90d by 2 days
 # Steps for time buckets, aligned on the Unix epoch (so UTC days and hours) and stable across
 # refreshes.
@@ -55,7 +56,8 @@ BUCKET_STEPS = (60, 120, 300, 900, 1800, 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86
 # One statement holds at most this many subqueries (SQLite allows 2000 result columns and 500
 # compound terms; PostgreSQL 1664 target entries).
 CHUNK = 250
-FINISHED_EXCLUDES = ("pending", "streaming")
+# The statuses of a stream not finished yet (Stream.ACTIVE_STATUSES), as SQL values.
+ACTIVE = tuple(str(s) for s in Stream.ACTIVE_STATUSES)
 
 TABLE = Stream._meta.db_table
 
@@ -70,7 +72,7 @@ def version(scope, now):
     where = Where()
     if scope.user_id is not None:
         where.eq("user_id", scope.user_id)
-    active = where.copy().among("status", FINISHED_EXCLUDES)
+    active = where.copy().among("status", ACTIVE)
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT MAX({_q('id')}) FROM {_q(TABLE)} WHERE {where.sql()}", where.params)
         newest = cursor.fetchone()[0] or 0
@@ -117,23 +119,6 @@ def _versioned(build):
         return report
 
     return wrapper
-
-
-# ---------------------------------------------------------------------------------------------
-# Definitions shared with the tests
-
-
-def rank(q_permille, n):
-    """1-based nearest rank of the q-quantile (q in per mille) among n values."""
-    return max(1, (q_permille * n + 999) // 1000)
-
-
-def nearest_rank(values, q_permille):
-    """The definition, for lists in Python (tests, and nothing that reads the database)."""
-    ordered = sorted(v for v in values if v is not None)
-    if not ordered:
-        return None
-    return ordered[rank(q_permille, len(ordered)) - 1]
 
 
 @dataclass(frozen=True)
@@ -457,6 +442,16 @@ def buckets(start, end):
     edges.append(t)
     as_dt = [dt.datetime.fromtimestamp(e, dt.UTC) for e in edges]
     return step, list(zip(as_dt, as_dt[1:], strict=False))
+
+
+def day_starts(start, end, limit=400):
+    """The UTC midnights of the days from `start`'s up to before `end` (at most `limit`)."""
+    d = dt.datetime.combine(start.date(), dt.time(), dt.UTC)
+    days = []
+    while d < end and len(days) < limit:
+        days.append(d)
+        d += dt.timedelta(days=1)
+    return days
 
 
 def history_start(scope):

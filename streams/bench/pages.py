@@ -22,13 +22,13 @@ that every page answers 200; otherwise the run exits non-zero.
 import argparse
 import json
 import os
-import statistics
 import tempfile
 import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
 from streams.bench import manage, run_child
+from streams.core import figures
 
 SIZES = (10_000, 100_000)
 PAGES = [
@@ -91,8 +91,9 @@ def run(command, opts):
                 spec = {"streams": size, "repeat": opts["repeat"]}
                 env = {**os.environ, "DATABASE_URL": url}
                 # Seeding runs in a process of its own: a process that has just created and
-                # freed millions of objects answered the same requests ~40% slower than a fresh
-                # one (measured), and a server never seeds.
+                # freed millions of objects answered the same requests markedly slower than a
+                # fresh one (docs/performance.md, "The benchmarks themselves"), and a server
+                # never seeds.
                 manage(env, "migrate", "-v0")
                 seeded = manage(
                     env, "seed_demo", "--streams", str(size), "--days", "30",
@@ -211,7 +212,7 @@ def _child_main(command, opts):
         result = {
             "page": page,
             "streams": spec["streams"],
-            "server_ms_p50": round(statistics.median(times), 1),
+            "server_ms_p50": round(figures.nearest_rank(times, 500), 1),
             "server_ms_max": round(max(times), 1),
             "queries": len(queries.captured_queries),
         }

@@ -35,7 +35,6 @@ import gc
 import itertools
 import json
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -54,6 +53,7 @@ from streams.bench import (
     server_limits,
     wait_for_port,
 )
+from streams.core import figures
 
 FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
 FAST_EVENTS_MANY = 1_000
@@ -90,8 +90,10 @@ async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
                 },
             },
         )
+    from streams.models import Stream
+
     status = (stream_fields or {}).get("status")
-    if status and status not in ("pending", "streaming"):
+    if status and status not in Stream.ACTIVE_STATUSES:
         await layer.group_send(group, {"type": "stream.end", "status": status})
 
 
@@ -639,9 +641,11 @@ async def _run(pattern, n, port, request, idle_s, viewers=True):
         for _, code in consumed:
             if code is not None:
                 closed[str(code)] = closed.get(str(code), 0) + 1
+        from streams.models import Stream
+
         for _ in range(600):
             streams = (await client.post("/_bench/streams", json={"ids": ids})).json()["streams"]
-            if all(s["status"] not in ("pending", "streaming") for s in streams):
+            if all(s["status"] not in Stream.ACTIVE_STATUSES for s in streams):
                 break
             await asyncio.sleep(0.1)
     by_id = {s["id"]: s for s in streams}
@@ -709,11 +713,10 @@ async def _consume(ws, stock, idle_s):
     return records, closed
 
 
-def _percentile(values, p):
-    values = sorted(values)
-    if p == 50:
-        return round(statistics.median(values), 2)
-    return round(values[min(len(values) - 1, int(len(values) * p / 100))], 2)
+def _percentile(values, p, digits=2):
+    """The p-th percentile (p in percent) of a non-empty list, by nearest rank
+    (`figures.nearest_rank`), rounded to `digits` decimals."""
+    return round(figures.nearest_rank(values, p * 10), digits)
 
 
 async def _latencies(sim_root, run, receipts, published):

@@ -12,9 +12,43 @@ Inputs are the stream's milestones in µs since its attempt started, exactly as 
   n deltas make n − 1 gaps;
 - ``proxy_added_p50_ms`` / ``_p99_ms`` (proxied streams): per event, the time from its receipt
   from the upstream to its bytes being handed to the client's socket (`Event.sent_us − t_us`).
+
+And the one definition of a percentile every figure uses (the analytics pages' SQL offsets and
+histogram walks, the stream page, the benches): nearest rank. For the n values of a group
+sorted ascending, x_1 ≤ … ≤ x_n, the q-quantile is x_k with k = ⌈q·n⌉ (and x_1 for k = 0);
+p100 is the maximum. k is computed with integers, q in per mille (p50 = 500, p99 = 990), so
+no floating-point product lands just above an integer (0.9 × 70 = 63.000…01): `rank`.
 """
 
-import math
+
+def rank(q_permille, n):
+    """The 1-based nearest rank of the q-quantile (q in per mille) among n values."""
+    return max(1, (q_permille * n + 999) // 1000)
+
+
+def nearest_rank(values, q_permille):
+    """The q-quantile (q in per mille) of a list of values, by nearest rank; None values are
+    left out, and an empty list has none (None)."""
+    ordered = sorted(v for v in values if v is not None)
+    if not ordered:
+        return None
+    return ordered[rank(q_permille, len(ordered)) - 1]
+
+
+def weighted_nearest_rank(counts, q_permille):
+    """The q-quantile (q in per mille) of values given as (value, how many) pairs, by nearest
+    rank over the values each repeated that many times; None when there are none."""
+    ordered = sorted(counts)
+    total = sum(n for _, n in ordered)
+    if not total:
+        return None
+    k = rank(q_permille, total)
+    seen = 0
+    for value, n in ordered:
+        seen += n
+        if seen >= k:
+            return value
+    raise AssertionError("unreachable: the ranks add up to the total")
 
 
 def ttft_ms(request_written_us, first_token_us):
@@ -51,17 +85,10 @@ def derived(
 def proxy_added(delays):
     """p50/p99 of the proxy's added time per event, from `(delay µs, events)` pairs (every
     event of one received chunk waited as long), nearest rank."""
-    ordered = sorted(delays)
-    total = sum(n for _, n in ordered)
+    delays = list(delays)
     fields = {}
-    if not total:
-        return fields
-    for name, q in (("proxy_added_p50_ms", 0.50), ("proxy_added_p99_ms", 0.99)):
-        rank = max(1, math.ceil(q * total))
-        seen = 0
-        for delay_us, n in ordered:
-            seen += n
-            if seen >= rank:
-                fields[name] = delay_us / 1000
-                break
+    for name, q in (("proxy_added_p50_ms", 500), ("proxy_added_p99_ms", 990)):
+        delay_us = weighted_nearest_rank(delays, q)
+        if delay_us is not None:
+            fields[name] = delay_us / 1000
     return fields

@@ -32,6 +32,7 @@ from collections import defaultdict
 
 from django.db import connection, models
 
+from streams.core import figures
 from streams.models import (
     MAX_TAG_CHARS,
     MAX_TAGS,
@@ -57,7 +58,9 @@ MIN_VALUE = 0.001  # ms: the clock's resolution (1 µs); anything below reads as
 TTFT = 1  # HistogramRollup.metric: time to first token (ms)
 DECISION = 2  # routing decision − request written (ms)
 
-ACTIVE = ("pending", "streaming")
+# Stream.ACTIVE_STATUSES as plain strings (SQL parameters), and the placeholders they fill.
+ACTIVE = tuple(str(s) for s in Stream.ACTIVE_STATUSES)
+ACTIVE_MARKS = ", ".join(["%s"] * len(ACTIVE))
 
 # The Stream columns a contribution is made of (raw rows the pages fold in use the same).
 COLUMNS = (
@@ -122,19 +125,14 @@ def bucket_value(b):
 
 
 def percentile(counts, q_permille, maximum=None):
-    """Nearest-rank q-quantile (q in per mille, as `dashboard.stats.sql.rank`) of a histogram
-    {bucket: n}; capped at the exact `maximum` when known. None when empty."""
-    n = sum(counts.values())
-    if not n:
+    """Nearest-rank q-quantile (q in per mille, `figures.rank`) of a histogram {bucket: n}: the
+    value of the bucket holding that rank, capped at the exact `maximum` when known. None
+    when empty."""
+    b = figures.weighted_nearest_rank(counts.items(), q_permille)
+    if b is None:
         return None
-    k = max(1, (q_permille * n + 999) // 1000)
-    seen = 0
-    for b in sorted(counts):
-        seen += counts[b]
-        if seen >= k:
-            v = bucket_value(b)
-            return min(v, maximum) if maximum is not None else v
-    raise AssertionError("unreachable")
+    v = bucket_value(b)
+    return min(v, maximum) if maximum is not None else v
 
 
 def top_band(counts, k):
@@ -334,8 +332,8 @@ def snapshot(ids):
         chunk = ids[lo : lo + 500]
         marks = ", ".join(["%s"] * len(chunk))
         qn = connection.ops.quote_name
-        where = f"{qn('id')} IN ({marks}) AND {qn('status')} NOT IN ('pending', 'streaming')"
-        for row, findings in read_streams(where, chunk):
+        where = f"{qn('id')} IN ({marks}) AND {qn('status')} NOT IN ({ACTIVE_MARKS})"
+        for row, findings in read_streams(where, [*chunk, *ACTIVE]):
             out.add_stream(row, findings)
     return out
 
@@ -448,9 +446,9 @@ def rebuild(progress=None, chunk_s=DAY):
         hi = dt.datetime.fromtimestamp(t + chunk_s, dt.UTC)
         where = (
             f"{qn('created_at')} >= %s AND {qn('created_at')} < %s "
-            f"AND {qn('status')} NOT IN ('pending', 'streaming')"
+            f"AND {qn('status')} NOT IN ({ACTIVE_MARKS})"
         )
-        params = [connection.ops.adapt_datetimefield_value(v) for v in (lo, hi)]
+        params = [*(connection.ops.adapt_datetimefield_value(v) for v in (lo, hi)), *ACTIVE]
         out = Contributions()
         rows = read_streams(where, params)
         for row, findings in rows:

@@ -1,0 +1,219 @@
+"""The figures of `source.Source` read from the pre-aggregates (`cube.Cube`): counts, sums,
+rates and maxima exact; percentiles and histogram bins from the merged log-bucketed histograms,
+within `aggregates.ERROR_BOUND` of the exact value.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections import Counter
+from dataclasses import replace
+
+from dashboard.stats import cube
+from dashboard.stats.pairs import _series_bounds
+from dashboard.stats.sql import (
+    PCT_NAMES,
+    PERCENTILES,
+    SERIES_PERCENTILES,
+    TABLE,
+    _q,
+    _scalars,
+    buckets,
+    day_starts,
+    history_start,
+    scope_where,
+)
+from streams.store.aggregates import HOUR, TTFT, bucket_value, percentile, top_band
+
+DAY = 86400
+
+
+class RollupSource:
+    """The figures of one scope from the rollup tables (and the raw rows of the partial hours
+    at the range's edges and of the running streams, which `cube.Cube` adds in)."""
+
+    method = cube.AGGREGATED
+
+    def __init__(self, scope, now):
+        self.scope = scope
+        self.now = now
+        self.cube = cube.Cube(scope, scope.start, scope.end or now)
+        self._aggregates = None
+
+    def aggregates(self):
+        if self._aggregates is None:
+            self._aggregates = cube.pair_aggregates(self.cube)
+        return self._aggregates
+
+    def _hists(self, metric):
+        return self.cube.histograms(metric, ("resolved_model", "requested_model"))
+
+    # -- percentiles --------------------------------------------------------------------------
+
+    def percentiles(self, groups, qs=PERCENTILES, metric=TTFT):
+        aggregates = self.aggregates()
+        members = {g: list(aggregates) if m is None else m for g, m in groups.items()}
+        maxima = None
+        if metric == TTFT:  # the exact maxima cap the top bucket's value
+            maxima = {
+                g: max(
+                    (m for p in ps if (m := aggregates.get(p, {}).get("ttft_max")) is not None),
+                    default=None,
+                )
+                for g, ps in members.items()
+            }
+        return cube.group_percentiles(self._hists(metric), members, qs, maxima)
+
+    # -- the latency page ---------------------------------------------------------------------
+
+    def phases(self):
+        out = {}
+        for (model,), v in self.cube.usage(("resolved_model",)).items():
+            if v["phase_n"]:
+                out[model] = (
+                    v["phase_n"],
+                    v["written_sum_us"],
+                    v["headers_sum_us"],
+                    v["created_sum_us"],
+                    v["routed_or_created_sum_us"],
+                    v["first_token_sum_us"],
+                )
+        return out
+
+    def histogram(self, models, edges):
+        """Each bucket's streams in the bin of the value the bucket stands for (so a bin may
+        differ from the exact one by the streams within the bound of its edges)."""
+        nbins = len(edges) - 1
+        width = edges[1] - edges[0]
+        merged = {m: Counter() for m in models}
+        for (resolved, _), h in self._hists(TTFT).items():
+            if resolved in merged:
+                merged[resolved].update(h)
+        out = {}
+        for model in models:
+            counts = [0] * (nbins + 1)
+            for b, n in merged[model].items():
+                counts[min(nbins, int(bucket_value(b) // width))] += n
+            out[model] = counts
+        return out
+
+    def series(self, models, qs=SERIES_PERCENTILES, requested_model=""):
+        """From the cube when its steps are whole hours (ranges over ~28 h); shorter ranges
+        read their few rows raw (`cube.short_series`, exact)."""
+        scope, pairs = self.scope, list(self.aggregates())
+        if requested_model:
+            scope = replace(scope, requested_model=requested_model)
+            pairs = [p for p in pairs if p[1] == requested_model]
+        bounds = _series_bounds(scope, self.now)
+        if bounds is None or not models:
+            return None
+        step, windows = buckets(*bounds)
+        if step % HOUR:
+            value = _q("ttft_ms") if qs else _q("id")
+            return cube.short_series(scope, models, bounds, step, windows, value, qs, pairs=pairs)
+        c = cube.Cube(scope, bounds[0], bounds[1])
+        ts = [int(lo.timestamp()) for lo, _ in windows]
+        if not qs:
+            usage = c.usage(("resolved_model", "t"), step)
+            series = [
+                {"model": m, "n": [usage.get((m, t), {}).get("n", 0) for t in ts]} for m in models
+            ]
+            return {"step": step, "t": ts, "series": series}
+        hists = c.histograms(TTFT, ("resolved_model", "t"), step)
+        series = []
+        for model in models:
+            entry = {"model": model, "n": []}
+            for q in qs:
+                entry[PCT_NAMES[q]] = []
+            for t in ts:
+                h = hists.get((model, t), {})
+                entry["n"].append(sum(h.values()))
+                for q in qs:
+                    entry[PCT_NAMES[q]].append(percentile(h, q))
+            series.append(entry)
+        return {"step": step, "t": ts, "series": series}
+
+    def top_band(self, k):
+        """With a tag filter, where the k highest TTFTs lie, from the merged histogram."""
+        if not self.scope.tag:
+            return None
+        merged = Counter()
+        for h in self._hists(TTFT).values():
+            merged.update(h)
+        return top_band(merged, k)
+
+    # -- the routing page ---------------------------------------------------------------------
+
+    def routing(self):
+        if self.scope.requested_model not in ("", "auto"):
+            return {}
+        # (the routing rollups are not keyed by model filters: the resolved one is in the key)
+        counts = self.cube.routing(("resolved_model", "routing_category", "routing_source"))
+        resolved = self.scope.resolved_model
+        return {k: n for k, n in counts.items() if n and (not resolved or k[0] == resolved)}
+
+    def findings(self, by, code=None):
+        return self.cube.findings(tuple(by), code=code)
+
+    # -- the staff analytics page -------------------------------------------------------------
+
+    def days(self):
+        """All time begins with the oldest aggregated day: retention may have deleted its
+        rows, not its day's aggregates."""
+        scope = self.scope
+        start = scope.start
+        if start is None:
+            known = [x for x in (history_start(scope), cube.first_day(scope)) if x is not None]
+            start = min(known) if known else None
+        if start is None:
+            return []
+        per = {}
+        for (t, status), v in self.cube.usage(("t", "status"), step=DAY).items():
+            e = per.setdefault(t, [0, 0, 0])
+            e[0] += v["n"]
+            e[1] += v["n"] if status == "failed" else 0
+            e[2] += v["events"]
+        out = []
+        for d in day_starts(start, scope.end or self.now):
+            streams, failed, events = per.get(int(d.timestamp()), (0, 0, 0))
+            out.append({"day": d.date(), "streams": streams, "failed": failed, "events": events})
+        return out
+
+    def users(self):
+        out = {}
+        for (user, status), v in self.cube.usage(("user_key", "status")).items():
+            e = out.setdefault(
+                user or None,
+                {"streams": 0, "failed": 0, "output_tokens": 0, "bytes": 0, "findings": 0},
+            )
+            e["streams"] += v["n"]
+            e["failed"] += v["n"] if status == "failed" else 0
+            e["output_tokens"] += v["output_tokens"]
+            e["bytes"] += v["bytes_received"]
+            e["findings"] += v["findings"]
+        return {u: e for u, e in out.items() if e["streams"]}
+
+    def last_streams(self, users):
+        """One seek of (user, created_at) each."""
+        subqueries = []
+        for u in users:
+            w = scope_where(self.scope)
+            w.add(f"{_q('user_id')} IS NULL") if u is None else w.eq("user_id", u)
+            subqueries.append(
+                (f"SELECT MAX({_q('created_at')}) FROM {_q(TABLE)} WHERE {w.sql()}", w.params)
+            )
+        out = {}
+        for u, value in zip(users, _scalars(subqueries), strict=True):
+            if isinstance(value, str):
+                value = dt.datetime.fromisoformat(value)
+            if value is not None and value.tzinfo is None:
+                value = value.replace(tzinfo=dt.UTC)
+            out[u] = value
+        return out
+
+    def errors(self, statuses):
+        return {
+            (s, code): v["n"]
+            for (s, code), v in self.cube.usage(("status", "error_code")).items()
+            if s in statuses and v["n"]
+        }

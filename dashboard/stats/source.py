@@ -1,0 +1,92 @@
+"""What an analytics report is built from: the figures of one scope, read from one of two
+sources, and which source a scope is read from.
+
+A report (`latency_report`, `routing_report`, `admin_report`) is written once against
+`Source`; `source_for` hands it `exact.ExactSource` (the raw stream and finding rows: every
+figure exact) or `rollup.RollupSource` (the pre-aggregates, `cube`: counts, sums, rates and
+maxima exact, percentiles and histogram bins within `aggregates.ERROR_BOUND`). `cube.method`
+decides which (a session filter or a small history: exact), and the report says which
+(`report.method`). The slowest and largest streams, sample reasoning and the pinned-but-routed
+list are short lists of rows, read raw by the reports whatever the source.
+
+A *pair* is (resolved model, requested model); a *group* is a set of pairs, given as a list of
+pairs, or None for every stream in the scope.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from dashboard.stats import cube
+from dashboard.stats.exact import ExactSource
+from dashboard.stats.rollup import RollupSource
+from dashboard.stats.sql import PERCENTILES, SERIES_PERCENTILES
+from streams.store.aggregates import TTFT
+
+
+def source_for(scope, now):
+    """The source `scope` is read from (`cube.method`), for reports built at `now`."""
+    if cube.method(scope) == cube.AGGREGATED:
+        return RollupSource(scope, now)
+    return ExactSource(scope, now)
+
+
+class Source(Protocol):
+    """The figures of one scope (`scope`, at `now`); `method` is cube.EXACT or
+    cube.AGGREGATED."""
+
+    scope: object
+    now: object
+    method: str
+
+    def aggregates(self) -> dict:
+        """{pair: {count, active, failed, stalled, truncated, ttft_n, ttft_sum, ttft_max,
+        itl_n, itl_sum, routed}} of the pairs with streams in scope (`pairs.fold` adds them
+        up into groups)."""
+
+    def percentiles(self, groups: dict, qs=PERCENTILES, metric=TTFT) -> dict:
+        """{group key: {q: value or None}}: the nearest-rank q-quantiles (q in per mille) of
+        `metric` (aggregates.TTFT, or aggregates.DECISION: routing event − request written,
+        ms) over each group of `groups` {key: pairs or None}."""
+
+    def phases(self) -> dict:
+        """{resolved model: (n, Σ request written, Σ headers, Σ response.created, Σ routing
+        (else created), Σ first token)}, µs since the attempt started, over the streams that
+        reached every milestone up to the first token."""
+
+    def histogram(self, models: list, edges: list) -> dict:
+        """{resolved model: [streams per bin]} of TTFT: bin i is [edges[i], edges[i+1]), the
+        last one everything from edges[-1] up."""
+
+    def series(self, models: list, qs=SERIES_PERCENTILES, requested_model="") -> dict | None:
+        """Per resolved model and time bucket of the over-time charts (`pairs._series_bounds`,
+        `sql.buckets`): {"step", "t": [bucket starts], "series": [{"model", "n": [count],
+        "p50": [...], …}]}: with `qs`, the count and quantiles of TTFT; without, the count of
+        streams. `requested_model`: only the streams requested as that. None: no data."""
+
+    def top_band(self, k: int) -> tuple | None:
+        """(lo, hi): a TTFT band that holds the k highest values in scope, when the source
+        knows one cheaply (the slowest streams are then read from it); else None."""
+
+    def routing(self) -> dict:
+        """{(resolved model, routing category, routing source): streams} over the requests
+        for model "auto"."""
+
+    def findings(self, by: tuple, code=None) -> dict:
+        """{key: findings}: checker findings of the streams in scope, keyed by the columns
+        `by` (of code, severity, resolved_model, requested_model, status; () for the total),
+        of one `code` or all."""
+
+    def days(self) -> list:
+        """[{day, streams, failed, events}] per UTC day of the range (all time: from the
+        oldest stream), events being the streams' `event_count`."""
+
+    def users(self) -> dict:
+        """{user id or None: {streams, failed, output_tokens, bytes, findings}} of every user
+        with streams in scope."""
+
+    def last_streams(self, users: list) -> dict:
+        """{user id or None: when their newest stream in scope was created}."""
+
+    def errors(self, statuses: tuple) -> dict:
+        """{(status, error code): streams} of the streams in scope with one of `statuses`."""
