@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
 
-from streams.core.checks import CODES, ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.core import figures
+from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import Event, Finding, Stream
 from streams.store import public
 from streams.store.access import may_see, streams_for
@@ -538,7 +539,6 @@ def stream_timeline(user, stream, window=None):
         "waterfall": waterfall(stream, last_us, first_sent_us=first_sent),
         "waterfall_start": _start_view(stream, first_sent),
         "items": items,
-        "output_item_kinds": ITEM_KINDS,
         "final_text": final_text,
         "terminal_diff": terminal_diff,
         "findings": findings(stream),
@@ -691,34 +691,62 @@ def event_summary(type_, data, is_json=True):
     if not isinstance(obj, dict):
         return _clip(data)
     t = type_ or obj.get("type") or ""
-    if t.endswith(".delta"):
-        delta = obj.get("delta")
-        return _quoted(delta if isinstance(delta, str) else str(delta)) + _where(obj)
-    if t in ("response.output_text.done", "response.refusal.done") or t.endswith("_text.done"):
-        text = obj.get("text", obj.get("refusal"))
-        if isinstance(text, str):
-            return f"{len(text)} chars{_where(obj)}: " + _quoted(text, 100)
-    if t.endswith("arguments.done") or t.endswith("input.done"):
-        value = obj.get("arguments", obj.get("input"))
-        return _quoted(value if isinstance(value, str) else str(value)) + _where(obj)
-    if t in ("response.output_item.added", "response.output_item.done"):
-        item = obj.get("item") if isinstance(obj.get("item"), dict) else {}
-        bits = [str(item.get("type") or "item")]
-        for key in ("name", "call_id", "id", "status"):
-            if item.get(key):
-                bits.append(str(item[key]))
-        return _clip(" ".join(bits) + _where(obj))
-    if t in ("response.content_part.added", "response.content_part.done"):
-        part = obj.get("part") if isinstance(obj.get("part"), dict) else {}
-        return _clip(str(part.get("type") or "part") + _where(obj))
-    if t == "response.routing.completed":
-        extra = ", ".join(str(obj[k]) for k in ("category", "source") if obj.get(k))
-        return _clip(f"→ {obj.get('model_id', '?')}" + (f" ({extra})" if extra else ""))
-    if t == "error":
-        nested = obj.get("error") if isinstance(obj.get("error"), dict) else {}
-        code = obj.get("code") or nested.get("code") or ""
-        message = obj.get("message") or nested.get("message") or ""
-        return _clip(f"{code}: {message}" if code else str(message))
+    return _summarizer(t)(obj)
+
+
+def _summarizer(type_):
+    """The summary of an event of this type: by its exact type, else by how its type ends
+    (a family: every `….delta`, every `…_text.done`), else the generic one."""
+    summarize = _SUMMARY_BY_TYPE.get(type_)
+    if summarize is None:
+        ending = next((e for e in _SUMMARY_BY_ENDING if type_.endswith(e)), None)
+        summarize = _SUMMARY_BY_ENDING[ending] if ending else _summary_other
+    return summarize
+
+
+def _summary_delta(obj):
+    delta = obj.get("delta")
+    return _quoted(delta if isinstance(delta, str) else str(delta)) + _where(obj)
+
+
+def _summary_text_done(obj):
+    text = obj.get("text", obj.get("refusal"))
+    if not isinstance(text, str):
+        return _summary_other(obj)
+    return f"{len(text)} chars{_where(obj)}: " + _quoted(text, 100)
+
+
+def _summary_input_done(obj):
+    value = obj.get("arguments", obj.get("input"))
+    return _quoted(value if isinstance(value, str) else str(value)) + _where(obj)
+
+
+def _summary_item(obj):
+    item = obj.get("item") if isinstance(obj.get("item"), dict) else {}
+    bits = [str(item.get("type") or "item")]
+    bits += [str(item[key]) for key in ("name", "call_id", "id", "status") if item.get(key)]
+    return _clip(" ".join(bits) + _where(obj))
+
+
+def _summary_part(obj):
+    part = obj.get("part") if isinstance(obj.get("part"), dict) else {}
+    return _clip(str(part.get("type") or "part") + _where(obj))
+
+
+def _summary_routing(obj):
+    extra = ", ".join(str(obj[k]) for k in ("category", "source") if obj.get(k))
+    return _clip(f"→ {obj.get('model_id', '?')}" + (f" ({extra})" if extra else ""))
+
+
+def _summary_error(obj):
+    nested = obj.get("error") if isinstance(obj.get("error"), dict) else {}
+    code = obj.get("code") or nested.get("code") or ""
+    message = obj.get("message") or nested.get("message") or ""
+    return _clip(f"{code}: {message}" if code else str(message))
+
+
+def _summary_other(obj):
+    """A response (created, terminal, …), a terminal event's `final_text`, or the fields."""
     response = obj.get("response")
     if isinstance(response, dict):
         bits = [str(response.get(k)) for k in ("id", "status", "model") if response.get(k)]
@@ -730,6 +758,24 @@ def event_summary(type_, data, is_json=True):
         return f"final_text, {len(obj['final_text'])} chars"
     rest = {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}
     return _clip(json.dumps(rest, ensure_ascii=False)) if rest else ""
+
+
+_SUMMARY_BY_TYPE = {
+    "response.refusal.done": _summary_text_done,
+    "response.output_item.added": _summary_item,
+    "response.output_item.done": _summary_item,
+    "response.content_part.added": _summary_part,
+    "response.content_part.done": _summary_part,
+    "response.routing.completed": _summary_routing,
+    "error": _summary_error,
+}
+# (no event type ends in two of these)
+_SUMMARY_BY_ENDING = {
+    ".delta": _summary_delta,
+    "_text.done": _summary_text_done,  # output_text, reasoning_text, reasoning_summary_text
+    "arguments.done": _summary_input_done,
+    "input.done": _summary_input_done,
+}
 
 
 def event_detail(stream, index):
@@ -790,13 +836,6 @@ def flagged_timing(stream):
     }
 
 
-def _percentile(values, p):
-    if not values:
-        return None
-    k = min(len(values) - 1, max(0, round(p / 100 * (len(values) - 1))))
-    return values[k]
-
-
 def timing_series(stream):
     """The inter-event timing chart's data, compact: `gap_us[i]` is the time since the previous
     event (the first: since the attempt started), so the client rebuilds receipt times with a
@@ -850,9 +889,9 @@ def timing_series(stream):
         top = heapq.nlargest(10, range(1, len(gaps)), key=gaps.__getitem__)
         data["stats"] = {
             "duration_ms": times[-1] / 1000,
-            "median_ms": _percentile(between, 50) / 1000,
-            "p90_ms": _percentile(between, 90) / 1000,
-            "p99_ms": _percentile(between, 99) / 1000,
+            "median_ms": figures.nearest_rank(between, 500) / 1000,
+            "p90_ms": figures.nearest_rank(between, 900) / 1000,
+            "p99_ms": figures.nearest_rank(between, 990) / 1000,
             "max_ms": between[-1] / 1000,
             "longest": [{"index": indexes[i], "gap_ms": gaps[i] / 1000} for i in top],
         }

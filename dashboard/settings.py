@@ -65,9 +65,9 @@ def database_from_url(url):
             "CONN_MAX_AGE": None,
             "CONN_HEALTH_CHECKS": True,
             # work_mem: the analytics pages group tens of thousands of rollup rows; with the
-            # server's default 4 MB a user's 30-day histogram sort spilled to disk (3.5 MB, 80
-            # of a 140 ms query at 1M streams). A sort or hash gets 32 MB, and few connections
-            # sort at once. `?options=…` in DATABASE_URL replaces this.
+            # server's default 4 MB a user's 30-day histogram sort spilled to disk (most of the
+            # query's time at 1M streams: docs/performance.md, "Analytics"). A sort or hash gets
+            # 32 MB, and few connections sort at once. `?options=…` in DATABASE_URL replaces this.
             "OPTIONS": {"options": "-c work_mem=32MB", **query},
         }
     raise ValueError(f"DATABASE_URL: unsupported scheme {parts.scheme!r}")
@@ -148,6 +148,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "dashboard.vocabulary.context_processor",
             ],
         },
     },

@@ -10,109 +10,11 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from dashboard import queries
-from streams.core.checks import check_events
-from streams.ingest.recorder import insert_events
-from streams.models import Finding, Stream
+from streams.models import Stream
 from streams.store import known_secrets
+from tests.support.recording import compact_json, recorded, text_events
 
 pytestmark = pytest.mark.django_db
-
-
-def _json(obj):
-    return json.dumps(obj, separators=(",", ":"))
-
-
-def text_events(*deltas, rewrite_to=None, start_seq=0):
-    """The event dicts of a one-message stream streaming `deltas` (and, with `rewrite_to`,
-    a rewrite pass whose .done text is `rewrite_to`)."""
-    text = "".join(deltas)
-    final = text if rewrite_to is None else rewrite_to
-    events = [
-        {"type": "response.created", "response": {"id": "resp_1", "model": "m-1"}},
-        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}},
-        {
-            "type": "response.content_part.added",
-            "output_index": 0,
-            "content_index": 0,
-            "part": {"type": "output_text", "text": ""},
-        },
-    ]
-    events += [
-        {"type": "response.output_text.delta", "output_index": 0, "content_index": 0, "delta": d}
-        for d in deltas
-    ]
-    if rewrite_to is not None:
-        events.append({"type": "response.rewrite.in_progress"})
-    events += [
-        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": final},
-        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "message"}},
-        {"type": "response.completed", "response": {"id": "resp_1", "output_text": final}},
-    ]
-    for seq, event in enumerate(events, start_seq):
-        event["sequence_number"] = seq
-    return events
-
-
-def recorded(user, events, times=None, **fields):
-    """A stream stored as the recorder stores one: rows through `insert_events`, the checker's
-    findings and reassembly on the Stream. `events` are dicts (or raw data strings); `times`
-    the receipt times in µs (default: 1 ms apart from 100 ms)."""
-    datas = [e if isinstance(e, str) else _json(e) for e in events]
-    if times is None:
-        times = [100_000 + 1000 * i for i in range(len(datas))]
-    checker, violations = check_events(
-        [(i, "message", d, t) for i, (d, t) in enumerate(zip(datas, times, strict=True))],
-        stall_threshold_us=2_000_000,
-    )
-    defaults = dict(
-        user=user,
-        status=checker.status if checker.status != "streaming" else "truncated",
-        requested_model="auto",
-        resolved_model=checker.resolved_model,
-        upstream_id=checker.upstream_id,
-        prompt="Tell me about Utrecht",
-        event_count=len(datas),
-        output_tokens=checker.output_tokens,
-        output_text=checker.output_text,
-        final_text=checker.final_text or "",
-        parts=checker.items(),
-        findings_count=len(violations),
-        error_findings=sum(v.severity == "error" for v in violations),
-        request_written_us=1000,
-        first_token_us=times[3] if len(times) > 3 else None,
-        terminal_us=times[-1],
-        closed_us=None if times[-1] is None else times[-1] + 500,
-    )
-    defaults.update(fields)
-    stream = Stream.objects.create(**defaults)
-    Finding.objects.bulk_create([Finding(stream=stream, **v.as_dict()) for v in violations])
-    wall = dt.datetime.now(dt.UTC)
-    rows = []
-    for i, (data, t_us) in enumerate(zip(datas, times, strict=True)):
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        obj = obj if isinstance(obj, dict) else {}
-        rows.append(
-            (
-                stream.pk,
-                i,
-                t_us,
-                None if t_us is None else wall,
-                "message",
-                "",
-                obj.get("type", ""),
-                obj.get("sequence_number"),
-                obj.get("output_index"),
-                obj.get("content_index"),
-                bool(obj),
-                data,
-                None,
-            )
-        )
-    insert_events(rows)
-    return stream
 
 
 @pytest.fixture
@@ -363,15 +265,66 @@ class TestSummaries:
                 },
                 "done!" and '5 chars [0:0]: "done!"',
             ),  # fmt: skip
+            (
+                {"type": "response.refusal.done", "output_index": 1, "refusal": "No."},
+                '3 chars [1]: "No."',
+            ),  # fmt: skip
+            (
+                {"type": "response.reasoning_summary_text.done", "text": "think"},
+                '5 chars: "think"',
+            ),  # fmt: skip
+            # a text .done without a text: as any other event
+            ({"type": "response.output_text.done", "text": 7}, '{"text": 7}'),
+            (
+                {
+                    "type": "response.function_call_arguments.done",
+                    "output_index": 2,
+                    "arguments": '{"city":"Utrecht"}',
+                },
+                '"{\\"city\\":\\"Utrecht\\"}" [2]',
+            ),  # fmt: skip
+            ({"type": "response.custom_tool_call_input.done", "input": "ls"}, '"ls"'),
+            (
+                {"type": "response.function_call_arguments.delta", "delta": 3, "output_index": 0},
+                '"3" [0]',
+            ),  # fmt: skip
+            ({"type": "response.output_item.done", "item": "?"}, "item"),
+            (
+                {
+                    "type": "response.content_part.added",
+                    "output_index": 0,
+                    "content_index": 1,
+                    "part": {"type": "refusal"},
+                },
+                "refusal [0:1]",
+            ),  # fmt: skip
+            ({"type": "response.content_part.done", "part": None}, "part"),
+            ({"type": "response.routing.completed"}, "→ ?"),
+            (
+                {"type": "error", "error": {"code": "rate_limit", "message": "slow down"}},
+                "rate_limit: slow down",
+            ),  # fmt: skip
+            ({"type": "error", "message": "no code"}, "no code"),
+            (
+                {"type": "response.created", "response": {"id": "r2", "model": "small"}},
+                "r2 small",
+            ),  # fmt: skip
+            ({"type": "response.rewrite.in_progress", "pass": 1}, '{"pass": 1}'),
+            ({"type": "response.in_progress", "sequence_number": 4}, ""),
         ],
     )
     def test_event_summary(self, obj, summary):
-        assert queries.event_summary(obj["type"], _json(obj)) == summary
+        assert queries.event_summary(obj["type"], compact_json(obj)) == summary
 
     def test_not_json_and_long_text(self):
         assert queries.event_summary("", "[DONE]", is_json=False) == "not JSON: [DONE]"
+        assert queries.event_summary("", "{bad") == "not JSON: {bad"
+        assert queries.event_summary("", "[1, 2]") == "[1, 2]"
+        # the row's type when it has one, else the data's
+        refusal = compact_json({"type": "response.refusal.delta", "delta": "no"})
+        assert queries.event_summary("", refusal) == '"no"'
         delta = {"type": "response.output_text.delta", "delta": "x" * 500}
-        summary = queries.event_summary(delta["type"], _json(delta))
+        summary = queries.event_summary(delta["type"], compact_json(delta))
         assert len(summary) == queries.SUMMARY_MAX and summary.endswith("…")
 
     def test_the_upstream_key_never_shows(self, owner, settings):

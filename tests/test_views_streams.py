@@ -14,7 +14,7 @@ from dashboard import queries
 from streams.ingest.importer import import_capture
 from streams.models import Event, Stream
 from tests.conftest import FIXTURES, log_in_people
-from tests.test_queries import recorded, text_events
+from tests.support.recording import recorded, text_events
 
 XSS = "<img src=x onerror=alert(1)>"
 
@@ -363,7 +363,7 @@ class TestRedaction(Base):
         assert "Incorrect API key provided: [redacted]" in r.text
         assert "f_[redacted]" in r.text and "m-[redacted]" in r.text
         assert "Your key: [redacted]" in r.text  # the output, and the rewrite's diff
-        assert r.context["output_item_kinds"]["function_call"] == "tool"
+        assert r.context["vocabulary"]["output"]["itemKinds"]["function_call"] == "tool"
 
 
 class TestStreamEvents(Base):

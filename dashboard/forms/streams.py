@@ -5,13 +5,23 @@ import re
 from urllib.parse import urlencode
 
 from django import forms
+from django.contrib.auth import get_user_model
 
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from streams.core import conf
 from streams.ingest.import_jobs import MAX_FILES
-from streams.models import MAX_TAG_CHARS, Stream
+from streams.models import MAX_TAG_CHARS, Event, Stream
 
 MB = 1024 * 1024
+
+
+def column_chars(model, name):
+    """The column's max_length: a field that fills or filters it takes no longer a value."""
+    return model._meta.get_field(name).max_length
+
+
+MODEL_CHARS = column_chars(Stream, "requested_model")
+USER_CHARS = column_chars(get_user_model(), get_user_model().USERNAME_FIELD)
 
 
 def _mb(n):
@@ -44,7 +54,7 @@ class CaptureUploadForm(forms.Form):
 
     file = MultipleFileField()
     model = forms.CharField(
-        max_length=100,
+        max_length=MODEL_CHARS,
         required=False,
         help_text="The model the request asked for (e.g. auto), when the file does not say.",
     )
@@ -81,13 +91,13 @@ class StreamFilterForm(forms.Form):
     q = forms.CharField(required=False, max_length=200, strip=True)
     status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Stream.Status.choices])
     source = forms.ChoiceField(required=False, choices=[("", "Any source"), *Stream.Source.choices])
-    requested = forms.CharField(required=False, max_length=100)
-    resolved = forms.CharField(required=False, max_length=100)
+    requested = forms.CharField(required=False, max_length=MODEL_CHARS)
+    resolved = forms.CharField(required=False, max_length=column_chars(Stream, "resolved_model"))
     # Labels a proxied request's client sent (X-Streamscope-Tags / -Session), and whose
     # streams (the page offers it to staff; for anyone else it can only narrow their own).
     tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS)
-    session = forms.CharField(required=False, max_length=200)
-    user = forms.CharField(required=False, max_length=150)
+    session = forms.CharField(required=False, max_length=column_chars(Stream, "session"))
+    user = forms.CharField(required=False, max_length=USER_CHARS)
     # `key=value` in the request's `metadata` (what an app sends along, e.g. `tenant=acme`)
     meta = forms.CharField(required=False, max_length=300, strip=True)
     findings = forms.ChoiceField(
@@ -163,7 +173,7 @@ class EventWindowForm(forms.Form):
     after = forms.IntegerField(required=False, min_value=-1)
     before = forms.IntegerField(required=False, min_value=0)
     at = forms.IntegerField(required=False, min_value=0)
-    type = forms.CharField(required=False, max_length=200)
+    type = forms.CharField(required=False, max_length=column_chars(Event, "type"))
     tail = forms.BooleanField(required=False)
 
     def window(self):

@@ -52,7 +52,6 @@ from dashboard.forms.playground import (
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
 from dashboard.queries import finding_counts, output_blocks
 from streams.core import conf
-from streams.core.checks import ITEM_KINDS
 from streams.models import Finding, Stream
 from streams.run import services
 from streams.run.catalog import get_catalog
@@ -227,7 +226,6 @@ def _page_context(user, conversation, form=None, error=""):
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
         "upstream": settings.UPSTREAM_BASE_URL or "the built-in simulator",
-        "output_item_kinds": ITEM_KINDS,
     }
 
 
@@ -376,7 +374,6 @@ def playground_compare(request):
         "chosen": initial["models"],
         "slots": COMPARE_MAX,
         "limit": conf.get().max_concurrent_per_user,
-        "output_item_kinds": ITEM_KINDS,
     }
     return render(request, "dashboard/playground_compare.html", context)
 

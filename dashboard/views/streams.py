@@ -23,7 +23,6 @@ from dashboard.forms.streams import (
     SessionPageForm,
     StreamFilterForm,
 )
-from streams.core.checks import OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.ingest import import_jobs
 from streams.models import Stream
 from streams.serve import export
@@ -64,8 +63,6 @@ def _timeline_config(stream):
         "active": stream.is_active,
         "proxied": queries.is_proxied(stream),
         "eventCount": stream.event_count,
-        "outputTypes": sorted(OUTPUT_DELTAS),
-        "terminalTypes": sorted(TERMINAL_STATUS),
         "ws": f"/ws/streams/{pk}/?format=json",
         "urls": {
             "page": reverse("stream_detail", args=[pk]),

@@ -16,8 +16,7 @@ import { el } from "./dom.js";
 import { LiveOutput } from "./output.js";
 import { colorFor } from "./palette.js";
 import { connectStream } from "./streamclient.js";
-
-const TERMINAL = (status) => status && status !== "pending" && status !== "streaming";
+import { isFinished, STATUSES } from "./vocabulary.js";
 
 const fmt = {
   ms: (v) => (typeof v === "number" ? (v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${Math.round(v)} ms`) : ""),
@@ -57,14 +56,14 @@ class Column {
     this.info = info;
     this.onChange = onChange;
     this.fields = {};
-    this.status = "pending";
+    this.status = STATUSES.initial;
     this.events = 0;
     this.node = el("article", "card cmp-col");
     this.node.dataset.stream = String(info.id);
     this.node.style.borderTopColor = colorFor(info.model); // the model's colour on every page
     const head = el("div", "cmp-head");
     const title = el("strong", "mono", info.model);
-    this.badge = el("span", "badge pending", "pending");
+    this.badge = el("span", `badge ${this.status}`, this.status);
     const link = el("a", "pg-timeline", "Timeline →");
     link.href = info.timeline;
     head.append(title, " ", this.badge, link);
@@ -160,13 +159,13 @@ function summary(columns) {
     : null;
   const parts = [];
   if (first) parts.push(`Fastest to the first token: ${first.info.model} (${fmt.ms(first.fields.ttft_ms)}).`);
-  const allEnded = columns.every((c) => TERMINAL(c.status));
+  const allEnded = columns.every((c) => isFinished(c.status));
   if (allEnded && fastest) {
     parts.push(`Fastest to the end: ${fastest.info.model} (${fmt.ms(fastest.fields.duration_ms)}).`);
   } else if (!allEnded) {
-    parts.push(`${columns.filter((c) => TERMINAL(c.status)).length} of ${columns.length} answers ended.`);
+    parts.push(`${columns.filter((c) => isFinished(c.status)).length} of ${columns.length} answers ended.`);
   }
-  const failed = columns.filter((c) => TERMINAL(c.status) && c.status !== "completed");
+  const failed = columns.filter((c) => isFinished(c.status) && c.status !== "completed");
   if (failed.length) parts.push(`Not completed: ${failed.map((c) => `${c.info.model} (${c.status})`).join(", ")}.`);
   for (const c of columns) {
     c.node.classList.toggle("cmp-first", c === first);

@@ -43,7 +43,7 @@ const TAGS = [
 ];
 
 // A piece with no place to cut renders in one go up to this many characters (markdown-it +
-// DOMPurify + insertion cost ~2 ms per 1,000 in Chromium here: ~40 ms at most, once); a longer
+// DOMPurify + insertion: a short pause, once; docs/performance.md, "Markdown"); a longer
 // one (a 200 kB link, a minified blob) is shown raw.
 export const PIECE_MAX = 20_000;
 // Elements nested inside each other (quotes, lists, emphasis, links) a piece may reach: below

@@ -13,9 +13,8 @@
  * It builds the DOM the server's output partial renders for a stored stream (the same
  * elements and classes), so the server's rendering can replace the live one when the stream
  * ends without the page changing shape. How an item type renders (tool card, reasoning,
- * message, anything else) is the server's: the page carries the map type → kind as
- * `{{ output_item_kinds|json_script:"output-item-kinds" }}`; a type it does not list renders
- * as "other".
+ * message, anything else) is the server's: checks.ITEM_KINDS, the map type → kind, which every
+ * page carries (vocabulary.js); a type it does not list renders as "other".
  *
  * Everything a model or upstream sent goes into the page as text (textContent, Text nodes),
  * except a message's text, which is also shown as Markdown through markdown.js (HTML
@@ -47,6 +46,7 @@ import {
   pieceSource,
   stableBoundary,
 } from "./markdown.js";
+import { FAILED_TOOL_STATUSES, ITEM_KINDS, TERMINAL_EVENTS } from "./vocabulary.js";
 
 const TEXT_DELTAS = new Map([
   ["response.output_text.delta", "output_text"],
@@ -63,32 +63,15 @@ const ARG_DELTAS = new Map([
   ["response.mcp_call_arguments.delta", "mcp_call"],
   ["response.code_interpreter_call_code.delta", "code_interpreter_call"],
 ]);
-const TERMINAL = new Set(["response.completed", "response.incomplete", "response.failed"]);
-const FAILED = new Set(["failed", "incomplete", "cancelled"]);
-
-let pageKinds = null;
-
-/** The server's map item type → kind, from the page (empty if the page has none). */
-export function outputItemKinds() {
-  if (pageKinds) return pageKinds;
-  pageKinds = {};
-  const node = document.getElementById("output-item-kinds");
-  try {
-    const value = node ? JSON.parse(node.textContent) : null;
-    if (value && typeof value === "object" && !Array.isArray(value)) pageKinds = value;
-  } catch {
-    // not JSON: every item renders as "other"
-  }
-  return pageKinds;
-}
 
 // A text longer than this is not formatted at all, even on "Show all", but shown raw with a
-// note (markdown-it takes ~1 ms per 5,000 characters here: 200,000 is a long but bounded
-// pause, on a click).
+// note (markdown-it's time grows with the text: 200,000 is a long but bounded pause, on a
+// click; docs/performance.md, "Markdown").
 const MARKDOWN_MAX = 200_000;
 // Markdown work per animation frame, in characters: new text rendered for good, and the
-// growing tail re-rendered (markdown-it + DOMPurify + insertion cost ~2 ms per 1,000
-// characters in Chromium here; a frame is 16 ms). A longer text renders over several frames.
+// growing tail re-rendered (sized from what markdown-it + DOMPurify + insertion cost per
+// character in Chromium, docs/performance.md, "Markdown"; a frame is 16 ms). A longer text
+// renders over several frames.
 const MARKDOWN_PER_FRAME = 2500;
 const MARKDOWN_TAIL_MAX = 1500;
 // A piece that took longer than this to render (markdown-it has had input that costs far more
@@ -117,7 +100,7 @@ export class LiveOutput {
    * event's text becomes the answer of a stream that streamed none (the timeline shows both
    * its own way once the stream ended: a word diff, the terminal text's difference);
    * `onRewrite(label)`: a rewrite pass started ("rewriting…") or replaced a text ("rewritten"). */
-  constructor(container, { kinds = outputItemKinds(), playground = false, onRewrite = () => {} } = {}) {
+  constructor(container, { kinds = ITEM_KINDS, playground = false, onRewrite = () => {} } = {}) {
     this.container = container;
     this.kinds = kinds;
     this.playground = playground;
@@ -192,7 +175,7 @@ export class LiveOutput {
       this.part(oi, index(obj.content_index), part.type === "refusal" ? "refusal" : "output_text");
     } else if (t === "response.rewrite.in_progress") {
       this.onRewrite("rewriting…");
-    } else if (TERMINAL.has(t) && this.playground) {
+    } else if (TERMINAL_EVENTS.has(t) && this.playground) {
       // A terminal event may carry the whole text (`final_text`, or `response.output_text`)
       // of a stream that streamed none.
       const response = object(obj.response);
@@ -732,7 +715,7 @@ function draft(text) {
 }
 
 function setToolStatus(rec, status) {
-  const failed = FAILED.has(status);
+  const failed = FAILED_TOOL_STATUSES.has(status);
   rec.status.textContent = status;
   rec.status.className = `badge ${failed ? "failed" : status === "completed" ? "completed" : ""} tool-status`;
   rec.el.classList.toggle("failed", failed);

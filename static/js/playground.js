@@ -23,22 +23,10 @@
 import { el, serverFragment } from "./dom.js";
 import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
+// OUTPUT_DELTAS: deltas/s counts these from the first to the last, the way the recorder computes
+// the stored figure (`tokens_per_s`, a rate of delta events, not of tokens).
+import { OUTPUT_DELTAS, TERMINAL_EVENTS } from "./vocabulary.js";
 
-// Deltas that carry model output, as streams/core/checks.py's OUTPUT_DELTAS: deltas/s counts these
-// from the first to the last, the way the recorder computes the stored figure (`tokens_per_s`,
-// a rate of delta events, not of tokens).
-const OUTPUT_DELTAS = new Set([
-  "response.output_text.delta",
-  "response.refusal.delta",
-  "response.function_call_arguments.delta",
-  "response.reasoning_summary_text.delta",
-  "response.reasoning_text.delta",
-  "response.custom_tool_call_input.delta",
-  "response.mcp_call_arguments.delta",
-  "response.code_interpreter_call_code.delta",
-  "response.audio.transcript.delta",
-]);
-const TERMINAL_EVENTS = new Set(["response.completed", "response.incomplete", "response.failed"]);
 const BOTTOM_SLACK_PX = 140;
 const SILENCE_AFTER_S = 5;
 const RETRY_POLLS = 15;

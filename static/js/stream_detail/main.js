@@ -20,14 +20,10 @@ import { connectStream } from "../streamclient.js";
 import { EventTable } from "./events_table.js";
 import { fmtCount, fmtDuration, fmtMs } from "./format.js";
 import { Replay } from "./replay.js";
+import { isActive, OUTPUT_DELTAS, TERMINAL_EVENTS } from "../vocabulary.js";
 import { TimingChart } from "./timing_chart.js";
 
 const config = JSON.parse(document.getElementById("timeline-config").textContent);
-const OUTPUT_TYPES = new Set(config.outputTypes || []);
-// After the first of these the response has ended: later events are recorded (and flagged by
-// the checker) but are not part of its output (checks.TERMINAL_STATUS).
-const TERMINAL_TYPES = new Set(config.terminalTypes || []);
-const TERMINAL = (status) => status !== "pending" && status !== "streaming";
 
 // ---- figures and status ------------------------------------------------------------------------
 
@@ -195,11 +191,13 @@ function follow() {
         } catch {
           // not JSON: recorded as a finding; nothing to render
         }
-        const isOutput = OUTPUT_TYPES.has(e.type);
+        const isOutput = OUTPUT_DELTAS.has(e.type);
         if (!terminalSeen) {
           if (obj) renderer.apply(obj);
           if (isOutput) live.outputTokens += 1;
-          terminalSeen = TERMINAL_TYPES.has(e.type);
+          // After the first terminal event the response has ended: later events are recorded
+          // (and flagged by the checker) but are not part of its output.
+          terminalSeen = TERMINAL_EVENTS.has(e.type);
         }
         chart.push(e.index, e.t_us, isOutput, e.sent_us);
         live.events = Math.max(live.events, e.index + 1);
@@ -223,7 +221,7 @@ function follow() {
       if (frame.status) setStatus(frame.status);
     },
     onStatus(status) {
-      if (TERMINAL(status)) end();
+      if (!isActive(status)) end();
     },
     onClose(info) {
       if (info.willRetry) setLive("retrying", "reconnecting…");

@@ -1,0 +1,67 @@
+"""The words the pages and their scripts share with the server, named once and read from their
+Python homes (never retyped here):
+
+- statuses: a stream's statuses with their labels, which of them are active (`pending`,
+  `streaming`: `Stream.ACTIVE_STATUSES`) and which finished, and the one a new stream starts in;
+- limits: the longest value each filter of the streams list takes (its form's `max_length`,
+  which the form takes from the column it filters) and the tag rules (`MAX_TAGS` tags of at
+  most `MAX_TAG_CHARS` characters);
+- output: the event types that carry model output (`checks.OUTPUT_DELTAS`), the terminal event
+  types with the status each ends a stream in (`checks.TERMINAL_STATUS`), how an output item
+  type renders (`checks.ITEM_KINDS`) and the tool statuses shown as failed
+  (`public.FAILED_TOOL_STATUSES`).
+
+Every page gets it: `context_processor` puts it in the template context as `vocabulary`, and
+base.html renders it once as `{{ vocabulary|json_script:"streamscope-vocabulary" }}` (data, not
+script: the CSP allows it), which static/js/vocabulary.js reads and exports.
+"""
+
+import functools
+
+from django.forms import CharField
+
+from dashboard.forms.streams import StreamFilterForm
+from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
+from streams.store.public import FAILED_TOOL_STATUSES
+
+ELEMENT_ID = "streamscope-vocabulary"
+
+
+def statuses():
+    active = [str(s) for s in Stream.ACTIVE_STATUSES]
+    return {
+        "all": [str(s) for s in Stream.Status.values],
+        "labels": {str(value): str(label) for value, label in Stream.Status.choices},
+        "active": active,
+        "finished": [str(s) for s in Stream.Status.values if s not in active],
+        "initial": str(Stream._meta.get_field("status").default),
+    }
+
+
+def limits():
+    filters = {
+        name: field.max_length
+        for name, field in StreamFilterForm.base_fields.items()
+        if isinstance(field, CharField) and field.max_length is not None
+    }
+    return {"filters": filters, "tags": {"max": MAX_TAGS, "chars": MAX_TAG_CHARS}}
+
+
+def output():
+    return {
+        "deltas": sorted(OUTPUT_DELTAS),
+        "terminal": dict(sorted(TERMINAL_STATUS.items())),
+        "itemKinds": dict(ITEM_KINDS),
+        "failedToolStatuses": sorted(FAILED_TOOL_STATUSES),
+    }
+
+
+@functools.cache
+def vocabulary():
+    """The whole vocabulary, as the page serves it (JSON-ready: strings, numbers, lists)."""
+    return {"statuses": statuses(), "limits": limits(), "output": output()}
+
+
+def context_processor(request):
+    return {"vocabulary": vocabulary()}

@@ -1,0 +1,44 @@
+/**
+ * vocabulary.js — the server's names for what the scripts talk about: a stream's statuses
+ * (which are active, which finished), the filters' and tags' limits, and the output event types.
+ * Named once, in Python (dashboard/vocabulary.py, from streams/models.py and
+ * streams/core/checks.py); base.html puts them in every page as
+ * `{{ vocabulary|json_script:"streamscope-vocabulary" }}` and this module reads them, once.
+ *
+ *   import { isActive, OUTPUT_DELTAS } from "./vocabulary.js";
+ *
+ * A page without them is a server bug: importing this module then fails, loudly.
+ */
+
+const ELEMENT_ID = "streamscope-vocabulary";
+
+function read() {
+  const node = document.getElementById(ELEMENT_ID);
+  const value = node ? JSON.parse(node.textContent) : null;
+  if (!value || typeof value !== "object" || !value.statuses || !value.output) {
+    throw new Error(`vocabulary.js: the page has no #${ELEMENT_ID} (base.html renders it)`);
+  }
+  return value;
+}
+
+export const VOCABULARY = read();
+
+/** {all, labels, active, finished, initial}: Stream.Status and Stream.ACTIVE_STATUSES. */
+export const STATUSES = VOCABULARY.statuses;
+const ACTIVE = new Set(STATUSES.active);
+/** Whether a stream in this status may still change (pending or streaming). */
+export const isActive = (status) => ACTIVE.has(status);
+/** Whether a stream in this status has ended (any status that is not active; not "none"). */
+export const isFinished = (status) => Boolean(status) && !ACTIVE.has(status);
+
+/** {filters: {name: max length}, tags: {max, chars}}. */
+export const LIMITS = VOCABULARY.limits;
+
+/** Event types whose deltas carry model output (checks.OUTPUT_DELTAS). */
+export const OUTPUT_DELTAS = new Set(VOCABULARY.output.deltas);
+/** Event types after which the response has ended (checks.TERMINAL_STATUS), to the status. */
+export const TERMINAL_EVENTS = new Map(Object.entries(VOCABULARY.output.terminal));
+/** How an output item type renders: message, tool, reasoning (checks.ITEM_KINDS). */
+export const ITEM_KINDS = VOCABULARY.output.itemKinds;
+/** A tool call's statuses shown as failed (streams.store.public.FAILED_TOOL_STATUSES). */
+export const FAILED_TOOL_STATUSES = new Set(VOCABULARY.output.failedToolStatuses);
