@@ -5,25 +5,18 @@ import datetime as dt
 import itertools
 import json
 
+import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
+from streams.ingest import recorder
+from streams.ingest.upstream import UpstreamError
 from streams.models import Event, Finding, Stream
 from streams.run import runner
 from streams.store import rows
+from tests.support.recording import body, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def body(scenario="", model="auto", prompt="Tell me about Utrecht", **metadata):
-    metadata.setdefault("time_scale", 0.05)
-    return rows.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
-
-
-async def record(b, **kwargs):
-    stream = await sync_to_async(rows.new_row)(None, b)
-    last, outcome = await runner.run_stream(stream, **kwargs)
-    return await Stream.objects.aget(pk=last.pk), outcome
 
 
 async def stored_events(stream):
@@ -72,11 +65,11 @@ async def test_normal_stream_is_stored_verbatim_with_milestones(upstream):
 
 
 async def test_first_token_is_the_first_delta_not_created(upstream):
-    """Judged against a loopback capture (tests/wire.py), not against either event loop: on the
-    wire `response.created` comes long before the first delta. The two may still share a read
-    (a late loop finds both queued): then both carry that read's time, which is what the first
-    delta's receipt time is; TTFT is never created's."""
-    from . import wire
+    """Judged against a loopback capture (tests/support/wire.py), not against either event
+    loop: on the wire `response.created` comes long before the first delta. The two may still
+    share a read (a late loop finds both queued): then both carry that read's time, which is
+    what the first delta's receipt time is; TTFT is never created's."""
+    from .support import wire
 
     with wire.capturing(upstream.port) as capture:
         (stream,) = await wire.record_concurrently(1, model="gpt-oss-20b", time_scale=1.0)
@@ -278,7 +271,7 @@ async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
 
 @pytest.mark.parametrize("fast", [False, True], ids=["paced", "fast-with-backpressure"])
 async def test_an_https_upstream_is_recorded_the_same(upstream, monkeypatch, fast):
-    """TLS on our own asyncio stream (upstream._Stream.start_tls): a TLS proxy with a test CA
+    """TLS on our own asyncio stream (network._Stream.start_tls): a TLS proxy with a test CA
     in front of the simulator. Fast: 30 000 events through a 16 KiB read buffer, so reading
     pauses and resumes (through the TLS transport) again and again."""
     import ssl
@@ -286,12 +279,12 @@ async def test_an_https_upstream_is_recorded_the_same(upstream, monkeypatch, fas
 
     import trustme
 
-    from streams.ingest import upstream as upstream_module
+    from streams.ingest import network
     from streams.ingest.upstream import ClientPool
 
     pauses = []
     if fast:
-        protocol = upstream_module._Protocol
+        protocol = network._Protocol
         received = protocol.data_received
 
         def counting(self, data):
@@ -346,11 +339,12 @@ async def test_an_https_upstream_is_recorded_the_same(upstream, monkeypatch, fas
 
 
 async def test_ttft_matches_with_50_concurrent_streams(upstream):
-    """Every stream's TTFT within ±1 ms of a loopback capture's (tests/wire.py: the kernel's
-    packet times, which no event loop's delay can skew), 50 streams at once. The simulator's
-    own log is no judge here: its send times are its loop's, and its request clock starts
-    when its loop got round to the request. With a CPU hog beside: tests/test_wire_truth.py."""
-    from . import wire
+    """Every stream's TTFT within ±1 ms of a loopback capture's (tests/support/wire.py: the
+    kernel's packet times, which no event loop's delay can skew), 50 streams at once. The
+    simulator's own log is no judge here: its send times are its loop's, and its request clock
+    starts when its loop got round to the request. With a CPU hog beside:
+    tests/test_wire_truth.py."""
+    from .support import wire
 
     streams, judgements = await wire.record_50_on_the_wire(upstream)
     wire.assert_ttft_within_tolerance(streams, judgements)
@@ -567,3 +561,46 @@ def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
             assert rows[len(columns) - 1] == 3500 and payloads[0][5] == 3500
         else:
             assert [len(p) for p in payloads] == [5, 5]
+
+
+def _attempt(events=0, milestones=()):
+    rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
+    rec.next_index = events
+    rec.milestones = dict.fromkeys(milestones, 0)
+    return rec
+
+
+@pytest.mark.parametrize(
+    "exc, events, milestones, expected",
+    [
+        (TimeoutError(), 0, (), ("failed", "timeout", False)),
+        (TimeoutError(), 3, ("headers",), ("stalled", "stall", False)),
+        (UpstreamError("http_error", "HTTP 500", 500), 0, (), ("failed", "http_error", False)),
+        (httpx.ConnectError("refused"), 0, (), ("failed", "connect_error", True)),
+        (httpx.ConnectTimeout("slow"), 2, (), ("failed", "connect_error", False)),
+        (httpx.ReadError("reset"), 0, (), ("failed", "connection_error", True)),
+        (
+            httpx.RemoteProtocolError("eof"),
+            4,
+            ("headers",),
+            ("truncated", "connection_reset", False),
+        ),
+        (httpx.WriteError("eof"), 4, ("headers", "terminal"), (None, "", False)),
+        (httpx.ProxyError("no"), 0, (), ("failed", "http_error", False)),
+        (rows.StorageUnavailable("gone"), 5, (), ("failed", "storage_unavailable", False)),
+    ],
+)
+def test_failure_outcome_maps_each_exception_to_its_outcome(exc, events, milestones, expected):
+    """The exception table of record_attempt, clause by clause (the first matching class wins:
+    ConnectTimeout is a connect error, not another HTTP error)."""
+    assert isinstance(exc, recorder._FAILURES)
+    rec = _attempt(events, milestones)
+    outcome = recorder._failure_outcome(rec, exc, stall_s=30)
+    assert (outcome.status, outcome.error_code, outcome.retryable) == expected
+    if isinstance(exc, UpstreamError):
+        assert rec.pending_fields["http_status"] == 500
+
+
+def test_failure_outcome_leaves_other_exceptions_to_propagate():
+    assert not isinstance(ValueError("bug"), recorder._FAILURES)
+    assert not isinstance(asyncio.CancelledError(), recorder._FAILURES)

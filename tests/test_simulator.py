@@ -1020,3 +1020,31 @@ def test_models_have_distinct_latency_profiles():
         assert 0.6 * profile.tokens_per_s < rate < 1.4 * profile.tokens_per_s
     assert MODELS["eu-reasoner"].ttft_median_s > 2 * MODELS["gpt-oss-120b"].ttft_median_s
     assert MODELS["gpt-oss-20b"].tokens_per_s > 2 * MODELS["gpt-oss-120b"].tokens_per_s
+
+
+# Scenarios whose plan is the stream as the protocol says, with no fault to record.
+FAULT_FREE = {"normal", "tools", "parallel_tools", "multi_part", "final_text", "xss"}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_every_scenario_but_the_fault_free_records_its_own_fault(scenario):
+    """The plan builder picks a scenario's output and fault from tables keyed by its name: a
+    name missing from them, or mistyped there, would send a normal stream without a word."""
+    from streams.simulator import scenarios
+
+    assert set(scenarios._FAULTS) | set(scenarios._OUTPUT_BUILDERS) <= set(SCENARIOS)
+    body = {"model": "gpt-oss-20b", "input": PROMPT, "metadata": {"scenario": scenario}}
+    plan = build_plan(SimRequest.from_body(body))
+    kinds = [fault["kind"] for fault in plan.faults]
+    assert (kinds == []) if scenario in FAULT_FREE else (kinds[0] == scenario)
+
+
+@pytest.mark.parametrize("cap", [1, 3, 6, 12, 40])
+def test_xss_cut_short_by_max_output_tokens_still_answers(cap):
+    """A cap that cuts the markup off (before the script tag, or inside it) still gives a
+    plan: the capped text, as any message (it raised IndexError, and the client got no
+    response at all)."""
+    body = {"model": "gpt-oss-20b", "input": "hi", "max_output_tokens": cap,
+            "metadata": {"scenario": "xss"}}  # fmt: skip
+    plan = build_plan(SimRequest.from_body(body), "resp_x", 1)
+    assert plan.events

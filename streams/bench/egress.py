@@ -24,6 +24,8 @@ from streams.bench import fail_if, manage, migrated_env
 KEY = "sk-BENCH-CANARY-7734019xq"
 PASSTHROUGH = "sk-client-bench-Qm28Zr93"
 LOOPS = range(1000)  # frames encoded or redacted per timing
+# The text of the big stream's deltas (and of the frames' events), each with its number after it
+WORDS = "Kortom, **de stroom** komt *token voor token* binnen; `tijd` en [link](https://x.test) "
 
 
 def add_arguments(parser):
@@ -88,22 +90,14 @@ def _child_main(command, opts):
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from streams.ingest.importer import import_capture
-    from streams.store import known_secrets, public
+    from streams.store import known_secrets
 
     spec = json.loads(opts["child"])
     repeat = spec["repeat"]
     known_secrets._known.add({PASSTHROUGH})
     rules = known_secrets.rules()
     staff = get_user_model().objects.create_user("bench-staff", is_staff=True)
-    words = (
-        "Kortom, **de stroom** komt *token voor token* binnen; `tijd` en [link](https://x.test) "
-    )
-    big = import_capture(
-        _sse(_stream_events([f"{words}{i} " for i in range(spec["events"])])), "big.sse"
-    )[0]
-    cuts = [KEY[:i] + " | " + KEY[i:] for i in range(1, len(KEY))]
-    hostile = import_capture(_sse(_stream_events(cuts)), "hostile.sse")[0]
+    big, hostile = _import_streams(spec["events"])
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(staff)
 
@@ -119,7 +113,30 @@ def _child_main(command, opts):
         KEY[i : i + 8].encode() in shown for i in range(len(KEY) - 7)
     ):
         problems.append("the gate left a piece of the key on the hostile stream's page")
+    for result in _page_figures(body, rules, big, repeat):
+        command.stdout.write(json.dumps(result))
+    for result in _frame_figures(rules, repeat):
+        command.stdout.write(json.dumps(result))
+    if problems:
+        command.stdout.write(json.dumps({"what": "check", "problems": problems}))
 
+
+def _import_streams(events):
+    """The recorded streams the child reads: the big one (`events` deltas of WORDS) and the
+    hostile one (the key cut at every offset)."""
+    from streams.ingest.importer import import_capture
+
+    big = import_capture(_sse(_stream_events([f"{WORDS}{i} " for i in range(events)])), "big.sse")[
+        0
+    ]
+    cuts = [KEY[:i] + " | " + KEY[i:] for i in range(1, len(KEY))]
+    hostile = import_capture(_sse(_stream_events(cuts)), "hostile.sse")[0]
+    return big, hostile
+
+
+def _page_figures(body, rules, big, repeat):
+    """Per page of the big stream (and the list and analytics pages), its server time
+    (`body(url)`: the page's bytes) against the gate's (`rules`) over the same bytes."""
     pages = [
         ("list", "/"),
         ("timeline", f"/streams/{big.pk}/"),
@@ -134,40 +151,36 @@ def _child_main(command, opts):
         page_s = _best(lambda url=url: body(url), repeat)
         gate_s = _best(lambda data=data: rules.bytes(data), repeat)
         mb = len(data) / 2**20
-        command.stdout.write(
-            json.dumps(
-                {
-                    "what": "page",
-                    "page": name,
-                    "kb": round(len(data) / 1024, 1),
-                    "page_ms": round(page_s * 1000, 3),
-                    "gate_ms": round(gate_s * 1000, 3),
-                    "ratio": round(gate_s / page_s, 4),
-                    "gate_ms_per_mb": round(gate_s * 1000 / mb, 2) if mb else 0.0,
-                }
-            )  # fmt: skip
-        )
+        yield {
+            "what": "page",
+            "page": name,
+            "kb": round(len(data) / 1024, 1),
+            "page_ms": round(page_s * 1000, 3),
+            "gate_ms": round(gate_s * 1000, 3),
+            "ratio": round(gate_s / page_s, 4),
+            "gate_ms_per_mb": round(gate_s * 1000 / mb, 2) if mb else 0.0,
+        }
+
+
+def _frame_figures(rules, repeat):
+    """Per WebSocket frame of 10 events and of 1: its encoding time against the gate's."""
+    from streams.store import public
+
     for n in (10, 1):
         rows = [
             (i, "response.output_text.delta", i, 1000 * i,
              json.dumps({"type": "response.output_text.delta", "sequence_number": i,
-                         "item_id": "msg_1", "delta": f"{words}{i}"}))
+                         "item_id": "msg_1", "delta": f"{WORDS}{i}"}))
             for i in range(n)
         ]  # fmt: skip
         frame = public.stream_frame(rows)
         encode_s = _best(lambda rows=rows: [public.stream_frame(rows) for _ in LOOPS], repeat)
         gate_s = _best(lambda frame=frame: [rules.text(frame) for _ in LOOPS], repeat)
         loops = len(LOOPS)
-        command.stdout.write(
-            json.dumps(
-                {
-                    "what": "frame",
-                    "events": n,
-                    "bytes": len(frame.encode()),
-                    "encode_us": round(encode_s / loops * 1e6, 2),
-                    "gate_us": round(gate_s / loops * 1e6, 2),
-                }
-            )  # fmt: skip
-        )
-    if problems:
-        command.stdout.write(json.dumps({"what": "check", "problems": problems}))
+        yield {
+            "what": "frame",
+            "events": n,
+            "bytes": len(frame.encode()),
+            "encode_us": round(encode_s / loops * 1e6, 2),
+            "gate_us": round(gate_s / loops * 1e6, 2),
+        }

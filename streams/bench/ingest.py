@@ -65,11 +65,7 @@ def add_arguments(parser):
 def run(command, opts):
     if opts["child"]:
         return _child_main(command, opts)
-    configs = CONFIGS
-    if opts["streams"]:
-        configs = [(int(s), opts["events"] or 2_000) for s in opts["streams"].split(",")]
-    elif opts["events"]:
-        configs = [(s, opts["events"]) for s, _ in configs]
+    configs = _configs(opts)
     results = []
     sim_port = free_port()
     sim = subprocess.Popen(
@@ -104,6 +100,22 @@ def run(command, opts):
     finally:
         sim.terminate()
         sim.wait(10)
+    fail_if(_problems(results), "ingest")
+    return results
+
+
+def _configs(opts):
+    """[(streams, events per stream)] to measure: CONFIGS, or those of --streams / --events."""
+    if opts["streams"]:
+        return [(int(s), opts["events"] or 2_000) for s in opts["streams"].split(",")]
+    if opts["events"]:
+        return [(s, opts["events"]) for s, _ in CONFIGS]
+    return CONFIGS
+
+
+def _problems(results):
+    """What makes the run fail: events not stored, events the bare consumer missed, streams
+    that did not complete."""
     problems = []
     for r in results:
         label = f"{r['database']} {r['streams']} stream(s)"
@@ -113,8 +125,7 @@ def run(command, opts):
             problems.append(f"{label}: the bare consumer missed {r['bare_lost_events']} event(s)")
         if r["failed_streams"]:
             problems.append(f"{label}: {r['failed_streams']} stream(s) did not complete")
-    fail_if(problems, "ingest")
-    return results
+    return problems
 
 
 def _print(command, out, as_json):

@@ -24,7 +24,6 @@ or the proxy refused a request.
 import asyncio
 import json
 import os
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -67,26 +66,14 @@ def add_arguments(parser):
 
 def run(command, opts):
     tmp, env = migrated_env("proxy", drop=("REDIS_URL",))
-    token = manage(
-        env,
-        "shell",
-        "-c",
-        "from django.contrib.auth import get_user_model; from streams.models import ApiToken; "
-        "u, _ = get_user_model().objects.get_or_create(username='bench'); "
-        "print(ApiToken.issue(u, 'bench proxy'))",
-    ).split()[-1]
+    token = _bench_token(env)
     sim = Server(
         [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
         env,
         tmp / "simulator.log",
     )
     sim_root = f"http://127.0.0.1:{sim.port}"
-    configurations = [
-        (int(n), arrivals)
-        for arrivals in opts["arrivals"].split(",")
-        for n in opts["concurrency"].split(",")
-        if n.strip()
-    ]
+    configurations = _configurations(opts)
     most = max((n for n, _ in configurations), default=0)
     # Each client's next request may arrive while the proxy still finishes its last one (the
     # client has the whole answer before the proxy's handler returns): twice the clients.
@@ -97,14 +84,7 @@ def run(command, opts):
         {**env, "UPSTREAM_BASE_URL": sim_root + "/v1", **limits},
         tmp / "daphne.log",
     )
-    request = {
-        **REQUEST,
-        "metadata": {
-            **REQUEST["metadata"],
-            "time_scale": str(opts["time_scale"]),
-            "sentences": str(opts["sentences"]),
-        },
-    }
+    request = _request(opts)
     results = []
     try:
         for n, arrivals in configurations:
@@ -116,22 +96,7 @@ def run(command, opts):
             result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
             result["server_limits"] = limits_of(limits)
             results.append(result)
-            if opts["json"]:
-                command.stdout.write(json.dumps(result))
-            else:
-                command.stdout.write(
-                    f"concurrency {n:>3}, {arrivals:>6}: "
-                    f"added TTFT p50 {result['added_ttft_p50_ms']} / p99 "
-                    f"{result['added_ttft_p99_ms']} ms; added per event p50 "
-                    f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
-                    f"(request on its way {result['added_request_p50_ms']} ms); "
-                    f"lost {result['lost_events']}; {result['cpu_us_per_event']} µs CPU/event "
-                    f"(relaying: {result['relay_cpu_us_per_event']}); "
-                    f"Daphne floor p50 {result['daphne_floor_p50_ms']} ms; relay floor: added "
-                    f"TTFT p50 {result['relay_ttft_p50_ms']} / p99 {result['relay_ttft_p99_ms']} "
-                    f"ms, per event p50 {result['relay_event_p50_ms']} ms; proxy above the relay: "
-                    f"TTFT p50 {result['over_relay_ttft_p50_ms']} ms"
-                )
+            _print(command, n, arrivals, result, opts["json"])
     finally:
         daphne.stop()
         sim.stop()
@@ -145,6 +110,61 @@ def run(command, opts):
         "proxy",
     )
     return results
+
+
+def _configurations(opts):
+    """[(clients, arrivals)] of --concurrency and --arrivals, each concurrency per arrival mode."""
+    return [
+        (int(n), arrivals)
+        for arrivals in opts["arrivals"].split(",")
+        for n in opts["concurrency"].split(",")
+        if n.strip()
+    ]
+
+
+def _request(opts):
+    """The request every client sends (with a seed of its own), paced by --time-scale and as
+    long as --sentences."""
+    return {
+        **REQUEST,
+        "metadata": {
+            **REQUEST["metadata"],
+            "time_scale": str(opts["time_scale"]),
+            "sentences": str(opts["sentences"]),
+        },
+    }
+
+
+def _bench_token(env):
+    """An API token of the user `bench` (made if missing) in the bench's database."""
+    return manage(
+        env,
+        "shell",
+        "-c",
+        "from django.contrib.auth import get_user_model; from streams.models import ApiToken; "
+        "u, _ = get_user_model().objects.get_or_create(username='bench'); "
+        "print(ApiToken.issue(u, 'bench proxy'))",
+    ).split()[-1]
+
+
+def _print(command, n, arrivals, result, as_json):
+    """The figures of configuration `n`, `arrivals`: its JSON line, or a line for people."""
+    if as_json:
+        command.stdout.write(json.dumps(result))
+        return
+    command.stdout.write(
+        f"concurrency {n:>3}, {arrivals:>6}: "
+        f"added TTFT p50 {result['added_ttft_p50_ms']} / p99 "
+        f"{result['added_ttft_p99_ms']} ms; added per event p50 "
+        f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
+        f"(request on its way {result['added_request_p50_ms']} ms); "
+        f"lost {result['lost_events']}; {result['cpu_us_per_event']} µs CPU/event "
+        f"(relaying: {result['relay_cpu_us_per_event']}); "
+        f"Daphne floor p50 {result['daphne_floor_p50_ms']} ms; relay floor: added "
+        f"TTFT p50 {result['relay_ttft_p50_ms']} / p99 {result['relay_ttft_p99_ms']} "
+        f"ms, per event p50 {result['relay_event_p50_ms']} ms; proxy above the relay: "
+        f"TTFT p50 {result['over_relay_ttft_p50_ms']} ms"
+    )
 
 
 def _cpu_s(pid):
@@ -169,11 +189,7 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
     limits = httpx.Limits(max_connections=3 * (n + 4), max_keepalive_connections=3 * (n + 4))
     auth = {"Authorization": f"Bearer {token}"}
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
-        floor = []
-        for _ in range(50):
-            t0 = time.perf_counter_ns()
-            await client.get(f"http://127.0.0.1:{daphne.port}/_bench/floor")
-            floor.append((time.perf_counter_ns() - t0) / 1e6)
+        floor = await _daphne_floor(client, daphne)
         # Warm-up, not measured: one-time costs (the token's look-up, the proxy's first
         # upstream client, connections of both pools) are not the per-request figure.
         duration_ns = 0
@@ -183,51 +199,83 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
                 *(_one(client, base, headers, request, seed=-1 - i) for i in range(n))
             )
             duration_ns = max(duration_ns, time.monotonic_ns() - started)
-        ttft = {mode: {} for mode in bases}
-        arrival = {mode: {} for mode in bases}  # request start → the simulator had it
-        lag = {mode: [] for mode in bases}
-        lost = 0
-        proxied_ids, cpu = {}, dict.fromkeys(bases, 0.0)
-        events = dict.fromkeys(bases, 0)
+        measured = _Measured(bases)
         for r in range(rounds):
             for mode in bases:
-                base = bases[mode]
                 headers = auth if mode == "proxy" else {}
                 before = _cpu_s(daphne.proc.pid)
-                if arrivals == "burst":
-                    runs = await asyncio.gather(
-                        *(_one(client, base, headers, request, seed=r * 1000 + i) for i in range(n))
-                    )
-                else:
-                    clients = await asyncio.gather(
-                        *(
-                            _client(
-                                client,
-                                base,
-                                headers,
-                                request,
-                                r * 1000 + i * 10,
-                                i * duration_ns / n,
-                            )
-                            for i in range(n)
-                        )
-                    )
-                    runs = [run for streams in clients for run in streams]
-                cpu[mode] += _cpu_s(daphne.proc.pid) - before
-                for seed, (t0, t_first, receipts, response_id, stream_id, measured) in runs:
-                    url = f"{sim_root}/_simulator/responses/{response_id}"
-                    log = (await client.get(url)).json()
-                    received = log["request_received_ns"]
-                    sent = [received + e["sent_us"] * 1000 for e in log["events"]]
-                    lost += max(0, len(sent) - len(receipts))
-                    events[mode] += len(receipts)
-                    if mode == "proxy":
-                        proxied_ids[stream_id] = len(receipts)
-                    if not measured:
-                        continue
-                    arrival[mode][seed] = received - t0
-                    lag[mode] += [(got - s) / 1e6 for got, s in zip(receipts, sent, strict=False)]
-                    ttft[mode][seed] = t_first
+                runs = await _round(
+                    client, bases[mode], headers, request, arrivals, n, r, duration_ns
+                )
+                measured.cpu[mode] += _cpu_s(daphne.proc.pid) - before
+                await measured.add(client, sim_root, mode, runs)
+    return _figures(n, arrivals, floor, measured)
+
+
+async def _daphne_floor(client, daphne):
+    """50 round trips (ms) of a trivial raw-ASGI response from the Daphne."""
+    floor = []
+    for _ in range(50):
+        t0 = time.perf_counter_ns()
+        await client.get(f"http://127.0.0.1:{daphne.port}/_bench/floor")
+        floor.append((time.perf_counter_ns() - t0) / 1e6)
+    return floor
+
+
+async def _round(client, base, headers, request, arrivals, n, r, duration_ns):
+    """Round `r` of one mode (`base`): the runs of its `n` clients (see `_one`; "steady"
+    clients start spread over `duration_ns`, one stream's duration)."""
+    if arrivals == "burst":
+        return await asyncio.gather(
+            *(_one(client, base, headers, request, seed=r * 1000 + i) for i in range(n))
+        )
+    clients = await asyncio.gather(
+        *(
+            _client(client, base, headers, request, r * 1000 + i * 10, i * duration_ns / n)
+            for i in range(n)
+        )
+    )
+    return [run for streams in clients for run in streams]
+
+
+class _Measured:
+    """What the rounds measured, per mode (direct, relay, proxy): TTFT per seed (ns), the
+    request's way to the simulator per seed (request start → the simulator had it, ns), the
+    per-event lag (ms), the events received and the Daphne's CPU (s); the events lost over
+    all modes, and the events each proxied stream's client got (stream id → count)."""
+
+    def __init__(self, bases):
+        self.ttft = {mode: {} for mode in bases}
+        self.arrival = {mode: {} for mode in bases}
+        self.lag = {mode: [] for mode in bases}
+        self.lost = 0
+        self.proxied_ids = {}
+        self.cpu = dict.fromkeys(bases, 0.0)
+        self.events = dict.fromkeys(bases, 0)
+
+    async def add(self, client, sim_root, mode, runs):
+        """The runs of one round of `mode`, against what the simulator's log says it sent."""
+        for seed, (t0, t_first, receipts, response_id, stream_id, measured) in runs:
+            url = f"{sim_root}/_simulator/responses/{response_id}"
+            log = (await client.get(url)).json()
+            received = log["request_received_ns"]
+            sent = [received + e["sent_us"] * 1000 for e in log["events"]]
+            self.lost += max(0, len(sent) - len(receipts))
+            self.events[mode] += len(receipts)
+            if mode == "proxy":
+                self.proxied_ids[stream_id] = len(receipts)
+            if not measured:
+                continue
+            self.arrival[mode][seed] = received - t0
+            self.lag[mode] += [(got - s) / 1e6 for got, s in zip(receipts, sent, strict=False)]
+            self.ttft[mode][seed] = t_first
+
+
+def _figures(n, arrivals, floor, measured):
+    """One configuration's result: what the proxy and the relay add to direct calls."""
+    ttft, arrival, lag = measured.ttft, measured.arrival, measured.lag
+    cpu, events = measured.cpu, measured.events
+    lost, proxied_ids = measured.lost, measured.proxied_ids
     added_ttft = [(ttft["proxy"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
     relay_ttft = [(ttft["relay"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
     over_relay = [(ttft["proxy"][s] - ttft["relay"][s]) / 1e6 for s in ttft["direct"]]
@@ -235,33 +283,30 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
     return {
         "concurrency": n,
         "arrivals": arrivals,
-        "added_ttft_p50_ms": round(statistics.median(added_ttft), 3),
+        "added_ttft_p50_ms": _percentile(added_ttft, 50, 3),
         "added_ttft_p99_ms": _percentile(added_ttft, 99),
         "added_event_p50_ms": round(
-            statistics.median(lag["proxy"]) - statistics.median(lag["direct"]), 3
+            _percentile(lag["proxy"], 50, 3) - _percentile(lag["direct"], 50, 3), 3
         ),
         "added_event_p99_ms": round(
             _percentile(lag["proxy"], 99) - _percentile(lag["direct"], 99), 3
         ),
         # of the added TTFT, how much is the request's way to the upstream
-        "added_request_p50_ms": round(statistics.median(added_request), 3),
+        "added_request_p50_ms": _percentile(added_request, 50, 3),
         "lost_events": lost,
         "cpu_us_per_event": round(cpu["proxy"] * 1e6 / max(1, events["proxy"]), 1),
         # the same process's CPU per event while it relayed (its idle work included in both)
         "relay_cpu_us_per_event": round(cpu["relay"] * 1e6 / max(1, events["relay"]), 1),
-        "daphne_floor_p50_ms": round(statistics.median(floor), 3),
-        "relay_ttft_p50_ms": round(statistics.median(relay_ttft), 3),
+        "daphne_floor_p50_ms": _percentile(floor, 50, 3),
+        "relay_ttft_p50_ms": _percentile(relay_ttft, 50, 3),
         "relay_ttft_p99_ms": _percentile(relay_ttft, 99),
         "relay_event_p50_ms": round(
-            statistics.median(lag["relay"]) - statistics.median(lag["direct"]), 3
+            _percentile(lag["relay"], 50, 3) - _percentile(lag["direct"], 50, 3), 3
         ),
-        "relay_request_p50_ms": round(
-            statistics.median(
-                (arrival["relay"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]
-            ),
-            3,
+        "relay_request_p50_ms": _percentile(
+            [(arrival["relay"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]], 50, 3
         ),
-        "over_relay_ttft_p50_ms": round(statistics.median(over_relay), 3),
+        "over_relay_ttft_p50_ms": _percentile(over_relay, 50, 3),
         "over_relay_ttft_p99_ms": _percentile(over_relay, 99),
         "events": events["proxy"],
         "samples": len(added_ttft),

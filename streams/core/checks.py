@@ -527,6 +527,14 @@ class Checker:
             buffered = DEFAULT_BUFFERED
         self.buffered: BufferedThresholds | None = buffered or None
 
+        self._init_response()
+        self._init_progress()
+        self._init_once_reported()
+        self._init_timing()
+
+    def _init_response(self) -> None:
+        """The response as its events tell it so far: the findings, the counts, its ids and
+        model, routing, error, usage, terminal event and text, and its status."""
         self.violations: list[Violation] = []  # everything reported so far, feed and close
         self.event_count = 0
         self.output_tokens = 0
@@ -544,6 +552,10 @@ class Checker:
         self.closed = False
         self._status = "streaming"
 
+    def _init_progress(self) -> None:
+        """Where the stream stands: its items by output_index, the highest sequence number and
+        the holes below it, the text checks waiting on a hole, the milestones seen, and the
+        events after the terminal one."""
         self._items: dict[int, _Item] = {}
         self._max_seq: int | None = None
         self._holes: list[list[int]] = []  # [lo, hi] inclusive, ascending, numbers not yet seen
@@ -552,47 +564,21 @@ class Checker:
         self._first_tool_call_seen = False
         self._after_terminal_n = 0  # events after the terminal one (reported once, at close)
         self._after_terminal_first: tuple = (None, None, "")
+
+    def _init_once_reported(self) -> None:
+        """The findings reported once per stream (or once per event type): said yet?"""
         self._name_reported = False
         self._invalid_utf8_reported = False
         self._unnumbered_reported = False
         self._routing_reported = False
         self._unknown_reported: set[str] = set()
+
+    def _init_timing(self) -> None:
+        """The timing checks' state: the last arrival time, and the burst being counted."""
         self._last_t: int | None = None
         self._burst_n = 0
         self._burst_start: int | None = None
         self._burst_silence = 0
-        self._handlers: dict[str, Callable[[int, dict, int | None, list], str | None]] = {
-            "response.created": self._on_created,
-            "response.routing.completed": self._on_routing,
-            "response.output_item.added": self._on_item_added,
-            "response.output_item.done": self._on_item_done,
-            "response.content_part.added": self._on_part_added,
-            "response.content_part.done": self._on_part_done,
-            "response.output_text.delta": self._on_text_delta,
-            "response.refusal.delta": self._on_text_delta,
-            "response.output_text.done": self._on_text_done,
-            "response.refusal.done": self._on_text_done,
-            "response.output_text.annotation.added": self._on_annotation,
-            "response.function_call_arguments.delta": self._on_args_delta,
-            "response.custom_tool_call_input.delta": self._on_args_delta,
-            "response.mcp_call_arguments.delta": self._on_args_delta,
-            "response.code_interpreter_call_code.delta": self._on_args_delta,
-            "response.function_call_arguments.done": self._on_args_done,
-            "response.custom_tool_call_input.done": self._on_args_done,
-            "response.mcp_call_arguments.done": self._on_args_done,
-            "response.code_interpreter_call_code.done": self._on_args_done,
-            "response.reasoning_summary_part.added": self._on_summary_part,
-            "response.reasoning_summary_text.delta": self._on_reasoning_delta,
-            "response.reasoning_text.delta": self._on_reasoning_delta,
-            "response.reasoning_summary_text.done": self._on_reasoning_done,
-            "response.reasoning_text.done": self._on_reasoning_done,
-            "response.audio.transcript.delta": self._on_output_only,
-            "response.rewrite.in_progress": self._on_rewrite,
-            "response.completed": self._on_terminal,
-            "response.incomplete": self._on_terminal,
-            "response.failed": self._on_terminal,
-            "error": self._on_terminal,
-        }
 
     # ---- feeding -------------------------------------------------------------------------------
 
@@ -606,92 +592,97 @@ class Checker:
     ) -> FeedResult:
         """Check one received event. `data` is the verbatim data text; pass `obj=` when it has
         already been parsed. `t_us`: arrival time in µs since the stream started, enabling the
-        timing checks."""
+        timing checks.
+
+        The per-event entry: timing, the `event:` name, the parse, then the next text delta of
+        an open part (`_fast_delta`) or any other event (`_feed_event`)."""
         out: list[Violation] = []
         first = self.event_count == 0
         self.event_count += 1
         if t_us is not None:
             self._timing(index, t_us, out)
         if event_name and event_name != "message" and not self._name_reported:
-            self._name_reported = True
-            out.append(
-                _v(
-                    "event_name_not_message",
-                    index,
-                    "message",
-                    event_name,
-                    "OpenAI servers put the event type on the `event:` line; only the JSON "
-                    "`type` identifies an event. Reported once per stream.",
-                )
-            )
-
+            self._report_event_name(index, event_name, out)
         if obj is MISSING:
             try:
                 obj = parse_json(data)
             except ValueError as exc:
-                obj = MISSING
-                error = str(exc)
-        if obj is MISSING:
-            result = FeedResult(out)
-            if data.strip() == "[DONE]":
-                out.append(_v("done_sentinel", index, got="[DONE]"))
-                sentinel = True
-            else:
-                out.append(_v("invalid_json", index, "JSON", _short(data), error))
-                sentinel = False
-            if first:
-                out.append(_v("first_not_created", index, "response.created", "non-JSON data"))
-            if self.terminal_index is not None and not sentinel:
-                self._note_after_terminal(index, None, "non-JSON data")
-            return self._done(result)
-
+                return self._feed_not_json(index, data, str(exc), first, out)
         fast = self._fast_delta(index, event_name, obj, t_us, out)
         if fast is not None:
             return fast
+        return self._feed_event(index, obj, first, out)
 
+    def _report_event_name(self, index: int, event_name: str, out: list) -> None:
+        self._name_reported = True
+        out.append(
+            _v(
+                "event_name_not_message",
+                index,
+                "message",
+                event_name,
+                "OpenAI servers put the event type on the `event:` line; only the JSON "
+                "`type` identifies an event. Reported once per stream.",
+            )
+        )
+
+    def _feed_not_json(self, index: int, data: str, error: str, first: bool, out: list):
+        """An event whose data is not JSON: a `[DONE]` sentinel, or invalid_json."""
+        result = FeedResult(out)
+        if data.strip() == "[DONE]":
+            out.append(_v("done_sentinel", index, got="[DONE]"))
+            sentinel = True
+        else:
+            out.append(_v("invalid_json", index, "JSON", _short(data), error))
+            sentinel = False
+        if first:
+            out.append(_v("first_not_created", index, "response.created", "non-JSON data"))
+        if self.terminal_index is not None and not sentinel:
+            self._note_after_terminal(index, None, "non-JSON data")
+        return self._done(result)
+
+    def _feed_untyped(self, index: int, obj: object, first: bool, result: FeedResult):
+        """JSON that is not an object with a string `type`: missing_type, nothing applied."""
+        got = "no `type`" if isinstance(obj, dict) else f"JSON {type(obj).__name__}"
+        out = result.violations
+        out.append(_v("missing_type", index, "an object with a string `type`", got))
+        if first:
+            out.append(_v("first_not_created", index, "response.created", got))
+        if self.terminal_index is not None:
+            self._note_after_terminal(index, None, got)
+        return self._done(result)
+
+    def _feed_event(self, index: int, obj: object, first: bool, out: list) -> FeedResult:
+        """Any JSON event the fast path did not take: its envelope checked (type, first event,
+        sequence number, after the terminal), then its handler applied and its milestone
+        counted."""
         result = FeedResult(out)
         result.is_json = True
         result.obj = obj
         etype = obj.get("type") if isinstance(obj, dict) else None
         if not isinstance(etype, str) or not etype:
-            got = "no `type`" if isinstance(obj, dict) else f"JSON {type(obj).__name__}"
-            out.append(_v("missing_type", index, "an object with a string `type`", got))
-            if first:
-                out.append(_v("first_not_created", index, "response.created", got))
-            if self.terminal_index is not None:
-                self._note_after_terminal(index, None, got)
-            return self._done(result)
-
+            return self._feed_untyped(index, obj, first, result)
         result.type = etype
-        seq = _int(obj.get("sequence_number"))
-        result.sequence_number = seq
+        seq = result.sequence_number = _int(obj.get("sequence_number"))
         result.output_index = _int(obj.get("output_index"), 32)
         result.content_index = _int(obj.get("content_index"), 32)
         if first and etype != "response.created":
             out.append(_v("first_not_created", index, "response.created", etype))
-
         after_terminal = self.terminal_index is not None
         if after_terminal:
             self._note_after_terminal(index, seq, etype)
         if seq is None:
             if etype != "error" and not self._unnumbered_reported:
-                # One fact (this server leaves numbers out), however many events show it: the
-                # event table's seq column shows every one.
-                self._unnumbered_reported = True
-                raw = obj.get("sequence_number", MISSING)
-                got = "absent" if raw is MISSING else f"{raw!r} ({type(raw).__name__})"
-                detail = f"{etype}; reported once per stream, at the first event without one"
-                out.append(_v("missing_sequence_number", index, "an integer", got, detail))
+                self._report_unnumbered(index, obj, etype, out)
         elif not self._sequence(index, seq, etype, out):
             return self._done(result)  # a duplicate: reported, not applied
         if after_terminal:
             # The response ended with its terminal event: what comes after is recorded and
             # reported (once, at close), never part of its text, items or milestones.
             return self._done(result)
-
-        handler = self._handlers.get(etype)
+        handler = EVENT_HANDLERS.get(etype)
         if handler is not None:
-            result.kind = handler(index, obj, seq, out)
+            result.kind = handler(self, index, obj, seq, out)
         if self._deferred and seq is not None and seq < self._max_seq:
             self._run_ready(out)  # this late event may have filled the hole a check waited on
         elif etype not in KNOWN_TYPES and etype not in self._unknown_reported:
@@ -699,7 +690,6 @@ class Checker:
             out.append(
                 _v("unknown_event_type", index, got=etype, detail="ignored; reported once per type")
             )
-
         if result.kind == OUTPUT:
             self.output_tokens += 1
             if not self._first_output_seen:
@@ -707,6 +697,15 @@ class Checker:
         elif result.kind == TOOL_CALL and not self._first_tool_call_seen:
             self._first_tool_call_seen = result.first_tool_call = True
         return self._done(result)
+
+    def _report_unnumbered(self, index: int, obj: dict, etype: str, out: list) -> None:
+        # One fact (this server leaves numbers out), however many events show it: the event
+        # table's seq column shows every one.
+        self._unnumbered_reported = True
+        raw = obj.get("sequence_number", MISSING)
+        got = "absent" if raw is MISSING else f"{raw!r} ({type(raw).__name__})"
+        detail = f"{etype}; reported once per stream, at the first event without one"
+        out.append(_v("missing_sequence_number", index, "an integer", got, detail))
 
     def _fast_delta(self, index, event_name, obj, t_us, out) -> FeedResult | None:
         """The bulk of every stream: the next text delta of an announced, still open part.
@@ -1289,6 +1288,42 @@ class Checker:
         if part.annotations:
             entry["annotations"] = part.annotations
         return entry
+
+
+# The Checker method that applies each event type. A type not here changes no state: a known
+# one is applied as it is (its envelope checked), an unknown one is reported once per type.
+EVENT_HANDLERS: dict[str, Callable[[Checker, int, dict, int | None, list], str | None]] = {
+    "response.created": Checker._on_created,
+    "response.routing.completed": Checker._on_routing,
+    "response.output_item.added": Checker._on_item_added,
+    "response.output_item.done": Checker._on_item_done,
+    "response.content_part.added": Checker._on_part_added,
+    "response.content_part.done": Checker._on_part_done,
+    "response.output_text.delta": Checker._on_text_delta,
+    "response.refusal.delta": Checker._on_text_delta,
+    "response.output_text.done": Checker._on_text_done,
+    "response.refusal.done": Checker._on_text_done,
+    "response.output_text.annotation.added": Checker._on_annotation,
+    "response.function_call_arguments.delta": Checker._on_args_delta,
+    "response.custom_tool_call_input.delta": Checker._on_args_delta,
+    "response.mcp_call_arguments.delta": Checker._on_args_delta,
+    "response.code_interpreter_call_code.delta": Checker._on_args_delta,
+    "response.function_call_arguments.done": Checker._on_args_done,
+    "response.custom_tool_call_input.done": Checker._on_args_done,
+    "response.mcp_call_arguments.done": Checker._on_args_done,
+    "response.code_interpreter_call_code.done": Checker._on_args_done,
+    "response.reasoning_summary_part.added": Checker._on_summary_part,
+    "response.reasoning_summary_text.delta": Checker._on_reasoning_delta,
+    "response.reasoning_text.delta": Checker._on_reasoning_delta,
+    "response.reasoning_summary_text.done": Checker._on_reasoning_done,
+    "response.reasoning_text.done": Checker._on_reasoning_done,
+    "response.audio.transcript.delta": Checker._on_output_only,
+    "response.rewrite.in_progress": Checker._on_rewrite,
+    "response.completed": Checker._on_terminal,
+    "response.incomplete": Checker._on_terminal,
+    "response.failed": Checker._on_terminal,
+    "error": Checker._on_terminal,
+}
 
 
 def check_events(

@@ -366,79 +366,78 @@ class Writer:
             kick.set_result(None)
 
     async def _run(self):
-        loop = self._loop
-        buffer = self.buffer
         while True:
             await self._ready.wait()
-            wait_s = self._oldest + self.max_age_s - loop.time()
-            if not self._flushes and self.queued < self.max_events and wait_s > 0:
-                # Let the batch fill until its oldest event is max_age old (or until full, or a
-                # flush). From the oldest event, not from now: what queued during the last
-                # commit has waited already (docs/performance.md, "Recorder").
-                self._kick = kick = loop.create_future()
-                timer = loop.call_later(wait_s, _resolve, kick)
-                await kick
-                timer.cancel()
-                self._kick = None
-            # Everything queued goes into this commit (whole chunks, up to max_events), flush
-            # requests included: one commit answers them all. (A flush that ended its batch
-            # made 100 streams starting or ending together 100 commits in a row, and every
-            # event queued behind them waited; docs/performance.md, "Recorder".)
-            batch = []
-            events = 0
-            while buffer and events < self.max_events:
-                entry = buffer.popleft()
-                batch.append(entry)
-                if entry[3] is not None:
-                    self._flushes -= 1
-                else:
-                    events += len(entry[2])
-            self.queued -= events
-            if not buffer:
-                self._ready.clear()
-            else:
-                self._oldest = loop.time()  # (a full batch's rest: committed without waiting)
-            if self.queued < self.capacity and not self._space.is_set():
-                self._space.set()
+            await self._let_fill()
+            batch, events = self._take_batch()
             self._batch = batch
             try:
                 await self._commit(batch)
             except Exception as exc:
                 log.exception("writer: a batch of %d events could not be stored", events)
-                lost = collections.Counter()
-                for rec, _, payloads, _ in batch:
-                    if payloads:
-                        lost[rec] += len(payloads)
-                for rec, n in lost.items():
-                    # The reader stops at its next chunk and the stream ends `failed` with a
-                    # status saying how much was lost: never a silent gap.
-                    _lose(rec, n, "storage_unavailable", "database unavailable", str(exc))
-                for entry in batch:
-                    done = entry[3]
-                    if done is not None and not done.done():
-                        done.set_exception(StorageUnavailable(str(exc)))
+                _fail_batch(batch, exc)
+
+    async def _let_fill(self):
+        """Let the batch fill until its oldest event is max_age old (or until full, or a
+        flush). From the oldest event, not from now: what queued during the last commit has
+        waited already (docs/performance.md, "Recorder")."""
+        loop = self._loop
+        wait_s = self._oldest + self.max_age_s - loop.time()
+        if not self._flushes and self.queued < self.max_events and wait_s > 0:
+            self._kick = kick = loop.create_future()
+            timer = loop.call_later(wait_s, _resolve, kick)
+            await kick
+            timer.cancel()
+            self._kick = None
+
+    def _take_batch(self):
+        """The next batch and its event count: everything queued (whole chunks, up to
+        max_events), flush requests included, so that one commit answers them all. (A flush
+        that ended its batch made 100 streams starting or ending together 100 commits in a
+        row, and every event queued behind them waited; docs/performance.md, "Recorder".)"""
+        buffer = self.buffer
+        batch = []
+        events = 0
+        while buffer and events < self.max_events:
+            entry = buffer.popleft()
+            batch.append(entry)
+            if entry[3] is not None:
+                self._flushes -= 1
+            else:
+                events += len(entry[2])
+        self.queued -= events
+        if not buffer:
+            self._ready.clear()
+        else:
+            self._oldest = self._loop.time()  # (a full batch's rest: committed without waiting)
+        if self.queued < self.capacity and not self._space.is_set():
+            self._space.set()
+        return batch, events
 
     async def _commit(self, batch):
-        event_rows = []
-        proxied_rows = []
-        per_stream = {}  # rec -> payloads, in arrival order
-        flushes = []  # (rec, future)
-        for rec, chunk_rows, payloads, done in batch:
-            if done is None:
-                if rec.proxied:
-                    proxied_rows += chunk_rows
-                else:
-                    event_rows += chunk_rows
-                mine = per_stream.get(rec)
-                if mine is None:
-                    # a copy: the batch's entries keep their own counts (a failed commit
-                    # reports per stream how many events it lost)
-                    per_stream[rec] = list(payloads)
-                else:
-                    mine += payloads
-            else:
-                per_stream.setdefault(rec, [])
-                flushes.append((rec, done))
+        event_rows, proxied_rows, per_stream, flushes = _sort_batch(batch)
+        updates, findings = self._stream_changes(per_stream)
+        started = telemetry.batch_started(self.queued, self.capacity)
+        refused = await self._loop.run_in_executor(
+            db_executor(), write_batch, event_rows, updates, findings, None, proxied_rows
+        )
+        self.batches += 1
+        telemetry.batch_committed(
+            len(event_rows) // len(INSERT_COLUMNS),
+            len(proxied_rows) // len(PROXIED_INSERT_COLUMNS),
+            started,
+        )
+        if refused:
+            _refused(refused, per_stream, flushes)
+        await _publish(per_stream, updates)
+        for _, done in flushes:
+            if not done.done():
+                done.set_result(None)
+
+    def _stream_changes(self, per_stream):
+        """`({rec: fields}, findings)` of the batch's streams: each one's pending fields and
+        findings, taken from it, its event_count when due, and `heartbeat_at` on every row
+        written."""
         now = dt.datetime.now(dt.UTC)
         now_s = self._loop.time()
         count_interval_s = conf.get().count_write_interval_ms / 1e3
@@ -461,31 +460,65 @@ class Writer:
             if rec.pending_findings:
                 findings.extend(rec.pending_findings)
                 rec.pending_findings = []
-        started = telemetry.batch_started(self.queued, self.capacity)
-        refused = await self._loop.run_in_executor(
-            db_executor(), write_batch, event_rows, updates, findings, None, proxied_rows
-        )
-        self.batches += 1
-        telemetry.batch_committed(
-            len(event_rows) // len(INSERT_COLUMNS),
-            len(proxied_rows) // len(PROXIED_INSERT_COLUMNS),
-            started,
-        )
-        if refused:
-            _refused(refused, per_stream, flushes)
-        publishes = []
-        for rec, payloads in per_stream.items():
-            fields = updates.get(rec, ())
-            shown = {k: v for k, v in fields.items() if k in public.PUBLIC_FIELDS} if fields else {}
-            if payloads or shown:
-                pending = relay.publish(rec.stream_id, rec.user_id, payloads, shown)
-                if pending is not None:
-                    publishes.append(pending)
-        if publishes:
-            await asyncio.gather(*publishes)
-        for _, done in flushes:
-            if not done.done():
-                done.set_result(None)
+        return updates, findings
+
+
+def _sort_batch(batch):
+    """A batch's entries sorted out: `(event rows, proxied rows, {rec: payloads in arrival
+    order}, [(rec, flush future)])`."""
+    event_rows = []
+    proxied_rows = []
+    per_stream = {}
+    flushes = []
+    for rec, chunk_rows, payloads, done in batch:
+        if done is None:
+            if rec.proxied:
+                proxied_rows += chunk_rows
+            else:
+                event_rows += chunk_rows
+            mine = per_stream.get(rec)
+            if mine is None:
+                # a copy: the batch's entries keep their own counts (a failed commit
+                # reports per stream how many events it lost)
+                per_stream[rec] = list(payloads)
+            else:
+                mine += payloads
+        else:
+            per_stream.setdefault(rec, [])
+            flushes.append((rec, done))
+    return event_rows, proxied_rows, per_stream, flushes
+
+
+async def _publish(per_stream, updates):
+    """One channel-layer message per stream of a committed batch: its events and the public
+    fields of its row that changed."""
+    publishes = []
+    for rec, payloads in per_stream.items():
+        fields = updates.get(rec, ())
+        shown = {k: v for k, v in fields.items() if k in public.PUBLIC_FIELDS} if fields else {}
+        if payloads or shown:
+            pending = relay.publish(rec.stream_id, rec.user_id, payloads, shown)
+            if pending is not None:
+                publishes.append(pending)
+    if publishes:
+        await asyncio.gather(*publishes)
+
+
+def _fail_batch(batch, exc):
+    """A batch that could not be stored (`exc`): every stream with events in it loses them,
+    and every flush waiting on it fails."""
+    lost = collections.Counter()
+    for rec, _, payloads, _ in batch:
+        if payloads:
+            lost[rec] += len(payloads)
+    for rec, n in lost.items():
+        # The reader stops at its next chunk and the stream ends `failed` with a status saying
+        # how much was lost: never a silent gap.
+        _lose(rec, n, "storage_unavailable", "database unavailable", str(exc))
+    for entry in batch:
+        done = entry[3]
+        if done is not None and not done.done():
+            done.set_exception(StorageUnavailable(str(exc)))
 
 
 def _lose(rec, n, code, cause, error):
@@ -581,8 +614,9 @@ class Outcome:
 async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None, stall_s=None):
     """Run one upstream request and record it on `rec`'s stream; return its outcome.
 
-    Never raises for upstream trouble: every failure becomes a status on the stream. Re-raises
-    CancelledError after recording `cancelled` (with `rec.cancel_code`, if one was set).
+    Never raises for upstream trouble: every failure becomes a status on the stream
+    (`_failure_outcome`). Re-raises CancelledError after recording `cancelled` (with
+    `rec.cancel_code`, if one was set).
 
     `tap` (the recording proxy, streams/serve/proxy.py): the request goes out as `tap.content` with
     `tap.headers`; the response's head goes to `await tap.start(response)` and every chunk of
@@ -595,88 +629,126 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
     stall_s = conf.get().stall_timeout_s if stall_s is None else stall_s
     phases = Phases()
     phases.activate()
+    _begin_attempt(rec, url, body, stall_s)
+    try:
+        if tap is None:
+            outcome = await _attempt_started_here(
+                rec, client, url, body, api_key, writer, phases, stall_s
+            )
+        else:
+            outcome = await _attempt_proxied(rec, client, url, writer, tap, phases, stall_s)
+        outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
+    except _FAILURES as exc:
+        outcome = _failure_outcome(rec, exc, stall_s)
+    except asyncio.CancelledError:
+        await asyncio.shield(_finish(rec, writer, _cancelled_outcome(rec), tap))
+        raise
+    await _finish(rec, writer, outcome, tap)
+    return outcome
+
+
+def _begin_attempt(rec, url, body, stall_s):
+    """`rec` at the start of an attempt: its clock and checker, the request's model and
+    `stream`, and the `streaming` status with the fields the row is written with."""
     rec.start(time.monotonic_ns(), stall_s)
     rec.request_model, rec.request_stream = str(body.get("model") or ""), body.get("stream") is True
     rec.status = Stream.Status.STREAMING
     rec.pending_fields.update(
         status=rec.status, started_at=rec.wall0, runner=lifecycle.RUNNER_ID, upstream_url=url
     )
-    outcome = None
+
+
+async def _attempt_started_here(rec, client, url, body, api_key, writer, phases, stall_s):
+    """A request of our own: its `streaming` status committed and the clock restarted first,
+    `body` sent as JSON with our key, and the stall timer armed for the connect timeout plus
+    the stall threshold (`_read_events` then watches the events)."""
+    await writer.flush(rec)
+    rec.restart_clock()
     loop = asyncio.get_running_loop()
-    try:
-        if tap is None:
-            await writer.flush(rec)
-            rec.restart_clock()
-        # (The proxy's request goes out at once: its row may still be being created, and its
-        # `streaming` status goes with the first batch; `tap.opened()` gives the row.)
-        async with asyncio.timeout(None) as stall_timer:
-            if tap is None:
-                stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
-                request = {"json": body, "headers": request_headers(api_key)}
-            else:
-                request = {"content": tap.content, "headers": tap.headers}
-            async with client.stream(
-                "POST", url, extensions={"trace": phases.trace}, **request
-            ) as response:
-                for name, t_ns in phases.marks.items():
-                    rec.mark(name, t_ns)
-                if phases.receipt_clock:  # (set by the connection that wrote the request)
-                    rec.pending_fields["receipt_clock"] = phases.receipt_clock
-                rec.pending_fields["http_status"] = response.status_code
-                rec.pending_fields["content_type"] = response.headers.get("content-type", "")
-                if tap is not None:
-                    await tap.start(response)
-                if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
-                    "content-type", ""
-                ):
-                    outcome = await _whole_body(rec, writer, response, tap, phases)
-                if outcome is None:
-                    await _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
-        outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
-    except TimeoutError:
+    async with asyncio.timeout(None) as stall_timer:
+        stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
+        request = {"json": body, "headers": request_headers(api_key)}
+        return await _exchange(
+            rec, client, url, request, writer, None, phases, stall_timer, stall_s
+        )
+
+
+async def _attempt_proxied(rec, client, url, writer, tap, phases, stall_s):
+    """The proxy's request, as its client sent it, out at once: its row may still be being
+    created, and its `streaming` status goes with the first batch (`tap.opened()` gives the
+    row). No stall timer: the proxy's client decides."""
+    async with asyncio.timeout(None) as stall_timer:
+        request = {"content": tap.content, "headers": tap.headers}
+        return await _exchange(rec, client, url, request, writer, tap, phases, stall_timer, stall_s)
+
+
+async def _exchange(rec, client, url, request, writer, tap, phases, stall_timer, stall_s):
+    """POST `request` and record the response: an event stream event by event (returns None:
+    the checker decides the outcome), any other body whole (returns its outcome)."""
+    trace = {"trace": phases.trace}
+    async with client.stream("POST", url, extensions=trace, **request) as response:
+        for name, t_ns in phases.marks.items():
+            rec.mark(name, t_ns)
+        if phases.receipt_clock:  # (set by the connection that wrote the request)
+            rec.pending_fields["receipt_clock"] = phases.receipt_clock
+        rec.pending_fields["http_status"] = response.status_code
+        rec.pending_fields["content_type"] = response.headers.get("content-type", "")
+        if tap is not None:
+            await tap.start(response)
+        if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
+            "content-type", ""
+        ):
+            return await _whole_body(rec, writer, response, tap, phases)
+        await _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
+    return None
+
+
+# What an attempt turns into an outcome (`_failure_outcome`); anything else propagates.
+_FAILURES = (TimeoutError, UpstreamError, httpx.HTTPError, StorageUnavailable)
+
+
+def _failure_outcome(rec, exc, stall_s):
+    """The outcome of an attempt that raised `exc` (one of `_FAILURES`), by the first class
+    it is an instance of: timeout, upstream error, connect error, connection lost, other HTTP
+    error, storage."""
+    if isinstance(exc, TimeoutError):
         if rec.next_index == 0 and "headers" not in rec.milestones:
-            outcome = Outcome(Stream.Status.FAILED, "timeout", "no response from upstream")
-        else:
-            outcome = Outcome(
-                Stream.Status.STALLED, "stall", f"no event for {stall_s:g} s; aborted"
-            )
-    except UpstreamError as exc:
+            return Outcome(Stream.Status.FAILED, "timeout", "no response from upstream")
+        return Outcome(Stream.Status.STALLED, "stall", f"no event for {stall_s:g} s; aborted")
+    if isinstance(exc, UpstreamError):
         if exc.http_status:
             rec.pending_fields["http_status"] = exc.http_status
-        outcome = Outcome(Stream.Status.FAILED, exc.code, exc.message)
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-        outcome = Outcome(
+        return Outcome(Stream.Status.FAILED, exc.code, exc.message)
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return Outcome(
             Stream.Status.FAILED, "connect_error", _describe(exc), retryable=rec.next_index == 0
         )
-    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-        before_events = rec.next_index == 0 and "headers" not in rec.milestones
+    if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
         if "terminal" in rec.milestones:
-            outcome = Outcome(None)
-        else:
-            outcome = Outcome(
-                Stream.Status.FAILED if before_events else Stream.Status.TRUNCATED,
-                "connection_error" if before_events else "connection_reset",
-                _describe(exc),
-                retryable=before_events,
-            )
-    except httpx.HTTPError as exc:
-        outcome = Outcome(Stream.Status.FAILED, "http_error", _describe(exc))
-    except StorageUnavailable as exc:
-        code = rec.storage_code or "storage_unavailable"
-        outcome = Outcome(Stream.Status.FAILED, code, rec.storage_error or str(exc))
-    except asyncio.CancelledError:
-        if lifecycle.stopping and not rec.cancel_code:
-            # cut short by a stop of this process, not by anyone who wanted it stopped
-            cancelled = Outcome(
-                Stream.Status.INTERRUPTED, lifecycle.SHUTDOWN_CODE, lifecycle.SHUTDOWN_REASON
-            )
-        else:
-            reason = CANCEL_REASONS.get(rec.cancel_code, "")
-            cancelled = Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
-        await asyncio.shield(_finish(rec, writer, cancelled, tap))
-        raise
-    await _finish(rec, writer, outcome, tap)
-    return outcome
+            return Outcome(None)
+        before_events = rec.next_index == 0 and "headers" not in rec.milestones
+        return Outcome(
+            Stream.Status.FAILED if before_events else Stream.Status.TRUNCATED,
+            "connection_error" if before_events else "connection_reset",
+            _describe(exc),
+            retryable=before_events,
+        )
+    if isinstance(exc, httpx.HTTPError):
+        return Outcome(Stream.Status.FAILED, "http_error", _describe(exc))
+    code = rec.storage_code or "storage_unavailable"  # StorageUnavailable
+    return Outcome(Stream.Status.FAILED, code, rec.storage_error or str(exc))
+
+
+def _cancelled_outcome(rec):
+    """The outcome of a cancelled attempt: `interrupted` when this process is stopping and
+    nobody asked for the cancel, else `cancelled` with its reason (`rec.cancel_code`)."""
+    if lifecycle.stopping and not rec.cancel_code:
+        # cut short by a stop of this process, not by anyone who wanted it stopped
+        return Outcome(
+            Stream.Status.INTERRUPTED, lifecycle.SHUTDOWN_CODE, lifecycle.SHUTDOWN_REASON
+        )
+    reason = CANCEL_REASONS.get(rec.cancel_code, "")
+    return Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
 
 
 async def _read_events(rec, writer, response, tap, phases, stall_timer, stall_s):

@@ -155,8 +155,9 @@ class RequestError(Exception):
 
 # --------------------------------------------------------------------------- request parsing
 # The largest value of each numeric metadata parameter. The simulator may run inside the server
-# process and builds a response's plan in memory before sending it (`huge_bytes=1e8` took
-# 1.7 GB), and durations hold a connection, and a user's stream slot, open.
+# process and builds a response's plan in memory before sending it (a large `huge_bytes` is
+# held whole: docs/performance.md, "Simulator"), and durations hold a connection, and a user's
+# stream slot, open.
 METADATA_CAPS: dict[str, float] = {
     "events": 200_000,
     "batch": 10_000,
@@ -259,6 +260,33 @@ def last_user_text(value: Any) -> str:
     return flatten_input(value)
 
 
+def _model(body: dict) -> str:
+    """The request's ``model``: a simulated model or ``auto``."""
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise RequestError(400, "missing_required_parameter", "Missing required parameter: 'model'")
+    if model != AUTO_MODEL and model not in MODELS:
+        raise RequestError(
+            404,
+            "model_not_found",
+            f"The model '{model}' does not exist. Known: {', '.join(MODELS)} (or 'auto').",
+        )
+    return model
+
+
+def _scenario(metadata: dict, header_scenario: str | None) -> str:
+    """The scenario ``metadata.scenario`` or the ``X-Simulator-Scenario`` header names
+    (default: DEFAULT_SCENARIO)."""
+    scenario = str(metadata.get("scenario") or header_scenario or DEFAULT_SCENARIO).strip()
+    if scenario not in SCENARIOS:
+        raise RequestError(
+            400,
+            "unknown_scenario",
+            f"Unknown scenario '{scenario}'. Valid scenarios: {', '.join(SCENARIOS)}",
+        )
+    return scenario
+
+
 @dataclass
 class SimRequest:
     """A validated ``POST /v1/responses`` body."""
@@ -289,27 +317,11 @@ class SimRequest:
             raise RequestError(
                 400, "missing_required_parameter", "Missing required parameter: 'input'"
             )
-        model = body.get("model")
-        if not isinstance(model, str) or not model:
-            raise RequestError(
-                400, "missing_required_parameter", "Missing required parameter: 'model'"
-            )
-        if model != AUTO_MODEL and model not in MODELS:
-            raise RequestError(
-                404,
-                "model_not_found",
-                f"The model '{model}' does not exist. Known: {', '.join(MODELS)} (or 'auto').",
-            )
+        model = _model(body)
         metadata = body.get("metadata") or {}
         if not isinstance(metadata, dict):
             raise RequestError(400, "invalid_metadata", "'metadata' must be an object")
-        scenario = str(metadata.get("scenario") or header_scenario or DEFAULT_SCENARIO).strip()
-        if scenario not in SCENARIOS:
-            raise RequestError(
-                400,
-                "unknown_scenario",
-                f"Unknown scenario '{scenario}'. Valid scenarios: {', '.join(SCENARIOS)}",
-            )
+        scenario = _scenario(metadata, header_scenario)
         input_text = flatten_input(body["input"])
         tools = body.get("tools") or []
         if not isinstance(tools, list):
@@ -619,50 +631,65 @@ class Builder:
         )
         content = []
         for ci, text in enumerate(parts):
-            self.small()
-            self.emit(
-                {
-                    "type": "response.content_part.added",
-                    "output_index": output_index,
-                    "content_index": ci,
-                    "item_id": mid,
-                    "part": {"type": "output_text", "text": ""},
-                }
-            )
             spelled = draft[ci] if draft else text
-            toks = tokens[ci] if tokens else tokenize(self.rng, spelled)
-            self.deltas(output_index, ci, mid, toks)
-            if draft and draft[ci] != text:
-                self.step()
-                self.emit({"type": "response.rewrite.in_progress"})
-                self.t += self.rng.uniform(0.08, 0.25)
-            self.small()
-            self.emit(
-                {
-                    "type": "response.output_text.done",
-                    "output_index": output_index,
-                    "content_index": ci,
-                    "item_id": mid,
-                    "text": text,
-                }
-            )
-            part = {"type": "output_text", "text": text}
-            content.append(part)
-            self.small()
-            self.emit(
-                {
-                    "type": "response.content_part.done",
-                    "output_index": output_index,
-                    "content_index": ci,
-                    "item_id": mid,
-                    "part": part,
-                }
-            )
+            toks = tokens[ci] if tokens else None
+            content.append(self._content_part(output_index, ci, mid, text, spelled, toks))
         item = {**base, "status": "completed", "content": content}
         self.small()
         self.emit({"type": "response.output_item.done", "output_index": output_index, "item": item})
         self.output.append(item)
         return item
+
+    def _content_part(
+        self,
+        output_index: int,
+        ci: int,
+        mid: str,
+        text: str,
+        spelled: str,
+        tokens: list[str] | None,
+    ) -> dict:
+        """Stream content part ``ci`` of message ``mid``: its deltas spell ``spelled`` (in
+        ``tokens`` when given), a rewrite event follows when that is not ``text``, and the
+        done events carry ``text``. Returns the part."""
+        self.small()
+        self.emit(
+            {
+                "type": "response.content_part.added",
+                "output_index": output_index,
+                "content_index": ci,
+                "item_id": mid,
+                "part": {"type": "output_text", "text": ""},
+            }
+        )
+        toks = tokens if tokens is not None else tokenize(self.rng, spelled)
+        self.deltas(output_index, ci, mid, toks)
+        if spelled != text:
+            self.step()
+            self.emit({"type": "response.rewrite.in_progress"})
+            self.t += self.rng.uniform(0.08, 0.25)
+        self.small()
+        self.emit(
+            {
+                "type": "response.output_text.done",
+                "output_index": output_index,
+                "content_index": ci,
+                "item_id": mid,
+                "text": text,
+            }
+        )
+        part = {"type": "output_text", "text": text}
+        self.small()
+        self.emit(
+            {
+                "type": "response.content_part.done",
+                "output_index": output_index,
+                "content_index": ci,
+                "item_id": mid,
+                "part": part,
+            }
+        )
+        return part
 
     def deltas(self, output_index: int, ci: int, mid: str, tokens: list[str]) -> None:
         for i, tok in enumerate(tokens):
@@ -830,30 +857,13 @@ def build_plan(
     """Build the complete plan for ``req``. ``response_id``/``created_at_ms`` come from the
     server (unique per response) unless ``metadata.deterministic_ids`` is set."""
     rng = random.Random(req.seed)
-    deterministic = _as_bool(req.metadata.get("deterministic_ids", False))
-    id_rng = random.Random(req.seed ^ 0x5EED)
-    if deterministic or response_id is None:
-        response_id = f"resp_{id_rng.getrandbits(128):032x}"
-    if deterministic or created_at_ms is None:
-        created_at_ms = 1_700_000_000_000 + id_rng.randrange(10**11)
-    routing: RoutingDecision | None = None
-    if req.model == AUTO_MODEL:
-        routing = route(req.input_text, has_tools=bool(req.tools))
-        resolved = routing.model_id
-    else:
-        resolved = req.model
+    response_id, created_at_ms = _ids(req, response_id, created_at_ms)
+    routing, resolved = _route(req)
     profile = MODELS[resolved]
     reported = req.model  # the model response.created names
     if req.scenario == "long_strings":
-        response_id = _long(response_id + "_", LONG_FIELD_CHARS, "0123456789abcdef")  # (a header)
-        resolved = reported = _long(resolved + "/", LONG_MODEL_CHARS)
-        if routing:
-            routing = replace(
-                routing,
-                model_id=resolved,
-                category=_long(routing.category + "/", LONG_FIELD_CHARS),
-                source=_long(routing.source + "/", LONG_FIELD_CHARS),
-            )
+        response_id, resolved, routing = _long_ids(response_id, resolved, routing)
+        reported = resolved
     plan = Plan(
         response_id=response_id,
         scenario=req.scenario,
@@ -862,30 +872,91 @@ def build_plan(
         time_scale=req.time_scale,
         routing=routing.as_event_fields() if routing else None,
     )
-    scen = req.scenario
-
-    if scen in ("http_429", "http_500"):
-        if scen == "http_429":
-            retry_after = req.meta_int("retry_after", 2)
-            plan.status = 429
-            plan.headers.append(("Retry-After", str(retry_after)))
-            err = RequestError(
-                429, "rate_limit_exceeded", "Rate limit reached, retry later", "rate_limit_error"
-            )
-        else:
-            plan.status = 500
-            err = RequestError(500, ERROR_CODE, ERROR_MESSAGE, "server_error")
-        plan.content_type = "application/json"
-        plan.body = json.dumps(err.body()).encode()
-        plan.end = scen
-        plan.faults.append({"kind": scen, "status": plan.status})
-        return plan
-
+    if req.scenario in ("http_429", "http_500"):
+        return _http_error_plan(req, plan)
     b = Builder(req, rng, profile, response_id)
+    _opening(req, b, routing, created_at_ms, reported)
+    if req.scenario == "fast":
+        return _fast_plan(req, plan, b, created_at_ms)
+    tool_calls = _OUTPUT_BUILDERS.get(req.scenario, _message_output)(req, plan, b)
+    _terminal(req, plan, b, tool_calls, created_at_ms)
+    evs = b.evs
+    _apply_faults(req, plan, rng, evs)
+    _finish(plan, evs, req)
+    return plan
+
+
+def _ids(req: SimRequest, response_id: str | None, created_at_ms: int | None) -> tuple[str, int]:
+    """The response id and ``created_at`` (ms): the server's, or derived from the seed (with
+    ``metadata.deterministic_ids``, or when the server gives none)."""
+    deterministic = _as_bool(req.metadata.get("deterministic_ids", False))
+    id_rng = random.Random(req.seed ^ 0x5EED)
+    if deterministic or response_id is None:
+        response_id = f"resp_{id_rng.getrandbits(128):032x}"
+    if deterministic or created_at_ms is None:
+        created_at_ms = 1_700_000_000_000 + id_rng.randrange(10**11)
+    return response_id, created_at_ms
+
+
+def _route(req: SimRequest) -> tuple[RoutingDecision | None, str]:
+    """The router's decision (for ``model: "auto"``, else None) and the model that answers."""
+    if req.model == AUTO_MODEL:
+        routing = route(req.input_text, has_tools=bool(req.tools))
+        return routing, routing.model_id
+    return None, req.model
+
+
+def _long_ids(
+    response_id: str, resolved: str, routing: RoutingDecision | None
+) -> tuple[str, str, RoutingDecision | None]:
+    """long_strings: the response id, the model (also the one response.created names) and the
+    routing decision's fields, each far longer than the column that stores it."""
+    response_id = _long(response_id + "_", LONG_FIELD_CHARS, "0123456789abcdef")  # (a header)
+    resolved = _long(resolved + "/", LONG_MODEL_CHARS)
+    if routing:
+        routing = replace(
+            routing,
+            model_id=resolved,
+            category=_long(routing.category + "/", LONG_FIELD_CHARS),
+            source=_long(routing.source + "/", LONG_FIELD_CHARS),
+        )
+    return response_id, resolved, routing
+
+
+def _http_error_plan(req: SimRequest, plan: Plan) -> Plan:
+    """http_429 (with ``Retry-After``) or http_500: a JSON error body instead of a stream."""
+    scen = req.scenario
+    if scen == "http_429":
+        retry_after = req.meta_int("retry_after", 2)
+        plan.status = 429
+        plan.headers.append(("Retry-After", str(retry_after)))
+        err = RequestError(
+            429, "rate_limit_exceeded", "Rate limit reached, retry later", "rate_limit_error"
+        )
+    else:
+        plan.status = 500
+        err = RequestError(500, ERROR_CODE, ERROR_MESSAGE, "server_error")
+    plan.content_type = "application/json"
+    plan.body = json.dumps(err.body()).encode()
+    plan.end = scen
+    plan.faults.append({"kind": scen, "status": plan.status})
+    return plan
+
+
+def _opening(
+    req: SimRequest,
+    b: Builder,
+    routing: RoutingDecision | None,
+    created_at_ms: int,
+    reported: str,
+) -> None:
+    """response.created, then the routing event if the request was routed (the model starts,
+    and its TTFT counts, after the router)."""
+    rng = b.rng
     b.emit(
         {
             "type": "response.created",
-            "response": _response(req, response_id, created_at_ms, reported, "in_progress"),
+            "response": _response(req, b.rid, created_at_ms, reported, "in_progress"),
         },
         at=rng.uniform(0.004, 0.015),
     )
@@ -895,86 +966,117 @@ def build_plan(
             at=b.t + rng.uniform(0.02, 0.06),
         )
         b.ttft += b.t  # routing happens before the model starts
-    prompt = req.user_text
-    tool_calls: list[dict] = []
-    final_text_shape = scen == "final_text"
 
-    if scen == "fast":
-        return _fast_plan(req, plan, b, created_at_ms)
 
-    if scen in ("tools", "parallel_tools"):
-        n = 1 if scen == "tools" else 3
-        gens = []
-        for i in range(n):
-            name, args, result = choose_tool(req, i)
-            ok = not (scen == "parallel_tools" and i == 1)
-            if not ok:
-                result = "upstream service timed out after 10 s (HTTP 504)"
-            gens.append(b.function_call_events(i, name, args, ok, result))
-        b.run_calls(gens, interleave=scen == "parallel_tools")
-        tool_calls = [it for it in b.output if it["type"] == "function_call"]
-        b.t += rng.uniform(0.1, 0.3)
-        first_ok = next((c for c in tool_calls if c["status"] == "completed"), None)
-        intro = (
-            f"I called {', '.join(c['name'] for c in tool_calls)}. "
-            + (f"The result of {first_ok['name']}: {first_ok['output'][:80]}. " if first_ok else "")
-            + ("One call failed, so part of the answer may be incomplete. " if n > 1 else "")
+def _tools_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
+    """tools (one function call) and parallel_tools (3 interleaved, the second failed), then
+    a text answer that names them; returns the function call items."""
+    scen, rng = req.scenario, b.rng
+    n = 1 if scen == "tools" else 3
+    gens = []
+    for i in range(n):
+        name, args, result = choose_tool(req, i)
+        ok = not (scen == "parallel_tools" and i == 1)
+        if not ok:
+            result = "upstream service timed out after 10 s (HTTP 504)"
+        gens.append(b.function_call_events(i, name, args, ok, result))
+    b.run_calls(gens, interleave=scen == "parallel_tools")
+    tool_calls = [it for it in b.output if it["type"] == "function_call"]
+    b.t += rng.uniform(0.1, 0.3)
+    first_ok = next((c for c in tool_calls if c["status"] == "completed"), None)
+    intro = (
+        f"I called {', '.join(c['name'] for c in tool_calls)}. "
+        + (f"The result of {first_ok['name']}: {first_ok['output'][:80]}. " if first_ok else "")
+        + ("One call failed, so part of the answer may be incomplete. " if n > 1 else "")
+    )
+    text = _cap(req, rng, intro + reply_text(rng, req.user_text, _sentences(req, rng, (2, 4))))
+    b.first_output_done = True
+    b.ttft = b.t + rng.uniform(0.05, 0.2)
+    b.message(n, [text])
+    return tool_calls
+
+
+def _multi_part_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
+    """multi_part: a message of 2 content parts, then a message of one."""
+    rng, prompt = b.rng, req.user_text
+    t1 = reply_text(rng, prompt, _sentences(req, rng, (2, 3)))
+    t2 = "\n\n" + reply_text(rng, prompt + " details", _sentences(req, rng, (2, 3)))
+    b.message(0, [_cap(req, rng, t1), t2])
+    b.t += rng.uniform(0.05, 0.2)
+    b.message(1, [reply_text(rng, prompt + " summary", _sentences(req, rng, (1, 2)))])
+    return []
+
+
+def _rewrite_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
+    """rewrite: deltas that spell a draft with typos; the done events carry the corrected
+    text."""
+    rng = b.rng
+    text = _cap(req, rng, reply_text(rng, req.user_text, _sentences(req, rng, (3, 5))))
+    text += " This is definitely a separate point, which the rewrite pass keeps."
+    draft = text.replace(" the ", " teh ", 2)
+    for wrong, right in REWRITE_FIXES.items():
+        if wrong != "teh":
+            draft = draft.replace(right, wrong)
+    b.message(0, [text], draft=[draft])
+    plan.faults.append({"kind": "rewrite", "draft": draft, "text": text})
+    return []
+
+
+def _message_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
+    """Every other scenario: one message (longer when bursty; with multi-byte characters for
+    utf8_split, markup for xss, one huge delta for huge_delta); stream-level faults come
+    later (`_apply_faults`)."""
+    scen, rng = req.scenario, b.rng
+    sentences = _sentences(req, rng, (4, 8))
+    if scen == "bursty":
+        sentences = max(sentences, 14)
+    text = reply_text(rng, req.user_text, sentences)
+    if scen == "utf8_split":
+        text = UTF8_SAMPLE + " " + text + " " + UTF8_SAMPLE
+    elif scen == "xss":
+        text = f"Careful with {XSS_IMG} and {XSS_SCRIPT} in markup. " + text
+    text = _cap(req, rng, text)
+    if scen == "huge_delta":
+        size = req.meta_int("huge_bytes", 1_000_000)
+        block = "All work and no play makes a very long delta. "
+        huge = (block * (size // len(block) + 1))[:size]
+        tokens = tokenize(rng, text)
+        k = min(len(tokens), 3)
+        tokens = tokens[:k] + [" " + huge] + tokens[k:]
+        text = "".join(tokens)
+        b.message(0, [text], tokens=[tokens])
+        plan.faults.append({"kind": "huge_delta", "bytes": len(huge.encode()) + 1})
+    elif scen == "xss" and XSS_SCRIPT in text:  # (a small max_output_tokens cuts it off)
+        pre = tokenize(rng, "Careful with ")
+        tokens = (
+            pre + [XSS_IMG, " and", " ", XSS_SCRIPT] + tokenize(rng, text.split(XSS_SCRIPT, 1)[1])
         )
-        text = _cap(req, rng, intro + reply_text(rng, prompt, _sentences(req, rng, (2, 4))))
-        b.first_output_done = True
-        b.ttft = b.t + rng.uniform(0.05, 0.2)
-        b.message(n, [text])
-    elif scen == "multi_part":
-        t1 = reply_text(rng, prompt, _sentences(req, rng, (2, 3)))
-        t2 = "\n\n" + reply_text(rng, prompt + " details", _sentences(req, rng, (2, 3)))
-        b.message(0, [_cap(req, rng, t1), t2])
-        b.t += rng.uniform(0.05, 0.2)
-        b.message(1, [reply_text(rng, prompt + " summary", _sentences(req, rng, (1, 2)))])
-    elif scen == "rewrite":
-        text = _cap(req, rng, reply_text(rng, prompt, _sentences(req, rng, (3, 5))))
-        text += " This is definitely a separate point, which the rewrite pass keeps."
-        draft = text.replace(" the ", " teh ", 2)
-        for wrong, right in REWRITE_FIXES.items():
-            if wrong != "teh":
-                draft = draft.replace(right, wrong)
-        b.message(0, [text], draft=[draft])
-        plan.faults.append({"kind": "rewrite", "draft": draft, "text": text})
+        assert "".join(tokens) == text
+        b.message(0, [text], tokens=[tokens])
     else:
-        sentences = _sentences(req, rng, (4, 8))
-        if scen == "bursty":
-            sentences = max(sentences, 14)
-        text = reply_text(rng, prompt, sentences)
-        if scen == "utf8_split":
-            text = UTF8_SAMPLE + " " + text + " " + UTF8_SAMPLE
-        elif scen == "xss":
-            text = f"Careful with {XSS_IMG} and {XSS_SCRIPT} in markup. " + text
-        text = _cap(req, rng, text)
-        if scen == "huge_delta":
-            size = req.meta_int("huge_bytes", 1_000_000)
-            block = "All work and no play makes a very long delta. "
-            huge = (block * (size // len(block) + 1))[:size]
-            tokens = tokenize(rng, text)
-            k = min(len(tokens), 3)
-            tokens = tokens[:k] + [" " + huge] + tokens[k:]
-            text = "".join(tokens)
-            b.message(0, [text], tokens=[tokens])
-            plan.faults.append({"kind": "huge_delta", "bytes": len(huge.encode()) + 1})
-        elif scen == "xss":
-            pre = tokenize(rng, "Careful with ")
-            tokens = (
-                pre
-                + [XSS_IMG, " and", " ", XSS_SCRIPT]
-                + tokenize(rng, text.split(XSS_SCRIPT, 1)[1])
-            )
-            assert "".join(tokens) == text
-            b.message(0, [text], tokens=[tokens])
-        else:
-            b.message(0, [text])
+        b.message(0, [text])
+    return []
 
+
+# The scenarios whose output is not one message (`_message_output`): scenario → the function
+# that streams it and returns its function call items.
+_OUTPUT_BUILDERS = {
+    "tools": _tools_output,
+    "parallel_tools": _tools_output,
+    "multi_part": _multi_part_output,
+    "rewrite": _rewrite_output,
+}
+
+
+def _terminal(
+    req: SimRequest, plan: Plan, b: Builder, tool_calls: list[dict], created_at_ms: int
+) -> None:
+    """The final response (``plan.final_response``) and its response.completed event; for
+    final_text the event carries only ``final_text``."""
     out_text = "".join(
         p["text"] for it in b.output if it["type"] == "message" for p in it["content"]
     )
-    resp = _response(req, response_id, created_at_ms, resolved, "completed")
+    resp = _response(req, plan.response_id, created_at_ms, plan.resolved_model, "completed")
     resp["output"] = b.output
     resp["output_text"] = out_text
     if tool_calls:
@@ -982,115 +1084,189 @@ def build_plan(
     resp["usage"] = _usage(req, b.output_tokens)
     plan.final_response = resp
     b.step()
-    if final_text_shape:
+    if req.scenario == "final_text":
         b.emit({"type": "response.completed", "final_text": out_text})
     else:
         b.emit({"type": "response.completed", "response": resp})
-    evs = b.evs
-    _apply_faults(req, plan, rng, evs)
-    _finish(plan, evs, req)
-    return plan
 
 
 def _delta_indexes(evs: list[Ev]) -> list[int]:
     return [i for i, e in enumerate(evs) if e.type == "response.output_text.delta"]
 
 
+@dataclass
+class _Site:
+    """Where in a stream's events its fault goes: the indexes of its text deltas, the middle
+    delta (``mid``; the middle event without deltas) and an early one (``early``)."""
+
+    deltas: list[int]
+    mid: int
+    early: int
+
+
 def _apply_faults(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev]) -> None:
-    scen = req.scenario
+    """The scenario's stream-level fault (`_FAULTS`) applied to the events before they are
+    numbered; wire-level ones (duplicate, reorder) come after (`_finish`)."""
     deltas = _delta_indexes(evs)
-    mid = deltas[len(deltas) // 2] if deltas else len(evs) // 2
-    early = deltas[min(len(deltas) - 1, max(2, len(deltas) // 3))] if deltas else 1
-    if scen == "gap":
-        evs[mid].skip_before = 1
-        plan.faults.append({"kind": "gap", "at_index": mid})
-    elif scen == "missing_terminal":
-        evs.pop()
-        plan.end = "missing_terminal"
-        plan.faults.append({"kind": "missing_terminal"})
-    elif scen in ("error", "error_no_seq", "reset"):
-        del evs[early + 1 :]
-        if scen == "reset":
-            plan.end = "reset"
-            plan.faults.append({"kind": "reset", "after_index": early})
-        else:
-            e = Ev(
-                at=evs[-1].at + rng.uniform(0.05, 0.2),
-                obj={"type": "error", "code": ERROR_CODE, "message": ERROR_MESSAGE},
-                numbered=scen == "error",
-            )
-            evs.append(e)
-            plan.end = "error"
-            plan.faults.append({"kind": scen})
-    elif scen == "malformed_json":
-        evs.insert(mid, Ev(at=evs[mid].at, raw=MALFORMED_DATA, numbered=False))
-        plan.faults.append({"kind": "malformed_json", "at_index": mid})
-    elif scen == "stall":
-        stall_s = stall_silence_s(req.metadata, req.time_scale)
-        evs[early + 1].stall_before = stall_s
-        plan.faults.append({"kind": "stall", "before_index": early + 1, "stall_s": stall_s})
-    elif scen == "slow_headers":
-        plan.header_delay = req.meta_float("header_delay_s", 2.0)
-        plan.faults.append({"kind": "slow_headers", "header_delay_s": plan.header_delay})
-    elif scen == "unknown_event":
-        d = evs[mid].obj or {}
-        evs.insert(
-            mid + 1,
-            Ev(
-                at=evs[mid].at,
-                obj={
-                    "type": "response.citation.added",
-                    "output_index": d.get("output_index", 0),
-                    "content_index": d.get("content_index", 0),
-                    "item_id": d.get("item_id"),
-                    "citation": {"url": "https://example.org/source", "title": "A source"},
-                },
-            ),
-        )
-        k = len(evs) - 1
-        evs.insert(
-            k,
-            Ev(
-                at=evs[k - 1].at,
-                obj={"type": "response.usage.partial", "usage": {"output_tokens": len(deltas)}},
-            ),
-        )
-        plan.faults.append(
-            {
-                "kind": "unknown_event",
-                "types": ["response.citation.added", "response.usage.partial"],
-            }
-        )
-    elif scen == "comments":
-        for pos in sorted({1, mid, len(evs) - 1}, reverse=True):
-            evs.insert(pos, Ev(at=evs[pos].at, comment=b": keep-alive\n\n", numbered=False))
-        retry_block = _as_bool(req.metadata.get("retry_block", True))
-        if retry_block:
-            evs.insert(2, Ev(at=evs[2].at, comment=b"retry: 1000\n\n", numbered=False))
-        plan.faults.append({"kind": "comments", "retry_block": retry_block})
-    elif scen == "done_sentinel":
-        evs.append(Ev(at=evs[-1].at, raw="[DONE]", numbered=False, event_line=None))
-        plan.faults.append({"kind": "done_sentinel"})
-    elif scen == "long_strings":
-        long_type = _long("response.long_type.", LONG_FIELD_CHARS, "t😀")
-        evs.insert(1, Ev(at=evs[0].at, obj={"type": long_type}))
-        for i, ev in enumerate(evs):
-            ev.event_line = _long(f"message.{i}.", LONG_FIELD_CHARS, "é😀n")
-            ev.sse_id = _long(f"{i}.", LONG_FIELD_CHARS, "i😀")
-        plan.content_type += "; profile=" + "p" * 300
-        plan.faults.append({"kind": "long_strings", "type": long_type})
-    elif scen == "utf8_split":
-        for i in deltas:
-            if any(ord(ch) > 127 for ch in evs[i].obj["delta"]):
-                evs[i].split_utf8 = True
-                evs[i].pause_before = 0.0
-        plan.faults.append({"kind": "utf8_split"})
-    elif scen in ("normal", "tools", "parallel_tools", "multi_part", "final_text", "xss"):
-        pass
-    if scen == "wrong_content_type":
-        plan.content_type = "application/json"
-        plan.end = "wrong_content_type"
-        plan.faults.append({"kind": "wrong_content_type"})
+    site = _Site(
+        deltas=deltas,
+        mid=deltas[len(deltas) // 2] if deltas else len(evs) // 2,
+        early=deltas[min(len(deltas) - 1, max(2, len(deltas) // 3))] if deltas else 1,
+    )
+    fault = _FAULTS.get(req.scenario)
+    if fault is not None:
+        fault(req, plan, rng, evs, site)
+
+
+def _gap(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site) -> None:
+    evs[site.mid].skip_before = 1
+    plan.faults.append({"kind": "gap", "at_index": site.mid})
+
+
+def _missing_terminal(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    evs.pop()
+    plan.end = "missing_terminal"
+    plan.faults.append({"kind": "missing_terminal"})
+
+
+def _cut_short(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site) -> None:
+    """error, error_no_seq, reset: the events after an early delta are dropped; then an error
+    terminal (numbered or not), or a TCP RST."""
+    scen = req.scenario
+    del evs[site.early + 1 :]
+    if scen == "reset":
+        plan.end = "reset"
+        plan.faults.append({"kind": "reset", "after_index": site.early})
+        return
+    e = Ev(
+        at=evs[-1].at + rng.uniform(0.05, 0.2),
+        obj={"type": "error", "code": ERROR_CODE, "message": ERROR_MESSAGE},
+        numbered=scen == "error",
+    )
+    evs.append(e)
+    plan.end = "error"
+    plan.faults.append({"kind": scen})
+
+
+def _malformed_json(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    mid = site.mid
+    evs.insert(mid, Ev(at=evs[mid].at, raw=MALFORMED_DATA, numbered=False))
+    plan.faults.append({"kind": "malformed_json", "at_index": mid})
+
+
+def _stall(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site) -> None:
+    stall_s = stall_silence_s(req.metadata, req.time_scale)
+    evs[site.early + 1].stall_before = stall_s
+    plan.faults.append({"kind": "stall", "before_index": site.early + 1, "stall_s": stall_s})
+
+
+def _slow_headers(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    plan.header_delay = req.meta_float("header_delay_s", 2.0)
+    plan.faults.append({"kind": "slow_headers", "header_delay_s": plan.header_delay})
+
+
+def _unknown_event(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    """A response.citation.added after the middle delta and a response.usage.partial before
+    the terminal: numbered event types the checker does not know."""
+    mid = site.mid
+    d = evs[mid].obj or {}
+    evs.insert(
+        mid + 1,
+        Ev(
+            at=evs[mid].at,
+            obj={
+                "type": "response.citation.added",
+                "output_index": d.get("output_index", 0),
+                "content_index": d.get("content_index", 0),
+                "item_id": d.get("item_id"),
+                "citation": {"url": "https://example.org/source", "title": "A source"},
+            },
+        ),
+    )
+    k = len(evs) - 1
+    evs.insert(
+        k,
+        Ev(
+            at=evs[k - 1].at,
+            obj={"type": "response.usage.partial", "usage": {"output_tokens": len(site.deltas)}},
+        ),
+    )
+    plan.faults.append(
+        {"kind": "unknown_event", "types": ["response.citation.added", "response.usage.partial"]}
+    )
+
+
+def _comments(req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site) -> None:
+    for pos in sorted({1, site.mid, len(evs) - 1}, reverse=True):
+        evs.insert(pos, Ev(at=evs[pos].at, comment=b": keep-alive\n\n", numbered=False))
+    retry_block = _as_bool(req.metadata.get("retry_block", True))
+    if retry_block:
+        evs.insert(2, Ev(at=evs[2].at, comment=b"retry: 1000\n\n", numbered=False))
+    plan.faults.append({"kind": "comments", "retry_block": retry_block})
+
+
+def _done_sentinel(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    evs.append(Ev(at=evs[-1].at, raw="[DONE]", numbered=False, event_line=None))
+    plan.faults.append({"kind": "done_sentinel"})
+
+
+def _long_strings(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    long_type = _long("response.long_type.", LONG_FIELD_CHARS, "t😀")
+    evs.insert(1, Ev(at=evs[0].at, obj={"type": long_type}))
+    for i, ev in enumerate(evs):
+        ev.event_line = _long(f"message.{i}.", LONG_FIELD_CHARS, "é😀n")
+        ev.sse_id = _long(f"{i}.", LONG_FIELD_CHARS, "i😀")
+    plan.content_type += "; profile=" + "p" * 300
+    plan.faults.append({"kind": "long_strings", "type": long_type})
+
+
+def _utf8_split(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    for i in site.deltas:
+        if any(ord(ch) > 127 for ch in evs[i].obj["delta"]):
+            evs[i].split_utf8 = True
+            evs[i].pause_before = 0.0
+    plan.faults.append({"kind": "utf8_split"})
+
+
+def _wrong_content_type(
+    req: SimRequest, plan: Plan, rng: random.Random, evs: list[Ev], site: _Site
+) -> None:
+    plan.content_type = "application/json"
+    plan.end = "wrong_content_type"
+    plan.faults.append({"kind": "wrong_content_type"})
+
+
+# scenario → the fault `_apply_faults` applies to its events (none for the others)
+_FAULTS = {
+    "gap": _gap,
+    "missing_terminal": _missing_terminal,
+    "error": _cut_short,
+    "error_no_seq": _cut_short,
+    "reset": _cut_short,
+    "malformed_json": _malformed_json,
+    "stall": _stall,
+    "slow_headers": _slow_headers,
+    "unknown_event": _unknown_event,
+    "comments": _comments,
+    "done_sentinel": _done_sentinel,
+    "long_strings": _long_strings,
+    "utf8_split": _utf8_split,
+    "wrong_content_type": _wrong_content_type,
+}
 
 
 def _serialize(ev: Ev) -> str:
@@ -1121,6 +1297,19 @@ def _long(prefix: str, chars: int, fill: str = "😀é-") -> str:
 
 
 def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
+    """The events numbered and serialised, the wire-level faults applied, and the plan's body
+    (a JSON response) or its writes (a stream)."""
+    _number(plan, evs)
+    _wire_faults(req, plan, evs)
+    if req.scenario == "wrong_content_type" or not req.stream:
+        _json_body(req, plan, evs)
+        return
+    _plan_writes(req, plan, evs)
+
+
+def _number(plan: Plan, evs: list[Ev]) -> None:
+    """Sequence numbers for the numbered events (skipping where a gap is; the gap fault learns
+    which number is missing) and each event's data line."""
     seq = 0
     for ev in evs:
         if ev.comment is None and ev.numbered:
@@ -1133,6 +1322,10 @@ def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
             seq += 1
         if ev.comment is None:
             ev.data = _serialize(ev)
+
+
+def _wire_faults(req: SimRequest, plan: Plan, evs: list[Ev]) -> None:
+    """duplicate (the middle delta sent twice) and reorder (it and the next event swapped)."""
     scen = req.scenario
     deltas = _delta_indexes(evs)
     if scen == "duplicate" and deltas:
@@ -1147,19 +1340,25 @@ def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
         evs[i], evs[i + 1] = b, a
         plan.faults.append({"kind": "reorder", "sequence_numbers": [b.seq, a.seq]})
 
-    if scen == "wrong_content_type" or not req.stream:
-        plan.body = json.dumps(plan.final_response, ensure_ascii=False).encode()
-        if scen == "wrong_content_type":
-            plan.content_type = "application/json"
-        else:
-            plan.content_type = "application/json"
-            plan.end = "complete"
-        plan.header_delay += evs[-1].at * req.time_scale if evs else 0.0
-        return
 
-    # events → planned events + writes
+def _json_body(req: SimRequest, plan: Plan, evs: list[Ev]) -> None:
+    """The final response as one JSON body (wrong_content_type, or ``stream: false``), sent
+    after the stream's duration."""
+    plan.body = json.dumps(plan.final_response, ensure_ascii=False).encode()
+    if req.scenario == "wrong_content_type":
+        plan.content_type = "application/json"
+    else:
+        plan.content_type = "application/json"
+        plan.end = "complete"
+    plan.header_delay += evs[-1].at * req.time_scale if evs else 0.0
+
+
+def _plan_writes(req: SimRequest, plan: Plan, evs: list[Ev]) -> None:
+    """The events as planned events and the socket writes that send them: one block a write,
+    bursts of ``burst_size`` events (bursty), or two writes split inside a character
+    (utf8_split)."""
     offset = 0.0
-    burst = req.meta_int("burst_size", 40) if scen == "bursty" else 0
+    burst = req.meta_int("burst_size", 40) if req.scenario == "bursty" else 0
     pending: list[tuple[int, bytes]] = []
     for ev in evs:
         offset += ev.stall_before
@@ -1171,39 +1370,49 @@ def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
         blob = _block(ev)
         if burst:
             pending.append((idx, blob))
-            is_last = ev is evs[-1]
             n_events = sum(1 for i, _ in pending if i is not None)
-            if n_events >= burst or is_last or idx == 0:
-                plan.writes.append(
-                    Write(
-                        at=ev.at,
-                        data=b"".join(bl for _, bl in pending),
-                        events=[i for i, _ in pending if i is not None],
-                        offset=offset,
-                    )
-                )
+            if n_events >= burst or ev is evs[-1] or idx == 0:
+                plan.writes.append(_burst_write(ev, pending, offset))
                 pending = []
-            continue
-        if ev.split_utf8:
-            cut = _utf8_cut(blob)
-            pause = req.meta_float("split_pause_s", 0.02)
-            plan.writes.append(Write(at=ev.at, data=blob[:cut], events=[], offset=offset))
+        elif ev.split_utf8:
+            _split_write(req, plan, ev, blob, idx, offset)
+        else:
             plan.writes.append(
-                Write(at=ev.at, data=blob[cut:], events=[idx], offset=offset, pause_before=pause)
+                Write(
+                    at=ev.at,
+                    data=blob,
+                    events=[] if idx is None else [idx],
+                    offset=offset,
+                    pause_before=max(ev.pause_before, ev.stall_before),
+                )
             )
-            plan.faults.append({"kind": "utf8_split_event", "index": idx, "cut": cut})
-            continue
-        plan.writes.append(
-            Write(
-                at=ev.at,
-                data=blob,
-                events=[] if idx is None else [idx],
-                offset=offset,
-                pause_before=max(ev.pause_before, ev.stall_before),
-            )
-        )
     if burst:
         plan.faults.append({"kind": "bursty", "burst_size": burst, "writes": len(plan.writes)})
+
+
+def _burst_write(ev: Ev, pending: list[tuple[int | None, bytes]], offset: float) -> Write:
+    """The blocks held back (``pending``: (planned event index or None, block)) in one write,
+    at the time of the last of them (``ev``)."""
+    return Write(
+        at=ev.at,
+        data=b"".join(bl for _, bl in pending),
+        events=[i for i, _ in pending if i is not None],
+        offset=offset,
+    )
+
+
+def _split_write(
+    req: SimRequest, plan: Plan, ev: Ev, blob: bytes, idx: int | None, offset: float
+) -> None:
+    """utf8_split: ``blob`` in two writes cut inside its first multi-byte character, with
+    ``split_pause_s`` between them."""
+    cut = _utf8_cut(blob)
+    pause = req.meta_float("split_pause_s", 0.02)
+    plan.writes.append(Write(at=ev.at, data=blob[:cut], events=[], offset=offset))
+    plan.writes.append(
+        Write(at=ev.at, data=blob[cut:], events=[idx], offset=offset, pause_before=pause)
+    )
+    plan.faults.append({"kind": "utf8_split_event", "index": idx, "cut": cut})
 
 
 def _utf8_cut(blob: bytes) -> int:
@@ -1216,6 +1425,8 @@ def _utf8_cut(blob: bytes) -> int:
 
 
 def _fast_plan(req: SimRequest, plan: Plan, b: Builder, created_at_ms: int) -> Plan:
+    """fast: ``metadata.events`` events in total (the opening ones, deltas, response.completed),
+    written in batches of ``metadata.batch`` without sleeps."""
     n = max(2, req.meta_int("events", 10_000))
     batch = max(1, req.meta_int("batch", 100))
     words = [" stream", " event", " delta", " token", " fast", " data", " flow", " byte"]
@@ -1242,6 +1453,17 @@ def _fast_plan(req: SimRequest, plan: Plan, b: Builder, created_at_ms: int) -> P
         plan.body = json.dumps(resp, ensure_ascii=False).encode()
         plan.content_type = "application/json"
         return plan
+    _fast_writes(plan, head, mid, deltas, resp, batch)
+    plan.faults.append({"kind": "fast", "events": len(plan.events), "batch": batch})
+    return plan
+
+
+def _fast_writes(
+    plan: Plan, head: list[Ev], mid: str, deltas: list[str], resp: dict, batch: int
+) -> None:
+    """fast's planned events and writes: the opening events (``head``) in one write, then the
+    deltas (serialised by a template rather than json.dumps of each) and the terminal in
+    writes of ``batch`` events."""
     seq = 0
     blobs: list[bytes] = []
     for ev in head:
@@ -1271,5 +1493,3 @@ def _fast_plan(req: SimRequest, plan: Plan, b: Builder, created_at_ms: int) -> P
     plan.events.append(PlannedEvent("response.completed", seq, term.data))
     buf.append(_block(term))
     plan.writes.append(Write(at=0.0, data=b"".join(buf), events=idxs))
-    plan.faults.append({"kind": "fast", "events": len(plan.events), "batch": batch})
-    return plan

@@ -268,6 +268,7 @@ class _BadRequest(Exception):
 
 
 async def _read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
+    """The next request on the connection, or None when the client closed it."""
     try:
         head = await reader.readuntil(b"\r\n\r\n")
     except asyncio.IncompleteReadError:
@@ -285,32 +286,7 @@ async def _read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
             continue
         name, _, value = line.partition(":")
         headers[name.strip().lower()] = value.strip()
-    body = b""
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        parts = []
-        total = 0
-        while True:
-            size_line = await reader.readuntil(b"\r\n")
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
-            if size == 0:
-                # trailers until an empty line
-                while (await reader.readuntil(b"\r\n")) != b"\r\n":
-                    pass
-                break
-            total += size
-            if total > MAX_BODY_BYTES:
-                raise _BadRequest(413, "Request body too large")
-            parts.append(await reader.readexactly(size))
-            await reader.readexactly(2)
-        body = b"".join(parts)
-    elif "content-length" in headers:
-        try:
-            length = int(headers["content-length"])
-        except ValueError:
-            raise _BadRequest(400, "Bad Content-Length") from None
-        if length > MAX_BODY_BYTES:
-            raise _BadRequest(413, "Request body too large")
-        body = await reader.readexactly(length)
+    body = await _read_body(reader, headers)
     split = urlsplit(target)
     return HttpRequest(
         method=method.upper(),
@@ -321,6 +297,41 @@ async def _read_request(reader: asyncio.StreamReader) -> HttpRequest | None:
         path=split.path,
         query=parse_qs(split.query),
     )
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict[str, str]) -> bytes:
+    """The request's body: chunked, of its Content-Length, or none."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        return await _read_chunked(reader)
+    if "content-length" in headers:
+        try:
+            length = int(headers["content-length"])
+        except ValueError:
+            raise _BadRequest(400, "Bad Content-Length") from None
+        if length > MAX_BODY_BYTES:
+            raise _BadRequest(413, "Request body too large")
+        return await reader.readexactly(length)
+    return b""
+
+
+async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
+    """A chunked body, its trailers skipped."""
+    parts = []
+    total = 0
+    while True:
+        size_line = await reader.readuntil(b"\r\n")
+        size = int(size_line.split(b";")[0].strip() or b"0", 16)
+        if size == 0:
+            # trailers until an empty line
+            while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                pass
+            break
+        total += size
+        if total > MAX_BODY_BYTES:
+            raise _BadRequest(413, "Request body too large")
+        parts.append(await reader.readexactly(size))
+        await reader.readexactly(2)
+    return b"".join(parts)
 
 
 def _head(status: int, headers: list[tuple[str, str]]) -> bytes:
@@ -486,6 +497,13 @@ class SimulatorServer:
         if req.method != "GET":
             await self._send_json(writer, 405, _error_body("method_not_allowed", "Use GET"), keep)
             return keep
+        await self._get(req, path, writer, keep)
+        return keep
+
+    async def _get(
+        self, req: HttpRequest, path: str, writer: asyncio.StreamWriter, keep: bool
+    ) -> None:
+        """A GET: the models, the response log, the scenarios, or the server's own page."""
         if path == "/v1/models":
             data = [
                 {"id": m, "object": "model", "owned_by": "streamscope-simulator"} for m in MODELS
@@ -495,18 +513,7 @@ class SimulatorServer:
             ids = self.log.ids(1000)
             await self._send_json(writer, 200, {"object": "list", "data": ids}, keep)
         elif path.startswith("/_simulator/responses/"):
-            rid = path.rsplit("/", 1)[-1]
-            wait = float((req.query.get("wait") or ["0"])[0] or 0)
-            deadline = time.monotonic() + min(wait, 60.0)
-            while not self.log.is_closed(rid) and time.monotonic() < deadline:
-                await asyncio.sleep(0.01)
-            entry = self.log.get(rid)
-            if entry is None:
-                await self._send_json(
-                    writer, 404, _error_body("not_found", f"No logged response {rid}"), keep
-                )
-            else:
-                await self._send_json(writer, 200, entry, keep)
+            await self._logged_response(req, path, writer, keep)
         elif path == "/_simulator/scenarios":
             await self._send_json(writer, 200, SCENARIOS, keep)
         elif path in ("/", "/_simulator", "/healthz"):
@@ -518,7 +525,24 @@ class SimulatorServer:
             )
         else:
             await self._send_json(writer, 404, _error_body("not_found", f"No route {path}"), keep)
-        return keep
+
+    async def _logged_response(
+        self, req: HttpRequest, path: str, writer: asyncio.StreamWriter, keep: bool
+    ) -> None:
+        """``GET /_simulator/responses/<id>[?wait=S]``: the log of one response, once it has
+        finished or S seconds (at most 60) have passed."""
+        rid = path.rsplit("/", 1)[-1]
+        wait = float((req.query.get("wait") or ["0"])[0] or 0)
+        deadline = time.monotonic() + min(wait, 60.0)
+        while not self.log.is_closed(rid) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        entry = self.log.get(rid)
+        if entry is None:
+            await self._send_json(
+                writer, 404, _error_body("not_found", f"No logged response {rid}"), keep
+            )
+        else:
+            await self._send_json(writer, 200, entry, keep)
 
     # -- POST /v1/responses
     async def _responses(
@@ -590,6 +614,7 @@ class SimulatorServer:
         entry: LogEntry,
         keep: bool,
     ) -> tuple[str, bool]:
+        """Send ``plan`` on its schedule: (the outcome, whether the connection stays open)."""
         t0 = received_ns / 1e9
         if plan.header_delay > 0 and not await self._wait_until(
             t0 + plan.header_delay, reader, writer
@@ -625,13 +650,27 @@ class SimulatorServer:
         ]
         writer.write(_head(plan.status, headers))
         await writer.drain()
+        if not await self._send_writes(plan, reader, writer, received_ns, entry):
+            return "client_disconnected", False
+        return await self._end_stream(plan, writer, keep)
+
+    async def _send_writes(
+        self,
+        plan: Plan,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        received_ns: int,
+        entry: LogEntry,
+    ) -> bool:
+        """Each of the plan's writes as one HTTP chunk at its time, its events logged as sent;
+        False as soon as the client has gone away."""
         scale = plan.time_scale
-        base = t0 + plan.header_delay
+        base = received_ns / 1e9 + plan.header_delay
         last_write = time.monotonic()
         for w in plan.writes:
             target = max(base + w.at * scale + w.offset, last_write + w.pause_before)
             if not await self._wait_until(target, reader, writer):
-                return "client_disconnected", False
+                return False
             writer.write(b"%x\r\n%b\r\n" % (len(w.data), w.data))
             await writer.drain()
             now_ns = time.monotonic_ns()
@@ -642,6 +681,12 @@ class SimulatorServer:
                 self.log.add_event(entry, idx, plan.events[idx], sent_us)
             if target <= time.monotonic():
                 await asyncio.sleep(0)  # let other connections run between back-to-back writes
+        return True
+
+    async def _end_stream(
+        self, plan: Plan, writer: asyncio.StreamWriter, keep: bool
+    ) -> tuple[str, bool]:
+        """The stream's end: a TCP RST (reset), or the final chunk."""
         if plan.end == "reset":
             sock = writer.get_extra_info("socket")
             if sock is not None:

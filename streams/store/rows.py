@@ -268,52 +268,20 @@ def finished(
     `checker`: the stream's (closed) checker, or None; `body_read`: it judged an event stream
     (False: the request failed before one, or the body was something else, and the output
     fields are left as they are). `status` None: the checker decides (`status_from_checker`).
-    An explicit `error_code` wins over the checker's. Times are µs since the attempt started,
-    as stored; `milestones` ({"<name>_us": µs}) are written too; `proxy_delays` are the
-    proxy's `(µs held, events)` pairs. An explicit `error_message` is kept (the checker's
-    error, if any, then gives only the code)."""
-    if status is None:
-        status = status_from_checker(checker)
+    The error: `_error_fields`. Times are µs since the attempt started, as stored; `milestones`
+    ({"<name>_us": µs}) are written too; `proxy_delays`: the proxy's `(µs held, events)`."""
     fields = {
-        "status": status,
+        "status": status if status is not None else status_from_checker(checker),
         "finished_at": finished_at,
         "event_count": event_count,
         "bytes_received": bytes_received,
+        **(milestones or {}),
     }
-    if milestones:
-        fields.update(milestones)
     if closed_us is not None:
         fields["closed_us"] = closed_us
-    output_tokens = 0
-    if checker is not None and body_read:
-        output_tokens = checker.output_tokens
-        violations = checker.violations
-        fields.update(
-            output_tokens=output_tokens,
-            final_text=checker.final_text or "",
-            output_text=checker.output_text or "",
-            parts=checker.items(),
-            upstream_id=checker.upstream_id or "",
-            resolved_model=checker.resolved_model or "",
-            findings_count=len(violations),
-            error_findings=sum(v.severity == "error" for v in violations),
-            warning_findings=sum(v.severity == "warning" for v in violations),
-        )
-        routing = checker.routing
-        if routing:
-            fields.update(
-                routing_category=str(routing.get("category") or ""),
-                routing_source=str(routing.get("source") or ""),
-                routing_reasoning=str(routing.get("reasoning") or ""),
-            )
-        if not error_code and checker.error_code:
-            error_code = checker.error_code
-            error_message = error_message or checker.error_message or ""
-    if error_code:
-        fields["error_code"] = str(error_code)
-        fields["error_message"] = error_message or ""
-    elif error_message:  # (an end without a code: a cancel says why)
-        fields["error_message"] = error_message
+    judged = checker if checker is not None and body_read else None  # (it judged a stream)
+    fields.update(_output_fields(judged) if judged is not None else ())
+    fields.update(_error_fields(judged, error_code, error_message))
     fields.update(
         figures.derived(
             request_written_us=request_written_us,
@@ -321,12 +289,52 @@ def finished(
             closed_us=closed_us,
             first_output_us=first_output_us,
             last_output_us=last_output_us,
-            output_tokens=output_tokens,
+            output_tokens=judged.output_tokens if judged is not None else 0,
         )
     )
     if proxy_delays:
         fields.update(figures.proxy_added(proxy_delays))
     return bound(fields)
+
+
+def _output_fields(checker):
+    """What a checker that judged an event stream gives a finished row: the output, tokens,
+    ids and model, the finding counts, and the routing when there was one."""
+    violations = checker.violations
+    fields = dict(
+        output_tokens=checker.output_tokens,
+        final_text=checker.final_text or "",
+        output_text=checker.output_text or "",
+        parts=checker.items(),
+        upstream_id=checker.upstream_id or "",
+        resolved_model=checker.resolved_model or "",
+        findings_count=len(violations),
+        error_findings=sum(v.severity == "error" for v in violations),
+        warning_findings=sum(v.severity == "warning" for v in violations),
+    )
+    routing = checker.routing
+    if routing:
+        fields.update(
+            routing_category=str(routing.get("category") or ""),
+            routing_source=str(routing.get("source") or ""),
+            routing_reasoning=str(routing.get("reasoning") or ""),
+        )
+    return fields
+
+
+def _error_fields(checker, error_code, error_message):
+    """A finished row's error. An explicit `error_code` wins over the `checker`'s (None: no
+    checker judged a stream); an explicit `error_message` is kept (the checker's error, if
+    any, then gives only the code); a message without a code is written alone (a cancel says
+    why)."""
+    if not error_code and checker is not None and checker.error_code:
+        error_code = checker.error_code
+        error_message = error_message or checker.error_message or ""
+    if error_code:
+        return {"error_code": str(error_code), "error_message": error_message or ""}
+    if error_message:
+        return {"error_message": error_message}
+    return {}
 
 
 # The columns `from_events` reads of each stored event, in this order.
@@ -362,16 +370,65 @@ def from_events(
     if stall_threshold_us is None:
         stall_threshold_us = int(conf.get().stall_timeout_s * 1_000_000)
     requested = stream.requested_model
-    checker = Checker(
-        pinned_model=bool(requested) and requested != "auto",
-        stall_threshold_us=stall_threshold_us,
+    pinned = bool(requested) and requested != "auto"
+    checker = Checker(pinned_model=pinned, stall_threshold_us=stall_threshold_us)
+    seen = _replay(checker, events)
+    closed_us = stream.closed_us
+    checker.close(connection_closed=connection_closed, t_us=closed_us)
+    if seen.invalid is not None:
+        index, offset, bad, n = seen.invalid
+        checker.report_invalid_utf8(index, offset, bad, n, where=f"data of event {index}")
+    fields = finished(
+        checker,
+        status=status,
+        error_code=error_code,
+        error_message=error_message,
+        event_count=seen.count,
+        bytes_received=seen.size,
+        body_read=seen.count > 0,
+        finished_at=finished_at,
+        request_written_us=stream.request_written_us,
+        first_token_us=seen.milestones.get("first_token_us"),
+        closed_us=closed_us,
+        first_output_us=seen.first_output,
+        last_output_us=seen.last_output,
+        milestones=seen.milestones,
+        proxy_delays=seen.delays,
     )
+    return Rebuilt(fields, list(checker.violations))
+
+
+@dataclass
+class _Replayed:
+    """What stored events told beside the checker's findings (`_replay`)."""
+
+    count: int
+    size: int  # their bytes as the `.sse` export writes them
+    milestones: dict  # {"<name>_us": the receipt time of the event that was the milestone}
+    first_output: int | None  # receipt times of the first and last output delta
+    last_output: int | None
+    invalid: list | None  # [first index, offset, bad bytes, events] of data that was not UTF-8
+    delays: list  # (µs the proxy held it, 1) per proxied event
+
+
+# The milestone each kind of event is, by `FeedResult.kind` (OUTPUT: `first_token`, apart).
+_MILESTONE_US = {
+    CREATED: "created_event_us",
+    ROUTING: "routing_us",
+    TOOL_CALL: "first_tool_call_us",
+    TERMINAL: "terminal_us",
+}
+
+
+def _replay(checker, events):
+    """Feed stored events (`STORED_EVENT_COLUMNS` tuples) to `checker` as the recorder fed them
+    live, and note what they tell beside its findings (`_Replayed`)."""
     feed = checker.feed
     milestones = {}
     first_output = last_output = None
     count = size = 0
     encoder = capture.SSEEncoder()  # (the bytes as the `.sse` export writes them)
-    invalid = None  # [first index, offset, bad bytes, events] of data that was not UTF-8
+    invalid = None
     delays = []
     for index, event_name, sse_id, data, raw, t_us, sent_us in events:
         count += 1
@@ -384,15 +441,8 @@ def from_events(
                     first_output = last_output = t_us
                 elif first_output is not None:
                     last_output = t_us
-            elif kind == CREATED:
-                milestones.setdefault("created_event_us", t_us)
-            elif kind == ROUTING:
-                milestones.setdefault("routing_us", t_us)
-            elif kind == TOOL_CALL:
-                if result.first_tool_call:
-                    milestones.setdefault("first_tool_call_us", t_us)
-            elif kind == TERMINAL:
-                milestones.setdefault("terminal_us", t_us)
+            elif kind != TOOL_CALL or result.first_tool_call:
+                milestones.setdefault(_MILESTONE_US[kind], t_us)
         if raw is not None:
             raw = bytes(raw)  # (PostgreSQL gives a memoryview)
             if invalid is None:
@@ -402,29 +452,7 @@ def from_events(
         size += len(encoder.event(event_name, sse_id, data, raw))
         if sent_us is not None and t_us is not None:
             delays.append((sent_us - t_us, 1))
-    closed_us = stream.closed_us
-    checker.close(connection_closed=connection_closed, t_us=closed_us)
-    if invalid is not None:
-        index, offset, bad, n = invalid
-        checker.report_invalid_utf8(index, offset, bad, n, where=f"data of event {index}")
-    fields = finished(
-        checker,
-        status=status,
-        error_code=error_code,
-        error_message=error_message,
-        event_count=count,
-        bytes_received=size,
-        body_read=count > 0,
-        finished_at=finished_at,
-        request_written_us=stream.request_written_us,
-        first_token_us=milestones.get("first_token_us"),
-        closed_us=closed_us,
-        first_output_us=first_output,
-        last_output_us=last_output,
-        milestones=milestones,
-        proxy_delays=delays,
-    )
-    return Rebuilt(fields, list(checker.violations))
+    return _Replayed(count, size, milestones, first_output, last_output, invalid, delays)
 
 
 # What a row that could not take its rebuilt fields gets (values of our own, always storable).
@@ -528,7 +556,8 @@ INSERT_COLUMNS = (
     "raw",
 )
 # A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
-# rows of every other stream bind one value less (a column more cost ~10 % of the insert).
+# rows of every other stream bind one value less (a column more costs every insert:
+# docs/performance.md, "Recorder").
 PROXIED_INSERT_COLUMNS = (*INSERT_COLUMNS, "sent_us")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -691,37 +720,10 @@ def update_streams(updates):
         groups.setdefault(names, []).append((rec.stream_id, fields))
     sqlite = connection.vendor == "sqlite"
     mark = "?" if sqlite else "%s"
-    qn = connection.ops.quote_name
-    table = qn(Stream._meta.db_table)
-    statements = []
-    for names, members in groups.items():
-        sets, params = [], []
-        for name in names:
-            field = Stream._meta.get_field(name)
-            column = qn(field.column)
-            values = [fields[name] for _, fields in members]
-            if all(v == values[0] for v in values[1:]) or all(v is None for v in values):
-                # one value for all (a status, a NULL): no CASE, and no untyped NULLs in one
-                sets.append(f"{column} = {mark}")
-                params.append(field.get_db_prep_save(values[0], connection))
-                continue
-            sets.append(
-                f"{column} = CASE id "
-                + " ".join([f"WHEN {mark} THEN {mark}"] * len(members))
-                + " END"
-            )
-            for (pk, _), value in zip(members, values, strict=True):
-                params += [pk, field.get_db_prep_save(value, connection)]
-        if heartbeat is not None:
-            sets.append(f"heartbeat_at = {mark}")
-            params.append(
-                Stream._meta.get_field("heartbeat_at").get_db_prep_save(heartbeat, connection)
-            )
-        if not sets:
-            continue
-        params += [pk for pk, _ in members]
-        ids = ", ".join([mark] * len(members))
-        statements.append((f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({ids})", params))
+    statements = [
+        _update_statement(names, members, heartbeat, mark) for names, members in groups.items()
+    ]
+    statements = [statement for statement in statements if statement is not None]
     if sqlite:
         # straight to sqlite3, like insert_flat (no Django cursor wrapper on the way)
         connection.ensure_connection()
@@ -732,6 +734,39 @@ def update_streams(updates):
     with connection.cursor() as cursor:
         for sql, params in statements:
             cursor.execute(sql, params)
+
+
+def _update_statement(names, members, heartbeat, mark):
+    """`(sql, params)` of one UPDATE: the columns `names` of the rows `members` ([(pk, fields)]),
+    each column one value for all or a CASE on the id, and `heartbeat_at` when given; None when
+    there is nothing to set. `mark`: the driver's parameter mark."""
+    qn = connection.ops.quote_name
+    sets, params = [], []
+    for name in names:
+        field = Stream._meta.get_field(name)
+        column = qn(field.column)
+        values = [fields[name] for _, fields in members]
+        if all(v == values[0] for v in values[1:]) or all(v is None for v in values):
+            # one value for all (a status, a NULL): no CASE, and no untyped NULLs in one
+            sets.append(f"{column} = {mark}")
+            params.append(field.get_db_prep_save(values[0], connection))
+            continue
+        sets.append(
+            f"{column} = CASE id " + " ".join([f"WHEN {mark} THEN {mark}"] * len(members)) + " END"
+        )
+        for (pk, _), value in zip(members, values, strict=True):
+            params += [pk, field.get_db_prep_save(value, connection)]
+    if heartbeat is not None:
+        sets.append(f"heartbeat_at = {mark}")
+        params.append(
+            Stream._meta.get_field("heartbeat_at").get_db_prep_save(heartbeat, connection)
+        )
+    if not sets:
+        return None
+    params += [pk for pk, _ in members]
+    ids = ", ".join([mark] * len(members))
+    table = qn(Stream._meta.db_table)
+    return f"UPDATE {table} SET {', '.join(sets)} WHERE id IN ({ids})", params
 
 
 _INSERT_SQL = {}

@@ -187,71 +187,131 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
     """One stream as the recorder would have stored it: the row's fields and its events.
     `ids` (response id, message id) and `created_s` (the response's created_at) replace the
     random and the real ones: `seed` makes its shapes with placeholders there."""
-    requested = _pick(rng, REQUESTED)
-    source = _pick(rng, SOURCES)
-    tags = []
-    if source == "proxy":
-        tags.append(_pick(rng, PROXY_TAGS))
-        extra = _pick(rng, EXTRA_TAGS + [("", 1.0 - sum(p for _, p in EXTRA_TAGS))])
-        if extra:
-            tags.append(extra)
-    outcome = _pick(rng, OUTCOMES + [("completed", 1.0)])
-    user = _pick(rng, users) if users else None
-    category = rng.choice(list(PROMPTS))
-    prompt = rng.choice(PROMPTS[category])
-    decision = None
-    if requested == "auto":
-        decision = route(prompt)
-        router_source = _pick(rng, ROUTER_SOURCES)
-        resolved = decision.model_id
-        reasoning = decision.reasoning
-        if router_source == "fallback":
-            resolved = FALLBACK_MODEL
-            reasoning = f"{decision.model_id} is at capacity; fell back to {FALLBACK_MODEL}."
-        routing = {
-            "model_id": resolved,
-            "category": decision.category,
-            "source": router_source,
-            "reasoning": reasoning,
-        }
-    else:
-        resolved = requested
-        routing = None
+    return _StreamMaker(rng, created_at, users, events_per_stream, ids, created_s).make()
+
+
+_MS = 1000  # a millisecond, in the µs that receipt offsets count
+
+
+class _StreamMaker:
+    """One stream being made by `make_stream`: the request and its routing, the connection's
+    timings, the wire events (the opening ones, the text deltas, the ending) and what the
+    checker finds in them. Each step draws from `rng` in the order `make` runs them, so the same
+    draws give the same stream."""
+
+    def __init__(self, rng, created_at, users, events_per_stream, ids, created_s):
+        self.rng = rng
+        self.created_at = created_at
+        self.users = users
+        self.events_per_stream = events_per_stream
+        self.ids = ids
+        self.created_s = created_s
+
+    def make(self):
+        """(the row's fields, its event rows, the checker's findings)"""
+        rng = self.rng
+        self._request()
+        self._routing()
+        self.profile = MODELS[self.resolved]
+        self.rid, self.mid = self.ids or (
+            f"resp_{rng.getrandbits(96):024x}",
+            f"msg_{rng.getrandbits(96):024x}",
+        )
+        if self.created_s is None:
+            self.created_s = int(self.created_at.timestamp())
+        self.fields = self._request_fields()
+        self._connection()
+        if self.outcome in ("http_429", "http_500"):
+            return self._http_error()
+        self.ev = _Events()
+        self._opening_events()
+        self._text_deltas()
+        self._ending()
+        return self._checked()
+
+    def _request(self):
+        """What was asked and how it will go: the requested model, the source and its tags,
+        the outcome, the owner and the prompt."""
+        rng = self.rng
+        self.requested = _pick(rng, REQUESTED)
+        self.source = _pick(rng, SOURCES)
+        self.tags = []
+        if self.source == "proxy":
+            self.tags.append(_pick(rng, PROXY_TAGS))
+            extra = _pick(rng, EXTRA_TAGS + [("", 1.0 - sum(p for _, p in EXTRA_TAGS))])
+            if extra:
+                self.tags.append(extra)
+        self.outcome = _pick(rng, OUTCOMES + [("completed", 1.0)])
+        self.user = _pick(rng, self.users) if self.users else None
+        category = rng.choice(list(PROMPTS))
+        self.prompt = rng.choice(PROMPTS[category])
+
+    def _routing(self):
+        """The model that answers (`resolved`) and the routing event's fields, or None: "auto"
+        is routed by the simulator's router (some by its classifier, some fall back), and a few
+        pinned requests get a routing event that keeps the pin."""
+        rng = self.rng
+        requested = self.requested
+        self.routing = None
+        if requested == "auto":
+            decision = route(self.prompt)
+            router_source = _pick(rng, ROUTER_SOURCES)
+            self.resolved = decision.model_id
+            reasoning = decision.reasoning
+            if router_source == "fallback":
+                self.resolved = FALLBACK_MODEL
+                reasoning = f"{decision.model_id} is at capacity; fell back to {FALLBACK_MODEL}."
+            self.routing = {
+                "model_id": self.resolved,
+                "category": decision.category,
+                "source": router_source,
+                "reasoning": reasoning,
+            }
+            return
+        self.resolved = requested
         if rng.random() < PINNED_ROUTING_P:
             # a router that answers although the model was pinned (it keeps the pin)
-            decision = route(prompt)
-            routing = {
+            decision = route(self.prompt)
+            self.routing = {
                 "model_id": requested,
                 "category": decision.category,
                 "source": "rules",
                 "reasoning": decision.reasoning,
             }
-    profile = MODELS[resolved]
-    rid, mid = ids or (f"resp_{rng.getrandbits(96):024x}", f"msg_{rng.getrandbits(96):024x}")
-    if created_s is None:
-        created_s = int(created_at.timestamp())
-    fields = {
-        "user_id": user,
-        "source": source,
-        "tags": tags,
-        "requested_model": requested,
-        "scenario": "seed_demo",
-        "prompt": prompt,
-        "request_body": {"model": requested, "input": prompt, "stream": True},
-        "upstream_url": "seed_demo",
-        "created_at": created_at,
-        "started_at": created_at,
-        "runner": "seed_demo",
-        "content_type": "text/event-stream; charset=utf-8",
-        "http_status": 200,
-    }
-    ms = 1000  # µs
-    connected = rng.randint(600, 3 * ms)
-    written = connected + rng.randint(80, 400)
-    headers = written + rng.randint(3 * ms, 25 * ms)
-    fields.update(connected_us=connected, request_written_us=written, headers_us=headers)
-    if outcome in ("http_429", "http_500"):
-        code = 429 if outcome == "http_429" else 500
+
+    def _request_fields(self):
+        """The row's fields known when the request is sent."""
+        created_at = self.created_at
+        return {
+            "user_id": self.user,
+            "source": self.source,
+            "tags": self.tags,
+            "requested_model": self.requested,
+            "scenario": "seed_demo",
+            "prompt": self.prompt,
+            "request_body": {"model": self.requested, "input": self.prompt, "stream": True},
+            "upstream_url": "seed_demo",
+            "created_at": created_at,
+            "started_at": created_at,
+            "runner": "seed_demo",
+            "content_type": "text/event-stream; charset=utf-8",
+            "http_status": 200,
+        }
+
+    def _connection(self):
+        """Connected, request written, headers received (µs after the start)."""
+        rng = self.rng
+        connected = rng.randint(600, 3 * _MS)
+        self.written = connected + rng.randint(80, 400)
+        self.headers = self.written + rng.randint(3 * _MS, 25 * _MS)
+        self.fields.update(
+            connected_us=connected, request_written_us=self.written, headers_us=self.headers
+        )
+
+    def _http_error(self):
+        """A 429 or 500 answer: a failed row without events or findings."""
+        fields, created_at = self.fields, self.created_at
+        code = 429 if self.outcome == "http_429" else 500
         fields.update(
             status=Stream.Status.FAILED,
             http_status=code,
@@ -259,84 +319,117 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
             error_code="rate_limit_exceeded" if code == 429 else "server_error",
             error_message="Rate limit reached, retry later" if code == 429 else "Upstream error",
             resolved_model="",
-            closed_us=headers + rng.randint(100, 900),
+            closed_us=self.headers + self.rng.randint(100, 900),
         )
-        fields.update(figures.derived(request_written_us=written, closed_us=fields["closed_us"]))
+        fields.update(
+            figures.derived(request_written_us=self.written, closed_us=fields["closed_us"])
+        )
         fields["finished_at"] = created_at + dt.timedelta(microseconds=fields["closed_us"])
         return fields, [], []
 
-    ev = _Events()
-    t = headers + rng.randint(200, 2 * ms)
-    ev.add(
-        t,
-        {
-            "type": "response.created",
-            "response": _response(rid, created_s, requested, "in_progress"),
-        },
-    )
-    ttft = profile.sample_ttft(rng) * 1e6
-    if resolved == REGRESSED_MODEL and created_at > _REGRESSION_START:
-        ttft *= REGRESSION_FACTOR
-    if routing is not None:
-        spent = rng.randint(15 * ms, 60 * ms)
-        if routing["source"] == "classifier":
-            spent += rng.randint(80 * ms, 400 * ms)
-        t += spent
-        ev.add(t, {"type": "response.routing.completed", **routing})
-        ttft += spent  # the router decides before the model starts
-    first = max(written + int(ttft), t + rng.randint(2 * ms, 10 * ms))
-    t = first - rng.randint(2 * ms, 8 * ms)
-    ev.add(t, {"type": "response.output_item.added", "output_index": 0,
-               "item": {"id": mid, "type": "message", "role": "assistant",
-                        "status": "in_progress", "content": []}})  # fmt: skip
-    t += rng.randint(300, 2 * ms)
-    ev.add(t, {"type": "response.content_part.added", "output_index": 0, "content_index": 0,
-               "item_id": mid, "part": {"type": "output_text", "text": ""}})  # fmt: skip
-    n_tokens = max(3, int(rng.uniform(0.5, 1.5) * events_per_stream) - 7)
-    stop_after = n_tokens
-    if outcome in ("error", "stalled", "truncated", "cancelled", "interrupted"):
-        stop_after = rng.randint(1, max(1, n_tokens - 1))
-    buffered = outcome in ("completed", "incomplete") and rng.random() < BUFFERED_P[source]
-    if buffered:
-        n_tokens = stop_after = max(n_tokens, 30)
-    gap_at = rng.randint(1, n_tokens - 1) if rng.random() < GAP_P else -1
-    t = first
-    tokens = []
-    first_delta = len(ev.items)
-    for i in range(stop_after):
-        if i:
-            t += int(profile.sample_token_gap(rng) * 1e6) if not buffered else rng.randint(5, 60)
-        if i == gap_at:
-            ev.seq += 1  # one sequence number never arrives
-        token = (" " if i else "") + rng.choice(WORDS)
-        tokens.append(token)
-        ev.delta(t, mid, token)
-    if buffered:
-        # a proxy held everything back and released it at once, well after the first token
-        hold = rng.randint(400 * ms, 2_000 * ms)
-        ev.items[first_delta:] = [(tt + hold, d, o) for tt, d, o in ev.items[first_delta:]]
-        t += hold
-    text = "".join(tokens)
-    status = Stream.Status.COMPLETED
-    closed_by_upstream = True
-    close_at = None
-    if outcome == "error":
-        t += rng.randint(1 * ms, 50 * ms)
-        code = rng.choice(ERROR_CODES)
-        ev.add(t, {"type": "error", "code": code, "message": f"The upstream failed: {code}."})
-        status = Stream.Status.FAILED
-    elif outcome == "stalled":
-        close_at = t + 60_000 * ms + rng.randint(0, 50 * ms)
-        closed_by_upstream = False
-        status = Stream.Status.STALLED
-    elif outcome in ("cancelled", "interrupted"):
-        close_at = t + rng.randint(50 * ms, 3_000 * ms)
-        closed_by_upstream = False
-        status = Stream.Status(outcome)
-    elif outcome == "truncated":
-        close_at = t + rng.randint(1 * ms, 30 * ms)
-        status = Stream.Status.TRUNCATED
-    else:
+    def _opening_events(self):
+        """response.created, the routing event if any, and the message's output_item.added and
+        content_part.added; `first` is when the first token arrives (the model's TTFT, slower
+        on the regressed model lately, after the router's time)."""
+        rng, ev, mid, routing = self.rng, self.ev, self.mid, self.routing
+        t = self.headers + rng.randint(200, 2 * _MS)
+        ev.add(
+            t,
+            {
+                "type": "response.created",
+                "response": _response(self.rid, self.created_s, self.requested, "in_progress"),
+            },
+        )
+        ttft = self.profile.sample_ttft(rng) * 1e6
+        if self.resolved == REGRESSED_MODEL and self.created_at > _REGRESSION_START:
+            ttft *= REGRESSION_FACTOR
+        if routing is not None:
+            spent = rng.randint(15 * _MS, 60 * _MS)
+            if routing["source"] == "classifier":
+                spent += rng.randint(80 * _MS, 400 * _MS)
+            t += spent
+            ev.add(t, {"type": "response.routing.completed", **routing})
+            ttft += spent  # the router decides before the model starts
+        self.first = max(self.written + int(ttft), t + rng.randint(2 * _MS, 10 * _MS))
+        t = self.first - rng.randint(2 * _MS, 8 * _MS)
+        ev.add(t, {"type": "response.output_item.added", "output_index": 0,
+                   "item": {"id": mid, "type": "message", "role": "assistant",
+                            "status": "in_progress", "content": []}})  # fmt: skip
+        t += rng.randint(300, 2 * _MS)
+        ev.add(t, {"type": "response.content_part.added", "output_index": 0, "content_index": 0,
+                   "item_id": mid, "part": {"type": "output_text", "text": ""}})  # fmt: skip
+
+    def _text_deltas(self):
+        """The output_text deltas (`tokens`), up to where the outcome cuts them off; one
+        sequence number may be skipped, and a buffering proxy releases them all at once. `t`
+        is the time of the last one."""
+        rng, ev, outcome = self.rng, self.ev, self.outcome
+        n_tokens = max(3, int(rng.uniform(0.5, 1.5) * self.events_per_stream) - 7)
+        stop_after = n_tokens
+        if outcome in ("error", "stalled", "truncated", "cancelled", "interrupted"):
+            stop_after = rng.randint(1, max(1, n_tokens - 1))
+        buffered = outcome in ("completed", "incomplete") and rng.random() < BUFFERED_P[self.source]
+        if buffered:
+            n_tokens = stop_after = max(n_tokens, 30)
+        gap_at = rng.randint(1, n_tokens - 1) if rng.random() < GAP_P else -1
+        t = self.first
+        tokens = []
+        first_delta = len(ev.items)
+        for i in range(stop_after):
+            if i:
+                t += (
+                    int(self.profile.sample_token_gap(rng) * 1e6)
+                    if not buffered
+                    else rng.randint(5, 60)
+                )
+            if i == gap_at:
+                ev.seq += 1  # one sequence number never arrives
+            token = (" " if i else "") + rng.choice(WORDS)
+            tokens.append(token)
+            ev.delta(t, self.mid, token)
+        if buffered:
+            # a proxy held everything back and released it at once, well after the first token
+            hold = rng.randint(400 * _MS, 2_000 * _MS)
+            ev.items[first_delta:] = [(tt + hold, d, o) for tt, d, o in ev.items[first_delta:]]
+            t += hold
+        self.tokens = tokens
+        self.t = t
+
+    def _ending(self):
+        """How the stream ends, after its deltas, by its outcome: `status`, whether the upstream
+        closed the connection (`closed_by_upstream`) and when it closed (`close_at`)."""
+        rng, outcome = self.rng, self.outcome
+        self.status = Stream.Status.COMPLETED
+        self.closed_by_upstream = True
+        self.close_at = None
+        if outcome == "error":
+            self.t += rng.randint(1 * _MS, 50 * _MS)
+            code = rng.choice(ERROR_CODES)
+            self.ev.add(
+                self.t, {"type": "error", "code": code, "message": f"The upstream failed: {code}."}
+            )
+            self.status = Stream.Status.FAILED
+        elif outcome == "stalled":
+            self.close_at = self.t + 60_000 * _MS + rng.randint(0, 50 * _MS)
+            self.closed_by_upstream = False
+            self.status = Stream.Status.STALLED
+        elif outcome in ("cancelled", "interrupted"):
+            self.close_at = self.t + rng.randint(50 * _MS, 3_000 * _MS)
+            self.closed_by_upstream = False
+            self.status = Stream.Status(outcome)
+        elif outcome == "truncated":
+            self.close_at = self.t + rng.randint(1 * _MS, 30 * _MS)
+            self.status = Stream.Status.TRUNCATED
+        else:
+            self._finished_message()
+        if self.close_at is None:
+            self.close_at = self.t + rng.randint(100, 1_500)
+
+    def _finished_message(self):
+        """The done events of the message and the terminal (`response.completed` or
+        `.incomplete`), sometimes after an event type the checker does not know."""
+        rng, ev, mid, t = self.rng, self.ev, self.mid, self.t
+        text = "".join(self.tokens)
         part = {"type": "output_text", "text": text}
         item = {"id": mid, "type": "message", "role": "assistant", "status": "completed",
                 "content": [part]}  # fmt: skip
@@ -349,23 +442,53 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
         ):  # fmt: skip
             t += rng.randint(100, 1_500)
             ev.add(t, obj)
-        t += rng.randint(200, 3 * ms)
-        final = "incomplete" if outcome == "incomplete" else "completed"
-        resp = _response(rid, created_s, resolved, final, output=[item], output_text=text)
+        t += rng.randint(200, 3 * _MS)
+        final = "incomplete" if self.outcome == "incomplete" else "completed"
+        resp = _response(self.rid, self.created_s, self.resolved, final, output=[item],
+                         output_text=text)  # fmt: skip
         if rng.random() < UNKNOWN_EVENT_P:
             t += rng.randint(100, 1_000)
-            ev.add(t, {"type": "response.usage.partial", "output_tokens": len(tokens)})
+            ev.add(t, {"type": "response.usage.partial", "output_tokens": len(self.tokens)})
         ev.add(t, {"type": f"response.{final}", "response": resp})
-        status = Stream.Status(final)
-    if close_at is None:
-        close_at = t + rng.randint(100, 1_500)
+        self.status = Stream.Status(final)
+        self.t = t
 
-    checker = Checker(pinned_model=requested != "auto")
+    def _checked(self):
+        """The events through the real checker: their rows, its findings, and the fields the
+        recorder would have ended the row with (streams.store.rows.finished)."""
+        checker = Checker(pinned_model=self.requested != "auto")
+        rows, findings, milestones, output_times = _check_events(checker, self.ev.items)
+        close_at = self.close_at
+        findings.extend(checker.close(connection_closed=self.closed_by_upstream, t_us=close_at))
+        finished_at = self.created_at + dt.timedelta(microseconds=close_at)
+        self.fields.update(
+            stream_rows.finished(
+                checker,
+                status=self.status,
+                event_count=len(rows),
+                bytes_received=sum(len(r[6]) for r in rows),
+                finished_at=finished_at,
+                request_written_us=self.written,
+                first_token_us=milestones.get("first_token_us"),
+                closed_us=close_at,
+                first_output_us=output_times[0] if output_times else None,
+                last_output_us=output_times[1] if output_times else None,
+                milestones=milestones,
+            ),
+            heartbeat_at=finished_at,
+        )
+        return self.fields, rows, findings
+
+
+def _check_events(checker, items):
+    """`items` ((t_us, data, obj) of `_Events`) fed to `checker`, as the recorder feeds them:
+    (event rows (t_us, type, sequence_number, output_index, content_index, is_json, data), the
+    findings so far, the milestones {name_us: t_us}, [first, last output t_us] or [])."""
     findings = []
     milestones = {}
     output_times = []
-    rows = []  # (t_us, type, sequence_number, output_index, content_index, is_json, data)
-    for index, (t_us, data, obj) in enumerate(ev.items):
+    rows = []
+    for index, (t_us, data, obj) in enumerate(items):
         result = checker.feed(index, "message", data, obj=obj, t_us=t_us)
         rows.append(
             (
@@ -388,26 +511,7 @@ def make_stream(rng, created_at, users, events_per_stream, *, ids=None, created_
                 output_times[1] = t_us
         elif kind in ("created", "routing", "terminal"):
             milestones.setdefault(f"{kind}_us" if kind != "created" else "created_event_us", t_us)
-    findings.extend(checker.close(connection_closed=closed_by_upstream, t_us=close_at))
-    finished_at = created_at + dt.timedelta(microseconds=close_at)
-    # the fields the recorder would have ended it with (streams.store.rows.finished)
-    fields.update(
-        stream_rows.finished(
-            checker,
-            status=status,
-            event_count=len(rows),
-            bytes_received=sum(len(r[6]) for r in rows),
-            finished_at=finished_at,
-            request_written_us=written,
-            first_token_us=milestones.get("first_token_us"),
-            closed_us=close_at,
-            first_output_us=output_times[0] if output_times else None,
-            last_output_us=output_times[1] if output_times else None,
-            milestones=milestones,
-        ),
-        heartbeat_at=finished_at,
-    )
-    return fields, rows, findings
+    return rows, findings, milestones, output_times
 
 
 _REGRESSION_START = None
@@ -561,7 +665,8 @@ def _copy_value(v):
 def _copy_text(flat, width):
     """Rows given as one flat list of values as COPY's text format (PostgreSQL), made by the
     producer: the writer thread then sends one string. Its per-row `write_row` under the GIL
-    the producer holds was 100 ms a 2,000-stream chunk, against 5 ms on an idle process.
+    the producer holds cost many times what it does on an idle process (docs/performance.md,
+    "seed_demo").
     One %-format of all the values (str(); booleans as True/False, which PostgreSQL reads),
     unless a value needs escaping: then value by value."""
     rows = len(flat) // width
@@ -625,12 +730,18 @@ class _Templates:
 
     def __init__(self, shapes, columns):
         self.pg = connection.vendor == "postgresql"
-        qn = connection.ops.quote_name
-        stream, event, finding = (qn(m._meta.db_table) for m in (Stream, Event, Finding))
         names = [f.column for f in columns]
-        types = {f.column: f.db_type(connection) for f in columns}
-        big, text, boolean = ("bigint", "text", "boolean") if self.pg else ("", "", "")
         self._drop()
+        self._create_tables()
+        patched = self._load(shapes, names)
+        types = {f.column: f.db_type(connection) for f in columns}
+        self.sql = self._stamp_sql(names, types, patched)
+
+    def _create_tables(self):
+        """The chunk's table and the empty template tables (the stream template as the stream
+        table)."""
+        stream = connection.ops.quote_name(Stream._meta.db_table)
+        big, text, boolean = ("bigint", "text", "boolean") if self.pg else ("", "", "")
         with connection.cursor() as cursor:
             cursor.execute(
                 f"CREATE TEMPORARY TABLE {self.STREAMS} (pk {big} PRIMARY KEY, shape {big}, "
@@ -655,6 +766,10 @@ class _Templates:
                 f"code {text}, severity {text}, event_index {big}, expected {text}, got {text}, "
                 f"detail {text}, PRIMARY KEY (shape, n))"
             )
+
+    def _load(self, shapes, names):
+        """The shapes into the template tables (shape number s as the stream template's id);
+        returns the stream columns (`names`) where some shape holds an id placeholder."""
         rows, events, findings = [], [], []
         patched = set()
         for s, shape in enumerate(shapes):
@@ -677,25 +792,17 @@ class _Templates:
             with connection.cursor() as cursor:
                 for table in (self.SHAPE_STREAM, self.SHAPE_EVENT, self.SHAPE_FINDING):
                     cursor.execute(f"ANALYZE {table}")
+        return patched
 
+    def _stamp_sql(self, names, types, patched):
+        """The INSERT … SELECTs of `stamp`: the chunk's streams (`names`: their columns, `types`
+        their database types, `patched` those whose id placeholders are replaced), their events
+        (receipt time and ids made by the database) and their findings."""
+        qn = connection.ops.quote_name
+        stream, event, finding = (qn(m._meta.db_table) for m in (Stream, Event, Finding))
         ts = self._timestamp
-        exprs = []
-        for name in names:
-            if name == "user_id":
-                exprs.append("s.user_id")
-            elif name in ("created_at", "started_at"):
-                exprs.append(ts("s.c_us"))
-            elif name in ("finished_at", "heartbeat_at"):
-                exprs.append(ts("s.c_us + t.closed_us"))
-            elif name in patched:
-                column = f"t.{qn(name)}"
-                if self.pg:  # (parts is jsonb there: replaced in its text)
-                    column = f"CAST({column} AS text)"
-                value = f"replace(replace({column}, '{_RID}', s.rid), '{_MID}', s.mid)"
-                exprs.append(f"CAST({value} AS {types[name]})" if self.pg else value)
-            else:
-                exprs.append(f"t.{qn(name)}")
-        self.sql = [
+        exprs = [self._stream_expr(name, types, patched) for name in names]
+        return [
             f"INSERT INTO {stream} (id, {', '.join(qn(n) for n in names)}) "
             f"SELECT s.pk, {', '.join(exprs)} FROM {self.STREAMS} s "
             f"JOIN {self.SHAPE_STREAM} t ON t.id = s.shape ORDER BY s.pk",
@@ -712,6 +819,23 @@ class _Templates:
             f"f.detail FROM {self.STREAMS} s JOIN {self.SHAPE_FINDING} f ON f.shape = s.shape "
             "ORDER BY s.pk, f.n",
         ]
+
+    def _stream_expr(self, name, types, patched):
+        """The SQL of stream column `name` from the chunk's row `s` and its template `t`."""
+        ts = self._timestamp
+        if name == "user_id":
+            return "s.user_id"
+        if name in ("created_at", "started_at"):
+            return ts("s.c_us")
+        if name in ("finished_at", "heartbeat_at"):
+            return ts("s.c_us + t.closed_us")
+        column = f"t.{connection.ops.quote_name(name)}"
+        if name not in patched:
+            return column
+        if self.pg:  # (parts is jsonb there: replaced in its text)
+            column = f"CAST({column} AS text)"
+        value = f"replace(replace({column}, '{_RID}', s.rid), '{_MID}', s.mid)"
+        return f"CAST({value} AS {types[name]})" if self.pg else value
 
     def _timestamp(self, us):
         """The text (SQLite: naive UTC, as Django stores it) or timestamptz of µs since the
@@ -763,7 +887,7 @@ def _rollup_rows(contrib, as_text):
 def _insert_rollups(rows):
     """Complete rollup rows (`_rollup_rows`) into tables that hold none of their keys: plain
     INSERTs, what aggregates.apply's upsert does to absent rows, without its ON CONFLICT and
-    parameter rewriting (2.3× faster: 712,000 rows in 3.2 s instead of 7.1 s)."""
+    parameter rewriting (faster: docs/performance.md, "seed_demo")."""
     for table, columns, flat in rows:
         _insert(table, columns, flat)
 
@@ -812,7 +936,8 @@ class _Writer:
                     cursor.execute("PRAGMA foreign_keys = OFF")
                 elif connection.vendor == "postgresql":
                     # This connection only. No JIT: the event INSERT … SELECT is estimated at
-                    # millions of rows and compiled each chunk (135–350 ms of its ~280).
+                    # millions of rows and compiled each chunk (most of the chunk's time:
+                    # docs/performance.md, "seed_demo").
                     # Temporary buffers (before the first temporary table) that hold the
                     # templates: with the default 8 MB they were read back from files.
                     # And no wait for the WAL flush at each chunk's commit (a demo history:
@@ -855,8 +980,8 @@ class _Writer:
 
 class _RollupWriter:
     """PostgreSQL's fresh rollup rows on a connection of their own, while the chunk writer
-    stamps streams: their primary keys (11 columns for the histogram) make them ~8 µs a row
-    in the server, 1.3M rows at 200,000 streams, and that time no longer waits for the
+    stamps streams: their primary keys (11 columns for the histogram) make them costly in the
+    server (docs/performance.md, "seed_demo"), and that time no longer waits for the
     chunks (nor they for it). Each day in a transaction of its own (a bulk load: a crash
     leaves a partial demo database either way). Not on SQLite, which has one writer at a
     time."""
@@ -909,40 +1034,16 @@ def _bulk_load():
         yield False
         return
     tables = [m._meta.db_table for m in _TABLES]
-    indexes, foreign_keys = [], []  # (SQLite: the writer's connection skips the checks)
+    synchronous = None
+    qn = connection.ops.quote_name
     with connection.cursor() as cursor:
+        indexes = _secondary_indexes(cursor, tables)
+        # (SQLite: the writer's connection skips the checks)
+        foreign_keys = _foreign_keys(cursor, tables)
         if connection.vendor == "sqlite":
-            marks = ", ".join(["%s"] * len(tables))
-            cursor.execute(
-                "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
-                f"AND tbl_name IN ({marks}) ORDER BY name",
-                tables,
-            )
-            indexes = cursor.fetchall()
             cursor.execute("PRAGMA synchronous")
             synchronous = cursor.fetchone()[0]
             cursor.execute("PRAGMA synchronous = OFF")
-        elif connection.vendor == "postgresql":
-            # (not the indexes behind a primary key or a unique constraint, nor the partial
-            # ones: small, and PostgreSQL would spell their condition differently afterwards)
-            cursor.execute(
-                "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
-                "AND tablename = ANY(%s) AND indexname NOT IN (SELECT conname FROM pg_constraint) "
-                "AND indexdef NOT LIKE '%% WHERE %%' ORDER BY indexname",
-                [tables],
-            )
-            indexes = (
-                cursor.fetchall()
-            )  # and their foreign keys: a trigger per inserted row (most of the time of an event
-            # row), checked again by one join each when they are added back
-            cursor.execute(
-                "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
-                "FROM pg_constraint WHERE contype = 'f' AND conrelid::regclass::text = ANY(%s) "
-                "ORDER BY conname",
-                [tables],
-            )
-            foreign_keys = cursor.fetchall()
-        qn = connection.ops.quote_name
         for name, _ in indexes:
             cursor.execute(f"DROP INDEX {qn(name)}")
         for table, name, _ in foreign_keys:
@@ -950,20 +1051,65 @@ def _bulk_load():
     try:
         yield True
     finally:
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                # (and work_mem: the join that checks each foreign key added back)
-                cursor.execute("SET maintenance_work_mem = '256MB'")
-                cursor.execute("SET work_mem = '256MB'")
-            for _, sql in indexes:
-                cursor.execute(sql)
-            for table, name, definition in foreign_keys:
-                cursor.execute(f"ALTER TABLE {qn(table)} ADD CONSTRAINT {qn(name)} {definition}")
-            if connection.vendor == "sqlite":
-                cursor.execute(f"PRAGMA synchronous = {int(synchronous)}")
-            elif connection.vendor == "postgresql":
-                cursor.execute("RESET maintenance_work_mem")
-                cursor.execute("RESET work_mem")
+        _rebuild(indexes, foreign_keys, synchronous)
+
+
+def _secondary_indexes(cursor, tables):
+    """[(name, definition)] of the secondary indexes of `tables`, in name order. On PostgreSQL
+    not the indexes behind a primary key or a unique constraint, nor the partial ones: small,
+    and PostgreSQL would spell their condition differently afterwards."""
+    if connection.vendor == "sqlite":
+        marks = ", ".join(["%s"] * len(tables))
+        cursor.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL "
+            f"AND tbl_name IN ({marks}) ORDER BY name",
+            tables,
+        )
+        return cursor.fetchall()
+    if connection.vendor == "postgresql":
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema() "
+            "AND tablename = ANY(%s) AND indexname NOT IN (SELECT conname FROM pg_constraint) "
+            "AND indexdef NOT LIKE '%% WHERE %%' ORDER BY indexname",
+            [tables],
+        )
+        return cursor.fetchall()
+    return []
+
+
+def _foreign_keys(cursor, tables):
+    """[(table, name, definition)] of PostgreSQL's foreign keys of `tables`, in name order:
+    a trigger per inserted row (most of the time of an event row), checked again by one join
+    each when they are added back. None elsewhere."""
+    if connection.vendor != "postgresql":
+        return []
+    cursor.execute(
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) "
+        "FROM pg_constraint WHERE contype = 'f' AND conrelid::regclass::text = ANY(%s) "
+        "ORDER BY conname",
+        [tables],
+    )
+    return cursor.fetchall()
+
+
+def _rebuild(indexes, foreign_keys, synchronous):
+    """The end of `_bulk_load`: its dropped indexes and foreign keys built again, and SQLite's
+    `synchronous` setting back."""
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            # (and work_mem: the join that checks each foreign key added back)
+            cursor.execute("SET maintenance_work_mem = '256MB'")
+            cursor.execute("SET work_mem = '256MB'")
+        for _, sql in indexes:
+            cursor.execute(sql)
+        for table, name, definition in foreign_keys:
+            cursor.execute(f"ALTER TABLE {qn(table)} ADD CONSTRAINT {qn(name)} {definition}")
+        if connection.vendor == "sqlite":
+            cursor.execute(f"PRAGMA synchronous = {int(synchronous)}")
+        elif connection.vendor == "postgresql":
+            cursor.execute("RESET maintenance_work_mem")
+            cursor.execute("RESET work_mem")
 
 
 def demo_users(names):
@@ -985,12 +1131,7 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
     rng = random.Random(seed)
     now = now or dt.datetime.now(dt.UTC)
     _REGRESSION_START = now - dt.timedelta(days=REGRESSION_DAYS)
-    user_ids = demo_users(users)
-    # the first user is the busiest; a few streams have no user (recorded from the CLI)
-    weights = [1 / (i + 1) for i in range(len(user_ids))]
-    total = sum(weights) / 0.95
-    owners = [*user_ids, None]
-    owner_weights = [w / total for w in weights] + [1 - sum(weights) / total]
+    owners, owner_weights = _owner_weights(demo_users(users))
     one_us = dt.timedelta(microseconds=1)
     times = _times_us(rng, streams, days, (now - _EPOCH) // one_us)
     # the first stream that regresses
@@ -1002,9 +1143,31 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
         model: ({}, key.index("t"), key.index("span"), key.index("user_key"))
         for model, (key, _values) in aggregates._tables().items()
     }
-    # Each shape serves about as many streams as the others (a shuffled cycle); the streams
-    # after the regression's start, whose gpt-oss-120b is slower, cycle over the last shapes
-    # of the pool (their twins on that model), one per SHAPE_EVERY of them too.
+    shapes, assignment = _assign_shapes(rng, streams, split, events_per_stream, columns, tables)
+    owner_of = rng.choices(owners, owner_weights, k=streams)
+    history = _History(shapes, tables, times, assignment, owner_of, rng.getrandbits)
+    with _bulk_load() as bulk:
+        counts = _write_history(history, columns, bulk, progress)
+    _reset_sequences()
+    return counts
+
+
+def _owner_weights(user_ids):
+    """The owners a stream may have (the users, then None) and their weights: the first user is
+    the busiest; a few streams have no user (recorded from the CLI)."""
+    weights = [1 / (i + 1) for i in range(len(user_ids))]
+    total = sum(weights) / 0.95
+    owners = [*user_ids, None]
+    owner_weights = [w / total for w in weights] + [1 - sum(weights) / total]
+    return owners, owner_weights
+
+
+def _assign_shapes(rng, streams, split, events_per_stream, columns, tables):
+    """The pool of shapes (`_make_pool`) and the shape of each of the `streams` streams, the
+    first `split` of them before the regression's start. Each shape serves about as many
+    streams as the others (a shuffled cycle); the streams after the regression's start, whose
+    gpt-oss-120b is slower, cycle over the last shapes of the pool (their twins on that model),
+    one per SHAPE_EVERY of them too."""
     size = _pool_size(streams)
     late = streams - split
     size_late = min(size, _pool_size(late))
@@ -1014,14 +1177,18 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
     cycle = [size - size_late + i % size_late for i in range(late)]
     rng.shuffle(cycle)
     assignment += [twin_of.get(s, s) for s in cycle]
-    owner_of = rng.choices(owners, owner_weights, k=streams)
+    return shapes, assignment
 
-    # What each shape adds to the rollups, by *entry*: one (table, key but its period's start
-    # and owner, span) that shapes add to. A day's sums are kept by (entry, period start,
-    # owner), a 3-tuple instead of a rollup key's ~11 values built per stream (27 a stream:
-    # most of this thread's time), and expanded into rollup keys when the day ends. The
-    # sums are integers, so adding them up in another order is exact.
-    entry_of, entries, plans, sums = {}, [], [], {}
+
+def _rollup_entries(shapes):
+    """What each shape adds to the rollups, by *entry*: one (table, key but its period's start
+    and owner, span) that shapes add to. Returns the entries, as (table's rows, key before t,
+    key between t and the owner or None, the rest), and per shape its plan: [(entry, which of
+    aggregates.SPANS, whether the key has an owner, values)]. A day's sums are kept by (entry,
+    period start, owner), a 3-tuple instead of a rollup key's ~11 values built per stream (27 a
+    stream: most of the producer's time), and expanded into rollup keys when the day ends. The
+    sums are integers, so adding them up in another order is exact."""
+    entry_of, entries, plans = {}, [], []
     for shape in shapes:
         plan = []
         for rows, pre, between, rest, period, add_ in shape.aggregates:
@@ -1032,77 +1199,128 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
                 entries.append((rows, pre, between, rest))
             plan.append((entry, period, between is not None, add_))
         plans.append(plan)
+    return entries, plans
 
+
+def _next_stream_pk():
     qn = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT COALESCE(MAX({qn('id')}), 0) FROM {qn(Stream._meta.db_table)}")
-        next_pk = cursor.fetchone()[0] + 1
-    counts = {"streams": 0, "events": 0, "findings": 0}
-    getrandbits = rng.getrandbits
-    add = operator.add
-    spans = aggregates.SPANS
+        return cursor.fetchone()[0] + 1
+
+
+class _History:
+    """The streams to insert, in time order: each one's creation time (µs since the epoch,
+    `times`), shape and owner, ids from the first free stream id on; and the rollup sums of the
+    day being made (`_rollup_entries`), with `tables` ({table: (its rows being summed, where
+    t, span and the owner are in its key)}) to expand them into."""
+
+    def __init__(self, shapes, tables, times, assignment, owner_of, getrandbits):
+        self.shapes = shapes
+        self.tables = tables
+        self.times = times
+        self.assignment = assignment
+        self.owner_of = owner_of
+        self.getrandbits = getrandbits
+        self.entries, self.plans = _rollup_entries(shapes)
+        self.sums = {}
+        self.next_pk = _next_stream_pk()
+
+    def __len__(self):
+        return len(self.times)
+
+    def chunk_end(self, lo):
+        """Where the chunk from `lo` ends: after CHUNK streams or at the end of its UTC day.
+        The streams are in time order, so every rollup row of the days before is complete
+        (periods of up to a day), and goes in once."""
+        times = self.times
+        day = times[lo] // _DAY_US
+        return min(len(times), lo + CHUNK, bisect.bisect_left(times, (day + 1) * _DAY_US, lo))
+
+    def ends_day(self, lo, hi):
+        """Whether the chunk lo..hi is the last of its day."""
+        times = self.times
+        return hi == len(times) or times[hi] // _DAY_US != times[lo] // _DAY_US
+
+    def chunk(self, lo, hi):
+        """Streams lo..hi as flat (pk, shape, c_us, user_id, rid, mid) values, with how many
+        events and findings they have; what they add to the rollups goes into the day's sums."""
+        shapes, plans, sums = self.shapes, self.plans, self.sums
+        times, assignment, owner_of = self.times, self.assignment, self.owner_of
+        getrandbits, next_pk = self.getrandbits, self.next_pk
+        add = operator.add
+        spans = aggregates.SPANS
+        values = []
+        n_events = n_findings = 0
+        for i in range(lo, hi):
+            s = assignment[i]
+            shape = shapes[s]
+            c_us = times[i]
+            user = owner_of[i]
+            values += (next_pk + i, s, c_us, user, f"resp_{getrandbits(96):024x}",
+                       f"msg_{getrandbits(96):024x}")  # fmt: skip
+            n_events += len(shape.events)
+            n_findings += len(shape.findings)
+            c_s = c_us // 1_000_000
+            periods = [c_s // span * span for span in spans]
+            owner = user or 0
+            for entry, period, owned, add_ in plans[s]:
+                key = (entry, periods[period], owner if owned else 0)
+                have = sums.get(key)
+                if have is None:
+                    sums[key] = add_.copy()
+                elif len(add_) == 1:
+                    have[0] += add_[0]
+                else:
+                    have[:] = map(add, have, add_)
+        return values, n_events, n_findings
+
+    def day_rollups(self):
+        """The day's sums expanded into rollup keys, as Contributions; the sums start over."""
+        add = operator.add
+        entries = self.entries
+        for (entry, t, owner), add_ in self.sums.items():
+            rows, pre, between, rest = entries[entry]
+            if between is None:
+                key = pre + (t,) + rest
+            else:
+                key = pre + (t,) + between + (owner,) + rest
+            have = rows.get(key)
+            if have is None:
+                rows[key] = add_
+            else:
+                have[:] = map(add, have, add_)
+        self.sums.clear()
+        contrib = aggregates.Contributions()
+        for model, (rows, *_) in self.tables.items():
+            contrib.tables[model] = rows.copy()
+            rows.clear()
+        return contrib
+
+
+def _write_history(history, columns, bulk, progress):
+    """Every stream of `history`, chunk by chunk, through a `_Writer` (its own thread when
+    `bulk`, see `_bulk_load`); each day's rollups with the chunk that ends it. Returns counts."""
     pg = connection.vendor == "postgresql"
-    with _bulk_load() as bulk:
-        # each rollup row is written once (chunks end at a day) into empty tables: inserted
-        fresh = (
-            bulk
-            and max(aggregates.SPANS) <= aggregates.DAY
-            and not any(model.objects.exists() for model in aggregates._tables())
-        )
-        writer = _Writer(shapes, columns, threaded=bulk, fresh_rollups=fresh)
-        switch = sys.getswitchinterval()
-        if bulk:
-            # The writer threads wait for the GIL after each round trip to the database, up
-            # to a switch interval while this thread makes the next chunk: 0.5 ms, not 5.
-            sys.setswitchinterval(0.0005)
-        try:
+    counts = {"streams": 0, "events": 0, "findings": 0}
+    # each rollup row is written once (chunks end at a day) into empty tables: inserted
+    fresh = (
+        bulk
+        and max(aggregates.SPANS) <= aggregates.DAY
+        and not any(model.objects.exists() for model in aggregates._tables())
+    )
+    writer = _Writer(history.shapes, columns, threaded=bulk, fresh_rollups=fresh)
+    try:
+        # The writer threads wait for the GIL after each round trip to the database, up to a
+        # switch interval while this thread makes the next chunk: 0.5 ms, not 5.
+        with _switch_interval(0.0005 if bulk else None):
             lo = 0
-            while lo < streams:
-                # chunks end at a UTC day: the streams are in time order, so every rollup row
-                # of the days before is complete (periods of up to a day), and goes in once
-                day = times[lo] // _DAY_US
-                hi = min(streams, lo + CHUNK, bisect.bisect_left(times, (day + 1) * _DAY_US, lo))
-                values = []
-                n_events = n_findings = 0
-                for i in range(lo, hi):
-                    s = assignment[i]
-                    shape = shapes[s]
-                    c_us = times[i]
-                    user = owner_of[i]
-                    values += (next_pk + i, s, c_us, user, f"resp_{getrandbits(96):024x}",
-                               f"msg_{getrandbits(96):024x}")  # fmt: skip
-                    n_events += len(shape.events)
-                    n_findings += len(shape.findings)
-                    c_s = c_us // 1_000_000
-                    periods = [c_s // span * span for span in spans]
-                    owner = user or 0
-                    for entry, period, owned, add_ in plans[s]:
-                        key = (entry, periods[period], owner if owned else 0)
-                        have = sums.get(key)
-                        if have is None:
-                            sums[key] = add_.copy()
-                        elif len(add_) == 1:
-                            have[0] += add_[0]
-                        else:
-                            have[:] = map(add, have, add_)
+            while lo < len(history):
+                hi = history.chunk_end(lo)
+                values, n_events, n_findings = history.chunk(lo, hi)
                 contrib = None
-                if hi == streams or times[hi] // _DAY_US != day:
-                    for (entry, t, owner), add_ in sums.items():
-                        rows, pre, between, rest = entries[entry]
-                        if between is None:
-                            key = pre + (t,) + rest
-                        else:
-                            key = pre + (t,) + between + (owner,) + rest
-                        have = rows.get(key)
-                        if have is None:
-                            rows[key] = add_
-                        else:
-                            have[:] = map(add, have, add_)
-                    sums.clear()
-                    contrib = aggregates.Contributions()
-                    for model, (rows, *_) in tables.items():
-                        contrib.tables[model] = rows.copy()
-                        rows.clear()
+                if history.ends_day(lo, hi):
+                    contrib = history.day_rollups()
                     if fresh:
                         contrib = _rollup_rows(contrib, as_text=pg)
                 if pg:
@@ -1114,11 +1332,22 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
                 lo = hi
                 if progress:
                     progress(counts)
-        finally:
-            sys.setswitchinterval(switch)
-            writer.close()
-    _reset_sequences()
+    finally:
+        writer.close()
     return counts
+
+
+@contextlib.contextmanager
+def _switch_interval(seconds):
+    """The interpreter's thread switch interval set to `seconds` (None: left as it is) for the
+    block, and back to what it was after it."""
+    switch = sys.getswitchinterval()
+    if seconds is not None:
+        sys.setswitchinterval(seconds)
+    try:
+        yield
+    finally:
+        sys.setswitchinterval(switch)
 
 
 def _reset_sequences():
