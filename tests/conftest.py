@@ -136,6 +136,18 @@ def people(transactional_db, _relay_db_connections):
     return People()
 
 
+@pytest.fixture
+async def _disconnect_communicators():
+    """Disconnects the WebSocket communicators of tests.support.clients.ws after the test (named
+    in the `pytestmark` of the modules that use `ws`)."""
+    # A failed test leaves its consumers running; with the Redis layer their tasks would then
+    # keep the event loop from closing.
+    from tests.support.clients import disconnect_communicators
+
+    yield
+    await disconnect_communicators()
+
+
 def database_url():
     """The URL of the database this test session uses (pytest-django's test database), for
     servers started in other processes."""

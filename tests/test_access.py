@@ -25,10 +25,12 @@ from django.urls import URLResolver, get_resolver, reverse
 from dashboard.models import Conversation, Turn
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import Event, ImportJob, Stream
-from tests.test_api import session
-from tests.test_consumers import _disconnect_communicators, ws  # noqa: F401  (a fixture)
+from tests.support.clients import session, ws
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("_disconnect_communicators"),  # tests/conftest.py: `ws`'s cleanup
+]
 
 # Who may use a route.
 PUBLIC = "public"  # anyone, logged in or not

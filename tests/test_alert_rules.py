@@ -15,7 +15,7 @@ import pytest
 from django.test import AsyncClient
 
 from tests.conftest import REPO
-from tests.test_recorder import body, record
+from tests.support.recording import body, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

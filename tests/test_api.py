@@ -11,42 +11,14 @@ from django.test import AsyncClient
 from streams.models import ApiToken, Event, Finding, Stream
 from streams.run import runner
 from streams.serve.api import stream_summary
+from tests.support.clients import HeaderClient, bearer, session
+from tests.support.recording import wait_finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class HeaderClient(AsyncClient):
-    """AsyncClient drops constructor headers (they land in the scope, not its headers)."""
-
-    def __init__(self, headers, **kwargs):
-        super().__init__(**kwargs)
-        self.extra_headers = headers
-
-    def generic(self, *args, headers=None, **kwargs):
-        return super().generic(*args, headers={**self.extra_headers, **(headers or {})}, **kwargs)
-
-
-def bearer(user, **kwargs):
-    return HeaderClient({"authorization": f"Bearer {user.token}"}, **kwargs)
-
-
-def session(user, **kwargs):
-    client = AsyncClient(**kwargs)
-    client.cookies[user.cookie.split("=")[0]] = user.cookie.split("=", 1)[1]
-    return client
-
-
 async def post(client, path, data, **kwargs):
     return await client.post(path, json.dumps(data), content_type="application/json", **kwargs)
-
-
-async def wait_finished(stream_id, timeout=15):
-    for _ in range(int(timeout / 0.02)):
-        stream = await Stream.objects.aget(pk=stream_id)
-        if not stream.is_active:
-            return stream
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"stream {stream_id} still {stream.status}")
 
 
 FAST = {"time_scale": 0.05}

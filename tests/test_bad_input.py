@@ -18,9 +18,10 @@ from streams.run import runner
 from streams.simulator.scenarios import METADATA_CAPS, RequestError, SimRequest
 from streams.store import rows
 from tests.conftest import log_in_people
-from tests.test_api import bearer, wait_finished
-from tests.test_importer import har, har_entry, small_stream, sse
-from tests.test_redaction import RawUpstream
+from tests.support.captures import har, har_entry, small_stream, sse
+from tests.support.clients import bearer
+from tests.support.hostile import RawUpstream
+from tests.support.recording import wait_finished
 
 DEEP = 100_000
 

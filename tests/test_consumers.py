@@ -6,47 +6,17 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
-from channels.testing import WebsocketCommunicator
 
-from dashboard.asgi import application
 from streams.live import consumers, relay
 from streams.models import ApiToken, Event, Stream
 from streams.run import runner
 from streams.store import rows
+from tests.support.clients import ws
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-ORIGIN = "http://127.0.0.1:8000"
-
-
-_open = []  # communicators of the running test, disconnected after it
-
-
-@pytest.fixture(autouse=True)
-async def _disconnect_communicators():
-    # A failed test leaves its consumers running; with the Redis layer their tasks would then
-    # keep the event loop from closing.
-    yield
-    while _open:
-        comm = _open.pop()
-        try:
-            await comm.disconnect(timeout=1)
-        except Exception:
-            pass
-
-
-def ws(path, user=None, origin=ORIGIN, token=None):
-    # the server's own origin is scheme + Host: what a browser on ORIGIN's page sends
-    headers = [(b"host", b"127.0.0.1:8000")]
-    if origin:
-        headers.append((b"origin", origin.encode()))
-    if user is not None:
-        headers.append((b"cookie", user.cookie.encode()))
-    if token:
-        headers.append((b"authorization", f"Bearer {token}".encode()))
-    comm = WebsocketCommunicator(application, path, headers=headers)
-    _open.append(comm)
-    return comm
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("_disconnect_communicators"),  # tests/conftest.py: `ws`'s cleanup
+]
 
 
 async def frames_until_close(comm, timeout=10):

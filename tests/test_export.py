@@ -19,14 +19,16 @@ from streams.models import Event, Finding, Stream
 from streams.serve import export
 from streams.serve.export import iter_document, iter_sse
 from streams.store import public
-from tests.test_importer import event_tuples, exported, finding_tuples, small_stream, sse
+from tests.support.captures import (
+    document,
+    event_tuples,
+    exported,
+    finding_tuples,
+    small_stream,
+    sse,
+)
 
 T0 = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
-
-
-def document(stream, events=True):
-    """The stream's `.json` export, parsed: what the download and `export_sse --json` send."""
-    return json.loads("".join(iter_document(stream, events=events)))
 
 
 def recorded(events, *, status="completed", **fields):

@@ -1,7 +1,6 @@
 """streams.ingest.importer and the import_sse command: real captures, wire-format variants, HAR,
 round trips through the export (imported and recorded streams), unreadable files."""
 
-import base64
 import io
 import json
 import os
@@ -16,35 +15,22 @@ from django.core.management.base import CommandError
 
 from streams.ingest.importer import CaptureError, import_capture, read_capture
 from streams.models import Capture, Event, Finding, Stream
-from streams.serve.export import iter_sse
 from tests.conftest import FIXTURES, REPO, database_url
-from tests.test_recorder import body, record
+from tests.support.captures import (
+    event_tuples,
+    exported,
+    finding_tuples,
+    har,
+    har_entry,
+    small_stream,
+    sse,
+)
+from tests.support.recording import body, record
 
 CAPTURES = sorted(p.name for p in FIXTURES.glob("*.sse"))
 # At collection: a missing or empty folder would otherwise parametrize zero cases and pass.
 assert CAPTURES, f"no .sse captures in {FIXTURES}"
 TIMING_ONLY = {"stall", "buffered_delivery"}
-
-
-def exported(stream):
-    """The stream's `.sse` export, whole: what the download and `export_sse` send."""
-    return b"".join(iter_sse(stream))
-
-
-def event_tuples(stream):
-    return list(
-        Event.objects.filter(stream=stream)
-        .order_by("index")
-        .values_list("index", "event_name", "sse_id", "type", "sequence_number", "data", "raw")
-    )
-
-
-def finding_tuples(stream, drop=frozenset()):
-    return [
-        (f.code, f.severity, f.event_index)
-        for f in Finding.objects.filter(stream=stream).order_by("event_index", "code")
-        if f.code not in drop
-    ]
 
 
 def codes(stream):
@@ -54,68 +40,6 @@ def codes(stream):
 def one(content, filename="capture.sse", **kwargs):
     [stream] = import_capture(content, filename, **kwargs)
     return Stream.objects.get(pk=stream.pk)
-
-
-def sse(*objs, event="message"):
-    blocks = []
-    for obj in objs:
-        data = obj if isinstance(obj, str) else json.dumps(obj)
-        head = f"event: {event}\n" if event else ""
-        blocks.append(f"{head}data: {data}\n\n")
-    return "".join(blocks).encode()
-
-
-def small_stream(text="Hoi", model="gpt-oss-120b", routing=False):
-    events = [
-        {
-            "type": "response.created",
-            "sequence_number": 0,
-            "response": {"id": "resp_x", "model": model, "status": "in_progress"},
-        }
-    ]
-    if routing:
-        events.append(
-            {
-                "type": "response.routing.completed",
-                "model_id": "gpt-oss-20b",
-                "category": "chat",
-                "source": "router",
-                "reasoning": "short question",
-            }
-        )
-    events += [
-        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}},
-        {
-            "type": "response.content_part.added",
-            "output_index": 0,
-            "content_index": 0,
-            "part": {"type": "output_text", "text": ""},
-        },
-    ]
-    events += [
-        {
-            "type": "response.output_text.delta",
-            "output_index": 0,
-            "content_index": 0,
-            "delta": ch,
-        }
-        for ch in text
-    ]
-    events += [
-        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": text},
-        {
-            "type": "response.completed",
-            "response": {
-                "id": "resp_x",
-                "model": model,
-                "status": "completed",
-                "output_text": text,
-            },
-        },
-    ]
-    for i, e in enumerate(events):
-        e["sequence_number"] = i
-    return events
 
 
 # ---- the twelve real captures --------------------------------------------------------------
@@ -241,48 +165,6 @@ class TestWireFormats:
 
 
 # ---- HAR -----------------------------------------------------------------------------------
-
-
-def har_entry(body_bytes, *, base64_body=False, url="https://api.test/v1/responses?key=sk-x"):
-    text = base64.b64encode(body_bytes).decode() if base64_body else body_bytes.decode()
-    content = {"size": len(body_bytes), "mimeType": "text/event-stream", "text": text}
-    if base64_body:
-        content["encoding"] = "base64"
-    return {
-        "startedDateTime": "2025-01-02T03:04:05.678Z",
-        "time": 812.5,
-        "request": {
-            "method": "POST",
-            "url": url,
-            "headers": [{"name": "Authorization", "value": "Bearer sk-secret"}],
-            "postData": {
-                "mimeType": "application/json",
-                "text": json.dumps(
-                    {"model": "auto", "input": [{"role": "user", "content": "Hallo daar"}]}
-                ),
-            },
-        },
-        "response": {"status": 200, "content": content},
-        "timings": {
-            "blocked": 1.5,
-            "dns": -1,
-            "connect": 10,
-            "send": 0.5,
-            "wait": 300,
-            "receive": 500.5,
-        },
-    }
-
-
-def har(*entries):
-    other = {
-        "startedDateTime": "2025-01-02T03:04:05.000Z",
-        "time": 3,
-        "request": {"method": "GET", "url": "https://x.test/app.js"},
-        "response": {"status": 200, "content": {"mimeType": "application/javascript", "text": ""}},
-        "timings": {},
-    }
-    return json.dumps({"log": {"version": "1.2", "entries": [other, *entries]}}).encode()
 
 
 @pytest.mark.django_db

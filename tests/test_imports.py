@@ -155,7 +155,7 @@ class TestCaps:
 
 
 def _har(**change):
-    from tests.test_importer import har, har_entry
+    from tests.support.captures import har, har_entry
 
     entry = har_entry(_sse())
     for path, value in change.items():

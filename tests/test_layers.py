@@ -177,3 +177,77 @@ def test_the_checks_see_what_they_are_for():
     assert GRAPH["streams.ingest.recorder"], "the recorder's imports were read"
     lazy = GRAPH["streams.run.shutdown"]
     assert "streams.run.runner" in lazy, "imports inside functions count"
+
+
+# ---- tests/: helpers live in tests/support, never in a test module ---------------------------
+
+
+def imports_of_test_modules(source, module, is_package=False):
+    """[(line, imported module)] of the imports in `source` (the text of `module`, a module of
+    tests/) that name a test module: `tests.test_*`, `tests.e2e.test_*`, or relatively
+    `.test_*` (`from . import test_x` included). Shared helpers belong in tests/support/,
+    shared fixtures in a conftest.py."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = module.split(".")
+                if not is_package:
+                    anchor = anchor[:-1]
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
+        for target in targets:
+            parts = target.split(".")
+            if parts[0] == "tests" and any(part.startswith("test_") for part in parts[1:]):
+                found.append((node.lineno, target))
+                break
+    return found
+
+
+def test_no_module_of_tests_imports_a_test_module():
+    offending = []
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        found = imports_of_test_modules(
+            path.read_text(), module_name(path), is_package=path.name == "__init__.py"
+        )
+        offending += [f"{path.relative_to(ROOT)}:{line}: imports {t}" for line, t in found]
+    assert not offending, (
+        "import shared helpers from tests/support/ and take shared fixtures from a conftest.py, "
+        "not from a test module:\n" + "\n".join(offending)
+    )
+
+
+def test_the_test_module_check_sees_what_it_is_for():
+    """Every spelling of an import from a test module is caught; helpers and conftests are not."""
+    caught = [
+        "from tests.test_recorder import body",
+        "from tests.e2e.test_playground_e2e import Playground",
+        "from .test_proxy import wait_terminal",
+        "from . import test_api",
+        "from tests import test_api",
+        "import tests.test_api",
+        "def f():\n    from .test_redaction import RawUpstream",  # a lazy import
+    ]
+    for source in caught:
+        assert imports_of_test_modules(source, "tests.test_x"), source
+    assert imports_of_test_modules("from ..test_api import bearer", "tests.e2e.test_x") == [
+        (1, "tests.test_api")
+    ]
+    assert imports_of_test_modules("from .test_inspection_e2e import x", "tests.e2e.test_y") == [
+        (1, "tests.e2e.test_inspection_e2e")
+    ]
+    allowed = [
+        "from tests.support.recording import body",
+        "from .support import wire",
+        "from tests.conftest import DaphneServer",
+        "from tests.e2e.conftest import TIMEOUT_MS",
+        "import pytest",
+        "from streams.store import rows",
+    ]
+    for source in allowed:
+        assert imports_of_test_modules(source, "tests.test_x") == [], source

@@ -13,11 +13,9 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
 
-import httpx
 import pytest
 from asgiref.sync import sync_to_async
 
@@ -26,33 +24,13 @@ from streams.models import Event, Stream
 from streams.run import runner, services
 from streams.store import rows
 
-from .conftest import REPO, DaphneServer, database_url
-from .test_api import bearer
+from .conftest import DaphneServer
+from .support.clients import bearer
+from .support.processes import api_create, manage, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 TERMINAL = {s for s in Stream.Status.values if s not in Stream.ACTIVE_STATUSES}
-
-
-def wait_until(predicate, timeout, interval=0.05, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout} s")
-
-
-def api_create(server, user, **body):
-    body = {"input": "Tell me about Utrecht", "model": "gpt-oss-20b", **body}
-    r = httpx.post(
-        server.url + "/api/streams/",
-        json=body,
-        headers={"Authorization": f"Bearer {user.token}"},
-        timeout=30,
-    )
-    return r
 
 
 def statuses(ids):
@@ -288,36 +266,6 @@ class TestCancelOfAnOrphan:
 
 
 # --- Commands stopped by signals and closed pipes ---------------------------------------------
-
-
-def command_env(overrides=None, **extra):
-    return {
-        **os.environ,
-        "PYTHONUNBUFFERED": "1",
-        "DJANGO_SETTINGS_MODULE": "tests.live_settings",
-        "DATABASE_URL": database_url(),
-        "STREAMSCOPE_TEST_OVERRIDES": json.dumps(overrides or {}),
-        **extra,
-    }
-
-
-def _interruptible():
-    # A command started from a shell's background job (`… &`, as a CI script may run the
-    # suite) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt handler:
-    # the command is started as from a terminal, where Ctrl-C reaches it.
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def manage(*args, overrides=None, stdout=subprocess.PIPE, **env):
-    return subprocess.Popen(
-        [sys.executable, "manage.py", *args],
-        cwd=REPO,
-        preexec_fn=_interruptible,
-        env=command_env(overrides, **env),
-        stdout=stdout,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def runner_of(proc):

@@ -9,7 +9,7 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from streams.models import Event, Finding
-from tests.test_recorder import body, record
+from tests.support.recording import body, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -68,7 +68,7 @@ def test_seed_demo_streams_agree_with_the_definition():
 
 @pytest.mark.django_db(transaction=True)
 async def test_recorded_streams_agree_with_the_definition(upstream):
-    from .test_recorder import body, record
+    from .support.recording import body, record
 
     stream, _ = await record(body())
     assert stream.ttft_ms is not None and stream.tokens_per_s > 0

@@ -21,7 +21,7 @@ from websockets.asyncio.client import connect
 
 from streams.models import ApiToken, Stream
 from tests.conftest import REPO, free_port, wait_for_port
-from tests.test_relay_live import finished
+from tests.support.recording import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

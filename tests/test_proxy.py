@@ -12,6 +12,7 @@ import pytest
 from streams.models import ApiToken, Event, SealedSecret, Stream
 
 from .conftest import DaphneServer, SimulatorProcess
+from .support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,16 +57,6 @@ def post(base, body, headers=None, timeout=30):
     with httpx.Client(timeout=timeout) as client:
         with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
             return r.status_code, r.headers, b"".join(r.iter_raw())
-
-
-def wait_terminal(stream_id, timeout=15):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stream = Stream.objects.get(pk=stream_id)
-        if not stream.is_active:
-            return stream
-        time.sleep(0.05)
-    raise AssertionError(f"stream {stream_id} still {stream.status}")
 
 
 def hang_up_mid_stream(server, token, body):

@@ -13,7 +13,7 @@ import pytest
 
 from streams.models import ApiToken, Event, Stream
 from tests.conftest import DaphneServer
-from tests.test_proxy import wait_terminal
+from tests.support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -12,9 +12,8 @@ from streams.core import redaction
 from streams.models import ApiToken, Event
 
 from .conftest import DaphneServer
-from .support.hostile import RawUpstream, escaped, sse
-from .test_proxy import wait_terminal
-from .test_redaction import KEY, copies
+from .support.hostile import KEY, RawUpstream, copies, escaped, sse
+from .support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

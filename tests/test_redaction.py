@@ -14,16 +14,10 @@ from websockets.asyncio.client import connect
 from streams.models import Stream
 from streams.store import known_secrets, public
 from tests.conftest import DaphneServer
-from tests.support.hostile import RawUpstream, escaped, forms_of, hostile
-from tests.test_relay_live import finished
+from tests.support.hostile import KEY, RawUpstream, copies, escaped, hostile
+from tests.support.recording import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-KEY = "sk-hostile-9f8e7d6c5b4a"
-
-
-def copies(text, key=KEY):
-    return max(form.count(key) for form in forms_of(text))
 
 
 def test_the_search_finds_every_form():

@@ -5,7 +5,6 @@ process, and watched through /ws/streams/<id>/."""
 import asyncio
 import json
 import socket
-import time
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from websockets.asyncio.client import connect
 from streams.models import Event, Stream
 from tests.conftest import DaphneServer
 from tests.e2e.conftest import CHROMIUM, CHROMIUM_ARGS
+from tests.support.recording import finished
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -60,16 +60,6 @@ async def frames_until_close(ws, timeout=30, limit=None):
 
 def indexes(frames):
     return [e["index"] for f in frames for e in f.get("events", [])]
-
-
-async def finished(stream_id, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stream = await Stream.objects.aget(pk=stream_id)
-        if not stream.is_active:
-            return stream
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"stream {stream_id} did not finish")
 
 
 async def stored(stream_id):

@@ -18,8 +18,8 @@ from streams.models import Capture, Event, Finding, Stream
 from streams.serve.export import iter_sse
 from streams.store import public
 from tests.conftest import log_in_people
-from tests.test_importer import har, har_entry, small_stream, sse
-from tests.test_queries import recorded, text_events
+from tests.support.captures import har, har_entry, small_stream, sse
+from tests.support.recording import recorded, text_events
 
 
 class Base:
@@ -293,7 +293,7 @@ class TestFiguresAgree(Base):
 
 @pytest.fixture
 def latin1_upstream(settings):
-    from .test_redaction import RawUpstream
+    from .support.hostile import RawUpstream
 
     created = (
         b'data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_l1",'

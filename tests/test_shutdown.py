@@ -15,7 +15,7 @@ import pytest
 
 from streams.models import Stream
 from tests.conftest import DaphneServer, free_port, wait_for_port
-from tests.test_lifecycle import api_create, manage, wait_until
+from tests.support.processes import api_create, manage, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

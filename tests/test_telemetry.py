@@ -22,11 +22,13 @@ from streams.observe import telemetry
 from streams.run import runner
 from streams.store import known_secrets, rows
 from tests.conftest import REPO, DaphneServer, database_url, free_port
-from tests.test_api import session
-from tests.test_consumers import _disconnect_communicators, ws  # noqa: F401  (a fixture)
-from tests.test_recorder import body
+from tests.support.clients import session, ws
+from tests.support.recording import body
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("_disconnect_communicators"),  # tests/conftest.py: `ws`'s cleanup
+]
 
 TOKEN = "metrics-test-token"
 

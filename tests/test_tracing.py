@@ -20,7 +20,7 @@ from streams.models import Event, Finding, Stream
 from streams.observe import telemetry, tracing
 from streams.run import runner
 from streams.store import rows
-from tests.test_recorder import body
+from tests.support.recording import body
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

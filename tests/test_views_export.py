@@ -12,8 +12,7 @@ from django.test import AsyncClient, Client
 from streams.ingest.importer import import_capture
 from streams.models import Stream
 from tests.conftest import FIXTURES, log_in_people
-from tests.test_export import document
-from tests.test_importer import exported, har, har_entry, small_stream, sse
+from tests.support.captures import document, exported, har, har_entry, small_stream, sse
 
 BASIC = (FIXTURES / "openai_text_basic.sse").read_bytes()
 

@@ -1,4 +1,5 @@
-"""Recorded timing against the wire: a loopback capture (tests/wire.py) is the ground truth.
+"""Recorded timing against the wire: a loopback capture (tests/support/wire.py) is the ground
+truth.
 
 The kernel stamps every packet on `lo` whatever either event loop is doing, so these tests hold
 on a busy machine too: with a process busy-looping on one core beside them, every stream's TTFT
@@ -10,7 +11,7 @@ tests/test_recorder.py's `test_ttft_matches_with_50_concurrent_streams`."""
 
 import pytest
 
-from . import wire
+from .support import wire
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -9,7 +9,7 @@ stack costs by itself. Only on the bench's 127.0.0.1 server.
   authentication, no parsing, no recording: what the proxy adds above it is Streamscope's own.
   Its pools are sharded like the proxy's (`upstream.ClientPool`, SHARD streams each): one
   httpcore pool scans all its connections per request, and a burst of 64 through one pool
-  took ~0.9 s (the proxy's sharded pools: 0.1 s).
+  took many times as long as through the proxy's sharded pools (docs/performance.md, "Proxy").
 """
 
 import os

@@ -17,7 +17,8 @@ MAX_DEPTH = 64
 
 # A JSON string (escapes included, written unrolled so that it never backtracks) or a bracket.
 # A string that never ends runs to the end of the text: it is matched once, not again from
-# each quote inside it (which made a crafted 32 KB body cost seconds, growing 4x per doubling).
+# each quote inside it (which made a crafted body's cost grow with the square of its length:
+# docs/performance.md, "Hostile input").
 _TOKEN = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)|[\[\]{}]', re.DOTALL)
 
 

@@ -276,9 +276,9 @@ class _Stream(httpcore.AsyncNetworkStream):
 # --- Kernel receipt times (plain TCP) ----------------------------------------------------------
 # The loop's callback runs when the loop gets round to the socket: every loop delay (a long
 # callback, a collection, a neighbour process on the same core) was charged to the upstream,
-# 1.6–1.9 ms late at the median with a CPU hog beside us (docs/measurement.md). The kernel
-# stamps each segment when it receives it, and `recvmsg` hands us the stamp of the newest bytes
-# of each read, however late we read them.
+# late by milliseconds at the median with a CPU hog beside us (docs/performance.md, "Upstream";
+# docs/measurement.md). The kernel stamps each segment when it receives it, and `recvmsg` hands
+# us the stamp of the newest bytes of each read, however late we read them.
 
 # Python 3.11's socket module lacks the constant; its value on Linux (asm-generic/socket.h).
 _SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35 if sys.platform == "linux" else None)
@@ -287,7 +287,8 @@ _TIMESPEC = struct.Struct("@qq")  # struct timespec on 64-bit Linux: tv_sec, tv_
 # the last byte of each send (OPT_ID numbers it by byte offset; OPT_TSONLY: the stamp without a
 # copy of the packet). Our own clock read around the send syscall was not enough: after it the
 # thread waits to take the GIL back, before it another thread may take the GIL, and with the
-# writer thread committing beside 50 streams either came 1–2 ms off for a few of them.
+# writer thread committing beside 50 streams either came off for a few of them
+# (docs/performance.md, "Upstream").
 _SO_TIMESTAMPING = 37 if sys.platform == "linux" else None
 _TX_FLAGS = (1 << 1) | (1 << 4) | (1 << 7) | (1 << 11)  # TX_SOFTWARE, SOFTWARE, OPT_ID, OPT_TSONLY
 _SOCK_EXTENDED_ERR = struct.Struct("=IBBBBII")  # errno, origin, type, code, pad, info, data
@@ -479,8 +480,9 @@ class _KernelTransport:
         """Send all of `buffer`; return when the send syscall that finished it was made
         (monotonic ns): the clock is read just before that call, not after it. After it, the
         thread first takes the GIL back, and with the writer thread committing beside it that
-        came 1–2 ms after the packet had left, for 8 of 50 concurrent streams; before it there
-        is only the call itself, which releases the GIL and enters the kernel at once."""
+        came late for some of 50 concurrent streams (docs/performance.md, "Upstream"); before
+        it there is only the call itself, which releases the GIL and enters the kernel at
+        once."""
         view = memoryview(buffer)
         t_ns = time.monotonic_ns()
         try:

@@ -55,8 +55,8 @@ def make_client(connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_c
     # which knows when an event arrived. Building an SSL context (certifi's bundle) is slow
     # and blocks the loop: pass one to share (docs/performance.md, "Upstream"). None: httpcore
     # builds its default one if and when a connection needs TLS, so a client for an http://
-    # upstream never builds one (httpx's transport always did, ~25 ms of blocked loop, charged
-    # to the first attempt's `connected`: it read 87–112 ms on loopback).
+    # upstream never builds one (httpx's transport always did, blocking the loop, charged to
+    # the first attempt's `connected`: docs/performance.md, "Upstream").
     transport = httpx.AsyncHTTPTransport.__new__(httpx.AsyncHTTPTransport)
     # httpx's transport is its httpcore pool (`_pool` is all its methods use); building the pool
     # here is also the only way to give it our network backend (httpx has no public hook).

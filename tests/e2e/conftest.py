@@ -8,6 +8,8 @@
   pytest-django's `live_server`; any server on the test database works
   (tests.conftest.DaphneServer).
 - `screenshot(page, name)`: a full-page PNG in tests/e2e/screenshots/ (git-ignored).
+- `owner`: tests.conftest's `people.owner` with the password PASSWORD, for tests that log in
+  through the login form (tests.support.browser.Playground).
 
 Tests that use a live server need `transactional_db` so that the server sees their rows.
 """
@@ -29,6 +31,7 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 TIMEOUT_MS = 30_000
+PASSWORD = "correct horse battery"  # `owner`'s, for the login form (tests.support.browser)
 
 
 # Per module, not per session: Playwright's sync API keeps an event loop running in the test
@@ -108,3 +111,11 @@ def take_screenshot(page, name):
 @pytest.fixture
 def screenshot():
     return take_screenshot
+
+
+@pytest.fixture
+def owner(people):
+    """`people.owner` with a password (PASSWORD), for tests that log in through the form."""
+    people.owner.set_password(PASSWORD)
+    people.owner.save()
+    return people.owner

@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 
 from streams.models import Event, Finding, Stream
 from tests.conftest import DaphneServer
-from tests.e2e.test_inspection_e2e import start_stream, wait_for
+from tests.support.processes import start_stream, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 

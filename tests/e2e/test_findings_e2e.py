@@ -16,7 +16,7 @@ from playwright.sync_api import expect
 from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
 from streams.models import Finding, Stream
-from tests.e2e.test_playground_e2e import Playground, owner  # noqa: F401 (fixture)
+from tests.support.browser import Playground
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -178,7 +178,7 @@ def test_the_playground_badge_says_each_severity(logged_in_page, people, streams
     assert page.errors == []
 
 
-def test_compare_says_deltas_and_severity(browser, live_server_daphne, owner):  # noqa: F811
+def test_compare_says_deltas_and_severity(browser, live_server_daphne, owner):
     pg = Playground(browser, live_server_daphne, owner, width=WIDTH)
     page = pg.page
     page.goto(f"{live_server_daphne.url}/playground/compare/")

@@ -5,20 +5,18 @@ shows its status and links the retry, model output stays inert (live and in a re
 
 Logged in through the login form. Screenshots go to tests/e2e/screenshots/ (git-ignored)."""
 
-import datetime as dt
-import json
 import re
 import time
 
-import httpx
 import pytest
 from django.template.defaultfilters import floatformat
 from playwright.sync_api import expect
 
 from dashboard.templatetags.inspection import count, duration
-from streams.ingest.recorder import insert_events
-from streams.models import Finding, Stream
+from streams.models import Stream
 from tests.conftest import DaphneServer
+from tests.support.processes import start_stream, wait_for
+from tests.support.recording import seed_big_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -84,30 +82,6 @@ def chromium(browser, server, owner):
     for b in opened:
         assert b.errors == [], b.errors
         b.close()
-
-
-def start_stream(server, user, scenario="", **metadata):
-    body = {"input": "Tell me about Utrecht", "metadata": metadata}
-    if scenario:
-        body["scenario"] = scenario
-    r = httpx.post(
-        f"{server.url}/api/streams/",
-        json=body,
-        headers={"Authorization": f"Bearer {user.token}"},
-        timeout=10,
-    )
-    assert r.status_code == 201, r.text
-    return r.json()["id"]
-
-
-def wait_for(predicate, timeout=30, step=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    raise AssertionError("timed out")
 
 
 def output_text(page):
@@ -216,87 +190,6 @@ class TestTimelineLive:
         assert page.locator("#output img, #output script, #events-body img").count() == 0
         page.wait_for_timeout(300)
         assert b.dialogs == []
-
-
-def seed_big_stream(user, n=100_000, gaps_us=None):
-    """A completed stream of `n` events with a 3 s stall halfway, stored like the recorder's
-    (or, given `gaps_us`, with those gaps between its receipts)."""
-    datas = [
-        {"type": "response.created", "response": {"id": "resp_big", "model": "m"}},
-        {"type": "response.output_item.added", "output_index": 0, "item": {"type": "message"}},
-        {
-            "type": "response.content_part.added",
-            "output_index": 0,
-            "content_index": 0,
-            "part": {"type": "output_text", "text": ""},
-        },  # fmt: skip
-    ]
-    words = [f"w{i} " for i in range(n - 6)]
-    delta = {"type": "response.output_text.delta", "output_index": 0, "content_index": 0}
-    datas += [{**delta, "delta": w} for w in words]
-    text = "".join(words)
-    datas += [
-        {"type": "response.output_text.done", "output_index": 0, "content_index": 0, "text": text},
-        {"type": "response.output_item.done", "output_index": 0, "item": {"type": "message"}},
-        {"type": "response.completed", "response": {"id": "resp_big", "output_text": text}},
-    ]
-    times = [200_000 + 100 * i + (3_000_000 if i >= n // 2 else 0) for i in range(n)]
-    if gaps_us:
-        times = [200_000 + sum(gaps_us[:i]) for i in range(n)]
-    stream = Stream.objects.create(
-        user=user,
-        status="completed",
-        requested_model="auto",
-        resolved_model="m",
-        upstream_id="resp_big",
-        event_count=n,
-        output_tokens=n - 6,
-        output_text=text,
-        final_text=text,
-        parts=[
-            {
-                "output_index": 0,
-                "type": "message",
-                "id": "",
-                "status": "completed",
-                "parts": [{"content_index": 0, "type": "output_text", "text": text, "done": True}],
-            },  # fmt: skip
-        ],
-        request_written_us=1000,
-        first_token_us=times[3],
-        terminal_us=times[-1],
-        closed_us=times[-1] + 300,
-        ttft_ms=(times[3] - 1000) / 1000,
-        duration_ms=(times[-1] + 300 - 1000) / 1000,
-        findings_count=1,
-    )
-    Finding.objects.create(
-        stream=stream, code="stall", severity="warning", event_index=n // 2, detail="3 s"
-    )
-    wall = dt.datetime.now(dt.UTC)
-    rows = []
-    for i, (obj, t_us) in enumerate(zip(datas, times, strict=True)):
-        obj["sequence_number"] = i
-        rows.append(
-            (
-                stream.pk,
-                i,
-                t_us,
-                wall,
-                "message",
-                "",
-                obj["type"],
-                i,
-                obj.get("output_index"),
-                obj.get("content_index"),
-                True,
-                json.dumps(obj),
-                None,
-            )  # fmt: skip
-        )
-    for k in range(0, n, 20_000):
-        insert_events(rows[k : k + 20_000])
-    return stream
 
 
 class TestTimingChart:

@@ -14,7 +14,6 @@
   `<script>`, autolinks) yields no element that could run anything, no dialog, no error.
 """
 
-import json
 import os
 
 import pytest
@@ -23,7 +22,9 @@ from playwright.sync_api import expect
 from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
 from streams.models import Event, Stream
-from tests.e2e.test_playground_e2e import LAST, Playground, owner  # noqa: F401 (fixture)
+from tests.support.browser import LAST, Playground
+from tests.support.captures import MARKDOWN, text_capture
+from tests.support.recording import seed_big_stream
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -50,7 +51,7 @@ new MutationObserver(() => {
 
 
 @pytest.fixture
-def probed(browser, live_server_daphne, owner):  # noqa: F811 (the imported fixture)
+def probed(browser, live_server_daphne, owner):
     pages = []
 
     def open_page(**kwargs):
@@ -115,11 +116,6 @@ def test_a_huge_or_fast_answer_keeps_up(probed, scenario):
 
 # ---- Markdown ----------------------------------------------------------------------------------
 
-MARKDOWN = (
-    "# Heading\n\nSome **bold** and `code`.\n\n- one\n- two\n\n"
-    "| a | b |\n|---|---|\n| 1 | 2 |\n\n```python\nprint('hi')\n```\n\n"
-    "[docs](https://example.org/docs) and <https://example.org/auto> and https://example.org/bare\n"
-)
 PAYLOADS = (
     "\n\n[x](javascript:alert(1)) [y](JaVaScRiPt:alert(2))"
     " [z](data:text/html,<script>alert(3)</script>)"
@@ -129,54 +125,6 @@ PAYLOADS = (
     "\n\n<javascript:alert(7)> [m](mailto:someone@example.org)"
     '\n\n<svg onload=alert(8)></svg> <iframe src="javascript:alert(9)"></iframe>\n'
 )
-
-
-def sse(text):
-    """A complete stream whose one message text is `text`, as an SSE capture."""
-    events = [
-        {"type": "response.created", "sequence_number": 0, "response": {"id": "r1", "model": "m"}},
-        {
-            "type": "response.output_item.added",
-            "sequence_number": 1,
-            "output_index": 0,
-            "item": {"type": "message", "id": "msg1", "role": "assistant", "content": []},
-        },
-        {
-            "type": "response.content_part.added",
-            "sequence_number": 2,
-            "output_index": 0,
-            "content_index": 0,
-            "part": {"type": "output_text", "text": ""},
-        },
-    ]
-    seq = 3
-    for start in range(0, len(text), 40):
-        events.append(
-            {
-                "type": "response.output_text.delta",
-                "sequence_number": seq,
-                "output_index": 0,
-                "content_index": 0,
-                "delta": text[start : start + 40],
-            }
-        )
-        seq += 1
-    events += [
-        {
-            "type": "response.output_text.done",
-            "sequence_number": seq,
-            "output_index": 0,
-            "content_index": 0,
-            "text": text,
-        },
-        {
-            "type": "response.completed",
-            "sequence_number": seq + 1,
-            "response": {"id": "r1", "model": "m", "status": "completed"},
-        },
-    ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
-    return body.encode()
 
 
 # Elements and attributes in `root` that could run or fetch anything.
@@ -232,7 +180,7 @@ def check_markdown(page, root):
 
 
 def test_the_timeline_renders_markdown_and_runs_nothing(logged_in_page, people, screenshot):
-    (stream,) = import_capture(sse(MARKDOWN + PAYLOADS), "markdown.sse", user=people.owner)
+    (stream,) = import_capture(text_capture(MARKDOWN + PAYLOADS), "markdown.sse", user=people.owner)
     dialogs = []
     page = logged_in_page(people.owner, path=f"/streams/{stream.pk}/")
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
@@ -242,8 +190,8 @@ def test_the_timeline_renders_markdown_and_runs_nothing(logged_in_page, people, 
     screenshot(page, "timeline_markdown")
 
 
-def test_the_playground_renders_markdown_and_runs_nothing(browser, live_server_daphne, owner):  # noqa: F811
-    (stream,) = import_capture(sse(MARKDOWN + PAYLOADS), "markdown.sse", user=owner)
+def test_the_playground_renders_markdown_and_runs_nothing(browser, live_server_daphne, owner):
+    (stream,) = import_capture(text_capture(MARKDOWN + PAYLOADS), "markdown.sse", user=owner)
     conversation = Conversation.objects.create(user=owner, title="Markdown")
     Turn.objects.create(conversation=conversation, position=0, prompt="Markdown", stream=stream)
     pg = Playground(browser, live_server_daphne, owner)
@@ -270,8 +218,6 @@ def test_a_live_answer_renders_markdown_as_it_streams(probed):
 
 
 def test_zero_gaps_get_their_own_lane_on_the_timing_chart(logged_in_page, people, screenshot):
-    from tests.e2e.test_inspection_e2e import seed_big_stream
-
     # A fast stream: most events arrive in the same read as the one before (0 µs apart).
     gaps_us = [0 if i % 10 else 1500 for i in range(5000)]
     stream = seed_big_stream(people.owner, n=len(gaps_us) + 1, gaps_us=gaps_us)
@@ -296,7 +242,7 @@ def test_zero_gaps_get_their_own_lane_on_the_timing_chart(logged_in_page, people
 # ---- compare mode ------------------------------------------------------------------------------
 
 
-def test_compare_streams_two_models_side_by_side(browser, live_server_daphne, owner):  # noqa: F811
+def test_compare_streams_two_models_side_by_side(browser, live_server_daphne, owner):
     pg = Playground(browser, live_server_daphne, owner, width=1440)
     page = pg.page
     page.goto(f"{live_server_daphne.url}/playground/compare/")

@@ -9,7 +9,7 @@ from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
 from streams.management.commands.seed_demo import seed
 from streams.models import Stream
-from tests.e2e.test_rendering_e2e import MARKDOWN, sse
+from tests.support.captures import MARKDOWN, text_capture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -21,7 +21,7 @@ def site(people):
     seed(120, days=7, seed=5, events_per_stream=12, users=(people.owner.username, "bob"))
     people.staff.is_staff = True
     people.staff.save()
-    (stream,) = import_capture(sse(MARKDOWN), "answer.sse", user=people.staff)
+    (stream,) = import_capture(text_capture(MARKDOWN), "answer.sse", user=people.staff)
     Stream.objects.filter(pk=stream.pk).update(tags=["checkout"], session="s-42")
     conversation = Conversation.objects.create(user=people.staff, title="About Utrecht")
     Turn.objects.create(conversation=conversation, position=0, prompt="Markdown?", stream=stream)

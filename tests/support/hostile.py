@@ -1,6 +1,8 @@
 """A hostile upstream for redaction tests: a raw HTTP/1.1 server (127.0.0.1 only) whose answers
 are chosen by the test, the Responses stream pieces to build them, and a search for a secret in
-every form a reader may see (moved here from tests/test_redaction.py to be shared)."""
+every form a reader may see: `KEY`, the key the redaction tests configure, and `copies`, the
+most times it appears in any one of those forms (moved here from tests/test_redaction.py to be
+shared)."""
 
 import asyncio
 import html
@@ -173,3 +175,10 @@ def forms_of(text):
     for _ in range(3):
         seen.append(_ESCAPE.sub(lambda m: chr(int(m.group(1), 16)), seen[-1]))
     return seen
+
+
+KEY = "sk-hostile-9f8e7d6c5b4a"
+
+
+def copies(text, key=KEY):
+    return max(form.count(key) for form in forms_of(text))
