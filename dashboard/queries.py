@@ -510,23 +510,8 @@ def stream_timeline(user, stream, window=None):
     terminal_diff = None
     if final_text and not stream.is_active and final_text != _final_texts(items):
         terminal_diff = word_ops(_final_texts(items), final_text)
-    last_us = None
-    if not stream.is_active and stream.event_count:
-        last_us = (
-            Event.objects.filter(stream_id=stream.pk, index=stream.event_count - 1)
-            .values_list("t_us", flat=True)
-            .first()
-        )
-    first_sent = None
-    if events.proxied:
-        # the first event handed over (index order through the (stream, index) index; an
-        # event the client never got, after it hung up, has none)
-        first_sent = (
-            Event.objects.filter(stream_id=stream.pk, sent_us__isnull=False)
-            .order_by("index")
-            .values_list("sent_us", flat=True)
-            .first()
-        )
+    last_us = _last_event_us(stream)
+    first_sent = _first_sent_us(stream) if events.proxied else None
     chain = attempts(user, stream)
     later = [a for a in chain if a["attempt"] > stream.attempt]
     return {
@@ -546,6 +531,21 @@ def stream_timeline(user, stream, window=None):
         "types": type_counts(stream),
         "events": events,
     }
+
+
+def _last_event_us(stream):
+    """When a finished stream's last event arrived (None: active, or no events)."""
+    if stream.is_active or not stream.event_count:
+        return None
+    last = Event.objects.filter(stream_id=stream.pk, index=stream.event_count - 1)
+    return last.values_list("t_us", flat=True).first()
+
+
+def _first_sent_us(stream):
+    """When a proxied stream's first event was handed to its client (index order through the
+    (stream, index) index; an event the client never got, after it hung up, has none)."""
+    handed = Event.objects.filter(stream_id=stream.pk, sent_us__isnull=False)
+    return handed.order_by("index").values_list("sent_us", flat=True).first()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -836,6 +836,24 @@ def flagged_timing(stream):
     }
 
 
+def _replay_entry(t_us, type_, obj, targets):
+    """`[t_us, target, delta]` for an output delta (its target numbered in `targets` on first
+    sight), else `[t_us, obj]` with only the fields the page's renderer reads."""
+    delta = obj.get("delta")
+    if type_ in OUTPUT_DELTAS and isinstance(delta, str):
+        key = (type_, obj.get("output_index"), obj.get("content_index"), obj.get("summary_index"))
+        target = targets.get(key)
+        if target is None:
+            target = targets[key] = len(targets)
+        return [t_us, target, delta]
+    slim = {k: obj[k] for k in REPLAY_KEYS if k in obj}
+    for key in ("item", "part"):
+        value = obj.get(key)
+        if isinstance(value, dict):
+            slim[key] = {k: value[k] for k in REPLAY_ITEM_KEYS if k in value}
+    return [t_us, slim]
+
+
 def timing_series(stream):
     """The inter-event timing chart's data, compact: `gap_us[i]` is the time since the previous
     event (the first: since the attempt started), so the client rebuilds receipt times with a
@@ -848,13 +866,7 @@ def timing_series(stream):
     A proxied stream's also has `proxy_us[i]`, how long the proxy held each event (None: never
     handed to the client), and `proxy`, the stream's p50 and p99 of it."""
     events = Event.objects.filter(stream_id=stream.pk)
-    proxied = is_proxied(stream)
-    columns = ("t_us", "type", "sent_us") if proxied else ("t_us", "type")
-    rows = list(events.order_by("index").values_list(*columns))
-    sent = None
-    if proxied:
-        sent = [s for _, _, s in rows]
-        rows = [(t, type_) for t, type_, _ in rows]
+    rows, sent = _timed_rows(events, is_proxied(stream))
     times = [t for t, _ in rows]
     data = {
         "stream": stream.pk,
@@ -885,26 +897,43 @@ def timing_series(stream):
         indexes = list(events.order_by("index").values_list("index", flat=True))
         data["index"] = indexes
     if len(gaps) > 1:
-        between = sorted(gaps[1:])
-        top = heapq.nlargest(10, range(1, len(gaps)), key=gaps.__getitem__)
-        data["stats"] = {
-            "duration_ms": times[-1] / 1000,
-            "median_ms": figures.nearest_rank(between, 500) / 1000,
-            "p90_ms": figures.nearest_rank(between, 900) / 1000,
-            "p99_ms": figures.nearest_rank(between, 990) / 1000,
-            "max_ms": between[-1] / 1000,
-            "longest": [{"index": indexes[i], "gap_ms": gaps[i] / 1000} for i in top],
-        }
-    # marks: where to draw them (findings at an event); the caption counts `flagged`, which
-    # also has a stall before the connection closed (a finding at no event)
-    data["marks"] = list(
-        Finding.objects.filter(
-            stream_id=stream.pk, code__in=("stall", "buffered_delivery"), event_index__isnull=False
-        )
-        .order_by("event_index")
-        .values("event_index", "code")[:1000]
-    )
+        data["stats"] = _gap_stats(gaps, times, indexes)
+    data["marks"] = _timing_marks(stream)
     return data
+
+
+def _timed_rows(events, proxied):
+    """[(t_us, type)] in index order, and a proxied stream's sent_us list (else None)."""
+    columns = ("t_us", "type", "sent_us") if proxied else ("t_us", "type")
+    rows = list(events.order_by("index").values_list(*columns))
+    if not proxied:
+        return rows, None
+    return [(t, type_) for t, type_, _ in rows], [s for _, _, s in rows]
+
+
+def _timing_marks(stream):
+    """Where the chart draws its timing findings (those at an event, the first 1,000); the
+    caption counts `flagged`, which also has a stall before the connection closed (a finding
+    at no event)."""
+    marks = Finding.objects.filter(
+        stream_id=stream.pk, code__in=("stall", "buffered_delivery"), event_index__isnull=False
+    )
+    return list(marks.order_by("event_index").values("event_index", "code")[:1000])
+
+
+def _gap_stats(gaps, times, indexes):
+    """The chart's caption: duration, the gaps' median, p90, p99 and maximum (nearest rank,
+    the first gap, from the attempt's start, left out), and the ten longest gaps."""
+    between = sorted(gaps[1:])
+    top = heapq.nlargest(10, range(1, len(gaps)), key=gaps.__getitem__)
+    return {
+        "duration_ms": times[-1] / 1000,
+        "median_ms": figures.nearest_rank(between, 500) / 1000,
+        "p90_ms": figures.nearest_rank(between, 900) / 1000,
+        "p99_ms": figures.nearest_rank(between, 990) / 1000,
+        "max_ms": between[-1] / 1000,
+        "longest": [{"index": indexes[i], "gap_ms": gaps[i] / 1000} for i in top],
+    }
 
 
 def stored_event_count(stream):
@@ -984,27 +1013,8 @@ def replay_events(stream):
             obj = json.loads(data)
         except (ValueError, RecursionError):
             continue
-        if not isinstance(obj, dict):
-            continue
-        delta = obj.get("delta")
-        if type_ in OUTPUT_DELTAS and isinstance(delta, str):
-            key = (
-                type_,
-                obj.get("output_index"),
-                obj.get("content_index"),
-                obj.get("summary_index"),
-            )
-            target = targets.get(key)
-            if target is None:
-                target = targets[key] = len(targets)
-            events.append([t_us, target, delta])
-            continue
-        slim = {k: obj[k] for k in REPLAY_KEYS if k in obj}
-        for key in ("item", "part"):
-            value = obj.get(key)
-            if isinstance(value, dict):
-                slim[key] = {k: value[k] for k in REPLAY_ITEM_KEYS if k in value}
-        events.append([t_us, slim])
+        if isinstance(obj, dict):
+            events.append(_replay_entry(t_us, type_, obj, targets))
     return {
         "stream": stream.pk,
         "targets": [list(k) for k in targets],

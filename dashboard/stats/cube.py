@@ -23,7 +23,18 @@ from dataclasses import replace
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from dashboard.stats.sql import _q, _scalars, memoized, scope_where
+from dashboard.stats.sql import (
+    IDX_PAIR,
+    PCT_NAMES,
+    _from,
+    _q,
+    _scalars,
+    epoch_seconds,
+    index_for,
+    memoized,
+    scope_where,
+)
+from streams.core.figures import rank
 from streams.models import FindingRollup, HistogramRollup, RoutingRollup, UsageRollup
 from streams.store import aggregates as agg
 
@@ -421,22 +432,8 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
     rows: per model and bucket the count and exact nearest-rank percentiles, ranked by the
     database (window functions), so only the rows at the ranks come back — at 1M streams a
     day is ~33 000 rows, and reading them into Python was most of the page's time."""
-    from dashboard.stats.sql import IDX_PAIR, PCT_NAMES, _from, epoch_seconds, index_for
-    from streams.core.figures import rank
-
     ts = [int(lo.timestamp()) for lo, _ in windows]
-    window = replace(scope, start=bounds[0], end=bounds[1])
-    wanted = set(models)
-    requested = sorted({q for r, q in pairs if r in wanted})
-    if requested:
-        # Both models named: the pair index (covering, in time order within a pair) is read
-        # in one range per pair instead of a table lookup per row from the time index.
-        w = scope_where(window, skip=("resolved_model", "requested_model"))
-        w.among("resolved_model", sorted(models)).among("requested_model", requested)
-        table = _from(IDX_PAIR, w)
-    else:
-        w = scope_where(window)
-        table = _from(index_for(w, ordered=False), w)  # (a time window, not a model's history)
+    w, table = _short_series_rows(replace(scope, start=bounds[0], end=bounds[1]), models, pairs)
     w.add(f"{value_sql} IS NOT NULL")
     b = f"(({epoch_seconds(_q('created_at'))} - {ts[0]}) / {int(step)})"
     model = _q("resolved_model")
@@ -473,6 +470,20 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
             ]
         series.append(entry)
     return {"step": step, "t": ts, "series": series}
+
+
+def _short_series_rows(window, models, pairs):
+    """(conditions, FROM clause) of a short series' raw rows. Both models named: the pair
+    index (covering, in time order within a pair) is read in one range per pair instead of a
+    table lookup per row from the time index."""
+    wanted = set(models)
+    requested = sorted({q for r, q in pairs if r in wanted})
+    if requested:
+        w = scope_where(window, skip=("resolved_model", "requested_model"))
+        w.among("resolved_model", sorted(models)).among("requested_model", requested)
+        return w, _from(IDX_PAIR, w)
+    w = scope_where(window)
+    return w, _from(index_for(w, ordered=False), w)  # (a time window, not a model's history)
 
 
 def group_percentiles(hists, groups, qs, maxima=None):

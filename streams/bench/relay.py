@@ -375,9 +375,23 @@ def _stop(proc):
         proc.wait(5)
 
 
+def _lists(opts):
+    """(stream counts, patterns, layers, loops) from the comma-separated options, checked."""
+
+    def split(name):
+        return [x.strip() for x in opts[name].split(",") if x.strip()]
+
+    counts = [int(n) for n in split("streams")]
+    layers = split("layer")
+    if "redis" in layers and not opts["redis_url"]:
+        raise SystemExit("--layer redis needs --redis-url (or $BENCH_REDIS_URL / $REDIS_URL)")
+    if opts["runner"] == "worker" and layers != ["redis"]:
+        raise SystemExit("--runner worker needs --layer redis (the worker publishes through it)")
+    return counts, split("patterns"), layers, split("loops")
+
+
 def run(command, opts):
-    counts = [int(n) for n in opts["streams"].split(",") if n.strip()]
-    patterns = [p.strip() for p in opts["patterns"].split(",") if p.strip()]
+    counts, patterns, layers, loops = _lists(opts)
     tmp, env = migrated_env("relay")
     sim = Server(
         [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
@@ -385,14 +399,6 @@ def run(command, opts):
         tmp / "simulator.log",
     )
     sim_root = f"http://127.0.0.1:{sim.port}"
-    results = []
-    layers = [x.strip() for x in opts["layer"].split(",") if x.strip()]
-    if "redis" in layers and not opts["redis_url"]:
-        raise SystemExit("--layer redis needs --redis-url (or $BENCH_REDIS_URL / $REDIS_URL)")
-    loops = [x.strip() for x in opts["loops"].split(",") if x.strip()]
-    worker = opts["runner"] == "worker"
-    if worker and layers != ["redis"]:
-        raise SystemExit("--runner worker needs --layer redis (the worker publishes through it)")
     most = max(counts, default=0)
     limits = server_limits(
         env,
@@ -404,6 +410,7 @@ def run(command, opts):
         viewer_events=max((_fast_events(opts, n) for n in counts), default=0),
         patience_s=PATIENCE_S,
     )
+    results = []
     try:
         for layer in layers:
             layer_env = {k: v for k, v in env.items() if k != "REDIS_URL"}
@@ -420,44 +427,48 @@ def run(command, opts):
                     "STREAMSCOPE_EVENT_LOOP": loop,
                     **limits,
                 }
-                daphne = Server(
-                    [sys.executable, "-m", "dashboard.server", "-v", "0"]
-                    + ["-b", "127.0.0.1", "-p", "{port}", "streams.bench.relay_asgi:application"],
-                    server_env,
-                    tmp / f"daphne-{layer}-{pattern}-{loop}.log",
-                )
-                recorder = None
-                if worker:
-                    recorder = subprocess.Popen(
-                        [sys.executable, "-m", "streams.bench.relay_worker"],
-                        cwd=BASE_DIR,
-                        env=server_env,
-                        stdout=open(tmp / f"worker-{pattern}-{loop}.log", "wb"),  # noqa: SIM115
-                        stderr=subprocess.STDOUT,
-                    )
-                try:
-                    for n in counts:
-                        result = asyncio.run(
-                            _configuration(pattern, n, daphne.port, sim_root, opts, command)
-                        )
-                        result = {
-                            "layer": layer,
-                            "runner": opts["runner"],
-                            "loop": loop,
-                            **result,
-                            "server_limits": limits_of(limits),
-                        }
-                        results.append(result)
-                        _print(command, opts, result)
-                finally:
-                    daphne.stop()
-                    if recorder is not None:
-                        _stop(recorder)
+                label = {"layer": layer, "runner": opts["runner"], "loop": loop}
+                setup = (tmp, server_env, sim_root, limits, label)
+                results += _one_server(command, opts, setup, pattern, counts)
     finally:
         sim.stop()
     if not opts["json"]:
         _summary(command, results)
     fail_if(_problems(results), "relay")
+    return results
+
+
+def _one_server(command, opts, setup, pattern, counts):
+    """The results of every stream count on one server (a Daphne, and a stream worker when
+    the runner is `worker`), started for this pattern, layer and loop and stopped after."""
+    tmp, server_env, sim_root, limits, label = setup
+    name = f"{label['layer']}-{pattern}-{label['loop']}"
+    daphne = Server(
+        [sys.executable, "-m", "dashboard.server", "-v", "0"]
+        + ["-b", "127.0.0.1", "-p", "{port}", "streams.bench.relay_asgi:application"],
+        server_env,
+        tmp / f"daphne-{name}.log",
+    )
+    recorder = None
+    if opts["runner"] == "worker":
+        recorder = subprocess.Popen(
+            [sys.executable, "-m", "streams.bench.relay_worker"],
+            cwd=BASE_DIR,
+            env=server_env,
+            stdout=open(tmp / f"worker-{pattern}-{label['loop']}.log", "wb"),  # noqa: SIM115
+            stderr=subprocess.STDOUT,
+        )
+    results = []
+    try:
+        for n in counts:
+            result = asyncio.run(_configuration(pattern, n, daphne.port, sim_root, opts, command))
+            result = {**label, **result, "server_limits": limits_of(limits)}
+            results.append(result)
+            _print(command, opts, result)
+    finally:
+        daphne.stop()
+        if recorder is not None:
+            _stop(recorder)
     return results
 
 
@@ -571,30 +582,7 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
         "failed_streams": fast["failed"],
     }
     if not opts["no_paced"]:
-        request = {**PACED, "metadata": {**PACED["metadata"], "sentences": opts["sentences"]}}
-        paced = await _run(pattern, n, port, request, idle_s=10.0, viewers=not opts["no_viewers"])
-        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
-            ids = {"ids": paced["ids"]}
-            receipts = (await client.post("/_bench/receipts", json=ids)).json()
-            published = (await client.post("/_bench/published", json=ids)).json()
-        latencies, recorder, publish = await _latencies(sim_root, paced, receipts, published)
-        if latencies:
-            result["added_latency_p50_ms"] = _percentile(latencies, 50)
-            result["added_latency_p99_ms"] = _percentile(latencies, 99)
-        if recorder:
-            # where the time goes: the recorder's receipt, then the publish after the commit
-            result["recorder_latency_p50_ms"] = _percentile(recorder, 50)
-            result["recorder_latency_p99_ms"] = _percentile(recorder, 99)
-        if publish:
-            result["published_latency_p50_ms"] = _percentile(publish, 50)
-            result["published_latency_p99_ms"] = _percentile(publish, 99)
-        if not opts["no_viewers"]:
-            result["lost_events"] += paced["lost"]
-            result["duplicated_events"] += paced["duplicated"]
-        for code, count in paced["closed"].items():
-            result["viewers_closed"][code] = result["viewers_closed"].get(code, 0) + count
-        result["failed_streams"] += paced["failed"]
-        result["paced_events"] = paced["stored"]
+        await _paced(result, pattern, n, port, sim_root, opts)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         stats = (await client.post("/_bench/stats", json={})).json()
     # the server's garbage collector during the last run (paced if any): its pauses are latency
@@ -602,6 +590,35 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
     # one hop through the server's ready queue (a future, a task wake-up) during that run
     result["server_loop_hop"] = stats.get("loop_hop", {})
     return result
+
+
+async def _paced(result, pattern, n, port, sim_root, opts):
+    """Add the paced run's figures to `result`: added latency (and where it goes: the
+    recorder's receipt, the publish after the commit), lost and duplicated events."""
+    request = {**PACED, "metadata": {**PACED["metadata"], "sentences": opts["sentences"]}}
+    paced = await _run(pattern, n, port, request, idle_s=10.0, viewers=not opts["no_viewers"])
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
+        ids = {"ids": paced["ids"]}
+        receipts = (await client.post("/_bench/receipts", json=ids)).json()
+        published = (await client.post("/_bench/published", json=ids)).json()
+    latencies, recorder, publish = await _latencies(sim_root, paced, receipts, published)
+    if latencies:
+        result["added_latency_p50_ms"] = _percentile(latencies, 50)
+        result["added_latency_p99_ms"] = _percentile(latencies, 99)
+    if recorder:
+        # where the time goes: the recorder's receipt, then the publish after the commit
+        result["recorder_latency_p50_ms"] = _percentile(recorder, 50)
+        result["recorder_latency_p99_ms"] = _percentile(recorder, 99)
+    if publish:
+        result["published_latency_p50_ms"] = _percentile(publish, 50)
+        result["published_latency_p99_ms"] = _percentile(publish, 99)
+    if not opts["no_viewers"]:
+        result["lost_events"] += paced["lost"]
+        result["duplicated_events"] += paced["duplicated"]
+    for code, count in paced["closed"].items():
+        result["viewers_closed"][code] = result["viewers_closed"].get(code, 0) + count
+    result["failed_streams"] += paced["failed"]
+    result["paced_events"] = paced["stored"]
 
 
 async def _run(pattern, n, port, request, idle_s, viewers=True):
@@ -648,6 +665,12 @@ async def _run(pattern, n, port, request, idle_s, viewers=True):
             if all(s["status"] not in Stream.ACTIVE_STATUSES for s in streams):
                 break
             await asyncio.sleep(0.1)
+    return _tally(ids, received, streams, closed, t0)
+
+
+def _tally(ids, received, streams, closed, t0):
+    """What the viewers got against what was stored: delivered, lost and duplicated events,
+    and the time to the last one."""
     by_id = {s["id"]: s for s in streams}
     stored = sum(s["event_count"] for s in streams)
     delivered = lost = duplicated = 0
