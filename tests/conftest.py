@@ -88,7 +88,7 @@ def django_db_setup(django_db_setup, django_db_blocker):
     from asgiref.sync import SyncToAsync
     from django.db import connections
 
-    from streams.ingest.recorder import db_executor
+    from streams.ingest.writer import db_executor
 
     db_executor().submit(connections.close_all).result(timeout=10)
     executor = getattr(SyncToAsync, "single_thread_executor", None)

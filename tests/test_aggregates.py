@@ -20,9 +20,9 @@ from dashboard.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
 from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
-from streams.ingest import recorder
 from streams.models import Finding, Stream, UsageRollup
 from streams.store import aggregates
+from streams.store import rows as stored
 
 NOW = dt.datetime(2026, 3, 2, 12, 17, 41, tzinfo=dt.UTC)
 STATUSES = ["completed", "completed", "completed", "failed", "stalled", "truncated",
@@ -81,7 +81,7 @@ def _random_history(rng, users, n=120):
         )
     recs = {row.pk: _Rec(row.pk) for row in rows}
     for row in rows:
-        recorder.write_batch([], {recs[row.pk]: {"status": "streaming"}}, [], retry_for_s=0)
+        stored.write_batch([], {recs[row.pk]: {"status": "streaming"}}, [], retry_for_s=0)
     pending = [r for r in rows]
     rng.shuffle(pending)
     while pending:
@@ -97,7 +97,7 @@ def _random_history(rng, users, n=120):
                         severity=rng.choice(["error", "warning"]),
                     )  # fmt: skip
                 )
-        recorder.write_batch([], updates, findings, retry_for_s=0)
+        stored.write_batch([], updates, findings, retry_for_s=0)
     # a finished row that changes again (as the late final write after a storage outage and
     # the runner's ending of abandoned rows do, inside `tracking`)
     for row in rng.sample(rows, 10):
@@ -129,9 +129,9 @@ def test_rebuild_equals_incremental_on_random_histories(people, seed):
 
 def test_a_running_stream_is_not_aggregated_until_it_ends(people):
     row = Stream.objects.create(status="pending", requested_model="m-a")
-    recorder.write_batch([], {_Rec(row.pk): {"status": "streaming"}}, [], retry_for_s=0)
+    stored.write_batch([], {_Rec(row.pk): {"status": "streaming"}}, [], retry_for_s=0)
     assert not UsageRollup.objects.exists()
-    recorder.write_batch([], {_Rec(row.pk): {"status": "completed"}}, [], retry_for_s=0)
+    stored.write_batch([], {_Rec(row.pk): {"status": "completed"}}, [], retry_for_s=0)
     assert sorted(UsageRollup.objects.values_list("span", "n")) == [
         (3600, 1),
         (10800, 1),

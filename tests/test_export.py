@@ -14,11 +14,11 @@ from django.test import Client
 
 from streams.core.capture import parse_sse_bytes
 from streams.ingest.importer import import_capture
-from streams.ingest.recorder import insert_events
 from streams.models import Event, Finding, Stream
 from streams.serve import export
 from streams.serve.export import iter_document, iter_sse
 from streams.store import public
+from streams.store.rows import insert_events
 from tests.support.captures import (
     document,
     event_tuples,

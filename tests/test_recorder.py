@@ -354,11 +354,10 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, sett
     """A streaming row's event_count is not rewritten at every 5 ms commit (each rewrite costs
     the commit a page per stream), only once per COUNT_WRITE_INTERVAL_MS or with another
     change of the row, and it is exact at the end."""
-    from streams.ingest import recorder
 
     counts = []  # event_count values written, per commit that had events of the stream
     commits = []
-    real_write = recorder.write_batch
+    real_write = rows.write_batch
 
     def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
         if rows:
@@ -366,7 +365,7 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, sett
             counts.extend(f["event_count"] for f in updates.values() if "event_count" in f)
         return real_write(rows, updates, findings, retry_for_s, proxied_rows)
 
-    monkeypatch.setattr(recorder, "write_batch", write_batch)
+    monkeypatch.setattr(rows, "write_batch", write_batch)
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "COUNT_WRITE_INTERVAL_MS": 60_000}
     stream, _ = await record(body(sentences=8))
     events = await stored_events(stream)
@@ -380,7 +379,8 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(upstream, sett
 def test_stream_updates_group_by_changed_columns(db):
     """update_streams: one statement per set of changed columns, each row its own values,
     NULLs, JSON and datetimes adapted as the ORM would."""
-    from streams.ingest.recorder import Recording, update_streams
+    from streams.ingest.recorder import Recording
+    from streams.store.rows import update_streams
 
     a, b, c, d = (rows.new_row(None, body()) for _ in range(4))
     now = dt.datetime(2026, 11, 30, 12, 0, 0, 123456, tzinfo=dt.UTC)
@@ -415,7 +415,7 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
     """insert_events(offsets=True) formats received_at itself (not through datetime
     arithmetic): it must read back as exactly start + t_us, whole seconds included, and a
     retried batch (rows already converted) must store the same."""
-    from streams.ingest.recorder import insert_events
+    from streams.store.rows import insert_events
 
     stream = rows.new_row(None, body())
     start = dt.datetime(2026, 11, 30, 23, 59, 59, 999_000, tzinfo=dt.UTC)
@@ -452,7 +452,7 @@ def test_orphans_of_dead_processes_become_interrupted(db):
         status="streaming", runner=f"{socket.gethostname()}:999999:abc"
     )
     # rows whose count lags what was stored (the recorder rewrites it only now and then)
-    from streams.ingest.recorder import insert_events
+    from streams.store.rows import insert_events
 
     start = dt.datetime.now(dt.UTC)
     insert_events(
@@ -497,18 +497,19 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
     exactly their events (the writer merges a stream's chunks for publishing; the counts of
     the entries must not see that)."""
     from streams.ingest import recorder
+    from streams.ingest import writer as writer_module
 
     def write_batch(rows, updates, findings, retry_for_s=None):
-        raise recorder.StorageUnavailable("database unavailable: test")
+        raise rows.StorageUnavailable("database unavailable: test")
 
-    monkeypatch.setattr(recorder, "write_batch", write_batch)
-    writer = recorder.Writer(max_age_ms=1000)
+    monkeypatch.setattr(rows, "write_batch", write_batch)
+    writer = writer_module.Writer(max_age_ms=1000)
     rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
     width = len(rows.INSERT_COLUMNS)
     for first, n in ((0, 3), (3, 2)):
         payloads = [(i, "x", i, i, "{}") for i in range(first, first + n)]
         await writer.put(rec, [None] * (width * n), payloads)
-    with pytest.raises(recorder.StorageUnavailable):
+    with pytest.raises(rows.StorageUnavailable):
         await writer.flush(rec)
     assert rec.lost_events == 5
     assert rec.storage_error.startswith("5 event(s) could not be stored")
@@ -531,7 +532,9 @@ async def test_on_the_built_in_simulator_the_stall_threshold_follows_the_runs_sp
 async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
     """A writer cancelled (its loop shutting down) answers the flushes waiting for it, and a
     later flush fails at once: no recording waits forever for a commit that will not come."""
-    from streams.ingest.recorder import Recording, StorageUnavailable, Writer
+    from streams.ingest.recorder import Recording
+    from streams.ingest.writer import Writer
+    from streams.store.rows import StorageUnavailable
 
     writer = Writer(max_age_ms=60_000)  # a batch that would wait a minute
     rec = Recording(1, None, pinned_model=False)

@@ -16,6 +16,7 @@ from asgiref.sync import sync_to_async
 from django.db import models
 
 from streams.ingest import importer, recorder
+from streams.ingest import writer as writer_module
 from streams.models import Event, Finding, Stream
 from streams.run import runner
 from streams.simulator.scenarios import LONG_FIELD_CHARS, LONG_MODEL_CHARS
@@ -383,9 +384,9 @@ async def test_the_writer_isolates_a_refused_stream_and_counts_exactly_what_it_l
     await sync_to_async(rows.insert_events)([_row(bad.pk, i) for i in range(3)], offsets=True)
     published = []
     monkeypatch.setattr(
-        recorder.relay, "publish", lambda sid, uid, events, fields=None: published.append(sid)
+        writer_module.relay, "publish", lambda sid, uid, events, fields=None: published.append(sid)
     )
-    writer = recorder.Writer(max_age_ms=60_000)
+    writer = writer_module.Writer(max_age_ms=60_000)
     rec_good = recorder.Recording(good.pk, None, pinned_model=False)
     rec_bad = recorder.Recording(bad.pk, None, pinned_model=False)
 
@@ -401,7 +402,7 @@ async def test_the_writer_isolates_a_refused_stream_and_counts_exactly_what_it_l
     bad_flush = asyncio.ensure_future(writer.flush(rec_bad))
     await asyncio.sleep(0)  # (queued: one commit answers both flushes)
     await writer.flush(rec_good)
-    with pytest.raises(recorder.StorageUnavailable):
+    with pytest.raises(rows.StorageUnavailable):
         await bad_flush
     writer.task.cancel()
     assert published == [good.pk]

@@ -20,8 +20,9 @@ from django.db.models import Q
 
 from streams.core import conf, lifecycle
 from streams.core.lifecycle import RUNNER_ID
-from streams.ingest.recorder import Recording, get_writer, record_attempt
+from streams.ingest.recorder import Recording, record_attempt
 from streams.ingest.upstream import ClientPool
+from streams.ingest.writer import get_writer
 from streams.models import Stream
 from streams.observe import telemetry
 from streams.simulator import scenarios

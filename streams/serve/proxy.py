@@ -52,7 +52,8 @@ from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
 from streams.core import conf, lifecycle, safejson, transport
-from streams.ingest.recorder import Recording, get_writer, record_attempt
+from streams.ingest.recorder import Recording, record_attempt
+from streams.ingest.writer import get_writer
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
 from streams.run import runner, services
 from streams.store import known_secrets

@@ -18,10 +18,10 @@ import time
 from asgiref.sync import sync_to_async
 
 from streams.core.checks import check_events
-from streams.ingest.recorder import insert_events
 from streams.models import Finding, Stream
 from streams.run import runner
 from streams.store import rows
+from streams.store.rows import insert_events
 
 # ---- recording through the runner ----------------------------------------------------------
 
