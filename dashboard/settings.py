@@ -126,6 +126,7 @@ MIDDLEWARE = [
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    "dashboard.language.PageLanguageMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -187,9 +188,13 @@ LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"
 
-LANGUAGE_CODE = "en-us"
+# The pages in English and Dutch (docs/i18n.md): the user's choice (the switcher's cookie), else
+# the browser's Accept-Language. Data never is: the API, exports, the proxy, /metrics and
+# recorded events stay as they are (dashboard/language.py).
+LANGUAGE_CODE = "en"
+LANGUAGES = [("en", "English"), ("nl", "Nederlands")]
+USE_I18N = True
 TIME_ZONE = "UTC"
-USE_I18N = False
 USE_TZ = True
 
 STATIC_URL = "static/"

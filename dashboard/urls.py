@@ -8,6 +8,7 @@ from django.contrib.auth import views as auth_views
 from django.templatetags.static import static
 from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
+from django.views.i18n import JavaScriptCatalog
 
 from dashboard.views import analytics, playground, streams
 from streams.serve import scrape
@@ -55,6 +56,9 @@ urlpatterns = [
     path("api/", include("streams.urls")),
     # Prometheus scrapes `metrics_path: /metrics` (no slash, its default); bearer token or staff
     path("metrics", scrape.metrics, name="metrics"),
+    # the language switcher's POST (Django's set_language) and the scripts' Dutch strings
+    path("i18n/", include("django.conf.urls.i18n")),
+    path("jsi18n/", JavaScriptCatalog.as_view(packages=["dashboard"]), name="javascript_catalog"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),
     path("streams/upload/", streams.stream_upload, name="stream_upload"),

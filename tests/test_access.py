@@ -56,6 +56,9 @@ RULES = {
     "login": Rule(PUBLIC),
     "logout": Rule(PUBLIC, "POST", ok=302),
     "favicon.ico": Rule(PUBLIC, ok=301),
+    # the language switcher (signed out too: the login page has it) and the scripts' strings
+    "set_language": Rule(PUBLIC, "POST", ok=302),
+    "javascript_catalog": Rule(PUBLIC),
     "admin:index": Rule(ADMIN),
     "stream_list": Rule(USER),
     "stream_upload": Rule(USER),
