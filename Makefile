@@ -6,7 +6,7 @@ PY ?= python3
 VENV ?= .venv
 ADDR ?= 127.0.0.1:8000
 
-.PHONY: run install install-test test lint
+.PHONY: run install install-test test lint messages
 
 # Debian's python3 lacks the venv module until python3-venv is installed.
 $(VENV)/bin/python:
@@ -18,10 +18,19 @@ $(VENV)/bin/python:
 
 install: $(VENV)/bin/python
 	$(VENV)/bin/pip install -q -e .
+	$(MAKE) messages
 
 install-test: $(VENV)/bin/python
 	bash .ci/apt-deps
 	$(VENV)/bin/pip install -q -e ".[test]"
+	$(MAKE) messages
+
+# The Dutch catalogs (*.po, committed) compiled to *.mo with gettext's msgfmt, installed from
+# Debian's packages when missing (the pages are English without them).
+messages:
+	command -v msgfmt >/dev/null || { S=""; [ "$$(id -u)" -ne 0 ] && S=sudo; \
+	  $$S apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$S apt-get install -y -qq gettext; }
+	$(VENV)/bin/python manage.py compilemessages -i .venv -v 0
 
 run: install
 	$(VENV)/bin/python manage.py serve $(ADDR)

@@ -10,6 +10,7 @@ import json
 from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
+from django.utils.translation import gettext
 
 from streams.core import conf
 from streams.models import Stream
@@ -31,10 +32,10 @@ class TooLong(Exception):
 
     def message(self):
         size, limit = self.args
-        return (
-            f"With this message the conversation is {size} characters long; at most {limit} "
+        return gettext(
+            "With this message the conversation is %(size)s characters long; at most %(limit)s "
             "can be sent. Start a new conversation."
-        )
+        ) % {"size": size, "limit": limit}
 
 
 class Conversation(models.Model):
@@ -175,9 +176,9 @@ def retry(turn):
         turns = conversation.turns_with_answers()
         last = turns[-1] if turns else None
         if last is None or last.pk != turn.pk:
-            raise CannotRetry("Only the last answer can be retried.")
+            raise CannotRetry(gettext("Only the last answer can be retried."))
         if last.answer is None:
-            raise CannotRetry("This answer's stream was deleted; send the message again.")
+            raise CannotRetry(gettext("This answer's stream was deleted; send the message again."))
         if last.answer.is_active:
             raise Busy()
         stream = services.create(conversation.user, last.answer.request_body)

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
+from django.utils.formats import get_format
+from django.utils.translation import gettext, gettext_lazy, ngettext
 
 from streams.core import figures
 from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
@@ -276,19 +278,39 @@ def session_page(user, session, *, after=None, limit=None):
 
 MILESTONES = (
     # (field, label, what it marks)
-    ("connected_us", "Connected", "TCP connection established"),
-    ("request_written_us", "Request sent", "request body written to the socket"),
-    ("headers_us", "Headers", "response headers received"),
-    ("created_event_us", "response.created", "first event"),
-    ("routing_us", "Routing", "response.routing.completed: the model was chosen"),
-    ("first_token_us", "First token", "first output-bearing delta"),
-    ("first_tool_call_us", "First tool call", "first function call item"),
-    ("terminal_us", "Terminal", "response.completed / error / failed / incomplete"),
-    ("closed_us", "Closed", "connection closed"),
+    ("connected_us", gettext_lazy("Connected"), gettext_lazy("TCP connection established")),
+    (
+        "request_written_us",
+        gettext_lazy("Request sent"),
+        gettext_lazy("request body written to the socket"),
+    ),
+    ("headers_us", gettext_lazy("Headers"), gettext_lazy("response headers received")),
+    ("created_event_us", "response.created", gettext_lazy("first event")),
+    (
+        "routing_us",
+        gettext_lazy("Routing"),
+        gettext_lazy("response.routing.completed: the model was chosen"),
+    ),
+    ("first_token_us", gettext_lazy("First token"), gettext_lazy("first output-bearing delta")),
+    (
+        "first_tool_call_us",
+        gettext_lazy("First tool call"),
+        gettext_lazy("first function call item"),
+    ),
+    (
+        "terminal_us",
+        gettext_lazy("Terminal"),
+        gettext_lazy("response.completed / error / failed / incomplete"),
+    ),
+    ("closed_us", gettext_lazy("Closed"), gettext_lazy("connection closed")),
 )
 # A proxied stream's one milestone of its own: the first event's bytes reached the client (its
 # bar, from the milestone before, is the proxy's delay for that event).
-TO_CLIENT = ("first_sent_us", "To client", "the proxy handed the first event to its client")
+TO_CLIENT = (
+    "first_sent_us",
+    gettext_lazy("To client"),
+    gettext_lazy("the proxy handed the first event to its client"),
+)
 
 
 def waterfall(stream, last_event_us=None, until=None, first_sent_us=None):
@@ -325,9 +347,9 @@ def waterfall(stream, last_event_us=None, until=None, first_sent_us=None):
         prev = max(prev, at)
     spans = []
     if stream.request_written_us is not None and stream.first_token_us is not None:
-        spans.append(_span("TTFT", stream.request_written_us, stream.first_token_us, end))
+        spans.append(_span(gettext("TTFT"), stream.request_written_us, stream.first_token_us, end))
     if stream.first_token_us is not None and stream.terminal_us is not None and not until:
-        spans.append(_span("Generation", stream.first_token_us, stream.terminal_us, end))
+        spans.append(_span(gettext("Generation"), stream.first_token_us, stream.terminal_us, end))
     return {"rows": rows, "ticks": _ticks(end), "total_ms": end / 1000, "spans": spans}
 
 
@@ -353,6 +375,7 @@ def _ticks(end_us):
     value = 0.0
     while value <= end_ms * 1.0001:
         label = f"{value / 1000:g} s" if in_s else f"{value:g} ms"
+        label = label.replace(".", get_format("DECIMAL_SEPARATOR"))  # 2.5 s, Dutch 2,5 s
         ticks.append({"left": round(100 * value / end_ms, 3), "label": label})
         value += step
     return ticks
@@ -463,6 +486,13 @@ def attempts(user, stream):
     return sorted(rows, key=lambda r: (r["attempt"], r["id"]))
 
 
+def describe(code):
+    """A finding code's description (checks.CODES), in the page's language; "" for a code the
+    checker does not know. The API and the exports keep the English of checks.CODES."""
+    description = CODES.get(code, ("", ""))[1]
+    return gettext(description) if description else ""
+
+
 def findings(stream, limit=FINDINGS_SHOWN):
     rows = list(
         Finding.objects.filter(stream_id=stream.pk)
@@ -470,7 +500,7 @@ def findings(stream, limit=FINDINGS_SHOWN):
         .values("code", "severity", "event_index", "expected", "got", "detail")[:limit]
     )
     for row in rows:
-        row["description"] = CODES.get(row["code"], ("", ""))[1]
+        row["description"] = describe(row["code"])
     return rows
 
 
@@ -704,6 +734,11 @@ def _summarizer(type_):
     return summarize
 
 
+def _chars(n):
+    """A length in characters, as the page's language says it."""
+    return ngettext("%(n)s char", "%(n)s chars", n) % {"n": n}
+
+
 def _summary_delta(obj):
     delta = obj.get("delta")
     return _quoted(delta if isinstance(delta, str) else str(delta)) + _where(obj)
@@ -713,7 +748,7 @@ def _summary_text_done(obj):
     text = obj.get("text", obj.get("refusal"))
     if not isinstance(text, str):
         return _summary_other(obj)
-    return f"{len(text)} chars{_where(obj)}: " + _quoted(text, 100)
+    return _chars(len(text)) + f"{_where(obj)}: " + _quoted(text, 100)
 
 
 def _summary_input_done(obj):
@@ -752,10 +787,10 @@ def _summary_other(obj):
         bits = [str(response.get(k)) for k in ("id", "status", "model") if response.get(k)]
         text = response.get("output_text")
         if isinstance(text, str) and text:
-            bits.append(f"{len(text)} chars")
+            bits.append(_chars(len(text)))
         return _clip(" ".join(bits))
     if isinstance(obj.get("final_text"), str):
-        return f"final_text, {len(obj['final_text'])} chars"
+        return "final_text, " + _chars(len(obj["final_text"]))
     rest = {k: v for k, v in obj.items() if k not in ("type", "sequence_number")}
     return _clip(json.dumps(rest, ensure_ascii=False)) if rest else ""
 
@@ -813,7 +848,7 @@ def findings_at(stream, index):
         )
     )
     for row in rows:
-        row["description"] = CODES.get(row["code"], ("", ""))[1]
+        row["description"] = describe(row["code"])
     return rows
 
 
@@ -952,11 +987,20 @@ def replay_offer(stream):
     """Whether the page offers a replay, and if not, why: a stream that received no events
     (HTTP 429/500, a wrong content type) or none that shaped an output has nothing to replay."""
     if stream.is_active:
-        return {"available": False, "reason": "The replay is available when the stream has ended."}
+        return {
+            "available": False,
+            "reason": gettext("The replay is available when the stream has ended."),
+        }
     if not stream.event_count:
-        return {"available": False, "reason": "Nothing to replay: no events were received."}
+        return {
+            "available": False,
+            "reason": gettext("Nothing to replay: no events were received."),
+        }
     if not stream.parts:
-        return {"available": False, "reason": "Nothing to replay: no event carried output."}
+        return {
+            "available": False,
+            "reason": gettext("Nothing to replay: no event carried output."),
+        }
     return {"available": True, "reason": ""}
 
 

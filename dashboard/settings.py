@@ -127,6 +127,7 @@ MIDDLEWARE = [
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "dashboard.language.PageLanguageMiddleware",
+    "dashboard.timezone.TimeZoneMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -193,6 +194,9 @@ LOGOUT_REDIRECT_URL = "login"
 # recorded events stay as they are (dashboard/language.py).
 LANGUAGE_CODE = "en"
 LANGUAGES = [("en", "English"), ("nl", "Nederlands")]
+# The page scripts (static/js, outside any app) have their catalog in the dashboard app's
+# locale: `makemessages -d djangojs` writes it there, and /jsi18n/ (its packages) serves it.
+LOCALE_PATHS = [BASE_DIR / "dashboard" / "locale"]
 USE_I18N = True
 TIME_ZONE = "UTC"
 USE_TZ = True

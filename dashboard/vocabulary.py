@@ -1,7 +1,8 @@
 """The words the pages and their scripts share with the server, named once and read from their
 Python homes (never retyped here):
 
-- statuses: a stream's statuses with their labels, which of them are active (`pending`,
+- statuses: a stream's statuses with their labels (in the page's language: the vocabulary is
+  kept once per language), which of them are active (`pending`,
   `streaming`: `Stream.ACTIVE_STATUSES`) and which finished, and the one a new stream starts in;
 - limits: the longest value each filter of the streams list takes (its form's `max_length`,
   which the form takes from the column it filters) and the tag rules (`MAX_TAGS` tags of at
@@ -19,6 +20,7 @@ script: the CSP allows it), which static/js/vocabulary.js reads and exports.
 import functools
 
 from django.forms import CharField
+from django.utils import translation
 
 from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
@@ -57,10 +59,16 @@ def output():
     }
 
 
-@functools.cache
 def vocabulary():
-    """The whole vocabulary, as the page serves it (JSON-ready: strings, numbers, lists)."""
-    return {"statuses": statuses(), "limits": limits(), "output": output()}
+    """The whole vocabulary, as the page serves it (JSON-ready: strings, numbers, lists), its
+    labels in the active language."""
+    return _vocabulary(translation.get_language())
+
+
+@functools.cache
+def _vocabulary(language):
+    with translation.override(language):
+        return {"statuses": statuses(), "limits": limits(), "output": output()}
 
 
 def context_processor(request):

@@ -10,19 +10,21 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Stream(models.Model):
     class Status(models.TextChoices):
-        PENDING = "pending"
-        STREAMING = "streaming"
-        COMPLETED = "completed"
-        INCOMPLETE = "incomplete"  # OpenAI's response.incomplete: terminal, not an error
-        FAILED = "failed"
-        CANCELLED = "cancelled"
-        STALLED = "stalled"
-        INTERRUPTED = "interrupted"
-        TRUNCATED = "truncated"  # connection closed without a terminal event
+        # the labels are the pages' words for a status (translated); the values are data
+        PENDING = "pending", _("Pending")
+        STREAMING = "streaming", _("Streaming")
+        COMPLETED = "completed", _("Completed")
+        INCOMPLETE = "incomplete", _("Incomplete")  # OpenAI's response.incomplete: not an error
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
+        STALLED = "stalled", _("Stalled")
+        INTERRUPTED = "interrupted", _("Interrupted")
+        TRUNCATED = "truncated", _("Truncated")  # connection closed without a terminal event
 
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 

@@ -3,21 +3,33 @@
 import datetime as dt
 
 from django import forms
+from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
+from dashboard.forms.choices import SOURCE_CHOICES
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from dashboard.stats.sql import Scope
 from streams.models import MAX_TAG_CHARS, Stream
 
 RANGES = PRESETS
-RANGE_CHOICES = [*PRESET_CHOICES, ("all", ALL_TIME), ("custom", "Custom (UTC)")]
-ANY = [("", "Any")]
+RANGE_CHOICES = [
+    *PRESET_CHOICES,
+    ("all", ALL_TIME),
+    # (the bounds are read in the page's time zone: dashboard/timezone.py)
+    ("custom", _("Custom")),
+]
+ANY = [("", _("Any"))]
 
 
 EARLIEST_YEAR, LATEST_YEAR = 1970, 2999
 
 
 class RangeForm(forms.Form):
-    """A time range: a preset relative to now, or custom bounds (UTC)."""
+    """A time range: a preset relative to now, or custom bounds, in the time zone `tz` (the
+    page's, dashboard/timezone.py: custom bounds are its wall-clock times, as Django's
+    DateTimeField reads them in the active zone); the scope's days and buckets are that
+    zone's too (`Scope.tz`)."""
 
     default_range = "7d"
 
@@ -25,15 +37,14 @@ class RangeForm(forms.Form):
     start = forms.DateTimeField(
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        help_text="UTC",
     )
     end = forms.DateTimeField(
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
-        help_text="UTC",
     )
 
-    def __init__(self, data=None, *args, **kwargs):
+    def __init__(self, data=None, *args, tz=None, **kwargs):
+        self.tz = tz or timezone.get_current_timezone_name()
         # an untouched page (no query string) is the default range, not an invalid form; a
         # query string without a range shows (and uses) the default range too
         if data and not data.get("range"):
@@ -41,6 +52,8 @@ class RangeForm(forms.Form):
             data["range"] = self.default_range
         super().__init__(data if data else None, *args, **kwargs)
         self.fields["range"].initial = self.default_range
+        for name in ("start", "end"):
+            self.fields[name].help_text = self.tz
 
     def clean(self):
         cleaned = super().clean()
@@ -51,13 +64,17 @@ class RangeForm(forms.Form):
         # (the range before, a bucket's edge)
         for name, value in (("start", start), ("end", end)):
             if value is not None and not EARLIEST_YEAR <= value.year <= LATEST_YEAR:
-                self.add_error(name, f"Choose a date between {EARLIEST_YEAR} and {LATEST_YEAR}.")
+                self.add_error(
+                    name,
+                    gettext("Choose a date between %(earliest)s and %(latest)s.")
+                    % {"earliest": EARLIEST_YEAR, "latest": LATEST_YEAR},
+                )
                 start = end = None
         if cleaned["range"] == "custom":
             if start is None:
-                self.add_error("start", "A custom range needs a start.")
+                self.add_error("start", gettext("A custom range needs a start."))
             elif end is not None and end <= start:
-                self.add_error("end", "The end must come after the start.")
+                self.add_error("end", gettext("The end must come after the start."))
         return cleaned
 
     def window(self, now):
@@ -75,7 +92,7 @@ class RangeForm(forms.Form):
 
     def scope(self, user, now):
         start, end = self.window(now)
-        return Scope.for_user(user, start=start, end=end, **self.filters())
+        return Scope.for_user(user, start=start, end=end, tz=self.tz, **self.filters())
 
     @property
     def range_label(self):
@@ -111,27 +128,27 @@ class LabelsForm(RangeForm):
 
 
 class LatencyForm(LabelsForm):
-    model = forms.CharField(required=False, max_length=100, label="Resolved model")
-    requested = forms.CharField(required=False, max_length=100, label="Requested model")
+    model = forms.CharField(required=False, max_length=100, label=_("Resolved model"))
+    requested = forms.CharField(required=False, max_length=100, label=_("Requested model"))
     status = forms.ChoiceField(choices=ANY + list(Stream.Status.choices), required=False)
-    source = forms.ChoiceField(choices=ANY + list(Stream.Source.choices), required=False)
+    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False)
     compare = forms.ChoiceField(
         required=False,
         choices=[
-            ("", "Nothing"),
-            ("models", "Two models"),
-            ("previous", "This range with the one before"),
+            ("", _("Nothing")),
+            ("models", _("Two models")),
+            ("previous", _("This range with the one before")),
         ],
     )
-    a = forms.CharField(required=False, max_length=100, label="Model A")
-    b = forms.CharField(required=False, max_length=100, label="Model B")
+    a = forms.CharField(required=False, max_length=100, label=_("Model A"))
+    b = forms.CharField(required=False, max_length=100, label=_("Model B"))
 
     def clean(self):
         cleaned = super().clean()
         if cleaned.get("compare") == "models" and not (cleaned.get("a") and cleaned.get("b")):
-            self.add_error("b", "Choose two models to compare.")
+            self.add_error("b", gettext("Choose two models to compare."))
         if cleaned.get("compare") == "previous" and cleaned.get("range") == "all":
-            self.add_error("compare", "All time has no range before it.")
+            self.add_error("compare", gettext("All time has no range before it."))
         return cleaned
 
     def filters(self):
@@ -158,11 +175,11 @@ class LatencyForm(LabelsForm):
         start, end = scope.start, scope.end
         span = end - start
         before = Scope(**{**scope.__dict__, "start": start - span, "end": start})
-        return "Range before", before, "This range", scope
+        return gettext("Range before"), before, gettext("This range"), scope
 
 
 class RoutingForm(LabelsForm):
-    source = forms.ChoiceField(choices=ANY + list(Stream.Source.choices), required=False)
+    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False)
 
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}

@@ -2,17 +2,19 @@
 plus what only the playground knows: the upstream's model list and the simulator's speed."""
 
 from django import forms
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from streams.serve.api import CreateStreamForm
 from streams.simulator.scenarios import SCENARIOS
 
 # time_scale values the simulator understands, as offered in the composer: slowest first.
 SPEEDS = [
-    ("2", "Half speed"),
-    ("1", "Real time"),
-    ("0.5", "2× faster"),
-    ("0.25", "4× faster"),
-    ("0", "Instant"),
+    ("2", _("Half speed")),
+    ("1", _("Real time")),
+    ("0.5", _("2× faster")),
+    ("0.25", _("4× faster")),
+    ("0", _("Instant")),
 ]
 DEFAULT_SPEED = "1"
 
@@ -22,7 +24,7 @@ class PlaygroundForm(CreateStreamForm):
     one), instructions, temperature (0–2), max output tokens (≥ 1) and the scenario is
     CreateStreamForm's job, so the API and the playground accept exactly the same requests."""
 
-    speed = forms.ChoiceField(required=False, choices=SPEEDS)
+    speed = forms.ChoiceField(required=False, choices=SPEEDS, label=_("Speed"))
 
     def __init__(self, data=None, *, catalog, **kwargs):
         super().__init__(data, **kwargs)
@@ -30,10 +32,12 @@ class PlaygroundForm(CreateStreamForm):
         # The playground sends no metadata of its own choosing; only what its fields say.
         self.raw = {}
         labels = {
-            "input": "Message",
-            "max_output_tokens": "Max output tokens",
-            "temperature": "Temperature",
-            "instructions": "Instructions",
+            "input": _("Message"),
+            "model": _("Model"),
+            "max_output_tokens": _("Max output tokens"),
+            "temperature": _("Temperature"),
+            "instructions": _("Instructions"),
+            "scenario": _("Scenario"),
         }
         for name, label in labels.items():
             self.fields[name].label = label
@@ -42,7 +46,10 @@ class PlaygroundForm(CreateStreamForm):
         model = super().clean_model()
         if model not in self.catalog.choices:
             known = ", ".join(self.catalog.choices)
-            raise forms.ValidationError(f"Unknown model {model!r}; choose one of: {known}.")
+            raise forms.ValidationError(
+                gettext("Unknown model %(model)s; choose one of: %(known)s.")
+                % {"model": repr(model), "known": known}
+            )
         return model
 
     def clean_scenario(self):
@@ -84,8 +91,9 @@ class PlaygroundForm(CreateStreamForm):
 
 
 def scenario_choices():
-    """(id, what it does) of the simulator's scenarios, from its own catalogue."""
-    return list(SCENARIOS.items())
+    """(id, what it does) of the simulator's scenarios, from its own catalogue; what it does
+    in the page's language (the descriptions are in the engine's catalog)."""
+    return [(name, gettext(description)) for name, description in SCENARIOS.items()]
 
 
 COMPARE_MIN, COMPARE_MAX = 2, 4
@@ -103,13 +111,14 @@ class CompareForm(PlaygroundForm):
             data["model"] = "auto"  # the per-stream model comes from `models`
         super().__init__(data, catalog=catalog, **kwargs)
         self.fields["models"].choices = [(m, m) for m in catalog.choices]
-        self.fields["models"].label = "Models"
+        self.fields["models"].label = _("Models")
 
     def clean_models(self):
         models = list(dict.fromkeys(self.cleaned_data["models"]))  # each once, in order
         if not COMPARE_MIN <= len(models) <= COMPARE_MAX:
             raise forms.ValidationError(
-                f"Choose {COMPARE_MIN} to {COMPARE_MAX} different models (auto counts as one)."
+                gettext("Choose %(min)s to %(max)s different models (auto counts as one).")
+                % {"min": COMPARE_MIN, "max": COMPARE_MAX}
             )
         return models
 

@@ -4,6 +4,8 @@ means the same thing)."""
 
 import datetime as dt
 
+from django.utils.translation import gettext_lazy
+
 PRESETS = {
     "15m": dt.timedelta(minutes=15),
     "1h": dt.timedelta(hours=1),
@@ -13,11 +15,11 @@ PRESETS = {
     "90d": dt.timedelta(days=90),
 }
 PRESET_CHOICES = [
-    ("15m", "Last 15 minutes"),
-    ("1h", "Last hour"),
-    ("24h", "Last 24 hours"),
-    ("7d", "Last 7 days"),
-    ("30d", "Last 30 days"),
-    ("90d", "Last 90 days"),
+    ("15m", gettext_lazy("Last 15 minutes")),
+    ("1h", gettext_lazy("Last hour")),
+    ("24h", gettext_lazy("Last 24 hours")),
+    ("7d", gettext_lazy("Last 7 days")),
+    ("30d", gettext_lazy("Last 30 days")),
+    ("90d", gettext_lazy("Last 90 days")),
 ]
-ALL_TIME = "All time"
+ALL_TIME = gettext_lazy("All time")

@@ -6,7 +6,11 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib.auth import get_user_model
+from django.utils.formats import number_format
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
+from dashboard.forms.choices import SOURCE_CHOICES
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from streams.core import conf
 from streams.ingest.import_jobs import MAX_FILES
@@ -25,7 +29,7 @@ USER_CHARS = column_chars(get_user_model(), get_user_model().USERNAME_FIELD)
 
 
 def _mb(n):
-    return f"{n / MB:.1f}"
+    return number_format(n / MB, 1)
 
 
 class MultipleFileInput(forms.ClearableFileInput):
@@ -52,24 +56,29 @@ class CaptureUploadForm(forms.Form):
     cheap is checked here (sizes, count); reading them is an import job's
     (streams/ingest/import_jobs.py), whose page shows why a file could not be imported."""
 
-    file = MultipleFileField()
+    file = MultipleFileField(label=_("Files"))
     model = forms.CharField(
         max_length=MODEL_CHARS,
         required=False,
-        help_text="The model the request asked for (e.g. auto), when the file does not say.",
+        label=_("Requested model"),
+        help_text=_("The model the request asked for (e.g. auto), when the file does not say."),
     )
 
     def clean_file(self):
         uploads = self.cleaned_data["file"]
         if len(uploads) > MAX_FILES:
             raise forms.ValidationError(
-                f"{len(uploads)} files: at most {MAX_FILES} per upload", code="too_many"
+                gettext("%(n)s files: at most %(max)s per upload")
+                % {"n": len(uploads), "max": MAX_FILES},
+                code="too_many",
             )
         limit = conf.get().upload_max_bytes
         total = sum(u.size for u in uploads)
         if total > limit:
             raise forms.ValidationError(
-                f"File too large: {_mb(total)} MB (limit {_mb(limit)} MB)", code="too_large"
+                gettext("File too large: %(size)s MB (limit %(limit)s MB)")
+                % {"size": _mb(total), "limit": _mb(limit)},
+                code="too_large",
             )
         return uploads
 
@@ -88,32 +97,45 @@ META_KEY = re.compile(r"[A-Za-z0-9_.\-]{1,64}")
 class StreamFilterForm(forms.Form):
     """The streams list's query string: filters, search, and the keyset cursor."""
 
-    q = forms.CharField(required=False, max_length=200, strip=True)
-    status = forms.ChoiceField(required=False, choices=[("", "Any status"), *Stream.Status.choices])
-    source = forms.ChoiceField(required=False, choices=[("", "Any source"), *Stream.Source.choices])
-    requested = forms.CharField(required=False, max_length=MODEL_CHARS)
-    resolved = forms.CharField(required=False, max_length=column_chars(Stream, "resolved_model"))
+    q = forms.CharField(required=False, max_length=200, strip=True, label=_("Search"))
+    status = forms.ChoiceField(
+        required=False, choices=[("", _("Any status")), *Stream.Status.choices], label=_("Status")
+    )
+    source = forms.ChoiceField(
+        required=False, choices=[("", _("Any source")), *SOURCE_CHOICES], label=_("Source")
+    )
+    requested = forms.CharField(required=False, max_length=MODEL_CHARS, label=_("Requested model"))
+    resolved = forms.CharField(
+        required=False,
+        max_length=column_chars(Stream, "resolved_model"),
+        label=_("Resolved model"),
+    )
     # Labels a proxied request's client sent (X-Streamscope-Tags / -Session), and whose
     # streams (the page offers it to staff; for anyone else it can only narrow their own).
-    tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS)
-    session = forms.CharField(required=False, max_length=column_chars(Stream, "session"))
-    user = forms.CharField(required=False, max_length=USER_CHARS)
+    tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS, label=_("Tag"))
+    session = forms.CharField(
+        required=False, max_length=column_chars(Stream, "session"), label=_("Session")
+    )
+    user = forms.CharField(required=False, max_length=USER_CHARS, label=_("User"))
     # `key=value` in the request's `metadata` (what an app sends along, e.g. `tenant=acme`)
-    meta = forms.CharField(required=False, max_length=300, strip=True)
+    meta = forms.CharField(required=False, max_length=300, strip=True, label=_("Metadata"))
     findings = forms.ChoiceField(
         required=False,
+        label=_("Findings"),
         choices=[
-            ("", "Any"),
-            ("any", "With findings (any severity)"),
-            ("warnings", "With warnings or errors"),
-            ("errors", "With error findings"),
-            ("none", "Without findings"),
+            ("", _("Any")),
+            ("any", _("With findings (any severity)")),
+            ("warnings", _("With warnings or errors")),
+            ("errors", _("With error findings")),
+            ("none", _("Without findings")),
         ],
     )
     # the analytics pages' presets (forms/ranges.py); custom bounds are From / To below
-    range = forms.ChoiceField(required=False, choices=[("", ALL_TIME), *PRESET_CHOICES])
-    since = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS)
-    until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS)
+    range = forms.ChoiceField(
+        required=False, choices=[("", ALL_TIME), *PRESET_CHOICES], label=_("Time")
+    )
+    since = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label=_("From"))
+    until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label=_("To"))
     before = forms.IntegerField(required=False, min_value=1)
     after = forms.IntegerField(required=False, min_value=1)
 
@@ -141,7 +163,9 @@ class StreamFilterForm(forms.Form):
         key = key.strip()
         if not sep or not META_KEY.fullmatch(key):
             raise forms.ValidationError(
-                "Metadata as key=value, the key of letters, digits, '_', '.' or '-' (≤ 64).",
+                gettext(
+                    "Metadata as key=value, the key of letters, digits, '_', '.' or '-' (≤ 64)."
+                ),
                 code="invalid_meta",
             )
         return key, value.strip()

@@ -124,10 +124,10 @@ def top_streams(scope, column, limit=TOP_STREAMS):
 TOP_INDEX = {"bytes_received": "stream_bytes_top", "duration_ms": "stream_duration_top"}
 
 
-def _daily_chart(days):
-    """The per-day chart's series."""
+def _daily_chart(days, zone=dt.UTC):
+    """The per-day chart's series (a day starts at the midnight of `zone`)."""
     return {
-        "t": [int(dt.datetime.combine(d["day"], dt.time(), dt.UTC).timestamp()) for d in days],
+        "t": [int(dt.datetime.combine(d["day"], dt.time(), zone).timestamp()) for d in days],
         "streams": [d["streams"] for d in days],
         "failed": [d["failed"] for d in days],
     }
@@ -143,7 +143,7 @@ def admin_report(scope, *, now=None):
     if not any(d["streams"] for d in report.days):
         return report
     report.empty = False
-    report.daily_chart = _daily_chart(report.days)
+    report.daily_chart = _daily_chart(report.days, scope.zone)
     report.users, user_count = users_table(source)
     report.errors = errors_table(source)
     found = source.findings(("code", "severity", "resolved_model"))

@@ -16,9 +16,11 @@ which was used (`report.method`).
 
 from __future__ import annotations
 
+import bisect
+import datetime as dt
 import math
 from collections import Counter, defaultdict
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from django.contrib.auth import get_user_model
 from django.db import connection
@@ -122,9 +124,78 @@ def windows(start, end, step=None):
     return out
 
 
+def _bucket_sql(step, starts):
+    """SQL of a rollup row's bucket: its period's `t` floored to the `step` (epoch-aligned), or
+    the start of the grid bucket it lies in (`starts`, ascending: a CASE over them)."""
+    t = _q("t")
+    if starts is None:
+        return f"(({t} / {int(step)}) * {int(step)})"
+    if len(starts) == 1:
+        return str(int(starts[0]))
+    whens = " ".join(
+        f"WHEN {t} < {int(b)} THEN {int(a)}" for a, b in zip(starts, starts[1:], strict=False)
+    )
+    return f"(CASE {whens} ELSE {int(starts[-1])} END)"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Time buckets [edges[i], edges[i+1]) in epoch seconds, of any lengths: the local days or
+    hours of a zone other than UTC (`sql.buckets`, `sql.day_starts`), which the epoch-aligned
+    `step` of the rollups' SQL cannot express."""
+
+    edges: tuple
+
+    def key(self, ts):
+        """The start of the bucket `ts` is in (the first or last bucket's, outside them)."""
+        i = bisect.bisect_right(self.edges, ts) - 1
+        return self.edges[min(max(i, 0), len(self.edges) - 2)]
+
+
+def grid(step, edges):
+    """What a Cube is asked with for buckets starting at `edges` (epoch seconds, the last
+    one the end): `step` where they are `step` apart and epoch-aligned (UTC; a zone whose
+    offset is a multiple of it), else a Grid."""
+    edges = tuple(int(e) for e in edges)
+    if all(e % step == 0 for e in edges) and all(
+        b - a == step for a, b in zip(edges, edges[1:], strict=False)
+    ):
+        return step
+    return Grid(edges)
+
+
+def grid_windows(start, end, g):
+    """[(span, lo, hi, starts)] covering [start, end) ∩ the grid's buckets: each bucket covered
+    as `windows` covers a range (whole days, hours, raw partial hours), so a period lies inside
+    one bucket; adjacent windows of one span are joined, `starts` being the starts of the
+    buckets a joined window reaches into (a local day's 24 hour rows, or 23, are one window;
+    with a half-hour offset every bucket's hour rows are apart, its half hours raw)."""
+    lo_all = None if start is None else start.timestamp()
+    hi_all = end.timestamp()
+    out, last = [], {}
+    for a, b in zip(g.edges, g.edges[1:], strict=False):
+        lo = a if lo_all is None else max(a, lo_all)
+        hi = min(b, hi_all)
+        if lo >= hi:
+            continue
+        for span, x, y in windows(
+            dt.datetime.fromtimestamp(lo, dt.UTC), dt.datetime.fromtimestamp(hi, dt.UTC)
+        ):
+            run = last.get(span)
+            if run is not None and run[2] == x:
+                run[2] = y
+                if run[3][-1] != a:
+                    run[3].append(a)
+            else:
+                last[span] = run = [span, x, y, [a]]
+                out.append(run)
+    return [(span, lo, hi, tuple(starts)) for span, lo, hi, starts in out]
+
+
 class Cube:
     """The aggregates of one scope and range; each method returns sums keyed by the columns
-    asked for (and the time bucket `t` of `step` seconds when given)."""
+    asked for (and the time bucket `t` of `step` seconds when given, or of a `Grid`'s buckets:
+    the start of its bucket)."""
 
     def __init__(self, scope, start=None, end=None):
         self.scope = scope
@@ -174,20 +245,27 @@ class Cube:
         """Whether histogram rows must be the per-user-and-source ones."""
         return self.user_key is not None or bool(self.scope.source)
 
+    def _windows(self, step):
+        """[(span, lo, hi, starts)]: `windows` (starts None: the SQL buckets by `step`), or
+        `grid_windows` of a Grid."""
+        if isinstance(step, Grid):
+            return grid_windows(self.start, self.end, step)
+        return [(*w, None) for w in windows(self.start, self.end, step)]
+
     # -- raw rows: the partial hours at the edges, and the active streams --------------------
 
     def raw_rows(self, step=None):
         """[(row, findings)] of the finished streams in the raw windows and of the active
         streams in the range."""
-        # the raw windows are the partial hours at the ends, whatever the coarser periods
-        key = step is None or step % agg.HOUR == 0
+        # the raw windows are the partial hours at the ends, whatever the coarser periods (a
+        # grid's: each bucket's partial hours)
+        key = step if isinstance(step, Grid) else (step is None or step % agg.HOUR == 0)
         if key in self._raw:
             return self._raw[key]
-        import datetime as dt
 
         rows = []
         if not self.nobody:
-            for span, lo, hi in windows(self.start, self.end, step):
+            for span, lo, hi, _ in self._windows(step):
                 if span != "raw":
                     continue
                 w = scope_where(
@@ -213,6 +291,8 @@ class Cube:
         for col in by:
             if col == "user_key":
                 out.append(row["user_id"] or 0)
+            elif col == "t" and isinstance(step, Grid):
+                out.append(step.key(agg.epoch_s(row["created_at"])))
             elif col == "t":
                 out.append(int(agg.epoch_s(row["created_at"]) // step) * step)
             else:
@@ -223,23 +303,24 @@ class Cube:
         self, model, value_cols, by, step, extra=(), extra_params=(), full_filter=True, models=True
     ):
         """The grouped rows (key columns, then sums) of `model`'s periods in the range, one
-        statement per kind of period."""
+        statement per kind of period (per run of them, on a Grid)."""
         if self.nobody:
             return
         cols = [c for c in by if c != "t"]
-        select = [_q(c) for c in cols]
-        group = list(select)
-        if "t" in by:
-            tb = f"(({_q('t')} / {int(step)}) * {int(step)})"
-            select.insert(by.index("t"), tb)
-            group.append(tb)
         # the cast: PostgreSQL's SUM of bigint is numeric, slow to turn into Decimals
         sums = [f"CAST(SUM({_q(v)}) AS BIGINT)" for v in value_cols]
         where_f, params_f = self._filters(with_user_source=full_filter, models=models)
         parts = []
-        for span, lo, hi in windows(self.start, self.end, step):
+        for span, lo, hi, starts in self._windows(step):
             if span == "raw":
                 continue
+            select = [_q(c) for c in cols]
+            group = list(select)
+            if "t" in by:
+                tb = _bucket_sql(step, starts)
+                select.insert(by.index("t"), tb)
+                if len(starts or ()) != 1:  # (never a bare number: GROUP BY 1 is a column)
+                    group.append(tb)
             where = [f"{_q('span')} = %s", *extra, *where_f]
             params = [span, *extra_params, *params_f]
             if lo is not None:

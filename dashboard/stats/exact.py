@@ -30,6 +30,7 @@ from dashboard.stats.sql import (
     day_starts,
     history_start,
     index_for,
+    next_day,
     percentiles,
     scope_where,
 )
@@ -206,12 +207,12 @@ class ExactSource:
         start = scope.start or history_start(scope)
         if start is None:
             return []
-        days = day_starts(start, end)
+        days = day_starts(start, end, tz=scope.tz)
         table = _from(IDX_CREATED if scope.user_id is None else None)
         events = f"COALESCE(SUM({_q('event_count')}), 0)"
         subqueries = []
         for d in days:
-            window = replace(scope, start=max(d, start), end=min(d + dt.timedelta(days=1), end))
+            window = replace(scope, start=max(d, start), end=min(next_day(d), end))
             w = scope_where(window)
             wf = scope_where(window).eq("status", "failed")
             subqueries += [
@@ -325,7 +326,7 @@ def _time_series(scope, pairs, models, now, qs):
     bounds = _series_bounds(scope, now)
     if bounds is None or not models:
         return None
-    step, windows = buckets(*bounds)
+    step, windows = buckets(*bounds, tz=scope.tz)
     value = _q("ttft_ms") if qs else "*"
     groups = {}
     for model in models:

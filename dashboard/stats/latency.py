@@ -9,6 +9,8 @@ import datetime as dt
 import math
 from dataclasses import dataclass, field
 
+from django.utils.translation import gettext_lazy as _
+
 from dashboard.stats import cube
 from dashboard.stats.pairs import _summary, fold, model_pairs
 from dashboard.stats.source import source_for
@@ -33,11 +35,11 @@ HISTOGRAM_BINS = 40
 # The phases of TTFT, from the milestones (µs since the attempt started). Means, not medians:
 # means add up, so the phases of a model sum to its mean time to first token (+ connect).
 PHASES = (
-    ("connect", "connect + send request"),
-    ("headers", "wait for response headers"),
-    ("created", "headers → response.created"),
-    ("routing", "routing decision (auto only)"),
-    ("first_token", "→ first output token"),
+    ("connect", _("connect + send request")),
+    ("headers", _("wait for response headers")),
+    ("created", _("headers → response.created")),
+    ("routing", _("routing decision (auto only)")),
+    ("first_token", _("→ first output token")),
 )
 
 
@@ -101,15 +103,15 @@ def histogram_rows(hist):
     ]
 
 
-def series_rows(series, qs=SERIES_PERCENTILES):
+def series_rows(series, qs=SERIES_PERCENTILES, zone=dt.UTC):
     """A time series as table rows: [{model, t, n, p50, p95}] (buckets with streams only),
-    ready to print (ms rounded, times as text): hundreds of rows, and Django's floatformat
-    and date filters are slow per cell (docs/performance.md, "Analytics")."""
+    ready to print (ms rounded, times as text, in `zone`): hundreds of rows, and Django's
+    floatformat and date filters are slow per cell (docs/performance.md, "Analytics")."""
     rows = []
     for s in series["series"]:
         for i, t in enumerate(series["t"]):
             if s["n"][i]:
-                when = dt.datetime.fromtimestamp(t, dt.UTC).strftime("%Y-%m-%d %H:%M")
+                when = dt.datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M")
                 row = {"model": s["model"], "t": when, "n": s["n"][i]}
                 for q in qs:
                     v = s[PCT_NAMES[q]][i]
@@ -165,15 +167,15 @@ class Comparison:
 
 
 COMPARED = (
-    [("count", "Streams", "count")]
+    [("count", _("Streams"), "count")]
     + [(PCT_NAMES[q], f"TTFT {PCT_NAMES[q]} (ms)", "ms") for q in PERCENTILES]
     + [
-        ("max", "TTFT max (ms)", "ms"),
-        ("itl_mean", "Inter-token latency, mean (ms)", "ms"),
-        ("tps", "Output tokens/s (1000 / mean gap)", "rate"),
-        ("error_pct", "Error rate (%)", "pct"),
-        ("stall_pct", "Stall rate (%)", "pct"),
-        ("truncation_pct", "Truncation rate (%)", "pct"),
+        ("max", _("TTFT max (ms)"), "ms"),
+        ("itl_mean", _("Inter-token latency, mean (ms)"), "ms"),
+        ("tps", _("Output tokens/s (1000 / mean gap)"), "rate"),
+        ("error_pct", _("Error rate (%)"), "pct"),
+        ("stall_pct", _("Stall rate (%)"), "pct"),
+        ("truncation_pct", _("Truncation rate (%)"), "pct"),
     ]
 )
 
@@ -259,6 +261,6 @@ def latency_report(scope, *, now=None, compare_with=None):
     models = [r["model"] for r in report.by_resolved if r["model"] and r["ttft_n"]]
     report.series = source.series(models)
     if report.series:
-        report.series_rows = series_rows(report.series)
+        report.series_rows = series_rows(report.series, zone=scope.zone)
     report.slowest = slowest(scope, band=source.top_band(SLOWEST))
     return report

@@ -21,6 +21,7 @@ from dashboard.stats.sql import (
     buckets,
     day_starts,
     history_start,
+    next_day,
     scope_where,
 )
 from streams.store.aggregates import HOUR, TTFT, bucket_value, percentile, top_band
@@ -107,19 +108,22 @@ class RollupSource:
         bounds = _series_bounds(scope, self.now)
         if bounds is None or not models:
             return None
-        step, windows = buckets(*bounds)
+        step, windows = buckets(*bounds, tz=scope.tz)
         if step % HOUR:
             value = _q("ttft_ms") if qs else _q("id")
             return cube.short_series(scope, models, bounds, step, windows, value, qs, pairs=pairs)
         c = cube.Cube(scope, bounds[0], bounds[1])
         ts = [int(lo.timestamp()) for lo, _ in windows]
+        # the buckets of another zone than UTC: local hours and days (a Grid), unless they are
+        # the epoch-aligned ones anyway
+        by_t = cube.grid(step, [*ts, int(windows[-1][1].timestamp())])
         if not qs:
-            usage = c.usage(("resolved_model", "t"), step)
+            usage = c.usage(("resolved_model", "t"), by_t)
             series = [
                 {"model": m, "n": [usage.get((m, t), {}).get("n", 0) for t in ts]} for m in models
             ]
             return {"step": step, "t": ts, "series": series}
-        hists = c.histograms(TTFT, ("resolved_model", "t"), step)
+        hists = c.histograms(TTFT, ("resolved_model", "t"), by_t)
         series = []
         for model in models:
             entry = {"model": model, "n": []}
@@ -167,14 +171,20 @@ class RollupSource:
             start = min(known) if known else None
         if start is None:
             return []
+        days = day_starts(start, scope.end or self.now, tz=scope.tz)
+        if not days:
+            return []
+        # local days: whole UTC days' rows only where they are the UTC days (else hour rows,
+        # and the raw rows of the half hours of a zone with a half-hour offset)
+        by_day = cube.grid(DAY, [*(d.timestamp() for d in days), next_day(days[-1]).timestamp()])
         per = {}
-        for (t, status), v in self.cube.usage(("t", "status"), step=DAY).items():
+        for (t, status), v in self.cube.usage(("t", "status"), step=by_day).items():
             e = per.setdefault(t, [0, 0, 0])
             e[0] += v["n"]
             e[1] += v["n"] if status == "failed" else 0
             e[2] += v["events"]
         out = []
-        for d in day_starts(start, scope.end or self.now):
+        for d in days:
             streams, failed, events = per.get(int(d.timestamp()), (0, 0, 0))
             out.append({"day": d.date(), "streams": streams, "failed": failed, "events": events})
         return out

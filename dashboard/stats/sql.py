@@ -35,6 +35,7 @@ import datetime as dt
 import functools
 import math
 import zlib
+import zoneinfo
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
@@ -137,10 +138,17 @@ class Scope:
     tag: str = ""
     session: str = ""
     username: str = ""
+    # the IANA zone whose days and hours the buckets and per-day figures are (the page's:
+    # dashboard/timezone.py); the range itself is in instants, whatever the zone
+    tz: str = "UTC"
 
     @classmethod
     def for_user(cls, user, **filters):
         return cls(user_id=None if user.is_staff else user.pk, **filters)
+
+    @property
+    def zone(self):
+        return zone_of(self.tz)
 
     @property
     def span_s(self):
@@ -429,29 +437,97 @@ def bucket_step(span_s):
     return BUCKET_STEPS[-1]
 
 
-def buckets(start, end):
-    """Epoch-aligned [lo, hi) windows covering start…end, at most ~MAX_BUCKETS of them."""
+UTC = "UTC"
+
+
+@functools.cache
+def zone_of(name):
+    """The tzinfo of an IANA name ("UTC": datetime's own)."""
+    return dt.UTC if name in (UTC, None, "") else zoneinfo.ZoneInfo(name)
+
+
+def buckets(start, end, tz=UTC):
+    """[lo, hi) windows covering start…end, at most ~MAX_BUCKETS of them, aligned on the
+    wall clock of zone `tz`: a step of hours starts at a multiple of it since local midnight,
+    a step of days at a local midnight (days counted from 1970-01-01). In UTC they are
+    epoch-aligned and all `step` long; in another zone a window over a DST change is an hour
+    shorter or longer (a local day of 23 or 25 hours), and a zone's half-hour offset moves
+    every edge of an hourly step half an hour off the UTC hours."""
     step = bucket_step((end - start).total_seconds())
-    first = math.floor(start.timestamp() / step) * step
-    edges = []
-    t = first
     stop = end.timestamp()
-    while t < stop:
+    if tz in (UTC, None, ""):
+        first = math.floor(start.timestamp() / step) * step
+        edges = []
+        t = first
+        while t < stop:
+            edges.append(t)
+            t += step
         edges.append(t)
-        t += step
-    edges.append(t)
+    else:
+        edges = _local_edges(start, stop, step, zone_of(tz))
     as_dt = [dt.datetime.fromtimestamp(e, dt.UTC) for e in edges]
     return step, list(zip(as_dt, as_dt[1:], strict=False))
 
 
-def day_starts(start, end, limit=400):
-    """The UTC midnights of the days from `start`'s up to before `end` (at most `limit`)."""
-    d = dt.datetime.combine(start.date(), dt.time(), dt.UTC)
+EPOCH_DATE = dt.date(1970, 1, 1)
+
+
+def _instants(naive, zone):
+    """The epoch seconds at which the wall clock of `zone` reads `naive`: one, or two where
+    the clock is set back (the repeated hour); a time the clock skips is the moment it
+    skips it."""
+    first = naive.replace(tzinfo=zone, fold=0)
+    second = naive.replace(tzinfo=zone, fold=1)
+    if first.utcoffset() > second.utcoffset():  # repeated: both
+        return [first.timestamp(), second.timestamp()]
+    return [first.timestamp()]
+
+
+def _local_edges(start, stop, step, zone):
+    """Bucket edges (epoch seconds) from the one at or before `start` to the first at or
+    after `stop`, on the wall clock of `zone`."""
+    local = start.astimezone(zone).replace(tzinfo=None)
+    if step >= DAY_S:
+        days = step // DAY_S
+        n = (local.date() - EPOCH_DATE).days
+        naive = dt.datetime.combine(EPOCH_DATE + dt.timedelta(days=(n // days) * days), dt.time())
+    else:
+        midnight = dt.datetime.combine(local.date(), dt.time())
+        into = (local - midnight).total_seconds()
+        naive = midnight + dt.timedelta(seconds=(into // step) * step)
+    advance = dt.timedelta(seconds=step)
+    found = set()
+    while not found or max(found) < stop:
+        found.update(_instants(naive, zone))
+        naive += advance
+    edges = sorted(found)
+    # from the last edge at or before the start (the floor's instants are all at or before it)
+    first = max(i for i, t in enumerate(edges) if t <= start.timestamp())
+    return edges[first:]
+
+
+DAY_S = 86400
+
+
+def day_starts(start, end, limit=400, tz=UTC):
+    """The midnights (aware, in zone `tz`) of the days from `start`'s up to before `end` (at
+    most `limit`): local days, 23 or 25 hours long over a DST change."""
+    zone = zone_of(tz)
+    day = start.astimezone(zone).date()
     days = []
-    while d < end and len(days) < limit:
+    while len(days) < limit:
+        # (a midnight the clock skips: the day starts when it skips it)
+        d = dt.datetime.combine(day, dt.time(), zone)
+        if d.astimezone(dt.UTC) >= end:
+            break
         days.append(d)
-        d += dt.timedelta(days=1)
+        day += dt.timedelta(days=1)
     return days
+
+
+def next_day(d):
+    """The midnight after `d` (one of `day_starts`)."""
+    return dt.datetime.combine(d.date() + dt.timedelta(days=1), dt.time(), d.tzinfo)
 
 
 def history_start(scope):

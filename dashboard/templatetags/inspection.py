@@ -1,10 +1,28 @@
-"""Number formatting for the stream pages (plain text out; Django escapes it)."""
+"""Number formatting for the stream pages (plain text out; Django escapes it), in the page's
+language: its decimal separator (English 0.42, Dutch 0,42), thousands grouped by a thin space
+in every language (1 234), and the pages' words (finding pills, figure help, status labels).
+"""
 
 from django import template
+from django.utils import formats
+from django.utils.translation import gettext, ngettext, pgettext_lazy
+from django.utils.translation import gettext_lazy as _
 
+from dashboard.forms import choices
 from dashboard.queries import TEXT_SHOWN
+from streams.models import Stream
 
 register = template.Library()
+
+THIN_SPACE = "\u202f"
+
+
+def number(value, decimals):
+    """`value` with `decimals` places, the active language's decimal separator and thin-space
+    thousands (the same in every language, as the scripts group them)."""
+    text = f"{value:,.{decimals}f}"  # rounded as Python rounds, grouped by ","
+    decimal = formats.get_format("DECIMAL_SEPARATOR")
+    return text.translate(str.maketrans({",": THIN_SPACE, ".": decimal}))
 
 
 @register.filter
@@ -14,10 +32,10 @@ def ms(value):
         return "—"
     value = float(value)
     if abs(value) < 10:
-        return f"{value:.2f}"
+        return number(value, 2)
     if abs(value) < 1000:
-        return f"{value:.1f}"
-    return f"{value:,.0f}".replace(",", "\u202f")
+        return number(value, 1)
+    return number(round(value), 0)
 
 
 @register.filter
@@ -27,10 +45,10 @@ def duration(value):
         return "—"
     value = float(value)
     if value < 1000:
-        return f"{value:.0f} ms"
+        return f"{number(round(value), 0)} ms"
     seconds = value / 1000
     if seconds < 60:
-        return f"{seconds:.2f} s"
+        return f"{number(seconds, 2)} s"
     minutes, seconds = divmod(int(round(seconds)), 60)
     return f"{minutes} min {seconds:02d} s"
 
@@ -40,7 +58,18 @@ def count(value):
     """An integer with thin-space thousands separators."""
     if value is None or value == "":
         return "—"
-    return f"{int(value):,}".replace(",", "\u202f")
+    return number(int(value), 0)
+
+
+@register.filter
+def status_label(value):
+    """A stream status as the page says it (lower case, translated: "completed", Dutch
+    "voltooid"); the value itself (a CSS class, data) is never translated. An unknown value is
+    shown as it is."""
+    try:
+        return str(Stream.Status(value).label).lower()
+    except ValueError:
+        return value
 
 
 @register.filter
@@ -56,15 +85,49 @@ def output_text_shown():
     return TEXT_SHOWN
 
 
+@register.filter
+def source_label(value):
+    """A stream's source as the pages name it, lower case ("live", "import", "proxy")."""
+    return str(choices.source_label(value)).lower()
+
+
+# An import job's and its files' statuses (streams.models.ImportJob / ImportFile), in the
+# pages' words; the value is shown as it is when it has none.
+IMPORT_STATUS_LABELS = {
+    "queued": _("Queued"),
+    "running": _("Running"),
+    "reading": _("Reading"),
+    "done": _("Done"),
+    "failed": _("Failed"),
+    "cancelled": _("Cancelled"),
+}
+
+
+@register.filter
+def import_status_label(value):
+    """An import job's or file's status as the import page says it ("Queued", "Done")."""
+    return str(IMPORT_STATUS_LABELS.get(value, value))
+
+
 # ---- findings by severity ---------------------------------------------------------------------
 
 # Severities worst first, each with its short word and how it reads in full (streams/core/checks.py
 # CODES gives every finding code one of them).
 SEVERITIES = (
-    ("error", "err", "error finding", "error findings", "the protocol was broken"),
-    ("warning", "warn", "warning", "warnings", "something to look at"),
-    ("info", "info", "info finding", "info findings", "noted, not a fault"),
+    ("error", pgettext_lazy("finding pill", "err"), _("the protocol was broken")),
+    ("warning", pgettext_lazy("finding pill", "warn"), _("something to look at")),
+    ("info", pgettext_lazy("finding pill", "info"), _("noted, not a fault")),
 )
+
+
+def _pill_title(name, n, meaning):
+    if name == "error":
+        what = ngettext("%(n)s error finding", "%(n)s error findings", n)
+    elif name == "warning":
+        what = ngettext("%(n)s warning", "%(n)s warnings", n)
+    else:
+        what = ngettext("%(n)s info finding", "%(n)s info findings", n)
+    return f"{what % {'n': n}}: {meaning}"
 
 
 @register.inclusion_tag("dashboard/finding_pills.html")
@@ -76,7 +139,7 @@ def finding_pills(source):
     (`error_findings`, `findings_count`): its other findings are warnings or info, not told
     apart, in grey; a row with `warning_findings` tells them apart too."""
     if isinstance(source, dict):
-        counts = {name: source.get(name) or 0 for name, *_ in SEVERITIES}
+        counts = {name: source.get(name) or 0 for name, *__ in SEVERITIES}
         other = 0
     else:
         total = getattr(source, "findings_count", 0) or 0
@@ -88,16 +151,19 @@ def finding_pills(source):
             counts = {"error": errors, "warning": warnings, "info": total - errors - warnings}
             other = 0
     pills = []
-    for name, short, one, many, meaning in SEVERITIES:
+    for name, short, meaning in SEVERITIES:
         n = counts.get(name) or 0
         if n > 0:
-            pills.append((name, f"{n} {short}", f"{n} {one if n == 1 else many}: {meaning}"))
+            pills.append((name, f"{n} {short}", _pill_title(name, n, meaning)))
     if other > 0:
-        title = (
-            f"{other} {'finding' if other == 1 else 'findings'}, no error: warnings or info "
-            "(this list counts errors apart; the timeline tells warnings from info)"
-        )
-        pills.append(("other", f"{other} warn/info", title))
+        title = ngettext(
+            "%(n)s finding, no error: warnings or info (this list counts errors apart; the "
+            "timeline tells warnings from info)",
+            "%(n)s findings, no error: warnings or info (this list counts errors apart; the "
+            "timeline tells warnings from info)",
+            other,
+        ) % {"n": other}
+        pills.append(("other", f"{other} {gettext('warn/info')}", title))
     return {"pills": pills}
 
 
@@ -107,20 +173,20 @@ def finding_pills(source):
 # `tokens_per_s` / `inter_token_ms` are taken over those deltas (streams/core/figures.py): the pages
 # call them deltas and say so, here, once (compare.js gets them from its page).
 FIGURE_HELP = {
-    "deltas": (
+    "deltas": _(
         "Output deltas: the output-bearing delta events the stream sent (text, refusal, "
         "tool-call arguments, reasoning). It counts delta events, not tokens: one delta may "
         "carry several tokens, or part of one."
     ),
-    "rate": (
+    "rate": _(
         "Output deltas per second, from the first output delta to the last: (deltas - 1) / "
         "that time. It counts delta events, not tokens."
     ),
-    "gap": "The mean time between two output deltas (delta events, not tokens).",
+    "gap": _("The mean time between two output deltas (delta events, not tokens)."),
 }
 
 
 @register.simple_tag
 def figure_help(name):
     """The tooltip of a figure counted over output deltas (`deltas`, `rate`, `gap`)."""
-    return FIGURE_HELP[name]
+    return str(FIGURE_HELP[name])

@@ -39,6 +39,7 @@ from django.template.loader import render_to_string
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.timesince import timesince
+from django.utils.translation import gettext, ngettext
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms.playground import (
@@ -112,25 +113,34 @@ def answer_notice(stream):
     status = stream.status
     error = ": ".join(x for x in (stream.error_code, stream.error_message) if x)
     if status == Stream.Status.CANCELLED:
-        return "warn", "Stopped. What arrived before the stop is kept."
+        return "warn", gettext("Stopped. What arrived before the stop is kept.")
     limit = conf.get().stall_max_attempts
     if status == Stream.Status.STALLED:
         if stream.attempt < limit:
             # the recorder's message names the threshold it applied ("no event for 60 s")
-            why = stream.error_message or "no event for a while"
-            return "warn", f"Stalled: {why} — retrying, attempt {stream.attempt + 1} of {limit}."
-        return "err", f"No event for a while, {stream.attempt} times: gave up."
+            why = stream.error_message or gettext("no event for a while")
+            text = gettext("Stalled: %(why)s — retrying, attempt %(next)s of %(limit)s.")
+            return "warn", text % {"why": why, "next": stream.attempt + 1, "limit": limit}
+        text = ngettext(
+            "No event for a while, %(n)s time: gave up.",
+            "No event for a while, %(n)s times: gave up.",
+            stream.attempt,
+        )
+        return "err", text % {"n": stream.attempt}
     if stream.is_active and stream.attempt > 1:
         # the answer being followed is a retry: say so, not swap attempts silently
-        return "warn", f"Retrying after a stall: attempt {stream.attempt} of {limit}."
+        text = gettext("Retrying after a stall: attempt %(n)s of %(limit)s.")
+        return "warn", text % {"n": stream.attempt, "limit": limit}
     if status == Stream.Status.FAILED:
         return "err", _failure(stream, error)
     if status == Stream.Status.TRUNCATED:
-        return "err", "The connection closed before the answer ended."
+        return "err", gettext("The connection closed before the answer ended.")
     if status == Stream.Status.INTERRUPTED:
-        return "err", "The server stopped while this answer was being recorded."
+        return "err", gettext("The server stopped while this answer was being recorded.")
     if status == Stream.Status.INCOMPLETE:
-        return "warn", f"The answer is incomplete{' — ' + error if error else ''}."
+        if error:
+            return "warn", gettext("The answer is incomplete — %(error)s.") % {"error": error}
+        return "warn", gettext("The answer is incomplete.")
     return "", ""
 
 
@@ -138,16 +148,31 @@ def _failure(stream, error):
     """What a failed answer's notice says: an HTTP refusal and an answer that was not an event
     stream are the upstream's answers, not its "errors", and read as such."""
     http = stream.http_status
+    details = error or gettext("no details")
     if stream.error_code == "wrong_content_type":
-        kind = stream.content_type or "no Content-Type"
-        where = f"HTTP {http} " if http else ""
-        return f"The upstream answered {where}with {kind}, not an event stream: nothing to show."
+        kind = stream.content_type or gettext("no Content-Type")
+        if http:
+            text = gettext(
+                "The upstream answered HTTP %(http)s with %(kind)s, not an event stream: "
+                "nothing to show."
+            )
+        else:
+            text = gettext(
+                "The upstream answered with %(kind)s, not an event stream: nothing to show."
+            )
+        return text % {"http": http, "kind": kind}
     if http and http >= 400:
         # The upstream's Retry-After is not recorded (streams.models.Stream has no field for
         # it): a 429 says so rather than pretend there is none.
-        limited = " (rate limited: wait before retrying)" if http == 429 else ""
-        return f"The upstream answered HTTP {http}{limited} — {error or 'no details'}."
-    return f"The upstream reported an error — {error or 'no details'}."
+        if http == 429:
+            text = gettext(
+                "The upstream answered HTTP %(http)s (rate limited: wait before retrying) — "
+                "%(details)s."
+            )
+        else:
+            text = gettext("The upstream answered HTTP %(http)s — %(details)s.")
+        return text % {"http": http, "details": details}
+    return gettext("The upstream reported an error — %(details)s.") % {"details": details}
 
 
 def _findings(stream):
@@ -212,7 +237,8 @@ def _page_context(user, conversation, form=None, error=""):
     now = timezone.now()
     for c in conversations:
         recent = now - c.updated_at < dt.timedelta(minutes=1)
-        c.ago = "just now" if recent else f"{timesince(c.updated_at, now, depth=1)} ago"
+        ago = gettext("%(time)s ago") % {"time": timesince(c.updated_at, now, depth=1)}
+        c.ago = gettext("just now") if recent else ago
     return {
         "nav": "playground",
         "conversation": conversation,
@@ -225,7 +251,7 @@ def _page_context(user, conversation, form=None, error=""):
         "speeds": SPEEDS,
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
-        "upstream": settings.UPSTREAM_BASE_URL or "the built-in simulator",
+        "upstream": settings.UPSTREAM_BASE_URL or gettext("the built-in simulator"),
     }
 
 
@@ -314,7 +340,9 @@ def _send(request, conversation_id):
         form.add_error("input", exc.message())
         return None, _error(request, conversation, 400, form.first_error(), form)
     except Busy:
-        message = "The last answer is still streaming: stop it (Esc) or wait for it to end."
+        message = gettext(
+            "The last answer is still streaming: stop it (Esc) or wait for it to end."
+        )
         return None, _error(request, conversation, 409, message, form)
     except services.TooMany as exc:
         return None, _error(request, conversation, exc.http_status, exc.message(), form)
@@ -328,7 +356,8 @@ def _retry(request, conversation_id, turn_id):
     except CannotRetry as exc:
         return None, _error(request, conversation, 409, str(exc))
     except Busy:
-        return None, _error(request, conversation, 409, "This answer is still streaming.")
+        message = gettext("This answer is still streaming.")
+        return None, _error(request, conversation, 409, message)
     except services.TooMany as exc:
         return None, _error(request, conversation, exc.http_status, exc.message())
 
@@ -391,11 +420,11 @@ def _compare_create(request):
     if running + len(bodies) > limit:
         # Said before anything starts: a compare that got 3 of its 4 answers compares nothing.
         free = max(0, limit - running)
-        message = (
-            f"A compare of {len(bodies)} models needs {len(bodies)} free stream slots; "
-            f"you have {free} (at most {limit} streams at a time, {running} running). "
-            "Wait for some to finish, stop them, or choose fewer models."
-        )
+        message = gettext(
+            "A compare of %(n)s models needs %(n)s free stream slots; you have %(free)s (at "
+            "most %(limit)s streams at a time, %(running)s running). Wait for some to finish, "
+            "stop them, or choose fewer models."
+        ) % {"n": len(bodies), "free": free, "limit": limit, "running": running}
         return None, JsonResponse({"message": message, "errors": {}}, status=429)
     try:
         with transaction.atomic():

@@ -14,13 +14,27 @@
  * with their container. Open <details> table views stay open across swaps.
  * A page that polls must render its chart data inside the swapped region.
  */
-import { alpha, colorFor } from "./palette.js";
+import { count, dec, ms, num, pct, t } from "./i18n.js";
+import { alpha, colorFor, cssColor, onThemeChange } from "./palette.js";
 import { utcAxis } from "./time.js";
 
 (function () {
   const HEIGHT = 260;
-  const ACCENT = "#0072B2"; // one-series charts: the palette's first colour
-  const FAILED = "#D55E00";
+  // xgettext:no-javascript-format
+  const AUTO_SHARE = t("% of auto requests");
+  // the theme's colours (app.css), read again before every drawing (draw)
+  let ACCENT = "#0072B2"; // one-series charts: the palette's first colour
+  let FAILED = "#D55E00"; // the palette's vermillion
+  let CARD = "#fff"; // hollow points: the card behind the chart
+  let AXIS = { stroke: "#3a4356", grid: { stroke: "rgba(29, 35, 48, .08)", width: 1 } };
+
+  function readColours() {
+    ACCENT = cssColor("model-0", "#0072B2");
+    FAILED = cssColor("model-3", "#D55E00");
+    CARD = cssColor("card", "#fff");
+    const grid = cssColor("chart-grid", "rgba(29, 35, 48, .08)");
+    AXIS = { stroke: cssColor("chart-axis", "#3a4356"), grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } };
+  }
 
   /** Whether a series has a value with no value on either side: a line cannot show it. */
   function isolated(values) {
@@ -29,8 +43,8 @@ import { utcAxis } from "./time.js";
 
   /** A time chart's x: UTC, 24-hour ticks and legend. */
   function timeX() {
-    const t = utcAxis(uPlot);
-    return { tzDate: t.tzDate, axis: t.axis, series: t.series };
+    const axis = utcAxis(uPlot);
+    return { tzDate: axis.tzDate, axis: axis.axis, series: axis.series };
   }
 
   // Data of swapped-in content. htmx is configured with allowScriptTags: false, so it drops
@@ -44,11 +58,10 @@ import { utcAxis } from "./time.js";
     return id in swappedData ? JSON.parse(swappedData[id]) : null;
   }
 
-  function fmtMs(v) {
-    return v == null ? "" : (v >= 1000 ? (v / 1000).toFixed(2) + " s" : Math.round(v) + " ms");
-  }
+  const fmtMs = (v) => (v == null ? "" : ms(v));
 
   function base(el, extra) {
+    if (extra.axes) extra.axes = extra.axes.map((a) => ({ ...AXIS, ...a })); // axis text and grid in the theme's colours
     return Object.assign({
       width: Math.max(el.clientWidth, 240),
       height: HEIGHT,
@@ -62,7 +75,7 @@ import { utcAxis } from "./time.js";
     histogram(el, d) {
       const xs = d.edges;
       const data = [xs];
-      const series = [{ label: "TTFT", value: (u, v) => v == null ? "" : `${v}–${v + d.width} ms` }];
+      const series = [{ label: t("TTFT"), value: (u, v) => v == null ? "" : `${num(v)}–${num(v + d.width)} ms` }];
       for (const s of d.series) {
         data.push(s.counts);
         const c = colorFor(s.model);
@@ -70,14 +83,14 @@ import { utcAxis } from "./time.js";
           label: s.model, stroke: c, fill: alpha(c, 0.12), width: 1.5,
           paths: uPlot.paths.stepped({ align: 1 }),
           points: { show: false }, // an outline, not a dot per bin (empty bins included)
-          value: (u, v) => v == null ? "" : String(v),
+          value: (u, v) => v == null ? "" : count(v),
         });
       }
       return new uPlot(base(el, {
         scales: { x: { time: false } },
         axes: [
-          { label: "TTFT (ms)", values: (u, vals) => vals.map((v) => v + "") },
-          { label: "streams" },
+          { label: t("TTFT (ms)"), values: (u, vals) => vals.map((v) => dec(v, 6)) },
+          { label: t("streams"), values: (u, vals) => vals.map((v) => dec(v, 6)) },
         ],
         series,
       }), data, el);
@@ -96,12 +109,12 @@ import { utcAxis } from "./time.js";
         if (s.p95) {
           data.push(s.p95);
           series.push({ label: `${s.model} p95`, stroke: c, width: 1, dash: [5, 4], spanGaps: false, value: (u, v) => fmtMs(v),
-            points: { show: isolated(s.p95), size: 5, fill: "#fff" } });
+            points: { show: isolated(s.p95), size: 5, fill: CARD } });
         }
       }
       return new uPlot(base(el, {
         tzDate: x.tzDate,
-        axes: [x.axis, { label: "TTFT (ms)", size: 60 }],
+        axes: [x.axis, { label: t("TTFT (ms)"), size: 60, values: (u, vals) => vals.map((v) => dec(v, 6)) }],
         series,
       }), data, el);
     },
@@ -109,7 +122,7 @@ import { utcAxis } from "./time.js";
     // routing: share of each resolved model among auto requests (bars)
     share(el, d) {
       const xs = d.map((_, i) => i);
-      const names = d.map((r) => r.model || "(none)");
+      const names = d.map((r) => r.model || t("(none)"));
       const data = [xs, d.map((r) => r.share_pct)];
       return new uPlot(base(el, {
         scales: { x: { time: false, range: [-0.5, xs.length - 0.5] }, y: { range: [0, 100] } },
@@ -118,20 +131,20 @@ import { utcAxis } from "./time.js";
             values: (u, vals) => vals.map((v) => Number.isInteger(v) && names[v] != null ? names[v] : ""),
             splits: () => xs, rotate: -25, size: 70, gap: 4,
           },
-          { label: "% of auto requests" },
+          { label: AUTO_SHARE, values: (u, vals) => vals.map((v) => dec(v, 6)) },
         ],
         series: [
-          { label: "model", value: (u, v) => v == null ? "" : names[v] },
+          { label: t("model"), value: (u, v) => v == null ? "" : names[v] },
           {
             // each bar in its model's colour, as on every other chart
-            label: "share", stroke: ACCENT, fill: alpha(ACCENT, 0.6),
+            label: t("share"), stroke: ACCENT, fill: alpha(ACCENT, 0.6),
             paths: uPlot.paths.bars({
               size: [0.6, 80],
               disp: { fill: { unit: 3, values: () => names.map((n) => alpha(colorFor(n), 0.75)) },
                 stroke: { unit: 3, values: () => names.map((n) => colorFor(n)) } },
             }),
             points: { show: false },
-            value: (u, v) => v == null ? "" : v.toFixed(1) + " %",
+            value: (u, v) => v == null ? "" : pct(v),
           },
         ],
       }), data, el);
@@ -149,12 +162,12 @@ import { utcAxis } from "./time.js";
         data.push(values);
         series.push({ label: s.model, stroke: c, width: 2, spanGaps: false,
           points: { show: isolated(values), size: 7, fill: c },
-          value: (u, v) => v == null ? "" : v.toFixed(1) + " %" });
+          value: (u, v) => v == null ? "" : pct(v) });
       }
       return new uPlot(base(el, {
         tzDate: x.tzDate,
         scales: { y: { range: [0, 100] } },
-        axes: [x.axis, { label: "% of auto requests" }],
+        axes: [x.axis, { label: AUTO_SHARE, values: (u, vals) => vals.map((v) => dec(v, 6)) }],
         series,
       }), data, el);
     },
@@ -165,19 +178,20 @@ import { utcAxis } from "./time.js";
       const data = [d.t, d.streams, d.failed];
       return new uPlot(base(el, {
         tzDate: x.tzDate,
-        axes: [x.axis, { label: "streams" }],
+        axes: [x.axis, { label: t("streams"), values: (u, vals) => vals.map((v) => dec(v, 6)) }],
         series: [
           x.series,
-          { label: "streams", stroke: ACCENT, fill: alpha(ACCENT, 0.5), paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false },
-            value: (u, v) => v == null ? "" : String(v) },
-          { label: "failed", stroke: FAILED, width: 2, points: { show: isolated(d.failed), size: 7, fill: FAILED },
-            value: (u, v) => v == null ? "" : String(v) },
+          { label: t("streams"), stroke: ACCENT, fill: alpha(ACCENT, 0.5), paths: uPlot.paths.bars({ size: [0.7, 60] }), points: { show: false },
+            value: (u, v) => v == null ? "" : count(v) },
+          { label: t("failed"), stroke: FAILED, width: 2, points: { show: isolated(d.failed), size: 7, fill: FAILED },
+            value: (u, v) => v == null ? "" : count(v) },
         ],
       }), data, el);
     },
   };
 
   function draw(root) {
+    readColours();
     root.querySelectorAll("[data-chart]").forEach((el) => {
       if (el._uplot || typeof uPlot === "undefined") return;
       const build = builders[el.dataset.chart];
@@ -192,6 +206,15 @@ import { utcAxis } from "./time.js";
       if (el._uplot) el._uplot.setSize({ width: Math.max(el.clientWidth, 240), height: HEIGHT });
     });
   }
+
+  // another theme: every chart again, in its colours
+  onThemeChange(() => {
+    document.querySelectorAll("[data-chart]").forEach((el) => {
+      el._uplot?.destroy();
+      el._uplot = null;
+    });
+    draw(document);
+  });
 
   let openDetails = [];
   document.addEventListener("htmx:beforeSwap", (e) => {

@@ -13,15 +13,16 @@
  * Model output reaches the page only through output.js (text, or sanitised Markdown).
  */
 import { el } from "./dom.js";
+import { count, fmt, ms, num, t, tn } from "./i18n.js";
 import { LiveOutput } from "./output.js";
-import { colorFor } from "./palette.js";
+import { colorVar } from "./palette.js";
 import { connectStream } from "./streamclient.js";
-import { isFinished, STATUSES } from "./vocabulary.js";
+import { isFinished, STATUSES, statusWord } from "./vocabulary.js";
 
-const fmt = {
-  ms: (v) => (typeof v === "number" ? (v >= 1000 ? `${(v / 1000).toFixed(2)} s` : `${Math.round(v)} ms`) : ""),
-  rate: (v) => (typeof v === "number" ? `${v.toFixed(1)} deltas/s` : ""),
-  count: (v) => (typeof v === "number" ? String(v) : ""),
+const figure = {
+  ms,
+  rate: (v) => (typeof v === "number" ? fmt(t("%(rate)s deltas/s"), { rate: num(v, 1, false) }) : ""),
+  count,
 };
 
 /** A stream's findings by severity, from the frames' counts: errors in red, the others
@@ -29,7 +30,7 @@ const fmt = {
 function findingPills(total, errors, warnings) {
   total = typeof total === "number" ? total : 0;
   errors = typeof errors === "number" ? errors : 0;
-  if (!total) return [el("span", "muted", "0")];
+  if (!total) return [el("span", "muted", num(0))];
   const pills = [];
   const pill = (severity, text, title) => {
     const node = el("span", `sev-pill sev-pill-${severity}`, text);
@@ -37,16 +38,30 @@ function findingPills(total, errors, warnings) {
     if (pills.length) pills.push(" ");
     pills.push(node);
   };
-  if (errors) pill("error", `${errors} err`, `${errors} error finding${errors === 1 ? "" : "s"}: the protocol was broken`);
+  const say = (text, n) => fmt(text, { n: count(n) });
+  if (errors) {
+    pill("error", say(t("%(n)s err"), errors),
+      say(tn("%(n)s error finding: the protocol was broken", "%(n)s error findings: the protocol was broken", errors), errors));
+  }
   if (typeof warnings === "number") {
-    if (warnings) pill("warning", `${warnings} warn`, `${warnings} warning${warnings === 1 ? "" : "s"}: something to look at`);
+    if (warnings) {
+      pill("warning", say(t("%(n)s warn"), warnings),
+        say(tn("%(n)s warning: something to look at", "%(n)s warnings: something to look at", warnings), warnings));
+    }
     const info = total - errors - warnings;
-    if (info > 0) pill("info", `${info} info`, `${info} info finding${info === 1 ? "" : "s"}: noted, not a fault`);
+    if (info > 0) {
+      pill("info", say(t("%(n)s info"), info),
+        say(tn("%(n)s info finding: noted, not a fault", "%(n)s info findings: noted, not a fault", info), info));
+    }
     return pills;
   }
   const other = total - errors;
   if (other > 0) {
-    pill("other", `${other} warn/info`, `${other} finding${other === 1 ? "" : "s"}, no error: warnings or info (the timeline tells them apart)`);
+    pill("other", say(t("%(n)s warn/info"), other), say(tn(
+      "%(n)s finding, no error: warnings or info (the timeline tells them apart)",
+      "%(n)s findings, no error: warnings or info (the timeline tells them apart)",
+      other,
+    ), other));
   }
   return pills;
 }
@@ -60,21 +75,21 @@ class Column {
     this.events = 0;
     this.node = el("article", "card cmp-col");
     this.node.dataset.stream = String(info.id);
-    this.node.style.borderTopColor = colorFor(info.model); // the model's colour on every page
+    this.node.style.borderTopColor = colorVar(info.model); // the model's colour on every page (and theme)
     const head = el("div", "cmp-head");
     const title = el("strong", "mono", info.model);
-    this.badge = el("span", `badge ${this.status}`, this.status);
-    const link = el("a", "pg-timeline", "Timeline →");
+    this.badge = el("span", `badge ${this.status}`, statusWord(this.status));
+    const link = el("a", "pg-timeline", t("Timeline →"));
     link.href = info.timeline;
     head.append(title, " ", this.badge, link);
     this.figures = el("dl", "cmp-figures");
     this.cells = {};
     for (const [key, label] of [
-      ["ttft_ms", "TTFT"],
-      ["tokens_per_s", "Deltas/s"],
-      ["duration_ms", "Total"],
-      ["event_count", "Events"],
-      ["findings_count", "Findings"],
+      ["ttft_ms", t("TTFT")],
+      ["tokens_per_s", t("Deltas/s")],
+      ["duration_ms", t("Total")],
+      ["event_count", t("Events")],
+      ["findings_count", t("Findings")],
     ]) {
       const dd = el("dd", "", "");
       dd.dataset.f = key;
@@ -123,15 +138,15 @@ class Column {
   show() {
     const f = { ...this.fields };
     if (typeof f.event_count !== "number") f.event_count = this.events;
-    this.cells.ttft_ms.textContent = fmt.ms(f.ttft_ms);
-    this.cells.tokens_per_s.textContent = fmt.rate(f.tokens_per_s);
-    this.cells.duration_ms.textContent = fmt.ms(f.duration_ms);
-    this.cells.event_count.textContent = fmt.count(f.event_count);
+    this.cells.ttft_ms.textContent = figure.ms(f.ttft_ms);
+    this.cells.tokens_per_s.textContent = figure.rate(f.tokens_per_s);
+    this.cells.duration_ms.textContent = figure.ms(f.duration_ms);
+    this.cells.event_count.textContent = figure.count(f.event_count);
     this.cells.findings_count.replaceChildren(...findingPills(f.findings_count, f.error_findings, f.warning_findings));
-    this.badge.textContent = this.status;
+    this.badge.textContent = statusWord(this.status);
     this.badge.className = `badge ${this.status}`;
     if (f.resolved_model && f.resolved_model !== this.info.model) {
-      this.routed.textContent = `routed to ${f.resolved_model}`;
+      this.routed.textContent = fmt(t("routed to %(model)s"), { model: f.resolved_model });
     }
     if (f.error_message) this.routed.textContent = [f.error_code, f.error_message].filter(Boolean).join(": ");
     this.onChange();
@@ -158,15 +173,30 @@ function summary(columns) {
     ? done.reduce((a, b) => ((b.fields.duration_ms ?? Infinity) < (a.fields.duration_ms ?? Infinity) ? b : a))
     : null;
   const parts = [];
-  if (first) parts.push(`Fastest to the first token: ${first.info.model} (${fmt.ms(first.fields.ttft_ms)}).`);
+  if (first) {
+    parts.push(fmt(t("Fastest to the first token: %(model)s (%(time)s)."), {
+      model: first.info.model,
+      time: figure.ms(first.fields.ttft_ms),
+    }));
+  }
   const allEnded = columns.every((c) => isFinished(c.status));
   if (allEnded && fastest) {
-    parts.push(`Fastest to the end: ${fastest.info.model} (${fmt.ms(fastest.fields.duration_ms)}).`);
+    parts.push(fmt(t("Fastest to the end: %(model)s (%(time)s)."), {
+      model: fastest.info.model,
+      time: figure.ms(fastest.fields.duration_ms),
+    }));
   } else if (!allEnded) {
-    parts.push(`${columns.filter((c) => isFinished(c.status)).length} of ${columns.length} answers ended.`);
+    const ended = columns.filter((c) => isFinished(c.status)).length;
+    parts.push(fmt(tn("%(ended)s of %(n)s answer ended.", "%(ended)s of %(n)s answers ended.", columns.length), {
+      ended,
+      n: columns.length,
+    }));
   }
   const failed = columns.filter((c) => isFinished(c.status) && c.status !== "completed");
-  if (failed.length) parts.push(`Not completed: ${failed.map((c) => `${c.info.model} (${c.status})`).join(", ")}.`);
+  if (failed.length) {
+    const names = failed.map((c) => `${c.info.model} (${statusWord(c.status)})`).join(", ");
+    parts.push(fmt(t("Not completed: %(models)s."), { models: names }));
+  }
   for (const c of columns) {
     c.node.classList.toggle("cmp-first", c === first);
     c.node.classList.toggle("cmp-fastest", allEnded && c === fastest);
@@ -182,7 +212,7 @@ function init(root) {
   const send = document.getElementById("cmp-send");
   const csrf = form.querySelector("input[name=csrfmiddlewaretoken]").value;
   for (const swatch of root.querySelectorAll(".swatch[data-model]")) {
-    swatch.style.background = colorFor(swatch.dataset.model);
+    swatch.style.background = colorVar(swatch.dataset.model);
   }
   let columns = [];
 
@@ -198,7 +228,8 @@ function init(root) {
       });
       const data = await r.json().catch(() => null);
       if (!r.ok || !data || !data.streams) {
-        errors.append(el("p", "", (data && data.message) || `The server answered ${r.status}. Please try again.`));
+        const message = fmt(t("The server answered %(status)s. Please try again."), { status: r.status });
+        errors.append(el("p", "", (data && data.message) || message));
         return;
       }
       for (const c of columns) c.conn?.close();
@@ -208,7 +239,7 @@ function init(root) {
       columns = data.streams.map((info) => new Column(grid, info, changed));
       for (const c of columns) c.start();
     } catch {
-      errors.append(el("p", "", "Could not reach the server. Check the connection and try again."));
+      errors.append(el("p", "", t("Could not reach the server. Check the connection and try again.")));
     } finally {
       send.disabled = false;
     }

@@ -35,6 +35,7 @@
  */
 import "../vendor/markdown-it-14.1.0/markdown-it.min.js";
 import "../vendor/dompurify-3.5.0/purify.min.js";
+import { t } from "./i18n.js";
 
 const SAFE_URL = /^(?:https?:|mailto:)/i;
 const TAGS = [
@@ -53,10 +54,10 @@ export const DEPTH_MAX = 40;
 
 /** What a note above a raw piece says, by reason. */
 export const NOTES = {
-  deep: "Shown as raw text: too deeply nested to format",
-  long: "Shown as raw text: too long to format without a break (a line or link of over 20 000 characters)",
-  huge: "Shown as raw text: too long to format (over 200 000 characters)",
-  slow: "Shown as raw text: took too long to format",
+  deep: t("Shown as raw text: too deeply nested to format"),
+  long: t("Shown as raw text: too long to format without a break (a line or link of over 20 000 characters)"),
+  huge: t("Shown as raw text: too long to format (over 200 000 characters)"),
+  slow: t("Shown as raw text: took too long to format"),
 };
 
 let md = null;

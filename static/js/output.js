@@ -36,6 +36,7 @@
  * MARKDOWN_SLOW_MS, the rest of its text.
  */
 import { el, pretty } from "./dom.js";
+import { count, fmt, t, tn } from "./i18n.js";
 import {
   lineCut,
   markdownAvailable,
@@ -77,7 +78,6 @@ const MARKDOWN_TAIL_MAX = 1500;
 // A piece that took longer than this to render (markdown-it has had input that costs far more
 // than its length) makes the rest of its text show raw (markdown.js NOTES.slow).
 const MARKDOWN_SLOW_MS = 250;
-const COUNT = new Intl.NumberFormat("en-US");
 
 let shownLimit = null;
 
@@ -148,34 +148,34 @@ export class LiveOutput {
       if (this.seen.has(seq)) return;
       this.seen.add(seq);
     }
-    const t = obj.type;
+    const type = obj.type;
     const oi = index(obj.output_index);
-    if (TEXT_DELTAS.has(t)) {
-      const part = this.part(oi, index(obj.content_index), TEXT_DELTAS.get(t));
+    if (TEXT_DELTAS.has(type)) {
+      const part = this.part(oi, index(obj.content_index), TEXT_DELTAS.get(type));
       this.append(part, typeof obj.delta === "string" ? obj.delta : "");
-    } else if (TEXT_DONE.has(t)) {
-      const text = obj[TEXT_DONE.get(t)];
+    } else if (TEXT_DONE.has(type)) {
+      const text = obj[TEXT_DONE.get(type)];
       if (typeof text === "string") this.textDone(oi, index(obj.content_index), text);
-    } else if (ARG_DELTAS.has(t)) {
-      const rec = this.item(oi, ARG_DELTAS.get(t));
+    } else if (ARG_DELTAS.has(type)) {
+      const rec = this.item(oi, ARG_DELTAS.get(type));
       if (rec.args) this.append(rec.args, String(obj.delta ?? ""));
-    } else if (t === "response.function_call_arguments.done" && typeof obj.arguments === "string") {
+    } else if (type === "response.function_call_arguments.done" && typeof obj.arguments === "string") {
       const rec = this.item(oi, "function_call");
       if (rec.args) this.replace(rec.args, pretty(obj.arguments));
-    } else if (t === "response.reasoning_summary_text.delta") {
+    } else if (type === "response.reasoning_summary_text.delta") {
       this.append(this.reasoning(oi, `summary:${index(obj.summary_index)}`), String(obj.delta ?? ""));
-    } else if (t === "response.reasoning_text.delta") {
+    } else if (type === "response.reasoning_text.delta") {
       this.append(this.reasoning(oi, `text:${index(obj.content_index)}`), String(obj.delta ?? ""));
-    } else if (t === "response.output_item.added" || t === "response.output_item.done") {
+    } else if (type === "response.output_item.added" || type === "response.output_item.done") {
       const item = object(obj.item);
       const rec = this.item(oi, item.type || "message");
-      this.describe(rec, item, t === "response.output_item.done");
-    } else if (t === "response.content_part.added") {
+      this.describe(rec, item, type === "response.output_item.done");
+    } else if (type === "response.content_part.added") {
       const part = object(obj.part);
       this.part(oi, index(obj.content_index), part.type === "refusal" ? "refusal" : "output_text");
-    } else if (t === "response.rewrite.in_progress") {
-      this.onRewrite("rewriting…");
-    } else if (TERMINAL_EVENTS.has(t) && this.playground) {
+    } else if (type === "response.rewrite.in_progress") {
+      this.onRewrite(t("rewriting…"));
+    } else if (TERMINAL_EVENTS.has(type) && this.playground) {
       // A terminal event may carry the whole text (`final_text`, or `response.output_text`)
       // of a stream that streamed none.
       const response = object(obj.response);
@@ -259,7 +259,7 @@ export class LiveOutput {
     if (text === part.text) return;
     if (part.text) {
       if (this.playground) part.el.append(draft(part.text));
-      this.onRewrite("rewritten");
+      this.onRewrite(t("rewritten"));
     }
     this.replace(part, text);
   }
@@ -267,14 +267,14 @@ export class LiveOutput {
   describe(rec, item, done) {
     if (rec.kind === "tool") {
       if (item.name) rec.name.textContent = item.name;
-      else if (done && !rec.name.textContent) rec.name.textContent = "(no name)";
+      else if (done && !rec.name.textContent) rec.name.textContent = t("(no name)");
       if (item.call_id) rec.callId.textContent = item.call_id;
       if (item.status || done) setToolStatus(rec, item.status || "done");
       if (done && typeof item.arguments === "string" && item.arguments) {
         this.replace(rec.args, pretty(item.arguments));
       }
       if (item.output !== null && item.output !== undefined) rec.output.textContent = pretty(item.output);
-      else if (done) rec.output.textContent = "(none)";
+      else if (done) rec.output.textContent = t("(none)");
     } else if (rec.kind === "message" && done && Array.isArray(item.content)) {
       // Parts that came only whole, in the item (no deltas, no content_part events).
       item.content.forEach((c, ci) => {
@@ -346,7 +346,7 @@ function textBox(className, tag = "div") {
 
 function showAllLabel(length) {
   // as the server's `count` filter writes it: thin-space thousands
-  return `Show all ${COUNT.format(length).replace(/,/g, "\u202f")} characters`;
+  return fmt(tn("Show all %(n)s character", "Show all %(n)s characters", length), { n: count(length) });
 }
 
 /** Put what `target.text` gained since the last call in the page: into the laid-out head up
@@ -398,9 +398,9 @@ function markdownBody(part) {
   const stable = el("div", "md-stable");
   const tail = el("div", "md-tail");
   body.append(stable, tail);
-  const toggle = el("button", "md-toggle small link", "Raw");
+  const toggle = el("button", "md-toggle small link", t("Raw"));
   toggle.type = "button";
-  toggle.title = "Show the text exactly as the model sent it";
+  toggle.title = t("Show the text exactly as the model sent it");
   toggle.setAttribute("aria-pressed", "false");
   part.classList.add("md");
   part.prepend(toggle, body);
@@ -618,7 +618,7 @@ function setRaw(part, raw) {
   const state = markdownState.get(part);
   part.classList.toggle("raw", raw);
   if (!state) return;
-  state.toggle.textContent = raw ? "Formatted" : "Raw";
+  state.toggle.textContent = raw ? t("Formatted") : t("Raw");
   state.toggle.setAttribute("aria-pressed", String(raw));
 }
 
@@ -670,16 +670,16 @@ function head(...children) {
 function itemElement(rec) {
   if (rec.kind === "tool") {
     const name = el("strong", "mono tool-name", "");
-    const status = el("span", "badge tool-status", "in progress");
+    const status = el("span", "badge tool-status", t("in progress"));
     const callId = el("span", "muted small mono", "");
     const args = textBox("args", "pre");
     const pre = args.box;
-    const output = el("pre", "tool-output", "(pending)");
+    const output = el("pre", "tool-output", t("(pending)"));
     const body = el("div", "tool-body");
     const argsBox = el("div");
-    argsBox.append(el("div", "part-label", "Arguments"), pre);
+    argsBox.append(el("div", "part-label", t("Arguments")), pre);
     const outBox = el("div");
-    outBox.append(el("div", "part-label", "Output"), output);
+    outBox.append(el("div", "part-label", t("Output")), output);
     body.append(argsBox, outBox);
     const node = el("article", "item tool");
     node.append(head(el("span", "kind", rec.type), " ", name, " ", status, " ", callId), body);
@@ -699,7 +699,7 @@ function itemElement(rec) {
 
 function partElement(type) {
   const wrap = el("div", `part part-${type}`);
-  if (type === "refusal") wrap.append(el("div", "part-label refusal-label", "Refusal"));
+  if (type === "refusal") wrap.append(el("div", "part-label refusal-label", t("Refusal")));
   const text = textBox("text");
   wrap.append(text.box);
   // A message's text reads as Markdown (a refusal stays as sent).
@@ -710,7 +710,7 @@ function partElement(type) {
 
 function draft(text) {
   const details = el("details", "draft");
-  details.append(el("summary", "small", "Streamed draft (before the rewrite)"), el("div", "text", text));
+  details.append(el("summary", "small", t("Streamed draft (before the rewrite)")), el("div", "text", text));
   return details;
 }
 

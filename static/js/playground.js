@@ -21,11 +21,12 @@
  */
 
 import { el, serverFragment } from "./dom.js";
+import { fmt, num, t, tn } from "./i18n.js";
 import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 // OUTPUT_DELTAS: deltas/s counts these from the first to the last, the way the recorder computes
 // the stored figure (`tokens_per_s`, a rate of delta events, not of tokens).
-import { OUTPUT_DELTAS, TERMINAL_EVENTS } from "./vocabulary.js";
+import { OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "./vocabulary.js";
 
 const BOTTOM_SLACK_PX = 140;
 const SILENCE_AFTER_S = 5;
@@ -45,10 +46,10 @@ function scrollToBottom() {
 /** Why a POST that should have answered JSON did not. */
 function failure(response) {
   if (response.redirected && new URL(response.url).pathname.startsWith("/login/")) {
-    return "You are logged out. Log in again (in another tab, to keep this message), then send.";
+    return t("You are logged out. Log in again (in another tab, to keep this message), then send.");
   }
-  if (response.status === 403) return "The server refused the request (403): reload the page.";
-  return `The server answered ${response.status}. Please try again.`;
+  if (response.status === 403) return t("The server refused the request (403): reload the page.");
+  return fmt(t("The server answered %(status)s. Please try again."), { status: response.status });
 }
 
 /** The server's rendering of one turn, as an element (Django-escaped HTML, not model data),
@@ -102,7 +103,7 @@ class LiveAnswer {
       onFrame: (frame) => this.frame(frame),
       onOpen: () => this.silence(""),
       onClose: (info) => {
-        if (info.willRetry) this.silence("connection lost, reconnecting…");
+        if (info.willRetry) this.silence(t("connection lost, reconnecting…"));
       },
       onEnd: (info) => this.end(info),
     });
@@ -179,7 +180,7 @@ class LiveAnswer {
     if (typeof s.ttft_ms === "number") {
       const ttft = this.$(".pg-ttft");
       ttft.hidden = false;
-      ttft.querySelector("b").textContent = Math.round(s.ttft_ms);
+      ttft.querySelector("b").textContent = num(Math.round(s.ttft_ms), 0, false);
     }
     if (typeof s.tokens_per_s === "number") this.rate(s.tokens_per_s);
     if (s.resolved_model) this.route(s.resolved_model, s.routing_category, s.routing_reasoning);
@@ -192,7 +193,7 @@ class LiveAnswer {
     this.turn.dataset.status = status;
     const badge = this.$(".pg-status");
     badge.className = `badge pg-status ${status}`;
-    badge.textContent = status;
+    badge.textContent = statusWord(status);
   }
 
   route(model, category, reasoning, source) {
@@ -214,7 +215,7 @@ class LiveAnswer {
   rate(value) {
     const rate = this.$(".pg-rate");
     rate.hidden = false;
-    rate.querySelector("b").textContent = value.toFixed(1);
+    rate.querySelector("b").textContent = num(value, 1, false);
   }
 
   rewrite(label) {
@@ -241,8 +242,10 @@ class LiveAnswer {
     const quiet = (performance.now() - this.lastFrameAt) / 1000;
     const s = this.$(".pg-silence");
     if (this.conn && this.conn.socket && quiet >= SILENCE_AFTER_S) {
-      this.silence(`no event for ${Math.floor(quiet)} s`);
-    } else if (s.textContent.startsWith("no event")) {
+      this.silence(fmt(t("no event for %(seconds)s s"), { seconds: num(Math.floor(quiet)) }));
+      s.dataset.quiet = "1";
+    } else if (s.dataset.quiet) {
+      delete s.dataset.quiet;
       this.silence("");
     }
   }
@@ -268,7 +271,7 @@ class LiveAnswer {
     clearInterval(this.timer);
     this.silence("");
     if (info.reason === "refused") {
-      this.notice("err", "Lost the live connection to this answer. Reload the page to see it.");
+      this.notice("err", t("Lost the live connection to this answer. Reload the page to see it."));
       this.hooks.ended(this);
       return;
     }
@@ -306,7 +309,7 @@ function init(root) {
     sendButton.hidden = Boolean(answer);
     stopButton.hidden = !answer;
     stopButton.disabled = false;
-    stopButton.textContent = "Stop";
+    stopButton.textContent = t("Stop");
   }
 
   const hooks = {
@@ -335,7 +338,8 @@ function init(root) {
         if (fresh.dataset.awaitingRetry !== "true") {
           const status = fresh.dataset.status || "";
           retried(fresh, status);
-          announce.textContent = status === "completed" ? "Answer complete." : `Answer ${status}.`;
+          announce.textContent =
+            status === "completed" ? t("Answer complete.") : fmt(t("Answer %(status)s."), { status: statusWord(status) });
           return;
         }
         await sleep(1000);
@@ -349,8 +353,11 @@ function init(root) {
     const notice = turn.querySelector(".pg-notice");
     if (!n || status === "completed" || !notice) return;
     const text = notice.querySelector(".pg-notice-text");
-    const times = n === 1 ? "once" : `${n} times`;
-    text.textContent = `Retried ${times}, ${status} again. ${text.textContent}`;
+    const again = fmt(tn("Retried once, %(status)s again.", "Retried %(n)s times, %(status)s again.", n), {
+      n,
+      status: statusWord(status),
+    });
+    text.textContent = `${again} ${text.textContent}`;
     notice.classList.add("flash");
   }
 
@@ -389,11 +396,11 @@ function init(root) {
         const options = control.closest("details");
         if (options) options.open = true;
       }
-      const label = name === "input" ? "Message" : labelOf(control);
+      const label = name === "input" ? t("Message") : labelOf(control);
       for (const message of messages) lines.push(label ? `${label}: ${message}` : message);
     }
     if (!lines.length) {
-      lines.push((data && data.message) || `The server answered ${status}. Please try again.`);
+      lines.push((data && data.message) || fmt(t("The server answered %(status)s. Please try again."), { status }));
     }
     for (const line of lines) errors.append(el("p", "", line));
     if (focus) focus.focus();
@@ -417,7 +424,7 @@ function init(root) {
       document.getElementById("pg-count").textContent = list.children.length;
     }
     link.setAttribute("aria-current", "page");
-    link.querySelector("time").textContent = "just now";
+    link.querySelector("time").textContent = t("just now");
     list.prepend(link.closest("li"));
   }
 
@@ -425,7 +432,7 @@ function init(root) {
     if (sending) return;
     if (live) {
       clearErrors();
-      errors.append(el("p", "", "The answer is still streaming: press Esc to stop it, or wait."));
+      errors.append(el("p", "", t("The answer is still streaming: press Esc to stop it, or wait.")));
       return;
     }
     sending = true;
@@ -465,7 +472,7 @@ function init(root) {
       follow(turn);
       scrollToBottom();
     } catch {
-      showErrors({ message: "Could not reach the server. Check the connection and try again." });
+      showErrors({ message: t("Could not reach the server. Check the connection and try again.") });
     } finally {
       sending = false;
       sendButton.disabled = false;
@@ -475,7 +482,7 @@ function init(root) {
   async function stop() {
     if (!live || stopButton.disabled) return;
     stopButton.disabled = true;
-    stopButton.textContent = "Stopping…";
+    stopButton.textContent = t("Stopping…");
     try {
       await fetch(`/api/streams/${live.streamId}/cancel/`, {
         method: "POST",
@@ -484,7 +491,7 @@ function init(root) {
       // 202: the terminal frame (cancelled) follows; 409: it had already ended.
     } catch {
       stopButton.disabled = false;
-      stopButton.textContent = "Stop";
+      stopButton.textContent = t("Stop");
     }
   }
 

@@ -7,6 +7,8 @@
  * page stops retrying and shows this notice, whose link logs in and comes back here.
  */
 
+import { t } from "./i18n.js";
+
 export const PROBE_URL = "/api/streams/?limit=1";
 
 /** Whether the browser's session is gone (the API answers 401 or 403 to it). */
@@ -33,11 +35,11 @@ export function showSignedOut(doc = document) {
   list.setAttribute("role", "alert");
   const item = doc.createElement("li");
   item.className = "error";
-  item.append("You were signed out: live updates stopped. ");
+  item.append(t("You were signed out: live updates stopped. "));
   const link = doc.createElement("a");
   link.href = "/login/?next=" + encodeURIComponent(here);
-  link.textContent = "Log in again";
-  item.append(link, " to come back to this page.");
+  link.textContent = t("Log in again");
+  item.append(link, t(" to come back to this page."));
   list.append(item);
   const main = doc.getElementById("main") || doc.body;
   main.prepend(list);

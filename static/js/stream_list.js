@@ -13,7 +13,9 @@
  * - a stream it has not shown, on the newest page: the rows newer than the newest one shown,
  *   so what appears is exactly what the filters select; they are prepended.
  */
+import { t } from "./i18n.js";
 import { connectStream } from "./streamclient.js";
+import { statusWord } from "./vocabulary.js";
 
 const MAX_ROWS = 200; // live inserts beyond this drop the oldest rows of the page
 const FETCH_GAP_MS = 400; // at most ~2 row fetches a second, however busy the server
@@ -27,11 +29,12 @@ let frames = 0;
 let unseen = false; // a stream newer than the newest row was announced
 let servedNew = false; // the last request was for new rows: changed rows go next
 
-/** The status, at once: the frame's raw value, the one thing the row shows unformatted. */
+/** The status, at once: the frame's value as a word of the page's language (its class keeps
+ * the value). */
 function setStatus(row, status) {
   const badge = row.querySelector('[data-f="status"]');
-  if (!badge || badge.textContent === status) return;
-  badge.textContent = status;
+  if (!badge || badge.classList.contains(status)) return;
+  badge.textContent = statusWord(status);
   badge.className = `badge ${status}`;
   row.className = row.className.replace(/\bstatus-\S+/, `status-${status}`);
   row.classList.remove("is-new");
@@ -207,12 +210,12 @@ if (section) {
   const newest = section.dataset.newest;
   connectStream(`/ws/streams/?format=json${newest ? `&after=${newest}` : ""}`, {
     onFrame,
-    onOpen: () => setLive("live", "live"),
+    onOpen: () => setLive("live", t("live")),
     onClose: (info) => {
-      if (info.willRetry) setLive("retrying", "reconnecting…");
+      if (info.willRetry) setLive("retrying", t("reconnecting…"));
     },
     onEnd: (info) =>
-      setLive("off", { refused: "live updates unavailable", signed_out: "signed out" }[info.reason] ?? ""),
+      setLive("off", { refused: t("live updates unavailable"), signed_out: t("signed out") }[info.reason] ?? ""),
   });
-  setLive("connecting", "connecting…");
+  setLive("connecting", t("connecting…"));
 }

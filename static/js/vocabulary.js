@@ -30,6 +30,11 @@ const ACTIVE = new Set(STATUSES.active);
 export const isActive = (status) => ACTIVE.has(status);
 /** Whether a stream in this status has ended (any status that is not active; not "none"). */
 export const isFinished = (status) => Boolean(status) && !ACTIVE.has(status);
+/** A status as the page says it: its label in the page's language, in lower case ("completed",
+ * Dutch "voltooid"), as the templates' `status_label` filter writes it; the value itself stays
+ * in classes and data attributes. An unknown status is shown as it came. */
+export const statusWord = (status) =>
+  Object.hasOwn(STATUSES.labels, status) ? STATUSES.labels[status].toLowerCase() : String(status ?? "");
 
 /** {filters: {name: max length}, tags: {max, chars}}. */
 export const LIMITS = VOCABULARY.limits;

@@ -33,44 +33,90 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import orjson
+from django.utils.translation import gettext_noop
 
 from streams.core.safejson import too_deep
 
 ERROR, WARNING, INFO = "error", "warning", "info"
 
+# A code's severity and description. The descriptions are English here, in the API and in the
+# exports; pages show them in the page's language (dashboard.queries.describe: gettext).
 CODES: dict[str, tuple[str, str]] = {
-    "first_not_created": (ERROR, "The first event is not response.created."),
-    "sequence_gap": (ERROR, "sequence_number skipped one or more numbers."),
-    "sequence_duplicate": (ERROR, "A sequence_number arrived twice; the repeat was ignored."),
-    "sequence_regression": (ERROR, "A sequence_number arrived lower than one already seen."),
+    "first_not_created": (ERROR, gettext_noop("The first event is not response.created.")),
+    "sequence_gap": (ERROR, gettext_noop("sequence_number skipped one or more numbers.")),
+    "sequence_duplicate": (
+        ERROR,
+        gettext_noop("A sequence_number arrived twice; the repeat was ignored."),
+    ),
+    "sequence_regression": (
+        ERROR,
+        gettext_noop("A sequence_number arrived lower than one already seen."),
+    ),
     "missing_sequence_number": (
         ERROR,
-        "An event other than `error` has no integer sequence_number (reported once).",
+        gettext_noop("An event other than `error` has no integer sequence_number (reported once)."),
     ),
     "event_after_terminal": (
         ERROR,
-        "Events arrived after the terminal event (reported once, with how many); "
-        "they are not part of the response.",
+        gettext_noop(
+            "Events arrived after the terminal event (reported once, with how many); "
+            "they are not part of the response."
+        ),
     ),
-    "missing_terminal": (ERROR, "The connection closed without a terminal event."),
-    "invalid_json": (ERROR, "The event's data is not JSON."),
+    "missing_terminal": (ERROR, gettext_noop("The connection closed without a terminal event.")),
+    "invalid_json": (ERROR, gettext_noop("The event's data is not JSON.")),
     "invalid_utf8": (
         ERROR,
-        "Bytes that are not UTF-8 (reported once, at the first); kept raw, never replaced.",
+        gettext_noop(
+            "Bytes that are not UTF-8 (reported once, at the first); kept raw, never replaced."
+        ),
     ),
-    "missing_type": (ERROR, "The event's JSON is not an object with a string `type`."),
-    "delta_after_item_done": (ERROR, "A delta arrived after its item or part was done."),
-    "text_mismatch": (ERROR, "A part's .done text differs from its concatenated deltas."),
-    "final_text_mismatch": (ERROR, "The terminal event's text differs from the reassembled text."),
-    "delta_without_item": (WARNING, "A delta for an output_index with no output_item.added."),
-    "delta_without_part": (WARNING, "A text delta for a part with no content_part.added."),
-    "routing_on_pinned_model": (WARNING, "A routing event arrived although the model was pinned."),
-    "stall": (WARNING, "No event arrived for longer than the stall threshold."),
-    "buffered_delivery": (WARNING, "A burst of events after a long silence: a buffering proxy."),
-    "rewritten_text": (INFO, "Text changed by an announced rewrite pass (response.rewrite)."),
-    "unknown_event_type": (INFO, "An event type this checker does not know (reported once)."),
-    "event_name_not_message": (INFO, "The SSE `event:` field is not `message` (OpenAI style)."),
-    "done_sentinel": (INFO, "A `data: [DONE]` sentinel (Chat Completions style)."),
+    "missing_type": (
+        ERROR,
+        gettext_noop("The event's JSON is not an object with a string `type`."),
+    ),
+    "delta_after_item_done": (
+        ERROR,
+        gettext_noop("A delta arrived after its item or part was done."),
+    ),
+    "text_mismatch": (
+        ERROR,
+        gettext_noop("A part's .done text differs from its concatenated deltas."),
+    ),
+    "final_text_mismatch": (
+        ERROR,
+        gettext_noop("The terminal event's text differs from the reassembled text."),
+    ),
+    "delta_without_item": (
+        WARNING,
+        gettext_noop("A delta for an output_index with no output_item.added."),
+    ),
+    "delta_without_part": (
+        WARNING,
+        gettext_noop("A text delta for a part with no content_part.added."),
+    ),
+    "routing_on_pinned_model": (
+        WARNING,
+        gettext_noop("A routing event arrived although the model was pinned."),
+    ),
+    "stall": (WARNING, gettext_noop("No event arrived for longer than the stall threshold.")),
+    "buffered_delivery": (
+        WARNING,
+        gettext_noop("A burst of events after a long silence: a buffering proxy."),
+    ),
+    "rewritten_text": (
+        INFO,
+        gettext_noop("Text changed by an announced rewrite pass (response.rewrite)."),
+    ),
+    "unknown_event_type": (
+        INFO,
+        gettext_noop("An event type this checker does not know (reported once)."),
+    ),
+    "event_name_not_message": (
+        INFO,
+        gettext_noop("The SSE `event:` field is not `message` (OpenAI style)."),
+    ),
+    "done_sentinel": (INFO, gettext_noop("A `data: [DONE]` sentinel (Chat Completions style).")),
 }
 
 

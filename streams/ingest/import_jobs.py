@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.db import close_old_connections, connection, transaction
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_noop, ngettext
 
 from streams.core import conf
 from streams.ingest import importer
@@ -72,14 +73,21 @@ def submit(user, files, model="") -> ImportJob:
         recent = jobs.filter(created_at__gte=now - dt.timedelta(seconds=60)).count()
         if recent >= s.import_max_per_minute:
             raise ImportRefused(
-                f"At most {s.import_max_per_minute} uploads per minute: try again in a minute.",
+                gettext("At most %(n)s uploads per minute: try again in a minute.")
+                % {"n": s.import_max_per_minute},
                 60,
             )
         active = jobs.filter(status__in=ImportJob.ACTIVE_STATUSES).count()
         if active >= s.import_max_concurrent:
             raise ImportRefused(
-                f"You have {active} imports running; at most {s.import_max_concurrent} at "
-                "once. Wait for one to finish, or cancel it.",
+                ngettext(
+                    "You have %(n)s import running; at most %(limit)s at once. "
+                    "Wait for one to finish, or cancel it.",
+                    "You have %(n)s imports running; at most %(limit)s at once. "
+                    "Wait for one to finish, or cancel it.",
+                    active,
+                )
+                % {"n": active, "limit": s.import_max_concurrent},
                 5,
             )
         ImportFile.objects.bulk_create(
@@ -183,23 +191,41 @@ def _read_file(job, file_id):
         _still_wanted(job.pk)  # parsing a big file takes a while: maybe nobody wants it now
         streams = importer.store_captures(captures, user=job.user, model=job.model)
     except importer.CaptureError as exc:
-        return _file_failed(file_id, f"Cannot import {f.filename}: {exc}")
+        return _file_failed(file_id, CANNOT_IMPORT % {"file": f.filename, "reason": exc})
     except Cancelled:
-        _file_failed(file_id, "Cancelled before it was stored.", ImportFile.Status.CANCELLED)
+        _file_failed(file_id, CANCELLED_BEFORE_STORED, ImportFile.Status.CANCELLED)
         raise
     except Exception:
         # a value the checks above let through and the database or a parser refused: the
         # file fails in words, its upload goes, the job reads on
         log.exception("import %s: file %s failed", job.pk, file_id)
-        return _file_failed(file_id, f"Cannot import {f.filename}: {UNEXPECTED}")
+        return _file_failed(file_id, CANNOT_IMPORT % {"file": f.filename, "reason": UNEXPECTED})
     ImportFile.objects.filter(pk=file_id).update(
         status=ImportFile.Status.DONE, stream_ids=[s.pk for s in streams], content=b""
     )
 
 
-UNEXPECTED = (
+# A file's and a job's errors are stored in English (the pool's threads have no request, and
+# so no language); progress() shows them in the page's language (_shown).
+UNEXPECTED = gettext_noop(
     "a value in it could not be stored (nothing of it was kept; the server's log has the details)"
 )
+CANNOT_IMPORT = gettext_noop("Cannot import %(file)s: %(reason)s")
+CANCELLED_BEFORE_STORED = gettext_noop("Cancelled before it was stored.")
+INTERRUPTED = gettext_noop("interrupted")
+
+
+def _shown(error, filename=None):
+    """A stored error in the request's language: the ones this module writes are translated,
+    a file's name and the importer's own reason (`importer.CaptureError`) stay as they are."""
+    if not error:
+        return error
+    prefix = CANNOT_IMPORT % {"file": filename, "reason": ""} if filename is not None else None
+    if prefix and error.startswith(prefix):
+        reason = error[len(prefix) :]
+        reason = gettext(reason) if reason else reason
+        return gettext(CANNOT_IMPORT) % {"file": filename, "reason": reason}
+    return gettext(error)
 
 
 def _file_failed(file_id, error, status=ImportFile.Status.FAILED):
@@ -214,7 +240,7 @@ def _sweep_stale(user):
         mine = set(_running)
     ImportJob.objects.filter(
         user=user, status__in=ImportJob.ACTIVE_STATUSES, updated_at__lt=old
-    ).exclude(pk__in=mine).update(status=ImportJob.Status.FAILED, error="interrupted")
+    ).exclude(pk__in=mine).update(status=ImportJob.Status.FAILED, error=INTERRUPTED)
 
 
 def progress(job_id, user):
@@ -226,6 +252,10 @@ def progress(job_id, user):
         # .update: touching polled_at must not bump updated_at's meaning (the job's own work)
         ImportJob.objects.filter(pk=job_id).update(polled_at=timezone.now())
     files = list(job.files.defer("content").order_by("position"))
+    # shown in the page's language (not saved: the rows keep the English)
+    job.error = _shown(job.error)
+    for f in files:
+        f.error = _shown(f.error, f.filename)
     done = sum(f.status in (ImportFile.Status.DONE, ImportFile.Status.FAILED) for f in files)
     return {
         "job": job,

@@ -9,6 +9,7 @@ Sync functions run in one transaction; call them through `sync_to_async` from as
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.utils.translation import gettext, ngettext
 
 from streams.core import conf, lifecycle
 from streams.live import relay
@@ -27,10 +28,15 @@ class TooMany(Exception):
         self.running, self.limit = running, limit
 
     def message(self):
-        return (
-            f"You have {self.running} streams running; at most {self.limit} at a time. "
-            "Wait for one to finish or cancel one."
-        )
+        """In the request's language: a page's, or English for the API and the proxy (their
+        routes are forced to English, dashboard/language.py)."""
+        return ngettext(
+            "You have %(running)s stream running; at most %(limit)s at a time. "
+            "Wait for one to finish or cancel one.",
+            "You have %(running)s streams running; at most %(limit)s at a time. "
+            "Wait for one to finish or cancel one.",
+            self.running,
+        ) % {"running": self.running, "limit": self.limit}
 
 
 class ShuttingDown(TooMany):
@@ -42,7 +48,7 @@ class ShuttingDown(TooMany):
         super().__init__(0, 0)
 
     def message(self):
-        return "The server is stopping: start the stream again in a moment."
+        return gettext("The server is stopping: start the stream again in a moment.")
 
 
 def create_proxied(user, body, *, tags=(), session=""):

@@ -34,6 +34,7 @@ import math
 from asgiref.sync import sync_to_async
 from django import forms
 from django.http import HttpResponse
+from django.utils.translation import gettext
 
 from streams.core import conf, safejson
 from streams.models import Event, Stream
@@ -85,13 +86,14 @@ class InputField(forms.Field):
     def clean(self, value):
         limit = max_input_chars()
         if value is None:
-            raise forms.ValidationError("This field is required.")
+            raise forms.ValidationError(gettext("This field is required."))
         if isinstance(value, str):
             if not value.strip():
-                raise forms.ValidationError("The input is empty.")
+                raise forms.ValidationError(gettext("The input is empty."))
             if len(value) > limit:
                 raise forms.ValidationError(
-                    f"The input is {len(value)} characters; at most {limit}."
+                    gettext("The input is %(n)s characters; at most %(limit)s.")
+                    % {"n": len(value), "limit": limit}
                 )
             return value
         if isinstance(value, list) and value and all(isinstance(i, dict) for i in value):
@@ -100,10 +102,13 @@ class InputField(forms.Field):
             size = len(json.dumps(value))
             if size > limit:
                 raise forms.ValidationError(
-                    f"The input is {size} characters of JSON; at most {limit}."
+                    gettext("The input is %(n)s characters of JSON; at most %(limit)s.")
+                    % {"n": size, "limit": limit}
                 )
             return value
-        raise forms.ValidationError("A string, or a non-empty list of input items (objects).")
+        raise forms.ValidationError(
+            gettext("A string, or a non-empty list of input items (objects).")
+        )
 
 
 def _check_content(content, where):
@@ -144,7 +149,7 @@ class CreateStreamForm(forms.Form):
     def clean_model(self):
         model = self.cleaned_data["model"] or "auto"
         if any(c.isspace() for c in model):
-            raise forms.ValidationError("A model id has no whitespace.")
+            raise forms.ValidationError(gettext("A model id has no whitespace."))
         return model
 
     def clean_scenario(self):
@@ -153,14 +158,17 @@ class CreateStreamForm(forms.Form):
         # the simulator does not know is a typo either way.
         if scenario and scenario not in SCENARIOS:
             raise forms.ValidationError(
-                f"Unknown scenario {scenario!r}; one of: {', '.join(sorted(SCENARIOS))}."
+                gettext("Unknown scenario %(name)s; one of: %(names)s.")
+                % {"name": repr(scenario), "names": ", ".join(sorted(SCENARIOS))}
             )
         return scenario
 
     def clean_instructions(self):
         text = self.cleaned_data["instructions"]
         if len(text) > max_input_chars():
-            raise forms.ValidationError(f"At most {max_input_chars()} characters.")
+            raise forms.ValidationError(
+                gettext("At most %(limit)s characters.") % {"limit": max_input_chars()}
+            )
         return text
 
     def clean(self):

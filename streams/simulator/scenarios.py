@@ -89,35 +89,68 @@ from typing import Any
 from .models import AUTO_MODEL, MODELS, ModelProfile
 from .router import RoutingDecision, route
 
+
+def gettext_noop(text):
+    """Django's gettext_noop by name only (the simulator runs without Django): marks the
+    scenarios' descriptions for the engine's catalog (streams/locale); the pages translate
+    them where they show them, the simulator and the API keep the English."""
+    return text
+
+
+# (a page shows these in its language: marked for the engine's catalog, translated where shown)
 SCENARIOS: dict[str, str] = {
-    "normal": "One assistant message streamed token by token; all ordering guarantees hold.",
-    "tools": "One function call (output + status completed), then a text answer.",
-    "parallel_tools": "3 interleaved function calls, the second failed, then a text answer.",
-    "multi_part": "2 message items; the first has 2 content parts.",
-    "rewrite": "Typo'd deltas, response.rewrite.in_progress, corrected output_text.done.",
-    "final_text": "Terminal response.completed with top-level final_text and no response object.",
-    "gap": "Exactly one sequence_number skipped mid-stream.",
-    "duplicate": "One delta event sent twice with the same sequence_number.",
-    "reorder": "Two adjacent delta events swapped on the wire.",
-    "missing_terminal": "Body ends cleanly without response.completed or error.",
-    "error": "An error terminal with sequence_number after some deltas.",
-    "error_no_seq": "An error terminal without sequence_number after some deltas.",
-    "http_429": "429 with a JSON error body and Retry-After.",
-    "http_500": "500 with a JSON error body.",
-    "wrong_content_type": "200 with Content-Type application/json (the final response JSON).",
-    "malformed_json": "One data line that is not valid JSON mid-stream, then the stream continues.",
-    "stall": "No events for metadata.stall_s (90 × time_scale) s after some deltas, then the rest.",
-    "slow_headers": "Status and headers only after metadata.header_delay_s (2) s.",
-    "unknown_event": "Extra response.citation.added and response.usage.partial events.",
-    "utf8_split": "Multi-byte characters split across two socket writes.",
-    "huge_delta": "One delta of metadata.huge_bytes (1,000,000) bytes.",
-    "bursty": "Events held back and released in bursts of metadata.burst_size (40) per write.",
-    "reset": "Connection aborted with a TCP RST after some deltas.",
-    "fast": "metadata.events (10,000) events as fast as possible: created, deltas, completed.",
-    "xss": "Deltas containing <img src=x onerror=alert(1)> and <script>alert(1)</script>.",
-    "comments": "SSE comment lines (': keep-alive') and a 'retry: 1000' block between events.",
-    "done_sentinel": "A final 'data: [DONE]' after response.completed.",
-    "long_strings": (
+    "normal": gettext_noop(
+        "One assistant message streamed token by token; all ordering guarantees hold."
+    ),
+    "tools": gettext_noop("One function call (output + status completed), then a text answer."),
+    "parallel_tools": gettext_noop(
+        "3 interleaved function calls, the second failed, then a text answer."
+    ),
+    "multi_part": gettext_noop("2 message items; the first has 2 content parts."),
+    "rewrite": gettext_noop(
+        "Typo'd deltas, response.rewrite.in_progress, corrected output_text.done."
+    ),
+    "final_text": gettext_noop(
+        "Terminal response.completed with top-level final_text and no response object."
+    ),
+    "gap": gettext_noop("Exactly one sequence_number skipped mid-stream."),
+    "duplicate": gettext_noop("One delta event sent twice with the same sequence_number."),
+    "reorder": gettext_noop("Two adjacent delta events swapped on the wire."),
+    "missing_terminal": gettext_noop("Body ends cleanly without response.completed or error."),
+    "error": gettext_noop("An error terminal with sequence_number after some deltas."),
+    "error_no_seq": gettext_noop("An error terminal without sequence_number after some deltas."),
+    "http_429": gettext_noop("429 with a JSON error body and Retry-After."),
+    "http_500": gettext_noop("500 with a JSON error body."),
+    "wrong_content_type": gettext_noop(
+        "200 with Content-Type application/json (the final response JSON)."
+    ),
+    "malformed_json": gettext_noop(
+        "One data line that is not valid JSON mid-stream, then the stream continues."
+    ),
+    "stall": gettext_noop(
+        "No events for metadata.stall_s (90 × time_scale) s after some deltas, then the rest."
+    ),
+    "slow_headers": gettext_noop("Status and headers only after metadata.header_delay_s (2) s."),
+    "unknown_event": gettext_noop(
+        "Extra response.citation.added and response.usage.partial events."
+    ),
+    "utf8_split": gettext_noop("Multi-byte characters split across two socket writes."),
+    "huge_delta": gettext_noop("One delta of metadata.huge_bytes (1,000,000) bytes."),
+    "bursty": gettext_noop(
+        "Events held back and released in bursts of metadata.burst_size (40) per write."
+    ),
+    "reset": gettext_noop("Connection aborted with a TCP RST after some deltas."),
+    "fast": gettext_noop(
+        "metadata.events (10,000) events as fast as possible: created, deltas, completed."
+    ),
+    "xss": gettext_noop(
+        "Deltas containing <img src=x onerror=alert(1)> and <script>alert(1)</script>."
+    ),
+    "comments": gettext_noop(
+        "SSE comment lines (': keep-alive') and a 'retry: 1000' block between events."
+    ),
+    "done_sentinel": gettext_noop("A final 'data: [DONE]' after response.completed."),
+    "long_strings": gettext_noop(
         "A 10,000-character model id; 1,000-character response id, routing category and "
         "source, event names, ids and one type."
     ),

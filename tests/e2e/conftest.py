@@ -31,6 +31,7 @@ CHROMIUM_ARGS = [
 ]
 SCREENSHOTS = Path(__file__).parent / "screenshots"
 TIMEOUT_MS = 30_000
+THEME_KEY = "streamscope-theme"  # static/js/theme.js's localStorage key
 PASSWORD = "correct horse battery"  # `owner`'s, for the login form (tests.support.browser)
 
 
@@ -71,16 +72,24 @@ def session_cookie(user, url):
 
 @pytest.fixture
 def logged_in_page(browser, request):
-    """A factory: `logged_in_page(user, base_url=None, path="/", width=1280, height=860)`;
-    without `base_url`, pytest-django's `live_server`. `user` None: not logged in."""
+    """A factory: `logged_in_page(user, base_url=None, path="/", width=1280, height=860,
+    color_scheme=None, theme=None)`; without `base_url`, pytest-django's `live_server`. `user`
+    None: not logged in. `color_scheme` ("light", "dark"): what the browser says the system
+    prefers (Playwright's default: light). `theme` ("light", "dark"): the top bar's remembered
+    choice (static/js/theme.js's localStorage key), set before the page loads."""
     contexts = []
 
-    def open_page(user, base_url=None, path="/", width=1280, height=860):
+    def open_page(
+        user, base_url=None, path="/", width=1280, height=860, color_scheme=None, theme=None
+    ):
         if base_url is None:
             base_url = request.getfixturevalue("live_server").url
-        context = browser.new_context(viewport={"width": width, "height": height})
+        options = {"color_scheme": color_scheme} if color_scheme else {}
+        context = browser.new_context(viewport={"width": width, "height": height}, **options)
         context.set_default_timeout(TIMEOUT_MS)
         contexts.append(context)
+        if theme is not None:
+            context.add_init_script(f"localStorage.setItem({THEME_KEY!r}, {theme!r})")
         if user is not None:
             context.add_cookies([session_cookie(user, base_url)])
         page = context.new_page()
@@ -119,3 +128,43 @@ def owner(people):
     people.owner.set_password(PASSWORD)
     people.owner.save()
     return people.owner
+
+
+@pytest.fixture
+def site(people):
+    """Every page, by name: the demo seed (streams of every status over a week) plus a stream
+    with Markdown output in a session and a conversation, for `people.staff` (made staff).
+    Used by the screenshots and the contrast check."""
+    from dashboard.models import Conversation, Turn
+    from streams.ingest.importer import import_capture
+    from streams.management.commands.seed_demo import seed
+    from streams.models import Stream
+    from tests.support.captures import MARKDOWN, text_capture
+
+    seed(120, days=7, seed=5, events_per_stream=12, users=(people.owner.username, "bob"))
+    people.staff.is_staff = True
+    people.staff.save()
+    (stream,) = import_capture(text_capture(MARKDOWN), "answer.sse", user=people.staff)
+    Stream.objects.filter(pk=stream.pk).update(tags=["checkout"], session="s-42")
+    conversation = Conversation.objects.create(user=people.staff, title="About Utrecht")
+    Turn.objects.create(conversation=conversation, position=0, prompt="Markdown?", stream=stream)
+    pages = {
+        "streams": "/",
+        "timeline": f"/streams/{stream.pk}/",
+        "session": "/sessions/s-42/",
+        "playground": "/playground/",
+        "conversation": f"/playground/{conversation.pk}/",
+        "compare": "/playground/compare/",
+        "latency": "/latency/",
+        "routing": "/routing/",
+        "analytics": "/analytics/",
+    }
+    # the timeline of a stream that did not complete (its error box) and of the one with the
+    # most findings
+    ended = Stream.objects.exclude(status=Stream.Status.COMPLETED).order_by("pk").first()
+    if ended is not None:
+        pages["timeline-ended"] = f"/streams/{ended.pk}/"
+    flagged = Stream.objects.order_by("-error_findings", "-findings_count", "pk").first()
+    if flagged is not None and flagged.findings_count:
+        pages["timeline-findings"] = f"/streams/{flagged.pk}/"
+    return pages

@@ -17,6 +17,7 @@ from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
 from streams.models import Finding, Stream
 from tests.support.browser import Playground
+from tests.support.contrast import PILLS
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -78,18 +79,8 @@ def streams(people):
     return {"info": info, "warning": warning, "error": error}
 
 
-# Each pill's text colour and its background, and the contrast ratio between them (WCAG 2).
-PILLS = """(root) => [...root.querySelectorAll(".sev-pill")].map((pill) => {
-  const rgb = (css) => css.match(/[\\d.]+/g).slice(0, 3).map(Number);
-  const lum = ([r, g, b]) => [r, g, b].map((c) => {
-    c /= 255;
-    return c <= 0.03928 ? c / 12.92 : ((c + 0.055) / 1.055) ** 2.4;
-  }).reduce((sum, c, i) => sum + c * [0.2126, 0.7152, 0.0722][i], 0);
-  const style = getComputedStyle(pill);
-  const [a, b] = [lum(rgb(style.color)), lum(rgb(style.backgroundColor))].sort((x, y) => y - x);
-  return { text: pill.textContent, severity: pill.className.match(/sev-pill-(\\w+)/)[1],
-           color: style.color, ratio: (a + 0.05) / (b + 0.05), title: pill.title };
-})"""
+# Each pill's text colour and its background, and the contrast ratio between them (WCAG 2):
+# tests.support.contrast.PILLS.
 COLOURS = {
     "error": "rgb(179, 38, 30)",  # red
     "warning": "rgb(161, 92, 0)",  # orange

@@ -59,7 +59,7 @@ class Browser:
         self.page.goto(f"{server.url}/login/?next={path}")
         self.page.fill("#id_username", user.username)
         self.page.fill("#id_password", PASSWORD)
-        self.page.click("button[type=submit]")
+        self.page.click("main button[type=submit]")  # (the top bar has buttons too)
         self.page.wait_for_url(f"**{path}")
 
     def open(self, path):

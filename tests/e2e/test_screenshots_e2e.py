@@ -1,49 +1,32 @@
-"""Every page at 1440 and 390 px wide, as PNGs in tests/e2e/screenshots/ (git-ignored), so a
+"""Every page at 1440 and 390 px wide, in the light and the dark theme, as PNGs in
+tests/e2e/screenshots/ (git-ignored: page-NAME-WIDTH.png, page-NAME-WIDTH-dark.png), so a
 reviewer can look at them after `make test`; and no page scrolls sideways on a phone or
-raises a script error. The data is the demo seed (streams of every status over a week) plus
-a stream with findings, a proxied one in a session, and a conversation."""
+raises a script error. The pages are tests/e2e/conftest.py's `site`: the demo seed (streams
+of every status over a week) plus a stream with Markdown output in a session, and a
+conversation. The dark theme is the system's preference (prefers-color-scheme: dark)."""
 
 import pytest
-
-from dashboard.models import Conversation, Turn
-from streams.ingest.importer import import_capture
-from streams.management.commands.seed_demo import seed
-from streams.models import Stream
-from tests.support.captures import MARKDOWN, text_capture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
 WIDTHS = {"desktop": (1440, 900), "phone": (390, 844)}
 
 
-@pytest.fixture
-def site(people):
-    seed(120, days=7, seed=5, events_per_stream=12, users=(people.owner.username, "bob"))
-    people.staff.is_staff = True
-    people.staff.save()
-    (stream,) = import_capture(text_capture(MARKDOWN), "answer.sse", user=people.staff)
-    Stream.objects.filter(pk=stream.pk).update(tags=["checkout"], session="s-42")
-    conversation = Conversation.objects.create(user=people.staff, title="About Utrecht")
-    Turn.objects.create(conversation=conversation, position=0, prompt="Markdown?", stream=stream)
-    return {
-        "streams": "/",
-        "timeline": f"/streams/{stream.pk}/",
-        "session": "/sessions/s-42/",
-        "playground": "/playground/",
-        "conversation": f"/playground/{conversation.pk}/",
-        "compare": "/playground/compare/",
-        "latency": "/latency/",
-        "routing": "/routing/",
-        "analytics": "/analytics/",
-    }
+THEMES = {"light": "", "dark": "-dark"}  # the screenshots' name suffix
 
 
+@pytest.mark.parametrize("theme", THEMES)
 @pytest.mark.parametrize("size", WIDTHS)
-def test_every_page_at_desktop_and_phone_width(logged_in_page, people, site, screenshot, size):
+def test_every_page_at_desktop_and_phone_width(
+    logged_in_page, people, site, screenshot, size, theme
+):
     width, height = WIDTHS[size]
+    suffix = THEMES[theme]
     problems = []
     for name, path in site.items():
-        page = logged_in_page(people.staff, path=path, width=width, height=height)
+        page = logged_in_page(
+            people.staff, path=path, width=width, height=height, color_scheme=theme
+        )
         page.wait_for_load_state("networkidle")
         page.wait_for_timeout(200)  # charts draw after load
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
@@ -53,10 +36,10 @@ def test_every_page_at_desktop_and_phone_width(logged_in_page, people, site, scr
             problems.append(f"{name}: {page.errors}")
         if page.csp_violations:
             problems.append(f"{name} broke the Content-Security-Policy: {page.csp_violations}")
-        screenshot(page, f"page-{name}-{width}")
+        screenshot(page, f"page-{name}-{width}{suffix}")
         page.context.close()
-    anonymous = logged_in_page(None, path="/login/", width=width, height=height)
-    screenshot(anonymous, f"page-login-{width}")
+    anonymous = logged_in_page(None, path="/login/", width=width, height=height, color_scheme=theme)
+    screenshot(anonymous, f"page-login-{width}{suffix}")
     assert problems == []
 
 

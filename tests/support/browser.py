@@ -22,7 +22,7 @@ class Playground:
         self.page.goto(server.url + "/login/?next=/playground/")
         self.page.fill("#id_username", user.username)
         self.page.fill("#id_password", PASSWORD)
-        self.page.click("button[type=submit]")
+        self.page.click("main button[type=submit]")  # (the top bar has buttons too)
         self.page.wait_for_url("**/playground/")
 
     def send(self, text, scenario="", speed="0.25", model="auto"):

@@ -4,6 +4,7 @@
  * the server's (stream_detail.html#event_window and #event_detail).
  */
 import { el, getText, serverFragment } from "../dom.js";
+import { fmt, t } from "../i18n.js";
 
 const MAX_ROWS = 1000; // rows kept in the DOM; the far end is dropped and reloads on scroll
 
@@ -200,9 +201,12 @@ export class EventTable {
   updateRange() {
     if (!this.range) return;
     const n = this.rows().length;
-    const more = this.hasBefore || this.hasAfter ? " · scroll for more" : "";
+    const more = this.hasBefore || this.hasAfter ? t(" · scroll for more") : "";
+    const range = { first: this.first, last: this.last, type: this.type };
     this.range.textContent = n
-      ? `showing events ${this.first}–${this.last}${this.type ? ` (${this.type} only)` : ""}${more}`
+      ? (this.type
+          ? fmt(t("showing events %(first)s–%(last)s (%(type)s only)"), range)
+          : fmt(t("showing events %(first)s–%(last)s"), range)) + more
       : "";
   }
 

@@ -19,8 +19,9 @@ import { enhanceOutput, LiveOutput } from "../output.js";
 import { connectStream } from "../streamclient.js";
 import { EventTable } from "./events_table.js";
 import { fmtCount, fmtDuration, fmtMs } from "./format.js";
+import { fmt, num, t } from "../i18n.js";
 import { Replay } from "./replay.js";
-import { isActive, OUTPUT_DELTAS, TERMINAL_EVENTS } from "../vocabulary.js";
+import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "../vocabulary.js";
 import { TimingChart } from "./timing_chart.js";
 
 const config = JSON.parse(document.getElementById("timeline-config").textContent);
@@ -33,7 +34,7 @@ const FORMAT = {
   event_count: fmtCount,
   output_tokens: fmtCount,
   findings_count: fmtCount,
-  tokens_per_s: (v) => (v === null || v === undefined ? "—" : v.toFixed(1)),
+  tokens_per_s: (v) => (v === null || v === undefined ? "—" : num(v, 1, false)),
 };
 
 function setFields(fields) {
@@ -48,7 +49,7 @@ function setFields(fields) {
 function setStatus(status) {
   const badge = document.getElementById("stream-status");
   if (!badge || !status) return;
-  badge.textContent = status;
+  badge.textContent = statusWord(status);
   badge.dataset.status = status;
   badge.className = `badge big ${status}`;
 }
@@ -95,7 +96,7 @@ async function loadChart() {
     performance.measure("timing-fetch", "timing-fetch", "timing-loaded");
     performance.measure("timing-draw", "timing-loaded");
   } catch (error) {
-    chart.caption.textContent = `The timing could not be loaded (${error.message}).`;
+    chart.caption.textContent = fmt(t("The timing could not be loaded (%(error)s)."), { error: error.message });
   }
 }
 
@@ -181,7 +182,7 @@ function follow() {
   };
   connectStream(config.ws, {
     after: -1,
-    onOpen: () => setLive("live", "live"),
+    onOpen: () => setLive("live", t("live")),
     onFrame(frame) {
       let added = false;
       for (const e of frame.events || []) {
@@ -224,19 +225,19 @@ function follow() {
       if (!isActive(status)) end();
     },
     onClose(info) {
-      if (info.willRetry) setLive("retrying", "reconnecting…");
+      if (info.willRetry) setLive("retrying", t("reconnecting…"));
     },
     onEnd(info) {
       if (info.reason === "terminal") end();
-      else if (info.reason === "signed_out") setLive("off", "signed out");
-      else setLive("off", info.reason === "refused" ? "live updates unavailable" : "");
+      else if (info.reason === "signed_out") setLive("off", t("signed out"));
+      else setLive("off", info.reason === "refused" ? t("live updates unavailable") : "");
     },
   });
 }
 
 if (config.active) {
   table.live = true;
-  chart.caption.textContent = "Live: the chart fills in as events arrive.";
+  chart.caption.textContent = t("Live: the chart fills in as events arrive.");
   follow();
 } else {
   loadChart();

@@ -4,6 +4,7 @@
  */
 import { getText } from "../dom.js";
 import { fmtDuration } from "./format.js";
+import { fmt, t } from "../i18n.js";
 
 const UNTIMED_STEP_US = 10_000; // imports keep no receipt times: replay them at 10 ms an event
 
@@ -39,7 +40,7 @@ export class Replay {
     }
     const { events, targets } = this.data;
     if (!events.length) {
-      this.state.textContent = "nothing to replay";
+      this.state.textContent = t("nothing to replay");
       return;
     }
     this.container = document.getElementById("output-items");
@@ -54,7 +55,7 @@ export class Replay {
     const perFrame = Math.max(20, Math.ceil(events.length / 90)); // max speed: ~1.5 s of frames
     let i = 0;
     const started = performance.now();
-    this.button.textContent = "■ Stop";
+    this.button.textContent = t("■ Stop");
     this.button.classList.add("playing");
     const step = () => {
       const elapsedUs = (performance.now() - started) * 1000;
@@ -73,9 +74,11 @@ export class Replay {
       this.renderer.flush();
       const at = times[Math.max(0, i - 1)];
       if (timed) this.chart.setReplay(at / 1000);
-      this.state.textContent =
-        `replaying at ${speed ? `${speed}×` : "max speed"}: ${fmtDuration((at - t0) / 1000)} of ` +
-        `${fmtDuration(span / 1000)}${timed ? "" : " (no recorded timing: 10 ms an event)"}`;
+      const values = { at: fmtDuration((at - t0) / 1000), span: fmtDuration(span / 1000), speed };
+      const progress = speed
+        ? fmt(t("replaying at %(speed)s×: %(at)s of %(span)s"), values)
+        : fmt(t("replaying at max speed: %(at)s of %(span)s"), values);
+      this.state.textContent = progress + (timed ? "" : t(" (no recorded timing: 10 ms an event)"));
       if (i < events.length) this.frame = requestAnimationFrame(step);
       else this.stop("finished", performance.now() - started);
     };
@@ -89,9 +92,9 @@ export class Replay {
     // The final rendering (with rewrite diffs and everything only the whole stream shows).
     this.container.replaceChildren(...this.saved);
     this.chart.setReplay(null);
-    this.button.textContent = "▶ Replay";
+    this.button.textContent = t("▶ Replay");
     this.button.classList.remove("playing");
     this.state.textContent =
-      how === "finished" ? `replay finished in ${fmtDuration(wallMs)}` : "replay stopped";
+      how === "finished" ? fmt(t("replay finished in %(duration)s"), { duration: fmtDuration(wallMs) }) : t("replay stopped");
   }
 }

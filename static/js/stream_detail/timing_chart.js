@@ -4,9 +4,36 @@
  */
 import { el } from "../dom.js";
 import { fmtCount, fmtDuration, fmtGap, fmtMs } from "./format.js";
+import { dec, fmt, num, t, tn } from "../i18n.js";
+import { cssColor, onThemeChange } from "../palette.js";
 
 const MIN_GAP_MS = 0.001; // receipt times are µs: the smallest gap above zero
 const DENSE = 2000; // points above which the chart draws its own dots
+
+/** The chart's colours in the theme in effect (app.css --chart-*, --err, --warn, --fg). */
+function colours() {
+  return {
+    output: cssColor("chart-output", "#2f7fd6"),
+    other: cssColor("chart-other", "#8b95a7"),
+    proxy: cssColor("chart-proxy", "#e8590c"),
+    axis: cssColor("chart-axis", "#3a4356"),
+    grid: cssColor("chart-grid", "rgba(29, 35, 48, .08)"),
+    lane: cssColor("chart-lane", "rgba(93, 102, 120, 0.5)"),
+    band: cssColor("chart-band", "rgba(179, 38, 30, 0.13)"),
+    burst: cssColor("chart-burst", "rgba(224, 161, 0, 0.9)"),
+    err: cssColor("err", "#b3261e"),
+    warn: cssColor("warn", "#a15c00"),
+    replay: cssColor("fg", "#141a26"),
+  };
+}
+
+/** `options` with its axes' text, ticks and grid in the theme's colours. */
+function themed(options) {
+  const c = colours();
+  const line = { stroke: c.grid, width: 1 };
+  options.axes = options.axes.map((a) => ({ stroke: c.axis, grid: line, ticks: line, ...a }));
+  return options;
+}
 
 /** A points-only series. Dense ones draw square dots straight onto the canvas, one per
  * distinct pixel: uPlot's own points are arcs, far too slow for long streams (docs/performance.md). */
@@ -94,6 +121,7 @@ export class TimingChart {
     this.replayMs = null;
     this.pendingDraw = 0;
     if (this.box) new ResizeObserver(() => this.resize()).observe(this.box);
+    onThemeChange(() => this.draw(true)); // the series' colours are in the options: build again
   }
 
   reset() {
@@ -123,36 +151,37 @@ export class TimingChart {
   load(data) {
     this.reset();
     if (!data.count) {
-      this.caption.textContent = "No events were received: nothing to chart.";
+      this.caption.textContent = t("No events were received: nothing to chart.");
       this.box.hidden = true;
       return;
     }
     if (!data.timed) {
-      this.caption.textContent =
-        "This stream has no receipt times (an imported .sse file keeps none): nothing to chart.";
+      this.caption.textContent = t(
+        "This stream has no receipt times (an imported .sse file keeps none): nothing to chart.",
+      );
       this.box.hidden = true;
       return;
     }
     const types = data.types || [];
     const output = new Set(data.output_types || []);
-    const isOut = types.map((t) => output.has(t));
-    let t = 0;
+    const isOut = types.map((type) => output.has(type));
+    let at = 0;
     const gaps = data.gap_us;
     const held = data.proxy_us;
     for (let i = 0; i < gaps.length; i++) {
-      t += gaps[i];
-      const sent = held && held[i] !== null ? t + held[i] : null;
-      this.push(data.index ? data.index[i] : data.first + i, t, isOut[data.kind[i]], sent);
+      at += gaps[i];
+      const sent = held && held[i] !== null ? at + held[i] : null;
+      this.push(data.index ? data.index[i] : data.first + i, at, isOut[data.kind[i]], sent);
     }
     this.marks = data.marks || [];
     // A stalled attempt ends in silence: chart it up to the close, as a band.
-    if (data.status === "stalled" && data.closed_us && data.closed_us > t) {
+    if (data.status === "stalled" && data.closed_us && data.closed_us > at) {
       this.xs.push(data.closed_us / 1e6);
       this.out.push(null);
       this.other.push(null);
       this.proxy.push(null);
       this.indexes.push(null);
-      this.silence = [t / 1e6, data.closed_us / 1e6];
+      this.silence = [at / 1e6, data.closed_us / 1e6];
     }
     this.draw(true);
     this.describe(data);
@@ -161,7 +190,10 @@ export class TimingChart {
   describe(data) {
     const s = data.stats;
     if (!s) {
-      this.caption.textContent = `${fmtCount(data.count)} events: too few to chart gaps.`;
+      this.caption.textContent = fmt(
+        tn("%(n)s event: too few to chart gaps.", "%(n)s events: too few to chart gaps.", data.count),
+        { n: fmtCount(data.count) },
+      );
       return;
     }
     // Counted from the findings (the server's `flagged`), not from the marks drawn: a stall
@@ -171,30 +203,57 @@ export class TimingChart {
     const bursts = flagged.buffered_delivery ?? this.marks.filter((m) => m.code === "buffered_delivery").length;
     const longest = s.longest[0];
     let text =
-      `${fmtCount(data.count)} events over ${fmtDuration(s.duration_ms)}. ` +
-      `Time since the previous event: median ${fmtGap(s.median_ms)}, ` +
-      `90th percentile ${fmtGap(s.p90_ms)}, 99th ${fmtGap(s.p99_ms)}, ` +
-      `longest ${fmtGap(s.max_ms)} (before event ${longest.index}). `;
+      fmt(tn("%(n)s event over %(duration)s. ", "%(n)s events over %(duration)s. ", data.count), {
+        n: fmtCount(data.count),
+        duration: fmtDuration(s.duration_ms),
+      }) +
+      fmt(
+        t(
+          "Time since the previous event: median %(median)s, 90th percentile %(p90)s, " +
+            "99th %(p99)s, longest %(longest)s (before event %(index)s). ",
+        ),
+        {
+          median: fmtGap(s.median_ms),
+          p90: fmtGap(s.p90_ms),
+          p99: fmtGap(s.p99_ms),
+          longest: fmtGap(s.max_ms),
+          index: longest.index,
+        },
+      );
     if (stalls || bursts) {
-      text += `Marked: ${stalls} stall${stalls === 1 ? "" : "s"} (red bands) and ${bursts} ` +
-        `buffered burst${bursts === 1 ? "" : "s"} (amber lines). `;
+      text +=
+        fmt(tn("Marked: %(n)s stall (red bands)", "Marked: %(n)s stalls (red bands)", stalls), { n: stalls }) +
+        fmt(tn(" and %(n)s buffered burst (amber lines). ", " and %(n)s buffered bursts (amber lines). ", bursts), {
+          n: bursts,
+        });
     } else {
-      text += "No stall or buffered burst was flagged. ";
+      text += t("No stall or buffered burst was flagged. ");
     }
     if (this.silence) {
       const quiet = (this.silence[1] - this.silence[0]) * 1000;
-      text += `After the last event nothing came for ${fmtDuration(quiet)}, until the stall ` +
-        "timeout aborted the attempt (red band at the end). ";
+      text += fmt(
+        t(
+          "After the last event nothing came for %(duration)s, until the stall timeout aborted " +
+            "the attempt (red band at the end). ",
+        ),
+        { duration: fmtDuration(quiet) },
+      );
     }
-    text += "Blue: output deltas; grey: other events. ";
+    text += t("Blue: output deltas; grey: other events. ");
     if (this.proxied) {
       const p = data.proxy || {};
-      text += "Orange: the proxy's own delay per event, from its receipt from the upstream to " +
-        "handing it to the client" +
-        (p.p50_ms === null || p.p50_ms === undefined ? "" : ` (median ${fmtGap(p.p50_ms)}, 99th ${fmtGap(p.p99_ms)})`) +
-        ". ";
+      text +=
+        p.p50_ms === null || p.p50_ms === undefined
+          ? t("Orange: the proxy's own delay per event, from its receipt from the upstream to handing it to the client. ")
+          : fmt(
+            t(
+              "Orange: the proxy's own delay per event, from its receipt from the upstream to " +
+                "handing it to the client (median %(median)s, 99th %(p99)s). ",
+            ),
+            { median: fmtGap(p.p50_ms), p99: fmtGap(p.p99_ms) },
+          );
     }
-    text += "Drag to zoom, double-click to reset, click a point to open its event.";
+    text += t("Drag to zoom, double-click to reset, click a point to open its event.");
     this.caption.textContent = text;
     const body = this.table.querySelector("tbody");
     body.replaceChildren();
@@ -223,13 +282,18 @@ export class TimingChart {
         at = this.indexes[i];
       }
     }
-    let text =
-      `Live: ${fmtCount(this.xs.length)} events over ${fmtDuration(this.xs.at(-1) * 1000)} so far; ` +
-      `longest pause ${fmtGap(max)} (before event ${at}).`;
+    let text = fmt(
+      tn(
+        "Live: %(n)s event over %(duration)s so far; longest pause %(gap)s (before event %(index)s).",
+        "Live: %(n)s events over %(duration)s so far; longest pause %(gap)s (before event %(index)s).",
+        this.xs.length,
+      ),
+      { n: fmtCount(this.xs.length), duration: fmtDuration(this.xs.at(-1) * 1000), gap: fmtGap(max), index: at },
+    );
     if (this.proxied) {
       let held = null;
       for (const v of this.proxy) if (v !== null && (held === null || v > held)) held = v;
-      if (held !== null) text += ` The proxy held an event at most ${fmtGap(held)} (orange).`;
+      if (held !== null) text += fmt(t(" The proxy held an event at most %(gap)s (orange)."), { gap: fmtGap(held) });
     }
     this.caption.textContent = text;
   }
@@ -237,7 +301,7 @@ export class TimingChart {
   options() {
     const marks = this;
     const dense = this.xs.length > DENSE;
-    const label = (v) => (v === marks.scale.lane ? "0" : v >= 1000 ? fmtCount(v) : `${+v.toPrecision(3)}`);
+    const label = (v) => (v === marks.scale.lane ? "0" : v >= 1000 ? fmtCount(v) : dec(+v.toPrecision(3), 6));
     return {
       width: Math.max(300, this.box.clientWidth),
       height: 240,
@@ -251,9 +315,9 @@ export class TimingChart {
       legend: { live: true },
       cursor: { drag: { x: true, y: false }, points: { size: 7 } },
       axes: [
-        { label: "seconds since the request", labelSize: 20, size: 34, space: 60,
-          values: (u, ticks) => ticks.map((v) => (v === null ? "" : `${+v.toFixed(3)}`)) },
-        { label: this.proxied ? "ms: gap · proxy added" : "ms since previous event",
+        { label: t("seconds since the request"), labelSize: 20, size: 34, space: 60,
+          values: (u, ticks) => ticks.map((v) => (v === null ? "" : dec(+v.toFixed(3), 3))) },
+        { label: this.proxied ? t("ms: gap · proxy added") : t("ms since previous event"),
           labelSize: 20, size: 56,
           // powers of ten only (the log scale's minor splits made a striped background), and
           // the "0" lane of 0-µs gaps at the bottom
@@ -261,11 +325,11 @@ export class TimingChart {
           values: (u, ticks) => ticks.map((v) => (v === null ? "" : label(v))) },
       ],
       series: [
-        { label: "t (s)", value: (u, v) => (v === null || v === undefined ? "" : v.toFixed(4)) },
-        dotSeries("output delta", "#2f7fd6", dense ? 3 : 5, dense),
-        dotSeries("other event", "#8b95a7", dense ? 4 : 6, dense),
+        { label: t("t (s)"), value: (u, v) => (v === null || v === undefined ? "" : num(v, 4)) },
+        dotSeries(t("output delta"), colours().output, dense ? 3 : 5, dense),
+        dotSeries(t("other event"), colours().other, dense ? 4 : 6, dense),
         // same unit, same axis: the proxy's delay reads against the gaps it sits between
-        ...(this.proxied ? [dotSeries("proxy added", "#e8590c", dense ? 3 : 4, dense)] : []),
+        ...(this.proxied ? [dotSeries(t("proxy added"), colours().proxy, dense ? 3 : 4, dense)] : []),
       ],
       hooks: {
         draw: [(u) => marks.drawMarks(u)],
@@ -278,11 +342,12 @@ export class TimingChart {
   drawMarks(u) {
     const ctx = u.ctx;
     const { top, height } = u.bbox;
+    const c = colours();
     ctx.save();
     if (this.scale.lane !== null) {
       // the "0" lane's upper edge: gaps below it are 0 µs, not a value on the log axis
       const y = u.valToPos(this.scale.lane * Math.sqrt(10), "y", true);
-      ctx.strokeStyle = "rgba(93, 102, 120, 0.5)";
+      ctx.strokeStyle = c.lane;
       ctx.lineWidth = devicePixelRatio;
       ctx.setLineDash([4 * devicePixelRatio, 3 * devicePixelRatio]);
       ctx.beginPath();
@@ -300,31 +365,31 @@ export class TimingChart {
       const x = u.valToPos(this.xs[i], "x", true);
       if (mark.code === "stall") {
         const x0 = u.valToPos(i > 0 ? this.xs[i - 1] : 0, "x", true);
-        ctx.fillStyle = "rgba(179, 38, 30, 0.13)";
+        ctx.fillStyle = c.band;
         ctx.fillRect(x0, top, Math.max(x - x0, 2), height);
-        ctx.fillStyle = "#b3261e";
-        ctx.fillText("stall", x0 + 4, top + 12 * devicePixelRatio);
+        ctx.fillStyle = c.err;
+        ctx.fillText(t("stall"), x0 + 4, top + 12 * devicePixelRatio);
       } else {
-        ctx.strokeStyle = "rgba(224, 161, 0, 0.9)";
+        ctx.strokeStyle = c.burst;
         ctx.lineWidth = 2 * devicePixelRatio;
         ctx.beginPath();
         ctx.moveTo(x, top);
         ctx.lineTo(x, top + height);
         ctx.stroke();
-        ctx.fillStyle = "#a15c00";
-        ctx.fillText("burst", x + 3, top + 24 * devicePixelRatio);
+        ctx.fillStyle = c.warn;
+        ctx.fillText(t("burst"), x + 3, top + 24 * devicePixelRatio);
       }
     }
     if (this.silence) {
       const [x0, x1] = this.silence.map((v) => u.valToPos(v, "x", true));
-      ctx.fillStyle = "rgba(179, 38, 30, 0.13)";
+      ctx.fillStyle = c.band;
       ctx.fillRect(x0, top, Math.max(x1 - x0, 2), height);
-      ctx.fillStyle = "#b3261e";
-      ctx.fillText("no event until the stall timeout: aborted", x0 + 4, top + 12 * devicePixelRatio);
+      ctx.fillStyle = c.err;
+      ctx.fillText(t("no event until the stall timeout: aborted"), x0 + 4, top + 12 * devicePixelRatio);
     }
     if (this.replayMs !== null) {
       const x = u.valToPos(this.replayMs / 1000, "x", true);
-      ctx.strokeStyle = "#141a26";
+      ctx.strokeStyle = c.replay;
       ctx.lineWidth = 1.5 * devicePixelRatio;
       ctx.beginPath();
       ctx.moveTo(x, top);
@@ -367,7 +432,7 @@ export class TimingChart {
     this.plot?.destroy();
     this.box.replaceChildren();
     const data = this.data(); // first: the options read the gap scale it sets
-    this.plot = new window.uPlot(this.options(), data, this.box);
+    this.plot = new window.uPlot(themed(this.options()), data, this.box);
     let down = null;
     this.plot.over.addEventListener("mousedown", (e) => (down = [e.clientX, e.clientY]));
     this.plot.over.addEventListener("click", (e) => {

@@ -1,0 +1,96 @@
+/**
+ * i18n.js — the scripts' words and figures in the page's language. An ES module.
+ *
+ * Words come from Django's JavaScript catalog (/jsi18n/, JavaScriptCatalog, loaded by
+ * base.html before every other script: window.gettext, ngettext, interpolate); without it
+ * (a page that does not load it) they stay English. Figures follow the page's language
+ * (<html lang>): a decimal comma in Dutch. Thousands are grouped with a narrow no-break space in
+ * every language, as the server's `count` filter writes them (dashboard/templatetags).
+ *
+ *   import { t, tn, fmt, num, dec, count, ms, pct } from "./i18n.js";
+ *   t("No output.")
+ *   fmt(tn("%(n)s event", "%(n)s events", n), { n: count(n) })
+ *   num(12.345, 1)  // "12.3", in Dutch "12,3"; num(1234.5, 1) "1 234.5" ("1 234,5")
+ *
+ * Only the scripts' own words go through here, never data: event types, model ids, model
+ * output, prompts and finding codes are shown as they came. A status's word is the server's
+ * translated label (vocabulary.js statusWord). `t` and `tn` are extracted by
+ * `makemessages -d djangojs` (dashboard/management/commands/makemessages.py adds them to
+ * xgettext's keywords); their arguments must be string literals.
+ */
+
+/** The page's language, as the server rendered it (`<html lang="nl">`). */
+export const LANG = document.documentElement.lang || "en";
+
+const catalog = globalThis;
+
+/** `text` in the page's language. */
+export function t(text) {
+  return typeof catalog.gettext === "function" ? catalog.gettext(text) : text;
+}
+
+/** The singular or plural of a phrase for `n`, in the page's language. */
+export function tn(singular, plural, n) {
+  if (typeof catalog.ngettext === "function") return catalog.ngettext(singular, plural, n);
+  return n === 1 ? singular : plural;
+}
+
+/** `template` with its `%(name)s` placeholders filled from `values` (already formatted). */
+export function fmt(template, values) {
+  if (typeof catalog.interpolate === "function") return catalog.interpolate(template, values, true);
+  return template.replace(/%\(([^)]+)\)s/g, (_, key) => String(values[key]));
+}
+
+const THIN = "\u202f";
+const formats = new Map();
+
+function formatter(min, max, group) {
+  const key = `${min}:${max}:${group}`;
+  let f = formats.get(key);
+  if (!f) {
+    f = new Intl.NumberFormat(LANG, {
+      minimumFractionDigits: min,
+      maximumFractionDigits: max,
+      useGrouping: group,
+    });
+    formats.set(key, f);
+  }
+  return f;
+}
+
+function write(f, x) {
+  return f
+    .formatToParts(x)
+    .map((p) => (p.type === "group" ? THIN : p.value))
+    .join("");
+}
+
+const finite = (x) => typeof x === "number" && Number.isFinite(x);
+
+/** `x` with exactly `digits` decimals, in the page's language ("" for no number); thousands
+ * grouped unless `group` is false (a figure the server writes ungrouped, e.g. a rate). */
+export function num(x, digits = 0, group = true) {
+  return finite(x) ? write(formatter(digits, digits, group), x) : "";
+}
+
+/** `x` with at most `maxDigits` decimals (no trailing zeros), in the page's language. */
+export function dec(x, maxDigits = 3) {
+  return finite(x) ? write(formatter(0, maxDigits, true), x) : "";
+}
+
+/** A whole number, grouped ("12 345"); "" for none. */
+export function count(x) {
+  const n = typeof x === "string" && x !== "" ? Number(x) : x;
+  return finite(n) ? num(n) : "";
+}
+
+/** A time in milliseconds: "850 ms", from a second on "1.25 s" ("1,25 s"); "" for none. */
+export function ms(x) {
+  if (!finite(x)) return "";
+  return x >= 1000 ? `${num(x / 1000, 2, false)} s` : `${num(Math.round(x))} ms`;
+}
+
+/** A percentage with `digits` decimals: "12.5 %" ("12,5 %"); "" for none. */
+export function pct(x, digits = 1) {
+  return finite(x) ? `${num(x, digits)} %` : "";
+}

@@ -1,0 +1,276 @@
+"""The pages in Dutch, with nothing of their own left in English, and data never translated.
+
+Every page route of Django's resolver (the Django admin's own pages aside: Django translates
+them) is fetched as a staff member and as a plain user, once with `Accept-Language: en` and
+once with `nl`, over a small history (imported real captures, a conversation, an import job).
+A visible text of a Dutch page (a text node, or a title, placeholder, aria-label or alt) that
+is the same in the English page and still holds an English word is left untranslated, unless
+it is recorded data (anything stored: prompts, outputs, event types, model ids, errors) or a
+product term (ALLOWED). A route the walk cannot fill fails with its name, as the other walkers.
+"""
+
+import html
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.utils import translation
+from django.utils.dates import MONTHS_3
+
+from dashboard.language import is_data
+from dashboard.models import Conversation, Turn
+from streams.ingest import importer
+from streams.models import Event, Finding, ImportJob, Stream
+from streams.simulator import SCENARIOS
+from streams.simulator.models import MODELS
+from tests.support.routes import Unfillable, django_routes, fill
+
+FIXTURES = Path(__file__).parent / "fixtures" / "streams"
+CAPTURES = ("openai_text_basic.sse", "openai_function_call.sse", "openai_refusal.sse")
+
+# Words a Dutch page may keep: product and protocol terms, units, and words Dutch spells the
+# same way (checked case-insensitively, as whole words).
+ALLOWED = {
+    # product, protocol and format names
+    "streamscope", "eu", "gpt", "openai", "api", "json", "sse", "har", "http", "https", "html",
+    "url", "id", "ids", "sdk", "csv", "otel", "prometheus", "django", "admin", "htmx", "utc",
+    "ttft", "p50", "p90", "p99", "ms", "µs", "s", "kb", "mb", "tokens", "token", "websocket",
+    "markdown", "stream", "streams", "playground", "latency", "routing", "router", "proxy",
+    "auto", "live", "import", "export", "replay", "delta", "deltas", "en", "nl", "headers",
+    # the same word in Dutch, and key names
+    "model", "modellen", "status", "type", "filter", "filters", "tag", "tags", "index",
+    "details", "code", "info", "error", "warning", "min", "max", "totaal", "events", "event",
+    "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
+    "streaming", "scenario", "enter", "shift", "esc",
+}  # fmt: skip
+PERCENTILE = re.compile(r"p\d{1,3}(\.\d+)?")
+WORD = re.compile(r"[\w'’.-]*[A-Za-z][\w'’.-]*")
+SKIP_TAGS = {"script", "style", "template", "textarea", "pre", "code"}
+SHOWN_ATTRIBUTES = ("title", "placeholder", "aria-label", "alt")
+
+
+class _Visible(HTMLParser):
+    """The texts a reader sees: text nodes (outside scripts, styles and code) and the
+    attributes a browser shows."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.texts, self.skipping = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in SKIP_TAGS:
+            self.skipping += 1
+        for name, value in attrs:
+            if name in SHOWN_ATTRIBUTES and value:
+                self.texts.append(value.strip())
+
+    def handle_endtag(self, tag):
+        if tag in SKIP_TAGS and self.skipping:
+            self.skipping -= 1
+
+    def handle_data(self, data):
+        if not self.skipping and data.strip():
+            self.texts.append(" ".join(data.split()))
+
+
+def visible_texts(page):
+    parser = _Visible()
+    parser.feed(page)
+    return parser.texts
+
+
+def english_left(text, data):
+    """The words of `text` a Dutch page should not have (empty: fine)."""
+    if any(text in d for d in data):
+        return []
+    words = [w.strip("'’-.") for w in WORD.findall(text)]
+    return [w for w in words if len(w) > 1 and not _allowed(w) and w not in data]
+
+
+def _allowed(word):
+    """A product term, a word Dutch spells the same, a file type or a percentile (p95)."""
+    return word.lower() in ALLOWED or PERCENTILE.fullmatch(word) is not None
+
+
+def recorded_data():
+    """Every string stored in the history, and each of its words: data is shown as it was."""
+    values = set()
+    for row in Stream.objects.values_list(
+        "prompt", "output_text", "final_text", "requested_model", "resolved_model",
+        "error_message", "error_code", "routing_category", "routing_reasoning", "scenario",
+    ):  # fmt: skip
+        values.update(v for v in row if v)
+    values.update(Event.objects.values_list("type", flat=True).distinct())
+    values.update(Finding.objects.values_list("code", flat=True).distinct())
+    values.update(Finding.objects.values_list("detail", flat=True).distinct())
+    values.update(Conversation.objects.values_list("title", flat=True))
+    values.update(Turn.objects.values_list("prompt", flat=True))
+    values.update(get_user_model().objects.values_list("username", flat=True))
+    for tags, session in Stream.objects.values_list("tags", "session"):
+        values.update(tags or ())
+        values.add(session)
+    for data in Event.objects.values_list("data", flat=True):
+        values.update(_strings(_json(data)))
+    values.update(SCENARIOS)  # identifiers the playground offers, as the API takes them
+    values.update(MODELS)
+    values.update(_month_abbreviations())
+    words = {w for v in values for w in WORD.findall(str(v))}
+    return {str(v) for v in values if v} | words
+
+
+def _json(text):
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _strings(value):
+    """Every string inside a decoded JSON value (ids, names, texts, arguments)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _strings(v)
+
+
+def _month_abbreviations():
+    """Django's Dutch month abbreviations as its `M` format writes them ("Dec", "Mrt"): a date
+    reads the same in both languages for some months."""
+    with translation.override("nl"):
+        return {str(m).title() for m in MONTHS_3.values()}
+
+
+@pytest.fixture(scope="module")
+def history(django_db_setup, django_db_blocker):
+    with django_db_blocker.unblock():
+        users = get_user_model().objects
+        staff = users.create_user("i18n-staff", password="pw-staff-1", is_staff=True)
+        user = users.create_user("i18n-user", password="pw-user-1")
+        streams = []
+        for owner in (staff, user):
+            for name in CAPTURES:
+                streams += importer.import_capture((FIXTURES / name).read_bytes(), name, user=owner)
+        for s in streams:
+            Stream.objects.filter(pk=s.pk).update(session="sessie-een", tags=["demo"])
+        conversations = {}
+        for owner in (staff, user):
+            c = Conversation.objects.create(user=owner, title="Utrecht")
+            mine = [s for s in streams if s.user_id == owner.pk]
+            turn = Turn.objects.create(
+                conversation=c, position=0, prompt="Utrecht?", stream=mine[0]
+            )
+            conversations[c.pk] = [turn.pk]
+        jobs = [ImportJob.objects.create(user=owner).pk for owner in (staff, user)]
+        yield {
+            "staff": staff,
+            "user": user,
+            "stream_ids": [s.pk for s in streams],
+            "conversations": conversations,
+            "jobs": jobs,
+            "data": recorded_data(),
+        }
+        Stream.objects.all().delete()
+        Conversation.objects.all().delete()
+        ImportJob.objects.all().delete()
+        users.filter(username__startswith="i18n-").delete()
+
+
+FILL = {
+    "stream_id": lambda h, bound: h["stream_ids"],
+    "index": lambda h, bound: [0, 1],
+    "job_id": lambda h, bound: h["jobs"],
+    "session": lambda h, bound: ["sessie-een"],
+    "conversation_id": lambda h, bound: list(h["conversations"]),
+    "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
+}
+
+
+def page_paths(history):
+    """Every GET page path, filled from the history (admin and data routes apart)."""
+    paths, unfilled = [], []
+    for route in django_routes():
+        if route.text.startswith("admin/") or route.model is not None:
+            continue
+        try:
+            found = fill(route, lambda r, name, bound: _fill(history, name, bound), limit=4)
+        except Unfillable as exc:
+            unfilled.append(str(exc))
+            continue
+        paths += [p for p in found if not (is_data(p) or p.startswith(("/jsi18n/", "/i18n/")))]
+    assert not unfilled, "\n".join(unfilled)
+    return sorted(set(paths))
+
+
+def _fill(history, name, bound):
+    maker = FILL.get(name)
+    return None if maker is None else maker(history, bound)
+
+
+def _client(user, language):
+    client = Client(HTTP_ACCEPT_LANGUAGE=language)
+    client.force_login(user)
+    return client
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_no_page_keeps_english_in_dutch(history, who):
+    en, nl = _client(history[who], "en"), _client(history[who], "nl")
+    left, errors = {}, []
+    for path in page_paths(history):
+        a, b = en.get(path), nl.get(path)
+        if b.status_code >= 500:
+            errors.append(f"{path}: {b.status_code}")
+        if "text/html" not in b.get("Content-Type", "") or b.status_code != a.status_code:
+            continue
+        english = set(visible_texts(a.content.decode()))
+        for text in visible_texts(b.content.decode()):
+            if text in english and (words := english_left(text, history["data"])):
+                left.setdefault(text, (path, words))
+    assert not errors, errors
+    report = [f"{path}: {text!r} ({', '.join(words)})" for text, (path, words) in left.items()]
+    assert not report, f"{len(report)} English text(s) left in Dutch pages:\n" + "\n".join(
+        sorted(report)
+    )
+
+
+@pytest.mark.django_db
+def test_the_checks_see_what_they_are_for():
+    page = '<p title="Recorded streams">Streams</p><script>var x = "Hidden text";</script>'
+    assert visible_texts(page) == ["Recorded streams", "Streams"]
+    assert english_left("Recorded streams", set()) == ["Recorded"]
+    assert english_left("Opgenomen streams", set()) == ["Opgenomen"]  # (only same-in-both count)
+    assert english_left("Tell me about Utrecht", {"Tell me about Utrecht"}) == []
+    assert english_left("TTFT p50 12,5 ms", set()) == []
+
+
+@pytest.mark.django_db
+def test_data_is_never_translated(history):
+    """The API, the exports and a page's data requests answer in English whatever the request
+    asks for; a page answers in the language asked for, and says so."""
+    client = _client(history["staff"], "nl")
+    page = client.get("/")
+    assert page["Content-Language"] == "nl" and '<html lang="nl"' in page.content.decode()
+    stream_id = history["stream_ids"][0]
+    for path in (f"/streams/{stream_id}.json", f"/streams/{stream_id}/timing.json"):
+        response = client.get(path)
+        assert response.status_code == 200 and response.get("Content-Language") != "nl", path
+    missing = client.get("/api/streams/999999/", HTTP_AUTHORIZATION="Bearer nope")
+    assert b"Nederlands" not in missing.content
+    assert html.unescape(missing.content.decode()).isascii()
+
+
+@pytest.mark.django_db
+def test_the_switcher_wins_over_the_browser(history):
+    client = _client(history["user"], "en")
+    response = client.post("/i18n/setlang/", {"language": "nl", "next": "/"})
+    assert response.status_code == 302
+    assert '<html lang="nl"' in client.get("/").content.decode()
