@@ -125,3 +125,17 @@ def test_the_playground_in_dutch(dutch_page, people):
     # the stop button's text is the script's
     assert page.locator("#pg-stop").text_content() == "Stoppen"
     assert page.errors == [], page.errors
+
+
+def test_no_page_raises_a_script_error_in_dutch(dutch_page, people, site):
+    """Every page of the site (the contrast check's list) in a Dutch browser: in Dutch, and no
+    JavaScript error (a catalog string with a wrong placeholder, a number formatter given a
+    string: a format error) while its scripts render, charts included."""
+    failed = {}
+    for name, path in site.items():
+        page = dutch_page(people.staff, path)
+        page.wait_for_load_state("networkidle")
+        assert page.locator("html").get_attribute("lang") == "nl", name
+        if page.errors:
+            failed[name] = page.errors
+    assert not failed, failed
