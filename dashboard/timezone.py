@@ -17,6 +17,7 @@ import functools
 import zoneinfo
 
 from django.utils import timezone
+from django.utils.deprecation import MiddlewareMixin
 
 from dashboard.language import is_data
 
@@ -49,20 +50,18 @@ def from_cookie(value):
     return (name, "chosen") if name else (UTC, "default")
 
 
-class TimeZoneMiddleware:
-    """Activates the request's zone for pages; UTC for data routes."""
+class TimeZoneMiddleware(MiddlewareMixin):
+    """Activates the request's zone for pages; UTC for data routes. (MiddlewareMixin: sync and
+    async alike, so the async views are not adapted through a thread for this.)"""
 
-    def __init__(self, get_response):
-        self.get_response = get_response
-
-    def __call__(self, request):
+    def process_request(self, request):
         if is_data(request.path):
             name, source = UTC, "default"
         else:
             name, source = from_cookie(request.COOKIES.get(COOKIE))
         request.time_zone, request.time_zone_source = name, source
         timezone.activate(zoneinfo.ZoneInfo(name))
-        try:
-            return self.get_response(request)
-        finally:
-            timezone.deactivate()
+
+    def process_response(self, request, response):
+        timezone.deactivate()
+        return response
