@@ -21,6 +21,8 @@ from streams.models import Event, Finding, Stream
 from streams.run import runner
 from streams.simulator.scenarios import LONG_FIELD_CHARS, LONG_MODEL_CHARS
 from streams.store import rows
+from tests.support import recording
+from tests.support.recording import record
 
 DEAD_RUNNER = f"{socket.gethostname()}:999999:0123abcd"  # a pid of this host that is not alive
 
@@ -37,15 +39,10 @@ def too_long(limit):
     return ("é😀x" * limit)[: limit + 37]
 
 
-def body(scenario="", model="auto", prompt="Tell me about Utrecht", **metadata):
+def body(*args, **metadata):
+    """tests/support/recording.py's request body, paced faster."""
     metadata.setdefault("time_scale", 0.02)
-    return rows.build_request_body(prompt, model, scenario=scenario, metadata=metadata)
-
-
-async def record(b, **kwargs):
-    stream = await sync_to_async(rows.new_row)(None, b)
-    last, outcome = await runner.run_stream(stream, **kwargs)
-    return await Stream.objects.aget(pk=last.pk), outcome
+    return recording.body(*args, **metadata)
 
 
 def stored_events(stream_id):
