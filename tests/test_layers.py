@@ -53,6 +53,19 @@ def _resolve(name, known):
     return name or None
 
 
+def from_base(node, module, is_package):
+    """The absolute module a `from … import` (an ast.ImportFrom in `module`) imports from,
+    relative imports resolved."""
+    base = node.module or ""
+    if not node.level:
+        return base
+    anchor = module.split(".")
+    if not is_package:
+        anchor = anchor[:-1]
+    anchor = anchor[: len(anchor) - (node.level - 1)]
+    return ".".join(anchor + ([base] if base else []))
+
+
 def imports(known):
     """{module: {imported module: line}} over `known`, for the two packages only."""
     graph = {}
@@ -64,13 +77,7 @@ def imports(known):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = module.split(".")
-                    if not is_package:
-                        anchor = anchor[:-1]
-                    anchor = anchor[: len(anchor) - (node.level - 1)]
-                    base = ".".join(anchor + ([base] if base else []))
+                base = from_base(node, module, is_package)
                 targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
             for target in targets:
                 if target.split(".")[0] not in PACKAGES:
@@ -193,13 +200,7 @@ def imports_of_test_modules(source, module, is_package=False):
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = module.split(".")
-                if not is_package:
-                    anchor = anchor[:-1]
-                anchor = anchor[: len(anchor) - (node.level - 1)]
-                base = ".".join(anchor + ([base] if base else []))
+            base = from_base(node, module, is_package)
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
         for target in targets:
             parts = target.split(".")
