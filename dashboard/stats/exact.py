@@ -12,7 +12,12 @@ from django.db import connection
 from django.db.models import Count
 
 from dashboard.stats import cube
-from dashboard.stats.pairs import _group_where, _series_bounds, pair_aggregates
+from dashboard.stats.pairs import (
+    _group_where,
+    _series_bounds,
+    pair_aggregates,
+    per_pair_selects,
+)
 from dashboard.stats.sql import (
     IDX_CREATED,
     IDX_PAIR,
@@ -119,17 +124,8 @@ class ExactSource:
         complete, select = _phase_sql()
         base = scope_where(self.scope, skip=("resolved_model", "requested_model")).add(complete)
         pairs = list(self.aggregates())
-        parts = []
-        for i, (resolved, requested) in enumerate(pairs):
-            where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
-            parts.append(
-                (
-                    f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}",
-                    where.params,
-                )
-            )
         sums = {}
-        for i, n, *values in _rows(parts):
+        for i, n, *values in _rows(per_pair_selects(base, pairs, select)):
             if not n:
                 continue
             acc = sums.setdefault(pairs[i][0], [0] * 6)

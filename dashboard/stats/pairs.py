@@ -108,6 +108,17 @@ def _model_pairs(scope):
     return sorted(pairs)
 
 
+def per_pair_selects(base, pairs, select):
+    """(SQL, params) of one `SELECT i, <select>` per (resolved, requested) pair `i` under the
+    conditions `base`, each a seek of the pair index."""
+    parts = []
+    for i, (resolved, requested) in enumerate(pairs):
+        where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
+        sql = f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}"
+        parts.append((sql, where.params))
+    return parts
+
+
 def pair_aggregates(scope, pairs=None):
     """{(resolved, requested): {aggregate: value}} over the scope, one index seek per pair."""
     pairs = model_pairs(scope) if pairs is None else pairs
@@ -120,17 +131,8 @@ def pair_aggregates(scope, pairs=None):
     ]
     cols = _pair_columns()
     select = ", ".join(sql for _, sql, _ in cols)
-    parts = []
-    for i, (resolved, requested) in enumerate(wanted):
-        where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
-        parts.append(
-            (
-                f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}",
-                where.params,
-            )
-        )
     out = {}
-    for row in _rows(parts):
+    for row in _rows(per_pair_selects(base, wanted, select)):
         if row[1]:
             out[wanted[row[0]]] = {name: v for (name, _, _), v in zip(cols, row[1:], strict=True)}
     return out
