@@ -151,6 +151,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "dashboard.vocabulary.context_processor",
+                "dashboard.timezone.context_processor",
             ],
         },
     },

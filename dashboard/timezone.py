@@ -16,14 +16,36 @@ the cookie says (`language.is_data`): a client never gets local time where it pa
 import functools
 import zoneinfo
 
+from django.http import HttpResponseBadRequest, HttpResponseRedirect
 from django.utils import timezone
 from django.utils.deprecation import MiddlewareMixin
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.utils.translation import gettext as _
+from django.views.decorators.http import require_POST
 
 from dashboard.language import is_data
 
 COOKIE = "streamscope_tz"
 AUTO = "auto:"  # the browser's zone, as the script found it (else: the user's choice)
 UTC = "UTC"
+COOKIE_AGE_S = 365 * 24 * 3600
+# In the selector without scripts (the script adds every zone the browser knows): UTC, the
+# zones of the EU GPT's users and a few of the teams they work with.
+COMMON = (
+    "Europe/Amsterdam",
+    "Europe/Brussels",
+    "Europe/Berlin",
+    "Europe/Paris",
+    "Europe/London",
+    "Europe/Dublin",
+    "Europe/Lisbon",
+    "Europe/Helsinki",
+    "America/New_York",
+    "America/Los_Angeles",
+    "Asia/Kolkata",
+    "Asia/Tokyo",
+    "Australia/Sydney",
+)
 
 
 @functools.cache
@@ -48,6 +70,41 @@ def from_cookie(value):
         return (name, "browser") if name else (UTC, "default")
     name = valid(value)
     return (name, "chosen") if name else (UTC, "default")
+
+
+@require_POST
+def set_time_zone(request):
+    """The selector's choice into the cookie, then back to the page it was made on (`next`,
+    when it is this site's). `tz=auto` goes back to the browser's zone (`browser`: the script
+    sends what it found; without it, the next page's script fills it in). An unknown zone is a
+    400 and the cookie is left as it was."""
+    choice = request.POST.get("tz", "").strip()
+    if choice == "auto":
+        browser = valid(request.POST.get("browser", "").strip())
+        value = AUTO + (browser or "")
+    elif valid(choice):
+        value = choice
+    else:
+        message = _("Unknown time zone: “%(zone)s”.") % {"zone": choice[:64]}
+        return HttpResponseBadRequest(message, content_type="text/plain; charset=utf-8")
+    target = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        target = "/"
+    response = HttpResponseRedirect(target)
+    response.set_cookie(
+        COOKIE, value, max_age=COOKIE_AGE_S, samesite="Lax", secure=request.is_secure()
+    )
+    return response
+
+
+def context_processor(request):
+    """The selector's zones besides "auto" and UTC (the chosen one first when it is not common)."""
+    chosen = getattr(request, "time_zone", UTC)
+    source = getattr(request, "time_zone_source", "default")
+    extra = (chosen,) if source == "chosen" and chosen != UTC and chosen not in COMMON else ()
+    return {"time_zone_choices": extra + COMMON}
 
 
 class TimeZoneMiddleware(MiddlewareMixin):

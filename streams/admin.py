@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.utils.functional import cached_property
+from django.utils.translation import gettext_lazy as _
 
 from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Stream
 
@@ -66,12 +67,23 @@ class FindingAdmin(BigTableAdmin):
     raw_id_fields = ("stream",)
 
 
+# Why a job was cancelled (streams/ingest/import_jobs.py writes the code), in the admin's words.
+CANCEL_REASONS = {
+    "abandoned": _("abandoned (nobody was watching)"),
+    "cancelled": _("cancelled by its user"),
+}
+
+
 @admin.register(ImportJob)
 class ImportJobAdmin(admin.ModelAdmin):
-    list_display = ("id", "user", "status", "created_at", "cancel_reason")
+    list_display = ("id", "user", "status", "created_at", "cancelled_because")
     list_filter = ("status",)
     raw_id_fields = ("user",)
     readonly_fields = ("created_at", "updated_at", "polled_at")
+
+    @admin.display(description=_("cancel reason"), ordering="cancel_reason")
+    def cancelled_because(self, job):
+        return CANCEL_REASONS.get(job.cancel_reason, job.cancel_reason) or None
 
 
 @admin.register(ImportFile)

@@ -10,6 +10,7 @@ import secrets
 
 from django.conf import settings
 from django.db import models
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 
@@ -29,91 +30,125 @@ class Stream(models.Model):
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 
     class Source(models.TextChoices):
-        LIVE = "live"
-        IMPORT = "import"
-        PROXY = "proxy"
+        LIVE = "live", _("Live")
+        IMPORT = "import", _("Import")
+        PROXY = "proxy", _("Proxy")
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name=_("user"),
     )
-    source = models.CharField(max_length=10, choices=Source.choices, default=Source.LIVE)
-    status = models.CharField(max_length=12, choices=Status.choices, default=Status.PENDING)
+    source = models.CharField(
+        _("source"), max_length=10, choices=Source.choices, default=Source.LIVE
+    )
+    status = models.CharField(
+        _("status"), max_length=12, choices=Status.choices, default=Status.PENDING
+    )
 
     # The request. The API key is never part of it (it travels in a header only).
-    request_body = models.JSONField(default=dict)
-    requested_model = models.CharField(max_length=100, blank=True)
-    scenario = models.CharField(max_length=50, blank=True)
-    prompt = models.TextField(blank=True)  # the last user input, for search and lists
-    upstream_url = models.CharField(max_length=300, blank=True)
+    request_body = models.JSONField(_("request body"), default=dict)
+    requested_model = models.CharField(_("requested model"), max_length=100, blank=True)
+    scenario = models.CharField(_("scenario"), max_length=50, blank=True)
+    prompt = models.TextField(_("prompt"), blank=True)  # the last user input, for search and lists
+    upstream_url = models.CharField(_("upstream URL"), max_length=300, blank=True)
 
     # Retries: each attempt is its own row, linked to the first.
-    attempt = models.PositiveSmallIntegerField(default=1)
+    attempt = models.PositiveSmallIntegerField(_("attempt"), default=1)
     first_attempt = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.CASCADE, related_name="retries"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="retries",
+        verbose_name=_("first attempt"),
     )
 
     # Response metadata.
-    upstream_id = models.CharField(max_length=200, blank=True)
-    resolved_model = models.CharField(max_length=100, blank=True)
-    routing_category = models.CharField(max_length=50, blank=True)
-    routing_source = models.CharField(max_length=50, blank=True)
-    routing_reasoning = models.TextField(blank=True)
-    http_status = models.PositiveSmallIntegerField(null=True, blank=True)
-    content_type = models.CharField(max_length=200, blank=True)
-    error_code = models.CharField(max_length=100, blank=True)
-    error_message = models.TextField(blank=True)
+    upstream_id = models.CharField(_("upstream id"), max_length=200, blank=True)
+    resolved_model = models.CharField(_("resolved model"), max_length=100, blank=True)
+    routing_category = models.CharField(_("routing category"), max_length=50, blank=True)
+    routing_source = models.CharField(_("routing source"), max_length=50, blank=True)
+    routing_reasoning = models.TextField(_("routing reasoning"), blank=True)
+    http_status = models.PositiveSmallIntegerField(_("HTTP status"), null=True, blank=True)
+    content_type = models.CharField(_("content type"), max_length=200, blank=True)
+    error_code = models.CharField(_("error code"), max_length=100, blank=True)
+    error_message = models.TextField(_("error message"), blank=True)
 
     # Wall clock, for display and time filters.
-    created_at = models.DateTimeField(auto_now_add=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    finished_at = models.DateTimeField(null=True, blank=True)
-    heartbeat_at = models.DateTimeField(null=True, blank=True)
-    runner = models.CharField(max_length=120, blank=True)  # host:pid:boot of the process
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    started_at = models.DateTimeField(_("started at"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
+    runner = models.CharField(
+        _("runner"), max_length=120, blank=True
+    )  # host:pid:boot of the process
 
     # Whose clock stamped this attempt's receipt times (docs/measurement.md): the kernel's
     # (SO_TIMESTAMPNS, plain TCP) or the event loop's callback (TLS, other platforms, or
     # STREAMSCOPE_RECEIPT_CLOCK=loop); blank when no request went out (imports, early failures).
     receipt_clock = models.CharField(
-        max_length=10, blank=True, choices=[("kernel", "kernel"), ("loop", "event loop")]
+        _("receipt clock"),
+        max_length=10,
+        blank=True,
+        choices=[("kernel", _("kernel")), ("loop", _("event loop"))],
     )
     # Milestones: monotonic µs since the start of this attempt (null = not reached).
-    connected_us = models.BigIntegerField(null=True, blank=True)
-    request_written_us = models.BigIntegerField(null=True, blank=True)
-    headers_us = models.BigIntegerField(null=True, blank=True)
-    created_event_us = models.BigIntegerField(null=True, blank=True)
-    routing_us = models.BigIntegerField(null=True, blank=True)
-    first_token_us = models.BigIntegerField(null=True, blank=True)
-    first_tool_call_us = models.BigIntegerField(null=True, blank=True)
-    terminal_us = models.BigIntegerField(null=True, blank=True)
-    closed_us = models.BigIntegerField(null=True, blank=True)
+    connected_us = models.BigIntegerField(_("connected (µs)"), null=True, blank=True)
+    request_written_us = models.BigIntegerField(_("request written (µs)"), null=True, blank=True)
+    headers_us = models.BigIntegerField(_("headers received (µs)"), null=True, blank=True)
+    created_event_us = models.BigIntegerField(_("created event (µs)"), null=True, blank=True)
+    routing_us = models.BigIntegerField(_("routing event (µs)"), null=True, blank=True)
+    first_token_us = models.BigIntegerField(_("first token (µs)"), null=True, blank=True)
+    first_tool_call_us = models.BigIntegerField(_("first tool call (µs)"), null=True, blank=True)
+    terminal_us = models.BigIntegerField(_("terminal event (µs)"), null=True, blank=True)
+    closed_us = models.BigIntegerField(_("connection closed (µs)"), null=True, blank=True)
 
     # Derived metrics, denormalised when the stream finishes.
-    ttft_ms = models.FloatField(null=True, blank=True)  # first output token − request written
-    duration_ms = models.FloatField(null=True, blank=True)  # request written → connection closed
-    tokens_per_s = models.FloatField(null=True, blank=True)
-    inter_token_ms = models.FloatField(null=True, blank=True)  # mean gap between output deltas
-    event_count = models.PositiveIntegerField(default=0)
-    output_tokens = models.PositiveIntegerField(default=0)  # output-bearing deltas
-    bytes_received = models.BigIntegerField(default=0)
-    final_text = models.TextField(blank=True)  # from the terminal event, when it has one
-    output_text = models.TextField(blank=True)  # reassembled from the deltas
-    parts = models.JSONField(default=list, blank=True)  # reassembled output items and parts
-    findings_count = models.PositiveIntegerField(default=0)
-    error_findings = models.PositiveIntegerField(default=0)
-    warning_findings = models.PositiveIntegerField(default=0)  # (the rest are info)
+    ttft_ms = models.FloatField(
+        _("TTFT (ms)"), null=True, blank=True
+    )  # first output token − request written
+    duration_ms = models.FloatField(
+        _("duration (ms)"), null=True, blank=True
+    )  # request written → connection closed
+    tokens_per_s = models.FloatField(_("tokens/s"), null=True, blank=True)
+    inter_token_ms = models.FloatField(
+        _("inter-token gap (ms)"), null=True, blank=True
+    )  # mean gap between output deltas
+    event_count = models.PositiveIntegerField(_("event count"), default=0)
+    output_tokens = models.PositiveIntegerField(
+        _("output tokens"), default=0
+    )  # output-bearing deltas
+    bytes_received = models.BigIntegerField(_("bytes received"), default=0)
+    final_text = models.TextField(
+        _("final text"), blank=True
+    )  # from the terminal event, when it has one
+    output_text = models.TextField(_("output text"), blank=True)  # reassembled from the deltas
+    parts = models.JSONField(
+        _("output parts"), default=list, blank=True
+    )  # reassembled output items and parts
+    findings_count = models.PositiveIntegerField(_("findings"), default=0)
+    error_findings = models.PositiveIntegerField(_("error findings"), default=0)
+    warning_findings = models.PositiveIntegerField(
+        _("warning findings"), default=0
+    )  # (the rest are info)
 
     # Proxied streams (streams/serve/proxy.py): how long the proxy held events between their receipt
     # from the upstream and handing them to the client's socket, over the stream's events.
-    proxy_added_p50_ms = models.FloatField(null=True, blank=True)
-    proxy_added_p99_ms = models.FloatField(null=True, blank=True)
+    proxy_added_p50_ms = models.FloatField(_("proxy added p50 (ms)"), null=True, blank=True)
+    proxy_added_p99_ms = models.FloatField(_("proxy added p99 (ms)"), null=True, blank=True)
     # What the client said about the request (X-Streamscope-Tags / -Session headers).
-    tags = models.JSONField(default=list, blank=True)
-    session = models.CharField(max_length=200, blank=True)
+    tags = models.JSONField(_("tags"), default=list, blank=True)
+    session = models.CharField(_("session"), max_length=200, blank=True)
     # Retention (streams/store/retention.py): when this stream's events were deleted; the row, its
     # metrics and findings stay, and the timeline says the events are gone.
-    events_pruned_at = models.DateTimeField(null=True, blank=True)
+    events_pruned_at = models.DateTimeField(_("events pruned at"), null=True, blank=True)
 
     class Meta:
+        verbose_name = _("stream")
+        verbose_name_plural = _("streams")
         indexes = [
             # the streams list: newest first, optionally per user
             models.Index(fields=["-created_at"], name="stream_created"),
@@ -232,7 +267,8 @@ class Stream(models.Model):
         ]
 
     def __str__(self):
-        return f"stream {self.pk} ({self.status})"
+        status = str(self.get_status_display()).lower()
+        return gettext("stream %(id)s (%(status)s)") % {"id": self.pk, "status": status}
 
     @property
     def is_active(self):
@@ -245,26 +281,34 @@ class Event(models.Model):
     # No index of its own: the unique (stream, index) constraint below serves every lookup by
     # stream, and a second B-tree per row made every insert much slower (docs/performance.md).
     stream = models.ForeignKey(
-        Stream, on_delete=models.CASCADE, related_name="events", db_index=False
+        Stream,
+        on_delete=models.CASCADE,
+        related_name="events",
+        db_index=False,
+        verbose_name=_("stream"),
     )
-    index = models.PositiveIntegerField()  # arrival order: 0, 1, 2 … per stream
-    t_us = models.BigIntegerField(null=True)  # monotonic µs since the stream started
-    received_at = models.DateTimeField(null=True)
-    event_name = models.CharField(max_length=200, blank=True)  # the `event:` field
-    sse_id = models.CharField(max_length=200, blank=True)  # the `id:` field
-    type = models.CharField(max_length=200, blank=True)
-    sequence_number = models.BigIntegerField(null=True)
-    output_index = models.IntegerField(null=True)
-    content_index = models.IntegerField(null=True)
-    is_json = models.BooleanField(default=True)
-    data = models.TextField()
+    index = models.PositiveIntegerField(_("index"))  # arrival order: 0, 1, 2 … per stream
+    t_us = models.BigIntegerField(
+        _("received (µs)"), null=True
+    )  # monotonic µs since the stream started
+    received_at = models.DateTimeField(_("received at"), null=True)
+    event_name = models.CharField(_("event name"), max_length=200, blank=True)  # the `event:` field
+    sse_id = models.CharField(_("SSE id"), max_length=200, blank=True)  # the `id:` field
+    type = models.CharField(_("type"), max_length=200, blank=True)
+    sequence_number = models.BigIntegerField(_("sequence number"), null=True)
+    output_index = models.IntegerField(_("output index"), null=True)
+    content_index = models.IntegerField(_("content index"), null=True)
+    is_json = models.BooleanField(_("valid JSON"), default=True)
+    data = models.TextField(_("data"))
     # The undecoded bytes, kept only when the data was not valid UTF-8 (nothing is lost).
-    raw = models.BinaryField(null=True)
+    raw = models.BinaryField(_("raw bytes"), null=True)
     # Proxied streams: µs since the stream started when the event's bytes were handed to the
     # client's socket (t_us is when they came from the upstream).
-    sent_us = models.BigIntegerField(null=True)
+    sent_us = models.BigIntegerField(_("sent to the client (µs)"), null=True)
 
     class Meta:
+        verbose_name = _("event")
+        verbose_name_plural = _("events")
         constraints = [
             # catch-up reads `index > after` for one stream; uniqueness guards exactly-once
             models.UniqueConstraint(fields=["stream", "index"], name="event_stream_index"),
@@ -278,19 +322,23 @@ class Finding(models.Model):
     """One protocol-checker finding on a stream."""
 
     class Severity(models.TextChoices):
-        ERROR = "error"
-        WARNING = "warning"
-        INFO = "info"
+        ERROR = "error", _("Error")
+        WARNING = "warning", _("Warning")
+        INFO = "info", _("Info")
 
-    stream = models.ForeignKey(Stream, on_delete=models.CASCADE, related_name="findings")
-    code = models.CharField(max_length=50)
-    severity = models.CharField(max_length=10, choices=Severity.choices)
-    event_index = models.IntegerField(null=True)
-    expected = models.TextField(blank=True)
-    got = models.TextField(blank=True)
-    detail = models.TextField(blank=True)
+    stream = models.ForeignKey(
+        Stream, on_delete=models.CASCADE, related_name="findings", verbose_name=_("stream")
+    )
+    code = models.CharField(_("code"), max_length=50)
+    severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices)
+    event_index = models.IntegerField(_("event index"), null=True)
+    expected = models.TextField(_("expected"), blank=True)
+    got = models.TextField(_("got"), blank=True)
+    detail = models.TextField(_("detail"), blank=True)
 
     class Meta:
+        verbose_name = _("finding")
+        verbose_name_plural = _("findings")
         indexes = [
             # findings by code on the admin analytics page
             models.Index(fields=["code", "severity"], name="finding_code"),
@@ -304,9 +352,15 @@ class Finding(models.Model):
 class Capture(models.Model):
     """The exact bytes of an imported file, so an export is byte-identical."""
 
-    stream = models.OneToOneField(Stream, on_delete=models.CASCADE, related_name="capture")
-    filename = models.CharField(max_length=300)
-    content = models.BinaryField()
+    stream = models.OneToOneField(
+        Stream, on_delete=models.CASCADE, related_name="capture", verbose_name=_("stream")
+    )
+    filename = models.CharField(_("file name"), max_length=300)
+    content = models.BinaryField(_("content"))
+
+    class Meta:
+        verbose_name = _("capture")
+        verbose_name_plural = _("captures")
 
     def __str__(self):
         return self.filename
@@ -316,25 +370,33 @@ class ImportJob(models.Model):
     """One upload of captured files, imported in the background (streams/ingest/import_jobs.py)."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        RUNNING = "running"
-        DONE = "done"  # every file was read (some may have failed: see its files)
-        FAILED = "failed"  # the job itself broke off (its process died, an error)
-        CANCELLED = "cancelled"
+        QUEUED = "queued", _("Queued")
+        RUNNING = "running", _("Running")
+        DONE = "done", _("Done")  # every file was read (some may have failed: see its files)
+        FAILED = "failed", _("Failed")  # the job itself broke off (its process died, an error)
+        CANCELLED = "cancelled", _("Cancelled")
 
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
-    model = models.CharField(max_length=100, blank=True)  # the requested model, when given
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
+    )
+    status = models.CharField(
+        _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
+    )
+    model = models.CharField(
+        _("requested model"), max_length=100, blank=True
+    )  # the requested model, when given
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     # when someone last looked at its progress: a job nobody watches is cancelled
-    polled_at = models.DateTimeField(auto_now_add=True)
-    cancel_reason = models.CharField(max_length=100, blank=True)
-    error = models.TextField(blank=True)
+    polled_at = models.DateTimeField(_("polled at"), auto_now_add=True)
+    cancel_reason = models.CharField(_("cancel reason"), max_length=100, blank=True)
+    error = models.TextField(_("error"), blank=True)
 
     class Meta:
+        verbose_name = _("import job")
+        verbose_name_plural = _("import jobs")
         indexes = [
             # the per-user caps: a user's active jobs and uploads of the last minute
             models.Index(fields=["user", "status"], name="importjob_user_status"),
@@ -342,29 +404,42 @@ class ImportJob(models.Model):
         ]
 
     def __str__(self):
-        return f"import {self.pk} ({self.status})"
+        status = str(self.get_status_display()).lower()
+        return gettext("import %(id)s (%(status)s)") % {"id": self.pk, "status": status}
 
 
 class ImportFile(models.Model):
     """One uploaded file of an import job: its bytes until it is imported, then its outcome."""
 
     class Status(models.TextChoices):
-        QUEUED = "queued"
-        READING = "reading"
-        DONE = "done"
-        FAILED = "failed"
-        CANCELLED = "cancelled"
+        QUEUED = "queued", _("Queued")
+        READING = "reading", _("Reading")
+        DONE = "done", _("Done")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
 
-    job = models.ForeignKey(ImportJob, on_delete=models.CASCADE, related_name="files")
-    position = models.PositiveIntegerField()
-    filename = models.CharField(max_length=300)
-    size = models.PositiveBigIntegerField()
-    content = models.BinaryField()  # emptied once imported (the Capture rows keep the bytes)
-    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
-    error = models.TextField(blank=True)
-    stream_ids = models.JSONField(default=list)
+    job = models.ForeignKey(
+        ImportJob, on_delete=models.CASCADE, related_name="files", verbose_name=_("import job")
+    )
+    position = models.PositiveIntegerField(_("position"))
+    filename = models.CharField(_("file name"), max_length=300)
+    size = models.PositiveBigIntegerField(_("size (bytes)"))
+    content = models.BinaryField(
+        _("content")
+    )  # emptied once imported (the Capture rows keep the bytes)
+    status = models.CharField(
+        _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
+    )
+    error = models.TextField(_("error"), blank=True)  # in English, as every stored text
+    # The importer's reason for `error` as a code and its parameters (`importer.CaptureError`:
+    # {"code": "empty", "params": {}}), which the import page says in its own language; null
+    # for other errors and for rows from before it was kept (the page shows `error` then).
+    error_reason = models.JSONField(_("error reason"), null=True, blank=True)
+    stream_ids = models.JSONField(_("stream ids"), default=list)
 
     class Meta:
+        verbose_name = _("import file")
+        verbose_name_plural = _("import files")
         ordering = ["job", "position"]
 
     def __str__(self):
@@ -374,13 +449,19 @@ class ImportFile(models.Model):
 class ApiToken(models.Model):
     """A per-user bearer token for scripts; only its SHA-256 is stored."""
 
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE)
-    name = models.CharField(max_length=100, blank=True)
-    digest = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=12)  # shown in admin to tell tokens apart
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True)
-    revoked = models.BooleanField(default=False)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
+    )
+    name = models.CharField(_("name"), max_length=100, blank=True)
+    digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
+    prefix = models.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+    revoked = models.BooleanField(_("revoked"), default=False)
+
+    class Meta:
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
 
     def __str__(self):
         return f"{self.prefix}… ({self.user})"
@@ -402,9 +483,13 @@ class SealedSecret(models.Model):
     in clear: `sealed` is the key encrypted under a key derived from SECRET_KEY, `fingerprint`
     an HMAC of it (streams/store/sealed.py; docs/security.md says why not fingerprints alone)."""
 
-    fingerprint = models.CharField(max_length=64, unique=True)
-    sealed = models.TextField()
-    created_at = models.DateTimeField(auto_now_add=True)
+    fingerprint = models.CharField(_("fingerprint"), max_length=64, unique=True)
+    sealed = models.TextField(_("sealed key"))
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("sealed secret")
+        verbose_name_plural = _("sealed secrets")
 
     def __str__(self):
         return f"pass-through key {self.fingerprint[:12]}…"
@@ -438,32 +523,34 @@ class UsageRollup(_Rollup):
     """Counts and sums of finished streams per period and (models, source, user, status,
     error code): what every table row, rate, mean and the admin totals add up from."""
 
-    span = models.IntegerField()
-    tag = models.CharField(max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField()
-    resolved_model = models.CharField(max_length=100)
-    requested_model = models.CharField(max_length=100)
-    source = models.CharField(max_length=10)
-    user_key = models.BigIntegerField()
-    status = models.CharField(max_length=12)
-    error_code = models.CharField(max_length=100)
-    n = models.BigIntegerField(default=0)
-    ttft_n = models.BigIntegerField(default=0)
-    ttft_sum_ns = models.BigIntegerField(default=0)
-    itl_n = models.BigIntegerField(default=0)
-    itl_sum_ns = models.BigIntegerField(default=0)
-    routed = models.BigIntegerField(default=0)
-    decision_n = models.BigIntegerField(default=0)
-    phase_n = models.BigIntegerField(default=0)
-    written_sum_us = models.BigIntegerField(default=0)
-    headers_sum_us = models.BigIntegerField(default=0)
-    created_sum_us = models.BigIntegerField(default=0)
-    routed_or_created_sum_us = models.BigIntegerField(default=0)
-    first_token_sum_us = models.BigIntegerField(default=0)
-    output_tokens = models.BigIntegerField(default=0)
-    bytes_received = models.BigIntegerField(default=0)
-    events = models.BigIntegerField(default=0)
-    findings = models.BigIntegerField(default=0)
+    span = models.IntegerField(_("period length (s)"))
+    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    resolved_model = models.CharField(_("resolved model"), max_length=100)
+    requested_model = models.CharField(_("requested model"), max_length=100)
+    source = models.CharField(_("source"), max_length=10)
+    user_key = models.BigIntegerField(_("user key"))
+    status = models.CharField(_("status"), max_length=12)
+    error_code = models.CharField(_("error code"), max_length=100)
+    n = models.BigIntegerField(_("count"), default=0)
+    ttft_n = models.BigIntegerField(_("TTFT count"), default=0)
+    ttft_sum_ns = models.BigIntegerField(_("TTFT sum (ns)"), default=0)
+    itl_n = models.BigIntegerField(_("inter-token count"), default=0)
+    itl_sum_ns = models.BigIntegerField(_("inter-token sum (ns)"), default=0)
+    routed = models.BigIntegerField(_("routed"), default=0)
+    decision_n = models.BigIntegerField(_("routing decisions"), default=0)
+    phase_n = models.BigIntegerField(_("with phases"), default=0)
+    written_sum_us = models.BigIntegerField(_("request written sum (µs)"), default=0)
+    headers_sum_us = models.BigIntegerField(_("headers sum (µs)"), default=0)
+    created_sum_us = models.BigIntegerField(_("created event sum (µs)"), default=0)
+    routed_or_created_sum_us = models.BigIntegerField(
+        _("routing or created event sum (µs)"), default=0
+    )
+    first_token_sum_us = models.BigIntegerField(_("first token sum (µs)"), default=0)
+    output_tokens = models.BigIntegerField(_("output tokens"), default=0)
+    bytes_received = models.BigIntegerField(_("bytes received"), default=0)
+    events = models.BigIntegerField(_("events"), default=0)
+    findings = models.BigIntegerField(_("findings"), default=0)
 
     pk = models.CompositePrimaryKey(
         "span",
@@ -477,6 +564,10 @@ class UsageRollup(_Rollup):
         "error_code",
     )
 
+    class Meta:
+        verbose_name = _("usage rollup")
+        verbose_name_plural = _("usage rollups")
+
 
 class HistogramRollup(_Rollup):
     """Log-bucketed histograms (bucket b holds values in (γ^(b-1), γ^b], γ = 1.02) of TTFT
@@ -486,18 +577,18 @@ class HistogramRollup(_Rollup):
     streams retention had deleted (migration 0008), which also adds the covering index
     `histogram_rollup_user` (metric, full, span, tag, user_key, t, n) for a user's filter."""
 
-    metric = models.SmallIntegerField()
-    full = models.BooleanField()
-    span = models.IntegerField()
-    tag = models.CharField(max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField()
-    resolved_model = models.CharField(max_length=100)
-    requested_model = models.CharField(max_length=100)
-    source = models.CharField(max_length=10)
-    user_key = models.BigIntegerField()
-    status = models.CharField(max_length=12)
-    bucket = models.SmallIntegerField()
-    n = models.BigIntegerField(default=0)
+    metric = models.SmallIntegerField(_("metric"))
+    full = models.BooleanField(_("per source and user"))
+    span = models.IntegerField(_("period length (s)"))
+    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    resolved_model = models.CharField(_("resolved model"), max_length=100)
+    requested_model = models.CharField(_("requested model"), max_length=100)
+    source = models.CharField(_("source"), max_length=10)
+    user_key = models.BigIntegerField(_("user key"))
+    status = models.CharField(_("status"), max_length=12)
+    bucket = models.SmallIntegerField(_("bucket"))
+    n = models.BigIntegerField(_("count"), default=0)
 
     pk = models.CompositePrimaryKey(
         "metric",
@@ -513,21 +604,25 @@ class HistogramRollup(_Rollup):
         "bucket",
     )
 
+    class Meta:
+        verbose_name = _("histogram rollup")
+        verbose_name_plural = _("histogram rollups")
+
 
 class RoutingRollup(_Rollup):
     """Requests with `model: "auto"` per period, chosen model, source, user, the router's
     category and source, and the stream's status (the routing page's matrix and sources)."""
 
-    span = models.IntegerField()
-    tag = models.CharField(max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField()
-    resolved_model = models.CharField(max_length=100)
-    source = models.CharField(max_length=10)
-    user_key = models.BigIntegerField()
-    routing_category = models.CharField(max_length=50)
-    routing_source = models.CharField(max_length=50)
-    status = models.CharField(max_length=12)
-    n = models.BigIntegerField(default=0)
+    span = models.IntegerField(_("period length (s)"))
+    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    resolved_model = models.CharField(_("resolved model"), max_length=100)
+    source = models.CharField(_("source"), max_length=10)
+    user_key = models.BigIntegerField(_("user key"))
+    routing_category = models.CharField(_("routing category"), max_length=50)
+    routing_source = models.CharField(_("routing source"), max_length=50)
+    status = models.CharField(_("status"), max_length=12)
+    n = models.BigIntegerField(_("count"), default=0)
 
     pk = models.CompositePrimaryKey(
         "span",
@@ -541,23 +636,27 @@ class RoutingRollup(_Rollup):
         "status",
     )
 
+    class Meta:
+        verbose_name = _("routing rollup")
+        verbose_name_plural = _("routing rollups")
+
 
 class FindingRollup(_Rollup):
     """Checker findings of finished streams per period, code, severity, models, source, user
     and the stream's status (admin analytics' findings table, the routing page's
     pinned-routing count)."""
 
-    span = models.IntegerField()
-    tag = models.CharField(max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField()
-    code = models.CharField(max_length=50)
-    severity = models.CharField(max_length=10)
-    resolved_model = models.CharField(max_length=100)
-    requested_model = models.CharField(max_length=100)
-    source = models.CharField(max_length=10)
-    user_key = models.BigIntegerField()
-    status = models.CharField(max_length=12)
-    n = models.BigIntegerField(default=0)
+    span = models.IntegerField(_("period length (s)"))
+    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    code = models.CharField(_("code"), max_length=50)
+    severity = models.CharField(_("severity"), max_length=10)
+    resolved_model = models.CharField(_("resolved model"), max_length=100)
+    requested_model = models.CharField(_("requested model"), max_length=100)
+    source = models.CharField(_("source"), max_length=10)
+    user_key = models.BigIntegerField(_("user key"))
+    status = models.CharField(_("status"), max_length=12)
+    n = models.BigIntegerField(_("count"), default=0)
 
     pk = models.CompositePrimaryKey(
         "span",
@@ -571,3 +670,7 @@ class FindingRollup(_Rollup):
         "user_key",
         "status",
     )
+
+    class Meta:
+        verbose_name = _("finding rollup")
+        verbose_name_plural = _("finding rollups")

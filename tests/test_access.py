@@ -59,6 +59,7 @@ RULES = {
     # the language switcher (signed out too: the login page has it) and the scripts' strings
     "set_language": Rule(PUBLIC, "POST", ok=302),
     "javascript_catalog": Rule(PUBLIC),
+    "set_time_zone": Rule(PUBLIC, "POST", ok=400),  # the empty form: no zone
     "admin:index": Rule(ADMIN),
     "stream_list": Rule(USER),
     "stream_upload": Rule(USER),

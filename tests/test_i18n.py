@@ -1,31 +1,42 @@
 """The pages in Dutch, with nothing of their own left in English, and data never translated.
 
-Every page route of Django's resolver (the Django admin's own pages aside: Django translates
-them) is fetched as a staff member and as a plain user, once with `Accept-Language: en` and
-once with `nl`, over a small history (imported real captures, a conversation, an import job).
-A visible text of a Dutch page (a text node, or a title, placeholder, aria-label or alt) that
-is the same in the English page and still holds an English word is left untranslated, unless
-it is recorded data (anything stored: prompts, outputs, event types, model ids, errors) or a
-product term (ALLOWED). A route the walk cannot fill fails with its name, as the other walkers.
+Every page route of Django's resolver (the Django admin's aside) is fetched as a staff member
+and as a plain user, once with `Accept-Language: en` and once with `nl`, over a small history
+(imported real captures, a conversation, an import job). A visible text of a Dutch page (a
+text node, or a title, placeholder, aria-label or alt) that is the same in the English page and
+still holds an English word is left untranslated, unless it is recorded data (anything stored:
+prompts, outputs, event types, model ids, errors) or a product term (ALLOWED). A route the walk
+cannot fill fails with its name, as the other walkers.
+
+The Django admin is walked the same way as a superuser: its index, each app's index, and for
+every model registered by this project and by django.contrib.auth its changelist, its add form
+(where adding is allowed) and one object's change form. Django translates its own chrome; the
+models' and fields' names, choices and the ModelAdmins' columns are ours (streams/locale).
 """
 
 import html
 import json
 import re
+import zoneinfo
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import transaction
-from django.test import Client
+from django.test import Client, RequestFactory
+from django.urls import reverse
 from django.utils import translation
 from django.utils.dates import MONTHS_3
+from django.utils.text import capfirst
 
 from dashboard.language import is_data
 from dashboard.models import Conversation, Turn
 from streams.ingest import importer
-from streams.models import Event, Finding, ImportJob, Stream
+from streams.models import ApiToken, Capture, Event, Finding, ImportFile, ImportJob, Stream
 from streams.simulator import SCENARIOS
 from streams.simulator.models import MODELS
 from tests.support.routes import Unfillable, django_routes, fill
@@ -39,9 +50,9 @@ ALLOWED = {
     # product, protocol and format names
     "streamscope", "eu", "gpt", "openai", "api", "json", "sse", "har", "http", "https", "html",
     "url", "id", "ids", "sdk", "csv", "otel", "prometheus", "django", "admin", "htmx", "utc",
-    "ttft", "p50", "p90", "p99", "ms", "µs", "s", "kb", "mb", "tokens", "token", "websocket",
-    "markdown", "stream", "streams", "playground", "latency", "routing", "router", "proxy",
-    "auto", "live", "import", "export", "replay", "delta", "deltas", "en", "nl", "headers",
+    "ttft", "p50", "p90", "p99", "ms", "µs", "s", "kb", "mb", "byte", "bytes", "tokens", "token",
+    "websocket", "markdown", "stream", "streams", "playground", "latency", "routing", "router",
+    "proxy", "auto", "live", "import", "export", "replay", "delta", "deltas", "en", "nl", "headers",
     # the same word in Dutch, and key names
     "model", "modellen", "status", "type", "filter", "filters", "tag", "tags", "index",
     "details", "code", "info", "error", "warning", "min", "max", "totaal", "events", "event",
@@ -116,11 +127,39 @@ def recorded_data():
         values.add(session)
     for data in Event.objects.values_list("data", flat=True):
         values.update(_strings(_json(data)))
+    values.update(_admin_data())
     values.update(SCENARIOS)  # identifiers the playground offers, as the API takes them
     values.update(MODELS)
     values.update(_month_abbreviations())
-    words = {w for v in values for w in WORD.findall(str(v))}
-    return {str(v) for v in values if v} | words
+    # each word as found and as english_left reads it (its ends' quotes, dashes and dots off)
+    words = {x for v in values for w in WORD.findall(str(v)) for x in (w, w.strip("'’-."))}
+    # shown whole (never word by word): a JSON field as the admin writes it, an event's data as
+    # received, IANA zone names (the time zone selector's identifiers)
+    whole = set(zoneinfo.available_timezones())
+    for body, parts, tags in Stream.objects.values_list("request_body", "parts", "tags"):
+        whole.update(json.dumps(v, ensure_ascii=False) for v in (body, parts, tags) if v)
+    whole.update(Event.objects.values_list("data", flat=True))
+    return {str(v) for v in values if v} | words | whole
+
+
+def _admin_data():
+    """What the admin shows of the rows beyond what the pages show: stored strings (file names,
+    upstream metadata, token names and prefixes, hashes) and group names. (Not an import's
+    error: the import page says it in its language.)"""
+    fields = {
+        Stream: ("upstream_id", "upstream_url", "content_type", "routing_source", "runner"),
+        Event: ("event_name", "sse_id"),
+        Finding: ("expected", "got"),
+        Capture: ("filename",),
+        ImportJob: ("model",),
+        ImportFile: ("filename",),
+        ApiToken: ("name", "prefix", "digest"),
+        Group: ("name",),
+    }
+    for model, names in fields.items():
+        for row in model.objects.values_list(*names):
+            yield from (v for v in row if v)
+    yield from (str(t) for t in ApiToken.objects.select_related("user"))
 
 
 def _json(text):
@@ -174,9 +213,21 @@ def history(django_db_setup, django_db_blocker):
             )
             conversations[c.pk] = [turn.pk]
         jobs = [ImportJob.objects.create(user=owner).pk for owner in (staff, user)]
+        # the admin's: a superuser, and a row of each model the walk opens that has none yet
+        superuser = users.create_superuser("i18n-admin", password="pw-admin-1")
+        ApiToken.issue(staff, name="ci-script")
+        ImportFile.objects.create(
+            job_id=jobs[0], position=0, filename="gesprek.sse", size=12, status="failed",
+            error="Cannot import gesprek.sse: the file is empty",
+            error_reason={"code": "empty", "params": {}},
+        )  # fmt: skip
+        if not Finding.objects.exists():
+            Finding.objects.create(stream=streams[0], code="missing_terminal", severity="error")
+        Group.objects.create(name="i18n-groep")
         yield {
             "staff": staff,
             "user": user,
+            "superuser": superuser,
             "stream_ids": [s.pk for s in streams],
             "conversations": conversations,
             "jobs": jobs,
@@ -242,6 +293,84 @@ def test_no_page_keeps_english_in_dutch(history, who):
     assert not errors, errors
     report = [f"{path}: {text!r} ({', '.join(words)})" for text, (path, words) in left.items()]
     assert not report, f"{len(report)} English text(s) left in Dutch pages:\n" + "\n".join(
+        sorted(report)
+    )
+
+
+# The admin's pages the walk opens, per app: every page of ours; django.contrib.auth's
+# changelists only, as its add and change forms list every permission by the name Django stored
+# in English when it migrated ("Can add stream": data Django never translates) and Django's Dutch
+# catalog lacks its user form's "After you’ve created a user…". django-axes's (login attempts)
+# stay out: it has no Dutch catalog (on the index, its names are Django's third-party words).
+ADMIN_WALK = {"streams": ("changelist", "add", "change"), "auth": ("changelist",)}
+# Django's own admin texts its Dutch leaves in English: a boolean icon's alt, the search icon's
+# alt, and the app list's table headings (new in Django 5.1, not yet in its Dutch catalog).
+DJANGO_UNTRANSLATED = {
+    "True",
+    "False",
+    "Search",
+    "Model name",
+    "Add link",
+    "Change or view list link",
+}
+
+
+def admin_paths(history):
+    """The admin's index, each walked app's index, and per registered model of those apps the
+    pages ADMIN_WALK names (an add form only where adding is allowed)."""
+    request = RequestFactory().get("/admin/")
+    request.user = history["superuser"]
+    paths, empty = [reverse("admin:index")], []
+    for model, model_admin in admin.site._registry.items():
+        app, name = model._meta.app_label, model._meta.model_name
+        pages = ADMIN_WALK.get(app, ())
+        if pages:
+            paths.append(reverse("admin:app_list", args=[app]))
+        if "changelist" in pages:
+            paths.append(reverse(f"admin:{app}_{name}_changelist"))
+        if "add" in pages and model_admin.has_add_permission(request):
+            paths.append(reverse(f"admin:{app}_{name}_add"))
+        if "change" in pages:
+            obj = model._default_manager.order_by("pk").first()
+            if obj is None:
+                empty.append(model._meta.label)
+            else:
+                paths.append(reverse(f"admin:{app}_{name}_change", args=[quote(obj.pk)]))
+    assert not empty, f"no row to open the change form of: {empty}"
+    return sorted(set(paths))
+
+
+def _not_walked():
+    """The names the index shows of the apps the walk leaves out (their own words)."""
+    names = set()
+    for model in admin.site._registry:
+        if model._meta.app_label not in ADMIN_WALK:
+            names.add(str(model._meta.app_config.verbose_name))
+            names.add(capfirst(str(model._meta.verbose_name_plural)))
+    return names
+
+
+@pytest.mark.django_db
+def test_the_admin_keeps_no_english_in_dutch(history):
+    en, nl = _client(history["superuser"], "en"), _client(history["superuser"], "nl")
+    left, errors = {}, []
+    paths = admin_paths(history)
+    theirs = DJANGO_UNTRANSLATED | _not_walked()
+    for path in paths:
+        a, b = en.get(path), nl.get(path)
+        if a.status_code != 200 or b.status_code != 200:
+            errors.append(f"{path}: {a.status_code} / {b.status_code}")
+            continue
+        english = set(visible_texts(a.content.decode()))
+        for text in visible_texts(b.content.decode()):
+            if text in english and text not in theirs:
+                if words := english_left(text, history["data"]):
+                    left.setdefault(text, (path, words))
+    assert not errors, errors
+    assert {"/admin/streams/stream/add/", "/admin/auth/user/"} <= set(paths)
+    assert any(p.startswith("/admin/streams/stream/") and p.endswith("/change/") for p in paths)
+    report = [f"{path}: {text!r} ({', '.join(words)})" for text, (path, words) in left.items()]
+    assert not report, f"{len(report)} English text(s) left in the Dutch admin:\n" + "\n".join(
         sorted(report)
     )
 

@@ -222,6 +222,63 @@ class TestUnreadable:
         assert not Stream.objects.exists()
 
 
+class TestReasons:
+    """A CaptureError says why in English (str: what is stored and printed) and as a code with
+    parameters, which a page says in its own language (importer.reason_shown)."""
+
+    @pytest.mark.parametrize(
+        "content,code,params,english,dutch",
+        [
+            (b" \n", "empty", {}, "the file is empty", "het bestand is leeg"),
+            (
+                b"data: {}\n\n" * 1001,
+                "too_many_events",
+                {"limit": 1000},
+                "more than 1,000 events; one file may hold at most 1,000",
+                "meer dan 1.000 events; één bestand mag er hooguit 1.000 bevatten",
+            ),
+            (
+                har(),
+                "har_without_sse",
+                {"entries": 0},
+                "the HAR file holds no SSE response with events (0 candidate entries)",
+                "het HAR-bestand bevat geen SSE-antwoord met events (kandidaat-items: 0)",
+            ),
+            (
+                json.dumps({"log": {"entries": [{"request": [1]}]}}).encode(),
+                "har_wrong_type",
+                {"entry": "1", "field": "request", "expected": "object", "got_type": "list"},
+                "HAR entry 1.request is a list, not an object",
+                "in HAR-item 1 is request een list, geen object",
+            ),
+        ],
+    )
+    def test_a_reason_is_english_and_a_code_the_page_says_in_dutch(
+        self, monkeypatch, content, code, params, english, dutch
+    ):
+        from django.utils import translation
+
+        from streams.ingest import importer
+
+        monkeypatch.setattr(importer, "MAX_EVENTS_PER_UPLOAD", 1000)
+        with translation.override("nl"), pytest.raises(CaptureError) as caught:
+            read_capture(content, "x.sse")
+        error = caught.value
+        assert (str(error), error.reason) == (english, {"code": code, "params": params})
+        json.dumps(error.reason)  # stored in a JSONField
+        with translation.override("nl"):
+            assert importer.reason_shown(error.reason) == dutch
+        with translation.override("en"):
+            assert importer.reason_shown(error.reason) == english
+
+    def test_an_unknown_or_broken_reason_is_not_said(self):
+        from streams.ingest.importer import reason_shown
+
+        for reason in (None, {}, {"code": "from_a_later_version"}, {"code": "empty", "params": 3}):
+            assert reason_shown(reason) is None
+        assert reason_shown({"code": "too_many_events", "params": {}}) is None
+
+
 # ---- the command ---------------------------------------------------------------------------
 
 

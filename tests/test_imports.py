@@ -2,6 +2,7 @@
 per upload, progress, cancel, abandonment, and the per-user caps."""
 
 import datetime as dt
+import html
 
 import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -218,6 +219,56 @@ class TestFailingCleanly:
         job = ImportJob.objects.get()
         assert (job.status, job.error) == ("failed", import_jobs.UNEXPECTED)
         assert {(f.status, bytes(f.content)) for f in job.files.all()} == {("failed", b"")}
+
+
+class TestReasonsInThePagesLanguage:
+    """A file's reason is stored in English with its code (ImportFile.error_reason); the import
+    page says it in its own language, numbers written that language's way."""
+
+    def test_a_dutch_import_page_says_why_in_dutch_and_the_row_stays_english(
+        self, people, monkeypatch
+    ):
+        monkeypatch.setattr(import_jobs.importer, "MAX_EVENTS_PER_UPLOAD", 1000)
+        # (the upload form refuses an empty file itself: submitted as the form hands files on)
+        files = [("leeg.sse", b""), ("veel.sse", b"data: {}\n\n" * 1001)]
+        job = import_jobs.submit(people.owner, files)
+        empty, many = job.files.order_by("position")
+        assert empty.error == "Cannot import leeg.sse: the file is empty"
+        assert empty.error_reason == {"code": "empty", "params": {}}
+        assert many.error == (
+            "Cannot import veel.sse: more than 1,000 events; one file may hold at most 1,000"
+        )
+        assert many.error_reason == {"code": "too_many_events", "params": {"limit": 1000}}
+
+        def page(language):
+            response = people.owner_client.get(f"/imports/{job.pk}/", HTTP_ACCEPT_LANGUAGE=language)
+            assert response["Content-Language"] == language
+            return html.unescape(response.content.decode())
+
+        nl = page("nl")
+        assert "Kan leeg.sse niet importeren: het bestand is leeg" in nl
+        assert (
+            "Kan veel.sse niet importeren: meer dan 1.000 events; één bestand mag er hooguit "
+            "1.000 bevatten"
+        ) in nl
+        assert "the file is empty" not in nl and "1,000" not in nl
+        en = page("en")
+        assert empty.error in en and many.error in en
+        # what is stored is data: still English after the Dutch page was shown
+        empty.refresh_from_db()
+        assert empty.error == "Cannot import leeg.sse: the file is empty"
+
+    def test_a_row_without_a_known_reason_shows_its_stored_text(self, people):
+        job = ImportJob.objects.create(user=people.owner, status=ImportJob.Status.DONE)
+        for i, reason in enumerate((None, {"code": "from_a_later_version", "params": {}})):
+            ImportFile.objects.create(
+                job=job, position=i, filename=f"{i}.sse", size=1, status="failed",
+                error=f"Cannot import {i}.sse: something new", error_reason=reason,
+            )  # fmt: skip
+        nl = people.owner_client.get(f"/imports/{job.pk}/", HTTP_ACCEPT_LANGUAGE="nl")
+        text = html.unescape(nl.content.decode())
+        assert "Kan 0.sse niet importeren: something new" in text
+        assert "Kan 1.sse niet importeren: something new" in text
 
 
 def test_uploads_at_once_cannot_pass_the_concurrent_cap_together(people, settings, monkeypatch):

@@ -143,6 +143,52 @@ def test_a_page_shows_its_times_in_the_chosen_zone_and_names_it(owner_client):
     assert 'data-time-zone="UTC"' in html and "2026-07-01 10:05:09 UTC" in html
 
 
+def test_a_choice_is_posted_remembered_and_sent_back_to_its_page(owner_client):
+    """The selector is a form: it works without scripts (a button in <noscript>, common zones
+    listed by the server), and the server is what remembers a choice."""
+    user, client = owner_client
+    html = client.get("/latency/").content.decode()
+    form = html.split('<form class="tz"', 1)[1].split("</form>", 1)[0]
+    assert 'method="post" action="/i18n/time-zone/"' in form and "csrfmiddlewaretoken" in form
+    assert 'name="next" value="/latency/"' in form and "<noscript><button" in form
+    assert f'<option value="{AMS}">{AMS}</option>' in form
+
+    response = client.post("/i18n/time-zone/", {"tz": KOL, "next": "/latency/?days=7"})
+    assert (response.status_code, response["Location"]) == (302, "/latency/?days=7")
+    cookie = response.cookies[tzmod.COOKIE]
+    assert cookie.value == KOL and cookie["samesite"] == "Lax" and cookie["max-age"] > 3e7
+    html = client.get("/latency/").content.decode()
+    assert f'data-time-zone="{KOL}"' in html
+    # a chosen zone outside the common ones is listed (first) and selected
+    assert html.count(f'<option value="{KOL}" selected>{KOL}</option>') == 1
+
+    # back to the browser's: the script sends the zone it found; without it, the next page's
+    # script fills it in (UTC until then)
+    response = client.post("/i18n/time-zone/", {"tz": "auto", "browser": AMS, "next": "/"})
+    assert response.cookies[tzmod.COOKIE].value == f"auto:{AMS}"
+    response = client.post("/i18n/time-zone/", {"tz": "auto", "browser": "Nowhere/Else"})
+    assert response.cookies[tzmod.COOKIE].value == "auto:"
+    assert tzmod.from_cookie("auto:") == ("UTC", "default")
+
+
+@pytest.mark.parametrize("zone", ["", "Mars/Olympus_Mons", "../../etc/passwd", "auto:UTC"])
+def test_an_unknown_zone_is_a_400_and_the_cookie_stays(owner_client, zone):
+    user, client = owner_client
+    client.cookies[tzmod.COOKIE] = AMS
+    response = client.post("/i18n/time-zone/", {"tz": zone, "next": "/"})
+    assert response.status_code == 400 and tzmod.COOKIE not in response.cookies
+    assert "Unknown time zone" in response.content.decode()
+
+
+@pytest.mark.parametrize(
+    "target", ["https://evil.example/", "//evil.example/x", "", "javascript:x"]
+)
+def test_a_choice_goes_back_to_this_site_only(owner_client, target):
+    user, client = owner_client
+    response = client.post("/i18n/time-zone/", {"tz": "UTC", "next": target})
+    assert (response.status_code, response["Location"]) == (302, "/")
+
+
 def test_the_browsers_zone_is_named_as_the_browsers(owner_client):
     user, client = owner_client
     s = _stream_at(user, dt.datetime(2026, 1, 15, 23, 30, tzinfo=dt.UTC))

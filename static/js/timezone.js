@@ -4,8 +4,9 @@
  * The cookie `streamscope_tz` holds `auto:<zone>` (the browser's, written here while the
  * cookie is absent or automatic: the next page is rendered in it) or a bare `<zone>`, the one
  * chosen in the top bar's selector (#time-zone-select), which this script then leaves alone.
- * Choosing "your browser's zone" (`auto`) goes back to the browser's. A choice reloads the page,
- * whose times the server renders in the new zone.
+ * A choice is the selector's form, posted at once (the server's set_time_zone writes the cookie
+ * and sends the page back, its times in the new zone; without scripts a button posts it);
+ * "your browser's zone" (`auto`) goes back to the browser's, which this script sends along.
  */
 const COOKIE = "streamscope_tz";
 const AUTO = "auto:";
@@ -59,8 +60,7 @@ if (select) {
     frag.append(option);
   }
   select.append(frag);
-  select.addEventListener("change", () => {
-    writeCookie(select.value === "auto" ? AUTO + browser : select.value);
-    window.location.reload();
-  });
+  const form = select.form;
+  form.elements.browser.value = browser;
+  select.addEventListener("change", () => form.submit());
 }

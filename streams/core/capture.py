@@ -21,6 +21,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
+from django.utils.translation import gettext_noop
+
 from streams.core import safejson
 
 BOM = b"\xef\xbb\xbf"
@@ -45,11 +47,64 @@ def truncated_tail(events: list[CapturedEvent]) -> bool:
     return bool(events) and events[-1].truncated
 
 
-class TooManyEvents(ValueError):
+# Why a file cannot be read, as a code and a message with %(name)s parameters: `str()` of the
+# error is the English (what is stored and logged); the import page says the same in its own
+# language from the code and the parameters (streams/ingest/import_jobs.py). An int parameter
+# is a count (written with its thousands separator), a str one is shown as it is.
+MESSAGES = {
+    "too_many_events": gettext_noop(
+        "more than %(limit)s events; one file may hold at most %(limit)s"
+    ),
+    "not_har": gettext_noop("not a HAR file: %(detail)s"),
+    "no_har_entries": gettext_noop("not a HAR file: no log.entries"),
+    "har_not_ms": gettext_noop(
+        "HAR entry %(entry)s.%(field)s is %(got)s, not a number of milliseconds"
+    ),
+    "har_too_long": gettext_noop(
+        "HAR entry %(entry)s.%(field)s is %(ms)s ms; at most %(limit)s (30 days)"
+    ),
+    "har_not_status": gettext_noop(
+        "HAR entry %(entry)s.%(field)s is %(got)s, not an HTTP status (100-599)"
+    ),
+    "har_not_time": gettext_noop("HAR entry %(entry)s.%(field)s is %(got)s, not an ISO 8601 time"),
+    "har_time_range": gettext_noop("HAR entry %(entry)s.%(field)s %(got)s is outside 1970-2999"),
+    "har_wrong_type": gettext_noop("HAR entry %(entry)s.%(field)s is %(got)s, not %(expected)s"),
+}
+# The words of two parameters: `got_type` (a value's type, for `got`) and `expected`.
+A_TYPE = gettext_noop("a %(type)s")
+EXPECTED = {
+    "object": gettext_noop("an object"),
+    "string": gettext_noop("a string"),
+    "integer": gettext_noop("an integer"),
+}
+
+
+def english(message: str, params: dict) -> str:
+    """`message` (one of MESSAGES, or the importer's) with its parameters, in English."""
+    shown = {
+        k: f"{v:,}" if isinstance(v, int) and not isinstance(v, bool) else v
+        for k, v in params.items()
+    }
+    if "got_type" in params:
+        shown["got"] = A_TYPE % {"type": params["got_type"]}
+    if "expected" in params:
+        shown["expected"] = EXPECTED[params["expected"]]
+    return message % shown
+
+
+class InvalidCapture(ValueError):
+    """A file that cannot be read: its English message, and `code` (of MESSAGES) with `params`."""
+
+    def __init__(self, code: str, **params):
+        super().__init__(english(MESSAGES[code], params))
+        self.code, self.params = code, params
+
+
+class TooManyEvents(InvalidCapture):
     """A file holds more events than one import may (`max_events`)."""
 
     def __init__(self, limit: int):
-        super().__init__(f"more than {limit:,} events; one file may hold at most {limit:,}")
+        super().__init__("too_many_events", limit=limit)
         self.limit = limit
 
 
@@ -193,9 +248,9 @@ def _number(value, where: str) -> float | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"{where} is {_shown(value)}, not a number of milliseconds")
+        raise _invalid("har_not_ms", where, **_shown(value))
     if value > HAR_MAX_MS:
-        raise ValueError(f"{where} is {value:g} ms; at most {HAR_MAX_MS:,} (30 days)")
+        raise _invalid("har_too_long", where, ms=f"{value:g}", limit=HAR_MAX_MS)
     return value if value >= 0 else None
 
 
@@ -205,7 +260,7 @@ def _status(value, where: str) -> int | None:
     if value is None or value == 0:
         return None
     if not 100 <= value <= 599:
-        raise ValueError(f"{where}.status is {_shown(value)}, not an HTTP status (100-599)")
+        raise _invalid("har_not_status", f"{where}.status", **_shown(value))
     return value
 
 
@@ -217,17 +272,24 @@ def _started_at(value: str, where: str) -> str:
     try:
         when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise ValueError(
-            f"{where}.startedDateTime is {value[:40]!r}, not an ISO 8601 time"
-        ) from None
+        raise _invalid("har_not_time", f"{where}.startedDateTime", got=repr(value[:40])) from None
     # (checked before the offset is applied: at the calendar's ends that overflows)
     if not 1970 <= when.year <= 2999:
-        raise ValueError(f"{where}.startedDateTime {value[:40]!r} is outside 1970-2999")
+        raise _invalid("har_time_range", f"{where}.startedDateTime", got=repr(value[:40]))
     return value
 
 
-def _shown(value) -> str:
-    return f"a {type(value).__name__}" if isinstance(value, str | list | dict) else repr(value)
+def _shown(value) -> dict:
+    """How an error names a wrong value: its type (a str, a list, a dict) or its repr."""
+    if isinstance(value, str | list | dict):
+        return {"got_type": type(value).__name__}
+    return {"got": repr(value)}
+
+
+def _invalid(code: str, where: str, **params) -> InvalidCapture:
+    """InvalidCapture `code` about the field `where` ("HAR entry 3.timings.send")."""
+    entry, _, field = where.removeprefix("HAR entry ").partition(".")
+    return InvalidCapture(code, entry=entry, field=field, **params)
 
 
 def _field(obj: dict, name: str, kind: type, where: str, default):
@@ -237,8 +299,8 @@ def _field(obj: dict, name: str, kind: type, where: str, default):
     if value is None:
         return default
     if not isinstance(value, kind) or isinstance(value, bool):
-        what = {dict: "an object", str: "a string", int: "an integer"}[kind]
-        raise ValueError(f"{where}.{name} is {_shown(value)}, not {what}")
+        expected = {dict: "object", str: "string", int: "integer"}[kind]
+        raise _invalid("har_wrong_type", f"{where}.{name}", expected=expected, **_shown(value))
     return value
 
 
@@ -246,16 +308,17 @@ def parse_har(content: bytes, max_events: int | None = None) -> list[HarEntry]:
     """The SSE responses in a HAR export: entries typed text/event-stream or POSTed to */responses.
 
     HAR keeps no per-event arrival times, only the entry's phase timings, which are returned as-is.
-    Raises ValueError when the content is not a HAR document, or a field it reads has the wrong
-    type or an impossible value; TooManyEvents over `max_events` in all its entries.
+    Raises InvalidCapture (a ValueError) when the content is not a HAR document, or a field it
+    reads has the wrong type or an impossible value; TooManyEvents over `max_events` in all its
+    entries.
     """
     try:
         doc = safejson.loads(content, max_depth=HAR_MAX_DEPTH)
     except ValueError as exc:
-        raise ValueError(f"not a HAR file: {exc}") from exc
+        raise InvalidCapture("not_har", detail=str(exc)) from exc
     log = doc.get("log") if isinstance(doc, dict) else None
     if not isinstance(log, dict) or not isinstance(log.get("entries"), list):
-        raise ValueError("not a HAR file: no log.entries")
+        raise InvalidCapture("no_har_entries")
 
     result = []
     budget = max_events

@@ -191,7 +191,8 @@ def _read_file(job, file_id):
         _still_wanted(job.pk)  # parsing a big file takes a while: maybe nobody wants it now
         streams = importer.store_captures(captures, user=job.user, model=job.model)
     except importer.CaptureError as exc:
-        return _file_failed(file_id, CANNOT_IMPORT % {"file": f.filename, "reason": exc})
+        error = CANNOT_IMPORT % {"file": f.filename, "reason": exc}
+        return _file_failed(file_id, error, reason=exc.reason)
     except Cancelled:
         _file_failed(file_id, CANCELLED_BEFORE_STORED, ImportFile.Status.CANCELLED)
         raise
@@ -206,7 +207,8 @@ def _read_file(job, file_id):
 
 
 # A file's and a job's errors are stored in English (the pool's threads have no request, and
-# so no language); progress() shows them in the page's language (_shown).
+# so no language); progress() shows them in the page's language (_shown): the importer's
+# reason from its code and parameters (ImportFile.error_reason), the rest by their text.
 UNEXPECTED = gettext_noop(
     "a value in it could not be stored (nothing of it was kept; the server's log has the details)"
 )
@@ -215,21 +217,26 @@ CANCELLED_BEFORE_STORED = gettext_noop("Cancelled before it was stored.")
 INTERRUPTED = gettext_noop("interrupted")
 
 
-def _shown(error, filename=None):
+def _shown(error, filename=None, reason=None):
     """A stored error in the request's language: the ones this module writes are translated,
-    a file's name and the importer's own reason (`importer.CaptureError`) stay as they are."""
+    the importer's reason said again from its code (`reason`, when this version knows it; the
+    stored English text else), a file's name as it is."""
     if not error:
         return error
     prefix = CANNOT_IMPORT % {"file": filename, "reason": ""} if filename is not None else None
     if prefix and error.startswith(prefix):
-        reason = error[len(prefix) :]
-        reason = gettext(reason) if reason else reason
-        return gettext(CANNOT_IMPORT) % {"file": filename, "reason": reason}
+        said = importer.reason_shown(reason)
+        if said is None:
+            said = error[len(prefix) :]
+            said = gettext(said) if said else said
+        return gettext(CANNOT_IMPORT) % {"file": filename, "reason": said}
     return gettext(error)
 
 
-def _file_failed(file_id, error, status=ImportFile.Status.FAILED):
-    ImportFile.objects.filter(pk=file_id).update(status=status, error=error[:2000], content=b"")
+def _file_failed(file_id, error, status=ImportFile.Status.FAILED, reason=None):
+    ImportFile.objects.filter(pk=file_id).update(
+        status=status, error=error[:2000], error_reason=reason, content=b""
+    )
 
 
 def _sweep_stale(user):
@@ -255,7 +262,7 @@ def progress(job_id, user):
     # shown in the page's language (not saved: the rows keep the English)
     job.error = _shown(job.error)
     for f in files:
-        f.error = _shown(f.error, f.filename)
+        f.error = _shown(f.error, f.filename, f.error_reason)
     done = sum(f.status in (ImportFile.Status.DONE, ImportFile.Status.FAILED) for f in files)
     return {
         "job": job,

@@ -19,7 +19,10 @@ import datetime as dt
 from dataclasses import dataclass
 
 from django.db import transaction
+from django.utils.formats import number_format
+from django.utils.translation import gettext, gettext_noop
 
+from streams.core import capture as capture_errors
 from streams.core import safejson
 from streams.core.capture import (
     CapturedEvent,
@@ -45,8 +48,65 @@ MAX_EVENTS_PER_UPLOAD = 100_000
 MAX_FINDINGS_PER_UPLOAD = 100_000
 
 
+# Why a file cannot be imported (CaptureError's codes): the importer's own, and the reader's
+# (streams/core/capture.py, whose conventions these follow: an int parameter is a count).
+REASONS = {
+    "empty": gettext_noop("the file is empty"),
+    "not_sse": gettext_noop(
+        "not an event stream or a HAR file (no `data:` field in %(bytes)s bytes)"
+    ),
+    "har_without_sse": gettext_noop(
+        "the HAR file holds no SSE response with events (%(entries)s candidate entries)"
+    ),
+    "too_many_findings": gettext_noop(
+        "the checker found %(n)s findings in it; one file may have at most %(limit)s"
+    ),
+    **capture_errors.MESSAGES,
+}
+
+
 class CaptureError(Exception):
-    """The file is not something we can import (empty, neither SSE nor HAR, no events)."""
+    """The file is not something we can import (empty, neither SSE nor HAR, no events).
+
+    `str()` is the reason in English (what is stored, logged and printed); `code` (of REASONS)
+    and `params` say it again for a page, in its language (`reason_shown`)."""
+
+    def __init__(self, code: str, **params):
+        super().__init__(capture_errors.english(REASONS[code], params))
+        self.code, self.params = code, params
+
+    @classmethod
+    def of(cls, exc: capture_errors.InvalidCapture) -> CaptureError:
+        return cls(exc.code, **exc.params)
+
+    @property
+    def reason(self) -> dict:
+        """The code and parameters, as ImportFile.error_reason keeps them (JSON)."""
+        return {"code": self.code, "params": self.params}
+
+
+def reason_shown(reason) -> str | None:
+    """A stored `CaptureError.reason` in the active language, numbers written its way (None:
+    not one this version knows, so the caller shows the stored English)."""
+    if not isinstance(reason, dict) or reason.get("code") not in REASONS:
+        return None
+    params = reason.get("params") or {}
+    if not isinstance(params, dict):
+        return None
+    shown = {
+        k: number_format(v, force_grouping=True)
+        if isinstance(v, int) and not isinstance(v, bool)
+        else v
+        for k, v in params.items()
+    }
+    try:
+        if "got_type" in params:
+            shown["got"] = gettext(capture_errors.A_TYPE) % {"type": params["got_type"]}
+        if "expected" in params:
+            shown["expected"] = gettext(capture_errors.EXPECTED[params["expected"]])
+        return gettext(REASONS[reason["code"]]) % shown
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -81,27 +141,22 @@ def read_capture(content: bytes, filename: str = "", model: str = "") -> list[Pa
         capture.checked = _check(capture, model)
         findings += len(capture.checked.checker.violations)
     if findings > MAX_FINDINGS_PER_UPLOAD:
-        raise CaptureError(
-            f"the checker found {findings:,} findings in it; one file may have at most "
-            f"{MAX_FINDINGS_PER_UPLOAD:,}"
-        )
+        raise CaptureError("too_many_findings", n=findings, limit=MAX_FINDINGS_PER_UPLOAD)
     return captures
 
 
 def _parse(content: bytes, filename: str) -> list[ParsedCapture]:
     name = filename or "capture"
     if not content or not content.strip():
-        raise CaptureError("the file is empty")
+        raise CaptureError("empty")
     if sniff(content, filename) == "har":
         try:
             entries = parse_har(content, MAX_EVENTS_PER_UPLOAD)
-        except ValueError as exc:  # TooManyEvents too
-            raise CaptureError(str(exc)) from None
+        except capture_errors.InvalidCapture as exc:  # TooManyEvents too
+            raise CaptureError.of(exc) from None
         found = [e for e in entries if e.events]
         if not found:
-            raise CaptureError(
-                f"the HAR file holds no SSE response with events ({len(entries)} candidate entries)"
-            )
+            raise CaptureError("har_without_sse", entries=len(entries))
         suffix = len(found) > 1
         return [
             ParsedCapture(
@@ -115,11 +170,9 @@ def _parse(content: bytes, filename: str) -> list[ParsedCapture]:
     try:
         events = parse_sse_bytes(content, MAX_EVENTS_PER_UPLOAD)
     except TooManyEvents as exc:
-        raise CaptureError(str(exc)) from None
+        raise CaptureError.of(exc) from None
     if not events:
-        raise CaptureError(
-            f"not an event stream or a HAR file (no `data:` field in {len(content):,} bytes)"
-        )
+        raise CaptureError("not_sse", bytes=len(content))
     return [ParsedCapture(filename=name[:300], content=content, events=events)]
 
 
