@@ -3,7 +3,8 @@ from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
-from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Stream
+from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Price, Stream
+from streams.store import prices
 
 
 class FixedCountPaginator(Paginator):
@@ -100,3 +101,31 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_filter = ("revoked",)
     readonly_fields = ("digest", "prefix", "created_at", "last_used_at")
     raw_id_fields = ("user",)
+
+
+@admin.register(Price)
+class PriceAdmin(admin.ModelAdmin):
+    """The team's own prices: they win over the maintained list for the streams that finish
+    after an edit (`manage.py reprice` for those already stored)."""
+
+    list_display = (
+        "model_pattern",
+        "effective_from",
+        "currency",
+        "input_per_million",
+        "cached_input_per_million",
+        "output_per_million",
+        "reasoning_per_million",
+        "note",
+    )
+    list_filter = ("currency",)
+    search_fields = ("model_pattern",)
+    ordering = ("model_pattern", "-effective_from")
+
+    def save_model(self, request, obj, form, change):
+        super().save_model(request, obj, form, change)
+        prices.forget()
+
+    def delete_model(self, request, obj):
+        super().delete_model(request, obj)
+        prices.forget()

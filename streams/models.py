@@ -118,9 +118,8 @@ class Stream(models.Model):
         _("inter-token gap (ms)"), null=True, blank=True
     )  # mean gap between output deltas
     event_count = models.PositiveIntegerField(_("event count"), default=0)
-    output_tokens = models.PositiveIntegerField(
-        _("output tokens"), default=0
-    )  # output-bearing deltas
+    # output-bearing delta events (not tokens: a delta may carry several)
+    output_deltas = models.PositiveIntegerField(_("output deltas"), default=0)
     bytes_received = models.BigIntegerField(_("bytes received"), default=0)
     final_text = models.TextField(
         _("final text"), blank=True
@@ -145,6 +144,27 @@ class Stream(models.Model):
     # Retention (streams/store/retention.py): when this stream's events were deleted; the row, its
     # metrics and findings stay, and the timeline says the events are gone.
     events_pruned_at = models.DateTimeField(_("events pruned at"), null=True, blank=True)
+
+    # Usage (streams/core/usage.py): what the upstream reported, else an estimate that says so
+    # (`usage_source`); None where it is not known (reasoning and cached tokens are never
+    # estimated).
+    class UsageSource(models.TextChoices):
+        REPORTED = "reported", _("Reported")
+        ESTIMATED = "estimated", _("Estimated")
+
+    input_tokens = models.BigIntegerField(_("input tokens"), null=True, blank=True)
+    output_tokens = models.BigIntegerField(_("output tokens"), null=True, blank=True)
+    total_tokens = models.BigIntegerField(_("total tokens"), null=True, blank=True)
+    cached_input_tokens = models.BigIntegerField(_("cached input tokens"), null=True, blank=True)
+    reasoning_tokens = models.BigIntegerField(_("reasoning tokens"), null=True, blank=True)
+    usage_source = models.CharField(
+        _("usage source"), max_length=10, blank=True, choices=UsageSource.choices
+    )
+    # Cost (streams/store/prices.py), fixed when the stream finished at the price valid at its
+    # start: nano-units (10⁻⁹) of `cost_currency`; None = no price (never 0 for "unknown").
+    cost_nanos = models.BigIntegerField(_("cost (nano-units)"), null=True, blank=True)
+    cost_currency = models.CharField(_("cost currency"), max_length=3, blank=True)
+    price_ref = models.CharField(_("price used"), max_length=200, blank=True)
 
     class Meta:
         verbose_name = _("stream")
@@ -249,7 +269,7 @@ class Stream(models.Model):
                     "created_at",
                     "status",
                     "resolved_model",
-                    "output_tokens",
+                    "output_deltas",
                     "bytes_received",
                     "duration_ms",
                     "findings_count",
@@ -547,10 +567,21 @@ class UsageRollup(_Rollup):
         _("routing or created event sum (µs)"), default=0
     )
     first_token_sum_us = models.BigIntegerField(_("first token sum (µs)"), default=0)
-    output_tokens = models.BigIntegerField(_("output tokens"), default=0)
+    output_deltas = models.BigIntegerField(_("output deltas"), default=0)
     bytes_received = models.BigIntegerField(_("bytes received"), default=0)
     events = models.BigIntegerField(_("events"), default=0)
     findings = models.BigIntegerField(_("findings"), default=0)
+    # usage and cost (Stream's columns, summed; `usage_n` streams had usage, `estimated_n` of
+    # them an estimate; `priced_n` had a cost, in one of the two currencies)
+    usage_n = models.BigIntegerField(_("streams with usage"), default=0)
+    estimated_n = models.BigIntegerField(_("streams with estimated usage"), default=0)
+    input_tokens = models.BigIntegerField(_("input tokens"), default=0)
+    output_tokens = models.BigIntegerField(_("output tokens"), default=0)
+    cached_input_tokens = models.BigIntegerField(_("cached input tokens"), default=0)
+    reasoning_tokens = models.BigIntegerField(_("reasoning tokens"), default=0)
+    priced_n = models.BigIntegerField(_("streams with a cost"), default=0)
+    cost_eur_nanos = models.BigIntegerField(_("cost in EUR (nano-units)"), default=0)
+    cost_usd_nanos = models.BigIntegerField(_("cost in USD (nano-units)"), default=0)
 
     pk = models.CompositePrimaryKey(
         "span",
@@ -674,3 +705,93 @@ class FindingRollup(_Rollup):
     class Meta:
         verbose_name = _("finding rollup")
         verbose_name_plural = _("finding rollups")
+
+
+class Price(models.Model):
+    """A team's own price for models (edited in the admin): per million tokens, from a date
+    on. An own entry wins over the maintained list (streams/store/prices.py); among own
+    entries the most specific pattern in effect at a stream's start wins, then the latest."""
+
+    class Currency(models.TextChoices):
+        EUR = "EUR", "EUR"
+        USD = "USD", "USD"
+
+    model_pattern = models.CharField(
+        _("model pattern"),
+        max_length=100,
+        help_text=_("A model id, or a pattern with * (gpt-4o*); case is ignored."),
+    )
+    effective_from = models.DateTimeField(
+        _("effective from"), help_text=_("Streams that started from this moment on.")
+    )
+    currency = models.CharField(
+        _("currency"), max_length=3, choices=Currency.choices, default=Currency.EUR
+    )
+    input_per_million = models.DecimalField(_("input per million"), max_digits=14, decimal_places=6)
+    cached_input_per_million = models.DecimalField(
+        _("cached input per million"),
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text=_("Empty: the input price."),
+    )
+    output_per_million = models.DecimalField(
+        _("output per million"), max_digits=14, decimal_places=6
+    )
+    reasoning_per_million = models.DecimalField(
+        _("reasoning per million"),
+        max_digits=14,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text=_("Empty: the output price."),
+    )
+    note = models.CharField(_("note"), max_length=200, blank=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("price")
+        verbose_name_plural = _("prices")
+        ordering = ["model_pattern", "-effective_from"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(input_per_million__gte=0)
+                & models.Q(output_per_million__gte=0)
+                & (
+                    models.Q(cached_input_per_million__isnull=True)
+                    | models.Q(cached_input_per_million__gte=0)
+                )
+                & (
+                    models.Q(reasoning_per_million__isnull=True)
+                    | models.Q(reasoning_per_million__gte=0)
+                ),
+                name="price_not_negative",
+            ),
+            models.UniqueConstraint(
+                fields=["model_pattern", "effective_from"], name="price_one_per_start"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.model_pattern} ({self.currency}, {self.effective_from:%Y-%m-%d})"
+
+    @property
+    def ref(self):
+        """How pages name this price beside a figure."""
+        return f"team price {self.pk}: {self.model_pattern} from {self.effective_from:%Y-%m-%d}"
+
+    def rate(self):
+        from streams.core.pricing import TEAM, Rate
+
+        return Rate(
+            pattern=self.model_pattern,
+            effective_from=self.effective_from,
+            currency=self.currency,
+            input=self.input_per_million,
+            output=self.output_per_million,
+            cached_input=self.cached_input_per_million,
+            reasoning=self.reasoning_per_million,
+            source=TEAM,
+            ref=self.ref,
+        )

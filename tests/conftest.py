@@ -229,6 +229,17 @@ def live_server_daphne(django_db_setup, simulator_process, _relay_db_connections
 
 
 @pytest.fixture(autouse=True)
+def _language_let_go():
+    """A test's language ends with it: Django's LocaleMiddleware activates a request's language
+    in the thread that served it and leaves it there, so a test client's Dutch request made
+    every later test in that thread Dutch."""
+    yield
+    from django.utils import translation
+
+    translation.deactivate()
+
+
+@pytest.fixture(autouse=True)
 def _imports_inline(monkeypatch):
     """Uploads are read by a thread pool (streams/ingest/import_jobs.py) that cannot see a
     test's open transaction: read them in the request's thread (tests/test_imports.py covers

@@ -49,7 +49,7 @@ def _finished_fields(rng, requested):
         "headers_us": written + rng.randint(1000, 9000),
         "created_event_us": written + rng.randint(9000, 12000),
         "first_token_us": None if ttft is None else written + int(ttft * 1000),
-        "output_tokens": rng.randint(0, 300),
+        "output_deltas": rng.randint(0, 300),
         "bytes_received": rng.randint(100, 90000),
         "event_count": rng.randint(1, 40),
         "error_code": rng.choice(["", "", "server_error", "rate_limit_exceeded"]),

@@ -195,7 +195,7 @@ class TestCleanStream:
         assert violations == []
         assert checker.status == "completed"
         assert checker.output_text == checker.final_text == "Hello, world."
-        assert checker.output_tokens == 3
+        assert checker.output_deltas == 3
         assert checker.upstream_id == "resp_1"
         assert checker.resolved_model == "gpt-oss-120b"
 
@@ -263,7 +263,7 @@ class TestSequenceDuplicate:
         checker, violations = run(events)
         assert codes(violations) == ["sequence_duplicate"]
         assert checker.output_text == "Hello, world."
-        assert checker.output_tokens == 3
+        assert checker.output_deltas == 3
 
     def test_it_does_not_fire_for_equal_payloads_with_their_own_numbers(self):
         checker, violations = run(good_stream(("ha", "ha", "ha")))
@@ -368,7 +368,7 @@ class TestEventAfterTerminal:
         assert checker.output_text == "Hello, world."
         assert [item["output_index"] for item in checker.items()] == [0]
         assert checker.items()[0]["parts"][0]["text"] == "Hello, world."
-        assert checker.output_tokens == 3  # the three deltas before the terminal
+        assert checker.output_deltas == 3  # the three deltas before the terminal
         assert checker.status == "completed"
         # one finding for the fact, none for what the late events would have said
         assert codes(violations) == ["event_after_terminal"]
@@ -1017,7 +1017,7 @@ class TestReassembly:
                 "output": "two",
             },
         ]
-        assert checker.output_tokens == 4
+        assert checker.output_deltas == 4
 
     def test_arguments_only_in_done_events(self):
         events = numbered(
@@ -1146,7 +1146,7 @@ class TestCaptureDetails:
             "completed",
         )
         assert call["call_id"] == "call_UuBjgXhfKp38j2KhLk0rLlSC"
-        assert checker.output_tokens == 9
+        assert checker.output_deltas == 9
 
     def test_parallel_function_calls(self):
         checker, _ = check_capture("openai_parallel_function_calls.sse")
@@ -1177,7 +1177,7 @@ class TestCaptureDetails:
         reasoning = checker.items()[0]
         assert reasoning["type"] == "reasoning" and len(reasoning["summary"]) == 3
         assert reasoning["summary"][0].startswith("**Determining the third tallest")
-        assert checker.output_tokens == 312 + 112
+        assert checker.output_deltas == 312 + 112
 
     def test_web_search_annotations(self):
         checker, _ = check_capture("openai_web_search.sse")

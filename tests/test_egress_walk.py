@@ -697,8 +697,15 @@ def load_history(people):
     from django.contrib.contenttypes.models import ContentType
 
     from dashboard.models import Conversation, Turn
-    from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob
+    from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Price
     from streams.models import Stream as Row
+
+    if not Price.objects.exists():  # (a team's price, named with the hostile model's name)
+        Price.objects.create(
+            model_pattern=XSS_MODEL[:99] + "*", currency="EUR", input_per_million=1,
+            output_per_million=4, note=XSS[0][:200],
+            effective_from=dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+        )  # fmt: skip
 
     streams = list(Row.objects.order_by("pk").values_list("pk", "event_count"))
     indexes = {}
@@ -722,6 +729,7 @@ def load_history(people):
         ImportJob: list(ImportJob.objects.values_list("pk", flat=True)),
         ImportFile: list(ImportFile.objects.values_list("pk", flat=True)),
         ApiToken: list(ApiToken.objects.values_list("pk", flat=True)),
+        Price: list(Price.objects.values_list("pk", flat=True)),
         get_user_model(): [p.user.pk for p in people.values()],
         Group: list(Group.objects.values_list("pk", flat=True)),
         AccessAttempt: list(AccessAttempt.objects.values_list("pk", flat=True)),

@@ -14,10 +14,12 @@ every model registered by this project and by django.contrib.auth its changelist
 models' and fields' names, choices and the ModelAdmins' columns are ours (streams/locale).
 """
 
+import datetime as dt
 import html
 import json
 import re
 import zoneinfo
+from decimal import Decimal
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -36,7 +38,7 @@ from django.utils.text import capfirst
 from dashboard.language import is_data
 from dashboard.models import Conversation, Turn
 from streams.ingest import importer
-from streams.models import ApiToken, Capture, Event, Finding, ImportFile, ImportJob, Stream
+from streams.models import ApiToken, Capture, Event, Finding, ImportFile, ImportJob, Price, Stream
 from streams.simulator import SCENARIOS
 from streams.simulator.models import MODELS
 from tests.support.routes import Unfillable, django_routes, fill
@@ -216,6 +218,11 @@ def history(django_db_setup, django_db_blocker):
         # the admin's: a superuser, and a row of each model the walk opens that has none yet
         superuser = users.create_superuser("i18n-admin", password="pw-admin-1")
         ApiToken.issue(staff, name="ci-script")
+        Price.objects.create(
+            model_pattern="gpt-oss-*", effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+            currency="EUR", input_per_million=Decimal("0.5"), output_per_million=2,
+            note="volgens contract",
+        )  # fmt: skip
         ImportFile.objects.create(
             job_id=jobs[0], position=0, filename="gesprek.sse", size=12, status="failed",
             error="Cannot import gesprek.sse: the file is empty",

@@ -148,7 +148,7 @@ def test_a_server_killed_with_sigkill_leaves_rows_that_are_swept(people, simulat
             assert stream.event_count == Event.objects.filter(stream=stream).count() > 0
             # what was stored of it (rows.end_from_stored), not "No output"
             stored_deltas = deltas.filter(stream=stream).count()
-            assert stream.output_text and stream.output_tokens == stored_deltas > 0
+            assert stream.output_text and stream.output_deltas == stored_deltas > 0
             assert stream.bytes_received > 0 and stream.first_token_us is not None
         r = api_create(other, people.owner, metadata={"time_scale": 0})
         assert r.status_code == 201, r.text  # the slots are free

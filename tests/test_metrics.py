@@ -18,7 +18,7 @@ class TestDerived:
             closed_us=1_001_000,
             first_output_us=251_000,
             last_output_us=751_000,
-            output_tokens=11,
+            output_deltas=11,
         )
         assert got == {
             "ttft_ms": 250.0,
@@ -28,7 +28,7 @@ class TestDerived:
         }
 
     def test_without_output_ttft_is_none_and_rates_are_absent(self):
-        got = figures.derived(request_written_us=1_000, closed_us=5_000, output_tokens=0)
+        got = figures.derived(request_written_us=1_000, closed_us=5_000, output_deltas=0)
         assert got == {"ttft_ms": None, "duration_ms": 4.0}
 
     def test_without_a_written_request_nothing_is_timed_from_it(self):
@@ -38,7 +38,7 @@ class TestDerived:
     @pytest.mark.parametrize("tokens, last", [(1, 900), (5, 100)])
     def test_one_token_or_no_span_gives_no_rate(self, tokens, last):
         got = figures.derived(
-            request_written_us=0, first_output_us=100, last_output_us=last, output_tokens=tokens
+            request_written_us=0, first_output_us=100, last_output_us=last, output_deltas=tokens
         )
         assert "tokens_per_s" not in got and "inter_token_ms" not in got
 

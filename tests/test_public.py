@@ -76,10 +76,32 @@ class TestShapes:
 
     def test_a_list_item_clips_the_prompt(self):
         at = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
-        row = {"id": 7, **dict.fromkeys(public.LIST_FIELDS), "prompt": "p" * 300, "created_at": at}
+        row = {**dict.fromkeys(public.LIST_COLUMNS), "id": 7, "prompt": "p" * 300, "created_at": at}
         item = public.list_item(row)
         assert item["id"] == 7 and item["prompt"] == "p" * 200
         assert item["created_at"] == at.isoformat()
+        assert (item["usage"], item["cost"]) == (None, None)
+
+    def test_usage_and_cost_say_what_they_are(self):
+        row = {
+            **dict.fromkeys(public.USAGE_COLUMNS),
+            "usage_source": "estimated",
+            "output_tokens": 12,
+            "cost_nanos": 1_234_500,
+            "cost_currency": "EUR",
+            "price_ref": "team price 3: gpt-4o* from 2026-01-01",
+        }
+        got = public.usage_and_cost(row)
+        assert got["usage"]["source"] == "estimated" and got["usage"]["output_tokens"] == 12
+        assert got["cost"] == {
+            "amount": "0.001234500",
+            "currency": "EUR",
+            "price": "team price 3: gpt-4o* from 2026-01-01",
+            "estimated": True,
+        }
+        # no usage, no price: None, never 0
+        row.update(usage_source="", cost_nanos=None)
+        assert public.usage_and_cost(row) == {"usage": None, "cost": None}
 
 
 class TestOutput:
@@ -133,9 +155,10 @@ def test_every_stream_column_is_shown_or_listed_as_not_shown():
 
     values = {}
     for n, field in enumerate(Stream._meta.concrete_fields):
-        if field.primary_key or isinstance(field, models.ForeignKey) or field.choices:
-            continue  # the id, links and enums are checked by name below
-        values[field.attname] = _sentinel(field, n)
+        if field.primary_key or isinstance(field, models.ForeignKey):
+            continue  # the id and links are checked by name below
+        # an enum: its last value (a usage source shows the usage it is the source of)
+        values[field.attname] = field.choices[-1][0] if field.choices else _sentinel(field, n)
     row = Stream.objects.create(**values)
     shown = json.dumps(public.stream(row), default=str)
     keys = set(public.stream(row))

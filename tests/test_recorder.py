@@ -57,7 +57,7 @@ async def test_normal_stream_is_stored_verbatim_with_milestones(upstream):
         (stream.first_token_us - stream.request_written_us) / 1000, abs=0.001
     )
     assert stream.output_text and stream.output_text == stream.final_text
-    assert stream.output_tokens > 0 and stream.tokens_per_s > 0
+    assert stream.output_deltas > 0 and stream.tokens_per_s > 0
     assert stream.error_findings == 0
     t = [e.t_us for e in events]
     assert t == sorted(t)

@@ -338,11 +338,11 @@ class TestAdmin:
         self.owner, self.stranger = owner, stranger
         rows = [
             make(owner, "m-a", "auto", 100.0, created_at=NOW - 2 * DAY, event_count=10,
-                 bytes_received=1000, output_tokens=5, duration_ms=900.0),
+                 bytes_received=1000, output_deltas=5, duration_ms=900.0),
             make(owner, "m-a", "auto", None, status="failed", error_code="server_error",
                  created_at=NOW - 2 * DAY, event_count=0, duration_ms=20.0),
             make(stranger, "m-b", "m-b", 50.0, created_at=NOW - DAY + HOUR, event_count=30,
-                 bytes_received=5000, output_tokens=20, duration_ms=3000.0, findings_count=2),
+                 bytes_received=5000, output_deltas=20, duration_ms=3000.0, findings_count=2),
             make(stranger, "m-b", "m-b", None, status="stalled", created_at=NOW - HOUR,
                  event_count=7, duration_ms=60000.0),
         ]  # fmt: skip
@@ -365,7 +365,7 @@ class TestAdmin:
     def test_usage_per_user(self):
         users = {u["username"]: u for u in self.report().users}
         assert users["owner"]["streams"] == 2 and users["owner"]["failed"] == 1
-        assert users["stranger"]["output_tokens"] == 20 and users["stranger"]["bytes"] == 5000
+        assert users["stranger"]["output_deltas"] == 20 and users["stranger"]["bytes"] == 5000
 
     def test_error_codes_and_findings(self):
         report = self.report()

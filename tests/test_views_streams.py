@@ -210,7 +210,7 @@ class TestStreamList(Base):
         assert "Proxy +ms" not in self.get(self.owner_client).text
 
     def test_retries_sit_under_their_first_attempt_with_token_counts(self):
-        first = Stream.objects.create(user=self.owner, status="stalled", output_tokens=1234)
+        first = Stream.objects.create(user=self.owner, status="stalled", output_deltas=1234)
         unrelated = Stream.objects.create(user=self.owner, status="completed")
         second = Stream.objects.create(
             user=self.owner, status="completed", attempt=2, first_attempt=first
@@ -223,7 +223,7 @@ class TestStreamList(Base):
         assert "↳" in row and "try 2" in row
         assert ">Deltas</th>" in r.text
         first_row = r.text.split(f'id="stream-row-{first.pk}"')[1].split("</tr>")[0]
-        assert '<td class="num" data-f="output_tokens">1\u202f234</td>' in first_row
+        assert '<td class="num" data-f="output_deltas">1\u202f234</td>' in first_row
 
     def test_a_retry_whose_first_attempt_is_on_another_page_links_to_it(self):
         first = Stream.objects.create(user=self.owner, status="stalled")

@@ -55,7 +55,7 @@ def users_table(source, limit=TOP_USERS):
             "failed": e["failed"],
             "error_rate": _div(e["failed"], e["streams"]),
             "error_pct": _pct(_div(e["failed"], e["streams"])),
-            "output_tokens": e["output_tokens"],
+            "output_deltas": e["output_deltas"],
             "bytes": e["bytes"],
             "findings": e["findings"],
             "last": last.get(u),
@@ -105,7 +105,7 @@ def top_streams(scope, column, limit=TOP_STREAMS):
         "user_id",
         "resolved_model",
         "status",
-        "output_tokens",
+        "output_deltas",
         "bytes_received",
         "duration_ms",
     ]

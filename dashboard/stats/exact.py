@@ -234,7 +234,7 @@ class ExactSource:
             user, status = _q("user_id"), _q("status")
             sql = (
                 f"SELECT {user}, COUNT(*), COUNT(CASE WHEN {status} = 'failed' THEN 1 END), "
-                f"SUM({_q('output_tokens')}), SUM({_q('bytes_received')}), "
+                f"SUM({_q('output_deltas')}), SUM({_q('bytes_received')}), "
                 f"SUM({_q('findings_count')}), MAX({_q('created_at')}) "
                 f"FROM {_from(IDX_USER)} WHERE {w.sql()} GROUP BY {user}"
             )
@@ -245,7 +245,7 @@ class ExactSource:
                 uid: {
                     "streams": n,
                     "failed": failed,
-                    "output_tokens": tokens or 0,
+                    "output_deltas": tokens or 0,
                     "bytes": size or 0,
                     "findings": found or 0,
                     "last": _as_utc(last),

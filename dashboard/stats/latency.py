@@ -148,7 +148,7 @@ def slowest(scope, limit=SLOWEST, band=None):
         "source",
         "ttft_ms",
         "duration_ms",
-        "output_tokens",
+        "output_deltas",
     ]
     sql = (
         f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(index, where)} WHERE {where.sql()} "

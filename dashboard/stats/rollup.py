@@ -194,11 +194,11 @@ class RollupSource:
         for (user, status), v in self.cube.usage(("user_key", "status")).items():
             e = out.setdefault(
                 user or None,
-                {"streams": 0, "failed": 0, "output_tokens": 0, "bytes": 0, "findings": 0},
+                {"streams": 0, "failed": 0, "output_deltas": 0, "bytes": 0, "findings": 0},
             )
             e["streams"] += v["n"]
             e["failed"] += v["n"] if status == "failed" else 0
-            e["output_tokens"] += v["output_tokens"]
+            e["output_deltas"] += v["output_deltas"]
             e["bytes"] += v["bytes_received"]
             e["findings"] += v["findings"]
         return {u: e for u, e in out.items() if e["streams"]}

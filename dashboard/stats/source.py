@@ -82,7 +82,7 @@ class Source(Protocol):
         oldest stream), events being the streams' `event_count`."""
 
     def users(self) -> dict:
-        """{user id or None: {streams, failed, output_tokens, bytes, findings}} of every user
+        """{user id or None: {streams, failed, output_deltas, bytes, findings}} of every user
         with streams in scope."""
 
     def last_streams(self, users: list) -> dict:

@@ -3,9 +3,11 @@ language: its decimal separator (English 0.42, Dutch 0,42), thousands grouped by
 in every language (1 234), and the pages' words (finding pills, figure help, status labels).
 """
 
+import math
+
 from django import template
 from django.utils import formats
-from django.utils.translation import gettext, ngettext, pgettext_lazy
+from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.forms import choices
@@ -59,6 +61,30 @@ def count(value):
     if value is None or value == "":
         return "—"
     return number(int(value), 0)
+
+
+SYMBOLS = {"EUR": "€", "USD": "$"}
+
+
+def money_places(amount):
+    """Two places from 1 on, else three significant digits, at most nine (static/js/i18n.js's
+    moneyPlaces says the same)."""
+    amount = abs(amount)
+    if amount >= 1 or amount == 0:
+        return 2
+    return min(9, max(2, 2 - math.floor(math.log10(amount))))
+
+
+@register.filter
+def money(nanos, currency):
+    """A cost stored as nano-units of `currency` (streams/core/pricing.py): "€0.00123",
+    Dutch "€ 0,00123"; "" for none (the caller says "no price")."""
+    if nanos is None or nanos == "" or not currency:
+        return ""
+    amount = int(nanos) / 1e9
+    symbol = SYMBOLS.get(currency, f"{currency} ")
+    space = "\u00a0" if get_language().startswith("nl") and len(symbol) == 1 else ""
+    return f"{symbol}{space}{number(amount, money_places(amount))}"
 
 
 @register.filter
@@ -169,7 +195,7 @@ def finding_pills(source):
 
 # ---- what a figure counts ---------------------------------------------------------------------
 
-# `Stream.output_tokens` counts output-bearing delta events (streams/core/checks.py), and
+# `Stream.output_deltas` counts output-bearing delta events (streams/core/checks.py), and
 # `tokens_per_s` / `inter_token_ms` are taken over those deltas (streams/core/figures.py): the pages
 # call them deltas and say so, here, once (compare.js gets them from its page).
 FIGURE_HELP = {

@@ -84,6 +84,27 @@ export function count(x) {
   return finite(n) ? num(n) : "";
 }
 
+/** The places an amount of money is shown with: two from 1 on, else three significant digits
+ * (a stream costs fractions of a cent), at most nine (the stored nano-units). Kept equal to
+ * the server's `money` filter (dashboard/templatetags/inspection.py). */
+export function moneyPlaces(amount) {
+  const a = Math.abs(amount);
+  if (a >= 1 || a === 0) return 2;
+  return Math.min(9, Math.max(2, 2 - Math.floor(Math.log10(a))));
+}
+
+const SYMBOLS = { EUR: "€", USD: "$" };
+
+/** A cost stored as nano-units of `currency` ("€0.00123", Dutch "€ 0,00123"); "" for none. */
+export function money(nanos, currency) {
+  if (!finite(nanos) || !currency) return "";
+  const amount = nanos / 1e9;
+  const symbol = SYMBOLS[currency] || `${currency} `;
+  const places = moneyPlaces(amount);
+  const space = LANG.startsWith("nl") && symbol.length === 1 ? "\u00a0" : "";
+  return `${symbol}${space}${num(amount, places)}`;
+}
+
 /** A time in milliseconds: "850 ms", from a second on "1.25 s" ("1,25 s"); "" for none. */
 export function ms(x) {
   if (!finite(x)) return "";

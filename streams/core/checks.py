@@ -583,7 +583,7 @@ class Checker:
         model, routing, error, usage, terminal event and text, and its status."""
         self.violations: list[Violation] = []  # everything reported so far, feed and close
         self.event_count = 0
-        self.output_tokens = 0
+        self.output_deltas = 0
         self.upstream_id = ""
         self.response_model = ""
         self.routing: dict = {}
@@ -737,7 +737,7 @@ class Checker:
                 _v("unknown_event_type", index, got=etype, detail="ignored; reported once per type")
             )
         if result.kind == OUTPUT:
-            self.output_tokens += 1
+            self.output_deltas += 1
             if not self._first_output_seen:
                 self._first_output_seen = result.first_output = True
         elif result.kind == TOOL_CALL and not self._first_tool_call_seen:
@@ -791,7 +791,7 @@ class Checker:
             return None
         self._max_seq = seq
         part.buf.append(seq, delta)
-        self.output_tokens += 1
+        self.output_deltas += 1
         if out:
             self.violations.extend(out)
         return FeedResult(

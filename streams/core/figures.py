@@ -64,7 +64,7 @@ def derived(
     closed_us=None,
     first_output_us=None,
     last_output_us=None,
-    output_tokens=0,
+    output_deltas=0,
 ):
     """The derived fields of a stream that can be known from these milestones (a dict of
     `Stream` field names; a field that cannot be known is left out, except `ttft_ms`, which is
@@ -74,11 +74,11 @@ def derived(
         fields["ttft_ms"] = ttft_ms(request_written_us, first_token_us)
         if closed_us is not None:
             fields["duration_ms"] = (closed_us - request_written_us) / 1000
-    if first_output_us is not None and last_output_us is not None and output_tokens > 1:
+    if first_output_us is not None and last_output_us is not None and output_deltas > 1:
         span_us = last_output_us - first_output_us
         if span_us > 0:
-            fields["tokens_per_s"] = (output_tokens - 1) / (span_us / 1e6)
-            fields["inter_token_ms"] = span_us / 1000 / (output_tokens - 1)
+            fields["tokens_per_s"] = (output_deltas - 1) / (span_us / 1e6)
+            fields["inter_token_ms"] = span_us / 1000 / (output_deltas - 1)
     return fields
 
 

@@ -249,6 +249,10 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
         finished_at=har.pop("finished_at", None),
         request_written_us=har.get("request_written_us"),
         closed_us=har.get("closed_us"),
+        request_body=body,
+        model=requested,
+        # priced as of when it ran (a HAR says), else as of its import
+        started_at=har.get("started_at") or dt.datetime.now(dt.UTC),
     )
     stream = rows.create(
         body,

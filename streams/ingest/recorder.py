@@ -87,6 +87,8 @@ class Recording:
     # The request's `model` and `stream` (telemetry's labels and span attributes).
     request_model: str = ""
     request_stream: bool = True
+    request_body: dict | None = None  # (for the usage estimate when the upstream sends none)
+    answer: tuple | None = None  # a `stream: false` answer's (usage, text, model): its usage
     # (set by the runner) a retryable outcome of this attempt is retried on the same row: its
     # end is not the stream's end (telemetry counts it once, at the last attempt)
     connect_retry_follows: bool = False
@@ -268,6 +270,10 @@ class Recording:
             first_output_us=None if first_output is None else _us(first_output - self.t0_ns),
             last_output_us=None if last_output is None else _us(last_output - self.t0_ns),
             proxy_delays=self.proxy_delays,
+            request_body=self.request_body,
+            answer=self.answer,
+            model=self.request_model,
+            started_at=self.wall0,
         )
 
 
@@ -356,6 +362,7 @@ def _begin_attempt(rec, url, body, stall_s):
     `stream`, and the `streaming` status with the fields the row is written with."""
     rec.start(time.monotonic_ns(), stall_s)
     rec.request_model, rec.request_stream = str(body.get("model") or ""), body.get("stream") is True
+    rec.request_body = body
     rec.status = Stream.Status.STREAMING
     rec.pending_fields.update(
         status=rec.status, started_at=rec.wall0, runner=lifecycle.RUNNER_ID, upstream_url=url
@@ -524,6 +531,7 @@ async def _whole_body(rec, writer, response, tap, phases):
     text = body.decode("utf-8", errors="replace")
     wants_json = tap.wants_json if tap is not None else False
     type_, is_json, fields, status = _json_response_fields(response, text, wants_json)
+    rec.answer = fields.pop("answer", None)
     t_us = _us(t_ns - rec.t0_ns)
     s_us = None if sent_ns is None else _us(sent_ns - rec.t0_ns)
     rec.mark("terminal", t_ns)
@@ -574,16 +582,13 @@ def _json_response_fields(response, text, wants_json):
         for part in (item.get("content") or ()) if isinstance(item, dict) else ():
             if isinstance(part, dict) and isinstance(part.get("text"), str):
                 texts.append(part["text"])
-    usage = obj.get("usage") if isinstance(obj.get("usage"), dict) else {}
     fields = dict(
         upstream_id=str(obj.get("id") or ""),
         resolved_model=str(obj.get("model") or ""),
         final_text="".join(texts),
         output_text="".join(texts),
+        answer=(obj.get("usage"), "".join(texts), str(obj.get("model") or "")),  # its usage
     )
-    tokens = usage.get("output_tokens")
-    if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0:
-        fields["output_tokens"] = tokens
     return "response", True, fields, _JSON_STATUSES.get(obj.get("status"), Stream.Status.COMPLETED)
 
 

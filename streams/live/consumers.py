@@ -128,7 +128,7 @@ def _list_snapshot(user, after):
     visible = streams_for(user)
     active = visible.filter(status__in=Stream.ACTIVE_STATUSES)
     newer = visible.filter(pk__gt=after) if after is not None else visible.none()
-    rows = (active | newer).order_by("-pk").values("id", *public.LIST_FIELDS)
+    rows = (active | newer).order_by("-pk").values(*public.LIST_COLUMNS)
     return [public.list_item(row) for row in rows[:LIST_SNAPSHOT_MAX]]
 
 

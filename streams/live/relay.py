@@ -12,7 +12,7 @@ Messages:
   "stream_fields": {changed public fields}}` — `data` is None when too large to inline.
 - to `LIST_GROUP` ("streams.list"): `{"type": "streams.changed", "stream": id, "user": user_id,
   "fields": {…}}` when a stream is created, changes status or reaches a milestone. Changes of
-  counters only (event_count, output_tokens) are sent at most every LIST_COUNTER_INTERVAL_S
+  counters only (event_count, output_deltas) are sent at most every LIST_COUNTER_INTERVAL_S
   per stream: every batch changes them, and the list does not need 200 updates a second.
 
 Channel layers drop messages silently when a consumer's queue is full, so nothing here is
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 
 LIST_GROUP = "streams.list"
 # Fields whose change alone is not worth a list message more often than this.
-COUNTER_FIELDS = frozenset({"event_count", "output_tokens", "heartbeat_at"})
+COUNTER_FIELDS = frozenset({"event_count", "output_deltas", "heartbeat_at"})
 LIST_COUNTER_INTERVAL_S = 0.5
 
 _list_sent_at = {}  # stream id -> monotonic time of its last list message

@@ -297,7 +297,7 @@ def _list(user, limit, before, status):
         qs = qs.filter(pk__lt=before)
     if status:
         qs = qs.filter(status=status)
-    rows = list(qs.values("id", *public.LIST_FIELDS)[:limit])
+    rows = list(qs.values(*public.LIST_COLUMNS)[:limit])
     return {
         "streams": [public.list_item(row) for row in rows],
         "next_before": rows[-1]["id"] if len(rows) == limit else None,

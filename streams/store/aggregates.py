@@ -66,8 +66,10 @@ ACTIVE_MARKS = ", ".join(["%s"] * len(ACTIVE))
 COLUMNS = (
     "id", "created_at", "status", "resolved_model", "requested_model", "source", "user_id",
     "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
-    "headers_us", "created_event_us", "first_token_us", "output_tokens", "bytes_received",
+    "headers_us", "created_event_us", "first_token_us", "output_deltas", "bytes_received",
     "event_count", "findings_count", "routing_category", "routing_source", "tags",
+    "usage_source", "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
+    "cost_nanos", "cost_currency",
 )  # fmt: skip
 
 # `tag`: "" in the rows of every stream; a tagged stream adds the same rows once more per tag
@@ -79,7 +81,9 @@ USAGE_KEY = (
 USAGE_VALUES = (
     "n", "ttft_n", "ttft_sum_ns", "itl_n", "itl_sum_ns", "routed", "decision_n", "phase_n",
     "written_sum_us", "headers_sum_us", "created_sum_us", "routed_or_created_sum_us",
-    "first_token_sum_us", "output_tokens", "bytes_received", "events", "findings",
+    "first_token_sum_us", "output_deltas", "bytes_received", "events", "findings",
+    "usage_n", "estimated_n", "input_tokens", "output_tokens", "cached_input_tokens",
+    "reasoning_tokens", "priced_n", "cost_eur_nanos", "cost_usd_nanos",
 )  # fmt: skip
 HISTOGRAM_KEY = (
     "metric", "full", "span", "tag", "t", "user_key", "source", "resolved_model",
@@ -199,10 +203,27 @@ def usage_values(row):
         created if phased else 0,
         (routing if routing is not None else created) if phased else 0,
         first if phased else 0,
-        row["output_tokens"] or 0,
+        row["output_deltas"] or 0,
         row["bytes_received"] or 0,
         row["event_count"] or 0,
         row["findings_count"] or 0,
+        *_usage_values(row),
+    )
+
+
+def _usage_values(row):
+    """A stream's usage and cost as USAGE_VALUES has them (usage_n … cost_usd_nanos)."""
+    source, cost, currency = row["usage_source"], row["cost_nanos"], row["cost_currency"]
+    return (
+        bool(source),
+        source == "estimated",
+        row["input_tokens"] or 0,
+        row["output_tokens"] or 0,
+        row["cached_input_tokens"] or 0,
+        row["reasoning_tokens"] or 0,
+        cost is not None,
+        cost if cost is not None and currency == "EUR" else 0,
+        cost if cost is not None and currency == "USD" else 0,
     )
 
 

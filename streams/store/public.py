@@ -13,8 +13,14 @@ import json
 import orjson
 from django.core.serializers.json import DjangoJSONEncoder
 
+from streams.core import pricing
 from streams.core.checks import ITEM_KINDS
+from streams.core.usage import FIELDS as TOKEN_COLUMNS
 from streams.models import Event
+
+# A stream's usage and cost columns (streams/core/usage.py, streams/store/prices.py): shown
+# as `usage` and `cost` (`usage_of`, `cost_of`).
+USAGE_COLUMNS = (*TOKEN_COLUMNS, "usage_source", "cost_nanos", "cost_currency", "price_ref")
 
 # Fields of a stream that viewers are told about when they change.
 PUBLIC_FIELDS = {
@@ -40,10 +46,11 @@ PUBLIC_FIELDS = {
     "duration_ms",
     "tokens_per_s",
     "event_count",
-    "output_tokens",
+    "output_deltas",
     "findings_count",
     "error_findings",
     "warning_findings",
+    *USAGE_COLUMNS,
 }
 
 # Columns of a stream its public shape (`stream`) leaves out, and why. Every other column is in
@@ -77,7 +84,7 @@ FIGURE_COLUMNS = (
     "proxy_added_p50_ms",
     "proxy_added_p99_ms",
     "event_count",
-    "output_tokens",
+    "output_deltas",
     "bytes_received",
     "output_text",
     "final_text",
@@ -110,6 +117,8 @@ LIST_FIELDS = (
     "error_code",
 )
 LIST_PROMPT_MAX = 200
+# What a list reads of each stream for `list_item`.
+LIST_COLUMNS = ("id", *LIST_FIELDS, *USAGE_COLUMNS)
 # An event as the `.json` export has it: every stored column but the stream and the raw bytes
 # (from the model, not the recorder's row layout, which leaves sent_us out of the rows of
 # streams that are not proxied).
@@ -182,15 +191,35 @@ def stream(stream) -> dict:
         "findings": findings,
         # retention deleted its events (their figures and findings stay)
         "events_pruned_at": _iso(stream.events_pruned_at),
+        **usage_and_cost({name: getattr(stream, name) for name in USAGE_COLUMNS}),
     }
 
 
+def usage_and_cost(row) -> dict:
+    """`usage` (the token counts and whether the upstream reported them or they are an
+    estimate; None when there is none) and `cost` (its amount as a decimal string, currency,
+    the price used, and whether the usage it is from is an estimate; None when there is no
+    price) of a row with the USAGE_COLUMNS."""
+    source = row["usage_source"]
+    usage = {name: row[name] for name in TOKEN_COLUMNS} | {"source": source} if source else None
+    nanos = row["cost_nanos"]
+    cost = None
+    if nanos is not None:
+        cost = {
+            "amount": str(pricing.decimal(nanos)),
+            "currency": row["cost_currency"],
+            "price": row["price_ref"],
+            "estimated": source == "estimated",
+        }
+    return {"usage": usage, "cost": cost}
+
+
 def list_item(row) -> dict:
-    """A stream in a list, from a `.values("id", *LIST_FIELDS)` row."""
+    """A stream in a list, from a `.values(*LIST_COLUMNS)` row."""
     item = {"id": row["id"], **{name: row[name] for name in LIST_FIELDS}}
     item["prompt"] = item["prompt"][:LIST_PROMPT_MAX]
     item["created_at"] = _iso(item["created_at"])
-    return item
+    return item | usage_and_cost(row)
 
 
 def event(index, type, sequence_number, t_us, data, sent_us=None) -> dict:

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from django.db import close_old_connections, connection, models, transaction
 from django.db.utils import DataError, IntegrityError, InterfaceError, OperationalError
 
-from streams.core import capture, conf, figures, lifecycle
+from streams.core import capture, conf, figures, lifecycle, safejson, usage
 from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, Violation
 from streams.models import Event, Finding, Stream
-from streams.store import aggregates
+from streams.store import aggregates, prices
 
 log = logging.getLogger(__name__)
 
@@ -262,6 +262,10 @@ def finished(
     last_output_us=None,
     milestones=None,
     proxy_delays=(),
+    request_body=None,
+    answer=None,
+    model="",
+    started_at=None,
 ):
     """The fields a stream ends with, bounded, for its last write.
 
@@ -269,7 +273,10 @@ def finished(
     (False: the request failed before one, or the body was something else, and the output
     fields are left as they are). `status` None: the checker decides (`status_from_checker`).
     The error: `_error_fields`. Times are µs since the attempt started, as stored; `milestones`
-    ({"<name>_us": µs}) are written too; `proxy_delays`: the proxy's `(µs held, events)`."""
+    ({"<name>_us": µs}) are written too; `proxy_delays`: the proxy's `(µs held, events)`.
+    Usage and cost (`_usage_fields`): from the checker's terminal response, or `answer`, the
+    `(usage, text, model)` of a `stream: false` answer; `request_body` for an estimate, `model` (the
+    requested one, when no response named one) and `started_at` for the price."""
     fields = {
         "status": status if status is not None else status_from_checker(checker),
         "finished_at": finished_at,
@@ -289,12 +296,30 @@ def finished(
             closed_us=closed_us,
             first_output_us=first_output_us,
             last_output_us=last_output_us,
-            output_tokens=judged.output_tokens if judged is not None else 0,
+            output_deltas=judged.output_deltas if judged is not None else 0,
         )
     )
     if proxy_delays:
         fields.update(figures.proxy_added(proxy_delays))
+    fields.update(_usage_fields(judged, fields, request_body, answer, model, started_at))
     return bound(fields)
+
+
+def _usage_fields(judged, fields, request_body, answer, model, started_at):
+    """A finished row's usage (reported, else estimated) and its cost. None of it for a
+    request that got no answer to count (`judged` None and no `answer`)."""
+    if judged is not None:
+        used = usage.of_stream(
+            judged.usage, request_body, fields.get("parts"), fields.get("output_text", "")
+        )
+    elif answer is not None:
+        reported, text, answered_model = answer
+        used = usage.reported(reported) or usage.estimate(request_body, (), text)
+        model = answered_model or model
+    else:
+        return {**usage.NONE.fields(), **prices.NO_PRICE}
+    model = fields.get("resolved_model") or (model if model != "auto" else "")
+    return {**used.fields(), **prices.cost_fields(used, model, started_at)}
 
 
 def _output_fields(checker):
@@ -302,7 +327,7 @@ def _output_fields(checker):
     ids and model, the finding counts, and the routing when there was one."""
     violations = checker.violations
     fields = dict(
-        output_tokens=checker.output_tokens,
+        output_deltas=checker.output_deltas,
         final_text=checker.final_text or "",
         output_text=checker.output_text or "",
         parts=checker.items(),
@@ -394,6 +419,9 @@ def from_events(
         last_output_us=seen.last_output,
         milestones=seen.milestones,
         proxy_delays=seen.delays,
+        request_body=stream.request_body,
+        model=requested,
+        started_at=stream.started_at or stream.created_at,
     )
     return Rebuilt(fields, list(checker.violations))
 
@@ -609,6 +637,7 @@ def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
     delay = 0.05
     if retry_for_s is None:
         retry_for_s = conf.get().storage_retry_s
+    prices.refresh()  # (the team's prices, for streams that finish on the event loop)
     give_up = time.monotonic() + retry_for_s
     apart = False
     while True:
@@ -863,3 +892,85 @@ def _sqlite_insert(n, columns=INSERT_COLUMNS):
     cols = ", ".join(connection.ops.quote_name(c) for c in columns)
     row = "(" + ", ".join(["?"] * len(columns)) + ")"
     return f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row] * n)
+
+
+# ---------------------------------------------------------------------------------------------
+# Pricing again
+
+# What `reprice` rewrites of a stored row.
+USAGE_AND_COST_COLUMNS = (*usage.FIELDS, "usage_source", *prices.NO_PRICE)
+
+
+def _stored_usage(data):
+    """The `usage` of a stream's last stored event: a terminal event's response's, or a
+    `stream: false` answer's own."""
+    try:
+        obj = safejson.loads(data) if data else None
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(obj, dict):
+        return None
+    response = obj.get("response") if isinstance(obj.get("response"), dict) else obj
+    return response.get("usage")
+
+
+def repriced(stream, last_event_data=None, *, recount=False):
+    """A stored row's usage and cost columns again: its cost at the price valid at its start
+    as the price table says now, and (`recount`, or when it has none yet: a row stored before
+    usage was kept) its usage from its last stored event, else estimated. A row that never
+    got an answer (no events) keeps none."""
+    if recount or not stream.usage_source:
+        if not stream.event_count:
+            return {**usage.NONE.fields(), **prices.NO_PRICE}
+        used = usage.of_stream(
+            _stored_usage(last_event_data), stream.request_body, stream.parts, stream.output_text
+        )
+    else:
+        used = usage.Usage(
+            *(getattr(stream, name) for name in usage.FIELDS), source=stream.usage_source
+        )
+    model = stream.resolved_model or (
+        stream.requested_model if stream.requested_model != "auto" else ""
+    )
+    at = stream.started_at or stream.created_at
+    return {**used.fields(), **prices.cost_fields(used, model, at)}
+
+
+def reprice(queryset, *, recount=False, chunk=500):
+    """`repriced` for every finished stream of `queryset`, a chunk per transaction, the
+    rollups following (`aggregates.tracking`). Returns {"streams", "changed", "unpriced"}."""
+    prices.forget()
+    done = {"streams": 0, "changed": 0, "unpriced": 0}
+    finished_rows = queryset.exclude(status__in=Stream.ACTIVE_STATUSES).order_by("pk")
+    last_pk = 0
+    while True:
+        batch = list(finished_rows.filter(pk__gt=last_pk)[:chunk])
+        if not batch:
+            return done
+        last_pk = batch[-1].pk
+        last_events = {}
+        if recount or any(not s.usage_source for s in batch):
+            last_events = _last_event_data([s.pk for s in batch])
+        with transaction.atomic(), aggregates.tracking([s.pk for s in batch]):
+            for stream in batch:
+                fields = repriced(stream, last_events.get(stream.pk), recount=recount)
+                done["streams"] += 1
+                done["unpriced"] += fields["cost_nanos"] is None
+                if any(getattr(stream, k) != v for k, v in fields.items()):
+                    done["changed"] += 1
+                    Stream.objects.filter(pk=stream.pk).update(**bound(fields))
+
+
+def _last_event_data(ids):
+    """{stream id: the data of its last stored event}."""
+    last = (
+        Event.objects.filter(stream_id__in=ids)
+        .values("stream_id")
+        .annotate(index=models.Max("index"))
+    )
+    wanted = models.Q()
+    for row in last:
+        wanted |= models.Q(stream_id=row["stream_id"], index=row["index"])
+    if not wanted:
+        return {}
+    return dict(Event.objects.filter(wanted).values_list("stream_id", "data"))

@@ -94,7 +94,7 @@ def recorded(user, events, times=None, **fields):
         upstream_id=checker.upstream_id,
         prompt="Tell me about Utrecht",
         event_count=len(datas),
-        output_tokens=checker.output_tokens,
+        output_deltas=checker.output_deltas,
         output_text=checker.output_text,
         final_text=checker.final_text or "",
         parts=checker.items(),
@@ -169,7 +169,7 @@ def seed_big_stream(user, n=100_000, gaps_us=None):
         resolved_model="m",
         upstream_id="resp_big",
         event_count=n,
-        output_tokens=n - 6,
+        output_deltas=n - 6,
         output_text=text,
         final_text=text,
         parts=[

@@ -32,7 +32,7 @@ const FORMAT = {
   ttft_ms: fmtMs,
   duration_ms: fmtDuration,
   event_count: fmtCount,
-  output_tokens: fmtCount,
+  output_deltas: fmtCount,
   findings_count: fmtCount,
   tokens_per_s: (v) => (v === null || v === undefined ? "—" : num(v, 1, false)),
 };
@@ -147,11 +147,11 @@ let followEnded = false;
 // WebSocket (each stored before it was sent, exactly once, in order): the header, the event
 // table's heading, the chart's caption (its points) and the rows the table shows
 // (table.upTo). The row's `event_count` in frames lags by up to COUNT_WRITE_INTERVAL_MS.
-const live = { events: 0, outputTokens: 0 };
+const live = { events: 0, outputDeltas: 0 };
 
 function showLiveCounts() {
-  // The recorder stores output_tokens when the stream ends; count them meanwhile.
-  setFields({ event_count: live.events, output_tokens: live.outputTokens });
+  // The recorder stores output_deltas when the stream ends; count them meanwhile.
+  setFields({ event_count: live.events, output_deltas: live.outputDeltas });
 }
 
 function scheduleSummary() {
@@ -195,7 +195,7 @@ function follow() {
         const isOutput = OUTPUT_DELTAS.has(e.type);
         if (!terminalSeen) {
           if (obj) renderer.apply(obj);
-          if (isOutput) live.outputTokens += 1;
+          if (isOutput) live.outputDeltas += 1;
           // After the first terminal event the response has ended: later events are recorded
           // (and flagged by the checker) but are not part of its output.
           terminalSeen = TERMINAL_EVENTS.has(e.type);
@@ -213,7 +213,7 @@ function follow() {
       }
       if (frame.stream) {
         // (the page's own counts stand for these: see `live`)
-        const { event_count: _n, output_tokens: _t, ...fields } = frame.stream;
+        const { event_count: _n, output_deltas: _t, ...fields } = frame.stream;
         setFields(fields);
         if (!frame.status && Object.keys(frame.stream).some((k) => SUMMARY_FIELDS.test(k))) {
           scheduleSummary();

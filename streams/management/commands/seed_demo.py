@@ -474,6 +474,9 @@ class _StreamMaker:
                 first_output_us=output_times[0] if output_times else None,
                 last_output_us=output_times[1] if output_times else None,
                 milestones=milestones,
+                request_body=self.fields["request_body"],
+                model=self.requested,
+                started_at=self.created_at,
             ),
             heartbeat_at=finished_at,
         )
