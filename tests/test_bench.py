@@ -154,6 +154,20 @@ def test_ingest(tmp_path):
         assert finite(line["metrics_cost_pct"]) and finite(line["metrics_cpu_cost_pct"])
 
 
+@TIER_1
+def test_usage(tmp_path):
+    """Usage and cost per finished stream, three kinds: each priced or not as it should be."""
+    lines = bench(tmp_path, "usage", "--streams", "5", "--events", "20")
+    assert [(line["kind"], line["priced"]) for line in lines] == [
+        ("reported, team price", True),
+        ("estimated, genai-prices", True),
+        ("estimated, no price", False),
+    ]
+    for line in lines:
+        assert positive(line["finished_us"]) and positive(line["usage_and_cost_us"])
+        assert positive(line["tokenizer_load_ms"])
+
+
 def check_relay(lines, streams, fast_events, patterns):
     assert [line["pattern"] for line in lines] == patterns
     for line in lines:

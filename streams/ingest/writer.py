@@ -21,9 +21,10 @@ import asyncio
 import collections
 import datetime as dt
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
-from streams.core import conf
+from streams.core import conf, usage
 from streams.live import relay
 from streams.observe import telemetry
 from streams.store import public, rows
@@ -66,6 +67,9 @@ class Writer:
         self._batch = ()  # the batch being committed
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
         self.task.add_done_callback(self._stopped)
+        # the tokenizer of usage estimates, loaded beside the loop (half a second, once per
+        # process) rather than on it, at the first stream that finishes without usage
+        threading.Thread(target=usage.warm, name="streamscope-tokenizer", daemon=True).start()
 
     def _stopped(self, task):
         # A writer that is gone (its loop shutting down, cancelled) answers every flush still

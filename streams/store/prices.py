@@ -79,6 +79,12 @@ def forget() -> None:
     _book.read_at = None
 
 
+def install(rates) -> None:
+    """Price with `rates` as the team's table, without reading it (the usage bench: no
+    database); `forget` reads the table again."""
+    _book.rates, _book.read_at = tuple(rates), float("inf")
+
+
 @functools.cache
 def _maintained():
     import genai_prices  # (~200 ms: only when a stream needs it)
@@ -86,9 +92,15 @@ def _maintained():
     return genai_prices
 
 
+_UNKNOWN_MAX = 4096
+_unknown: set[str] = set()  # model ids the list does not know (the lookup walks every provider)
+
+
 def maintained_rate(model: str, usage, at: dt.datetime):
     """(nano-units, ref) of `usage` at the maintained list's price for `model` at `at` (USD),
     or None when the list does not know the model."""
+    if model in _unknown:
+        return None
     genai_prices = _maintained()
     tokens = genai_prices.Usage(
         input_tokens=usage.input_tokens,
@@ -104,6 +116,8 @@ def maintained_rate(model: str, usage, at: dt.datetime):
         except LookupError:
             continue
     else:
+        if len(_unknown) < _UNKNOWN_MAX:
+            _unknown.add(model)
         return None
     nanos = int((Decimal(price.total_price) * NANO).to_integral_value())
     ref = f"{MAINTAINED} {genai_prices.__version__}: {price.provider.id}/{price.model.id}"

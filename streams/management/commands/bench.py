@@ -14,6 +14,7 @@ BENCHMARKS = {
     "pages": "streams.bench.pages",
     "proxy": "streams.bench.proxy",
     "egress": "streams.bench.egress",
+    "usage": "streams.bench.usage",
 }
 
 
