@@ -21,12 +21,13 @@ import re
 from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
-from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery
+from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Sum
 from django.utils.formats import get_format
 from django.utils.translation import gettext, gettext_lazy, ngettext
 
 from streams.core import figures
 from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.core.pricing import CURRENCIES
 from streams.models import Event, Finding, Stream
 from streams.store import public
 from streams.store.access import may_see, streams_for
@@ -222,6 +223,57 @@ SESSION_PAGE = 200
 
 
 @dataclass
+class UsageTotals:
+    """The usage and cost of a set of streams, summed from their rows (`usage_aggregates`)."""
+
+    with_usage: int = 0  # streams with usage, reported or estimated
+    estimated: int = 0  # of them, estimates (the upstream reported none)
+    input_tokens: int | None = None  # the sums over the streams that know them
+    output_tokens: int | None = None
+    costs: list = field(default_factory=list)  # [(currency, nano-units, streams)], priced only
+    unpriced: int = 0  # finished streams without a price (shown as such, never as 0)
+
+
+# What `usage_totals` reads from an aggregate over stream rows (one query with the rest).
+_FINISHED = ~Q(status__in=Stream.ACTIVE_STATUSES)
+_PRICED = Q(cost_nanos__isnull=False)
+
+
+def usage_aggregates():
+    """The aggregate expressions `usage_totals` reads, to add to a query's own."""
+    sums = {
+        "usage_n": Count("pk", filter=~Q(usage_source="")),
+        "usage_estimated": Count("pk", filter=Q(usage_source=Stream.UsageSource.ESTIMATED)),
+        "usage_input": Sum("input_tokens"),
+        "usage_output": Sum("output_tokens"),
+        "usage_unpriced": Count("pk", filter=_FINISHED & ~_PRICED),
+    }
+    for currency in CURRENCIES:
+        priced = _PRICED & Q(cost_currency=currency)
+        sums[f"cost_{currency}"] = Sum("cost_nanos", filter=priced)
+        sums[f"cost_{currency}_n"] = Count("pk", filter=priced)
+    return sums
+
+
+def usage_totals(row):
+    """`UsageTotals` from an aggregate row with `usage_aggregates()`: the costs per currency
+    (a sum across currencies means nothing), each with how many streams it is over."""
+    costs = [
+        (currency, row[f"cost_{currency}"] or 0, row[f"cost_{currency}_n"])
+        for currency in CURRENCIES
+        if row[f"cost_{currency}_n"]
+    ]
+    return UsageTotals(
+        with_usage=row["usage_n"],
+        estimated=row["usage_estimated"],
+        input_tokens=row["usage_input"],
+        output_tokens=row["usage_output"],
+        costs=costs,
+        unpriced=row["usage_unpriced"],
+    )
+
+
+@dataclass
 class SessionPage:
     session: str
     streams: list
@@ -231,18 +283,24 @@ class SessionPage:
     last_at: object = None  # the last finished_at (or created_at while none has finished)
     later: int | None = None  # cursor (a stream id) for ?after=
     after: int | None = None  # the cursor this page continues from
+    usage: UsageTotals = field(default_factory=UsageTotals)  # over all of them, every page
 
 
 def session_page(user, session, *, after=None, limit=None):
     """The streams of `session` that `user` may see (their own; staff: everyone's), in creation
-    order, a page at a time after the stream `after`; None when there are none (the page is
-    a 404: whether someone else used that session name is not told)."""
+    order, a page at a time after the stream `after`, with the totals of all of them (count,
+    times, usage and cost: one aggregate); None when there are none (the page is a 404: whether
+    someone else used that session name is not told)."""
     if not session:
         return None
     limit = limit or SESSION_PAGE
     qs = streams_for(user).filter(session=session)
     figures = qs.aggregate(
-        n=Count("pk"), first=Min("created_at"), finished=Max("finished_at"), last=Max("created_at")
+        n=Count("pk"),
+        first=Min("created_at"),
+        finished=Max("finished_at"),
+        last=Max("created_at"),
+        **usage_aggregates(),
     )
     if not figures["n"]:
         return None
@@ -266,6 +324,7 @@ def session_page(user, session, *, after=None, limit=None):
         last_at=max(filter(None, (figures["finished"], figures["last"])), default=None),
         later=rows[limit - 1].pk if len(rows) > limit else None,
         after=after if anchor is not None else None,
+        usage=usage_totals(figures),
     )
     if user.is_staff:
         _owner_names(page.streams)

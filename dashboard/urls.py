@@ -11,7 +11,7 @@ from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, playground, streams
+from dashboard.views import analytics, exports, playground, streams
 from streams.serve import scrape
 
 
@@ -63,6 +63,7 @@ urlpatterns = [
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["dashboard"]), name="javascript_catalog"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),
+    path("streams.csv", exports.stream_list_csv, name="stream_list_csv"),
     path("streams/upload/", streams.stream_upload, name="stream_upload"),
     path("imports/<int:job_id>/", streams.import_job, name="import_job"),
     path("imports/<int:job_id>/cancel/", streams.import_cancel, name="import_cancel"),
@@ -78,6 +79,8 @@ urlpatterns = [
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),
+    path("usage/", analytics.usage, name="usage"),
+    path("usage/export.csv", analytics.usage_export, name="usage_export"),
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
     path("playground/", include(playground_urls)),
 ]

@@ -4,7 +4,6 @@ from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Price, Stream
-from streams.store import prices
 
 
 class FixedCountPaginator(Paginator):
@@ -121,11 +120,3 @@ class PriceAdmin(admin.ModelAdmin):
     list_filter = ("currency",)
     search_fields = ("model_pattern",)
     ordering = ("model_pattern", "-effective_from")
-
-    def save_model(self, request, obj, form, change):
-        super().save_model(request, obj, form, change)
-        prices.forget()
-
-    def delete_model(self, request, obj):
-        super().delete_model(request, obj)
-        prices.forget()

@@ -6,5 +6,6 @@ class StreamsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # the rollups' delete receiver (connected where it is defined)
-        from streams.store import aggregates  # noqa: F401
+        # the rollups' delete receiver and the price table's change receiver (each connected
+        # where it is defined)
+        from streams.store import aggregates, prices  # noqa: F401

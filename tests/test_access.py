@@ -62,11 +62,14 @@ RULES = {
     "set_time_zone": Rule(PUBLIC, "POST", ok=400),  # the empty form: no zone
     "admin:index": Rule(ADMIN),
     "stream_list": Rule(USER),
+    "stream_list_csv": Rule(USER),  # the list as CSV: their own streams (staff: all)
     "stream_upload": Rule(USER),
     "import_job": Rule(OWNER),  # an import job's progress: its owner's only
     "import_cancel": Rule(OWNER, "POST", ok=302),
     "latency": Rule(USER),
     "routing": Rule(USER),
+    "usage": Rule(USER),
+    "usage_export": Rule(USER),  # the usage page's per-model table as CSV
     "admin_analytics": Rule(STAFF),
     "stream_detail": Rule(OWNER_OR_STAFF),
     "stream_events": Rule(OWNER_OR_STAFF),

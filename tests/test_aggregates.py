@@ -7,10 +7,12 @@ written once against a source, then give the same page from either."""
 import datetime as dt
 import decimal
 import random
+from dataclasses import replace
 
 import pytest
 from django.contrib.auth import get_user_model
 from django.db import connection, transaction
+from django.db.models import F
 
 from dashboard.stats import cube
 from dashboard.stats.admin import PROBLEM_STATUSES, admin_report
@@ -384,6 +386,44 @@ def test_the_rollup_source_gives_the_exact_sources_figures(history, span, filter
     users = list(exact.users())
     assert exact.last_streams(users) == rollup.last_streams(users)
     assert exact.errors(PROBLEM_STATUSES) == rollup.errors(PROBLEM_STATUSES)
+    _same_usage(scope, span, filters)
+
+
+def _with_reported_usage_in_both_currencies():
+    """seed_demo's usage is all estimated, its prices all in USD: a tenth of the finished
+    streams get reported usage (cached and reasoning tokens) and a cost in EUR, another
+    tenth reported usage without reasoning, through the write path's tracking (the case's
+    own transaction rolls it back)."""
+    finished = Stream.objects.exclude(status__in=Stream.ACTIVE_STATUSES)
+    ids = list(finished.order_by("pk").values_list("pk", flat=True))
+    euros, reported = ids[::10], ids[5::10]
+    with transaction.atomic(), aggregates.tracking(euros + reported):
+        Stream.objects.filter(pk__in=euros, input_tokens__isnull=False).update(
+            usage_source="reported", cached_input_tokens=F("input_tokens") / 3,
+            reasoning_tokens=F("output_tokens") / 4, cost_nanos=F("input_tokens") * 1000 + 7,
+            cost_currency="EUR",
+        )  # fmt: skip
+        Stream.objects.filter(pk__in=reported, input_tokens__isnull=False).update(
+            usage_source="reported", cached_input_tokens=0, reasoning_tokens=None
+        )
+    return len(euros)
+
+
+def _same_usage(scope, span, filters):
+    """The usage page's figures, read both ways: equal (counts and sums), in the scope's days
+    and buckets and in a zone with a half-hour offset (its days' edges are raw half hours)."""
+    assert _with_reported_usage_in_both_currencies()
+    for s in (scope, replace(scope, tz="Asia/Kolkata")):
+        exact, rollup = _sources(s)
+        for by in (("resolved_model", "user"), ("requested_model", "status", "source"), ()):
+            assert exact.usage(by) == rollup.usage(by), by
+        assert exact.usage_tags() == rollup.usage_tags()
+        assert exact.usage_days() == rollup.usage_days()
+        assert exact.usage_series() == rollup.usage_series()
+    total = exact.usage(()).get((), {})
+    if span is None and not filters:  # every kind of figure is there to compare
+        assert all(total.values()), total
+        assert exact.usage_tags()
 
 
 # The reports, written once against a source, built from each: the same page within the bound.

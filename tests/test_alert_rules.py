@@ -6,14 +6,18 @@ promtool comes with Debian's `prometheus` package (.ci/apt-deps installs it). Wi
 tests skip, except in CI (`CI` set), where a missing promtool is a failure."""
 
 import asyncio
+import datetime as dt
 import os
 import re
 import shutil
 import subprocess
+from decimal import Decimal
 
 import pytest
 from django.test import AsyncClient
 
+from streams.models import Price
+from streams.store import prices
 from tests.conftest import REPO
 from tests.support.recording import body, record
 
@@ -73,7 +77,16 @@ async def test_a_real_scrape_passes_promtool_and_holds_every_series_the_rules_us
     promtool, upstream, settings
 ):
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "METRICS_TOKEN": TOKEN}
-    await asyncio.gather(record(body("normal")), record(body("gap")), record(body("http_500")))
+    # a team price for every model: the streams have a cost (streamscope_cost_total)
+    await Price.objects.acreate(
+        model_pattern="*", currency="EUR", input_per_million=Decimal("2"),
+        output_per_million=Decimal("8"), effective_from=dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+    )  # fmt: skip
+    prices.forget()
+    try:
+        await asyncio.gather(record(body("normal")), record(body("gap")), record(body("http_500")))
+    finally:
+        prices.forget()  # (the snapshot must not outlive this test's table)
     response = await AsyncClient().get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
     assert response.status_code == 200
     text = response.content.decode()

@@ -1118,7 +1118,10 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
         call_command("flush", verbosity=0, interactive=False)
 
 
-ROLLUP_PAGES = {"latency", "routing", "admin_analytics", "stream_list", "playground", "metrics"}
+ROLLUP_PAGES = {
+    "latency", "routing", "usage", "usage_export", "admin_analytics", "stream_list", "playground",
+    "metrics",
+}  # fmt: skip
 
 
 def into_the_rollups(hours=3):

@@ -59,7 +59,7 @@ ALLOWED = {
     "model", "modellen", "status", "type", "filter", "filters", "tag", "tags", "index",
     "details", "code", "info", "error", "warning", "min", "max", "totaal", "events", "event",
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
-    "streaming", "scenario", "enter", "shift", "esc",
+    "streaming", "scenario", "enter", "shift", "esc", "per",
 }  # fmt: skip
 PERCENTILE = re.compile(r"p\d{1,3}(\.\d+)?")
 WORD = re.compile(r"[\w'’.-]*[A-Za-z][\w'’.-]*")
@@ -149,7 +149,16 @@ def _admin_data():
     upstream metadata, token names and prefixes, hashes) and group names. (Not an import's
     error: the import page says it in its language.)"""
     fields = {
-        Stream: ("upstream_id", "upstream_url", "content_type", "routing_source", "runner"),
+        Stream: (
+            "upstream_id",
+            "upstream_url",
+            "content_type",
+            "routing_source",
+            "runner",
+            "price_ref",
+            "cost_currency",
+        ),
+        Price: ("model_pattern", "currency", "note"),
         Event: ("event_name", "sse_id"),
         Finding: ("expected", "got"),
         Capture: ("filename",),
@@ -162,6 +171,7 @@ def _admin_data():
         for row in model.objects.values_list(*names):
             yield from (v for v in row if v)
     yield from (str(t) for t in ApiToken.objects.select_related("user"))
+    yield from (str(p) for p in Price.objects.all())  # (a pattern, a currency code and a date)
 
 
 def _json(text):

@@ -214,6 +214,13 @@ class TestNonStreaming:
         assert stream.status == "completed" and stream.http_status == 200
         assert stream.output_text == want.output_text and stream.upstream_id == want.id
         assert stream.resolved_model == want.model and stream.event_count == 1
+        # its usage is the answer's, and there are no deltas to count
+        assert stream.usage_source == "reported" and stream.output_deltas == 0
+        assert (stream.input_tokens, stream.output_tokens, stream.total_tokens) == (
+            want.usage.input_tokens,
+            want.usage.output_tokens,
+            want.usage.total_tokens,
+        )
         _, _, direct_body = post(simulator_process.base_url, body)
         assert recorded_bytes(stream) == [direct_body.decode()]  # verbatim
 

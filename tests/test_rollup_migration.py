@@ -67,25 +67,67 @@ def insert_present(rows):
             row.pk = cursor.lastrowid
     return rows
 
+# Columns renamed since (0012: the delta count), by today's name.
+RENAMED = {"output_deltas": "output_tokens"}
+
+def present(model):
+    with connection.cursor() as cursor:
+        table = model._meta.db_table
+        return {c.name for c in connection.introspection.get_table_description(cursor, table)}
+
+def column(there, name):
+    # today's column `name` as a schema with the columns `there` calls it, or None
+    if not set(RENAMED) & there:  # (before the renames: their old names meant them)
+        if name in RENAMED.values() and name not in RENAMED:
+            return None
+        name = RENAMED.get(name, name)
+    return name if name in there else None
+
+def then(model, names):
+    # `names` (today's) as this schema calls them, those it has
+    there = present(model)
+    return [column(there, c) for c in names if column(there, c)]
+
 def old_key(model):
     key, values = aggregates._tables()[model]
     return [c for c in key if c != "tag" and (c != "status" or model is UsageRollup)], values
 
+def snapshot(ids):
+    # aggregates.snapshot over this schema's stream columns (one added since reads as empty)
+    qn = connection.ops.quote_name
+    there = present(Stream)
+    select = [qn(column(there, c)) if column(there, c) else "NULL" for c in aggregates.COLUMNS]
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {', '.join(select)} FROM {qn(Stream._meta.db_table)} "
+                       f"WHERE id IN ({', '.join(['%s'] * len(ids))})", ids)
+        streams = [dict(zip(aggregates.COLUMNS, r)) for r in cursor.fetchall()]
+        cursor.execute(f"SELECT stream_id, code, severity, COUNT(*) FROM "
+                       f"{qn(Finding._meta.db_table)} GROUP BY stream_id, code, severity")
+        findings = {}
+        for sid, code, severity, n in cursor.fetchall():
+            findings.setdefault(sid, []).append((code, severity, n))
+    out = aggregates.Contributions()
+    for row in streams:
+        row.update({c: row[c] or "" for c in ("usage_source", "cost_currency")})
+        out.add_stream(row, findings.get(row["id"], ()))
+    return out
+
 def write_old(ids, spans):
     aggregates.SPANS = spans
     qn = connection.ops.quote_name
-    for model, rows in aggregates.snapshot(ids).tables.items():
+    for model, rows in snapshot(ids).tables.items():
         key, values = aggregates._tables()[model]
         old, _ = old_key(model)
         at = [key.index(c) for c in old]
+        kept = [i for i, c in enumerate(values) if then(model, [c])]  # (values it has)
         merged = {}
         for k, v in rows.items():
             if k[key.index("tag")]:
                 continue
-            acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(v))
-            for i, x in enumerate(v):
-                acc[i] += x
-        cols = old + list(values)
+            acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(kept))
+            for j, i in enumerate(kept):
+                acc[j] += v[i]
+        cols = old + then(model, values)
         with connection.cursor() as cursor:
             for k, v in merged.items():
                 cursor.execute(
@@ -94,7 +136,7 @@ def write_old(ids, spans):
 
 def old_rows(model):
     old, values = old_key(model)
-    cols = old + list(values)
+    cols = old + then(model, values)
     qn = connection.ops.quote_name
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(map(qn, cols))} FROM {qn(model._meta.db_table)}")
@@ -254,7 +296,10 @@ def check_0008(env):
         nv = 17 if name == "UsageRollup" else 1
         old = {tuple(r[:-nv]): r[-nv:] for r in rows}
         # the "" rows summed over the statuses are what the table held: nothing lost or doubled
-        assert {tuple(k): v for k, v in after[name]["summed"]} == old, name
+        # (and the usage and cost sums 0012 added are 0: no stream had any yet)
+        summed = {tuple(k): v for k, v in after[name]["summed"]}
+        assert {k: v[:nv] for k, v in summed.items()} == old, name
+        assert not any(x for v in summed.values() for x in v[nv:]), name
         span, t = cols.index("span"), cols.index("t")
         periods = {(k[span], k[t]) for k in old}
         if name != "UsageRollup":

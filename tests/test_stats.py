@@ -14,7 +14,9 @@ from dashboard.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report
 from dashboard.stats.routing import routing_report
 from dashboard.stats.sql import PCT_NAMES, Scope, version
+from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
 from streams.core.figures import nearest_rank, rank
+from streams.core.usage import ESTIMATED, REPORTED
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Finding, Stream
 
@@ -432,3 +434,158 @@ def test_over_time_buckets_follow_the_datas_own_span():
         counts = next(s for s in series["series"] if s["model"] == "m-a")["n"]
         assert sum(1 for n in counts if n) == 24 and sum(counts) == 24
         assert series["t"][0] <= day.timestamp() < series["t"][0] + series["step"]
+
+
+class TestUsage:
+    """The usage page's report on a handful of streams, from the raw rows and from the rollups
+    (rebuilt from them): per currency, never added; no price counted, never a cost of 0."""
+
+    @pytest.fixture(autouse=True)
+    def data(self, users):
+        owner, stranger = users
+        self.owner, self.stranger = owner, stranger
+        reported = {"usage_source": REPORTED}
+        estimated = {"usage_source": ESTIMATED}
+        rows = [
+            # 2026-02-28 12:00 UTC (21:00 in Tokyo)
+            make(owner, "m-a", ttft=100.0, created_at=NOW - 2 * DAY, tags=["checkout"],
+                 input_tokens=1000, output_tokens=200, cached_input_tokens=300,
+                 reasoning_tokens=50, cost_nanos=1_500_000, cost_currency="EUR", **reported),
+            # 2026-02-28 16:00 UTC: 2026-03-01 01:00 in Tokyo
+            make(owner, "m-a", ttft=120.0, created_at=NOW - 2 * DAY + 4 * HOUR,
+                 tags=["checkout", "beta"], input_tokens=400, output_tokens=100,
+                 cost_nanos=2_000_000, cost_currency="USD", **estimated),
+            # no price
+            make(owner, "m-b", "m-b", 80.0, input_tokens=50, output_tokens=10, **estimated),
+            make(stranger, "m-b", "m-b", 90.0, created_at=NOW - DAY, input_tokens=10,
+                 output_tokens=5, cached_input_tokens=0, cost_nanos=7, cost_currency="USD",
+                 **reported),
+            # failed before a model was named; and one still running
+            make(owner, "", "auto", None, status="failed"),
+            make(owner, "m-a", ttft=None, status="streaming", created_at=NOW - HOUR / 2),
+            # out of range
+            make(owner, "m-a", ttft=10.0, created_at=NOW - 30 * DAY, input_tokens=9,
+                 output_tokens=9, cost_nanos=9, cost_currency="EUR", **reported),
+        ]  # fmt: skip
+        save(*rows)
+
+    def report(self, scope, exact=True):
+        from dashboard.stats import cube
+        from streams.store import aggregates
+
+        if not exact:
+            aggregates.rebuild()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(cube, "EXACT_BELOW", 10**9 if exact else 0)
+            report = usage_report(scope, now=NOW)
+        assert report.method == (cube.EXACT if exact else cube.AGGREGATED)
+        return report
+
+    @pytest.mark.parametrize("exact", [True, False])
+    def test_per_model_with_costs_per_currency(self, exact):
+        report = self.report(everyone(), exact)
+        assert report.currencies == ["EUR", "USD"]
+        rows = {r["model"]: r for r in report.models}
+        assert [r["model"] for r in report.models] == ["m-a", "m-b", ""]  # most spent first
+        a = rows["m-a"]
+        assert (a["streams"], a["usage_n"], a["estimated_n"], a["estimated_pct"]) == (3, 2, 1, 50)
+        assert (a["input_tokens"], a["output_tokens"], a["tokens"]) == (1400, 300, 1700)
+        assert (a["cached_input_tokens"], a["reasoning_tokens"], a["reported_n"]) == (300, 50, 1)
+        # EUR and USD apart; the running stream has no price (yet)
+        assert a["costs"] == [("EUR", 1_500_000), ("USD", 2_000_000)]
+        assert (a["priced_n"], a["unpriced"]) == (2, 1)
+        b = rows["m-b"]
+        assert (b["streams"], b["priced_n"], b["unpriced"], b["costs"]) == (
+            2, 1, 1, [("EUR", 0), ("USD", 7)]
+        )  # fmt: skip
+        none = rows[""]
+        assert (none["usage_n"], none["priced_n"], none["estimated_pct"]) == (0, 0, None)
+        totals = report.totals
+        assert (totals["streams"], totals["priced_n"], totals["unpriced"]) == (6, 3, 3)
+        assert totals["costs"] == [("EUR", 1_500_000), ("USD", 2_000_007)]
+
+    @pytest.mark.parametrize("exact", [True, False])
+    def test_per_user_for_staff_only(self, exact):
+        report = self.report(everyone(), exact)
+        users = {u["username"]: u for u in report.users}
+        assert (users["owner"]["streams"], users["stranger"]["streams"]) == (5, 1)
+        assert report.user_count == 2
+        assert users["stranger"]["costs"] == [("EUR", 0), ("USD", 7)]
+        own = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW), exact)
+        assert own.users is None
+        assert own.currencies == ["EUR", "USD"] and own.totals["streams"] == 5
+        assert {r["model"]: r["streams"] for r in own.models} == {"m-a": 3, "m-b": 1, "": 1}
+
+    @pytest.mark.parametrize("exact", [True, False])
+    def test_per_tag_and_a_tag_filter(self, exact):
+        report = self.report(everyone(), exact)
+        tags = {t["tag"]: t for t in report.tags}
+        assert set(tags) == {"checkout", "beta"} and report.tag_count == 2
+        assert tags["checkout"]["streams"] == 2
+        assert tags["checkout"]["costs"] == [("EUR", 1_500_000), ("USD", 2_000_000)]
+        assert (tags["beta"]["streams"], tags["beta"]["estimated_n"]) == (1, 1)
+        report = self.report(everyone(tag="beta"), exact)
+        assert [t["tag"] for t in report.tags] == ["beta"]
+        assert report.currencies == ["USD"] and report.totals["input_tokens"] == 400
+
+    @pytest.mark.parametrize("exact", [True, False])
+    def test_per_local_day(self, exact):
+        utc = {d["day"]: d["streams"] for d in self.report(everyone(), exact).days}
+        assert utc == {
+            dt.date(2026, 2, 28): 2, dt.date(2026, 3, 1): 1, dt.date(2026, 3, 2): 3
+        }  # fmt: skip
+        report = self.report(everyone(tz="Asia/Tokyo"), exact)
+        tokyo = {d["day"]: d for d in report.days}
+        assert {day: d["streams"] for day, d in tokyo.items()} == {
+            dt.date(2026, 2, 28): 1, dt.date(2026, 3, 1): 2, dt.date(2026, 3, 2): 3
+        }  # fmt: skip
+        assert tokyo[dt.date(2026, 3, 1)]["costs"] == [("EUR", 0), ("USD", 2_000_007)]
+        assert [d["day"] for d in report.days] == sorted(tokyo, reverse=True)  # newest first
+
+    @pytest.mark.parametrize("exact", [True, False])
+    def test_spend_over_time_per_currency(self, exact):
+        chart = self.report(everyone(), exact).chart
+        assert chart["step"] == 3 * 3600  # (7 days: the oldest stream in range is a week old)
+        series = {s["currency"]: s["nanos"] for s in chart["series"]}
+        assert set(series) == {"EUR", "USD"}
+        assert sum(v or 0 for v in series["EUR"]) == 1_500_000
+        assert sum(v or 0 for v in series["USD"]) == 2_000_007
+        # a bucket without a priced stream is a gap, not a cost of 0
+        first = chart["t"].index(int((NOW - 2 * DAY).timestamp()))
+        assert (series["EUR"][first], series["USD"][first]) == (1_500_000, 0)
+        assert (series["EUR"][first + 1], series["USD"][first + 1]) == (0, 2_000_000)
+        assert series["EUR"][first + 2] is series["USD"][first + 2] is None
+
+    def test_no_price_anywhere_has_no_currency(self):
+        report = usage_report(everyone(status="failed"), now=NOW)
+        assert report.currencies == [] and report.chart is None
+        assert report.totals["costs"] == [] and report.totals["unpriced"] == 1
+
+    @pytest.mark.parametrize("exact", [True, False])
+    def test_the_csv_rows(self, exact):
+        from dashboard.stats import cube
+        from streams.store import aggregates
+
+        if not exact:
+            aggregates.rebuild()
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(cube, "EXACT_BELOW", 10**9 if exact else 0)
+            rows = export_rows(everyone(), now=NOW)
+            own = export_rows(Scope(user_id=self.owner.pk, end=NOW), now=NOW)
+        assert len(CSV_COLUMNS) == len(rows[0])
+        by_model = {r[0]: dict(zip(CSV_COLUMNS, r, strict=True)) for r in rows}
+        assert by_model["m-a"] == {
+            "resolved_model": "m-a", "streams": 3, "streams_with_usage": 2,
+            "streams_estimated": 1, "input_tokens": 1400, "output_tokens": 300,
+            "cached_input_tokens": 300, "reasoning_tokens": 50, "streams_priced": 2,
+            "streams_without_price": 1, "cost_eur": "0.001500000", "cost_usd": "0.002000000",
+            "range_start_utc": "2026-02-23T12:00:00Z", "range_end_utc": "2026-03-02T12:00:00Z",
+        }  # fmt: skip
+        # no price: empty, not 0; never-estimated counts unknown without a reported usage
+        assert (by_model[""]["cost_eur"], by_model[""]["cost_usd"]) == ("", "")
+        assert by_model["m-b"]["cost_usd"] == "0.000000007"
+        mine = {r[0]: dict(zip(CSV_COLUMNS, r, strict=True)) for r in own}
+        assert mine["m-b"]["cached_input_tokens"] == "" and mine["m-b"]["streams"] == 1
+        # all time: an open start, and the stream 30 days ago
+        assert mine["m-a"]["range_start_utc"] == "" and mine["m-a"]["streams"] == 4
+        assert mine["m-a"]["cost_eur"] == "0.001500009"

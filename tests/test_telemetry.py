@@ -271,6 +271,90 @@ class TestLabels:
         assert telemetry.model_label("yet-another") == "other"
 
 
+class TestCost:
+    """`streamscope_cost_total`: a finished stream's stored cost, once; nothing without a price."""
+
+    @pytest.fixture(autouse=True)
+    def _team_price_only(self, monkeypatch):
+        from streams.store import prices
+
+        # only the team's table prices here: the maintained list would know some simulator ids
+        monkeypatch.setattr(prices, "maintained_rate", lambda *args: None)
+        monkeypatch.setattr(telemetry, "model_label", telemetry.LabelFold(50))  # (room for ours)
+        prices.forget()
+        yield
+        prices.forget()
+
+    async def test_it_moves_by_the_stored_cost_and_not_without_a_price(
+        self, upstream, metrics_token
+    ):
+        import datetime as dt
+        from decimal import Decimal
+
+        from streams.models import Price
+
+        await Price.objects.acreate(
+            model_pattern="gpt-oss-*", currency="EUR", input_per_million=Decimal("2"),
+            output_per_million=Decimal("8"), effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        )  # fmt: skip
+        name = "streamscope_cost_total"
+        before = await scrape()
+        _, priced = await record(body("normal", model="gpt-oss-20b"))
+        _, unpriced = await record(body("normal", model="mistral-small-3.2"))
+        after = await scrape()
+
+        priced = await Stream.objects.aget(pk=priced)
+        unpriced = await Stream.objects.aget(pk=unpriced)
+        assert priced.cost_nanos > 0 and priced.usage_source == "reported"
+        assert unpriced.cost_nanos is None and unpriced.usage_source == "reported"
+        model = priced.resolved_model
+        labels = dict(currency="EUR", gen_ai_response_model=model, estimated="false")
+        moved = total(after, name, **labels) - total(before, name, **labels)
+        assert moved == pytest.approx(priced.cost_nanos / 1e9, rel=1e-9)
+        assert total(after, name) - total(before, name) == pytest.approx(moved, rel=1e-9)
+        # the unpriced model's series never moved (an earlier test in this process may have
+        # priced it: the counters are the process's)
+        key = (unpriced.resolved_model,)
+        assert (
+            by(after, name, "gen_ai_response_model")[key]
+            == by(before, name, "gen_ai_response_model")[key]
+        )
+
+    def test_an_estimate_is_labelled_and_a_missing_price_is_never_zero(self, monkeypatch):
+        monkeypatch.setattr(telemetry, "enabled", lambda: True)
+        rec = SimpleNamespace(
+            checker=None, proxied=False, request_model="cost-model", proxy_delays=(),
+            stream_id=None,
+        )  # fmt: skip
+
+        def cost(**labels):
+            text, _ = telemetry.exposition("")
+            return total(parse(text.decode()), "streamscope_cost_total", **labels)
+
+        base = {"status": "completed", "resolved_model": "cost-model-1"}
+        labels = dict(gen_ai_request_model="cost-model", gen_ai_response_model="cost-model-1")
+        before = (
+            cost(**labels, estimated="true", currency="USD"),
+            cost(**labels, estimated="false", currency="EUR"),
+        )
+        telemetry._observe(
+            rec, {**base, "cost_nanos": 1_500_000_000, "cost_currency": "USD",
+                  "usage_source": "estimated", "input_tokens": 10, "output_tokens": 5},
+        )  # fmt: skip
+        telemetry._observe(rec, {**base, "cost_nanos": None, "usage_source": "reported"})
+        telemetry._observe(rec, {**base, "cost_nanos": 250_000_000, "cost_currency": "EUR",
+                                 "usage_source": "reported"})  # fmt: skip
+        assert cost(**labels, estimated="true", currency="USD") - before[0] == 1.5
+        assert cost(**labels, estimated="false", currency="EUR") - before[1] == 0.25
+
+    def test_token_usage_is_the_stored_reported_usage_only(self):
+        fields = {"usage_source": "reported", "input_tokens": 12, "output_tokens": None}
+        assert telemetry.reported_tokens(fields) == {"input": 12}
+        fields = {"usage_source": "estimated", "input_tokens": 12, "output_tokens": 30}
+        assert telemetry.reported_tokens(fields) == {}
+        assert telemetry.reported_tokens({"usage_source": ""}) == {}
+
+
 class TestMetricsAccess:
     async def test_it_refuses_anonymous_scrapes_with_401(self, metrics_token):
         response = await AsyncClient().get("/metrics")

@@ -4,7 +4,9 @@ states, polling, escaping of untrusted model names and reasoning, the admin inde
 There are no teams in Streamscope: besides the owner and a stranger, the third person of the
 healthchecks-style base is a staff member, who sees every stream."""
 
+import csv
 import datetime as dt
+import io
 import re
 
 import pytest
@@ -274,6 +276,123 @@ class TestLabels(Base):
         assert report.pinned_routed_findings == 1
         report = self.owner_client.get("/routing/", {"tag": "beta"}).context["report"]
         assert report.pinned_routed_findings == 0
+
+
+class TestUsage(Base):
+    url = "/usage/"
+
+    @pytest.fixture(autouse=True)
+    def _usage(self, _people):
+        usage = {"input_tokens": 1000, "output_tokens": 200}
+        with _settable_created_at():
+            Stream.objects.bulk_create(
+                [
+                    stream(self.owner, "owner-model", 50.0, usage_source="reported",
+                           cost_nanos=1_500_000, cost_currency="EUR", cached_input_tokens=30,
+                           tags=["checkout"], **usage),
+                    stream(self.owner, "owner-model", 60.0, usage_source="estimated",
+                           cost_nanos=2_000_000, cost_currency="USD", **usage),
+                    stream(self.stranger, "stranger-model", 70.0, usage_source="estimated",
+                           cost_nanos=9_000_000, cost_currency="USD", **usage),
+                    stream(self.owner, EVIL, 80.0, usage_source="estimated", **usage),
+                ]
+            )  # fmt: skip
+
+    def test_it_redirects_anonymous_users_to_login(self):
+        r = self.anonymous_client.get(self.url)
+        assert r.status_code == 302 and r["Location"].startswith("/login/?next=/usage/")
+        r = self.anonymous_client.get("/usage/export.csv")
+        assert r.status_code == 302 and r["Location"].startswith("/login/?next=/usage/export.csv")
+
+    def test_the_owner_sees_their_own_costs_per_currency(self):
+        r = self.owner_client.get(self.url)
+        assert r.status_code == 200
+        body = r.content.decode()
+        report = r.context["report"]
+        assert report.totals["streams"] == 6 and report.users is None
+        assert "stranger-model" not in body and 'id="users-h"' not in body
+        assert report.currencies == ["EUR", "USD"]
+        # each currency apart, as the money filter writes it; never added together
+        assert "€0.00150" in body and "$0.00200" in body and "$0.0110" not in body
+        # the streams without a price are counted, never shown as a cost of 0
+        assert "no price" in body and "€0.00<" not in body
+        assert "incl. 2 estimated streams" in body  # the tokens say they include estimates
+        assert '<a href="/usage/" aria-current="page">' in body
+
+    def test_staff_see_everyone_per_user(self):
+        r = self.staff_client.get(self.url)
+        users = {u["username"]: u["streams"] for u in r.context["report"].users}
+        assert users == {"owner": 6, "stranger": 2}
+        assert b'id="users-h"' in r.content and b"$0.0110" in r.content
+
+    def test_it_filters_by_model_and_tag(self):
+        report = self.staff_client.get(self.url, {"model": "stranger-model"}).context["report"]
+        assert report.totals["streams"] == 2 and report.currencies == ["USD"]
+        report = self.owner_client.get(self.url, {"tag": "checkout"}).context["report"]
+        assert [t["tag"] for t in report.tags] == ["checkout"] and report.currencies == ["EUR"]
+
+    def test_the_chart_gets_its_data_as_json_script(self):
+        body = self.owner_client.get(self.url).content.decode()
+        assert '<script id="spend-data" type="application/json">' in body
+        assert 'data-chart="spend"' in body and "js/charts.js" in body
+
+    def test_empty_state_invalid_filters_and_polls(self):
+        r = self.owner_client.get(self.url, {"range": "1h", "source": "import"})
+        assert r.status_code == 200 and b'id="empty-state"' in r.content
+        assert self.owner_client.get(self.url, {"range": "forever"}).status_code == 400
+        r = self.owner_client.get(self.url, headers={"HX-Request": "true"})
+        version = re.search(rb'"v": "([^"]+)"', r.content).group(1).decode()
+        r = self.owner_client.get(self.url, {"v": version}, headers={"HX-Request": "true"})
+        assert r.status_code == 204
+
+    def test_it_escapes_model_names(self):
+        body = self.owner_client.get(self.url).content.decode()
+        assert EVIL not in body and "&lt;script&gt;alert(&quot;m&quot;)&lt;/script&gt;" in body
+
+    def test_dutch_amounts(self):
+        self.owner_client.cookies["django_language"] = "nl"
+        body = self.owner_client.get(self.url).content.decode()
+        assert "€\u00a00,00150" in body
+
+    def csv(self, client, query=None, **headers):
+        r = client.get("/usage/export.csv", query or {}, headers=headers)
+        assert r.status_code == 200
+        assert r["Content-Type"] == "text/csv; charset=utf-8"
+        assert r["Content-Disposition"] == 'attachment; filename="usage.csv"'
+        assert r.streaming
+        text = b"".join(r.streaming_content).decode()
+        assert text.endswith("\r\n")
+        return list(csv.DictReader(io.StringIO(text)))
+
+    def test_the_csv_is_the_per_model_table_as_data(self):
+        rows = {r["resolved_model"]: r for r in self.csv(self.owner_client)}
+        assert set(rows) == {"owner-model", EVIL}
+        row = rows["owner-model"]
+        assert (row["streams"], row["streams_estimated"], row["input_tokens"]) == ("5", "1", "2000")
+        # amounts as decimal strings in their currency; no price is empty, not 0
+        assert (row["cost_eur"], row["cost_usd"]) == ("0.001500000", "0.002000000")
+        assert (rows[EVIL]["cost_eur"], rows[EVIL]["cost_usd"]) == ("", "")
+        assert row["range_end_utc"].endswith("Z")
+
+    def test_the_csv_takes_the_pages_filters_and_stays_english(self):
+        rows = self.csv(self.staff_client, {"model": "stranger-model"}, HTTP_ACCEPT_LANGUAGE="nl")
+        assert [r["resolved_model"] for r in rows] == ["stranger-model"]
+        assert rows[0]["cost_usd"] == "0.009000000"  # "." decimals, whatever the language
+        # a custom start is read in the zone the page showed it in (the link's tz), then UTC
+        start = (dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)).astimezone(
+            dt.timezone(dt.timedelta(hours=9))
+        )
+        query = {"range": "custom", "start": start.strftime("%Y-%m-%dT%H:%M"), "tz": "Asia/Tokyo"}
+        rows = self.csv(self.owner_client, query)
+        assert rows[0]["range_start_utc"] == start.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:00Z")
+        r = self.owner_client.get(
+            "/usage/export.csv", {"range": "forever"}, HTTP_ACCEPT_LANGUAGE="nl"
+        )
+        assert r.status_code == 400 and b"Select a valid choice" in r.content
+
+    def test_the_page_links_its_csv_with_its_filters_and_zone(self):
+        body = self.owner_client.get(self.url, {"range": "24h", "tag": "checkout"}).content.decode()
+        assert 'href="/usage/export.csv?range=24h&amp;tag=checkout&amp;tz=UTC"' in body
 
 
 class TestAdminAnalytics(Base):

@@ -543,3 +543,104 @@ class TestFindingsBadge(Base):
         badge = self.badge("info", "error", "warning", "info")
         pills = re.findall(r'sev-pill-(\w+)"[^>]*>([^<]+)<', badge)
         assert pills == [("error", "1 err"), ("warning", "1 warn"), ("info", "2 info")]
+
+
+PRICE = "team price 3: gpt-4o* from 2026-01-01"
+USAGE = dict(
+    input_tokens=412,
+    output_tokens=96,
+    total_tokens=508,
+    reasoning_tokens=30,
+    usage_source="reported",
+    cost_nanos=1_234_500,
+    cost_currency="EUR",
+    price_ref=PRICE,
+)
+
+
+class TestUsageAndCost(Base):
+    """Each answer says its tokens and its cost, with the labels of every stream page: an
+    estimate marked "≈", the price used in the title, "no price" (never 0) without one."""
+
+    def meta(self, **fields):
+        add_turn(self.conversation, "Hi", parts=text_parts("Hello."), **fields)
+        html = self.owner_client.get(self.url()).content.decode()
+        meta = html.split('class="pg-meta"')[1].split('class="pg-timeline"')[0]
+        tokens = meta.split('class="pg-figure pg-tokens"')[1].split("</span>\n")[0]
+        cost = meta.split('class="pg-figure pg-cost"')[1].split("</span>\n")[0]
+        return tokens, cost
+
+    def test_reported_tokens_and_their_cost(self):
+        tokens, cost = self.meta(**USAGE)
+        assert tokens == (
+            ' title="412 input tokens, 96 output tokens, 30 reasoning (reported by the '
+            'upstream)"><b>412 → 96</b> tokens'
+        )
+        assert cost == f' title="price: {PRICE}"><b>€0.00123</b>'
+
+    def test_an_estimate_is_marked(self):
+        tokens, cost = self.meta(**{**USAGE, "usage_source": "estimated"})
+        mark = '<span class="estimate" title="estimated: the upstream reported no usage">'
+        assert f"<b>{mark}" in tokens and "412 → 96</b>" in tokens
+        assert f"<b>{mark}" in cost and "€0.00123</b>" in cost
+        assert "estimated usage · price: " in cost
+
+    def test_no_price_says_so_and_never_zero(self):
+        tokens, cost = self.meta(**{**USAGE, "cost_nanos": None, "price_ref": ""})
+        assert "<b>412 → 96</b>" in tokens
+        none = '<span class="muted no-price">no price</span>'
+        assert cost == f' title="no model named to price"><b>{none}</b>'
+        assert "€" not in cost and "0" not in cost.split(">", 1)[1]
+
+    def test_an_answer_still_streaming_shows_them_when_it_ends(self):
+        tokens, cost = self.meta(status=Stream.Status.STREAMING)
+        # hidden, for playground.js to fill from the frame that finishes the stream
+        assert tokens.startswith(" hidden") and cost.startswith(" hidden")
+        assert "<b>—</b>" in cost and "no price" not in cost
+
+    def test_compare_has_the_usage_figures_help(self):
+        html = self.owner_client.get("/playground/compare/").content.decode()
+        assert 'data-help-tokens="Input → output tokens' in html
+        assert 'data-help-cost="What the stream cost' in html
+
+
+@pytest.mark.django_db(transaction=True)
+class TestUsageForReal:
+    async def test_an_answer_is_priced_at_the_teams_price(self, people, upstream):
+        """A real answer from the simulator (which reports usage), priced at a team price,
+        renders its tokens and cost in the turn the script swaps in when it ends."""
+        import datetime as dt
+
+        from asgiref.sync import sync_to_async
+
+        from dashboard.templatetags.inspection import money
+        from streams.models import Price
+        from streams.store import prices
+
+        price = await Price.objects.acreate(
+            model_pattern="*",
+            effective_from=dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
+            currency="EUR",
+            input_per_million=2,
+            output_per_million=8,
+        )
+        prices.forget()  # (the runner records in this process)
+        try:
+            client = logged_in(people.owner)
+            r = await client.post("/playground/send/", {"input": "Hi", "speed": "0"})
+            data = r.json()
+            stream = await finished(data["turn"]["stream"])
+            assert stream.usage_source == "reported" and stream.cost_currency == "EUR"
+            expected = (stream.input_tokens * 2 + stream.output_tokens * 8) * 1000
+            assert stream.cost_nanos == expected
+            page = await client.get(f"{data['conversation']['url']}turns/{data['turn']['id']}/")
+            html = page.content.decode()
+            assert f"<b>{stream.input_tokens} → {stream.output_tokens}</b> tokens" in html
+            amount = money(stream.cost_nanos, "EUR")
+            assert amount.startswith("€0.0")  # (a few thousand tokens at these rates)
+            assert f'title="price: {price.ref}"><b>{amount}</b>' in html
+        finally:
+            # the snapshot of this process must not keep the price for later tests
+            await price.adelete()
+            prices.forget()
+            await sync_to_async(prices.refresh)()

@@ -649,7 +649,11 @@ class TestFindingsAndDeltas(Base):
 
     def test_figures_over_deltas_say_deltas(self):
         text = self.get(self.owner_client, f"/streams/{self.stream.pk}/").text
-        assert "Output tokens" not in text and "Tokens/s" not in text and "Inter-token" not in text
+        assert "Tokens/s" not in text and "Inter-token" not in text
+        # "Output tokens" is the usage figure (the upstream's tokens), never the deltas' count
+        assert text.count("Output tokens</div>") == 1
+        usage = text.split('id="figure-output-tokens"')[1].split("</div></div>")[0]
+        assert "Not the output deltas" in usage and 'id="usage-output"' in usage
         for figure, label in (
             ("output-deltas", "Output deltas"),
             ("deltas-per-s", "Deltas/s"),
@@ -661,9 +665,182 @@ class TestFindingsAndDeltas(Base):
         head = self.get(self.owner_client, "/").text
         th = head.split(">Deltas</th>")[0].rsplit("<th", 1)[1]
         assert "It counts delta events, not tokens" in th
-        assert ">Tokens<" not in head
+        # the Tokens column is the upstream's usage, and says so
+        th = head.split(">Tokens</th>")[0].rsplit("<th", 1)[1]
+        assert "as the upstream reported them" in th
 
     def test_the_findings_filter_names_severities(self):
         text = self.get(self.owner_client, "/").text
         assert '<option value="errors">With error findings</option>' in text
         assert '<option value="any">With findings (any severity)</option>' in text
+
+
+PRICE = "team price 3: gpt-4o* from 2026-01-01"
+REPORTED = dict(
+    input_tokens=412,
+    output_tokens=96,
+    total_tokens=508,
+    cached_input_tokens=12,
+    reasoning_tokens=30,
+    usage_source="reported",
+    cost_nanos=1_234_500,  # €0.0012345
+    cost_currency="EUR",
+    price_ref=PRICE,
+)
+ESTIMATED = dict(
+    input_tokens=20,
+    output_tokens=7,
+    total_tokens=27,
+    usage_source="estimated",
+    cost_nanos=2_000,
+    cost_currency="USD",
+    price_ref="genai-prices 0.2.3: openai/gpt-oss-120b",
+)
+ESTIMATE_MARK = (
+    '<span class="estimate" title="estimated: the upstream reported no usage">'
+    '<span aria-hidden="true">≈</span><span class="visually-hidden">estimated: </span></span>'
+)
+
+
+def element(text, id_):
+    """The inner HTML of the element with this id (which holds no element of its own tag)."""
+    start = text.index(f'id="{id_}"')
+    tag = text[:start].rsplit("<", 1)[1].split()[0]
+    return text[start:].split(">", 1)[1].split(f"</{tag}>", 1)[0]
+
+
+class TestUsageAndCost(Base):
+    """Every stream page says what a stream used and cost: input → output tokens, an estimate
+    marked as one, the price used named, and "no price" (never 0) where there is none."""
+
+    def stream_with(self, **fields):
+        return recorded(self.owner, text_events("Hello ", "there"), **fields)
+
+    def cell(self, text, stream, name):
+        row = text.split(f'id="stream-row-{stream.pk}"')[1].split("</tr>")[0]
+        return row.split(f'data-f="{name}"')[1].split("</td>")[0]
+
+    def test_reported_usage_and_its_cost_on_the_list_and_the_timeline(self):
+        stream = self.stream_with(**REPORTED)
+        text = self.get(self.owner_client, "/").text
+        assert self.cell(text, stream, "tokens") == (
+            ' title="412 input tokens, 12 cached, 96 output tokens, 30 reasoning (reported by '
+            'the upstream)">412 → 96'
+        )
+        assert self.cell(text, stream, "cost") == f' title="price: {PRICE}">€0.00123'
+        assert "estimate" not in text.split(f'id="stream-row-{stream.pk}"')[1].split("</tr>")[0]
+
+        page = self.get(self.owner_client, f"/streams/{stream.pk}/").text
+        assert element(page, "usage-input") == "412"
+        assert element(page, "usage-input-note") == "12 cached"
+        assert element(page, "usage-output") == "96"
+        assert element(page, "usage-output-note") == "30 reasoning"
+        assert element(page, "usage-cost") == "€0.00123"
+        assert element(page, "usage-cost-note") == f"price: {PRICE}"
+        for figure in ("input-tokens", "output-tokens", "cost"):
+            help_text = page.split(f'id="figure-{figure}" title="')[1].split('"')[0]
+            assert "estimated" in help_text or "price" in help_text
+
+    def test_an_estimate_says_it_is_one(self):
+        stream = self.stream_with(**ESTIMATED)
+        text = self.get(self.owner_client, "/").text
+        tokens = self.cell(text, stream, "tokens")
+        assert tokens.endswith(f">{ESTIMATE_MARK}20 → 7")
+        assert "(estimated: the upstream reported no usage)" in tokens  # the cell's title
+        cost = self.cell(text, stream, "cost")
+        assert cost.endswith(f">{ESTIMATE_MARK}$0.00000200")
+        assert "estimated usage · price: genai-prices 0.2.3: openai/gpt-oss-120b" in cost
+
+        page = self.get(self.owner_client, f"/streams/{stream.pk}/").text
+        assert element(page, "usage-input") == f"{ESTIMATE_MARK}20"
+        assert element(page, "usage-input-note") == "estimated"
+        assert element(page, "usage-output-note") == "estimated"  # (no reasoning is estimated)
+        assert element(page, "usage-cost") == f"{ESTIMATE_MARK}$0.00000200"
+        assert element(page, "usage-cost-note").startswith("estimated usage · price: genai-")
+
+    def test_no_price_says_no_price_never_zero(self):
+        stream = self.stream_with(**{**REPORTED, "cost_nanos": None, "price_ref": ""})
+        no_usage = self.stream_with(status="failed", error_code="http_500")
+        text = self.get(self.owner_client, "/").text
+        for s, why in ((stream, "no price known for m-1"), (no_usage, "no usage to price")):
+            cost = self.cell(text, s, "cost")
+            assert cost == f' title="{why}"><span class="muted no-price">no price</span>'
+            assert not re.search(r"\d", cost.split(">", 1)[1])  # no amount at all, not 0
+        assert self.cell(text, no_usage, "tokens").endswith(">—")
+
+        page = self.get(self.owner_client, f"/streams/{stream.pk}/").text
+        assert element(page, "usage-cost") == '<span class="muted no-price">no price</span>'
+        assert element(page, "usage-cost-note") == "no price known for m-1"
+        assert element(page, "usage-input") == "412"  # the usage is known all the same
+        assert "€0" not in page and "$0" not in page
+
+    def test_a_running_stream_shows_none_yet(self):
+        stream = Stream.objects.create(user=self.owner, status="streaming", prompt="running")
+        text = self.get(self.owner_client, "/").text
+        assert self.cell(text, stream, "tokens") == ">—"
+        assert self.cell(text, stream, "cost") == ">—"  # not "no price": it has not ended
+        page = self.get(self.owner_client, f"/streams/{stream.pk}/").text
+        assert element(page, "usage-input") == element(page, "usage-cost") == "—"
+        assert element(page, "usage-cost-note") == ""
+        assert json.loads(page.split('id="timeline-config" type="application/json">')[1]
+                          .split("</script>")[0])["requestedModel"] == ""  # fmt: skip
+
+    def test_dutch_pages_write_the_amount_the_dutch_way(self):
+        stream = self.stream_with(**REPORTED)
+        text = self.get(self.owner_client, "/", **{"Accept-Language": "nl"}).text
+        assert self.cell(text, stream, "cost").endswith(">€\u00a00,00123")
+
+
+class TestSessionTotals(Base):
+    """A session's page sums its streams' usage and cost: per currency (never one sum across
+    currencies), saying how many are estimates and how many have no price."""
+
+    def url(self, session="s-1"):
+        return f"/sessions/{quote(session)}/"
+
+    def test_it_sums_per_currency_and_counts_estimates_and_unpriced(self):
+        proxied(self.owner, **{**REPORTED, "cost_nanos": 1_000_000})  # €0.001
+        proxied(self.owner, **{**REPORTED, "input_tokens": 88, "cost_nanos": 2_500_000})
+        proxied(self.owner, **ESTIMATED)  # $0.000002
+        proxied(self.owner, **{**ESTIMATED, "cost_nanos": 698_000})  # $0.000698
+        proxied(self.owner, **{**REPORTED, "cost_nanos": None, "price_ref": ""})  # no price
+        proxied(self.owner, status="streaming")  # running: neither priced nor "no price"
+        proxied(self.owner, session="s-2", **REPORTED)  # another session
+        proxied(self.stranger, **REPORTED)  # someone else's
+
+        r = self.get(self.owner_client)
+        totals = r.context["page"].usage
+        assert (totals.with_usage, totals.estimated, totals.unpriced) == (5, 2, 1)
+        assert (totals.input_tokens, totals.output_tokens) == (
+            412 + 88 + 20 + 20 + 412,
+            96 * 3 + 7 * 2,
+        )
+        assert totals.costs == [("EUR", 3_500_000, 2), ("USD", 700_000, 2)]
+        tokens = element(r.text, "session-tokens")
+        assert tokens.startswith(f"{ESTIMATE_MARK}952 → 302")
+        assert element(r.text, "session-estimated") == "2 of 5 estimated"
+        cost = r.text.split('id="session-cost"')[1].split("</dd>")[0]
+        assert '<span class="session-cost" title="over 2 streams">€0.00350</span> + ' in cost
+        assert '<span class="session-cost" title="over 2 streams">$0.000700</span>' in cost
+        assert element(r.text, "session-unpriced") == "1 stream without a price"
+
+        # staff: everyone's streams of the session
+        staff = self.get(self.staff_client).context["page"].usage
+        assert staff.costs == [("EUR", 3_500_000 + 1_234_500, 3), ("USD", 700_000, 2)]
+
+    def test_a_session_without_prices_says_no_price(self):
+        proxied(self.owner, **{**REPORTED, "cost_nanos": None, "price_ref": ""})
+        proxied(self.owner, **{**REPORTED, "cost_nanos": None, "price_ref": ""})
+        r = self.get(self.owner_client)
+        cost = r.text.split('id="session-cost"')[1].split("</dd>")[0]
+        assert '<span class="muted no-price">no price</span>' in cost
+        assert element(r.text, "session-unpriced") == "2 streams without a price"
+        assert not re.search(r"[€$]", cost)
+        assert "session-estimated" not in r.text  # none is an estimate
+
+    def test_a_session_still_running_has_no_totals_yet(self):
+        proxied(self.owner, status="streaming")
+        r = self.get(self.owner_client)
+        assert element(r.text, "session-tokens") == "—"
+        cost = r.text.split('id="session-cost"')[1].split(">", 1)[1].split("</dd>")[0]
+        assert cost.strip() == "—"  # not "no price": nothing has ended

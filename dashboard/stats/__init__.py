@@ -7,8 +7,9 @@
   phases, histogram bins, time series, routing and findings counts, per-day and per-user
   usage), and which source a scope is read from (`source_for`);
   `exact` reads them from the raw rows, `rollup` from the pre-aggregates (`cube`).
-- `latency`, `routing`, `admin`: one report per page (`latency_report`, `routing_report`,
-  `admin_report`), each what its page shows, each written once against a `Source`.
+- `latency`, `routing`, `usage`, `admin`: one report per page (`latency_report`,
+  `routing_report`, `usage_report`, `admin_report`), each what its page shows, each written
+  once against a `Source`.
 
 Callers import from the submodule (`from dashboard.stats.latency import latency_report`).
 """

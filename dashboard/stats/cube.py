@@ -87,6 +87,25 @@ def first_day(scope):
     return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC)
 
 
+def tags_known():
+    """Every tag with aggregated streams, from the day rows (whose key begins (span, tag): a
+    loose index scan, one seek per tag); once per report."""
+    return memoized(("tags_known",), _tags_known)
+
+
+def _tags_known():
+    table, span, tag = _table(UsageRollup), _q("span"), _q("tag")
+    sql = (
+        f"WITH RECURSIVE v(x) AS ("
+        f"SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > '' "
+        f"UNION ALL SELECT (SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > v.x) "
+        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [agg.DAY, agg.DAY])
+        return [r[0] for r in cursor.fetchall()]
+
+
 def method(scope):
     """EXACT (raw rows) or AGGREGATED for this scope."""
     if scope.session:
@@ -214,15 +233,21 @@ class Cube:
                 self.nobody = True
             self.user_key = pk
         self._raw = {}
+        self._raw_values = {}  # stream id -> its USAGE_VALUES (`raw_usage_values`)
         self._usage = {}  # (by, step) -> what usage() returned
         self._hists = {}  # (metric, by, step) -> what histograms() returned
 
     # -- filters ---------------------------------------------------------------------------
 
-    def _filters(self, with_user_source=True, models=True):
+    def _filters(self, with_user_source=True, models=True, tags=None):
         s = self.scope
-        # every stream's rows are under "", a tagged stream's also under each tag
-        where, params = [f"{_q('tag')} = %s"], [s.tag or ""]
+        # every stream's rows are under "", a tagged stream's also under each tag; `tags`: the
+        # rows of those tags instead (one key range each)
+        if tags is None:
+            where, params = [f"{_q('tag')} = %s"], [s.tag or ""]
+        else:
+            where = [f"{_q('tag')} IN ({', '.join(['%s'] * len(tags))})"]
+            params = list(tags)
         if models:
             for col in ("resolved_model", "requested_model"):
                 if getattr(s, col):
@@ -300,16 +325,18 @@ class Cube:
         return tuple(out)
 
     def _rollup_rows(
-        self, model, value_cols, by, step, extra=(), extra_params=(), full_filter=True, models=True
-    ):
+        self, model, value_cols, by, step, extra=(), extra_params=(), full_filter=True, models=True,
+        tags=None,
+    ):  # fmt: skip
         """The grouped rows (key columns, then sums) of `model`'s periods in the range, one
-        statement per kind of period (per run of them, on a Grid)."""
-        if self.nobody:
+        statement per kind of period (per run of them, on a Grid). `tags`: the rows of these
+        tags (`_filters`)."""
+        if self.nobody or tags == []:
             return
         cols = [c for c in by if c != "t"]
         # the cast: PostgreSQL's SUM of bigint is numeric, slow to turn into Decimals
         sums = [f"CAST(SUM({_q(v)}) AS BIGINT)" for v in value_cols]
-        where_f, params_f = self._filters(with_user_source=full_filter, models=models)
+        where_f, params_f = self._filters(with_user_source=full_filter, models=models, tags=tags)
         parts = []
         for span, lo, hi, starts in self._windows(step):
             if span == "raw":
@@ -381,18 +408,45 @@ class Cube:
         self._usage[(by, step)] = out = self._usage_read(by, step)
         return out
 
+    def raw_usage_values(self, row):
+        """A raw row's USAGE_VALUES as ints, computed once per cube (the groupings and steps a
+        page asks for fold the same few thousand edge rows again)."""
+        values = self._raw_values.get(row["id"])
+        if values is None:
+            values = self._raw_values[row["id"]] = [int(v) for v in agg.usage_values(row)]
+        return values
+
     def _usage_read(self, by, step):
         out = self._rollup(UsageRollup, agg.USAGE_VALUES, by, step)
         for row, _ in self.raw_rows(step):
             k = self._raw_key(row, by, step)
-            values = agg.usage_values(row)
+            values = self.raw_usage_values(row)
             acc = out.get(k)
             if acc is None:
-                out[k] = [int(v) for v in values]
+                out[k] = list(values)
             else:
                 for i, v in enumerate(values):
-                    acc[i] += int(v)
+                    acc[i] += v
         return {k: dict(zip(agg.USAGE_VALUES, v, strict=True)) for k, v in out.items()}
+
+    def tag_usage(self):
+        """{tag: {value name: sum}} over USAGE_VALUES per tag of the streams in range (with a
+        tag filter, that tag alone): the tag rows, which hold a tagged stream once per tag,
+        one key range per tag (`tags`), and the raw rows' tags (`aggregates.stream_tags`)."""
+        tags = [self.scope.tag] if self.scope.tag else tags_known()
+        out = self._rollup(UsageRollup, agg.USAGE_VALUES, ("tag",), None, tags=tags)
+        for row, _ in self.raw_rows():
+            values = self.raw_usage_values(row)
+            for tag in agg.stream_tags(row):
+                if self.scope.tag and tag != self.scope.tag:
+                    continue
+                acc = out.get((tag,))
+                if acc is None:
+                    out[(tag,)] = list(values)
+                else:
+                    for i, v in enumerate(values):
+                        acc[i] += v
+        return {k[0]: dict(zip(agg.USAGE_VALUES, v, strict=True)) for k, v in out.items()}
 
     def histograms(self, metric, by, step=None):
         """{key: Counter(bucket: n)} of TTFT or DECISION; `by` from resolved_model,

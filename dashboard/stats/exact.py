@@ -26,6 +26,7 @@ from dashboard.stats.sql import (
     PERCENTILES,
     SERIES_PERCENTILES,
     TABLE,
+    USAGE_FIGURES,
     _findings_in_scope,
     _from,
     _q,
@@ -38,7 +39,11 @@ from dashboard.stats.sql import (
     next_day,
     percentiles,
     scope_where,
+    usage_figures,
+    usage_index,
+    usage_select,
 )
+from streams.models import MAX_TAG_CHARS
 from streams.store.aggregates import DECISION, TTFT
 
 # Finding columns by the names the rollups use
@@ -269,6 +274,126 @@ class ExactSource:
                 w.params,
             )
             return {(s, c): n for s, c, n in cursor.fetchall()}
+
+    # -- the usage page -----------------------------------------------------------------------
+
+    def usage(self, by):
+        """One GROUP BY over the scope's rows."""
+        cols = [_USAGE_COLUMNS[c] for c in by]
+        w = scope_where(self.scope)
+        select, params = usage_select()
+        keys = ", ".join(_q(c) for c in cols)
+        sql = (
+            f"SELECT {keys + ', ' if keys else ''}{select} "
+            f"FROM {_from(usage_index(self.scope, w), w)} WHERE {w.sql()}"
+        )
+        if cols:
+            sql += f" GROUP BY {keys}"
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, *w.params])
+            rows = cursor.fetchall()
+        out = {}
+        for r in rows:
+            figures = usage_figures(r[len(cols) :])
+            if figures["streams"]:
+                out[tuple(r[: len(cols)])] = figures
+        return out
+
+    def usage_tags(self):
+        """One GROUP BY over the scope's rows joined with their distinct tags (`_tag_rows`)."""
+        scope = self.scope
+        w = scope_where(scope)
+        select, params = usage_select()
+        tag, rows, conditions, extra = _tag_rows(f"{_q(TABLE)}.{_q('tags')}")
+        if scope.tag:
+            conditions += f" AND {tag} = %s"
+            extra = [*extra, scope.tag]
+        sql = (
+            f"SELECT {tag}, {select} FROM {_from(usage_index(scope, w), w)}{rows} "
+            f"WHERE {w.sql()} AND {conditions} GROUP BY {tag}"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [*params, *w.params, *extra])
+            found = cursor.fetchall()
+        return {r[0]: usage_figures(r[1:]) for r in found}
+
+    def usage_days(self):
+        """Each local day's sums, a SELECT each (the days of `days`)."""
+        scope = self.scope
+        end = scope.end or self.now
+        start = scope.start or history_start(scope)
+        if start is None:
+            return []
+        days = day_starts(start, end, tz=scope.tz)
+        windows = [(max(d, start), min(next_day(d), end)) for d in days]
+        sums = usage_windows(scope, windows)
+        return [{"day": d.date(), **f} for d, f in zip(days, sums, strict=True)]
+
+    def usage_series(self):
+        bounds = _series_bounds(self.scope, self.now)
+        if bounds is None:
+            return None
+        step, windows = buckets(*bounds, tz=self.scope.tz)
+        clipped = [(max(lo, bounds[0]), min(hi, bounds[1])) for lo, hi in windows]
+        return usage_columns(step, windows, usage_windows(self.scope, clipped))
+
+
+# Source.usage's grouping names: their columns of the stream table
+_USAGE_COLUMNS = {
+    "resolved_model": "resolved_model",
+    "requested_model": "requested_model",
+    "user": "user_id",
+    "status": "status",
+    "source": "source",
+}
+
+
+def usage_windows(scope, windows):
+    """[{figure: value}] (`sql.USAGE_FIGURES`) of `scope`'s rows in each [lo, hi) window
+    (datetimes): one SELECT each, a few statements in all."""
+    select, params = usage_select()
+    parts = []
+    for i, (lo, hi) in enumerate(windows):
+        w = scope_where(replace(scope, start=lo, end=hi))
+        parts.append(
+            (
+                f"SELECT {i}, {select} FROM {_from(usage_index(scope, w), w)} WHERE {w.sql()}",
+                [*params, *w.params],
+            )
+        )
+    out = [dict.fromkeys(USAGE_FIGURES, 0) for _ in windows]
+    for i, *values in _rows(parts):
+        out[i] = usage_figures(values)
+    return out
+
+
+def usage_columns(step, windows, sums):
+    """`Source.usage_series`' shape: {"step", "t": [bucket starts], figure: [per bucket]}."""
+    out = {"step": step, "t": [int(lo.timestamp()) for lo, _ in windows]}
+    for name in USAGE_FIGURES:
+        out[name] = [s[name] for s in sums]
+    return out
+
+
+def _tag_rows(tags):
+    """(the tag's SQL, what joins each stream row with its tags, the conditions, their
+    params): one row per stream and distinct tag, as `aggregates.stream_tags` keeps them
+    (non-empty strings of at most MAX_TAG_CHARS) from the JSON list `tags` (quoted SQL)."""
+    if connection.vendor == "postgresql":
+        rows = (
+            f" CROSS JOIN LATERAL (SELECT DISTINCT e.value #>> '{{}}' AS tag FROM "
+            f"jsonb_array_elements(CASE WHEN jsonb_typeof({tags}) = 'array' THEN {tags} "
+            f"ELSE '[]'::jsonb END) AS e(value) WHERE jsonb_typeof(e.value) = 'string') AS t"
+        )
+        return "t.tag", rows, "t.tag <> '' AND length(t.tag) <= %s", [MAX_TAG_CHARS]
+    # SQLite: json_each's rows, each tag at its first place in the list only
+    rows = f", json_each({tags}) AS j"
+    conditions = (
+        f"json_type({tags}) = 'array' AND j.type = 'text' AND j.value <> '' "
+        f"AND length(j.value) <= %s AND j.key = (SELECT MIN(k.key) FROM json_each({tags}) AS k "
+        f"WHERE k.type = 'text' AND k.value = j.value)"
+    )
+    return "j.value", rows, conditions, [MAX_TAG_CHARS]
 
 
 def _as_utc(value):

@@ -10,12 +10,14 @@ from collections import Counter
 from dataclasses import replace
 
 from dashboard.stats import cube
+from dashboard.stats.exact import usage_columns, usage_windows
 from dashboard.stats.pairs import _series_bounds
 from dashboard.stats.sql import (
     PCT_NAMES,
     PERCENTILES,
     SERIES_PERCENTILES,
     TABLE,
+    USAGE_FIGURES,
     _q,
     _scalars,
     buckets,
@@ -24,9 +26,22 @@ from dashboard.stats.sql import (
     next_day,
     scope_where,
 )
-from streams.store.aggregates import HOUR, TTFT, bucket_value, percentile, top_band
+from streams.store.aggregates import (
+    HOUR,
+    TTFT,
+    USAGE_VALUES,
+    bucket_value,
+    percentile,
+    top_band,
+)
 
 DAY = 86400
+_NO_USAGE = dict.fromkeys(USAGE_VALUES, 0)
+
+
+def _usage_figures(v):
+    """`sql.USAGE_FIGURES` of the usage rollup's sums {value name: sum}."""
+    return {"streams": v["n"], **{name: v[name] for name in USAGE_FIGURES[1:]}}
 
 
 class RollupSource:
@@ -40,6 +55,7 @@ class RollupSource:
         self.now = now
         self.cube = cube.Cube(scope, scope.start, scope.end or now)
         self._aggregates = None
+        self._usage_days = None
 
     def aggregates(self):
         if self._aggregates is None:
@@ -227,3 +243,68 @@ class RollupSource:
             for (s, code), v in self.cube.usage(("status", "error_code")).items()
             if s in statuses and v["n"]
         }
+
+    # -- the usage page -----------------------------------------------------------------------
+
+    def _days(self):
+        """(the local days of `days`, all time from the oldest aggregated day; what the cube is
+        asked with for them: `cube.grid`), once per source."""
+        if self._usage_days is None:
+            scope = self.scope
+            start = scope.start
+            if start is None:
+                known = [x for x in (history_start(scope), cube.first_day(scope)) if x is not None]
+                start = min(known) if known else None
+            days = [] if start is None else day_starts(start, scope.end or self.now, tz=scope.tz)
+            edges = [*(d.timestamp() for d in days), next_day(days[-1]).timestamp()] if days else []
+            self._usage_days = (days, cube.grid(DAY, edges) if days else None)
+        return self._usage_days
+
+    def usage(self, by):
+        """Read per day (`_days`) when the days cover the range: the per-day figures then fold
+        from the same read (one scan of the rollup rows for both tables)."""
+        cols = tuple("user_key" if c == "user" else c for c in by)
+        days, by_day = self._days()
+        step = None
+        if days and next_day(days[-1]) >= (self.scope.end or self.now):
+            step = by_day
+            self.cube.usage((*cols, "t"), step=step)
+        out = {}
+        for k, v in self.cube.usage(cols, step=step).items():
+            if v["n"]:
+                # (the rollups' user_key of no user is 0)
+                pairs = zip(by, k, strict=True)
+                key = tuple(None if c == "user" and x == 0 else x for c, x in pairs)
+                out[key] = _usage_figures(v)
+        return out
+
+    def usage_tags(self):
+        return {tag: _usage_figures(v) for tag, v in self.cube.tag_usage().items() if v["n"]}
+
+    def usage_days(self):
+        days, by_day = self._days()
+        if not days:
+            return []
+        per = self.cube.usage(("t",), step=by_day)
+        return [
+            {"day": d.date(), **_usage_figures(per.get((int(d.timestamp()),), _NO_USAGE))}
+            for d in days
+        ]
+
+    def usage_series(self):
+        """From the cube when its steps are whole hours (the page's own cube: the range's rows
+        all lie within the series' bounds, and a step of a day folds from the days' read);
+        shorter steps (ranges up to ~28 h) from their raw rows, summed per bucket by the
+        database (exact, as `series`)."""
+        scope = self.scope
+        bounds = _series_bounds(scope, self.now)
+        if bounds is None:
+            return None
+        step, windows = buckets(*bounds, tz=scope.tz)
+        if step % HOUR:
+            clipped = [(max(lo, bounds[0]), min(hi, bounds[1])) for lo, hi in windows]
+            return usage_columns(step, windows, usage_windows(scope, clipped))
+        ts = [int(lo.timestamp()) for lo, _ in windows]
+        by_t = cube.grid(step, [*ts, int(windows[-1][1].timestamp())])
+        per = self.cube.usage(("t",), by_t)
+        return usage_columns(step, windows, [_usage_figures(per.get((t,), _NO_USAGE)) for t in ts])

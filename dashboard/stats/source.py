@@ -1,8 +1,8 @@
 """What an analytics report is built from: the figures of one scope, read from one of two
 sources, and which source a scope is read from.
 
-A report (`latency_report`, `routing_report`, `admin_report`) is written once against
-`Source`; `source_for` hands it `exact.ExactSource` (the raw stream and finding rows: every
+A report (`latency_report`, `routing_report`, `admin_report`, `usage_report`) is written once
+against `Source`; `source_for` hands it `exact.ExactSource` (the raw stream and finding rows: every
 figure exact) or `rollup.RollupSource` (the pre-aggregates, `cube`: counts, sums, rates and
 maxima exact, percentiles and histogram bins within `aggregates.ERROR_BOUND`). `cube.method`
 decides which (a session filter or a small history: exact), and the report says which
@@ -90,3 +90,20 @@ class Source(Protocol):
 
     def errors(self, statuses: tuple) -> dict:
         """{(status, error code): streams} of the streams in scope with one of `statuses`."""
+
+    def usage(self, by: tuple) -> dict:
+        """{key: {figure: value}} (`sql.USAGE_FIGURES`: streams, with usage, estimated, the
+        token sums, with a cost, the cost per currency in nano-units) of the streams in scope
+        keyed by `by` (of resolved_model, requested_model, user (its id, None for none),
+        status, source; () for the total); keys without streams are left out."""
+
+    def usage_tags(self) -> dict:
+        """{tag: {figure: value}} per tag of the streams in scope (a stream with two tags is
+        counted under each; with a tag filter, that tag alone)."""
+
+    def usage_days(self) -> list:
+        """[{day, figure: value…}] per day of `days`' (the scope's local days)."""
+
+    def usage_series(self) -> dict | None:
+        """The figures per time bucket of the over-time charts (as `series` buckets them):
+        {"step", "t": [bucket starts], figure: [value per bucket]}. None: no data."""

@@ -43,6 +43,8 @@ from django.db import connection
 from django.db.models import F
 
 from streams.core.figures import rank
+from streams.core.pricing import CURRENCIES
+from streams.core.usage import ESTIMATED
 from streams.models import Finding, Stream
 from streams.store.lookups import HasTag, has_tag_sql
 
@@ -61,6 +63,46 @@ CHUNK = 250
 ACTIVE = tuple(str(s) for s in Stream.ACTIVE_STATUSES)
 
 TABLE = Stream._meta.db_table
+
+
+# The usage and cost figures of a set of streams (the usage page, dashboard/stats/usage.py),
+# as `Source.usage` gives them: streams; of them with usage (reported or estimated) and with an
+# estimate; the tokens (estimates included; reasoning and cached tokens where known); with a
+# cost; the costs per currency in nano-units (never added across currencies).
+USAGE_FIGURES = (
+    "streams", "usage_n", "estimated_n", "input_tokens", "output_tokens", "cached_input_tokens",
+    "reasoning_tokens", "priced_n", "cost_eur_nanos", "cost_usd_nanos",
+)  # fmt: skip
+
+
+@functools.cache
+def usage_select():
+    """(SQL, params): the SELECT list of USAGE_FIGURES over raw stream rows, by the rules the
+    rollups sum them by (`aggregates._usage_values`); each sum a BIGINT (PostgreSQL's SUM of
+    bigint is numeric)."""
+    source, cost, currency = _q("usage_source"), _q("cost_nanos"), _q("cost_currency")
+    eur, usd = CURRENCIES
+
+    def total(sql):
+        return f"CAST(COALESCE(SUM({sql}), 0) AS BIGINT)"
+
+    sql = ", ".join(
+        [
+            "COUNT(*)",
+            f"COUNT(CASE WHEN {source} <> '' THEN 1 END)",
+            f"COUNT(CASE WHEN {source} = %s THEN 1 END)",
+            *(total(_q(c)) for c in USAGE_FIGURES[3:7]),
+            f"COUNT({cost})",
+            total(f"CASE WHEN {currency} = %s THEN {cost} END"),
+            total(f"CASE WHEN {currency} = %s THEN {cost} END"),
+        ]
+    )
+    return sql, (ESTIMATED, eur, usd)
+
+
+def usage_figures(values):
+    """{figure: value} of one row of `usage_select`'s columns."""
+    return dict(zip(USAGE_FIGURES, (int(v or 0) for v in values), strict=True))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -286,6 +328,16 @@ IDX_PINNED_ROUTED = "stream_pinned_routed"
 IDX_USER = "stream_user_usage"
 IDX_STATUS = "stream_status_created"
 IDX_SESSION = "stream_session_created"  # partial: WHERE NOT (session = '')
+IDX_USER_CREATED = "stream_user_created"
+
+
+def usage_index(scope, where):
+    """The index the usage and cost sums of `scope`'s rows are read through (they are in no
+    index: each row is a table lookup, so the index only narrows the range): one user's rows
+    (their own scope, or staff's user filter) by (user, created_at), else `index_for`."""
+    if scope.user_id is not None or scope.username:
+        return IDX_USER_CREATED
+    return index_for(where, ordered=False)
 
 
 def index_for(where, *, ordered):

@@ -4,14 +4,17 @@ in every language (1 234), and the pages' words (finding pills, figure help, sta
 """
 
 import math
+from decimal import ROUND_HALF_EVEN, Decimal
 
 from django import template
 from django.utils import formats
+from django.utils.html import format_html
 from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.forms import choices
 from dashboard.queries import TEXT_SHOWN
+from streams.core import pricing
 from streams.models import Stream
 
 register = template.Library()
@@ -81,10 +84,13 @@ def money(nanos, currency):
     Dutch "€ 0,00123"; "" for none (the caller says "no price")."""
     if nanos is None or nanos == "" or not currency:
         return ""
-    amount = int(nanos) / 1e9
+    amount = pricing.decimal(int(nanos))
+    places = money_places(amount)
+    # rounded from the exact amount, half to even (as i18n.js's `money`: both show one figure)
+    shown = amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_EVEN)
     symbol = SYMBOLS.get(currency, f"{currency} ")
     space = "\u00a0" if get_language().startswith("nl") and len(symbol) == 1 else ""
-    return f"{symbol}{space}{number(amount, money_places(amount))}"
+    return f"{symbol}{space}{number(shown, places)}"
 
 
 @register.filter
@@ -209,10 +215,141 @@ FIGURE_HELP = {
         "that time. It counts delta events, not tokens."
     ),
     "gap": _("The mean time between two output deltas (delta events, not tokens)."),
+    # the usage figures (below): tokens as the upstream counted them, and what they cost
+    "tokens": _(
+        "Input → output tokens of the request and its answer, as the upstream reported them; "
+        "≈ marks an estimate (the upstream reported no usage: counted with the o200k_base "
+        "tokenizer)."
+    ),
+    "input_tokens": _(
+        "Input tokens: the request (instructions, messages, tools), as the upstream reported "
+        "them, else estimated with the o200k_base tokenizer."
+    ),
+    "output_tokens": _(
+        "Output tokens: the answer (text, tool calls, reasoning), as the upstream reported "
+        "them, else estimated with the o200k_base tokenizer. Not the output deltas: one delta "
+        "may carry several tokens."
+    ),
+    "cost": _(
+        "What the stream cost at the price valid when it started: the team's own price for "
+        "the model, else the maintained price list. “no price”: neither has one, or its usage "
+        "is unknown."
+    ),
 }
 
 
 @register.simple_tag
 def figure_help(name):
-    """The tooltip of a figure counted over output deltas (`deltas`, `rate`, `gap`)."""
+    """The tooltip of a figure: one counted over output deltas (`deltas`, `rate`, `gap`), or a
+    usage figure (`tokens`, `input_tokens`, `output_tokens`, `cost`)."""
     return str(FIGURE_HELP[name])
+
+
+# ---- usage and cost ---------------------------------------------------------------------------
+
+# A stream's usage (`usage_source`, the token columns) and cost (`cost_nanos`, `cost_currency`,
+# `price_ref`: streams/store/prices.py) as every page shows them: input → output tokens, an
+# estimate marked "≈" (a tooltip and a hidden word say what it is), a cost in its currency
+# (`money`) with the price used in its title, and "no price" (never 0) for a finished stream that
+# has none. A stream still running shows "—". static/js/stream_detail/format.js renders the
+# same for the pages' live parts; keep the two alike.
+ESTIMATED_HELP = _("estimated: the upstream reported no usage")
+
+
+def _estimated(stream):
+    return getattr(stream, "usage_source", "") == Stream.UsageSource.ESTIMATED
+
+
+@register.simple_tag(name="estimate_mark")
+def _estimate_mark():
+    """The "≈" before an estimated figure: its tooltip, and a hidden word for screen readers."""
+    return format_html(
+        '<span class="estimate" title="{}"><span aria-hidden="true">≈</span>'
+        '<span class="visually-hidden">{} </span></span>',
+        ESTIMATED_HELP,
+        gettext("estimated:"),
+    )
+
+
+def _marked(stream, text):
+    return format_html("{}{}", _estimate_mark(), text) if _estimated(stream) else text
+
+
+@register.simple_tag
+def tokens(stream):
+    """A stream's input → output tokens ("412 → 96", an estimate "≈412 → 96"); "—" while it
+    has no usage (running, or ended without an answer to count)."""
+    if not getattr(stream, "usage_source", ""):
+        return "—"
+    return _marked(stream, f"{count(stream.input_tokens)} → {count(stream.output_tokens)}")
+
+
+@register.simple_tag
+def token_count(stream, which):
+    """One of a stream's token counts, `which` "input" or "output" ("≈412" when estimated)."""
+    value = getattr(stream, f"{which}_tokens", None)
+    if not getattr(stream, "usage_source", "") or value is None:
+        return "—"
+    return _marked(stream, count(value))
+
+
+@register.simple_tag
+def token_note(stream, which):
+    """The line under a token count: "estimated", or the part of it the upstream said was
+    cached input ("12 cached") or reasoning output ("30 reasoning"); "" when none is known."""
+    if not getattr(stream, "usage_source", ""):
+        return ""
+    if _estimated(stream):
+        return gettext("estimated")
+    if which == "input" and stream.cached_input_tokens is not None:
+        return gettext("%(n)s cached") % {"n": count(stream.cached_input_tokens)}
+    if which == "output" and stream.reasoning_tokens is not None:
+        return gettext("%(n)s reasoning") % {"n": count(stream.reasoning_tokens)}
+    return ""
+
+
+@register.simple_tag
+def usage_title(stream):
+    """What a token cell's figures are, in full (its title)."""
+    if not getattr(stream, "usage_source", ""):
+        return "" if stream.is_active else gettext("no usage: the stream had no answer to count")
+    parts = [gettext("%(n)s input tokens") % {"n": count(stream.input_tokens)}]
+    if stream.cached_input_tokens is not None:
+        parts.append(gettext("%(n)s cached") % {"n": count(stream.cached_input_tokens)})
+    parts.append(gettext("%(n)s output tokens") % {"n": count(stream.output_tokens)})
+    if stream.reasoning_tokens is not None:
+        parts.append(gettext("%(n)s reasoning") % {"n": count(stream.reasoning_tokens)})
+    how = str(ESTIMATED_HELP) if _estimated(stream) else gettext("reported by the upstream")
+    return f"{', '.join(parts)} ({how})"
+
+
+@register.simple_tag
+def cost(stream):
+    """A stream's cost ("€0.00123", an estimate's "≈€0.00123"), "no price" (muted) for a
+    finished stream without one, "—" while it runs."""
+    if stream.is_active:
+        return "—"
+    if stream.cost_nanos is None:
+        return format_html('<span class="muted no-price">{}</span>', gettext("no price"))
+    return _marked(stream, money(stream.cost_nanos, stream.cost_currency))
+
+
+@register.simple_tag
+def cost_note(stream):
+    """The price a cost was figured at ("price: team price 3: gpt-4o* from 2026-01-01", and
+    "estimated usage" before it for an estimate), or why there is none; "" while it runs."""
+    if stream.is_active:
+        return ""
+    if stream.cost_nanos is not None:
+        price = gettext("price: %(price)s") % {"price": stream.price_ref or "?"}
+        if _estimated(stream):
+            return f"{gettext('estimated usage')} · {price}"
+        return price
+    if not stream.usage_source:
+        return gettext("no usage to price")
+    if stream.input_tokens is None or stream.output_tokens is None:
+        return gettext("its input or output tokens are unknown")
+    model = stream.resolved_model or stream.requested_model
+    if not model or model == "auto":
+        return gettext("no model named to price")
+    return gettext("no price known for %(model)s") % {"model": model}

@@ -1,4 +1,5 @@
-"""The analytics pages: latency (/latency/), routing (/routing/), admin analytics (/analytics/).
+"""The analytics pages: latency (/latency/), routing (/routing/), usage and cost (/usage/, its
+per-model table as CSV at /usage/export.csv), admin analytics (/analytics/).
 
 Each view checks access, parses the query string with a form, makes one call into
 `dashboard.stats` (one report module per page) and renders. The pages poll themselves (htmx,
@@ -11,14 +12,18 @@ import functools
 
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponse
+from django.core.handlers.asgi import ASGIRequest
+from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
 from django.shortcuts import render
+from django.utils import timezone as django_timezone
 from django.views.decorators.http import require_GET
 
+from dashboard import exports, timezone
 from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
 from dashboard.stats.admin import admin_report
 from dashboard.stats.latency import PHASES, latency_report
 from dashboard.stats.routing import routing_report
+from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
 
 
 def _render(request, template, context, form):
@@ -84,6 +89,49 @@ def routing(request):
         request, RoutingForm(request.GET), routing_report, "dashboard/routing.html",
         nav="routing",
     )  # fmt: skip
+
+
+@login_required
+@require_GET
+def usage(request):
+    # the latency page's filters (its comparison fields are not offered here)
+    form = LatencyForm(request.GET)
+    # the CSV of the same filters, its custom bounds read in this page's zone (usage_export)
+    query = request.GET.copy()
+    query.pop("v", None)
+    query["tz"] = form.tz
+    return _report_page(
+        request, form, usage_report, "dashboard/usage.html", nav="usage",
+        export_query=query.urlencode(),
+    )  # fmt: skip
+
+
+@login_required
+@require_GET
+def usage_export(request):
+    """The usage page's per-model table as CSV, for the same filters: data (English, UTC,
+    plain numbers; dashboard/language.py), so its custom bounds are read in the zone the page
+    showed them in (`tz`, which the page's link carries), else UTC."""
+    tz = timezone.valid(request.GET.get("tz")) or timezone.UTC
+    form = LatencyForm(request.GET, tz=tz)
+    with django_timezone.override(tz):  # (a DateTimeField reads naive input in the active zone)
+        invalid = form.is_bound and not form.is_valid()
+    if invalid:
+        return HttpResponseBadRequest(form.errors.as_text(), content_type="text/plain")
+    now = dt.datetime.now(dt.UTC)
+    rows = [CSV_COLUMNS, *export_rows(form.scope(request.user, now), now)]
+
+    async def alines():
+        for line in exports.lines(rows):
+            yield line
+
+    # Under ASGI Django would read a sync iterator to the end before sending a byte, and
+    # under WSGI an async one: each server gets the kind it streams (as the .sse exports)
+    content = alines() if isinstance(request, ASGIRequest) else exports.lines(rows)
+    response = StreamingHttpResponse(content, content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = 'attachment; filename="usage.csv"'
+    response["X-Content-Type-Options"] = "nosniff"
+    return response
 
 
 @_staff_only

@@ -61,6 +61,7 @@ def _timeline_config(stream):
         "id": pk,
         "status": stream.status,
         "active": stream.is_active,
+        "requestedModel": stream.requested_model,  # (why a finished stream has no price)
         "proxied": queries.is_proxied(stream),
         "eventCount": stream.event_count,
         "ws": f"/ws/streams/{pk}/?format=json",

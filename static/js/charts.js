@@ -14,7 +14,7 @@
  * with their container. Open <details> table views stay open across swaps.
  * A page that polls must render its chart data inside the swapped region.
  */
-import { count, dec, ms, num, pct, t } from "./i18n.js";
+import { count, dec, fmt, money, ms, num, pct, t } from "./i18n.js";
 import { alpha, colorFor, cssColor, onThemeChange } from "./palette.js";
 import { utcAxis } from "./time.js";
 
@@ -70,7 +70,47 @@ import { utcAxis } from "./time.js";
     }, extra);
   }
 
+  const NANO = 1e9;
+  // a currency's colour: the palette's first two (app.css --model-0, --model-1)
+  const CURRENCY_COLOURS = { EUR: ["model-0", "#0072B2"], USD: ["model-1", "#E69F00"] };
+
+  /** A y axis's width: its longest tick label (amounts of up to nine places) and a margin. */
+  function labelSize(u, values) {
+    if (!values || !values.length) return 50;
+    return Math.ceil(Math.max(...values.map((v) => String(v).length)) * 7.5) + 18;
+  }
+
   const builders = {
+    // Spend over time (the usage page): {t: [bucket starts], series: [{currency, nanos: [cost
+    // in nano-units, null where nothing had a price]}]}. One line and one axis per currency:
+    // EUR and USD are never added, nor drawn on one scale.
+    spend(el, d) {
+      if (!d.series.length) return null;
+      const x = timeX();
+      const data = [d.t];
+      const series = [x.series];
+      const axes = [x.axis];
+      const scales = {};
+      d.series.forEach((s, i) => {
+        const [name, fallback] = CURRENCY_COLOURS[s.currency] || ["model-2", "#009E73"];
+        const colour = cssColor(name, fallback);
+        const values = s.nanos.map((v) => (v == null ? null : v / NANO));
+        const label = fmt(t("cost (%(currency)s)"), { currency: s.currency });
+        const show = (v) => (v == null ? "" : money(Math.round(v * NANO), s.currency));
+        data.push(values);
+        scales[s.currency] = { range: (u, min, max) => [0, max > 0 ? max * 1.1 : 1] };
+        series.push({
+          label, scale: s.currency, stroke: colour, fill: alpha(colour, 0.08), width: 2, spanGaps: false,
+          points: { show: isolated(values), size: 7, fill: colour }, value: (u, v) => show(v),
+        });
+        axes.push({
+          scale: s.currency, label, side: i === 0 ? 3 : 1, size: labelSize,
+          grid: i === 0 ? AXIS.grid : { show: false }, values: (u, vals) => vals.map(show),
+        });
+      });
+      return new uPlot(base(el, { tzDate: x.tzDate, scales, axes, series }), data, el);
+    },
+
     // TTFT histogram: one stepped outline per model, x = bin start (ms)
     histogram(el, d) {
       const xs = d.edges;

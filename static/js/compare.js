@@ -7,17 +7,20 @@
  * playground does (streamclient.js, resuming with after=) and renders its output with
  * output.js, written once per animation frame. The figures are the server's (the frames'
  * `stream` fields: TTFT, output deltas/s, duration, event and finding counts, as the timeline
- * shows them); the summary names who was first to the first token and to the end. Findings
+ * shows them; tokens and cost from the frame that finishes the stream, as every page shows
+ * them: stream_detail/format.js); the summary names who was first to the first token and to
+ * the end, and the cheapest answer. Findings
  * show their severity as the list does (dashboard/templatetags/inspection.py, finding_pills):
  * errors red, the rest (warnings or info: the frames count errors apart only) grey.
  * Model output reaches the page only through output.js (text, or sanitised Markdown).
  */
 import { el } from "./dom.js";
-import { count, fmt, ms, num, t, tn } from "./i18n.js";
+import { count, fmt, money, ms, num, t, tn } from "./i18n.js";
 import { LiveOutput } from "./output.js";
 import { colorVar } from "./palette.js";
 import { connectStream } from "./streamclient.js";
 import { isFinished, STATUSES, statusWord } from "./vocabulary.js";
+import { costNodes, costNote, tokensNodes, usageTitle } from "./stream_detail/format.js";
 
 const figure = {
   ms,
@@ -98,9 +101,23 @@ class Column {
       this.figures.append(dt, dd);
       this.cells[key] = dd;
     }
+    // tokens and cost: a line of their own (a column is narrow)
+    this.usage = el("dl", "cmp-figures cmp-usage");
+    const help = grid.closest("#compare")?.dataset || {};
+    for (const [key, label, title] of [
+      ["tokens", t("Tokens"), help.helpTokens],
+      ["cost", t("Cost"), help.helpCost],
+    ]) {
+      const dd = el("dd", "", "—");
+      dd.dataset.f = key;
+      const dt = el("dt", "", label);
+      if (title) dt.title = title;
+      this.usage.append(dt, dd);
+      this.cells[key] = dd;
+    }
     this.routed = el("p", "muted small cmp-routed", "");
     const items = el("div", "items cmp-output");
-    this.node.append(head, this.figures, this.routed, items);
+    this.node.append(head, this.figures, this.usage, this.routed, items);
     grid.append(this.node);
     this.output = new LiveOutput(items, { playground: true });
     this.scheduled = false;
@@ -143,6 +160,12 @@ class Column {
     this.cells.duration_ms.textContent = figure.ms(f.duration_ms);
     this.cells.event_count.textContent = figure.count(f.event_count);
     this.cells.findings_count.replaceChildren(...findingPills(f.findings_count, f.error_findings, f.warning_findings));
+    const finished = isFinished(this.status);
+    const usage = { requested_model: this.info.model, ...f };
+    this.cells.tokens.replaceChildren(...tokensNodes(usage));
+    this.cells.tokens.title = usageTitle(usage, finished);
+    this.cells.cost.replaceChildren(...costNodes(usage, finished));
+    this.cells.cost.title = costNote(usage, finished);
     this.badge.textContent = statusWord(this.status);
     this.badge.className = `badge ${this.status}`;
     if (f.resolved_model && f.resolved_model !== this.info.model) {
@@ -157,6 +180,14 @@ class Column {
     this.ended = true;
     this.show();
   }
+}
+
+/** The completed answer that cost least, when two or more have a cost in one currency (costs
+ * in different currencies are not compared). */
+function cheapestOf(columns) {
+  const priced = columns.filter((c) => c.status === "completed" && typeof c.fields.cost_nanos === "number");
+  if (priced.length < 2 || new Set(priced.map((c) => c.fields.cost_currency)).size > 1) return null;
+  return priced.reduce((a, b) => (b.fields.cost_nanos < a.fields.cost_nanos ? b : a));
 }
 
 function summary(columns) {
@@ -190,6 +221,15 @@ function summary(columns) {
     parts.push(fmt(tn("%(ended)s of %(n)s answer ended.", "%(ended)s of %(n)s answers ended.", columns.length), {
       ended,
       n: columns.length,
+    }));
+  }
+  const cheapest = cheapestOf(columns);
+  if (allEnded && cheapest) {
+    const f = cheapest.fields;
+    const amount = money(f.cost_nanos, f.cost_currency);
+    parts.push(fmt(t("Cheapest: %(model)s (%(cost)s)."), {
+      model: cheapest.info.model,
+      cost: f.usage_source === "estimated" ? `≈${amount}` : amount,
     }));
   }
   const failed = columns.filter((c) => isFinished(c.status) && c.status !== "completed");

@@ -95,14 +95,23 @@ export function moneyPlaces(amount) {
 
 const SYMBOLS = { EUR: "€", USD: "$" };
 
+/** Integer `nanos` rounded to `places` decimals of its unit, half to even, from the integer
+ * (as the server's `money` filter rounds: a float's binary error never decides a digit). */
+function roundNanos(nanos, places) {
+  const unit = 10 ** (9 - places);
+  const whole = Math.floor(nanos / unit);
+  const rest = nanos - whole * unit;
+  const up = 2 * rest > unit || (2 * rest === unit && whole % 2 !== 0);
+  return (whole + (up ? 1 : 0)) / 10 ** places;
+}
+
 /** A cost stored as nano-units of `currency` ("€0.00123", Dutch "€ 0,00123"); "" for none. */
 export function money(nanos, currency) {
   if (!finite(nanos) || !currency) return "";
-  const amount = nanos / 1e9;
+  const places = moneyPlaces(nanos / 1e9);
   const symbol = SYMBOLS[currency] || `${currency} `;
-  const places = moneyPlaces(amount);
   const space = LANG.startsWith("nl") && symbol.length === 1 ? "\u00a0" : "";
-  return `${symbol}${space}${num(amount, places)}`;
+  return `${symbol}${space}${num(roundNanos(Math.round(nanos), places), places)}`;
 }
 
 /** A time in milliseconds: "850 ms", from a second on "1.25 s" ("1,25 s"); "" for none. */

@@ -7,7 +7,8 @@
  * - A streaming answer follows /ws/streams/<id>/?format=json and applies each event as it
  *   comes: the output (text, tool cards, reasoning, a rewrite) through output.js, the module
  *   the timeline renders live output with too; routing, rewrite, TTFT and deltas/s update the
- *   answer's header here. Lost connections resume with
+ *   answer's header here, and its tokens and cost when the frame that finishes it comes (as
+ *   the server renders them: stream_detail/format.js). Lost connections resume with
  *   after=<last index seen> (streamclient.js); a reload attaches again with after=-1, which
  *   replays the stored events of that one stream and continues live.
  * - When the stream ends the turn is fetched again, rendered by the server from the stored
@@ -26,7 +27,22 @@ import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 // OUTPUT_DELTAS: deltas/s counts these from the first to the last, the way the recorder computes
 // the stored figure (`tokens_per_s`, a rate of delta events, not of tokens).
-import { OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "./vocabulary.js";
+import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "./vocabulary.js";
+// An answer's tokens and cost, rendered as the server renders them (the timeline's module).
+import { costNodes, costNote, tokensNodes, usageTitle } from "./stream_detail/format.js";
+
+// The row's columns an answer's tokens and cost are shown from (its frames' `stream` fields).
+const USAGE_FIELDS = [
+  "input_tokens",
+  "output_tokens",
+  "cached_input_tokens",
+  "reasoning_tokens",
+  "usage_source",
+  "cost_nanos",
+  "cost_currency",
+  "price_ref",
+  "resolved_model",
+];
 
 const BOTTOM_SLACK_PX = 140;
 const SILENCE_AFTER_S = 5;
@@ -87,6 +103,7 @@ class LiveAnswer {
     this.position = 0; // events of queue[0] already applied
     this.scheduled = false;
     this.endInfo = null; // the connection ended: finish once the queue is applied
+    this.usage = {}; // the usage and cost columns the frames told
   }
 
   $(selector) {
@@ -187,6 +204,27 @@ class LiveAnswer {
     if (s.error_message && !this.$(".pg-notice-text").textContent) {
       this.notice("err", [s.error_code, s.error_message].filter(Boolean).join(": "));
     }
+    for (const name of USAGE_FIELDS) if (Object.hasOwn(s, name)) this.usage[name] = s[name];
+    this.showUsage();
+  }
+
+  /** Tokens and cost, once the answer ended (before, there is nothing to show). */
+  showUsage() {
+    const status = this.turn.dataset.status;
+    if (!status || isActive(status)) return;
+    const f = { requested_model: this.$(".pg-route-model")?.textContent, ...this.usage };
+    const tokens = this.$(".pg-tokens");
+    if (tokens) {
+      tokens.hidden = !f.usage_source;
+      tokens.title = usageTitle(f, true);
+      tokens.querySelector("b").replaceChildren(...tokensNodes(f));
+    }
+    const cost = this.$(".pg-cost");
+    if (cost) {
+      cost.hidden = false;
+      cost.title = costNote(f, true);
+      cost.querySelector("b").replaceChildren(...costNodes(f, true));
+    }
   }
 
   status(status) {
@@ -194,6 +232,7 @@ class LiveAnswer {
     const badge = this.$(".pg-status");
     badge.className = `badge pg-status ${status}`;
     badge.textContent = statusWord(status);
+    this.showUsage();
   }
 
   route(model, category, reasoning, source) {

@@ -12,6 +12,8 @@
  *   differ are swapped for the server's;
  * - a stream it has not shown, on the newest page: the rows newer than the newest one shown,
  *   so what appears is exactly what the filters select; they are prepended.
+ * A stream that finishes changes its status: its row comes again with its Tokens and Cost
+ * cells (the frame's `usage` and `cost`, as the server labels them: estimate, no price).
  */
 import { t } from "./i18n.js";
 import { connectStream } from "./streamclient.js";

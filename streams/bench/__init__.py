@@ -76,6 +76,7 @@ NOT_LOAD_LIMITS = {
     "METRICS": "bench ingest --metrics sets it",
     "METRICS_TOKEN": "no bench scrapes /metrics",
     "METRICS_MAX_MODELS": "folds label values, drops no data; the simulator has a few models",
+    "CSV_MAX_ROWS": "no bench downloads the streams list as CSV",
     "PLAYGROUND_PREVIOUS_RESPONSE_ID": "no bench uses the playground",
     "SECURE": "deployment, not load (the benches' servers are plain HTTP on 127.0.0.1)",
     "SSL_REDIRECT": "deployment, not load",

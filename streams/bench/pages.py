@@ -8,10 +8,11 @@ request, then `--repeat` timed ones (middleware, view, queries and template rend
 network). The query count comes
 from one more request with the queries captured. Pages: latency and routing at every range
 they offer (1 h, 24 h, 7 days — the default —, 30 days, all; latency also with a model, a user
-and a source filter), admin analytics (24 h, 30 days — the default —, all), and the streams list
-`/` when it exists (URL name `stream_list`). `--database postgres` without `--postgres-url`
-starts a throw-away server on $PGPORT (default 55710). Target: ≤ 300 ms a page at 100 000 streams
-on SQLite, and growth well below linear in the number of streams.
+and a source filter), usage and cost (the same five ranges, 30 days with a model, a user and a
+tag filter, and its CSV export), admin analytics (24 h, 30 days — the default —, all), and the
+streams list `/` when it exists (URL name `stream_list`). `--database postgres` without
+`--postgres-url` starts a throw-away server on $PGPORT (default 55710). Target: ≤ 300 ms a
+page at 100 000 streams on SQLite, and growth well below linear in the number of streams.
 
 No server and no limits: the pages are requested in-process by a staff user logged in with
 `force_login`, and none of streams/core/conf.py's limits applies to reading them (streams.bench.
@@ -53,6 +54,15 @@ PAGES = [
     ("routing 30d", "/routing/?range=30d"),
     ("routing all", "/routing/?range=all"),
     ("routing 30d tag", "/routing/?range=30d&tag=support-bot"),
+    ("usage 1h", "/usage/?range=1h"),
+    ("usage 24h", "/usage/?range=24h"),
+    ("usage", "/usage/"),
+    ("usage 30d", "/usage/?range=30d"),
+    ("usage all", "/usage/?range=all"),
+    ("usage 30d model", "/usage/?range=30d&model=gpt-oss-120b"),
+    ("usage 30d user", "/usage/?range=30d&user=alice"),
+    ("usage 30d tag", "/usage/?range=30d&tag=checkout"),
+    ("usage csv 30d", "/usage/export.csv?range=30d"),
     ("admin 24h", "/analytics/?range=24h"),
     ("admin_analytics", "/analytics/"),
     ("admin all", "/analytics/?range=all"),

@@ -117,6 +117,10 @@ class Settings:
     metrics_token: str = ""
     # Distinct model ids per label per process; the upstream may send any, later ones are "other".
     metrics_max_models: int = 50
+    # --- Exports (dashboard/exports.py) ---
+    # Rows one CSV export of the streams list holds at most; a longer one ends with a line
+    # saying where it was cut (and the X-Streamscope-Truncated header).
+    csv_max_rows: int = 100_000
     # --- Playground ---
     # Chain turns with previous_response_id instead of resending the history.
     playground_previous_response_id: bool = False

@@ -81,3 +81,9 @@ def cost(rate: Rate, usage) -> int | None:
 def decimal(nanos: int | None) -> Decimal | None:
     """An amount of nano-units as a `Decimal` of its currency (nine places)."""
     return None if nanos is None else Decimal(nanos).scaleb(-9)
+
+
+def amount_text(nanos: int | None) -> str:
+    """An amount of nano-units as data writes it: plain decimals with nine places
+    ("0.000000123", never "1.23E-7"); "" for none."""
+    return "" if nanos is None else format(decimal(nanos), "f")

@@ -35,7 +35,7 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import choose_encoder
 
-from streams.core import conf, lifecycle
+from streams.core import conf, lifecycle, pricing, usage
 from streams.core.checks import CODES
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ OPERATION_DURATION = Histogram(
 )
 TOKEN_USAGE = Histogram(
     "gen_ai_client_token_usage",
-    "Tokens per stream, as the terminal event's usage reports them.",
+    "Tokens per stream, as the upstream reported them (the stored usage; estimates left out).",
     (*MODEL_LABELS, "gen_ai_token_type"),
     buckets=TOKEN_USAGE_BUCKETS,
     registry=REGISTRY,
@@ -179,6 +179,15 @@ PROXY_ADDED = Histogram(
     "streamscope_proxy_added_latency_seconds",
     "Proxied streams: per forwarded chunk, receipt from the upstream to the client's socket.",
     buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+    registry=REGISTRY,
+)
+# Spend: a finished stream's stored cost (its usage at its price), in units of its currency, as
+# a float. Requested and resolved model as the GenAI metrics label them (bounded the same way);
+# `estimated` says whether the usage it is from was counted by us, not reported.
+COST = Counter(
+    "streamscope_cost",
+    "Cost of finished streams (usage at the price in effect), in units of `currency`.",
+    ("currency", "gen_ai_request_model", "gen_ai_response_model", "estimated"),
     registry=REGISTRY,
 )
 SPANS_DROPPED = Counter(
@@ -279,8 +288,15 @@ def _observe(rec, fields):
         TIME_PER_OUTPUT_TOKEN.labels(*labels).observe(fields["inter_token_ms"] / 1e3)
     if fields.get("duration_ms") is not None:
         OPERATION_DURATION.labels(*labels).observe(max(fields["duration_ms"], 0) / 1e3)
-    for token_type, tokens in usage_tokens(checker).items():
+    for token_type, tokens in reported_tokens(fields).items():
         TOKEN_USAGE.labels(*labels, token_type).observe(tokens)
+    nanos = fields.get("cost_nanos")
+    if nanos is not None:  # (None: no price; never counted as 0)
+        currency = fields.get("cost_currency")
+        estimated = "true" if fields.get("usage_source") == usage.ESTIMATED else "false"
+        COST.labels(
+            currency if currency in pricing.CURRENCIES else OTHER, *labels[:2], estimated
+        ).inc(max(nanos, 0) / pricing.NANO)
     for v in checker.violations if checker is not None else ():
         FINDINGS.labels(_finding_code(v.code), v.severity, source).inc()
         if v.code == "stall":
@@ -299,13 +315,16 @@ def requested_label(requested, resolved):
     return requested if resolved and requested else OTHER
 
 
-def usage_tokens(checker):
-    """{"input": n, "output": n} from the terminal event's `usage` (what the upstream billed;
-    the stored `output_tokens` counts deltas instead), only the counts that are sane ints."""
-    usage = getattr(checker, "usage", None) or {}
+def reported_tokens(fields):
+    """{"input": n, "output": n} of a finished stream's stored usage when its upstream reported
+    it (`usage_source` "reported"), only the counts it gave. An estimate is left out: OTel's
+    `gen_ai.client.token.usage` is what the provider reported (the estimate's share of spend
+    is `streamscope_cost_total{estimated="true"}`)."""
+    if fields.get("usage_source") != usage.REPORTED:
+        return {}
     out = {}
     for token_type in ("input", "output"):
-        n = usage.get(f"{token_type}_tokens")
+        n = fields.get(f"{token_type}_tokens")
         if type(n) is int and n >= 0:
             out[token_type] = n
     return out

@@ -196,7 +196,7 @@ def _attributes(rec, fields):
         "error.type": _text(fields.get("error_code")),
     }
     attributes.update((name, value) for name, value in optional.items() if value)
-    for token_type, n in telemetry.usage_tokens(checker).items():
+    for token_type, n in telemetry.reported_tokens(fields).items():
         attributes[f"gen_ai.usage.{token_type}_tokens"] = n
     if fields.get("ttft_ms") is not None:
         attributes["gen_ai.response.time_to_first_chunk"] = max(fields["ttft_ms"], 0) / 1e3

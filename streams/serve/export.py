@@ -58,7 +58,7 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
 
 
 async def aiter_sse(stream: Stream) -> AsyncIterator[bytes]:
-    async for piece in _drive(iter_sse, stream):
+    async for piece in drive(iter_sse, stream):
         yield piece
 
 
@@ -88,7 +88,7 @@ def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
 
 
 async def aiter_document(stream: Stream, events: bool = True) -> AsyncIterator[str]:
-    async for piece in _drive(iter_document, stream, events=events):
+    async for piece in drive(iter_document, stream, events=events):
         yield piece
 
 
@@ -109,7 +109,7 @@ def _capture_content(stream: Stream) -> bytes | None:
 _END = object()
 
 
-async def _drive(generator: Callable[..., Iterator], *args, **kwargs) -> AsyncIterator:
+async def drive(generator: Callable[..., Iterator], *args, **kwargs) -> AsyncIterator:
     """Run a sync generator of database reads piece by piece on the ORM's thread (as Django's
     own `QuerySet.aiterator` does), so the event loop is never blocked and nothing is buffered."""
     gen = generator(*args, **kwargs)  # runs nothing until the first next()

@@ -22,6 +22,9 @@ import threading
 import time
 from decimal import Decimal
 
+from django.db.models.signals import post_delete, post_save
+from django.dispatch import receiver
+
 from streams.core import pricing
 from streams.core.pricing import MAINTAINED, NANO, Rate
 
@@ -77,6 +80,13 @@ def refresh() -> None:
 def forget() -> None:
     """Read the table again at the next price (after an edit in this process)."""
     _book.read_at = None
+
+
+@receiver([post_save, post_delete], sender="streams.Price", dispatch_uid="prices-forget")
+def _on_price_change(sender, **kwargs):
+    """An edit in this process applies to the next stream that finishes here (other
+    processes reread the table within STALE_S)."""
+    forget()
 
 
 def install(rates) -> None:

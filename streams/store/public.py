@@ -206,7 +206,7 @@ def usage_and_cost(row) -> dict:
     cost = None
     if nanos is not None:
         cost = {
-            "amount": str(pricing.decimal(nanos)),
+            "amount": pricing.amount_text(nanos),
             "currency": row["cost_currency"],
             "price": row["price_ref"],
             "estimated": source == "estimated",

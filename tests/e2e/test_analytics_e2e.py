@@ -86,6 +86,16 @@ def test_routing_page_draws_its_charts_and_refreshes(
     assert page.errors == []
 
 
+def test_usage_page_draws_its_spend_chart(live_server, logged_in_page, staff, screenshot):
+    """The seeded history's gpt-oss streams are priced by the maintained list (USD): one
+    line of spend over time."""
+    page = logged_in_page(staff, live_server.url, "/usage/?range=7d")
+    charts_drawn(page, 1)
+    assert page.locator("#method").is_visible()
+    screenshot(page, "usage")
+    assert page.errors == []
+
+
 def test_admin_analytics_and_a_phone(live_server, logged_in_page, staff, screenshot):
     page = logged_in_page(staff, live_server.url, "/analytics/")
     charts_drawn(page, 1)

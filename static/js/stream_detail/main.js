@@ -4,9 +4,10 @@
  * - Live: follows /ws/streams/<id>/ (JSON frames; streamclient.js resumes with after=) and
  *   rebuilds the output from the events as they arrive (output.js, shared with the
  *   playground), appends points to the chart, rows to the event table, and updates status and
- *   figures. When the stream ends, the server's rendering of the summary and output replaces
- *   the live one (it adds what only the whole stream knows: rewrite diffs, findings, final
- *   figures).
+ *   figures. Usage and cost ("—" while it runs) come with the frame that finishes it (its
+ *   row's usage and cost columns), shown at once as the server shows them (format.js). When
+ *   the stream ends, the server's rendering of the summary and output replaces the live one
+ *   (it adds what only the whole stream knows: rewrite diffs, findings, final figures).
  * - timing_chart.js: the inter-event timing chart (uPlot) from /streams/<id>/timing.json.
  * - events_table.js: the event table, windows of rows by index range.
  * - replay.js: replay of a finished stream, through the same output renderer as live.
@@ -18,7 +19,7 @@ import { getText } from "../dom.js";
 import { enhanceOutput, LiveOutput } from "../output.js";
 import { connectStream } from "../streamclient.js";
 import { EventTable } from "./events_table.js";
-import { fmtCount, fmtDuration, fmtMs } from "./format.js";
+import { costNodes, costNote, fmtCount, fmtDuration, fmtMs, tokenCountNodes, tokenNote } from "./format.js";
 import { fmt, num, t } from "../i18n.js";
 import { Replay } from "./replay.js";
 import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "../vocabulary.js";
@@ -43,6 +44,48 @@ function setFields(fields) {
     for (const node of document.querySelectorAll(`[data-field="${name}"]`)) {
       node.textContent = format(value);
     }
+  }
+}
+
+// The row's usage and cost columns as the frames told them (the first frame has them all, the
+// finishing one their final values), and its status: the key figures "Input tokens", "Output
+// tokens" and "Cost" (templates/dashboard/stream_detail.html, rendered alike by format.js).
+const USAGE_FIELDS = [
+  "input_tokens",
+  "output_tokens",
+  "total_tokens",
+  "cached_input_tokens",
+  "reasoning_tokens",
+  "usage_source",
+  "cost_nanos",
+  "cost_currency",
+  "price_ref",
+  "resolved_model",
+];
+const usage = { requested_model: config.requestedModel };
+let usageStatus = config.status;
+let usageTold = false; // a frame said them: they stand over a summary rendered before
+
+function showUsage() {
+  const finished = !isActive(usageStatus);
+  const put = (id, nodes) => document.getElementById(id)?.replaceChildren(...nodes);
+  put("usage-input", tokenCountNodes(usage, "input"));
+  put("usage-input-note", [tokenNote(usage, "input")]);
+  put("usage-output", tokenCountNodes(usage, "output"));
+  put("usage-output-note", [tokenNote(usage, "output")]);
+  put("usage-cost", costNodes(usage, finished));
+  put("usage-cost-note", [costNote(usage, finished)]);
+}
+
+function takeUsage(frame) {
+  const fields = frame.stream || {};
+  const told = USAGE_FIELDS.filter((name) => Object.hasOwn(fields, name));
+  for (const name of told) usage[name] = fields[name];
+  const ended = frame.status && !isActive(frame.status) && isActive(usageStatus);
+  if (frame.status) usageStatus = frame.status;
+  if (ended || told.some((name) => name !== "resolved_model")) {
+    usageTold = true;
+    showUsage();
   }
 }
 
@@ -116,6 +159,8 @@ async function refresh({ output = false, attempt = 0 } = {}) {
     if (fresh && old) old.replaceWith(document.importNode(fresh, true));
   }
   setLive(liveState[0], liveState[1]);
+  // A summary asked for before the finishing frame came must not take its figures back.
+  if (usageTold) showUsage();
   // The server's row counts at most every COUNT_WRITE_INTERVAL_MS while streaming: the page's
   // own count of received events stays the one it shows until the stream ends.
   if (!followEnded) showLiveCounts();
@@ -219,6 +264,7 @@ function follow() {
           scheduleSummary();
         }
       }
+      if (frame.stream || frame.status) takeUsage(frame);
       if (frame.status) setStatus(frame.status);
     },
     onStatus(status) {
