@@ -10,6 +10,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from streams.core import usage  # noqa: E402
 from streams.live.sockets import websocket_urlpatterns  # noqa: E402
 from streams.serve import edge, proxy  # noqa: E402
 from streams.serve.egress import EgressGate  # noqa: E402
@@ -17,6 +18,10 @@ from streams.serve.egress import EgressGate  # noqa: E402
 # Whatever serves this application reads request bodies through the edge (streams/serve/edge.py):
 # a body that stalls is cut off with a 408 where Daphne reads it.
 edge.install()
+
+# The usage estimates' tokenizer, loaded before the first request (half a second, once per
+# process): a stream finishing on the event loop never waits for it (streams/core/usage.py).
+usage.warm()
 
 # Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/serve/egress.py).
 application = EgressGate(

@@ -178,3 +178,12 @@ def test_the_most_specific_entry_in_effect_wins():
     assert pricing.pick(rates, "gpt-4o", dt.datetime(2025, 12, 31, tzinfo=dt.UTC)) is None
     assert pricing.pick(rates, "o3", apr) is None
     assert pricing.pick(rates, "", apr) is None
+
+
+def test_a_long_text_is_counted_from_a_sample_in_bounded_time():
+    """An estimate may run on the event loop: a text over SAMPLE_CHARS is counted from its two
+    ends and scaled, within 2 % for a homogeneous text."""
+    text = "Utrecht ligt in het midden van Nederland en heeft grachten. " * 20_000
+    assert len(text) > usage.SAMPLE_CHARS
+    exact = len(usage.encoding().encode_ordinary(text))
+    assert abs(usage.tokens(text) - exact) / exact < 0.02

@@ -55,6 +55,7 @@ _PATTERN = "|".join(
 # What OpenAI's chat format adds around messages and calls, as measured against the captures
 # (docs/usage.md): per input message, per request, per completed output message, per tool call.
 PER_MESSAGE, PER_REQUEST, PER_OUTPUT_MESSAGE, PER_TOOL_CALL = 4, 3, 1, 7
+SAMPLE_CHARS = 200_000  # a longer text is counted from a sample (`tokens`)
 _load_lock = threading.Lock()
 
 
@@ -130,6 +131,10 @@ def encoding():
         return _encoding()
 
 
+def loaded() -> bool:
+    return _encoding.cache_info().currsize > 0
+
+
 def warm() -> None:
     """Load the tokenizer now (call it from a thread at start-up: the first estimate is then
     as quick as the rest)."""
@@ -137,10 +142,17 @@ def warm() -> None:
 
 
 def tokens(text: str) -> int:
-    """How many o200k_base tokens `text` is (special tokens counted as text)."""
+    """How many o200k_base tokens `text` is (special tokens counted as text). A text over
+    SAMPLE_CHARS is counted from its first and last SAMPLE_CHARS / 2 and scaled to its length:
+    an estimate may run on the event loop, so its time is bounded (~10 ms)."""
     if not text:
         return 0
-    return len(encoding().encode_ordinary(text))
+    encode = encoding().encode_ordinary
+    if len(text) <= SAMPLE_CHARS:
+        return len(encode(text))
+    half = SAMPLE_CHARS // 2
+    sampled = len(encode(text[:half])) + len(encode(text[-half:]))
+    return round(sampled * len(text) / SAMPLE_CHARS)
 
 
 def _texts(value):

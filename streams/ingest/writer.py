@@ -68,8 +68,9 @@ class Writer:
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
         self.task.add_done_callback(self._stopped)
         # the tokenizer of usage estimates, loaded beside the loop (half a second, once per
-        # process) rather than on it, at the first stream that finishes without usage
-        threading.Thread(target=usage.warm, name="streamscope-tokenizer", daemon=True).start()
+        # process) rather than on it, where no server or worker loaded it at start-up
+        if not usage.loaded():
+            threading.Thread(target=usage.warm, name="streamscope-tokenizer", daemon=True).start()
 
     def _stopped(self, task):
         # A writer that is gone (its loop shutting down, cancelled) answers every flush still

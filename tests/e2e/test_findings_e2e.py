@@ -15,9 +15,10 @@ from playwright.sync_api import expect
 
 from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
-from streams.models import Finding, Stream
+from streams.models import Finding
 from tests.support.browser import Playground
 from tests.support.contrast import PILLS
+from tests.support.recording import wait_terminal
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -137,7 +138,10 @@ def test_the_list_tells_each_severity_apart(logged_in_page, people, streams, scr
     assert pills(cell("error")) == [("error", "1 err"), ("warning", "1 warn"), ("info", "1 info")]
     head = page.locator("table.streams thead th", has_text="Deltas")
     assert "counts delta events, not tokens" in head.get_attribute("title")
-    expect(page.locator("table.streams thead")).not_to_contain_text("Tokens")
+    # "Tokens" is the usage column, which says what it counts (and what an estimate is)
+    tokens = page.locator("table.streams thead th", has_text="Tokens")
+    assert "as the upstream reported them" in tokens.get_attribute("title")
+    assert "estimate" in tokens.get_attribute("title")
     options = page.locator("select[name=findings] option").all_inner_texts()
     assert options == [
         "Any",
@@ -184,7 +188,8 @@ def test_compare_says_deltas_and_severity(browser, live_server_daphne, owner):
     expect(columns).to_have_count(2)
     expect(page.locator("#cmp-summary-text")).to_contain_text("Fastest to the end", timeout=30_000)
     for column in columns.all():
-        stream = Stream.objects.get(pk=int(column.get_attribute("data-stream")))
+        # (the summary can come with the terminal event, before the row's last update)
+        stream = wait_terminal(int(column.get_attribute("data-stream")))
         assert stream.findings_count and not stream.error_findings
         rate = column.locator("dt", has_text="Deltas/s")
         assert "not tokens" in rate.get_attribute("title")

@@ -5,7 +5,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from streams.core import conf, lifecycle
+from streams.core import conf, lifecycle, usage
 from streams.core.lifecycle import RUNNER_ID
 from streams.run.worker import StreamWorker
 
@@ -23,6 +23,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
+        usage.warm()  # (before the loop: a stream that finishes never waits for the tokenizer)
         asyncio.run(self.main(opts))
 
     async def main(self, opts):
