@@ -19,9 +19,9 @@ from streams.serve.egress import EgressGate  # noqa: E402
 # a body that stalls is cut off with a 408 where Daphne reads it.
 edge.install()
 
-# The usage estimates' tokenizer, loaded before the first request (half a second, once per
-# process): a stream finishing on the event loop never waits for it (streams/core/usage.py).
-usage.warm()
+# The usage estimates' tokenizer, loaded beside the server as it starts (half a second of
+# CPU, once per process; streams/core/usage.py).
+usage.warm_in_background()
 
 # Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/serve/egress.py).
 application = EgressGate(

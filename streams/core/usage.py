@@ -135,6 +135,24 @@ def loaded() -> bool:
     return _encoding.cache_info().currsize > 0
 
 
+_warming: list = []  # the thread `warm_in_background` started, once per process
+
+
+def warm_in_background() -> None:
+    """Load the tokenizer on a thread of its own, once per process (a server or worker calls
+    it at start: it takes no time from the start-up, and is usually done before the first
+    stream ends; `rows.finished` on the loop is preceded by `await asyncio.to_thread(warm)`
+    when it is not, streams/ingest/recorder.py)."""
+    if loaded() or _warming:
+        return
+    with _load_lock:
+        if _warming:
+            return
+        thread = threading.Thread(target=warm, name="streamscope-tokenizer", daemon=True)
+        _warming.append(thread)
+    thread.start()
+
+
 def warm() -> None:
     """Load the tokenizer now (call it from a thread at start-up: the first estimate is then
     as quick as the rest)."""

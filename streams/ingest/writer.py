@@ -21,7 +21,6 @@ import asyncio
 import collections
 import datetime as dt
 import logging
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 from streams.core import conf, usage
@@ -67,10 +66,9 @@ class Writer:
         self._batch = ()  # the batch being committed
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
         self.task.add_done_callback(self._stopped)
-        # the tokenizer of usage estimates, loaded beside the loop (half a second, once per
-        # process) rather than on it, where no server or worker loaded it at start-up
-        if not usage.loaded():
-            threading.Thread(target=usage.warm, name="streamscope-tokenizer", daemon=True).start()
+        # the tokenizer of usage estimates, beside the loop, where no server or worker started
+        # loading it (once per process)
+        usage.warm_in_background()
 
     def _stopped(self, task):
         # A writer that is gone (its loop shutting down, cancelled) answers every flush still

@@ -23,7 +23,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        usage.warm()  # (before the loop: a stream that finishes never waits for the tokenizer)
+        usage.warm_in_background()  # (the tokenizer of usage estimates, beside the loop)
         asyncio.run(self.main(opts))
 
     async def main(self, opts):
