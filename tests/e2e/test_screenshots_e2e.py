@@ -1,11 +1,26 @@
-"""Every page at 1440 and 390 px wide, in the light and the dark theme, as PNGs in
-tests/e2e/screenshots/ (git-ignored: page-NAME-WIDTH.png, page-NAME-WIDTH-dark.png), so a
-reviewer can look at them after `make test`; and no page scrolls sideways on a phone or
-raises a script error. The pages are tests/e2e/conftest.py's `site`: the demo seed (streams
-of every status over a week) plus a stream with Markdown output in a session, and a
-conversation. The dark theme is the system's preference (prefers-color-scheme: dark)."""
+"""Every page at 1440 and 390 px wide, in the light and the dark theme, in one walk (each page
+loads once per width and theme; a walk per check cost CI 85 s more):
+
+- a screenshot in tests/e2e/screenshots/ (git-ignored: page-NAME-WIDTH.png,
+  page-NAME-WIDTH-dark.png), so a reviewer can look at them after `make test`;
+- no page scrolls sideways on a phone, raises a script error or breaks the
+  Content-Security-Policy;
+- every text is legible: WCAG AA contrast (4.5:1; 3:1 for text of 24 px, or 18.66 px bold) of
+  each visible text's colour against its effective background (tests.support.contrast.TEXTS),
+  with every <details> open, and on a timeline also with the waterfall zoomed and an event
+  open. What it measured goes to tests/e2e/screenshots/contrast-THEME-WIDTH.json, lowest first.
+
+The pages are tests/e2e/conftest.py's `site`: the demo seed (streams of every status over a
+week) plus a stream with Markdown output in a session, and a conversation; and the login page.
+The dark theme is the system's preference (prefers-color-scheme: dark). That the contrast
+check can fail: tests/e2e/test_contrast_e2e.py."""
+
+import json
 
 import pytest
+
+from tests.e2e.conftest import SCREENSHOTS
+from tests.support.contrast import contrast_failures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
@@ -23,12 +38,13 @@ def test_every_page_at_desktop_and_phone_width(
     width, height = WIDTHS[size]
     suffix = THEMES[theme]
     problems = []
-    for name, path in site.items():
-        page = logged_in_page(
-            people.staff, path=path, width=width, height=height, color_scheme=theme
-        )
+    report = {}
+    pages = [(name, people.staff, path) for name, path in site.items()]
+    pages.append(("login", None, "/login/"))
+    for name, user, path in pages:
+        page = logged_in_page(user, path=path, width=width, height=height, color_scheme=theme)
         page.wait_for_load_state("networkidle")
-        page.wait_for_timeout(200)  # charts draw after load
+        page.wait_for_timeout(200)  # charts and Markdown render after load
         overflow = page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
         if overflow > 0:
             problems.append(f"{name} scrolls sideways by {overflow} px at {width} px")
@@ -37,10 +53,35 @@ def test_every_page_at_desktop_and_phone_width(
         if page.csp_violations:
             problems.append(f"{name} broke the Content-Security-Policy: {page.csp_violations}")
         screenshot(page, f"page-{name}-{width}{suffix}")
+        report[name] = _contrast(page, name)
         page.context.close()
-    anonymous = logged_in_page(None, path="/login/", width=width, height=height, color_scheme=theme)
-    screenshot(anonymous, f"page-login-{width}{suffix}")
+    SCREENSHOTS.mkdir(exist_ok=True)
+    (SCREENSHOTS / f"contrast-{theme}-{width}.json").write_text(json.dumps(report, indent=1))
+    problems += [
+        f"{name}: contrast {f['ratio']} < {f['need']} {f['color']} on {f['background']} "
+        f"{f['where']} {f['text']!r}"
+        for name, found in report.items()
+        for f in found["failures"]
+    ]
     assert problems == []
+
+
+def _contrast(page, name):
+    """The page's texts' contrast (every <details> open); on a timeline also with the waterfall
+    zoomed to the first token and an event open."""
+    found = contrast_failures(page)
+    assert found["checked"] > 5, (name, found)  # the check saw the page's texts
+    if page.locator("#wf-start").count():
+        page.locator("label[for=wf-start]").click()
+        opened = page.locator("table.events .ev-open").first
+        if opened.count():
+            opened.click()
+            page.wait_for_selector("tr.event-detail")
+        more = contrast_failures(page)
+        found["failures"] += more["failures"]
+        if more["lowest"] and more["lowest"]["ratio"] < found["lowest"]["ratio"]:
+            found["lowest"] = more["lowest"]
+    return found
 
 
 def test_the_csp_check_sees_a_refused_inline_script(logged_in_page, people, site):
