@@ -155,6 +155,22 @@ def test_ingest(tmp_path):
 
 
 @TIER_1
+def test_simulator(tmp_path):
+    """Fresh and aged windows of a simulator driven by 2 clients: every response complete, the
+    log by its budget's measure within it, both CPU figures measured."""
+    (line,) = bench(
+        tmp_path, "simulator", "--clients", "2", "--responses", "100", "--window", "0.5",
+        "--sentences", "1",
+    )  # fmt: skip
+    assert line["incomplete"] == 0
+    assert line["aged"]["responses_before"] >= 100
+    for window in (line["fresh"], line["aged"]):
+        assert window["events"] > 0 and positive(window["cpu_us_per_event"]), window
+        assert window["log_responses"] > 0 and window["rss_mb"] > 0
+    assert positive(line["cpu_ratio"]) and positive(line["rate_ratio"])
+
+
+@TIER_1
 def test_usage(tmp_path):
     """Usage and cost per finished stream, three kinds: each priced or not as it should be."""
     lines = bench(tmp_path, "usage", "--streams", "5", "--events", "20")
@@ -252,6 +268,8 @@ def test_proxy(tmp_path):
         assert positive(line["daphne_floor_p50_ms"])
         assert line["cpu_us_per_event"] >= 0 and line["relay_cpu_us_per_event"] >= 0
         assert line["server_limits"]["PROXY_MAX_CONCURRENT"] >= 2
+        # the compiled floor, measured in the same rounds (Debian's nginx)
+        assert finite(line["nginx_ttft_p50_ms"]) and line["nginx_cpu_us_per_event"] >= 0
 
 
 # ---------------------------------------------------------------------------------------------

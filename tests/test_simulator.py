@@ -27,7 +27,7 @@ from streams.simulator.scenarios import (
     build_plan,
     stall_threshold_s,
 )
-from streams.simulator.server import ResponseLog
+from streams.simulator.server import EVENT_COST_BYTES, ResponseLog
 
 ROOT = Path(__file__).resolve().parent.parent
 TERMINALS = {"response.completed", "error"}
@@ -980,22 +980,51 @@ def test_openai_sdk_quirks(sim):
     assert events[-1].type == "response.completed"
 
 
-def test_log_total_budget_evicts_oldest():
-    log = ResponseLog(max_total_events=150)
-    ids = []
-    for i in range(4):
+def _log_responses(log, n, sent_us=0):
+    """`n` responses of six sentences logged as sent, as the server logs them."""
+    for i in range(n):
         req = SimRequest.from_body(
             {"model": "gpt-oss-20b", "input": f"hi {i}", "metadata": {"sentences": "6"}}
         )
         plan = build_plan(req, f"resp_{i}", 0)
         entry = log.open(plan, req.seed, 0)
         for k, ev in enumerate(plan.events):
-            log.add_event(entry, k, ev, k)
+            log.add_event(entry, k, ev, sent_us + k)
         log.close(entry, "complete", 1)
-        ids.append(entry.id)
+
+
+def test_log_total_budget_evicts_oldest():
+    log = ResponseLog(max_bytes=150 * (EVENT_COST_BYTES + 200))
+    _log_responses(log, 4)
     kept = log.ids()
     assert kept[-1] == "resp_3" and "resp_0" not in kept
-    assert sum(len(log.get(i)["events"]) for i in kept) <= 150 + len(plan.events)
+    assert log.bytes <= log.max_bytes
+    assert log.bytes == sum(
+        len(e["data"]) + EVENT_COST_BYTES for i in kept for e in log.get(i)["events"]
+    )
+    log.clear()
+    assert log.bytes == 0 and log.ids() == []
+
+
+def test_the_logs_budget_is_what_it_holds_in_memory():
+    """What the log counts per event (its data's length + EVENT_COST_BYTES) is at least what
+    the event costs in memory (tracemalloc): MAX_LOG_BYTES bounds the simulator's memory, not
+    only the text it logged (a budget of events and text let a long-running simulator reach
+    0.8 GB)."""
+    import tracemalloc
+
+    log = ResponseLog(max_bytes=10**12)
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        _log_responses(log, 20, sent_us=1_000_000)  # (numbers that are objects of their own)
+        used = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    events = sum(len(log.get(i)["events"]) for i in log.ids())
+    assert events > 1000
+    assert used <= log.bytes, (used, log.bytes, events)
+    assert log.bytes < 2 * used  # and not far above it
 
 
 def test_models_have_distinct_latency_profiles():

@@ -143,6 +143,14 @@ def fail_if(problems, what):
         )
 
 
+def process_cpu_s(pid):
+    """CPU seconds (user + system) the process `pid` has used so far, from /proc."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

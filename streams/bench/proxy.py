@@ -13,7 +13,11 @@ Per configuration (number of concurrent clients):
 - Daphne's floor: a trivial raw-ASGI response from the same server (request round trip p50);
 - the relay floor: the same rounds through `/_bench/relay` on the same Daphne, the least a
   forwarding hop does on this stack (httpcore out, chunks back; streams/bench/proxy_asgi.py):
-  its added TTFT and per-event latency, and the proxy's above it (Streamscope's own cost).
+  its added TTFT and per-event latency, and the proxy's above it (Streamscope's own cost);
+- the compiled floor (`--against nginx`, on by default): the same rounds through Debian's nginx,
+  started by the bench as a plain reverse proxy to the simulator (unbuffered, upstream
+  keep-alive, one worker): what one extra hop costs at best, its CPU per event, and the
+  proxy's figures above it.
 
 All of the bench's requests carry one token of one user: the Daphne it starts gets the limits
 that needs (streams.bench.server_limits: requests in flight per token and streams per user, from
@@ -24,6 +28,7 @@ or the proxy refused a request.
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,8 +36,18 @@ from pathlib import Path
 import httpx
 from django.core.management.base import CommandError
 
-from streams.bench import fail_if, limits_of, manage, migrated_env, server_limits
+from streams.bench import (
+    fail_if,
+    free_port,
+    limits_of,
+    manage,
+    migrated_env,
+    process_cpu_s,
+    server_limits,
+    wait_for_port,
+)
 from streams.bench.relay import Server, _percentile
+from streams.bench.relay import _stop as stop_process
 
 REQUEST = {
     "model": "auto",
@@ -55,6 +70,11 @@ def add_arguments(parser):
         type=int,
         default=int(REQUEST["metadata"]["sentences"]),
         help="length of each reply (the simulator's `sentences`)",
+    )
+    parser.add_argument(
+        "--against",
+        default="nginx",
+        help="baselines besides direct calls and the relay floor: nginx, or none",
     )
     parser.add_argument(
         "--time-scale",
@@ -86,11 +106,14 @@ def run(command, opts):
     )
     request = _request(opts)
     results = []
+    nginx = None
     try:
+        if "nginx" in opts["against"].split(","):
+            nginx = Nginx(sim.port, tmp, workers=1, connections=4 * most + 64)
         for n, arrivals in configurations:
             result = asyncio.run(
                 _configuration(
-                    n, opts["rounds"], sim_root, daphne, token, arrivals.strip(), request
+                    n, opts["rounds"], sim_root, daphne, token, arrivals.strip(), request, nginx
                 )
             )
             result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
@@ -98,6 +121,8 @@ def run(command, opts):
             results.append(result)
             _print(command, n, arrivals, result, opts["json"])
     finally:
+        if nginx is not None:
+            nginx.stop()
         daphne.stop()
         sim.stop()
     fail_if(
@@ -164,15 +189,85 @@ def _print(command, n, arrivals, result, as_json):
         f"TTFT p50 {result['relay_ttft_p50_ms']} / p99 {result['relay_ttft_p99_ms']} "
         f"ms, per event p50 {result['relay_event_p50_ms']} ms; proxy above the relay: "
         f"TTFT p50 {result['over_relay_ttft_p50_ms']} ms"
+        + (
+            f"; nginx: added TTFT p50 {result['nginx_ttft_p50_ms']} / p99 "
+            f"{result['nginx_ttft_p99_ms']} ms, per event p50 {result['nginx_event_p50_ms']} / "
+            f"p99 {result['nginx_event_p99_ms']} ms, {result['nginx_cpu_us_per_event']} µs "
+            f"CPU/event; proxy above nginx: TTFT p50 {result['over_nginx_ttft_p50_ms']} / p99 "
+            f"{result['over_nginx_ttft_p99_ms']} ms"
+            if "nginx_ttft_p50_ms" in result
+            else ""
+        )
     )
 
 
-def _cpu_s(pid):
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+NGINX_CONF = """{user}worker_processes {workers};
+daemon off;
+pid {tmp}/nginx.pid;
+error_log {tmp}/nginx-error.log warn;
+events {{ worker_connections {connections}; }}
+http {{
+    access_log off;
+    client_body_temp_path {tmp}/nginx-body;
+    proxy_temp_path {tmp}/nginx-proxy;
+    fastcgi_temp_path {tmp}/nginx-fastcgi;
+    uwsgi_temp_path {tmp}/nginx-uwsgi;
+    scgi_temp_path {tmp}/nginx-scgi;
+    upstream simulator {{ server 127.0.0.1:{upstream_port}; keepalive {connections}; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://simulator;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+            proxy_request_buffering off;
+            proxy_read_timeout 300s;
+        }}
+    }}
+}}
+"""
 
 
-async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
+class Nginx:
+    """Debian's nginx as a plain reverse proxy to 127.0.0.1:`upstream_port` (the compiled
+    floor of one extra hop), in the foreground, its files in `tmp`."""
+
+    def __init__(self, upstream_port, tmp, workers=1, connections=1024):
+        import shutil
+
+        binary = shutil.which("nginx") or "/usr/sbin/nginx"
+        if not os.path.exists(binary):
+            raise CommandError("bench proxy --against nginx needs nginx (apt-get install nginx)")
+        self.port = free_port()
+        conf = tmp / "nginx.conf"
+        conf.write_text(
+            NGINX_CONF.format(
+                user="user root;\n" if os.geteuid() == 0 else "",
+                workers=workers,
+                tmp=tmp,
+                connections=connections,
+                upstream_port=upstream_port,
+                port=self.port,
+            )
+        )
+        self.proc = subprocess.Popen(
+            [binary, "-p", str(tmp), "-c", str(conf)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.STDOUT,
+        )
+        wait_for_port(self.port, self.proc)
+
+    def cpu_s(self):
+        """CPU seconds of the master and its workers."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        return sum(process_cpu_s(pid) for pid in (self.proc.pid, *map(int, children.split())))
+
+    def stop(self):
+        stop_process(self.proc)
+
+
+async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request, nginx=None):
     """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs.
 
     `arrivals`: "burst", every client's request sent in the same instant (a round is a
@@ -184,6 +279,10 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
     proxy_base = f"http://127.0.0.1:{daphne.port}/v1"
     relay_base = f"http://127.0.0.1:{daphne.port}/_bench/relay/v1"
     bases = {"direct": sim_root + "/v1", "relay": relay_base, "proxy": proxy_base}
+    cpu_of = {"direct": lambda: 0.0, "relay": daphne.cpu_s, "proxy": daphne.cpu_s}
+    if nginx is not None:
+        bases["nginx"] = f"http://127.0.0.1:{nginx.port}/v1"
+        cpu_of["nginx"] = nginx.cpu_s
     # Warm connections for every origin (the simulator and Daphne) at once: with room for only
     # n, each change of mode closed the other origin's and the next round paid for opening them.
     limits = httpx.Limits(max_connections=3 * (n + 4), max_keepalive_connections=3 * (n + 4))
@@ -193,7 +292,8 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
         # Warm-up, not measured: one-time costs (the token's look-up, the proxy's first
         # upstream client, connections of both pools) are not the per-request figure.
         duration_ns = 0
-        for base, headers in ((sim_root + "/v1", {}), (relay_base, {}), (proxy_base, auth)):
+        for mode, base in bases.items():
+            headers = auth if mode == "proxy" else {}
             started = time.monotonic_ns()
             await asyncio.gather(
                 *(_one(client, base, headers, request, seed=-1 - i) for i in range(n))
@@ -203,11 +303,11 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request):
         for r in range(rounds):
             for mode in bases:
                 headers = auth if mode == "proxy" else {}
-                before = _cpu_s(daphne.proc.pid)
+                before = cpu_of[mode]()
                 runs = await _round(
                     client, bases[mode], headers, request, arrivals, n, r, duration_ns
                 )
-                measured.cpu[mode] += _cpu_s(daphne.proc.pid) - before
+                measured.cpu[mode] += cpu_of[mode]() - before
                 await measured.add(client, sim_root, mode, runs)
     return _figures(n, arrivals, floor, measured)
 
@@ -311,6 +411,30 @@ def _figures(n, arrivals, floor, measured):
         "events": events["proxy"],
         "samples": len(added_ttft),
         "_proxied_ids": proxied_ids,
+        **(_against_nginx(measured) if "nginx" in ttft else {}),
+    }
+
+
+def _against_nginx(measured):
+    """The compiled floor's figures (what nginx adds to direct calls, its CPU per event) and
+    the proxy's above it."""
+    ttft, lag, cpu, events = measured.ttft, measured.lag, measured.cpu, measured.events
+    seeds = list(ttft["direct"])
+    added = [(ttft["nginx"][s] - ttft["direct"][s]) / 1e6 for s in seeds]
+    over = [(ttft["proxy"][s] - ttft["nginx"][s]) / 1e6 for s in seeds]
+    direct_p50, direct_p99 = _percentile(lag["direct"], 50, 3), _percentile(lag["direct"], 99)
+    nginx_p99 = _percentile(added, 99)
+    proxy_p99 = _percentile([(ttft["proxy"][s] - ttft["direct"][s]) / 1e6 for s in seeds], 99)
+    return {
+        "nginx_ttft_p50_ms": _percentile(added, 50, 3),
+        "nginx_ttft_p99_ms": nginx_p99,
+        "nginx_event_p50_ms": round(_percentile(lag["nginx"], 50, 3) - direct_p50, 3),
+        "nginx_event_p99_ms": round(_percentile(lag["nginx"], 99) - direct_p99, 3),
+        "nginx_cpu_us_per_event": round(cpu["nginx"] * 1e6 / max(1, events["nginx"]), 1),
+        "over_nginx_ttft_p50_ms": _percentile(over, 50, 3),
+        # (p99s of the two added TTFTs apart: the p99 of a difference of two noisy runs says
+        # little)
+        "over_nginx_ttft_p99_ms": round(proxy_p99 - nginx_p99, 3),
     }
 
 

@@ -50,6 +50,7 @@ from streams.bench import (
     free_port,
     limits_of,
     migrated_env,
+    process_cpu_s,
     server_limits,
     wait_for_port,
 )
@@ -360,6 +361,9 @@ class Server:
             argv, cwd=BASE_DIR, env=env, stdout=self.log, stderr=subprocess.STDOUT
         )
         wait_for_port(self.port, self.proc)
+
+    def cpu_s(self):
+        return process_cpu_s(self.proc.pid)
 
     def stop(self):
         _stop(self.proc)

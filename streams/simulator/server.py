@@ -13,6 +13,8 @@ Endpoints:
 * ``GET /_simulator/responses/<id>[?wait=S]`` — the log of one response; with ``wait`` the server
   first waits up to S seconds for the response to finish.
 * ``GET /_simulator/scenarios`` — ``{name: description}``.
+* ``GET /_simulator`` — ``{"ok", "base_url", "scenarios", "log": {"responses", "bytes",
+  "max_bytes"}}``: the log's size by its budget's measure (MAX_LOG_BYTES).
 
 Log entry (also ``handle.log.get(id)`` in-process)::
 
@@ -50,8 +52,12 @@ logger = logging.getLogger("streams.simulator")
 
 MAX_LOGGED_RESPONSES = 10_000
 MAX_LOGGED_EVENTS = 200_000  # per response; beyond it only the count is kept
-MAX_TOTAL_EVENTS = 2_000_000  # across the log; the oldest finished responses are evicted
-MAX_TOTAL_BYTES = 256 * 1024 * 1024  # same, for the stored event data
+# The log's memory, across responses (the oldest finished ones are evicted): each logged event
+# costs its data's length plus EVENT_COST_BYTES, what one costs beyond its text (its tuple, list
+# slot and numbers, and the text's own header: tests/test_simulator.py measures it). A budget in
+# events alone let the log of a long-running simulator reach 0.8 GB.
+MAX_LOG_BYTES = 128 * 1024 * 1024
+EVENT_COST_BYTES = 256
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024
 
@@ -82,7 +88,12 @@ class LogEntry:
     request_received_ns: int
     request_received_at_ms: int
     faults: list[dict]
-    events: list[dict] = field(default_factory=list)
+    # (index, sent_us, type, sequence_number, data, event name, id) per logged event: a tuple
+    # of atoms, which the garbage collector stops tracking, and no dict per event (the dicts
+    # of `as_dict` are made when the log is read)
+    events: list[tuple] = field(default_factory=list)
+    bytes: int = 0  # what its logged events cost the log (MAX_LOG_BYTES)
+    evicted: bool = False  # dropped from the log while still being sent: logs no more
     event_count: int = 0
     events_truncated: bool = False
     writes: int = 0
@@ -100,7 +111,7 @@ class LogEntry:
             "status": self.status,
             "request_received_ns": self.request_received_ns,
             "request_received_at_ms": self.request_received_at_ms,
-            "events": list(self.events),
+            "events": [_logged(*e) for e in self.events],
             "event_count": self.event_count,
             "events_truncated": self.events_truncated,
             "writes": self.writes,
@@ -110,24 +121,39 @@ class LogEntry:
         }
 
 
+def _logged(index, sent_us, type_, sequence_number, data, event_name, sse_id) -> dict:
+    logged = {
+        "index": index,
+        "type": type_,
+        "sequence_number": sequence_number,
+        "data": data,
+        "sent_us": sent_us,
+    }
+    # (the `event:` name when not "message", and the `id:`, only when sent)
+    if event_name is not None:
+        logged["event"] = event_name
+    if sse_id is not None:
+        logged["id"] = sse_id
+    return logged
+
+
 class ResponseLog:
-    """In-memory, bounded, thread-safe log of the responses a simulator sent."""
+    """In-memory, bounded, thread-safe log of the responses a simulator sent: at most
+    `max_responses`, `max_events` logged per response, and `max_bytes` for all (module
+    constants above)."""
 
     def __init__(
         self,
         max_responses: int = MAX_LOGGED_RESPONSES,
         max_events: int = MAX_LOGGED_EVENTS,
-        max_total_events: int = MAX_TOTAL_EVENTS,
-        max_total_bytes: int = MAX_TOTAL_BYTES,
+        max_bytes: int = MAX_LOG_BYTES,
     ):
         self.max_responses = max_responses
         self.max_events = max_events
-        self.max_total_events = max_total_events
-        self.max_total_bytes = max_total_bytes
+        self.max_bytes = max_bytes
         self._entries: OrderedDict[str, LogEntry] = OrderedDict()
         self._cond = threading.Condition()
-        self._total_events = 0
-        self._total_bytes = 0
+        self._bytes = 0
 
     def open(self, plan: Plan, seed: int, received_ns: int) -> LogEntry:
         entry = LogEntry(
@@ -152,46 +178,40 @@ class ResponseLog:
     def _drop(self, response_id: str) -> None:
         old = self._entries.pop(response_id, None)
         if old is not None:
-            self._total_events -= len(old.events)
-            self._total_bytes -= sum(len(e["data"]) for e in old.events)
+            self._bytes -= old.bytes
+            old.evicted = True
 
     def _evict(self, keep: LogEntry) -> None:
-        """Drop the oldest responses (never ``keep``) until the log is within its budgets."""
+        """Drop the oldest responses (never ``keep``) until the log is within its budget."""
         with self._cond:
-            for rid in list(self._entries):
-                if (
-                    self._total_events <= self.max_total_events
-                    and self._total_bytes <= self.max_total_bytes
-                ):
-                    break
-                if self._entries[rid] is not keep:
-                    self._drop(rid)
+            entries = self._entries
+            while self._bytes > self.max_bytes and len(entries) > 1:
+                oldest = next(iter(entries))
+                if entries[oldest] is keep:
+                    entries.move_to_end(oldest)
+                    continue
+                self._drop(oldest)
 
     def add_event(self, entry: LogEntry, index: int, ev, sent_us: int) -> None:
         entry.event_count += 1
+        if entry.evicted:
+            return
         if len(entry.events) < self.max_events:
-            logged = {
-                "index": index,
-                "type": ev.type,
-                "sequence_number": ev.sequence_number,
-                "data": ev.data,
-                "sent_us": sent_us,
-            }
-            # (the `event:` name when not "message", and the `id:`, only when sent)
-            if ev.event_name is not None:
-                logged["event"] = ev.event_name
-            if ev.sse_id is not None:
-                logged["id"] = ev.sse_id
-            entry.events.append(logged)
-            self._total_events += 1
-            self._total_bytes += len(ev.data)
-            if (
-                self._total_events > self.max_total_events
-                or self._total_bytes > self.max_total_bytes
-            ):
+            entry.events.append(
+                (index, sent_us, ev.type, ev.sequence_number, ev.data, ev.event_name, ev.sse_id)
+            )
+            cost = len(ev.data) + EVENT_COST_BYTES
+            entry.bytes += cost
+            self._bytes += cost
+            if self._bytes > self.max_bytes:
                 self._evict(entry)
         else:
             entry.events_truncated = True
+
+    @property
+    def bytes(self) -> int:
+        """What the logged events cost, by the budget's measure."""
+        return self._bytes
 
     def close(self, entry: LogEntry, outcome: str, closed_us: int) -> None:
         with self._cond:
@@ -235,7 +255,8 @@ class ResponseLog:
 
     def clear(self) -> None:
         with self._cond:
-            self._entries.clear()
+            for response_id in list(self._entries):
+                self._drop(response_id)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -520,7 +541,16 @@ class SimulatorServer:
             await self._send_json(
                 writer,
                 200,
-                {"ok": True, "base_url": self.base_url, "scenarios": list(SCENARIOS)},
+                {
+                    "ok": True,
+                    "base_url": self.base_url,
+                    "scenarios": list(SCENARIOS),
+                    "log": {
+                        "responses": len(self.log),
+                        "bytes": self.log.bytes,
+                        "max_bytes": self.log.max_bytes,
+                    },
+                },
                 keep,
             )
         else:

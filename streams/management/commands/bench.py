@@ -15,6 +15,7 @@ BENCHMARKS = {
     "proxy": "streams.bench.proxy",
     "egress": "streams.bench.egress",
     "usage": "streams.bench.usage",
+    "simulator": "streams.bench.simulator",
 }
 
 
