@@ -79,6 +79,14 @@ def test_the_playground_and_the_timeline_render_a_tool_call_alike(
         contexts.append(context)
         # Opened while the stream runs: the timeline follows it live (it did not render it whole).
         expect(timeline.locator("#live-state")).to_have_attribute("data-state", "live")
+        outputs = {
+            "playground": (playground, f"#turn-{turn.get_attribute('data-turn')} .pg-answer"),
+            "timeline": (timeline, "#output-items"),
+        }
+        # The live renderer's own elements, marked: the server's rendering of the ended stream
+        # would come as new ones.
+        for page, output in outputs.values():
+            page.locator(output).evaluate("(e) => { e.heldLive = true; }")
 
         deadline = time.monotonic() + WAIT_MS / 1000
         while Stream.objects.get(pk=stream_id).status == "streaming":
@@ -87,16 +95,13 @@ def test_the_playground_and_the_timeline_render_a_tool_call_alike(
         assert Stream.objects.get(pk=stream_id).status == "completed"
 
         cards = {}
-        for name, page, output in (
-            ("playground", playground, f"#turn-{turn.get_attribute('data-turn')} .pg-answer"),
-            ("timeline", timeline, "#output-items"),
-        ):
+        for name, (page, output) in outputs.items():
             assert OUTPUT_MODULE in loaded_modules(page), name
             card = page.locator(f"{output} {TOOL}")
             expect(card).to_have_count(1)
             expect(card.locator(".tool-status")).to_have_text("completed", timeout=WAIT_MS)
             # Still the live rendering: the end was held back, the server's never came.
-            assert page.locator(".pg-turn[data-active=true], #live-state[data-state=live]").count()
+            assert page.locator(output).evaluate("(e) => e.heldLive === true"), name
             cards[name] = card.evaluate("(e) => e.outerHTML")
             assert page.errors == [], page.errors
 
