@@ -195,6 +195,7 @@ def check_relay(lines, streams, fast_events, patterns):
         for name in ("added_latency", "recorder_latency"):
             assert finite(line[f"{name}_p50_ms"]) and finite(line[f"{name}_p99_ms"])
         assert line["added_latency_p50_ms"] > 0
+        assert positive(line["cpu_us_per_event"])  # the server's, over the paced run
         if line["pattern"] != "stock":  # the stock pattern is there to show what it loses
             assert line["lost_events"] == line["duplicated_events"] == 0, line
             assert line["viewers_closed"] == {}, line
@@ -248,7 +249,7 @@ def test_proxy(tmp_path):
     both arrival patterns, at a twentieth of a real model's pacing."""
     lines = bench(
         tmp_path, "proxy", "--concurrency", "2", "--rounds", "1", "--time-scale", "0.05",
-        "--sentences", "2",
+        "--sentences", "2", "--profile",
     )  # fmt: skip
     assert [(line["arrivals"], line["concurrency"]) for line in lines] == [
         ("steady", 2),
@@ -270,6 +271,10 @@ def test_proxy(tmp_path):
         assert line["server_limits"]["PROXY_MAX_CONCURRENT"] >= 2
         # the compiled floor, measured in the same rounds (Debian's nginx)
         assert finite(line["nginx_ttft_p50_ms"]) and line["nginx_cpu_us_per_event"] >= 0
+        # the server's CPU by stage, from py-spy's samples of a round of its own
+        profile = line["profile"]
+        assert {"read", "loop"} <= set(profile) and "idle" not in profile, profile
+        assert 99 <= sum(row["pct"] for row in profile.values()) <= 101
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,8 +336,38 @@ def test_relay_on_redis_with_a_worker(tmp_path):
         lines = bench(
             tmp_path, "relay", "--layer", "redis", "--redis-url", url, "--runner", "worker",
             "--streams", "3", "--fast-events", "20", "--sentences", "1", "--patterns", "batched",
+            "--profile",
         )  # fmt: skip
     finally:
         redis.Redis.from_url(url).flushdb()
     check_relay(lines, 3, 20, ["batched"])
+    # the relaying Daphne's CPU by stage (py-spy), in a paced run of its own
+    (profile,) = [line["profile"] for line in lines]
+    assert "frame" in profile and "idle" not in profile, profile
     assert all(line["layer"] == "redis" and line["runner"] == "worker" for line in lines)
+
+
+def test_a_sample_is_put_in_the_stage_of_its_innermost_frame_that_names_one():
+    """streams/bench/profile.py's stages, on stacks as py-spy writes them (outermost first)."""
+    from streams.bench.profile import count, shares, stage_of
+
+    loop = ["<module> (manage.py:22)", "Loop__run (loop.c:20313)", "Handle__run (loop.c:70959)"]
+    commit = [
+        *loop,
+        "Writer._commit (streams/ingest/writer.py:170)",
+        "write_batch (streams/store/rows.py:700)",
+        "execute (django/db/backends/utils.py:100)",
+        "pysqlite_cursor_execute (cursor.c:800)",
+    ]
+    finish = [*loop, "finished (streams/store/rows.py:400)", "execute (django/db/utils.py:1)"]
+    ingest = "Recording.ingest (streams/ingest/recorder.py:170)"
+    checked = [*loop, ingest, "Checker.feed (streams/core/checks.py:600)", "loads (json/x.py:3)"]
+    waiting = [*loop, "epoll_pwait (libc.so.6)"]
+    unknown = ["0x7fee (libc.so.6)", "main (python3.11:1)"]
+    assert [stage_of(s) for s in (commit, finish, checked, waiting, unknown)] == [
+        "commit", "finish", "check", "idle", "other",
+    ]  # fmt: skip
+    raw = [";".join(commit) + " 30", ";".join(waiting) + " 50", ";".join(checked) + " 10", ""]
+    counts = count(raw)
+    assert counts == {"commit": 30, "idle": 50, "check": 10}
+    assert shares(counts) == {"commit": 75.0, "check": 25.0}  # idle left out

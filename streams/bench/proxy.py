@@ -46,6 +46,7 @@ from streams.bench import (
     server_limits,
     wait_for_port,
 )
+from streams.bench.profile import Sampler, by_stage, stages_text
 from streams.bench.relay import Server, _percentile
 from streams.bench.relay import _stop as stop_process
 
@@ -70,6 +71,12 @@ def add_arguments(parser):
         type=int,
         default=int(REQUEST["metadata"]["sentences"]),
         help="length of each reply (the simulator's `sentences`)",
+    )
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after the measured rounds, one proxied round under py-spy: the server's CPU by "
+        "stage (streams/bench/profile.py)",
     )
     parser.add_argument(
         "--against",
@@ -113,7 +120,15 @@ def run(command, opts):
         for n, arrivals in configurations:
             result = asyncio.run(
                 _configuration(
-                    n, opts["rounds"], sim_root, daphne, token, arrivals.strip(), request, nginx
+                    n,
+                    opts["rounds"],
+                    sim_root,
+                    daphne,
+                    token,
+                    arrivals.strip(),
+                    request,
+                    nginx,
+                    opts["profile"],
                 )
             )
             result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
@@ -199,6 +214,8 @@ def _print(command, n, arrivals, result, as_json):
             else ""
         )
     )
+    if "profile" in result:
+        command.stdout.write("  the proxy's " + stages_text(result["profile"]))
 
 
 NGINX_CONF = """{user}worker_processes {workers};
@@ -267,7 +284,9 @@ class Nginx:
         stop_process(self.proc)
 
 
-async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request, nginx=None):
+async def _configuration(
+    n, rounds, sim_root, daphne, token, arrivals, request, nginx=None, profile=False
+):
     """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs.
 
     `arrivals`: "burst", every client's request sent in the same instant (a round is a
@@ -309,7 +328,16 @@ async def _configuration(n, rounds, sim_root, daphne, token, arrivals, request, 
                 )
                 measured.cpu[mode] += cpu_of[mode]() - before
                 await measured.add(client, sim_root, mode, runs)
-    return _figures(n, arrivals, floor, measured)
+        figures = _figures(n, arrivals, floor, measured)
+        if profile:
+            # its own round: sampling C frames pauses the server at every sample
+            sampler = Sampler(daphne.proc.pid)
+            await asyncio.sleep(0.5)  # (attached)
+            runs = await _round(client, proxy_base, auth, request, arrivals, n, rounds, duration_ns)
+            counts = sampler.stop()
+            events = sum(len(run[1][2]) for run in runs)
+            figures["profile"] = by_stage(counts, figures["cpu_us_per_event"], events, len(runs))
+    return figures
 
 
 async def _daphne_floor(client, daphne):

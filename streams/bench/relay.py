@@ -54,6 +54,7 @@ from streams.bench import (
     server_limits,
     wait_for_port,
 )
+from streams.bench.profile import Sampler, by_stage, stages_text
 from streams.core import figures
 
 FAST_EVENTS = {1: 20_000}  # events per stream by stream count; others: FAST_EVENTS_MANY
@@ -337,6 +338,12 @@ def add_arguments(parser):
     )
     parser.add_argument("--no-paced", action="store_true", help="skip the latency runs")
     parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="after each paced run, another under py-spy: the server's CPU by stage "
+        "(streams/bench/profile.py)",
+    )
+    parser.add_argument(
         "--no-fast", action="store_true", help="diagnostics: skip the events/s runs"
     )
     parser.add_argument(
@@ -465,7 +472,7 @@ def _one_server(command, opts, setup, pattern, counts):
     results = []
     try:
         for n in counts:
-            result = asyncio.run(_configuration(pattern, n, daphne.port, sim_root, opts, command))
+            result = asyncio.run(_configuration(pattern, n, daphne, sim_root, opts, command))
             result = {**label, **result, "server_limits": limits_of(limits)}
             results.append(result)
             _print(command, opts, result)
@@ -544,12 +551,16 @@ def _print(command, opts, r):
         f"{r['layer']:6} {r['loop']:7} {r['pattern']:13} {r['streams']:4} stream(s): "
         f"{r['events_per_s']:>10,.0f} events/s, "
         f"added latency {lat}, lost {r['lost_events']}, duplicated {r['duplicated_events']}"
+        + (f", {r['cpu_us_per_event']} µs CPU/event paced" if "cpu_us_per_event" in r else "")
         + (f", viewers closed {r['viewers_closed']}" if r["viewers_closed"] else "")
         + (f", {r['failed_streams']} stream(s) not completed" if r["failed_streams"] else "")
     )
+    if "profile" in r:
+        command.stdout.write("  the server's " + stages_text(r["profile"]))
 
 
-async def _configuration(pattern, n, port, sim_root, opts, command):
+async def _configuration(pattern, n, daphne, sim_root, opts, command):
+    port = daphne.port
     fast_events = _fast_events(opts, n)
     fast = {
         "delivered": 0,
@@ -586,7 +597,7 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
         "failed_streams": fast["failed"],
     }
     if not opts["no_paced"]:
-        await _paced(result, pattern, n, port, sim_root, opts)
+        await _paced(result, pattern, n, daphne, sim_root, opts)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
         stats = (await client.post("/_bench/stats", json={})).json()
     # the server's garbage collector during the last run (paced if any): its pauses are latency
@@ -596,11 +607,24 @@ async def _configuration(pattern, n, port, sim_root, opts, command):
     return result
 
 
-async def _paced(result, pattern, n, port, sim_root, opts):
+async def _paced(result, pattern, n, daphne, sim_root, opts):
     """Add the paced run's figures to `result`: added latency (and where it goes: the
-    recorder's receipt, the publish after the commit), lost and duplicated events."""
+    recorder's receipt, the publish after the commit), the server's CPU per event stored and
+    relayed, lost and duplicated events; with --profile, the server's CPU by stage in a paced
+    run of its own."""
+    port = daphne.port
     request = {**PACED, "metadata": {**PACED["metadata"], "sentences": opts["sentences"]}}
+    cpu = daphne.cpu_s()
     paced = await _run(pattern, n, port, request, idle_s=10.0, viewers=not opts["no_viewers"])
+    cpu = daphne.cpu_s() - cpu
+    result["cpu_us_per_event"] = round(cpu * 1e6 / max(1, paced["stored"]), 1)
+    if opts["profile"]:
+        sampler = Sampler(daphne.proc.pid)
+        await asyncio.sleep(0.5)  # (attached)
+        profiled = await _run(pattern, n, port, request, idle_s=10.0, viewers=True)
+        result["profile"] = by_stage(
+            sampler.stop(), result["cpu_us_per_event"], profiled["stored"], n
+        )
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         ids = {"ids": paced["ids"]}
         receipts = (await client.post("/_bench/receipts", json=ids)).json()
