@@ -99,6 +99,7 @@ IDLE = (
     "PyThread_acquire_lock_timed",
     "select (",
     "poll (",
+    "nanosleep",  # (SQLite's busy handler waiting for the write lock, among others)
 )
 
 
