@@ -174,7 +174,9 @@ class Sampler:
         self.output = self.dir / "samples.txt"
         self.proc = subprocess.Popen(
             [executable, "record", "--pid", str(pid), "--rate", str(rate)]
-            + ["--native", "--threads", "--format", "raw", "--output", str(self.output)],
+            # (--idle: waiting samples too, which `stage_of` sorts out itself: a run short
+            # enough to be all waiting still has samples)
+            + ["--native", "--threads", "--idle", "--format", "raw", "--output", str(self.output)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,

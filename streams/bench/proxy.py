@@ -337,6 +337,7 @@ async def _configuration(
             counts = sampler.stop()
             events = sum(len(run[1][2]) for run in runs)
             figures["profile"] = by_stage(counts, figures["cpu_us_per_event"], events, len(runs))
+            figures["profile_samples"] = sum(counts.values())  # (the waiting ones too)
     return figures
 
 

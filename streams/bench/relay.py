@@ -622,9 +622,9 @@ async def _paced(result, pattern, n, daphne, sim_root, opts):
         sampler = Sampler(daphne.proc.pid)
         await asyncio.sleep(0.5)  # (attached)
         profiled = await _run(pattern, n, port, request, idle_s=10.0, viewers=True)
-        result["profile"] = by_stage(
-            sampler.stop(), result["cpu_us_per_event"], profiled["stored"], n
-        )
+        counts = sampler.stop()
+        result["profile"] = by_stage(counts, result["cpu_us_per_event"], profiled["stored"], n)
+        result["profile_samples"] = sum(counts.values())  # (the waiting ones too)
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=60) as client:
         ids = {"ids": paced["ids"]}
         receipts = (await client.post("/_bench/receipts", json=ids)).json()
