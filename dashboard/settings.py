@@ -50,7 +50,8 @@ def database_from_url(url):
             # Kept per thread, as on PostgreSQL: with the default (closed after every request
             # and every Channels database call) each relay read opened a new connection (its
             # PRAGMAs, a 64 MB page cache, Django's SQL functions registered): a fifth of the
-            # server's CPU at 100 paced streams with a viewer each (docs/performance.md, "Relay").
+            # server's CPU at 100 paced streams with a viewer each (docs/performance.md, "Where the
+            # CPU goes, by stage").
             "CONN_MAX_AGE": None,
             "CONN_HEALTH_CHECKS": True,
             # A file, so the recorder's writer thread and live servers share it; per process,

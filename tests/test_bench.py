@@ -175,7 +175,7 @@ def test_ingest(tmp_path):
 @TIER_1
 def test_simulator(tmp_path):
     """Fresh and aged windows of a simulator driven by 2 clients: every response complete, the
-    log by its budget's measure within it, both CPU figures measured."""
+    log's size reported, both CPU figures measured."""
     (line,) = bench(
         tmp_path, "simulator", "--clients", "2", "--responses", "100", "--window", "0.5",
         "--sentences", "1",

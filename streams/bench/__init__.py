@@ -1,6 +1,7 @@
 """Benchmarks (`python manage.py bench <what>`): one module each, plus what they share."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -145,8 +146,6 @@ def fail_if(problems, what):
 
 def process_cpu_s(pid):
     """CPU seconds (user + system) the process `pid` has used so far, from /proc."""
-    import os
-
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -174,7 +173,6 @@ def wait_for_port(port, proc=None, timeout=30):
 def migrated_env(name, drop=()):
     """A temporary folder and the environment of the bench's processes (this one's, without
     `drop`): a fresh SQLite database there (migrated), quiet logs."""
-    import os
     import secrets
     import tempfile
 

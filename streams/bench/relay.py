@@ -621,7 +621,8 @@ async def _paced(result, pattern, n, daphne, sim_root, opts):
     if opts["profile"]:
         sampler = Sampler(daphne.proc.pid)
         await asyncio.sleep(0.5)  # (attached)
-        profiled = await _run(pattern, n, port, request, idle_s=10.0, viewers=True)
+        viewers = not opts["no_viewers"]
+        profiled = await _run(pattern, n, port, request, idle_s=10.0, viewers=viewers)
         counts = sampler.stop()
         result["profile"] = by_stage(counts, result["cpu_us_per_event"], profiled["stored"], n)
         result["profile_samples"] = sum(counts.values())  # (the waiting ones too)

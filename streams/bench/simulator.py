@@ -30,11 +30,11 @@ def add_arguments(parser):
         "--responses",
         type=int,
         default=60_000,
-        help="responses sent before the aged window (60,000 of ~70 events fill the log)",
+        help="responses sent before the aged window (60,000 of 4 sentences fill the log)",
     )
     parser.add_argument("--window", type=float, default=10.0, help="seconds per measured window")
     parser.add_argument(
-        "--sentences", type=int, default=4, help="length of each response (~16 events each)"
+        "--sentences", type=int, default=4, help="length of each response (the simulator's)"
     )
 
 
