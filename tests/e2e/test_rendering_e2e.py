@@ -66,12 +66,13 @@ def probed(browser, live_server_daphne, owner):
         pg.close()
 
 
-def long_task_bound_ms():
-    """100 ms on a machine with a core to spare; scaled by how oversubscribed its cores are
-    (the 1-minute load average per core) when they are not: a task's wall time in Chromium
-    grows with the run queue, and the test must measure the page, not the neighbours."""
+def long_task_bound_ms(bound_ms=LONG_TASK_MS):
+    """`bound_ms` (a long task's 100 ms) on a machine with a core to spare; scaled by how
+    oversubscribed its cores are (the 1-minute load average per core) when they are not: wall
+    time in Chromium grows with the run queue, and the test must measure the page, not the
+    neighbours."""
     load = os.getloadavg()[0] / (os.cpu_count() or 1)
-    return LONG_TASK_MS * max(1.0, load)
+    return bound_ms * max(1.0, load)
 
 
 def terminal_received_ms(stream_id):
@@ -99,7 +100,9 @@ def test_a_huge_or_fast_answer_keeps_up(probed, scenario):
     completed_at = page.evaluate("window.__completedAt")
     assert completed_at is not None
     delay_ms = completed_at - terminal_received_ms(stream_id)
-    assert -50 < delay_ms < KEEP_UP_MS, delay_ms  # shown after the server had it, soon after
+    # shown after the server had it, soon after (CI runs these beside the PostgreSQL tier)
+    keep_up_ms = long_task_bound_ms(KEEP_UP_MS)
+    assert -50 < delay_ms < keep_up_ms, (delay_ms, keep_up_ms)
 
     assert page.evaluate("PerformanceObserver.supportedEntryTypes.includes('longtask')")
     tasks = page.evaluate("window.__longTasks.filter(([start]) => start >= window.__since)")
