@@ -10,7 +10,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
-from streams.core import usage  # noqa: E402
+from streams.core import warmup  # noqa: E402
 from streams.live.sockets import websocket_urlpatterns  # noqa: E402
 from streams.serve import edge, proxy  # noqa: E402
 from streams.serve.egress import EgressGate  # noqa: E402
@@ -19,9 +19,10 @@ from streams.serve.egress import EgressGate  # noqa: E402
 # a body that stalls is cut off with a 408 where Daphne reads it.
 edge.install()
 
-# The usage estimates' tokenizer, loaded beside the server as it starts (half a second of
-# CPU, once per process; streams/core/usage.py).
-usage.warm_in_background()
+# What the hot path would load at its first use (the price list, the tokenizer, backends),
+# loaded before serving: the first streams' events never wait behind an import
+# (streams/core/warmup.py).
+warmup.now()
 
 # Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/serve/egress.py).
 application = EgressGate(

@@ -8,4 +8,11 @@ class StreamsConfig(AppConfig):
     def ready(self):
         # the rollups' delete receiver and the price table's change receiver (each connected
         # where it is defined)
-        from streams.store import aggregates, prices  # noqa: F401
+        from streams.core import usage, warmup
+        from streams.store import aggregates, known_secrets, prices  # noqa: F401
+
+        # what the hot path would load at its first use, loaded as a server starts instead
+        # (streams/core/warmup.py)
+        warmup.add("the usage tokenizer", usage.warm)
+        warmup.add("the maintained price list", prices.warm)
+        warmup.add("the sealed pass-through keys' cipher", known_secrets.warm)

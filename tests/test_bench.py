@@ -286,6 +286,7 @@ def test_proxy(tmp_path):
                 assert finite(value), (name, value)
         assert positive(line["daphne_floor_p50_ms"])
         assert line["cpu_us_per_event"] >= 0 and line["relay_cpu_us_per_event"] >= 0
+        assert line["alone_cpu_us_per_event"] >= 0  # the server's own, no upstream
         assert line["server_limits"]["PROXY_MAX_CONCURRENT"] >= 2
         # the compiled floor, measured in the same rounds (Debian's nginx)
         assert finite(line["nginx_ttft_p50_ms"]) and line["nginx_cpu_us_per_event"] >= 0

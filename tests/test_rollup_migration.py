@@ -6,15 +6,12 @@ restated with the stream's status and tags from the raw rows where those are com
 keep the history retention deleted (status unknown, no tag rows) where not. An upgraded
 install reads the same figures."""
 
-import json
 import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from .support.processes import last_json, output
 
 # Child processes run at an older migration; they write a history's aggregates as that time's
 # write path did: today's contributions without what 0008 added (the tag rows and column, the
@@ -234,20 +231,7 @@ print(json.dumps(out))
 
 
 def _manage(env, *args):
-    out = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert out.returncode == 0, out.stderr[-3000:]
-    return out.stdout
-
-
-def _last_json(text):
-    return json.loads(text.strip().splitlines()[-1])
+    return output([sys.executable, "manage.py", *args], env)
 
 
 SQLITE_ONLY = pytest.mark.skipif(
@@ -261,10 +245,10 @@ def test_0007_keeps_the_aggregates_and_adds_three_hour_rows(tmp_path):
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
     env.pop("REDIS_URL", None)
     _manage(env, "migrate", "-v", "0", "streams", "0006")
-    before = _last_json(_manage(env, "shell", "-c", BEFORE_0007))
+    before = last_json(_manage(env, "shell", "-c", BEFORE_0007))
     assert before["HistogramRollup"] and before["UsageRollup"] and before["FindingRollup"]
     _manage(env, "migrate", "-v", "0")
-    after = _last_json(_manage(env, "shell", "-c", AFTER))
+    after = last_json(_manage(env, "shell", "-c", AFTER))
     # the upgraded tables equal a rebuild under today's write path (hour, 3-hour and day rows,
     # status and tags: no stream was deleted)
     assert after["same"] is True
@@ -285,10 +269,10 @@ def check_0008(env):
     """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
     _manage(env, "migrate", "-v", "0", "streams", "0007")
     _manage(env, "migrate", "-v", "0", "dashboard")  # (a stream's deletion reaches its turns)
-    before = _last_json(_manage(env, "shell", "-c", BEFORE_0008))
+    before = last_json(_manage(env, "shell", "-c", BEFORE_0008))
     assert before["deleted"] > 50
     _manage(env, "migrate", "-v", "0")
-    after = _last_json(_manage(env, "shell", "-c", AFTER_0008))
+    after = last_json(_manage(env, "shell", "-c", AFTER_0008))
     thinned = {tuple(p) for p in before["thinned"]}
     for name in ("UsageRollup", "HistogramRollup", "RoutingRollup", "FindingRollup"):
         cols, rows = before[name]

@@ -11,6 +11,9 @@ Per configuration (number of concurrent clients):
 - events lost: what the simulator sent and the client did not get, or the record lacks;
 - the proxy process's CPU per proxied event (utime + stime of Daphne, from /proc);
 - Daphne's floor: a trivial raw-ASGI response from the same server (request round trip p50);
+- the server alone: n clients each get as many events as a direct stream had, at its mean pace,
+  written by the application itself (no upstream, nothing recorded): the server's CPU per paced
+  event, the least any proxy on this server can cost;
 - the relay floor: the same rounds through `/_bench/relay` on the same Daphne, the least a
   forwarding hop does on this stack (httpcore out, chunks back; streams/bench/proxy_asgi.py):
   its added TTFT and per-event latency, and the proxy's above it (Streamscope's own cost);
@@ -199,7 +202,8 @@ def _print(command, n, arrivals, result, as_json):
         f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
         f"(request on its way {result['added_request_p50_ms']} ms); "
         f"lost {result['lost_events']}; {result['cpu_us_per_event']} µs CPU/event "
-        f"(relaying: {result['relay_cpu_us_per_event']}); "
+        f"(relaying: {result['relay_cpu_us_per_event']}; the server alone, paced: "
+        f"{result['alone_cpu_us_per_event']}); "
         f"Daphne floor p50 {result['daphne_floor_p50_ms']} ms; relay floor: added "
         f"TTFT p50 {result['relay_ttft_p50_ms']} / p99 {result['relay_ttft_p99_ms']} "
         f"ms, per event p50 {result['relay_event_p50_ms']} ms; proxy above the relay: "
@@ -329,6 +333,7 @@ async def _configuration(
                 measured.cpu[mode] += cpu_of[mode]() - before
                 await measured.add(client, sim_root, mode, runs)
         figures = _figures(n, arrivals, floor, measured)
+        figures["alone_cpu_us_per_event"] = await _server_alone(client, daphne, n, measured)
         if profile:
             # its own round: sampling C frames pauses the server at every sample
             sampler = Sampler(daphne.proc.pid)
@@ -349,6 +354,27 @@ async def _daphne_floor(client, daphne):
         await client.get(f"http://127.0.0.1:{daphne.port}/_bench/floor")
         floor.append((time.perf_counter_ns() - t0) / 1e6)
     return floor
+
+
+async def _server_alone(client, daphne, n, measured):
+    """The Daphne's CPU per event (µs) while `n` clients each get a direct stream's events at
+    its mean pace from `/_bench/paced` (starts spread over one gap, as steady clients are)."""
+    streams = max(1, measured.streams["direct"])
+    events = max(1, round(measured.events["direct"] / streams))
+    gap_ms = measured.span_ms["direct"] / streams / events
+    url = f"http://127.0.0.1:{daphne.port}/_bench/paced?events={events}&gap_ms={gap_ms:.3f}"
+
+    async def one(i):
+        await asyncio.sleep(i * gap_ms / 1e3 / n)
+        got = 0
+        async with client.stream("GET", url) as r:
+            async for chunk in r.aiter_raw():
+                got += chunk.count(b"\n\n")
+        return got
+
+    before = daphne.cpu_s()
+    got = sum(await asyncio.gather(*(one(i) for i in range(n))))
+    return round((daphne.cpu_s() - before) * 1e6 / max(1, got), 1)
 
 
 async def _round(client, base, headers, request, arrivals, n, r, duration_ns):
@@ -381,6 +407,8 @@ class _Measured:
         self.proxied_ids = {}
         self.cpu = dict.fromkeys(bases, 0.0)
         self.events = dict.fromkeys(bases, 0)
+        self.streams = dict.fromkeys(bases, 0)
+        self.span_ms = dict.fromkeys(bases, 0.0)  # summed over streams: request → last event
 
     async def add(self, client, sim_root, mode, runs):
         """The runs of one round of `mode`, against what the simulator's log says it sent."""
@@ -391,6 +419,9 @@ class _Measured:
             sent = [received + e["sent_us"] * 1000 for e in log["events"]]
             self.lost += max(0, len(sent) - len(receipts))
             self.events[mode] += len(receipts)
+            self.streams[mode] += 1
+            if receipts:
+                self.span_ms[mode] += (receipts[-1] - t0) / 1e6
             if mode == "proxy":
                 self.proxied_ids[stream_id] = len(receipts)
             if not measured:

@@ -3,6 +3,8 @@ served by the same server, so the benchmark can say how far the proxy is above w
 stack costs by itself. Only on the bench's 127.0.0.1 server.
 
 - `GET /_bench/floor`: a trivial raw-ASGI response (Daphne's own round trip);
+- `GET /_bench/paced?events=N&gap_ms=G`: N events of an answer written by the application
+  itself, one every G ms: what the server costs per paced event with no upstream at all;
 - `POST /_bench/relay/v1/responses`: the least a forwarding hop can do on this stack: the body
   is sent to the upstream with httpcore (httpx's transport, one pooled connection per stream in
   flight) and each chunk of the answer is written to the client as it arrives. No
@@ -12,7 +14,9 @@ stack costs by itself. Only on the bench's 127.0.0.1 server.
   took many times as long as through the proxy's sharded pools (docs/performance.md, "Proxy").
 """
 
+import asyncio
 import os
+from urllib.parse import parse_qs
 
 import httpcore
 from django.conf import settings
@@ -21,6 +25,11 @@ from django.utils.module_loading import import_string
 project = import_string(settings.ASGI_APPLICATION)  # (the served application, by its setting)
 
 FLOOR = b'{"ok":true}'
+PACED_EVENT = (
+    b"event: response.output_text.delta\n"
+    b'data: {"type":"response.output_text.delta","sequence_number":12,"item_id":"msg_1",'
+    b'"output_index":0,"content_index":0,"delta":" Utrecht"}\n\n'
+)
 RELAY = "/_bench/relay/v1/"
 SHARD = 16
 _pools = []  # [pool, streams in flight]
@@ -37,9 +46,22 @@ async def application(scope, receive, send):
         )
         await send({"type": "http.response.body", "body": FLOOR})
         return
+    if scope["type"] == "http" and scope["path"] == "/_bench/paced":
+        return await _paced(scope, send)
     if scope["type"] == "http" and scope["path"].startswith(RELAY):
         return await _relay(scope, receive, send)
     await project(scope, receive, send)
+
+
+async def _paced(scope, send):
+    query = parse_qs(scope["query_string"].decode())
+    events, gap_s = int(query["events"][0]), float(query["gap_ms"][0]) / 1e3
+    headers = [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    for _ in range(events):
+        await asyncio.sleep(gap_s)
+        await send({"type": "http.response.body", "body": PACED_EVENT, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 async def _relay(scope, receive, send):

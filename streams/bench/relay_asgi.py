@@ -23,9 +23,11 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 from django.urls import path  # noqa: E402
 
 from streams.bench import relay as bench  # noqa: E402
+from streams.core import warmup  # noqa: E402
 from streams.live.sockets import websocket_urlpatterns  # noqa: E402
 
 bench.apply_pattern(os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched"))
+warmup.now()  # (as dashboard/asgi.py does)
 
 
 async def http(scope, receive, send):

@@ -11,7 +11,7 @@ upstream cached is its own business): they stay unknown.
 The tokenizer is tiktoken's, over the o200k_base vocabulary committed beside this module
 (`data/o200k_base.tiktoken.gz`, OpenAI's public file, checked against its SHA-256 on load):
 nothing is downloaded, ever. Loading it takes a few hundred milliseconds and ~90 MB, once per
-process, on the first estimate (`warm()` does it ahead, off the event loop).
+process, ahead of the first estimate (streams/core/warmup.py).
 
 How far off an estimate is, against the captures that carry usage, is in docs/usage.md.
 """
@@ -135,27 +135,8 @@ def loaded() -> bool:
     return _encoding.cache_info().currsize > 0
 
 
-_warming: list = []  # the thread `warm_in_background` started, once per process
-
-
-def warm_in_background() -> None:
-    """Load the tokenizer on a thread of its own, once per process (a server or worker calls
-    it at start: it takes no time from the start-up, and is usually done before the first
-    stream ends; `rows.finished` on the loop is preceded by `await asyncio.to_thread(warm)`
-    when it is not, streams/ingest/recorder.py)."""
-    if loaded() or _warming:
-        return
-    with _load_lock:
-        if _warming:
-            return
-        thread = threading.Thread(target=warm, name="streamscope-tokenizer", daemon=True)
-        _warming.append(thread)
-    thread.start()
-
-
 def warm() -> None:
-    """Load the tokenizer now (call it from a thread at start-up: the first estimate is then
-    as quick as the rest)."""
+    """Load the tokenizer now (streams/core/warmup.py does, as a process starts)."""
     encoding()
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import httpx
 from django.db.utils import InterfaceError, OperationalError
 
-from streams.core import capture, conf, figures, lifecycle, usage
+from streams.core import capture, conf, figures, lifecycle, warmup
 from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
 from streams.ingest.network import Phases
 from streams.ingest.upstream import (
@@ -625,8 +625,8 @@ async def _finish(rec, writer, outcome, tap=None):
     if outcome.status is None:
         outcome.status = rows.status_from_checker(rec.checker)
     rec.status = outcome.status
-    if not usage.loaded():  # (only right after start-up: the loop never waits for the load)
-        await asyncio.to_thread(usage.warm)
+    if not warmup.done():  # (not in a server or worker: the loop never waits for the load)
+        await asyncio.to_thread(warmup.wait)
     fields = rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
     outcome.events = rec.next_index
     if not rec.storage_error:

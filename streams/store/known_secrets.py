@@ -152,6 +152,12 @@ def redact_pieces(pieces):
         yield tail
 
 
+def warm() -> None:
+    """The sealed keys' module (and its cipher, `cryptography`) imported: the first refresh
+    imports it otherwise, holding the GIL (streams/core/warmup.py)."""
+    from streams.store import sealed  # noqa: F401
+
+
 def remember(secret: str):
     """A pass-through key the proxy forwards: redacted from now on, here at once, in every
     process after its next refresh and after restarts (sealed in the database). Sync; returns

@@ -102,6 +102,14 @@ def _maintained():
     return genai_prices
 
 
+def warm() -> None:
+    """genai-prices (pydantic under it) imported and its tables built: ~160 ms at its first
+    use otherwise (streams/core/warmup.py)."""
+    _maintained().calc_price(
+        _maintained().Usage(input_tokens=1, output_tokens=1), "gpt-4o", provider_id=PROVIDER
+    )
+
+
 _UNKNOWN_MAX = 4096
 _unknown: set[str] = set()  # model ids the list does not know (the lookup walks every provider)
 

@@ -6,6 +6,7 @@
   tests/test_lifecycle.py and tests/e2e/test_inspection_e2e.py).
 - `wait_until` / `wait_for`: poll a predicate until it holds (from tests/test_lifecycle.py and
   tests/e2e/test_inspection_e2e.py).
+- `output` / `last_json`: a process that must succeed, its stdout; a JSON last line of it.
 """
 
 import json
@@ -20,6 +21,17 @@ import httpx
 from tests.conftest import REPO, database_url
 
 # ---- commands -----------------------------------------------------------------------------
+
+
+def output(argv, env, timeout=300):
+    """`argv`'s stdout, run from the repository with `env`; its stderr's end when it fails."""
+    out = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert out.returncode == 0, out.stderr[-4000:]
+    return out.stdout
+
+
+def last_json(text):
+    return json.loads(text.strip().splitlines()[-1])
 
 
 def command_env(overrides=None, **extra):

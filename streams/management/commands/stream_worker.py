@@ -5,7 +5,7 @@ import signal
 
 from django.core.management.base import BaseCommand
 
-from streams.core import conf, lifecycle, usage
+from streams.core import conf, lifecycle, warmup
 from streams.core.lifecycle import RUNNER_ID
 from streams.run.worker import StreamWorker
 
@@ -23,7 +23,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        usage.warm_in_background()  # (the tokenizer of usage estimates, beside the loop)
+        warmup.now()  # before claiming work (streams/core/warmup.py)
         asyncio.run(self.main(opts))
 
     async def main(self, opts):
