@@ -189,6 +189,26 @@ def test_simulator(tmp_path):
 
 
 @TIER_1
+def test_capacity(tmp_path):
+    """Two steps of 2 and 3 proxied streams, each watched by a viewer, at a twentieth of a real
+    model's pacing and no limit to pass: every event reaches its client, its viewer and the
+    record, and the capacity is the last step."""
+    *steps, summary = bench(
+        tmp_path, "capacity", "--steps", "3,2", "--time-scale", "0.05", "--sentences", "2",
+        "--limit-ms", "1e9",
+    )  # fmt: skip
+    assert [step["streams"] for step in steps] == [2, 3]
+    for step in steps:
+        assert step["lost_events"] == 0 and step["within"]
+        assert step["events"] > 0 and step["viewer_live_events"] >= 0
+        for name, value in step.items():
+            if name.endswith("_ms") or name.endswith("_per_event"):
+                assert finite(value), (name, value)
+        assert positive(step["cpu_us_per_event"])
+    assert summary["capacity"] == 3 and summary["server_limits"]["MAX_SOCKETS_PER_USER"] >= 6
+
+
+@TIER_1
 def test_usage(tmp_path):
     """Usage and cost per finished stream, three kinds: each priced or not as it should be."""
     lines = bench(tmp_path, "usage", "--streams", "5", "--events", "20")
@@ -214,6 +234,9 @@ def check_relay(lines, streams, fast_events, patterns):
             assert finite(line[f"{name}_p50_ms"]) and finite(line[f"{name}_p99_ms"])
         assert line["added_latency_p50_ms"] > 0
         assert positive(line["cpu_us_per_event"])  # the server's, over the paced run
+        # the fixed stack's floors at the paced run's pace: httpx-sse reading, Daphne framing
+        assert positive(line["alone_read_cpu_us_per_event"])
+        assert line["alone_frame_cpu_us_per_frame"] >= 0
         if line["pattern"] != "stock":  # the stock pattern is there to show what it loses
             assert line["lost_events"] == line["duplicated_events"] == 0, line
             assert line["viewers_closed"] == {}, line

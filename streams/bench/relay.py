@@ -552,6 +552,12 @@ def _print(command, opts, r):
         f"{r['events_per_s']:>10,.0f} events/s, "
         f"added latency {lat}, lost {r['lost_events']}, duplicated {r['duplicated_events']}"
         + (f", {r['cpu_us_per_event']} µs CPU/event paced" if "cpu_us_per_event" in r else "")
+        + (
+            f" (the stack alone at that pace: reading {r['alone_read_cpu_us_per_event']} µs per "
+            f"event with httpx-sse, framing {r['alone_frame_cpu_us_per_frame']} µs per frame)"
+            if "alone_read_cpu_us_per_event" in r
+            else ""
+        )
         + (f", viewers closed {r['viewers_closed']}" if r["viewers_closed"] else "")
         + (f", {r['failed_streams']} stream(s) not completed" if r["failed_streams"] else "")
     )
@@ -648,6 +654,65 @@ async def _paced(result, pattern, n, daphne, sim_root, opts):
         result["viewers_closed"][code] = result["viewers_closed"].get(code, 0) + count
     result["failed_streams"] += paced["failed"]
     result["paced_events"] = paced["stored"]
+    if not opts["no_viewers"]:
+        # the fixed stack's floors at the same pace: what reading and framing cost by themselves
+        events = max(1, round(paced["stored"] / max(1, n)))
+        gap_ms = _mean_gap_ms(paced)
+        result["alone_read_cpu_us_per_event"] = await _read_alone(sim_root, n, request)
+        result["alone_frame_cpu_us_per_frame"] = await _frames_alone(daphne, n, events, gap_ms)
+
+
+def _mean_gap_ms(run):
+    """The mean time between two events of one stream of a paced run, from its viewers."""
+    gaps = [
+        (records[-1][1] - records[0][1]) / 1e6 / (len(records) - 1)
+        for records in run["received"]
+        if len(records) > 1
+    ]
+    return sum(gaps) / len(gaps) if gaps else 20.0
+
+
+async def _read_alone(sim_root, n, request):
+    """This process's CPU per event (µs) while it reads `n` paced streams from the simulator with
+    httpx and httpx-sse, doing nothing else with them: the upstream client's floor."""
+    from httpx_sse import aconnect_sse
+
+    limits = httpx.Limits(max_connections=n + 4, max_keepalive_connections=n + 4)
+    async with httpx.AsyncClient(timeout=PATIENCE_S, limits=limits) as client:
+
+        async def one(i):
+            body = {**request, "input": "Tell me about Utrecht", "stream": True}
+            body["metadata"] = {**request["metadata"], "seed": str(i)}
+            got = 0
+            url = f"{sim_root}/v1/responses"
+            async with aconnect_sse(client, "POST", url, json=body) as source:
+                async for _ in source.aiter_sse():
+                    got += 1
+            return got
+
+        cpu = time.process_time()
+        events = sum(await asyncio.gather(*(one(i) for i in range(n))))
+        cpu = time.process_time() - cpu
+    return round(cpu * 1e6 / max(1, events), 1)
+
+
+async def _frames_alone(daphne, n, frames, gap_ms):
+    """The server's CPU per frame (µs) while a raw ASGI application sends `n` viewers `frames`
+    frames each, one every `gap_ms` (relay_asgi's `/ws/bench/paced/`): the framing's floor."""
+    from websockets.asyncio.client import connect
+
+    url = f"ws://127.0.0.1:{daphne.port}/ws/bench/paced/?frames={frames}&gap_ms={gap_ms:.3f}"
+
+    async def one():
+        got = 0
+        async with connect(url, max_size=None, open_timeout=PATIENCE_S) as ws:
+            async for _ in ws:
+                got += 1
+        return got
+
+    cpu = daphne.cpu_s()
+    got = sum(await asyncio.gather(*(one() for _ in range(n))))
+    return round((daphne.cpu_s() - cpu) * 1e6 / max(1, got), 1)
 
 
 async def _run(pattern, n, port, request, idle_s, viewers=True):

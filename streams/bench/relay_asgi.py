@@ -5,12 +5,17 @@ pieces — never routed in production.
   all at once (so viewers can subscribe first: the stock pattern has no catch-up), read their
   outcome. Plain ASGI, JSON in and out, only on the bench's 127.0.0.1 server.
 - `/ws/bench/stock/<id>/`: the stock consumer (the Channels tutorial pattern).
+- `/ws/bench/paced/?frames=N&gap_ms=G`: N frames shaped like the relay's, one every G ms, sent by
+  a raw ASGI application with nothing upstream: what the server costs per frame by itself.
 - STREAMSCOPE_BENCH_PATTERN=stock: `relay.publish` becomes the stock publisher, one
   `group_send` per event; =batched-layer: ours through the in-memory channel layer instead of
   the in-process fan-out; =batched (default): ours as configured.
 """
 
+import asyncio
+import json
 import os
+from urllib.parse import parse_qs
 
 from django.core.asgi import get_asgi_application
 
@@ -37,16 +42,55 @@ async def http(scope, receive, send):
         await django_asgi_app(scope, receive, send)
 
 
+# one relay frame of a paced stream: one delta event
+PACED_FRAME = json.dumps(
+    {
+        "events": [
+            {
+                "index": 12,
+                "type": "response.output_text.delta",
+                "seq": 12,
+                "t_us": 812345,
+                "data": '{"type":"response.output_text.delta","sequence_number":12,'
+                '"item_id":"msg_1","output_index":0,"content_index":0,"delta":" Utrecht"}',
+            }
+        ]
+    }
+)
+
+
+async def paced_frames(scope, receive, send):
+    query = parse_qs(scope["query_string"].decode())
+    frames, gap_s = int(query["frames"][0]), float(query["gap_ms"][0]) / 1e3
+    await receive()  # websocket.connect
+    await send({"type": "websocket.accept"})
+    for _ in range(frames):
+        await asyncio.sleep(gap_s)
+        await send({"type": "websocket.send", "text": PACED_FRAME})
+    await send({"type": "websocket.close", "code": 1000})
+
+
+def websocket(inner):
+    async def app(scope, receive, send):
+        if scope["path"] == "/ws/bench/paced/":
+            return await paced_frames(scope, receive, send)
+        return await inner(scope, receive, send)
+
+    return app
+
+
 application = ProtocolTypeRouter(
     {
         "http": http,
-        "websocket": AllowedHostsOriginValidator(
-            AuthMiddlewareStack(
-                URLRouter(
-                    [
-                        path("ws/bench/stock/<int:stream_id>/", bench.StockConsumer.as_asgi()),
-                        *websocket_urlpatterns,
-                    ]
+        "websocket": websocket(
+            AllowedHostsOriginValidator(
+                AuthMiddlewareStack(
+                    URLRouter(
+                        [
+                            path("ws/bench/stock/<int:stream_id>/", bench.StockConsumer.as_asgi()),
+                            *websocket_urlpatterns,
+                        ]
+                    )
                 )
             )
         ),

@@ -16,6 +16,7 @@ BENCHMARKS = {
     "egress": "streams.bench.egress",
     "usage": "streams.bench.usage",
     "simulator": "streams.bench.simulator",
+    "capacity": "streams.bench.capacity",
 }
 
 
