@@ -313,6 +313,7 @@ def test_proxy(tmp_path):
         assert line["server_limits"]["PROXY_MAX_CONCURRENT"] >= 2
         # the compiled floor, measured in the same rounds (Debian's nginx)
         assert finite(line["nginx_ttft_p50_ms"]) and line["nginx_cpu_us_per_event"] >= 0
+        assert finite(line["relay_over_nginx_ttft_p50_ms"])
         # the server's CPU by stage, from py-spy's samples of a round of its own (this short,
         # nearly all of them waiting)
         check_profile(line)
