@@ -29,7 +29,7 @@ from streams.core import figures
 from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import CURRENCIES
 from streams.models import Event, Finding, Stream
-from streams.store import public
+from streams.store import public, search
 from streams.store.access import may_see, streams_for
 from streams.store.lookups import HasTag
 from streams.store.rows import PROXIED_INSERT_COLUMNS
@@ -60,6 +60,10 @@ class StreamPage:
     older: int | None = None  # cursor (a stream id) for ?before=
     newer: int | None = None  # cursor for ?after=; None on the newest page
     newest_id: int | None = None  # the newest id shown, for the live list's `after=`
+    # a ranked search (`search_page`): its page number and its neighbours' (None: none)
+    search_page: int | None = None
+    next_page: int | None = None
+    previous_page: int | None = None
 
 
 def filter_streams(qs, filters):
@@ -107,11 +111,24 @@ def filter_streams(qs, filters):
 
 
 def _search(qs, q):
-    """A stream id (`#42`), an exact upstream id, or a piece of the prompt.
+    """A stream id (`#42`), an exact upstream id, or words of what was said (full text,
+    streams/store/search.py: the prompt, instructions, output, reasoning summaries, tool calls,
+    errors); a number is also a stream id. Unranked: `stream_page` ranks a text search."""
+    exact = _exact(qs, q)
+    if exact is not None:
+        return exact
+    terms = search.parse(q)
+    if not terms:
+        return qs.none()  # (only punctuation: no word to find)
+    matched = search.matching(qs, terms)
+    if q.isdigit() and len(q) <= 18:
+        return qs.filter(Q(pk=int(q)) | Q(pk__in=matched.values("pk")))
+    return matched
 
-    The prompt match scans (no full-text index): all of one user's rows when nothing matches
-    (docs/performance.md, "Inspection"); a page of frequent matches stops after 50 rows. An
-    exact upstream id is looked up alone first, through its index."""
+
+def _exact(qs, q):
+    """`qs` narrowed to the stream a search names exactly (`#42`, an upstream id it may see),
+    or None when the search is for words."""
     if re.fullmatch(r"#\d{1,18}", q):
         return qs.filter(pk=int(q[1:]))
     if not any(c.isspace() for c in q):
@@ -123,10 +140,39 @@ def _search(qs, q):
         visible = list(qs.filter(pk__in=list(hits)).values_list("pk", flat=True)) if hits else ()
         if visible:
             return qs.filter(pk__in=visible)
-    cond = Q(prompt__icontains=q)
-    if q.isdigit() and len(q) <= 18:
-        cond |= Q(pk=int(q))
-    return qs.filter(cond)
+    return None
+
+
+def ranked_terms(user, filters):
+    """The terms of the list's search when it is a search for words (ranked, with snippets),
+    else None (no search, or one that names a stream exactly)."""
+    q = (filters.get("q") or "").strip()
+    if not q or _exact(streams_for(user), q) is not None:
+        return None
+    return search.parse(q) or None
+
+
+def search_page(user, filters, terms, number=1):
+    """Page `number` of the streams `user` may see that match `terms` and the other filters,
+    best first, each with its `snippet` and `rank` (a StreamPage: `search_page`, `next_page`)."""
+    qs = filter_streams(streams_for(user), {**filters, "q": ""})
+    hits, more = search.page(qs, terms, number)
+    by_pk = qs.in_bulk([h.pk for h in hits])
+    streams = []
+    for hit in hits:
+        stream = by_pk.get(hit.pk)
+        if stream is not None:
+            stream.snippet, stream.rank = hit.snippet, hit.rank
+            streams.append(stream)
+    q = filters["q"].strip()
+    if number == 1 and q.isdigit() and len(q) <= 18 and int(q) not in by_pk:
+        streams[:0] = qs.filter(pk=int(q))  # (a number is also a stream id)
+    page = StreamPage(streams, search_page=number)
+    page.next_page = number + 1 if more else None
+    page.previous_page = number - 1 if number > 1 else None
+    if user.is_staff:
+        _owner_names(page.streams)
+    return page
 
 
 def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):

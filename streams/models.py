@@ -125,6 +125,8 @@ class Stream(models.Model):
         _("final text"), blank=True
     )  # from the terminal event, when it has one
     output_text = models.TextField(_("output text"), blank=True)  # reassembled from the deltas
+    # What a search finds besides the prompt, output and error (streams/store/search.py).
+    search_other = models.TextField(_("other searchable text"), blank=True)
     parts = models.JSONField(
         _("output parts"), default=list, blank=True
     )  # reassembled output items and parts

@@ -97,8 +97,12 @@ class TestStreamList(Base):
         r = self.get(self.owner_client, "/?status=failed")
         assert f"stream-row-{failed.pk}" in r.text
         assert f"stream-row-{self.stream.pk}" not in r.text
-        r = self.get(self.owner_client, "/?q=careful")  # not in any prompt
+        r = self.get(self.owner_client, "/?q=grachtenfiets")  # nowhere
         assert "No streams match these filters" in r.text
+        # words of the answer find it too (full text), its snippet escaped like the rest
+        r = self.get(self.owner_client, "/?q=careful")
+        assert f"stream-row-{self.stream.pk}" in r.text and "<mark>Careful</mark>" in r.text
+        assert XSS not in r.text and "<script>alert(2)" not in r.text
         r = self.get(self.owner_client, f"/?q={self.stream.upstream_id}")
         assert f"stream-row-{self.stream.pk}" in r.text
 

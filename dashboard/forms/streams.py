@@ -15,6 +15,7 @@ from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from streams.core import conf
 from streams.ingest.import_jobs import MAX_FILES
 from streams.models import MAX_TAG_CHARS, Event, Stream
+from streams.store import search
 
 MB = 1024 * 1024
 
@@ -138,6 +139,8 @@ class StreamFilterForm(forms.Form):
     until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label=_("To"))
     before = forms.IntegerField(required=False, min_value=1)
     after = forms.IntegerField(required=False, min_value=1)
+    # a ranked search's page (streams/store/search.py)
+    page = forms.IntegerField(required=False, min_value=1, max_value=search.MAX_PAGES)
 
     FILTERS = (
         "q",

@@ -171,7 +171,12 @@ def stream_list(request):
         context["show_owner"] = request.user.is_staff
         return render(request, "dashboard/stream_list.html", context, status=400)
     d = form.cleaned_data
-    page = queries.stream_page(request.user, form.filters(), before=d["before"], after=d["after"])
+    filters = form.filters()
+    terms = queries.ranked_terms(request.user, filters)
+    if terms:  # words: the best matches first, each with a snippet
+        page = queries.search_page(request.user, filters, terms, d["page"] or 1)
+    else:
+        page = queries.stream_page(request.user, filters, before=d["before"], after=d["after"])
     context = {
         "form": form,
         "page": page,

@@ -40,7 +40,7 @@ from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
-from streams.store import public, rows
+from streams.store import public, rows, search
 from streams.store.access import api_view, json_error, streams_for
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
@@ -228,6 +228,9 @@ class ListForm(forms.Form):
     limit = forms.IntegerField(required=False, min_value=1, max_value=500)
     before = forms.IntegerField(required=False, min_value=1)
     status = forms.ChoiceField(required=False, choices=Stream.Status.choices)
+    # words, "phrases" and prefixes* (streams/store/search.py): the best matches first
+    q = forms.CharField(required=False, max_length=200, strip=True)
+    page = forms.IntegerField(required=False, min_value=1, max_value=search.MAX_PAGES)
 
 
 def _invalid(form):
@@ -291,6 +294,25 @@ def _events_page(user, stream_id, after, limit):
     }
 
 
+def _search(user, q, page, status):
+    """A page of the streams `user` may see matching `q`, best first, each with its `rank`
+    and `snippet` (redacted plain text)."""
+    qs = streams_for(user)
+    if status:
+        qs = qs.filter(status=status)
+    terms = search.parse(q)
+    hits, more = search.page(qs, terms, page) if terms else ([], False)
+    rows = {r["id"]: r for r in qs.filter(pk__in=[h.pk for h in hits]).values(*public.LIST_COLUMNS)}
+    return {
+        "streams": [
+            {**public.list_item(rows[h.pk]), "rank": h.rank, "snippet": h.text}
+            for h in hits
+            if h.pk in rows
+        ],
+        "next_page": page + 1 if more else None,
+    }
+
+
 def _list(user, limit, before, status):
     qs = streams_for(user).order_by("-pk")
     if before:
@@ -324,7 +346,10 @@ async def api_streams(request):
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
-    data = await sync_to_async(_list)(request.user, d["limit"] or 50, d["before"], d["status"])
+    if d["q"]:
+        data = await sync_to_async(_search)(request.user, d["q"], d["page"] or 1, d["status"])
+    else:
+        data = await sync_to_async(_list)(request.user, d["limit"] or 50, d["before"], d["status"])
     return respond(data)
 
 

@@ -60,6 +60,8 @@ NOT_SHOWN = {
     "user_id": "the owner decides who sees a stream (streams/store/access.py); not shown",
     "heartbeat_at": "the running process's liveness, not the stream's",
     "runner": "which process runs it (host:pid:nonce), internal",
+    "search_other": "the search index's input (streams/store/search.py), made of the request "
+    "and the parts, which are shown",
 }
 
 # The `milestones_us` of the public shape: (name, column), in the order they happen.

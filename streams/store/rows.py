@@ -38,7 +38,7 @@ from django.db.utils import DataError, IntegrityError, InterfaceError, Operation
 from streams.core import capture, conf, figures, lifecycle, safejson, usage
 from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, Violation
 from streams.models import Event, Finding, Stream
-from streams.store import aggregates, prices
+from streams.store import aggregates, prices, search
 
 log = logging.getLogger(__name__)
 
@@ -113,24 +113,6 @@ def bound_event_values(values, columns):
 PROMPT_MAX_CHARS = 10_000
 
 
-def prompt_of(input):
-    """The last user text of an input, for lists and search."""
-    if isinstance(input, str):
-        return input
-    for item in reversed(input if isinstance(input, list) else ()):
-        if isinstance(item, dict) and item.get("role", "user") == "user":
-            content = item.get("content")
-            if isinstance(content, str):
-                return content
-            if isinstance(content, list):
-                return " ".join(
-                    c["text"]
-                    for c in content
-                    if isinstance(c, dict) and isinstance(c.get("text"), str)
-                )
-    return ""
-
-
 def new(body, *, user=None, requested_model=None, **fields):
     """An unsaved, bounded row for a request `body`: the request's columns derived from it
     (`requested_model` replaces the body's model when given), `fields` for the rest."""
@@ -145,7 +127,9 @@ def new(body, *, user=None, requested_model=None, **fields):
         # it came, the column says nothing rather than a Python repr
         "requested_model": requested_model if isinstance(requested_model, str) else "",
         "scenario": metadata.get("scenario") if isinstance(metadata.get("scenario"), str) else "",
-        "prompt": prompt_of(body.get("input"))[:PROMPT_MAX_CHARS],
+        "prompt": search.prompt_of(body.get("input"))[:PROMPT_MAX_CHARS],
+        # searchable from the start (its instructions); `finished` adds the output's parts
+        "search_other": search.other_text(body, None),
         **fields,
     }
     return Stream(**bound(values))
@@ -302,6 +286,8 @@ def finished(
     if proxy_delays:
         fields.update(figures.proxy_added(proxy_delays))
     fields.update(_usage_fields(judged, fields, request_body, answer, model, started_at))
+    if request_body is not None:  # (else what the row was made with stays)
+        fields["search_other"] = search.other_text(request_body, fields.get("parts"))
     return bound(fields)
 
 

@@ -1,0 +1,285 @@
+"""Full-text search over what was said: prompts, instructions, outputs and errors.
+
+What is indexed, per stream: `prompt` (the last user input), `output_text` (the answer's text),
+`error_message`, and `search_other`: everything else a person may look for, which
+`rows.finished` writes when a stream ends (`other_text`: the instructions, earlier inputs,
+reasoning summaries, and tool calls' names, arguments and outputs). The index follows those
+columns by construction, whatever writes them (the recorder, imports, rebuilds of a dead
+process's rows, retention's deletes, the admin): the database keeps it.
+
+- SQLite: an FTS5 table over the four columns (`streams_search`, external content: the index
+  only, the text stays in the stream's row), kept by triggers on the stream table; the
+  `unicode61` tokenizer with diacritics removed (`één` finds `een`).
+- PostgreSQL: a generated `tsvector` column (`search_vector`, the `simple` configuration: no
+  stemming, no stop words, the same for Dutch and English) with a GIN index.
+
+Both are written when a row is made (its prompt) and when it ends (the rest): never per event
+(the writer's per-batch updates do not touch the indexed columns). Each indexed text is cut to
+INDEXED_MAX_CHARS (a PostgreSQL `tsvector` is at most 1 MB: a longer answer would fail its
+row's write). Migration 0013 makes both; `manage.py rebuild_search` refills them.
+
+Queries (`parse`): words, "quoted phrases" and prefixes (`utre*`), all required, case and
+(SQLite) accents ignored. `page` ranks the matches among a queryset's streams (BM25 on SQLite,
+`ts_rank_cd` on PostgreSQL; a match in the prompt weighs most) and gives each a snippet
+around its best match, the matched words marked; a snippet with anything redacted in it
+(streams.store.known_secrets) is shown redacted and unmarked, so no mark ever splits a secret
+that the egress gate must see whole.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django.db import connection
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
+
+from streams.store import known_secrets
+
+# The indexed columns, in the FTS table's order (their weights: bm25's, and setweight's letter).
+COLUMNS = ("prompt", "output_text", "error_message", "search_other")
+INDEXED_MAX_CHARS = 200_000
+OTHER_MAX_CHARS = INDEXED_MAX_CHARS
+TABLE = "streams_search"
+MAX_TERMS = 16  # words and phrases in one query
+PAGE_SIZE = 50
+MAX_PAGES = 20  # results beyond PAGE_SIZE * MAX_PAGES are not ranked: narrow the search
+SNIPPET_WORDS = 24
+_START, _STOP = "\ue000", "\ue001"  # (private-use: never in a stored text's snippet otherwise)
+_WORD = re.compile(r"\w+")
+_TOKEN = re.compile(r'["“”]([^"“”]*)["“”]?|(\S+)')
+
+
+# ---- what is indexed -----------------------------------------------------------------------------
+
+
+def prompt_of(input):
+    """The last user text of an input, for lists and search."""
+    if isinstance(input, str):
+        return input
+    for item in reversed(input if isinstance(input, list) else ()):
+        if isinstance(item, dict) and item.get("role", "user") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(
+                    c["text"]
+                    for c in content
+                    if isinstance(c, dict) and isinstance(c.get("text"), str)
+                )
+    return ""
+
+
+def other_text(request_body, parts) -> str:
+    """What a search finds besides the prompt, the output text and the error: the request's
+    instructions and its input texts (the prompt is its last one), the reasoning summaries,
+    message parts that are not the output text (refusals), and each tool call's name,
+    arguments and output. Cut to OTHER_MAX_CHARS."""
+    pieces = []
+    body = request_body if isinstance(request_body, dict) else {}
+    if isinstance(body.get("instructions"), str):
+        pieces.append(body["instructions"])
+    prompt = prompt_of(body.get("input"))  # (a column of its own)
+    pieces += [t for t in _input_texts(body.get("input")) if t != prompt]
+    for item in parts if isinstance(parts, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "reasoning":
+            pieces += [s for s in item.get("summary") or () if isinstance(s, str)]
+        elif kind == "message":
+            pieces += [
+                p["text"]
+                for p in item.get("parts") or ()
+                if isinstance(p, dict)
+                and p.get("type") not in ("output_text", None)
+                and isinstance(p.get("text"), str)
+            ]
+        elif "arguments" in item or "name" in item:  # a tool call
+            for key in ("name", "arguments", "output"):
+                value = item.get(key)
+                if isinstance(value, str):
+                    pieces.append(value)
+                elif value is not None:
+                    pieces.append(_text_of(value))
+    text = "\n".join(p for p in pieces if p)
+    return text[:OTHER_MAX_CHARS]
+
+
+def _input_texts(value):
+    if isinstance(value, str):
+        return [value]
+    out = []
+    for item in value if isinstance(value, list) else ():
+        if not isinstance(item, dict):
+            continue
+        content = item.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [
+                c["text"] for c in content if isinstance(c, dict) and isinstance(c.get("text"), str)
+            ]
+        elif isinstance(item.get("output"), str):  # a tool's output sent back
+            out.append(item["output"])
+    return out
+
+
+def _text_of(value):
+    """The strings inside a JSON value (a tool's structured output), space-separated."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return " ".join(_text_of(v) for v in value.values())
+    if isinstance(value, list):
+        return " ".join(_text_of(v) for v in value)
+    return "" if value is None or isinstance(value, bool) else str(value)
+
+
+# ---- queries -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Term:
+    words: tuple[str, ...]  # one word, or a phrase's words in order
+    prefix: bool = False  # the last word is a prefix
+
+
+def parse(q: str) -> list[Term]:
+    """The terms of a query: "quoted phrases", words, and prefixes (`word*`). Only word
+    characters count (as the tokenizers split text); at most MAX_TERMS terms."""
+    terms = []
+    for phrase, bare in _TOKEN.findall(q or ""):
+        raw = phrase if phrase else bare
+        words = tuple(w.lower() for w in _WORD.findall(raw))
+        if not words:
+            continue
+        prefix = not phrase and raw.endswith("*") and len(words) == 1
+        if bare and len(words) > 1:  # `e-mail`, `U.S.`: a phrase, as the index holds it
+            terms.append(Term(words))
+        else:
+            terms.append(Term(words, prefix))
+        if len(terms) >= MAX_TERMS:
+            break
+    return terms
+
+
+def fts5_match(terms) -> str:
+    """An FTS5 MATCH expression of `terms` (every term required)."""
+    return " ".join('"' + " ".join(t.words) + '"' + ("*" if t.prefix else "") for t in terms)
+
+
+def tsquery(terms) -> str:
+    """A `to_tsquery('simple', …)` expression of `terms` (every term required)."""
+    out = []
+    for t in terms:
+        words = list(t.words)
+        if t.prefix:
+            words[-1] += ":*"
+        out.append("(" + " <-> ".join(words) + ")" if len(words) > 1 else words[0])
+    return " & ".join(out)
+
+
+# ---- results -------------------------------------------------------------------------------------
+
+
+@dataclass
+class Hit:
+    pk: int
+    rank: float
+    snippet: str  # safe HTML: escaped, the matched words in <mark>
+    text: str  # the snippet as plain text (redacted)
+
+
+def matching(qs, terms):
+    """`qs` narrowed to the streams whose indexed text matches every term (unranked)."""
+    sql, params = _match_sql(terms)
+    return qs.filter(pk__in=_RawIds(sql, params))
+
+
+def page(qs, terms, number=1):
+    """(hits of page `number` of `qs`'s matches, best first; whether there is a next page)."""
+    number = max(1, min(number, MAX_PAGES))
+    visible_sql, visible_params = qs.order_by().values("pk").query.sql_with_params()
+    offset = (number - 1) * PAGE_SIZE
+    if connection.vendor == "postgresql":
+        rows = _postgres_page(terms, visible_sql, visible_params, offset)
+    else:
+        rows = _sqlite_page(terms, visible_sql, visible_params, offset)
+    more = len(rows) > PAGE_SIZE and number < MAX_PAGES
+    hits = [Hit(pk, rank, *_marked(snippet)) for pk, rank, snippet in rows[:PAGE_SIZE]]
+    return hits, more
+
+
+def _match_sql(terms):
+    if connection.vendor == "postgresql":
+        return (
+            "SELECT id FROM streams_stream WHERE search_vector @@ to_tsquery('simple', %s)",
+            [tsquery(terms)],
+        )
+    return f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH %s", [fts5_match(terms)]
+
+
+class _RawIds:
+    """A raw `SELECT id …` usable as the right side of `pk__in` (a subquery, not a list)."""
+
+    def __init__(self, sql, params):
+        self.sql, self.params = sql, params
+
+    def resolve_expression(self, *args, **kwargs):
+        from django.db.models.expressions import RawSQL
+
+        return RawSQL(self.sql, self.params).resolve_expression(*args, **kwargs)
+
+
+def _sqlite_page(terms, visible_sql, visible_params, offset):
+    # bm25 weights, in COLUMNS order: the prompt most, the rest alike
+    sql = (
+        f"SELECT rowid, bm25({TABLE}, 4.0, 2.0, 1.0, 1.0) AS r, "
+        f"snippet({TABLE}, -1, %s, %s, '…', {SNIPPET_WORDS}) "
+        f"FROM {TABLE} WHERE {TABLE} MATCH %s AND rowid IN ({visible_sql}) "
+        "ORDER BY r, rowid DESC LIMIT %s OFFSET %s"
+    )
+    params = [_START, _STOP, fts5_match(terms), *visible_params, PAGE_SIZE + 1, offset]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return [(pk, -rank, snippet) for pk, rank, snippet in cursor.fetchall()]
+
+
+def _postgres_page(terms, visible_sql, visible_params, offset):
+    # the page's ids first (the index and the rank alone), then a headline for those rows only
+    headline = (
+        f"ts_headline('simple', concat_ws(' … ', s.prompt, left(s.output_text, "
+        f"{INDEXED_MAX_CHARS}), left(s.error_message, {INDEXED_MAX_CHARS}), s.search_other), q, "
+        f"'StartSel={_START}, StopSel={_STOP}, MaxWords={SNIPPET_WORDS}, MinWords=12, "
+        'MaxFragments=1, FragmentDelimiter=" … "\')'
+    )
+    sql = (
+        f"WITH q AS (SELECT to_tsquery('simple', %s) AS q), "
+        f"hits AS (SELECT s.id, ts_rank_cd(s.search_vector, q.q) AS r FROM streams_stream s, q "
+        f"WHERE s.search_vector @@ q.q AND s.id IN ({visible_sql}) "
+        f"ORDER BY r DESC, s.id DESC LIMIT %s OFFSET %s) "
+        f"SELECT hits.id, hits.r, {headline} FROM hits JOIN streams_stream s ON s.id = hits.id, q "
+        f"ORDER BY hits.r DESC, hits.id DESC"
+    )
+    params = [tsquery(terms), *visible_params, PAGE_SIZE + 1, offset]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return list(cursor.fetchall())
+
+
+def _marked(snippet):
+    """(the snippet as safe HTML: escaped, the index's matches in <mark>; as plain text).
+    Redacted first: a snippet that held a secret is shown redacted and without marks (a mark
+    inside it would hide the secret's shape from the egress gate)."""
+    snippet = re.sub(r"\s+", " ", snippet or "").strip()
+    plain = snippet.replace(_START, "").replace(_STOP, "")
+    redacted = known_secrets.redact(plain)
+    if redacted != plain:
+        return mark_safe(escape(redacted)), redacted
+    out = []
+    for i, piece in enumerate(re.split(f"[{_START}{_STOP}]", snippet)):
+        out.append(f"<mark>{escape(piece)}</mark>" if i % 2 and piece else escape(piece))
+    return mark_safe("".join(out)), plain

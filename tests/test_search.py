@@ -1,0 +1,223 @@
+"""Full-text search (streams/store/search.py), on SQLite's FTS5 here and PostgreSQL's tsvector in
+tier 2: what is indexed, how a query reads, that the database keeps the index whatever writes
+a row, ranking, access, filters, redacted snippets, the list page and the API."""
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test import Client
+
+from streams.models import Stream
+from streams.store import known_secrets, rows, search
+from tests.support import recording
+
+pytestmark = pytest.mark.django_db
+
+POSTGRES = connection.vendor == "postgresql"
+
+
+def found(q, qs=None):
+    hits, _ = search.page(qs if qs is not None else Stream.objects.all(), search.parse(q))
+    return [h.pk for h in hits]
+
+
+def stored(prompt="Tell me about Utrecht", user=None, instructions="", **fields):
+    body = rows.build_request_body(prompt, "auto", instructions=instructions)
+    stream = rows.create(body, user=user)
+    if fields:
+        Stream.objects.filter(pk=stream.pk).update(**fields)
+    return stream
+
+
+# ---- what is indexed, how a query reads ----------------------------------------------------------
+
+
+def test_other_text_holds_what_the_prompt_output_and_error_columns_do_not():
+    body = {
+        "instructions": "Answer in Dutch",
+        "input": [
+            {"role": "user", "content": "An earlier question"},
+            {"type": "function_call_output", "call_id": "c1", "output": "22 degrees"},
+            {"role": "user", "content": [{"type": "input_text", "text": "The last question"}]},
+        ],
+    }
+    parts = [
+        {"type": "reasoning", "summary": ["Weighing the canals"]},
+        {"type": "message", "parts": [{"type": "refusal", "text": "I cannot say"}]},
+        {"type": "message", "parts": [{"type": "output_text", "text": "in output_text already"}]},
+        {"type": "function_call", "name": "get_weather", "arguments": '{"city":"Utrecht"}'},
+        {"type": "mcp_call", "name": "lookup", "arguments": "{}", "output": {"rows": ["Dom"]}},
+    ]
+    text = search.other_text(body, parts)
+    for piece in (
+        "Answer in Dutch",
+        "An earlier question",
+        "22 degrees",
+        "Weighing the canals",
+        "I cannot say",
+        "get_weather",
+        '{"city":"Utrecht"}',
+        "lookup",
+        "Dom",
+    ):
+        assert piece in text
+    assert "The last question" not in text  # the prompt has a column of its own
+    assert "in output_text already" not in text
+    assert len(search.other_text({"instructions": "x" * 10**6}, None)) == search.OTHER_MAX_CHARS
+
+
+@pytest.mark.parametrize(
+    "q, fts5, tsquery",
+    [
+        ("Kortom", '"kortom"', "kortom"),
+        ("utre* Dom", '"utre"* "dom"', "utre:* & dom"),
+        ('"hoogste toren" kerk', '"hoogste toren" "kerk"', "(hoogste <-> toren) & kerk"),
+        ("“smart quotes”", '"smart quotes"', "(smart <-> quotes)"),
+        ("e-mail", '"e mail"', "(e <-> mail)"),
+        ("'; DROP TABLE x; -- & | ! :*", '"drop" "table" "x"', "drop & table & x"),
+        ("!!! ...", "", ""),
+    ],
+)
+def test_a_query_is_words_phrases_and_prefixes_and_nothing_else(q, fts5, tsquery):
+    terms = search.parse(q)
+    assert search.fts5_match(terms) == fts5
+    assert search.tsquery(terms) == tsquery
+
+
+# ---- the index follows the rows ------------------------------------------------------------------
+
+
+def test_the_index_follows_every_write_of_the_indexed_columns():
+    stream = stored(prompt="Vertel over de Domtoren", instructions="Antwoord kort")
+    assert found("domtoren") == [stream.pk]  # the prompt, from the row's INSERT
+    assert found("antwoord") == [stream.pk]  # its instructions, from the start
+    Stream.objects.filter(pk=stream.pk).update(output_text="Kortom: 112 meter hoog.")
+    assert found("kortom") == [stream.pk]
+    # the writer's own UPDATE (raw SQL, streams/store/rows.py), as a stream's end is written
+    rec = type("Rec", (), {"stream_id": stream.pk})()
+    rows.update_streams({rec: {"output_text": "Samengevat: een toren", "error_message": "boom"}})
+    assert found("kortom") == [] and found("samengevat") == [stream.pk]
+    assert found("boom") == [stream.pk]
+    Stream.objects.filter(pk=stream.pk).delete()
+    assert found("samengevat") == []
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_recorded_stream_is_found_by_its_answer_and_its_tool_call(upstream):
+    stream, _ = await recording.record(recording.body(scenario="tools"))
+    assert stream.status == "completed", stream.error_message
+    word = next(w for w in stream.output_text.split() if w.isalpha() and len(w) > 4)
+    tool = next(p["name"] for p in stream.parts if p.get("name"))
+    assert stream.pk in await sync_to_async(found)(word)
+    assert stream.pk in await sync_to_async(found)(tool)
+
+
+def test_an_imported_stream_is_found_by_its_answer():
+    from streams.ingest import importer
+    from tests.support.captures import text_capture
+
+    (stream,) = importer.import_capture(text_capture("Gezellig grachtenpand"), "a.sse")
+    assert found("grachtenpand") == [stream.pk]
+
+
+# ---- ranking, words, access, filters -------------------------------------------------------------
+
+
+def test_a_match_in_the_prompt_ranks_above_one_in_the_output():
+    in_output = stored(prompt="Something else", output_text="about the Oudegracht")
+    in_prompt = stored(prompt="Walk along the Oudegracht")
+    assert found("oudegracht") == [in_prompt.pk, in_output.pk]
+
+
+def test_phrases_prefixes_and_all_words_required():
+    a = stored(output_text="de hoogste toren van Nederland")
+    b = stored(output_text="de toren is de hoogste")
+    assert sorted(found("hoogste toren")) == sorted([a.pk, b.pk])
+    assert found('"hoogste toren"') == [a.pk]
+    assert found("neder*") == [a.pk]
+    assert found("hoogste fiets") == []
+
+
+def test_case_and_on_sqlite_accents_are_ignored():
+    stream = stored(output_text="Één café in Utrecht")
+    assert found("ÉÉN") == [stream.pk] and found("utrecht") == [stream.pk]
+    # SQLite's unicode61 removes diacritics; PostgreSQL's `simple` keeps them (docs/search.md)
+    assert found("cafe") == ([] if POSTGRES else [stream.pk])
+
+
+def test_only_streams_the_user_may_see_are_found_and_the_filters_apply():
+    from streams.store.access import streams_for
+
+    owner = get_user_model().objects.create_user("owner")
+    stranger = get_user_model().objects.create_user("stranger")
+    mine = stored(user=owner, output_text="Kortom, de gracht", status="completed")
+    failed = stored(user=owner, output_text="Kortom, kapot", status="failed")
+    stored(user=stranger, output_text="Kortom, niet van jou")
+    assert sorted(found("kortom", streams_for(owner))) == sorted([mine.pk, failed.pk])
+    assert found("kortom", streams_for(owner).filter(status="completed")) == [mine.pk]
+
+
+def test_pages_of_matches():
+    many = [stored(output_text=f"Kortom nummer {i}") for i in range(search.PAGE_SIZE + 3)]
+    first, more = search.page(Stream.objects.all(), search.parse("kortom"))
+    second, last = search.page(Stream.objects.all(), search.parse("kortom"), 2)
+    assert len(first) == search.PAGE_SIZE and more and len(second) == 3 and not last
+    assert {h.pk for h in first + second} == {s.pk for s in many}
+
+
+# ---- snippets ------------------------------------------------------------------------------------
+
+
+def test_a_snippet_marks_the_matched_words_and_escapes_the_rest():
+    stored(output_text="Kortom: <script>alert(1)</script> de Dom & meer")
+    (hit,) = search.page(Stream.objects.all(), search.parse("dom"))[0]
+    assert "<mark>Dom</mark>" in hit.snippet
+    assert "&lt;script&gt;" in hit.snippet and "<script>" not in hit.snippet
+    assert "de Dom &" in hit.text
+
+
+def test_a_snippet_with_a_secret_in_it_is_redacted_and_unmarked(settings):
+    key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
+    known_secrets.remember(key)
+    try:
+        stored(output_text=f"Kortom, de sleutel is {key} hier")
+        for q in ("sleutel", "sk*", "kortom"):
+            (hit,) = search.page(Stream.objects.all(), search.parse(q))[0]
+            assert key not in hit.snippet and key not in hit.text
+            assert "<mark>" not in hit.snippet
+    finally:
+        known_secrets.forget_all()
+
+
+# ---- the list page and the API -------------------------------------------------------------------
+
+
+def test_the_list_page_ranks_and_shows_snippets():
+    user = get_user_model().objects.create_user("reader")
+    other = stored(user=user, prompt="Iets anders", output_text="Kortom, een antwoord")
+    best = stored(user=user, prompt="Kortom als vraag")
+    client = Client()
+    client.force_login(user)
+    html = client.get("/", {"q": "kortom"}).content.decode()
+    assert html.index(f"stream-row-{best.pk}") < html.index(f"stream-row-{other.pk}")
+    assert "<mark>Kortom</mark>" in html
+    assert 'data-live="off"' in html  # a ranked page is not the live newest page
+    assert client.get("/", {"q": "kortom", "page": "99"}).status_code == 400
+    csv = b"".join(client.get("/streams.csv", {"q": "kortom"}).streaming_content).decode()
+    assert csv.count("\n") == 3  # the header and both matches
+
+
+def test_the_api_searches_with_ranks_and_plain_snippets():
+    user = get_user_model().objects.create_user("api")
+    from streams.models import ApiToken
+
+    token = ApiToken.issue(user, name="t")
+    stream = stored(user=user, output_text="Kortom, <b>vet</b>")
+    response = Client().get("/api/streams/", {"q": "vet"}, HTTP_AUTHORIZATION=f"Bearer {token}")
+    data = json.loads(response.content)
+    assert [s["id"] for s in data["streams"]] == [stream.pk]
+    assert data["streams"][0]["snippet"] == "Kortom, <b>vet</b>"
+    assert data["next_page"] is None
