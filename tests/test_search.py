@@ -160,6 +160,14 @@ def test_only_streams_the_user_may_see_are_found_and_the_filters_apply():
     assert found("kortom", streams_for(owner).filter(status="completed")) == [mine.pk]
 
 
+def test_the_newest_matches_are_ranked(monkeypatch):
+    monkeypatch.setattr(search, "RANK_WINDOW", 3)
+    best_but_old = stored(prompt="Oudegracht")
+    newer = [stored(output_text=f"de Oudegracht {i}") for i in range(3)]
+    assert found("oudegracht") == [s.pk for s in reversed(newer)]
+    assert best_but_old.pk not in found("oudegracht")
+
+
 def test_pages_of_matches():
     many = [stored(output_text=f"Kortom nummer {i}") for i in range(search.PAGE_SIZE + 3)]
     first, more = search.page(Stream.objects.all(), search.parse("kortom"))

@@ -10,8 +10,10 @@ from one more request with the queries captured. Pages: latency and routing at e
 they offer (1 h, 24 h, 7 days — the default —, 30 days, all; latency also with a model, a user
 and a source filter), usage and cost (the same five ranges, 30 days with a model, a user and a
 tag filter, and its CSV export), admin analytics (24 h, 30 days — the default —, all), and the
-streams list `/` when it exists (URL name `stream_list`). `--database postgres` without
-`--postgres-url` starts a throw-away server on $PGPORT (default 55710). Target: ≤ 300 ms a
+streams list `/` when it exists (URL name `stream_list`), and its full-text search (a word in
+nearly every answer, a prompt's word, a phrase, a prefix, a word with filters). `--database
+postgres` without `--postgres-url` starts a throw-away server on $PGPORT (default 55710).
+Target: ≤ 300 ms a
 page at 100 000 streams on SQLite, and growth well below linear in the number of streams.
 
 No server and no limits: the pages are requested in-process by a staff user logged in with
@@ -67,6 +69,13 @@ PAGES = [
     ("admin_analytics", "/analytics/"),
     ("admin all", "/analytics/?range=all"),
     ("stream_list", "stream_list"),  # a URL name: skipped when it does not exist
+    # full-text search (streams/store/search.py): a word in nearly every answer, a prompt's
+    # word (one stream in ~18), a phrase, a prefix, and a word with a user's and a status filter
+    ("search word", "/?q=latency"),
+    ("search prompt word", "/?q=amsterdam"),
+    ("search phrase", "/?q=%22square+root%22"),
+    ("search prefix", "/?q=kilomet*"),
+    ("search word user failed", "/?q=latency&user=alice&status=failed"),
 ]
 
 
