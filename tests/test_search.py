@@ -115,6 +115,16 @@ async def test_a_recorded_stream_is_found_by_its_answer_and_its_tool_call(upstre
     assert stream.pk in await sync_to_async(found)(tool)
 
 
+def test_rebuild_search_makes_the_text_again_and_the_index_from_the_rows():
+    from django.core.management import call_command
+
+    stream = stored(instructions="Antwoord kort")
+    Stream.objects.filter(pk=stream.pk).update(search_other="")  # (as before migration 0013)
+    assert found("antwoord") == []
+    call_command("rebuild_search", stdout=open("/dev/null", "w"))  # noqa: SIM115
+    assert found("antwoord") == [stream.pk]
+
+
 def test_an_imported_stream_is_found_by_its_answer():
     from streams.ingest import importer
     from tests.support.captures import text_capture

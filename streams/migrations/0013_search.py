@@ -12,7 +12,7 @@ index is built from every row; `manage.py rebuild_search` does both again."""
 
 from django.db import migrations, models
 
-from streams.store.search import INDEXED_MAX_CHARS, TABLE
+from streams.store.search import INDEXED_MAX_CHARS, TABLE, refill
 
 FIELD = models.TextField(blank=True, verbose_name="other searchable text")
 INDEXED = ", ".join(
@@ -70,47 +70,37 @@ POSTGRES_DROP = [
 ]
 
 
-def _add(apps, schema_editor):
-    """The column in place (SQLite: ALTER TABLE ADD COLUMN, not Django's copy of the table),
-    the older rows' values, then the index over all of it."""
+def _add_column(apps, schema_editor):
+    """The column in place (SQLite: ALTER TABLE ADD COLUMN, not Django's copy of the table)."""
     Stream = apps.get_model("streams", "Stream")
     field = FIELD.clone()
     field.set_attributes_from_name("search_other")
     field.model = Stream
-    sqlite = schema_editor.connection.vendor == "sqlite"
-    if sqlite:
+    if schema_editor.connection.vendor == "sqlite":
         sql, params = schema_editor.column_sql(Stream, field, include_default=True)
         sql = sql % tuple(schema_editor.quote_value(p) for p in params)
         schema_editor.execute(f"ALTER TABLE streams_stream ADD COLUMN search_other {sql}")
     else:
         schema_editor.add_field(Stream, field)
-    _fill(Stream)
+
+
+def _index(apps, schema_editor):
+    """The older rows' `search_other`, then the index over all of it."""
+    refill(apps.get_model("streams", "Stream"))
+    sqlite = schema_editor.connection.vendor == "sqlite"
     for statement in SQLITE if sqlite else POSTGRES:
         schema_editor.execute(statement)
     if sqlite:
         schema_editor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
 
 
-def _fill(Stream):
-    from streams.store.search import other_text
-
-    pending = []
-    rows = Stream.objects.order_by("pk").values_list("pk", "request_body", "parts")
-    for pk, body, parts in rows.iterator(chunk_size=2000):
-        text = other_text(body, parts)
-        if text:
-            pending.append(Stream(pk=pk, search_other=text))
-        if len(pending) >= 2000:
-            Stream.objects.bulk_update(pending, ["search_other"])
-            pending = []
-    if pending:
-        Stream.objects.bulk_update(pending, ["search_other"])
-
-
-def _drop(apps, schema_editor):
+def _drop_index(apps, schema_editor):
     sqlite = schema_editor.connection.vendor == "sqlite"
     for statement in SQLITE_DROP if sqlite else POSTGRES_DROP:
         schema_editor.execute(statement)
+
+
+def _drop_column(apps, schema_editor):
     Stream = apps.get_model("streams", "Stream")
     field = FIELD.clone()
     field.set_attributes_from_name("search_other")
@@ -126,6 +116,7 @@ class Migration(migrations.Migration):
             state_operations=[
                 migrations.AddField(model_name="stream", name="search_other", field=FIELD)
             ],
-            database_operations=[migrations.RunPython(_add, _drop)],
+            database_operations=[migrations.RunPython(_add_column, _drop_column)],
         ),
+        migrations.RunPython(_index, _drop_index),
     ]

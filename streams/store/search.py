@@ -140,6 +140,34 @@ def _text_of(value):
     return "" if value is None or isinstance(value, bool) else str(value)
 
 
+def refill(Stream, chunk=2000) -> int:
+    """`search_other` of every row made again from its request and output parts (`Stream`: the
+    model, or a migration's historical one); how many rows changed. The index follows by
+    itself; `rebuild` also remakes SQLite's from the rows."""
+    changed = 0
+    pending = []
+    rows = Stream.objects.order_by("pk").values_list("pk", "request_body", "parts", "search_other")
+    for pk, body, parts, before in rows.iterator(chunk_size=chunk):
+        text = other_text(body, parts)
+        if text != before:
+            pending.append(Stream(pk=pk, search_other=text))
+        if len(pending) >= chunk:
+            changed += len(pending)
+            Stream.objects.bulk_update(pending, ["search_other"])
+            pending = []
+    if pending:
+        changed += len(pending)
+        Stream.objects.bulk_update(pending, ["search_other"])
+    return changed
+
+
+def rebuild() -> None:
+    """The index remade from the rows (SQLite's FTS5 table; PostgreSQL's column is generated)."""
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
+
+
 # ---- queries -------------------------------------------------------------------------------------
 
 
