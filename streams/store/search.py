@@ -49,6 +49,7 @@ MAX_PAGES = 20  # results beyond PAGE_SIZE * MAX_PAGES are not shown: narrow the
 RANK_WINDOW = 2_000  # the newest matches ranked (see `page`)
 SNIPPET_WORDS = 24
 _START, _STOP = "\ue000", "\ue001"  # (private-use: never in a stored text's snippet otherwise)
+_LT, _GT = "\ue002", "\ue003"
 _WORD = re.compile(r"\w+")
 _TOKEN = re.compile(r'["“”]([^"“”]*)["“”]?|(\S+)')
 
@@ -304,9 +305,12 @@ def _sqlite_page(terms, visible, offset):
 def _postgres_page(terms, visible, offset):
     within, params = ("", []) if visible is None else (f"AND s.id IN ({visible[0]})", visible[1])
     # the newest matches, then their rank, then a headline for the page's rows only
+    # (`<` and `>` hidden from ts_headline, which drops what looks like a tag: `_marked` puts
+    # them back)
     headline = (
-        f"ts_headline('simple', concat_ws(' … ', s.prompt, left(s.output_text, "
-        f"{INDEXED_MAX_CHARS}), left(s.error_message, {INDEXED_MAX_CHARS}), s.search_other), q, "
+        f"ts_headline('simple', translate(concat_ws(' … ', s.prompt, left(s.output_text, "
+        f"{INDEXED_MAX_CHARS}), left(s.error_message, {INDEXED_MAX_CHARS}), s.search_other), "
+        f"'<>', '{_LT}{_GT}'), q, "
         f"'StartSel={_START}, StopSel={_STOP}, MaxWords={SNIPPET_WORDS}, MinWords=12, "
         'MaxFragments=1, FragmentDelimiter=" … "\')'
     )
@@ -330,7 +334,7 @@ def _marked(snippet):
     """(the snippet as safe HTML: escaped, the index's matches in <mark>; as plain text).
     Redacted first: a snippet that held a secret is shown redacted and without marks (a mark
     inside it would hide the secret's shape from the egress gate)."""
-    snippet = re.sub(r"\s+", " ", snippet or "").strip()
+    snippet = re.sub(r"\s+", " ", snippet or "").strip().replace(_LT, "<").replace(_GT, ">")
     plain = snippet.replace(_START, "").replace(_STOP, "")
     redacted = known_secrets.redact(plain)
     if redacted != plain:
