@@ -74,6 +74,15 @@ urlpatterns = [
     path("streams/<int:stream_id>/replay.json", streams.stream_replay, name="stream_replay"),
     path("streams/<int:stream_id>.sse", streams.stream_sse, name="stream_sse"),
     path("streams/<int:stream_id>.json", streams.stream_json, name="stream_json"),
+    path("streams/compare/", streams.stream_compare_pick, name="stream_compare_pick"),
+    path(
+        "streams/<int:stream_id>/compare/", streams.stream_compare_with, name="stream_compare_with"
+    ),
+    path(
+        "streams/<int:stream_id>/compare/<int:other_id>/",
+        streams.stream_compare,
+        name="stream_compare",
+    ),  # fmt: skip
     # a session name is the client's own (X-Streamscope-Session): any text, slashes included
     path("sessions/<session:session>/", streams.session_detail, name="session_detail"),
     # analytics

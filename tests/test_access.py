@@ -79,6 +79,9 @@ RULES = {
     "stream_sse": Rule(OWNER_OR_STAFF),
     "stream_json": Rule(OWNER_OR_STAFF),
     "session_detail": Rule(OWNER_OR_STAFF),  # a session none of yours is in: 404
+    "stream_compare": Rule(OWNER_OR_STAFF),  # both streams must be visible: 404 otherwise
+    "stream_compare_with": Rule(OWNER_OR_STAFF),
+    "stream_compare_pick": Rule(USER),  # the list's two ticked streams, or how to tick them
     "api_streams": Rule(USER, api=True),
     "api_stream": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
@@ -105,6 +108,8 @@ SKIPPED_PREFIXES = {
 # URL parameters: the owner's object that each one names.
 PARAMS = {
     "stream_id": lambda objects: objects.stream.pk,
+    # the stream compared with it: the owner's still streaming answer (a live comparison)
+    "other_id": lambda objects: objects.turn.stream_id,
     "index": lambda objects: objects.event.index,
     "session": lambda objects: objects.stream.session,
     "conversation_id": lambda objects: objects.conversation.pk,

@@ -751,6 +751,8 @@ def load_history(people):
 # The fill table, by parameter name: (history, route, the parameters bound so far) -> values.
 FILL = {
     "stream_id": lambda h, route, bound: h.stream_ids,
+    # a stream compared with another: each with the next (the hostile ones against each other)
+    "other_id": lambda h, route, bound: [pk for pk in h.stream_ids if pk != bound["stream_id"]][:2],
     "index": lambda h, route, bound: h.event_indexes.get(bound["stream_id"], []),
     "job_id": lambda h, route, bound: h.job_ids,
     "session": lambda h, route, bound: h.sessions,

@@ -257,6 +257,7 @@ def history(django_db_setup, django_db_blocker):
 
 FILL = {
     "stream_id": lambda h, bound: h["stream_ids"],
+    "other_id": lambda h, bound: [pk for pk in h["stream_ids"] if pk != bound["stream_id"]][:1],
     "index": lambda h, bound: [0, 1],
     "job_id": lambda h, bound: h["jobs"],
     "session": lambda h, bound: ["sessie-een"],

@@ -210,6 +210,20 @@ class EventWindowForm(forms.Form):
         return {k: d[k] for k in keys if d.get(k) is not None and d[k] != "" and d[k] is not False}
 
 
+class CompareWithForm(forms.Form):
+    """The stream to compare one with: its id (`#42` or `42`)."""
+
+    other = forms.CharField(required=False, max_length=20, label=_("Stream"))
+
+    def clean_other(self):
+        value = self.cleaned_data["other"].strip().lstrip("#")
+        if not value:
+            return None
+        if not value.isdigit():
+            raise forms.ValidationError(_("A stream's number, such as #42."))
+        return int(value)
+
+
 class SessionPageForm(forms.Form):
     """A session page's cursor: the stream it continues after (creation order)."""
 

@@ -353,3 +353,43 @@ def cost_note(stream):
     if not model or model == "auto":
         return gettext("no model named to price")
     return gettext("no price known for %(model)s") % {"model": model}
+
+
+# ---- two streams side by side (templates/dashboard/stream_compare.html) ----------------------
+
+
+def _shown(value, unit):
+    if value is None:
+        return "—"
+    if unit == "ms":
+        return ms(value)
+    if unit == "rate":
+        return number(float(value), 1)
+    return count(value)
+
+
+@register.filter
+def figure_value(value, unit):
+    """A compared figure: ms, a rate (one place) or a count."""
+    return _shown(value, unit)
+
+
+@register.simple_tag
+def figure_difference(diff, base, unit):
+    """b − a with its sign ("+12.3", "−4"), and the change against a in percent when a is not
+    0; "" when either has no value."""
+    if diff is None:
+        return ""
+    sign = "+" if diff > 0 else "−" if diff < 0 else "±"
+    text = f"{sign}{_shown(abs(diff), unit)}"
+    if base:
+        text += f" ({sign}{number(abs(diff) / abs(base) * 100, 0)} %)"
+    return text
+
+
+@register.simple_tag
+def money_difference(nanos, currency):
+    if nanos is None:
+        return ""
+    sign = "+" if nanos > 0 else "−" if nanos < 0 else "±"
+    return f"{sign}{money(abs(nanos), currency)}"

@@ -19,10 +19,12 @@ from django.views.decorators.http import require_GET, require_http_methods
 from dashboard import queries
 from dashboard.forms.streams import (
     CaptureUploadForm,
+    CompareWithForm,
     EventWindowForm,
     SessionPageForm,
     StreamFilterForm,
 )
+from dashboard.stats import compare
 from streams.ingest import import_jobs
 from streams.models import Stream
 from streams.serve import export
@@ -187,6 +189,7 @@ def stream_list(request):
         "show_owner": request.user.is_staff,
         # the proxy's own delay is a column where every row is proxied
         "show_proxy": d["source"] == Stream.Source.PROXY,
+        "compare_pick": True,  # a tick per row: two of them side by side
     }
     fragment = _fragment(request)
     if fragment == "streams":
@@ -246,6 +249,58 @@ def stream_timing(request, stream_id):
 def stream_replay(request, stream_id):
     stream = _get_stream_for_user(request, stream_id)
     return _json(queries.replay_events(stream))
+
+
+@login_required
+@require_GET
+def stream_compare(request, stream_id, other_id):
+    """Two streams side by side (dashboard/stats/compare.py); polled while either runs."""
+    a = _get_stream_for_user(request, stream_id)
+    b = _get_stream_for_user(request, other_id)
+    diff, cut = compare.word_diff(a.output_text, b.output_text)
+    context = {
+        "a": a,
+        "b": b,
+        "nav": "streams",
+        "figures": compare.figures(a, b),
+        "cost_diff": compare.cost_difference(a, b),
+        "curves": [
+            {**compare.arrivals(a), "label": f"a · #{a.pk}"},
+            {**compare.arrivals(b), "label": f"b · #{b.pk}"},
+        ],
+        "diff": diff,
+        "diff_cut": cut,
+        "live": a.is_active or b.is_active,
+    }
+    if _fragment(request) == "compare-body":
+        return render(request, "dashboard/stream_compare.html#body", context)
+    return render(request, "dashboard/stream_compare.html", context)
+
+
+@login_required
+@require_GET
+def stream_compare_with(request, stream_id):
+    """Pick the stream to compare `stream_id` with (`?other=<id>` goes there), among the user's
+    newest ones."""
+    stream = _get_stream_for_user(request, stream_id)
+    form = CompareWithForm(request.GET)
+    if form.is_valid() and form.cleaned_data["other"]:
+        other = _get_stream_for_user(request, form.cleaned_data["other"])
+        return HttpResponseRedirect(reverse("stream_compare", args=[stream.pk, other.pk]))
+    recent = streams_for(request.user).exclude(pk=stream.pk).order_by("-created_at")[:20]
+    context = {"stream": stream, "recent": recent, "form": form, "nav": "streams"}
+    return render(request, "dashboard/stream_compare_with.html", context)
+
+
+@login_required
+@require_GET
+def stream_compare_pick(request):
+    """The list's two ticked streams (`?s=<id>&s=<id>`), side by side; anything else says to
+    tick two."""
+    ids = [int(v) for v in request.GET.getlist("s") if v.isdigit() and len(v) <= 18]
+    if len(ids) == 2 and ids[0] != ids[1]:
+        return HttpResponseRedirect(reverse("stream_compare", args=ids))
+    return render(request, "dashboard/stream_compare_pick.html", {"nav": "streams"}, status=200)
 
 
 @login_required

@@ -212,6 +212,53 @@ import { utcAxis } from "./time.js";
       }), data, el);
     },
 
+    // two streams side by side (dashboard/stats/compare.py): [{label, x: [ms since the
+    // request], y: [output characters so far], ttft_ms}], stepped lines on one x axis (the
+    // union of both streams' times), each TTFT a dashed line in its stream's colour
+    arrivals(el, d) {
+      if (!d.some((s) => s.x.length)) return null;
+      const xs = Array.from(new Set(d.flatMap((s) => s.x))).sort((p, q) => p - q);
+      const at = new Map(xs.map((x, i) => [x, i]));
+      const colours = [cssColor("model-0", "#0072B2"), cssColor("model-1", "#E69F00")];
+      const data = [xs];
+      const series = [{ label: t("since the request"), value: (u, v) => v == null ? "" : `${ms(v)} ms` }];
+      d.forEach((s, k) => {
+        const ys = new Array(xs.length).fill(null);
+        s.x.forEach((x, i) => { ys[at.get(x)] = s.y[i]; });
+        data.push(ys);
+        series.push({
+          label: s.label, stroke: colours[k], width: 2, spanGaps: true,
+          paths: uPlot.paths.stepped({ align: 1 }), points: { show: false },
+          value: (u, v) => v == null ? "" : count(v),
+        });
+      });
+      const marks = d.map((s, k) => [s.ttft_ms, colours[k]]).filter(([v]) => v != null);
+      const ttftLines = (u) => {
+        const ctx = u.ctx;
+        ctx.save();
+        ctx.setLineDash([5 * devicePixelRatio, 4 * devicePixelRatio]);
+        ctx.lineWidth = 1.5 * devicePixelRatio;
+        for (const [v, colour] of marks) {
+          const x = u.valToPos(v, "x", true);
+          ctx.strokeStyle = colour;
+          ctx.beginPath();
+          ctx.moveTo(x, u.bbox.top);
+          ctx.lineTo(x, u.bbox.top + u.bbox.height);
+          ctx.stroke();
+        }
+        ctx.restore();
+      };
+      return new uPlot(base(el, {
+        scales: { x: { time: false } },
+        axes: [
+          { label: t("ms since the request"), values: (u, vals) => vals.map((v) => dec(v, 6)) },
+          { label: t("output characters"), size: 60, values: (u, vals) => vals.map((v) => dec(v, 6)) },
+        ],
+        series,
+        hooks: { draw: [ttftLines] },
+      }), data, el);
+    },
+
     // admin: streams and failed streams per day (bars)
     daily(el, d) {
       const x = timeX();
