@@ -122,6 +122,6 @@ class TestPage:
         assert f"/streams/{self.a.pk}/compare/{self.b.pk}/" in picker  # among the newest
         assert self.client.get(f"/streams/{self.a.pk}/compare/", {"other": "x"}).status_code == 200
         listed = self.client.get("/").content.decode()
-        assert f'name="s" value="{self.a.pk}" form="compare-form"' in listed
+        assert f'name="s" value="{self.a.pk}"' in listed and 'id="compare-form"' in listed
         timeline = self.client.get(f"/streams/{self.a.pk}/").content.decode()
         assert f'href="/streams/{self.a.pk}/compare/"' in timeline

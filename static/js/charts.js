@@ -249,7 +249,8 @@ import { utcAxis } from "./time.js";
         ctx.restore();
       };
       return new uPlot(base(el, {
-        scales: { x: { time: false } },
+        // from the request on: the TTFTs and the gap before the first character are the point
+        scales: { x: { time: false, range: (u, min, max) => [0, max > 0 ? max : 1] } },
         axes: [
           { label: t("ms since the request"), values: (u, vals) => vals.map((v) => dec(v, 6)) },
           { label: t("output characters"), size: 60, values: (u, vals) => vals.map((v) => dec(v, 6)) },

@@ -14,6 +14,8 @@
  *   so what appears is exactly what the filters select; they are prepended.
  * A stream that finishes changes its status: its row comes again with its Tokens and Cost
  * cells (the frame's `usage` and `cost`, as the server labels them: estimate, no price).
+ * The ticks of "Compare the two ticked" are kept by stream id and put back whenever rows are
+ * rendered again (a filter, the search box's own change event, a page, a row fetched anew).
  */
 import { t } from "./i18n.js";
 import { connectStream } from "./streamclient.js";
@@ -58,6 +60,21 @@ function patch(row, fresh) {
     if (td.innerHTML !== freshCells[i].innerHTML) td.replaceWith(freshCells[i]);
   });
 }
+
+// Ticked rows (input.pick, "Compare the two ticked"), by stream id, for the page's life.
+const ticked = new Set();
+document.addEventListener("change", (event) => {
+  const box = event.target;
+  if (!(box instanceof HTMLInputElement) || !box.classList.contains("pick")) return;
+  if (box.checked) ticked.add(box.value);
+  else ticked.delete(box.value);
+});
+function retick() {
+  document.querySelectorAll("input.pick").forEach((box) => {
+    box.checked = ticked.has(box.value);
+  });
+}
+document.addEventListener("htmx:afterSwap", retick);
 
 let fetching = false;
 let lastFetch = 0;
@@ -126,6 +143,7 @@ async function fetchRows() {
     // the network or the server failed this once: the next change asks again
   } finally {
     fetching = false;
+    retick();
     if (unseen || dirty.size) scheduleFetch();
   }
 }

@@ -148,8 +148,13 @@ def site(people):
     Stream.objects.filter(pk=stream.pk).update(tags=["checkout"], session="s-42")
     conversation = Conversation.objects.create(user=people.staff, title="About Utrecht")
     Turn.objects.create(conversation=conversation, position=0, prompt="Markdown?", stream=stream)
+    # the Markdown answer against the newest completed demo stream
+    other = Stream.objects.filter(status=Stream.Status.COMPLETED).exclude(pk=stream.pk).last()
     pages = {
         "streams": "/",
+        "search": "/?q=latency",
+        "side-by-side": f"/streams/{stream.pk}/compare/{other.pk}/",
+        "compare-with": f"/streams/{stream.pk}/compare/",
         "timeline": f"/streams/{stream.pk}/",
         "session": "/sessions/s-42/",
         "playground": "/playground/",
