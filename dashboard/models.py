@@ -10,7 +10,7 @@ import json
 from django.conf import settings
 from django.db import models, transaction
 from django.db.models import Q
-from django.utils.translation import gettext
+from django.utils.translation import gettext, pgettext_lazy
 
 from streams.core import conf
 from streams.models import Stream
@@ -192,3 +192,42 @@ def retry(turn):
 def _title(prompt):
     line = " ".join(prompt.split())
     return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+
+class SavedView(models.Model):
+    """A page's filters saved under a name (dashboard/saved_views.py): its owner's alone, or
+    shared with everyone signed in to the instance. `query` is the page's query string, cleaned
+    to the page's own filter fields."""
+
+    class Page(models.TextChoices):
+        # (the value: the page's URL name)
+        STREAMS = "stream_list", pgettext_lazy("a page", "Streams")
+        LATENCY = "latency", pgettext_lazy("a page", "Latency")
+        ROUTING = "routing", pgettext_lazy("a page", "Routing")
+        USAGE = "usage", pgettext_lazy("a page", "Usage & cost")
+        ANALYTICS = "admin_analytics", pgettext_lazy("a page", "Analytics")
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="saved_views",
+        verbose_name=pgettext_lazy("a saved view's", "owner"),
+    )
+    name = models.CharField(pgettext_lazy("a saved view's", "name"), max_length=100)
+    page = models.CharField(
+        pgettext_lazy("a saved view's", "page"), max_length=30, choices=Page.choices
+    )
+    query = models.CharField(
+        pgettext_lazy("a saved view's", "filters"), max_length=2000, blank=True
+    )
+    shared = models.BooleanField(pgettext_lazy("a saved view", "shared"), default=False)
+    created_at = models.DateTimeField(pgettext_lazy("a saved view's", "created"), auto_now_add=True)
+
+    class Meta:
+        ordering = ["page", "name", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["owner", "page", "name"], name="saved_view_unique")
+        ]
+
+    def __str__(self):
+        return self.name

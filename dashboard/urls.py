@@ -11,7 +11,7 @@ from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, exports, playground, streams
+from dashboard.views import analytics, exports, playground, saved, streams
 from streams.serve import scrape
 
 
@@ -75,6 +75,8 @@ urlpatterns = [
     path("streams/<int:stream_id>.sse", streams.stream_sse, name="stream_sse"),
     path("streams/<int:stream_id>.json", streams.stream_json, name="stream_json"),
     path("streams/compare/", streams.stream_compare_pick, name="stream_compare_pick"),
+    path("views/", saved.saved_view_list, name="saved_views"),
+    path("views/<int:view_id>/delete/", saved.saved_view_delete, name="saved_view_delete"),
     path(
         "streams/<int:stream_id>/compare/", streams.stream_compare_with, name="stream_compare_with"
     ),

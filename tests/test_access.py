@@ -22,7 +22,7 @@ from django.shortcuts import resolve_url
 from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
-from dashboard.models import Conversation, Turn
+from dashboard.models import Conversation, SavedView, Turn
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import Event, ImportJob, Stream
 from tests.support.clients import session, ws
@@ -82,6 +82,8 @@ RULES = {
     "stream_compare": Rule(OWNER_OR_STAFF),  # both streams must be visible: 404 otherwise
     "stream_compare_with": Rule(OWNER_OR_STAFF),
     "stream_compare_pick": Rule(USER),  # the list's two ticked streams, or how to tick them
+    "saved_views": Rule(USER),  # one's own views and the shared ones
+    "saved_view_delete": Rule(OWNER, "POST", ok=302),
     "api_streams": Rule(USER, api=True),
     "api_stream": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
@@ -113,6 +115,7 @@ PARAMS = {
     "index": lambda objects: objects.event.index,
     "session": lambda objects: objects.stream.session,
     "conversation_id": lambda objects: objects.conversation.pk,
+    "view_id": lambda objects: objects.view.pk,  # a private saved view
     "turn_id": lambda objects: objects.turn.pk,
     "job_id": lambda objects: objects.job.pk,
 }
@@ -190,8 +193,9 @@ def owned_objects(owner):
     )
     turn = Turn.objects.create(conversation=conversation, position=0, prompt="Hi", stream=answer)
     job = ImportJob.objects.create(user=owner, status=ImportJob.Status.DONE)
+    view = SavedView.objects.create(owner=owner, name=f"Mine {stream.pk}", page="latency")
     return SimpleNamespace(
-        stream=stream, event=event, conversation=conversation, turn=turn, job=job
+        stream=stream, event=event, conversation=conversation, turn=turn, job=job, view=view
     )
 
 

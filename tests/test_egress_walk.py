@@ -687,6 +687,7 @@ class History:
     app_labels: list
     content_types: list  # ids of the content types `r/<ct>/<id>/` is walked for
     admin_objects: dict  # model -> pks
+    view_ids: list  # saved views, shared, named and filtered with the hostile strings
 
 
 def load_history(people):
@@ -707,6 +708,13 @@ def load_history(people):
             effective_from=dt.datetime(2020, 1, 1, tzinfo=dt.UTC),
         )  # fmt: skip
 
+    from dashboard.models import SavedView
+
+    for person in people.values():  # (a view each, shared: everyone's list shows them all)
+        SavedView.objects.get_or_create(
+            owner=person.user, page="stream_list", name=XSS[0][:100],
+            defaults={"query": urlencode({"q": XSS_MODEL[:200]}), "shared": True},
+        )  # fmt: skip
     streams = list(Row.objects.order_by("pk").values_list("pk", "event_count"))
     indexes = {}
     for pk, _ in streams:
@@ -745,6 +753,7 @@ def load_history(people):
         app_labels=sorted({m._meta.app_label for m in admin.site._registry}),
         content_types=[ContentType.objects.get_for_model(m).pk for m in (Row, get_user_model())],
         admin_objects=objects,
+        view_ids=list(SavedView.objects.values_list("pk", flat=True)),
     )
 
 
@@ -757,6 +766,7 @@ FILL = {
     "job_id": lambda h, route, bound: h.job_ids,
     "session": lambda h, route, bound: h.sessions,
     "conversation_id": lambda h, route, bound: list(h.conversations),
+    "view_id": lambda h, route, bound: h.view_ids,
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
@@ -1212,7 +1222,7 @@ def test_a_route_the_table_cannot_fill_is_named():
             path("probe-admin/", site.urls),
         ],
     )
-    history = History([1], {}, [], [], {}, ["dashboard"], [], {})
+    history = History([1], {}, [], [], {}, ["dashboard"], [], {}, [])
     _, unfilled, _ = plan(django_routes(resolver), history, {})
     names = " ".join(unfilled)
     assert "probe (probe/<int:nope>/)" in names and "'nope'" in names

@@ -36,7 +36,7 @@ from django.utils.dates import MONTHS_3
 from django.utils.text import capfirst
 
 from dashboard.language import is_data
-from dashboard.models import Conversation, Turn
+from dashboard.models import Conversation, SavedView, Turn
 from streams.ingest import importer
 from streams.models import ApiToken, Capture, Event, Finding, ImportFile, ImportJob, Price, Stream
 from streams.simulator import SCENARIOS
@@ -123,6 +123,8 @@ def recorded_data():
     values.update(Finding.objects.values_list("detail", flat=True).distinct())
     values.update(Conversation.objects.values_list("title", flat=True))
     values.update(Turn.objects.values_list("prompt", flat=True))
+    for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
+        values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
     for tags, session in Stream.objects.values_list("tags", "session"):
         values.update(tags or ())
@@ -241,6 +243,11 @@ def history(django_db_setup, django_db_blocker):
         if not Finding.objects.exists():
             Finding.objects.create(stream=streams[0], code="missing_terminal", severity="error")
         Group.objects.create(name="i18n-groep")
+        views = [
+            SavedView.objects.create(owner=owner, page="latency", name="mijn weergave",
+                                     query="range=7d", shared=shared).pk
+            for owner, shared in ((staff, True), (user, False))
+        ]  # fmt: skip
         yield {
             "staff": staff,
             "user": user,
@@ -248,6 +255,7 @@ def history(django_db_setup, django_db_blocker):
             "stream_ids": [s.pk for s in streams],
             "conversations": conversations,
             "jobs": jobs,
+            "views": views,
             "data": recorded_data(),
         }
     with django_db_blocker.unblock():
@@ -262,6 +270,7 @@ FILL = {
     "job_id": lambda h, bound: h["jobs"],
     "session": lambda h, bound: ["sessie-een"],
     "conversation_id": lambda h, bound: list(h["conversations"]),
+    "view_id": lambda h, bound: h["views"],
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
 }
 

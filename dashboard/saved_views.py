@@ -1,0 +1,92 @@
+"""Saved views: a page's filters under a name, kept on the server (`SavedView`), private to
+their owner or shared with everyone signed in to the instance; listed at /views/ and opened as
+the page's URL with their query string.
+
+What is saved is cleaned here: only the page's own filter fields (its form's), never a cursor
+or a page number, empty values dropped, at most QUERY_MAX characters. A view names filters, not
+data: whoever opens a shared view sees what the filters select among the streams they may see
+(streams.store.access), nothing of the owner's.
+"""
+
+from urllib.parse import urlencode
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+from django.http import QueryDict
+from django.urls import reverse
+from django.utils.translation import gettext
+
+from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
+from dashboard.forms.streams import StreamFilterForm
+from dashboard.models import SavedView
+
+Page = SavedView.Page
+# The filter fields of each page: its form's (the usage page reads the latency page's form).
+FIELDS = {
+    Page.STREAMS: StreamFilterForm.base_fields,
+    Page.LATENCY: LatencyForm.base_fields,
+    Page.ROUTING: RoutingForm.base_fields,
+    Page.USAGE: LatencyForm.base_fields,
+    Page.ANALYTICS: AdminAnalyticsForm.base_fields,
+}
+NOT_SAVED = frozenset({"before", "after", "page", "fragment"})  # where one was, not what
+QUERY_MAX = 2000
+MAX_PER_USER = 200
+
+
+class Refused(Exception):
+    """A view that cannot be saved: the message says why."""
+
+
+def clean_query(page, query):
+    """`query` (a query string) reduced to `page`'s filter fields, in a stable order."""
+    fields = FIELDS[page]
+    data = QueryDict(query or "")
+    kept = [
+        (key, value)
+        for key in sorted(data)
+        if key in fields and key not in NOT_SAVED
+        for value in data.getlist(key)
+        if value.strip()
+    ]
+    text = urlencode(kept)
+    if len(text) > QUERY_MAX:
+        raise Refused(gettext("These filters are longer than %(n)s characters.") % {"n": QUERY_MAX})
+    return text
+
+
+def visible(user):
+    """The views `user` may open: their own and the shared ones, each page's together."""
+    return SavedView.objects.filter(Q(owner=user) | Q(shared=True)).select_related("owner")
+
+
+def save(user, page, name, query, shared):
+    """Save (or, under the same page and name, replace) `user`'s view; the view."""
+    if page not in FIELDS:
+        raise Refused(gettext("Views of this page cannot be saved."))
+    if page == Page.ANALYTICS and not user.is_staff:
+        raise Refused(gettext("Only staff see this page."))
+    cleaned = clean_query(page, query)
+    with transaction.atomic():
+        existing = SavedView.objects.filter(owner=user, page=page, name=name).first()
+        if existing is None and SavedView.objects.filter(owner=user).count() >= MAX_PER_USER:
+            raise Refused(
+                gettext("You have %(n)s saved views; delete one first.") % {"n": MAX_PER_USER}
+            )
+        try:
+            view, _ = SavedView.objects.update_or_create(
+                owner=user, page=page, name=name, defaults={"query": cleaned, "shared": shared}
+            )
+        except IntegrityError as exc:  # (the same name saved twice at once)
+            raise Refused(gettext("A view of this name was just saved; try again.")) from exc
+    return view
+
+
+def delete(user, pk):
+    """Delete view `pk` if `user` owns it (staff: any shared one too); whether it was."""
+    mine = Q(owner=user) | (Q(shared=True) if user.is_staff else Q(pk__in=()))
+    return SavedView.objects.filter(mine, pk=pk).delete()[0] > 0
+
+
+def url(view):
+    return reverse(view.page) + (f"?{view.query}" if view.query else "")

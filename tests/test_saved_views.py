@@ -1,0 +1,82 @@
+"""Saved views (dashboard/saved_views.py): what is saved of a page's query string, who sees a
+view, who may delete it, and the pages' "Save this view…"."""
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+
+from dashboard import saved_views
+from dashboard.models import SavedView
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people():
+    User = get_user_model()
+    out = {name: User.objects.create_user(name, is_staff=name == "staff") for name in
+           ("owner", "teammate", "staff")}  # fmt: skip
+    for user in out.values():
+        user.client = Client()
+        user.client.force_login(user)
+    return out
+
+
+def test_only_the_pages_own_filters_are_saved():
+    query = "q=kortom&status=failed&before=42&page=3&fragment=rows&evil=1&tag=&range=7d"
+    assert saved_views.clean_query("stream_list", query) == "q=kortom&range=7d&status=failed"
+    assert saved_views.clean_query("latency", "model=m-1&compare=previous&q=x") == (
+        "compare=previous&model=m-1"
+    )
+    with pytest.raises(saved_views.Refused):
+        saved_views.clean_query("stream_list", "q=" + "x" * 3000)
+
+
+def test_saving_from_a_page_and_opening_it_again(people):
+    owner = people["owner"]
+    r = owner.client.post(
+        "/views/",
+        {"name": "Mislukt deze week", "page": "stream_list", "query": "status=failed&range=7d"},
+    )
+    assert r.status_code == 302 and r["Location"] == "/?range=7d&status=failed"
+    view = SavedView.objects.get(owner=owner)
+    assert not view.shared
+    # the same name again replaces it
+    owner.client.post(
+        "/views/", {"name": "Mislukt deze week", "page": "stream_list", "query": "status=failed"}
+    )
+    assert SavedView.objects.get(owner=owner).query == "status=failed"
+    listed = owner.client.get("/views/").content.decode()
+    assert "Mislukt deze week" in listed and 'href="/?status=failed"' in listed
+
+
+def test_a_private_view_is_its_owners_and_a_shared_one_everyones(people):
+    owner, teammate, staff = people["owner"], people["teammate"], people["staff"]
+    private = saved_views.save(owner, "latency", "Alleen ik", "range=24h", False)
+    shared = saved_views.save(owner, "latency", "Voor iedereen", "range=7d", True)
+    assert set(saved_views.visible(owner)) == {private, shared}
+    assert list(saved_views.visible(teammate)) == [shared]
+    page = teammate.client.get("/views/").content.decode()
+    assert "Voor iedereen" in page and "Alleen ik" not in page and "shared by owner" in page
+    # deleting: the owner; staff a shared one; nobody else (404, as if it did not exist)
+    assert teammate.client.post(f"/views/{shared.pk}/delete/").status_code == 404
+    assert staff.client.post(f"/views/{private.pk}/delete/").status_code == 404
+    assert staff.client.post(f"/views/{shared.pk}/delete/").status_code == 302
+    assert owner.client.post(f"/views/{private.pk}/delete/").status_code == 302
+    assert not SavedView.objects.exists()
+
+
+def test_what_cannot_be_saved_is_a_clear_400(people):
+    owner = people["owner"]
+    r = owner.client.post("/views/", {"name": "x", "page": "admin_analytics", "query": ""})
+    assert r.status_code == 400 and "Only staff" in r.content.decode()
+    r = owner.client.post("/views/", {"name": "", "page": "latency"})
+    assert r.status_code == 400
+    r = owner.client.post("/views/", {"name": "x", "page": "playground"})
+    assert r.status_code == 400
+
+
+@pytest.mark.parametrize("path", ["/", "/latency/", "/routing/", "/usage/"])
+def test_every_filtered_page_offers_to_save_its_view(people, path):
+    html = people["owner"].client.get(path).content.decode()
+    assert 'class="save-view-form' in html and 'action="/views/"' in html
