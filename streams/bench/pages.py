@@ -121,6 +121,14 @@ def run(command, opts):
                 )  # fmt: skip
                 if not opts["json"]:
                     command.stdout.write(f"{database}: {seeded.strip().splitlines()[-1]}")
+                    index = manage(
+                        env, "shell", "-c",
+                        "from streams.store import search; print(search.index_bytes())",
+                    )  # fmt: skip
+                    per_stream = int(index.split()[-1]) / max(1, size)
+                    command.stdout.write(
+                        f"{database}: the search index, {per_stream:,.0f} bytes per stream"
+                    )
                 lines = run_child("pages", spec, env)
             for out in lines:
                 out = {**out, "database": database}

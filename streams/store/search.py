@@ -169,6 +169,20 @@ def rebuild() -> None:
             cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
 
 
+def index_bytes() -> int:
+    """What the index takes on disk: SQLite's FTS5 tables; PostgreSQL's GIN index and the
+    generated column's values (a full scan: for benches and notes, not pages)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT pg_relation_size('stream_search') + "
+                "(SELECT coalesce(sum(pg_column_size(search_vector)), 0) FROM streams_stream)"
+            )
+        else:
+            cursor.execute(f"SELECT sum(pgsize) FROM dbstat WHERE name LIKE '{TABLE}%'")
+        return int(cursor.fetchone()[0] or 0)
+
+
 # ---- queries -------------------------------------------------------------------------------------
 
 

@@ -135,7 +135,7 @@ def site(people):
     """Every page, by name: the demo seed (streams of every status over a week) plus a stream
     with Markdown output in a session and a conversation, for `people.staff` (made staff).
     Used by the screenshots and the contrast check."""
-    from dashboard.models import Conversation, Turn
+    from dashboard.models import Conversation, SavedView, Turn
     from streams.ingest.importer import import_capture
     from streams.management.commands.seed_demo import seed
     from streams.models import Stream
@@ -148,6 +148,8 @@ def site(people):
     Stream.objects.filter(pk=stream.pk).update(tags=["checkout"], session="s-42")
     conversation = Conversation.objects.create(user=people.staff, title="About Utrecht")
     Turn.objects.create(conversation=conversation, position=0, prompt="Markdown?", stream=stream)
+    SavedView.objects.create(owner=people.staff, page="latency", name="Gisteren, auto",
+                             query="range=24h&requested=auto", shared=True)  # fmt: skip
     # the Markdown answer against the newest completed demo stream
     other = Stream.objects.filter(status=Stream.Status.COMPLETED).exclude(pk=stream.pk).last()
     pages = {
@@ -155,6 +157,7 @@ def site(people):
         "search": "/?q=latency",
         "side-by-side": f"/streams/{stream.pk}/compare/{other.pk}/",
         "compare-with": f"/streams/{stream.pk}/compare/",
+        "saved-views": "/views/",
         "timeline": f"/streams/{stream.pk}/",
         "session": "/sessions/s-42/",
         "playground": "/playground/",

@@ -87,3 +87,28 @@ def test_a_comparison_follows_a_stream_that_is_still_streaming(
     assert page.locator(".word-diff ins").count() > 0  # its answer, word by word
     take_screenshot(page, "compare-live-ended")
     assert page.errors == []
+
+
+def test_a_view_saved_from_a_filtered_page_opens_for_a_teammate(logged_in_page, people):
+    """The streams list filtered through htmx (the address moves, the page does not reload),
+    "Save this view…" shared; a teammate finds it under "Saved views" and opens the same
+    filters on their own streams."""
+    owner, teammate = people.owner, people.stranger
+    recorded(owner, text_events("Kortom, de Dom."), status="failed")
+    mine = recorded(teammate, text_events("Kortom, van mij."), status="failed")
+    page = logged_in_page(owner, path="/")
+    page.select_option("#filters select[name=status]", "failed")
+    page.wait_for_url("**/?*status=failed*")
+    page.click("details.save-view summary")
+    page.fill("details.save-view input[name=name]", "Mislukt")
+    page.check("details.save-view input[name=shared]")
+    page.click("details.save-view button[type=submit]")
+    page.wait_for_url("**/?status=failed")
+    assert page.errors == []
+    other = logged_in_page(teammate, path="/views/")
+    assert "everyone (shared by owner)" in other.locator("table.saved-views").inner_text()
+    other.click("table.saved-views a:text('Mislukt')")
+    other.wait_for_url("**/?status=failed")
+    ids = [int(r.get_attribute("data-id")) for r in other.locator("tr.stream").all()]
+    assert ids == [mine.pk]  # the filters, on the streams the teammate may see
+    assert other.errors == []
