@@ -222,9 +222,9 @@ class TestServed:
         for tag in limited:
             name = re.search(r'name="(\w+)"', tag).group(1)
             limit = int(re.search(r'maxlength="(\d+)"', tag).group(1))
-            form = r.context["form"]
-            if name not in form.fields:  # the capture upload's model
-                form = r.context["upload_form"]
+            # the page's filters, the capture upload's, "Save this view…"'s
+            forms = [r.context.get(k) for k in ("form", "upload_form", "save_view_form")]
+            form = next(f for f in forms if f is not None and name in f.fields)
             assert limit == form.fields[name].max_length, tag
 
 

@@ -393,3 +393,11 @@ def money_difference(nanos, currency):
         return ""
     sign = "+" if nanos > 0 else "−" if nanos < 0 else "±"
     return f"{sign}{money(abs(nanos), currency)}"
+
+
+@register.simple_tag
+def save_view_form():
+    """The form of "Save this view…" (templates/dashboard/save_view.html): its fields' limits."""
+    from dashboard.forms.saved import SaveViewForm
+
+    return SaveViewForm()
