@@ -80,7 +80,8 @@ def test_a_comparison_follows_a_stream_that_is_still_streaming(
     wait_until(
         lambda: page.get_attribute("#compare-body", "data-live") == "off", 60, what="the end"
     )
-    assert points() > first  # it grew while the page polled
+    # it grew while the page polled (the last swap's chart is drawn once htmx settles it)
+    wait_until(lambda: points() > first, 10, what="the final curve")
     assert page.evaluate(NOT_RELOADED)
     stream = Stream.objects.get(pk=running)
     assert stream.status == "completed"
