@@ -206,9 +206,13 @@ async def test_sigkill_of_a_worker_interrupts_and_retries_its_streams(people, si
     worker_a = WorkerProcess(simulator_process.base_url, {"RETRY_INTERRUPTED": True})
     worker_b = None
     try:
+        # long enough to be still streaming when worker A is killed: worker B starts first,
+        # which takes a second or two (it loads what the hot path needs before it serves,
+        # streams/core/warmup.py), and the default length had ended by then
         body = rows.build_request_body(
-            "Tell me a long story", "gpt-oss-120b", metadata={"time_scale": "1.0"}
-        )
+            "Tell me a long story", "gpt-oss-120b",
+            metadata={"time_scale": "1.0", "sentences": "30"},
+        )  # fmt: skip
         ids = [
             (await sync_to_async(rows.new_row)(people.owner, body, claimed=False)).pk
             for _ in range(5)
