@@ -11,5 +11,8 @@
   `routing_report`, `usage_report`, `admin_report`), each what its page shows, each written
   once against a `Source`.
 
+- `compare`: two streams side by side (their figures, arrival curves and word diff), read
+  from their rows and events for one page.
+
 Callers import from the submodule (`from dashboard.stats.latency import latency_report`).
 """

@@ -24,15 +24,22 @@ baseline at the same step says how late the simulator's own events were.
 
 import asyncio
 import json
-import sys
 import time
 
 import httpx
 from django.core.management.base import CommandError
 
 from streams.bench import fail_if, limits_of, migrated_env, server_limits
-from streams.bench.proxy import REQUEST, _bench_token, _unrecorded
-from streams.bench.relay import PATIENCE_S, Server, _percentile
+from streams.bench.proxy import (
+    _bench_token,
+    _unrecorded,
+    paced_request,
+    pacing_arguments,
+    proxy_server,
+    received,
+    simulator,
+)
+from streams.bench.relay import PATIENCE_S, _percentile
 
 STREAMS = 2  # per client and step
 DEFAULT_STEPS = "25,50,100,150,200,300,400"
@@ -43,18 +50,7 @@ def add_arguments(parser):
     parser.add_argument(
         "--limit-ms", type=float, default=50.0, help="the added p99 a step may have (ms)"
     )
-    parser.add_argument(
-        "--sentences",
-        type=int,
-        default=int(REQUEST["metadata"]["sentences"]),
-        help="length of each reply (the simulator's `sentences`)",
-    )
-    parser.add_argument(
-        "--time-scale",
-        type=float,
-        default=float(REQUEST["metadata"]["time_scale"]),
-        help="the simulator's pacing: 1 is a real model's, smaller is faster (a quick check)",
-    )
+    pacing_arguments(parser)
 
 
 def run(command, opts):
@@ -63,11 +59,7 @@ def run(command, opts):
         raise CommandError("--steps: positive stream counts, e.g. 25,50,100")
     tmp, env = migrated_env("capacity", drop=("REDIS_URL",))
     token = _bench_token(env)
-    sim = Server(
-        [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
-        env,
-        tmp / "simulator.log",
-    )
+    sim = simulator(tmp, env)
     most = steps[-1]
     # a client's next request may arrive while the proxy still finishes its last one
     limits = server_limits(
@@ -78,20 +70,8 @@ def run(command, opts):
         viewer_events=100_000,
         patience_s=PATIENCE_S,
     )
-    daphne = Server(
-        [sys.executable, "-m", "dashboard.server", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
-        + ["streams.bench.proxy_asgi:application"],
-        {**env, "UPSTREAM_BASE_URL": f"http://127.0.0.1:{sim.port}/v1", **limits},
-        tmp / "daphne.log",
-    )
-    request = {
-        **REQUEST,
-        "metadata": {
-            **REQUEST["metadata"],
-            "time_scale": str(opts["time_scale"]),
-            "sentences": str(opts["sentences"]),
-        },
-    }
+    daphne = proxy_server(tmp, env, sim, limits)
+    request = paced_request(opts)
     results = []
     capacity = 0
     try:
@@ -212,7 +192,7 @@ async def _stream(client, base, headers, request, seed, viewer_root):
     """One paced stream: the client's receipt time per event, the upstream's response id, the
     proxy's stream id; with `viewer_root`, a viewer's (subscribed at, [(index, receipt)])."""
     body = {**request, "metadata": {**request["metadata"], "seed": str(seed)}}
-    receipts, response_id, viewer = [], None, None
+    viewer = None
     async with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
         if r.status_code != 200:
             text = (await r.aread()).decode(errors="replace")[:500]
@@ -220,17 +200,7 @@ async def _stream(client, base, headers, request, seed, viewer_root):
         stream_id = r.headers.get("x-streamscope-stream")
         if viewer_root is not None and stream_id:
             viewer = asyncio.ensure_future(_view(viewer_root, int(stream_id), headers))
-        buffer = b""
-        async for chunk in r.aiter_raw():
-            now = time.monotonic_ns()
-            buffer += chunk
-            *blocks, buffer = buffer.split(b"\n\n")
-            for block in blocks:
-                if not block.strip():
-                    continue
-                receipts.append(now)
-                if response_id is None and b'"response.created"' in block:
-                    response_id = json.loads(block.split(b"data: ", 1)[1])["response"]["id"]
+        receipts, response_id, _ = await received(r, time.monotonic_ns())
     return {
         "receipts": receipts,
         "response_id": response_id,

@@ -69,12 +69,7 @@ def add_arguments(parser):
         default="steady,burst",
         help="steady (n clients streaming back to back, staggered) and/or burst (n at once)",
     )
-    parser.add_argument(
-        "--sentences",
-        type=int,
-        default=int(REQUEST["metadata"]["sentences"]),
-        help="length of each reply (the simulator's `sentences`)",
-    )
+    pacing_arguments(parser)
     parser.add_argument(
         "--profile",
         action="store_true",
@@ -85,6 +80,16 @@ def add_arguments(parser):
         "--against",
         default="nginx",
         help="baselines besides direct calls and the relay floor: nginx, or none",
+    )
+
+
+def pacing_arguments(parser):
+    """--sentences and --time-scale: the replies' length and pace (also `bench capacity`'s)."""
+    parser.add_argument(
+        "--sentences",
+        type=int,
+        default=int(REQUEST["metadata"]["sentences"]),
+        help="length of each reply (the simulator's `sentences`)",
     )
     parser.add_argument(
         "--time-scale",
@@ -97,24 +102,15 @@ def add_arguments(parser):
 def run(command, opts):
     tmp, env = migrated_env("proxy", drop=("REDIS_URL",))
     token = _bench_token(env)
-    sim = Server(
-        [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
-        env,
-        tmp / "simulator.log",
-    )
+    sim = simulator(tmp, env)
     sim_root = f"http://127.0.0.1:{sim.port}"
     configurations = _configurations(opts)
     most = max((n for n, _ in configurations), default=0)
     # Each client's next request may arrive while the proxy still finishes its last one (the
     # client has the whole answer before the proxy's handler returns): twice the clients.
     limits = server_limits(env, streams=2 * most, requests=2 * most)
-    daphne = Server(
-        [sys.executable, "-m", "dashboard.server", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
-        + ["streams.bench.proxy_asgi:application"],
-        {**env, "UPSTREAM_BASE_URL": sim_root + "/v1", **limits},
-        tmp / "daphne.log",
-    )
-    request = _request(opts)
+    daphne = proxy_server(tmp, env, sim, limits)
+    request = paced_request(opts)
     results = []
     nginx = None
     try:
@@ -155,6 +151,26 @@ def run(command, opts):
     return results
 
 
+def simulator(tmp, env):
+    """The simulator process the proxy benches call (directly and through the proxy)."""
+    return Server(
+        [sys.executable, "manage.py", "simulate_upstream", "--port", "{port}"],
+        env,
+        tmp / "simulator.log",
+    )
+
+
+def proxy_server(tmp, env, sim, limits):
+    """A Daphne serving the project (and proxy_asgi's floors) in front of `sim`, with the
+    `limits` (server_limits) the bench's load needs."""
+    return Server(
+        [sys.executable, "-m", "dashboard.server", "-v", "0", "-b", "127.0.0.1", "-p", "{port}"]
+        + ["streams.bench.proxy_asgi:application"],
+        {**env, "UPSTREAM_BASE_URL": f"http://127.0.0.1:{sim.port}/v1", **limits},
+        tmp / "daphne.log",
+    )
+
+
 def _configurations(opts):
     """[(clients, arrivals)] of --concurrency and --arrivals, each concurrency per arrival mode."""
     return [
@@ -165,7 +181,7 @@ def _configurations(opts):
     ]
 
 
-def _request(opts):
+def paced_request(opts):
     """The request every client sends (with a seed of its own), paced by --time-scale and as
     long as --sentences."""
     return {
@@ -518,7 +534,6 @@ async def _one(client, base, headers, request, seed):
     """One streaming request: (seed, (first-delta ns − start ns, receipt ns per event, the
     upstream's response id, the proxy's stream id or None))."""
     body = {**request, "metadata": {**request["metadata"], "seed": str(seed)}}
-    receipts, response_id, first = [], None, None
     t0 = time.monotonic_ns()
     async with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
         if r.status_code != 200:
@@ -526,21 +541,29 @@ async def _one(client, base, headers, request, seed):
             text = (await r.aread()).decode(errors="replace")[:500]
             raise CommandError(f"bench proxy: {base}/responses answered {r.status_code}: {text}")
         stream_id = r.headers.get("x-streamscope-stream")
-        buffer = b""
-        async for chunk in r.aiter_raw():
-            now = time.monotonic_ns()
-            buffer += chunk
-            *blocks, buffer = buffer.split(b"\n\n")
-            for block in blocks:
-                if not block.strip():
-                    continue
-                receipts.append(now)
-                if first is None and b"output_text.delta" in block:
-                    first = now - t0
-                if response_id is None and b'"response.created"' in block:
-                    data = block.split(b"data: ", 1)[1]
-                    response_id = json.loads(data)["response"]["id"]
+        receipts, response_id, first = await received(r, t0)
     return seed, (t0, first, receipts, response_id, int(stream_id) if stream_id else None, True)
+
+
+async def received(response, t0):
+    """A streaming response read to its end: (the receipt time of each event, ns; the
+    upstream's response id; first output delta − `t0`, ns, or None)."""
+    receipts, response_id, first = [], None, None
+    buffer = b""
+    async for chunk in response.aiter_raw():
+        now = time.monotonic_ns()
+        buffer += chunk
+        *blocks, buffer = buffer.split(b"\n\n")
+        for block in blocks:
+            if not block.strip():
+                continue
+            receipts.append(now)
+            if first is None and b"output_text.delta" in block:
+                first = now - t0
+            if response_id is None and b'"response.created"' in block:
+                data = block.split(b"data: ", 1)[1]
+                response_id = json.loads(data)["response"]["id"]
+    return receipts, response_id, first
 
 
 def _unrecorded(env, received):
