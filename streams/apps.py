@@ -6,10 +6,10 @@ class StreamsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self):
-        # the rollups' delete receiver and the price table's change receiver (each connected
-        # where it is defined)
+        # the rollups' and the scores' delete receivers and the price table's change receiver
+        # (each connected where it is defined)
         from streams.core import usage, warmup
-        from streams.store import aggregates, known_secrets, prices  # noqa: F401
+        from streams.store import aggregates, known_secrets, prices, scores  # noqa: F401
 
         # what the hot path would load at its first use, loaded as a server starts instead
         # (streams/core/warmup.py)

@@ -797,3 +797,211 @@ class Price(models.Model):
             source=TEAM,
             ref=self.ref,
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Judging streams (streams/store/scores.py; docs/scores.md): a person's or an application's
+# score under a named type, comments, and the rollup that keeps them after retention.
+
+MAX_COMMENT_CHARS = 2000
+MAX_SCORE_KEY_CHARS = 100
+
+
+class ScoreType(models.Model):
+    """What a score means: thumbs (1 up, 0 down), a number in [minimum, maximum], or one of a
+    few named categories, each with its value. Staff define them (the admin); `thumbs` comes
+    with the instance. A score is positive when its value is above the middle of the range."""
+
+    class Kind(models.TextChoices):
+        THUMBS = "thumbs", _("Thumbs up or down")
+        NUMERIC = "numeric", _("Number")
+        CATEGORICAL = "categorical", _("Category")
+
+    name = models.SlugField(_("name"), max_length=50, unique=True)
+    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
+    minimum = models.FloatField(_("minimum"), default=0)
+    maximum = models.FloatField(_("maximum"), default=1)
+    # [{"label": "wrong", "value": 0}, …] for a categorical type
+    categories = models.JSONField(_("categories"), default=list, blank=True)
+    description = models.CharField(_("description"), max_length=300, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("score type")
+        verbose_name_plural = _("score types")
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    def is_positive(self, value):
+        return self.positive(value, self.minimum, self.maximum)
+
+    @staticmethod
+    def positive(value, minimum, maximum):
+        """What "positive" means, for every page and rollup: above the middle of the range."""
+        return value > (minimum + maximum) / 2
+
+    @staticmethod
+    def positive_q(prefix=""):
+        """`positive` as a condition on Score rows (`prefix` reaches a Score from elsewhere)."""
+        middle = (
+            models.F(f"{prefix}score_type__minimum") + models.F(f"{prefix}score_type__maximum")
+        ) / 2.0
+        return models.Q(**{f"{prefix}value__gt": middle})
+
+
+class Score(models.Model):
+    """One judgement of one stream: by a person (`key` "") or by an application with its
+    token, which may send one per `key` of its own (an end user, an evaluator run). Writing
+    one again replaces it. Written through streams/store/scores.py, which keeps the rollups."""
+
+    class Source(models.TextChoices):
+        PERSON = "person", _("Person")
+        API = "api", _("API")
+
+    stream = models.ForeignKey(
+        Stream, on_delete=models.CASCADE, related_name="scores", verbose_name=_("stream")
+    )
+    score_type = models.ForeignKey(
+        ScoreType, on_delete=models.PROTECT, related_name="scores", verbose_name=_("score type")
+    )
+    value = models.FloatField(_("value"))
+    label = models.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
+    comment = models.TextField(_("comment"), max_length=MAX_COMMENT_CHARS, blank=True)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name=_("author"),
+    )
+    source = models.CharField(_("source"), max_length=10, choices=Source.choices)
+    key = models.CharField(_("key"), max_length=MAX_SCORE_KEY_CHARS, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("score")
+        verbose_name_plural = _("scores")
+        constraints = [
+            models.UniqueConstraint(
+                fields=["stream", "score_type", "author", "key"], name="score_one_per_author"
+            ),
+        ]
+        indexes = [models.Index(fields=["score_type", "stream"], name="score_type_stream")]
+
+    def __str__(self):
+        return f"{self.score_type} {self.label or self.value:g} on stream {self.stream_id}"
+
+
+class Comment(models.Model):
+    """A remark on a stream, by a person or an application."""
+
+    stream = models.ForeignKey(
+        Stream, on_delete=models.CASCADE, related_name="comments", verbose_name=_("stream")
+    )
+    text = models.TextField(_("text"), max_length=MAX_COMMENT_CHARS)
+    author = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name=_("author"),
+    )
+    source = models.CharField(_("source"), max_length=10, choices=Score.Source.choices)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("comment")
+        verbose_name_plural = _("comments")
+        ordering = ["created_at", "id"]
+
+    def __str__(self):
+        return f"comment {self.pk} on stream {self.stream_id}"
+
+
+class ScoreRollup(_Rollup):
+    """Scores of finished streams per period, models, source, user, status and score type:
+    count, sum of values (thousandths) and how many were positive (the analytics pages'
+    scores per model; kept when retention deletes the streams)."""
+
+    span = models.IntegerField(_("period length (s)"))
+    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    score_type = models.BigIntegerField(_("score type"))
+    resolved_model = models.CharField(_("resolved model"), max_length=100)
+    requested_model = models.CharField(_("requested model"), max_length=100)
+    source = models.CharField(_("source"), max_length=10)
+    user_key = models.BigIntegerField(_("user key"))
+    status = models.CharField(_("status"), max_length=12)
+    n = models.BigIntegerField(_("count"), default=0)
+    sum_milli = models.BigIntegerField(_("sum of values (thousandths)"), default=0)
+    positive = models.BigIntegerField(_("positive"), default=0)
+
+    pk = models.CompositePrimaryKey(
+        "span",
+        "tag",
+        "t",
+        "score_type",
+        "resolved_model",
+        "requested_model",
+        "source",
+        "user_key",
+        "status",
+    )
+
+    class Meta:
+        verbose_name = _("score rollup")
+        verbose_name_plural = _("score rollups")
+
+
+# ---------------------------------------------------------------------------------------------
+# Share links (streams/store/shares.py; docs/sharing.md)
+
+
+class ShareLink(models.Model):
+    """A read-only link to one stream or to one session of its owner's streams. Only the
+    SHA-256 of the link's secret is stored. It opens for any signed-in user until it expires
+    or is revoked; for anyone with the link only when `anyone` is set and the instance allows
+    it (STREAMSCOPE_PUBLIC_SHARE_LINKS)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("owner")
+    )
+    stream = models.ForeignKey(
+        Stream,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="share_links",
+        verbose_name=_("stream"),
+    )
+    session = models.CharField(_("session"), max_length=200, blank=True)
+    digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
+    anyone = models.BooleanField(_("anyone with the link"), default=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires at"))
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+    last_opened_at = models.DateTimeField(_("last opened at"), null=True, blank=True)
+    opened = models.PositiveIntegerField(_("times opened"), default=0)
+
+    class Meta:
+        verbose_name = _("share link")
+        verbose_name_plural = _("share links")
+        constraints = [
+            models.CheckConstraint(
+                condition=(models.Q(stream__isnull=False) & models.Q(session=""))
+                | (models.Q(stream__isnull=True) & ~models.Q(session="")),
+                name="share_link_one_target",
+            ),
+        ]
+        indexes = [models.Index(fields=["owner", "-created_at"], name="share_owner_created")]
+
+    def __str__(self):
+        target = f"stream {self.stream_id}" if self.stream_id else f"session {self.session}"
+        return f"share link {self.pk} to {target}"
+
+    @staticmethod
+    def hash(secret):
+        return hashlib.sha256(secret.encode()).hexdigest()

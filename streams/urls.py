@@ -9,4 +9,7 @@ urlpatterns = [
     path("streams/<int:stream_id>/", api.api_stream, name="api_stream"),
     path("streams/<int:stream_id>/events/", api.api_stream_events, name="api_stream_events"),
     path("streams/<int:stream_id>/cancel/", api.api_stream_cancel, name="api_stream_cancel"),
+    path("scores/", api.api_scores, name="api_scores"),
+    path("comments/", api.api_comments, name="api_comments"),
+    path("score-types/", api.api_score_types, name="api_score_types"),
 ]

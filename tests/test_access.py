@@ -88,6 +88,11 @@ RULES = {
     "api_stream": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
     "api_stream_cancel": Rule(OWNER_OR_STAFF, "POST", ok=409, api=True),  # it has ended
+    # scores and comments name their stream in the body or query (tests/test_scores.py: 404
+    # for a stream one may not see): without one, a 400
+    "api_scores": Rule(USER, ok=400, api=True),
+    "api_comments": Rule(USER, "POST", ok=400, api=True),
+    "api_score_types": Rule(USER, api=True),
     "metrics": Rule(STAFF, api=True),  # or METRICS_TOKEN (tests/test_telemetry.py)
     "playground": Rule(USER),
     "playground_conversation": Rule(OWNER),

@@ -190,6 +190,15 @@ COST = Counter(
     ("currency", "gen_ai_request_model", "gen_ai_response_model", "estimated"),
     registry=REGISTRY,
 )
+# Judgements: a score type is defined by staff (a bounded set); `kind` and `source` are fixed
+# lists; `positive` says whether the value was above the middle of the type's range.
+SCORES = Counter(
+    "streamscope_scores",
+    "Scores given to streams (a score replaced counts again).",
+    ("score_type", "kind", "source", "positive"),
+    registry=REGISTRY,
+)
+COMMENTS = Counter("streamscope_comments", "Comments on streams.", ("source",), registry=REGISTRY)
 SPANS_DROPPED = Counter(
     "streamscope_otel_spans_dropped",
     "Stream spans not exported: `queue_full` (never waited for) or `export_failed`.",
@@ -210,6 +219,8 @@ for _reason in ("stall", "connect"):
     RETRIES.labels(_reason)
 for _reason in ("queue_full", "export_failed"):
     SPANS_DROPPED.labels(_reason)
+for _source in ("person", "api"):
+    COMMENTS.labels(_source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +385,21 @@ def frame_sent():
 def slow_viewer_closed():
     if enabled():
         SLOW_VIEWER_CLOSES.inc()
+
+
+score_type_label = LabelFold(ERROR_CODES_MAX)
+
+
+def scored(score_type, source, positive):
+    if enabled():
+        SCORES.labels(
+            score_type_label(score_type.name), score_type.kind, source, str(positive).lower()
+        ).inc()
+
+
+def commented(source):
+    if enabled():
+        COMMENTS.labels(source).inc()
 
 
 def span_dropped(reason, n=1):

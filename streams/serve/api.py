@@ -21,6 +21,14 @@ GET      /api/streams/<id>/events/           ``?after=-1&limit=1000`` → ``{"ev
 POST     /api/streams/<id>/cancel/           202 if it was running here and is now being
                                              cancelled; 409 if it already ended (or runs in
                                              another process)
+POST     /api/scores/                        score a stream: ``{"stream": id`` or
+                                             ``"response_id": "resp_…", "name", "value"?,
+                                             "label"?, "comment"?, "key"?}`` → 201 the score
+                                             (the same author, type and key again: 200, the
+                                             score replaced); 400 invalid, 404 no such stream
+GET      /api/scores/?stream=<id>            a stream's scores and comments
+POST     /api/comments/                      ``{"stream"`` or ``"response_id", "text"}`` → 201
+GET      /api/score-types/                   the types a score may have, with their ranges
 =======  ==================================  ==================================================
 
 Errors are ``{"error": {"code", "message", "fields"?}}`` with a 4xx status. ``ws`` is the
@@ -37,10 +45,10 @@ from django.http import HttpResponse
 from django.utils.translation import gettext
 
 from streams.core import conf, safejson
-from streams.models import Event, Stream
+from streams.models import Event, Score, Stream
 from streams.run import services
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
-from streams.store import public, rows, search
+from streams.store import public, rows, scores, search
 from streams.store.access import api_view, json_error, streams_for
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
@@ -326,6 +334,69 @@ def _list(user, limit, before, status):
     }
 
 
+def _target(user, data):
+    """(the stream `data` names by `stream` or `response_id`, visible to `user`, None) or
+    (None, the error response)."""
+    stream_id, response_id = data.get("stream"), data.get("response_id")
+    qs = streams_for(user)
+    if isinstance(stream_id, int) and not isinstance(stream_id, bool) and response_id is None:
+        found, named = qs.filter(pk=stream_id).first(), f"stream {stream_id}"
+    elif isinstance(response_id, str) and response_id and len(response_id) <= 200 and stream_id is None:
+        # (an upstream id is the response's; its retries are other responses)
+        found = qs.filter(upstream_id=response_id).order_by("-pk").first()
+        named = f"response {response_id!r}"
+    else:
+        return None, json_error(
+            400, "invalid", 'Name the stream: "stream" (its id) or "response_id", one of them.'
+        )
+    if found is None:
+        return None, json_error(404, "not_found", f"No {named}.")
+    return found, None
+
+
+def _score(user, data, source):
+    stream, error = _target(user, data)
+    if error:
+        return error
+    try:
+        existed = Score.objects.filter(
+            stream=stream, score_type__name=data.get("name"), author=user, key=data.get("key") or ""
+        ).exists()
+        score = scores.give(
+            stream.pk,
+            author=user,
+            name=data.get("name"),
+            value=data.get("value"),
+            label=data.get("label"),
+            comment=data.get("comment"),
+            source=source,
+            key=data.get("key") or "",
+        )
+    except scores.Invalid as exc:
+        return json_error(400, "invalid", exc.message, fields={exc.field: [exc.message]})
+    return respond(public.score(score), status=200 if existed else 201)
+
+
+def _comment(user, data, source):
+    stream, error = _target(user, data)
+    if error:
+        return error
+    try:
+        made = scores.comment(stream.pk, author=user, text=data.get("text"), source=source)
+    except scores.Invalid as exc:
+        return json_error(400, "invalid", exc.message, fields={exc.field: [exc.message]})
+    return respond(public.comment(made), status=201)
+
+
+def _feedback(user, stream_id):
+    stream = _visible(user, stream_id)
+    return None if stream is None else {"stream": stream.pk, **public.feedback(stream.pk)}
+
+
+def _score_types():
+    return {"score_types": [public.score_type(t) for t in scores.types()]}
+
+
 # ---------------------------------------------------------------------------------------------
 # Views
 
@@ -436,3 +507,47 @@ async def api_stream_cancel(request, stream_id):
         f"Stream {stream_id} is {stream.status} but not running in this server process.",
         status=stream.status,
     )
+
+
+def _source(request):
+    return "api" if getattr(request, "auth_method", "") == "token" else "person"
+
+
+class FeedbackForm(forms.Form):
+    stream = forms.IntegerField(min_value=1)
+
+
+@api_view
+async def api_scores(request):
+    if request.method == "GET":
+        form = FeedbackForm(request.GET)
+        if not form.is_valid():
+            return _invalid(form)
+        stream_id = form.cleaned_data["stream"]
+        data = await sync_to_async(_feedback)(request.user, stream_id)
+        if data is None:
+            return json_error(404, "not_found", f"No stream {stream_id}.")
+        return respond(data)
+    if request.method != "POST":
+        return _method_not_allowed("GET", "POST")
+    data, error = await asyncio.to_thread(_parse_json, request)
+    if error:
+        return error
+    return await sync_to_async(_score)(request.user, data, _source(request))
+
+
+@api_view
+async def api_comments(request):
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    data, error = await asyncio.to_thread(_parse_json, request)
+    if error:
+        return error
+    return await sync_to_async(_comment)(request.user, data, _source(request))
+
+
+@api_view
+async def api_score_types(request):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    return respond(await sync_to_async(_score_types)())

@@ -40,6 +40,9 @@ from streams.models import (
     FindingRollup,
     HistogramRollup,
     RoutingRollup,
+    Score,
+    ScoreRollup,
+    ScoreType,
     Stream,
     UsageRollup,
 )
@@ -97,6 +100,11 @@ FINDING_KEY = (
     "span", "tag", "t", "code", "severity", "resolved_model", "requested_model", "source",
     "user_key", "status",
 )  # fmt: skip
+SCORE_KEY = (
+    "span", "tag", "t", "score_type", "resolved_model", "requested_model", "source", "user_key",
+    "status",
+)  # fmt: skip
+SCORE_VALUES = ("n", "sum_milli", "positive")
 COUNT = ("n",)
 
 
@@ -107,6 +115,7 @@ def _tables():
         HistogramRollup: (HISTOGRAM_KEY, COUNT),
         RoutingRollup: (ROUTING_KEY, COUNT),
         FindingRollup: (FINDING_KEY, COUNT),
+        ScoreRollup: (SCORE_KEY, SCORE_VALUES),
     }
 
 
@@ -264,9 +273,9 @@ class Contributions:
             for i, v in enumerate(values):
                 acc[i] += sign * int(v)
 
-    def add_stream(self, row, findings=(), sign=1):
-        """Add one finished stream row (dict of COLUMNS) and its findings [(code, severity,
-        n)]."""
+    def add_stream(self, row, findings=(), scores=(), sign=1):
+        """Add one finished stream row (dict of COLUMNS), its findings [(code, severity, n)]
+        and its scores [(score type id, value, positive)]."""
 
         ts = epoch_s(row["created_at"])
         user = row["user_id"] or 0
@@ -279,6 +288,7 @@ class Contributions:
             for metric, value in ((TTFT, row["ttft_ms"]), (DECISION, decision))
             if value is not None
         ]
+        self.add_scores(row, scores, sign)
         for tag in ("", *stream_tags(row)):
             for span in SPANS:
                 t = int(ts // span) * span
@@ -301,6 +311,21 @@ class Contributions:
                     key = (span, tag, t, code, severity, resolved, requested, source, user, status)
                     self._add(FindingRollup, key, (n,), sign)
 
+    def add_scores(self, row, scores, sign=1):
+        """Add the scores [(score type id, value, positive)] of one finished stream row."""
+        if not scores:
+            return
+        ts = epoch_s(row["created_at"])
+        user = row["user_id"] or 0
+        resolved, requested, source = row["resolved_model"], row["requested_model"], row["source"]
+        for tag in ("", *stream_tags(row)):
+            for span in SPANS:
+                t = int(ts // span) * span
+                for score_type, value, positive in scores:
+                    key = (span, tag, t, score_type, resolved, requested, source, user,
+                           row["status"])  # fmt: skip
+                    self._add(ScoreRollup, key, (1, round(value * 1000), positive), sign)
+
     def merge(self, other, sign=1):
         for model, rows in other.tables.items():
             for key, values in rows.items():
@@ -314,7 +339,8 @@ class Contributions:
 
 
 def read_streams(where_sql, params, index=None):
-    """[(row dict, findings)] of the stream rows matching a condition (raw SQL on Stream).
+    """[(row dict, findings, scores)] of the stream rows matching a condition (raw SQL on
+    Stream).
     `index`: the index SQLite must use (its planner has no statistics: for the few active rows
     of one user it chose the user's index and read all of their history)."""
 
@@ -342,7 +368,29 @@ def read_streams(where_sql, params, index=None):
             )
             for sid, code, severity, n in cursor.fetchall():
                 findings[sid].append((code, severity, n))
-    return [(r, findings.get(r["id"], ())) for r in rows]
+    scores = read_scores(ids)
+    return [(r, findings.get(r["id"], ()), scores.get(r["id"], ())) for r in rows]
+
+
+def read_scores(ids):
+    """{stream id: [(score type id, value, positive)]} of the streams `ids`."""
+    qn = connection.ops.quote_name
+    score, kind = qn(Score._meta.db_table), qn(ScoreType._meta.db_table)
+    out = defaultdict(list)
+    for lo in range(0, len(ids), 500):
+        chunk = ids[lo : lo + 500]
+        marks = ", ".join(["%s"] * len(chunk))
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT s.{qn('stream_id')}, s.{qn('score_type_id')}, s.{qn('value')}, "
+                f"k.{qn('minimum')}, k.{qn('maximum')} FROM {score} s "
+                f"JOIN {kind} k ON k.{qn('id')} = s.{qn('score_type_id')} "
+                f"WHERE s.{qn('stream_id')} IN ({marks})",
+                chunk,
+            )
+            for sid, type_id, value, lo_, hi in cursor.fetchall():
+                out[sid].append((type_id, value, ScoreType.positive(value, lo_, hi)))
+    return out
 
 
 def snapshot(ids):
@@ -354,8 +402,8 @@ def snapshot(ids):
         marks = ", ".join(["%s"] * len(chunk))
         qn = connection.ops.quote_name
         where = f"{qn('id')} IN ({marks}) AND {qn('status')} NOT IN ({ACTIVE_MARKS})"
-        for row, findings in read_streams(where, [*chunk, *ACTIVE]):
-            out.add_stream(row, findings)
+        for row, findings, scores in read_streams(where, [*chunk, *ACTIVE]):
+            out.add_stream(row, findings, scores)
     return out
 
 
@@ -406,6 +454,27 @@ def tracking(ids):
     after = snapshot(ids)
     after.merge(before, sign=-1)
     apply(after)
+
+
+def scores_changed(stream_id, before, after):
+    """A stream's scores changed from `before` to `after` ([(score type id, value,
+    positive)]), in the caller's transaction: if it has finished, its score rows move by the
+    difference (a running stream's scores are added with it when it finishes)."""
+    qn = connection.ops.quote_name
+    where = f"{qn('id')} = %s AND {qn('status')} NOT IN ({ACTIVE_MARKS})"
+    cols = ", ".join(qn(c) for c in COLUMNS)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT {cols} FROM {qn(Stream._meta.db_table)} WHERE {where}", [stream_id, *ACTIVE]
+        )
+        found = cursor.fetchone()
+    if found is None:
+        return
+    row = dict(zip(COLUMNS, found, strict=True))
+    out = Contributions()
+    out.add_scores(row, after)
+    out.add_scores(row, before, sign=-1)
+    apply(out)
 
 
 def add_streams(ids):
@@ -472,8 +541,8 @@ def rebuild(progress=None, chunk_s=DAY):
         params = [*(connection.ops.adapt_datetimefield_value(v) for v in (lo, hi)), *ACTIVE]
         out = Contributions()
         rows = read_streams(where, params)
-        for row, findings in rows:
-            out.add_stream(row, findings)
+        for row, findings, scores in rows:
+            out.add_stream(row, findings, scores)
         apply(out)
         total += len(rows)
         if progress:

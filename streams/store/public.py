@@ -152,10 +152,10 @@ def _iso(value):
     return value.isoformat() if value is not None else None
 
 
-def stream(stream) -> dict:
+def stream(stream, *, with_feedback=True) -> dict:
     """Everything about a stream but its events: metadata, milestones, metrics, text, output
-    items and findings (the API's summary and the `.json` export's head; sync: reads the
-    findings)."""
+    items, findings, and (`with_feedback`) its scores and comments with their authors' names
+    (the API's summary and the `.json` export's head; sync: reads the findings)."""
     findings = list(stream.findings.order_by("event_index", "id").values(*FINDING_FIELDS))
     return {
         "id": stream.pk,
@@ -194,6 +194,60 @@ def stream(stream) -> dict:
         # retention deleted its events (their figures and findings stay)
         "events_pruned_at": _iso(stream.events_pruned_at),
         **usage_and_cost({name: getattr(stream, name) for name in USAGE_COLUMNS}),
+        **(feedback(stream.pk) if with_feedback else {}),
+    }
+
+
+def feedback(stream_id) -> dict:
+    """`scores` and `comments` of a stream, oldest first (sync)."""
+    from streams.store import scores
+
+    given, comments = scores.of_stream(stream_id)
+    return {"scores": [score(s) for s in given], "comments": [comment(c) for c in comments]}
+
+
+def _author(user):
+    return user.get_username() if user is not None else None
+
+
+def score(s) -> dict:
+    """One score (its `score_type` loaded)."""
+    return {
+        "id": s.pk,
+        "stream": s.stream_id,
+        "name": s.score_type.name,
+        "kind": s.score_type.kind,
+        "value": s.value,
+        "label": s.label,
+        "positive": s.score_type.is_positive(s.value),
+        "comment": s.comment,
+        "author": _author(s.author),
+        "source": s.source,
+        "key": s.key,
+        "created_at": _iso(s.created_at),
+        "updated_at": _iso(s.updated_at),
+    }
+
+
+def comment(c) -> dict:
+    return {
+        "id": c.pk,
+        "stream": c.stream_id,
+        "text": c.text,
+        "author": _author(c.author),
+        "source": c.source,
+        "created_at": _iso(c.created_at),
+    }
+
+
+def score_type(t) -> dict:
+    return {
+        "name": t.name,
+        "kind": t.kind,
+        "minimum": t.minimum,
+        "maximum": t.maximum,
+        "categories": t.categories,
+        "description": t.description,
     }
 
 

@@ -1,0 +1,243 @@
+"""Scores and comments: the write path (streams/store/scores.py), its rollups, the API, the
+list's filter and column, the exports and the Prometheus counter."""
+
+import datetime as dt
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.test import AsyncClient
+
+from streams.models import Comment, Score, ScoreRollup, ScoreType, Stream
+from streams.observe import telemetry
+from streams.store import aggregates, retention, scores
+from tests.support.clients import bearer, session
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = dt.datetime(2026, 11, 3, 10, 15, tzinfo=dt.UTC)
+
+
+def finished(user, model="m-fast", status=Stream.Status.COMPLETED, **fields):
+    created_at = fields.pop("created_at", T0)
+    stream = Stream.objects.create(
+        user=user, status=status, requested_model="auto", resolved_model=model, **fields
+    )
+    Stream.objects.filter(pk=stream.pk).update(created_at=created_at)  # (auto_now_add)
+    stream.refresh_from_db()
+    return stream
+
+
+def rolled(name="thumbs", span=aggregates.DAY, tag=""):
+    """{(model, status): (n, sum_milli, positive)} of the day rows of a score type."""
+    kind = scores.score_type(name)
+    out = {}
+    for r in ScoreRollup.objects.filter(score_type=kind.pk, span=span, tag=tag):
+        key = (r.resolved_model, r.status)
+        n, s, p = out.get(key, (0, 0, 0))
+        out[key] = (n + r.n, s + r.sum_milli, p + r.positive)
+    return {k: v for k, v in out.items() if any(v)}
+
+
+def stars():
+    return ScoreType.objects.create(name="stars", kind="numeric", minimum=1, maximum=5)
+
+
+def verdict():
+    return ScoreType.objects.create(
+        name="verdict",
+        kind="categorical",
+        minimum=0,
+        maximum=2,
+        categories=[
+            {"label": "wrong", "value": 0},
+            {"label": "partly", "value": 1},
+            {"label": "right", "value": 2},
+        ],
+    )
+
+
+class TestGiving:
+    def test_thumbs_up_then_down_replaces_the_score_and_moves_the_rollup(self, people):
+        stream = finished(people.owner)
+        scores.give(stream.pk, author=people.owner, name="thumbs", label="up", source="person")
+        assert rolled() == {("m-fast", "completed"): (1, 1000, 1)}
+        scores.give(stream.pk, author=people.owner, name="thumbs", value=0, source="person")
+        assert Score.objects.count() == 1
+        assert Score.objects.get().label == "down"
+        assert rolled() == {("m-fast", "completed"): (1, 0, 0)}
+
+    def test_each_author_and_key_scores_once(self, people):
+        stream = finished(people.owner)
+        for author, key in ((people.owner, ""), (people.staff, ""), (people.owner, "user-7")):
+            scores.give(stream.pk, author=author, name="thumbs", value=1, source="api", key=key)
+        scores.give(stream.pk, author=people.owner, name="thumbs", value=1, source="api", key="")
+        assert Score.objects.count() == 3
+        assert rolled() == {("m-fast", "completed"): (3, 3000, 3)}
+
+    def test_values_are_checked_against_the_type(self, people):
+        stream = finished(people.owner)
+        stars(), verdict()
+        bad = [
+            dict(name="nope", value=1),
+            dict(name="", value=1),
+            dict(name="thumbs", value=2),
+            dict(name="thumbs", label="sideways"),
+            dict(name="stars", value=6),
+            dict(name="stars", value=float("nan")),
+            dict(name="stars", value="3"),
+            dict(name="stars", value=True),
+            dict(name="verdict", label="maybe"),
+            dict(name="thumbs", value=1, comment="x" * 2001),
+            dict(name="thumbs", value=1, key="k" * 101),
+        ]
+        for kwargs in bad:
+            with pytest.raises(scores.Invalid):
+                scores.give(stream.pk, author=people.owner, source="person", **kwargs)
+        assert not Score.objects.exists()
+        scores.give(stream.pk, author=people.owner, name="stars", value=4.5, source="person")
+        s = scores.give(stream.pk, author=people.owner, name="verdict", value=2, source="person")
+        assert (s.value, s.label) == (2.0, "right")
+
+    def test_positive_is_above_the_middle_of_the_range(self, people):
+        stream = finished(people.owner)
+        stars()
+        for n, value in enumerate((1, 3, 3.5, 5)):
+            scores.give(
+                stream.pk, author=people.owner, name="stars", value=value, source="api", key=str(n)
+            )
+        assert rolled("stars") == {("m-fast", "completed"): (4, 12500, 2)}
+        summary = scores.summaries([stream.pk])[stream.pk]
+        assert (summary.n, summary.positive, summary.up, summary.down) == (4, 2, 0, 0)
+
+    def test_a_running_streams_scores_are_counted_when_it_finishes(self, people):
+        stream = finished(people.owner, status=Stream.Status.STREAMING)
+        scores.give(stream.pk, author=people.owner, name="thumbs", value=1, source="person")
+        assert rolled() == {}
+        with transaction.atomic(), aggregates.tracking([stream.pk]):
+            Stream.objects.filter(pk=stream.pk).update(status=Stream.Status.FAILED)
+        assert rolled() == {("m-fast", "failed"): (1, 1000, 1)}
+
+    def test_withdrawing_and_admin_deletes_subtract_each_score_once(self, people):
+        stream = finished(people.owner, tags=["eval"])
+        mine = scores.give(stream.pk, author=people.owner, name="thumbs", value=1, source="person")
+        for key in ("a", "b", "c"):
+            scores.give(stream.pk, author=people.staff, name="thumbs", value=0, source="api", key=key)
+        assert rolled(tag="eval") == {("m-fast", "completed"): (4, 1000, 1)}
+        scores.withdraw(mine)
+        assert rolled() == {("m-fast", "completed"): (3, 0, 0)}
+        Score.objects.filter(key__in=("a", "b")).delete()  # the admin's "delete selected"
+        assert rolled() == rolled(tag="eval") == {("m-fast", "completed"): (1, 0, 0)}
+
+    def test_deleting_the_stream_subtracts_its_scores_once(self, people):
+        stream = finished(people.owner)
+        other = finished(people.owner)
+        for s in (stream, other):
+            scores.give(s.pk, author=people.owner, name="thumbs", value=1, source="person")
+        stream.delete()
+        assert not Score.objects.filter(stream_id=stream.pk).exists()
+        assert rolled() == {("m-fast", "completed"): (1, 1000, 1)}
+
+    def test_scores_survive_retention_in_the_rollups(self, people, settings):
+        old = finished(people.owner, created_at=dt.datetime.now(dt.UTC) - dt.timedelta(days=40))
+        scores.give(old.pk, author=people.owner, name="thumbs", value=1, source="person")
+        before = rolled()
+        settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 30}
+        retention.prune()
+        assert not Stream.objects.filter(pk=old.pk).exists()
+        assert before and rolled() == before
+
+    def test_rebuild_agrees_with_the_incremental_rollups(self, people):
+        stars()
+        a, b = finished(people.owner, tags=["x"]), finished(people.staff, model="m-slow")
+        scores.give(a.pk, author=people.owner, name="thumbs", value=1, source="person")
+        scores.give(a.pk, author=people.owner, name="stars", value=2, source="person")
+        scores.give(b.pk, author=people.staff, name="stars", value=5, source="api", key="z")
+        incremental = aggregates.stored()[ScoreRollup]
+        with transaction.atomic():
+            aggregates.rebuild()
+        assert incremental and aggregates.stored()[ScoreRollup] == incremental
+
+    def test_comments_are_bounded_text(self, people):
+        stream = finished(people.owner)
+        with pytest.raises(scores.Invalid):
+            scores.comment(stream.pk, author=people.owner, text="   ", source="person")
+        with pytest.raises(scores.Invalid):
+            scores.comment(stream.pk, author=people.owner, text="x" * 2001, source="person")
+        scores.comment(stream.pk, author=people.owner, text=" Too long. ", source="person")
+        assert Comment.objects.get().text == "Too long."
+        assert scores.summaries([stream.pk])[stream.pk].comments == 1
+
+
+async def post(client, data, path="/api/scores/"):
+    return await client.post(path, json.dumps(data), content_type="application/json")
+
+
+class TestApi:
+    async def test_an_application_scores_by_stream_id_and_by_response_id(self, people):
+        stream = await sync_to_async(finished)(people.owner, upstream_id="resp_abc123")
+        before = telemetry.SCORES.labels("thumbs", "thumbs", "api", "true")._value.get()
+        r = await post(bearer(people.owner), {"stream": stream.pk, "name": "thumbs", "value": 1})
+        assert r.status_code == 201, r.content
+        body = r.json()
+        assert (body["value"], body["label"], body["positive"], body["source"]) == (
+            1.0, "up", True, "api",
+        )  # fmt: skip
+        assert body["author"] == "owner"
+        r = await post(
+            bearer(people.owner),
+            {"response_id": "resp_abc123", "name": "thumbs", "label": "down", "comment": "No."},
+        )
+        assert r.status_code == 200 and r.json()["label"] == "down"
+        after = telemetry.SCORES.labels("thumbs", "thumbs", "api", "true")._value.get()
+        assert after == before + 1
+        r = await post(
+            bearer(people.owner), {"response_id": "resp_abc123", "text": "Checked."}, "/api/comments/"
+        )
+        assert r.status_code == 201
+        r = await bearer(people.owner).get(f"/api/scores/?stream={stream.pk}")
+        data = r.json()
+        assert [s["label"] for s in data["scores"]] == ["down"]
+        assert [c["text"] for c in data["comments"]] == ["Checked."]
+        summary = (await bearer(people.owner).get(f"/api/streams/{stream.pk}/")).json()
+        assert summary["scores"] == data["scores"] and summary["comments"] == data["comments"]
+
+    async def test_it_answers_404_for_streams_one_may_not_see(self, people):
+        stream = await sync_to_async(finished)(people.owner, upstream_id="resp_theirs")
+        for data in ({"stream": stream.pk}, {"response_id": "resp_theirs"}, {"stream": 10**9}):
+            r = await post(bearer(people.stranger), {**data, "name": "thumbs", "value": 1})
+            assert r.status_code == 404, data
+        r = await bearer(people.stranger).get(f"/api/scores/?stream={stream.pk}")
+        assert r.status_code == 404
+        r = await post(bearer(people.staff), {"stream": stream.pk, "name": "thumbs", "value": 0})
+        assert r.status_code == 201
+        assert await Score.objects.acount() == 1
+
+    async def test_bad_input_is_a_clear_400_and_stores_nothing(self, people):
+        stream = await sync_to_async(finished)(people.owner)
+        client = bearer(people.owner)
+        cases = [
+            {"name": "thumbs", "value": 1},
+            {"stream": stream.pk, "response_id": "x", "name": "thumbs", "value": 1},
+            {"stream": str(stream.pk), "name": "thumbs", "value": 1},
+            {"stream": stream.pk, "name": "thumbs", "value": 7},
+            {"stream": stream.pk, "name": "made-up", "value": 1},
+            {"stream": stream.pk, "name": ["thumbs"], "value": 1},
+            {"stream": stream.pk, "name": "thumbs", "value": 1, "comment": 5},
+        ]
+        for data in cases:
+            r = await post(client, data)
+            assert r.status_code == 400, data
+            assert r.json()["error"]["message"], data
+        r = await client.post("/api/scores/", "{nope", content_type="application/json")
+        assert r.status_code == 400
+        r = await post(client, {"stream": stream.pk, "text": ""}, "/api/comments/")
+        assert r.status_code == 400
+        assert await Score.objects.acount() == 0 and await Comment.objects.acount() == 0
+
+    async def test_anonymous_gets_401_and_types_are_listed(self, people):
+        r = await post(AsyncClient(), {"stream": 1, "name": "thumbs", "value": 1})
+        assert r.status_code == 401
+        r = await session(people.owner).get("/api/score-types/")
+        assert [t["name"] for t in r.json()["score_types"]] == ["thumbs"]
