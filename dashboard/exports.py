@@ -27,6 +27,7 @@ from django.db.models.functions import Left
 
 from streams.core import pricing
 from streams.serve.export import drive
+from streams.store import scores
 
 COLUMNS = (
     "id",
@@ -51,11 +52,20 @@ COLUMNS = (
     "cost_currency",
     "price_ref",
     "error_code",
+    "scores",
+    "scores_positive",
+    "thumbs_up",
+    "thumbs_down",
+    "comments",
     "prompt",
 )
 PROMPT_MAX = 200  # characters of the prompt in a row (cut in the database)
 # What is read of each row: the columns as stored, the cost as nano-units, the prompt cut.
-FIELDS = tuple(c for c in COLUMNS if c not in ("cost", "prompt")) + ("cost_nanos", "prompt_cut")
+FEEDBACK = ("scores", "scores_positive", "thumbs_up", "thumbs_down", "comments")  # (Summary)
+FIELDS = tuple(c for c in COLUMNS if c not in ("cost", "prompt", *FEEDBACK)) + (
+    "cost_nanos",
+    "prompt_cut",
+)
 READ_CHUNK = 2000  # rows per database round trip
 ROWS_PER_PIECE = 500  # rows written into one piece of the response
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r", "\n")
@@ -89,8 +99,12 @@ def _tags(value) -> str:
     return ",".join(str(t) for t in value) if isinstance(value, list) else ""
 
 
-def cells(row: dict) -> list[str]:
-    """One stream's cells, in COLUMNS order, from a row of `rows(queryset)`."""
+NOTHING = scores.Summary()
+
+
+def cells(row: dict, feedback=NOTHING) -> list[str]:
+    """One stream's cells, in COLUMNS order, from a row of `rows(queryset)` and its scores'
+    `scores.Summary`."""
     text = guard  # (every text from outside; our own numbers and times as they are)
     return [
         _number(row["id"]),
@@ -115,6 +129,11 @@ def cells(row: dict) -> list[str]:
         text(row["cost_currency"]),
         text(row["price_ref"]),
         text(row["error_code"]),
+        str(feedback.n),
+        str(feedback.positive),
+        str(feedback.up),
+        str(feedback.down),
+        str(feedback.comments),
         text(row["prompt_cut"] or ""),
     ]
 
@@ -145,17 +164,28 @@ def iter_csv(queryset, limit: int, cut: bool | None = None) -> Iterator[str]:
     writer = csv.writer(buffer)
     writer.writerow(COLUMNS)
     n = 0
+    piece = []
     for row in rows(queryset)[: limit + 1].iterator(chunk_size=READ_CHUNK):
         if n == limit:
             cut = True
             break
-        writer.writerow(cells(row))
+        piece.append(row)
         n += 1
-        if n % ROWS_PER_PIECE == 0:
+        if len(piece) == ROWS_PER_PIECE:
+            _write(writer, piece)
+            piece = []
             yield _take(buffer)
+    _write(writer, piece)
     if cut:
         writer.writerow([marker(limit)])
     yield _take(buffer)
+
+
+def _write(writer, piece):
+    """Rows with their scores (one lookup per piece)."""
+    feedback = scores.summaries(row["id"] for row in piece)
+    for row in piece:
+        writer.writerow(cells(row, feedback.get(row["id"], NOTHING)))
 
 
 async def aiter_csv(queryset, limit: int, cut: bool | None = None) -> AsyncIterator[str]:

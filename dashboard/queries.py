@@ -29,7 +29,7 @@ from streams.core import figures
 from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import CURRENCIES
 from streams.models import Event, Finding, Stream
-from streams.store import public, search
+from streams.store import public, scores, search
 from streams.store.access import may_see, streams_for
 from streams.store.lookups import HasTag
 from streams.store.rows import PROXIED_INSERT_COLUMNS
@@ -91,6 +91,8 @@ def filter_streams(qs, filters):
         qs = qs.filter(requested_model=f["requested"])
     if f.get("resolved"):
         qs = qs.filter(resolved_model=f["resolved"])
+    if f.get("score"):
+        qs = scores.filtered(qs, f["score"])
     findings = f.get("findings")
     if findings == "any":
         qs = qs.filter(findings_count__gt=0)
@@ -170,8 +172,7 @@ def search_page(user, filters, terms, number=1):
     page = StreamPage(streams, search_page=number)
     page.next_page = number + 1 if more else None
     page.previous_page = number - 1 if number > 1 else None
-    if user.is_staff:
-        _owner_names(page.streams)
+    _rows_for(user, page.streams)
     return page
 
 
@@ -212,8 +213,7 @@ def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
             page.newer = rows[0].pk if rows else before
     page.streams = _group_attempts(list(page.streams))
     page.newest_id = max((s.pk for s in page.streams), default=None)
-    if user.is_staff:
-        _owner_names(page.streams)
+    _rows_for(user, page.streams)
     return page
 
 
@@ -251,6 +251,17 @@ def model_names(user):
         names.add(resolved)
     names.discard("")
     return sorted(names)
+
+
+def _rows_for(user, streams):
+    """What every table of stream rows (streams/stream_row.html) shows beyond the row: its
+    scores and comments (`feedback`), and for staff, whose stream it is."""
+    summaries = scores.summaries(s.pk for s in streams)
+    empty = scores.Summary()
+    for stream in streams:
+        stream.feedback = summaries.get(stream.pk, empty)
+    if user.is_staff:
+        _owner_names(streams)
 
 
 def _owner_names(streams):
@@ -372,8 +383,7 @@ def session_page(user, session, *, after=None, limit=None):
         after=after if anchor is not None else None,
         usage=usage_totals(figures),
     )
-    if user.is_staff:
-        _owner_names(page.streams)
+    _rows_for(user, page.streams)
     return page
 
 

@@ -11,7 +11,7 @@ from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, exports, playground, saved, streams
+from dashboard.views import analytics, exports, feedback, playground, saved, shares, streams
 from streams.serve import scrape
 
 
@@ -75,6 +75,13 @@ urlpatterns = [
     path("streams/<int:stream_id>.sse", streams.stream_sse, name="stream_sse"),
     path("streams/<int:stream_id>.json", streams.stream_json, name="stream_json"),
     path("streams/compare/", streams.stream_compare_pick, name="stream_compare_pick"),
+    path("streams/<int:stream_id>/score/", feedback.stream_score, name="stream_score"),
+    path("streams/<int:stream_id>/comment/", feedback.stream_comment, name="stream_comment"),
+    path(
+        "streams/<int:stream_id>/scores/<int:score_id>/withdraw/",
+        feedback.stream_score_withdraw,
+        name="stream_score_withdraw",
+    ),
     path("views/", saved.saved_view_list, name="saved_views"),
     path("views/<int:view_id>/delete/", saved.saved_view_delete, name="saved_view_delete"),
     path(
@@ -87,6 +94,32 @@ urlpatterns = [
     ),  # fmt: skip
     # a session name is the client's own (X-Streamscope-Session): any text, slashes included
     path("sessions/<session:session>/", streams.session_detail, name="session_detail"),
+    # share links: making and revoking them, and the links themselves (docs/sharing.md)
+    path("shares/", shares.share_list, name="share_list"),
+    path("shares/new/", shares.share_create, name="share_create"),
+    path("shares/<int:link_id>/revoke/", shares.share_revoke, name="share_revoke"),
+    path("s/<str:secret>/", shares.shared, name="shared"),
+    path("s/<str:secret>/streams/<int:stream_id>/", shares.shared_stream, name="shared_stream"),
+    path(
+        "s/<str:secret>/streams/<int:stream_id>/events/",
+        shares.shared_stream_events,
+        name="shared_stream_events",
+    ),
+    path(
+        "s/<str:secret>/streams/<int:stream_id>/events/<int:index>/",
+        shares.shared_stream_event,
+        name="shared_stream_event",
+    ),
+    path(
+        "s/<str:secret>/streams/<int:stream_id>/timing.json",
+        shares.shared_stream_timing,
+        name="shared_stream_timing",
+    ),
+    path(
+        "s/<str:secret>/streams/<int:stream_id>/replay.json",
+        shares.shared_stream_replay,
+        name="shared_stream_replay",
+    ),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

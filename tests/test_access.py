@@ -25,6 +25,7 @@ from django.urls import URLResolver, get_resolver, reverse
 from dashboard.models import Conversation, SavedView, Turn
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import Event, ImportJob, Stream
+from streams.store import scores
 from tests.support.clients import session, ws
 
 pytestmark = [
@@ -82,6 +83,10 @@ RULES = {
     "stream_compare": Rule(OWNER_OR_STAFF),  # both streams must be visible: 404 otherwise
     "stream_compare_with": Rule(OWNER_OR_STAFF),
     "stream_compare_pick": Rule(USER),  # the list's two ticked streams, or how to tick them
+    # scoring and commenting: whoever may see the stream (the empty form: no value, no text)
+    "stream_score": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "stream_comment": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "stream_score_withdraw": Rule(OWNER, "POST", ok=302),  # one's own score only
     "saved_views": Rule(USER),  # one's own views and the shared ones
     "saved_view_delete": Rule(OWNER, "POST", ok=302),
     "api_streams": Rule(USER, api=True),
@@ -121,6 +126,7 @@ PARAMS = {
     "session": lambda objects: objects.stream.session,
     "conversation_id": lambda objects: objects.conversation.pk,
     "view_id": lambda objects: objects.view.pk,  # a private saved view
+    "score_id": lambda objects: objects.score.pk,  # the owner's thumbs on their stream
     "turn_id": lambda objects: objects.turn.pk,
     "job_id": lambda objects: objects.job.pk,
 }
@@ -199,8 +205,15 @@ def owned_objects(owner):
     turn = Turn.objects.create(conversation=conversation, position=0, prompt="Hi", stream=answer)
     job = ImportJob.objects.create(user=owner, status=ImportJob.Status.DONE)
     view = SavedView.objects.create(owner=owner, name=f"Mine {stream.pk}", page="latency")
+    score = scores.give(stream.pk, author=owner, name="thumbs", value=1, source="person")
     return SimpleNamespace(
-        stream=stream, event=event, conversation=conversation, turn=turn, job=job, view=view
+        stream=stream,
+        event=event,
+        conversation=conversation,
+        turn=turn,
+        job=job,
+        view=view,
+        score=score,
     )
 
 

@@ -688,6 +688,7 @@ class History:
     content_types: list  # ids of the content types `r/<ct>/<id>/` is walked for
     admin_objects: dict  # model -> pks
     view_ids: list  # saved views, shared, named and filtered with the hostile strings
+    score_ids: dict  # stream id -> its scores' ids
 
 
 def load_history(people):
@@ -715,6 +716,35 @@ def load_history(people):
             owner=person.user, page="stream_list", name=XSS[0][:100],
             defaults={"query": urlencode({"q": XSS_MODEL[:200]}), "shared": True},
         )  # fmt: skip
+    # scores and comments on a few of each person's streams: hostile categories, keys and
+    # texts, and comments with the upstream's key pasted in, whole and escaped
+    from streams.models import Comment, Score, ScoreType
+    from streams.store import scores as scoring
+
+    ScoreType.objects.get_or_create(
+        name="walk-verdict", defaults={
+            "kind": "categorical", "minimum": 0, "maximum": 1, "description": XSS[1],
+            "categories": [{"label": XSS[0], "value": 0}, {"label": XSS[1], "value": 1}],
+        },
+    )  # fmt: skip
+    for person in people.values():
+        for pk in Row.objects.filter(user=person.user).order_by("pk").values_list("pk")[:3]:
+            pk = pk[0]
+            scoring.give(
+                pk, author=person.user, name="thumbs", value=1, source="person",
+                comment=f"{XSS[0]} {KEY}",
+            )  # fmt: skip
+            scoring.give(
+                pk, author=person.user, name="walk-verdict", label=XSS[1], source="api",
+                key=XSS[0], comment=f"{XSS[1]} {escaped(KEY)}",
+            )  # fmt: skip
+            if not Comment.objects.filter(stream_id=pk, author=person.user).exists():
+                scoring.comment(
+                    pk, author=person.user, text=f"{XSS[1]} {KEY} {XSS[0]}", source="api"
+                )
+    score_ids = defaultdict(list)
+    for stream_id, score_id in Score.objects.values_list("stream_id", "pk"):
+        score_ids[stream_id].append(score_id)
     streams = list(Row.objects.order_by("pk").values_list("pk", "event_count"))
     indexes = {}
     for pk, _ in streams:
@@ -754,6 +784,7 @@ def load_history(people):
         content_types=[ContentType.objects.get_for_model(m).pk for m in (Row, get_user_model())],
         admin_objects=objects,
         view_ids=list(SavedView.objects.values_list("pk", flat=True)),
+        score_ids=dict(score_ids),
     )
 
 
@@ -767,6 +798,7 @@ FILL = {
     "session": lambda h, route, bound: h.sessions,
     "conversation_id": lambda h, route, bound: list(h.conversations),
     "view_id": lambda h, route, bound: h.view_ids,
+    "score_id": lambda h, route, bound: h.score_ids.get(bound["stream_id"], []),
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
     # admin
     "app_label": lambda h, route, bound: h.app_labels,

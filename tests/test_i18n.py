@@ -38,9 +38,20 @@ from django.utils.text import capfirst
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
 from streams.ingest import importer
-from streams.models import ApiToken, Capture, Event, Finding, ImportFile, ImportJob, Price, Stream
+from streams.models import (
+    ApiToken,
+    Capture,
+    Event,
+    Finding,
+    ImportFile,
+    ImportJob,
+    Price,
+    ScoreType,
+    Stream,
+)
 from streams.simulator import SCENARIOS
 from streams.simulator.models import MODELS
+from streams.store import scores
 from tests.support.routes import Unfillable, django_routes, fill
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
@@ -248,6 +259,16 @@ def history(django_db_setup, django_db_blocker):
                                      query="range=7d", shared=shared).pk
             for owner, shared in ((staff, True), (user, False))
         ]  # fmt: skip
+        # a thumbs up, a numeric score and a comment on each one's first stream: the feedback
+        # panel, the list's column and the analytics' scores all have something to say
+        ScoreType.objects.create(name="sterren", kind="numeric", minimum=1, maximum=5)
+        score_ids = {}
+        for owner in (staff, user):
+            first = next(s for s in streams if s.user_id == owner.pk)
+            made = scores.give(first.pk, author=owner, name="thumbs", value=1, source="person")
+            scores.give(first.pk, author=owner, name="sterren", value=4, source="api", key="k")
+            scores.comment(first.pk, author=owner, text="Goed antwoord.", source="person")
+            score_ids[first.pk] = [made.pk]
         yield {
             "staff": staff,
             "user": user,
@@ -256,6 +277,7 @@ def history(django_db_setup, django_db_blocker):
             "conversations": conversations,
             "jobs": jobs,
             "views": views,
+            "score_ids": score_ids,
             "data": recorded_data(),
         }
     with django_db_blocker.unblock():
@@ -271,6 +293,7 @@ FILL = {
     "session": lambda h, bound: ["sessie-een"],
     "conversation_id": lambda h, bound: list(h["conversations"]),
     "view_id": lambda h, bound: h["views"],
+    "score_id": lambda h, bound: h["score_ids"].get(bound["stream_id"], []),
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
 }
 

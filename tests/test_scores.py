@@ -123,7 +123,9 @@ class TestGiving:
         stream = finished(people.owner, tags=["eval"])
         mine = scores.give(stream.pk, author=people.owner, name="thumbs", value=1, source="person")
         for key in ("a", "b", "c"):
-            scores.give(stream.pk, author=people.staff, name="thumbs", value=0, source="api", key=key)
+            scores.give(
+                stream.pk, author=people.staff, name="thumbs", value=0, source="api", key=key
+            )
         assert rolled(tag="eval") == {("m-fast", "completed"): (4, 1000, 1)}
         scores.withdraw(mine)
         assert rolled() == {("m-fast", "completed"): (3, 0, 0)}
@@ -193,7 +195,9 @@ class TestApi:
         after = telemetry.SCORES.labels("thumbs", "thumbs", "api", "true")._value.get()
         assert after == before + 1
         r = await post(
-            bearer(people.owner), {"response_id": "resp_abc123", "text": "Checked."}, "/api/comments/"
+            bearer(people.owner),
+            {"response_id": "resp_abc123", "text": "Checked."},
+            "/api/comments/",
         )
         assert r.status_code == 201
         r = await bearer(people.owner).get(f"/api/scores/?stream={stream.pk}")
@@ -241,3 +245,84 @@ class TestApi:
         assert r.status_code == 401
         r = await session(people.owner).get("/api/score-types/")
         assert [t["name"] for t in r.json()["score_types"]] == ["thumbs"]
+
+
+class TestPages:
+    """The timeline's panel, the thumbs (htmx and plain forms), the list's filter, column and
+    CSV; who may score is tests/test_access.py's."""
+
+    def test_thumbs_toggle_and_the_panel_shows_scores_and_comments(self, people, client):
+        stream = finished(people.owner)
+        client.force_login(people.owner)
+        url = f"/streams/{stream.pk}/score/"
+        htmx = {"HTTP_HX_REQUEST": "true"}
+        r = client.post(
+            url, {"name": "thumbs", "value": "up", "toggle": "1", "compact": "1"}, **htmx
+        )
+        assert r.status_code == 200
+        assert 'data-mine="up"' in r.content.decode()
+        assert Score.objects.get().label == "up"
+        r = client.post(
+            url, {"name": "thumbs", "value": "up", "toggle": "1", "compact": "1"}, **htmx
+        )
+        assert 'data-mine=""' in r.content.decode() and not Score.objects.exists()
+        # without JavaScript: back to the timeline's panel
+        r = client.post(url, {"name": "thumbs", "value": "down"})
+        assert r.status_code == 302 and r["Location"].endswith(f"/streams/{stream.pk}/#feedback")
+        r = client.post(f"/streams/{stream.pk}/comment/", {"text": "<b>Check</b> the units."})
+        assert r.status_code == 302
+        page = client.get(f"/streams/{stream.pk}/").content.decode()
+        assert 'id="feedback"' in page and "&lt;b&gt;Check&lt;/b&gt; the units." in page
+        assert 'data-mine="down"' in page
+
+    def test_bad_scores_are_a_400_with_the_reason(self, people, client):
+        stream = finished(people.owner)
+        stars()
+        client.force_login(people.owner)
+        url = f"/streams/{stream.pk}/score/"
+        for data in ({"name": "stars", "value": "lots"}, {"name": "stars", "value": "9"},
+                     {"name": "nope", "value": "1"}, {"name": "thumbs", "value": "sideways"}):  # fmt: skip
+            r = client.post(url, data, HTTP_HX_REQUEST="true")
+            assert r.status_code == 400, data
+            assert 'role="alert"' in r.content.decode(), data
+        r = client.post(url, {"name": "stars", "value": "9"})  # no JavaScript: a page
+        assert r.status_code == 400 and "<html" in r.content.decode()
+        assert not Score.objects.exists()
+        r = client.post(url, {"name": "stars", "value": "4,5"})
+        assert r.status_code == 302 and Score.objects.get().value == 4.5
+
+    def test_only_ones_own_score_is_taken_back(self, people, client):
+        stream = finished(people.owner)
+        theirs = scores.give(
+            stream.pk, author=people.staff, name="thumbs", value=1, source="person"
+        )
+        client.force_login(people.owner)
+        r = client.post(f"/streams/{stream.pk}/scores/{theirs.pk}/withdraw/")
+        assert r.status_code == 404 and Score.objects.exists()
+
+    def test_the_list_filters_and_shows_scores(self, people, client):
+        good, bad, none = (finished(people.owner) for _ in range(3))
+        scores.give(good.pk, author=people.owner, name="thumbs", value=1, source="person")
+        scores.give(bad.pk, author=people.owner, name="thumbs", value=0, source="person")
+        scores.comment(bad.pk, author=people.owner, text="Wrong city.", source="person")
+        client.force_login(people.owner)
+
+        def listed(score):
+            html = client.get("/", {"score": score}).content.decode()
+            return {s.pk for s in (good, bad, none) if f'id="stream-row-{s.pk}"' in html}
+
+        assert listed("positive") == {good.pk}
+        assert listed("negative") == {bad.pk}
+        assert listed("any") == {good.pk, bad.pk}
+        assert listed("none") == {none.pk}
+        assert listed("") == {good.pk, bad.pk, none.pk}
+        assert client.get("/", {"score": "bogus"}).status_code == 400
+        html = client.get("/").content.decode()
+        assert "▼1" in html and "1 comment" in html
+        response = client.get("/streams.csv")
+        rows = b"".join(response.streaming_content).decode().splitlines()
+        header = rows[0].split(",")
+        cells = {r.split(",")[0]: r.split(",") for r in rows[1:]}
+        col = {name: header.index(name) for name in ("scores", "thumbs_down", "comments")}
+        assert [cells[str(bad.pk)][col[c]] for c in col] == ["1", "1", "1"]
+        assert [cells[str(none.pk)][col[c]] for c in col] == ["0", "0", "0"]

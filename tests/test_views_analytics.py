@@ -423,3 +423,57 @@ class TestRangeDefault(Base):
         assert r.status_code == 200
         assert b'<option value="7d" selected>' in r.content
         assert r.context["report"].scope.start is not None
+
+
+class TestLatencyScores(Base):
+    """The latency page's "Scores by model" section (dashboard/stats/scores.py)."""
+
+    url = "/latency/"
+
+    @pytest.fixture(autouse=True)
+    def _scores(self, _people):
+        from django.db import transaction
+
+        from streams.models import Score, ScoreType
+        from streams.store import aggregates
+
+        self.thumbs = ScoreType.objects.get(name="thumbs")
+        self.quality = ScoreType.objects.create(name="quality", kind="numeric", maximum=10)
+        given = [(0, 1), (1, 1), (2, 0), (3, 0)]  # (stream, thumbs): the owner's three, then
+        for i, value in given:  # the stranger's
+            Score.objects.create(stream=self.streams[i], score_type=self.thumbs, value=value,
+                                 author=self.owner, source="person")  # fmt: skip
+        with transaction.atomic():
+            aggregates.rebuild()
+
+    def test_it_shows_the_owners_scores_beside_ttft(self):
+        r = self.owner_client.get(self.url)
+        assert r.status_code == 200
+        rows = r.context["report"].scores.rows
+        assert [(x["model"], x["scores"], x["positive"], x["ttft_p50"]) for x in rows] == [
+            ("owner-model", 3, 2, 240.0)
+        ]
+        assert rows[0]["mean"] == 2 / 3
+        body = r.content.decode()
+        assert 'id="scores-h"' in body and "Scores by model: thumbs" in body
+        assert '<script id="scores-data" type="application/json">' in body
+        assert 'data-chart="scores"' in body
+        assert '<option value="thumbs" selected>' in body
+        assert "stranger-model" not in body
+
+    def test_a_score_type_is_chosen_by_name(self):
+        r = self.staff_client.get(self.url, {"score": "quality"})
+        assert r.status_code == 200
+        assert r.context["report"].scores.score_type == self.quality
+        body = r.content.decode()
+        assert '<option value="quality" selected>' in body
+        assert 'id="scores-empty"' in body and "No scores in this range" in body
+        assert 'data-chart="scores"' not in body
+
+    def test_it_rejects_a_score_type_that_does_not_exist(self):
+        r = self.owner_client.get(self.url, {"score": "<b>nope</b>"})
+        assert r.status_code == 400
+        body = r.content.decode()
+        assert "There is no score type named" in body
+        assert "&lt;b&gt;nope&lt;/b&gt;" in body and "<b>nope</b>" not in body
+        assert r.context["report"] is None

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy as _
 from dashboard.forms.choices import SOURCE_CHOICES
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
 from dashboard.stats.sql import Scope
-from streams.models import MAX_TAG_CHARS, Stream
+from streams.models import MAX_TAG_CHARS, ScoreType, Stream
 
 RANGES = PRESETS
 RANGE_CHOICES = [
@@ -142,6 +142,14 @@ class LatencyForm(LabelsForm):
     )
     a = forms.CharField(required=False, max_length=100, label=_("Model A"))
     b = forms.CharField(required=False, max_length=100, label=_("Model B"))
+    # the scores section's type, by name (empty: thumbs; stats/scores.py)
+    score = forms.ModelChoiceField(
+        queryset=ScoreType.objects.order_by("name"),
+        to_field_name="name",
+        required=False,
+        label=_("Score type"),
+        error_messages={"invalid_choice": _("There is no score type named “%(value)s”.")},
+    )
 
     def clean(self):
         cleaned = super().clean()
@@ -160,6 +168,11 @@ class LatencyForm(LabelsForm):
             "status": data.get("status", ""),
             "source": data.get("source", ""),
         }
+
+    def score_type(self):
+        """The chosen ScoreType, or None for the default."""
+        data = self.cleaned_data if self.is_bound else {}
+        return data.get("score")
 
     def comparison(self, user, now):
         """(label A, scope A, label B, scope B), or None."""

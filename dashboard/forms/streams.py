@@ -131,6 +131,17 @@ class StreamFilterForm(forms.Form):
             ("none", _("Without findings")),
         ],
     )
+    score = forms.ChoiceField(
+        required=False,
+        label=_("Scores"),
+        choices=[
+            ("", _("Any")),
+            ("positive", _("With a positive score")),
+            ("negative", _("With a score that is not positive")),
+            ("any", _("Scored")),
+            ("none", _("Not scored")),
+        ],
+    )
     # the analytics pages' presets (forms/ranges.py); custom bounds are From / To below
     range = forms.ChoiceField(
         required=False, choices=[("", ALL_TIME), *PRESET_CHOICES], label=_("Time")
@@ -153,6 +164,7 @@ class StreamFilterForm(forms.Form):
         "requested",
         "resolved",
         "findings",
+        "score",
         "range",
     )
 

@@ -37,7 +37,13 @@ from dashboard.stats.sql import (
     scope_where,
 )
 from streams.core.figures import rank
-from streams.models import FindingRollup, HistogramRollup, RoutingRollup, UsageRollup
+from streams.models import (
+    FindingRollup,
+    HistogramRollup,
+    RoutingRollup,
+    ScoreRollup,
+    UsageRollup,
+)
 from streams.store import aggregates as agg
 
 EXACT_BELOW = 20_000  # streams visible to the scope: below this every figure is exact (raw)
@@ -280,8 +286,8 @@ class Cube:
     # -- raw rows: the partial hours at the edges, and the active streams --------------------
 
     def raw_rows(self, step=None):
-        """[(row, findings)] of the finished streams in the raw windows and of the active
-        streams in the range."""
+        """[(row, findings, scores)] (`aggregates.read_streams`) of the finished streams in the
+        raw windows and of the active streams in the range."""
         # the raw windows are the partial hours at the ends, whatever the coarser periods (a
         # grid's: each bucket's partial hours)
         key = step if isinstance(step, Grid) else (step is None or step % agg.HOUR == 0)
@@ -418,7 +424,7 @@ class Cube:
 
     def _usage_read(self, by, step):
         out = self._rollup(UsageRollup, agg.USAGE_VALUES, by, step)
-        for row, _ in self.raw_rows(step):
+        for row, _, _ in self.raw_rows(step):
             k = self._raw_key(row, by, step)
             values = self.raw_usage_values(row)
             acc = out.get(k)
@@ -435,7 +441,7 @@ class Cube:
         one key range per tag (`tags`), and the raw rows' tags (`aggregates.stream_tags`)."""
         tags = [self.scope.tag] if self.scope.tag else tags_known()
         out = self._rollup(UsageRollup, agg.USAGE_VALUES, ("tag",), None, tags=tags)
-        for row, _ in self.raw_rows():
+        for row, _, _ in self.raw_rows():
             values = self.raw_usage_values(row)
             for tag in agg.stream_tags(row):
                 if self.scope.tag and tag != self.scope.tag:
@@ -471,7 +477,7 @@ class Cube:
         for r in rows:  # (key…, bucket, n): tens of thousands of rows on long ranges
             if r[-1]:
                 out[r[:nk]][r[nk]] += r[-1]
-        for row, _ in self.raw_rows(step):
+        for row, _, _ in self.raw_rows(step):
             value = row["ttft_ms"] if metric == agg.TTFT else agg.decision_ms(row)
             if value is not None:
                 out[self._raw_key(row, by, step)][agg.bucket(value)] += 1
@@ -479,7 +485,7 @@ class Cube:
 
     def routing(self, by):
         out = self._rollup(RoutingRollup, ("n",), tuple(by), None, models=False)
-        for row, _ in self.raw_rows():
+        for row, _, _ in self.raw_rows():
             if row["requested_model"] == "auto":
                 k = self._raw_key(row, by, None)
                 out[k] = [out.get(k, [0])[0] + 1]
@@ -490,7 +496,7 @@ class Cube:
         if code is not None:
             extra, params = (f"{_q('code')} = %s",), (code,)
         out = self._rollup(FindingRollup, ("n",), tuple(by), None, extra=extra, extra_params=params)
-        for row, found in self.raw_rows():
+        for row, found, _ in self.raw_rows():
             for c, severity, n in found:
                 if code is not None and c != code:
                     continue
@@ -498,6 +504,33 @@ class Cube:
                 k = self._raw_key(values, by, None)
                 out[k] = [out.get(k, [0])[0] + n]
         return {k: v[0] for k, v in out.items()}
+
+    def scores(self, score_type, by, step=None):
+        """{key: [n, sum_milli, positive]} of the scores of one type (its id), `by` columns of
+        the score rollup's key (resolved_model, requested_model, source, user_key, status)
+        and "t". The raw rows' scores (the edges' finished streams, the running ones) are
+        added as the write path adds them (`aggregates.Contributions.add_scores`)."""
+        out = self._rollup(
+            ScoreRollup,
+            agg.SCORE_VALUES,
+            tuple(by),
+            step,
+            extra=(f"{_q('score_type')} = %s",),
+            extra_params=(score_type,),
+        )
+        for row, _, scores in self.raw_rows(step):
+            for type_id, value, positive in scores:
+                if type_id != score_type:
+                    continue
+                k = self._raw_key(row, by, step)
+                values = score_values(value, positive)
+                acc = out.get(k)
+                if acc is None:
+                    out[k] = list(values)
+                else:
+                    for i, v in enumerate(values):
+                        acc[i] += v
+        return out
 
     def ttft_max(self, pairs):
         """{(resolved, requested): exact max TTFT} from the raw rows' ttft-ordered index.
@@ -523,6 +556,12 @@ class Cube:
                 w.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
             jobs.append(_ranked(w, _q("ttft_ms"), 0, descending=True))
         return dict(zip(pairs, _scalars(jobs), strict=True))
+
+
+def score_values(value, positive):
+    """What one raw score adds to SCORE_VALUES (n, sum_milli, positive), as the write path
+    adds it (`aggregates.Contributions.add_scores`: the value in thousandths, rounded)."""
+    return (1, round(value * 1000), int(positive))
 
 
 def pair_aggregates(cube, pairs=None):

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard.stats import cube
 from dashboard.stats.pairs import _summary, fold, model_pairs
+from dashboard.stats.scores import ScoresReport, scores_report
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import (
     PCT_NAMES,
@@ -226,11 +227,14 @@ class LatencyReport:
     # cube.EXACT (raw rows) or cube.AGGREGATED (percentiles within `error_bound_pct`)
     method: str = cube.EXACT
     error_bound_pct: float = 100 * ERROR_BOUND
+    # scores per resolved model beside TTFT (dashboard/stats/scores.py)
+    scores: ScoresReport | None = None
 
 
 @_versioned
-def latency_report(scope, *, now=None, compare_with=None):
-    """Everything the latency page shows. `compare_with`: (label_a, scope_a, label_b, scope_b)."""
+def latency_report(scope, *, now=None, compare_with=None, score_type=None):
+    """Everything the latency page shows. `compare_with`: (label_a, scope_a, label_b, scope_b);
+    `score_type`: the ScoreType of the scores section (default: thumbs)."""
     now = now or dt.datetime.now(dt.UTC)
     pairs = model_pairs(scope)
     source = source_for(scope, now)
@@ -248,6 +252,8 @@ def latency_report(scope, *, now=None, compare_with=None):
         known = {scope: report.overall and dict(report.overall)}
         report.comparison = compare(scope_a, label_a, scope_b, label_b, now, known)
     if report.overall is None:
+        # (the scores of streams retention deleted are still in the rollups)
+        report.scores = scores_report(scope, score_type, now=now, ttft=[], source=source)
         return report
     report.empty = False
     report.by_resolved = table_rows(source, lambda p: p[0])
@@ -263,4 +269,7 @@ def latency_report(scope, *, now=None, compare_with=None):
     if report.series:
         report.series_rows = series_rows(report.series, zone=scope.zone)
     report.slowest = slowest(scope, band=source.top_band(SLOWEST))
+    report.scores = scores_report(
+        scope, score_type, now=now, ttft=report.by_resolved, source=source
+    )
     return report

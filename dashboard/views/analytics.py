@@ -74,7 +74,10 @@ def latency(request):
 
     def report(scope, **kwargs):
         return latency_report(
-            scope, compare_with=form.comparison(request.user, kwargs["now"]), **kwargs
+            scope,
+            compare_with=form.comparison(request.user, kwargs["now"]),
+            score_type=form.score_type(),
+            **kwargs,
         )
 
     return _report_page(

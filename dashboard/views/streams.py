@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard import queries
+from dashboard import feedback, queries
 from dashboard.forms.streams import (
     CaptureUploadForm,
     CompareWithForm,
@@ -211,6 +211,7 @@ def stream_detail(request, stream_id):
     context = queries.stream_timeline(request.user, stream, window)
     context["nav"] = "streams"
     context["page_config"] = _timeline_config(stream)
+    context.update(feedback.panel(request.user, stream))
     return render(request, "dashboard/stream_detail.html", context)
 
 

@@ -14,7 +14,7 @@
  * with their container. Open <details> table views stay open across swaps.
  * A page that polls must render its chart data inside the swapped region.
  */
-import { count, dec, fmt, money, ms, num, pct, t } from "./i18n.js";
+import { count, dec, fmt, money, ms, num, pct, t, tn } from "./i18n.js";
 import { alpha, colorFor, cssColor, onThemeChange } from "./palette.js";
 import { utcAxis } from "./time.js";
 
@@ -155,6 +155,29 @@ import { utcAxis } from "./time.js";
       return new uPlot(base(el, {
         tzDate: x.tzDate,
         axes: [x.axis, { label: t("TTFT (ms)"), size: 60, values: (u, vals) => vals.map((v) => dec(v, 6)) }],
+        series,
+      }), data, el);
+    },
+
+    // scores (the latency page, dashboard/stats/scores.py): the mean score per model over
+    // time, {t, minimum, maximum, series: [{model, n: [scores], mean: [mean or null]}]}, on
+    // the score type's own range; the legend says how many scores each mean is of
+    scores(el, d) {
+      const x = timeX();
+      const data = [d.t];
+      const series = [x.series];
+      for (const s of d.series) {
+        const c = colorFor(s.model);
+        data.push(s.mean);
+        series.push({ label: s.model, stroke: c, width: 2, spanGaps: false,
+          points: { show: isolated(s.mean), size: 7, fill: c },
+          value: (u, v, si, i) => v == null ? "" : fmt(tn("%(mean)s (%(n)s score)", "%(mean)s (%(n)s scores)", s.n[i]), { mean: dec(v, 2), n: count(s.n[i]) }) });
+      }
+      const lo = d.minimum, hi = d.maximum > d.minimum ? d.maximum : d.minimum + 1;
+      return new uPlot(base(el, {
+        tzDate: x.tzDate,
+        scales: { y: { range: [lo, hi] } },
+        axes: [x.axis, { label: t("mean score"), size: 60, values: (u, vals) => vals.map((v) => dec(v, 6)) }],
         series,
       }), data, el);
     },

@@ -9,7 +9,9 @@
  *     onFrame(frame, conn) {},           // every frame, parsed (JSON frames, see below)
  *     onStatus(status, frame, conn) {},  // a frame carried a (new) status
  *     onOpen(conn) {}, onClose(info, conn) {},   // info: {code, reason, willRetry, delayMs}
- *     onEnd(info, conn) {},  // for good: {reason: "terminal" | "closed" | "refused" | "signed_out"}
+ *     onEnd(info, conn) {},  // for good: {reason: "terminal" | "closed" | "refused" | "signed_out"
+ *                            //   | "revoked"}
+ *     probeUrl: undefined,   // where to ask whether the session still holds; null: never ask
  *   });
  *   conn.lastIndex;  // the highest event index received so far
  *   conn.close();    // stop; no reconnect
@@ -24,6 +26,8 @@
  *   `conn.close()`, and after `maxRefusals` connections in a row that never opened: a refused
  *   handshake (not logged in, no access, foreign origin) looks the same as
  *   a network failure to a browser, so it cannot be told apart from one on the first try;
+ * - stops with `revoked` when the server closes with 4003 (the token or share link the socket
+ *   was opened with was revoked, or the link expired: retrying cannot help);
  * - after a refused handshake asks the API whether the session still holds (signedout.js):
  *   when it does not (a restart with a new secret, a logout elsewhere), it stops at once with
  *   `signed_out` and the page says "signed out, log in again" with a link back, instead of
@@ -47,6 +51,7 @@ const DEFAULTS = {
 
 const CLOSE_NORMAL = 1000;
 const CLOSE_TOO_SLOW = 4008;
+const CLOSE_REVOKED = 4003;
 
 /** An absolute ws:// or wss:// URL for `url` (a path, or http(s)/ws(s) URL). */
 export function websocketUrl(url, after) {
@@ -126,12 +131,17 @@ export function connectStream(url, options = {}) {
         stop("terminal");
         return;
       }
+      if (event.code === CLOSE_REVOKED) {
+        opts.onClose({ code: event.code, reason: event.reason, willRetry: false }, conn);
+        stop("revoked");
+        return;
+      }
       if (!opened) refusals += 1;
-      if (!opened && !probing) {
+      if (!opened && !probing && opts.probeUrl !== null) {
         // refused (or the server is away, restarting): perhaps the session ended, and then
         // retrying cannot help
         probing = true;
-        signedOut().then((gone) => {
+        signedOut(opts.probeUrl).then((gone) => {
           probing = false;
           if (gone && !conn.ended) {
             showSignedOut();

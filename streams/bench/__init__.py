@@ -95,6 +95,7 @@ NOT_LOAD_LIMITS = {
     "SHUTDOWN_GRACE_S": "how long a stopping server waits for its streams; benches stop theirs "
     "after every stream ended",
     "REDACT_KEY_PREFIXES": "what is redacted, not a limit",
+    "PUBLIC_SHARE_LINKS": "who may open a share link, not a limit; no bench opens one",
 }
 
 

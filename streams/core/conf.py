@@ -142,6 +142,9 @@ class Settings:
     token_failure_window_s: float = 60.0
     # Open WebSockets per user, across processes (4029 beyond).
     max_sockets_per_user: int = 50
+    # Share links (streams/store/shares.py, docs/sharing.md) may be made for anyone with the
+    # link, signed in or not; off: every link opens for signed-in users only.
+    public_share_links: bool = False
     # Imports (streams/ingest/import_jobs.py): uploads per user per minute, jobs per user at once,
     # and how long a job may go unwatched (its progress page not polled) before it is cancelled.
     import_max_per_minute: int = 10

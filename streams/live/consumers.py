@@ -28,7 +28,7 @@ from streams.core.transport import buffered_bytes, connection
 from streams.live import relay
 from streams.models import Event, Stream
 from streams.observe import telemetry
-from streams.store import access, public
+from streams.store import access, public, shares
 from streams.store.access import bearer_token, may_see, streams_for
 
 log = logging.getLogger(__name__)
@@ -44,7 +44,7 @@ MESSAGE_MAX_BYTES = 1024 * 1024 - 4096
 CLOSE_NORMAL = 1000
 CLOSE_ERROR = 1011
 CLOSE_TOO_SLOW = 4008
-CLOSE_REVOKED = 4003  # the token this socket was opened with was revoked
+CLOSE_REVOKED = 4003  # the token or share link this socket was opened with was revoked
 CLOSE_TOO_MANY = 4029  # the user has MAX_SOCKETS_PER_USER sockets open
 REVOCATION_CHECK_S = 2.0
 ACTIVE = frozenset(Stream.ACTIVE_STATUSES)
@@ -258,6 +258,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         self._send_frame = None  # the server's send (innermost_send), once accepted
         self._fast = {}
         self.token_digest = None  # when the socket was opened with a bearer token
+        self.share_link_id = None  # when it was opened through a share link
         self.slot = None  # the user's socket slot (access.take_socket_slot)
         self.slot_owner = uuid.uuid4().hex
 
@@ -292,6 +293,10 @@ class RelayConsumer(AsyncWebsocketConsumer):
         """Parse the query, check access; False refuses the connection."""
         raise NotImplementedError
 
+    def socket_holder(self):
+        """Whose socket slots this socket takes (MAX_SOCKETS_PER_USER): its user's."""
+        return self.user.pk
+
     async def websocket_connect(self, message):
         try:
             allowed = origin_allowed(self.scope)
@@ -304,7 +309,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
             # Before accept: Daphne answers the handshake with 403, nothing is sent.
             await self.close()
             raise StopConsumer()
-        self.slot = await db_read(access.take_socket_slot)(self.user.pk, self.slot_owner)
+        self.slot = await db_read(access.take_socket_slot)(self.socket_holder(), self.slot_owner)
         if self.slot is None:
             # Accepted to be closed: a close code says why, a refused handshake would not.
             await self.accept()
@@ -470,6 +475,15 @@ async def _guardian(guarded):
                     if consumer.sender is not None:
                         consumer.sender.cancel()
                     await consumer.finish(CLOSE_REVOKED)
+            # sockets opened through a share link (streams/live/shared.py): revoked, expired
+            links = {c.share_link_id for c in guarded if c.share_link_id}
+            if links:
+                closed = await db_read(shares.closed_links)(links)
+                for consumer in [c for c in guarded if c.share_link_id in closed]:
+                    guarded.discard(consumer)
+                    if consumer.sender is not None:
+                        consumer.sender.cancel()
+                    await consumer.finish(CLOSE_REVOKED)
             if time.monotonic() - renewed >= access.SOCKET_RENEW_S:
                 renewed = time.monotonic()
                 slots = {c.slot: c.slot_owner for c in guarded if c.slot}
@@ -495,7 +509,7 @@ class StreamConsumer(RelayConsumer):
             return False
         if not _json_format(query) or self.last_sent < -1:
             return False
-        source = await db_read(_visible_stream_source)(self.user, self.stream_id)
+        source = await self.visible_source()
         if source is None:
             return False
         # Proxied streams' events carry sent_us; every other stream's frames stay as they were.
@@ -509,6 +523,10 @@ class StreamConsumer(RelayConsumer):
         self.announced = -1  # the highest index any message has mentioned
         self.catching_up = True
         return True
+
+    async def visible_source(self):
+        """The stream's `source` if this socket may show it, else None."""
+        return await db_read(_visible_stream_source)(self.user, self.stream_id)
 
     # -- the receive side: runs for every layer message; no I/O here
 

@@ -190,3 +190,31 @@ async def publish_created(stream):
         await layer.group_send(LIST_GROUP, message)
     except Exception:
         log.exception("publish to the channel layer failed for new stream %s", stream.pk)
+
+
+# ---- share links (streams/store/shares.py) ----------------------------------------------------
+#
+# A revoked link's open sockets close at once: one message to the link's group, which every
+# socket opened through it joined, in whichever process it runs (the consumers' periodic check
+# of their links closes them too, within a few seconds, should this message be lost, and it is
+# the only way an expiry is noticed).
+
+
+def share_group(link_id):
+    return f"share.{link_id}"
+
+
+async def close_share(link_id):
+    """Tell the sockets opened through the link `link_id` to close (it was revoked)."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    message = {"type": "share.closed", "link": link_id}
+    local = local_fanout()
+    if local is not None:
+        local.publish(share_group(link_id), message)
+        return
+    try:
+        await layer.group_send(share_group(link_id), message)
+    except Exception:
+        log.exception("relay: could not tell share link %s's sockets to close", link_id)

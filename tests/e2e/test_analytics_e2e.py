@@ -120,3 +120,32 @@ def test_a_model_name_stays_text(live_server, logged_in_page, staff):
     charts_drawn(page, 2)
     assert page.evaluate("window.pwned") is None
     assert page.get_by_text(evil).count() >= 1
+
+
+def test_latency_page_draws_the_scores_chart(live_server, logged_in_page, staff, screenshot):
+    """Thumbs on most of the seeded streams: the "Scores by model" table and its chart (mean
+    score per model over time) beside the TTFT charts."""
+    import random
+
+    from django.db import transaction
+
+    from streams.models import Score, ScoreType, Stream
+    from streams.store import aggregates
+
+    rng = random.Random(35)
+    thumbs = ScoreType.objects.get(name="thumbs")
+    Score.objects.bulk_create(
+        Score(stream=s, score_type=thumbs, value=rng.choice([0, 1, 1]), source="api")
+        for s in Stream.objects.exclude(resolved_model="")
+        if rng.random() < 0.6
+    )
+    with transaction.atomic():
+        aggregates.rebuild()
+    page = logged_in_page(staff, live_server.url, "/latency/?range=7d&score=thumbs")
+    charts_drawn(page, 3)  # histogram, TTFT over time, mean score over time
+    assert page.locator("#scores-h").is_visible()
+    assert page.locator("#scores table tbody tr").count() >= 3
+    page.click("#scores-table summary")
+    assert page.locator("#scores-table table").is_visible()
+    screenshot(page, "latency_scores")
+    assert page.errors == []

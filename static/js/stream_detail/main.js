@@ -227,6 +227,7 @@ function follow() {
   };
   connectStream(config.ws, {
     after: -1,
+    probeUrl: config.probeUrl, // (null on a share link's page: no session to ask about)
     onOpen: () => setLive("live", t("live")),
     onFrame(frame) {
       let added = false;
@@ -276,6 +277,7 @@ function follow() {
     onEnd(info) {
       if (info.reason === "terminal") end();
       else if (info.reason === "signed_out") setLive("off", t("signed out"));
+      else if (info.reason === "revoked") setLive("off", t("the link was revoked or has expired"));
       else setLive("off", info.reason === "refused" ? t("live updates unavailable") : "");
     },
   });

@@ -1,0 +1,23 @@
+"""The feedback panel of a stream's timeline: its scores and comments, the forms to add more,
+and the user's thumbs (templates/dashboard/feedback.html; dashboard/views/feedback.py takes
+what it posts)."""
+
+from dashboard.forms.feedback import CommentForm, ScoreForm
+from dashboard.templatetags.feedback import thumbs_context
+from streams.store import scores
+
+
+def panel(user, stream, *, score_form=None, comment_form=None, error=None):
+    """The feedback panel's context (templates/dashboard/feedback.html)."""
+    given, comments = scores.of_stream(stream.pk)
+    types = scores.types()
+    return {
+        "stream": stream,
+        "scores": given,
+        "comments": comments,
+        "score_types": types,
+        "score_form": score_form or ScoreForm(types=types),
+        "comment_form": comment_form or CommentForm(),
+        "feedback_error": error,
+        "thumbs": thumbs_context(user, stream.pk, panel=True),
+    }

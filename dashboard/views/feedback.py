@@ -1,0 +1,84 @@
+"""Scores and comments from the pages: the timeline's feedback panel, and the thumbs beside an
+answer in the playground and on the comparison (streams/store/scores.py writes them)."""
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_POST
+
+from dashboard.feedback import panel
+from dashboard.forms.feedback import CommentForm, ScoreForm
+from dashboard.templatetags.feedback import thumbs_context
+from dashboard.views.streams import _get_stream_for_user
+from streams.models import Score
+from streams.store import scores
+
+
+def _answer(request, stream, *, compact=False, status=200, **forms):
+    """htmx: the piece that was posted from, again (the thumbs, or the whole panel); without
+    JavaScript, back to the timeline's panel (or, after a mistake, the panel on its own page
+    with what was wrong)."""
+    htmx = request.headers.get("HX-Request") == "true"
+    if compact and htmx:
+        context = thumbs_context(request.user, stream.pk)
+        return render(request, "dashboard/thumbs.html", context, status=status)
+    if status == 200 and not htmx:
+        return HttpResponseRedirect(reverse("stream_detail", args=[stream.pk]) + "#feedback")
+    context = panel(request.user, stream, **forms)
+    template = "dashboard/feedback.html" if htmx else "dashboard/feedback_page.html"
+    return render(request, template, {**context, "nav": "streams"}, status=status)
+
+
+def _errors(form):
+    return " ".join(str(e) for errors in form.errors.values() for e in errors)
+
+
+@login_required
+@require_POST
+def stream_score(request, stream_id):
+    stream = _get_stream_for_user(request, stream_id)
+    form = ScoreForm(request.POST)
+    compact = request.POST.get("compact") == "True" or request.POST.get("compact") == "1"
+    if not form.is_valid():
+        return _answer(
+            request, stream, compact=compact, status=400, score_form=form, error=_errors(form)
+        )
+    if request.POST.get("toggle") and form.cleaned_data["name"] == scores.THUMBS:
+        # the thumb that is already pressed, pressed again: taken back
+        mine = Score.objects.filter(
+            stream=stream, score_type__name=scores.THUMBS, author=request.user, key=""
+        ).first()
+        if mine is not None and mine.label == form.cleaned_data["value"]:
+            scores.withdraw(mine)
+            return _answer(request, stream, compact=compact)
+    try:
+        scores.give(stream.pk, author=request.user, source="person", **form.give())
+    except scores.Invalid as exc:
+        return _answer(
+            request, stream, compact=compact, status=400, score_form=form, error=exc.message
+        )
+    return _answer(request, stream, compact=compact)
+
+
+@login_required
+@require_POST
+def stream_comment(request, stream_id):
+    stream = _get_stream_for_user(request, stream_id)
+    form = CommentForm(request.POST)
+    if not form.is_valid():
+        return _answer(request, stream, status=400, comment_form=form, error=_errors(form))
+    scores.comment(stream.pk, author=request.user, text=form.cleaned_data["text"], source="person")
+    return _answer(request, stream)
+
+
+@login_required
+@require_POST
+def stream_score_withdraw(request, stream_id, score_id):
+    """Take back one's own score (someone else's, or one on a stream one may not see: 404)."""
+    stream = _get_stream_for_user(request, stream_id)
+    score = Score.objects.filter(pk=score_id, stream=stream, author=request.user).first()
+    if score is None:
+        raise Http404("No such score")
+    scores.withdraw(score)
+    return _answer(request, stream)

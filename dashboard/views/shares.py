@@ -1,0 +1,219 @@
+"""Share links (streams/store/shares.py, docs/sharing.md): making one (from a timeline or a
+session page), the page that lists and revokes them (/shares/), and the link itself (/s/<secret>/):
+a stream read-only, or a session's streams, each through the link.
+
+What a link shows is the stream's own content only: no link to the list, other streams,
+sessions, users, compare, the playground, exports or actions, and nothing of its owner. Its
+pages are answered like any other page, through the egress gate. A secret that opens nothing
+(unknown, expired, revoked) gets one and the same 404 page, so a link's existence is not told;
+a signed-out visitor of a link for signed-in users goes to the login page and back.
+"""
+
+import functools
+
+from django.contrib.auth.decorators import login_required
+from django.contrib.auth.views import redirect_to_login
+from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from dashboard import queries
+from dashboard.forms.shares import ShareLinkForm
+from dashboard.forms.streams import EventWindowForm, SessionPageForm
+from dashboard.views.streams import _json
+from streams.live import shared as live_shared
+from streams.store import shares
+
+
+def _private(response):
+    # The URL is the credential: no cache keeps the page, no search engine lists it.
+    response["Cache-Control"] = "private, no-store"
+    response["X-Robots-Tag"] = "noindex, nofollow"
+    return response
+
+
+def _gone(request):
+    """The one answer for a secret that opens nothing (unknown, expired, revoked)."""
+    return _private(render(request, "dashboard/shared_gone.html", {"throttled": False}, status=404))
+
+
+def link_view(count=False):
+    """Open the link of the URL's `secret` for the request (throttled like a token), then call
+    the view with it; `count`: this view is the link's own page (counted as an opening)."""
+
+    def decorate(view):
+        @functools.wraps(view)
+        def wrapper(request, secret, *args, **kwargs):
+            ip = request.META.get("REMOTE_ADDR") or "-"
+            opening = shares.open(secret, request.user, ip, count=count)
+            if opening.retry_after is not None:
+                context = {"throttled": True, "retry_after": opening.retry_after}
+                response = render(request, "dashboard/shared_gone.html", context, status=429)
+                response["Retry-After"] = str(opening.retry_after)
+                return _private(response)
+            if opening.sign_in:
+                return redirect_to_login(request.get_full_path())
+            if opening.link is None:
+                return _gone(request)
+            response = view(request, opening.link, secret, *args, **kwargs)
+            return _private(response)
+
+        return wrapper
+
+    return decorate
+
+
+def _stream_in(link, stream_id):
+    stream = shares.stream_of(link, stream_id)
+    if stream is None:
+        raise Http404("No such stream")
+    return stream
+
+
+def _timeline_config(secret, stream):
+    """What static/js/stream_detail/main.js needs (as the stream page's), every URL under the
+    link's prefix; no probe of the API's session (a signed-out viewer is no signed-out user)."""
+    pk = stream.pk
+
+    def url(name, *args):
+        return reverse(name, args=[secret, pk, *args])
+
+    return {
+        "id": pk,
+        "status": stream.status,
+        "active": stream.is_active,
+        "requestedModel": stream.requested_model,
+        "proxied": queries.is_proxied(stream),
+        "eventCount": stream.event_count,
+        "ws": f"/ws/shared/{secret}/{pk}/",
+        "probeUrl": None,
+        "urls": {
+            "page": url("shared_stream"),
+            "events": url("shared_stream_events"),
+            "event": url("shared_stream_event", 0).removesuffix("0/"),
+            "timing": url("shared_stream_timing"),
+            "replay": url("shared_stream_replay"),
+        },
+    }
+
+
+def _stream_page(request, link, secret, stream):
+    form = EventWindowForm(request.GET)
+    window = form.window() if form.is_valid() else {}
+    if stream.is_active and not window:
+        window = {"tail": True}
+    context = queries.stream_timeline(None, stream, window)  # (None: no attempts of its own)
+    context.update(
+        link=link,
+        secret=secret,
+        page_config=_timeline_config(secret, stream),
+        session_url=reverse("shared", args=[secret]) if link.session else None,
+        nav="shared",
+    )
+    return render(request, "dashboard/shared_stream.html", context)
+
+
+# ---- making, listing, revoking ------------------------------------------------------------------
+
+
+@login_required
+@require_POST
+def share_create(request):
+    """From a timeline's or a session page's "Share…": the new link, shown this once."""
+    form = ShareLinkForm(request.POST)
+    if not form.is_valid():
+        return HttpResponseBadRequest(
+            " ".join(e for errors in form.errors.values() for e in errors)
+        )
+    try:
+        link, secret = shares.create(request.user, **form.target())
+    except shares.Refused:
+        raise Http404("No such stream or session") from None
+    context = {
+        "link": link,
+        "url": request.build_absolute_uri(reverse("shared", args=[secret])),
+        "target_url": _target_url(link),
+        "nav": "shares",
+    }
+    return _private(render(request, "dashboard/share_created.html", context))
+
+
+def _target_url(link):
+    if link.stream_id:
+        return reverse("stream_detail", args=[link.stream_id])
+    return reverse("session_detail", args=[link.session])
+
+
+@login_required
+@require_GET
+def share_list(request):
+    links = [(link, _target_url(link)) for link in shares.links_of(request.user)]
+    return render(request, "dashboard/share_list.html", {"links": links, "nav": "shares"})
+
+
+@login_required
+@require_POST
+def share_revoke(request, link_id):
+    if live_shared.revoke(request.user, link_id) is None:
+        raise Http404("No such link")
+    return HttpResponseRedirect(reverse("share_list"))
+
+
+# ---- the link --------------------------------------------------------------------------------
+
+
+@require_GET
+@link_view(count=True)
+def shared(request, link, secret):
+    """The link's own page: its stream, or its session's streams."""
+    if link.stream_id:
+        return _stream_page(request, link, secret, _stream_in(link, link.stream_id))
+    form = SessionPageForm(request.GET)
+    after = form.cleaned_data["after"] if form.is_valid() else None
+    page = queries.session_page(link.owner, link.session, after=after)
+    if page is None:  # its streams are gone (deleted, retention)
+        return _gone(request)
+    context = {"link": link, "secret": secret, "page": page, "nav": "shared"}
+    return render(request, "dashboard/shared_session.html", context)
+
+
+@require_GET
+@link_view()
+def shared_stream(request, link, secret, stream_id):
+    return _stream_page(request, link, secret, _stream_in(link, stream_id))
+
+
+@require_GET
+@link_view()
+def shared_stream_events(request, link, secret, stream_id):
+    stream = _stream_in(link, stream_id)
+    form = EventWindowForm(request.GET)
+    if not form.is_valid():
+        return HttpResponseBadRequest("Invalid window")
+    events = queries.event_window(stream, **form.window())
+    context = {"stream": stream, "events": events}
+    return render(request, "dashboard/stream_detail.html#event_window", context)
+
+
+@require_GET
+@link_view()
+def shared_stream_event(request, link, secret, stream_id, index):
+    stream = _stream_in(link, stream_id)
+    event = queries.event_detail(stream, index)
+    if event is None:
+        raise Http404("No such event")
+    context = {"stream": stream, "event": event}
+    return render(request, "dashboard/stream_detail.html#event_detail", context)
+
+
+@require_GET
+@link_view()
+def shared_stream_timing(request, link, secret, stream_id):
+    return _json(queries.timing_series(_stream_in(link, stream_id)))
+
+
+@require_GET
+@link_view()
+def shared_stream_replay(request, link, secret, stream_id):
+    return _json(queries.replay_events(_stream_in(link, stream_id)))
