@@ -8,8 +8,15 @@ route is one line in RULES (or WS_RULES); a new URL parameter is one line in PAR
 Refusals: pages send anonymous users to the login page (302), the JSON API answers them 401, the
 admin sends anyone who is not staff to its own login; someone else's object is a 404 (its id
 must not leak, so never a 403); a staff-only page is a 403 for other users; a WebSocket
-handshake is refused. The allowed users' status is checked too, so the test fails both ways."""
+handshake is refused. The allowed users' status is checked too, so the test fails both ways.
 
+Share links' routes (a `<secret>` in the URL: LINK) are tried with the link of each kind a
+visitor may hold: the owner's, a teammate's (another signed-in user with the link: allowed),
+staff's; a stranger's wrong secret, an expired and a revoked link, a link to another stream
+(404 / refused); signed out (the login page, unless the link is for anyone and the instance
+allows it). A route with a secret must have the LINK rule, and only such routes may."""
+
+import datetime as dt
 import re
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -18,14 +25,15 @@ from urllib.parse import urlsplit
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.core.cache import cache
 from django.shortcuts import resolve_url
 from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
 from streams.live.sockets import websocket_urlpatterns
-from streams.models import Event, ImportJob, Stream
-from streams.store import scores
+from streams.models import Event, ImportJob, ShareLink, Stream
+from streams.store import scores, shares
 from tests.support.clients import session, ws
 
 pytestmark = [
@@ -40,6 +48,10 @@ STAFF = "staff"  # staff only: other users get 403
 OWNER_OR_STAFF = "owner or staff"  # the object's owner and staff; anyone else gets 404
 OWNER = "owner"  # the object's owner only: anyone else, staff included, gets 404
 ADMIN = "admin"  # the Django admin: whoever is not staff goes to the admin's own login
+# A share link's pages and socket: any signed-in user holding an open link (signed out too when
+# the link is for anyone and the instance allows it); anyone else 404 / refused (streams/store/
+# shares.py)
+LINK = "link"
 
 
 @dataclass(frozen=True)
@@ -107,10 +119,21 @@ RULES = {
     "playground_delete": Rule(OWNER, "POST", ok=302),
     "playground_compare": Rule(USER),
     "playground_compare_send": Rule(USER, "POST", ok=400),  # the empty form: no message
+    # share links: one's own (share_create: the empty form; whose target: tests/test_shares.py)
+    "share_list": Rule(USER),
+    "share_create": Rule(USER, "POST", ok=400),
+    "share_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
+    "shared": Rule(LINK),
+    "shared_stream": Rule(LINK),
+    "shared_stream_events": Rule(LINK),
+    "shared_stream_event": Rule(LINK),
+    "shared_stream_timing": Rule(LINK),
+    "shared_stream_replay": Rule(LINK),
 }
 WS_RULES = {
     "ws_streams": Rule(USER),
     "ws_stream": Rule(OWNER_OR_STAFF),
+    "ws_shared_stream": Rule(LINK),
 }
 # Routes not walked one by one, and why.
 SKIPPED_PREFIXES = {
@@ -129,6 +152,9 @@ PARAMS = {
     "score_id": lambda objects: objects.score.pk,  # the owner's thumbs on their stream
     "turn_id": lambda objects: objects.turn.pk,
     "job_id": lambda objects: objects.job.pk,
+    "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
+    # a share link's secret: the one of the kind the case holds (`cases`)
+    "secret": lambda objects, kind="valid": objects.links[kind][1],
 }
 PER_OBJECT = (OWNER_OR_STAFF, OWNER)
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -171,11 +197,15 @@ def against(routes, rules):
     return [r for r in walked if r.key in rules], missing, stale
 
 
-def path_of(route, objects):
+def path_of(route, objects, link=None):
+    """The route's path for `objects`; `link`: the kind of share link whose secret it holds."""
+
     def value(match):
         name = match.group(1)
         if name not in PARAMS:
             raise AssertionError(f"route {route.key!r}: no value for <{name}>; add it to PARAMS")
+        if name == "secret":
+            return PARAMS[name](objects, link or "valid")
         return str(PARAMS[name](objects))
 
     if "^" in route.route or "(?P<" in route.route:
@@ -214,30 +244,92 @@ def owned_objects(owner):
         job=job,
         view=view,
         score=score,
+        links=share_links(owner, stream),
     )
 
 
+def share_links(owner, stream):
+    """{kind: (link, secret)}: the owner's links to `stream` that a visitor may hold (an open
+    one, one for anyone, an expired and a revoked one), a wrong secret, and an open link to
+    another of the owner's streams."""
+    links = {
+        "valid": shares.create(owner, stream=stream),
+        "anyone": shares.create(owner, stream=stream, anyone=True),
+        "expired": shares.create(owner, stream=stream),
+        "revoked": shares.create(owner, stream=stream),
+        "other": shares.create(owner, stream=Stream.objects.create(user=owner, event_count=0)),
+    }
+    ago = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
+    ShareLink.objects.filter(pk=links["expired"][0].pk).update(expires_at=ago)
+    ShareLink.objects.filter(pk=links["revoked"][0].pk).update(revoked_at=ago)
+    links["wrong"] = (None, shares.new_secret())
+    return links
+
+
+@dataclass(frozen=True)
+class Case:
+    who: str
+    user: object  # None: signed out
+    allowed: bool
+    link: str | None = None  # a share link route: the kind of link held (share_links)
+    public: bool = False  # STREAMSCOPE_PUBLIC_SHARE_LINKS on
+    refusal: str | None = None  # "404" or "login" where the rule alone does not say
+
+
 def cases(rule, route, people):
-    """(who, user or None, allowed) in the order they are tried: the refused first, the
-    owner last (an allowed POST may delete the object)."""
+    """The Cases in the order they are tried: the refused first, the owner last (an allowed
+    POST may delete the object)."""
     per_object = rule.who in PER_OBJECT and bool(route.params)
+    if rule.who == LINK:
+        return link_cases(route, people)
     if rule.who == PUBLIC:
-        return [("anonymous", None, True)]
-    out = [("anonymous", None, False)]
+        return [Case("anonymous", None, True)]
+    out = [Case("anonymous", None, False)]
     if rule.who in (STAFF, ADMIN):
-        return out + [("a non-staff user", people.owner, False), ("staff", people.staff, True)]
+        return out + [
+            Case("a non-staff user", people.owner, False),
+            Case("staff", people.staff, True),
+        ]
     if per_object:
-        out.append(("another user", people.stranger, False))
-    out.append(("staff", people.staff, not (per_object and rule.who == OWNER)))
-    return out + [("the owner", people.owner, True)]
+        out.append(Case("another user", people.stranger, False))
+    out.append(Case("staff", people.staff, not (per_object and rule.who == OWNER)))
+    return out + [Case("the owner", people.owner, True)]
 
 
-def http_problem(rule, who, allowed, response, path):
+def link_cases(route, people):
+    teammate = people.stranger  # signed in, not the owner, not staff
+    out = [
+        Case("anonymous", None, False, "valid", refusal="login"),
+        Case("anonymous, a link for anyone, not allowed here", None, False, "anyone",
+             refusal="login"),
+        Case("anonymous, a link for anyone", None, True, "anyone", public=True),
+        Case("anonymous with an expired link for anyone", None, False, "expired", public=True,
+             refusal="404"),
+        Case("a stranger with a wrong secret", teammate, False, "wrong", refusal="404"),
+        Case("a teammate with an expired link", teammate, False, "expired", refusal="404"),
+        Case("a teammate with a revoked link", teammate, False, "revoked", refusal="404"),
+        Case("staff with a revoked link", people.staff, False, "revoked", refusal="404"),
+    ]  # fmt: skip
+    if "stream_id" in route.params:  # a stream the link does not show
+        out.append(Case("a teammate with a link to another stream", teammate, False, "other",
+                        refusal="404"))  # fmt: skip
+    return out + [
+        Case("a teammate with the link", teammate, True, "valid"),
+        Case("staff with the link", people.staff, True, "valid"),
+        Case("the owner with the link", people.owner, True, "valid"),
+    ]
+
+
+def http_problem(rule, who, allowed, response, path, refusal=None):
     """What is wrong with `response`, or None."""
     status = response.status_code
     location = urlsplit(response.get("Location", "")).path
+    if refusal == "login":
+        who = "anonymous"
     if allowed:
         expected, ok = f"{rule.ok}", status == rule.ok
+    elif refusal == "404":
+        expected, ok = "404", status == 404
     elif who == "anonymous" and rule.api:
         expected, ok = "401", status == 401
     elif rule.who == ADMIN:
@@ -266,30 +358,53 @@ async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
     problems += [f"new WebSocket route {key!r} has no access rule (WS_RULES)" for key in ws_missing]
     problems += [f"RULES has {key!r}, which is no route" for key in stale]
     problems += [f"WS_RULES has {key!r}, which is no WebSocket route" for key in ws_stale]
+    problems += link_rule_problems(routes, RULES) + link_rule_problems(ws_checked, WS_RULES)
+    cache.clear()  # (the wrong secrets below count as wrong tokens of this client's IP)
 
     clients = {user.pk: session(user) for user in (people.owner, people.stranger, people.staff)}
 
     for route in routes:
         rule = RULES[route.key]
-        path = path_of(route, await owned_objects(people.owner))
-        for who, user, allowed in cases(rule, route, people):
-            client = AsyncClient() if user is None else clients[user.pk]
+        objects = await owned_objects(people.owner)
+        for case in cases(rule, route, people):
+            path = path_of(route, objects, case.link)
+            public_links(settings, case.public)
+            client = AsyncClient() if case.user is None else clients[case.user.pk]
             if rule.method == "GET":
                 response = await client.get(path)
             else:
                 response = await client.post(path, {})
-            problem = http_problem(rule, who, allowed, response, path)
+            problem = http_problem(rule, case.who, case.allowed, response, path, case.refusal)
             if problem:
                 problems.append(f"{route.key}: {problem}")
 
     for route in ws_checked:
         rule = WS_RULES[route.key]
-        path = path_of(route, await owned_objects(people.owner)) + "?format=json"
-        for who, user, allowed in cases(rule, route, people):
-            connected, _ = await ws(path, user).connect()
-            if connected != allowed:
-                expected = "accepted" if allowed else "refused"
-                problems.append(f"{route.key}: WebSocket {path} as {who}: expected {expected}")
+        objects = await owned_objects(people.owner)
+        for case in cases(rule, route, people):
+            path = path_of(route, objects, case.link) + "?format=json"
+            public_links(settings, case.public)
+            connected, _ = await ws(path, case.user).connect()
+            if connected != case.allowed:
+                expected = "accepted" if case.allowed else "refused"
+                problems.append(f"{route.key}: WebSocket {path} as {case.who}: expected {expected}")
 
     assert routes and ws_checked
     assert not problems, "\n".join(problems)
+
+
+def public_links(settings, on):
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "PUBLIC_SHARE_LINKS": on}
+
+
+def link_rule_problems(routes, rules):
+    """A route with a share link's secret has the LINK rule, and only such a route has it: a
+    link route cannot slip through with a rule whose cases never hold a link."""
+    out = []
+    for route in routes:
+        has_secret = "secret" in route.params
+        if has_secret and rules[route.key].who != LINK:
+            out.append(f"{route.key!r} takes a share link's secret: its rule must be LINK")
+        elif rules[route.key].who == LINK and not has_secret:
+            out.append(f"{route.key!r} has the LINK rule but no <secret> in its route")
+    return out

@@ -689,6 +689,10 @@ class History:
     admin_objects: dict  # model -> pks
     view_ids: list  # saved views, shared, named and filtered with the hostile strings
     score_ids: dict  # stream id -> its scores' ids
+    # share links: secret -> the ids of the streams it shows (stream and session links of
+    # both people, to hostile streams and sessions), and the links' ids
+    share_secrets: dict = dataclasses.field(default_factory=dict)
+    link_ids: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -774,7 +778,10 @@ def load_history(people):
         AccessLog: list(AccessLog.objects.values_list("pk", flat=True)),
         AccessFailureLog: list(AccessFailureLog.objects.values_list("pk", flat=True)),
     }
+    share_secrets, link_ids = _share_links(people)
     return History(
+        share_secrets=share_secrets,
+        link_ids=link_ids,
         stream_ids=[pk for pk, _ in streams],
         event_indexes=indexes,
         job_ids=list(ImportJob.objects.values_list("pk", flat=True)),
@@ -788,9 +795,32 @@ def load_history(people):
     )
 
 
+def _share_links(people):
+    """A stream link to a few of each person's streams and a link to each of their sessions
+    (the hostile session names): {secret: the ids of the streams it shows}, and the ids."""
+    from streams.models import Stream as Row
+    from streams.store import shares
+
+    secrets, ids = {}, []
+    for person in people.values():
+        mine = Row.objects.filter(user=person.user).order_by("pk")
+        targets = [{"stream": pk} for pk in _sample(list(mine.values_list("pk", flat=True)), 3)]
+        sessions = sorted(set(mine.exclude(session="").values_list("session", flat=True)))
+        targets += [{"session": name} for name in sessions[:2]]
+        for target in targets:
+            link, secret = shares.create(person.user, **target, anyone=True)
+            shown = list(shares.streams_of(link).order_by("pk").values_list("pk", flat=True))
+            secrets[secret] = _sample(shown, 3)
+            ids.append(link.pk)
+    return secrets, ids
+
+
 # The fill table, by parameter name: (history, route, the parameters bound so far) -> values.
 FILL = {
-    "stream_id": lambda h, route, bound: h.stream_ids,
+    # (through a share link: the streams it shows)
+    "stream_id": lambda h, route, bound: (
+        h.share_secrets[bound["secret"]] if "secret" in bound else h.stream_ids
+    ),
     # a stream compared with another: each with the next (the hostile ones against each other)
     "other_id": lambda h, route, bound: [pk for pk in h.stream_ids if pk != bound["stream_id"]][:2],
     "index": lambda h, route, bound: h.event_indexes.get(bound["stream_id"], []),
@@ -800,6 +830,8 @@ FILL = {
     "view_id": lambda h, route, bound: h.view_ids,
     "score_id": lambda h, route, bound: h.score_ids.get(bound["stream_id"], []),
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
+    "secret": lambda h, route, bound: list(h.share_secrets),  # share links
+    "link_id": lambda h, route, bound: h.link_ids,
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,

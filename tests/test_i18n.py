@@ -47,11 +47,12 @@ from streams.models import (
     ImportJob,
     Price,
     ScoreType,
+    ShareLink,
     Stream,
 )
 from streams.simulator import SCENARIOS
 from streams.simulator.models import MODELS
-from streams.store import scores
+from streams.store import scores, shares
 from tests.support.routes import Unfillable, django_routes, fill
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
@@ -269,7 +270,14 @@ def history(django_db_setup, django_db_blocker):
             scores.give(first.pk, author=owner, name="sterren", value=4, source="api", key="k")
             scores.comment(first.pk, author=owner, text="Goed antwoord.", source="person")
             score_ids[first.pk] = [made.pk]
+        # share links of the user: to a stream, and to the session (streams/store/shares.py)
+        share_links = {}
+        for target in ({"stream": streams[-1].pk}, {"session": "sessie-een"}):
+            link, secret = shares.create(user, **target)
+            share_links[secret] = list(shares.streams_of(link).values_list("pk", flat=True))
         yield {
+            "share_links": share_links,
+            "link_ids": list(ShareLink.objects.values_list("pk", flat=True)),
             "staff": staff,
             "user": user,
             "superuser": superuser,
@@ -286,7 +294,8 @@ def history(django_db_setup, django_db_blocker):
 
 
 FILL = {
-    "stream_id": lambda h, bound: h["stream_ids"],
+    # (through a share link: the streams it shows)
+    "stream_id": lambda h, bound: h["share_links"].get(bound.get("secret"), h["stream_ids"]),
     "other_id": lambda h, bound: [pk for pk in h["stream_ids"] if pk != bound["stream_id"]][:1],
     "index": lambda h, bound: [0, 1],
     "job_id": lambda h, bound: h["jobs"],
@@ -295,6 +304,8 @@ FILL = {
     "view_id": lambda h, bound: h["views"],
     "score_id": lambda h, bound: h["score_ids"].get(bound["stream_id"], []),
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
+    "secret": lambda h, bound: list(h["share_links"]),
+    "link_id": lambda h, bound: h["link_ids"],
 }
 
 

@@ -280,8 +280,13 @@ class TestPages:
         stars()
         client.force_login(people.owner)
         url = f"/streams/{stream.pk}/score/"
-        for data in ({"name": "stars", "value": "lots"}, {"name": "stars", "value": "9"},
-                     {"name": "nope", "value": "1"}, {"name": "thumbs", "value": "sideways"}):  # fmt: skip
+        bad = (
+            {"name": "stars", "value": "lots"},
+            {"name": "stars", "value": "9"},
+            {"name": "nope", "value": "1"},
+            {"name": "thumbs", "value": "sideways"},
+        )
+        for data in bad:
             r = client.post(url, data, HTTP_HX_REQUEST="true")
             assert r.status_code == 400, data
             assert 'role="alert"' in r.content.decode(), data

@@ -6,7 +6,6 @@ the live socket that closes within seconds when its link is revoked or expires.
 Who may use each route and socket, for every kind of visitor and link, is in
 tests/test_access.py's table."""
 
-import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -141,7 +140,11 @@ class TestCreating(Base):
         secret = url.rstrip("/").rsplit("/", 1)[1]
         link = ShareLink.objects.get(digest=ShareLink.hash(secret))
         assert link.owner == self.alice and link.stream_id == self.stream.pk and not link.anyone
-        assert dt.timedelta(hours=23) < link.expires_at - dt.datetime.now(dt.UTC) <= dt.timedelta(days=1)
+        assert (
+            dt.timedelta(hours=23)
+            < link.expires_at - dt.datetime.now(dt.UTC)
+            <= dt.timedelta(days=1)
+        )
         assert self.teammate_client.get(url).status_code == 200
         # not shown again, anywhere
         assert secret not in self.alice_client.get("/shares/").text
@@ -157,9 +160,12 @@ class TestCreating(Base):
     def test_someone_elses_stream_is_a_404_and_bad_forms_a_400(self):
         r = self.stranger_client.post("/shares/new/", {"stream": self.stream.pk, "expires": "1d"})
         assert r.status_code == 404
-        assert self.staff_client.post(
-            "/shares/new/", {"stream": self.stream.pk, "expires": "1d"}
-        ).status_code == 200
+        assert (
+            self.staff_client.post(
+                "/shares/new/", {"stream": self.stream.pk, "expires": "1d"}
+            ).status_code
+            == 200
+        )
         for data in (
             {"stream": self.stream.pk, "expires": "never"},
             {"stream": self.stream.pk, "session": "s-1", "expires": "1d"},
@@ -277,7 +283,9 @@ class TestRevoking(Base):
         self.link.refresh_from_db()
         assert self.link.revoked_at is not None
         assert self.teammate_client.get(self.url).status_code == 404
-        row = re.search(rf'<tr id="share-{self.link.pk}".*?</tr>', self.alice_client.get("/shares/").text, re.S).group(0)
+        row = re.search(
+            rf'<tr id="share-{self.link.pk}".*?</tr>', self.alice_client.get("/shares/").text, re.S
+        ).group(0)
         assert 'data-status="revoked"' in row and "revoke/" not in row
 
     def test_expired_links_say_so(self):
@@ -305,7 +313,7 @@ class TestWhatALinkShows(Base):
     nothing of the owner; secrets the upstream echoed are redacted."""
 
     @pytest.fixture(autouse=True)
-    def _more(self, settings):
+    def _more(self, _people, settings):
         settings.UPSTREAM_API_KEY = KEY
         events = text_events("Your key is ", KEY, " and that is that.")
         self.echo = recorded(
@@ -322,8 +330,14 @@ class TestWhatALinkShows(Base):
         self.retry = recorded(
             self.alice, text_events("again"), first_attempt=self.echo, attempt=2, session="s-alice"
         )
-        self.others = [self.stream, self.retry, recorded(self.alice, text_events("x"), session="s-alice")]
-        self.echo_link, self.echo_secret = shares.create(self.alice, stream=self.echo.pk, anyone=True)
+        self.others = [
+            self.stream,
+            self.retry,
+            recorded(self.alice, text_events("x"), session="s-alice"),
+        ]
+        self.echo_link, self.echo_secret = shares.create(
+            self.alice, stream=self.echo.pk, anyone=True
+        )
 
     def pages(self):
         base = f"/s/{self.echo_secret}/"
@@ -338,14 +352,18 @@ class TestWhatALinkShows(Base):
             assert r.status_code == 200
             text = r.text
             for other in self.others:
-                assert not re.search(rf"(#|/){other.pk}\b(?!\.)", main_of(text)), other.pk
-                assert f'"id": {other.pk}' not in text and f"/{other.pk}/" not in text
-            for telling in ("alice-ownr-91", "alice91@example.org", "alice", "s-alice", "tag-alice"):
+                found = re.search(rf'(streams/|#|stream-row-|"id": ){other.pk}\b', text)
+                assert not found, (other.pk, found)
+            for telling in (
+                "alice-ownr-91",
+                "alice91@example.org",
+                "alice",
+                "s-alice",
+                "tag-alice",
+            ):
                 assert telling not in text, telling
             prefix = f"/s/{self.echo_secret}/"
-            outside = [
-                h for h in links_in_main(text) if not h.startswith((prefix, "?", "#"))
-            ]
+            outside = [h for h in links_in_main(text) if not h.startswith((prefix, "?", "#"))]
             assert outside == []
             config = json.loads(re.search(
                 r'<script id="timeline-config" type="application/json">(.*?)</script>', text, re.S
@@ -375,7 +393,7 @@ class TestWhatALinkShows(Base):
 
 class TestSessionLinks(Base):
     @pytest.fixture(autouse=True)
-    def _session(self):
+    def _session(self, _people):
         Stream.objects.filter(pk=self.stream.pk).update(session="s-1")
         self.second = recorded(self.alice, text_events("Second."), session="s-1", prompt="two")
         self.elsewhere = recorded(self.alice, text_events("Elsewhere."), session="s-2")
@@ -390,8 +408,7 @@ class TestSessionLinks(Base):
         for pk in ids:
             assert f'href="/s/{self.session_secret}/streams/{pk}/"' in r.text
         for other in (self.elsewhere, self.strangers):
-            assert f"{other.pk}" not in re.sub(r"\d{3,}", "", main_of(r.text)) or True
-            assert f"stream-row-{other.pk}" not in r.text
+            assert not re.search(rf"(streams/|#|stream-row-){other.pk}\b", r.text), other.pk
 
     def test_each_of_its_streams_opens_through_it_and_no_other(self):
         base = f"/s/{self.session_secret}/streams/"
@@ -407,10 +424,10 @@ class TestSessionLinks(Base):
 
     def test_staffs_session_link_shows_what_their_session_page_shows(self):
         link, secret = shares.create(self.staff, session="s-1")
-        r = self.teammate_client.get(f"/s/{secret}/")
+        r = self.alice_client.get(f"/s/{secret}/")
         ids = sorted(int(i) for i in re.findall(r'id="stream-row-(\d+)"', r.text))
         assert ids == sorted([self.stream.pk, self.second.pk, self.strangers.pk])
-        assert "alice-ownr-91" not in r.text and ">stranger<" not in r.text
+        assert "stranger" not in r.text and "staff" not in r.text  # (whose they are: not told)
 
 
 # ---- the live socket --------------------------------------------------------------------------
@@ -458,9 +475,8 @@ class TestLive:
         assert first["status"] == "streaming"
         assert KEY not in json.dumps(first) and "[redacted]" in first["events"][0]["data"]
         # the live batches come as on the stream's own socket
-        message = {"type": "stream.batch", "stream": stream.pk,
-                   "events": [(3, "response.output_text.delta", 3, 300, '{"delta":"ok"}')]}  # fmt: skip
-        pending = relay.publish(stream.pk, people.owner.pk, message["events"])
+        batch = [relay.event_payload(3, "response.output_text.delta", 3, 300, '{"delta":"ok"}')]
+        pending = relay.publish(stream.pk, people.owner.pk, batch)
         if pending is not None:
             await pending
         frame = json.loads((await receive(comm))["text"])
@@ -541,4 +557,3 @@ class TestLive:
             frames.append(json.loads(out["text"]))
         assert out["code"] == 1000 and frames[-1]["terminal"] is True
         assert sum(len(f["events"]) for f in frames) == stream.event_count
-        assert not asyncio.current_task().cancelled()

@@ -477,3 +477,28 @@ class TestLatencyScores(Base):
         assert "There is no score type named" in body
         assert "&lt;b&gt;nope&lt;/b&gt;" in body and "<b>nope</b>" not in body
         assert r.context["report"] is None
+
+    def test_the_scores_of_deleted_streams_stay_when_the_page_has_no_streams(self):
+        """Retention deletes the stream rows and keeps the rollups: a model whose streams are
+        all gone has no TTFT figures, and its scores are still shown."""
+        from django.db import transaction
+
+        from streams.models import Score
+        from streams.store import aggregates
+
+        with _settable_created_at():
+            (old,) = Stream.objects.bulk_create(
+                [stream(self.owner, "old-model", 300.0, minutes_ago=3 * 24 * 60)]
+            )
+        with transaction.atomic(), aggregates.tracking([old.pk]):
+            aggregates.add_streams([old.pk])
+            Score.objects.create(stream=old, score_type=self.thumbs, value=1, source="api")
+        with transaction.atomic(), aggregates.keeping():  # as retention deletes
+            Stream.objects.filter(pk=old.pk).delete()
+        r = self.owner_client.get(self.url, {"model": "old-model"})
+        assert r.status_code == 200 and r.context["report"].empty
+        rows = r.context["report"].scores.rows
+        assert [(x["model"], x["scores"], x["positive"], x["ttft_p50"]) for x in rows] == [
+            ("old-model", 1, 1, None)
+        ]
+        assert b'id="empty-state"' in r.content and b'id="scores-h"' in r.content

@@ -523,7 +523,7 @@ class Cube:
                 if type_id != score_type:
                     continue
                 k = self._raw_key(row, by, step)
-                values = score_values(value, positive)
+                values = agg.score_values(value, positive)
                 acc = out.get(k)
                 if acc is None:
                     out[k] = list(values)
@@ -556,12 +556,6 @@ class Cube:
                 w.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
             jobs.append(_ranked(w, _q("ttft_ms"), 0, descending=True))
         return dict(zip(pairs, _scalars(jobs), strict=True))
-
-
-def score_values(value, positive):
-    """What one raw score adds to SCORE_VALUES (n, sum_milli, positive), as the write path
-    adds it (`aggregates.Contributions.add_scores`: the value in thousandths, rounded)."""
-    return (1, round(value * 1000), int(positive))
 
 
 def pair_aggregates(cube, pairs=None):

@@ -26,6 +26,7 @@ from dashboard.stats import cube
 from dashboard.stats.pairs import _series_bounds
 from dashboard.stats.sql import _from, _q, buckets, history_span, index_for, scope_where
 from streams.models import Score, ScoreType
+from streams.store import aggregates
 from streams.store.aggregates import DAY, HOUR, epoch_s
 
 # Models in the table and lines in the chart, busiest (most scores) first: the cap of the
@@ -87,7 +88,7 @@ def _fold_raw(rows, score_type, key):
     out = {}
     for model, created_at, value in rows:
         k = key(model, created_at)
-        values = cube.score_values(value, score_type.is_positive(value))
+        values = aggregates.score_values(value, score_type.is_positive(value))
         acc = out.get(k)
         if acc is None:
             out[k] = list(values)

@@ -10,3 +10,13 @@ document.addEventListener("htmx:beforeRequest", (event) => {
     event.preventDefault();
   }
 });
+
+// A 400 answers a form with what was wrong (the feedback panel's score and comment forms): htmx
+// swaps only 2xx answers, so a form inside `data-swap-invalid` swaps its 400 too.
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const elt = event.detail.elt || event.target;
+  if (event.detail.xhr.status === 400 && elt.closest("[data-swap-invalid]")) {
+    event.detail.shouldSwap = true;
+    event.detail.isError = false;
+  }
+});

@@ -18,6 +18,29 @@ def add_thumbs(apps, schema_editor):
     )
 
 
+def score_rollup_without_rowid(apps, schema_editor):
+    """On SQLite, ScoreRollup like the other rollups (0007): a WITHOUT ROWID table, its rows
+    stored in primary-key order (the table is new and empty)."""
+    if schema_editor.connection.vendor != "sqlite":
+        return
+    model = apps.get_model("streams", "ScoreRollup")
+    qn = schema_editor.quote_name
+    table = model._meta.db_table
+    fields = [f for f in model._meta.local_concrete_fields if f.column]
+    defs = []
+    for f in fields:
+        sql, params = schema_editor.column_sql(model, f)
+        assert not params
+        defs.append(f"{qn(f.column)} {sql}")
+    key = [f.column for f in model._meta.pk.fields]
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(f"DROP TABLE {qn(table)}")
+        cursor.execute(
+            f"CREATE TABLE {qn(table)} ({', '.join(defs)}, "
+            f"PRIMARY KEY ({', '.join(qn(c) for c in key)})) WITHOUT ROWID"
+        )
+
+
 class Migration(migrations.Migration):
     dependencies = [
         ("streams", "0013_search"),
@@ -288,4 +311,5 @@ class Migration(migrations.Migration):
             },
         ),
         migrations.RunPython(add_thumbs, migrations.RunPython.noop),
+        migrations.RunPython(score_rollup_without_rowid, migrations.RunPython.noop),
     ]

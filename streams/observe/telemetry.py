@@ -23,6 +23,8 @@ import os
 import re
 import time
 
+from django.db import transaction
+from django.db.models.signals import post_save
 from prometheus_client import (
     GC_COLLECTOR,
     PLATFORM_COLLECTOR,
@@ -37,6 +39,7 @@ from prometheus_client.exposition import choose_encoder
 
 from streams.core import conf, lifecycle, pricing, usage
 from streams.core.checks import CODES
+from streams.models import Comment, Score
 
 log = logging.getLogger(__name__)
 
@@ -390,16 +393,27 @@ def slow_viewer_closed():
 score_type_label = LabelFold(ERROR_CODES_MAX)
 
 
-def scored(score_type, source, positive):
+def scored(sender, instance, **kwargs):
+    """post_save of a Score (given, or replaced): counted once its transaction commits."""
+    kind = instance.score_type
+    labels = (
+        score_type_label(kind.name),
+        kind.kind,
+        instance.source,
+        str(kind.is_positive(instance.value)).lower(),
+    )
     if enabled():
-        SCORES.labels(
-            score_type_label(score_type.name), score_type.kind, source, str(positive).lower()
-        ).inc()
+        transaction.on_commit(lambda: SCORES.labels(*labels).inc())
 
 
-def commented(source):
-    if enabled():
-        COMMENTS.labels(source).inc()
+def commented(sender, instance, created, **kwargs):
+    if enabled() and created:
+        transaction.on_commit(lambda: COMMENTS.labels(instance.source).inc())
+
+
+# (every way a score or comment is written counts: scores.give, the admin)
+post_save.connect(scored, sender=Score, dispatch_uid="streams.observe.telemetry.scored")
+post_save.connect(commented, sender=Comment, dispatch_uid="streams.observe.telemetry.commented")
 
 
 def span_dropped(reason, n=1):

@@ -341,7 +341,7 @@ def _target(user, data):
     qs = streams_for(user)
     if isinstance(stream_id, int) and not isinstance(stream_id, bool) and response_id is None:
         found, named = qs.filter(pk=stream_id).first(), f"stream {stream_id}"
-    elif isinstance(response_id, str) and response_id and len(response_id) <= 200 and stream_id is None:
+    elif isinstance(response_id, str) and 0 < len(response_id) <= 200 and stream_id is None:
         # (an upstream id is the response's; its retries are other responses)
         found = qs.filter(upstream_id=response_id).order_by("-pk").first()
         named = f"response {response_id!r}"

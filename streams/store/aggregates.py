@@ -258,6 +258,12 @@ def decision_ms(row):
     return (row["routing_us"] - row["request_written_us"]) / 1000.0
 
 
+def score_values(value, positive):
+    """What one score adds to SCORE_VALUES: (n, sum_milli: the value in thousandths,
+    rounded, positive)."""
+    return (1, round(value * 1000), int(positive))
+
+
 class Contributions:
     """{model: {key tuple: [values]}}: what a set of streams adds to each rollup table."""
 
@@ -324,7 +330,7 @@ class Contributions:
                 for score_type, value, positive in scores:
                     key = (span, tag, t, score_type, resolved, requested, source, user,
                            row["status"])  # fmt: skip
-                    self._add(ScoreRollup, key, (1, round(value * 1000), positive), sign)
+                    self._add(ScoreRollup, key, score_values(value, positive), sign)
 
     def merge(self, other, sign=1):
         for model, rows in other.tables.items():

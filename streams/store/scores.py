@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from django.db import models, transaction
 
 from streams.models import MAX_COMMENT_CHARS, MAX_SCORE_KEY_CHARS, Comment, Score, ScoreType, Stream
-from streams.observe import telemetry
 from streams.store import aggregates
 
 THUMBS = "thumbs"
@@ -128,7 +127,6 @@ def give(stream_id, *, author, name, value=None, label=None, comment="", source,
         score.value, score.label, score.comment, score.source = number, label, comment, source
         score.save()
         aggregates.scores_changed(stream_id, before, [_counted(score, kind)])
-        transaction.on_commit(lambda: telemetry.scored(kind, source, kind.is_positive(number)))
     return score
 
 
@@ -141,9 +139,7 @@ def withdraw(score: Score) -> None:
 
 def comment(stream_id, *, author, text, source) -> Comment:
     text = _text(text, "text", MAX_COMMENT_CHARS, required=True)
-    made = Comment.objects.create(stream_id=stream_id, author=author, text=text, source=source)
-    transaction.on_commit(lambda: telemetry.commented(source))
-    return made
+    return Comment.objects.create(stream_id=stream_id, author=author, text=text, source=source)
 
 
 def _lock(stream_id):

@@ -133,7 +133,10 @@ def test_latency_page_draws_the_scores_chart(live_server, logged_in_page, staff,
     from streams.store import aggregates
 
     rng = random.Random(35)
-    thumbs = ScoreType.objects.get(name="thumbs")
+    # (transactional_db empties the tables: the migration's thumbs type is made again)
+    thumbs, _ = ScoreType.objects.get_or_create(
+        name="thumbs", defaults={"kind": "thumbs", "minimum": 0, "maximum": 1}
+    )
     Score.objects.bulk_create(
         Score(stream=s, score_type=thumbs, value=rng.choice([0, 1, 1]), source="api")
         for s in Stream.objects.exclude(resolved_model="")
@@ -149,3 +152,11 @@ def test_latency_page_draws_the_scores_chart(live_server, logged_in_page, staff,
     assert page.locator("#scores-table table").is_visible()
     screenshot(page, "latency_scores")
     assert page.errors == []
+    # the section's texts are legible in both themes (tests/support/contrast.py)
+    from tests.support.contrast import contrast_failures
+
+    for theme in ("light", "dark"):
+        themed = logged_in_page(staff, live_server.url, "/latency/?range=7d", color_scheme=theme)
+        charts_drawn(themed, 3)
+        found = contrast_failures(themed)
+        assert found["checked"] > 5 and found["failures"] == [], (theme, found["failures"][:5])
