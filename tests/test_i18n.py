@@ -41,11 +41,13 @@ from streams.ingest import importer
 from streams.models import (
     ApiToken,
     Capture,
+    Comment,
     Event,
     Finding,
     ImportFile,
     ImportJob,
     Price,
+    Score,
     ScoreType,
     ShareLink,
     Stream,
@@ -138,6 +140,12 @@ def recorded_data():
     for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
         values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
+    # scores and comments as given: type names (identifiers, as the API takes them), labels,
+    # keys, comments
+    values.update(ScoreType.objects.values_list("name", flat=True))
+    for row in Score.objects.values_list("label", "key", "comment"):
+        values.update(v for v in row if v)
+    values.update(Comment.objects.values_list("text", flat=True))
     for tags, session in Stream.objects.values_list("tags", "session"):
         values.update(tags or ())
         values.add(session)

@@ -169,6 +169,14 @@ def site(people):
     }
     # the timeline of a stream that did not complete (its error box) and of the one with the
     # most findings
+    # share links (streams/store/shares.py): the page that lists them, and what each shows
+    from streams.store import shares
+
+    _, stream_secret = shares.create(people.staff, stream=stream.pk)
+    _, session_secret = shares.create(people.staff, session="s-42")
+    pages["shares"] = "/shares/"
+    pages["shared-stream"] = f"/s/{stream_secret}/"
+    pages["shared-session"] = f"/s/{session_secret}/"
     ended = Stream.objects.exclude(status=Stream.Status.COMPLETED).order_by("pk").first()
     if ended is not None:
         pages["timeline-ended"] = f"/streams/{ended.pk}/"
