@@ -892,7 +892,7 @@ class Score(models.Model):
         indexes = [models.Index(fields=["score_type", "stream"], name="score_type_stream")]
 
     def __str__(self):
-        return f"{self.score_type} {self.label or self.value:g} on stream {self.stream_id}"
+        return f"{self.score_type} {self.label or f'{self.value:g}'} on stream {self.stream_id}"
 
 
 class Comment(models.Model):

@@ -1286,7 +1286,7 @@ def test_a_route_the_table_cannot_fill_is_named():
             path("probe-admin/", site.urls),
         ],
     )
-    history = History([1], {}, [], [], {}, ["dashboard"], [], {}, [])
+    history = History([1], {}, [], [], {}, ["dashboard"], [], {}, [], {})
     _, unfilled, _ = plan(django_routes(resolver), history, {})
     names = " ".join(unfilled)
     assert "probe (probe/<int:nope>/)" in names and "'nope'" in names

@@ -439,12 +439,16 @@ async def receive(comm, timeout=5):
 
 
 async def close_code(comm, timeout):
-    """Frames until the server closes: (seconds it took, close code)."""
+    """Frames until the server closes: (seconds it took, close code). Polls instead of timing
+    out `receive_output`, which would kill the consumer (and leave the test's rows behind)."""
     started = time.monotonic()
-    while True:
-        out = await comm.receive_output(timeout)
+    while time.monotonic() - started < timeout:
+        if await comm.receive_nothing(0.05):
+            continue
+        out = await comm.receive_output(1)
         if out["type"] == "websocket.close":
             return time.monotonic() - started, out.get("code")
+    raise AssertionError(f"the socket was not closed within {timeout} s")
 
 
 @sync_to_async

@@ -476,7 +476,7 @@ async def _guardian(guarded):
                         consumer.sender.cancel()
                     await consumer.finish(CLOSE_REVOKED)
             # sockets opened through a share link (streams/live/shared.py): revoked, expired
-            links = set()
+            links = {c.share_link_id for c in guarded if c.share_link_id}
             if links:
                 closed = await db_read(shares.closed_links)(links)
                 for consumer in [c for c in guarded if c.share_link_id in closed]:

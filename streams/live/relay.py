@@ -209,7 +209,6 @@ async def close_share(link_id):
     layer = get_channel_layer()
     if layer is None:
         return
-    return
     message = {"type": "share.closed", "link": link_id}
     local = local_fanout()
     if local is not None:
