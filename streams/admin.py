@@ -3,7 +3,19 @@ from django.core.paginator import Paginator
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
-from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Price, Stream
+from streams.models import (
+    ApiToken,
+    Comment,
+    Event,
+    Finding,
+    ImportFile,
+    ImportJob,
+    Price,
+    Score,
+    ScoreType,
+    ShareLink,
+    Stream,
+)
 
 
 class FixedCountPaginator(Paginator):
@@ -100,6 +112,74 @@ class ApiTokenAdmin(admin.ModelAdmin):
     list_filter = ("revoked",)
     readonly_fields = ("digest", "prefix", "created_at", "last_used_at")
     raw_id_fields = ("user",)
+
+
+class LookAndDelete:
+    """An admin that shows and deletes rows but never writes them: they have a write path of
+    their own (scores, comments, share links)."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(ScoreType)
+class ScoreTypeAdmin(admin.ModelAdmin):
+    """Where staff define what a score may be (docs/scores.md): a type in use cannot be
+    deleted (its scores protect it)."""
+
+    list_display = ("name", "kind", "minimum", "maximum", "description", "created_at")
+    readonly_fields = ("created_at",)
+
+
+@admin.register(Score)
+class ScoreAdmin(LookAndDelete, BigTableAdmin):
+    """Scores as given: looked at and deleted here, never written (streams/store/scores.py
+    is their one write path; a delete here is subtracted from the rollups)."""
+
+    list_display = (
+        "stream",
+        "score_type",
+        "value",
+        "label",
+        "author",
+        "source",
+        "key",
+        "updated_at",
+    )
+    list_filter = ("score_type", "source")
+    raw_id_fields = ("stream", "author")
+
+
+@admin.register(Comment)
+class CommentAdmin(LookAndDelete, BigTableAdmin):
+    list_display = ("stream", "author", "source", "created_at", "text")
+    list_filter = ("source",)
+    raw_id_fields = ("stream", "author")
+
+
+@admin.register(ShareLink)
+class ShareLinkAdmin(LookAndDelete, admin.ModelAdmin):
+    """Share links of everyone: which are open, and revoking them (the secret itself is not
+    kept, so a link is never made or shown here)."""
+
+    list_display = (
+        "id", "owner", "stream", "session", "anyone", "created_at", "expires_at", "revoked_at",
+        "last_opened_at", "opened",
+    )  # fmt: skip
+    list_filter = ("anyone",)
+    raw_id_fields = ("owner", "stream")
+    readonly_fields = ("digest",)
+    actions = ("revoke",)
+
+    @admin.action(description=_("Revoke the selected links (their open pages close)"))
+    def revoke(self, request, queryset):
+        from streams.live import shared
+
+        for link in queryset:
+            shared.revoke(request.user, link.pk)
 
 
 @admin.register(Price)

@@ -892,7 +892,12 @@ class Score(models.Model):
         indexes = [models.Index(fields=["score_type", "stream"], name="score_type_stream")]
 
     def __str__(self):
-        return f"{self.score_type} {self.label or f'{self.value:g}'} on stream {self.stream_id}"
+        value = self.label or f"{self.value:g}"
+        return gettext("%(type)s %(value)s on stream %(id)s") % {
+            "type": self.score_type,
+            "value": value,
+            "id": self.stream_id,
+        }
 
 
 class Comment(models.Model):
@@ -918,7 +923,10 @@ class Comment(models.Model):
         ordering = ["created_at", "id"]
 
     def __str__(self):
-        return f"comment {self.pk} on stream {self.stream_id}"
+        return gettext("comment %(id)s on stream %(stream)s") % {
+            "id": self.pk,
+            "stream": self.stream_id,
+        }
 
 
 class ScoreRollup(_Rollup):
@@ -999,8 +1007,15 @@ class ShareLink(models.Model):
         indexes = [models.Index(fields=["owner", "-created_at"], name="share_owner_created")]
 
     def __str__(self):
-        target = f"stream {self.stream_id}" if self.stream_id else f"session {self.session}"
-        return f"share link {self.pk} to {target}"
+        if self.stream_id:
+            return gettext("share link %(id)s to stream %(stream)s") % {
+                "id": self.pk,
+                "stream": self.stream_id,
+            }
+        return gettext("share link %(id)s to session %(session)s") % {
+            "id": self.pk,
+            "session": self.session,
+        }
 
     @staticmethod
     def hash(secret):

@@ -722,7 +722,7 @@ def load_history(people):
         )  # fmt: skip
     # scores and comments on a few of each person's streams: hostile categories, keys and
     # texts, and comments with the upstream's key pasted in, whole and escaped
-    from streams.models import Comment, Score, ScoreType
+    from streams.models import Comment, Score, ScoreType, ShareLink
     from streams.store import scores as scoring
 
     ScoreType.objects.get_or_create(
@@ -772,6 +772,9 @@ def load_history(people):
         ImportFile: list(ImportFile.objects.values_list("pk", flat=True)),
         ApiToken: list(ApiToken.objects.values_list("pk", flat=True)),
         Price: list(Price.objects.values_list("pk", flat=True)),
+        ScoreType: list(ScoreType.objects.values_list("pk", flat=True)),
+        Score: _sample(Score.objects.order_by("pk").values_list("pk", flat=True), 8),
+        Comment: _sample(Comment.objects.order_by("pk").values_list("pk", flat=True), 8),
         get_user_model(): [p.user.pk for p in people.values()],
         Group: list(Group.objects.values_list("pk", flat=True)),
         AccessAttempt: list(AccessAttempt.objects.values_list("pk", flat=True)),
@@ -779,6 +782,7 @@ def load_history(people):
         AccessFailureLog: list(AccessFailureLog.objects.values_list("pk", flat=True)),
     }
     share_secrets, link_ids = _share_links(people)
+    objects[ShareLink] = link_ids  # (the admin's pages of them)
     return History(
         share_secrets=share_secrets,
         link_ids=link_ids,

@@ -187,6 +187,8 @@ def _admin_data():
         ImportJob: ("model",),
         ImportFile: ("filename",),
         ApiToken: ("name", "prefix", "digest"),
+        ScoreType: ("name", "description"),
+        ShareLink: ("digest", "session"),
         Group: ("name",),
     }
     for model, names in fields.items():

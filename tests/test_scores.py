@@ -331,3 +331,33 @@ class TestPages:
         col = {name: header.index(name) for name in ("scores", "thumbs_down", "comments")}
         assert [cells[str(bad.pk)][col[c]] for c in col] == ["1", "1", "1"]
         assert [cells[str(none.pk)][col[c]] for c in col] == ["0", "0", "0"]
+
+    def test_beside_an_answer_a_typed_score_and_a_comment_answer_with_the_thumbs(
+        self, people, client
+    ):
+        from dashboard.models import Conversation, Turn
+
+        stream = finished(people.owner)
+        stars()
+        client.force_login(people.owner)
+        conversation = Conversation.objects.create(user=people.owner, title="Utrecht")
+        Turn.objects.create(conversation=conversation, position=0, prompt="Hoi", stream=stream)
+        page = client.get(f"/playground/{conversation.pk}/").content.decode()
+        assert f'<div class="thumbs-box" data-swap-invalid data-stream="{stream.pk}">' in page
+        htmx = {"HTTP_HX_REQUEST": "true"}
+        url = f"/streams/{stream.pk}/score/"
+        data = {"name": "stars", "value": "5", "comment": "Precies.", "compact": "1"}
+        r = client.post(url, data, **htmx)
+        body = r.content.decode()
+        assert r.status_code == 200 and body.startswith('<div class="thumbs-box"')
+        assert "Saved: stars 5." in body and 'role="status"' in body
+        assert Score.objects.get().comment == "Precies."
+        r = client.post(url, {**data, "value": "6"}, **htmx)
+        assert r.status_code == 400 and "1 to 5" in r.content.decode()
+        assert r.content.decode().startswith('<div class="thumbs-box"')
+        r = client.post(
+            f"/streams/{stream.pk}/comment/", {"text": "Noem de provincie.", "compact": "1"}, **htmx
+        )
+        assert r.status_code == 200 and "Comment added." in r.content.decode()
+        assert Comment.objects.get().text == "Noem de provincie."
+        assert Score.objects.get().value == 5.0

@@ -271,6 +271,19 @@ class TestThrottling(Base):
 
 
 class TestRevoking(Base):
+    def test_an_admin_revokes_links_in_the_admin_and_cannot_make_one_there(self):
+        admin = Client()
+        admin.force_login(get_user_model().objects.create_superuser("root-admin"))
+        r = admin.post(
+            "/admin/streams/sharelink/",
+            {"action": "revoke", "_selected_action": [self.link.pk]},
+        )
+        assert r.status_code == 302
+        self.link.refresh_from_db()
+        assert self.link.revoked_at is not None
+        assert self.teammate_client.get(self.url).status_code == 404
+        assert admin.get("/admin/streams/sharelink/add/").status_code == 403
+
     def test_the_owner_revokes_on_the_shares_page(self):
         self.teammate_client.get(self.url)
         page = self.alice_client.get("/shares/")

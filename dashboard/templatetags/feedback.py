@@ -3,15 +3,19 @@ the feedback panel's own (dashboard/views/feedback.py)."""
 
 from django import template
 
+from dashboard.forms.feedback import CommentForm, ScoreForm
 from streams.models import Score
 from streams.store import scores
 
 register = template.Library()
 
 
-def thumbs_context(user, stream_id, *, panel=False):
+def thumbs_context(
+    user, stream_id, *, panel=False, note=None, error=None, score_form=None, comment_form=None
+):
     """What templates/dashboard/thumbs.html needs: the user's own thumbs on the stream (up,
-    down or none) and everyone's counts."""
+    down or none) and everyone's counts; beside an answer (not `panel`) also the score types
+    and the forms of its "Score…" (`note`: what was just saved; `error`: what was wrong)."""
     kind = scores.thumbs()
     rows = list(
         Score.objects.filter(stream_id=stream_id, score_type=kind).values_list(
@@ -25,6 +29,16 @@ def thumbs_context(user, stream_id, *, panel=False):
         "up": sum(1 for *_, v in rows if kind.is_positive(v)),
         "down": sum(1 for *_, v in rows if not kind.is_positive(v)),
         "panel": panel,
+        "note": note,
+        "error": error,
+        **(
+            {}
+            if panel
+            else {
+                "score_form": score_form or ScoreForm(types=scores.types()),
+                "comment_form": comment_form or CommentForm(),
+            }
+        ),
     }
 
 

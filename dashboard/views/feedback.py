@@ -5,6 +5,7 @@ from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext as _
 from django.views.decorators.http import require_POST
 
 from dashboard.feedback import panel
@@ -15,19 +16,25 @@ from streams.models import Score
 from streams.store import scores
 
 
-def _answer(request, stream, *, compact=False, status=200, **forms):
+def _answer(request, stream, *, compact=False, status=200, note=None, **forms):
     """htmx: the piece that was posted from, again (the thumbs, or the whole panel); without
     JavaScript, back to the timeline's panel (or, after a mistake, the panel on its own page
     with what was wrong)."""
     htmx = request.headers.get("HX-Request") == "true"
     if compact and htmx:
-        context = thumbs_context(request.user, stream.pk)
+        context = thumbs_context(request.user, stream.pk, note=note, **forms)
         return render(request, "dashboard/thumbs.html", context, status=status)
     if status == 200 and not htmx:
         return HttpResponseRedirect(reverse("stream_detail", args=[stream.pk]) + "#feedback")
     context = panel(request.user, stream, **forms)
     template = "dashboard/feedback.html" if htmx else "dashboard/feedback_page.html"
     return render(request, template, {**context, "nav": "streams"}, status=status)
+
+
+def _compact(request):
+    """Posted from the thumbs beside an answer (the playground, the comparison): answered with
+    them alone."""
+    return request.POST.get("compact") in ("1", "True")
 
 
 def _errors(form):
@@ -39,7 +46,7 @@ def _errors(form):
 def stream_score(request, stream_id):
     stream = _get_stream_for_user(request, stream_id)
     form = ScoreForm(request.POST)
-    compact = request.POST.get("compact") == "True" or request.POST.get("compact") == "1"
+    compact = _compact(request)
     if not form.is_valid():
         return _answer(
             request, stream, compact=compact, status=400, score_form=form, error=_errors(form)
@@ -53,12 +60,16 @@ def stream_score(request, stream_id):
             scores.withdraw(mine)
             return _answer(request, stream, compact=compact)
     try:
-        scores.give(stream.pk, author=request.user, source="person", **form.give())
+        score = scores.give(stream.pk, author=request.user, source="person", **form.give())
     except scores.Invalid as exc:
         return _answer(
             request, stream, compact=compact, status=400, score_form=form, error=exc.message
         )
-    return _answer(request, stream, compact=compact)
+    note = _("Saved: %(name)s %(value)s.") % {
+        "name": score.score_type.name,
+        "value": score.label or f"{score.value:g}",
+    }
+    return _answer(request, stream, compact=compact, note=note)
 
 
 @login_required
@@ -66,10 +77,13 @@ def stream_score(request, stream_id):
 def stream_comment(request, stream_id):
     stream = _get_stream_for_user(request, stream_id)
     form = CommentForm(request.POST)
+    compact = _compact(request)
     if not form.is_valid():
-        return _answer(request, stream, status=400, comment_form=form, error=_errors(form))
+        return _answer(
+            request, stream, compact=compact, status=400, comment_form=form, error=_errors(form)
+        )
     scores.comment(stream.pk, author=request.user, text=form.cleaned_data["text"], source="person")
-    return _answer(request, stream)
+    return _answer(request, stream, compact=compact, note=_("Comment added."))
 
 
 @login_required

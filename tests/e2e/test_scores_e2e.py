@@ -3,7 +3,8 @@
 - on the timeline: thumbs up (pressed, counted, no reload), pressed again (taken back), a
   score of a numeric type with a comment, a wrong value refused with its reason in the panel,
   a comment; the list then filters on the score and shows it in its Feedback column;
-- in the playground, the thumbs beside an answer; on the comparison, above each column.
+- on the comparison, above each column: thumbs, and "Score…" for a typed score with a comment
+  and a comment (the playground has the same box: tests/test_scores.py).
 Screenshots at 1440 and 390 px: tests/e2e/test_screenshots_e2e.py (`site`: "feedback")."""
 
 import pytest
@@ -64,8 +65,11 @@ def test_a_person_scores_and_comments_on_the_timeline_and_the_list_finds_it(
     assert page.errors == []
 
 
-def test_thumbs_beside_answers_on_the_comparison(logged_in_page, people, live_server_daphne):
+def test_thumbs_and_scores_beside_answers_on_the_comparison(
+    logged_in_page, people, live_server_daphne
+):
     owner = people.owner
+    ScoreType.objects.create(name="stars", kind="numeric", minimum=1, maximum=5)
     a = recorded(owner, text_events("Eerste antwoord."))
     b = recorded(owner, text_events("Tweede antwoord."))
     page = logged_in_page(
@@ -75,4 +79,18 @@ def test_thumbs_beside_answers_on_the_comparison(logged_in_page, people, live_se
     page.wait_for_selector(f'.thumbs[data-stream="{b.pk}"][data-mine="down"]')
     assert Score.objects.get().stream_id == b.pk
     assert page.locator(f'.thumbs[data-stream="{a.pk}"]').get_attribute("data-mine") == ""
+    # a typed score with a comment, and a comment, from the column's "Score…"
+    box = page.locator(f'.thumbs-box[data-stream="{a.pk}"]')
+    box.locator("summary").click()
+    box.locator("select[name=name]").select_option("stars")
+    box.locator("input[name=value]").fill("2")
+    box.locator(".score-pop textarea[name=comment]").fill("Te kort.")
+    box.locator(".score-pop button.primary").click()
+    page.wait_for_selector(f'.thumbs-box[data-stream="{a.pk}"] p.saved')
+    box.locator("form[action$='/comment/'] textarea[name=text]").fill("Vergelijk met b.")
+    box.locator("form[action$='/comment/'] button[type=submit]").click()
+    page.wait_for_selector(f'.thumbs-box[data-stream="{a.pk}"] p.saved:has-text("Comment added")')
+    stars = Score.objects.get(stream=a)
+    assert (stars.score_type.name, stars.value, stars.comment) == ("stars", 2.0, "Te kort.")
+    assert Comment.objects.get(stream=a).text == "Vergelijk met b."
     assert page.errors == []
