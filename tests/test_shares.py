@@ -574,3 +574,15 @@ class TestLive:
             frames.append(json.loads(out["text"]))
         assert out["code"] == 1000 and frames[-1]["terminal"] is True
         assert sum(len(f["events"]) for f in frames) == stream.event_count
+
+
+class TestTheOwnersPage(Base):
+    def test_open_links_come_first_and_the_page_is_bounded(self):
+        closed = [shares.create(self.alice, stream=self.stream.pk)[0] for _ in range(3)]
+        ShareLink.objects.filter(pk__in=[c.pk for c in closed]).update(revoked_at=shares._now())
+        newest_open, _ = shares.create(self.alice, stream=self.stream.pk)
+        links, more = shares.links_of(self.alice, limit=3)
+        assert [link.pk for link in links] == [newest_open.pk, self.link.pk, closed[-1].pk]
+        assert more == 2 and [link.status for link in links] == ["active", "active", "revoked"]
+        page = self.alice_client.get("/shares/").text
+        assert "share-more" not in page  # (5 links: under the page's bound)

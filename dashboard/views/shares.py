@@ -148,8 +148,10 @@ def _target_url(link):
 @login_required
 @require_GET
 def share_list(request):
-    links = [(link, _target_url(link)) for link in shares.links_of(request.user)]
-    return render(request, "dashboard/share_list.html", {"links": links, "nav": "shares"})
+    found, more = shares.links_of(request.user)
+    links = [(link, _target_url(link)) for link in found]
+    context = {"links": links, "more": more, "nav": "shares"}
+    return render(request, "dashboard/share_list.html", context)
 
 
 @login_required

@@ -21,7 +21,7 @@ import dataclasses
 import datetime as dt
 import secrets
 
-from django.db.models import F
+from django.db.models import Exists, F, OuterRef
 
 from streams.core import conf
 from streams.models import ShareLink, Stream
@@ -167,15 +167,24 @@ def status(link, now=None):
     return EXPIRED if link.expires_at <= (now or _now()) else ACTIVE
 
 
-def links_of(user):
-    """`user`'s links, newest first, each with its `status`."""
+LISTED = 200  # links on the owner's page
+
+
+def links_of(user, limit=LISTED):
+    """(`user`'s links, each with its `status`: the ones that still open first, then the
+    closed ones, newest first within each, at most `limit`; how many more there are)."""
     now = _now()
+    mine = ShareLink.objects.filter(owner=user)
+    open_ids = _open_links(now).filter(owner=user).values("pk")
     links = list(
-        ShareLink.objects.filter(owner=user).select_related("stream").order_by("-created_at", "-pk")
+        mine.select_related("stream")
+        .annotate(closed=~Exists(open_ids.filter(pk=OuterRef("pk"))))
+        .order_by("closed", "-created_at", "-pk")[:limit]
     )
     for link in links:
         link.status = status(link, now)
-    return links
+    more = mine.count() - len(links) if len(links) == limit else 0
+    return links, more
 
 
 def active_count(user, *, stream=None, session=""):
