@@ -286,8 +286,9 @@ class Cube:
     # -- raw rows: the partial hours at the edges, and the active streams --------------------
 
     def raw_rows(self, step=None):
-        """[(row, findings, scores)] (`aggregates.read_streams`) of the finished streams in the
-        raw windows and of the active streams in the range."""
+        """[(row, findings, ())] (`aggregates.read_streams`) of the finished streams in the
+        raw windows and of the active streams in the range (their scores: `scores` reads them,
+        the only figure that needs them)."""
         # the raw windows are the partial hours at the ends, whatever the coarser periods (a
         # grid's: each bucket's partial hours)
         key = step if isinstance(step, Grid) else (step is None or step % agg.HOUR == 0)
@@ -307,12 +308,16 @@ class Cube:
                     )
                 ).add(f"{_q('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
                 # under an hour of rows: by time (a model's index would read all its history)
-                rows += agg.read_streams(w.sql(), w.params, index="stream_created")
+                rows += agg.read_streams(
+                    w.sql(), w.params, index="stream_created", with_scores=False
+                )
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
                 f"{_q('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
             )
             # the few active rows, by status (a user's index would read all their history)
-            rows += agg.read_streams(w.sql(), w.params, index="stream_status_created")
+            rows += agg.read_streams(
+                w.sql(), w.params, index="stream_status_created", with_scores=False
+            )
         self._raw[key] = rows
         return rows
 
@@ -518,8 +523,10 @@ class Cube:
             extra=(f"{_q('score_type')} = %s",),
             extra_params=(score_type,),
         )
-        for row, _, scores in self.raw_rows(step):
-            for type_id, value, positive in scores:
+        raw = self.raw_rows(step)
+        given = agg.read_scores([row["id"] for row, _, _ in raw])
+        for row, _, _ in raw:
+            for type_id, value, positive in given.get(row["id"], ()):
                 if type_id != score_type:
                     continue
                 k = self._raw_key(row, by, step)

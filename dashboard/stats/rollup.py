@@ -56,6 +56,21 @@ class RollupSource:
         self.cube = cube.Cube(scope, scope.start, scope.end or now)
         self._aggregates = None
         self._usage_days = None
+        self._bounds = {}
+        self._cubes = {}
+
+    def series_bounds(self, scope):
+        """`_series_bounds` of `scope`, once a page: the TTFT chart's span, which the scores'
+        chart shares."""
+        if scope not in self._bounds:
+            self._bounds[scope] = _series_bounds(scope, self.now)
+        return self._bounds[scope]
+
+    def series_cube(self, scope, bounds):
+        """The cube of a chart's span, once a page (it reads the edges' raw rows)."""
+        if (scope, bounds) not in self._cubes:
+            self._cubes[(scope, bounds)] = cube.Cube(scope, bounds[0], bounds[1])
+        return self._cubes[(scope, bounds)]
 
     def aggregates(self):
         if self._aggregates is None:
@@ -121,14 +136,14 @@ class RollupSource:
         if requested_model:
             scope = replace(scope, requested_model=requested_model)
             pairs = [p for p in pairs if p[1] == requested_model]
-        bounds = _series_bounds(scope, self.now)
+        bounds = self.series_bounds(scope)
         if bounds is None or not models:
             return None
         step, windows = buckets(*bounds, tz=scope.tz)
         if step % HOUR:
             value = _q("ttft_ms") if qs else _q("id")
             return cube.short_series(scope, models, bounds, step, windows, value, qs, pairs=pairs)
-        c = cube.Cube(scope, bounds[0], bounds[1])
+        c = self.series_cube(scope, bounds)
         ts = [int(lo.timestamp()) for lo, _ in windows]
         # the buckets of another zone than UTC: local hours and days (a Grid), unless they are
         # the epoch-aligned ones anyway

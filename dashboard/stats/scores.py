@@ -110,11 +110,13 @@ def per_model(scope, score_type, now, source=None):
     return {m: v for m, v in per.items() if v[0]}
 
 
-def _bounds(scope, now):
+def _bounds(scope, now, source=None):
     """The chart's span: the TTFT chart's (`_series_bounds`: the range narrowed to its
-    streams), reaching back to the oldest aggregated day where retention deleted the stream
-    rows of the days before the oldest kept one (their scores are in the rollups)."""
-    bounds = _series_bounds(scope, now)
+    streams; the page's `source` has it already), reaching back to the oldest aggregated day
+    where retention deleted the stream rows of the days before the oldest kept one (their
+    scores are in the rollups)."""
+    known = getattr(source, "series_bounds", None)
+    bounds = known(scope) if known else _series_bounds(scope, now)
     oldest = cube.first_day(scope)
     if oldest is None or scope.session:
         return bounds
@@ -126,11 +128,11 @@ def _bounds(scope, now):
     return (start, end) if start < end else None
 
 
-def series(scope, score_type, models, now):
+def series(scope, score_type, models, now, source=None):
     """{"step", "t": [bucket starts], "minimum", "maximum", "series": [{"model", "n": [scores],
     "mean": [mean or None]}]} per bucket of the page's step (`sql.buckets`, as the TTFT
     chart), or None without scores."""
-    bounds = _bounds(scope, now)
+    bounds = _bounds(scope, now, source)
     if bounds is None or not models:
         return None
     step, windows = buckets(*bounds, tz=scope.tz)
@@ -141,7 +143,8 @@ def series(scope, score_type, models, now):
         rows = _raw_scores(replace(scope, start=bounds[0], end=bounds[1]), score_type)
         per = _fold_raw(rows, score_type, lambda m, at: (m, g.key(epoch_s(at))))
     else:
-        c = cube.Cube(scope, bounds[0], bounds[1])
+        shared = getattr(source, "series_cube", None)
+        c = shared(scope, bounds) if shared else cube.Cube(scope, bounds[0], bounds[1])
         per = c.scores(score_type.pk, ("resolved_model", "t"), cube.grid(step, edges))
     out = []
     for model in models:
@@ -209,7 +212,7 @@ def scores_report(scope, score_type=None, *, ttft, now=None, source=None):
         )
     report.overall = figures(*(sum(v[i] for v in per.values()) for i in range(3)))
     models = [m for m, _ in shown if m]
-    report.series = series(scope, score_type, models, now)
+    report.series = series(scope, score_type, models, now, source)
     if report.series:
         report.series_rows = series_rows(report.series, zone=scope.zone)
     return report

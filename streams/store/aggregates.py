@@ -344,9 +344,10 @@ class Contributions:
         }
 
 
-def read_streams(where_sql, params, index=None):
+def read_streams(where_sql, params, index=None, with_scores=True):
     """[(row dict, findings, scores)] of the stream rows matching a condition (raw SQL on
-    Stream).
+    Stream); without `with_scores`, scores are () (a reader that wants them for a few of the
+    rows reads them with `read_scores`).
     `index`: the index SQLite must use (its planner has no statistics: for the few active rows
     of one user it chose the user's index and read all of their history)."""
 
@@ -374,7 +375,7 @@ def read_streams(where_sql, params, index=None):
             )
             for sid, code, severity, n in cursor.fetchall():
                 findings[sid].append((code, severity, n))
-    scores = read_scores(ids)
+    scores = read_scores(ids) if with_scores else {}
     return [(r, findings.get(r["id"], ()), scores.get(r["id"], ())) for r in rows]
 
 
