@@ -361,3 +361,46 @@ class TestPages:
         assert r.status_code == 200 and "Comment added." in r.content.decode()
         assert Comment.objects.get().text == "Noem de provincie."
         assert Score.objects.get().value == 5.0
+
+
+class TestFromAnApplication:
+    def test_an_sdk_client_scores_its_proxied_answer_by_response_id_and_by_stream_id(
+        self, live_server_daphne, people
+    ):
+        """The official openai SDK through the recording proxy, then the score by the
+        response's own id and by the id the proxy returned in X-Streamscope-Stream."""
+        import httpx
+        import openai
+
+        from streams.models import ApiToken
+        from tests.support.recording import wait_terminal
+
+        token = ApiToken.issue(people.owner, name="app")
+        client = openai.OpenAI(
+            base_url=f"{live_server_daphne.url}/v1", api_key=token, max_retries=0
+        )
+        raw = client.responses.with_raw_response.create(
+            model="auto", input="Hoe hoog is de Dom?", stream=True,
+            metadata={"time_scale": "0.05"},
+        )  # fmt: skip
+        stream_id = int(raw.headers["x-streamscope-stream"])
+        events = list(raw.parse())
+        response_id = events[-1].response.id
+        wait_terminal(stream_id)
+        api = httpx.Client(
+            base_url=live_server_daphne.url, headers={"Authorization": f"Bearer {token}"}
+        )
+        r = api.post(
+            "/api/scores/", json={"response_id": response_id, "name": "thumbs", "value": 1}
+        )
+        assert r.status_code == 201, r.text
+        assert r.json()["stream"] == stream_id
+        r = api.post(
+            "/api/scores/",
+            json={"stream": stream_id, "name": "thumbs", "value": 0, "key": "end-user-7"},
+        )
+        assert r.status_code == 201
+        given = api.get(f"/api/scores/?stream={stream_id}").json()["scores"]
+        assert sorted((s["key"], s["label"]) for s in given) == [("", "up"), ("end-user-7", "down")]
+        # the recorder had finished the stream: both scores are in its rollups already
+        assert [v for v in rolled().values()] == [(2, 1000, 1)]
