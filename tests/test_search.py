@@ -178,6 +178,23 @@ def test_the_newest_matches_are_ranked(monkeypatch):
     assert best_but_old.pk not in found("oudegracht")
 
 
+@pytest.mark.parametrize("window", [5, 4, 100])  # within it; past it; the whole table
+def test_a_phrase_found_among_the_newest_streams_ranks_the_same_newest_matches(
+    monkeypatch, window
+):
+    """(PostgreSQL looks for a phrase's matches among the newest NEWEST_FIRST streams first,
+    and in the whole table when they hold fewer than RANK_WINDOW: either way the same.)"""
+    monkeypatch.setattr(search, "RANK_WINDOW", 3)
+    monkeypatch.setattr(search, "NEWEST_FIRST", window)
+    old = [stored(prompt="de Oude Gracht") for _ in range(2)]
+    stored(output_text="oude en een gracht")  # both words, not the phrase
+    newer = [stored(output_text=f"langs de oude gracht {i}") for i in range(3)]
+    filler = [stored(output_text="iets anders") for _ in range(2)]
+    assert found('"oude gracht"') == [s.pk for s in reversed(newer)]
+    mine = Stream.objects.filter(pk__in=[s.pk for s in old + filler])
+    assert sorted(found('"oude gracht"', mine)) == sorted(s.pk for s in old)
+
+
 def test_pages_of_matches():
     many = [stored(output_text=f"Kortom nummer {i}") for i in range(search.PAGE_SIZE + 3)]
     first, more = search.page(Stream.objects.all(), search.parse("kortom"))
