@@ -179,9 +179,7 @@ def test_the_newest_matches_are_ranked(monkeypatch):
 
 
 @pytest.mark.parametrize("window", [5, 4, 100])  # within it; past it; the whole table
-def test_a_phrase_found_among_the_newest_streams_ranks_the_same_newest_matches(
-    monkeypatch, window
-):
+def test_a_phrase_found_among_the_newest_streams_ranks_the_same_newest_matches(monkeypatch, window):
     """(PostgreSQL looks for a phrase's matches among the newest NEWEST_FIRST streams first,
     and in the whole table when they hold fewer than RANK_WINDOW: either way the same.)"""
     monkeypatch.setattr(search, "RANK_WINDOW", 3)
