@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET, require_POST
 from dashboard import queries
 from dashboard.forms.shares import ShareLinkForm
 from dashboard.forms.streams import EventWindowForm, SessionPageForm
-from dashboard.views.streams import _json
+from dashboard.views.streams import _json, event_detail_page, event_window_page
 from streams.live import shared as live_shared
 from streams.store import shares
 
@@ -189,24 +189,13 @@ def shared_stream(request, link, secret, stream_id):
 @require_GET
 @link_view()
 def shared_stream_events(request, link, secret, stream_id):
-    stream = _stream_in(link, stream_id)
-    form = EventWindowForm(request.GET)
-    if not form.is_valid():
-        return HttpResponseBadRequest("Invalid window")
-    events = queries.event_window(stream, **form.window())
-    context = {"stream": stream, "events": events}
-    return render(request, "dashboard/stream_detail.html#event_window", context)
+    return event_window_page(request, _stream_in(link, stream_id))
 
 
 @require_GET
 @link_view()
 def shared_stream_event(request, link, secret, stream_id, index):
-    stream = _stream_in(link, stream_id)
-    event = queries.event_detail(stream, index)
-    if event is None:
-        raise Http404("No such event")
-    context = {"stream": stream, "event": event}
-    return render(request, "dashboard/stream_detail.html#event_detail", context)
+    return event_detail_page(request, _stream_in(link, stream_id), index)
 
 
 @require_GET

@@ -215,10 +215,9 @@ def stream_detail(request, stream_id):
     return render(request, "dashboard/stream_detail.html", context)
 
 
-@login_required
-@require_GET
-def stream_events(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
+def event_window_page(request, stream):
+    """A window of the event table (`?after=`, `?before=`, `?type=`, …): the timeline's, and a
+    shared stream's (dashboard/views/shares.py)."""
     form = EventWindowForm(request.GET)
     if not form.is_valid():
         return HttpResponseBadRequest("Invalid window")
@@ -227,15 +226,25 @@ def stream_events(request, stream_id):
     return render(request, "dashboard/stream_detail.html#event_window", context)
 
 
-@login_required
-@require_GET
-def stream_event(request, stream_id, index):
-    stream = _get_stream_for_user(request, stream_id)
+def event_detail_page(request, stream, index):
+    """One event's data, opened in the table (the timeline's, and a shared stream's)."""
     event = queries.event_detail(stream, index)
     if event is None:
         raise Http404("No such event")
     context = {"stream": stream, "event": event}
     return render(request, "dashboard/stream_detail.html#event_detail", context)
+
+
+@login_required
+@require_GET
+def stream_events(request, stream_id):
+    return event_window_page(request, _get_stream_for_user(request, stream_id))
+
+
+@login_required
+@require_GET
+def stream_event(request, stream_id, index):
+    return event_detail_page(request, _get_stream_for_user(request, stream_id), index)
 
 
 @login_required
