@@ -388,12 +388,7 @@ class Cube:
             k, values = r[:nk], r[nk:]
             if None in values:
                 values = [x or 0 for x in values]
-            acc = out.get(k)
-            if acc is None:
-                out[k] = list(values)
-            else:
-                for i, x in enumerate(values):
-                    acc[i] += x
+            add_to(out, k, values)
         return out
 
     # -- the four kinds of figures -----------------------------------------------------------
@@ -529,14 +524,7 @@ class Cube:
             for type_id, value, positive in given.get(row["id"], ()):
                 if type_id != score_type:
                     continue
-                k = self._raw_key(row, by, step)
-                values = agg.score_values(value, positive)
-                acc = out.get(k)
-                if acc is None:
-                    out[k] = list(values)
-                else:
-                    for i, v in enumerate(values):
-                        acc[i] += v
+                add_to(out, self._raw_key(row, by, step), agg.score_values(value, positive))
         return out
 
     def ttft_max(self, pairs):
@@ -563,6 +551,16 @@ class Cube:
                 w.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
             jobs.append(_ranked(w, _q("ttft_ms"), 0, descending=True))
         return dict(zip(pairs, _scalars(jobs), strict=True))
+
+
+def add_to(sums, key, values):
+    """`values` added, column by column, to `sums[key]` ({key: [sums]})."""
+    acc = sums.get(key)
+    if acc is None:
+        sums[key] = list(values)
+    else:
+        for i, x in enumerate(values):
+            acc[i] += x
 
 
 def pair_aggregates(cube, pairs=None):

@@ -87,14 +87,8 @@ def _fold_raw(rows, score_type, key):
     """{key(model, created_at): [n, sum_milli, positive]} of `_raw_scores` rows."""
     out = {}
     for model, created_at, value in rows:
-        k = key(model, created_at)
         values = aggregates.score_values(value, score_type.is_positive(value))
-        acc = out.get(k)
-        if acc is None:
-            out[k] = list(values)
-        else:
-            for i, v in enumerate(values):
-                acc[i] += v
+        cube.add_to(out, key(model, created_at), values)
     return out
 
 
