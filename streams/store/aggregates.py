@@ -344,13 +344,16 @@ class Contributions:
         }
 
 
-def read_streams(where_sql, params, index=None, with_scores=True):
-    """[(row dict, findings, scores)] of the stream rows matching a condition (raw SQL on
-    Stream); without `with_scores`, scores are () (a reader that wants them for a few of the
-    rows reads them with `read_scores`).
-    `index`: the index SQLite must use (its planner has no statistics: for the few active rows
-    of one user it chose the user's index and read all of their history)."""
+def _chunks(ids, size=500):
+    """(chunk, its placeholders) of `ids`, `size` at a time: an `IN (…)` of a bounded size."""
+    ids = list(ids)
+    for lo in range(0, len(ids), size):
+        chunk = ids[lo : lo + size]
+        yield chunk, ", ".join(["%s"] * len(chunk))
 
+
+def _rows(where_sql, params, index=None):
+    """The stream rows (dicts of COLUMNS) matching a condition."""
     qn = connection.ops.quote_name
     cols = ", ".join(qn(c) for c in COLUMNS)
     table = qn(Stream._meta.db_table)
@@ -358,14 +361,22 @@ def read_streams(where_sql, params, index=None, with_scores=True):
         table += f" INDEXED BY {qn(index)}"
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {cols} FROM {table} WHERE {where_sql}", params)
-        rows = [dict(zip(COLUMNS, r, strict=True)) for r in cursor.fetchall()]
+        return [dict(zip(COLUMNS, r, strict=True)) for r in cursor.fetchall()]
+
+
+def read_streams(where_sql, params, index=None, with_scores=True):
+    """[(row dict, findings, scores)] of the stream rows matching a condition (raw SQL on
+    Stream); without `with_scores`, scores are () (a reader that wants them for a few of the
+    rows reads them with `read_scores`).
+    `index`: the index SQLite must use (its planner has no statistics: for the few active rows
+    of one user it chose the user's index and read all of their history)."""
+    qn = connection.ops.quote_name
+    rows = _rows(where_sql, params, index)
     if not rows:
         return []
     findings = defaultdict(list)
     ids = [r["id"] for r in rows]
-    for lo in range(0, len(ids), 500):
-        chunk = ids[lo : lo + 500]
-        marks = ", ".join(["%s"] * len(chunk))
+    for chunk, marks in _chunks(ids):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT {qn('stream_id')}, {qn('code')}, {qn('severity')}, COUNT(*) "
@@ -384,9 +395,7 @@ def read_scores(ids):
     qn = connection.ops.quote_name
     score, kind = qn(Score._meta.db_table), qn(ScoreType._meta.db_table)
     out = defaultdict(list)
-    for lo in range(0, len(ids), 500):
-        chunk = ids[lo : lo + 500]
-        marks = ", ".join(["%s"] * len(chunk))
+    for chunk, marks in _chunks(ids):
         with connection.cursor() as cursor:
             cursor.execute(
                 f"SELECT s.{qn('stream_id')}, s.{qn('score_type_id')}, s.{qn('value')}, "
@@ -403,10 +412,7 @@ def read_scores(ids):
 def snapshot(ids):
     """The contributions of the finished streams among `ids`, as stored now."""
     out = Contributions()
-    ids = list(ids)
-    for lo in range(0, len(ids), 500):
-        chunk = ids[lo : lo + 500]
-        marks = ", ".join(["%s"] * len(chunk))
+    for chunk, marks in _chunks(ids):
         qn = connection.ops.quote_name
         where = f"{qn('id')} IN ({marks}) AND {qn('status')} NOT IN ({ACTIVE_MARKS})"
         for row, findings, scores in read_streams(where, [*chunk, *ACTIVE]):
@@ -469,15 +475,10 @@ def scores_changed(stream_id, before, after):
     difference (a running stream's scores are added with it when it finishes)."""
     qn = connection.ops.quote_name
     where = f"{qn('id')} = %s AND {qn('status')} NOT IN ({ACTIVE_MARKS})"
-    cols = ", ".join(qn(c) for c in COLUMNS)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT {cols} FROM {qn(Stream._meta.db_table)} WHERE {where}", [stream_id, *ACTIVE]
-        )
-        found = cursor.fetchone()
-    if found is None:
+    found = _rows(where, [stream_id, *ACTIVE])
+    if not found:
         return
-    row = dict(zip(COLUMNS, found, strict=True))
+    row = found[0]
     out = Contributions()
     out.add_scores(row, after)
     out.add_scores(row, before, sign=-1)
