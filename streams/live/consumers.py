@@ -368,6 +368,13 @@ class RelayConsumer(AsyncWebsocketConsumer):
             log.exception("relay: %s failed", type(self).__name__)
             await self.finish(CLOSE_ERROR)
 
+    async def close_revoked(self):
+        """Close now with CLOSE_REVOKED: what opened this socket (a token, a share link) no
+        longer opens anything."""
+        if self.sender is not None:
+            self.sender.cancel()
+        await self.finish(CLOSE_REVOKED)
+
     async def finish(self, code):
         if self.closing:
             return
@@ -472,18 +479,14 @@ async def _guardian(guarded):
                 revoked = await db_read(access.revoked_tokens)(digests)
                 for consumer in [c for c in guarded if c.token_digest in revoked]:
                     guarded.discard(consumer)
-                    if consumer.sender is not None:
-                        consumer.sender.cancel()
-                    await consumer.finish(CLOSE_REVOKED)
+                    await consumer.close_revoked()
             # sockets opened through a share link (streams/live/shared.py): revoked, expired
             links = {c.share_link_id for c in guarded if c.share_link_id}
             if links:
                 closed = await db_read(shares.closed_links)(links)
                 for consumer in [c for c in guarded if c.share_link_id in closed]:
                     guarded.discard(consumer)
-                    if consumer.sender is not None:
-                        consumer.sender.cancel()
-                    await consumer.finish(CLOSE_REVOKED)
+                    await consumer.close_revoked()
             if time.monotonic() - renewed >= access.SOCKET_RENEW_S:
                 renewed = time.monotonic()
                 slots = {c.slot: c.slot_owner for c in guarded if c.slot}

@@ -16,7 +16,7 @@ from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AnonymousUser
 
 from streams.live import relay
-from streams.live.consumers import CLOSE_REVOKED, StreamConsumer, db_read
+from streams.live.consumers import StreamConsumer, db_read
 from streams.store import access, shares
 
 
@@ -94,11 +94,8 @@ class SharedStreamConsumer(StreamConsumer):
     def share_closed(self, message):
         # (a fast handler: no I/O here; LocalFanout may call it from another thread's loop)
         if not self.closing and self.loop is not None:
-            self.loop.call_soon_threadsafe(self._close_revoked)
+            self.loop.call_soon_threadsafe(self._close_soon)
 
-    def _close_revoked(self):
-        if self.closing:
-            return
-        if self.sender is not None:
-            self.sender.cancel()
-        self.loop.create_task(self.finish(CLOSE_REVOKED))
+    def _close_soon(self):
+        if not self.closing:
+            self.loop.create_task(self.close_revoked())
