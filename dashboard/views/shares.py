@@ -20,8 +20,14 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import queries
 from dashboard.forms.shares import ShareLinkForm
-from dashboard.forms.streams import EventWindowForm, SessionPageForm
-from dashboard.views.streams import _json, event_detail_page, event_window_page
+from dashboard.forms.streams import SessionPageForm
+from dashboard.views.streams import (
+    _json,
+    event_detail_page,
+    event_window_page,
+    timeline_config,
+    timeline_context,
+)
 from streams.live import shared as live_shared
 from streams.store import shares
 
@@ -79,35 +85,26 @@ def _timeline_config(secret, stream):
     def url(name, *args):
         return reverse(name, args=[secret, pk, *args])
 
-    return {
-        "id": pk,
-        "status": stream.status,
-        "active": stream.is_active,
-        "requestedModel": stream.requested_model,
-        "proxied": queries.is_proxied(stream),
-        "eventCount": stream.event_count,
-        "ws": f"/ws/shared/{secret}/{pk}/",
-        "probeUrl": None,
-        "urls": {
+    return timeline_config(
+        stream,
+        ws=f"/ws/shared/{secret}/{pk}/",
+        probeUrl=None,
+        urls={
             "page": url("shared_stream"),
             "events": url("shared_stream_events"),
             "event": url("shared_stream_event", 0).removesuffix("0/"),
             "timing": url("shared_stream_timing"),
             "replay": url("shared_stream_replay"),
         },
-    }
+    )
 
 
 def _stream_page(request, link, secret, stream):
-    form = EventWindowForm(request.GET)
-    window = form.window() if form.is_valid() else {}
-    if stream.is_active and not window:
-        window = {"tail": True}
-    context = queries.stream_timeline(None, stream, window)  # (None: no attempts of its own)
+    # (user None: no attempts of its own)
+    context = timeline_context(request, None, stream, _timeline_config(secret, stream))
     context.update(
         link=link,
         secret=secret,
-        page_config=_timeline_config(secret, stream),
         session_url=reverse("shared", args=[secret]) if link.session else None,
         nav="shared",
     )

@@ -56,25 +56,47 @@ def _json(data):
     return response
 
 
-def _timeline_config(stream):
-    """What stream_detail.js needs to know, as JSON in the page (json_script escapes it)."""
-    pk = stream.pk
+def timeline_config(stream, *, ws, urls, **more):
+    """What stream_detail.js needs to know, as JSON in the page (json_script escapes it): the
+    stream's own timeline's, or a shared stream's (its socket and URLs under the link)."""
     return {
-        "id": pk,
+        "id": stream.pk,
         "status": stream.status,
         "active": stream.is_active,
         "requestedModel": stream.requested_model,  # (why a finished stream has no price)
         "proxied": queries.is_proxied(stream),
         "eventCount": stream.event_count,
-        "ws": f"/ws/streams/{pk}/?format=json",
-        "urls": {
+        "ws": ws,
+        "urls": urls,
+        **more,
+    }
+
+
+def timeline_context(request, user, stream, config):
+    """The timeline page's context for `?at=`/`?after=`/… (a running stream: its newest
+    events), with its `page_config`."""
+    form = EventWindowForm(request.GET)
+    window = form.window() if form.is_valid() else {}
+    if stream.is_active and not window:
+        window = {"tail": True}  # a live table follows the newest events
+    context = queries.stream_timeline(user, stream, window)
+    context["page_config"] = config
+    return context
+
+
+def _timeline_config(stream):
+    pk = stream.pk
+    return timeline_config(
+        stream,
+        ws=f"/ws/streams/{pk}/?format=json",
+        urls={
             "page": reverse("stream_detail", args=[pk]),
             "events": reverse("stream_events", args=[pk]),
             "event": reverse("stream_event", args=[pk, 0]).removesuffix("0/"),
             "timing": reverse("stream_timing", args=[pk]),
             "replay": reverse("stream_replay", args=[pk]),
         },
-    }
+    )
 
 
 def _download(request, stream, pieces, apieces, content_type, extension):
@@ -204,13 +226,8 @@ def stream_list(request):
 @require_GET
 def stream_detail(request, stream_id):
     stream = _get_stream_for_user(request, stream_id)
-    form = EventWindowForm(request.GET)
-    window = form.window() if form.is_valid() else {}
-    if stream.is_active and not window:
-        window = {"tail": True}  # a live table follows the newest events
-    context = queries.stream_timeline(request.user, stream, window)
+    context = timeline_context(request, request.user, stream, _timeline_config(stream))
     context["nav"] = "streams"
-    context["page_config"] = _timeline_config(stream)
     context.update(feedback.panel(request.user, stream))
     return render(request, "dashboard/stream_detail.html", context)
 
