@@ -892,12 +892,16 @@ class Score(models.Model):
         indexes = [models.Index(fields=["score_type", "stream"], name="score_type_stream")]
 
     def __str__(self):
-        value = self.label or f"{self.value:g}"
         return gettext("%(type)s %(value)s on stream %(id)s") % {
             "type": self.score_type,
-            "value": value,
+            "value": self.shown,
             "id": self.stream_id,
         }
+
+    @property
+    def shown(self):
+        """The value as people read it: a category's or thumb's label, or the number."""
+        return self.label or f"{self.value:g}"
 
 
 class Comment(models.Model):

@@ -51,24 +51,20 @@ def stream_score(request, stream_id):
         return _answer(
             request, stream, compact=compact, status=400, score_form=form, error=_errors(form)
         )
-    if request.POST.get("toggle") and form.cleaned_data["name"] == scores.THUMBS:
-        # the thumb that is already pressed, pressed again: taken back
-        mine = Score.objects.filter(
-            stream=stream, score_type__name=scores.THUMBS, author=request.user, key=""
-        ).first()
-        if mine is not None and mine.label == form.cleaned_data["value"]:
-            scores.withdraw(mine)
-            return _answer(request, stream, compact=compact)
     try:
-        score = scores.give(stream.pk, author=request.user, source="person", **form.give())
+        if request.POST.get("toggle") and form.cleaned_data["name"] == scores.THUMBS:
+            score = scores.press_thumb(
+                stream.pk, author=request.user, label=form.cleaned_data["value"], source="person"
+            )
+        else:
+            score = scores.give(stream.pk, author=request.user, source="person", **form.give())
     except scores.Invalid as exc:
         return _answer(
             request, stream, compact=compact, status=400, score_form=form, error=exc.message
         )
-    note = _("Saved: %(name)s %(value)s.") % {
-        "name": score.score_type.name,
-        "value": score.label or f"{score.value:g}",
-    }
+    if score is None:  # (a thumb taken back)
+        return _answer(request, stream, compact=compact)
+    note = _("Saved: %(name)s %(value)s.") % {"name": score.score_type.name, "value": score.shown}
     return _answer(request, stream, compact=compact, note=note)
 
 

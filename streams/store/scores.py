@@ -130,6 +130,19 @@ def give(stream_id, *, author, name, value=None, label=None, comment="", source,
     return score
 
 
+def press_thumb(stream_id, *, author, label, source):
+    """A thumb pressed (`label` up or down): given, or taken back when it is the one the author
+    gave already (None then)."""
+    with transaction.atomic():
+        mine = Score.objects.filter(
+            stream_id=stream_id, score_type__name=THUMBS, author=author, key=""
+        ).first()
+        if mine is not None and mine.label == label:
+            withdraw(mine)
+            return None
+        return give(stream_id, author=author, name=THUMBS, label=label, source=source)
+
+
 def withdraw(score: Score) -> None:
     """Take a score back (its author, from the timeline)."""
     with transaction.atomic():
