@@ -45,7 +45,7 @@ from django.http import HttpResponse
 from django.utils.translation import gettext
 
 from streams.core import conf, safejson
-from streams.models import Event, Score, Stream
+from streams.models import Event, Stream
 from streams.run import services
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import public, rows, scores, search
@@ -359,9 +359,6 @@ def _score(user, data, source):
     if error:
         return error
     try:
-        existed = Score.objects.filter(
-            stream=stream, score_type__name=data.get("name"), author=user, key=data.get("key") or ""
-        ).exists()
         score = scores.give(
             stream.pk,
             author=user,
@@ -374,7 +371,7 @@ def _score(user, data, source):
         )
     except scores.Invalid as exc:
         return json_error(400, "invalid", exc.message, fields={exc.field: [exc.message]})
-    return respond(public.score(score), status=200 if existed else 201)
+    return respond(public.score(score), status=200 if score.replaced else 201)
 
 
 def _comment(user, data, source):

@@ -127,6 +127,7 @@ def give(stream_id, *, author, name, value=None, label=None, comment="", source,
         score.value, score.label, score.comment, score.source = number, label, comment, source
         score.save()
         aggregates.scores_changed(stream_id, before, [_counted(score, kind)])
+    score.replaced = bool(before)  # (the API answers 200 for a replaced score, 201 for a new one)
     return score
 
 
