@@ -11,12 +11,22 @@ register = template.Library()
 
 
 def thumbs_context(
-    user, stream_id, *, panel=False, note=None, error=None, score_form=None, comment_form=None
+    user,
+    stream_id,
+    *,
+    panel=False,
+    note=None,
+    error=None,
+    score_form=None,
+    comment_form=None,
+    types=None,
 ):
     """What templates/dashboard/thumbs.html needs: the user's own thumbs on the stream (up,
     down or none) and everyone's counts; beside an answer (not `panel`) also the score types
-    and the forms of its "Score…" (`note`: what was just saved; `error`: what was wrong)."""
-    kind = scores.thumbs()
+    (`types`: `scores.types()`, read already) and the forms of its "Score…" (`note`: what was
+    just saved; `error`: what was wrong)."""
+    types = types if types is not None else scores.types()
+    kind = next(t for t in types if t.name == scores.THUMBS)
     rows = list(
         Score.objects.filter(stream_id=stream_id, score_type=kind).values_list(
             "author_id", "key", "value"
@@ -35,7 +45,7 @@ def thumbs_context(
             {}
             if panel
             else {
-                "score_form": score_form or ScoreForm(types=scores.types()),
+                "score_form": score_form or ScoreForm(types=types),
                 "comment_form": comment_form or CommentForm(),
             }
         ),
@@ -45,4 +55,10 @@ def thumbs_context(
 @register.inclusion_tag("dashboard/thumbs.html", takes_context=True)
 def thumbs(context, stream_id):
     request = context["request"]
-    return {**thumbs_context(request.user, stream_id), "csrf_token": context.get("csrf_token")}
+    # (a page of answers reads the score types once)
+    types = context.render_context.setdefault("score_types", None) or scores.types()
+    context.render_context["score_types"] = types
+    return {
+        **thumbs_context(request.user, stream_id, types=types),
+        "csrf_token": context.get("csrf_token"),
+    }
