@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
+from dashboard import disguise
 from dashboard.forms import choices
 from dashboard.queries import TEXT_SHOWN
 from streams.core import pricing
@@ -393,6 +394,34 @@ def money_difference(nanos, currency):
         return ""
     sign = "+" if nanos > 0 else "−" if nanos < 0 else "±"
     return f"{sign}{money(abs(nanos), currency)}"
+
+
+# ---- text that disguises itself (dashboard/disguise.py) -----------------------------------------
+
+HIDDEN_NOTE = _(
+    "Hidden characters: this holds invisible or bidirectional Unicode characters, which can "
+    "hide text or change the order it reads in. Each is shown as ⟨U+…⟩, named in its "
+    "tooltip; exports and copies keep them as they are."
+)
+
+
+@register.filter
+def reveal(value):
+    """Recorded text with every hidden character drawn as a marker (escaped; anything not a
+    string is left to the template as it is)."""
+    if not isinstance(value, str):
+        return value
+    return disguise.reveal_html(value)
+
+
+@register.simple_tag
+def hidden_note(value):
+    """The note above recorded text (an output item, an event's data) that holds hidden
+    characters; "" when nothing in `value` does. static/js/disguise.js `noteHidden` adds the
+    same note to output that arrives live."""
+    if not disguise.holds_hidden(value):
+        return ""
+    return format_html('<p class="hidden-note" role="note">{}</p>', HIDDEN_NOTE)
 
 
 @register.simple_tag

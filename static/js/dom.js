@@ -1,16 +1,18 @@
 /**
  * dom.js — the few DOM helpers every page module uses. An ES module, no build step.
  *
- * Model and upstream strings reach the page only as text (`el(…, text)` sets textContent),
- * or as Markdown through markdown.js (HTML disabled, then DOMPurify); `serverFragment` parses
- * HTML, and only ever this server's own template fragments, which Django escaped.
+ * Model and upstream strings reach the page only as text (`el(…, text)` sets its text, with
+ * any hidden character drawn as a marker: disguise.js), or as Markdown through markdown.js
+ * (HTML disabled, then DOMPurify); `serverFragment` parses HTML, and only ever this server's
+ * own template fragments, which Django escaped.
  */
+import { setText } from "./disguise.js";
 
-/** A new element with a class and, optionally, its text. */
+/** A new element with a class and, optionally, its text (hidden characters as markers). */
 export function el(tag, className, text) {
   const node = document.createElement(tag);
   if (className) node.className = className;
-  if (text !== undefined && text !== null) node.textContent = text;
+  if (text !== undefined && text !== null) setText(node, text);
   return node;
 }
 

@@ -14,6 +14,9 @@
  * - DOMPurify (vendored, pinned) over markdown-it's output, with a tag list of what Markdown
  *   produces and the same URL rule, so a markdown-it bug cannot smuggle a handler or a
  *   script in. Links get rel="noopener noreferrer nofollow" and open in a new tab.
+ * What the sanitised HTML still holds that could mislead is shown for what it is (disguise.js):
+ * each hidden character as a marker, and beside a link whose text is not exactly its target,
+ * the host it really goes to (punycode, with a warning for a name that mixes scripts).
  * The vendored files are classic UMD builds; imported for their side effect they set
  * globalThis.markdownit / globalThis.DOMPurify (no build step, same-origin files under CSP).
  *
@@ -35,6 +38,7 @@
  */
 import "../vendor/markdown-it-14.1.0/markdown-it.min.js";
 import "../vendor/dompurify-3.5.0/purify.min.js";
+import { markLinks, revealTree } from "./disguise.js";
 import { t } from "./i18n.js";
 
 const SAFE_URL = /^(?:https?:|mailto:)/i;
@@ -114,6 +118,8 @@ export function markdownPiece(text) {
     ALLOW_DATA_ATTR: false,
     RETURN_DOM_FRAGMENT: true,
   });
+  markLinks(fragment); // from the links' texts as sent, before their markers are drawn
+  revealTree(fragment);
   return { fragment };
 }
 

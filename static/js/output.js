@@ -16,7 +16,8 @@
  * message, anything else) is the server's: checks.ITEM_KINDS, the map type → kind, which every
  * page carries (vocabulary.js); a type it does not list renders as "other".
  *
- * Everything a model or upstream sent goes into the page as text (textContent, Text nodes),
+ * Everything a model or upstream sent goes into the page as text (Text nodes, with each hidden
+ * character drawn as a marker and a note on its item: disguise.js, as the server's `reveal`),
  * except a message's text, which is also shown as Markdown through markdown.js (HTML
  * disabled, then sanitised; the raw text stays in the page behind a "Raw" toggle).
  *
@@ -35,6 +36,7 @@
  * to cut longer than PIECE_MAX, a text over MARKDOWN_MAX, and once a piece took longer than
  * MARKDOWN_SLOW_MS, the rest of its text.
  */
+import { appendRevealed, noteHidden, originalText, setText } from "./disguise.js";
 import { el, pretty } from "./dom.js";
 import { count, fmt, t, tn } from "./i18n.js";
 import {
@@ -266,14 +268,14 @@ export class LiveOutput {
 
   describe(rec, item, done) {
     if (rec.kind === "tool") {
-      if (item.name) rec.name.textContent = item.name;
+      if (item.name) show(rec.name, item.name);
       else if (done && !rec.name.textContent) rec.name.textContent = t("(no name)");
-      if (item.call_id) rec.callId.textContent = item.call_id;
+      if (item.call_id) show(rec.callId, item.call_id);
       if (item.status || done) setToolStatus(rec, item.status || "done");
       if (done && typeof item.arguments === "string" && item.arguments) {
         this.replace(rec.args, pretty(item.arguments));
       }
-      if (item.output !== null && item.output !== undefined) rec.output.textContent = pretty(item.output);
+      if (item.output !== null && item.output !== undefined) show(rec.output, pretty(item.output));
       else if (done) rec.output.textContent = t("(none)");
     } else if (rec.kind === "message" && done && Array.isArray(item.content)) {
       // Parts that came only whole, in the item (no deltas, no content_part events).
@@ -287,7 +289,7 @@ export class LiveOutput {
         }
       });
     } else if (rec.kind === "other" && Object.keys(item).length) {
-      rec.json.textContent = JSON.stringify(item, null, 2);
+      show(rec.json, JSON.stringify(item, null, 2));
     }
   }
 
@@ -344,6 +346,19 @@ function textBox(className, tag = "div") {
   return { box, node, text: "", written: 0, tpl: null, rest: null, button: null, expanded: false };
 }
 
+/** Append `target.text[from:to]` after the Text node `node`, hidden characters as markers
+ * (and a note on the item); the Text node to append to next. */
+function write(target, node, from, to) {
+  const written = appendRevealed(node, target.text, from, to);
+  if (written.hidden) noteHidden(target.box.closest(".item"));
+  return written.node;
+}
+
+/** Set a node's text from model data, hidden characters as markers (and a note on the item). */
+function show(node, text) {
+  if (setText(node, text)) noteHidden(node.closest(".item"));
+}
+
 function showAllLabel(length) {
   // as the server's `count` filter writes it: thin-space thousands
   return fmt(tn("Show all %(n)s character", "Show all %(n)s characters", length), { n: count(length) });
@@ -363,12 +378,12 @@ function writeText(target) {
   if (target.written >= text.length) return;
   const limit = textShown();
   if (target.expanded || (!target.tpl && text.length <= limit)) {
-    target.node.appendData(text.slice(target.written));
+    target.node = write(target, target.node, target.written, text.length);
     target.written = text.length;
     return;
   }
   if (!target.tpl) {
-    if (target.written < limit) target.node.appendData(text.slice(target.written, limit));
+    if (target.written < limit) target.node = write(target, target.node, target.written, limit);
     target.written = limit;
     target.tpl = el("template", "text-rest");
     target.rest = document.createTextNode("");
@@ -378,7 +393,7 @@ function writeText(target) {
     target.button.type = "button";
     box.after(target.button);
   }
-  target.rest.appendData(text.slice(target.written));
+  target.rest = write(target, target.rest, target.written, text.length);
   target.written = text.length;
   target.button.textContent = showAllLabel(text.length);
 }
@@ -447,7 +462,7 @@ function renderMarkdown(part, text, limit, { budget = MARKDOWN_PER_FRAME, final 
       state.stable.append(rawPiece("", "huge"));
       state.huge = 0;
     }
-    if (shown > state.huge) state.stable.querySelector(".md-raw").append(text.slice(state.huge, shown));
+    if (shown > state.huge) state.stable.querySelector(".md-raw").append(el("span", null, text.slice(state.huge, shown)));
     state.huge = shown;
     return true;
   }
@@ -488,7 +503,7 @@ function renderMarkdown(part, text, limit, { budget = MARKDOWN_PER_FRAME, final 
       // an uncut run (a long link, a line with no space) re-rendered at every frame would cost
       // its whole length every time: again once it grew by a quarter (or at the end); its new
       // text shows as text meanwhile
-      state.tail.append(state.tailShown, text.slice(state.at + state.tailLength));
+      state.tail.append(state.tailShown, el("span", null, text.slice(state.at + state.tailLength)));
       state.stale = true;
     } else if (rest > 0) {
       const piece = renderPiece(state, text, text.length, null);
@@ -579,7 +594,7 @@ function lastRaw(state, reason) {
  * (`onto`) more text of the one before (then nothing new to append). */
 function rawPiece(text, reason, onto = null) {
   if (onto) {
-    onto.querySelector(".md-raw").append(text);
+    onto.querySelector(".md-raw").append(el("span", null, text));
     return document.createDocumentFragment();
   }
   const box = el("div", "md-chunk md-fallback");
@@ -595,7 +610,7 @@ function rawPiece(text, reason, onto = null) {
 function tailRaw(state, text, reason) {
   const onto = lastRaw(state, reason);
   if (onto) {
-    state.rawTail = document.createTextNode(text);
+    state.rawTail = el("span", null, text);
     onto.querySelector(".md-raw").append(state.rawTail);
   } else state.tail.append(rawPiece(text, reason));
   state.tailShown = null;
@@ -622,12 +637,6 @@ function setRaw(part, raw) {
   state.toggle.setAttribute("aria-pressed", String(raw));
 }
 
-/** The whole text of a server-rendered `.text`: its laid-out head and the inert rest. */
-function wholeText(node) {
-  const rest = node.querySelector(":scope > template.text-rest");
-  return rest ? node.textContent + rest.content.textContent : node.textContent;
-}
-
 /** Markdown for the message texts the server rendered inside `root` (a page's output, a
  * playground turn): the raw text stays, hidden behind the "Raw" toggle. */
 export function enhanceOutput(root) {
@@ -635,7 +644,7 @@ export function enhanceOutput(root) {
   for (const part of root.querySelectorAll(".item.message .part-output_text")) {
     if (markdownState.has(part)) continue;
     const text = part.querySelector(":scope > .text");
-    if (text) renderMarkdownSoon(part, wholeText(text), textShown());
+    if (text) renderMarkdownSoon(part, originalText(text), textShown());
   }
 }
 
@@ -653,12 +662,12 @@ document.addEventListener("click", (event) => {
   const text = button.previousElementSibling;
   const rest = text?.querySelector("template.text-rest");
   if (rest) {
-    text.append(document.createTextNode(rest.content.textContent));
+    text.append(rest.content); // its text and markers, moved
     rest.remove();
   }
   button.remove();
   const part = text?.parentElement;
-  if (part && markdownState.has(part)) renderMarkdownSoon(part, text.textContent, Infinity);
+  if (part && markdownState.has(part)) renderMarkdownSoon(part, originalText(text), Infinity);
 });
 
 function head(...children) {
@@ -716,7 +725,7 @@ function draft(text) {
 
 function setToolStatus(rec, status) {
   const failed = FAILED_TOOL_STATUSES.has(status);
-  rec.status.textContent = status;
+  show(rec.status, status);
   rec.status.className = `badge ${failed ? "failed" : status === "completed" ? "completed" : ""} tool-status`;
   rec.el.classList.toggle("failed", failed);
 }

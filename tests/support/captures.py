@@ -130,8 +130,9 @@ MARKDOWN = (
 )
 
 
-def text_capture(text):
-    """A complete stream whose one message text is `text`, as an SSE capture."""
+def text_capture(text, escaped=True):
+    """A complete stream whose one message text is `text`, as an SSE capture; `escaped=False`:
+    its events' data hold every character as it is (no `\\u` escapes)."""
     events = [
         {"type": "response.created", "sequence_number": 0, "response": {"id": "r1", "model": "m"}},
         {
@@ -174,7 +175,9 @@ def text_capture(text):
             "response": {"id": "r1", "model": "m", "status": "completed"},
         },
     ]
-    body = "".join(f"event: {e['type']}\ndata: {json.dumps(e)}\n\n" for e in events)
+    body = "".join(
+        f"event: {e['type']}\ndata: {json.dumps(e, ensure_ascii=escaped)}\n\n" for e in events
+    )
     return body.encode()
 
 
