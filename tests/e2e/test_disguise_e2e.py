@@ -14,6 +14,8 @@ A 500-column table keeps its cells readable (not squeezed to a character) and sc
 its box instead.
 """
 
+import re
+
 import pytest
 from playwright.sync_api import expect
 
@@ -21,6 +23,7 @@ from dashboard import disguise
 from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
 from streams.models import Event
+from tests.e2e.conftest import TIMEOUT_MS, session_cookie
 from tests.support.captures import text_capture
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -198,6 +201,31 @@ def test_the_playground_shows_what_hides(logged_in_page, people):
     check_rendered(page, ".pg-turn:last-child")
     check_raw(page, ".pg-turn:last-child")
     assert page.errors == []
+
+
+def test_the_notes_and_hosts_speak_dutch(browser, live_server, people):
+    stream = stream_with(people.owner, PAYLOAD)
+    context = browser.new_context(locale="nl-NL")
+    context.set_default_timeout(TIMEOUT_MS)
+    context.add_cookies([session_cookie(people.owner, live_server.url)])
+    page = context.new_page()
+    page.goto(f"{live_server.url}/streams/{stream.pk}/")
+    expect(page.locator("#output-items .hidden-note")).to_contain_text("Verborgen tekens:")
+    host = page.locator("#output-items .link-host").first
+    expect(host).to_have_attribute("title", "Deze link gaat naar evil.example.")
+    confusable = page.locator("#output-items .link-host.confusable")
+    expect(confusable).to_have_attribute("title", re.compile("Latijnse en Cyrillische letters"))
+    # the note the live renderer adds, in the same words
+    live = page.evaluate(
+        """async () => {
+            const { noteHidden } = await import("/static/js/disguise.js");
+            const item = document.createElement("article");
+            noteHidden(item);
+            return item.textContent;
+        }"""
+    )
+    assert live == page.locator("#output-items .hidden-note").inner_text()
+    context.close()
 
 
 def test_a_wide_table_keeps_its_cells_and_scrolls(logged_in_page, people, screenshot):
