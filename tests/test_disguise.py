@@ -152,6 +152,15 @@ class TestPages:
         assert page.count('data-cp="200D"') == 2  # JSON and verbatim
         assert 'class="hidden-note"' in page
 
+    def test_the_comparisons_word_diff_is_marked_and_noted(self, client, people):
+        (a,) = import_capture(capture(f"factuur{RLO}fdp.exe"), "a.sse", user=people.owner)
+        (b,) = import_capture(capture("factuur.pdf"), "b.sse", user=people.owner)
+        client.force_login(people.owner)
+        page = client.get(f"/streams/{a.pk}/compare/{b.pk}/").content.decode()
+        diff = page[page.index('class="word-diff"') :]
+        assert RLO not in diff and 'data-cp="202E"' in diff
+        assert 'class="hidden-note"' in page
+
     def test_the_exports_keep_the_characters(self, client, people):
         (stream,) = import_capture(capture(f"factuur{RLO}fdp.exe"), "x.sse", user=people.owner)
         client.force_login(people.owner)
