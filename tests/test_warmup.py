@@ -68,6 +68,50 @@ assert ended == [("completed", "live"), ("completed", "proxy")], ended
 print(json.dumps(seen))
 """
 
+HELD = r"""
+import asyncio, json, threading
+import django
+from streams.run import process
+process.install_event_loop()
+django.setup()
+process.tune()
+
+import httpx
+from django.conf import settings
+from django.utils.module_loading import import_string
+
+from streams.core import warmup
+from streams.models import Stream
+from streams.run import services
+from streams.store import rows
+
+held = threading.Event()
+warmup.add("a load the test holds", held.wait)  # (the last step: the rest are loaded by then)
+application = import_string(settings.ASGI_APPLICATION)  # (a server's start: it warms up)
+stream = rows.new_row(None, rows.build_request_body("Tell me about Utrecht", "auto"))
+
+
+async def main():
+    recording = asyncio.ensure_future(services.record(stream))
+    transport = httpx.ASGITransport(app=application)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        page = (await client.get("/login/")).status_code
+    await asyncio.sleep(0.3)  # (time enough for an ungated stream to start)
+    waiting, done = await Stream.objects.aget(pk=stream.pk), warmup.done()
+    held.set()
+    await recording
+    ended = await Stream.objects.aget(pk=stream.pk)
+    return {
+        "page while warming": page,
+        "warm-up done then": done,
+        "stream then": [waiting.status, waiting.started_at is not None],
+        "stream at the end": ended.status,
+    }
+
+
+print(json.dumps(asyncio.run(main())))
+"""
+
 # A pattern this long is a table, not a rule: compiled while streams run it holds the GIL for
 # milliseconds (shorter ones, compiled once where a library meets its first input, cost µs).
 LARGE_PATTERN_CHARS = 1000
@@ -94,6 +138,16 @@ def test_a_server_starts_streams_warm_and_imports_nothing_while_they_run(fresh_e
     _, env = fresh_env
     seen = last_json(output([sys.executable, "-c", SCRIPT], env, timeout=120))
     assert_nothing_loaded_while_streaming(seen)
+
+
+def test_a_warming_server_answers_and_its_first_stream_waits_for_the_warm_up(fresh_env):
+    _, env = fresh_env
+    assert last_json(output([sys.executable, "-c", HELD], env, timeout=120)) == {
+        "page while warming": 200,
+        "warm-up done then": False,
+        "stream then": ["pending", False],
+        "stream at the end": "completed",
+    }
 
 
 def test_manage_py_record_starts_its_streams_warm_and_imports_nothing_while_they_run(
