@@ -5,7 +5,7 @@ A module imported, or a vocabulary built, while streams run holds the GIL just a
 arrive: on the event loop every live stream waits behind it (genai-prices with pydantic: ~160 ms
 at the first stream's end), and on a thread beside the loop it made the first deltas' reads
 late, merged with later deltas, so that they took those deltas' receipt stamps (issue 42:
-`manage.py record` warmed up in the background, stored TTFT − the wire's median +13 to +60 ms).
+`manage.py record` warmed up in the background; docs/measurement.md has the figures).
 
 Fresh processes record as users run them, watched from inside (tests/support/streaming_loads.py:
 the interpreter's audit events, which a busy machine cannot skew): from their first connection

@@ -12,7 +12,8 @@ tests/test_recorder.py's `test_ttft_matches_with_50_concurrent_streams`.
 The streams are recorded in the test's process, whose every module is loaded long before, and
 by a fresh `manage.py record`, as a user runs it: a process that loads something heavy while
 its first deltas arrive (a vocabulary, a price list: streams/core/warmup.py) stamps them late
-(issue 42: +60 ms median when it warmed up in the background)."""
+(issue 42, when it warmed up beside its streams: docs/measurement.md, "Warm-up before the first
+stream")."""
 
 import asyncio
 import json

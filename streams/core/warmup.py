@@ -8,7 +8,8 @@ tokenizer's thread built its vocabulary in Rust (over 100 ms, the GIL held): eve
 stream's events waited behind each (docs/performance.md, "Warm-up"). Loaded on a thread beside
 streams that had started (`manage.py record`, issue 42), it held the GIL just as their first
 deltas arrived: their reads came late, merged with later deltas, and took those deltas' kernel
-stamps (stored TTFT − the wire's: median +13 to +60 ms; docs/measurement.md, "Warm-up").
+stamps (up to 46 of 50 streams' TTFT late, by up to 148 ms; docs/measurement.md, "Warm-up
+before the first stream").
 
 What there is to load: the libraries below (`MODULES`, Django's backends), and what the engine's
 own modules load lazily, each added by name with `add` where the app is wired
