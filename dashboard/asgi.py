@@ -20,9 +20,9 @@ from streams.serve.egress import EgressGate  # noqa: E402
 edge.install()
 
 # What the hot path would load at its first use (the price list, the tokenizer, backends),
-# loaded before serving: the first streams' events never wait behind an import
-# (streams/core/warmup.py).
-warmup.now()
+# loaded on a thread from now on: the server answers meanwhile, and its first streams start
+# once the load is over, so their events never wait behind it (streams/core/warmup.py).
+warmup.start()
 
 # Everything that leaves, HTTP and WebSocket, passes the egress gate (streams/serve/egress.py).
 application = EgressGate(

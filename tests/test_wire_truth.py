@@ -7,11 +7,22 @@ must be the wire's within ±1 ms — the time from the request's last packet to 
 completed the first output delta, or, when our process got to the socket so late that later
 deltas were already queued behind it, to the newest of those (one read's kernel stamp is that
 of its newest bytes; docs/measurement.md). The same test on a quiet machine is
-tests/test_recorder.py's `test_ttft_matches_with_50_concurrent_streams`."""
+tests/test_recorder.py's `test_ttft_matches_with_50_concurrent_streams`.
+
+The streams are recorded in the test's process, whose every module is loaded long before, and
+by a fresh `manage.py record`, as a user runs it: a process that loads something heavy while
+its first deltas arrive (a vocabulary, a price list: streams/core/warmup.py) stamps them late
+(issue 42, when it warmed up beside its streams: docs/measurement.md, "Warm-up before the first
+stream")."""
+
+import asyncio
+import json
+import sys
 
 import pytest
 
 from .support import wire
+from .support.processes import command_env, output
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,6 +30,25 @@ pytestmark = pytest.mark.django_db(transaction=True)
 async def test_ttft_is_the_wires_with_a_cpu_hog_beside_50_concurrent_streams(upstream):
     streams, judgements = await wire.record_50_on_the_wire(upstream, hog=True)
     wire.assert_ttft_within_tolerance(streams, judgements)
+
+
+async def test_ttft_is_the_wires_when_a_fresh_record_command_records_50_streams(upstream):
+    from streams.models import Stream
+
+    argv = [sys.executable, "manage.py", "record", "--prompt", "Tell me about Utrecht"]
+    argv += ["--model", "gpt-oss-120b"]
+    argv += ["--count", "50", "--concurrency", "50", "--json", "--upstream", upstream.base_url]
+    env = command_env()
+
+    async def by_the_command():
+        lines = (await asyncio.to_thread(output, argv, env, 120)).splitlines()
+        ids = [json.loads(line)["id"] for line in lines]
+        return [s async for s in Stream.objects.filter(pk__in=ids).order_by("pk")]
+
+    streams, judgements = await wire.record_50_on_the_wire(
+        upstream, hog=True, record=by_the_command, by="manage.py record"
+    )
+    wire.assert_ttft_within_tolerance(streams, judgements, against="wire")
 
 
 async def test_the_stream_records_which_clock_stamped_it(upstream, settings):

@@ -32,7 +32,10 @@ from streams.core import warmup  # noqa: E402
 from streams.live.sockets import websocket_urlpatterns  # noqa: E402
 
 bench.apply_pattern(os.environ.get("STREAMSCOPE_BENCH_PATTERN", "batched"))
-warmup.now()  # (as dashboard/asgi.py does)
+# Loaded before this server listens, not beside it as dashboard/asgi.py does: no stream starts
+# before the load is over (streams/core/warmup.py), and the bench's streams start at the pace
+# the bench sets, not all together as a load ends.
+warmup.now()
 
 
 async def http(scope, receive, send):

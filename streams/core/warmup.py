@@ -1,27 +1,39 @@
-"""What the hot path would load at its first use, loaded before it is needed: once per process.
+"""What the hot path would load at its first use, loaded before the first stream: once per process.
 
 A module imported on the event loop holds the loop for as long as its import takes, and so
 does a C extension building its tables on any thread (it keeps the GIL). In a fresh server the
 first upstream request imported anyio's asyncio backend (~30 ms), the first stream to finish
 imported genai-prices with pydantic (~160 ms, twice that on a busy machine) and the
 tokenizer's thread built its vocabulary in Rust (over 100 ms, the GIL held): every live
-stream's events waited behind each (docs/performance.md, "Warm-up").
+stream's events waited behind each (docs/performance.md, "Warm-up"). Loaded on a thread beside
+streams that had started (`manage.py record`, issue 42), it held the GIL just as their first
+deltas arrived: their reads came late, merged with later deltas, and took those deltas' kernel
+stamps (up to 46 of 50 streams' TTFT late, by up to 148 ms; docs/measurement.md, "Warm-up
+before the first stream").
 
 What there is to load: the libraries below (`MODULES`, Django's backends), and what the engine's
 own modules load lazily, each added by name with `add` where the app is wired
 (`StreamsConfig.ready`, streams/apps.py): the tokenizer, the price list, the sealed keys' cipher.
-tests/test_warmup.py records streams in a warmed process and fails on any module imported while
-they ran: a new lazy import on the hot path is caught there, by name.
 
-- `now()`: load everything, then `gc.freeze()` what was loaded. A server (dashboard/asgi.py)
-  and a worker call it as they start, before they serve: about 0.7 s of start-up, once.
-- `in_background()`: the same on a thread, for a process that records without having started
-  as a server (the `record` command, tests). `done()` says whether it is over; the recorder
-  awaits `wait` on a thread when a stream ends before it is (streams/ingest/recorder.py).
+The rule, held in one place: no stream starts before the warm-up is over. Every recording,
+whoever starts it (a page, the API, the proxy, a worker, `manage.py record`, a benchmark),
+goes through `recorder.record_attempt`, which awaits `ready()` before its request: the first
+streams of a process wait for the load (off the loop, which goes on serving meanwhile), and
+nothing is loaded while any stream runs. tests/test_warmup.py watches fresh processes record
+and fails on a module imported, or a warm-up not done, once the first stream's connection is
+made.
+
+- `start()`: load on a thread of its own (once per process): a server starts it as its
+  application is built (dashboard/asgi.py), so it answers requests while loading.
+- `ready()`: await the end of the load from a coroutine (starting it when nobody did).
+- `now()`: load here, before going on: a process with nothing to answer meanwhile (a worker).
+Each ends with `gc.freeze()` of what was loaded (streams/run/process.py: what lives as long as
+the process is not scanned again), before anyone waiting is woken.
 """
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import importlib
 import logging
@@ -34,9 +46,11 @@ log = logging.getLogger(__name__)
 MODULES = ("anyio._backends._asyncio", "encodings.idna", "encodings.utf_8_sig")
 
 _lock = threading.Lock()  # held while loading
-_start_lock = threading.Lock()
+_state_lock = threading.Lock()  # `_started`, `_waiters` and setting `_done`
 _done = threading.Event()
-_started: list = []  # the thread `in_background` started, once per process
+_started: list = []  # the thread `start` started, once per process
+_waiters: list = []  # (loop, future) of each coroutine awaiting `ready`
+_loaded: list = []  # the names of the steps run so far
 
 
 def _django_backends() -> None:
@@ -71,32 +85,59 @@ def _load() -> None:
                 step()
             except Exception:  # a step that fails is loaded at its first use, as before
                 log.exception("warm-up: %s could not be loaded ahead", name)
-        _done.set()
+            _loaded.append(name)
+        gc.freeze()
+        with _state_lock:
+            _done.set()
+            waiters = _waiters[:]
+            _waiters.clear()
+    for loop, future in waiters:
+        try:
+            loop.call_soon_threadsafe(_wake, future)
+        except RuntimeError:  # its loop was closed meanwhile: nobody is waiting there
+            pass
+
+
+def _wake(future) -> None:
+    if not future.done():  # (a waiter cancelled meanwhile)
+        future.set_result(None)
 
 
 def now() -> None:
-    """Load everything before serving, then freeze it out of the collector's sight (see
-    streams/run/process.py: what lives as long as the process is not scanned again)."""
+    """Load everything here and now."""
     _load()
-    gc.freeze()
 
 
-def in_background() -> None:
+def start() -> None:
     """Load everything on a thread of its own, unless done or under way."""
-    if _done.is_set() or _started:
-        return
-    with _start_lock:
-        if _started or _done.is_set():
+    with _state_lock:
+        if _done.is_set() or _started:
             return
         thread = threading.Thread(target=_load, name="streamscope-warm-up", daemon=True)
         _started.append(thread)
     thread.start()
 
 
+async def ready() -> None:
+    """Return once everything is loaded. The load runs on its thread (started here when nobody
+    started it), so the event loop serves everything else meanwhile; the waiting costs no
+    thread, however many streams wait."""
+    if _done.is_set():
+        return
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+    with _state_lock:
+        if _done.is_set():
+            return
+        _waiters.append((loop, future))
+    start()
+    await future
+
+
 def done() -> bool:
     return _done.is_set()
 
 
-def wait() -> None:
-    """Until the warm-up is over (start it here when nobody did)."""
-    _load()
+def pending() -> list[str]:
+    """What is still to load, by name (nothing once `done()`)."""
+    return [name for name, _ in _steps if name not in _loaded]

@@ -341,6 +341,7 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
     phases.activate()
     _begin_attempt(rec, url, body, stall_s)
     try:
+        await _warmed_up(rec)
         if tap is None:
             outcome = await _attempt_started_here(
                 rec, client, url, body, api_key, writer, phases, stall_s
@@ -355,6 +356,16 @@ async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None,
         raise
     await _finish(rec, writer, outcome, tap)
     return outcome
+
+
+async def _warmed_up(rec):
+    """No stream of a process starts before its warm-up is over (streams/core/warmup.py):
+    loaded beside running streams, it held the GIL as their first deltas arrived, and their
+    receipt stamps came late (issue 42). Only a process's first streams wait (off the loop);
+    their clocks start after the wait, which is not the upstream's time."""
+    if not warmup.done():
+        await warmup.ready()
+        rec.restart_clock()
 
 
 def _begin_attempt(rec, url, body, stall_s):
@@ -625,8 +636,6 @@ async def _finish(rec, writer, outcome, tap=None):
     if outcome.status is None:
         outcome.status = rows.status_from_checker(rec.checker)
     rec.status = outcome.status
-    if not warmup.done():  # (not in a server or worker: the loop never waits for the load)
-        await asyncio.to_thread(warmup.wait)
     fields = rec.final_fields(outcome.status, closed_ns, outcome.error_code, outcome.error_message)
     outcome.events = rec.next_index
     if not rec.storage_error:

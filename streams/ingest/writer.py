@@ -23,7 +23,7 @@ import datetime as dt
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
-from streams.core import conf, warmup
+from streams.core import conf
 from streams.live import relay
 from streams.observe import telemetry
 from streams.store import public, rows
@@ -66,9 +66,6 @@ class Writer:
         self._batch = ()  # the batch being committed
         self.task = self._loop.create_task(self._run(), name="streamscope-writer")
         self.task.add_done_callback(self._stopped)
-        # what the hot path loads lazily, beside the loop, where no server or worker loaded it
-        # as it started (streams/core/warmup.py)
-        warmup.in_background()
 
     def _stopped(self, task):
         # A writer that is gone (its loop shutting down, cancelled) answers every flush still

@@ -23,7 +23,9 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        warmup.now()  # before claiming work (streams/core/warmup.py)
+        # Before claiming work: a stream claimed now would wait here for the load (no stream
+        # starts before it, streams/core/warmup.py) while another worker could record it.
+        warmup.now()
         asyncio.run(self.main(opts))
 
     async def main(self, opts):
