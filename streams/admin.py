@@ -19,6 +19,7 @@ from streams.models import (
     ShareLink,
     Stream,
 )
+from streams.store.lookups import distinct_stream_values
 
 # A big table's changelist counts this many rows at most; beyond, it says it did not count.
 COUNT_CAP = 10_000
@@ -79,6 +80,31 @@ class FindingInline(admin.TabularInline):
     can_delete = False
 
 
+class _ModelFilter(admin.SimpleListFilter):
+    """A model column's values, by a loose index scan of its index (one seek per model):
+    Django's own filter reads them with `SELECT DISTINCT` over every stream (77 ms for the two
+    at 100,000 streams on PostgreSQL, growing with the table)."""
+
+    def lookups(self, request, model_admin):
+        return [(m, m) for m in distinct_stream_values(self.column)]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(**{self.column: value}) if value else queryset
+
+
+class RequestedModelFilter(_ModelFilter):
+    title = _("requested model")
+    column = "requested_model"
+    parameter_name = "requested_model__exact"
+
+
+class ResolvedModelFilter(_ModelFilter):
+    title = _("resolved model")
+    column = "resolved_model"
+    parameter_name = "resolved_model__exact"
+
+
 @admin.register(Stream)
 class StreamAdmin(BigTableAdmin):
     list_display = (
@@ -93,7 +119,7 @@ class StreamAdmin(BigTableAdmin):
         "event_count",
         "findings_count",
     )
-    list_filter = ("status", "source", "requested_model", "resolved_model")
+    list_filter = ("status", "source", RequestedModelFilter, ResolvedModelFilter)
     # `__exact`, which the upstream_id index serves (`=` is `iexact`: a LIKE on SQLite, which
     # reads every row)
     search_fields = ("upstream_id__exact",)

@@ -119,3 +119,17 @@ def test_streams_by_upstream_id_through_its_index(admin):
     assert _paginator(html) == "2 streams"
     sql = " ".join(q["sql"] for q in queries.captured_queries)
     assert "\"upstream_id\" = 'resp_A'" in sql and "LIKE" not in sql
+
+
+def test_the_model_filters_list_the_models_without_reading_every_stream(admin):
+    _streams(3, requested_model="auto", resolved_model="gpt-oss-20b")
+    _streams(2, requested_model="qwen3-coder", resolved_model="qwen3-coder")
+    with CaptureQueriesContext(connection) as queries:
+        html = admin.get("/admin/streams/stream/").content.decode()
+    assert "DISTINCT" not in " ".join(q["sql"] for q in queries.captured_queries)
+    for model in ("auto", "gpt-oss-20b", "qwen3-coder"):
+        assert f"{model}</a>" in html, model
+    html = admin.get("/admin/streams/stream/", {"resolved_model__exact": "gpt-oss-20b"})
+    assert _paginator(html.content.decode()) == "3 streams"
+    html = admin.get("/admin/streams/stream/", {"requested_model__exact": "qwen3-coder"})
+    assert _paginator(html.content.decode()) == "2 streams"

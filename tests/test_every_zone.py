@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import transaction
+from django.db import connection, transaction
 from django.test import Client
 from django.utils import timezone
 
@@ -112,11 +112,21 @@ def _named(html, zone):
     return f'data-time-zone="{zone}"' in html and f'<option value="{zone}" selected>' in html
 
 
+def offered_zones():
+    """Every zone the selector may send, on SQLite; on PostgreSQL the edge zones: a zone never
+    reaches the SQL (days and bucket edges are computed as instants in Python, stats/sql.py),
+    so what differs there is the database, not the zone (every zone on PostgreSQL took 2½
+    minutes of CI, and passed)."""
+    if connection.vendor == "sqlite":
+        return sorted(tzmod.available())
+    return EDGE_ZONES
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("page", ZONED_PAGES)
 def test_every_zone_the_selector_offers_renders_the_zoned_pages(staff_client, page):
     failed = []
-    for zone in sorted(tzmod.available()):
+    for zone in offered_zones():
         staff_client.cookies[tzmod.COOKIE] = zone  # as set_time_zone remembers a choice
         r = staff_client.get(page)
         html = r.content.decode()
