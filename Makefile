@@ -1,5 +1,6 @@
 # Two commands from a fresh Debian machine with Python 3.11:
 #   make run    install, migrate, create an admin login and serve on http://127.0.0.1:8000/
+#               (another address or port: make run ADDR=127.0.0.1:8080)
 #   make test   install test dependencies (apt: chromium, postgresql, redis-server) and run
 #               the whole suite twice: SQLite + in-memory layer, then PostgreSQL + Redis
 PY ?= python3

@@ -131,7 +131,7 @@ MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     # on every response, static files and admin included (CONTENT_SECURITY_POLICY below)
     "csp.middleware.CSPMiddleware",
-    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "dashboard.static_files.StaticFilesMiddleware",  # WhiteNoise
     "django.contrib.sessions.middleware.SessionMiddleware",
     "dashboard.language.PageLanguageMiddleware",
     "dashboard.timezone.TimeZoneMiddleware",

@@ -61,6 +61,14 @@ def valid(name):
     return name
 
 
+def current_name():
+    """The IANA name of the active zone. (Django's `get_current_timezone_name` gives a zone
+    whose offset never changes its abbreviation instead, "-12" for Etc/GMT+12: no zone's
+    name, so a report handed it failed to load it.)"""
+    zone = timezone.get_current_timezone()
+    return getattr(zone, "key", None) or timezone.get_current_timezone_name()
+
+
 def from_cookie(value):
     """(zone name, "chosen" | "browser" | "default") of the cookie's value: anything not a
     known zone is UTC."""
@@ -100,11 +108,12 @@ def set_time_zone(request):
 
 
 def context_processor(request):
-    """The selector's zones besides "auto" and UTC (the chosen one first when it is not common)."""
+    """The page's zone (`TIME_ZONE`, by its IANA name) and the selector's zones besides "auto"
+    and UTC (the chosen one first when it is not common)."""
     chosen = getattr(request, "time_zone", UTC)
     source = getattr(request, "time_zone_source", "default")
     extra = (chosen,) if source == "chosen" and chosen != UTC and chosen not in COMMON else ()
-    return {"time_zone_choices": extra + COMMON}
+    return {"TIME_ZONE": current_name(), "time_zone_choices": extra + COMMON}
 
 
 class TimeZoneMiddleware(MiddlewareMixin):

@@ -10,7 +10,9 @@ Python homes (never retyped here):
 - output: the event types that carry model output (`checks.OUTPUT_DELTAS`), the terminal event
   types with the status each ends a stream in (`checks.TERMINAL_STATUS`), how an output item
   type renders (`checks.ITEM_KINDS`) and the tool statuses shown as failed
-  (`public.FAILED_TOOL_STATUSES`).
+  (`public.FAILED_TOOL_STATUSES`);
+- prices: how a simulator example price's ref begins (`pricing.EXAMPLE`), which the pages say
+  is an example.
 
 Every page gets it: `context_processor` puts it in the template context as `vocabulary`, and
 base.html renders it once as `{{ vocabulary|json_script:"streamscope-vocabulary" }}` (data, not
@@ -24,6 +26,7 @@ from django.utils import translation
 
 from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.core.pricing import EXAMPLE
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
 from streams.store.public import FAILED_TOOL_STATUSES
 
@@ -68,7 +71,12 @@ def vocabulary():
 @functools.cache
 def _vocabulary(language):
     with translation.override(language):
-        return {"statuses": statuses(), "limits": limits(), "output": output()}
+        return {
+            "statuses": statuses(),
+            "limits": limits(),
+            "output": output(),
+            "prices": {"example": EXAMPLE},
+        }
 
 
 def context_processor(request):

@@ -1,8 +1,11 @@
 from django.contrib import admin
 from django.core.paginator import Paginator
+from django.utils.formats import number_format
 from django.utils.functional import cached_property
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from streams.core.checks import KNOWN_TYPES
 from streams.models import (
     ApiToken,
     Comment,
@@ -16,18 +19,55 @@ from streams.models import (
     ShareLink,
     Stream,
 )
+from streams.store.lookups import distinct_stream_values
+
+# A big table's changelist counts this many rows at most; beyond, it says it did not count.
+COUNT_CAP = 10_000
 
 
-class FixedCountPaginator(Paginator):
-    """Never counts a big table: pages stay fast at millions of rows (healthchecks' trick)."""
+class CappedCountPaginator(Paginator):
+    """Counts a big table's changelist only as far as it is cheap, and says which it did (the
+    admin's templates for this app show `count_label`: templates/admin/streams/).
+
+    Up to COUNT_CAP rows, exactly: a count over `LIMIT COUNT_CAP + 1` reads at most that many
+    entries of an index (a filter without one: as many rows as it takes to find them, as the
+    page's own query does). Beyond it, the whole table (no filter, no search) is estimated
+    from its ids, two index seeks: MAX(id) − MIN(id) + 1, an upper bound (ids are never
+    reused; rows deleted between the oldest and the newest still count, and retention deletes
+    the oldest). A filtered list beyond it is "more than COUNT_CAP", its pages numbered up to
+    there. Never COUNT(*) over millions of rows, and never a number made up."""
+
+    EXACT, ESTIMATE, MORE = "exact", "estimate", "more"
+
+    @cached_property
+    def counted(self):
+        """(count, how): how = EXACT, ESTIMATE or MORE."""
+        rows = self.object_list
+        n = rows.order_by()[: COUNT_CAP + 1].count()
+        if n <= COUNT_CAP:
+            return n, self.EXACT
+        if not rows.query.has_filters():
+            ids = rows.model._base_manager.order_by("pk").values_list("pk", flat=True)
+            return max(n, ids.last() - ids.first() + 1), self.ESTIMATE
+        return n, self.MORE
 
     @cached_property
     def count(self):
-        return 1_000_000
+        return self.counted[0]
+
+    @property
+    def count_label(self):
+        """The count as the admin shows it when it is not exact ("" when it is)."""
+        n, how = self.counted
+        if how == self.ESTIMATE:
+            return gettext("about %(n)s (estimate)") % {"n": number_format(n, force_grouping=True)}
+        if how == self.MORE:
+            return gettext("more than %(n)s") % {"n": number_format(COUNT_CAP, force_grouping=True)}
+        return ""
 
 
 class BigTableAdmin(admin.ModelAdmin):
-    paginator = FixedCountPaginator
+    paginator = CappedCountPaginator
     show_full_result_count = False
     list_per_page = 50
 
@@ -38,6 +78,31 @@ class FindingInline(admin.TabularInline):
     fields = ("event_index", "severity", "code", "expected", "got", "detail")
     readonly_fields = fields
     can_delete = False
+
+
+class _ModelFilter(admin.SimpleListFilter):
+    """A model column's values, by a loose index scan of its index (one seek per model):
+    Django's own filter reads them with `SELECT DISTINCT` over every stream (77 ms for the two
+    at 100,000 streams on PostgreSQL, growing with the table)."""
+
+    def lookups(self, request, model_admin):
+        return [(m, m) for m in distinct_stream_values(self.column)]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(**{self.column: value}) if value else queryset
+
+
+class RequestedModelFilter(_ModelFilter):
+    title = _("requested model")
+    column = "requested_model"
+    parameter_name = "requested_model__exact"
+
+
+class ResolvedModelFilter(_ModelFilter):
+    title = _("resolved model")
+    column = "resolved_model"
+    parameter_name = "resolved_model__exact"
 
 
 @admin.register(Stream)
@@ -54,22 +119,49 @@ class StreamAdmin(BigTableAdmin):
         "event_count",
         "findings_count",
     )
-    list_filter = ("status", "source", "requested_model", "resolved_model")
-    # `=` makes it an exact match, which the upstream_id index serves.
-    search_fields = ("=upstream_id",)
+    list_filter = ("status", "source", RequestedModelFilter, ResolvedModelFilter)
+    # `__exact`, which the upstream_id index serves (`=` is `iexact`: a LIKE on SQLite, which
+    # reads every row)
+    search_fields = ("upstream_id__exact",)
     list_select_related = ("user",)
     raw_id_fields = ("user", "first_attempt")
     readonly_fields = [f.name for f in Stream._meta.fields if f.name not in ("id",)]
     inlines = [FindingInline]
 
 
+class EventTypeFilter(admin.SimpleListFilter):
+    """The protocol's event types to filter by (any other works in the URL too): Django's own
+    filter lists the stored ones, a DISTINCT over every event (0.6 s at a million)."""
+
+    title = _("type")
+    parameter_name = "type"
+
+    def lookups(self, request, model_admin):
+        return [(t, t) for t in sorted(KNOWN_TYPES)]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(type=self.value()) if self.value() else queryset
+
+
 @admin.register(Event)
 class EventAdmin(BigTableAdmin):
     list_display = ("stream", "index", "t_us", "type", "sequence_number")
-    list_filter = ("type",)
-    search_fields = ("=stream__id",)
+    list_filter = (EventTypeFilter,)
+    search_fields = ("stream__id",)  # (get_search_results: the search box says what it searches)
+    search_help_text = _("A stream's id: its events.")
     raw_id_fields = ("stream",)
     readonly_fields = [f.name for f in Event._meta.fields if f.name != "id"]
+
+    def get_search_results(self, request, queryset, search_term):
+        """The events of the stream whose id is searched, through the (stream, index)
+        constraint's index (Django's own search compares the id as text, row by row); a term
+        that is no id finds nothing."""
+        term = search_term.strip().lstrip("#")
+        if not term:
+            return queryset, False
+        if not (term.isdigit() and len(term) <= 18):  # (an id fits a signed 64-bit integer)
+            return queryset.none(), False
+        return queryset.filter(stream_id=int(term)), False
 
 
 @admin.register(Finding)

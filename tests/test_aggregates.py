@@ -391,23 +391,23 @@ def test_the_rollup_source_gives_the_exact_sources_figures(history, span, filter
 
 
 def _with_reported_usage_in_both_currencies():
-    """seed_demo's usage is all estimated, its prices all in USD: a tenth of the finished
-    streams get reported usage (cached and reasoning tokens) and a cost in EUR, another
-    tenth reported usage without reasoning, through the write path's tracking (once, as the
-    history is seeded)."""
+    """seed_demo's usage is all estimated, its prices all in EUR (the built-in simulator's
+    example prices): a tenth of the finished streams get reported usage (cached and reasoning
+    tokens) and a cost in USD, another tenth reported usage without reasoning, through the
+    write path's tracking (once, as the history is seeded)."""
     finished = Stream.objects.exclude(status__in=Stream.ACTIVE_STATUSES)
     ids = list(finished.order_by("pk").values_list("pk", flat=True))
-    euros, reported = ids[::10], ids[5::10]
-    with transaction.atomic(), aggregates.tracking(euros + reported):
-        Stream.objects.filter(pk__in=euros, input_tokens__isnull=False).update(
+    dollars, reported = ids[::10], ids[5::10]
+    with transaction.atomic(), aggregates.tracking(dollars + reported):
+        Stream.objects.filter(pk__in=dollars, input_tokens__isnull=False).update(
             usage_source="reported", cached_input_tokens=F("input_tokens") / 3,
             reasoning_tokens=F("output_tokens") / 4, cost_nanos=F("input_tokens") * 1000 + 7,
-            cost_currency="EUR",
+            cost_currency="USD",
         )  # fmt: skip
         Stream.objects.filter(pk__in=reported, input_tokens__isnull=False).update(
             usage_source="reported", cached_input_tokens=0, reasoning_tokens=None
         )
-    return len(euros)
+    return len(dollars)
 
 
 def _same_usage(scope, span, filters):

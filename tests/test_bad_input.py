@@ -6,8 +6,13 @@ import json
 
 import pytest
 from asgiref.sync import sync_to_async
+from django import forms
 from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import get_resolver
 
+from dashboard import saved_views
+from dashboard import timezone as tzmod
+from dashboard.forms.ranges import InstantField
 from streams.core import checks
 from streams.core.capture import parse_sse_bytes
 from streams.core.checks import Checker, parse_json
@@ -294,3 +299,60 @@ def test_dates_at_the_calendars_ends_are_a_400_saying_which(admin_client, query)
         r = admin_client.get(f"{page}?{query}")
         assert r.status_code == 400, (page, query)
         assert "Choose a date between 1970 and 2999" in r.content.decode()
+
+
+# Moments at the calendar's ends, in the zones where they overflow once turned into UTC (a
+# year 10000 or 0) and in UTC itself.
+CALENDAR_ENDS = [
+    ("America/New_York", "9999-12-31T23:59"),
+    ("Etc/GMT-14", "0001-01-01T00:00"),
+    ("Etc/GMT-14", "0001-01-01"),
+    ("Etc/GMT+12", "9999-12-31 23:59"),
+    ("UTC", "9999-12-31T23:59"),
+]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("zone, moment", CALENDAR_ENDS)
+def test_list_dates_at_the_calendars_ends_are_a_400_in_any_zone(admin_client, zone, moment):
+    admin_client.cookies[tzmod.COOKIE] = zone
+    for name in ("since", "until"):
+        for path in ("/", "/streams.csv"):
+            r = admin_client.get(path, {name: moment})
+            assert r.status_code == 400, (path, name)
+            assert "Choose a date between 1970 and 2999" in r.content.decode()
+    r = admin_client.get("/usage/export.csv", {"range": "custom", "start": moment, "tz": zone})
+    assert r.status_code == 400 and "Choose a date between 1970 and 2999" in r.content.decode()
+
+
+@pytest.mark.django_db
+def test_a_saved_view_with_dates_at_the_calendars_ends_opens_as_a_400(admin_client):
+    user = admin_client.get("/").wsgi_request.user
+    admin_client.cookies[tzmod.COOKIE] = "America/New_York"
+    for page, query in (
+        ("stream_list", "until=9999-12-31T23:59"),
+        ("latency", "range=custom&start=2020-01-01T00:00&end=9999-12-31T23:59"),
+        ("usage", "range=custom&start=0001-01-01T00:00"),
+    ):
+        view = saved_views.save(user, page, f"ends {page}", query, shared=False)
+        r = admin_client.get(saved_views.url(view))
+        assert r.status_code == 400, page
+        assert "Choose a date between 1970 and 2999" in r.content.decode()
+
+
+def test_every_date_filter_of_every_form_is_bounded():
+    """A moment any form reads is an InstantField (dashboard/forms/ranges.py), so it cannot
+    reach the database outside the years a datetime holds in every zone."""
+    assert get_resolver().url_patterns  # (every view imported: every form defined)
+    seen, unbounded, todo = 0, [], [forms.BaseForm]
+    while todo:
+        cls = todo.pop()
+        todo.extend(cls.__subclasses__())
+        if not cls.__module__.startswith(("dashboard.", "streams.")):
+            continue
+        for name, field in getattr(cls, "base_fields", {}).items():
+            if isinstance(field, forms.DateField | forms.DateTimeField | forms.SplitDateTimeField):
+                seen += 1
+                if not isinstance(field, InstantField):
+                    unbounded.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
+    assert seen >= 4 and not unbounded, unbounded

@@ -210,11 +210,12 @@ def test_capacity(tmp_path):
 
 @TIER_1
 def test_usage(tmp_path):
-    """Usage and cost per finished stream, three kinds: each priced or not as it should be."""
+    """Usage and cost per finished stream, four kinds: each priced or not as it should be."""
     lines = bench(tmp_path, "usage", "--streams", "5", "--events", "20")
     assert [(line["kind"], line["priced"]) for line in lines] == [
         ("reported, team price", True),
         ("estimated, genai-prices", True),
+        ("estimated, simulator example price", True),
         ("estimated, no price", False),
     ]
     for line in lines:

@@ -148,3 +148,72 @@ def test_reprice_gives_rows_stored_before_usage_their_usage():
     assert done == {"streams": 1, "changed": 1, "unpriced": 0}
     assert stream.usage_source == "reported"
     assert {name: getattr(stream, name) for name in kept} == kept
+
+
+# ---- the built-in simulator's example prices --------------------------------------------------
+
+
+def test_every_simulator_model_has_an_example_price():
+    from streams.simulator.models import MODELS
+
+    for model in MODELS:
+        rate = prices.example_rate(model)
+        assert rate.input > 0 and rate.output > rate.input and rate.currency == "EUR", model
+        assert pricing.example_model(rate.ref) == model
+    assert prices.example_rate("gpt-4o") is None
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_the_built_in_simulators_answers_cost_their_example_price(settings):
+    """A fresh install (no UPSTREAM_BASE_URL): whichever model the router picks, the stream
+    has a cost, at the example price, said to be one."""
+    settings.UPSTREAM_BASE_URL = ""
+    for model in ("auto", "eu-reasoner"):
+        stream, _ = await record(body(model=model))
+        assert stream.status == "completed" and stream.usage_source == "reported"
+        rate = prices.example_rate(stream.resolved_model)
+        assert stream.price_ref == f"simulator example price: {stream.resolved_model}"
+        assert stream.cost_currency == "EUR"
+        assert stream.cost_nanos == pricing.cost(rate, _usage(stream)) > 0
+
+
+@pytest.mark.django_db
+def test_an_example_price_is_only_for_the_built_in_simulators_answers(settings):
+    used = usage.Usage(1000, 500, 1500, None, None, "reported")
+    settings.UPSTREAM_BASE_URL = ""
+    fields = prices.cost_fields(used, "qwen3-coder", JAN)
+    assert fields["price_ref"] == "simulator example price: qwen3-coder"
+    # an imported capture was answered elsewhere
+    assert prices.cost_fields(used, "qwen3-coder", JAN, imported=True)["cost_nanos"] is None
+    # a team price wins
+    price = _price("qwen3-*")
+    assert prices.cost_fields(used, "qwen3-coder", JAN)["price_ref"] == price.ref
+    price.delete()
+    # a real upstream: never an example price (gpt-oss-20b: the maintained list's)
+    settings.UPSTREAM_BASE_URL = "http://127.0.0.1:9/v1"
+    assert prices.cost_fields(used, "qwen3-coder", JAN)["cost_nanos"] is None
+    assert prices.cost_fields(used, "gpt-oss-20b", JAN)["price_ref"].startswith("genai-prices")
+
+
+@pytest.mark.django_db
+def test_the_pages_say_an_example_price_is_one(settings):
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    settings.UPSTREAM_BASE_URL = ""
+    user = get_user_model().objects.create_user("u")
+    stream = Stream.objects.create(
+        user=user, status="completed", resolved_model="qwen3-coder", usage_source="reported",
+        input_tokens=1000, output_tokens=500, cost_nanos=660_000, cost_currency="EUR",
+        price_ref="simulator example price: qwen3-coder",
+    )  # fmt: skip
+    client = Client()
+    client.force_login(user)
+    html = client.get(f"/streams/{stream.pk}/").content.decode()
+    assert '<span class="example-price">(example)</span>' in html
+    assert "an example price of the built-in simulator for qwen3-coder, not a real one" in html
+    html = client.get(f"/streams/{stream.pk}/", HTTP_ACCEPT_LANGUAGE="nl").content.decode()
+    assert "(voorbeeld)" in html and "een voorbeeldprijs van de ingebouwde simulator" in html
+    assert 'id="example-prices"' in client.get("/usage/").content.decode()
+    settings.UPSTREAM_BASE_URL = "http://127.0.0.1:9/v1"
+    assert 'id="example-prices"' not in client.get("/usage/").content.decode()

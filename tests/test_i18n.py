@@ -37,6 +37,7 @@ from django.utils.text import capfirst
 
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams.core.checks import KNOWN_TYPES
 from streams.ingest import importer
 from streams.models import (
     ApiToken,
@@ -133,6 +134,7 @@ def recorded_data():
     ):  # fmt: skip
         values.update(v for v in row if v)
     values.update(Event.objects.values_list("type", flat=True).distinct())
+    values.update(KNOWN_TYPES)  # (the events admin's type filter offers the protocol's types)
     values.update(Finding.objects.values_list("code", flat=True).distinct())
     values.update(Finding.objects.values_list("detail", flat=True).distinct())
     values.update(Conversation.objects.values_list("title", flat=True))

@@ -10,6 +10,7 @@ import openai
 import pytest
 
 from streams.models import ApiToken, Event, SealedSecret, Stream
+from streams.serve import proxy
 
 from .conftest import DaphneServer, SimulatorProcess
 from .support.recording import wait_terminal
@@ -223,6 +224,30 @@ class TestNonStreaming:
         )
         _, _, direct_body = post(simulator_process.base_url, body)
         assert recorded_bytes(stream) == [direct_body.decode()]  # verbatim
+
+    def test_without_stream_the_sdk_gets_a_stream_and_the_proxy_says_why(
+        self, live_server_daphne, token
+    ):
+        """The API streams by default: `responses.create()` without `stream=` gets an event
+        stream, which the SDK hands back as a `str`. The proxy says so in a header and a log
+        line (never when the client asked either way)."""
+        body = {k: v for k, v in request().items() if k != "stream"}
+        raw = sdk(live_server_daphne, token).responses.with_raw_response.create(**body)
+        got = raw.parse()
+        assert isinstance(got, str) and '"type":"response.completed"' in got
+        assert raw.headers["content-type"].startswith("text/event-stream")
+        hint = raw.headers["x-streamscope-hint"]
+        assert hint == proxy.STREAMED_BY_DEFAULT and '"stream": true' in hint
+        stream_id = raw.headers["x-streamscope-stream"]
+        wait_terminal(int(stream_id))
+        log = live_server_daphne.output()
+        assert f'stream {stream_id}: The request had no "stream" field' in log
+        for asked in (True, False):
+            r = sdk(live_server_daphne, token).responses.with_raw_response.create(
+                **request(stream=asked)
+            )
+            r.parse()
+            assert "x-streamscope-hint" not in r.headers, asked
 
     def test_models_are_forwarded(self, live_server_daphne, simulator_process, token):
         want = httpx.get(f"{simulator_process.base_url}/models").json()

@@ -361,6 +361,11 @@ class TestPages:
         assert r.status_code == 200 and "Comment added." in r.content.decode()
         assert Comment.objects.get().text == "Noem de provincie."
         assert Score.objects.get().value == 5.0
+        # a thumb answers with the thumbs pressed, its "Score…" folded (no note opens it)
+        thumb = {"name": "thumbs", "value": "up", "toggle": "1", "compact": "1"}
+        body = client.post(url, thumb, **htmx).content.decode()
+        assert 'data-mine="up"' in body and '<details class="score-more">' in body
+        assert 'role="status"' not in body
 
 
 class TestFromAnApplication:

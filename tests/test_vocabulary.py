@@ -25,6 +25,7 @@ from django.forms import CharField
 
 from dashboard.forms.analytics import LatencyForm, RoutingForm
 from dashboard.forms.streams import CaptureUploadForm, StreamFilterForm
+from streams.core import pricing
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
 from streams.store.public import FAILED_TOOL_STATUSES
@@ -182,6 +183,7 @@ def expected_vocabulary():
             "itemKinds": dict(ITEM_KINDS),
             "failedToolStatuses": sorted(FAILED_TOOL_STATUSES),
         },
+        "prices": {"example": pricing.EXAMPLE},
     }
 
 

@@ -3,12 +3,12 @@
 import datetime as dt
 
 from django import forms
-from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from dashboard import timezone
 from dashboard.forms.choices import SOURCE_CHOICES
-from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
+from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS, InstantField
 from dashboard.stats.sql import Scope
 from streams.models import MAX_TAG_CHARS, ScoreType, Stream
 
@@ -22,9 +22,6 @@ RANGE_CHOICES = [
 ANY = [("", _("Any"))]
 
 
-EARLIEST_YEAR, LATEST_YEAR = 1970, 2999
-
-
 class RangeForm(forms.Form):
     """A time range: a preset relative to now, or custom bounds, in the time zone `tz` (the
     page's, dashboard/timezone.py: custom bounds are its wall-clock times, as Django's
@@ -34,17 +31,17 @@ class RangeForm(forms.Form):
     default_range = "7d"
 
     range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
-    start = forms.DateTimeField(
+    start = InstantField(
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
-    end = forms.DateTimeField(
+    end = InstantField(
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
 
     def __init__(self, data=None, *args, tz=None, **kwargs):
-        self.tz = tz or timezone.get_current_timezone_name()
+        self.tz = tz or timezone.current_name()
         # an untouched page (no query string) is the default range, not an invalid form; a
         # query string without a range shows (and uses) the default range too
         if data and not data.get("range"):
@@ -60,17 +57,7 @@ class RangeForm(forms.Form):
         if not cleaned.get("range"):
             cleaned["range"] = self.default_range
         start, end = cleaned.get("start"), cleaned.get("end")
-        # bounds at the calendar's ends overflow as soon as a range is shifted or widened
-        # (the range before, a bucket's edge)
-        for name, value in (("start", start), ("end", end)):
-            if value is not None and not EARLIEST_YEAR <= value.year <= LATEST_YEAR:
-                self.add_error(
-                    name,
-                    gettext("Choose a date between %(earliest)s and %(latest)s.")
-                    % {"earliest": EARLIEST_YEAR, "latest": LATEST_YEAR},
-                )
-                start = end = None
-        if cleaned["range"] == "custom":
+        if cleaned["range"] == "custom" and not {"start", "end"} & self.errors.keys():
             if start is None:
                 self.add_error("start", gettext("A custom range needs a start."))
             elif end is not None and end <= start:

@@ -11,7 +11,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dashboard.forms.choices import SOURCE_CHOICES
-from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS
+from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS, InstantField
 from streams.core import conf
 from streams.ingest.import_jobs import MAX_FILES
 from streams.models import MAX_TAG_CHARS, Event, Stream
@@ -146,8 +146,8 @@ class StreamFilterForm(forms.Form):
     range = forms.ChoiceField(
         required=False, choices=[("", ALL_TIME), *PRESET_CHOICES], label=_("Time")
     )
-    since = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label=_("From"))
-    until = forms.DateTimeField(required=False, input_formats=DATETIME_FORMATS, label=_("To"))
+    since = InstantField(required=False, input_formats=DATETIME_FORMATS, label=_("From"))
+    until = InstantField(required=False, input_formats=DATETIME_FORMATS, label=_("To"))
     before = forms.IntegerField(required=False, min_value=1)
     after = forms.IntegerField(required=False, min_value=1)
     # a ranked search's page (streams/store/search.py)

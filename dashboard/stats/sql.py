@@ -46,7 +46,7 @@ from streams.core.figures import rank
 from streams.core.pricing import CURRENCIES
 from streams.core.usage import ESTIMATED
 from streams.models import Finding, Stream
-from streams.store.lookups import HasTag, has_tag_sql
+from streams.store.lookups import HasTag, distinct_stream_values, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
@@ -462,20 +462,10 @@ def percentiles(groups, value, qs=PERCENTILES, *, narrow=False):
 
 
 def distinct_values(column, where=None):
-    """The distinct non-empty values of an indexed column, by a loose index scan: one index
-    seek per value (`MIN(col) WHERE col > previous`), instead of reading every row."""
+    """The distinct non-empty values of an indexed column within `where`, by a loose index
+    scan (streams.store.lookups.distinct_stream_values)."""
     where = where or Where()
-    col = _q(column)
-    cond = where.sql()
-    sql = (
-        f"WITH RECURSIVE v(x) AS ("
-        f"SELECT MIN({col}) FROM {_q(TABLE)} WHERE {col} > %s AND {cond} "
-        f"UNION ALL SELECT (SELECT MIN({col}) FROM {_q(TABLE)} WHERE {col} > v.x AND {cond}) "
-        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, ["", *where.params, *where.params])
-        return [r[0] for r in cursor.fetchall()]
+    return distinct_stream_values(column, where.sql(), where.params)
 
 
 # ---------------------------------------------------------------------------------------------

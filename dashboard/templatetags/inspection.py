@@ -324,15 +324,33 @@ def usage_title(stream):
     return f"{', '.join(parts)} ({how})"
 
 
+def _price_name(ref):
+    """A stored price ref as the pages name it: as stored, but a simulator example price in
+    words (it is nobody's real price)."""
+    model = pricing.example_model(ref or "")
+    if model is None:
+        return ref or "?"
+    return gettext("an example price of the built-in simulator for %(model)s, not a real one") % {
+        "model": model
+    }
+
+
+EXAMPLE_WORD = _("(example)")  # (after a cost at a made-up price)
+
+
 @register.simple_tag
 def cost(stream):
-    """A stream's cost ("€0.00123", an estimate's "≈€0.00123"), "no price" (muted) for a
-    finished stream without one, "—" while it runs."""
+    """A stream's cost ("€0.00123", an estimate's "≈€0.00123"; "(example)" after one at a
+    simulator example price), "no price" (muted) for a finished stream without one, "—" while
+    it runs."""
     if stream.is_active:
         return "—"
     if stream.cost_nanos is None:
         return format_html('<span class="muted no-price">{}</span>', gettext("no price"))
-    return _marked(stream, money(stream.cost_nanos, stream.cost_currency))
+    shown = _marked(stream, money(stream.cost_nanos, stream.cost_currency))
+    if pricing.example_model(stream.price_ref or "") is not None:
+        return format_html('{} <span class="example-price">{}</span>', shown, EXAMPLE_WORD)
+    return shown
 
 
 @register.simple_tag
@@ -342,7 +360,7 @@ def cost_note(stream):
     if stream.is_active:
         return ""
     if stream.cost_nanos is not None:
-        price = gettext("price: %(price)s") % {"price": stream.price_ref or "?"}
+        price = gettext("price: %(price)s") % {"price": _price_name(stream.price_ref)}
         if _estimated(stream):
             return f"{gettext('estimated usage')} · {price}"
         return price

@@ -24,6 +24,7 @@ from dashboard.stats.admin import admin_report
 from dashboard.stats.latency import PHASES, latency_report
 from dashboard.stats.routing import routing_report
 from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
+from streams.simulator import built_in_upstream
 
 
 def _render(request, template, context, form):
@@ -105,7 +106,7 @@ def usage(request):
     query["tz"] = form.tz
     return _report_page(
         request, form, usage_report, "dashboard/usage.html", nav="usage",
-        export_query=query.urlencode(),
+        export_query=query.urlencode(), example_prices=built_in_upstream(),
     )  # fmt: skip
 
 

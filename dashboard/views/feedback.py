@@ -51,8 +51,9 @@ def stream_score(request, stream_id):
         return _answer(
             request, stream, compact=compact, status=400, score_form=form, error=_errors(form)
         )
+    thumb = bool(request.POST.get("toggle")) and form.cleaned_data["name"] == scores.THUMBS
     try:
-        if request.POST.get("toggle") and form.cleaned_data["name"] == scores.THUMBS:
+        if thumb:
             score = scores.press_thumb(
                 stream.pk, author=request.user, label=form.cleaned_data["value"], source="person"
             )
@@ -62,7 +63,7 @@ def stream_score(request, stream_id):
         return _answer(
             request, stream, compact=compact, status=400, score_form=form, error=exc.message
         )
-    if score is None:  # (a thumb taken back)
+    if thumb:  # (pressed or taken back: the thumb says which; a note would unfold "Score…")
         return _answer(request, stream, compact=compact)
     note = _("Saved: %(name)s %(value)s.") % {"name": score.score_type.name, "value": score.shown}
     return _answer(request, stream, compact=compact, note=note)

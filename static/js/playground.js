@@ -76,6 +76,14 @@ function fromHtml(html) {
   return turn;
 }
 
+/** A server turn, once in the page, wired for htmx (its thumbs post with it and swap only
+ * themselves): htmx wires what it loaded or swapped, and a turn put in by this script is
+ * neither, so its forms would post as plain forms and leave the conversation. */
+function activate(turn) {
+  window.htmx?.process(turn);
+  return turn;
+}
+
 /** The next animation frame; a hidden tab gets none, so there a timer stands in. */
 function nextFrame(callback) {
   if (document.hidden) setTimeout(callback, 16);
@@ -368,7 +376,7 @@ function init(root) {
         }
         if (turn.dataset.retries) fresh.dataset.retries = turn.dataset.retries;
         turn.replaceWith(fresh);
-        turn = fresh;
+        turn = activate(fresh);
         if (fresh.dataset.active === "true") {
           // a stall, retried by the server as a new stream: follow that one
           follow(fresh);
@@ -508,7 +516,7 @@ function init(root) {
       if (empty) empty.hidden = true;
       const turn = fromHtml(data.html);
       transcript.append(turn);
-      follow(turn);
+      follow(activate(turn));
       scrollToBottom();
     } catch {
       showErrors({ message: t("Could not reach the server. Check the connection and try again.") });
@@ -554,7 +562,7 @@ function init(root) {
       const fresh = fromHtml(data.html);
       fresh.dataset.retries = String(Number(turn.dataset.retries || 0) + 1);
       turn.replaceWith(fresh);
-      follow(fresh);
+      follow(activate(fresh));
       input.focus();
     } catch {
       button.disabled = false;

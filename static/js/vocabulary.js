@@ -47,3 +47,7 @@ export const TERMINAL_EVENTS = new Map(Object.entries(VOCABULARY.output.terminal
 export const ITEM_KINDS = VOCABULARY.output.itemKinds;
 /** A tool call's statuses shown as failed (streams.store.public.FAILED_TOOL_STATUSES). */
 export const FAILED_TOOL_STATUSES = new Set(VOCABULARY.output.failedToolStatuses);
+
+/** How the ref of a simulator example price begins (streams.core.pricing.EXAMPLE): the
+ * model follows ": ". */
+export const EXAMPLE_PRICE = VOCABULARY.prices.example;

@@ -11,7 +11,8 @@ they offer (1 h, 24 h, 7 days — the default —, 30 days, all; latency also wi
 and a source filter), usage and cost (the same five ranges, 30 days with a model, a user and a
 tag filter, and its CSV export), admin analytics (24 h, 30 days — the default —, all), and the
 streams list `/` when it exists (URL name `stream_list`), and its full-text search (a word in
-nearly every answer, a prompt's word, a phrase, a prefix, a word with filters). `--database
+nearly every answer, a prompt's word, a phrase, a prefix, a word with filters), and the admin's
+changelists of streams, events and findings (whole, filtered, searched). `--database
 postgres` without `--postgres-url` starts a throw-away server on $PGPORT (default 55710).
 Target: ≤ 300 ms a
 page at 100 000 streams on SQLite, and growth well below linear in the number of streams.
@@ -76,6 +77,16 @@ PAGES = [
     ("search phrase", "/?q=%22square+root%22"),
     ("search prefix", "/?q=kilomet*"),
     ("search word user failed", "/?q=latency&user=alice&status=failed"),
+    # the admin's big tables (streams/admin.py counts up to a cap, then estimates or says
+    # "more than"): whole, filtered, a search with no hit
+    ("admin streams", "/admin/streams/stream/"),
+    ("admin streams failed", "/admin/streams/stream/?status__exact=failed"),
+    ("admin streams no hit", "/admin/streams/stream/?q=resp_none"),
+    ("admin events", "/admin/streams/event/"),
+    ("admin events type", "/admin/streams/event/?type=response.output_text.delta"),
+    ("admin events rare type", "/admin/streams/event/?type=error"),
+    ("admin events of a stream", "/admin/streams/event/?q=5"),
+    ("admin findings", "/admin/streams/finding/"),
 ]
 
 
@@ -217,7 +228,8 @@ def _child_main(command, opts):
         # visibility map that lets index-only scans skip the table
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE")
-    staff = get_user_model().objects.create_user("bench-staff", is_staff=True)
+    # (a superuser: the admin's pages are timed too)
+    staff = get_user_model().objects.create_superuser("bench-staff")
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(staff)
     for page, url in PAGES:

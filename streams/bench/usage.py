@@ -2,10 +2,11 @@
 
 Usage and cost are derived once per stream, when it finishes (`rows.finished`), never per
 event. This times, in one process and one run, `rows.finished` for streams of `--events`
-output deltas, and within it the usage and cost part (`rows._usage_fields`), for three kinds of
+output deltas, and within it the usage and cost part (`rows._usage_fields`), for four kinds of
 stream: usage reported and a team price; no usage (an estimate: the request and the output
-counted with the o200k_base tokenizer) priced by the maintained list; an estimate for a model
-nobody prices. It prints µs of CPU per stream and the share of `finished` that usage and cost
+counted with the o200k_base tokenizer) priced by the maintained list; an estimate at the
+built-in simulator's example price (when it is the upstream); an estimate for a model nobody
+prices. It prints µs of CPU per stream and the share of `finished` that usage and cost
 take. The tokenizer's one-time load (per process) is timed apart. No database, no server: the
 team's table is installed in memory (`prices.install`).
 """
@@ -68,10 +69,11 @@ def _time(fn, n):
 
 
 KINDS = [
-    # (name, usage reported, model)
-    ("reported, team price", True, "team-model"),
-    ("estimated, genai-prices", False, "gpt-oss-20b"),
-    ("estimated, no price", False, "eu-reasoner"),
+    # (name, usage reported, model, answered by the built-in simulator: its example prices)
+    ("reported, team price", True, "team-model", False),
+    ("estimated, genai-prices", False, "gpt-oss-20b", False),
+    ("estimated, simulator example price", False, "eu-reasoner", True),
+    ("estimated, no price", False, "eu-reasoner", False),
 ]
 
 
@@ -87,16 +89,19 @@ def run(command, opts):
     prices.cost_fields(usage.Usage(1, 1), "gpt-oss-20b", started)  # (the list's import, once)
     body = {"model": "auto", "input": "Vertel me over Utrecht en zijn grachten.", "stream": True}
     results = []
-    for name, reported, model in KINDS:
+    for name, reported, model, simulated in KINDS:
         checker = _checker(_events(deltas, reported, model))
+        # (a stream the built-in simulator did not answer is priced as an import is)
+        imported = not simulated
         finished = functools.partial(
-            rows.finished, checker, request_body=body, model=model, started_at=started
-        )
+            rows.finished, checker, request_body=body, model=model, started_at=started,
+            imported=imported,
+        )  # fmt: skip
         fields = finished()
         assert (fields["usage_source"] == "reported") == reported, fields
         total_us = _time(finished, n)
         usage_part = functools.partial(
-            rows._usage_fields, checker, fields, body, None, model, started
+            rows._usage_fields, checker, fields, body, None, model, started, imported
         )
         usage_us = _time(usage_part, n)
         results.append(

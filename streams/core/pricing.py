@@ -21,6 +21,9 @@ from decimal import ROUND_HALF_EVEN, Decimal
 NANO = 10**9  # nano-units per unit of currency
 CURRENCIES = ("EUR", "USD")
 TEAM, MAINTAINED = "team", "genai-prices"  # where a rate came from (`Rate.source`)
+# the built-in simulator's made-up prices (streams/simulator/models.py): a rate's source, and
+# how its ref begins ("simulator example price: qwen3-coder"), which the pages say is an example
+EXAMPLE = "simulator example price"
 PER_MILLION = Decimal(1_000_000)
 
 
@@ -47,6 +50,12 @@ class Rate:
         wild = any(c in self.pattern for c in "*?[")
         literal = len(self.pattern.split("*", 1)[0].split("?", 1)[0].split("[", 1)[0])
         return (not wild, literal)
+
+
+def example_model(ref: str) -> str | None:
+    """The model whose simulator example price `ref` names (a stored `price_ref`), else None."""
+    prefix = f"{EXAMPLE}: "
+    return ref[len(prefix) :] if ref.startswith(prefix) else None
 
 
 def pick(rates, model: str, at: dt.datetime) -> Rate | None:

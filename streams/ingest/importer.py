@@ -253,6 +253,7 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
         model=requested,
         # priced as of when it ran (a HAR says), else as of its import
         started_at=har.get("started_at") or dt.datetime.now(dt.UTC),
+        imported=True,
     )
     stream = rows.create(
         body,

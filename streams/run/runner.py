@@ -25,7 +25,7 @@ from streams.ingest.upstream import ClientPool
 from streams.ingest.writer import get_writer
 from streams.models import Stream
 from streams.observe import telemetry
-from streams.simulator import scenarios
+from streams.simulator import built_in_upstream, scenarios
 from streams.store import retention, rows
 
 log = logging.getLogger(__name__)
@@ -37,7 +37,7 @@ _simulator_lock = threading.Lock()
 def upstream_base_url():
     """The configured upstream, or the built-in simulator (started on first use)."""
     global _simulator
-    if settings.UPSTREAM_BASE_URL:
+    if not built_in_upstream():
         return settings.UPSTREAM_BASE_URL
     with _simulator_lock:
         if _simulator is None:
@@ -49,7 +49,7 @@ def upstream_base_url():
 
 
 def uses_simulator():
-    return not settings.UPSTREAM_BASE_URL
+    return built_in_upstream()
 
 
 # ---------------------------------------------------------------------------------------------

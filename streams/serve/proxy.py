@@ -23,7 +23,9 @@ Forward first, record after: each chunk of the upstream's body is written to the
 as it arrives, then handed to the recorder (`recorder.record_attempt` with a tap), which stores
 every event with both times, receipt from the upstream (`t_us`) and hand-over to the client's
 socket (`sent_us`). The client gets the upstream's status, headers (minus hop-by-hop ones) and
-body bytes, plus `X-Accel-Buffering: no`, `Cache-Control: no-cache` and `X-Streamscope-Stream`.
+body bytes, plus `X-Accel-Buffering: no`, `Cache-Control: no-cache` and `X-Streamscope-Stream`
+(and `X-Streamscope-Hint`, with a line in the log, when a request without a `stream` field got
+an event stream: `STREAMED_BY_DEFAULT`).
 An upstream failure is never turned into a clean end: a reset upstream connection resets the
 client's. A client that hangs up cancels the upstream request (the row ends `cancelled`,
 `client_disconnected`), or with `STREAMSCOPE_PROXY_ON_DISCONNECT=drain` the upstream is read to
@@ -339,7 +341,10 @@ async def _responses(scope, receive, send, user, headers, forward):
     model = body.get("model")
     rec = Recording(None, user.pk, pinned_model=isinstance(model, str) and model != "auto")
     rec.proxied = True
-    tap = Tap(send, rec, row, content, forward, wants_json=body.get("stream") is not True)
+    tap = Tap(
+        send, rec, row, content, forward,
+        wants_json=body.get("stream") is not True, stream_unasked="stream" not in body,
+    )  # fmt: skip
     # Its own task and context: it outlives this request with `drain`, and a cancel from a
     # page or the API reaches it like any running stream (runner.adopt, once the row exists).
     url = base_url.rstrip("/") + "/responses"
@@ -432,7 +437,7 @@ class Tap:
     """The proxy's side of `record_attempt`: the upstream's head and each chunk of its body go
     to the client first; what `chunk` returns is when the client's socket had it."""
 
-    def __init__(self, send, rec, row, content, headers, *, wants_json):
+    def __init__(self, send, rec, row, content, headers, *, wants_json, stream_unasked=False):
         self.send = send
         self.rec = rec
         self.make_row = row  # creates the stream's row (a coroutine function)
@@ -442,6 +447,7 @@ class Tap:
         self.content = content
         self.headers = headers
         self.wants_json = wants_json
+        self.stream_unasked = stream_unasked  # the request had no `stream` field
         self.started = False
         self.client_gone = False
         self.too_slow = False  # let go for not reading (not a hang-up)
@@ -467,6 +473,9 @@ class Tap:
             (b"cache-control", b"no-cache"),
             (b"x-streamscope-stream", str(self.stream_id).encode()),
         ]
+        if self.stream_unasked and _is_event_stream(response):
+            headers.append((b"x-streamscope-hint", STREAMED_BY_DEFAULT.encode()))
+            log.warning("stream %s: %s", self.stream_id, STREAMED_BY_DEFAULT)
         await self.send(
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
@@ -524,6 +533,21 @@ class Tap:
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
         elif not _abort(self.send):
             raise ConnectionResetError(f"stream {self.stream_id}: the upstream broke off")
+
+
+# The API streams by default (docs/protocol.md): a request without a `stream` field gets an
+# event stream, which an SDK that did not ask for one hands back unparsed (the openai SDK's
+# `client.responses.create()` without `stream=` returns the event stream's text as a `str`).
+# Said in a response header and in the server's log, for whoever wonders where the object went.
+STREAMED_BY_DEFAULT = (
+    'The request had no "stream" field and the API streams by default: this answer is an event '
+    'stream. Send "stream": true and read its events (the openai SDK: stream=True), or '
+    '"stream": false for one JSON response.'
+)
+
+
+def _is_event_stream(response):
+    return response.headers.get("content-type", "").startswith("text/event-stream")
 
 
 # Outcomes after which the client's connection is reset rather than ended: the upstream's

@@ -19,6 +19,15 @@ from .server import (
     start_in_thread,
 )
 
+
+def built_in_upstream():
+    """Whether this instance's upstream is the built-in simulator: no UPSTREAM_BASE_URL (the
+    runner starts it in-process the first time a stream needs it)."""
+    from django.conf import settings
+
+    return not settings.UPSTREAM_BASE_URL
+
+
 __all__ = [
     "MODELS",
     "ModelProfile",
@@ -27,6 +36,7 @@ __all__ = [
     "SCENARIOS",
     "SimulatorHandle",
     "SimulatorServer",
+    "built_in_upstream",
     "docs",
     "route",
     "shared_simulator",

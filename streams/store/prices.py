@@ -2,6 +2,10 @@
 maintained list (genai-prices, bundled with its package: it is never updated over the network
 here, so a figure does not change under anyone's feet).
 
+A stream the built-in simulator answered, which no team price names, gets the simulator's
+example price of its model (labelled as one wherever the price is named), so that costs work
+out of the box; a real upstream's streams never do.
+
 The team's table (`Price`, edited in the admin) is read into a snapshot, reloaded when it is
 older than `STALE_S` by whoever asks from a thread (the recorder's writer does, every batch);
 a stream finishing on the event loop prices against the snapshot as it is, never touching the
@@ -27,6 +31,8 @@ from django.dispatch import receiver
 
 from streams.core import pricing
 from streams.core.pricing import MAINTAINED, NANO, Rate
+from streams.simulator import built_in_upstream
+from streams.simulator.models import EXAMPLE_CURRENCY, MODELS
 
 log = logging.getLogger(__name__)
 
@@ -143,14 +149,32 @@ def maintained_rate(model: str, usage, at: dt.datetime):
 
 
 NO_PRICE = {"cost_nanos": None, "cost_currency": "", "price_ref": ""}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def cost_fields(usage, model: str, at: dt.datetime | None) -> dict:
+def example_rate(model: str) -> Rate | None:
+    """The built-in simulator's example price of `model` (streams/simulator/models.py), or
+    None for a model it does not have."""
+    profile = MODELS.get(model)
+    if profile is None:
+        return None
+    return Rate(
+        pattern=model, effective_from=_EPOCH, currency=EXAMPLE_CURRENCY,
+        input=profile.input_per_million, output=profile.output_per_million,
+        source=pricing.EXAMPLE, ref=f"{pricing.EXAMPLE}: {model}",
+    )  # fmt: skip
+
+
+def cost_fields(usage, model: str, at: dt.datetime | None, *, imported=False) -> dict:
     """A finished stream's cost columns: its usage at the price for `model` valid at `at` (its
-    start), the team's first. No price (unknown model, unknown usage): `cost_nanos` None."""
+    start), the team's first; then, for a stream the built-in simulator answered (recorded,
+    not `imported`, while it is this instance's upstream), its example price; then the
+    maintained list. No price (unknown model, unknown usage): `cost_nanos` None."""
     if not model or at is None or usage.input_tokens is None or usage.output_tokens is None:
         return dict(NO_PRICE)
     rate = pricing.pick(_book.current(), model, at)
+    if rate is None and not imported and built_in_upstream():
+        rate = example_rate(model)
     if rate is not None:
         return {
             "cost_nanos": pricing.cost(rate, usage),

@@ -250,6 +250,7 @@ def finished(
     answer=None,
     model="",
     started_at=None,
+    imported=False,
 ):
     """The fields a stream ends with, bounded, for its last write.
 
@@ -260,7 +261,8 @@ def finished(
     ({"<name>_us": µs}) are written too; `proxy_delays`: the proxy's `(µs held, events)`.
     Usage and cost (`_usage_fields`): from the checker's terminal response, or `answer`, the
     `(usage, text, model)` of a `stream: false` answer; `request_body` for an estimate, `model` (the
-    requested one, when no response named one) and `started_at` for the price."""
+    requested one, when no response named one), `started_at` and `imported` (a capture, not
+    an answer of this instance's upstream) for the price."""
     fields = {
         "status": status if status is not None else status_from_checker(checker),
         "finished_at": finished_at,
@@ -285,13 +287,13 @@ def finished(
     )
     if proxy_delays:
         fields.update(figures.proxy_added(proxy_delays))
-    fields.update(_usage_fields(judged, fields, request_body, answer, model, started_at))
+    fields.update(_usage_fields(judged, fields, request_body, answer, model, started_at, imported))
     if request_body is not None:  # (else what the row was made with stays)
         fields["search_other"] = search.other_text(request_body, fields.get("parts"))
     return bound(fields)
 
 
-def _usage_fields(judged, fields, request_body, answer, model, started_at):
+def _usage_fields(judged, fields, request_body, answer, model, started_at, imported):
     """A finished row's usage (reported, else estimated) and its cost. None of it for a
     request that got no answer to count (`judged` None and no `answer`)."""
     if judged is not None:
@@ -305,7 +307,7 @@ def _usage_fields(judged, fields, request_body, answer, model, started_at):
     else:
         return {**usage.NONE.fields(), **prices.NO_PRICE}
     model = fields.get("resolved_model") or (model if model != "auto" else "")
-    return {**used.fields(), **prices.cost_fields(used, model, started_at)}
+    return {**used.fields(), **prices.cost_fields(used, model, started_at, imported=imported)}
 
 
 def _output_fields(checker):
@@ -408,6 +410,7 @@ def from_events(
         request_body=stream.request_body,
         model=requested,
         started_at=stream.started_at or stream.created_at,
+        imported=stream.source == Stream.Source.IMPORT,
     )
     return Rebuilt(fields, list(checker.violations))
 
@@ -919,7 +922,8 @@ def repriced(stream, last_event_data=None, *, recount=False):
         stream.requested_model if stream.requested_model != "auto" else ""
     )
     at = stream.started_at or stream.created_at
-    return {**used.fields(), **prices.cost_fields(used, model, at)}
+    imported = stream.source == Stream.Source.IMPORT
+    return {**used.fields(), **prices.cost_fields(used, model, at, imported=imported)}
 
 
 def reprice(queryset, *, recount=False, chunk=500):

@@ -127,3 +127,34 @@ def test_the_server_and_the_scripts_write_a_half_way_amount_alike(logged_in_page
             f"async () => (await import('/static/js/i18n.js')).money({nanos}, 'EUR')"
         )
         assert script == money(nanos, "EUR"), nanos
+
+
+@pytest.fixture
+def fresh_install(transactional_db, _relay_db_connections):
+    """A Daphne as `make run` starts one: no UPSTREAM_BASE_URL (the built-in simulator, in the
+    server's process), no team price."""
+    prices.forget()
+    server = DaphneServer("")
+    yield server
+    server.stop()
+
+
+def test_a_fresh_install_prices_the_simulators_answers_as_examples(browser, fresh_install, owner):
+    pg = Playground(browser, fresh_install, owner)
+    try:
+        page = pg.page
+        page.route("**/playground/*/turns/*/", lambda route: route.abort())  # (the script's)
+        stream_id = pg.send("Tell me about Utrecht", speed="1")  # (routed: mistral-small-3.2)
+        assert pg.wait_ended() == "completed"
+        stream = Stream.objects.get(pk=stream_id)
+        model = stream.resolved_model
+        assert stream.price_ref == f"simulator example price: {model}" and stream.cost_nanos
+        cost = money(stream.cost_nanos, stream.cost_currency)
+        assert page.inner_text(f"{LAST} .pg-cost b") == f"{cost} (example)"
+        note = f"price: an example price of the built-in simulator for {model}, not a real one"
+        assert page.get_attribute(f"{LAST} .pg-cost", "title") == note
+        timeline = open_tab(pg, f"{fresh_install.url}/streams/{stream_id}/")
+        assert timeline.inner_text("#usage-cost") == f"{cost} (example)"
+        assert timeline.inner_text("#usage-cost-note") == note and timeline.errors == []
+    finally:
+        pg.close()

@@ -13,7 +13,7 @@ from playwright.sync_api import expect
 
 from dashboard.models import Conversation
 from streams.core import conf
-from streams.models import Stream
+from streams.models import Score, Stream
 from tests.conftest import DaphneServer
 from tests.support.browser import LAST, Playground
 
@@ -247,3 +247,33 @@ def test_a_stall_is_retried_and_then_offered_for_a_retry(browser, impatient_serv
     expect(page.locator(f"{LAST} .pg-retry button")).to_be_visible()
     assert len(pg.answer_text()) > 0  # what the last attempt received before it stalled
     pg.close()
+
+
+def test_thumbs_beside_an_answer_stay_on_the_page(playground):
+    """A thumb pressed on an answer that just streamed in (its turn inserted by the script)
+    and on a reloaded conversation: the conversation stays, the thumb is pressed, and the
+    "Score…" form stays folded (it opens for a typed score, not a thumb)."""
+    pg = playground()
+    page = pg.page
+    stream_id = pg.send("Tell me about Utrecht", speed="0")
+    assert pg.wait_ended() == "completed"
+    url = page.url
+    page.evaluate("() => { window.__notReloaded = true; }")
+    page.locator(f"{LAST} .thumb.up").click()
+    page.wait_for_selector(f'{LAST} .thumbs[data-mine="up"]')
+    assert page.url == url and page.evaluate("() => window.__notReloaded === true")
+    assert Score.objects.get(stream_id=stream_id).label == "up"
+    assert page.locator(f"{LAST} details.score-more").get_attribute("open") is None
+    assert page.locator(f"{LAST} .pg-user .pg-text").inner_text() == "Tell me about Utrecht"
+
+    page.reload()
+    page.locator(f"{LAST} .thumb.down").click()
+    page.wait_for_selector(f'{LAST} .thumbs[data-mine="down"]')
+    assert page.url == url
+    assert page.locator(f"{LAST} details.score-more").get_attribute("open") is None
+    assert Score.objects.get(stream_id=stream_id).label == "down"
+    # a typed score still opens it, to say what was saved
+    page.locator(f"{LAST} details.score-more summary").click()
+    page.locator(f"{LAST} .score-pop input[name=value]").fill("up")
+    page.locator(f"{LAST} .score-pop button.primary").click()
+    page.wait_for_selector(f"{LAST} details.score-more[open] p.saved")

@@ -9,6 +9,7 @@
  * here).
  */
 import { count, fmt, money, num, t } from "../i18n.js";
+import { EXAMPLE_PRICE } from "../vocabulary.js";
 
 export function fmtMs(v) {
   if (v === null || v === undefined || Number.isNaN(v)) return "—";
@@ -106,7 +107,21 @@ export function usageTitle(f, finished) {
   return `${parts.join(", ")} (${how})`;
 }
 
-/** The cost ("€0.00123", "≈€0.00123"), "no price" once `finished` without one, else "—". */
+/** The model of a simulator example price's ref, else null. */
+function exampleModel(ref) {
+  const prefix = `${EXAMPLE_PRICE}: `;
+  return typeof ref === "string" && ref.startsWith(prefix) ? ref.slice(prefix.length) : null;
+}
+
+/** The price's name: its ref, a simulator example price in words (nobody's real price). */
+function priceName(ref) {
+  const model = exampleModel(ref);
+  if (model === null) return ref || "?";
+  return fmt(t("an example price of the built-in simulator for %(model)s, not a real one"), { model });
+}
+
+/** The cost ("€0.00123", "≈€0.00123", "(example)" after one at a simulator example price),
+ * "no price" once `finished` without one, else "—". */
 export function costNodes(f, finished) {
   if (!finished) return ["—"];
   if (!known(f.cost_nanos)) {
@@ -115,14 +130,19 @@ export function costNodes(f, finished) {
     none.textContent = t("no price");
     return [none];
   }
-  return marked(f, money(f.cost_nanos, f.cost_currency));
+  const shown = marked(f, money(f.cost_nanos, f.cost_currency));
+  if (exampleModel(f.price_ref) === null) return shown;
+  const example = document.createElement("span");
+  example.className = "example-price";
+  example.textContent = t("(example)");
+  return [...shown, " ", example];
 }
 
 /** The price a cost was figured at, or why there is none; "" while the stream runs. */
 export function costNote(f, finished) {
   if (!finished) return "";
   if (known(f.cost_nanos)) {
-    const price = fmt(t("price: %(price)s"), { price: f.price_ref || "?" });
+    const price = fmt(t("price: %(price)s"), { price: priceName(f.price_ref) });
     return isEstimate(f) ? `${t("estimated usage")} · ${price}` : price;
   }
   if (!f.usage_source) return t("no usage to price");
