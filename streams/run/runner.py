@@ -26,7 +26,7 @@ from streams.ingest.writer import get_writer
 from streams.models import Stream
 from streams.observe import telemetry
 from streams.simulator import scenarios
-from streams.store import retention, rows
+from streams.store import retention, rows, search
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +318,9 @@ def _sweep_now():
     # Retention rides on the same sweep: it does nothing until it is due (at most once an
     # hour per process), then deletes in small batches of one short transaction each.
     retention.prune_if_due()
+    # So does the search index's text: rows a writer left underived, and those that may hold a
+    # secret learned since they were indexed, derived again (a bounded batch per sweep).
+    search.maintain()
     return swept
 
 

@@ -121,6 +121,24 @@ def rules() -> Rules:
     return _known.get()
 
 
+def fresh_rules() -> Rules:
+    """The current Rules, other processes' new pass-through keys read first when the last look
+    is over REFRESH_S old (sync; on an event loop, the rules as they are): for what is derived
+    now to be read later, such as the search index, which must not miss a key another process
+    sealed a moment ago."""
+    if _known.stale() and not _on_event_loop():
+        _known.refresh()
+    return rules()
+
+
+def _on_event_loop():
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def redact(text):
     """`text` without any secret (anything but a string comes back as it is): for the exits
     that are not ASGI messages (spans, log lines)."""
@@ -194,14 +212,49 @@ async def refreshed(wait):
         await _known.refresh_async(wait)
 
 
+def redact_record(record: logging.LogRecord) -> None:
+    """A log record without any secret, in place: its message (arguments merged in), its
+    exception's traceback and its stack, as every handler will format them."""
+    try:
+        if not rules():
+            return
+        message = record.getMessage()
+    except Exception:  # settings not ready, or a log call with the wrong arguments (logging
+        return  # reports those itself)
+    record.msg, record.args = redact(message), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)
+
+
 class LogFilter(logging.Filter):
-    """Log lines are an exit too: their message and arguments lose any secret."""
+    """Log lines are an exit too: their message and arguments lose any secret (for handlers
+    configured before `redact_every_record`, see there)."""
 
     def filter(self, record):
-        try:
-            if rules():
-                record.msg = redact(str(record.getMessage()))
-                record.args = None
-        except Exception:  # a log call with the wrong arguments: logging reports it itself
-            pass
+        redact_record(record)
         return True
+
+
+_make_record = []
+
+
+def redact_every_record() -> None:
+    """Every log record this process makes, by any logger (ours, Django's, Daphne's, Twisted's
+    through the standard library, asyncio's), loses any secret as it is made: a filter would
+    have to be on every handler, and a library's own handler (Daphne's root handler) has none.
+    Installed once, when the apps are ready (streams/apps.py)."""
+    if _make_record:
+        return
+    make = logging.getLogRecordFactory()
+    _make_record.append(make)
+
+    def factory(*args, **kwargs):
+        record = make(*args, **kwargs)
+        redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)
