@@ -27,6 +27,7 @@ from django.dispatch import receiver
 
 from streams.core import pricing
 from streams.core.pricing import MAINTAINED, NANO, Rate
+from streams.store import known_secrets
 
 log = logging.getLogger(__name__)
 
@@ -150,6 +151,10 @@ def cost_fields(usage, model: str, at: dt.datetime | None) -> dict:
     start), the team's first. No price (unknown model, unknown usage): `cost_nanos` None."""
     if not model or at is None or usage.input_tokens is None or usage.output_tokens is None:
         return dict(NO_PRICE)
+    # The team's patterns are globs (`gpt-4o*`) staff write and `reprice` applies: matched
+    # against an upstream's model id as stored, `m-sk-4*` priced or not would tell a key's
+    # characters one at a time. Matched against it redacted, a key in it matches nothing.
+    model = known_secrets.redact(model)
     rate = pricing.pick(_book.current(), model, at)
     if rate is not None:
         return {
