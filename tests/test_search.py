@@ -317,6 +317,17 @@ def test_the_index_and_its_snippets_are_made_of_the_redacted_text():
         known_secrets.forget_all()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_the_servers_sweep_derives_what_a_writer_left_underived():
+    from streams.run import runner
+
+    stream = stored(prompt="Vertel over de Dom")
+    Stream.objects.filter(pk=stream.pk).update(prompt="Vertel over de Domtoren")  # (forgot)
+    assert found("domtoren") == [] and found("vertel") == []
+    runner._sweep_now()  # (every SWEEP_INTERVAL_S in every server and worker process)
+    assert found("domtoren") == [stream.pk]
+
+
 LATE_KEY = "pk-live-" + "Q7w8E9r0T1y2U3i4O5p6"  # (no `sk-` shape: only known once remembered)
 
 

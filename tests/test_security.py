@@ -181,9 +181,13 @@ class TestSearchThrottling:
         r = api.get("/api/streams/", {"q": "x"}, HTTP_AUTHORIZATION=f"Bearer {self.token}")
         assert r.status_code == 429 and r.json()["error"]["code"] == "too_many_searches"
         assert int(r["Retry-After"]) >= 1
-        # what is not a search is not counted nor refused
+        # what is not a search of the text is not counted nor refused
         assert pages[0].get("/").status_code == 200
         assert pages[0].get("/", {"status": "failed"}).status_code == 200
+        assert pages[0].get("/", {"q": "#42"}).status_code == 200
+        stream = Stream.objects.create(user=self.mallory, upstream_id="resp_live1")
+        r = pages[0].get("/", {"q": "resp_live1", "fragment": "streams"})  # (the live list's)
+        assert r.status_code == 200 and f"stream-row-{stream.pk}" in r.text
 
     def test_other_users_search_on_from_the_same_address(self):
         mallory, alice = self.client(self.mallory, "10.0.4.1"), self.client(self.alice, "10.0.4.1")

@@ -31,7 +31,7 @@ def stream_list_csv(request):
         )
         response["X-Content-Type-Options"] = "nosniff"
         return response
-    if form.cleaned_data["q"]:
+    if queries.ranked_terms(request.user, form.filters()):  # (a search of the text)
         retry = search_allowed(request.user)
         if retry is not None:
             response = HttpResponse(

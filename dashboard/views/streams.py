@@ -195,13 +195,12 @@ def stream_list(request):
         context["show_owner"] = request.user.is_staff
         return render(request, "dashboard/stream_list.html", context, status=400)
     d = form.cleaned_data
-    if d["q"]:
-        retry = search_allowed(request.user)
-        if retry is not None:
-            return _too_many_searches(request, form, retry)
     filters = form.filters()
     terms = queries.ranked_terms(request.user, filters)
     if terms:  # words: the best matches first, each with a snippet
+        retry = search_allowed(request.user)
+        if retry is not None:
+            return _too_many_searches(request, form, retry)
         page = queries.search_page(request.user, filters, terms, d["page"] or 1)
     else:
         page = queries.stream_page(request.user, filters, before=d["before"], after=d["after"])
@@ -228,7 +227,7 @@ def stream_list(request):
 
 def _too_many_searches(request, form, retry):
     """429 with Retry-After: the page, or (htmx, the live list) the piece it asked for, saying
-    when to search again (streams/store/access.py: `search_allowed`)."""
+    when to search the text again (streams/store/access.py: `search_allowed`)."""
     context = {
         "form": form,
         "nav": "streams",

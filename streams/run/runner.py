@@ -247,6 +247,7 @@ class _Complaints:
 
 _heartbeat_tasks = {}
 _heartbeat_complaints = _Complaints("heartbeat")
+_search_complaints = _Complaints("search maintenance")
 
 
 def _ensure_heartbeat():
@@ -319,8 +320,14 @@ def _sweep_now():
     # hour per process), then deletes in small batches of one short transaction each.
     retention.prune_if_due()
     # So does the search index's text: rows a writer left underived, and those that may hold a
-    # secret learned since they were indexed, derived again (a bounded batch per sweep).
-    search.maintain()
+    # secret learned since they were indexed, derived again (a bounded batch per sweep); its
+    # failure is its own (the orphans above were swept all the same)
+    try:
+        search.maintain()
+    except Exception as exc:
+        _search_complaints.failed(exc)
+    else:
+        _search_complaints.recovered()
     return swept
 
 

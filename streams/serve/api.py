@@ -414,7 +414,7 @@ async def api_streams(request):
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
-    if d["q"]:
+    if d["q"] and search.parse(d["q"]):
         retry = await sync_to_async(search_allowed)(request.user)
         if retry is not None:
             response = json_error(

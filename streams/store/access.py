@@ -9,8 +9,8 @@
 - Wrong tokens are throttled per client IP (`token_user`, for the API, the proxy and the
   WebSockets): a sliding window of failures in Django's cache (Redis at scale, so every process
   counts the same); valid tokens are never counted. Passwords are django-axes' (settings.py).
-- Searches are throttled per user (`search_allowed`), in the same kind of window: a search is
-  a question about stored text, and many quick ones are how an index is walked.
+- Searches of the text are throttled per user (`search_allowed`), in the same kind of window:
+  a search is a question about stored text, and many quick ones are how an index is walked.
 """
 
 import datetime as dt
