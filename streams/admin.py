@@ -38,6 +38,10 @@ class FiltersOnly:
             return False
         name, _, rest = lookup.partition("__")
         for entry in self.get_list_filter(request):
+            if isinstance(entry, type) and issubclass(entry, admin.SimpleListFilter):
+                if lookup == entry.parameter_name:  # (its own parameter, its own query)
+                    return True
+                continue
             field = entry[0] if isinstance(entry, tuple | list) else entry
             if not isinstance(field, str) or field != name:
                 continue

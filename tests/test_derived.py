@@ -59,6 +59,30 @@ def test_the_admin_filters_by_its_own_filters_and_nothing_else(staff):
     assert rows(staff, "/admin/streams/stream/?q=nothing")[0] == 200  # (its exact id search)
 
 
+def test_a_filter_of_its_own_is_asked_by_its_own_parameter_only():
+    from django.contrib import admin
+
+    from streams.admin import FiltersOnly
+
+    class Failed(admin.SimpleListFilter):
+        title, parameter_name = "failed", "failed"
+
+        def lookups(self, request, model_admin):
+            return [("1", "yes")]
+
+        def queryset(self, request, queryset):
+            return queryset
+
+    class Probe(FiltersOnly, admin.ModelAdmin):
+        list_filter = (Failed, "status")
+
+    probe = Probe(Stream, admin.site)
+    assert probe.lookup_allowed("failed", "1") and probe.lookup_allowed("status__exact", "x")
+    assert not probe.lookup_allowed("failed__startswith", "1")
+    assert not probe.lookup_allowed("status__gt", "x")
+    assert not probe.lookup_allowed("error_message__startswith", "x")
+
+
 def test_label_lists_are_in_the_order_of_their_redacted_texts(settings):
     settings.UPSTREAM_API_KEY = KEY
     # someone's imported model ids, guessing the key's next character, beside the key's own
