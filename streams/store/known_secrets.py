@@ -83,11 +83,16 @@ class _Known:
 
     def refresh(self):
         """Read the pass-through keys other processes sealed since the last look (sync)."""
+        from django.db import transaction
+
         from streams.store import sealed  # (a model: this module loads before the apps do)
 
         self.checked = time.monotonic()
         try:
-            top, secrets = sealed.load_after(self.sealed_max)
+            # (a savepoint inside a transaction, such as the writer's when it derives the
+            # search text: a failed read must not leave it aborted on PostgreSQL)
+            with transaction.atomic():
+                top, secrets = sealed.load_after(self.sealed_max)
         except Exception:  # no table yet (before migrate), database away: keep what we know
             log.debug("pass-through keys not read", exc_info=True)
             return
