@@ -29,7 +29,7 @@ from streams.core import figures
 from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import CURRENCIES
 from streams.models import Event, Finding, Stream
-from streams.store import public, scores, search
+from streams.store import known_secrets, public, scores, search
 from streams.store.access import may_see, streams_for
 from streams.store.lookups import HasTag
 from streams.store.rows import PROXIED_INSERT_COLUMNS
@@ -250,7 +250,7 @@ def model_names(user):
         names.add(requested)
         names.add(resolved)
     names.discard("")
-    return sorted(names)
+    return known_secrets.label_order(names)
 
 
 def _rows_for(user, streams):
@@ -637,7 +637,7 @@ def type_counts(stream):
         .annotate(n=Count("id"))
         .values_list("type", "n")
     )
-    return sorted(rows, key=lambda r: (-r[1], r[0]))
+    return sorted(rows, key=lambda r: (-r[1], known_secrets.label_key(r[0])))
 
 
 def stream_timeline(user, stream, window=None):

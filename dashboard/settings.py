@@ -219,7 +219,10 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
-    # log lines are an exit too: the egress gate's rules apply (streams/serve/egress.py)
+    # log lines are an exit too: the egress gate's rules apply. Every record of every logger is
+    # redacted as it is made once the apps are ready (known_secrets.redact_every_record); the
+    # filter covers what is logged before, and Daphne's access log is redacted at its source
+    # (streams/serve/edge.py)
     "filters": {"egress": {"()": "streams.store.known_secrets.LogFilter"}},
     "handlers": {
         "console": {"class": "logging.StreamHandler", "formatter": "plain", "filters": ["egress"]}

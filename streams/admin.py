@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.core.paginator import Paginator
 from django.utils.formats import number_format
+from django.db import models
 from django.utils.functional import cached_property
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -23,6 +24,50 @@ from streams.store.lookups import distinct_stream_values
 
 # A big table's changelist counts this many rows at most; beyond, it says it did not count.
 COUNT_CAP = 10_000
+
+from streams.store import known_secrets
+
+
+class FiltersOnly:
+    """A changelist filters by what its own list filters offer, and by nothing else.
+
+    Django lets the query string filter by any lookup on a model's own fields
+    (`?error_message__startswith=Incorrect API key provided: sk-4`, `?output_text__gt=…`): each
+    is a question about stored text, and an upstream's echo of a key in it is walked out one
+    character at a time (a prefix) or by halves (a range), though every page shows it
+    `[redacted]` (docs/security.md). So only the parameters the filters make are allowed: a
+    value (`__exact`, `__isnull`, a related id), a date filter's bounds."""
+
+    FILTER_LOOKUPS = ("exact", "isnull", "id__exact")
+    DATE_LOOKUPS = ("gte", "lt")
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if not super().lookup_allowed(lookup, value, request):
+            return False
+        name, _, rest = lookup.partition("__")
+        for entry in self.get_list_filter(request):
+            if isinstance(entry, type) and issubclass(entry, admin.SimpleListFilter):
+                if lookup == entry.parameter_name:  # (its own parameter, its own query)
+                    return True
+                continue
+            field = entry[0] if isinstance(entry, tuple | list) else entry
+            if not isinstance(field, str) or field != name:
+                continue
+            kinds = self.FILTER_LOOKUPS
+            if isinstance(self.model._meta.get_field(name), models.DateField):
+                kinds += self.DATE_LOOKUPS
+            return rest in kinds
+        return False
+
+
+class RedactedOrderValuesFilter(admin.AllValuesFieldListFilter):
+    """A filter of a column's values (a model id, an event type: upstream text), listed in the
+    order of their redacted texts: in the order of the stored ones, a key's place among the
+    values someone else chose would tell its characters (known_secrets.label_order)."""
+
+    def __init__(self, field, request, params, model, model_admin, field_path):
+        super().__init__(field, request, params, model, model_admin, field_path)
+        self.lookup_choices = known_secrets.label_order(self.lookup_choices)
 
 
 class CappedCountPaginator(Paginator):
@@ -66,7 +111,7 @@ class CappedCountPaginator(Paginator):
         return ""
 
 
-class BigTableAdmin(admin.ModelAdmin):
+class BigTableAdmin(FiltersOnly, admin.ModelAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
     list_per_page = 50
@@ -179,7 +224,7 @@ CANCEL_REASONS = {
 
 
 @admin.register(ImportJob)
-class ImportJobAdmin(admin.ModelAdmin):
+class ImportJobAdmin(FiltersOnly, admin.ModelAdmin):
     list_display = ("id", "user", "status", "created_at", "cancelled_because")
     list_filter = ("status",)
     raw_id_fields = ("user",)
@@ -191,7 +236,7 @@ class ImportJobAdmin(admin.ModelAdmin):
 
 
 @admin.register(ImportFile)
-class ImportFileAdmin(admin.ModelAdmin):
+class ImportFileAdmin(FiltersOnly, admin.ModelAdmin):
     list_display = ("job", "position", "filename", "size", "status")
     list_filter = ("status",)
     raw_id_fields = ("job",)
@@ -199,7 +244,7 @@ class ImportFileAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):
+class ApiTokenAdmin(FiltersOnly, admin.ModelAdmin):
     list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked")
     list_filter = ("revoked",)
     readonly_fields = ("digest", "prefix", "created_at", "last_used_at")
@@ -218,7 +263,7 @@ class LookAndDelete:
 
 
 @admin.register(ScoreType)
-class ScoreTypeAdmin(admin.ModelAdmin):
+class ScoreTypeAdmin(FiltersOnly, admin.ModelAdmin):
     """Where staff define what a score may be (docs/scores.md): a type in use cannot be
     deleted (its scores protect it)."""
 
@@ -253,7 +298,7 @@ class CommentAdmin(LookAndDelete, BigTableAdmin):
 
 
 @admin.register(ShareLink)
-class ShareLinkAdmin(LookAndDelete, admin.ModelAdmin):
+class ShareLinkAdmin(LookAndDelete, FiltersOnly, admin.ModelAdmin):
     """Share links of everyone: which are open, and revoking them (the secret itself is not
     kept, so a link is never made or shown here)."""
 
@@ -275,7 +320,7 @@ class ShareLinkAdmin(LookAndDelete, admin.ModelAdmin):
 
 
 @admin.register(Price)
-class PriceAdmin(admin.ModelAdmin):
+class PriceAdmin(FiltersOnly, admin.ModelAdmin):
     """The team's own prices: they win over the maintained list for the streams that finish
     after an edit (`manage.py reprice` for those already stored)."""
 

@@ -12,6 +12,8 @@ class StreamsConfig(AppConfig):
         from streams.observe import telemetry  # noqa: F401  (its score and comment counters)
         from streams.store import aggregates, known_secrets, prices, scores  # noqa: F401
 
+        # log lines are an exit too: every record, whichever logger makes it, loses any secret
+        known_secrets.redact_every_record()
         # what the hot path would load at its first use, loaded as a server starts instead
         # (streams/core/warmup.py)
         warmup.add("the usage tokenizer", usage.warm)

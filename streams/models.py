@@ -125,8 +125,18 @@ class Stream(models.Model):
         _("final text"), blank=True
     )  # from the terminal event, when it has one
     output_text = models.TextField(_("output text"), blank=True)  # reassembled from the deltas
-    # What a search finds besides the prompt, output and error (streams/store/search.py).
+    # What a search finds besides the prompt, output and error (streams/store/search.py), stored
+    # redacted: it is the search's own, made of the request and the parts, which keep it all.
     search_other = models.TextField(_("other searchable text"), blank=True)
+    # What the search index reads instead of the prompt, output and error: each with every
+    # secret taken out, kept only where that changed something (NULL: the column itself), and
+    # when they were derived (ns since the epoch). NULL there: not derived since an indexed
+    # column last changed, and the index holds nothing of the row (streams/store/search.py).
+    # (NULL, not "": a copy is not the empty text, and a nullable column is added in place.)
+    search_prompt = models.TextField(_("prompt as searched"), null=True, blank=True)  # noqa: DJ001
+    search_output = models.TextField(_("output as searched"), null=True, blank=True)  # noqa: DJ001
+    search_error = models.TextField(_("error as searched"), null=True, blank=True)  # noqa: DJ001
+    search_derived_ns = models.BigIntegerField(_("search text derived (ns)"), null=True, blank=True)
     parts = models.JSONField(
         _("output parts"), default=list, blank=True
     )  # reassembled output items and parts
@@ -181,6 +191,12 @@ class Stream(models.Model):
                 fields=["session", "created_at"],
                 condition=~models.Q(session=""),
                 name="stream_session_created",
+            ),
+            # the rows whose search text is not derived (search.maintain): almost none
+            models.Index(
+                fields=["id"],
+                condition=models.Q(search_derived_ns__isnull=True),
+                name="stream_search_underived",
             ),
             # list filters on status and the sweeper's `status = streaming` scan
             models.Index(fields=["status", "-created_at"], name="stream_status_created"),
@@ -515,6 +531,23 @@ class SealedSecret(models.Model):
 
     def __str__(self):
         return f"pass-through key {self.fingerprint[:12]}…"
+
+
+class SweptSecret(models.Model):
+    """A secret (the fingerprint of streams/store/sealed.py) for which the rows whose search
+    index may hold it were derived again, with it redacted (streams/store/search.py:
+    `maintain`): a pass-through key first forwarded, or a configured key changed, after rows
+    holding it were indexed."""
+
+    fingerprint = models.CharField(_("fingerprint"), max_length=64, unique=True)
+    swept_at = models.DateTimeField(_("swept at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("swept secret")
+        verbose_name_plural = _("swept secrets")
+
+    def __str__(self):
+        return f"swept {self.fingerprint[:12]}…"
 
 
 # What a client may label a stream with (X-Streamscope-Tags): the proxy keeps at most MAX_TAGS

@@ -21,6 +21,15 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "streams"
 
 
+@pytest.fixture(autouse=True)
+def _searches_counted_per_test(monkeypatch):
+    """Searches are throttled per user id (streams/store/access.py), and the ids of users come
+    again from test to test: each test counts its own, in keys of its own."""
+    from streams.store import access
+
+    monkeypatch.setattr(access, "_SEARCH_KEY", f"{access._SEARCH_KEY}:{os.urandom(6).hex()}")
+
+
 def log_in_people(target):
     """An owner, a stranger and a staff member on `target` (a view test), each with a
     logged-in Django test client as `<name>_client` (healthchecks' shared test base)."""

@@ -18,6 +18,7 @@ from django.test import AsyncClient, Client
 
 from dashboard import exports
 from streams.models import Stream
+from streams.store import rows
 from tests.conftest import log_in_people
 
 URL = "/streams.csv"
@@ -102,7 +103,8 @@ def parse(text):
 
 
 def make(user, n=1, **fields):
-    return [Stream.objects.create(user=user, **fields) for _ in range(n)]
+    # (searchable, as the rows' home makes them: streams/store/rows.py)
+    return [Stream.objects.create(**rows.with_search({"user": user, **fields})) for _ in range(n)]
 
 
 class TestDownload:

@@ -1036,6 +1036,141 @@ async def walk_outside_django(server, people, results):
             results.append(await request(c, route, kind, who, "GET", path, headers))
 
 
+# ---- the prefix walk: what the derived indexes answer about a secret ---------------------------
+#
+# The issue's attack: an upstream echoed the key into an error, every page showed `[redacted]`,
+# and `?q=incorrect 406b*` found the stream when the guess was right and not when it was wrong,
+# a character at a time. Each index built from stored text is asked a right and a wrong guess
+# of each planted secret the same way; whatever a guess's answer shows of the index (the rows
+# found, their count and order, their snippets, the status) must be the same for both.
+
+WALKED_SECRETS = {
+    "key": KEY,
+    **{f"pass_{user.removeprefix('walk-')}": key for user, key in PASS_KEYS.items()},
+}
+CONTEXT = "incorrect"  # beside the key in the upstream's 401 ("Incorrect API key provided: …")
+
+
+def _other(c):
+    """A character of the same kind that is not `c` (a wrong guess)."""
+    if c.isdigit():
+        return str((int(c) + 1) % 10)
+    if c.isalpha():
+        return "b" if c.lower() == "a" else "a"
+    return "x"
+
+
+def word_guesses(secret):
+    """[(right, wrong)] searches of a walk over `secret`'s random word (its longest word):
+    prefixes of a few lengths, alone and beside a word of the error that echoed it, and the
+    whole word."""
+    word = max(re.findall(r"[^\W_]+", secret), key=len).lower()
+    pairs = []
+    for n in (2, 4, 6, len(word) - 1):
+        right, wrong = word[:n], word[: n - 1] + _other(word[n - 1])
+        pairs += [(f"{right}*", f"{wrong}*"), (f"{CONTEXT} {right}*", f"{CONTEXT} {wrong}*")]
+    return [*pairs, (word, word[:-1] + _other(word[-1]))]
+
+
+def text_guesses(secret):
+    """[(right, wrong)] beginnings of `secret` as a text (for a filter that compares texts),
+    past its public prefix."""
+    return [
+        (secret[:n], secret[: n - 1] + _other(secret[n - 1]))
+        for n in (len(secret) // 2, len(secret) - 4, len(secret) - 1)
+    ]
+
+
+_ROW = re.compile(r'id="stream-row-(\d+)"')
+_SNIPPET = re.compile(r'<p class="snippet[^"]*">(.*?)</p>', re.S)
+_ADMIN_ROW = re.compile(r'name="_selected_action" value="(\d+)"')
+
+
+def observed(kind, status, body):
+    """What an answer shows of the index it asked: its status, the rows in order, their
+    snippets (the page's, the API's), the next page. The query the page echoes back is left
+    out (docs/security.md, "Left open")."""
+    if kind == "api":
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return (status, body)
+        streams = data.get("streams") or []
+        ids = [s["id"] for s in streams]
+        return (status, ids, [s.get("snippet") for s in streams], data.get("next_page"))
+    if kind == "admin":
+        return (status, _ADMIN_ROW.findall(body))
+    return (status, _ROW.findall(body), _SNIPPET.findall(body))
+
+
+def index_walks():
+    """{index: (kind, [(secret label, right url, wrong url)])}: every index over stored text
+    a person can ask, and a walk over each planted secret through it."""
+    walks = {"search page": ("page", []), "search API": ("api", [])}
+    walks |= {"resolved model filter": ("page", []), "admin lookups": ("admin", [])}
+    for label, secret in WALKED_SECRETS.items():
+        for right, wrong in word_guesses(secret):
+            for index, path in (("search page", "/"), ("search API", "/api/streams/")):
+                urls = [f"{path}?{urlencode({'q': q})}" for q in (right, wrong)]
+                walks[index][1].append((label, *urls))
+        for right, wrong in text_guesses(secret):
+            urls = [f"/?{urlencode({'resolved': f'm-{g}'})}" for g in (right, wrong)]
+            walks["resolved model filter"][1].append((label, *urls))
+            for lookup in ("error_message__startswith", "output_text__gt"):
+                admin = "/admin/streams/stream/?"
+                urls = [
+                    admin + urlencode({lookup: f"Incorrect API key provided: {g}"})
+                    for g in (right, wrong)
+                ]
+                walks["admin lookups"][1].append((label, *urls))
+    return walks
+
+
+# Searches whose answers show that the walk asked a live index of the hostile history.
+SANITY = {"search page": "/?q=incorrect", "search API": "/api/streams/?q=redacted"}
+
+
+async def prefix_walk(server, people, results, concurrency=8):
+    """{url: observation} of every walk of `index_walks` (and SANITY), as staff (who sees every
+    stream), over HTTP; the answers join `results` (searched for leaks too)."""
+    staff = people["walk-staff"]
+    walks = index_walks()
+    kinds = {url: kind for kind, guesses in walks.values() for _, *urls in guesses for url in urls}
+    kinds |= {url: walks[index][0] for index, url in SANITY.items()}
+    sem = asyncio.Semaphore(concurrency)
+    async with client(server) as c:
+
+        async def one(url, kind):
+            headers, who = {"Cookie": staff.cookie}, staff.name
+            if kind == "api":
+                headers, who = {"Authorization": f"Bearer {staff.token}"}, f"{staff.name} (token)"
+            route = {"api": "api_streams", "admin": "admin:streams_stream_changelist"}
+            async with sem:
+                r = await request(c, route.get(kind, "stream_list"), "prefix", who, "GET", url,
+                                  headers)  # fmt: skip
+            results.append(r)
+            return url, observed(kind, r.status, r.body)
+
+        return dict(await asyncio.gather(*(one(url, kind) for url, kind in kinds.items())))
+
+
+def prefix_differences(observations):
+    """[(index, secret, right url, wrong url, what each showed)] where a right guess was told
+    from a wrong one."""
+    return prefix_differences_of(observations, index_walks())
+
+
+def prefix_differences_of(observations, indexes):
+    out = []
+    for index, (_, guesses) in index_walks().items():
+        if index not in indexes:
+            continue
+        for label, right, wrong in guesses:
+            if observations[right] != observations[wrong]:
+                out.append((index, label, right, wrong, observations[right], observations[wrong]))
+    return out
+
+
 # ---- the module's one history and walk ---------------------------------------------------------
 
 
@@ -1070,6 +1205,7 @@ class Walk:
     logs: dict
     db: dict
     timings: dict
+    prefix: dict = dataclasses.field(default_factory=dict)  # `prefix_walk`'s observations
 
 
 def _db_facts(long_ids):
@@ -1142,6 +1278,8 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
         "UPSTREAM_API_KEY": KEY,
         "STREAMSCOPE_METRICS_TOKEN": METRICS_TOKEN,
         "STREAMSCOPE_MAX_CONCURRENT_PER_USER": "100",
+        # (the walk searches more than a person would: the throttle has tests of its own)
+        "STREAMSCOPE_SEARCH_MAX_PER_MINUTE": "100000",
         "STREAMSCOPE_STORAGE_RETRY_S": "2",
     }
     servers, walk = [], None
@@ -1174,13 +1312,16 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
             asyncio.run(walk_both(server, rollups, todo, ws, history, people, results))
             timings["walk"] = time.monotonic() - t
             routes += ws
+            t = time.monotonic()
+            prefix = asyncio.run(prefix_walk(server, people, results))
+            timings["prefix walk"] = time.monotonic() - t
 
             logs = {"main": _server_log(server), "rollups": _server_log(rollups)}
             db = _db_facts(long_ids)
         auth = [h.get("authorization", "") for _, _, h, _ in upstream.requests]
         walk = Walk(
             results, unfilled, unresolved, routes, history, dict(ids), long_ids, auth, logs,
-            db, timings,
+            db, timings, prefix,
         )  # fmt: skip
     except BaseException:
         for server in servers:  # (its log is gone once it stops)
@@ -1469,3 +1610,84 @@ def test_no_fragment_of_a_secret_leaves(walked):
     leaks = leaks_of(walked.results)
     _dump(walked, leaks)
     assert not leaks, leak_report(leaks, len(walked.results))
+
+
+def test_a_prefix_walk_tells_a_right_guess_from_a_wrong_one_through_no_index(walked):
+    """The issue's walk, over every planted secret (the configured key and the pass-through
+    keys), through every index a person can ask: the search page and API (words and prefixes,
+    alone and beside the error's words), the list's model filter, the admin's lookups."""
+    seen = walked.prefix
+    differences = prefix_differences(seen)
+    assert not differences, f"{len(differences)} guesses told apart:\n" + "\n".join(
+        f"{index} / {label}: {right} -> {repr(a)[:300]}\n  vs {wrong} -> {repr(b)[:300]}"
+        for index, label, right, wrong, a, b in differences[:12]
+    )
+    # not a walk of nothing: the index holds the hostile history (redacted) and answers
+    assert seen[SANITY["search page"]][1], seen[SANITY["search page"]]  # (the 401's stream)
+    assert len(seen[SANITY["search API"]][1]) >= 5, seen[SANITY["search API"]]
+    for index, (_, guesses) in index_walks().items():
+        statuses = {seen[url][0] for _, *urls in guesses for url in urls}
+        assert statuses == ({400} if index == "admin lookups" else {200}), (index, statuses)
+
+
+def test_no_fragment_of_a_secret_is_in_the_servers_logs(walked):
+    """The servers' stdout and stderr: Daphne's access log (every URL walked, the prefix
+    walk's guesses among them) and every logger's lines."""
+    finder = _finder()
+    leaks = [
+        (name, label, fragment, context)
+        for name, log in walked.logs.items()
+        for label, fragment, context, _ in finder.find(log)
+    ]
+    assert not leaks, "\n".join(f"{n}: {lb} {f!r} in …{c!r}…" for n, lb, f, c in leaks[:20])
+    assert "GET /?q=" in walked.logs["main"]  # (the access log was there to be searched)
+
+
+def test_the_prefix_walks_check_fails_on_an_index_built_without_redaction(settings, monkeypatch):
+    """The check above can fail: a history holding the planted secrets as the hostile upstream
+    echoes them, searched in-process the same way; with the index's one redaction
+    (`search.redacted`) made the identity, the walk tells right guesses from wrong ones."""
+    from django.contrib.auth import get_user_model
+    from django.test import Client
+
+    from streams.models import ApiToken
+    from streams.models import Stream as Row
+    from streams.store import known_secrets, rows, search
+
+    settings.UPSTREAM_API_KEY = KEY
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "SEARCH_MAX_PER_MINUTE": 100_000}
+    staff = get_user_model().objects.create_user("plant-staff", is_staff=True)
+    client = Client()
+    client.force_login(staff)
+    token = ApiToken.issue(staff)
+    searched = {"search page", "search API"}
+    try:
+        for key in PASS_KEYS.values():
+            known_secrets.remember(key)
+        for secret in WALKED_SECRETS.values():
+            row = rows.create(rows.build_request_body("hi"), user=staff)
+            rec = type("Rec", (), {"stream_id": row.pk})()
+            rows.update_streams(
+                {rec: {"output_text": f"raw {secret}", "error_message": f"Incorrect API key "
+                       f"provided: {secret}", "resolved_model": f"m-{secret}"}}
+            )  # fmt: skip
+
+        def walk():
+            seen = {}
+            for index, (kind, guesses) in index_walks().items():
+                for _, *urls in guesses if index in searched else ():
+                    for url in urls:
+                        headers = {"HTTP_AUTHORIZATION": f"Bearer {token}"} if kind == "api" else {}
+                        r = client.get(url, **headers)
+                        seen[url] = observed(kind, r.status_code, r.content.decode())
+            return prefix_differences_of(seen, searched)
+
+        assert walk() == []  # the index as built: redacted
+        monkeypatch.setattr(search, "redacted", lambda text: text)
+        search.rederive(Row)  # the index built again, without redaction
+        found = walk()
+        assert {(index, label) for index, label, *_ in found} == {
+            (index, label) for index in searched for label in WALKED_SECRETS
+        }
+    finally:
+        known_secrets.forget_all()

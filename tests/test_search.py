@@ -28,7 +28,7 @@ def stored(prompt="Tell me about Utrecht", user=None, instructions="", **fields)
     body = rows.build_request_body(prompt, "auto", instructions=instructions)
     stream = rows.create(body, user=user)
     if fields:
-        Stream.objects.filter(pk=stream.pk).update(**fields)
+        rows.update(Stream.objects.filter(pk=stream.pk), fields)
     return stream
 
 
@@ -94,8 +94,14 @@ def test_the_index_follows_every_write_of_the_indexed_columns():
     stream = stored(prompt="Vertel over de Domtoren", instructions="Antwoord kort")
     assert found("domtoren") == [stream.pk]  # the prompt, from the row's INSERT
     assert found("antwoord") == [stream.pk]  # its instructions, from the start
-    Stream.objects.filter(pk=stream.pk).update(output_text="Kortom: 112 meter hoog.")
+    rows.update(Stream.objects.filter(pk=stream.pk), {"output_text": "Kortom: 112 meter hoog."})
     assert found("kortom") == [stream.pk]
+    # a write that does not derive the search text leaves the row out of the index (its text
+    # unread, redacted or not) until `maintain` derives it
+    Stream.objects.filter(pk=stream.pk).update(output_text="Kortom: 113 meter hoog.")
+    assert found("kortom") == [] and found("domtoren") == []
+    search.maintain()
+    assert found("kortom") == [stream.pk] and found("113") == [stream.pk]
     # the writer's own UPDATE (raw SQL, streams/store/rows.py), as a stream's end is written
     rec = type("Rec", (), {"stream_id": stream.pk})()
     rows.update_streams({rec: {"output_text": "Samengevat: een toren", "error_message": "boom"}})
@@ -103,6 +109,89 @@ def test_the_index_follows_every_write_of_the_indexed_columns():
     assert found("boom") == [stream.pk]
     Stream.objects.filter(pk=stream.pk).delete()
     assert found("samengevat") == []
+
+
+KEY = "sk-INDEX-" + "9a8b7c6d5e4f3g2h1i"
+
+
+def _integrity():
+    """SQLite: the index holds exactly what its view reads of each row now, word by word and
+    place by place (compared with an index built afresh from the view), and is consistent in
+    itself (FTS5's own check). A trigger that indexed other values than the row ends with, or
+    deleted other values than it had indexed, fails it."""
+    if POSTGRES:
+        return
+    t = search.TABLE
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {t}({t}) VALUES ('integrity-check')")
+        cursor.execute(
+            f"CREATE VIRTUAL TABLE check_fts USING fts5({', '.join(search.COLUMNS)}, "
+            f"content='{t}_source', content_rowid='id', tokenize='unicode61 remove_diacritics 2')"
+        )
+        cursor.execute("INSERT INTO check_fts(check_fts) VALUES ('rebuild')")
+        cursor.execute(f"CREATE VIRTUAL TABLE check_held USING fts5vocab({t}, 'instance')")
+        cursor.execute("CREATE VIRTUAL TABLE check_fresh USING fts5vocab(check_fts, 'instance')")
+        try:
+            cols = "term, doc, col, offset"
+            for a, b in (("check_held", "check_fresh"), ("check_fresh", "check_held")):
+                cursor.execute(f"SELECT {cols} FROM {a} EXCEPT SELECT {cols} FROM {b}")
+                assert cursor.fetchall() == [], f"in {a}, not in {b}"
+        finally:
+            for table in ("check_held", "check_fresh", "check_fts"):
+                cursor.execute(f"DROP TABLE {table}")
+
+
+def test_what_the_index_reads_is_derived_with_the_secrets_taken_out(settings):
+    settings.UPSTREAM_API_KEY = KEY
+    text = f"Incorrect API key provided: {KEY}"
+    got = search.derived({"prompt": "hoi", "output_text": text, "error_message": "", "x": 1})
+    assert got["search_prompt"] is None and got["search_error"] is None  # nothing twice
+    assert got["search_output"] == "Incorrect API key provided: [redacted]"
+    assert "search_other" not in got and got[search.MARK] > 0
+    assert search.derived({"status": "completed"}) == {}  # (no indexed column: nothing)
+    # a key across the index's cut is taken out of what the index reads of it
+    cut = "x" * (search.INDEXED_MAX_CHARS - 12) + " " + KEY + " tail"
+    copy = search.derived({"output_text": cut})["search_output"]
+    assert len(copy) == search.INDEXED_MAX_CHARS and KEY[:11] not in copy
+    # `search_other` is the search's own: stored redacted, always
+    assert search.derived({"search_other": text})["search_other"].endswith("[redacted]")
+    first, second = search.new_mark(), search.new_mark()
+    assert second > first
+
+
+def test_every_write_derives_or_leaves_the_row_out_of_the_index(settings):
+    settings.UPSTREAM_API_KEY = KEY
+    stream = stored(prompt=f"Waarom {KEY}?")  # made: derived
+    assert found("waarom") == [stream.pk] and found("9a8b*") == []
+    rec = type("Rec", (), {"stream_id": stream.pk})()
+    rows.update_streams({rec: {"output_text": f"Omdat {KEY}", "error_message": "boom"}})
+    assert found("omdat") == [stream.pk] and found("9a8b*") == [] and found("index") == []
+    # a forgotten writer: the row leaves the index, its text unread, until it is derived
+    Stream.objects.filter(pk=stream.pk).update(error_message=f"Incorrect key {KEY}")
+    assert found("incorrect") == [] and found("9a8b*") == [] and found("waarom") == []
+    _integrity()
+    # a write that derives only what it changes leaves an underived row underived
+    rows.update(Stream.objects.filter(pk=stream.pk), {"output_text": "Daarom"})
+    assert found("daarom") == [] and Stream.objects.get(pk=stream.pk).search_derived_ns is None
+    assert search.maintain() == 1
+    assert found("incorrect") == [stream.pk] and found("daarom") == [stream.pk]
+    assert found("9a8b*") == [] and found("waarom") == [stream.pk]
+    # the mark alone: NULL takes the row out, a derivation puts it back
+    Stream.objects.filter(pk=stream.pk).update(search_derived_ns=None)
+    assert found("daarom") == []
+    _integrity()
+    search.maintain()
+    assert found("daarom") == [stream.pk]
+    # a whole row saved (the admin's way) with a new text and its old mark: underived too
+    row = Stream.objects.get(pk=stream.pk)
+    row.output_text = f"Dus {KEY}"
+    row.save()
+    assert found("dus") == [] and found("9a8b*") == []
+    search.maintain()
+    assert found("dus") == [stream.pk] and found("9a8b*") == []
+    _integrity()
+    row = Stream.objects.get(pk=stream.pk)
+    assert KEY in row.prompt and KEY in row.output_text and KEY in row.error_message  # verbatim
 
 
 @pytest.mark.django_db(transaction=True)
@@ -212,17 +301,59 @@ def test_a_snippet_marks_the_matched_words_and_escapes_the_rest():
     assert "de Dom &" in hit.text
 
 
-def test_a_snippet_with_a_secret_in_it_is_redacted_and_unmarked(settings):
+def test_the_index_and_its_snippets_are_made_of_the_redacted_text():
     key = "sk-proj-" + "A1b2C3d4E5f6G7h8I9j0K1l2M3n4"
     known_secrets.remember(key)
     try:
-        stored(output_text=f"Kortom, de sleutel is {key} hier")
-        for q in ("sleutel", "sk*", "kortom"):
-            (hit,) = search.page(Stream.objects.all(), search.parse(q))[0]
-            assert key not in hit.snippet and key not in hit.text
-            assert "<mark>" not in hit.snippet
+        stream = stored(output_text=f"Kortom, de sleutel is {key} hier")
+        (hit,) = search.page(Stream.objects.all(), search.parse("sleutel"))[0]
+        assert key not in hit.snippet and "[redacted]" in hit.text
+        assert "<mark>sleutel</mark>" in hit.snippet  # (no mark can split what is not there)
+        assert found("a1b2*") == [] and found("proj") == [] and found("redacted") == [stream.pk]
+        row = Stream.objects.get(pk=stream.pk)
+        assert key in row.output_text  # the row keeps what came, verbatim
+        assert key not in row.search_output and row.search_prompt is None  # (nothing to redact)
     finally:
         known_secrets.forget_all()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_servers_sweep_derives_what_a_writer_left_underived():
+    from streams.run import runner
+
+    stream = stored(prompt="Vertel over de Dom")
+    Stream.objects.filter(pk=stream.pk).update(prompt="Vertel over de Domtoren")  # (forgot)
+    assert found("domtoren") == [] and found("vertel") == []
+    runner._sweep_now()  # (every SWEEP_INTERVAL_S in every server and worker process)
+    assert found("domtoren") == [stream.pk]
+
+
+LATE_KEY = "pk-live-" + "Q7w8E9r0T1y2U3i4O5p6"  # (no `sk-` shape: only known once remembered)
+
+
+def test_a_secret_learned_after_it_was_indexed_is_redacted_then_swept_out_of_the_index():
+    stream = stored(output_text=f"Kortom, de sleutel is {LATE_KEY} hier")
+    other = stored(output_text="Kortom, de q7w8 van iets anders")  # a candidate, unchanged
+    assert found("q7w8e9*") == [stream.pk]  # not a secret yet: indexed as it came
+    known_secrets.remember(LATE_KEY)
+    search.forget_sweeps()
+    try:
+        # until the index is swept, a snippet that shows it is redacted and unmarked
+        (hit,) = search.page(Stream.objects.all(), search.parse("sleutel"))[0]
+        assert LATE_KEY not in hit.text and "[redacted]" in hit.text and "<mark>" not in hit.snippet
+        assert search.maintain(now=0) == 0  # first seen: every process is given time to learn it
+        before = Stream.objects.get(pk=other.pk).search_derived_ns
+        assert search.maintain(now=search.SWEEP_GRACE_S) == 1  # the stream that holds it
+        assert found("q7w8e9*") == [] and found("live") == [] and found("sleutel") == [stream.pk]
+        assert Stream.objects.get(pk=other.pk).search_derived_ns == before  # (looked at, left)
+        assert search.maintain(now=2 * search.SWEEP_GRACE_S) == 0  # swept, and recorded so
+        from streams.models import SweptSecret
+        from streams.store import sealed
+
+        assert SweptSecret.objects.filter(fingerprint=sealed.fingerprint(LATE_KEY)).exists()
+    finally:
+        known_secrets.forget_all()
+        search.forget_sweeps()
 
 
 # ---- the list page and the API -------------------------------------------------------------------
@@ -254,3 +385,34 @@ def test_the_api_searches_with_ranks_and_plain_snippets():
     assert [s["id"] for s in data["streams"]] == [stream.pk]
     assert "Kortom, <b>vet" in data["streams"][0]["snippet"]  # plain text, not HTML
     assert data["next_page"] is None
+
+
+# ---- the migration ---------------------------------------------------------------------------
+
+
+MIGRATION_KEY = "sk-MIGRATE-" + "4f5e6d7c8b9a0z1y"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_migration_derives_every_stored_row_and_the_index_then_holds_no_secret(settings):
+    from django.db.migrations.executor import MigrationExecutor
+
+    settings.UPSTREAM_API_KEY = MIGRATION_KEY
+    executor = MigrationExecutor(connection)
+    executor.migrate([("streams", "0014_scores_and_share_links")])
+    Old = executor.loader.project_state(("streams", "0014_scores_and_share_links")).apps
+    message = f"Incorrect API key provided: {MIGRATION_KEY}"
+    old = Old.get_model("streams", "Stream").objects.create(
+        prompt="Vertel over de Dom", output_text="Kortom: 112 meter", error_message=message
+    )
+    before = found("4f5e*") if not POSTGRES else None  # (the attack: the index held the key)
+    executor = MigrationExecutor(connection)
+    executor.migrate(executor.loader.graph.leaf_nodes())
+    if before is not None:
+        assert before == [old.pk]
+    assert found("4f5e*") == [] and found("migrate") == []
+    assert found("incorrect") == [old.pk] and found("kortom") == [old.pk]
+    row = Stream.objects.get(pk=old.pk)
+    assert row.error_message == message  # verbatim
+    assert row.search_error == "Incorrect API key provided: [redacted]"
+    assert row.search_prompt is None and row.search_output is None  # nothing stored twice

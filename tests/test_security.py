@@ -145,6 +145,70 @@ class TestApiTokenThrottling:
         assert access._failures("10.0.1.5", start + 45)[1] is None
 
 
+@pytest.mark.django_db
+class TestSearchThrottling:
+    """Searches per user (STREAMSCOPE_SEARCH_MAX_PER_MINUTE), on the list, its CSV and the API:
+    an index walked one prefix at a time is walked in thousands of searches."""
+
+    @pytest.fixture(autouse=True)
+    def _people(self, settings):
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "SEARCH_MAX_PER_MINUTE": 5}
+        self.mallory = get_user_model().objects.create_user("mallory", is_staff=True)
+        self.alice = get_user_model().objects.create_user("alice")
+        self.token = ApiToken.issue(self.mallory)
+
+    def client(self, user, ip):
+        client = Client(REMOTE_ADDR=ip)
+        client.force_login(user)
+        return client
+
+    def test_the_sixth_search_in_a_minute_is_refused_with_retry_after(self):
+        pages = [self.client(self.mallory, f"10.0.3.{i}") for i in range(3)]  # (any address)
+        codes = [pages[i % 3].get("/", {"q": f"incorrect 406{i}*"}).status_code for i in range(5)]
+        assert codes == [200] * 5
+        r = pages[0].get("/", {"q": "incorrect 4070*"})
+        assert r.status_code == 429 and 1 <= int(r["Retry-After"]) <= 60
+        assert f"Too many searches: try again in {r['Retry-After']} s." in r.text
+        assert "stream-row-" not in r.text
+        # htmx's request for the results: the same, as the piece it swaps (data-swap-invalid)
+        r = pages[1].get("/", {"q": "x"}, HTTP_HX_REQUEST="true", HTTP_HX_TARGET="results")
+        assert r.status_code == 429 and r.text.lstrip().startswith('<section id="results"')
+        assert "data-swap-invalid" in r.text and "Too many searches" in r.text
+        # the CSV and the API, with a token, from yet another address: the same user's count
+        r = pages[2].get("/streams.csv", {"q": "x"})
+        assert r.status_code == 429 and int(r["Retry-After"]) >= 1
+        api = Client(REMOTE_ADDR="10.0.3.99")
+        r = api.get("/api/streams/", {"q": "x"}, HTTP_AUTHORIZATION=f"Bearer {self.token}")
+        assert r.status_code == 429 and r.json()["error"]["code"] == "too_many_searches"
+        assert int(r["Retry-After"]) >= 1
+        # what is not a search of the text is not counted nor refused
+        assert pages[0].get("/").status_code == 200
+        assert pages[0].get("/", {"status": "failed"}).status_code == 200
+        assert pages[0].get("/", {"q": "#42"}).status_code == 200
+        stream = Stream.objects.create(user=self.mallory, upstream_id="resp_live1")
+        r = pages[0].get("/", {"q": "resp_live1", "fragment": "streams"})  # (the live list's)
+        assert r.status_code == 200 and f"stream-row-{stream.pk}" in r.text
+
+    def test_other_users_search_on_from_the_same_address(self):
+        mallory, alice = self.client(self.mallory, "10.0.4.1"), self.client(self.alice, "10.0.4.1")
+        for i in range(5):
+            assert mallory.get("/", {"q": f"w{i}"}).status_code == 200
+        assert mallory.get("/", {"q": "w9"}).status_code == 429
+        assert [alice.get("/", {"q": f"v{i}"}).status_code for i in range(5)] == [200] * 5
+
+    def test_the_minute_slides(self, monkeypatch):
+        import time as time_module
+
+        now = [time_module.time()]
+        monkeypatch.setattr(access.time, "time", lambda: now[0])
+        for _ in range(5):
+            assert access.search_allowed(self.mallory) is None
+        retry = access.search_allowed(self.mallory)
+        assert retry is not None and 1 <= retry <= 120
+        now[0] += retry + access.SEARCH_WINDOW_S
+        assert access.search_allowed(self.mallory) is None
+
+
 @pytest.mark.django_db(transaction=True)
 class TestProxyTokenThrottling:
     async def test_guessed_tokens_get_429_in_the_openai_shape_with_retry_after(self):

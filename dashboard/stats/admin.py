@@ -12,6 +12,7 @@ from django.contrib.auth import get_user_model
 from dashboard.stats import cube
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import Scope, _dicts, _div, _from, _pct, _q, _versioned, scope_where
+from streams.store import known_secrets
 
 
 @dataclass
@@ -89,7 +90,7 @@ def findings_table(rows):
         entry["total"] += n
         entry["models"][model] = entry["models"].get(model, 0) + n
         model_names.add(model)
-    model_list = sorted(model_names)
+    model_list = known_secrets.label_order(model_names)
     out = sorted(table.values(), key=lambda e: (-e["total"], e["code"]))
     for e in out:
         e["cells"] = [e["models"].get(m, 0) for m in model_list]

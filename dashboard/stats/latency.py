@@ -27,6 +27,7 @@ from dashboard.stats.sql import (
     index_for,
     scope_where,
 )
+from streams.store import known_secrets
 from streams.store.aggregates import ERROR_BOUND
 
 SLOWEST = 20
@@ -64,7 +65,7 @@ def table_rows(source, key, label="model"):
     members = {g: [p for p in aggregates if key(p) == g] for g in groups}
     pcts = source.percentiles(members)
     rows = [{label: g, **_summary(a, pcts[g])} for g, a in groups.items()]
-    rows.sort(key=lambda r: (-r["count"], str(r[label])))
+    rows.sort(key=lambda r: (-r["count"], known_secrets.label_key(str(r[label]))))
     return rows
 
 
@@ -241,8 +242,8 @@ def latency_report(scope, *, now=None, compare_with=None, score_type=None):
     report = LatencyReport(
         scope=scope,
         empty=True,
-        resolved_models=sorted({r for r, _ in pairs if r}),
-        requested_models=sorted({q for _, q in pairs if q}),
+        resolved_models=known_secrets.label_order({r for r, _ in pairs if r}),
+        requested_models=known_secrets.label_order({q for _, q in pairs if q}),
         method=source.method,
     )
     report.overall = overall(source)

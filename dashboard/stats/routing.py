@@ -24,6 +24,7 @@ from dashboard.stats.sql import (
     _versioned,
     scope_where,
 )
+from streams.store import known_secrets
 from streams.store.aggregates import DECISION, ERROR_BOUND
 
 AUTO = "auto"
@@ -77,7 +78,10 @@ def routing_report(scope, *, now=None):
     members = {m: [p for p in auto if p[0] == m] for m in per_model}
     pcts = source.percentiles(members, (500, 950))
     dpcts = source.percentiles(members, (500, 950), metric=DECISION)
-    for model, a in sorted(per_model.items(), key=lambda kv: (-kv[1]["count"], kv[0])):
+    by_count = sorted(
+        per_model.items(), key=lambda kv: (-kv[1]["count"], known_secrets.label_key(kv[0]))
+    )
+    for model, a in by_count:
         report.shares.append(_share(model, a, total, pcts, dpcts))
         report.models_chosen += bool(model)
     models = [s["model"] for s in report.shares]
@@ -208,7 +212,9 @@ def _fill_trend(report):
 
 def _fill_matrix(report, categories, sources, models, total):
     """The category × model matrix, the sources and the decision-time rows of `report`."""
-    report.categories = sorted(categories, key=lambda c: (-sum(categories[c].values()), c))
+    report.categories = sorted(
+        categories, key=lambda c: (-sum(categories[c].values()), known_secrets.label_key(c))
+    )
     for cat in report.categories:
         row_total = sum(categories[cat].values())
         report.matrix.append(
@@ -230,7 +236,7 @@ def _fill_matrix(report, categories, sources, models, total):
         )
     report.sources = [
         {"source": s, "count": n, "share": n / total, "share_pct": _pct(n / total)}
-        for s, n in sorted(sources.items(), key=lambda kv: (-kv[1], kv[0]))
+        for s, n in sorted(sources.items(), key=lambda kv: (-kv[1], known_secrets.label_key(kv[0])))
     ]
     report.decision = [
         {

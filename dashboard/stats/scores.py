@@ -26,7 +26,7 @@ from dashboard.stats import cube
 from dashboard.stats.pairs import _series_bounds
 from dashboard.stats.sql import _from, _q, buckets, history_span, index_for, scope_where
 from streams.models import Score, ScoreType
-from streams.store import aggregates
+from streams.store import aggregates, known_secrets
 from streams.store.aggregates import DAY, HOUR, epoch_s
 
 # Models in the table and lines in the chart, busiest (most scores) first: the cap of the
@@ -190,7 +190,7 @@ def scores_report(scope, score_type=None, *, ttft, now=None, source=None):
     if not per:
         return report
     report.empty = False
-    ranked = sorted(per.items(), key=lambda kv: (-kv[1][0], kv[0]))
+    ranked = sorted(per.items(), key=lambda kv: (-kv[1][0], known_secrets.label_key(kv[0])))
     shown, report.more_models = ranked[:TOP_MODELS], max(0, len(ranked) - TOP_MODELS)
     ttft = {r["model"]: r for r in ttft}
     for model, sums in shown:

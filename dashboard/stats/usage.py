@@ -24,6 +24,7 @@ from dashboard.stats.pairs import model_pairs
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import USAGE_FIGURES, Scope, _div, _pct, _versioned
 from streams.core import pricing
+from streams.store import known_secrets
 
 TOP_USERS = 50
 TOP_TAGS = 50
@@ -74,7 +75,7 @@ def model_rows(per_model, currencies=pricing.CURRENCIES):
     """Per resolved model ("" for a stream that failed before the upstream named one), most
     spent first, from `Source.usage` keyed by the resolved model first."""
     rows = [{"model": m, **usage_row(f, currencies)} for m, f in _fold(per_model, 0).items()]
-    rows.sort(key=lambda r: (*_spend_order(r), r["model"]))
+    rows.sort(key=lambda r: (*_spend_order(r), known_secrets.label_key(r["model"])))
     return rows
 
 
@@ -149,8 +150,8 @@ def usage_report(scope, *, now=None):
     report = UsageReport(
         scope=scope,
         empty=True,
-        resolved_models=sorted({r for r, _ in pairs if r}),
-        requested_models=sorted({q for _, q in pairs if q}),
+        resolved_models=known_secrets.label_order({r for r, _ in pairs if r}),
+        requested_models=known_secrets.label_order({q for _, q in pairs if q}),
         method=source.method,
     )
     per_pair = source.usage(("resolved_model", "user"))  # (one read: the tables fold it)
@@ -165,7 +166,7 @@ def usage_report(scope, *, now=None):
     if scope.user_id is None:  # staff: everyone's streams
         report.users, report.user_count = _users(_fold(per_pair, 1), currencies)
     tags = [{"tag": t, **usage_row(f, currencies)} for t, f in source.usage_tags().items()]
-    tags.sort(key=lambda r: (*_spend_order(r), r["tag"]))
+    tags.sort(key=lambda r: (*_spend_order(r), known_secrets.label_key(r["tag"])))
     report.tags, report.tag_count = tags[:TOP_TAGS], len(tags)
     days = [usage_row(d, currencies) for d in source.usage_days()]
     report.days = [d for d in reversed(days) if d["streams"]]

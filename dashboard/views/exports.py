@@ -10,13 +10,14 @@ import datetime as dt
 
 from django.contrib.auth.decorators import login_required
 from django.core.handlers.asgi import ASGIRequest
-from django.http import HttpResponseBadRequest, StreamingHttpResponse
+from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpResponse
+from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 
 from dashboard import exports, queries
 from dashboard.forms.streams import StreamFilterForm
 from streams.core import conf
-from streams.store.access import streams_for
+from streams.store.access import search_allowed, streams_for
 
 
 @login_required
@@ -30,6 +31,16 @@ def stream_list_csv(request):
         )
         response["X-Content-Type-Options"] = "nosniff"
         return response
+    if queries.ranked_terms(request.user, form.filters()):  # (a search of the text)
+        retry = search_allowed(request.user)
+        if retry is not None:
+            response = HttpResponse(
+                gettext("Too many searches: try again in %(n)s s.") % {"n": retry} + "\n",
+                status=429,
+                content_type="text/plain; charset=utf-8",
+            )
+            response["Retry-After"] = str(retry)
+            return response
     streams = queries.filter_streams(streams_for(request.user), form.filters())
     limit = conf.get().csv_max_rows
     cut = exports.truncated(streams, limit)

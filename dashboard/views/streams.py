@@ -28,7 +28,7 @@ from dashboard.stats import compare
 from streams.ingest import import_jobs
 from streams.models import Stream
 from streams.serve import export
-from streams.store.access import streams_for
+from streams.store.access import search_allowed, streams_for
 
 
 def _get_stream_for_user(request, stream_id):
@@ -198,6 +198,9 @@ def stream_list(request):
     filters = form.filters()
     terms = queries.ranked_terms(request.user, filters)
     if terms:  # words: the best matches first, each with a snippet
+        retry = search_allowed(request.user)
+        if retry is not None:
+            return _too_many_searches(request, form, retry)
         page = queries.search_page(request.user, filters, terms, d["page"] or 1)
     else:
         page = queries.stream_page(request.user, filters, before=d["before"], after=d["after"])
@@ -220,6 +223,30 @@ def stream_list(request):
         return render(request, "dashboard/stream_list.html#results", context)
     context["models"] = queries.model_names(request.user)
     return render(request, "dashboard/stream_list.html", context)
+
+
+def _too_many_searches(request, form, retry):
+    """429 with Retry-After: the page, or (htmx, the live list) the piece it asked for, saying
+    when to search the text again (streams/store/access.py: `search_allowed`)."""
+    context = {
+        "form": form,
+        "nav": "streams",
+        "page": None,
+        "models": [],
+        "query": form.query(),
+        "retry_after": retry,
+        "upload_form": CaptureUploadForm(),
+    }
+    fragment = _fragment(request)
+    if fragment == "streams":
+        template = "dashboard/stream_list.html#rows"
+    elif fragment == "results":
+        template = "dashboard/stream_list.html#results"
+    else:
+        template = "dashboard/stream_list.html"
+    response = render(request, template, context, status=429)
+    response["Retry-After"] = str(retry)
+    return response
 
 
 @login_required

@@ -11,11 +11,13 @@ document.addEventListener("htmx:beforeRequest", (event) => {
   }
 });
 
-// A 400 answers a form with what was wrong (the feedback panel's score and comment forms): htmx
-// swaps only 2xx answers, so a form inside `data-swap-invalid` swaps its 400 too.
+// A 400 answers a form with what was wrong (the feedback panel's score and comment forms), a 429
+// says when to try again (the streams list's search): htmx swaps only 2xx answers, so an element
+// inside `data-swap-invalid` swaps those too.
 document.addEventListener("htmx:beforeSwap", (event) => {
   const elt = event.detail.elt || event.target;
-  if (event.detail.xhr.status === 400 && elt.closest("[data-swap-invalid]")) {
+  const status = event.detail.xhr.status;
+  if ((status === 400 || status === 429) && elt.closest("[data-swap-invalid]")) {
     event.detail.shouldSwap = true;
     event.detail.isError = false;
   }

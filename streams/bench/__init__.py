@@ -40,6 +40,8 @@ LOAD_LIMITS = {
     "RELAY_OUTBOX_MAX_EVENTS": "viewer_events",
     # how long a viewer may read slowly before it is closed: as long as the bench's client waits
     "RELAY_SLOW_CLIENT_TIMEOUT_S": "patience_s",
+    # searches of one user in a minute (bench pages: each search page, warmed up and timed)
+    "SEARCH_MAX_PER_MINUTE": "searches",
 }
 
 NOT_LOAD_LIMITS = {
@@ -99,7 +101,9 @@ NOT_LOAD_LIMITS = {
 }
 
 
-def server_limits(env, *, streams=0, sockets=0, requests=0, viewer_events=0, patience_s=0):
+def server_limits(
+    env, *, streams=0, sockets=0, requests=0, viewer_events=0, patience_s=0, searches=0
+):
     """The STREAMSCOPE_* variables that size a bench server's limits for the load the bench is
     about to put on it, to be merged into `env` (the server's environment otherwise). Each
     LOAD_LIMITS setting is raised to its load figure where `env` (or conf.py's default) has it
@@ -109,7 +113,8 @@ def server_limits(env, *, streams=0, sockets=0, requests=0, viewer_events=0, pat
     - sockets: WebSockets open at once (one user);
     - requests: proxied requests in flight at once (one token);
     - viewer_events: events one viewer may fall behind by;
-    - patience_s: how long the bench's clients wait through silence before giving up."""
+    - patience_s: how long the bench's clients wait through silence before giving up;
+    - searches: searches of the text one user makes within a minute."""
     from streams.core import conf
 
     need = {
@@ -118,6 +123,7 @@ def server_limits(env, *, streams=0, sockets=0, requests=0, viewer_events=0, pat
         "requests": requests,
         "viewer_events": viewer_events,
         "patience_s": patience_s,
+        "searches": searches,
     }
     current = conf.build(conf.from_environ(env))
     out = {}

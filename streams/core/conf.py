@@ -140,6 +140,10 @@ class Settings:
     # tokens get 429 (valid tokens are never counted).
     token_failure_limit: int = 50
     token_failure_window_s: float = 60.0
+    # Searches of the text (a `q` of words on the list, its CSV and the API; not a `#id` or an
+    # upstream id) one user may make a minute, staff included: a sliding window in the cache,
+    # 429 with Retry-After beyond.
+    search_max_per_minute: int = 60
     # Open WebSockets per user, across processes (4029 beyond).
     max_sockets_per_user: int = 50
     # Share links (streams/store/shares.py, docs/sharing.md) may be made for anyone with the

@@ -26,7 +26,7 @@ from streams.ingest.writer import get_writer
 from streams.models import Stream
 from streams.observe import telemetry
 from streams.simulator import built_in_upstream, scenarios
-from streams.store import retention, rows
+from streams.store import retention, rows, search
 
 log = logging.getLogger(__name__)
 
@@ -247,6 +247,7 @@ class _Complaints:
 
 _heartbeat_tasks = {}
 _heartbeat_complaints = _Complaints("heartbeat")
+_search_complaints = _Complaints("search maintenance")
 
 
 def _ensure_heartbeat():
@@ -318,6 +319,15 @@ def _sweep_now():
     # Retention rides on the same sweep: it does nothing until it is due (at most once an
     # hour per process), then deletes in small batches of one short transaction each.
     retention.prune_if_due()
+    # So does the search index's text: rows a writer left underived, and those that may hold a
+    # secret learned since they were indexed, derived again (a bounded batch per sweep); its
+    # failure is its own (the orphans above were swept all the same)
+    try:
+        search.maintain()
+    except Exception as exc:
+        _search_complaints.failed(exc)
+    else:
+        _search_complaints.recovered()
     return swept
 
 

@@ -49,7 +49,7 @@ from streams.models import Event, Stream
 from streams.run import services
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import public, rows, scores, search
-from streams.store.access import api_view, json_error, streams_for
+from streams.store.access import api_view, json_error, search_allowed, streams_for
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
 METADATA_MAX_KEY = 64
@@ -414,7 +414,14 @@ async def api_streams(request):
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
-    if d["q"]:
+    if d["q"] and search.parse(d["q"]):
+        retry = await sync_to_async(search_allowed)(request.user)
+        if retry is not None:
+            response = json_error(
+                429, "too_many_searches", f"Too many searches: retry in {retry} s."
+            )
+            response["Retry-After"] = str(retry)
+            return response
         data = await sync_to_async(_search)(request.user, d["q"], d["page"] or 1, d["status"])
     else:
         data = await sync_to_async(_list)(request.user, d["limit"] or 50, d["before"], d["status"])

@@ -5,8 +5,15 @@ idle timeout restarts with every byte, so a client that sends its body a byte at
 a connection and its buffer for as long as it likes, out of the application's reach. So the
 body is timed where Daphne reads it: each read may wait at most
 STREAMSCOPE_REQUEST_BODY_TIMEOUT_S, the whole body at most three times that; then the client
-gets 408 and the connection is closed. `install()` is called by every entry point that serves
-(dashboard/server.py, `manage.py serve`/`runserver`), once, before the server starts.
+gets 408 and the connection is closed.
+
+Daphne's access log is an exit too: it writes each request's path and query string as they
+came (`GET /?q=<a key's first characters>`), to stdout (`python -m dashboard.server`) or to a
+logger (`manage.py serve`). Every entry is redacted before it reaches either, with the egress
+gate's rules (streams.store.known_secrets); Python's log records are, as they are made.
+
+`install()` is called by every entry point that serves (dashboard/server.py, `manage.py
+serve`/`runserver`), once, before the server starts.
 """
 
 from __future__ import annotations
@@ -14,6 +21,7 @@ from __future__ import annotations
 import time
 
 from streams.core import conf
+from streams.store import known_secrets
 
 TIMEOUT_RESPONSE = (
     b"HTTP/1.1 408 Request Timeout\r\nContent-Type: text/plain; charset=utf-8\r\n"
@@ -60,7 +68,24 @@ def install():
     WebRequest.gotLength = gotLength
     WebRequest.handleContentChunk = handleContentChunk
     WebRequest.requestReceived = requestReceived
+    _redact_access_log()
     _installed.append(True)
+
+
+def _redact_access_log():
+    """Daphne hands every access-log entry (HTTP requests, WebSocket connects) to its server's
+    `log_action`, whichever logger it was given: the entry's texts are redacted there."""
+    from daphne.server import Server
+
+    log_action = Server.log_action
+
+    def redacted_log_action(self, protocol, action, details):
+        details = {
+            k: known_secrets.redact(v) if isinstance(v, str) else v for k, v in details.items()
+        }
+        return log_action(self, protocol, action, details)
+
+    Server.log_action = redacted_log_action
 
 
 def _stop(request):

@@ -9,6 +9,8 @@
 - Wrong tokens are throttled per client IP (`token_user`, for the API, the proxy and the
   WebSockets): a sliding window of failures in Django's cache (Redis at scale, so every process
   counts the same); valid tokens are never counted. Passwords are django-axes' (settings.py).
+- Searches of the text are throttled per user (`search_allowed`), in the same kind of window:
+  a search is a question about stored text, and many quick ones are how an index is walked.
 """
 
 import datetime as dt
@@ -58,15 +60,17 @@ def user_for_token(token):
     return row.user
 
 
-# ---- token throttling -----------------------------------------------------------------------
+# ---- throttling -----------------------------------------------------------------------------
 #
 # A sliding-window counter (two fixed windows, the previous one weighted by how much of it still
-# overlaps the sliding window): two cache keys per IP, an atomic `incr` per failure, one read per
-# token check, and the same numbers in every process when the cache is Redis.
+# overlaps the sliding window): two cache keys per counted thing, an atomic `incr` per count, one
+# read per check, and the same numbers in every process when the cache is Redis.
 
-_FAIL_KEY = "streamscope:tokfail:{}:{}"
+_FAIL_KEY = "streamscope:tokfail:{}:{}"  # wrong bearer tokens, per client IP
+_SEARCH_KEY = "streamscope:search:{}:{}"  # searches, per user
 _SEEN_KEY = "streamscope:tokok:{}"
 SEEN_VALID_S = 3600
+SEARCH_WINDOW_S = 60.0
 
 
 def client_ip(scope):
@@ -76,12 +80,11 @@ def client_ip(scope):
     return str(client[0]) if client else "-"
 
 
-def _failures(ip, now):
-    """(estimated failures in the sliding window, seconds until it is under the limit)."""
-    s = conf.get()
-    window, limit = s.token_failure_window_s, s.token_failure_limit
+def _estimate(key, who, limit, window, now):
+    """(estimated counts of `who` in the sliding window, seconds until it is under `limit`, or
+    None when it is)."""
     n = int(now // window)
-    keys = [_FAIL_KEY.format(ip, n), _FAIL_KEY.format(ip, n - 1)]
+    keys = [key.format(who, n), key.format(who, n - 1)]
     got = cache.get_many(keys)
     cur, prev = got.get(keys[0], 0), got.get(keys[1], 0)
     elapsed = now - n * window
@@ -95,14 +98,35 @@ def _failures(ip, now):
     return estimate, max(1, math.ceil(wait))
 
 
-def note_token_failure(ip):
-    window = conf.get().token_failure_window_s
-    key = _FAIL_KEY.format(ip, int(time.time() // window))
+def _count(key, who, window, now):
+    key = key.format(who, int(now // window))
     cache.add(key, 0, timeout=math.ceil(2 * window) + 1)
     try:
         cache.incr(key)
     except ValueError:  # expired between add and incr
         cache.add(key, 1, timeout=math.ceil(2 * window) + 1)
+
+
+def _failures(ip, now):
+    s = conf.get()
+    return _estimate(_FAIL_KEY, ip, s.token_failure_limit, s.token_failure_window_s, now)
+
+
+def note_token_failure(ip):
+    _count(_FAIL_KEY, ip, conf.get().token_failure_window_s, time.time())
+
+
+def search_allowed(user):
+    """None, and the search counted — or the seconds until `user` may search again, after
+    STREAMSCOPE_SEARCH_MAX_PER_MINUTE searches in the sliding minute (sync). Per user, staff
+    included, whatever the address: a search walks what the user may see, and staff see
+    everyone's. A refused search is not counted (waiting out Retry-After is enough)."""
+    limit = conf.get().search_max_per_minute
+    now = time.time()
+    _, retry = _estimate(_SEARCH_KEY, user.pk, limit, SEARCH_WINDOW_S, now)
+    if retry is None:
+        _count(_SEARCH_KEY, user.pk, SEARCH_WINDOW_S, now)
+    return retry
 
 
 def token_user(token, ip):

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import hashlib
+import hmac
 import logging
 import re
 import threading
@@ -81,11 +83,16 @@ class _Known:
 
     def refresh(self):
         """Read the pass-through keys other processes sealed since the last look (sync)."""
+        from django.db import transaction
+
         from streams.store import sealed  # (a model: this module loads before the apps do)
 
         self.checked = time.monotonic()
         try:
-            top, secrets = sealed.load_after(self.sealed_max)
+            # (a savepoint inside a transaction, such as the writer's when it derives the
+            # search text: a failed read must not leave it aborted on PostgreSQL)
+            with transaction.atomic():
+                top, secrets = sealed.load_after(self.sealed_max)
         except Exception:  # no table yet (before migrate), database away: keep what we know
             log.debug("pass-through keys not read", exc_info=True)
             return
@@ -121,6 +128,24 @@ def rules() -> Rules:
     return _known.get()
 
 
+def fresh_rules() -> Rules:
+    """The current Rules, other processes' new pass-through keys read first when the last look
+    is over REFRESH_S old (sync; on an event loop, the rules as they are): for what is derived
+    now to be read later, such as the search index, which must not miss a key another process
+    sealed a moment ago."""
+    if _known.stale() and not _on_event_loop():
+        _known.refresh()
+    return rules()
+
+
+def _on_event_loop():
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def redact(text):
     """`text` without any secret (anything but a string comes back as it is): for the exits
     that are not ASGI messages (spans, log lines)."""
@@ -128,6 +153,28 @@ def redact(text):
         return text
     r = rules()
     return r.text(text) if r else text
+
+
+def label_key(label):
+    """A sort key for a label (a text an upstream may have chosen: a model id, an event type, a
+    routing category, a tag) in a list people read: its redacted text, then a keyed hash of it
+    (ties in an order that says nothing of what was redacted). Sorted by the stored texts, a
+    key's place among labels someone else chose (an import's model ids) would tell its
+    characters, one comparison at a time, though every label is shown redacted."""
+    if not isinstance(label, str):
+        return ("", b"")
+    key = _label_key(settings.SECRET_KEY)
+    return (redact(label), hmac.new(key, label.encode("utf-8", "replace"), "sha256").digest())
+
+
+@functools.lru_cache(maxsize=4)
+def _label_key(secret_key):
+    return hashlib.sha256(b"streamscope.label-order." + secret_key.encode()).digest()
+
+
+def label_order(labels):
+    """`labels` sorted by `label_key`."""
+    return sorted(labels, key=label_key)
 
 
 def redact_bytes(data: bytes) -> bytes:
@@ -194,14 +241,49 @@ async def refreshed(wait):
         await _known.refresh_async(wait)
 
 
+def redact_record(record: logging.LogRecord) -> None:
+    """A log record without any secret, in place: its message (arguments merged in), its
+    exception's traceback and its stack, as every handler will format them."""
+    try:
+        if not rules():
+            return
+        message = record.getMessage()
+    except Exception:  # settings not ready, or a log call with the wrong arguments (logging
+        return  # reports those itself)
+    record.msg, record.args = redact(message), None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact(record.exc_text)
+    if record.stack_info:
+        record.stack_info = redact(record.stack_info)
+
+
 class LogFilter(logging.Filter):
-    """Log lines are an exit too: their message and arguments lose any secret."""
+    """Log lines are an exit too: their message and arguments lose any secret (for handlers
+    configured before `redact_every_record`, see there)."""
 
     def filter(self, record):
-        try:
-            if rules():
-                record.msg = redact(str(record.getMessage()))
-                record.args = None
-        except Exception:  # a log call with the wrong arguments: logging reports it itself
-            pass
+        redact_record(record)
         return True
+
+
+_make_record = []
+
+
+def redact_every_record() -> None:
+    """Every log record this process makes, by any logger (ours, Django's, Daphne's, Twisted's
+    through the standard library, asyncio's), loses any secret as it is made: a filter would
+    have to be on every handler, and a library's own handler (Daphne's root handler) has none.
+    Installed once, when the apps are ready (streams/apps.py)."""
+    if _make_record:
+        return
+    make = logging.getLogRecordFactory()
+    _make_record.append(make)
+
+    def factory(*args, **kwargs):
+        record = make(*args, **kwargs)
+        redact_record(record)
+        return record
+
+    logging.setLogRecordFactory(factory)

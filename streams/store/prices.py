@@ -33,6 +33,7 @@ from streams.core import pricing
 from streams.core.pricing import MAINTAINED, NANO, Rate
 from streams.simulator import built_in_upstream
 from streams.simulator.models import EXAMPLE_CURRENCY, MODELS
+from streams.store import known_secrets
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,10 @@ def cost_fields(usage, model: str, at: dt.datetime | None, *, imported=False) ->
     maintained list. No price (unknown model, unknown usage): `cost_nanos` None."""
     if not model or at is None or usage.input_tokens is None or usage.output_tokens is None:
         return dict(NO_PRICE)
+    # The team's patterns are globs (`gpt-4o*`) staff write and `reprice` applies: matched
+    # against an upstream's model id as stored, `m-sk-4*` priced or not would tell a key's
+    # characters one at a time. Matched against it redacted, a key in it matches nothing.
+    model = known_secrets.redact(model)
     rate = pricing.pick(_book.current(), model, at)
     if rate is None and not imported and built_in_upstream():
         rate = example_rate(model)

@@ -62,6 +62,10 @@ NOT_SHOWN = {
     "runner": "which process runs it (host:pid:nonce), internal",
     "search_other": "the search index's input (streams/store/search.py), made of the request "
     "and the parts, which are shown",
+    "search_prompt": "what the search index reads: the prompt, redacted, which is shown",
+    "search_output": "what the search index reads: the output text, redacted, which is shown",
+    "search_error": "what the search index reads: the error message, redacted, which is shown",
+    "search_derived_ns": "when the search index's text was derived (streams/store/search.py)",
 }
 
 # The `milestones_us` of the public shape: (name, column), in the order they happen.

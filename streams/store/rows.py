@@ -132,7 +132,32 @@ def new(body, *, user=None, requested_model=None, **fields):
         "search_other": search.other_text(body, None),
         **fields,
     }
-    return Stream(**bound(values))
+    return Stream(**with_search(bound(values)))
+
+
+def with_search(fields):
+    """`fields` (a row's, or the columns a write changes) and what the search index reads of
+    the indexed columns among them, derived with every secret taken out (`search.derived`): a
+    new dict, or `fields` itself when it has none of them. Every write of an indexed column
+    passes here (a write that does not leaves its row out of the index until
+    `search.maintain` derives it: docs/search.md)."""
+    derived = search.derived(fields)
+    return {**fields, **derived} if derived else fields
+
+
+def update(queryset, fields):
+    """The ORM's UPDATE of `queryset`'s stream rows with `fields`, bounded, the search text
+    derived (`with_search`). A row left underived by an earlier write stays so: the columns
+    derived here are not all of its indexed ones, and `search.maintain` derives it whole."""
+    fields = with_search(bound(dict(fields)))
+    mark = fields.get(search.MARK)
+    if mark is not None:
+        fields[search.MARK] = models.Case(
+            models.When(**{f"{search.MARK}__isnull": True}, then=models.Value(None)),
+            default=models.Value(mark),
+            output_field=models.BigIntegerField(),
+        )
+    return queryset.update(**fields)
 
 
 def create(body, **kwargs):
@@ -517,12 +542,12 @@ def end_from_stored(pk, status, *, error_code="", error_message="", where=None, 
                     [Finding(stream_id=pk, **v.as_dict()) for v in rebuilt.violations],
                     batch_size=500,
                 )
-                Stream.objects.filter(pk=pk).update(**fields)
+                update(Stream.objects.filter(pk=pk), fields)
         except Exception as exc:
             if not isinstance(exc, _data_errors()):
                 raise
             log.warning("stream %s: rebuilt fields refused (%s); ending it without them", pk, exc)
-            Stream.objects.filter(pk=pk).update(**{k: fields[k] for k in _MINIMAL if k in fields})
+            update(Stream.objects.filter(pk=pk), {k: fields[k] for k in _MINIMAL if k in fields})
         return True
 
 
@@ -545,12 +570,13 @@ def end_after_loss(stream_id, fields, received, cause):
         )
         try:
             with transaction.atomic():
-                Stream.objects.filter(pk=stream_id).update(**fields)
+                update(Stream.objects.filter(pk=stream_id), fields)
         except Exception as exc:
             if not isinstance(exc, _data_errors()):
                 raise
-            minimal = {k: fields[k] for k in _MINIMAL if k in fields}
-            Stream.objects.filter(pk=stream_id).update(**minimal)
+            update(
+                Stream.objects.filter(pk=stream_id), {k: fields[k] for k in _MINIMAL if k in fields}
+            )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -733,6 +759,7 @@ def update_streams(updates):
     groups = {}  # column names -> [(pk, fields)]
     for rec, fields in updates.items():
         bound(fields)
+        fields = with_search(fields)  # (a new dict: what is published stays without it)
         heartbeat = fields.get("heartbeat_at", heartbeat)
         names = tuple(sorted(k for k in fields if k != "heartbeat_at"))
         groups.setdefault(names, []).append((rec.stream_id, fields))
@@ -764,6 +791,13 @@ def _update_statement(names, members, heartbeat, mark):
         field = Stream._meta.get_field(name)
         column = qn(field.column)
         values = [fields[name] for _, fields in members]
+        if name == search.MARK:
+            # the search text derived here is that of the columns this write changes: a row
+            # that was left underived stays so (`search.maintain` derives it whole); one new
+            # mark for the batch is as new as one per row
+            sets.append(f"{column} = CASE WHEN {column} IS NULL THEN NULL ELSE {mark} END")
+            params.append(field.get_db_prep_save(max(values), connection))
+            continue
         if all(v == values[0] for v in values[1:]) or all(v is None for v in values):
             # one value for all (a status, a NULL): no CASE, and no untyped NULLs in one
             sets.append(f"{column} = {mark}")

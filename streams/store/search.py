@@ -3,20 +3,35 @@
 What is indexed, per stream: `prompt` (the last user input), `output_text` (the answer's text),
 `error_message`, and `search_other`: everything else a person may look for, which
 `rows.finished` writes when a stream ends (`other_text`: the instructions, earlier inputs,
-reasoning summaries, and tool calls' names, arguments and outputs). The index follows those
-columns by construction, whatever writes them (the recorder, imports, rebuilds of a dead
-process's rows, retention's deletes, the admin): the database keeps it.
+reasoning summaries, and tool calls' names, arguments and outputs).
 
-- SQLite: an FTS5 table over the four columns (`streams_search`, external content: the index
-  only, the text stays in the stream's row), kept by triggers on the stream table; the
-  `unicode61` tokenizer with diacritics removed (`één` finds `een`).
+The index is a thing people read (its matches, its snippets), so it is built from the
+**redacted** text, never from the stored one (docs/search.md, docs/security.md): `derived`
+takes every known secret out (`redacted`, streams.store.known_secrets) where a row's indexed
+columns are written, into `search_prompt`, `search_output` and `search_error`, kept only where
+redaction changed something (NULL: the column as it is), and `search_other`, which is the
+search's own and stored redacted. `search_derived_ns` says when: a write that changes an
+indexed column without it (a writer that forgot to derive) leaves it NULL (the database's own
+triggers see to it), and a row without it is indexed as nothing at all until `maintain`
+derives it again. A secret learned after a row was indexed (a pass-through key first forwarded
+later, a configured key changed) is looked for in the index by its words, and the rows that
+hold it are derived again (`maintain`, every few seconds in every server process).
+
+The database keeps the index from those columns, whatever writes them (the recorder, imports,
+rebuilds of a dead process's rows, retention's deletes, the admin):
+
+- SQLite: an FTS5 table over the four texts (`streams_search`, external content: a view over
+  the stream table, `source_sql`; the index only, the text stays in the stream's row), kept by
+  triggers on the stream table; the `unicode61` tokenizer with diacritics removed (`één`
+  finds `een`).
 - PostgreSQL: a generated `tsvector` column (`search_vector`, the `simple` configuration: no
   stemming, no stop words, the same for Dutch and English) with a GIN index.
 
 Both are written when a row is made (its prompt) and when it ends (the rest): never per event
 (the writer's per-batch updates do not touch the indexed columns). Each indexed text is cut to
 INDEXED_MAX_CHARS (a PostgreSQL `tsvector` is at most 1 MB: a longer answer would fail its
-row's write). Migration 0013 makes both; `manage.py rebuild_search` refills them.
+row's write). Migrations 0013 and 0015 make them; `manage.py rebuild_search` derives every row
+again and remakes the index.
 
 Queries (`parse`): words, "quoted phrases" and prefixes (`utre*`), all required, case and
 (SQLite) accents ignored. `page` ranks the newest RANK_WINDOW matches among a queryset's
@@ -29,14 +44,19 @@ that the egress gate must see whole.
 
 from __future__ import annotations
 
+import logging
 import re
+import threading
+import time
 from dataclasses import dataclass
 
-from django.db import connection
+from django.db import connection, transaction
 from django.utils.html import escape
 from django.utils.safestring import mark_safe
 
 from streams.store import known_secrets
+
+log = logging.getLogger(__name__)
 
 # The indexed columns, in the FTS table's order (their weights: bm25's, and setweight's letter).
 COLUMNS = ("prompt", "output_text", "error_message", "search_other")
@@ -53,6 +73,20 @@ _START, _STOP = "\ue000", "\ue001"  # (private-use: never in a stored text's sni
 _LT, _GT = "\ue002", "\ue003"
 _WORD = re.compile(r"\w+")
 _TOKEN = re.compile(r'["“”]([^"“”]*)["“”]?|(\S+)')
+
+# What the index reads instead of a column where redaction changed it (NULL: the column itself);
+# `search_other` has no copy: it is the search's own column, stored redacted.
+COPIES = {
+    "prompt": "search_prompt",
+    "output_text": "search_output",
+    "error_message": "search_error",
+}
+OTHER = "search_other"
+# When a row's search text was derived (ns since the epoch); NULL: the index holds nothing of it.
+MARK = "search_derived_ns"
+DERIVED = (*COPIES.values(), OTHER, MARK)  # the columns `derived` writes
+# A secret cut by INDEXED_MAX_CHARS is still seen whole by the redaction: it reads this much more.
+_CUT_MARGIN = 1024
 
 
 # ---- what is indexed -----------------------------------------------------------------------------
@@ -142,10 +176,66 @@ def _text_of(value):
     return "" if value is None or isinstance(value, bool) else str(value)
 
 
+# ---- the index's text: derived, redacted ---------------------------------------------------
+
+
+def redacted(text: str) -> str:
+    """`text` without any secret this server knows, under the rules as every process knows them
+    now (the one redaction the index's text passes: `derived` calls it for each column)."""
+    rules = known_secrets.fresh_rules()
+    return rules.text(text) if rules else text
+
+
+def derived(fields) -> dict:
+    """The search columns for the indexed columns among `fields` ({column: stored value}), with
+    a new `search_derived_ns`; {} when `fields` has none of them. A copy is None where the
+    redaction changed nothing of what the index reads (the column is read then)."""
+    out = {}
+    for column, copy in COPIES.items():
+        if column in fields:
+            text = fields[column] or ""
+            indexed = text[:INDEXED_MAX_CHARS]
+            clean = redacted(text[: INDEXED_MAX_CHARS + _CUT_MARGIN])[:INDEXED_MAX_CHARS]
+            out[copy] = None if clean == indexed else clean
+    if OTHER in fields:
+        out[OTHER] = redacted(fields[OTHER] or "")[:OTHER_MAX_CHARS]
+    if out:
+        out[MARK] = new_mark()
+    return out
+
+
+_mark_lock = threading.Lock()
+_last_mark = 0
+
+
+def new_mark() -> int:
+    """A `search_derived_ns` no derivation in this process had: the database tells a write that
+    derived (the value changed) from one that did not (it did not: the row is left underived)."""
+    global _last_mark
+    with _mark_lock:
+        _last_mark = max(time.time_ns(), _last_mark + 1)
+        return _last_mark
+
+
+def source_sql(row=""):
+    """The four texts the index holds of a stream row, in COLUMNS order, as SQL over `row` (a
+    table alias, a trigger's `old` or `new`; none: the row itself), the same on SQLite and
+    PostgreSQL: the redacted copy where there is one, cut to INDEXED_MAX_CHARS; nothing at all
+    for a row not derived since its indexed columns last changed."""
+    p = f"{row}." if row else ""
+    texts = (
+        f"coalesce({p}search_prompt, {p}prompt)",
+        f"substr(coalesce({p}search_output, {p}output_text), 1, {INDEXED_MAX_CHARS})",
+        f"substr(coalesce({p}search_error, {p}error_message), 1, {INDEXED_MAX_CHARS})",
+        f"substr({p}search_other, 1, {INDEXED_MAX_CHARS})",
+    )
+    return [f"CASE WHEN {p}{MARK} IS NULL THEN '' ELSE {t} END" for t in texts]
+
+
 def refill(Stream, chunk=2000) -> int:
-    """`search_other` of every row made again from its request and output parts (`Stream`: the
-    model, or a migration's historical one); how many rows changed. The index follows by
-    itself; `rebuild` also remakes SQLite's from the rows."""
+    """`search_other` of every row made again from its request and output parts, unredacted, as
+    migration 0013 made it (`Stream`: its historical model); how many rows changed. Since 0015
+    `rederive(from_source=True)` does this, redacted: a write here leaves rows underived."""
     changed = 0
     pending = []
     rows = Stream.objects.order_by("pk").values_list("pk", "request_body", "parts", "search_other")
@@ -168,6 +258,188 @@ def rebuild() -> None:
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:
             cursor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
+
+
+CHUNK = 200  # rows derived again per transaction, and at most per `maintain` turn
+
+
+def rederive_rows(Stream, ids, *, from_source=False) -> int:
+    """The search text of the rows `ids` of `Stream` (the model, or a migration's) derived again
+    under the current rules, in one transaction with the rows locked (PostgreSQL; on SQLite
+    writers wait for it): written where it changes or the row had none, with a new
+    `search_derived_ns`. `from_source`: `search_other` made again from the request and the
+    output parts (`other_text`), else the stored one redacted again. Returns the rows written."""
+    columns = ["pk", *COPIES, OTHER, *COPIES.values(), MARK]
+    if from_source:
+        columns += ["request_body", "parts"]
+    changed, marked = [], []
+    with transaction.atomic():
+        rows = Stream.objects.filter(pk__in=list(ids)).select_for_update().values_list(*columns)
+        for values in rows:
+            row = dict(zip(columns, values, strict=True))
+            texts = {column: row[column] for column in (*COPIES, OTHER)}
+            if from_source:
+                texts[OTHER] = other_text(row["request_body"], row["parts"])
+            new = derived(texts)
+            del new[MARK]
+            if any(new[column] != row[column] for column in new):
+                changed.append(Stream(pk=row["pk"], **new))
+            elif row[MARK] is None:
+                marked.append(row["pk"])
+        mark = new_mark()
+        for stream in changed:
+            setattr(stream, MARK, mark)
+        if changed:
+            Stream.objects.bulk_update(changed, list(DERIVED))
+        if marked:
+            Stream.objects.filter(pk__in=marked).update(**{MARK: mark})
+    return len(changed) + len(marked)
+
+
+def rederive(Stream, *, from_source=False, chunk=CHUNK) -> int:
+    """Every row's search text derived again (`rederive_rows`, a chunk at a time); how many rows
+    were written."""
+    written, last = 0, 0
+    while True:
+        ids = list(
+            Stream.objects.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:chunk]
+        )
+        if not ids:
+            return written
+        written += rederive_rows(Stream, ids, from_source=from_source)
+        last = ids[-1]
+
+
+def holding_query(secret):
+    """An index query (FTS5 or `to_tsquery`) for the rows whose text may hold `secret`: any of
+    its words of 4 or more characters as a prefix, a word with a digit in it (random text) by
+    its first 4 characters (a word cut short is found too; 4 random characters rarely begin
+    anything else), other words by their first 8; None when it has no such word. What a row
+    holds inside a longer word, or from the middle of one of the secret's words on, is not
+    found (docs/security.md)."""
+    words = []
+    for word in re.findall(r"[^\W_]+", secret.lower()):
+        if len(word) < 4:
+            continue
+        word = word[:4] if any(c.isdigit() for c in word) else word[:8]
+        if word not in words:
+            words.append(word)
+    if not words:
+        return None
+    if connection.vendor == "postgresql":
+        return " | ".join(f"{w}:*" for w in words)
+    return " OR ".join(f'"{w}"*' for w in words)
+
+
+def holding_ids(query, after=0, limit=CHUNK):
+    """Ids above `after` of the rows the index finds for `holding_query`'s `query`, in order."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT id FROM streams_stream WHERE search_vector @@ to_tsquery('simple', %s) "
+                "AND id > %s ORDER BY id LIMIT %s",
+                [query, after, limit],
+            )
+        else:
+            cursor.execute(
+                f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH %s AND rowid > %s "
+                "ORDER BY rowid LIMIT %s",
+                [query, after, limit],
+            )
+        return [row[0] for row in cursor.fetchall()]
+
+
+# A secret first seen this long ago is looked for: every process derives with it by then (they
+# read other processes' keys at most REFRESH_S after they are sealed), so no row derived without
+# it is still on its way to the database when the index is asked.
+SWEEP_GRACE_S = 10.0
+
+
+class _Sweeps:
+    """Which secrets this process knows the index was swept for, and those it is sweeping."""
+
+    def __init__(self):
+        self.done = set()  # fingerprints
+        self.pending = {}  # fingerprint -> secret
+        self.first_seen = {}  # fingerprint -> monotonic seconds
+        self.cursor = {}  # fingerprint -> the last row id swept
+        self.rules = None
+
+
+_sweeps = _Sweeps()
+
+
+def maintain(budget=CHUNK, now=None) -> int:
+    """One turn of keeping the index's text derived, at most `budget` rows (every server process
+    runs one per orphan sweep, streams/run/runner.py): the rows a writer left underived, then
+    the rows that may hold a secret learned since they were derived (`holding_query`), a
+    secret recorded as swept (`SweptSecret`) once all of its rows were. Returns the rows
+    written."""
+    from streams.models import Stream
+
+    now = time.monotonic() if now is None else now
+    underived = Stream.objects.filter(**{f"{MARK}__isnull": True}).order_by("pk")
+    ids = list(underived.values_list("pk", flat=True)[:budget])
+    written = rederive_rows(Stream, ids) if ids else 0
+    budget -= len(ids)
+    if budget > 0:
+        written += _sweep_new_secrets(Stream, budget, now)
+    return written
+
+
+def _sweep_new_secrets(Stream, budget, now):
+    from streams.models import SweptSecret
+    from streams.store import sealed
+
+    rules = known_secrets.fresh_rules()
+    if rules is not _sweeps.rules:
+        _sweeps.rules = rules
+        current = {sealed.fingerprint(s): s for s in (rules.secrets if rules else ())}
+        unknown = [fp for fp in current if fp not in _sweeps.done]
+        for i in range(0, len(unknown), 500):
+            chunk = unknown[i : i + 500]
+            found = SweptSecret.objects.filter(fingerprint__in=chunk).values_list(
+                "fingerprint", flat=True
+            )
+            _sweeps.done.update(found)
+        _sweeps.pending = {fp: s for fp, s in current.items() if fp not in _sweeps.done}
+    written = 0
+    for fp, secret in list(_sweeps.pending.items()):
+        if budget <= 0:
+            break
+        if now - _sweeps.first_seen.setdefault(fp, now) < SWEEP_GRACE_S:
+            continue
+        query = holding_query(secret)
+        ids = holding_ids(query, _sweeps.cursor.get(fp, 0), budget) if query else []
+        if ids:
+            written += rederive_rows(Stream, ids)
+            _sweeps.cursor[fp] = ids[-1]
+            if len(ids) == budget:
+                break  # (more may follow: the next turn)
+            budget -= len(ids)
+        SweptSecret.objects.get_or_create(fingerprint=fp)
+        log.info("search: the rows that may hold a newly known secret were derived again")
+        _sweeps.done.add(fp)
+        del _sweeps.pending[fp]
+        _sweeps.cursor.pop(fp, None)
+    return written
+
+
+def swept_all(SweptSecret) -> None:
+    """Record every secret known now as swept (after every row was derived under them)."""
+    from streams.store import sealed
+
+    rules = known_secrets.fresh_rules()
+    prints = {sealed.fingerprint(s) for s in (rules.secrets if rules else ())}
+    SweptSecret.objects.bulk_create(
+        [SweptSecret(fingerprint=fp) for fp in prints], ignore_conflicts=True, batch_size=500
+    )
+    _sweeps.done |= prints
+
+
+def forget_sweeps():
+    """Tests: this process knows of no sweep."""
+    _sweeps.__init__()
 
 
 def index_bytes() -> int:
@@ -319,12 +591,11 @@ def _sqlite_page(terms, visible, offset):
 
 def _postgres_page(terms, visible, offset):
     within, params = ("", []) if visible is None else (f"AND s.id IN ({visible[0]})", visible[1])
-    # the newest matches, then their rank, then a headline for the page's rows only
-    # (`<` and `>` hidden from ts_headline, which drops what looks like a tag: `_marked` puts
-    # them back)
+    # the newest matches, then their rank, then a headline for the page's rows only, from what
+    # the index holds (`source_sql`: the redacted text; `<` and `>` hidden from ts_headline,
+    # which drops what looks like a tag: `_marked` puts them back)
     headline = (
-        f"ts_headline('simple', translate(concat_ws(' … ', s.prompt, left(s.output_text, "
-        f"{INDEXED_MAX_CHARS}), left(s.error_message, {INDEXED_MAX_CHARS}), s.search_other), "
+        f"ts_headline('simple', translate(concat_ws(' … ', {', '.join(source_sql('s'))}), "
         f"'<>', '{_LT}{_GT}'), q, "
         f"'StartSel={_START}, StopSel={_STOP}, MaxWords={SNIPPET_WORDS}, MinWords=12, "
         'MaxFragments=1, FragmentDelimiter=" … "\')'

@@ -21,7 +21,7 @@ from streams.core.checks import check_events
 from streams.models import Finding, Stream
 from streams.run import runner
 from streams.store import rows
-from streams.store.rows import insert_events
+from streams.store.rows import insert_events, with_search
 
 # ---- recording through the runner ----------------------------------------------------------
 
@@ -106,7 +106,7 @@ def recorded(user, events, times=None, **fields):
         closed_us=None if times[-1] is None else times[-1] + 500,
     )
     defaults.update(fields)
-    stream = Stream.objects.create(**defaults)
+    stream = Stream.objects.create(**with_search(defaults))  # (searchable, as the recorder's)
     Finding.objects.bulk_create([Finding(stream=stream, **v.as_dict()) for v in violations])
     wall = dt.datetime.now(dt.UTC)
     rows = []

@@ -222,12 +222,15 @@ class _StreamMaker:
         self.fields = self._request_fields()
         self._connection()
         if self.outcome in ("http_429", "http_500"):
-            return self._http_error()
-        self.ev = _Events()
-        self._opening_events()
-        self._text_deltas()
-        self._ending()
-        return self._checked()
+            fields, rows, findings = self._http_error()
+        else:
+            self.ev = _Events()
+            self._opening_events()
+            self._text_deltas()
+            self._ending()
+            fields, rows, findings = self._checked()
+        # what the search index reads of it, as every write of a row derives it
+        return stream_rows.with_search(fields), rows, findings
 
     def _request(self):
         """What was asked and how it will go: the requested model, the source and its tags,

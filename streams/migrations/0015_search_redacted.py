@@ -1,0 +1,193 @@
+"""The search index built from the redacted text (streams/store/search.py, docs/search.md).
+
+An upstream that echoes a key into an answer or an error had it indexed verbatim: a prefix
+search (`q=incorrect 406b*`) found the stream for the right next character and not for a wrong
+one, and walked the key out of an index that the pages only ever showed `[redacted]` from.
+From here on the index reads, per row:
+
+- `search_prompt`, `search_output`, `search_error`: the prompt, output and error with every
+  known secret taken out, kept only where that changed something (NULL: the column itself, so
+  the 99.9 % of rows without a secret store nothing twice); `search_other` is stored redacted;
+- `search_derived_ns`: when those were derived. A statement that changes an indexed column or
+  a copy without a new value here (a writer that did not derive) leaves it NULL, and a row
+  with NULL there is indexed as nothing: a forgotten writer makes a row unfindable for a few
+  seconds (`search.maintain` derives it), never findable by a secret.
+
+SQLite: the FTS5 table stays; its view and triggers are made again over `search.source_sql`,
+plus a trigger that notices a write that did not derive. PostgreSQL: the generated
+`search_vector` is made again over the same text, and a BEFORE UPDATE trigger notices such a
+write. Every row is derived here, under the secrets known now (the configured ones and the
+sealed pass-through keys), which are recorded as swept."""
+
+import importlib
+
+from django.db import migrations, models
+
+from streams.store import search
+
+TABLE = search.TABLE
+MARK = search.MARK
+INDEXED = ("prompt", "output_text", "error_message", "search_other")
+COPIES = tuple(search.COPIES.values())
+WATCHED = (*INDEXED, *COPIES)  # a change to any of these needs a new MARK
+COLUMNS = ", ".join(INDEXED)  # the FTS5 table's columns (0013)
+
+
+def _values(row):
+    return ", ".join(search.source_sql(row))
+
+
+def _changed(columns):
+    return "(" + " OR ".join(f"new.{c} IS NOT old.{c}" for c in columns) + ")"
+
+
+SQLITE = [
+    f"CREATE VIEW {TABLE}_source AS SELECT id, "
+    + ", ".join(f"{sql} AS {name}" for sql, name in zip(search.source_sql(), INDEXED, strict=True))
+    + " FROM streams_stream",
+    f"CREATE TRIGGER {TABLE}_insert AFTER INSERT ON streams_stream BEGIN "
+    f"INSERT INTO {TABLE}(rowid, {COLUMNS}) VALUES (new.id, {_values('new')}); END",
+    f"CREATE TRIGGER {TABLE}_delete AFTER DELETE ON streams_stream BEGIN "
+    f"INSERT INTO {TABLE}({TABLE}, rowid, {COLUMNS}) VALUES ('delete', old.id, {_values('old')}); "
+    "END",
+    # A text or copy changed: the index follows; and when the statement left the mark as it
+    # was, nothing derived the new text: the row is left underived (the nested UPDATE sets
+    # only the mark, which `_mark` below carries into the index).
+    f"CREATE TRIGGER {TABLE}_update AFTER UPDATE OF {', '.join((*WATCHED, MARK))} "
+    f"ON streams_stream WHEN {_changed(WATCHED)} BEGIN "
+    f"INSERT INTO {TABLE}({TABLE}, rowid, {COLUMNS}) VALUES ('delete', old.id, {_values('old')}); "
+    f"INSERT INTO {TABLE}(rowid, {COLUMNS}) VALUES (new.id, {_values('new')}); "
+    f"UPDATE streams_stream SET {MARK} = NULL WHERE id = new.id "
+    f"AND new.{MARK} IS old.{MARK} AND new.{MARK} IS NOT NULL; END",
+    # Only the mark changed, from or to NULL: the row enters or leaves the index. (Exclusive
+    # with `_update`, whose WHEN is the opposite, so no row is deleted from the index twice.)
+    f"CREATE TRIGGER {TABLE}_mark AFTER UPDATE OF {MARK} ON streams_stream "
+    f"WHEN (old.{MARK} IS NULL) IS NOT (new.{MARK} IS NULL) AND NOT {_changed(WATCHED)} BEGIN "
+    f"INSERT INTO {TABLE}({TABLE}, rowid, {COLUMNS}) VALUES ('delete', old.id, {_values('old')}); "
+    f"INSERT INTO {TABLE}(rowid, {COLUMNS}) VALUES (new.id, {_values('new')}); END",
+]
+SQLITE_DROP = [
+    f"DROP TRIGGER IF EXISTS {TABLE}_mark",
+    f"DROP TRIGGER IF EXISTS {TABLE}_update",
+    f"DROP TRIGGER IF EXISTS {TABLE}_delete",
+    f"DROP TRIGGER IF EXISTS {TABLE}_insert",
+    f"DROP VIEW IF EXISTS {TABLE}_source",
+]
+
+PROMPT, OUTPUT, ERROR, OTHER = search.source_sql()
+VECTOR = (
+    f"setweight(to_tsvector('simple', {PROMPT}), 'A') || "
+    f"setweight(to_tsvector('simple', {OUTPUT}), 'B') || "
+    f"to_tsvector('simple', {ERROR}) || to_tsvector('simple', {OTHER})"
+)
+_NEW = ", ".join(f"NEW.{c}" for c in WATCHED)
+_OLD = ", ".join(f"OLD.{c}" for c in WATCHED)
+POSTGRES = [
+    f"ALTER TABLE streams_stream ADD COLUMN search_vector tsvector GENERATED ALWAYS AS ({VECTOR}) "
+    "STORED",
+    "CREATE INDEX stream_search ON streams_stream USING gin (search_vector)",
+    # a statement that changed a text or a copy but left the mark as it was derived nothing:
+    # the row is left underived (its generated vector, computed after this, is empty)
+    "CREATE FUNCTION streams_search_underived() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+    f"IF NEW.{MARK} IS NOT DISTINCT FROM OLD.{MARK} AND ({_NEW}) IS DISTINCT FROM ({_OLD}) THEN "
+    f"NEW.{MARK} := NULL; END IF; RETURN NEW; END $$",
+    f"CREATE TRIGGER streams_search_underived BEFORE UPDATE OF {', '.join(WATCHED)} "
+    "ON streams_stream FOR EACH ROW EXECUTE FUNCTION streams_search_underived()",
+]
+POSTGRES_DROP = [
+    "DROP TRIGGER IF EXISTS streams_search_underived ON streams_stream",
+    "DROP FUNCTION IF EXISTS streams_search_underived()",
+    "DROP INDEX IF EXISTS stream_search",
+    "ALTER TABLE streams_stream DROP COLUMN IF EXISTS search_vector",
+]
+
+
+def _before():
+    return importlib.import_module("streams.migrations.0013_search")
+
+
+def _derive(apps, schema_editor):
+    """Away with the index over the stored text, every row derived, the index over the
+    derived text (derived first: no trigger or generated column works per row meanwhile)."""
+    sqlite = schema_editor.connection.vendor == "sqlite"
+    before = _before()
+    for statement in before.SQLITE_DROP[:3] + before.SQLITE_DROP[4:] if sqlite else POSTGRES_DROP:
+        schema_editor.execute(statement)  # (SQLite: the FTS5 table stays, rebuilt below)
+    search.rederive(apps.get_model("streams", "Stream"))
+    search.swept_all(apps.get_model("streams", "SweptSecret"))
+    for statement in SQLITE if sqlite else POSTGRES:
+        schema_editor.execute(statement)
+    if sqlite:
+        schema_editor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
+
+
+def _underive(apps, schema_editor):
+    """Back to 0013's index over the stored text (`search_other` stays redacted: `manage.py
+    rebuild_search` of that version makes it again from the requests and parts)."""
+    sqlite = schema_editor.connection.vendor == "sqlite"
+    before = _before()
+    for statement in SQLITE_DROP if sqlite else POSTGRES_DROP:
+        schema_editor.execute(statement)
+    if sqlite:
+        schema_editor.execute(before.SQLITE[0])  # the view
+        for statement in before.SQLITE[2:]:  # the triggers (the FTS5 table stayed)
+            schema_editor.execute(statement)
+        schema_editor.execute(f"INSERT INTO {TABLE}({TABLE}) VALUES ('rebuild')")
+    else:
+        for statement in before.POSTGRES:
+            schema_editor.execute(statement)
+
+
+class Migration(migrations.Migration):
+    dependencies = [("streams", "0014_scores_and_share_links")]
+
+    operations = [
+        migrations.AddField(
+            model_name="stream",
+            name="search_prompt",
+            field=models.TextField(blank=True, null=True, verbose_name="prompt as searched"),
+        ),
+        migrations.AddField(
+            model_name="stream",
+            name="search_output",
+            field=models.TextField(blank=True, null=True, verbose_name="output as searched"),
+        ),
+        migrations.AddField(
+            model_name="stream",
+            name="search_error",
+            field=models.TextField(blank=True, null=True, verbose_name="error as searched"),
+        ),
+        migrations.AddField(
+            model_name="stream",
+            name="search_derived_ns",
+            field=models.BigIntegerField(
+                blank=True, null=True, verbose_name="search text derived (ns)"
+            ),
+        ),
+        migrations.AddIndex(
+            model_name="stream",
+            index=models.Index(
+                condition=models.Q(("search_derived_ns__isnull", True)),
+                fields=["id"],
+                name="stream_search_underived",
+            ),
+        ),
+        migrations.CreateModel(
+            name="SweptSecret",
+            fields=[
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "fingerprint",
+                    models.CharField(max_length=64, unique=True, verbose_name="fingerprint"),
+                ),
+                ("swept_at", models.DateTimeField(auto_now_add=True, verbose_name="swept at")),
+            ],
+            options={"verbose_name": "swept secret", "verbose_name_plural": "swept secrets"},
+        ),
+        migrations.RunPython(_derive, _underive),
+    ]

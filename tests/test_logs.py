@@ -1,0 +1,84 @@
+"""Log lines are an exit: a real server (`python -m dashboard.server`, Daphne's command line,
+as the suite's live servers run) is asked for URLs holding secrets, whole and in pieces, and
+made to log them; its access log and everything its loggers wrote (the captured stdout and
+stderr) hold no fragment of them, in any form a reader could decode. And the same in-process:
+a record of any logger, its traceback included, is redacted as it is made."""
+
+import logging
+import time
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from streams.store import known_secrets
+from tests.conftest import DaphneServer
+from tests.support.leaks import SecretFinder
+
+KEY = "sk-LOGS-CANARY-7c1d9e2f4a6b"
+PASS_KEY = "pk-pass-LOGS-Z9y8X7w6V5u4"  # a pass-through key: sealed, no `sk-` shape
+SECRETS = {"key": KEY, "pass": PASS_KEY}
+
+
+@pytest.fixture
+def server(people, simulator_process):
+    server = DaphneServer(simulator_process.base_url, env={"UPSTREAM_API_KEY": KEY})
+    yield server
+    server.stop()
+
+
+def _log(server):
+    with open(server.log.name, errors="replace") as f:
+        return f.read()
+
+
+def test_a_real_servers_access_log_and_loggers_hold_no_secret(server, people):
+    known_secrets.remember(PASS_KEY)  # sealed: every process knows it a second later at most
+    time.sleep(known_secrets._Known.REFRESH_S + 0.2)
+    token = people.owner.token
+    urls = [
+        f"/?q={KEY}",  # the key searched for whole
+        f"/?q=incorrect+{KEY[5:17]}*",  # a walker's guess: a piece of it
+        "/?q=" + quote(KEY[3:20], safe=""),  # percent-encoded
+        "/?q=" + "".join(f"%{b:02X}" for b in KEY[2:14].encode()),  # every byte encoded
+        f"/?q={PASS_KEY}&page=1",
+        f"/streams.csv?q={KEY[4:16]}",
+        f"/no-such-page/{KEY}/",  # a 404: Django logs its path
+        f"/streams/999999/?tail={PASS_KEY}",
+    ]
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as client:
+            for url in urls:
+                assert client.get(url, headers={"Cookie": people.owner.cookie}).status_code in (
+                    200,
+                    400,
+                    404,
+                )
+            auth = {"Authorization": f"Bearer {token}"}
+            assert client.get(f"/api/streams/?q={KEY[3:15]}", headers=auth).status_code == 200
+            bad = {"Authorization": f"Bearer ss_{KEY}"}  # a wrong token with the key in it
+            assert client.get("/api/streams/", headers=bad).status_code == 401
+    finally:
+        known_secrets.forget_all()
+    server.proc.terminate()  # (its log is complete once it exited)
+    server.proc.wait(10)
+    log = _log(server)
+    leaks = SecretFinder(SECRETS).find(log)
+    assert not leaks, "\n".join(f"{label} {frag!r} in …{ctx!r}…" for label, frag, ctx, _ in leaks)
+    # not a log that said nothing: the access lines and the 404's warning are there, redacted
+    assert '"GET /?q=[redacted]"' in log and '"GET /?q=incorrect+[redacted]' in log
+    assert "Not Found: /no-such-page/[redacted]/" in log
+    assert '"GET /?q=[redacted]&page=1"' in log  # (the pass-through key)
+    assert log.count('"GET /') >= len(urls)
+
+
+def test_every_record_of_any_logger_is_redacted_as_it_is_made(settings, caplog):
+    settings.UPSTREAM_API_KEY = KEY
+    caplog.set_level(logging.INFO)
+    try:
+        raise ValueError(f"Incorrect API key provided: {KEY}")
+    except ValueError:
+        logging.getLogger("daphne.http_protocol").exception("failed for %s", KEY[2:16])
+    logging.getLogger("some.library").warning("GET /?q=%s", quote(KEY, safe=""))
+    assert KEY[2:10] not in caplog.text
+    assert caplog.text.count("[redacted]") >= 3  # the message, the traceback, the URL
