@@ -25,13 +25,22 @@ present. docs/security.md has the measured cost.
 
 from __future__ import annotations
 
+import base64
 import bisect
 import html.entities
 import re
+import sys
 
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
+REDACTED_UTF16 = REDACTED.encode("utf-16-le")
 FRAGMENT_MIN = 8
+# Hex digits: as many of a secret's bytes as FRAGMENT_MIN characters (8 hex digits would be
+# 32 bits, which hex ids on a page match by chance).
+HEX_MIN = 2 * FRAGMENT_MIN
+# Base64 and hex copies and credential shapes are looked for in runs of key (or base64)
+# characters this long or longer, and there base64 copies as fragments of FRAGMENT_MIN.
+LONG_RUN = 16
 SHAPE_MIN_CHARS = 20
 # Characters of a credential's shape, and of every key-like secret: always decoded from escapes.
 KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -39,6 +48,8 @@ KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 MAX_HOLD = 8192
 _RUN_CACHE_MAX = 4096
 _RUN_CACHE_RUN_MAX = 96
+# How a span is written: PLAIN (as text, escapes, …) or SPREAD (UTF-16: one NUL a character).
+PLAIN, SPREAD = "plain", "spread"
 
 
 # ---- the rules -------------------------------------------------------------------------------
@@ -52,27 +63,43 @@ class Rules:
     def __init__(self, secrets, prefixes):
         secrets = {s for s in secrets if isinstance(s, str) and len(s) >= FRAGMENT_MIN}
         self.secrets = tuple(sorted(secrets, key=len, reverse=True))
-        raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
-        self.grams = frozenset(
-            s[i : i + FRAGMENT_MIN] for s in raw for i in range(len(s) - FRAGMENT_MIN + 1)
-        )
         self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
-        alphabet = set(b"".join(raw))
-        # one C-speed pass classifies every byte: 1 a secret's, 2-5 the first bytes of escapes
-        # and URL credentials (when no secret has them), 0 anything else
-        self.table = bytes(1 if b in alphabet else _SPECIAL.get(b, 0) for b in range(256))
-        self.run = b"\x01" * FRAGMENT_MIN
-        self.special = {b: code for b, code in _SPECIAL.items() if b not in alphabet}
-        # what escapes are decoded to: a secret's characters, and a shape's
-        decoded = set().union(*self.secrets) if self.secrets else set()
-        if self.prefixes:
-            decoded |= KEY_CHARS
+        raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
+        # what is looked for: each secret lower-cased (ASCII: lengths stay, so positions do),
+        # its base64 cores as they are (an encoding is not re-cased), its hex lower-cased
+        plain = {s.lower() for s in raw}
+        cores = {c for s in raw for c in base64_cores(s)}
+        hexes = {s.hex().encode() for s in raw}
+        self.grams = frozenset(_grams(plain, FRAGMENT_MIN))
+        self.base64_grams = frozenset(_grams(cores, FRAGMENT_MIN))
+        self.hex_grams = frozenset(_grams(hexes, HEX_MIN))
+        self.quads, self.base64_quads, self.hex_quads = _quads(plain), _quads(cores), _quads(hexes)
+        # one C-speed pass classifies every byte: 1 a secret's (in either case), 2-5 the first
+        # bytes of escapes and URL credentials (when no secret has them), 6 NUL (the other
+        # half of UTF-16), 0 anything else; `find` on that locates runs of FRAGMENT_MIN
+        letters = _both_cases(b"".join(plain))
+        self.table = bytes(1 if b in letters else _SPECIAL.get(b, 0) for b in range(256))
+        self.run = b"\x01" * FRAGMENT_MIN if self.grams else b""
+        self.special = {b: code for b, code in _SPECIAL.items() if b not in letters}
+        # a second pass finds runs of key characters (and base64's) of LONG_RUN or more: where
+        # base64 and hex copies and credential shapes are looked for. Ordinary words and JSON
+        # names are shorter; a run of any 8 letters would be most words of a page.
+        base64_chars = b"".join(cores) + _BASE64_SYMBOLS
+        long_chars = _both_cases(_KEY_BYTES + base64_chars + "".join(self.prefixes).encode())
+        self.long_table = bytes(1 if b in long_chars else 0 for b in range(256))
+        shape_min = min((len(p.encode()) + SHAPE_MIN_CHARS for p in self.prefixes), default=0)
+        self.long_run = b"\x01" * (LONG_RUN if self.secrets else shape_min)
+        # what escapes are decoded to: whatever a run may hold, and NUL (UTF-16 in JSON text)
+        decoded = {chr(b) for b in letters | long_chars if b < 0x80} | set("".join(self.secrets))
+        if self.grams:
+            decoded.add("\x00")
         self.decodes = frozenset(decoded)
-        self.holds = frozenset(alphabet | ({ord(c) for c in KEY_CHARS} if self.prefixes else set()))
+        self.holds = frozenset(letters | long_chars)
         self.shapes = tuple(
             (
-                p.encode(),
-                re.compile(re.escape(p.encode()) + rb"[A-Za-z0-9_\-]{%d,}" % SHAPE_MIN_CHARS),
+                p.lower().encode(),
+                len(p.encode()) + SHAPE_MIN_CHARS,
+                re.compile(re.escape(p.lower().encode()) + rb"[a-z0-9_\-]{%d,}" % SHAPE_MIN_CHARS),
             )
             for p in self.prefixes
         )
@@ -94,7 +121,8 @@ class Rules:
             if self.named
             else None
         )
-        self._runs = {}  # run -> ((start, end), …) of fragments in it, merged
+        # run -> ((start, end), …) to redact in it, merged: runs already judged, by kind
+        self._runs, self._long_runs = {}, {}
 
     def __bool__(self):
         return bool(self.secrets or self.prefixes)
@@ -184,41 +212,51 @@ class Rules:
     # -- finding ----------------------------------------------------------------------------
 
     def _run_marks(self, run):
+        """((start, end), …) of fragments in a run of secret characters (in any case)."""
         found = self._runs.get(run)
-        if found is not None:
-            return found
-        grams, n, marks = self.grams, FRAGMENT_MIN, []
-        for i in range(len(run) - n + 1):
-            if run[i : i + n] in grams:
-                if marks and marks[-1][1] >= i:
-                    marks[-1][1] = i + n
-                else:
-                    marks.append([i, i + n])
-        found = tuple((s, e) for s, e in marks)
-        if len(run) <= _RUN_CACHE_RUN_MAX:
-            if len(self._runs) >= _RUN_CACHE_MAX:
-                self._runs.clear()
-            self._runs[run] = found
+        if found is None:
+            marks = _windows(run.lower(), self.grams, self.quads, FRAGMENT_MIN)
+            found = _remember(self._runs, run, marks)
         return found
 
-    def marks(self, decoded, kinds):
-        """Spans of `decoded` (classified as `kinds`) to redact: fragments of known secrets,
-        credential shapes."""
-        spans = []
-        if self.grams:
-            i = kinds.find(self.run)
-            while i >= 0:
-                j = kinds.find(b"\x00", i)
-                if j < 0:
-                    j = len(decoded)
-                spans.extend((i + s, i + e) for s, e in self._run_marks(decoded[i:j]))
-                i = kinds.find(self.run, j)
-        for prefix, pattern in self.shapes:
-            if prefix in decoded:
-                for m in pattern.finditer(decoded):
+    def _long_run_marks(self, run):
+        """((start, end), …) of base64 and hex copies and credential shapes in a run of key
+        (or base64) characters of LONG_RUN or more."""
+        marks = _windows(run, self.base64_grams, self.base64_quads, FRAGMENT_MIN)
+        low = run.lower()
+        marks += _windows(low, self.hex_grams, self.hex_quads, HEX_MIN)
+        n = len(low)
+        for prefix, least, pattern in self.shapes:
+            if n >= least and prefix in low:
+                for m in pattern.finditer(low):
                     s = m.start()
-                    if s == 0 or decoded[s - 1] not in _ALNUM:
-                        spans.append(m.span())
+                    # (the byte before the run is none of the key characters)
+                    if s == 0 or low[s - 1] not in _ALNUM:
+                        marks.append(m.span())
+        return _remember(self._long_runs, run, marks)
+
+    def _spread(self, decoded, kinds, spans):
+        """Secrets with a NUL after (UTF-16LE) or before (UTF-16BE) each character: runs of
+        FRAGMENT_MIN or more secret characters one NUL apart, read without the NULs."""
+        i = kinds.find(_SPREAD_RUN)
+        while i >= 0:
+            j = _SPREAD.match(kinds, i).end()
+            for s, e in self._run_marks(decoded[i:j:2]):
+                spans.append((i + 2 * s, i + 2 * e - 1, SPREAD))
+            i = kinds.find(_SPREAD_RUN, j)
+
+    def marks(self, decoded, kinds):
+        """Spans of `decoded` (classified as `kinds`) to redact: (start, end, how), `how` PLAIN
+        for the fragments of known secrets, their copies and credential shapes, SPREAD for
+        UTF-16 ones."""
+        spans = []
+        if self.run:
+            _runs(decoded, kinds, self.run, self._runs, self._run_marks, spans)
+            if b"\x06" in kinds:
+                self._spread(decoded, kinds, spans)
+        if self.long_run:
+            kinds = decoded.translate(self.long_table)
+            _runs(decoded, kinds, self.long_run, self._long_runs, self._long_run_marks, spans)
         return spans
 
     # -- redacting --------------------------------------------------------------------------
@@ -239,24 +277,24 @@ class Rules:
         kinds = data.translate(self.table)
         decoded, escapes = self.decode(data, kinds)
         decoded_kinds = kinds if escapes is None else decoded.translate(self.table)
-        spans = [
-            (self.to_data(s, escapes), self.to_data(e, escapes))
-            for s, e in self.marks(decoded, decoded_kinds)
-        ]
+        spans = []
+        for s, e, how in self.marks(decoded, decoded_kinds):
+            s, e = self.to_data(s, escapes), self.to_data(e, escapes)
+            spans.append((s, e, REDACTED_BYTES) if how is PLAIN else _utf16_span(data, s, e))
         if self._has(0x40, kinds, data) and b"://" in data:
-            spans.extend(m.span(1) for m in _USERINFO.finditer(data))
+            spans.extend((*m.span(1), REDACTED_BYTES) for m in _USERINFO.finditer(data))
         hold = len(data)
         if tail:
-            hold = self._hold_point(data, decoded, escapes)
-            for s, e in spans:
+            hold = self._hold_point(data, decoded, decoded_kinds, escapes)
+            for s, e, _ in spans:
                 if s < hold < e:
                     hold = s
-            spans = [(s, e) for s, e in spans if e <= hold]
+            spans = [span for span in spans if span[1] <= hold]
         if not spans:
             return (data if hold == len(data) else data[:hold]), hold
         spans.sort()
         out, last = [], 0
-        for s, e in spans:
+        for s, e, replacement in spans:
             if e <= last:
                 continue
             if s < last:
@@ -270,36 +308,156 @@ class Rules:
                 if (s - b) % 2:
                     s -= 1
                 out.append(data[last:s])
-                out.append(REDACTED_BYTES)
+                out.append(replacement)
             last = e
         out.append(data[last:hold])
         return b"".join(out), hold
 
-    def _hold_point(self, data, decoded, escapes):
+    def _hold_point(self, data, decoded, kinds, escapes):
         hold = end = len(data)
         partial = _PARTIAL_ESCAPE.search(data, max(0, len(data) - 40))
         if partial:
             hold = end = partial.start()
         # the run of secret (or key) characters that ends the data, or meets the unfinished
-        # escape: its last FRAGMENT_MIN - 1 bytes may begin a fragment; from a shape's prefix
-        # on, all of it may be a credential
+        # escape: shorter than LONG_RUN, all of it (it may yet become a run long enough to hold
+        # a base64 or hex copy); longer, its last LONG_RUN bytes (a fragment may begin there,
+        # and they stay a long run whatever follows); from a shape's prefix on, all of it (a
+        # credential). Without secrets, its last FRAGMENT_MIN - 1 bytes. Of a UTF-16 run, its
+        # last FRAGMENT_MIN - 1 characters.
         d_end = self.to_decoded(end, escapes)
         holds = self.holds
         i = d_end
         while i > 0 and decoded[i - 1] in holds and d_end - i < MAX_HOLD:
             i -= 1
+        start = d_end
         if i < d_end or partial:
-            run = decoded[i:d_end]
-            start = max(i, d_end - (FRAGMENT_MIN - 1))
-            for prefix, _ in self.shapes:
+            if self.secrets:
+                start = i if d_end - i < LONG_RUN else d_end - LONG_RUN
+            else:
+                start = max(i, d_end - (FRAGMENT_MIN - 1))
+            run = decoded[i:d_end].lower()
+            for prefix, _, _ in self.shapes:
                 at = run.find(prefix)
                 if at >= 0:
                     start = min(start, i + at)
+        if self.grams and b"\x06" in kinds:
+            at = max(0, d_end - 2 * FRAGMENT_MIN)
+            spread = _SPREAD_TAIL.search(kinds, at, d_end)
+            if spread:
+                start = min(start, max(spread.start(), d_end - 2 * (FRAGMENT_MIN - 1)))
+        if start < d_end or partial:
             hold = min(hold, self.to_data(start, escapes))
         return hold
 
 
-_SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5}  # \\ % & @
+def base64_cores(data: bytes):
+    """The parts of `data`'s base64 that do not depend on the bytes around it, at each of the
+    three alignments it may have inside a longer encoding, in both alphabets (RFC 4648 base64
+    and base64url)."""
+    cores = []
+    for pad in range(3):
+        encoded = base64.b64encode(bytes(pad) + data)
+        # character k spells bits 6k..6k+5 of the input: those inside `data`'s bits
+        core = encoded[-(-8 * pad // 6) : 8 * (pad + len(data)) // 6]
+        cores += [core, core.translate(_URLSAFE)]
+    return cores
+
+
+def _grams(texts, n):
+    return {t[i : i + n] for t in texts for i in range(len(t) - n + 1)}
+
+
+def _quads(texts):
+    """The 4-grams of `texts` as the integers a memoryview cast to "I" reads: each window of
+    4 or more characters of a run holds one at a multiple of 4 from the run's start, so a run
+    none of whose aligned 4-grams is here holds no fragment (one C-level `isdisjoint`)."""
+    return frozenset(memoryview(q).cast("I")[0] for q in _grams(texts, 4))
+
+
+def _both_cases(data):
+    return set(data) | set(data.lower()) | set(data.upper())
+
+
+def _windows(text, grams, quads, n):
+    """[(start, end)] of the `n`-windows of `text` in `grams`."""
+    size = len(text)
+    if not grams or size < n:
+        return []
+    if size <= _RUN_CACHE_RUN_MAX:
+        starts = range(size - n + 1)
+    else:  # (a long run, e.g. a base64 blob: only around the aligned 4-grams found)
+        aligned = memoryview(text)[: size & ~3].cast("I")
+        if quads.isdisjoint(aligned):
+            return []
+        starts = set()
+        for q in quads.intersection(aligned):
+            quad = q.to_bytes(4, sys.byteorder)
+            p = text.find(quad)
+            while p >= 0:
+                starts.update(range(max(0, p + 4 - n), min(p, size - n) + 1))
+                p = text.find(quad, p + 1)
+        starts = sorted(starts)
+    return [(i, i + n) for i in starts if text[i : i + n] in grams]
+
+
+def _runs(decoded, kinds, pattern, cache, judge, spans):
+    """Adds to `spans` the marks (`judge`'s, or `cache`'s) of each run of `decoded` whose
+    `kinds` begin with `pattern` (a run of 1s)."""
+    find, size = kinds.find, len(decoded)
+    i = find(pattern)
+    while i >= 0:
+        j = find(b"\x00", i)
+        if j < 0:
+            j = size
+        run = decoded[i:j]
+        found = cache.get(run)
+        if found is None:
+            found = judge(run)
+        if found:
+            spans.extend((i + s, i + e, PLAIN) for s, e in found)
+        i = find(pattern, j)
+
+
+def _remember(cache, run, marks):
+    found = tuple(_merged(marks))
+    if len(run) <= _RUN_CACHE_RUN_MAX:
+        if len(cache) >= _RUN_CACHE_MAX:
+            cache.clear()
+        cache[run] = found
+    return found
+
+
+def _merged(spans):
+    out = []
+    for s, e in sorted(spans):
+        if out and out[-1][1] >= s:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def _utf16_span(data, s, e):
+    """A UTF-16 secret's span in `data` (its characters and the NULs between them) and what
+    replaces it: as NUL bytes in the data, `[redacted]` in UTF-16 starting at a character
+    (the span takes the NUL after its last character, so the text stays in step in either
+    byte order); written as escapes, plain `[redacted]`."""
+    if b"\x00" not in data[s:e]:
+        return s, e, REDACTED_BYTES
+    if e < len(data) and data[e] == 0:
+        return s, e + 1, REDACTED_UTF16
+    return s, e, REDACTED_UTF16[:-1]
+
+
+_SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5, 0x00: 6}  # \\ % & @ NUL
+_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_KEY_BYTES = "".join(sorted(KEY_CHARS)).encode()
+# (base64's letters besides KEY_CHARS: a copy inside a blob runs on through them)
+_BASE64_SYMBOLS = b"+/"
+# A UTF-16 run: FRAGMENT_MIN or more secret characters, one NUL between each two.
+_SPREAD_RUN = b"\x01\x06" * (FRAGMENT_MIN - 1) + b"\x01"
+_SPREAD = re.compile(rb"\x01(?:\x06\x01)*")
+_SPREAD_TAIL = re.compile(rb"\x01(?:\x06\x01)*\x06?\Z")
 _ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 # Escapes, each behind a literal first byte so that the regex engine skips to it at C speed.
 _ESC_JSON = re.compile(rb"\\+u[0-9a-fA-F]{4}")
