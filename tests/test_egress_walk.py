@@ -1295,9 +1295,10 @@ def test_the_search_finds_every_fragment_in_every_form():
                 assert ("key", KEY) in got, (name, got)
     assert ("url_password", URL_PASSWORD) in found(quote(f"x={URL_PASSWORD}", safe=""))
     # what the gate leaves on purpose (docs/security.md) is not a leak: a piece of a base64
-    # copy standing alone shorter than 16 characters, 15 hex digits
-    b64 = base64.b64encode(KEY.encode()).decode()
-    assert found(f"{b64[:15]} {KEY.encode().hex()[:15]}") == set()
+    # copy shorter than 16 characters, hex digits that spell fewer than 8 whole bytes
+    b64, digits = base64.b64encode(KEY.encode()).decode(), KEY.encode().hex()
+    assert found(f"{b64[:15]} {digits[:15]} {digits[1:17]}") == set()
+    assert found(f"{b64[:16]} {digits[2:18]}") == {("key", b64[:16]), ("key", digits[2:18])}
 
 
 def test_the_walk_finds_a_planted_copy_in_every_form():

@@ -23,12 +23,12 @@ from streams.core.redaction import (
     LONG_RUN,
     Rules,
     StreamRedactor,
-    base64_cores,
 )
 from streams.models import Stream
 from streams.store import known_secrets, public
 from tests.conftest import DaphneServer
 from tests.support.hostile import KEY, RawUpstream, copies, escaped, hostile
+from tests.support.leaks import base64_pieces
 from tests.support.recording import finished
 
 
@@ -164,38 +164,50 @@ class TestCopies:
     @pytest.mark.parametrize("urlsafe", [False, True], ids=["base64", "base64url"])
     @pytest.mark.parametrize("pad", [0, 1, 2])
     def test_a_base64_copy_is_redacted_at_every_alignment(self, pad, urlsafe):
-        cores = base64_cores(KEY.encode())
-        for before in (b"", b"user:", b'{"key": "', b"\xff\xfe"):
-            before = (before + b"~~")[: len(before) + (pad - len(before)) % 3]
-            blob = _base64(before + KEY.encode() + b'", "more": 1}', urlsafe)
-            for text in (f"Authorization: Basic {blob}", f"data:application/json;base64,{blob}"):
-                out = COPIES.text(text)
-                assert "[redacted]" in out
-                assert not [p for core in cores for p in _left(out, core.decode())], out
-                assert out.startswith(text[: text.index(blob)])  # only the copy goes
+        for key in (KEY, KEY.upper()):  # (its bytes are read in any case too)
+            cores = base64_pieces(key)
+            for before in (b"", b"user:", b'{"key": "', b"\xff\xfe"):
+                before = (before + b"~~")[: len(before) + (pad - len(before)) % 3]
+                blob = _base64(before + key.encode() + b'", "more": 1}', urlsafe)
+                for text in (f"Basic {blob}", f"data:application/json;base64,{blob}"):
+                    out = COPIES.text(text)
+                    assert "[redacted]" in out
+                    assert not [p for core in cores for p in _left(out, core)], out
+                    assert out.startswith(text[: text.index(blob)])  # only the copy goes
 
     @pytest.mark.parametrize("urlsafe", [False, True], ids=["base64", "base64url"])
-    def test_every_cut_of_a_base64_copy_inside_a_long_run_is_redacted(self, urlsafe):
+    def test_every_piece_of_a_base64_copy_of_long_run_characters_is_redacted(self, urlsafe):
         rng = random.Random(42)
-        for core in base64_cores(KEY.encode()):
-            core = core.decode()
-            for length in (FRAGMENT_MIN, 11, len(core)):
-                for piece in _pieces(core, length):
-                    noise = _base64(rng.randbytes(12), urlsafe)
-                    out = COPIES.text(f"x {noise}{piece}{noise[::-1]} y")
-                    assert piece not in out and "[redacted]" in out, (core, piece)
+        for core in base64_pieces(KEY):
+            for piece in _pieces(core, LONG_RUN):
+                noise = _base64(rng.randbytes(12), urlsafe)
+                for text in (f"x {noise}{piece}{noise[::-1]} y", f"x {piece} y"):
+                    out = COPIES.text(text)
+                    assert "[redacted]" in out and not _left(out, piece), (piece, out)
 
-    def test_a_base64_piece_standing_alone_counts_from_long_run(self):
-        core = base64_cores(KEY.encode())[0].decode()
-        short, long = core[: LONG_RUN - 1], core[:LONG_RUN]
-        assert COPIES.text(f"a {short} b") == f"a {short} b"  # (docs/security.md says so)
-        assert COPIES.text(f"a {long} b") == "a [redacted] b"
+    def test_base64_of_a_utf16_copy_is_redacted(self):
+        # (how PowerShell takes a command: -EncodedCommand)
+        blob = _base64(f"echo {KEY}".encode("utf-16-le"), False)
+        out = COPIES.text(f"powershell -e {blob}")
+        assert "[redacted]" in out and blob[:12] in out  # (`echo ` stays)
+        assert not _left(out, blob[14:-4], LONG_RUN)  # (the characters that spell the key)
 
-    def test_a_hex_copy_is_redacted_in_either_case_at_any_digit(self):
+    def test_a_base64_piece_standing_alone_shorter_than_long_run_is_left(self):
+        # (docs/security.md says so: 11 bytes' worth at most)
+        for core in base64_pieces(KEY):
+            for piece in _pieces(core, LONG_RUN - 1):
+                assert COPIES.text(f"a {piece} b") == f"a {piece} b"
+
+    def test_a_hex_copy_is_redacted_in_either_case(self):
         digits = KEY.encode().hex()
         for text in (digits, digits.upper()):
-            for piece in _pieces(text, HEX_MIN):
-                assert COPIES.text(f"id {piece}.") == "id [redacted].", piece
+            for length in (HEX_MIN, HEX_MIN + 1):
+                for at, piece in enumerate(_pieces(text, length)):
+                    out = COPIES.text(f"id {piece}.")
+                    if length > HEX_MIN or at % 2 == 0:  # 8 whole bytes of the key
+                        assert "[redacted]" in out and not _left(out, piece), (piece, out)
+                    else:
+                        assert out == f"id {piece}."
             for piece in _pieces(text, HEX_MIN - 1):
                 assert COPIES.text(f"id {piece}.") == f"id {piece}."
 

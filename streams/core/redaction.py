@@ -8,38 +8,50 @@ body in pieces, holding back what may be a secret's beginning. Which secrets the
 What is a secret to the rules:
 - known secrets, redacted whole **and as any fragment of FRAGMENT_MIN or more characters**, so
   a key an upstream cut across two deltas, two chunks or two table cells never leaves in pieces;
-- credentials by their shape, for keys nobody told us about: a configured prefix (`sk-`) not
-  preceded by a letter or digit, then SHAPE_MIN_CHARS or more key characters;
+  in any case (`SK-…`, `Sk-…`: ASCII letters are compared lower-cased), and copied:
+  - as UTF-16 (a NUL after or before each character), in bytes or in text;
+  - as hex (HEX_MIN digits that spell FRAGMENT_MIN whole bytes of it), in either case;
+  - as base64 (standard or URL-safe, at any alignment: inside `Basic …`, a `data:` URL, a
+    JWT), from LONG_RUN characters on;
+- credentials by their shape, for keys nobody told us about: a configured prefix (`sk-`, in
+  any case) not preceded by a letter or digit, then SHAPE_MIN_CHARS or more key characters;
 - the password part of a URL's userinfo (`scheme://user:pass@`).
 
 Each rule sees the text as a reader would decode it: characters of a secret written as JSON
 `\\uXXXX` escapes (behind any number of backslashes), URL `%XX` escapes or HTML character
 references count as the characters they spell (`Rules.decode`), and the whole escape goes.
+Hex and base64 are read back as the bytes they spell, which are searched like text; what
+spells a fragment goes, whole characters.
 
-How it stays cheap: a text is cut into runs of the secrets' characters (one C-level regex
-scan); only runs of FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window
-against a set of the secrets' windows, with a bounded cache of runs already judged (JSON keys
-and HTML names repeat). Escapes are decoded only where an escape of a secret character is
-present. docs/security.md has the measured cost.
+How it stays cheap: one C-level pass (`bytes.translate`) classifies every byte and `find`
+cuts the text into runs of the secrets' characters (in either case); only runs of
+FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window against a set of the
+secrets' windows, with a bounded cache of runs already judged (JSON keys and HTML names
+repeat). A second pass finds runs of LONG_RUN or more key or base64 characters, the only
+places a hex or base64 copy or a credential shape can be: ordinary words are shorter. Long
+runs (a base64 image) are judged block by block behind a C-level test of their 4-grams, and
+the bytes they spell behind the first pass's classification (decoded random bytes seldom
+hold 8 key characters in a row). Escapes are decoded only where an escape of a secret
+character is present. docs/performance.md has the measured cost.
 """
 
 from __future__ import annotations
 
-import base64
+import binascii
 import bisect
 import html.entities
 import re
-import sys
 
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
 REDACTED_UTF16 = REDACTED.encode("utf-16-le")
 FRAGMENT_MIN = 8
-# Hex digits: as many of a secret's bytes as FRAGMENT_MIN characters (8 hex digits would be
-# 32 bits, which hex ids on a page match by chance).
+# Hex and base64 copies count as the bytes they spell, and a fragment is FRAGMENT_MIN whole
+# bytes: HEX_MIN digits from a byte's first digit (one more from anywhere); in base64, at
+# most LONG_RUN characters from anywhere (3 whole groups of 4, 9 bytes).
 HEX_MIN = 2 * FRAGMENT_MIN
-# Base64 and hex copies and credential shapes are looked for in runs of key (or base64)
-# characters this long or longer, and there base64 copies as fragments of FRAGMENT_MIN.
+# Hex and base64 copies and credential shapes are looked for in runs of key (or base64)
+# characters this long or longer (a piece of a copy standing alone counts from here).
 LONG_RUN = 16
 SHAPE_MIN_CHARS = 20
 # Characters of a credential's shape, and of every key-like secret: always decoded from escapes.
@@ -65,15 +77,12 @@ class Rules:
         self.secrets = tuple(sorted(secrets, key=len, reverse=True))
         self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
         raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
-        # what is looked for: each secret lower-cased (ASCII: lengths stay, so positions do),
-        # its base64 cores as they are (an encoding is not re-cased), its hex lower-cased
+        # what is looked for: each secret's FRAGMENT_MIN-grams, lower-cased (ASCII: lengths
+        # stay, so positions do), in a text as it is, in the bytes a run of hex digits or of
+        # base64 spells, and in a UTF-16 run without its NULs
         plain = {s.lower() for s in raw}
-        cores = {c for s in raw for c in base64_cores(s)}
-        hexes = {s.hex().encode() for s in raw}
         self.grams = frozenset(_grams(plain, FRAGMENT_MIN))
-        self.base64_grams = frozenset(_grams(cores, FRAGMENT_MIN))
-        self.hex_grams = frozenset(_grams(hexes, HEX_MIN))
-        self.quads, self.base64_quads, self.hex_quads = _quads(plain), _quads(cores), _quads(hexes)
+        self.quads = _quads(plain)
         # one C-speed pass classifies every byte: 1 a secret's (in either case), 2-5 the first
         # bytes of escapes and URL credentials (when no secret has them), 6 NUL (the other
         # half of UTF-16), 0 anything else; `find` on that locates runs of FRAGMENT_MIN
@@ -84,8 +93,9 @@ class Rules:
         # a second pass finds runs of key characters (and base64's) of LONG_RUN or more: where
         # base64 and hex copies and credential shapes are looked for. Ordinary words and JSON
         # names are shorter; a run of any 8 letters would be most words of a page.
-        base64_chars = b"".join(cores) + _BASE64_SYMBOLS
-        long_chars = _both_cases(_KEY_BYTES + base64_chars + "".join(self.prefixes).encode())
+        long_chars = letters | _both_cases(
+            _KEY_BYTES + _BASE64_SYMBOLS + "".join(self.prefixes).encode()
+        )
         self.long_table = bytes(1 if b in long_chars else 0 for b in range(256))
         shape_min = min((len(p.encode()) + SHAPE_MIN_CHARS for p in self.prefixes), default=0)
         self.long_run = b"\x01" * (LONG_RUN if self.secrets else shape_min)
@@ -121,7 +131,7 @@ class Rules:
             if self.named
             else None
         )
-        # run -> ((start, end), …) to redact in it, merged: runs already judged, by kind
+        # run -> ((start, end, context), …) to redact in it, merged: runs already judged
         self._runs, self._long_runs = {}, {}
 
     def __bool__(self):
@@ -212,19 +222,32 @@ class Rules:
     # -- finding ----------------------------------------------------------------------------
 
     def _run_marks(self, run):
-        """((start, end), …) of fragments in a run of secret characters (in any case)."""
+        """((start, end, context), …) of fragments in a run of secret characters (in any
+        case); `context`: where what decides the mark begins (see `_long_run_spans`)."""
         found = self._runs.get(run)
         if found is None:
-            marks = _windows(run.lower(), self.grams, self.quads, FRAGMENT_MIN)
+            marks = [(s, e, s) for s, e in _windows(run.lower(), self.grams, self.quads)]
             found = _remember(self._runs, run, marks)
         return found
 
     def _long_run_marks(self, run):
-        """((start, end), …) of base64 and hex copies and credential shapes in a run of key
-        (or base64) characters of LONG_RUN or more."""
-        marks = _windows(run, self.base64_grams, self.base64_quads, FRAGMENT_MIN)
+        """((start, end, context), …) of fragments, hex and base64 copies and credential
+        shapes in a run of key (or base64) characters of LONG_RUN or more."""
+        found = self._long_runs.get(run)
+        if found is None:
+            found = _remember(self._long_runs, run, self._long_run_spans(run))
+        return found
+
+    def _long_run_spans(self, run):
+        """[(start, end, context)] in the run: fragments as written, hex and base64 copies,
+        credential shapes. `context`: where what decides the mark begins (a stream holds it
+        back with the mark)."""
         low = run.lower()
-        marks += _windows(low, self.hex_grams, self.hex_quads, HEX_MIN)
+        marks = []
+        if self.grams:
+            marks += [(s, e, s) for s, e in _windows(low, self.grams, self.quads)]
+            marks += self._hex_copies(low)
+            marks += self._base64_copies(run)
         n = len(low)
         for prefix, least, pattern in self.shapes:
             if n >= least and prefix in low:
@@ -232,8 +255,64 @@ class Rules:
                     s = m.start()
                     # (the byte before the run is none of the key characters)
                     if s == 0 or low[s - 1] not in _ALNUM:
-                        marks.append(m.span())
-        return _remember(self._long_runs, run, marks)
+                        marks.append((s, m.end(), s))
+        return marks
+
+    def _hex_copies(self, low):
+        """Stretches of HEX_MIN or more hex digits read as bytes (at both digit parities):
+        the digits that spell a fragment."""
+        marks = []
+        kinds = low.translate(_HEX_TABLE)
+        at = kinds.find(_HEX_RUN)
+        while at >= 0:
+            end = kinds.find(b"\x00", at)
+            end = len(low) if end < 0 else end
+            for p in range(2):
+                data = binascii.unhexlify(low[at + p : end - (end - at - p) % 2])
+                for s, e in self._spelled(data):
+                    marks.append((at + p + 2 * s, at + p + 2 * e, at + p + 2 * s))
+            at = kinds.find(_HEX_RUN, end)
+        return marks
+
+    def _base64_copies(self, run):
+        """The run read as base64 (either alphabet) from each of its first four characters, a
+        last group of 2 or 3 characters too: the characters that spell a fragment, and from
+        the first of its first group on (a stream holds that back with it: the group is what
+        decides)."""
+        marks = []
+        standard = run.translate(_STANDARD)
+        for q in range(4):
+            chunk = standard[q:]
+            tail = len(chunk) % 4  # (2 or 3 characters spell 1 or 2 bytes; 1 spells none)
+            chunk = chunk[:-1] if tail == 1 else chunk + b"=" * (-tail % 4)
+            try:
+                data = binascii.a2b_base64(chunk)
+            except binascii.Error:  # (a prefix's character in the run: no base64)
+                continue
+            for s, e in self._spelled(data):
+                marks.append((q + 8 * s // 6, q - (-8 * e // 6), q + s // 3 * 4))
+        return marks
+
+    def _spelled(self, data):
+        """[(start, end)] of fragments in bytes a run spells, found as in text: in runs of
+        secret characters, and UTF-16 ones (base64 of UTF-16 is how PowerShell takes a
+        command). Bytes decoded from random base64 seldom hold 8 secret characters in a row,
+        so the C-level pass rules most of them out."""
+        kinds, marks = data.translate(self.table), []
+        i = kinds.find(self.run)
+        while i >= 0:
+            j = kinds.find(b"\x00", i)
+            if j < 0:
+                j = len(data)
+            marks += [
+                (i + s, i + e) for s, e in _windows(data[i:j].lower(), self.grams, self.quads)
+            ]
+            i = kinds.find(self.run, j)
+        if b"\x06" in kinds:
+            spread = []
+            self._spread(data, kinds, spread)
+            marks += [(s, e) for s, e, _, _ in spread]
+        return marks
 
     def _spread(self, decoded, kinds, spans):
         """Secrets with a NUL after (UTF-16LE) or before (UTF-16BE) each character: runs of
@@ -241,22 +320,25 @@ class Rules:
         i = kinds.find(_SPREAD_RUN)
         while i >= 0:
             j = _SPREAD.match(kinds, i).end()
-            for s, e in self._run_marks(decoded[i:j:2]):
-                spans.append((i + 2 * s, i + 2 * e - 1, SPREAD))
+            for s, e, _ in self._run_marks(decoded[i:j:2]):
+                spans.append((i + 2 * s, i + 2 * e - 1, SPREAD, i + 2 * s))
             i = kinds.find(_SPREAD_RUN, j)
 
     def marks(self, decoded, kinds):
-        """Spans of `decoded` (classified as `kinds`) to redact: (start, end, how), `how` PLAIN
-        for the fragments of known secrets, their copies and credential shapes, SPREAD for
-        UTF-16 ones."""
-        spans = []
+        """Spans of `decoded` (classified as `kinds`) to redact: (start, end, how, context),
+        `how` PLAIN for the fragments of known secrets, their copies and credential shapes,
+        SPREAD for UTF-16 ones; `context`: where what decides the span begins."""
+        spans, long_runs = [], []
+        if self.long_run:
+            long_kinds = decoded.translate(self.long_table)
+            long_runs = _runs(
+                decoded, long_kinds, self.long_run, self._long_runs, self._long_run_marks, spans
+            )
         if self.run:
-            _runs(decoded, kinds, self.run, self._runs, self._run_marks, spans)
+            # (a run of secret characters inside a long run was judged with it)
+            _runs(decoded, kinds, self.run, self._runs, self._run_marks, spans, long_runs)
             if b"\x06" in kinds:
                 self._spread(decoded, kinds, spans)
-        if self.long_run:
-            kinds = decoded.translate(self.long_table)
-            _runs(decoded, kinds, self.long_run, self._long_runs, self._long_run_marks, spans)
         return spans
 
     # -- redacting --------------------------------------------------------------------------
@@ -278,23 +360,25 @@ class Rules:
         decoded, escapes = self.decode(data, kinds)
         decoded_kinds = kinds if escapes is None else decoded.translate(self.table)
         spans = []
-        for s, e, how in self.marks(decoded, decoded_kinds):
-            s, e = self.to_data(s, escapes), self.to_data(e, escapes)
-            spans.append((s, e, REDACTED_BYTES) if how is PLAIN else _utf16_span(data, s, e))
+        for s, e, how, context in self.marks(decoded, decoded_kinds):
+            s, e, context = (self.to_data(x, escapes) for x in (s, e, context))
+            s, e, replacement = (s, e, REDACTED_BYTES) if how is PLAIN else _utf16_span(data, s, e)
+            spans.append((s, e, replacement, context))
         if self._has(0x40, kinds, data) and b"://" in data:
-            spans.extend((*m.span(1), REDACTED_BYTES) for m in _USERINFO.finditer(data))
+            spans.extend((*m.span(1), REDACTED_BYTES, m.start(1)) for m in _USERINFO.finditer(data))
         hold = len(data)
         if tail:
             hold = self._hold_point(data, decoded, decoded_kinds, escapes)
-            for s, e, _ in spans:
-                if s < hold < e:
-                    hold = s
+            # a span that does not end before the hold point is held back with what decides it
+            for _, e, _, context in spans:
+                if e > hold:
+                    hold = min(hold, context)
             spans = [span for span in spans if span[1] <= hold]
         if not spans:
             return (data if hold == len(data) else data[:hold]), hold
         spans.sort()
         out, last = [], 0
-        for s, e, replacement in spans:
+        for s, e, replacement, _ in spans:
             if e <= last:
                 continue
             if s < last:
@@ -350,72 +434,65 @@ class Rules:
         return hold
 
 
-def base64_cores(data: bytes):
-    """The parts of `data`'s base64 that do not depend on the bytes around it, at each of the
-    three alignments it may have inside a longer encoding, in both alphabets (RFC 4648 base64
-    and base64url)."""
-    cores = []
-    for pad in range(3):
-        encoded = base64.b64encode(bytes(pad) + data)
-        # character k spells bits 6k..6k+5 of the input: those inside `data`'s bits
-        core = encoded[-(-8 * pad // 6) : 8 * (pad + len(data)) // 6]
-        cores += [core, core.translate(_URLSAFE)]
-    return cores
-
-
 def _grams(texts, n):
     return {t[i : i + n] for t in texts for i in range(len(t) - n + 1)}
 
 
 def _quads(texts):
     """The 4-grams of `texts` as the integers a memoryview cast to "I" reads: each window of
-    4 or more characters of a run holds one at a multiple of 4 from the run's start, so a run
-    none of whose aligned 4-grams is here holds no fragment (one C-level `isdisjoint`)."""
-    return frozenset(memoryview(q).cast("I")[0] for q in _grams(texts, 4))
+    FRAGMENT_MIN bytes holds one at a multiple of 4 from any point before it, so bytes none of
+    whose 4-grams from there is here hold no fragment (one C-level `isdisjoint`)."""
+    return frozenset(memoryview(b"".join(_grams(texts, 4))).cast("I"))
 
 
 def _both_cases(data):
     return set(data) | set(data.lower()) | set(data.upper())
 
 
-def _windows(text, grams, quads, n):
-    """[(start, end)] of the `n`-windows of `text` in `grams`."""
-    size = len(text)
-    if not grams or size < n:
-        return []
-    if size <= _RUN_CACHE_RUN_MAX:
-        starts = range(size - n + 1)
-    else:  # (a long run, e.g. a base64 blob: only around the aligned 4-grams found)
-        aligned = memoryview(text)[: size & ~3].cast("I")
-        if quads.isdisjoint(aligned):
-            return []
-        starts = set()
-        for q in quads.intersection(aligned):
-            quad = q.to_bytes(4, sys.byteorder)
-            p = text.find(quad)
-            while p >= 0:
-                starts.update(range(max(0, p + 4 - n), min(p, size - n) + 1))
-                p = text.find(quad, p + 1)
-        starts = sorted(starts)
-    return [(i, i + n) for i in starts if text[i : i + n] in grams]
+def _windows(data, grams, quads):
+    """[(start, end)] of the FRAGMENT_MIN-windows of `data` in `grams`. From _QUADS_FROM
+    bytes on, block by block, only where one of `quads` is (a block of random base64 costs a
+    C-level `isdisjoint`, not a look-up per window)."""
+    n, size = FRAGMENT_MIN, len(data)
+    if size < _QUADS_FROM:
+        return [(i, i + n) for i in range(size - n + 1) if data[i : i + n] in grams]
+    marks, view, last = [], memoryview(data), size - n + 1
+    for b in range(0, last, _BLOCK):
+        # (every window starting in the block ends by b + _BLOCK + n - 1, and holds a 4-gram
+        # at a multiple of 4 from b)
+        end = min(size, b + _BLOCK + n - 1)
+        if not quads.isdisjoint(view[b : b + ((end - b) & ~3)].cast("I")):
+            stop = min(b + _BLOCK, last)
+            marks += [(i, i + n) for i in range(b, stop) if data[i : i + n] in grams]
+    return marks
 
 
-def _runs(decoded, kinds, pattern, cache, judge, spans):
-    """Adds to `spans` the marks (`judge`'s, or `cache`'s) of each run of `decoded` whose
-    `kinds` begin with `pattern` (a run of 1s)."""
-    find, size = kinds.find, len(decoded)
+def _runs(decoded, kinds, pattern, cache, judge, spans, skip=()):
+    """Adds to `spans` the marks of each run of `decoded` whose `kinds` begin with `pattern`
+    (a run of 1s) and that starts in none of the (start, end) spans of `skip` (sorted):
+    `cache`'s, or `judge`'s. Returns the runs, as (start, end)."""
+    find, size, judged = kinds.find, len(decoded), []
+    k, skips = 0, len(skip)
     i = find(pattern)
     while i >= 0:
+        if skips:
+            while k < skips and skip[k][1] <= i:
+                k += 1
+            if k < skips and skip[k][0] <= i:
+                i = find(pattern, skip[k][1])
+                continue
         j = find(b"\x00", i)
         if j < 0:
             j = size
+        judged.append((i, j))
         run = decoded[i:j]
         found = cache.get(run)
         if found is None:
             found = judge(run)
         if found:
-            spans.extend((i + s, i + e, PLAIN) for s, e in found)
+            spans.extend((i + s, i + e, PLAIN, i + c) for s, e, c in found)
         i = find(pattern, j)
+    return judged
 
 
 def _remember(cache, run, marks):
@@ -427,14 +504,16 @@ def _remember(cache, run, marks):
     return found
 
 
-def _merged(spans):
+def _merged(marks):
+    """(start, end, context) marks, overlapping ones merged (the least context kept)."""
     out = []
-    for s, e in sorted(spans):
+    for s, e, c in sorted(marks):
         if out and out[-1][1] >= s:
             out[-1][1] = max(out[-1][1], e)
+            out[-1][2] = min(out[-1][2], c)
         else:
-            out.append([s, e])
-    return [(s, e) for s, e in out]
+            out.append([s, e, c])
+    return [tuple(m) for m in out]
 
 
 def _utf16_span(data, s, e):
@@ -450,7 +529,12 @@ def _utf16_span(data, s, e):
 
 
 _SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5, 0x00: 6}  # \\ % & @ NUL
-_URLSAFE = bytes.maketrans(b"+/", b"-_")
+_STANDARD = bytes.maketrans(b"-_", b"+/")
+_HEX_TABLE = bytes(1 if chr(b) in "0123456789abcdef" else 0 for b in range(256))
+_HEX_RUN = b"\x01" * HEX_MIN
+# _windows: from this many bytes on, block by block behind a C-level test
+_QUADS_FROM = 24
+_BLOCK = 256
 _KEY_BYTES = "".join(sorted(KEY_CHARS)).encode()
 # (base64's letters besides KEY_CHARS: a copy inside a blob runs on through them)
 _BASE64_SYMBOLS = b"+/"

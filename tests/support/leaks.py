@@ -8,10 +8,10 @@ A reader sees a text as sent, HTML-unescaped (`&#115;`, `&amp;`), with JSON `\\u
 decoded (behind any number of backslashes: data inside a JSON document is escaped twice),
 URL-decoded (`%73`), without NULs (UTF-16 text, `s\\x00k\\x00-…`, read as text), and any
 combination of those (`reader_forms`). In each form it finds a secret's fragments in any case
-(`SK-…`), pieces of FRAGMENT_MIN or more characters of its base64 at any alignment (either
-alphabet) inside a run of LONG_RUN or more base64 characters, and pieces of 2 × FRAGMENT_MIN
-hex digits of it: what docs/security.md promises the egress gate takes out. The spellings are
-derived here, independently of the gate's code, so a gate that computes them wrongly is found.
+(`SK-…`), pieces of LONG_RUN or more characters of its base64 at any alignment (either
+alphabet), and pieces of its hex spelling FRAGMENT_MIN whole bytes: what docs/security.md
+promises the egress gate takes out. The spellings are derived here, independently of the
+gate's code (which reads copies back as bytes), so a gate that reads them wrongly is found.
 """
 
 import base64
@@ -20,7 +20,7 @@ import re
 from urllib.parse import unquote
 
 FRAGMENT_MIN = 8
-LONG_RUN = 16  # (docs/security.md: a base64 piece counts inside a run this long)
+LONG_RUN = 16  # (docs/security.md: a piece of a base64 copy counts from this long)
 
 _JSON_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
 _URL_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
@@ -75,15 +75,15 @@ def base64_pieces(secret):
 
 
 class _Spelling:
-    """Windows of `n` characters of some texts (`(label, text)`), searched in the runs of
-    `run_re` of a text (lower-cased first when `fold`)."""
+    """Windows of `n` characters (from every `step`-th) of some texts (`(label, text)`),
+    searched in the runs of `run_re` of a text (lower-cased first when `fold`)."""
 
-    def __init__(self, name, texts, n, fold, run_re=None):
+    def __init__(self, name, texts, n, fold, run_re=None, step=1):
         self.name, self.n, self.fold = name, n, fold
         self.texts = [(label, t.lower() if fold else t) for label, t in texts if len(t) >= n]
         self.windows = {}  # window -> [(index into texts, offset)]
         for k, (_, t) in enumerate(self.texts):
-            for i in range(len(t) - n + 1):
+            for i in range(0, len(t) - n + 1, step):
                 self.windows.setdefault(t[i : i + n], []).append((k, i))
         if run_re is None:
             alphabet = "".join(sorted(set("".join(t for _, t in self.texts))))
@@ -127,15 +127,12 @@ class SecretFinder:
         self.min_len = min_len
         plain = list(self.secrets.items())
         self.plain = _Spelling("", plain, min_len, fold=True)
+        base64_copies = [(label, p) for label, s in plain for p in base64_pieces(s)]
+        hex_copies = [(label, s.encode().hex()) for label, s in plain]
         self.copies = [
-            _Spelling(
-                "base64",
-                [(label, p) for label, s in plain for p in base64_pieces(s)],
-                min_len,
-                fold=False,
-                run_re=re.compile(rf"[A-Za-z0-9+/_-]{{{max(LONG_RUN, min_len)},}}"),
-            ),
-            _Spelling("hex", [(label, s.encode().hex()) for label, s in plain], 2 * min_len, True),
+            _Spelling("base64", base64_copies, max(LONG_RUN, min_len), fold=False),
+            # (min_len whole bytes: from a byte's first digit)
+            _Spelling("hex", hex_copies, 2 * min_len, fold=True, step=2),
         ]
 
     def find_in(self, text):
