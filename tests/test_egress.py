@@ -4,10 +4,12 @@ to whole ones, pass-through keys sealed at rest, and the ASGI exits for HTTP and
 
 import asyncio
 import base64
+import gzip
 import html
 import json
 import random
 import re
+import zlib
 from urllib.parse import quote, unquote
 
 import pytest
@@ -281,3 +283,56 @@ def test_our_static_files_pass_untouched(key, settings):
 
     sent = run(egress.EgressGate(app), {"type": "http", "path": "/static/app.js"})
     assert sent[1]["body"] == KEY.encode()
+
+
+def _compressed_app(body, coding, chunks=3):
+    async def app(scope, receive, send):
+        headers = [(b"content-encoding", coding), (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        step = -(-len(body) // chunks)
+        for i in range(0, len(body), step):
+            more = i + step < len(body)
+            await send(
+                {"type": "http.response.body", "body": body[i : i + step], "more_body": more}
+            )
+
+    return app
+
+
+@pytest.mark.parametrize(
+    "coding, compress",
+    [(b"gzip", gzip.compress), (b"x-gzip", gzip.compress), (b"deflate", zlib.compress)],
+)
+def test_a_compressed_body_leaves_inflated_and_redacted(key, coding, compress):
+    # (the proxy asks for identity; a hostile upstream may compress anyway, and a client
+    # inflates what the gate could not read)
+    plain = f'data: {{"delta": "{KEY}"}}\n\n'.encode() * 50
+    sent = run(
+        egress.EgressGate(_compressed_app(compress(plain), coding)),
+        {"type": "http", "path": "/v1/x"},
+    )
+    headers = dict(sent[0]["headers"])
+    assert b"content-encoding" not in headers and b"content-length" not in headers
+    out = b"".join(m.get("body", b"") for m in sent[1:])
+    assert out == b'data: {"delta": "[redacted]"}\n\n' * 50
+    assert not sent[-1].get("more_body")
+
+
+def test_a_body_in_a_coding_the_gate_cannot_read_is_not_sent(key):
+    app = _compressed_app(f"{KEY} as it came".encode(), b"br")
+    sent = run(egress.EgressGate(app), {"type": "http", "path": "/v1/x"})
+    assert sent[0]["status"] == 502 and len(sent) == 2
+    assert json.loads(sent[1]["body"])["error"]["message"] == (
+        "The upstream answered in a content coding (br) the server cannot read."
+    )
+
+
+def test_a_compressed_body_inflates_a_step_at_a_time_and_ends_where_it_stops_inflating(key):
+    bomb = gzip.compress(b"0" * (8 * egress.INFLATE_STEP))  # ~8 kB that inflate to 8 MiB
+    sent = run(egress.EgressGate(_compressed_app(bomb, b"gzip", 1)), {"type": "http", "path": "/x"})
+    assert max(len(m.get("body", b"")) for m in sent[1:]) <= egress.INFLATE_STEP
+    assert sum(len(m.get("body", b"")) for m in sent[1:]) == 8 * egress.INFLATE_STEP
+    broken = gzip.compress(f"{KEY} ".encode() * 100)[:-40] + b"not gzip" * 10
+    sent = run(egress.EgressGate(_compressed_app(broken, b"gzip")), {"type": "http", "path": "/x"})
+    out = b"".join(m.get("body", b"") for m in sent[1:])
+    assert KEY.encode() not in out and not sent[-1].get("more_body")

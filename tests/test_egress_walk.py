@@ -98,7 +98,23 @@ def _forms(k):
         "url": "".join(f"%{b:02X}" for b in k.encode()),
         "html_dec": "".join(f"&#{ord(c)};" for c in k),
         "html_hex": "".join(f"&#x{ord(c):x};" for c in k),
+        # copies the gate reads too (issue 42): any case, base64 at each alignment in both
+        # alphabets, hex, UTF-16 (a NUL after or before each character; escaped twice, data in
+        # data, as a decoded NUL fails the stream's row on PostgreSQL)
+        "upper": k.upper(),
+        "title": k.title(),
+        **{
+            f"{name}_{pad}": encode(b"~" * pad + k.encode()).decode()
+            for name, encode in (("b64", base64.b64encode), ("b64url", base64.urlsafe_b64encode))
+            for pad in range(3)
+        },
+        "hex": k.encode().hex().upper(),
+        "utf16le": "".join(f"{c}\\\\u0000" for c in k),
+        "utf16be": "".join(f"\\\\u0000{c}" for c in k),
     }
+
+
+COPIES = ("b64", "hex")  # (forms of `_forms` whose fragments are their own, not the key's)
 
 
 def _data(obj, subst):
@@ -1407,10 +1423,33 @@ def test_the_search_finds_every_fragment_in_every_form():
 
     assert found(f"<{KEY[:9]}> and <{KEY[9:]}>") == {("key", KEY[:9]), ("key", KEY[9:])}
     assert found(f"{KEY[:7]} {KEY[-7:]}") == set()  # 7 characters are not a fragment
-    for spelling in _forms(KEY).values():  # (the whole key, besides any unescaped part)
-        assert ("key", KEY) in found(json.dumps({"d": json.dumps({"x": spelling})}))
-        assert ("key", KEY) in found(html.escape(f"<p>{spelling}</p>"))
+    for name, spelling in _forms(KEY).items():  # (the whole key, besides any unescaped part)
+        for text in (
+            json.dumps({"d": json.dumps({"x": spelling})}),
+            html.escape(f"<p>{spelling}</p>"),
+        ):
+            got = found(text)
+            if name.startswith(COPIES):  # (a copy's fragment is as long as the whole key's copy)
+                assert {label for label, _ in got} == {"key"}, (name, got)
+                assert max(len(fragment) for _, fragment in got) >= len(KEY), (name, got)
+            else:
+                assert ("key", KEY) in got, (name, got)
     assert ("url_password", URL_PASSWORD) in found(quote(f"x={URL_PASSWORD}", safe=""))
+    # what the gate leaves on purpose (docs/security.md) is not a leak: a piece of a base64
+    # copy shorter than 16 characters, hex digits that spell fewer than 8 whole bytes
+    b64, digits = base64.b64encode(KEY.encode()).decode(), KEY.encode().hex()
+    assert found(f"{b64[:15]} {digits[:15]} {digits[1:17]}") == set()
+    assert found(f"{b64[:16]} {digits[2:18]}") == {("key", b64[:16]), ("key", digits[2:18])}
+
+
+def test_the_walk_finds_a_planted_copy_in_every_form():
+    """The walk's own search (`leaks_of`) fails on each form of `_forms` left in an answer."""
+    for name, spelling in _forms(KEY).items():
+        planted = Fetched("planted", "http", "nobody", "GET", "/", 200, "HTTP/1.1 200 OK\n", "")
+        planted.body = json.dumps({"output_text": f"see {spelling}."})
+        assert {label for _, _, label, _, _ in leaks_of([planted])} == {"key"}, name
+        planted.body = "see [redacted]."
+        assert leaks_of([planted]) == []
 
 
 def test_a_route_the_table_cannot_fill_is_named():

@@ -1,7 +1,9 @@
 """The recording proxy's answers pass the egress gate, which redacts the server's key from
 what it forwards even when a hostile upstream splits the key across reads (as written or
-JSON-escaped), without holding back any byte an event stream's reader is waiting for."""
+JSON-escaped) or compresses its answer though asked not to, without holding back any byte an
+event stream's reader is waiting for."""
 
+import gzip
 import random
 import time
 
@@ -115,3 +117,32 @@ def test_chunk_redactor_holds_back_nothing_of_whole_events():
     # an unrelated tail is held only while it could still become a fragment of the key
     assert redactor.feed(b"data: s") == b"data: "
     assert redactor.feed(b"ix\n\n") == b"six\n\n"
+
+
+def gzipping(method, path, headers, body):
+    """An upstream that compresses its answer though the proxy asks for identity."""
+    assert headers.get("accept-encoding") == "identity"
+    return 200, "text/event-stream", [gzip.compress(BODY)], [("Content-Encoding", "gzip")]
+
+
+@pytest.fixture(scope="module")
+def gzipping_proxy(django_db_setup, _relay_db_connections):
+    upstream = RawUpstream(gzipping)
+    server = DaphneServer(upstream.base_url, env={"UPSTREAM_API_KEY": KEY})
+    yield server
+    server.stop()
+    upstream.stop()
+
+
+def test_a_compressed_answer_reaches_the_client_inflated_and_redacted(people, gzipping_proxy):
+    token = ApiToken.issue(people.owner, name="gzip")
+    body = {"model": "m", "input": "hi", "stream": True}
+    with httpx.Client(timeout=30) as client:
+        r = client.post(
+            f"{gzipping_proxy.url}/v1/responses",
+            json=body,
+            headers={"Authorization": f"Bearer {token}"},
+        )
+    assert r.status_code == 200 and "content-encoding" not in r.headers
+    assert r.content == redacted(BODY)  # (what httpx would have inflated, the gate did)
+    wait_terminal(int(r.headers["x-streamscope-stream"]))

@@ -4,20 +4,32 @@ HTTP server stands in for the upstream (127.0.0.1 only); the streams it sends ar
 real Daphne and read back through every way out: API, exports, pages, WebSocket frames."""
 
 import asyncio
+import base64
+import hashlib
 import html
 import json
+import random
+import uuid
+from pathlib import Path
+from urllib.parse import quote
 
 import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from streams.core.redaction import (
+    FRAGMENT_MIN,
+    HEX_MIN,
+    LONG_RUN,
+    Rules,
+    StreamRedactor,
+)
 from streams.models import Stream
 from streams.store import known_secrets, public
 from tests.conftest import DaphneServer
 from tests.support.hostile import KEY, RawUpstream, copies, escaped, hostile
+from tests.support.leaks import base64_pieces
 from tests.support.recording import finished
-
-pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def test_the_search_finds_every_form():
@@ -62,11 +74,11 @@ class TestDecodedRedaction:
         out = known_secrets.redact(public.dumps({"data": data}))
         assert json.loads(json.loads(out)["data"]) == {"m": "[redacted] café s"}
 
-    def test_the_key_case_counts_only_in_hex(self):
-        other = "\\u0053" + KEY[1:8]  # S, not s: 7 characters of the key, no fragment
-        assert known_secrets.redact(other) == other
-        # s: 8 characters of the key, a fragment
-        assert known_secrets.redact("\\u0073" + KEY[1:8]) == "[redacted]"
+    def test_the_key_case_does_not_count(self):
+        # S, not s: still 8 characters of the key, a fragment (issue 42)
+        assert known_secrets.redact("\\u0053" + KEY[1:8]) == "[redacted]"
+        assert known_secrets.redact(KEY[:8].upper()) == "[redacted]"
+        assert known_secrets.redact("\\u0053" + KEY[1:7]) == "\\u0053" + KEY[1:7]  # 7: none
 
     def test_without_a_key_nothing_is_searched(self, settings):
         settings.UPSTREAM_API_KEY = ""
@@ -99,6 +111,179 @@ class TestUrlCredentials:
         assert known_secrets.redact("echo: s3cret-pass-99") == "echo: [redacted]"
         assert known_secrets.redact(public.dumps({"m": "s3cret%2Dpass-99"})) == '{"m":"[redacted]"}'
         assert "s3cret" not in known_secrets.redact(settings.UPSTREAM_BASE_URL)
+
+
+# ---- copies: any case, base64, hex, UTF-16 (issue 42) -----------------------------------------
+
+COPIES = Rules((KEY,), ())  # the known key alone: no credential shape helps
+SHAPES = Rules((), ("sk-",))
+
+
+def _cased(piece):
+    rng = random.Random(piece)
+    mixed = "".join(c.upper() if rng.random() < 0.5 else c.lower() for c in piece)
+    return [piece.upper(), piece.title(), piece.swapcase(), mixed]
+
+
+def _pieces(text, length):
+    return [text[i : i + length] for i in range(len(text) - length + 1)]
+
+
+def _base64(data, urlsafe):
+    return (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data).decode()
+
+
+def _left(out, text, length=FRAGMENT_MIN):
+    """The pieces of `text` of `length` characters still in `out`."""
+    return [p for p in _pieces(text, length) if p in out]
+
+
+class TestCopies:
+    def test_every_fragment_in_any_case_is_redacted(self):
+        for length in range(FRAGMENT_MIN, len(KEY) + 1):
+            for piece in _pieces(KEY, length):
+                for cased in _cased(piece):
+                    assert COPIES.text(f"a {cased} b") == "a [redacted] b", cased
+
+    def test_seven_characters_in_any_case_are_not_a_fragment(self):
+        for piece in _pieces(KEY, FRAGMENT_MIN - 1):
+            for cased in _cased(piece):
+                assert COPIES.text(f"a {cased} b") == f"a {cased} b"
+
+    def test_the_issues_upper_cased_key_leaves_nothing(self):
+        out = COPIES.text(f'{{"m": "{KEY.upper()}"}}')
+        assert out == '{"m": "[redacted]"}'
+        assert not _left(out.lower(), KEY.lower())
+
+    @pytest.mark.parametrize("prefix", ["sk-", "SK-", "Sk-", "sK-"])
+    def test_a_credential_shape_counts_in_any_case(self, prefix):
+        text = f"{prefix}proj-AbCdEfGhIjKlMnOpQrStUv123 end"
+        assert SHAPES.text(text) == "[redacted] end"
+        assert SHAPES.text(f"TASK-{text[3:]}") == f"TASK-{text[3:]}"  # not a key
+
+    @pytest.mark.parametrize("urlsafe", [False, True], ids=["base64", "base64url"])
+    @pytest.mark.parametrize("pad", [0, 1, 2])
+    def test_a_base64_copy_is_redacted_at_every_alignment(self, pad, urlsafe):
+        for key in (KEY, KEY.upper()):  # (its bytes are read in any case too)
+            cores = base64_pieces(key)
+            for before in (b"", b"user:", b'{"key": "', b"\xff\xfe"):
+                before = (before + b"~~")[: len(before) + (pad - len(before)) % 3]
+                blob = _base64(before + key.encode() + b'", "more": 1}', urlsafe)
+                for text in (f"Basic {blob}", f"data:application/json;base64,{blob}"):
+                    out = COPIES.text(text)
+                    assert "[redacted]" in out
+                    assert not [p for core in cores for p in _left(out, core)], out
+                    assert out.startswith(text[: text.index(blob)])  # only the copy goes
+
+    @pytest.mark.parametrize("urlsafe", [False, True], ids=["base64", "base64url"])
+    def test_every_piece_of_a_base64_copy_of_long_run_characters_is_redacted(self, urlsafe):
+        rng = random.Random(42)
+        for core in base64_pieces(KEY):
+            for piece in _pieces(core, LONG_RUN):
+                noise = _base64(rng.randbytes(12), urlsafe)
+                for text in (f"x {noise}{piece}{noise[::-1]} y", f"x {piece} y"):
+                    out = COPIES.text(text)
+                    assert "[redacted]" in out and not _left(out, piece), (piece, out)
+
+    def test_base64_of_a_utf16_copy_is_redacted(self):
+        # (how PowerShell takes a command: -EncodedCommand)
+        blob = _base64(f"echo {KEY}".encode("utf-16-le"), False)
+        out = COPIES.text(f"powershell -e {blob}")
+        assert "[redacted]" in out and blob[:12] in out  # (`echo ` stays)
+        assert not _left(out, blob[14:-4], LONG_RUN)  # (the characters that spell the key)
+
+    def test_a_base64_piece_standing_alone_shorter_than_long_run_is_left(self):
+        # (docs/security.md says so: 11 bytes' worth at most)
+        for core in base64_pieces(KEY):
+            for piece in _pieces(core, LONG_RUN - 1):
+                assert COPIES.text(f"a {piece} b") == f"a {piece} b"
+
+    def test_a_hex_copy_is_redacted_in_either_case(self):
+        digits = KEY.encode().hex()
+        for text in (digits, digits.upper()):
+            for length in (HEX_MIN, HEX_MIN + 1):
+                for at, piece in enumerate(_pieces(text, length)):
+                    out = COPIES.text(f"id {piece}.")
+                    if length > HEX_MIN or at % 2 == 0:  # 8 whole bytes of the key
+                        assert "[redacted]" in out and not _left(out, piece), (piece, out)
+                    else:
+                        assert out == f"id {piece}."
+            for piece in _pieces(text, HEX_MIN - 1):
+                assert COPIES.text(f"id {piece}.") == f"id {piece}."
+
+    @pytest.mark.parametrize("order", ["utf-16-le", "utf-16-be"])
+    def test_a_utf16_copy_in_bytes_is_redacted_and_stays_utf16(self, order):
+        for piece in [KEY, *_pieces(KEY, FRAGMENT_MIN), KEY.upper()]:
+            body = f"before {piece} after".encode(order)
+            assert COPIES.bytes(body).decode(order) == "before [redacted] after", piece
+        seven = f"before {KEY[:7]} after".encode(order)
+        assert COPIES.bytes(seven) == seven
+
+    def test_a_utf16_copy_in_text_is_redacted_as_nul_characters_and_as_json_escapes(self):
+        spread = "".join(c + "\x00" for c in KEY)
+        # (NULs between the characters of `[redacted]` too: the text stays in step)
+        assert (
+            COPIES.text(f"a {spread} b") == "a " + "[redacted]".encode("utf-16-le").decode() + " b"
+        )
+        assert COPIES.text(f"a \x00{spread[:-1]} b").replace("\x00", "") == "a [redacted] b"
+        as_json = json.dumps({"m": f"a {spread} b"})  # what a JSON page carries: \u0000
+        out = COPIES.text(as_json)
+        assert json.loads(out) == {"m": "a [redacted]\x00 b"}
+        assert COPIES.text(as_json.replace("\\", "\\\\")) != as_json  # data inside data
+
+    @pytest.mark.parametrize(
+        "form",
+        [
+            lambda k: k.upper().encode(),
+            lambda k: _base64(b"ab" + k.encode(), False).encode(),
+            lambda k: _base64(b"a" + k.encode(), True).encode(),
+            lambda k: k.encode().hex().upper().encode(),
+            lambda k: k.encode("utf-16-le"),
+            lambda k: k.encode("utf-16-be"),
+            lambda k: "".join(f"{c}\\u0000" for c in k).encode(),
+            lambda k: quote(_base64(k.encode(), False), safe="").encode(),
+        ],
+        ids=["upper", "base64", "base64url", "hex", "utf-16-le", "utf-16-be", "json-nul", "url"],
+    )
+    def test_a_copy_cut_anywhere_across_chunks_leaves_as_the_whole_body_would(self, form):
+        copy = form(KEY)
+        body = (
+            b'data: {"d": "x ' + copy + b' y"}\n\ndata: {"e": "' + copy[:20] + b'"}\n\n'
+            # (a piece at the end of a long run: held back whole, it must still be a long run)
+            b'data: {"f": "Zm9vYmFyYmF6cXV4' + copy[:12] + b'"}\n\n'
+        )
+        whole = COPIES.bytes(body)
+        assert copy not in whole and whole.count(b"[redacted]") + whole.count(b"[\x00r") >= 1
+        rng = random.Random(7)
+        cuts = [[c] for c in range(1, len(body))]
+        cuts += [sorted(rng.sample(range(1, len(body)), 6)) for _ in range(100)]
+        for points in cuts:
+            pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
+            redactor = StreamRedactor(COPIES)
+            out = b"".join(redactor.feed(p) for p in pieces) + redactor.close()
+            assert out == whole, points
+
+    def test_ordinary_text_is_left_alone(self):
+        rng = random.Random(1)
+        alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
+        keys = [KEY, "sk-proj-" + "".join(rng.choice(alphabet) for _ in range(48))]
+        rules = Rules(keys, ("sk-",))
+        root = Path(__file__).resolve().parent.parent
+        prose = "\n".join(p.read_text() for p in sorted((root / "docs").glob("*.md")))
+        records = [
+            {"id": str(uuid.UUID(int=rng.getrandbits(128))), "n": i, "type": "response.done"}
+            for i in range(2000)
+        ]
+        texts = {
+            "prose": prose,
+            "json": json.dumps(records),
+            "hex ids": " ".join(hashlib.sha256(str(i).encode()).hexdigest() for i in range(5000)),
+            "uuids": " ".join(r["id"] for r in records),
+            "base64": _base64(rng.randbytes(1 << 20), False),
+            "base64url": _base64(rng.randbytes(1 << 20), True),
+        }
+        for name, text in texts.items():
+            assert rules.text(text) is text, name
 
 
 # ---- end to end: a real Daphne recording the hostile upstream ----------------------------------
@@ -138,6 +323,7 @@ async def _frames(server, path, user, timeout=20):
     return frames
 
 
+@pytest.mark.django_db(transaction=True)
 class TestHostileUpstream:
     async def test_no_copy_of_the_key_leaves_in_any_form(self, people, daphne_with_key):
         server, owner = daphne_with_key, people.owner

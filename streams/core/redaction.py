@@ -8,30 +8,51 @@ body in pieces, holding back what may be a secret's beginning. Which secrets the
 What is a secret to the rules:
 - known secrets, redacted whole **and as any fragment of FRAGMENT_MIN or more characters**, so
   a key an upstream cut across two deltas, two chunks or two table cells never leaves in pieces;
-- credentials by their shape, for keys nobody told us about: a configured prefix (`sk-`) not
-  preceded by a letter or digit, then SHAPE_MIN_CHARS or more key characters;
+  in any case (`SK-…`, `Sk-…`: ASCII letters are compared lower-cased), and copied:
+  - as UTF-16 (a NUL after or before each character), in bytes or in text;
+  - as hex (HEX_MIN digits that spell FRAGMENT_MIN whole bytes of it), in either case;
+  - as base64 (standard or URL-safe, at any alignment: inside `Basic …`, a `data:` URL, a
+    JWT), from LONG_RUN characters on;
+- credentials by their shape, for keys nobody told us about: a configured prefix (`sk-`, in
+  any case) not preceded by a letter or digit, then SHAPE_MIN_CHARS or more key characters;
 - the password part of a URL's userinfo (`scheme://user:pass@`).
 
 Each rule sees the text as a reader would decode it: characters of a secret written as JSON
 `\\uXXXX` escapes (behind any number of backslashes), URL `%XX` escapes or HTML character
 references count as the characters they spell (`Rules.decode`), and the whole escape goes.
+Hex and base64 are read back as the bytes they spell, which are searched like text; what
+spells a fragment goes, whole characters.
 
-How it stays cheap: a text is cut into runs of the secrets' characters (one C-level regex
-scan); only runs of FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window
-against a set of the secrets' windows, with a bounded cache of runs already judged (JSON keys
-and HTML names repeat). Escapes are decoded only where an escape of a secret character is
-present. docs/security.md has the measured cost.
+How it stays cheap: one C-level pass (`bytes.translate`) classifies every byte and `find`
+cuts the text into runs of the secrets' characters (in either case); only runs of
+FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window against a set of the
+secrets' windows, with a bounded cache of runs already judged (JSON keys and HTML names
+repeat). A second pass finds runs of LONG_RUN or more key or base64 characters, the only
+places a hex or base64 copy or a credential shape can be: ordinary words are shorter. Long
+runs (a base64 image) are judged block by block behind a C-level test of their 4-grams, and
+the bytes they spell behind the first pass's classification (decoded random bytes seldom
+hold 8 key characters in a row). Escapes are decoded only where an escape of a secret
+character is present. docs/performance.md has the measured cost.
 """
 
 from __future__ import annotations
 
+import binascii
 import bisect
 import html.entities
 import re
 
 REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
+REDACTED_UTF16 = REDACTED.encode("utf-16-le")
 FRAGMENT_MIN = 8
+# Hex and base64 copies count as the bytes they spell, and a fragment is FRAGMENT_MIN whole
+# bytes: HEX_MIN digits from a byte's first digit (one more from anywhere); in base64, at
+# most LONG_RUN characters from anywhere (3 whole groups of 4, 9 bytes).
+HEX_MIN = 2 * FRAGMENT_MIN
+# Hex and base64 copies and credential shapes are looked for in runs of key (or base64)
+# characters this long or longer (a piece of a copy standing alone counts from here).
+LONG_RUN = 16
 SHAPE_MIN_CHARS = 20
 # Characters of a credential's shape, and of every key-like secret: always decoded from escapes.
 KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
@@ -39,6 +60,8 @@ KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 MAX_HOLD = 8192
 _RUN_CACHE_MAX = 4096
 _RUN_CACHE_RUN_MAX = 96
+# How a span is written: PLAIN (as text, escapes, …) or SPREAD (UTF-16: one NUL a character).
+PLAIN, SPREAD = "plain", "spread"
 
 
 # ---- the rules -------------------------------------------------------------------------------
@@ -52,27 +75,41 @@ class Rules:
     def __init__(self, secrets, prefixes):
         secrets = {s for s in secrets if isinstance(s, str) and len(s) >= FRAGMENT_MIN}
         self.secrets = tuple(sorted(secrets, key=len, reverse=True))
-        raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
-        self.grams = frozenset(
-            s[i : i + FRAGMENT_MIN] for s in raw for i in range(len(s) - FRAGMENT_MIN + 1)
-        )
         self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
-        alphabet = set(b"".join(raw))
-        # one C-speed pass classifies every byte: 1 a secret's, 2-5 the first bytes of escapes
-        # and URL credentials (when no secret has them), 0 anything else
-        self.table = bytes(1 if b in alphabet else _SPECIAL.get(b, 0) for b in range(256))
-        self.run = b"\x01" * FRAGMENT_MIN
-        self.special = {b: code for b, code in _SPECIAL.items() if b not in alphabet}
-        # what escapes are decoded to: a secret's characters, and a shape's
-        decoded = set().union(*self.secrets) if self.secrets else set()
-        if self.prefixes:
-            decoded |= KEY_CHARS
+        raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
+        # what is looked for: each secret's FRAGMENT_MIN-grams, lower-cased (ASCII: lengths
+        # stay, so positions do), in a text as it is, in the bytes a run of hex digits or of
+        # base64 spells, and in a UTF-16 run without its NULs
+        plain = {s.lower() for s in raw}
+        self.grams = frozenset(_grams(plain, FRAGMENT_MIN))
+        self.quads = _quads(plain)
+        # one C-speed pass classifies every byte: 1 a secret's (in either case), 2-5 the first
+        # bytes of escapes and URL credentials (when no secret has them), 6 NUL (the other
+        # half of UTF-16), 0 anything else; `find` on that locates runs of FRAGMENT_MIN
+        letters = _both_cases(b"".join(plain))
+        self.table = bytes(1 if b in letters else _SPECIAL.get(b, 0) for b in range(256))
+        self.run = b"\x01" * FRAGMENT_MIN if self.grams else b""
+        self.special = {b: code for b, code in _SPECIAL.items() if b not in letters}
+        # a second pass finds runs of key characters (and base64's) of LONG_RUN or more: where
+        # base64 and hex copies and credential shapes are looked for. Ordinary words and JSON
+        # names are shorter; a run of any 8 letters would be most words of a page.
+        long_chars = letters | _both_cases(
+            _KEY_BYTES + _BASE64_SYMBOLS + "".join(self.prefixes).encode()
+        )
+        self.long_table = bytes(1 if b in long_chars else 0 for b in range(256))
+        shape_min = min((len(p.encode()) + SHAPE_MIN_CHARS for p in self.prefixes), default=0)
+        self.long_run = b"\x01" * (LONG_RUN if self.secrets else shape_min)
+        # what escapes are decoded to: whatever a run may hold, and NUL (UTF-16 in JSON text)
+        decoded = {chr(b) for b in letters | long_chars if b < 0x80} | set("".join(self.secrets))
+        if self.grams:
+            decoded.add("\x00")
         self.decodes = frozenset(decoded)
-        self.holds = frozenset(alphabet | ({ord(c) for c in KEY_CHARS} if self.prefixes else set()))
+        self.holds = frozenset(letters | long_chars)
         self.shapes = tuple(
             (
-                p.encode(),
-                re.compile(re.escape(p.encode()) + rb"[A-Za-z0-9_\-]{%d,}" % SHAPE_MIN_CHARS),
+                p.lower().encode(),
+                len(p.encode()) + SHAPE_MIN_CHARS,
+                re.compile(re.escape(p.lower().encode()) + rb"[a-z0-9_\-]{%d,}" % SHAPE_MIN_CHARS),
             )
             for p in self.prefixes
         )
@@ -94,7 +131,8 @@ class Rules:
             if self.named
             else None
         )
-        self._runs = {}  # run -> ((start, end), …) of fragments in it, merged
+        # run -> ((start, end, context), …) to redact in it, merged: runs already judged
+        self._runs, self._long_runs = {}, {}
 
     def __bool__(self):
         return bool(self.secrets or self.prefixes)
@@ -184,41 +222,123 @@ class Rules:
     # -- finding ----------------------------------------------------------------------------
 
     def _run_marks(self, run):
+        """((start, end, context), …) of fragments in a run of secret characters (in any
+        case); `context`: where what decides the mark begins (see `_long_run_spans`)."""
         found = self._runs.get(run)
-        if found is not None:
-            return found
-        grams, n, marks = self.grams, FRAGMENT_MIN, []
-        for i in range(len(run) - n + 1):
-            if run[i : i + n] in grams:
-                if marks and marks[-1][1] >= i:
-                    marks[-1][1] = i + n
-                else:
-                    marks.append([i, i + n])
-        found = tuple((s, e) for s, e in marks)
-        if len(run) <= _RUN_CACHE_RUN_MAX:
-            if len(self._runs) >= _RUN_CACHE_MAX:
-                self._runs.clear()
-            self._runs[run] = found
+        if found is None:
+            marks = [(s, e, s) for s, e in _windows(run.lower(), self.grams, self.quads)]
+            found = _remember(self._runs, run, marks)
         return found
 
-    def marks(self, decoded, kinds):
-        """Spans of `decoded` (classified as `kinds`) to redact: fragments of known secrets,
-        credential shapes."""
-        spans = []
+    def _long_run_marks(self, run):
+        """((start, end, context), …) of fragments, hex and base64 copies and credential
+        shapes in a run of key (or base64) characters of LONG_RUN or more."""
+        found = self._long_runs.get(run)
+        if found is None:
+            found = _remember(self._long_runs, run, self._long_run_spans(run))
+        return found
+
+    def _long_run_spans(self, run):
+        """[(start, end, context)] in the run: fragments as written, hex and base64 copies,
+        credential shapes. `context`: where what decides the mark begins (a stream holds it
+        back with the mark)."""
+        low = run.lower()
+        marks = []
         if self.grams:
-            i = kinds.find(self.run)
-            while i >= 0:
-                j = kinds.find(b"\x00", i)
-                if j < 0:
-                    j = len(decoded)
-                spans.extend((i + s, i + e) for s, e in self._run_marks(decoded[i:j]))
-                i = kinds.find(self.run, j)
-        for prefix, pattern in self.shapes:
-            if prefix in decoded:
-                for m in pattern.finditer(decoded):
+            marks += [(s, e, s) for s, e in _windows(low, self.grams, self.quads)]
+            marks += self._hex_copies(low)
+            marks += self._base64_copies(run)
+        n = len(low)
+        for prefix, least, pattern in self.shapes:
+            if n >= least and prefix in low:
+                for m in pattern.finditer(low):
                     s = m.start()
-                    if s == 0 or decoded[s - 1] not in _ALNUM:
-                        spans.append(m.span())
+                    # (the byte before the run is none of the key characters)
+                    if s == 0 or low[s - 1] not in _ALNUM:
+                        marks.append((s, m.end(), s))
+        return marks
+
+    def _hex_copies(self, low):
+        """Stretches of HEX_MIN or more hex digits read as bytes (at both digit parities):
+        the digits that spell a fragment."""
+        marks = []
+        kinds = low.translate(_HEX_TABLE)
+        at = kinds.find(_HEX_RUN)
+        while at >= 0:
+            end = kinds.find(b"\x00", at)
+            end = len(low) if end < 0 else end
+            for p in range(2):
+                data = binascii.unhexlify(low[at + p : end - (end - at - p) % 2])
+                for s, e in self._spelled(data):
+                    marks.append((at + p + 2 * s, at + p + 2 * e, at + p + 2 * s))
+            at = kinds.find(_HEX_RUN, end)
+        return marks
+
+    def _base64_copies(self, run):
+        """The run read as base64 (either alphabet) from each of its first four characters, a
+        last group of 2 or 3 characters too: the characters that spell a fragment, and from
+        the first of its first group on (a stream holds that back with it: the group is what
+        decides)."""
+        marks = []
+        standard = run.translate(_STANDARD)
+        for q in range(4):
+            chunk = standard[q:]
+            tail = len(chunk) % 4  # (2 or 3 characters spell 1 or 2 bytes; 1 spells none)
+            chunk = chunk[:-1] if tail == 1 else chunk + b"=" * (-tail % 4)
+            try:
+                data = binascii.a2b_base64(chunk)
+            except binascii.Error:  # (a prefix's character in the run: no base64)
+                continue
+            for s, e in self._spelled(data):
+                marks.append((q + 8 * s // 6, q - (-8 * e // 6), q + s // 3 * 4))
+        return marks
+
+    def _spelled(self, data):
+        """[(start, end)] of fragments in bytes a run spells, found as in text: in runs of
+        secret characters, and UTF-16 ones (base64 of UTF-16 is how PowerShell takes a
+        command). Bytes decoded from random base64 seldom hold 8 secret characters in a row,
+        so the C-level pass rules most of them out."""
+        kinds, marks = data.translate(self.table), []
+        i = kinds.find(self.run)
+        while i >= 0:
+            j = kinds.find(b"\x00", i)
+            if j < 0:
+                j = len(data)
+            marks += [
+                (i + s, i + e) for s, e in _windows(data[i:j].lower(), self.grams, self.quads)
+            ]
+            i = kinds.find(self.run, j)
+        if b"\x06" in kinds:
+            spread = []
+            self._spread(data, kinds, spread)
+            marks += [(s, e) for s, e, _, _ in spread]
+        return marks
+
+    def _spread(self, decoded, kinds, spans):
+        """Secrets with a NUL after (UTF-16LE) or before (UTF-16BE) each character: runs of
+        FRAGMENT_MIN or more secret characters one NUL apart, read without the NULs."""
+        i = kinds.find(_SPREAD_RUN)
+        while i >= 0:
+            j = _SPREAD.match(kinds, i).end()
+            for s, e, _ in self._run_marks(decoded[i:j:2]):
+                spans.append((i + 2 * s, i + 2 * e - 1, SPREAD, i + 2 * s))
+            i = kinds.find(_SPREAD_RUN, j)
+
+    def marks(self, decoded, kinds):
+        """Spans of `decoded` (classified as `kinds`) to redact: (start, end, how, context),
+        `how` PLAIN for the fragments of known secrets, their copies and credential shapes,
+        SPREAD for UTF-16 ones; `context`: where what decides the span begins."""
+        spans, long_runs = [], []
+        if self.long_run:
+            long_kinds = decoded.translate(self.long_table)
+            long_runs = _runs(
+                decoded, long_kinds, self.long_run, self._long_runs, self._long_run_marks, spans
+            )
+        if self.run:
+            # (a run of secret characters inside a long run was judged with it)
+            _runs(decoded, kinds, self.run, self._runs, self._run_marks, spans, long_runs)
+            if b"\x06" in kinds:
+                self._spread(decoded, kinds, spans)
         return spans
 
     # -- redacting --------------------------------------------------------------------------
@@ -239,24 +359,26 @@ class Rules:
         kinds = data.translate(self.table)
         decoded, escapes = self.decode(data, kinds)
         decoded_kinds = kinds if escapes is None else decoded.translate(self.table)
-        spans = [
-            (self.to_data(s, escapes), self.to_data(e, escapes))
-            for s, e in self.marks(decoded, decoded_kinds)
-        ]
+        spans = []
+        for s, e, how, context in self.marks(decoded, decoded_kinds):
+            s, e, context = (self.to_data(x, escapes) for x in (s, e, context))
+            s, e, replacement = (s, e, REDACTED_BYTES) if how is PLAIN else _utf16_span(data, s, e)
+            spans.append((s, e, replacement, context))
         if self._has(0x40, kinds, data) and b"://" in data:
-            spans.extend(m.span(1) for m in _USERINFO.finditer(data))
+            spans.extend((*m.span(1), REDACTED_BYTES, m.start(1)) for m in _USERINFO.finditer(data))
         hold = len(data)
         if tail:
-            hold = self._hold_point(data, decoded, escapes)
-            for s, e in spans:
-                if s < hold < e:
-                    hold = s
-            spans = [(s, e) for s, e in spans if e <= hold]
+            hold = self._hold_point(data, decoded, decoded_kinds, escapes)
+            # a span that does not end before the hold point is held back with what decides it
+            for _, e, _, context in spans:
+                if e > hold:
+                    hold = min(hold, context)
+            spans = [span for span in spans if span[1] <= hold]
         if not spans:
             return (data if hold == len(data) else data[:hold]), hold
         spans.sort()
         out, last = [], 0
-        for s, e in spans:
+        for s, e, replacement, _ in spans:
             if e <= last:
                 continue
             if s < last:
@@ -270,36 +392,156 @@ class Rules:
                 if (s - b) % 2:
                     s -= 1
                 out.append(data[last:s])
-                out.append(REDACTED_BYTES)
+                out.append(replacement)
             last = e
         out.append(data[last:hold])
         return b"".join(out), hold
 
-    def _hold_point(self, data, decoded, escapes):
+    def _hold_point(self, data, decoded, kinds, escapes):
         hold = end = len(data)
         partial = _PARTIAL_ESCAPE.search(data, max(0, len(data) - 40))
         if partial:
             hold = end = partial.start()
         # the run of secret (or key) characters that ends the data, or meets the unfinished
-        # escape: its last FRAGMENT_MIN - 1 bytes may begin a fragment; from a shape's prefix
-        # on, all of it may be a credential
+        # escape: shorter than LONG_RUN, all of it (it may yet become a run long enough to hold
+        # a base64 or hex copy); longer, its last LONG_RUN bytes (a fragment may begin there,
+        # and they stay a long run whatever follows); from a shape's prefix on, all of it (a
+        # credential). Without secrets, its last FRAGMENT_MIN - 1 bytes. Of a UTF-16 run, its
+        # last FRAGMENT_MIN - 1 characters.
         d_end = self.to_decoded(end, escapes)
         holds = self.holds
         i = d_end
         while i > 0 and decoded[i - 1] in holds and d_end - i < MAX_HOLD:
             i -= 1
+        start = d_end
         if i < d_end or partial:
-            run = decoded[i:d_end]
-            start = max(i, d_end - (FRAGMENT_MIN - 1))
-            for prefix, _ in self.shapes:
+            if self.secrets:
+                start = i if d_end - i < LONG_RUN else d_end - LONG_RUN
+            else:
+                start = max(i, d_end - (FRAGMENT_MIN - 1))
+            run = decoded[i:d_end].lower()
+            for prefix, _, _ in self.shapes:
                 at = run.find(prefix)
                 if at >= 0:
                     start = min(start, i + at)
+        if self.grams and b"\x06" in kinds:
+            at = max(0, d_end - 2 * FRAGMENT_MIN)
+            spread = _SPREAD_TAIL.search(kinds, at, d_end)
+            if spread:
+                start = min(start, max(spread.start(), d_end - 2 * (FRAGMENT_MIN - 1)))
+        if start < d_end or partial:
             hold = min(hold, self.to_data(start, escapes))
         return hold
 
 
-_SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5}  # \\ % & @
+def _grams(texts, n):
+    return {t[i : i + n] for t in texts for i in range(len(t) - n + 1)}
+
+
+def _quads(texts):
+    """The 4-grams of `texts` as the integers a memoryview cast to "I" reads: each window of
+    FRAGMENT_MIN bytes holds one at a multiple of 4 from any point before it, so bytes none of
+    whose 4-grams from there is here hold no fragment (one C-level `isdisjoint`)."""
+    return frozenset(memoryview(b"".join(_grams(texts, 4))).cast("I"))
+
+
+def _both_cases(data):
+    return set(data) | set(data.lower()) | set(data.upper())
+
+
+def _windows(data, grams, quads):
+    """[(start, end)] of the FRAGMENT_MIN-windows of `data` in `grams`. From _QUADS_FROM
+    bytes on, block by block, only where one of `quads` is (a block of random base64 costs a
+    C-level `isdisjoint`, not a look-up per window)."""
+    n, size = FRAGMENT_MIN, len(data)
+    if size < _QUADS_FROM:
+        return [(i, i + n) for i in range(size - n + 1) if data[i : i + n] in grams]
+    marks, view, last = [], memoryview(data), size - n + 1
+    for b in range(0, last, _BLOCK):
+        # (every window starting in the block ends by b + _BLOCK + n - 1, and holds a 4-gram
+        # at a multiple of 4 from b)
+        end = min(size, b + _BLOCK + n - 1)
+        if not quads.isdisjoint(view[b : b + ((end - b) & ~3)].cast("I")):
+            stop = min(b + _BLOCK, last)
+            marks += [(i, i + n) for i in range(b, stop) if data[i : i + n] in grams]
+    return marks
+
+
+def _runs(decoded, kinds, pattern, cache, judge, spans, skip=()):
+    """Adds to `spans` the marks of each run of `decoded` whose `kinds` begin with `pattern`
+    (a run of 1s) and that starts in none of the (start, end) spans of `skip` (sorted):
+    `cache`'s, or `judge`'s. Returns the runs, as (start, end)."""
+    find, size, judged = kinds.find, len(decoded), []
+    k, skips = 0, len(skip)
+    i = find(pattern)
+    while i >= 0:
+        if skips:
+            while k < skips and skip[k][1] <= i:
+                k += 1
+            if k < skips and skip[k][0] <= i:
+                i = find(pattern, skip[k][1])
+                continue
+        j = find(b"\x00", i)
+        if j < 0:
+            j = size
+        judged.append((i, j))
+        run = decoded[i:j]
+        found = cache.get(run)
+        if found is None:
+            found = judge(run)
+        if found:
+            spans.extend((i + s, i + e, PLAIN, i + c) for s, e, c in found)
+        i = find(pattern, j)
+    return judged
+
+
+def _remember(cache, run, marks):
+    found = tuple(_merged(marks))
+    if len(run) <= _RUN_CACHE_RUN_MAX:
+        if len(cache) >= _RUN_CACHE_MAX:
+            cache.clear()
+        cache[run] = found
+    return found
+
+
+def _merged(marks):
+    """(start, end, context) marks, overlapping ones merged (the least context kept)."""
+    out = []
+    for s, e, c in sorted(marks):
+        if out and out[-1][1] >= s:
+            out[-1][1] = max(out[-1][1], e)
+            out[-1][2] = min(out[-1][2], c)
+        else:
+            out.append([s, e, c])
+    return [tuple(m) for m in out]
+
+
+def _utf16_span(data, s, e):
+    """A UTF-16 secret's span in `data` (its characters and the NULs between them) and what
+    replaces it: as NUL bytes in the data, `[redacted]` in UTF-16 starting at a character
+    (the span takes the NUL after its last character, so the text stays in step in either
+    byte order); written as escapes, plain `[redacted]`."""
+    if b"\x00" not in data[s:e]:
+        return s, e, REDACTED_BYTES
+    if e < len(data) and data[e] == 0:
+        return s, e + 1, REDACTED_UTF16
+    return s, e, REDACTED_UTF16[:-1]
+
+
+_SPECIAL = {0x5C: 2, 0x25: 3, 0x26: 4, 0x40: 5, 0x00: 6}  # \\ % & @ NUL
+_STANDARD = bytes.maketrans(b"-_", b"+/")
+_HEX_TABLE = bytes(1 if chr(b) in "0123456789abcdef" else 0 for b in range(256))
+_HEX_RUN = b"\x01" * HEX_MIN
+# _windows: from this many bytes on, block by block behind a C-level test
+_QUADS_FROM = 24
+_BLOCK = 256
+_KEY_BYTES = "".join(sorted(KEY_CHARS)).encode()
+# (base64's letters besides KEY_CHARS: a copy inside a blob runs on through them)
+_BASE64_SYMBOLS = b"+/"
+# A UTF-16 run: FRAGMENT_MIN or more secret characters, one NUL between each two.
+_SPREAD_RUN = b"\x01\x06" * (FRAGMENT_MIN - 1) + b"\x01"
+_SPREAD = re.compile(rb"\x01(?:\x06\x01)*")
+_SPREAD_TAIL = re.compile(rb"\x01(?:\x06\x01)*\x06?\Z")
 _ALNUM = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789")
 # Escapes, each behind a literal first byte so that the regex engine skips to it at C speed.
 _ESC_JSON = re.compile(rb"\\+u[0-9a-fA-F]{4}")

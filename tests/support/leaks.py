@@ -2,18 +2,25 @@
 a known secret, in every form a reader of the text could see.
 
     finder = SecretFinder({"key": "sk-…", "url_password": "…"})
-    finder.find(text)   # [(label, fragment, context)], the longest fragment at each place
+    finder.find(text)   # [(label, fragment, context, how)], the longest fragment at each place
 
 A reader sees a text as sent, HTML-unescaped (`&#115;`, `&amp;`), with JSON `\\uXXXX` escapes
-decoded (behind any number of backslashes: data inside a JSON document is escaped twice) and
-URL-decoded (`%73`), and any combination of those (`reader_forms`).
+decoded (behind any number of backslashes: data inside a JSON document is escaped twice),
+URL-decoded (`%73`), without NULs (UTF-16 text, `s\\x00k\\x00-…`, read as text), and any
+combination of those (`reader_forms`). In each form it finds a secret's fragments in any case
+(`SK-…`), pieces of LONG_RUN or more characters of its base64 at any alignment (either
+alphabet), and pieces of its hex spelling FRAGMENT_MIN whole bytes: what docs/security.md
+promises the egress gate takes out. The spellings are derived here, independently of the
+gate's code (which reads copies back as bytes), so a gate that reads them wrongly is found.
 """
 
+import base64
 import html
 import re
 from urllib.parse import unquote
 
 FRAGMENT_MIN = 8
+LONG_RUN = 16  # (docs/security.md: a piece of a base64 copy counts from this long)
 
 _JSON_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
 _URL_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
@@ -28,6 +35,7 @@ DECODERS = (
     ("html", lambda t: "&" in t, html.unescape),
     ("json", lambda t: "\\" in t, _json_decoded),
     ("url", lambda t: "%" in t and _URL_ESCAPE.search(t) is not None, unquote),
+    ("nul", lambda t: "\x00" in t, lambda t: t.replace("\x00", "")),
 )
 
 
@@ -51,55 +59,105 @@ def reader_forms(text, max_forms=16):
     return forms
 
 
+def base64_pieces(secret):
+    """The parts of `secret`'s base64 (both alphabets) that stay the same whatever bytes stand
+    around it, at each of the three alignments: where the encodings with all-0 and all-1
+    neighbours agree."""
+    data = secret.encode()
+    pieces = set()
+    for pad in range(3):
+        zeros = base64.b64encode(b"\x00" * pad + data + b"\x00\x00").decode()
+        ones = base64.b64encode(b"\xff" * pad + data + b"\xff\xff").decode()
+        same = "".join(a if a == b != "=" else " " for a, b in zip(zeros, ones, strict=True))
+        for piece in same.split():
+            pieces |= {piece, piece.replace("+", "-").replace("/", "_")}
+    return pieces
+
+
+class _Spelling:
+    """Windows of `n` characters (from every `step`-th) of some texts (`(label, text)`),
+    searched in the runs of `run_re` of a text (lower-cased first when `fold`)."""
+
+    def __init__(self, name, texts, n, fold, run_re=None, step=1):
+        self.name, self.n, self.fold = name, n, fold
+        self.texts = [(label, t.lower() if fold else t) for label, t in texts if len(t) >= n]
+        self.windows = {}  # window -> [(index into texts, offset)]
+        for k, (_, t) in enumerate(self.texts):
+            for i in range(0, len(t) - n + 1, step):
+                self.windows.setdefault(t[i : i + n], []).append((k, i))
+        if run_re is None:
+            alphabet = "".join(sorted(set("".join(t for _, t in self.texts))))
+            run_re = re.compile(f"[{re.escape(alphabet)}]{{{n},}}") if alphabet else None
+        self.run_re = run_re
+
+    def find_in(self, text):
+        """[(label, fragment, start, end)]: at each place the longest match of each text (one
+        inside a longer one is not listed again). A fragment of a plain secret is given as
+        the secret spells it; of a copy, as the text does."""
+        found, n = [], self.n
+        if self.run_re is None:
+            return found
+        searched = text.lower() if self.fold else text
+        for run in self.run_re.finditer(searched):
+            chars, base = run.group(), run.start()
+            covered = {}  # index into texts -> end of the last fragment listed in this run
+            for i in range(len(chars) - n + 1):
+                for k, offset in self.windows.get(chars[i : i + n], ()):
+                    if covered.get(k, -1) > i:
+                        continue
+                    label, t = self.texts[k]
+                    a, o = i, offset
+                    while a > 0 and o > 0 and chars[a - 1] == t[o - 1]:
+                        a, o = a - 1, o - 1
+                    b, e = i + n, offset + n
+                    while b < len(chars) and e < len(t) and chars[b] == t[e]:
+                        b, e = b + 1, e + 1
+                    covered[k] = b
+                    fragment = text[base + a : base + b]
+                    found.append((label, fragment, base + a, base + b))
+        return found
+
+
 class SecretFinder:
-    """Every fragment of FRAGMENT_MIN or more characters of the secrets in a text's forms."""
+    """Every fragment of FRAGMENT_MIN or more characters of the secrets in a text's forms, in
+    any case, and their base64 and hex copies."""
 
     def __init__(self, secrets, min_len=FRAGMENT_MIN):
         self.secrets = {label: s for label, s in secrets.items() if s and len(s) >= min_len}
         self.min_len = min_len
-        # each window of min_len characters -> the (label, offset) places it comes from
-        self.windows = {}
-        for label, secret in self.secrets.items():
-            for i in range(len(secret) - min_len + 1):
-                self.windows.setdefault(secret[i : i + min_len], []).append((label, i))
-        alphabet = "".join(sorted(set("".join(self.secrets.values()))))
-        self.run_re = re.compile(f"[{re.escape(alphabet)}]{{{min_len},}}")
+        plain = list(self.secrets.items())
+        self.plain = _Spelling("", plain, min_len, fold=True)
+        base64_copies = [(label, p) for label, s in plain for p in base64_pieces(s)]
+        hex_copies = [(label, s.encode().hex()) for label, s in plain]
+        self.copies = [
+            _Spelling("base64", base64_copies, max(LONG_RUN, min_len), fold=False),
+            # (min_len whole bytes: from a byte's first digit)
+            _Spelling("hex", hex_copies, 2 * min_len, fold=True, step=2),
+        ]
 
     def find_in(self, text):
-        """[(label, fragment, start, end)] in `text` as it is: at each place the longest
-        fragment of each secret (a fragment inside a longer one is not listed again)."""
+        """[(label, fragment, start, end)] in `text` as it is (plain fragments given as the
+        secret spells them, whatever their case in `text`)."""
         found = []
-        for run in self.run_re.finditer(text):
-            chars, base = run.group(), run.start()
-            covered = {}  # label -> end of the last fragment listed in this run
-            for i in range(len(chars) - self.min_len + 1):
-                places = self.windows.get(chars[i : i + self.min_len])
-                if not places:
-                    continue
-                for label, offset in places:
-                    if covered.get(label, -1) > i:
-                        continue
-                    secret = self.secrets[label]
-                    # the longest match of the secret at this place, both ways
-                    a, o = i, offset
-                    while a > 0 and o > 0 and chars[a - 1] == secret[o - 1]:
-                        a, o = a - 1, o - 1
-                    b, e = i + self.min_len, offset + self.min_len
-                    while b < len(chars) and e < len(secret) and chars[b] == secret[e]:
-                        b, e = b + 1, e + 1
-                    covered[label] = b
-                    found.append((label, chars[a:b], base + a, base + b))
+        for label, fragment, start, end in self.plain.find_in(text):
+            secret = self.secrets[label]
+            at = secret.lower().find(fragment.lower())
+            found.append((label, secret[at : at + len(fragment)], start, end))
         return found
 
     def find(self, text, context=40):
         """[(label, fragment, context, how)] over every reader form of `text` (`how`: the
-        decodings that form needed), each (label, fragment) once, at its least decoded."""
+        decodings that form needed, and "base64" or "hex" for a copy), each (label, fragment)
+        once, at its least decoded."""
         out, seen = [], set()
         for how, form in reader_forms(text):
-            for label, fragment, start, end in self.find_in(form):
+            found = [(f, how) for f in self.find_in(form)]
+            for spelling in self.copies:
+                found += [(f, f"{how} {spelling.name}") for f in spelling.find_in(form)]
+            for (label, fragment, start, end), where in found:
                 if (label, fragment) in seen:
                     continue
                 seen.add((label, fragment))
                 snippet = form[max(0, start - context) : end + context]
-                out.append((label, fragment, snippet, how))
+                out.append((label, fragment, snippet, where))
         return out
