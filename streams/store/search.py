@@ -342,8 +342,10 @@ def _ranked(cursor, match, keep, floor, offset):
     how many of those there are; 0 when the page is empty).
 
     One statement: `hits`, the newest visible matches (the filters tested once, in `keep`),
-    then their rank from the oldest of them on, each match tested against `hits` alone."""
+    then their rank from the oldest of them on, each match tested against `hits` alone (with
+    no filters every match from there on is one of them)."""
     join, join_params, where, where_params = keep
+    among_hits = "AND +f.rowid IN (SELECT id FROM hits) " if join or where else ""
     cursor.execute(
         f"WITH hits AS (SELECT f.rowid AS id FROM {TABLE} f {join} "
         f"WHERE f.{TABLE} MATCH %s {where} AND f.rowid >= %s "
@@ -352,8 +354,7 @@ def _ranked(cursor, match, keep, floor, offset):
         f"SELECT f.rowid, bm25({TABLE}, 4.0, 2.0, 1.0, 1.0) AS r, "
         f"snippet({TABLE}, -1, %s, %s, '…', {SNIPPET_WORDS}), (SELECT count(*) FROM hits) "
         f"FROM {TABLE} f WHERE f.{TABLE} MATCH %s AND f.rowid >= (SELECT min(id) FROM hits) "
-        "AND +f.rowid IN (SELECT id FROM hits) "
-        "ORDER BY r, f.rowid DESC LIMIT %s OFFSET %s",
+        f"{among_hits}ORDER BY r, f.rowid DESC LIMIT %s OFFSET %s",
         [*join_params, match, *where_params, floor, RANK_WINDOW, _START, _STOP, match]
         + [PAGE_SIZE + 1, offset],
     )
