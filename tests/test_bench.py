@@ -272,6 +272,24 @@ def test_pages(tmp_path):
 
 
 @TIER_1
+def test_pages_on_a_standing_database(tmp_path):
+    """`--database-url` times a database seeded once, as often as asked (its staff user kept
+    from the run before), and leaves it as it was; `--pages` keeps to the pages named."""
+    from streams.bench.pages import PAGES
+
+    url = f"sqlite:///{tmp_path}/standing.sqlite3"
+    env = {**os.environ, "DATABASE_URL": url, "DJANGO_SECRET_KEY": secrets.token_urlsafe(40)}
+    for args in (["migrate", "-v0"], ["seed_demo", "--streams", "60", "--users", "alice,bob"]):
+        manage = [sys.executable, "manage.py", *args]
+        subprocess.run(manage, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
+    for _ in range(2):
+        lines = bench(tmp_path, "pages", "--database-url", url, "--pages", "search", "--repeat=1")
+        assert [line["page"] for line in lines] == [n for n, _ in PAGES if "search" in n]
+        assert {(line["database"], line["streams"]) for line in lines} == {("sqlite", 60)}
+    assert os.path.exists(f"{tmp_path}/standing.sqlite3")
+
+
+@TIER_1
 def test_egress(tmp_path):
     lines = bench(tmp_path, "egress", "--events", "50", "--repeat", "1")
     pages = {line["page"]: line for line in lines if line["what"] == "page"}

@@ -21,6 +21,13 @@ No server and no limits: the pages are requested in-process by a staff user logg
 `force_login`, and none of streams/core/conf.py's limits applies to reading them (streams.bench.
 NOT_LOAD_LIMITS). The child checks that the database holds as many streams as were seeded and
 that every page answers 200; otherwise the run exits non-zero.
+
+A standing database, to time a change again without seeding anew (1M streams take minutes):
+seed it once as the bench does (`migrate`, then `seed_demo --streams N --days 30
+--events-per-stream 10 --seed 1 --users alice,bob,carol` with DATABASE_URL set), then `bench
+pages --database-url sqlite:////path/db.sqlite3` times the pages on it (its stream count read
+from it; nothing seeded, migrated or removed) and `--pages search` keeps to the pages whose
+name holds that text.
 """
 
 import argparse
@@ -106,12 +113,20 @@ def add_arguments(parser):
         default=os.environ.get("BENCH_POSTGRES_URL", ""),
         help="postgres://… of a server where the bench may create and drop a database",
     )
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="time the pages on this database, already seeded as the bench seeds (kept as it is)",
+    )
+    parser.add_argument("--pages", default="", help="only the pages whose name holds this text")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
 
 
 def run(command, opts):
     if opts["child"]:
         return _child_main(command, opts)
+    if opts["database_url"]:
+        return _standing(command, opts)
     results = []
     sizes = [int(s) for s in opts["sizes"].split(",") if s.strip()]
     for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
@@ -143,13 +158,28 @@ def run(command, opts):
                     command.stdout.write(
                         f"{database}: the search index, {per_stream:,.0f} bytes per stream"
                     )
-                lines = run_child("pages", spec, env)
+                lines = run_child("pages", {**spec, "pages": opts["pages"]}, env)
             for out in lines:
                 out = {**out, "database": database}
                 results.append(out)
                 previous = by_page.get(out["page"])
                 by_page[out["page"]] = out
                 _print(command, out, previous, opts["json"])
+    return results
+
+
+def _standing(command, opts):
+    """The pages timed on an existing database (`--database-url`), in a process of its own."""
+    env = {**os.environ, "DATABASE_URL": opts["database_url"]}
+    count = manage(
+        env, "shell", "-c", "from streams.models import Stream; print(Stream.objects.count())"
+    )
+    spec = {"streams": int(count.split()[-1]), "repeat": opts["repeat"], "pages": opts["pages"]}
+    database = urlsplit(opts["database_url"]).scheme.replace("postgresql", "postgres")
+    results = []
+    for out in run_child("pages", spec, env):
+        results.append({**out, "database": database})
+        _print(command, results[-1], None, opts["json"])
     return results
 
 
@@ -231,11 +261,16 @@ def _child_main(command, opts):
         # visibility map that lets index-only scans skip the table
         with connection.cursor() as cursor:
             cursor.execute("VACUUM ANALYZE")
-    # (a superuser: the admin's pages are timed too)
-    staff = get_user_model().objects.create_superuser("bench-staff")
+    # (a superuser: the admin's pages are timed too; get: a standing database keeps the staff
+    # user of its previous run)
+    staff, _ = get_user_model().objects.get_or_create(
+        username="bench-staff", defaults={"is_staff": True, "is_superuser": True}
+    )
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(staff)
     for page, url in PAGES:
+        if spec.get("pages", "") not in page:
+            continue
         if not url.startswith("/"):
             try:
                 url = reverse(url)

@@ -67,6 +67,7 @@ MAX_TERMS = 16  # words and phrases in one query
 PAGE_SIZE = 50
 MAX_PAGES = 20  # results beyond PAGE_SIZE * MAX_PAGES are not shown: narrow the search
 RANK_WINDOW = 2_000  # the newest matches ranked (see `page`)
+MATCHES_TESTED = 10_000  # SQLite: matches tested one by one before filters drive (`_sqlite_page`)
 NEWEST_FIRST = 50_000  # PostgreSQL: the newest streams searched first (`_postgres_oldest`)
 SNIPPET_WORDS = 24
 _START, _STOP = "\ue000", "\ue001"  # (private-use: never in a stored text's snippet otherwise)
@@ -559,34 +560,79 @@ class _RawIds:
 
 
 def _sqlite_page(terms, visible, offset):
-    """Two statements: the oldest id of the newest RANK_WINDOW visible matches, then the page
-    ranked among the visible matches from that id on. FTS5 walks its matches newest first
-    and serves a rowid range itself; the visible streams are joined by primary key (a
-    `rowid IN (…)` test made FTS5 look each candidate up anew: 94 ms for 2,000)."""
+    """The page ranked among the newest RANK_WINDOW visible matches (`_ranked`), found one of
+    two ways (docs/search.md, "Ranking and snippets"):
+
+    - the matches drive: FTS5 walks its matches newest first and each is looked up in the
+      stream table by primary key and tested against the filters (~1-3 µs a match at 1M
+      streams), which stops soon while the filters keep many of them;
+    - the filters drive: the filtered streams are listed once through their own indexes and
+      each match is tested against that list. When the filters keep few matches (one user's
+      failed streams: 291 of a word's 104,000), looking every match up took 331-401 ms a page.
+
+    The matches drive among the newest MATCHES_TESTED of them; when those hold fewer than
+    RANK_WINDOW visible ones and older matches exist, the filters drive."""
     match = fts5_match(terms)
-    join, params = (
-        ("", [])
-        if visible is None
-        else (f"JOIN ({visible[0]}) AS v ON v.pk = f.rowid", list(visible[1]))
-    )
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT min(id) FROM (SELECT f.rowid AS id FROM {TABLE} f {join} "
-            f"WHERE f.{TABLE} MATCH %s ORDER BY f.rowid DESC LIMIT %s)",
-            [*params, match, RANK_WINDOW],
-        )
-        (oldest,) = cursor.fetchone()
-        if oldest is None:
-            return []
+        floor = 0
+        if visible is not None:
+            # the MATCHES_TESTED-th newest match (FTS5 walks its doclist: 0.5 ms for 10,000)
+            cursor.execute(
+                f"SELECT rowid FROM {TABLE} WHERE {TABLE} MATCH %s "
+                "ORDER BY rowid DESC LIMIT 1 OFFSET %s",
+                [match, MATCHES_TESTED - 1],
+            )
+            row = cursor.fetchone()
+            floor = row[0] if row else 0
+        rows, found = _ranked(cursor, match, _filtered(visible, by_filter=False), floor, offset)
+        if floor and found < RANK_WINDOW:  # the filters keep few matches: they drive
+            rows, _ = _ranked(cursor, match, _filtered(visible, by_filter=True), 0, offset)
+        return rows
+
+
+def _filtered(visible, *, by_filter):
+    """How a statement over the FTS table `f` keeps to the visible streams: (a join, its
+    parameters, a condition after the MATCH, its parameters).
+
+    - the matches drive: the visible streams joined by primary key, each match looked up in
+      the stream table (a `rowid IN (…)` test instead made FTS5 look each candidate up anew
+      in its index: 94 ms for 2,000);
+    - the filters drive (`by_filter`): `+f.rowid IN (the visible streams)`, which SQLite
+      answers from a temporary index of them made once per statement, read through the
+      filters' own indexes; the unary plus keeps the IN list from being handed to FTS5 as
+      rowids to look up one by one."""
+    if visible is None:
+        return "", [], "", []
+    sql, params = visible[0], list(visible[1])
+    if by_filter:
+        return "", [], f"AND +f.rowid IN ({sql})", params
+    return f"JOIN ({sql}) AS v ON v.pk = f.rowid", params, "", []
+
+
+def _ranked(cursor, match, keep, floor, offset):
+    """(the page's rows ranked among the newest RANK_WINDOW visible matches from id `floor` on,
+    how many of those there are; 0 when the page is empty).
+
+    One statement: `hits`, the newest visible matches (the filters tested once, in `keep`),
+    then their rank from the oldest of them on, each match tested against `hits` alone (with
+    no filters every match from there on is one of them)."""
+    join, join_params, where, where_params = keep
+    among_hits = "AND +f.rowid IN (SELECT id FROM hits) " if join or where else ""
+    cursor.execute(
+        f"WITH hits AS (SELECT f.rowid AS id FROM {TABLE} f {join} "
+        f"WHERE f.{TABLE} MATCH %s {where} AND f.rowid >= %s "
+        "ORDER BY f.rowid DESC LIMIT %s) "
         # bm25 weights, in COLUMNS order: the prompt most, the rest alike
-        cursor.execute(
-            f"SELECT f.rowid, bm25({TABLE}, 4.0, 2.0, 1.0, 1.0) AS r, "
-            f"snippet({TABLE}, -1, %s, %s, '…', {SNIPPET_WORDS}) FROM {TABLE} f {join} "
-            f"WHERE f.{TABLE} MATCH %s AND f.rowid >= %s "
-            "ORDER BY r, f.rowid DESC LIMIT %s OFFSET %s",
-            [_START, _STOP, *params, match, oldest, PAGE_SIZE + 1, offset],
-        )
-        return [(pk, -rank, snippet) for pk, rank, snippet in cursor.fetchall()]
+        f"SELECT f.rowid, bm25({TABLE}, 4.0, 2.0, 1.0, 1.0) AS r, "
+        f"snippet({TABLE}, -1, %s, %s, '…', {SNIPPET_WORDS}), (SELECT count(*) FROM hits) "
+        f"FROM {TABLE} f WHERE f.{TABLE} MATCH %s AND f.rowid >= (SELECT min(id) FROM hits) "
+        f"{among_hits}ORDER BY r, f.rowid DESC LIMIT %s OFFSET %s",
+        [*join_params, match, *where_params, floor, RANK_WINDOW, _START, _STOP, match]
+        + [PAGE_SIZE + 1, offset],
+    )
+    rows = cursor.fetchall()
+    found = rows[0][3] if rows else 0
+    return [(pk, -rank, snippet) for pk, rank, snippet, _ in rows], found
 
 
 def _postgres_page(terms, visible, offset):
