@@ -134,10 +134,7 @@ def run(command, opts):
         for size in sizes:
             with _database(database, opts) as url:
                 spec = {"streams": size, "repeat": opts["repeat"]}
-                env = {**os.environ, "DATABASE_URL": url}
-                # every search page: a warm-up, the timed requests, the one whose queries count
-                searches = sum(u.startswith("/?q=") for _, u in PAGES) * (opts["repeat"] + 2)
-                env |= server_limits(env, searches=searches)
+                env = _env(url, opts)
                 # Seeding runs in a process of its own: a process that has just created and
                 # freed millions of objects answered the same requests markedly slower than a
                 # fresh one (docs/performance.md, "The benchmarks themselves"), and a server
@@ -168,9 +165,17 @@ def run(command, opts):
     return results
 
 
+def _env(url, opts):
+    """The environment of the processes that seed and time a database at `url`."""
+    env = {**os.environ, "DATABASE_URL": url}
+    # every search page: a warm-up, the timed requests, the one whose queries count
+    searches = sum(u.startswith("/?q=") for _, u in PAGES) * (opts["repeat"] + 2)
+    return env | server_limits(env, searches=searches)
+
+
 def _standing(command, opts):
     """The pages timed on an existing database (`--database-url`), in a process of its own."""
-    env = {**os.environ, "DATABASE_URL": opts["database_url"]}
+    env = _env(opts["database_url"], opts)
     count = manage(
         env, "shell", "-c", "from streams.models import Stream; print(Stream.objects.count())"
     )
