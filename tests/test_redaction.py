@@ -194,11 +194,13 @@ class TestTheEchoOracle:
             wrong = next(c for c in alphabet if c.lower() != right.lower())
             known = key[: a + k - 1]
             pair = [f"q={known}{g}&page=2" for g in (right, wrong)]
+            # (as an attacker slides: the last FRAGMENT_MIN - 1 characters known, one guessed)
+            window = [f"q={known[1 - FRAGMENT_MIN :]}{g}" for g in (right, wrong)]
             right = key[b - k]
             wrong = next(c for c in alphabet if c.lower() != right.lower())
             known = key[b - k + 1 :]
             pair2 = [f"views: {g}{known}." for g in (right, wrong)]
-            for texts in (pair, pair2):
+            for texts in (pair, window, pair2):
                 out.append((texts[0], rules.text(texts[0]), texts[1], rules.text(texts[1])))
         return out
 
