@@ -98,14 +98,17 @@ class Rules:
         self.grams = frozenset(_grams(core_texts, FRAGMENT_MIN))
         self.quads = _quads(core_texts)
         # where a gram is in which secret: found on a hit (hits are where secrets are), in
-        # this one text of the secrets, and remembered (a dict of every gram would cost a few
-        # times the set's memory with 10,000 pass-through keys)
+        # this one text of the secrets, and remembered (a dict of every gram would cost half
+        # as much memory again as the set, with 10,000 pass-through keys); `repeated`: the
+        # grams that are in more than one place (secrets that share 8 characters, such as a
+        # URL's password and its userinfo), which a hit inside an extended span looks up too
         self.corpus = b"\n".join(plain)
         self.starts = [0]
         for low in plain[:-1]:
             self.starts.append(self.starts[-1] + len(low) + 1)
         self.plain = plain
         self._where = {}
+        self.repeated = _repeated(plain, self.grams)
         # how far before a hit its extension may begin: a streamed body holds back enough of
         # a run's end for a hit in the next chunk to extend over a public prefix (`_hold_point`)
         self.lead = max((a for a, _ in cores.values()), default=0)
@@ -264,10 +267,15 @@ class Rules:
         holding fewer than FRAGMENT_MIN characters of a core matches nothing (the prefix and
         the last characters are what anyone may know: a match on them would answer a guess of
         the next character, docs/security.md)."""
-        spans, done = [], set()
-        size, plain = len(low), self.plain
+        spans, done, reach = [], set(), 0
+        size, plain, repeated = len(low), self.plain, self.repeated
         for i in _windows(low, self.grams, self.quads):
-            for k, offset in self._places(low[i : i + FRAGMENT_MIN]):
+            gram = low[i : i + FRAGMENT_MIN]
+            # (inside the span just extended, a gram in one place only is that secret's, at
+            # that alignment: nothing new)
+            if i + FRAGMENT_MIN <= reach and gram not in repeated:
+                continue
+            for k, offset in self._places(gram):
                 if (k, i - offset) in done:  # (the same alignment, already extended)
                     continue
                 done.add((k, i - offset))
@@ -280,6 +288,7 @@ class Rules:
                 while o < end and low[b] == secret[o]:
                     b, o = b + 1, o + 1
                 spans.append((a, b))
+                reach = max(reach, b)
         return spans
 
     def _places(self, gram):
@@ -520,6 +529,19 @@ _PUBLIC_SEGMENT = re.compile(rf"[A-Za-z0-9]{{1,{PUBLIC_SEGMENT_MAX}}}[-_]")
 
 def _utf8(text):
     return text.encode("utf-8", "surrogatepass")
+
+
+def _repeated(texts, grams):
+    """The `grams` that are in more than one place in `texts` (as windows of any of them)."""
+    windows = sum(max(0, len(t) - FRAGMENT_MIN + 1) for t in texts)
+    if len(_grams(texts, FRAGMENT_MIN)) == windows:  # (as a rule: none)
+        return frozenset()
+    seen, twice = set(), set()
+    for t in texts:
+        for i in range(len(t) - FRAGMENT_MIN + 1):
+            w = t[i : i + FRAGMENT_MIN]
+            (twice if w in seen else seen).add(w)
+    return frozenset(twice & grams)
 
 
 def _grams(texts, n):
