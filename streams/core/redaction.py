@@ -6,9 +6,14 @@ body in pieces, holding back what may be a secret's beginning. Which secrets the
 (streams/serve/egress.py).
 
 What is a secret to the rules:
-- known secrets, redacted whole **and as any fragment of FRAGMENT_MIN or more characters**, so
-  a key an upstream cut across two deltas, two chunks or two table cells never leaves in pieces;
-  in any case (`SK-…`, `Sk-…`: ASCII letters are compared lower-cased), and copied:
+- known secrets, redacted whole **and as any piece holding FRAGMENT_MIN or more characters of
+  the secret's private core** (`private_core`: all but a public prefix and the last 4), so a
+  key an upstream cut across two deltas, two chunks or two table cells does not leave in
+  pieces; a hit runs on over the rest of the secret (`_fragments`), so the whole key goes as
+  one. Not every FRAGMENT_MIN characters: a page that shows a person's own text back would
+  then answer whether a guess after a key's public prefix is its next character (the echo
+  oracle, docs/security.md). In any case (`SK-…`, `Sk-…`: ASCII letters are compared
+  lower-cased), and copied:
   - as UTF-16 (a NUL after or before each character), in bytes or in text;
   - as hex (HEX_MIN digits that spell FRAGMENT_MIN whole bytes of it), in either case;
   - as base64 (standard or URL-safe, at any alignment: inside `Basic …`, a `data:` URL, a
@@ -26,10 +31,10 @@ spells a fragment goes, whole characters.
 How it stays cheap: one C-level pass (`bytes.translate`) classifies every byte and `find`
 cuts the text into runs of the secrets' characters (in either case); only runs of
 FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window against a set of the
-secrets' windows, with a bounded cache of runs already judged (JSON keys and HTML names
-repeat). A second pass finds runs of LONG_RUN or more key or base64 characters, the only
-places a hex or base64 copy or a credential shape can be: ordinary words are shorter. Long
-runs (a base64 image) are judged block by block behind a C-level test of their 4-grams, and
+cores' windows (a hit alone looks up its secret and extends), with a bounded cache of runs
+already judged (JSON keys and HTML names repeat). A second pass finds runs of LONG_RUN or
+more key or base64 characters, the only places a hex or base64 copy or a credential shape can
+be: ordinary words are shorter. Long runs (a base64 image) are judged block by block behind a C-level test of their 4-grams, and
 the bytes they spell behind the first pass's classification (decoded random bytes seldom
 hold 8 key characters in a row). Escapes are decoded only where an escape of a secret
 character is present. docs/performance.md has the measured cost.
