@@ -34,10 +34,11 @@ FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window against a
 cores' windows (a hit alone looks up its secret and extends), with a bounded cache of runs
 already judged (JSON keys and HTML names repeat). A second pass finds runs of LONG_RUN or
 more key or base64 characters, the only places a hex or base64 copy or a credential shape can
-be: ordinary words are shorter. Long runs (a base64 image) are judged block by block behind a C-level test of their 4-grams, and
-the bytes they spell behind the first pass's classification (decoded random bytes seldom
-hold 8 key characters in a row). Escapes are decoded only where an escape of a secret
-character is present. docs/performance.md has the measured cost.
+be: ordinary words are shorter. Long runs (a base64 image) are judged block by block behind
+a C-level test of their 4-grams, and the bytes they spell behind the first pass's
+classification (decoded random bytes seldom hold 8 key characters in a row). Escapes are
+decoded only where an escape of a secret character is present. docs/performance.md has the
+measured cost.
 """
 
 from __future__ import annotations
