@@ -15,7 +15,7 @@ from streams.store import known_secrets
 from tests.conftest import DaphneServer
 from tests.support.leaks import SecretFinder
 
-KEY = "sk-LOGS-CANARY-7c1d9e2f4a6b"
+KEY = "sk-LOGS-CANARY-7c1d9e2f4a6b"  # (its private core: `7c1d9e2f`, docs/security.md)
 PASS_KEY = "pk-pass-LOGS-Z9y8X7w6V5u4"  # a pass-through key: sealed, no `sk-` shape
 SECRETS = {"key": KEY, "pass": PASS_KEY}
 
@@ -38,11 +38,11 @@ def test_a_real_servers_access_log_and_loggers_hold_no_secret(server, people):
     token = people.owner.token
     urls = [
         f"/?q={KEY}",  # the key searched for whole
-        f"/?q=incorrect+{KEY[5:17]}*",  # a walker's guess: a piece of it
-        "/?q=" + quote(KEY[3:20], safe=""),  # percent-encoded
-        "/?q=" + "".join(f"%{b:02X}" for b in KEY[2:14].encode()),  # every byte encoded
+        f"/?q=incorrect+{KEY[5:24]}*",  # a walker's guess: a piece of it
+        "/?q=" + quote(KEY[3:25], safe=""),  # percent-encoded
+        "/?q=" + "".join(f"%{b:02X}" for b in KEY[2:23].encode()),  # every byte encoded
         f"/?q={PASS_KEY}&page=1",
-        f"/streams.csv?q={KEY[4:16]}",
+        f"/streams.csv?q={KEY[4:24]}",
         f"/no-such-page/{KEY}/",  # a 404: Django logs its path
         f"/streams/999999/?tail={PASS_KEY}",
     ]
@@ -55,7 +55,7 @@ def test_a_real_servers_access_log_and_loggers_hold_no_secret(server, people):
                     404,
                 )
             auth = {"Authorization": f"Bearer {token}"}
-            assert client.get(f"/api/streams/?q={KEY[3:15]}", headers=auth).status_code == 200
+            assert client.get(f"/api/streams/?q={KEY[3:23]}", headers=auth).status_code == 200
             bad = {"Authorization": f"Bearer ss_{KEY}"}  # a wrong token with the key in it
             assert client.get("/api/streams/", headers=bad).status_code == 401
     finally:
@@ -78,7 +78,7 @@ def test_every_record_of_any_logger_is_redacted_as_it_is_made(settings, caplog):
     try:
         raise ValueError(f"Incorrect API key provided: {KEY}")
     except ValueError:
-        logging.getLogger("daphne.http_protocol").exception("failed for %s", KEY[2:16])
+        logging.getLogger("daphne.http_protocol").exception("failed for %s", KEY[2:24])
     logging.getLogger("some.library").warning("GET /?q=%s", quote(KEY, safe=""))
     assert KEY[2:10] not in caplog.text
     assert caplog.text.count("[redacted]") >= 3  # the message, the traceback, the URL

@@ -9,6 +9,7 @@ import hashlib
 import html
 import json
 import random
+import re
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -17,12 +18,14 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from streams.core import redaction
 from streams.core.redaction import (
     FRAGMENT_MIN,
     HEX_MIN,
     LONG_RUN,
     Rules,
     StreamRedactor,
+    private_core,
 )
 from streams.models import Stream
 from streams.store import known_secrets, public
@@ -75,10 +78,11 @@ class TestDecodedRedaction:
         assert json.loads(json.loads(out)["data"]) == {"m": "[redacted] café s"}
 
     def test_the_key_case_does_not_count(self):
-        # S, not s: still 8 characters of the key, a fragment (issue 42)
-        assert known_secrets.redact("\\u0053" + KEY[1:8]) == "[redacted]"
-        assert known_secrets.redact(KEY[:8].upper()) == "[redacted]"
-        assert known_secrets.redact("\\u0053" + KEY[1:7]) == "\\u0053" + KEY[1:7]  # 7: none
+        # S, not s: still the 8 characters of the key's core, a fragment (issue 42)
+        assert known_secrets.redact("\\u0053" + KEY[1:19]) == "[redacted]"
+        assert known_secrets.redact(KEY[:19].upper()) == "[redacted]"
+        # 7 of its core: none
+        assert known_secrets.redact("\\u0053" + KEY[1:18]) == "\\u0053" + KEY[1:18]
 
     def test_without_a_key_nothing_is_searched(self, settings):
         settings.UPSTREAM_API_KEY = ""
@@ -117,6 +121,18 @@ class TestUrlCredentials:
 
 COPIES = Rules((KEY,), ())  # the known key alone: no credential shape helps
 SHAPES = Rules((), ("sk-",))
+# Keys as they come, and (start, end) of their private cores (docs/security.md): all but the
+# leading segments ending in `-` or `_` and the last 4 characters, which anyone may know.
+PROJ_KEY = "sk-proj-OhbVrpoiVgRV5IfLBcbfnoGMbJmTPSIAoCLrZ3aWZkSBvrjn"
+HEX_KEY = "sk-test-9f8ea32c3bb81e3c29b62179273c8eb5"
+ANT_KEY = "sk-ant-api03-xwnQrS7RPeMOkIUpkDyr7OSJoRu1XXdo0cZuzren"
+CORES = {
+    KEY: (11, 19),  # sk-hostile- | 9f8e7d6c | 5b4a
+    PROJ_KEY: (8, len(PROJ_KEY) - 4),
+    HEX_KEY: (8, len(HEX_KEY) - 4),
+    ANT_KEY: (13, len(ANT_KEY) - 4),
+}
+BASE62 = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"
 
 
 def _cased(piece):
@@ -138,17 +154,112 @@ def _left(out, text, length=FRAGMENT_MIN):
     return [p for p in _pieces(text, length) if p in out]
 
 
-class TestCopies:
-    def test_every_fragment_in_any_case_is_redacted(self):
-        for length in range(FRAGMENT_MIN, len(KEY) + 1):
-            for piece in _pieces(KEY, length):
-                for cased in _cased(piece):
-                    assert COPIES.text(f"a {cased} b") == "a [redacted] b", cased
+def _core_chars(key, start, end):
+    """How many characters of `key`'s private core `key[start:end]` holds."""
+    a, b = CORES[key]
+    return max(0, min(end, b) - max(start, a))
 
-    def test_seven_characters_in_any_case_are_not_a_fragment(self):
-        for piece in _pieces(KEY, FRAGMENT_MIN - 1):
+
+def _core(key):
+    a, b = CORES[key]
+    return key[a:b]
+
+
+def test_the_public_parts_are_the_prefix_segments_and_the_last_four():
+    for key, (a, b) in CORES.items():
+        assert private_core(key) == (a, b), key
+    # short secrets keep every window: fewer than 8 characters would be left
+    for short in ("sk-BAR-CANARY-835431943zq", "s3cret-pass-99", "user:pw-1"):
+        assert private_core(short) == (0, len(short))
+    # a segment of 13 characters or one that would end after 16 is no prefix
+    assert private_core("abcdefghijklm-" + "x" * 20)[0] == 0
+    assert private_core("sk-proj-PASSOWNER-5550199xyz0")[0] == 8
+
+
+class TestTheEchoOracle:
+    """A page that shows a person's own text back (a search box, a comment, a saved view's
+    name) is redacted where the text holds a fragment: a fragment must not be something one
+    guess away from what anyone knows (a key's public prefix, its last 4 characters), or the
+    redaction answers whether the guessed character is the key's next one (issue 42)."""
+
+    @staticmethod
+    def _guesses(rules, key, alphabet):
+        """[(text with the right next character, the gate's answer, with a wrong one, its
+        answer)] for every piece of public prefix + k core characters and k core characters +
+        last 4, k < FRAGMENT_MIN (the guessed character counted)."""
+        a, b = CORES[key]
+        out = []
+        for k in range(1, FRAGMENT_MIN):
+            right = key[a + k - 1]
+            wrong = next(c for c in alphabet if c.lower() != right.lower())
+            known = key[: a + k - 1]
+            pair = [f"q={known}{g}&page=2" for g in (right, wrong)]
+            # (as an attacker slides: the last FRAGMENT_MIN - 1 characters known, one guessed)
+            window = [f"q={known[1 - FRAGMENT_MIN :]}{g}" for g in (right, wrong)]
+            right = key[b - k]
+            wrong = next(c for c in alphabet if c.lower() != right.lower())
+            known = key[b - k + 1 :]
+            pair2 = [f"views: {g}{known}." for g in (right, wrong)]
+            for texts in (pair, window, pair2):
+                out.append((texts[0], rules.text(texts[0]), texts[1], rules.text(texts[1])))
+        return out
+
+    @pytest.mark.parametrize(
+        ("key", "alphabet"),
+        [(PROJ_KEY, BASE62), (HEX_KEY, "0123456789abcdef"), (ANT_KEY, BASE62)],
+        ids=["sk-proj", "hex", "sk-ant"],
+    )
+    def test_a_right_and_a_wrong_next_character_get_the_same_answer(self, key, alphabet):
+        rules = Rules((key, KEY), ("sk-",))
+        for right, right_out, wrong, wrong_out in self._guesses(rules, key, alphabet):
+            # the same answer: the text as it came, whatever the guess
+            assert (right_out, wrong_out) == (right, wrong), (right, right_out)
+
+    def test_the_check_can_fail(self, monkeypatch):
+        # every window of a secret a fragment, as before: the right guess is redacted, the
+        # wrong one is not
+        monkeypatch.setattr(redaction, "private_core", lambda secret: (0, len(secret)))
+        answers = self._guesses(Rules((PROJ_KEY,), ()), PROJ_KEY, BASE62)
+        assert any(r_out != r and w_out == w for r, r_out, w, w_out in answers)
+
+    @pytest.mark.parametrize("key", [PROJ_KEY, HEX_KEY, ANT_KEY])
+    def test_a_piece_with_8_core_characters_goes_whole_with_its_public_neighbours(self, key):
+        rules = Rules((key,), ())
+        a, b = CORES[key]
+        assert rules.text(f"key={key}.") == "key=[redacted]."
+        assert rules.text(f"key={key.upper()}.") == "key=[redacted]."
+        assert rules.text(f"<{key[: a + 8]}>") == "<[redacted]>"
+        assert rules.text(f"<{key[b - 8 :]}>") == "<[redacted]>"
+        for cut in range(1, len(key)):
+            left, right = key[:cut], key[cut:]
+            expect = [
+                "[redacted]" if _core_chars(key, *span) >= FRAGMENT_MIN else key[slice(*span)]
+                for span in ((0, cut), (cut, len(key)))
+            ]
+            assert rules.text(f"{left} | {right}") == " | ".join(expect), cut
+
+
+KEYS = pytest.mark.parametrize("key", [KEY, PROJ_KEY, HEX_KEY], ids=["hostile", "proj", "hex"])
+
+
+class TestCopies:
+    @KEYS
+    def test_every_piece_with_8_core_characters_in_any_case_is_redacted_whole(self, key):
+        rules = Rules((key,), ())
+        for length in range(FRAGMENT_MIN, len(key) + 1):
+            for at in range(len(key) - length + 1):
+                piece = key[at : at + length]
+                whole = _core_chars(key, at, at + length) >= FRAGMENT_MIN
+                for cased in _cased(piece):
+                    expect = "a [redacted] b" if whole else f"a {cased} b"
+                    assert rules.text(f"a {cased} b") == expect, cased
+
+    @KEYS
+    def test_seven_characters_in_any_case_are_not_a_fragment(self, key):
+        rules = Rules((key,), ())
+        for piece in _pieces(key, FRAGMENT_MIN - 1):
             for cased in _cased(piece):
-                assert COPIES.text(f"a {cased} b") == f"a {cased} b"
+                assert rules.text(f"a {cased} b") == f"a {cased} b"
 
     def test_the_issues_upper_cased_key_leaves_nothing(self):
         out = COPIES.text(f'{{"m": "{KEY.upper()}"}}')
@@ -176,13 +287,17 @@ class TestCopies:
                     assert out.startswith(text[: text.index(blob)])  # only the copy goes
 
     @pytest.mark.parametrize("urlsafe", [False, True], ids=["base64", "base64url"])
-    def test_every_piece_of_a_base64_copy_of_long_run_characters_is_redacted(self, urlsafe):
+    def test_every_piece_of_a_base64_copy_of_its_core_of_long_run_characters_is_redacted(
+        self, urlsafe
+    ):
+        # (any 16 characters of it spell 10 whole bytes of the core or more)
         rng = random.Random(42)
-        for core in base64_pieces(KEY):
+        for core in base64_pieces(_core(PROJ_KEY)):
+            rules = Rules((PROJ_KEY,), ())
             for piece in _pieces(core, LONG_RUN):
                 noise = _base64(rng.randbytes(12), urlsafe)
                 for text in (f"x {noise}{piece}{noise[::-1]} y", f"x {piece} y"):
-                    out = COPIES.text(text)
+                    out = rules.text(text)
                     assert "[redacted]" in out and not _left(out, piece), (piece, out)
 
     def test_base64_of_a_utf16_copy_is_redacted(self):
@@ -198,26 +313,34 @@ class TestCopies:
             for piece in _pieces(core, LONG_RUN - 1):
                 assert COPIES.text(f"a {piece} b") == f"a {piece} b"
 
-    def test_a_hex_copy_is_redacted_in_either_case(self):
-        digits = KEY.encode().hex()
+    @KEYS
+    def test_a_hex_copy_is_redacted_in_either_case(self, key):
+        rules = Rules((key,), ())
+        digits = key.encode().hex()
         for text in (digits, digits.upper()):
-            for length in (HEX_MIN, HEX_MIN + 1):
+            assert rules.text(f"id {text}.") == "id [redacted]."
+            for length in (HEX_MIN, HEX_MIN + 1, HEX_MIN + 9):
                 for at, piece in enumerate(_pieces(text, length)):
-                    out = COPIES.text(f"id {piece}.")
-                    if length > HEX_MIN or at % 2 == 0:  # 8 whole bytes of the key
-                        assert "[redacted]" in out and not _left(out, piece), (piece, out)
+                    out = rules.text(f"id {piece}.")
+                    # (the whole bytes it spells: 8 of the key's core, or it stays; a digit
+                    # of half a byte at an end may stay)
+                    if _core_chars(key, (at + 1) // 2, (at + length) // 2) >= FRAGMENT_MIN:
+                        assert re.fullmatch(r"id \w?\[redacted\]\w?\.", out), (piece, out)
                     else:
                         assert out == f"id {piece}."
             for piece in _pieces(text, HEX_MIN - 1):
-                assert COPIES.text(f"id {piece}.") == f"id {piece}."
+                assert rules.text(f"id {piece}.") == f"id {piece}."
 
     @pytest.mark.parametrize("order", ["utf-16-le", "utf-16-be"])
     def test_a_utf16_copy_in_bytes_is_redacted_and_stays_utf16(self, order):
-        for piece in [KEY, *_pieces(KEY, FRAGMENT_MIN), KEY.upper()]:
+        core = _core(PROJ_KEY)
+        rules = Rules((PROJ_KEY,), ())
+        for piece in [PROJ_KEY, *_pieces(core, FRAGMENT_MIN), PROJ_KEY[:16], PROJ_KEY.upper()]:
             body = f"before {piece} after".encode(order)
-            assert COPIES.bytes(body).decode(order) == "before [redacted] after", piece
-        seven = f"before {KEY[:7]} after".encode(order)
-        assert COPIES.bytes(seven) == seven
+            assert rules.bytes(body).decode(order) == "before [redacted] after", piece
+        for seven in (core[:7], PROJ_KEY[:15], PROJ_KEY[-11:]):
+            body = f"before {seven} after".encode(order)
+            assert rules.bytes(body) == body
 
     def test_a_utf16_copy_in_text_is_redacted_as_nul_characters_and_as_json_escapes(self):
         spread = "".join(c + "\x00" for c in KEY)
@@ -245,21 +368,26 @@ class TestCopies:
         ],
         ids=["upper", "base64", "base64url", "hex", "utf-16-le", "utf-16-be", "json-nul", "url"],
     )
-    def test_a_copy_cut_anywhere_across_chunks_leaves_as_the_whole_body_would(self, form):
-        copy = form(KEY)
+    # (the `sk-ant-api03-` key: a hit in a later chunk extends back over a prefix of 13)
+    @pytest.mark.parametrize("key", [KEY, ANT_KEY], ids=["hostile", "sk-ant"])
+    def test_a_copy_cut_anywhere_across_chunks_leaves_as_the_whole_body_would(self, form, key):
+        copy = form(key)
+        rules = Rules((key,), ())
         body = (
             b'data: {"d": "x ' + copy + b' y"}\n\ndata: {"e": "' + copy[:20] + b'"}\n\n'
             # (a piece at the end of a long run: held back whole, it must still be a long run)
             b'data: {"f": "Zm9vYmFyYmF6cXV4' + copy[:12] + b'"}\n\n'
+            # (a run that ends in the prefix and 7 characters of the core, then the rest)
+            b'data: {"g": "Zm9vYmFyYmF6cXV4Zm9vYmFyYmF6cXV4' + copy + b'"}\n\n'
         )
-        whole = COPIES.bytes(body)
+        whole = rules.bytes(body)
         assert copy not in whole and whole.count(b"[redacted]") + whole.count(b"[\x00r") >= 1
         rng = random.Random(7)
         cuts = [[c] for c in range(1, len(body))]
         cuts += [sorted(rng.sample(range(1, len(body)), 6)) for _ in range(100)]
         for points in cuts:
             pieces = [body[a:b] for a, b in zip([0, *points], [*points, len(body)], strict=True)]
-            redactor = StreamRedactor(COPIES)
+            redactor = StreamRedactor(rules)
             out = b"".join(redactor.feed(p) for p in pieces) + redactor.close()
             assert out == whole, points
 

@@ -6,9 +6,14 @@ body in pieces, holding back what may be a secret's beginning. Which secrets the
 (streams/serve/egress.py).
 
 What is a secret to the rules:
-- known secrets, redacted whole **and as any fragment of FRAGMENT_MIN or more characters**, so
-  a key an upstream cut across two deltas, two chunks or two table cells never leaves in pieces;
-  in any case (`SK-…`, `Sk-…`: ASCII letters are compared lower-cased), and copied:
+- known secrets, redacted whole **and as any piece holding FRAGMENT_MIN or more characters of
+  the secret's private core** (`private_core`: all but a public prefix and the last 4), so a
+  key an upstream cut across two deltas, two chunks or two table cells does not leave in
+  pieces; a hit runs on over the rest of the secret (`_fragments`), so the whole key goes as
+  one. Not every FRAGMENT_MIN characters: a page that shows a person's own text back would
+  then answer whether a guess after a key's public prefix is its next character (the echo
+  oracle, docs/security.md). In any case (`SK-…`, `Sk-…`: ASCII letters are compared
+  lower-cased), and copied:
   - as UTF-16 (a NUL after or before each character), in bytes or in text;
   - as hex (HEX_MIN digits that spell FRAGMENT_MIN whole bytes of it), in either case;
   - as base64 (standard or URL-safe, at any alignment: inside `Basic …`, a `data:` URL, a
@@ -26,13 +31,14 @@ spells a fragment goes, whole characters.
 How it stays cheap: one C-level pass (`bytes.translate`) classifies every byte and `find`
 cuts the text into runs of the secrets' characters (in either case); only runs of
 FRAGMENT_MIN or more are looked at, each FRAGMENT_MIN-character window against a set of the
-secrets' windows, with a bounded cache of runs already judged (JSON keys and HTML names
-repeat). A second pass finds runs of LONG_RUN or more key or base64 characters, the only
-places a hex or base64 copy or a credential shape can be: ordinary words are shorter. Long
-runs (a base64 image) are judged block by block behind a C-level test of their 4-grams, and
-the bytes they spell behind the first pass's classification (decoded random bytes seldom
-hold 8 key characters in a row). Escapes are decoded only where an escape of a secret
-character is present. docs/performance.md has the measured cost.
+cores' windows (a hit alone looks up its secret and extends), with a bounded cache of runs
+already judged (JSON keys and HTML names repeat). A second pass finds runs of LONG_RUN or
+more key or base64 characters, the only places a hex or base64 copy or a credential shape can
+be: ordinary words are shorter. Long runs (a base64 image) are judged block by block behind
+a C-level test of their 4-grams, and the bytes they spell behind the first pass's
+classification (decoded random bytes seldom hold 8 key characters in a row). Escapes are
+decoded only where an escape of a secret character is present. docs/performance.md has the
+measured cost.
 """
 
 from __future__ import annotations
@@ -46,6 +52,13 @@ REDACTED = "[redacted]"
 REDACTED_BYTES = REDACTED.encode()
 REDACTED_UTF16 = REDACTED.encode("utf-16-le")
 FRAGMENT_MIN = 8
+# A secret's public parts, which are no fragment material (docs/security.md, "The egress
+# gate"): its leading segments of letters and digits ending in `-` or `_` (`sk-`, `proj-`,
+# `ant-`, `api03-`, `test_`), each of at most PUBLIC_SEGMENT_MAX characters, together at most
+# PUBLIC_LEAD_MAX; and its last PUBLIC_LAST characters (key dashboards show them, `sk-…abcd`).
+PUBLIC_SEGMENT_MAX = 12
+PUBLIC_LEAD_MAX = 16
+PUBLIC_LAST = 4
 # Hex and base64 copies count as the bytes they spell, and a fragment is FRAGMENT_MIN whole
 # bytes: HEX_MIN digits from a byte's first digit (one more from anywhere); in base64, at
 # most LONG_RUN characters from anywhere (3 whole groups of 4, 9 bytes).
@@ -60,6 +73,7 @@ KEY_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ01234
 MAX_HOLD = 8192
 _RUN_CACHE_MAX = 4096
 _RUN_CACHE_RUN_MAX = 96
+_WHERE_MAX = 65536
 # How a span is written: PLAIN (as text, escapes, …) or SPREAD (UTF-16: one NUL a character).
 PLAIN, SPREAD = "plain", "spread"
 
@@ -76,13 +90,34 @@ class Rules:
         secrets = {s for s in secrets if isinstance(s, str) and len(s) >= FRAGMENT_MIN}
         self.secrets = tuple(sorted(secrets, key=len, reverse=True))
         self.prefixes = tuple(p for p in prefixes if len(p) >= 2)
-        raw = [s.encode("utf-8", "surrogatepass") for s in self.secrets]
-        # what is looked for: each secret's FRAGMENT_MIN-grams, lower-cased (ASCII: lengths
-        # stay, so positions do), in a text as it is, in the bytes a run of hex digits or of
-        # base64 spells, and in a UTF-16 run without its NULs
-        plain = {s.lower() for s in raw}
-        self.grams = frozenset(_grams(plain, FRAGMENT_MIN))
-        self.quads = _quads(plain)
+        # what is looked for: the FRAGMENT_MIN-grams of each secret's private core (see
+        # `private_core`), lower-cased (ASCII: lengths stay, so positions do), in a text as it
+        # is, in the bytes a run of hex digits or of base64 spells, and in a UTF-16 run without
+        # its NULs; a hit is then extended over the rest of the secret (`_fragments`)
+        cores = {}  # a secret's bytes, lower-cased -> its core's (start, end) in them
+        for s in self.secrets:
+            low = _utf8(s).lower()
+            start, end = private_core(s)
+            cores[low] = (len(_utf8(s[:start])), len(low) - len(_utf8(s[end:])))
+        plain = list(cores)
+        core_texts = [low[a:b] for low, (a, b) in cores.items()]
+        self.grams = frozenset(_grams(core_texts, FRAGMENT_MIN))
+        self.quads = _quads(core_texts)
+        # where a gram is in which secret: found on a hit (hits are where secrets are), in
+        # this one text of the secrets, and remembered (a dict of every gram would cost half
+        # as much memory again as the set, with 10,000 pass-through keys); `repeated`: the
+        # grams that are in more than one place (secrets that share 8 characters, such as a
+        # URL's password and its userinfo), which a hit inside an extended span looks up too
+        self.corpus = b"\n".join(plain)
+        self.starts = [0]
+        for low in plain[:-1]:
+            self.starts.append(self.starts[-1] + len(low) + 1)
+        self.plain = plain
+        self._where = {}
+        self.repeated = _repeated(plain, self.grams)
+        # how far before a hit its extension may begin: a streamed body holds back enough of
+        # a run's end for a hit in the next chunk to extend over a public prefix (`_hold_point`)
+        self.lead = max((a for a, _ in cores.values()), default=0)
         # one C-speed pass classifies every byte: 1 a secret's (in either case), 2-5 the first
         # bytes of escapes and URL credentials (when no secret has them), 6 NUL (the other
         # half of UTF-16), 0 anything else; `find` on that locates runs of FRAGMENT_MIN
@@ -226,8 +261,56 @@ class Rules:
         case); `context`: where what decides the mark begins (see `_long_run_spans`)."""
         found = self._runs.get(run)
         if found is None:
-            marks = [(s, e, s) for s, e in _windows(run.lower(), self.grams, self.quads)]
+            marks = [(s, e, s) for s, e in self._fragments(run.lower())]
             found = _remember(self._runs, run, marks)
+        return found
+
+    def _fragments(self, low):
+        """[(start, end)] of the fragments in `low` (lower-cased bytes): each hit of a core
+        gram aligns its secret there, and the span runs on, left and right, over what equals
+        the aligned secret, up to the secret's ends. So a whole key goes as one, its public
+        prefix and last characters with it, and a piece with its public neighbours; a piece
+        holding fewer than FRAGMENT_MIN characters of a core matches nothing (the prefix and
+        the last characters are what anyone may know: a match on them would answer a guess of
+        the next character, docs/security.md)."""
+        spans, done, reach = [], set(), 0
+        size, plain, repeated = len(low), self.plain, self.repeated
+        for i in _windows(low, self.grams, self.quads):
+            gram = low[i : i + FRAGMENT_MIN]
+            # (inside the span just extended, a gram in one place only is that secret's, at
+            # that alignment: nothing new)
+            if i + FRAGMENT_MIN <= reach and gram not in repeated:
+                continue
+            for k, offset in self._places(gram):
+                if (k, i - offset) in done:  # (the same alignment, already extended)
+                    continue
+                done.add((k, i - offset))
+                secret = plain[k]
+                a, o = i, offset
+                while a > 0 and o > 0 and low[a - 1] == secret[o - 1]:
+                    a, o = a - 1, o - 1
+                b, o = i + FRAGMENT_MIN, offset + FRAGMENT_MIN
+                end = min(len(secret), size - i + offset)
+                while o < end and low[b] == secret[o]:
+                    b, o = b + 1, o + 1
+                spans.append((a, b))
+                reach = max(reach, b)
+        return spans
+
+    def _places(self, gram):
+        """((secret's index, offset), …) of every place `gram` is in a secret."""
+        found = self._where.get(gram)
+        if found is None:
+            places, corpus, at = [], self.corpus, self.corpus.find(gram)
+            while at >= 0:
+                k = bisect.bisect_right(self.starts, at) - 1
+                offset = at - self.starts[k]
+                if offset + FRAGMENT_MIN <= len(self.plain[k]):  # (not across two secrets)
+                    places.append((k, offset))
+                at = corpus.find(gram, at + 1)
+            if len(self._where) >= _WHERE_MAX:
+                self._where.clear()
+            found = self._where[gram] = tuple(places)
         return found
 
     def _long_run_marks(self, run):
@@ -245,7 +328,7 @@ class Rules:
         low = run.lower()
         marks = []
         if self.grams:
-            marks += [(s, e, s) for s, e in _windows(low, self.grams, self.quads)]
+            marks += [(s, e, s) for s, e in self._fragments(low)]
             marks += self._hex_copies(low)
             marks += self._base64_copies(run)
         n = len(low)
@@ -304,9 +387,7 @@ class Rules:
             j = kinds.find(b"\x00", i)
             if j < 0:
                 j = len(data)
-            marks += [
-                (i + s, i + e) for s, e in _windows(data[i:j].lower(), self.grams, self.quads)
-            ]
+            marks += [(i + s, i + e) for s, e in self._fragments(data[i:j].lower())]
             i = kinds.find(self.run, j)
         if b"\x06" in kinds:
             spread = []
@@ -405,9 +486,11 @@ class Rules:
         # the run of secret (or key) characters that ends the data, or meets the unfinished
         # escape: shorter than LONG_RUN, all of it (it may yet become a run long enough to hold
         # a base64 or hex copy); longer, its last LONG_RUN bytes (a fragment may begin there,
-        # and they stay a long run whatever follows); from a shape's prefix on, all of it (a
-        # credential). Without secrets, its last FRAGMENT_MIN - 1 bytes. Of a UTF-16 run, its
-        # last FRAGMENT_MIN - 1 characters.
+        # and they stay a long run whatever follows) and twice `lead` more (a hit the next
+        # chunk completes extends left over a public prefix: `lead` characters, in hex twice
+        # as many digits); from a shape's prefix on, all of it (a credential). Without
+        # secrets, its last FRAGMENT_MIN - 1 bytes. Of a UTF-16 run, its last
+        # FRAGMENT_MIN - 1 + `lead` characters.
         d_end = self.to_decoded(end, escapes)
         holds = self.holds
         i = d_end
@@ -416,7 +499,7 @@ class Rules:
         start = d_end
         if i < d_end or partial:
             if self.secrets:
-                start = i if d_end - i < LONG_RUN else d_end - LONG_RUN
+                start = max(i, d_end - (LONG_RUN + 2 * self.lead))
             else:
                 start = max(i, d_end - (FRAGMENT_MIN - 1))
             run = decoded[i:d_end].lower()
@@ -425,13 +508,46 @@ class Rules:
                 if at >= 0:
                     start = min(start, i + at)
         if self.grams and b"\x06" in kinds:
-            at = max(0, d_end - 2 * FRAGMENT_MIN)
-            spread = _SPREAD_TAIL.search(kinds, at, d_end)
+            reach = FRAGMENT_MIN - 1 + self.lead
+            spread = _SPREAD_TAIL.search(kinds, max(0, d_end - 2 * (reach + 1)), d_end)
             if spread:
-                start = min(start, max(spread.start(), d_end - 2 * (FRAGMENT_MIN - 1)))
+                start = min(start, max(spread.start(), d_end - 2 * reach))
         if start < d_end or partial:
             hold = min(hold, self.to_data(start, escapes))
         return hold
+
+
+def private_core(secret):
+    """(start, end) of the characters of `secret` that nobody but its holders may know: all but
+    its public parts (PUBLIC_SEGMENT_MAX, …); all of it when fewer than FRAGMENT_MIN would be
+    left (a short secret, such as a URL's password, keeps the rule of every window)."""
+    lead = 0
+    while (m := _PUBLIC_SEGMENT.match(secret, lead)) and m.end() <= PUBLIC_LEAD_MAX:
+        lead = m.end()
+    end = len(secret) - PUBLIC_LAST
+    if end - lead < FRAGMENT_MIN:
+        return 0, len(secret)
+    return lead, end
+
+
+_PUBLIC_SEGMENT = re.compile(rf"[A-Za-z0-9]{{1,{PUBLIC_SEGMENT_MAX}}}[-_]")
+
+
+def _utf8(text):
+    return text.encode("utf-8", "surrogatepass")
+
+
+def _repeated(texts, grams):
+    """The `grams` that are in more than one place in `texts` (as windows of any of them)."""
+    windows = sum(max(0, len(t) - FRAGMENT_MIN + 1) for t in texts)
+    if len(_grams(texts, FRAGMENT_MIN)) == windows:  # (as a rule: none)
+        return frozenset()
+    seen, twice = set(), set()
+    for t in texts:
+        for i in range(len(t) - FRAGMENT_MIN + 1):
+            w = t[i : i + FRAGMENT_MIN]
+            (twice if w in seen else seen).add(w)
+    return frozenset(twice & grams)
 
 
 def _grams(texts, n):
@@ -450,12 +566,12 @@ def _both_cases(data):
 
 
 def _windows(data, grams, quads):
-    """[(start, end)] of the FRAGMENT_MIN-windows of `data` in `grams`. From _QUADS_FROM
+    """[start] of the FRAGMENT_MIN-windows of `data` in `grams`. From _QUADS_FROM
     bytes on, block by block, only where one of `quads` is (a block of random base64 costs a
     C-level `isdisjoint`, not a look-up per window)."""
     n, size = FRAGMENT_MIN, len(data)
     if size < _QUADS_FROM:
-        return [(i, i + n) for i in range(size - n + 1) if data[i : i + n] in grams]
+        return [i for i in range(size - n + 1) if data[i : i + n] in grams]
     marks, view, last = [], memoryview(data), size - n + 1
     for b in range(0, last, _BLOCK):
         # (every window starting in the block ends by b + _BLOCK + n - 1, and holds a 4-gram
@@ -463,7 +579,7 @@ def _windows(data, grams, quads):
         end = min(size, b + _BLOCK + n - 1)
         if not quads.isdisjoint(view[b : b + ((end - b) & ~3)].cast("I")):
             stop = min(b + _BLOCK, last)
-            marks += [(i, i + n) for i in range(b, stop) if data[i : i + n] in grams]
+            marks += [i for i in range(b, stop) if data[i : i + n] in grams]
     return marks
 
 

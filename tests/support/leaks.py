@@ -1,5 +1,6 @@
-"""Finding secrets in what left the server: every fragment of FRAGMENT_MIN or more characters of
-a known secret, in every form a reader of the text could see.
+"""Finding secrets in what left the server: every fragment of a known secret (a piece holding
+FRAGMENT_MIN or more characters of its private core, with whatever of the secret stands around
+it), in every form a reader of the text could see.
 
     finder = SecretFinder({"key": "sk-…", "url_password": "…"})
     finder.find(text)   # [(label, fragment, context, how)], the longest fragment at each place
@@ -9,9 +10,10 @@ decoded (behind any number of backslashes: data inside a JSON document is escape
 URL-decoded (`%73`), without NULs (UTF-16 text, `s\\x00k\\x00-…`, read as text), and any
 combination of those (`reader_forms`). In each form it finds a secret's fragments in any case
 (`SK-…`), pieces of LONG_RUN or more characters of its base64 at any alignment (either
-alphabet), and pieces of its hex spelling FRAGMENT_MIN whole bytes: what docs/security.md
-promises the egress gate takes out. The spellings are derived here, independently of the
-gate's code (which reads copies back as bytes), so a gate that reads them wrongly is found.
+alphabet), and pieces of its hex spelling FRAGMENT_MIN whole bytes of its core: what
+docs/security.md promises the egress gate takes out. The spellings and the core are derived
+here, independently of the gate's code (which reads copies back as bytes), so a gate that
+reads them wrongly is found.
 """
 
 import base64
@@ -21,6 +23,26 @@ from urllib.parse import unquote
 
 FRAGMENT_MIN = 8
 LONG_RUN = 16  # (docs/security.md: a piece of a base64 copy counts from this long)
+
+
+def private_core(secret):
+    """(start, end) of `secret`'s private core, as docs/security.md says: without its leading
+    segments (letters and digits, at most 12, then `-` or `_`; at most 16 characters in all)
+    and its last 4 characters; the whole secret when fewer than FRAGMENT_MIN would be left."""
+    lead = 0
+    while True:
+        ends = [e for e in (secret.find("-", lead), secret.find("_", lead)) if e > lead]
+        end = min(ends, default=-1) + 1
+        segment = secret[lead : end - 1]
+        if not end or end > 16 or len(segment) > 12 or not segment.isascii():
+            break
+        if not segment.isalnum():
+            break
+        lead = end
+    if len(secret) - 4 - lead < FRAGMENT_MIN:
+        return 0, len(secret)
+    return lead, len(secret) - 4
+
 
 _JSON_ESCAPE = re.compile(r"\\+u([0-9a-fA-F]{4})")
 _URL_ESCAPE = re.compile(r"%[0-9a-fA-F]{2}")
@@ -74,16 +96,44 @@ def base64_pieces(secret):
     return pieces
 
 
+def _base64_core_pieces(secret, core, n):
+    """[(piece, (start, end))]: the parts of `secret`'s base64 that stay the same whatever
+    bytes stand around it (as `base64_pieces`, either alphabet), each with the stretch of it
+    whose `n`-character windows spell FRAGMENT_MIN whole bytes of the core or more."""
+    data = secret.encode()
+    a, b = len(secret[: core[0]].encode()), len(secret[: core[1]].encode())
+    out = []
+    for pad in range(3):
+        zeros = base64.b64encode(b"\x00" * pad + data + b"\x00\x00").decode()
+        ones = base64.b64encode(b"\xff" * pad + data + b"\xff\xff").decode()
+        same = "".join(x if x == y != "=" else " " for x, y in zip(zeros, ones, strict=True))
+        at = 0
+        for piece in same.split(" "):
+            starts = []
+            for w in range(at, at + len(piece) - n + 1):
+                first, last = -(-6 * w // 8) - pad, (6 * (w + n)) // 8 - pad  # whole bytes
+                if min(last, b) - max(first, a) >= FRAGMENT_MIN:
+                    starts.append(w - at)
+            if starts:
+                span = (starts[0], starts[-1] + n)
+                out += [(piece, span), (piece.replace("+", "-").replace("/", "_"), span)]
+            at += len(piece) + 1
+    return out
+
+
 class _Spelling:
     """Windows of `n` characters (from every `step`-th) of some texts (`(label, text)`),
     searched in the runs of `run_re` of a text (lower-cased first when `fold`)."""
 
     def __init__(self, name, texts, n, fold, run_re=None, step=1):
+        """`texts`: (label, text, (start, end) of the part whose windows are looked for; the
+        match then runs on over the rest of the text)."""
         self.name, self.n, self.fold = name, n, fold
-        self.texts = [(label, t.lower() if fold else t) for label, t in texts if len(t) >= n]
+        texts = [(label, t, span) for label, t, span in texts if span[1] - span[0] >= n]
+        self.texts = [(label, t.lower() if fold else t) for label, t, _ in texts]
         self.windows = {}  # window -> [(index into texts, offset)]
-        for k, (_, t) in enumerate(self.texts):
-            for i in range(0, len(t) - n + 1, step):
+        for k, ((_, t), (_, _, (start, end))) in enumerate(zip(self.texts, texts, strict=True)):
+            for i in range(start, end - n + 1, step):
                 self.windows.setdefault(t[i : i + n], []).append((k, i))
         if run_re is None:
             alphabet = "".join(sorted(set("".join(t for _, t in self.texts))))
@@ -125,10 +175,17 @@ class SecretFinder:
     def __init__(self, secrets, min_len=FRAGMENT_MIN):
         self.secrets = {label: s for label, s in secrets.items() if s and len(s) >= min_len}
         self.min_len = min_len
-        plain = list(self.secrets.items())
+        plain = [(label, s, private_core(s)) for label, s in self.secrets.items()]
         self.plain = _Spelling("", plain, min_len, fold=True)
-        base64_copies = [(label, p) for label, s in plain for p in base64_pieces(s)]
-        hex_copies = [(label, s.encode().hex()) for label, s in plain]
+        base64_copies = [
+            (label, piece, span)
+            for label, s, core in plain
+            for piece, span in _base64_core_pieces(s, core, max(LONG_RUN, min_len))
+        ]
+        hex_copies = [
+            (label, s.encode().hex(), (2 * len(s[:a].encode()), 2 * len(s[:b].encode())))
+            for label, s, (a, b) in plain
+        ]
         self.copies = [
             _Spelling("base64", base64_copies, max(LONG_RUN, min_len), fold=False),
             # (min_len whole bytes: from a byte's first digit)
