@@ -35,9 +35,11 @@ from django.utils import translation
 from django.utils.dates import MONTHS_3
 from django.utils.text import capfirst
 
+from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
 from streams.ingest import importer
+from streams.management.commands.seed_demo import seed
 from streams.models import (
     ApiToken,
     Capture,
@@ -55,6 +57,7 @@ from streams.models import (
 from streams.simulator import SCENARIOS
 from streams.simulator.models import MODELS
 from streams.store import scores, shares
+from tests.support.captures import small_stream, sse
 from tests.support.routes import Unfillable, django_routes, fill
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
@@ -113,7 +116,7 @@ def visible_texts(page):
 
 def english_left(text, data):
     """The words of `text` a Dutch page should not have (empty: fine)."""
-    if any(text in d for d in data):
+    if any(text.removesuffix("…") in d for d in data):  # (shown whole, or cut short)
         return []
     words = [w.strip("'’-.") for w in WORD.findall(text)]
     return [w for w in words if len(w) > 1 and not _allowed(w) and w not in data]
@@ -240,6 +243,15 @@ def history(django_db_setup, django_db_blocker):
                 streams += importer.import_capture((FIXTURES / name).read_bytes(), name, user=owner)
         for s in streams:
             Stream.objects.filter(pk=s.pk).update(session="sessie-een", tags=["demo"])
+        # a stream each the checker faults in its own words (a skipped number, no end), walked
+        # first; and a few days of recorded streams of every status, with their TTFTs and
+        # durations, for the analytics pages' tables
+        faulty = [
+            s.pk
+            for owner in (staff, user)
+            for s in importer.import_capture(faulty_capture(), "fouten.sse", user=owner)
+        ]
+        seed(30, days=2, seed=7, events_per_stream=10, users=(staff.username, user.username))
         conversations = {}
         for owner in (staff, user):
             c = Conversation.objects.create(user=owner, title="Utrecht")
@@ -291,7 +303,7 @@ def history(django_db_setup, django_db_blocker):
             "staff": staff,
             "user": user,
             "superuser": superuser,
-            "stream_ids": [s.pk for s in streams],
+            "stream_ids": faulty + [s.pk for s in streams],
             "conversations": conversations,
             "jobs": jobs,
             "views": views,
@@ -301,6 +313,13 @@ def history(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         transaction.set_rollback(True)
         outer.__exit__(None, None, None)
+
+
+def faulty_capture():
+    """A short text stream with a delta missing and no terminal event."""
+    events = small_stream("Hallo Utrecht")
+    del events[6]
+    return sse(*events[:-1])
 
 
 FILL = {
@@ -364,6 +383,40 @@ def test_no_page_keeps_english_in_dutch(history, who):
     assert not errors, errors
     report = [f"{path}: {text!r} ({', '.join(words)})" for text, (path, words) in left.items()]
     assert not report, f"{len(report)} English text(s) left in Dutch pages:\n" + "\n".join(
+        sorted(report)
+    )
+
+
+# A time written as UTC ("07:06 UTC", "2026-12-05 UTC"): a digit, then the zone's name.
+UTC_TIME = re.compile(r"\d\s*UTC\b")
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_no_page_shows_utc_times_in_another_zone(history, who):
+    """Every page in a zone that is not UTC (Kolkata's, half an hour off the UTC hours) shows
+    its times in that zone: none is named UTC, and no stream's UTC time of day (to the second)
+    is on it."""
+    client = _client(history[who], "en")
+    client.cookies[tzmod.COOKIE] = "Asia/Kolkata"
+    in_utc = {
+        when.astimezone(dt.UTC).strftime("%H:%M:%S")
+        for when in Stream.objects.values_list("created_at", flat=True)
+    }
+    found = {}
+    for path in page_paths(history):
+        response = client.get(path)
+        page = response.content.decode()
+        if "text/html" not in response.get("Content-Type", ""):
+            continue
+        assert "<html" not in page or 'data-time-zone="Asia/Kolkata"' in page, path
+        for text in visible_texts(page):
+            if text in history["data"]:
+                continue
+            if UTC_TIME.search(text) or any(clock in text for clock in in_utc):
+                found.setdefault(text, path)
+    report = [f"{path}: {text!r}" for text, path in found.items()]
+    assert not report, f"{len(report)} time(s) in UTC on Kolkata's pages:\n" + "\n".join(
         sorted(report)
     )
 
