@@ -10,7 +10,9 @@ Python homes (never retyped here):
 - output: the event types that carry model output (`checks.OUTPUT_DELTAS`), the terminal event
   types with the status each ends a stream in (`checks.TERMINAL_STATUS`), how an output item
   type renders (`checks.ITEM_KINDS`) and the tool statuses shown as failed
-  (`public.FAILED_TOOL_STATUSES`).
+  (`public.FAILED_TOOL_STATUSES`);
+- dates: the forms a moment is written in and the months' abbreviations, in the page's
+  language (dashboard/dates.py), for static/js/time.js.
 
 Every page gets it: `context_processor` puts it in the template context as `vocabulary`, and
 base.html renders it once as `{{ vocabulary|json_script:"streamscope-vocabulary" }}` (data, not
@@ -22,6 +24,7 @@ import functools
 from django.forms import CharField
 from django.utils import translation
 
+from dashboard import dates
 from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
@@ -68,7 +71,12 @@ def vocabulary():
 @functools.cache
 def _vocabulary(language):
     with translation.override(language):
-        return {"statuses": statuses(), "limits": limits(), "output": output()}
+        return {
+            "statuses": statuses(),
+            "limits": limits(),
+            "output": output(),
+            "dates": dates.vocabulary(),
+        }
 
 
 def context_processor(request):

@@ -72,12 +72,25 @@ ALLOWED = {
     "ttft", "p50", "p90", "p99", "ms", "µs", "s", "kb", "mb", "byte", "bytes", "tokens", "token",
     "websocket", "markdown", "stream", "streams", "playground", "latency", "routing", "router",
     "proxy", "auto", "live", "import", "export", "replay", "delta", "deltas", "en", "nl", "headers",
+    "tcp", "rst", "content-type", "capture", "timing", "body", "bodies",
+    "utre",  # the search box's example of a word's beginning ("utre*")
     # the same word in Dutch, and key names
     "model", "modellen", "status", "type", "filter", "filters", "tag", "tags", "index",
     "details", "code", "info", "error", "warning", "min", "max", "totaal", "events", "event",
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
-    "streaming", "scenario", "enter", "shift", "esc", "per",
+    "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
+    "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
 }  # fmt: skip
+CATALOGS = [
+    Path(__file__).parent.parent / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
+    for app, domain in (("dashboard", "django"), ("dashboard", "djangojs"), ("streams", "django"))
+]
+# inside a translation, shown as written: markup quoted as an example ("<img src=x>"), paths
+# and media types ("application/json", "Europe/Amsterdam"), data in straight double quotes
+# (a text's start, as the timeline quotes it); and identifiers
+# ("metadata.events", "time_scale")
+CODE_LIKE = re.compile(r'<[^>]*>|\S+/\S+|"[^"]*"?')
+IDENTIFIER = re.compile(r"\w[._]\w")
 PERCENTILE = re.compile(r"p\d{1,3}(\.\d+)?")
 WORD = re.compile(r"[\w'’.-]*[A-Za-z][\w'’.-]*")
 SKIP_TAGS = {"script", "style", "template", "textarea", "pre", "code"}
@@ -114,12 +127,91 @@ def visible_texts(page):
     return parser.texts
 
 
+class Recorded(frozenset):
+    """The history's strings (recorded_data), and all of them in one text to look a part up in
+    at once."""
+
+    def __init__(self, values):
+        super().__init__()
+        self.blob = "\x00".join(self)
+
+
+def is_recorded(text, data):
+    """Whether `text` is recorded data, shown whole or cut short ("…")."""
+    part = text.removesuffix("…")
+    if isinstance(data, Recorded):
+        return part in data.blob
+    return any(part in d for d in data)
+
+
 def english_left(text, data):
     """The words of `text` a Dutch page should not have (empty: fine)."""
-    if any(text.removesuffix("…") in d for d in data):  # (shown whole, or cut short)
+    if is_recorded(text, data):
         return []
-    words = [w.strip("'’-.") for w in WORD.findall(text)]
+    words = [w.strip("'’-.") for w in WORD.findall(CODE_LIKE.sub(" ", text))]
     return [w for w in words if len(w) > 1 and not _allowed(w) and w not in data]
+
+
+def english_words(texts):
+    """The words of a page's texts, as english_kept compares them."""
+    return {w.strip("'’-.") for text in texts for w in WORD.findall(text)}
+
+
+def english_kept(text, english, data):
+    """The words of a Dutch `text` that the English page (its `english` words) has too and that
+    Dutch does not use (DUTCH): English kept inside a translation ("Exact: nearest rank over
+    elke stream"), unless it is data or a product term."""
+    if is_recorded(text, data):
+        return []
+    words = [w.strip("'’-.") for w in WORD.findall(CODE_LIKE.sub(" ", text))]
+    return [
+        w
+        for w in words
+        if len(w) > 1 and w in english and w.lower() not in DUTCH and not _allowed(w)
+        and w not in data and not IDENTIFIER.search(w)
+    ]  # fmt: skip
+
+
+PO_LINE = re.compile(r"^(msgctxt|msgid|msgid_plural|msgstr(?:\[\d+\])?)\s+(\".*\")$")
+
+
+def _catalog_entries(path):
+    """(msgid, msgid_plural, msgstr) of each translated entry of a .po file (a plural's forms
+    joined)."""
+    entries, entry, key = [], {}, None
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        match = PO_LINE.match(line)
+        if match:
+            if match[1] in ("msgctxt", "msgid") and entry.get("msgstr"):
+                entries.append(entry)
+                entry = {}
+            key = "msgstr" if match[1].startswith("msgstr") else match[1]
+            joint = " " if key == "msgstr" and key in entry else ""
+            entry[key] = entry.get(key, "") + joint + json.loads(match[2])
+        elif line.startswith('"') and key:
+            entry[key] += json.loads(line)
+    entries.append(entry)
+    return [
+        (e["msgid"], e.get("msgid_plural", ""), e["msgstr"])
+        for e in entries
+        if e.get("msgid", "").strip() and e.get("msgstr", "").strip()
+    ]
+
+
+def _dutch_words():
+    """The words our Dutch catalogs use as Dutch: in a translation whose English does not have
+    them ("over" of "over 30 dagen", for "in 30 days"). A word a translation only kept from its
+    English ("nearest" in "nearest rank over elke stream") is not among them."""
+    words = set()
+    for path in CATALOGS:
+        for msgid, plural, msgstr in _catalog_entries(path):
+            kept = {w.lower() for w in WORD.findall(f"{msgid} {plural}")}
+            words |= {w.strip("'’-.").lower() for w in WORD.findall(msgstr)} - kept
+    return frozenset(words)
+
+
+DUTCH = _dutch_words()
 
 
 def _allowed(word):
@@ -166,7 +258,7 @@ def recorded_data():
     for body, parts, tags in Stream.objects.values_list("request_body", "parts", "tags"):
         whole.update(json.dumps(v, ensure_ascii=False) for v in (body, parts, tags) if v)
     whole.update(Event.objects.values_list("data", flat=True))
-    return {str(v) for v in values if v} | words | whole
+    return Recorded({str(v) for v in values if v} | words | whole)
 
 
 def _admin_data():
@@ -251,7 +343,7 @@ def history(django_db_setup, django_db_blocker):
             for owner in (staff, user)
             for s in importer.import_capture(faulty_capture(), "fouten.sse", user=owner)
         ]
-        seed(30, days=2, seed=7, events_per_stream=10, users=(staff.username, user.username))
+        seed(30, days=2, seed=7, events_per_stream=40, users=(staff.username, user.username))
         conversations = {}
         for owner in (staff, user):
             c = Conversation.objects.create(user=owner, title="Utrecht")
@@ -365,26 +457,106 @@ def _client(user, language):
     return client
 
 
+@pytest.fixture(scope="module")
+def walked(history, django_db_blocker):
+    """Every page as staff and as a user, each fetched once in English and once in Dutch:
+    {who: ([(path, English texts, Dutch texts)], [paths that failed])}."""
+    found = {}
+    with django_db_blocker.unblock():
+        for who in ("staff", "user"):
+            en, nl = _client(history[who], "en"), _client(history[who], "nl")
+            pages, errors = [], []
+            for path in page_paths(history):
+                a, b = en.get(path), nl.get(path)
+                if b.status_code >= 500:
+                    errors.append(f"{path}: {b.status_code}")
+                if "text/html" not in b.get("Content-Type", "") or b.status_code != a.status_code:
+                    continue
+                pages.append(
+                    (path, visible_texts(a.content.decode()), visible_texts(b.content.decode()))
+                )
+            found[who] = (pages, errors)
+    return found
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", ["staff", "user"])
-def test_no_page_keeps_english_in_dutch(history, who):
-    en, nl = _client(history[who], "en"), _client(history[who], "nl")
-    left, errors = {}, []
-    for path in page_paths(history):
-        a, b = en.get(path), nl.get(path)
-        if b.status_code >= 500:
-            errors.append(f"{path}: {b.status_code}")
-        if "text/html" not in b.get("Content-Type", "") or b.status_code != a.status_code:
-            continue
-        english = set(visible_texts(a.content.decode()))
-        for text in visible_texts(b.content.decode()):
-            if text in english and (words := english_left(text, history["data"])):
-                left.setdefault(text, (path, words))
+def test_no_page_keeps_english_in_dutch(history, walked, who):
+    pages, errors = walked[who]
+    left = {}
+    for path, english, dutch in pages:
+        same, words = set(english), english_words(english)
+        for text in dutch:
+            found = english_left(text, history["data"]) if text in same else []
+            found = found or english_kept(text, words, history["data"])
+            if found:
+                left.setdefault(text, (path, found))
     assert not errors, errors
     report = [f"{path}: {text!r} ({', '.join(words)})" for text, (path, words) in left.items()]
     assert not report, f"{len(report)} English text(s) left in Dutch pages:\n" + "\n".join(
         sorted(report)
     )
+
+
+# Figures are grouped one way in every language: thousands by a narrow no-break space
+# ("1\u202f981", "200\u202f000"). Not "200,000" (an English page), "200.000" (a Dutch one:
+# Django's Dutch grouping, which an English reader takes for two hundred) or "1962385". (Not a
+# figure: a part of a date, time, id "#1234", version or name.)
+UNGROUPED = re.compile(r"(?<![\w#.,:/+\u202f-])\d{4,}(?![\w.,:/\u202f-]?\d)")
+GROUPED_BY = {
+    "en": re.compile(r"(?<![\w.])\d{1,3}(?:[,\u00a0]\d{3})+(?![\d,])"),
+    "nl": re.compile(r"(?<![\w.-])\d{1,3}(?:[.\u00a0]\d{3})+(?![\d.])"),
+}
+# quoted protocol text ("a 'retry: 1000' block") is shown as written
+QUOTED = re.compile(r"(?:^|(?<=[\s(]))'[^']*'")
+
+
+def misgrouped(text, language):
+    """The figures of `text` not grouped by the one rule."""
+    text = QUOTED.sub(" ", text)
+    return UNGROUPED.findall(text) + GROUPED_BY[language].findall(text)
+
+
+def faults(history, pages, check):
+    """What `check(text, language)` finds in the walked pages' texts (English and Dutch, recorded
+    data apart), one line each."""
+    found = {}
+    for path, english, dutch in pages:
+        for language, texts in (("en", english), ("nl", dutch)):
+            for text in texts:
+                if (bad := check(text, language)) and not is_recorded(text, history["data"]):
+                    found.setdefault((language, text), (path, bad))
+    return sorted(
+        f"{path} ({language}): {text!r} ({', '.join(bad)})"
+        for (language, text), (path, bad) in found.items()
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_figures_are_grouped_one_way_in_both_languages(history, walked, who):
+    report = faults(history, walked[who][0], misgrouped)
+    assert not report, f"{len(report)} figure(s) grouped another way:\n" + "\n".join(report)
+
+
+# A date in the other language's form: on a Dutch page ISO's "2026-12-05" or month first
+# ("Dec 5"; "12-05", which a Dutch reader takes for 12 May); on an English one day first
+# ("5-12-2026", "5 dec").
+OTHER_DATE_FORM = {
+    "nl": re.compile(
+        r"(?<![\w-])\d{4}-\d{2}-\d{2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\b"
+    ),
+    "en": re.compile(
+        r"(?<![\w-])\d{1,2}-\d{1,2}-\d{4}\b|\b\d{1,2}\s+(?:jan|feb|mrt|apr|mei|jun|jul|aug|sep|okt|nov|dec)\b"
+    ),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_dates_are_written_in_the_pages_language(history, walked, who):
+    report = faults(history, walked[who][0], lambda text, lang: OTHER_DATE_FORM[lang].findall(text))
+    assert not report, f"{len(report)} date(s) in the other language's form:\n" + "\n".join(report)
 
 
 # A time written as UTC ("07:06 UTC", "2026-12-05 UTC"): a digit, then the zone's name.
@@ -419,6 +591,49 @@ def test_no_page_shows_utc_times_in_another_zone(history, who):
     assert not report, f"{len(report)} time(s) in UTC on Kolkata's pages:\n" + "\n".join(
         sorted(report)
     )
+
+
+STATIC_JS = Path(__file__).parent.parent / "static" / "js"
+# what the scripts translate: t("…") and tn("…", "…", n) of static/js/i18n.js, by whatever
+# name a module imports them ("import { t as word }")
+JS_STRING = r'("(?:[^"\\]|\\.)*"(?:\s*\+\s*"(?:[^"\\]|\\.)*")*)'  # "…" + "…"
+
+
+def _js_string(literals):
+    """The value of `"a" + "b"`: its literals' values, joined."""
+    return "".join(json.loads(x) for x in re.findall(r'"(?:[^"\\]|\\.)*"', literals))
+
+
+def script_strings():
+    """{(msgid, plural): file} of every string a script hands to t or tn."""
+    found = {}
+    for path in sorted(STATIC_JS.rglob("*.js")):
+        source = path.read_text()
+        names = {"t": "t", "tn": "tn"}
+        for imported in re.findall(r"import \{([^}]*)\} from \"[./]+/?i18n\.js\"", source):
+            for name in imported.split(","):
+                original, _, alias = (p.strip() for p in name.partition(" as "))
+                if original in names and alias:
+                    names[original] = alias
+        if path.name == "i18n.js" or not re.search(r"from \"[./]+/?i18n\.js\"", source):
+            continue
+        for msgid in re.findall(rf"\b{names['t']}\(\s*{JS_STRING}", source):
+            found[(_js_string(msgid), "")] = path.name
+        for msgid, plural in re.findall(rf"\b{names['tn']}\(\s*{JS_STRING},\s*{JS_STRING}", source):
+            found[(_js_string(msgid), _js_string(plural))] = path.name
+    return found
+
+
+def test_every_string_the_scripts_translate_has_its_dutch():
+    """The chart axes' and the scripts' words are in the Dutch catalog (djangojs.po), so no
+    script falls back to English: "time (Europe/Amsterdam)" on a Dutch chart was one."""
+    translated = {(msgid, plural) for msgid, plural, _ in _catalog_entries(CATALOGS[1])}
+    strings = script_strings()
+    assert len(strings) > 100 and ("time", "") in strings  # the scan sees the scripts' words
+    missing = sorted(
+        f"{name}: {key[0]!r}" for key, name in strings.items() if key not in translated
+    )
+    assert not missing, f"{len(missing)} script string(s) without Dutch:\n" + "\n".join(missing)
 
 
 # The admin's pages the walk opens, per app: every page of ours; django.contrib.auth's
