@@ -54,11 +54,18 @@ def available():
     return frozenset(zoneinfo.available_timezones()) | {UTC}
 
 
+# Other names of UTC itself (not zones that keep its offset, as GMT or Africa/Abidjan): one
+# zone, so one choice, "UTC", however the browser or the selector's list spells it.
+UTC_ALIASES = frozenset(
+    {"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu"}
+)
+
+
 def valid(name):
-    """`name` if it is a zone this server knows, else None."""
+    """`name` if it is a zone this server knows ("UTC" for another name of UTC), else None."""
     if not isinstance(name, str) or name not in available():
         return None
-    return name
+    return UTC if name in UTC_ALIASES else name
 
 
 def from_cookie(value):

@@ -4,6 +4,7 @@ with counts as exact from the rollups (UTC hours and days) as from the raw rows,
 change (Europe/Amsterdam) and with a half-hour offset (Asia/Kolkata)."""
 
 import datetime as dt
+import re
 import zoneinfo
 
 import pytest
@@ -171,6 +172,26 @@ def test_a_choice_is_posted_remembered_and_sent_back_to_its_page(owner_client):
     assert tzmod.from_cookie("auto:") == ("UTC", "default")
 
 
+@pytest.mark.parametrize(
+    "cookie", [None, "UTC", "auto:UTC", "Etc/UTC", "auto:Etc/UTC", "Zulu", "auto:Europe/Amsterdam"]
+)
+def test_the_selector_lists_utc_once_and_names_it_once(owner_client, cookie):
+    """UTC is one choice: not again as the browser's zone, as an alias (Etc/UTC, Zulu: the
+    same zone) or beside the selector as its abbreviation."""
+    user, client = owner_client
+    if cookie is not None:
+        client.cookies[tzmod.COOKIE] = cookie
+    html = client.get("/latency/").content.decode()
+    form = html.split('<form class="tz"', 1)[1].split("</form>", 1)[0]
+    options = re.findall(r'<option value="([^"]*)"[^>]*>([^<]*)</option>', form)
+    assert [text for value, text in options].count("UTC") == 1, options
+    assert not {"Etc/UTC", "Zulu"} & {value for value, text in options}, options
+    shown = re.sub(r"<[^>]+>", " ", form.split("</select>", 1)[1])
+    assert "UTC" not in shown.split() or "Amsterdam" in (cookie or "")  # (its abbr.: CET)
+    if cookie and "UTC" in cookie and cookie.startswith("auto:"):
+        assert ("auto", "Your browser's zone (UTC)") in options
+
+
 @pytest.mark.parametrize("zone", ["", "Mars/Olympus_Mons", "../../etc/passwd", "auto:UTC"])
 def test_an_unknown_zone_is_a_400_and_the_cookie_stays(owner_client, zone):
     user, client = owner_client
@@ -196,7 +217,7 @@ def test_the_browsers_zone_is_named_as_the_browsers(owner_client):
     html = client.get(f"/streams/{s.pk}/").content.decode()
     assert f'data-time-zone="{KOL}"' in html
     assert "2026-01-16 05:00:00 IST" in html
-    assert f'<option value="auto" selected>{KOL}</option>' in html
+    assert f'<option value="auto" selected>Your browser\'s zone ({KOL})</option>' in html
 
 
 def test_the_streams_list_shows_local_time(owner_client):

@@ -16,7 +16,7 @@ from dashboard import dates
 from dashboard.forms import choices
 from dashboard.queries import TEXT_SHOWN
 from streams.core import pricing
-from streams.models import Stream
+from streams.models import Finding, Stream
 
 register = template.Library()
 
@@ -134,6 +134,16 @@ def status_label(value):
     shown as it is."""
     try:
         return str(Stream.Status(value).label).lower()
+    except ValueError:
+        return value
+
+
+@register.filter
+def severity_label(value):
+    """A finding's severity as the page says it (lower case, translated: "error", Dutch
+    "fout"); the value stays in classes. An unknown value is shown as it is."""
+    try:
+        return str(Finding.Severity(value).label).lower()
     except ValueError:
         return value
 
