@@ -98,5 +98,6 @@ def test_a_view_lists_its_filters_in_words_in_the_pages_language(people):
         assert words in english, words
     dutch = owner.client.get("/views/", HTTP_ACCEPT_LANGUAGE="nl").content.decode()
     for words in ("Zoeken: <b>dijk</b>", "Status: <b>Voltooid</b>",
-                  "Van: <b>1-7-2026 10:00 CEST</b>", "Periode: <b>Afgelopen 7 dagen</b>"):  # fmt: skip
+                  "Van: <b>1-7-2026 10:00 CEST</b>",
+                  "Periode: <b>Afgelopen 7 dagen</b>"):  # fmt: skip
         assert words in dutch, words

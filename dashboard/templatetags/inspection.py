@@ -403,18 +403,19 @@ def cost_note(stream):
 
 
 def _shown(value, unit):
+    """A compared figure with its unit ("250.0 ms", "12.5 /s"); a count as it is."""
     if value is None:
         return "—"
     if unit == "ms":
-        return ms(value)
+        return f"{ms(value)} ms"
     if unit == "rate":
-        return number(float(value), 1)
+        return f"{number(float(value), 1)} /s"
     return count(value)
 
 
 @register.filter
 def figure_value(value, unit):
-    """A compared figure: ms, a rate (one place) or a count."""
+    """A compared figure: ms, a rate per second (one place) or a count."""
     return _shown(value, unit)
 
 

@@ -8,7 +8,7 @@
  * as Django writes them. An ES module.
  * uPlot's time axes use these too (zoneAxis), instead of its local "8:00am" and "12-05".
  */
-import { LANG, t as word } from "./i18n.js";
+import { t as word } from "./i18n.js";
 import { VOCABULARY } from "./vocabulary.js";
 
 const pad = (n) => String(n).padStart(2, "0");
@@ -25,24 +25,36 @@ export function pageZone() {
   }
 }
 
+// The page zone's abbreviations by UTC offset ({"3600": "CET", "7200": "CEST"}), the server's
+// (dashboard/timezone.py abbreviations): a time's zone is named as the templates name it,
+// where Intl's own short names depend on the language ("GMT+1" in English).
+const ZONE_NAMES = (() => {
+  try {
+    return JSON.parse(document.documentElement.dataset.zoneNames || "{}");
+  } catch {
+    return {};
+  }
+})();
 const formats = new Map();
 
 /** The parts of `t` (epoch seconds) in `zone`, as numbers, and the zone's short name. */
 function parts(t, zone = pageZone()) {
   let f = formats.get(zone);
   if (!f) {
-    f = new Intl.DateTimeFormat(LANG, {
+    f = new Intl.DateTimeFormat("en-US", {
       timeZone: zone, hourCycle: "h23", year: "numeric", month: "numeric", day: "numeric",
-      hour: "numeric", minute: "numeric", second: "numeric", timeZoneName: "short",
+      hour: "numeric", minute: "numeric", second: "numeric", timeZoneName: "longOffset",
     });
     formats.set(zone, f);
   }
   const out = {};
   for (const p of f.formatToParts(new Date(t * 1000))) out[p.type] = p.value;
+  const offset = /GMT([+-])(\d{2}):(\d{2})/.exec(out.timeZoneName);
+  const seconds = offset ? (offset[1] === "-" ? -1 : 1) * (offset[2] * 3600 + offset[3] * 60) : 0;
   return {
     year: Number(out.year), month: Number(out.month), day: Number(out.day),
     hour: Number(out.hour) % 24, minute: Number(out.minute), second: Number(out.second),
-    zone: zone === "UTC" ? "UTC" : out.timeZoneName,
+    zone: zone === "UTC" ? "UTC" : ZONE_NAMES[seconds] || out.timeZoneName,
   };
 }
 
@@ -85,7 +97,7 @@ export function fmtTime(t, { seconds = false, zone = true } = {}) {
   return zone ? `${text} ${p.zone}` : text;
 }
 
-/** The zone's short name at `t` (now without one): "CET", "CEST", "UTC", "GMT+5:30". */
+/** The zone's short name at `t` (now without one): "CET", "CEST", "UTC", "IST". */
 export function zoneName(t = Date.now() / 1000) {
   return parts(t).zone;
 }

@@ -339,14 +339,17 @@ def misgrouped(text, language):
 
 
 # A date in the other language's form: on a Dutch page ISO's "2026-12-05" or month first
-# ("Dec 5"; "12-05", which a Dutch reader takes for 12 May); on an English one day first
-# ("5-12-2026", "5 dec").
+# ("Dec 5"); on an English one day first ("5-12-2026", "5 dec"); on either a month and day in
+# digits without a year ("12-05", which a Dutch reader takes for 12 May).
+NO_YEAR = r"(?<![\w.:-])\d{2}-\d{2}(?![\w:-])"
 OTHER_DATE_FORM = {
     "nl": re.compile(
-        r"(?<![\w-])\d{4}-\d{2}-\d{2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\s+\d{1,2}\b"
+        r"(?<![\w-])\d{4}-\d{2}-\d{2}\b|\b(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+        rf"\s+\d{{1,2}}\b|{NO_YEAR}"
     ),
     "en": re.compile(
-        r"(?<![\w-])\d{1,2}-\d{1,2}-\d{4}\b|\b\d{1,2}\s+(?:jan|feb|mrt|apr|mei|jun|jul|aug|sep|okt|nov|dec)\b"
+        r"(?<![\w-])\d{1,2}-\d{1,2}-\d{4}\b|\b\d{1,2}\s+(?:jan|feb|mrt|apr|mei|jun|jul|aug|sep|okt"
+        rf"|nov|dec)\b|{NO_YEAR}"
     ),
 }
 
