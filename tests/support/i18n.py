@@ -57,7 +57,7 @@ ALLOWED = {
     "utre",  # the search box's example of a word's beginning ("utre*")
     # the same word in Dutch, and key names
     "model", "modellen", "status", "type", "filter", "filters", "tag", "tags", "index",
-    "details", "code", "info", "error", "warning", "min", "max", "totaal", "events", "event",
+    "details", "code", "info", "min", "max", "totaal", "events", "event",
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
