@@ -424,3 +424,44 @@ def test_the_latency_tables_bucket_times_are_local(history):
     assert report.series_rows[0]["t"] == dt.datetime.fromtimestamp(first, z(KOL)).strftime(
         "%Y-%m-%d %H:%M"
     )
+
+
+# -- how a moment is written (dashboard/dates.py) ----------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["en", "nl"])
+def test_a_moment_is_written_in_its_languages_forms_as_django_writes_them(language):
+    """dates.write (the templates' `moment`, the report rows) writes each form of the language's
+    format module exactly as Django's dateformat does, the zone named after a time of day."""
+    from django.utils import dateformat, translation
+
+    from dashboard import dates
+
+    instants = [
+        dt.datetime(2026, 3, 29, 0, 59, 59, tzinfo=dt.UTC),  # CET's last second, and
+        dt.datetime(2026, 3, 29, 1, 0, 0, tzinfo=dt.UTC),  # CEST's first
+        dt.datetime(2026, 1, 1, 0, 0, 0, tzinfo=dt.UTC),
+        dt.datetime(2026, 12, 5, 7, 6, 12, tzinfo=dt.UTC),
+    ]
+    with translation.override(language):
+        for name in dates.FORMS:
+            for when in instants:
+                local = when.astimezone(z(AMS))
+                expected = dateformat.format(local, dates.form(name))
+                if name in dates.ZONED:
+                    expected += f" {local.tzname()}"
+                assert dates.write(local, name) == expected, (name, when)
+
+
+def test_dutch_puts_the_day_first_and_english_keeps_iso():
+    from django.utils import translation
+
+    from dashboard import dates
+
+    local = dt.datetime(2026, 12, 5, 7, 6, 12, tzinfo=dt.UTC).astimezone(z(AMS))
+    written = {}
+    for language in ("en", "nl"):
+        with translation.override(language):
+            written[language] = [dates.write(local, n) for n in ("second", "recent", "day")]
+    assert written["en"] == ["2026-12-05 08:06:12 CET", "Dec 5 08:06:12", "2026-12-05"]
+    assert written["nl"] == ["5-12-2026 08:06:12 CET", "5 dec 08:06:12", "5-12-2026"]
