@@ -22,11 +22,11 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 from django.db.models import Count, F, Max, Min, OuterRef, Q, Subquery, Sum
-from django.utils.formats import get_format
+from django.utils.formats import get_format, number_format
 from django.utils.translation import gettext, gettext_lazy, ngettext
 
 from streams.core import figures
-from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS
+from streams.core.checks import CODES, OUTPUT_DELTAS, TERMINAL_STATUS, Said
 from streams.core.pricing import CURRENCIES
 from streams.models import Event, Finding, Stream
 from streams.store import known_secrets, public, scores, search
@@ -608,15 +608,39 @@ def describe(code):
     return gettext(description) if description else ""
 
 
+def explained(row):
+    """A finding row as a page shows it: its description, and its expected, got and detail in
+    the page's language where they are the checker's own words (Finding.said: phrases with
+    their data, which stays as recorded); the stored English where a row has no phrase for one
+    (data, a row from before phrases) or one this version does not know."""
+    row["description"] = describe(row["code"])
+    row["words"] = set()  # which of them are words (not data: a page sets them as prose)
+    for name, stored in (row.pop("said", None) or {}).items():
+        phrase = Said.from_json(stored)
+        if name in EXPLAINED and phrase is not None:
+            try:
+                row[name] = phrase.said(_figure)
+            except (KeyError, TypeError, ValueError):
+                continue  # (a stored phrase whose parameters this version's words do not take)
+            row["words"].add(name)
+    return row
+
+
+EXPLAINED = ("expected", "got", "detail")
+
+
+def _figure(value):
+    """A number in a finding's words, as every figure: grouped (dashboard/formats), with the
+    page's decimal sign."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # (30.0 s reads "30 s", as in English)
+    return number_format(value, force_grouping=True)
+
+
 def findings(stream, limit=FINDINGS_SHOWN):
-    rows = list(
-        Finding.objects.filter(stream_id=stream.pk)
-        .order_by("event_index", "id")
-        .values("code", "severity", "event_index", "expected", "got", "detail")[:limit]
-    )
-    for row in rows:
-        row["description"] = describe(row["code"])
-    return rows
+    rows = Finding.objects.filter(stream_id=stream.pk).order_by("event_index", "id")
+    fields = ("code", "severity", "event_index", "expected", "got", "detail", "said")
+    return [explained(row) for row in rows.values(*fields)[:limit]]
 
 
 def finding_counts(stream):
@@ -957,14 +981,8 @@ def event_detail(stream, index):
 
 
 def findings_at(stream, index):
-    rows = list(
-        Finding.objects.filter(stream_id=stream.pk, event_index=index).values(
-            "code", "severity", "expected", "got", "detail"
-        )
-    )
-    for row in rows:
-        row["description"] = describe(row["code"])
-    return rows
+    rows = Finding.objects.filter(stream_id=stream.pk, event_index=index)
+    return [explained(row) for row in rows.values(*EXPLAINED, "code", "severity", "said")]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,12 +10,16 @@ data: whoever opens a shared view sees what the filters select among the streams
 
 from urllib.parse import urlencode
 
+from django import forms
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.http import QueryDict
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.translation import gettext
 
+from dashboard import dates
 from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
 from dashboard.forms.streams import StreamFilterForm
 from dashboard.models import SavedView
@@ -90,3 +94,31 @@ def delete(user, pk):
 
 def url(view):
     return reverse(view.page) + (f"?{view.query}" if view.query else "")
+
+
+def in_words(view):
+    """A view's filters as its page names them, [(label, value)]: ("Status", "Completed") for
+    `status=completed`, a choice by its label, a time as the page writes it (its zone named),
+    what was typed as typed."""
+    fields = FIELDS.get(view.page, {})
+    data = QueryDict(view.query or "")
+    return [
+        (str(fields[key].label or key), _value_in_words(fields[key], value))
+        for key in data
+        if key in fields
+        for value in data.getlist(key)
+    ]
+
+
+def _value_in_words(field, value):
+    if isinstance(field, forms.ModelChoiceField):
+        return value  # (a score type, by its name)
+    if isinstance(field, forms.ChoiceField):
+        return str(dict(field.choices).get(value, value))
+    if isinstance(field, forms.DateTimeField):
+        try:
+            moment = field.to_python(value)
+        except ValidationError:
+            return value
+        return dates.write(timezone.localtime(moment), "minute") if moment else value
+    return value

@@ -205,6 +205,9 @@ LANGUAGES = [("en", "English"), ("nl", "Nederlands")]
 # The page scripts (static/js, outside any app) have their catalog in the dashboard app's
 # locale: `makemessages -d djangojs` writes it there, and /jsi18n/ (its packages) serves it.
 LOCALE_PATHS = [BASE_DIR / "dashboard" / "locale"]
+# The pages' forms of dates and figures per language (dashboard/formats, before Django's own):
+# day-month dates in Dutch, thousands grouped by a narrow no-break space in both (docs/i18n.md).
+FORMAT_MODULE_PATH = ["dashboard.formats"]
 USE_I18N = True
 TIME_ZONE = "UTC"
 USE_TZ = True

@@ -13,7 +13,9 @@ exports, the proxy's `/v1`, `/metrics` and the JSON the pages' scripts read stay
 the cookie says (`language.is_data`): a client never gets local time where it parses UTC.
 """
 
+import datetime as dt
 import functools
+import json
 import zoneinfo
 
 from django.http import HttpResponseBadRequest, HttpResponseRedirect
@@ -54,11 +56,18 @@ def available():
     return frozenset(zoneinfo.available_timezones()) | {UTC}
 
 
+# Other names of UTC itself (not zones that keep its offset, as GMT or Africa/Abidjan): one
+# zone, so one choice, "UTC", however the browser or the selector's list spells it.
+UTC_ALIASES = frozenset(
+    {"Etc/UTC", "Etc/UCT", "Etc/Universal", "Etc/Zulu", "UCT", "Universal", "Zulu"}
+)
+
+
 def valid(name):
-    """`name` if it is a zone this server knows, else None."""
+    """`name` if it is a zone this server knows ("UTC" for another name of UTC), else None."""
     if not isinstance(name, str) or name not in available():
         return None
-    return name
+    return UTC if name in UTC_ALIASES else name
 
 
 def current_name():
@@ -108,12 +117,33 @@ def set_time_zone(request):
 
 
 def context_processor(request):
-    """The page's zone (`TIME_ZONE`, by its IANA name) and the selector's zones besides "auto"
-    and UTC (the chosen one first when it is not common)."""
+    """The page's zone (`TIME_ZONE`, by its IANA name), the selector's zones besides "auto"
+    and UTC (the chosen one first when it is not common), and the page zone's abbreviations
+    for the scripts (`abbreviations`)."""
     chosen = getattr(request, "time_zone", UTC)
     source = getattr(request, "time_zone_source", "default")
     extra = (chosen,) if source == "chosen" and chosen != UTC and chosen not in COMMON else ()
-    return {"TIME_ZONE": current_name(), "time_zone_choices": extra + COMMON}
+    return {
+        "TIME_ZONE": current_name(),
+        "time_zone_choices": extra + COMMON,
+        "time_zone_names": abbreviations(chosen),
+    }
+
+
+@functools.cache
+def abbreviations(name, years=(-4, 2)):
+    """{UTC offset in seconds: abbreviation} of zone `name` from a few years back to a couple
+    ahead, as JSON: {"3600": "CET", "7200": "CEST"}. static/js/time.js names a time's zone by
+    its offset from it, as the templates name it (Django's "T": the zone database's
+    abbreviation), where Intl's names depend on the language ("GMT+1" in English, "CET" in
+    Dutch). Sampled weekly: a zone keeps an offset for months."""
+    zone = zoneinfo.ZoneInfo(name)
+    start = dt.datetime(dt.datetime.now(dt.UTC).year + years[0], 1, 1, tzinfo=dt.UTC)
+    found = {}
+    for week in range(52 * (years[1] - years[0])):
+        local = (start + dt.timedelta(weeks=week)).astimezone(zone)
+        found.setdefault(str(int(local.utcoffset().total_seconds())), local.tzname())
+    return json.dumps(found, sort_keys=True)
 
 
 class TimeZoneMiddleware(MiddlewareMixin):

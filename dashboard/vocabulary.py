@@ -12,7 +12,9 @@ Python homes (never retyped here):
   type renders (`checks.ITEM_KINDS`) and the tool statuses shown as failed
   (`public.FAILED_TOOL_STATUSES`);
 - prices: how a simulator example price's ref begins (`pricing.EXAMPLE`), which the pages say
-  is an example.
+  is an example;
+- dates: the forms a moment is written in and the months' abbreviations, in the page's
+  language (dashboard/dates.py), for static/js/time.js.
 
 Every page gets it: `context_processor` puts it in the template context as `vocabulary`, and
 base.html renders it once as `{{ vocabulary|json_script:"streamscope-vocabulary" }}` (data, not
@@ -24,6 +26,7 @@ import functools
 from django.forms import CharField
 from django.utils import translation
 
+from dashboard import dates
 from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import EXAMPLE
@@ -76,6 +79,7 @@ def _vocabulary(language):
             "limits": limits(),
             "output": output(),
             "prices": {"example": EXAMPLE},
+            "dates": dates.vocabulary(),
         }
 
 

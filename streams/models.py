@@ -373,6 +373,10 @@ class Finding(models.Model):
     expected = models.TextField(_("expected"), blank=True)
     got = models.TextField(_("got"), blank=True)
     detail = models.TextField(_("detail"), blank=True)
+    # which of expected, got and detail are the checker's own words, as phrases with their data
+    # (checks.Said: {field: {"key", "params"}}), so a page says them in its language; the
+    # English above stays what the API and exports serve. {}: a row from before, shown as stored
+    said = models.JSONField(_("explanation"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("finding")

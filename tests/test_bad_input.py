@@ -201,7 +201,8 @@ class TestUpload:
         content = b"data: {}\n\n" * 1_900_000  # 19 MB
         r = self.post(content, "flood.sse")
         assert self.failed(r)
-        assert f"more than {MAX_EVENTS_PER_UPLOAD:,} events".encode() in r.content
+        shown = f"{MAX_EVENTS_PER_UPLOAD:,}".replace(",", "\u202f")  # (the page groups figures so)
+        assert f"more than {shown} events".encode() in r.content
         assert Stream.objects.count() == 0
 
     def test_the_event_cap_counts_every_response_of_a_har(self, monkeypatch):

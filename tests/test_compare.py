@@ -92,6 +92,25 @@ class TestPage:
         assert [c["label"] for c in curves] == [f"a · #{self.a.pk}", f"b · #{self.b.pk}"]
         assert 'data-live="off"' in html and "hx-trigger" not in html
 
+    def test_figures_carry_their_units_and_times_their_zone(self):
+        """Every figure says what it is in ("250.0 ms", "+150.0 ms (+150 %)", "12.5 /s"), and the
+        start times name their zone, in the page's language and zone."""
+        Stream.objects.filter(pk=self.a.pk).update(ttft_ms=100.0, tokens_per_s=10.0)
+        Stream.objects.filter(pk=self.b.pk).update(ttft_ms=250.0, tokens_per_s=12.5)
+        self.client.cookies["streamscope_tz"] = "Europe/Amsterdam"
+        url = f"/streams/{self.a.pk}/compare/{self.b.pk}/"
+        html = self.client.get(url).content.decode()
+        ttft = html.split(">TTFT</th>", 1)[1].split("</tr>", 1)[0]
+        assert re.findall(r'class="num[^"]*">([^<]*)</td>', ttft) == [
+            "100.0 ms", "250.0 ms", "+150.0 ms (+150 %)"
+        ]  # fmt: skip
+        rate = html.split(">Output deltas/s</th>", 1)[1].split("</tr>", 1)[0]
+        assert "12.5 /s" in rate and "+2.5 /s (+25 %)" in rate
+        started = html.split(">Started</th>", 1)[1].split("</tr>", 1)[0]
+        assert len(re.findall(r"\d{2}:\d{2}:\d{2} CES?T<", started)) == 2, started
+        dutch = self.client.get(url, HTTP_ACCEPT_LANGUAGE="nl").content.decode()
+        assert "+150,0 ms (+150 %)" in dutch and "12,5 /s" in dutch
+
     def test_a_stream_still_running_is_polled(self):
         Stream.objects.filter(pk=self.b.pk).update(status=Stream.Status.STREAMING)
         html = self.client.get(f"/streams/{self.a.pk}/compare/{self.b.pk}/").content.decode()

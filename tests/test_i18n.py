@@ -2,11 +2,17 @@
 
 Every page route of Django's resolver (the Django admin's aside) is fetched as a staff member
 and as a plain user, once with `Accept-Language: en` and once with `nl`, over a small history
-(imported real captures, a conversation, an import job). A visible text of a Dutch page (a
-text node, or a title, placeholder, aria-label or alt) that is the same in the English page and
-still holds an English word is left untranslated, unless it is recorded data (anything stored:
-prompts, outputs, event types, model ids, errors) or a product term (ALLOWED). A route the walk
-cannot fill fails with its name, as the other walkers.
+(imported real captures, one the checker faults, a few days of recorded streams, a
+conversation, an import job). A visible text of a Dutch page (a text node, or a title,
+placeholder, aria-label or alt) is left untranslated when it is the same in the English page
+and still holds an English word, or when it keeps a word of the English page that Dutch does
+not use ("Exact: nearest rank over elke stream"), unless it is recorded data (anything stored:
+prompts, outputs, event types, model ids, errors; a finding's data, not the checker's words) or
+a product term (ALLOWED). The same walk finds figures grouped another way than by a narrow
+no-break space and dates in the other language's form; one in Kolkata's zone finds times left
+in UTC. (What it looks for: tests/support/i18n.py; what the scripts draw, charts included:
+tests/e2e/test_dutch_e2e.py.) A route the walk cannot fill fails with its name, as the other
+walkers.
 
 The Django admin is walked the same way as a superuser: its index, each app's index, and for
 every model registered by this project and by django.contrib.auth its changelist, its add form
@@ -18,9 +24,7 @@ import datetime as dt
 import html
 import json
 import re
-import zoneinfo
 from decimal import Decimal
-from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -32,198 +36,44 @@ from django.db import transaction
 from django.test import Client, RequestFactory
 from django.urls import reverse
 from django.utils import translation
-from django.utils.dates import MONTHS_3
 from django.utils.text import capfirst
 
+from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
-from streams.core.checks import KNOWN_TYPES
+from streams.core.checks import PHRASES
 from streams.ingest import importer
+from streams.management.commands.seed_demo import seed
 from streams.models import (
     ApiToken,
-    Capture,
-    Comment,
-    Event,
     Finding,
     ImportFile,
     ImportJob,
     Price,
-    Score,
     ScoreType,
     ShareLink,
     Stream,
 )
-from streams.simulator import SCENARIOS
-from streams.simulator.models import MODELS
 from streams.store import scores, shares
+from tests.support.captures import small_stream, sse
+from tests.support.i18n import (
+    CATALOGS,
+    OTHER_DATE_FORM,
+    UTC_TIME,
+    Recorded,
+    catalog_entries,
+    english_kept,
+    english_left,
+    english_words,
+    is_recorded,
+    misgrouped,
+    recorded_data,
+    visible_texts,
+)
 from tests.support.routes import Unfillable, django_routes, fill
 
 FIXTURES = Path(__file__).parent / "fixtures" / "streams"
 CAPTURES = ("openai_text_basic.sse", "openai_function_call.sse", "openai_refusal.sse")
-
-# Words a Dutch page may keep: product and protocol terms, units, and words Dutch spells the
-# same way (checked case-insensitively, as whole words).
-ALLOWED = {
-    # product, protocol and format names
-    "streamscope", "eu", "gpt", "openai", "api", "json", "sse", "har", "http", "https", "html",
-    "url", "id", "ids", "sdk", "csv", "otel", "prometheus", "django", "admin", "htmx", "utc",
-    "ttft", "p50", "p90", "p99", "ms", "µs", "s", "kb", "mb", "byte", "bytes", "tokens", "token",
-    "websocket", "markdown", "stream", "streams", "playground", "latency", "routing", "router",
-    "proxy", "auto", "live", "import", "export", "replay", "delta", "deltas", "en", "nl", "headers",
-    # the same word in Dutch, and key names
-    "model", "modellen", "status", "type", "filter", "filters", "tag", "tags", "index",
-    "details", "code", "info", "error", "warning", "min", "max", "totaal", "events", "event",
-    "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
-    "streaming", "scenario", "enter", "shift", "esc", "per",
-}  # fmt: skip
-PERCENTILE = re.compile(r"p\d{1,3}(\.\d+)?")
-WORD = re.compile(r"[\w'’.-]*[A-Za-z][\w'’.-]*")
-SKIP_TAGS = {"script", "style", "template", "textarea", "pre", "code"}
-SHOWN_ATTRIBUTES = ("title", "placeholder", "aria-label", "alt")
-
-
-class _Visible(HTMLParser):
-    """The texts a reader sees: text nodes (outside scripts, styles and code) and the
-    attributes a browser shows."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.texts, self.skipping = [], 0
-
-    def handle_starttag(self, tag, attrs):
-        if tag in SKIP_TAGS:
-            self.skipping += 1
-        for name, value in attrs:
-            if name in SHOWN_ATTRIBUTES and value:
-                self.texts.append(value.strip())
-
-    def handle_endtag(self, tag):
-        if tag in SKIP_TAGS and self.skipping:
-            self.skipping -= 1
-
-    def handle_data(self, data):
-        if not self.skipping and data.strip():
-            self.texts.append(" ".join(data.split()))
-
-
-def visible_texts(page):
-    parser = _Visible()
-    parser.feed(page)
-    return parser.texts
-
-
-def english_left(text, data):
-    """The words of `text` a Dutch page should not have (empty: fine)."""
-    if any(text in d for d in data):
-        return []
-    words = [w.strip("'’-.") for w in WORD.findall(text)]
-    return [w for w in words if len(w) > 1 and not _allowed(w) and w not in data]
-
-
-def _allowed(word):
-    """A product term, a word Dutch spells the same, a file type or a percentile (p95)."""
-    return word.lower() in ALLOWED or PERCENTILE.fullmatch(word) is not None
-
-
-def recorded_data():
-    """Every string stored in the history, and each of its words: data is shown as it was."""
-    values = set()
-    for row in Stream.objects.values_list(
-        "prompt", "output_text", "final_text", "requested_model", "resolved_model",
-        "error_message", "error_code", "routing_category", "routing_reasoning", "scenario",
-    ):  # fmt: skip
-        values.update(v for v in row if v)
-    values.update(Event.objects.values_list("type", flat=True).distinct())
-    values.update(KNOWN_TYPES)  # (the events admin's type filter offers the protocol's types)
-    values.update(Finding.objects.values_list("code", flat=True).distinct())
-    values.update(Finding.objects.values_list("detail", flat=True).distinct())
-    values.update(Conversation.objects.values_list("title", flat=True))
-    values.update(Turn.objects.values_list("prompt", flat=True))
-    for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
-        values.update((name, query))
-    values.update(get_user_model().objects.values_list("username", flat=True))
-    # scores and comments as given: type names (identifiers, as the API takes them), labels,
-    # keys, comments
-    values.update(ScoreType.objects.values_list("name", flat=True))
-    for row in Score.objects.values_list("label", "key", "comment"):
-        values.update(v for v in row if v)
-    values.update(Comment.objects.values_list("text", flat=True))
-    for tags, session in Stream.objects.values_list("tags", "session"):
-        values.update(tags or ())
-        values.add(session)
-    for data in Event.objects.values_list("data", flat=True):
-        values.update(_strings(_json(data)))
-    values.update(_admin_data())
-    values.update(SCENARIOS)  # identifiers the playground offers, as the API takes them
-    values.update(MODELS)
-    values.update(_month_abbreviations())
-    # each word as found and as english_left reads it (its ends' quotes, dashes and dots off)
-    words = {x for v in values for w in WORD.findall(str(v)) for x in (w, w.strip("'’-."))}
-    # shown whole (never word by word): a JSON field as the admin writes it, an event's data as
-    # received, IANA zone names (the time zone selector's identifiers)
-    whole = set(zoneinfo.available_timezones())
-    for body, parts, tags in Stream.objects.values_list("request_body", "parts", "tags"):
-        whole.update(json.dumps(v, ensure_ascii=False) for v in (body, parts, tags) if v)
-    whole.update(Event.objects.values_list("data", flat=True))
-    return {str(v) for v in values if v} | words | whole
-
-
-def _admin_data():
-    """What the admin shows of the rows beyond what the pages show: stored strings (file names,
-    upstream metadata, token names and prefixes, hashes) and group names. (Not an import's
-    error: the import page says it in its language.)"""
-    fields = {
-        Stream: (
-            "upstream_id",
-            "upstream_url",
-            "content_type",
-            "routing_source",
-            "runner",
-            "price_ref",
-            "cost_currency",
-        ),
-        Price: ("model_pattern", "currency", "note"),
-        Event: ("event_name", "sse_id"),
-        Finding: ("expected", "got"),
-        Capture: ("filename",),
-        ImportJob: ("model",),
-        ImportFile: ("filename",),
-        ApiToken: ("name", "prefix", "digest"),
-        ScoreType: ("name", "description"),
-        ShareLink: ("digest", "session"),
-        Group: ("name",),
-    }
-    for model, names in fields.items():
-        for row in model.objects.values_list(*names):
-            yield from (v for v in row if v)
-    yield from (str(t) for t in ApiToken.objects.select_related("user"))
-    yield from (str(p) for p in Price.objects.all())  # (a pattern, a currency code and a date)
-
-
-def _json(text):
-    try:
-        return json.loads(text)
-    except ValueError:
-        return text
-
-
-def _strings(value):
-    """Every string inside a decoded JSON value (ids, names, texts, arguments)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _strings(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from _strings(v)
-
-
-def _month_abbreviations():
-    """Django's Dutch month abbreviations as its `M` format writes them ("Dec", "Mrt"): a date
-    reads the same in both languages for some months."""
-    with translation.override("nl"):
-        return {str(m).title() for m in MONTHS_3.values()}
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +92,15 @@ def history(django_db_setup, django_db_blocker):
                 streams += importer.import_capture((FIXTURES / name).read_bytes(), name, user=owner)
         for s in streams:
             Stream.objects.filter(pk=s.pk).update(session="sessie-een", tags=["demo"])
+        # a stream each the checker faults in its own words (a skipped number, no end), walked
+        # first; and a few days of recorded streams of every status, with their TTFTs and
+        # durations, for the analytics pages' tables
+        faulty = [
+            s.pk
+            for owner in (staff, user)
+            for s in importer.import_capture(faulty_capture(), "fouten.sse", user=owner)
+        ]
+        seed(30, days=2, seed=7, events_per_stream=40, users=(staff.username, user.username))
         conversations = {}
         for owner in (staff, user):
             c = Conversation.objects.create(user=owner, title="Utrecht")
@@ -293,7 +152,7 @@ def history(django_db_setup, django_db_blocker):
             "staff": staff,
             "user": user,
             "superuser": superuser,
-            "stream_ids": [s.pk for s in streams],
+            "stream_ids": faulty + [s.pk for s in streams],
             "conversations": conversations,
             "jobs": jobs,
             "views": views,
@@ -303,6 +162,13 @@ def history(django_db_setup, django_db_blocker):
     with django_db_blocker.unblock():
         transaction.set_rollback(True)
         outer.__exit__(None, None, None)
+
+
+def faulty_capture():
+    """A short text stream with a delta missing and no terminal event."""
+    events = small_stream("Hallo Utrecht")
+    del events[6]
+    return sse(*events[:-1])
 
 
 FILL = {
@@ -348,26 +214,147 @@ def _client(user, language):
     return client
 
 
+@pytest.fixture(scope="module")
+def walked(history, django_db_blocker):
+    """Every page as staff and as a user, each fetched once in English and once in Dutch:
+    {who: ([(path, English texts, Dutch texts)], [paths that failed])}."""
+    found = {}
+    with django_db_blocker.unblock():
+        for who in ("staff", "user"):
+            en, nl = _client(history[who], "en"), _client(history[who], "nl")
+            pages, errors = [], []
+            for path in page_paths(history):
+                a, b = en.get(path), nl.get(path)
+                if b.status_code >= 500:
+                    errors.append(f"{path}: {b.status_code}")
+                if "text/html" not in b.get("Content-Type", "") or b.status_code != a.status_code:
+                    continue
+                pages.append(
+                    (path, visible_texts(a.content.decode()), visible_texts(b.content.decode()))
+                )
+            found[who] = (pages, errors)
+    return found
+
+
 @pytest.mark.django_db
 @pytest.mark.parametrize("who", ["staff", "user"])
-def test_no_page_keeps_english_in_dutch(history, who):
-    en, nl = _client(history[who], "en"), _client(history[who], "nl")
-    left, errors = {}, []
-    for path in page_paths(history):
-        a, b = en.get(path), nl.get(path)
-        if b.status_code >= 500:
-            errors.append(f"{path}: {b.status_code}")
-        if "text/html" not in b.get("Content-Type", "") or b.status_code != a.status_code:
-            continue
-        english = set(visible_texts(a.content.decode()))
-        for text in visible_texts(b.content.decode()):
-            if text in english and (words := english_left(text, history["data"])):
-                left.setdefault(text, (path, words))
+def test_no_page_keeps_english_in_dutch(history, walked, who):
+    pages, errors = walked[who]
+    left = {}
+    for path, english, dutch in pages:
+        same, words = set(english), english_words(english)
+        for text in dutch:
+            found = english_left(text, history["data"]) if text in same else []
+            found = found or english_kept(text, words, history["data"])
+            if found:
+                left.setdefault(text, (path, found))
     assert not errors, errors
     report = [f"{path}: {text!r} ({', '.join(words)})" for text, (path, words) in left.items()]
     assert not report, f"{len(report)} English text(s) left in Dutch pages:\n" + "\n".join(
         sorted(report)
     )
+
+
+def faults(history, pages, check):
+    """What `check(text, language)` finds in the walked pages' texts (English and Dutch, recorded
+    data apart), one line each."""
+    found = {}
+    for path, english, dutch in pages:
+        for language, texts in (("en", english), ("nl", dutch)):
+            for text in texts:
+                if (bad := check(text, language)) and not is_recorded(text, history["data"]):
+                    found.setdefault((language, text), (path, bad))
+    return sorted(
+        f"{path} ({language}): {text!r} ({', '.join(bad)})"
+        for (language, text), (path, bad) in found.items()
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_figures_are_grouped_one_way_in_both_languages(history, walked, who):
+    report = faults(history, walked[who][0], misgrouped)
+    assert not report, f"{len(report)} figure(s) grouped another way:\n" + "\n".join(report)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_dates_are_written_in_the_pages_language(history, walked, who):
+    report = faults(history, walked[who][0], lambda text, lang: OTHER_DATE_FORM[lang].findall(text))
+    assert not report, f"{len(report)} date(s) in the other language's form:\n" + "\n".join(report)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("who", ["staff", "user"])
+def test_no_page_shows_utc_times_in_another_zone(history, who):
+    """Every page in a zone that is not UTC (Kolkata's, half an hour off the UTC hours) shows
+    its times in that zone: none is named UTC, and no stream's UTC time of day (to the second)
+    is on it."""
+    client = _client(history[who], "en")
+    client.cookies[tzmod.COOKIE] = "Asia/Kolkata"
+    in_utc = {
+        when.astimezone(dt.UTC).strftime("%H:%M:%S")
+        for when in Stream.objects.values_list("created_at", flat=True)
+    }
+    found = {}
+    for path in page_paths(history):
+        response = client.get(path)
+        page = response.content.decode()
+        if "text/html" not in response.get("Content-Type", ""):
+            continue
+        assert "<html" not in page or 'data-time-zone="Asia/Kolkata"' in page, path
+        for text in visible_texts(page):
+            if text in history["data"]:
+                continue
+            if UTC_TIME.search(text) or any(clock in text for clock in in_utc):
+                found.setdefault(text, path)
+    report = [f"{path}: {text!r}" for text, path in found.items()]
+    assert not report, f"{len(report)} time(s) in UTC on Kolkata's pages:\n" + "\n".join(
+        sorted(report)
+    )
+
+
+STATIC_JS = Path(__file__).parent.parent / "static" / "js"
+# what the scripts translate: t("…") and tn("…", "…", n) of static/js/i18n.js, by whatever
+# name a module imports them ("import { t as word }")
+JS_STRING = r'("(?:[^"\\]|\\.)*"(?:\s*\+\s*"(?:[^"\\]|\\.)*")*)'  # "…" + "…"
+
+
+def _js_string(literals):
+    """The value of `"a" + "b"`: its literals' values, joined."""
+    return "".join(json.loads(x) for x in re.findall(r'"(?:[^"\\]|\\.)*"', literals))
+
+
+def script_strings():
+    """{(msgid, plural): file} of every string a script hands to t or tn."""
+    found = {}
+    for path in sorted(STATIC_JS.rglob("*.js")):
+        source = path.read_text()
+        names = {"t": "t", "tn": "tn"}
+        for imported in re.findall(r"import \{([^}]*)\} from \"[./]+/?i18n\.js\"", source):
+            for name in imported.split(","):
+                original, _, alias = (p.strip() for p in name.partition(" as "))
+                if original in names and alias:
+                    names[original] = alias
+        if path.name == "i18n.js" or not re.search(r"from \"[./]+/?i18n\.js\"", source):
+            continue
+        for msgid in re.findall(rf"\b{names['t']}\(\s*{JS_STRING}", source):
+            found[(_js_string(msgid), "")] = path.name
+        for msgid, plural in re.findall(rf"\b{names['tn']}\(\s*{JS_STRING},\s*{JS_STRING}", source):
+            found[(_js_string(msgid), _js_string(plural))] = path.name
+    return found
+
+
+def test_every_string_the_scripts_translate_has_its_dutch():
+    """The chart axes' and the scripts' words are in the Dutch catalog (djangojs.po), so no
+    script falls back to English: "time (Europe/Amsterdam)" on a Dutch chart was one."""
+    translated = {(msgid, plural) for msgid, plural, _ in catalog_entries(CATALOGS[1])}
+    strings = script_strings()
+    assert len(strings) > 100 and ("time", "") in strings  # the scan sees the scripts' words
+    missing = sorted(
+        f"{name}: {key[0]!r}" for key, name in strings.items() if key not in translated
+    )
+    assert not missing, f"{len(missing)} script string(s) without Dutch:\n" + "\n".join(missing)
 
 
 # The admin's pages the walk opens, per app: every page of ours; django.contrib.auth's
@@ -429,6 +416,9 @@ def test_the_admin_keeps_no_english_in_dutch(history):
     left, errors = {}, []
     paths = admin_paths(history)
     theirs = DJANGO_UNTRANSLATED | _not_walked()
+    # the admin shows a finding's texts as stored (English): data there
+    stored = Finding.objects.values_list("expected", "got", "detail")
+    data = Recorded(history["data"] | {text for row in stored for text in row if text})
     for path in paths:
         a, b = en.get(path), nl.get(path)
         if a.status_code != 200 or b.status_code != 200:
@@ -437,7 +427,7 @@ def test_the_admin_keeps_no_english_in_dutch(history):
         english = set(visible_texts(a.content.decode()))
         for text in visible_texts(b.content.decode()):
             if text in english and text not in theirs:
-                if words := english_left(text, history["data"]):
+                if words := english_left(text, data):
                     left.setdefault(text, (path, words))
     assert not errors, errors
     assert {"/admin/streams/stream/add/", "/admin/auth/user/"} <= set(paths)
@@ -456,6 +446,54 @@ def test_the_checks_see_what_they_are_for():
     assert english_left("Opgenomen streams", set()) == ["Opgenomen"]  # (only same-in-both count)
     assert english_left("Tell me about Utrecht", {"Tell me about Utrecht"}) == []
     assert english_left("TTFT p50 12,5 ms", set()) == []
+
+
+# phrases that read the same in Dutch (a unit, a protocol name)
+SAME_IN_DUTCH = {"seconds", "json_of_type"}
+
+
+@pytest.mark.django_db
+def test_the_checkers_words_are_said_in_dutch_its_data_as_recorded(history):
+    """A finding's expected, got and detail: the checker's own words in the page's language
+    ("connection closed", "missing so far: 6"), the data they quote as recorded, the API in
+    English; a row from before the phrases (Finding.said empty) as stored."""
+    with translation.override("nl"):
+        untranslated = [
+            key for key, phrase in PHRASES.items()
+            if key not in SAME_IN_DUTCH and _in_english(key) == _said(key)
+        ]  # fmt: skip
+    assert not untranslated, untranslated
+    stream_id = history["stream_ids"][1]  # the user's faulty capture
+    client = _client(history["user"], "nl")
+    page = html.unescape(client.get(f"/streams/{stream_id}/").content.decode())
+    assert "verbinding gesloten" in page and "connection closed" not in page
+    assert "tot nu toe ontbreekt: 6" in page and "missing so far" not in page
+    assert "&#x27;Halo Utrecht&#x27;" in client.get(f"/streams/{stream_id}/").content.decode()
+    api = Client()
+    api.force_login(history["user"])
+    response = api.get(f"/streams/{stream_id}.json", HTTP_ACCEPT_LANGUAGE="nl")
+    served = json.loads(b"".join(response.streaming_content))
+    assert {"connection closed", "missing so far: 6"} <= {
+        text for f in served["findings"] for text in (f["got"], f["detail"])
+    }
+    Finding.objects.filter(stream_id=stream_id).update(said={})  # as a row from before
+    page = html.unescape(client.get(f"/streams/{stream_id}/").content.decode())
+    assert "connection closed" in page and "missing so far: 6" in page
+
+
+def _in_english(key):
+    with translation.override("en"):
+        return _said(key)
+
+
+class _Filled(dict):
+    def __missing__(self, key):
+        return "x"
+
+
+def _said(key):
+    """A phrase with every parameter filled (a plural's by 2)."""
+    return PHRASES[key] % _Filled(n=2)
 
 
 @pytest.mark.django_db

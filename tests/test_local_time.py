@@ -4,6 +4,7 @@ with counts as exact from the rollups (UTC hours and days) as from the raw rows,
 change (Europe/Amsterdam) and with a half-hour offset (Asia/Kolkata)."""
 
 import datetime as dt
+import re
 import zoneinfo
 
 import pytest
@@ -171,6 +172,26 @@ def test_a_choice_is_posted_remembered_and_sent_back_to_its_page(owner_client):
     assert tzmod.from_cookie("auto:") == ("UTC", "default")
 
 
+@pytest.mark.parametrize(
+    "cookie", [None, "UTC", "auto:UTC", "Etc/UTC", "auto:Etc/UTC", "Zulu", "auto:Europe/Amsterdam"]
+)
+def test_the_selector_lists_utc_once_and_names_it_once(owner_client, cookie):
+    """UTC is one choice: not again as the browser's zone, as an alias (Etc/UTC, Zulu: the
+    same zone) or beside the selector as its abbreviation."""
+    user, client = owner_client
+    if cookie is not None:
+        client.cookies[tzmod.COOKIE] = cookie
+    html = client.get("/latency/").content.decode()
+    form = html.split('<form class="tz"', 1)[1].split("</form>", 1)[0]
+    options = re.findall(r'<option value="([^"]*)"[^>]*>([^<]*)</option>', form)
+    assert [text for value, text in options].count("UTC") == 1, options
+    assert not {"Etc/UTC", "Zulu"} & {value for value, text in options}, options
+    shown = re.sub(r"<[^>]+>", " ", form.split("</select>", 1)[1])
+    assert "UTC" not in shown.split() or "Amsterdam" in (cookie or "")  # (its abbr.: CET)
+    if cookie and "UTC" in cookie and cookie.startswith("auto:"):
+        assert ("auto", "Your browser's zone (UTC)") in options
+
+
 @pytest.mark.parametrize("zone", ["", "Mars/Olympus_Mons", "../../etc/passwd", "auto:UTC"])
 def test_an_unknown_zone_is_a_400_and_the_cookie_stays(owner_client, zone):
     user, client = owner_client
@@ -196,7 +217,7 @@ def test_the_browsers_zone_is_named_as_the_browsers(owner_client):
     html = client.get(f"/streams/{s.pk}/").content.decode()
     assert f'data-time-zone="{KOL}"' in html
     assert "2026-01-16 05:00:00 IST" in html
-    assert f'<option value="auto" selected>{KOL}</option>' in html
+    assert f'<option value="auto" selected>Your browser\'s zone ({KOL})</option>' in html
 
 
 def test_the_streams_list_shows_local_time(owner_client):
@@ -403,3 +424,44 @@ def test_the_latency_tables_bucket_times_are_local(history):
     assert report.series_rows[0]["t"] == dt.datetime.fromtimestamp(first, z(KOL)).strftime(
         "%Y-%m-%d %H:%M"
     )
+
+
+# -- how a moment is written (dashboard/dates.py) ----------------------------------------------
+
+
+@pytest.mark.parametrize("language", ["en", "nl"])
+def test_a_moment_is_written_in_its_languages_forms_as_django_writes_them(language):
+    """dates.write (the templates' `moment`, the report rows) writes each form of the language's
+    format module exactly as Django's dateformat does, the zone named after a time of day."""
+    from django.utils import dateformat, translation
+
+    from dashboard import dates
+
+    instants = [
+        dt.datetime(2026, 3, 29, 0, 59, 59, tzinfo=dt.UTC),  # CET's last second, and
+        dt.datetime(2026, 3, 29, 1, 0, 0, tzinfo=dt.UTC),  # CEST's first
+        dt.datetime(2026, 1, 1, 0, 0, 0, tzinfo=dt.UTC),
+        dt.datetime(2026, 12, 5, 7, 6, 12, tzinfo=dt.UTC),
+    ]
+    with translation.override(language):
+        for name in dates.FORMS:
+            for when in instants:
+                local = when.astimezone(z(AMS))
+                expected = dateformat.format(local, dates.form(name))
+                if name in dates.ZONED:
+                    expected += f" {local.tzname()}"
+                assert dates.write(local, name) == expected, (name, when)
+
+
+def test_dutch_puts_the_day_first_and_english_keeps_iso():
+    from django.utils import translation
+
+    from dashboard import dates
+
+    local = dt.datetime(2026, 12, 5, 7, 6, 12, tzinfo=dt.UTC).astimezone(z(AMS))
+    written = {}
+    for language in ("en", "nl"):
+        with translation.override(language):
+            written[language] = [dates.write(local, n) for n in ("second", "recent", "day")]
+    assert written["en"] == ["2026-12-05 08:06:12 CET", "Dec 5 08:06:12", "2026-12-05"]
+    assert written["nl"] == ["5-12-2026 08:06:12 CET", "5 dec 08:06:12", "5-12-2026"]

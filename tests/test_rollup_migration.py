@@ -45,21 +45,24 @@ def history(n, seed):
         ))
     Stream._meta.get_field("created_at").auto_now_add = False
     made = insert_present(rows)
-    Finding.objects.bulk_create(
+    insert_present(
         [Finding(stream=s, code=rng.choice(["stall", "sequence_gap"]), severity="warning")
          for s in made if rng.random() < 0.3]
     )
     return [s.pk for s in made]
 
 def insert_present(rows):
-    # `rows` inserted with the columns this (older) schema has: a column added since is left
-    # out, as the migration that adds it will fill it. Returns them with their ids.
+    # `rows` (of one model) inserted with the columns this (older) schema has: a column added
+    # since is left out, as the migration that adds it will fill it. Returns them with their ids.
+    if not rows:
+        return rows
+    model = type(rows[0])
     qn = connection.ops.quote_name
-    table = Stream._meta.db_table
+    table = model._meta.db_table
     with connection.cursor() as cursor:
         present = {c.name for c in connection.introspection.get_table_description(cursor, table)}
         fields = [
-            f for f in Stream._meta.concrete_fields if not f.primary_key and f.column in present
+            f for f in model._meta.concrete_fields if not f.primary_key and f.column in present
         ]
         for row in rows:
             cursor.execute(

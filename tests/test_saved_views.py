@@ -80,3 +80,24 @@ def test_what_cannot_be_saved_is_a_clear_400(people):
 def test_every_filtered_page_offers_to_save_its_view(people, path):
     html = people["owner"].client.get(path).content.decode()
     assert 'class="save-view-form' in html and 'action="/views/"' in html
+
+
+def test_a_view_lists_its_filters_in_words_in_the_pages_language(people):
+    """Not its query string (`q=dijk&status=completed`): each filter by the page's name for it,
+    a choice by its label, a time as the page writes it, in the page's language and zone."""
+    owner = people["owner"]
+    query = "q=dijk&status=completed&since=2026-07-01T10:00"
+    saved_views.save(owner, "stream_list", "Dijk", query, False)
+    saved_views.save(owner, "latency", "Week", "range=7d&source=proxy", False)
+    owner.client.cookies["streamscope_tz"] = "Europe/Amsterdam"
+    english = owner.client.get("/views/").content.decode()
+    assert ">q=dijk" not in english  # (the link to the view keeps it)
+    for words in ("Search: <b>dijk</b>", "Status: <b>Completed</b>",
+                  "From: <b>2026-07-01 10:00 CEST</b>", "Range: <b>Last 7 days</b>",
+                  "Source: <b>Proxy</b>"):  # fmt: skip
+        assert words in english, words
+    dutch = owner.client.get("/views/", HTTP_ACCEPT_LANGUAGE="nl").content.decode()
+    for words in ("Zoeken: <b>dijk</b>", "Status: <b>Voltooid</b>",
+                  "Van: <b>1-7-2026 10:00 CEST</b>",
+                  "Periode: <b>Afgelopen 7 dagen</b>"):  # fmt: skip
+        assert words in dutch, words

@@ -367,6 +367,23 @@ class TestPages:
         assert 'data-mine="up"' in body and '<details class="score-more">' in body
         assert 'role="status"' not in body
 
+    def test_a_thumb_saved_is_confirmed_in_the_pages_language(self, people, client):
+        """Not "Saved: thumbs up." on a Dutch page: the thumbs type's words are ours."""
+        stream = finished(people.owner)
+        client.force_login(people.owner)
+        url = f"/streams/{stream.pk}/score/"
+        dutch = {"HTTP_HX_REQUEST": "true", "HTTP_ACCEPT_LANGUAGE": "nl"}
+        r = client.post(
+            url, {"name": "thumbs", "value": "up", "toggle": "1", "compact": "1"}, **dutch
+        )
+        body = r.content.decode()
+        assert r.status_code == 200 and "Opgeslagen: duim omhoog." in body, body
+        assert "thumbs up" not in body
+        r = client.post(
+            url, {"name": "thumbs", "value": "down", "compact": "1"}, HTTP_HX_REQUEST="true"
+        )
+        assert "Saved: a thumbs down." in r.content.decode()
+
 
 class TestFromAnApplication:
     def test_an_sdk_client_scores_its_proxied_answer_by_response_id_and_by_stream_id(

@@ -178,7 +178,7 @@ class TestNotUtf8:
         )
         [stream] = import_capture(body, "latin1.sse")
         [finding] = Finding.objects.filter(stream=stream, code="invalid_utf8")
-        assert "2 event(s)" in finding.detail
+        assert "2 events have such bytes" in finding.detail
         assert finding.event_index == 3
 
     def test_the_cli_reports_it(self, tmp_path):
@@ -332,6 +332,6 @@ async def test_a_live_stream_that_is_not_utf8_gets_one_finding_and_keeps_its_byt
     # the offset in that event's data, the bytes in hex, and how many events hold such bytes
     offset = (await Event.objects.aget(stream_id=last.pk, index=1)).raw.index(b"\xe9")
     assert f"byte {offset:,} of the data of event 1: E9" in finding.got
-    assert "2 event(s)" in finding.detail
+    assert "2 events have such bytes" in finding.detail
     raws = [e.raw async for e in Event.objects.filter(stream_id=last.pk).order_by("index")]
     assert raws[0] is None and b"caf\xe9 1" in raws[1] and b"caf\xe9 2" in raws[2]

@@ -204,6 +204,14 @@ class TestOpening(Base):
     def test_a_signed_out_visitor_is_sent_to_log_in_and_back(self):
         r = self.anonymous.get(self.url)
         assert r.status_code == 302 and r["Location"] == f"/login/?next=/s/{self.secret}/"
+        # the login page says why, in the visitor's language
+        login = self.anonymous.get(r["Location"]).content.decode()
+        assert "This link is shared with the people who can log in here" in login
+        dutch = Client(HTTP_ACCEPT_LANGUAGE="nl")
+        r = dutch.get(self.url)
+        login = dutch.get(r["Location"]).content.decode()
+        assert "Deze link is gedeeld met wie hier kan inloggen" in login
+        assert "This link" not in self.anonymous.get(r["Location"]).content.decode()  # (once)
 
     def test_a_link_for_anyone_opens_signed_out_only_while_the_instance_allows_it(self, settings):
         link, secret = shares.create(self.alice, stream=self.stream.pk, anyone=True)

@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.forms import CharField
+from django.utils.dates import MONTHS_3
 
+from dashboard.formats.en import formats as english_formats
 from dashboard.forms.analytics import LatencyForm, RoutingForm
 from dashboard.forms.streams import CaptureUploadForm, StreamFilterForm
 from streams.core import pricing
@@ -184,6 +186,17 @@ def expected_vocabulary():
             "failedToolStatuses": sorted(FAILED_TOOL_STATUSES),
         },
         "prices": {"example": pricing.EXAMPLE},
+        # the English forms of a moment (dashboard/formats/en/formats.py) and Django's months
+        "dates": {
+            "forms": {
+                "day": english_formats.DAY_FORMAT,
+                "minute": english_formats.MINUTE_FORMAT,
+                "second": english_formats.SECOND_FORMAT,
+                "recent": english_formats.RECENT_FORMAT,
+                "axis_day": english_formats.AXIS_DAY_FORMAT,
+            },
+            "months": [str(MONTHS_3[m]) for m in range(1, 13)],
+        },
     }
 
 

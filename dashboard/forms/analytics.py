@@ -30,13 +30,15 @@ class RangeForm(forms.Form):
 
     default_range = "7d"
 
-    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False)
+    range = forms.ChoiceField(choices=RANGE_CHOICES, required=False, label=_("Range"))
     start = InstantField(
         required=False,
+        label=_("From"),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
     end = InstantField(
         required=False,
+        label=_("To"),
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
 
@@ -101,9 +103,9 @@ class LabelsForm(RangeForm):
     pages offer `user` to staff; for anyone else it can only narrow their own streams, see
     Scope)."""
 
-    tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS)
-    session = forms.CharField(required=False, max_length=200)
-    user = forms.CharField(required=False, max_length=150)
+    tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS, label=_("Tag"))
+    session = forms.CharField(required=False, max_length=200, label=_("Session"))
+    user = forms.CharField(required=False, max_length=150, label=_("User"))
 
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}
@@ -117,10 +119,13 @@ class LabelsForm(RangeForm):
 class LatencyForm(LabelsForm):
     model = forms.CharField(required=False, max_length=100, label=_("Resolved model"))
     requested = forms.CharField(required=False, max_length=100, label=_("Requested model"))
-    status = forms.ChoiceField(choices=ANY + list(Stream.Status.choices), required=False)
-    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False)
+    status = forms.ChoiceField(
+        choices=ANY + list(Stream.Status.choices), required=False, label=_("Status")
+    )
+    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False, label=_("Source"))
     compare = forms.ChoiceField(
         required=False,
+        label=_("Compare"),
         choices=[
             ("", _("Nothing")),
             ("models", _("Two models")),
@@ -179,7 +184,7 @@ class LatencyForm(LabelsForm):
 
 
 class RoutingForm(LabelsForm):
-    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False)
+    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False, label=_("Source"))
 
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}

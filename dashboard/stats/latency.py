@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from django.utils.translation import gettext_lazy as _
 
+from dashboard import dates
 from dashboard.stats import cube
 from dashboard.stats.pairs import _summary, fold, model_pairs
 from dashboard.stats.scores import ScoresReport, scores_report
@@ -113,7 +114,7 @@ def series_rows(series, qs=SERIES_PERCENTILES, zone=dt.UTC):
     for s in series["series"]:
         for i, t in enumerate(series["t"]):
             if s["n"][i]:
-                when = dt.datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M")
+                when = dates.write(dt.datetime.fromtimestamp(t, zone), "minute", zone=False)
                 row = {"model": s["model"], "t": when, "n": s["n"][i]}
                 for q in qs:
                     v = s[PCT_NAMES[q]][i]

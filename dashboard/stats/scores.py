@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 
 from django.db import connection
 
+from dashboard import dates
 from dashboard.stats import cube
 from dashboard.stats.pairs import _series_bounds
 from dashboard.stats.sql import _from, _q, buckets, history_span, index_for, scope_where
@@ -167,7 +168,7 @@ def series_rows(chart, zone=dt.UTC):
     for s in chart["series"]:
         for i, t in enumerate(chart["t"]):
             if s["n"][i]:
-                when = dt.datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M")
+                when = dates.write(dt.datetime.fromtimestamp(t, zone), "minute", zone=False)
                 rows.append({"model": s["model"], "t": when, "scores": s["n"][i],
                              "mean": s["mean"][i]})  # fmt: skip
     return rows

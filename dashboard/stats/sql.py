@@ -400,8 +400,10 @@ def _dicts(sql, params, cols):
         cursor.execute(sql, params)
         rows = [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
     for r in rows:
-        if isinstance(r.get("created_at"), str):
-            r["created_at"] = dt.datetime.fromisoformat(r["created_at"]).replace(tzinfo=dt.UTC)
+        if "created_at" in r:
+            # SQLite hands back text or a naive datetime: UTC, aware, so a page shows it in its
+            # zone (a naive one would be written as it is, in UTC)
+            r["created_at"] = _as_datetime(r["created_at"])
     return rows
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 
+from dashboard import dates
 from dashboard.stats import cube
 from dashboard.stats.pairs import model_pairs
 from dashboard.stats.source import source_for
@@ -136,7 +137,7 @@ def _series(series, currencies, zone):
         if series["streams"][i]:
             figures = {name: series[name][i] for name in USAGE_FIGURES}
             row = usage_row(figures, currencies)
-            row["t"] = dt.datetime.fromtimestamp(t, zone).strftime("%Y-%m-%d %H:%M")
+            row["t"] = dates.write(dt.datetime.fromtimestamp(t, zone), "minute", zone=False)
             rows.append(row)
     return chart, rows
 

@@ -62,3 +62,9 @@ def thumbs(context, stream_id):
         **thumbs_context(request.user, stream_id, types=types),
         "csrf_token": context.get("csrf_token"),
     }
+
+
+@register.filter
+def score_type_description(kind):
+    """A score type's description in the page's words (scores.description_shown)."""
+    return scores.description_shown(kind)

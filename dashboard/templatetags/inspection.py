@@ -4,7 +4,7 @@ in every language (1 234), and the pages' words (finding pills, figure help, sta
 """
 
 import math
-from decimal import ROUND_HALF_EVEN, Decimal
+from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 
 from django import template
 from django.utils import formats
@@ -12,11 +12,11 @@ from django.utils.html import format_html
 from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from dashboard import disguise
+from dashboard import dates, disguise
 from dashboard.forms import choices
 from dashboard.queries import TEXT_SHOWN
 from streams.core import pricing
-from streams.models import Stream
+from streams.models import Finding, Stream
 
 register = template.Library()
 
@@ -25,8 +25,11 @@ THIN_SPACE = "\u202f"
 
 def number(value, decimals):
     """`value` with `decimals` places, the active language's decimal separator and thin-space
-    thousands (the same in every language, as the scripts group them)."""
-    text = f"{value:,.{decimals}f}"  # rounded as Python rounds, grouped by ","
+    thousands (the same in every language, as the scripts group them). Rounded half away from
+    zero from the exact value, as the scripts' Intl.NumberFormat rounds: 38.25 is "38.3" on
+    the server and in a live figure alike."""
+    exact = Decimal(value).quantize(Decimal(1).scaleb(-decimals), rounding=ROUND_HALF_UP)
+    text = f"{exact:,.{decimals}f}"  # grouped by ","
     decimal = formats.get_format("DECIMAL_SEPARATOR")
     return text.translate(str.maketrans({",": THIN_SPACE, ".": decimal}))
 
@@ -67,6 +70,36 @@ def count(value):
     return number(int(value), 0)
 
 
+@register.filter(expects_localtime=True)
+def moment(value, form="second"):
+    """A moment in the page's zone and its language's form (dashboard/dates.py): "second"
+    (the default) and "minute" with the zone named ("2026-12-05 07:06:12 CET", Dutch
+    "5-12-2026 07:06:12 CET"), "recent" (the list's "Dec 5 07:06:12", "5 dec 07:06:12"), "day"
+    ("2026-12-05", "5-12-2026"); "" for none."""
+    return dates.write(value, form)
+
+
+@register.filter
+def decimals(value, places=1):
+    """A figure with `places` decimals ("1 234.5", Dutch "1 234,5": grouped as every figure);
+    negative `places` as Django's floatformat: at most that many, only where the figure has
+    them ("-1": 50, 12.5). "" for none (the caller's `default` says it)."""
+    if value is None or value == "":
+        return ""
+    places = int(places)
+    text = number(float(value), abs(places))
+    if places < 0:
+        decimal = formats.get_format("DECIMAL_SEPARATOR")
+        text = text.rstrip("0").removesuffix(decimal) if decimal in text else text
+    return text
+
+
+@register.filter
+def whole(value):
+    """A figure rounded to a whole number and grouped ("1 496"); "" for none."""
+    return decimals(value, 0)
+
+
 SYMBOLS = {"EUR": "€", "USD": "$"}
 
 
@@ -101,6 +134,16 @@ def status_label(value):
     shown as it is."""
     try:
         return str(Stream.Status(value).label).lower()
+    except ValueError:
+        return value
+
+
+@register.filter
+def severity_label(value):
+    """A finding's severity as the page says it (lower case, translated: "error", Dutch
+    "fout"); the value stays in classes. An unknown value is shown as it is."""
+    try:
+        return str(Finding.Severity(value).label).lower()
     except ValueError:
         return value
 
@@ -378,18 +421,19 @@ def cost_note(stream):
 
 
 def _shown(value, unit):
+    """A compared figure with its unit ("250.0 ms", "12.5 /s"); a count as it is."""
     if value is None:
         return "—"
     if unit == "ms":
-        return ms(value)
+        return f"{ms(value)} ms"
     if unit == "rate":
-        return number(float(value), 1)
+        return f"{number(float(value), 1)} /s"
     return count(value)
 
 
 @register.filter
 def figure_value(value, unit):
-    """A compared figure: ms, a rate (one place) or a count."""
+    """A compared figure: ms, a rate per second (one place) or a count."""
     return _shown(value, unit)
 
 

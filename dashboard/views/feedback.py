@@ -16,6 +16,15 @@ from streams.models import Score
 from streams.store import scores
 
 
+def _saved(score):
+    """What a saved score is confirmed with: a thumb in the page's words ("Saved: a thumbs
+    up.", Dutch "Opgeslagen: duim omhoog."), any other type by its name and value as given."""
+    if score.score_type.name == scores.THUMBS:
+        up = score.score_type.is_positive(score.value)
+        return _("Saved: a thumbs up.") if up else _("Saved: a thumbs down.")
+    return _("Saved: %(name)s %(value)s.") % {"name": score.score_type.name, "value": score.shown}
+
+
 def _answer(request, stream, *, compact=False, status=200, note=None, **forms):
     """htmx: the piece that was posted from, again (the thumbs, or the whole panel); without
     JavaScript, back to the timeline's panel (or, after a mistake, the panel on its own page
@@ -65,8 +74,7 @@ def stream_score(request, stream_id):
         )
     if thumb:  # (pressed or taken back: the thumb says which; a note would unfold "Score…")
         return _answer(request, stream, compact=compact)
-    note = _("Saved: %(name)s %(value)s.") % {"name": score.score_type.name, "value": score.shown}
-    return _answer(request, stream, compact=compact, note=note)
+    return _answer(request, stream, compact=compact, note=_saved(score))
 
 
 @login_required

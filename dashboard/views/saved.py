@@ -25,7 +25,10 @@ def saved_view_list(request):
         else:
             error = " ".join(e for errors in form.errors.values() for e in errors)
         status = 400
-    views = [(view, saved_views.url(view)) for view in saved_views.visible(request.user)]
+    views = [
+        (view, saved_views.url(view), saved_views.in_words(view))
+        for view in saved_views.visible(request.user)
+    ]
     context = {"views": views, "error": error, "nav": "views"}
     return render(request, "dashboard/saved_views.html", context, status=status)
 

@@ -6,16 +6,19 @@ What a link shows is the stream's own content only: no link to the list, other s
 sessions, users, compare, the playground, exports or actions, and nothing of its owner. Its
 pages are answered like any other page, through the egress gate. A secret that opens nothing
 (unknown, expired, revoked) gets one and the same 404 page, so a link's existence is not told;
-a signed-out visitor of a link for signed-in users goes to the login page and back.
+a signed-out visitor of a link for signed-in users goes to the login page, which says why, and
+back.
 """
 
 import functools
 
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 
 from dashboard import queries
@@ -30,6 +33,11 @@ from dashboard.views.streams import (
 )
 from streams.live import shared as live_shared
 from streams.store import shares
+
+SIGN_IN_FIRST = _(
+    "This link is shared with the people who can log in here, not with anyone who has it: "
+    "log in to open it."
+)
 
 
 def _private(response):
@@ -59,6 +67,8 @@ def link_view(count=False):
                 response["Retry-After"] = str(opening.retry_after)
                 return _private(response)
             if opening.sign_in:
+                # said on the login page, so the visitor knows why they are asked to log in
+                messages.info(request, SIGN_IN_FIRST)
                 return redirect_to_login(request.get_full_path())
             if opening.link is None:
                 return _gone(request)

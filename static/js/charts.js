@@ -1,9 +1,10 @@
 /* Streamscope analytics charts, drawn with the vendored uPlot (an ES module; uPlot is the
  * classic script before it, window.uPlot).
  *
- * Read at a glance: a model has one colour on every page (palette.js), times are UTC and
- * 24-hour (time.js), a series with isolated values draws them as points (a one-bucket line
- * draws nothing), legends show nothing rather than "–" where a series has no value.
+ * Read at a glance: a model has one colour on every page (palette.js), times are in the page's
+ * zone and language, 24-hour (time.js), a series with isolated values draws them as points (a
+ * one-bucket line draws nothing), legends show nothing rather than "–" where a series has no
+ * value.
  *
  * A chart is an element `<div class="chart" data-chart="KIND" data-source="ID">`; its data is
  * the JSON of `<script type="application/json" id="ID">` (Django's json_script, so it is
@@ -16,7 +17,7 @@
  */
 import { count, dec, fmt, money, ms, num, pct, t, tn } from "./i18n.js";
 import { alpha, colorFor, cssColor, onThemeChange } from "./palette.js";
-import { utcAxis } from "./time.js";
+import { zoneAxis } from "./time.js";
 
 (function () {
   const HEIGHT = 260;
@@ -41,9 +42,9 @@ import { utcAxis } from "./time.js";
     return values.some((v, i) => v != null && values[i - 1] == null && values[i + 1] == null);
   }
 
-  /** A time chart's x: UTC, 24-hour ticks and legend. */
+  /** A time chart's x: the page's zone and language, 24-hour ticks and legend. */
   function timeX() {
-    const axis = utcAxis(uPlot);
+    const axis = zoneAxis(uPlot);
     return { tzDate: axis.tzDate, axis: axis.axis, series: axis.series };
   }
 

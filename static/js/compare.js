@@ -24,7 +24,7 @@ import { costNodes, costNote, tokensNodes, usageTitle } from "./stream_detail/fo
 
 const figure = {
   ms,
-  rate: (v) => (typeof v === "number" ? fmt(t("%(rate)s deltas/s"), { rate: num(v, 1, false) }) : ""),
+  rate: (v) => (typeof v === "number" ? fmt(t("%(rate)s deltas/s"), { rate: num(v, 1) }) : ""),
   count,
 };
 

@@ -44,14 +44,15 @@ export function fmt(template, values) {
 const THIN = "\u202f";
 const formats = new Map();
 
-function formatter(min, max, group) {
-  const key = `${min}:${max}:${group}`;
+function formatter(min, max) {
+  const key = `${min}:${max}`;
   let f = formats.get(key);
   if (!f) {
+    // "always": Intl's "min2" in some languages leaves 4-digit figures ungrouped ("1981")
     f = new Intl.NumberFormat(LANG, {
       minimumFractionDigits: min,
       maximumFractionDigits: max,
-      useGrouping: group,
+      useGrouping: "always",
     });
     formats.set(key, f);
   }
@@ -67,15 +68,15 @@ function write(f, x) {
 
 const finite = (x) => typeof x === "number" && Number.isFinite(x);
 
-/** `x` with exactly `digits` decimals, in the page's language ("" for no number); thousands
- * grouped unless `group` is false (a figure the server writes ungrouped, e.g. a rate). */
-export function num(x, digits = 0, group = true) {
-  return finite(x) ? write(formatter(digits, digits, group), x) : "";
+/** `x` with exactly `digits` decimals, in the page's language, thousands grouped as every
+ * figure is ("" for no number). */
+export function num(x, digits = 0) {
+  return finite(x) ? write(formatter(digits, digits), x) : "";
 }
 
 /** `x` with at most `maxDigits` decimals (no trailing zeros), in the page's language. */
 export function dec(x, maxDigits = 3) {
-  return finite(x) ? write(formatter(0, maxDigits, true), x) : "";
+  return finite(x) ? write(formatter(0, maxDigits), x) : "";
 }
 
 /** A whole number, grouped ("12 345"); "" for none. */
@@ -117,7 +118,7 @@ export function money(nanos, currency) {
 /** A time in milliseconds: "850 ms", from a second on "1.25 s" ("1,25 s"); "" for none. */
 export function ms(x) {
   if (!finite(x)) return "";
-  return x >= 1000 ? `${num(x / 1000, 2, false)} s` : `${num(Math.round(x))} ms`;
+  return x >= 1000 ? `${num(x / 1000, 2)} s` : `${num(Math.round(x))} ms`;
 }
 
 /** A percentage with `digits` decimals: "12.5 %" ("12,5 %"); "" for none. */

@@ -205,7 +205,7 @@ class LiveAnswer {
     if (typeof s.ttft_ms === "number") {
       const ttft = this.$(".pg-ttft");
       ttft.hidden = false;
-      ttft.querySelector("b").textContent = num(Math.round(s.ttft_ms), 0, false);
+      ttft.querySelector("b").textContent = num(Math.round(s.ttft_ms));
     }
     if (typeof s.tokens_per_s === "number") this.rate(s.tokens_per_s);
     if (s.resolved_model) this.route(s.resolved_model, s.routing_category, s.routing_reasoning);
@@ -262,7 +262,7 @@ class LiveAnswer {
   rate(value) {
     const rate = this.$(".pg-rate");
     rate.hidden = false;
-    rate.querySelector("b").textContent = num(value, 1, false);
+    rate.querySelector("b").textContent = num(value, 1);
   }
 
   rewrite(label) {

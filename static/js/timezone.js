@@ -33,10 +33,13 @@ function browserZone() {
   }
 }
 
+// Other names of UTC itself (dashboard/timezone.py UTC_ALIASES): the selector lists it once.
+const UTC_ALIAS = /^(Etc\/)?(UTC|UCT|Universal|Zulu)$/;
+
 /** Every zone the browser knows, for the selector (older browsers: none besides UTC). */
 function zones() {
   try {
-    return Intl.supportedValuesOf("timeZone");
+    return Intl.supportedValuesOf("timeZone").filter((zone) => !UTC_ALIAS.test(zone));
   } catch {
     return [];
   }

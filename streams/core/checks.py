@@ -30,10 +30,11 @@ import difflib
 import json
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
-from django.utils.translation import gettext_noop
+from django.utils import translation
+from django.utils.translation import gettext_lazy, gettext_noop, ngettext_lazy
 
 from streams.core.safejson import too_deep
 
@@ -120,6 +121,153 @@ CODES: dict[str, tuple[str, str]] = {
 }
 
 
+# Our own words in a finding's expected, got or detail, by key: English here (what is stored,
+# served by the API and exported), said in the page's language by the pages (`Said`). A
+# parameter is data (an event type, a number, a quoted text) or another phrase; a plural's
+# form is chosen by the parameter `n`, which it writes as `%(count)s`.
+PHRASES = {
+    "event_line": gettext_lazy(
+        "OpenAI servers put the event type on the `event:` line; only the JSON `type` "
+        "identifies an event. Reported once per stream."
+    ),
+    "not_json": gettext_lazy("non-JSON data"),
+    "no_type": gettext_lazy("no `type`"),
+    "json_of_type": gettext_lazy("JSON %(type)s"),
+    "typed_object": gettext_lazy("an object with a string `type`"),
+    "once_per_type": gettext_lazy("ignored; reported once per type"),
+    "too_deep": gettext_lazy("nested deeper than %(levels)s levels"),
+    "an_integer": gettext_lazy("an integer"),
+    "absent": gettext_lazy("absent"),
+    "first_unnumbered": gettext_lazy(
+        "%(type)s; reported once per stream, at the first event without one"
+    ),
+    "in_file": gettext_lazy("file"),
+    "in_har_body": gettext_lazy("HAR entry's response body"),
+    "in_event_data": gettext_lazy("data of event %(index)s"),
+    "utf8_at": gettext_lazy("byte %(offset)s of the %(where)s: %(bytes)s"),
+    "utf8_detail": ngettext_lazy(
+        "the first invalid UTF-8 sequence is at byte offset %(offset)s of the %(where)s (bytes "
+        "%(bytes)s; Latin-1 or Windows-1252, perhaps); %(count)s event has such bytes in its data: "
+        "shown with U+FFFD for each invalid sequence, kept verbatim as raw bytes (the event's "
+        "page, the .sse export)",
+        "the first invalid UTF-8 sequence is at byte offset %(offset)s of the %(where)s (bytes "
+        "%(bytes)s; Latin-1 or Windows-1252, perhaps); %(count)s events have such bytes in their "
+        "data: shown with U+FFFD for each invalid sequence, kept verbatim as raw bytes (the "
+        "event's page, the .sse export)",
+        "n",
+    ),
+    "terminal_types": gettext_lazy(
+        "response.completed, response.incomplete, response.failed or error"
+    ),
+    "connection_closed": gettext_lazy("connection closed"),
+    "after_events": ngettext_lazy("after %(count)s event", "after %(count)s events", "n"),
+    "first_number": gettext_lazy("the first number is %(seq)s, not 0"),
+    "missing_one": gettext_lazy("missing so far: %(first)s"),
+    "missing_run": gettext_lazy("missing so far: %(first)s…%(last)s"),
+    "not_applied": gettext_lazy("%(type)s; not applied again"),
+    "arrived_after": gettext_lazy("%(type)s arrived after %(top)s"),
+    "fills_gap": gettext_lazy(
+        "%(type)s arrived after %(top)s; it fills an earlier gap (reordered delivery)"
+    ),
+    "burst_expected": gettext_lazy("< %(events)s events ≤ %(gap_us)s µs apart after a silence"),
+    "burst_got": gettext_lazy("%(events)s events after %(ms)s ms silence"),
+    "burst_detail": gettext_lazy(
+        "events arrive in one lump after a long silence: something between the server and "
+        "us buffers the stream (nginx: proxy_buffering off)"
+    ),
+    "stall_expected": gettext_lazy("≤ %(s)s s between events"),
+    "seconds": gettext_lazy("%(s)s s"),
+    "stall_detail": gettext_lazy("no event for %(s)s s %(where)s"),
+    "before_close": gettext_lazy("before the connection closed"),
+    "before_event": gettext_lazy("before event %(index)s"),
+    "nothing_after": gettext_lazy("nothing after %(type)s (event %(index)s)"),
+    "after_terminal_got": ngettext_lazy(
+        "%(count)s event, the first %(what)s", "%(count)s events, the first %(what)s", "n"
+    ),
+    "after_terminal_detail": ngettext_lazy(
+        "%(count)s event after the terminal event; %(first)s. None of them is part of the "
+        "response's text or items.",
+        "%(count)s events after the terminal event; %(first)s. None of them is part of the "
+        "response's text or items.",
+        "n",
+    ),
+    "first_numbered": gettext_lazy("the first is event %(index)s (sequence_number %(seq)s)"),
+    "first_unnumbered_event": gettext_lazy("the first is event %(index)s (no sequence_number)"),
+    "item_added_for": gettext_lazy("response.output_item.added for output_index %(index)s"),
+    "once_per_item": gettext_lazy("reported once per item"),
+    "no_delta_after": gettext_lazy("no delta after %(what)s"),
+    "delta_for_index": gettext_lazy("delta for output_index %(index)s"),
+    "no_routing_pinned": gettext_lazy("no routing event for a pinned model"),
+    "part_added_for": gettext_lazy("response.content_part.added for (%(item)s, %(part)s)"),
+    "once_per_part": gettext_lazy("reported once per part"),
+    "in_part": gettext_lazy("part (%(item)s, %(part)s): %(difference)s"),
+    "first_difference": gettext_lazy("first difference at character %(at)s: %(a)s vs %(b)s"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Said:
+    """A phrase of PHRASES with its parameters: `str()` is its English (a finding's stored
+    text), `said()` it in the active language with numbers written by `number`, and
+    `as_json()` what Finding.said keeps for the pages (`Said.from_json` reads it back)."""
+
+    key: str
+    params: tuple = ()  # ((name, value), …): a value is a str, an int, a float or a Said
+
+    def __str__(self) -> str:
+        with translation.override("en"):
+            return self.said(_english_number)
+
+    def said(self, number) -> str:
+        """In the active language: data parameters as they are, numbers through `number`."""
+        values = {
+            k: v.said(number) if isinstance(v, Said) else number(v) if _is_number(v) else v
+            for k, v in self.params
+        }
+        phrase = PHRASES[self.key]
+        if "n" in values:  # a plural: its form by the count, the count written as `number` does
+            return phrase % {**values, "n": dict(self.params)["n"], "count": values["n"]}
+        return str(phrase) % values if values else str(phrase)
+
+    def as_json(self) -> dict:
+        return {
+            "key": self.key,
+            "params": {k: v.as_json() if isinstance(v, Said) else v for k, v in self.params},
+        }
+
+    @classmethod
+    def from_json(cls, value) -> Said | None:
+        """A stored phrase, or None when it is not one this version knows (the caller then
+        shows the stored English)."""
+        if not isinstance(value, dict) or value.get("key") not in PHRASES:
+            return None
+        params = value.get("params")
+        if not isinstance(params, dict):
+            return None
+        out = []
+        for k, v in params.items():
+            if isinstance(v, dict):
+                v = cls.from_json(v)
+                if v is None:
+                    return None
+            elif not isinstance(v, (str, int, float)) or isinstance(v, bool):
+                return None
+            out.append((k, v))
+        return cls(value["key"], tuple(out))
+
+
+def said(key: str, **params) -> Said:
+    return Said(key, tuple(params.items()))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _english_number(value) -> str:
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def parse_json(text):
     """json.loads, through orjson first: much faster for a typical delta, and the checker
     parses every event (JSON was a large share of the pipeline's CPU; docs/performance.md).
@@ -174,12 +322,17 @@ def _json_loads(text):
 
 @dataclass(frozen=True, slots=True)
 class Violation:
+    """A finding. `expected`, `got` and `detail` are English text (stored, served, exported);
+    `said` names which of them are the checker's own words and says them again as phrases
+    ({field: Said}), for the pages to say in their language. A field not in it is data."""
+
     code: str
     severity: str  # "error" | "warning" | "info"
     event_index: int | None
     expected: str = ""
     got: str = ""
     detail: str = ""
+    said: tuple = field(default=(), compare=False)  # ((field, Said), …)
 
     def as_dict(self) -> dict:
         """The keyword arguments for a `streams.models.Finding`."""
@@ -190,11 +343,14 @@ class Violation:
             "expected": self.expected,
             "got": self.got,
             "detail": self.detail,
+            "said": {name: phrase.as_json() for name, phrase in self.said},
         }
 
 
 def _v(code: str, index: int | None, expected="", got="", detail="") -> Violation:
-    return Violation(code, CODES[code][0], index, str(expected), str(got), detail)
+    texts = {"expected": expected, "got": got, "detail": detail}
+    said_ = tuple((name, v) for name, v in texts.items() if isinstance(v, Said))
+    return Violation(code, CODES[code][0], index, str(expected), str(got), str(detail), said_)
 
 
 @dataclass(frozen=True, slots=True)
@@ -510,11 +666,13 @@ def word_diff(old: str, new: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else text[:limit] + "…"
 
 
-def _first_difference(a: str, b: str) -> str:
+def _first_difference(a: str, b: str) -> Said:
     n = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
-    return (
-        f"first difference at character {n}: "
-        f"{a[max(0, n - 20) : n + 20]!r} vs {b[max(0, n - 20) : n + 20]!r}"
+    return said(
+        "first_difference",
+        at=n,
+        a=repr(a[max(0, n - 20) : n + 20]),
+        b=repr(b[max(0, n - 20) : n + 20]),
     )
 
 
@@ -667,8 +825,7 @@ class Checker:
                 index,
                 "message",
                 event_name,
-                "OpenAI servers put the event type on the `event:` line; only the JSON "
-                "`type` identifies an event. Reported once per stream.",
+                said("event_line"),
             )
         )
 
@@ -679,19 +836,24 @@ class Checker:
             out.append(_v("done_sentinel", index, got="[DONE]"))
             sentinel = True
         else:
-            out.append(_v("invalid_json", index, "JSON", _short(data), error))
+            reason = said("too_deep", levels=EVENT_MAX_DEPTH) if error == _TOO_DEEP else error
+            out.append(_v("invalid_json", index, "JSON", _short(data), reason))
             sentinel = False
         if first:
-            out.append(_v("first_not_created", index, "response.created", "non-JSON data"))
+            out.append(_v("first_not_created", index, "response.created", said("not_json")))
         if self.terminal_index is not None and not sentinel:
-            self._note_after_terminal(index, None, "non-JSON data")
+            self._note_after_terminal(index, None, said("not_json"))
         return self._done(result)
 
     def _feed_untyped(self, index: int, obj: object, first: bool, result: FeedResult):
         """JSON that is not an object with a string `type`: missing_type, nothing applied."""
-        got = "no `type`" if isinstance(obj, dict) else f"JSON {type(obj).__name__}"
+        got = (
+            said("no_type")
+            if isinstance(obj, dict)
+            else said("json_of_type", type=type(obj).__name__)
+        )
         out = result.violations
-        out.append(_v("missing_type", index, "an object with a string `type`", got))
+        out.append(_v("missing_type", index, said("typed_object"), got))
         if first:
             out.append(_v("first_not_created", index, "response.created", got))
         if self.terminal_index is not None:
@@ -733,9 +895,7 @@ class Checker:
             self._run_ready(out)  # this late event may have filled the hole a check waited on
         elif etype not in KNOWN_TYPES and etype not in self._unknown_reported:
             self._unknown_reported.add(etype)
-            out.append(
-                _v("unknown_event_type", index, got=etype, detail="ignored; reported once per type")
-            )
+            out.append(_v("unknown_event_type", index, got=etype, detail=said("once_per_type")))
         if result.kind == OUTPUT:
             self.output_deltas += 1
             if not self._first_output_seen:
@@ -749,9 +909,9 @@ class Checker:
         # table's seq column shows every one.
         self._unnumbered_reported = True
         raw = obj.get("sequence_number", MISSING)
-        got = "absent" if raw is MISSING else f"{raw!r} ({type(raw).__name__})"
-        detail = f"{etype}; reported once per stream, at the first event without one"
-        out.append(_v("missing_sequence_number", index, "an integer", got, detail))
+        got = said("absent") if raw is MISSING else f"{raw!r} ({type(raw).__name__})"
+        detail = said("first_unnumbered", type=etype)
+        out.append(_v("missing_sequence_number", index, said("an_integer"), got, detail))
 
     def _fast_delta(self, index, event_name, obj, t_us, out) -> FeedResult | None:
         """The bulk of every stream: the next text delta of an announced, still open part.
@@ -799,7 +959,7 @@ class Checker:
         )
 
     def report_invalid_utf8(
-        self, index: int | None, offset: int, bad: bytes, events: int, where: str = "file"
+        self, index: int | None, offset: int, bad: bytes, events: int, where: Said | None = None
     ) -> list[Violation]:
         """The body is not UTF-8 (a Latin-1 capture, say): one finding for the stream, at the
         first invalid sequence (`offset` in bytes from the start of the `where`, `index` the
@@ -810,15 +970,13 @@ class Checker:
             return []
         self._invalid_utf8_reported = True
         shown = " ".join(f"{b:02X}" for b in bad[:8])
+        where = where or said("in_file")
         violation = _v(
             "invalid_utf8",
             index,
             "UTF-8",
-            f"byte {offset:,} of the {where}: {shown}",
-            f"the first invalid UTF-8 sequence is at byte offset {offset} of the {where} "
-            f"(bytes {shown}; Latin-1 or Windows-1252, perhaps); {events} event(s) have such "
-            "bytes in their data: shown with U+FFFD for each invalid sequence, kept verbatim "
-            "as raw bytes (the event's page, the .sse export)",
+            said("utf8_at", offset=offset, where=where, bytes=shown),
+            said("utf8_detail", offset=offset, where=where, bytes=shown, n=events),
         )
         self.violations.append(violation)
         return [violation]
@@ -838,7 +996,7 @@ class Checker:
         self.closed = True
         out: list[Violation] = []
         if t_us is not None and self._last_t is not None:
-            self._stall(None, t_us - self._last_t, out, "before the connection closed")
+            self._stall(None, t_us - self._last_t, out, said("before_close"))
         for _seq, check in self._deferred:
             out.extend(check())
         self._deferred.clear()
@@ -850,9 +1008,9 @@ class Checker:
                 _v(
                     "missing_terminal",
                     None,
-                    "response.completed, response.incomplete, response.failed or error",
-                    "connection closed",
-                    f"after {self.event_count} events",
+                    said("terminal_types"),
+                    said("connection_closed"),
+                    said("after_events", n=self.event_count),
                 )
             )
         self.violations.extend(out)
@@ -867,7 +1025,7 @@ class Checker:
             self._max_seq = seq
             if seq > 0:
                 self._holes.append([0, seq - 1])
-                out.append(_v("sequence_gap", index, 0, seq, f"the first number is {seq}, not 0"))
+                out.append(_v("sequence_gap", index, 0, seq, said("first_number", seq=seq)))
             return True
         if seq == top + 1:
             self._max_seq = seq
@@ -875,16 +1033,21 @@ class Checker:
         if seq > top + 1:
             self._max_seq = seq
             self._holes.append([top + 1, seq - 1])
-            missing = f"{top + 1}" if seq == top + 2 else f"{top + 1}…{seq - 1}"
-            out.append(_v("sequence_gap", index, top + 1, seq, f"missing so far: {missing}"))
+            if seq == top + 2:
+                missing = said("missing_one", first=top + 1)
+            else:
+                missing = said("missing_run", first=top + 1, last=seq - 1)
+            out.append(_v("sequence_gap", index, top + 1, seq, missing))
             return True
         hole = next((h for h in self._holes if h[0] <= seq <= h[1]), None)
         if hole is None and seq >= 0:
-            out.append(_v("sequence_duplicate", index, top + 1, seq, f"{etype}; not applied again"))
+            out.append(
+                _v("sequence_duplicate", index, top + 1, seq, said("not_applied", type=etype))
+            )
             return False
-        detail = f"{etype} arrived after {top}"
+        detail = said("arrived_after", type=etype, top=top)
         if hole is not None:
-            detail += "; it fills an earlier gap (reordered delivery)"
+            detail = said("fills_gap", type=etype, top=top)
             i = self._holes.index(hole)
             parts = [h for h in ([hole[0], seq - 1], [seq + 1, hole[1]]) if h[0] <= h[1]]
             self._holes[i : i + 1] = parts
@@ -912,7 +1075,7 @@ class Checker:
         prev = self._last_t
         self._last_t = t_us
         if prev is not None and self.stall_threshold_us and t_us - prev > self.stall_threshold_us:
-            self._stall(index, t_us - prev, out, f"before event {index}")
+            self._stall(index, t_us - prev, out, said("before_event", index=index))
         b = self.buffered
         if b is None:
             return
@@ -926,10 +1089,13 @@ class Checker:
                     _v(
                         "buffered_delivery",
                         self._burst_start,
-                        f"< {b.min_events} events ≤ {b.max_gap_us} µs apart after a silence",
-                        f"{b.min_events} events after {self._burst_silence / 1000:.0f} ms silence",
-                        "events arrive in one lump after a long silence: something between the "
-                        "server and us buffers the stream (nginx: proxy_buffering off)",
+                        said("burst_expected", events=b.min_events, gap_us=b.max_gap_us),
+                        said(
+                            "burst_got",
+                            events=b.min_events,
+                            ms=round(self._burst_silence / 1000),
+                        ),
+                        said("burst_detail"),
                     )
                 )
         else:
@@ -942,9 +1108,9 @@ class Checker:
                 _v(
                     "stall",
                     index,
-                    f"≤ {limit / 1e6:g} s between events",
-                    f"{gap / 1e6:.1f} s",
-                    f"no event for {gap / 1e6:.1f} s {where}",
+                    said("stall_expected", s=limit / 1e6),
+                    said("seconds", s=round(gap / 1e6, 1)),
+                    said("stall_detail", s=round(gap / 1e6, 1), where=where),
                 )
             )
 
@@ -958,16 +1124,16 @@ class Checker:
         stop), with how many came and where the first one was."""
         index, seq, what = self._after_terminal_first
         n = self._after_terminal_n
-        first = f"the first is event {index}" + (
-            f" (sequence_number {seq})" if seq is not None else " (no sequence_number)"
-        )
+        if seq is None:
+            first = said("first_unnumbered_event", index=index)
+        else:
+            first = said("first_numbered", index=index, seq=seq)
         return _v(
             "event_after_terminal",
             index,
-            f"nothing after {self.terminal_type} (event {self.terminal_index})",
-            f"{n} event{'s' if n != 1 else ''}, the first {what}",
-            f"{n} event{'s' if n != 1 else ''} after the terminal event; {first}. "
-            "None of them is part of the response's text or items.",
+            said("nothing_after", type=self.terminal_type, index=self.terminal_index),
+            said("after_terminal_got", n=n, what=what),
+            said("after_terminal_detail", n=n, first=first),
         )
 
     # ---- state -----------------------------------------------------------------------------------
@@ -992,9 +1158,9 @@ class Checker:
                 _v(
                     "delta_without_item",
                     index,
-                    f"response.output_item.added for output_index {oi}",
+                    said("item_added_for", index=oi),
                     obj.get("type"),
-                    "reported once per item",
+                    said("once_per_item"),
                 )
             )
         return item
@@ -1010,9 +1176,9 @@ class Checker:
             _v(
                 "delta_after_item_done",
                 index,
-                f"no delta after {what}",
-                f"delta for output_index {item.output_index}",
-                "reported once per item",
+                said("no_delta_after", what=what),
+                said("delta_for_index", index=item.output_index),
+                said("once_per_item"),
             )
         )
 
@@ -1033,7 +1199,7 @@ class Checker:
                 _v(
                     "routing_on_pinned_model",
                     index,
-                    "no routing event for a pinned model",
+                    said("no_routing_pinned"),
                     _str(obj.get("model_id")),
                 )
             )
@@ -1077,9 +1243,9 @@ class Checker:
                 _v(
                     "delta_without_part",
                     index,
-                    f"response.content_part.added for ({item.output_index}, {ci})",
+                    said("part_added_for", item=item.output_index, part=ci),
                     obj.get("type"),
-                    "reported once per part",
+                    said("once_per_part"),
                 )
             )
         return item, part
@@ -1119,7 +1285,6 @@ class Checker:
         part.done_text, part.done_seq = (text if isinstance(text, str) else ""), seq
         part.rewritten = self.rewrite_announced
         ci = _int(obj.get("content_index")) or 0
-        where = f"({item.output_index}, {ci})"
 
         def check() -> list[Violation]:
             streamed, done = part.buf.text(), part.done_text
@@ -1133,7 +1298,12 @@ class Checker:
                     index,
                     streamed,
                     done,
-                    f"part {where}: {_first_difference(streamed, done)}",
+                    said(
+                        "in_part",
+                        item=item.output_index,
+                        part=ci,
+                        difference=_first_difference(streamed, done),
+                    ),
                 )
             ]
 

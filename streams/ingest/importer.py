@@ -34,7 +34,7 @@ from streams.core.capture import (
     parse_sse_bytes,
     sniff,
 )
-from streams.core.checks import Checker
+from streams.core.checks import Checker, said
 from streams.models import Capture, Finding, Stream
 from streams.store import aggregates, rows
 from streams.store.rows import insert_events
@@ -225,7 +225,7 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
             offset,
             bad,
             sum(ev.raw is not None for ev in capture.events),
-            "HAR entry's response body" if capture.har is not None else "file",
+            said("in_har_body") if capture.har is not None else said("in_file"),
         )
     return Checked(model, body, requested, checker, envelopes)
 

@@ -24,7 +24,7 @@ import httpx
 from django.db.utils import InterfaceError, OperationalError
 
 from streams.core import capture, conf, figures, lifecycle, warmup
-from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker
+from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, said
 from streams.ingest.network import Phases
 from streams.ingest.upstream import (
     EventReader,
@@ -129,17 +129,7 @@ class Recording:
                 self.error_findings += 1
             elif v.severity == "warning":
                 self.warning_findings += 1
-            self.pending_findings.append(
-                Finding(
-                    stream_id=self.stream_id,
-                    code=v.code,
-                    severity=v.severity,
-                    event_index=v.event_index,
-                    expected=str(v.expected or ""),
-                    got=str(v.got or ""),
-                    detail=str(v.detail or ""),
-                )
-            )
+            self.pending_findings.append(Finding(stream_id=self.stream_id, **v.as_dict()))
         self.pending_fields["findings_count"] = self.findings
         self.pending_fields["error_findings"] = self.error_findings
         self.pending_fields["warning_findings"] = self.warning_findings
@@ -631,7 +621,7 @@ async def _finish(rec, writer, outcome, tap=None):
             rec.add_findings(final)
     if rec.invalid_utf8 is not None:
         index, offset, bad, count = rec.invalid_utf8
-        where = f"data of event {index}"
+        where = said("in_event_data", index=index)
         rec.add_findings(rec.checker.report_invalid_utf8(index, offset, bad, count, where=where))
     if outcome.status is None:
         outcome.status = rows.status_from_checker(rec.checker)

@@ -135,13 +135,13 @@ SCENARIOS: dict[str, str] = {
         "Extra response.citation.added and response.usage.partial events."
     ),
     "utf8_split": gettext_noop("Multi-byte characters split across two socket writes."),
-    "huge_delta": gettext_noop("One delta of metadata.huge_bytes (1,000,000) bytes."),
+    "huge_delta": gettext_noop("One delta of metadata.huge_bytes (1\u202f000\u202f000) bytes."),
     "bursty": gettext_noop(
         "Events held back and released in bursts of metadata.burst_size (40) per write."
     ),
     "reset": gettext_noop("Connection aborted with a TCP RST after some deltas."),
     "fast": gettext_noop(
-        "metadata.events (10,000) events as fast as possible: created, deltas, completed."
+        "metadata.events (10\u202f000) events as fast as possible: created, deltas, completed."
     ),
     "xss": gettext_noop(
         "Deltas containing <img src=x onerror=alert(1)> and <script>alert(1)</script>."
@@ -151,7 +151,7 @@ SCENARIOS: dict[str, str] = {
     ),
     "done_sentinel": gettext_noop("A final 'data: [DONE]' after response.completed."),
     "long_strings": gettext_noop(
-        "A 10,000-character model id; 1,000-character response id, routing category and "
+        "A 10\u202f000-character model id; 1\u202f000-character response id, routing category and "
         "source, event names, ids and one type."
     ),
 }

@@ -36,7 +36,16 @@ from django.db import close_old_connections, connection, models, transaction
 from django.db.utils import DataError, IntegrityError, InterfaceError, OperationalError
 
 from streams.core import capture, conf, figures, lifecycle, safejson, usage
-from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, Violation
+from streams.core.checks import (
+    CREATED,
+    OUTPUT,
+    ROUTING,
+    TERMINAL,
+    TOOL_CALL,
+    Checker,
+    Violation,
+    said,
+)
 from streams.models import Event, Finding, Stream
 from streams.store import aggregates, prices, search
 
@@ -415,7 +424,7 @@ def from_events(
     checker.close(connection_closed=connection_closed, t_us=closed_us)
     if seen.invalid is not None:
         index, offset, bad, n = seen.invalid
-        checker.report_invalid_utf8(index, offset, bad, n, where=f"data of event {index}")
+        checker.report_invalid_utf8(index, offset, bad, n, where=said("in_event_data", index=index))
     fields = finished(
         checker,
         status=status,

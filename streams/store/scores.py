@@ -21,12 +21,16 @@ from collections import Counter
 from dataclasses import dataclass
 
 from django.db import models, transaction
+from django.utils.translation import gettext, gettext_noop
 
 from streams.models import MAX_COMMENT_CHARS, MAX_SCORE_KEY_CHARS, Comment, Score, ScoreType, Stream
 from streams.store import aggregates
 
 THUMBS = "thumbs"
 UP, DOWN = "up", "down"
+# the built-in thumbs type's description: ours, so a page says it in its language (a type
+# someone made keeps theirs as written); stored in English (migration 0014 wrote it too)
+THUMBS_DESCRIPTION = gettext_noop("Thumbs up or down: was the answer good?")
 
 
 class Invalid(ValueError):
@@ -54,10 +58,18 @@ def thumbs() -> ScoreType:
             "kind": ScoreType.Kind.THUMBS,
             "minimum": 0,
             "maximum": 1,
-            "description": "Thumbs up or down: was the answer good?",
+            "description": THUMBS_DESCRIPTION,
         },
     )
     return found
+
+
+def description_shown(kind: ScoreType) -> str:
+    """A score type's description as a page shows it: the built-in thumbs type's in the page's
+    language, any other as its author wrote it."""
+    if kind.name == THUMBS and kind.description == THUMBS_DESCRIPTION:
+        return gettext(THUMBS_DESCRIPTION)
+    return kind.description
 
 
 def score_type(name) -> ScoreType:

@@ -6,12 +6,26 @@ list's status words and the playground's figures and buttons. Data stays as it c
 types, model ids, the model's text). No page logs a JavaScript error on the way.
 """
 
+import datetime as dt
 import re
+import zoneinfo
 
 import pytest
+from django.utils import translation
 from playwright.sync_api import expect
 
+from dashboard import dates
 from tests.e2e.conftest import TIMEOUT_MS, session_cookie
+from tests.support.i18n import (
+    OTHER_DATE_FORM,
+    UTC_TIME,
+    english_kept,
+    english_left,
+    english_words,
+    is_recorded,
+    misgrouped,
+    recorded_data,
+)
 from tests.support.processes import start_stream
 from tests.support.recording import seed_big_stream
 
@@ -127,15 +141,134 @@ def test_the_playground_in_dutch(dutch_page, people):
     assert page.errors == [], page.errors
 
 
-def test_no_page_raises_a_script_error_in_dutch(dutch_page, people, site):
-    """Every page of the site (the contrast check's list) in a Dutch browser: in Dutch, and no
-    JavaScript error (a catalog string with a wrong placeholder, a number formatter given a
-    string: a format error) while its scripts render, charts included."""
-    failed = {}
+WRITTEN = """async (ts) => {
+  const { fmtTime, zoneTicks } = await import("/static/js/time.js");
+  return ts.map((t) => [
+    fmtTime(t), fmtTime(t, { seconds: true }), zoneTicks(null, [t], 0, 0, 86400)[0],
+  ]);
+}"""
+
+
+@pytest.mark.parametrize("language", ["en", "nl"])
+def test_the_scripts_write_a_moment_as_the_server_does(
+    browser, live_server_daphne, people, language
+):
+    """time.js (chart ticks and legends) and the templates (dashboard/dates.py) write the same
+    moment alike, in the page's language and zone: one set of forms, two writers."""
+    moments = [
+        dt.datetime(2026, 3, 29, 0, 59, 59, tzinfo=dt.UTC),  # the last second of CET
+        dt.datetime(2026, 3, 29, 1, 0, 0, tzinfo=dt.UTC),  # the first of CEST
+        dt.datetime(2026, 12, 5, 6, 7, 8, tzinfo=dt.UTC),
+        dt.datetime(2027, 1, 9, 23, 30, tzinfo=dt.UTC),
+    ]
+    context = browser.new_context(locale="nl-NL" if language == "nl" else "en-US")
+    url = live_server_daphne.url
+    zone = {"name": "streamscope_tz", "value": ZONE, "url": url}
+    context.add_cookies([session_cookie(people.owner, url), zone])
+    page = context.new_page()
+    page.goto(url + "/views/")
+    written = page.evaluate(WRITTEN, [int(m.timestamp()) for m in moments])
+    context.close()
+    with translation.override(language):
+        expected = [
+            [
+                dates.write(local, "minute"),
+                dates.write(local, "second"),
+                dates.write(local, "axis_day"),
+            ]
+            for local in (m.astimezone(zoneinfo.ZoneInfo(ZONE)) for m in moments)
+        ]
+    assert written == expected
+    assert ("5 dec" if language == "nl" else "Dec 5") in written[2][2]
+
+
+# Every text a reader sees once the scripts ran: text nodes (outside scripts, styles and
+# code), the attributes a browser shows, and what uPlot draws on its canvas (each axis's name
+# and tick labels, each series' name), which no text node holds.
+SEEN = """() => {
+  const skip = "script, style, template, textarea, pre, code, noscript";
+  const texts = [];
+  const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+  for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+    const text = n.textContent.replace(/\\s+/g, " ").trim();
+    if (text && !n.parentElement.closest(skip)) texts.push(text);
+  }
+  for (const el of document.querySelectorAll("[title], [placeholder], [aria-label], [alt]")) {
+    for (const name of ["title", "placeholder", "aria-label", "alt"]) {
+      const value = (el.getAttribute(name) || "").trim();
+      if (value) texts.push(value);
+    }
+  }
+  const charts = [];
+  for (const el of document.querySelectorAll("[data-chart]")) {
+    const u = el._uplot;
+    if (!u) continue;
+    for (const axis of u.axes) {
+      if (axis.label) charts.push(axis.label);
+      for (const v of axis._values || []) if (v) charts.push(...String(v).split("\\n"));
+    }
+    for (const s of u.series) if (s.label) charts.push(s.label);
+  }
+  return { texts, charts };
+}"""
+ZONE = "Europe/Amsterdam"
+
+
+def test_every_page_in_dutch_in_the_browser(browser, live_server_daphne, people, site):
+    """Every page of the site (the contrast check's list) in a Dutch and an English browser in
+    Amsterdam, once the scripts ran: the Dutch page is in Dutch, charts included (the axes'
+    names and ticks, the series' names: the i18n walk of tests/test_i18n.py cannot see what
+    the scripts draw), its dates in Dutch forms and figures grouped by the one rule, no time
+    named UTC, and no JavaScript error (a catalog string with a wrong placeholder, a number
+    formatter given a string) while its scripts render."""
+    problems, drawn, pages = [], 0, {}
     for name, path in site.items():
-        page = dutch_page(people.staff, path)
-        page.wait_for_load_state("networkidle")
-        assert page.locator("html").get_attribute("lang") == "nl", name
-        if page.errors:
-            failed[name] = page.errors
-    assert not failed, failed
+        seen = pages[name] = {}
+        for language, locale in (("en", "en-US"), ("nl", "nl-NL")):
+            context = browser.new_context(
+                locale=locale, timezone_id=ZONE, viewport={"width": 1280, "height": 860}
+            )
+            context.set_default_timeout(TIMEOUT_MS)
+            url = live_server_daphne.url
+            zone = {"name": "streamscope_tz", "value": ZONE, "url": url}
+            context.add_cookies([session_cookie(people.staff, url), zone])
+            page = context.new_page()
+            errors = []
+            page.on("pageerror", lambda e, errors=errors: errors.append(e.stack or str(e)))
+            page.on("console", lambda m, errors=errors: m.type == "error" and errors.append(m.text))
+            page.goto(url + path)
+            page.wait_for_load_state("networkidle")
+            page.wait_for_timeout(300)  # uPlot draws in a microtask after construction
+            assert page.locator("html").get_attribute("lang") == language, name
+            found = page.evaluate(SEEN)
+            drawn += len(found["charts"])
+            seen[language] = found["texts"] + found["charts"]
+            if errors:
+                problems.append(f"{name} ({language}): {errors}")
+            context.close()
+    data = recorded_data()  # (after the walk: the pages made what they make on first sight)
+    for name, seen in pages.items():
+        problems += _problems(name, seen, data)
+    assert drawn > 50, drawn  # the walk saw the charts' labels
+    assert not problems, f"{len(problems)} problem(s):\n" + "\n".join(sorted(set(problems)))
+
+
+def _problems(name, seen, data):
+    """What a page shows wrong in either language (`seen`: its texts in each)."""
+    problems = []
+    same, words = set(seen["en"]), english_words(seen["en"])
+    for language in ("en", "nl"):
+        for text in seen[language]:
+            if is_recorded(text, data):
+                continue
+            if language == "nl":
+                left = english_left(text, data) if text in same else []
+                if left := left or english_kept(text, words, data):
+                    problems.append(f"{name}: English left: {text!r} ({', '.join(left)})")
+            if OTHER_DATE_FORM[language].search(text):
+                problems.append(f"{name} ({language}): a date in the other form: {text!r}")
+            if bad := misgrouped(text, language):
+                problems.append(f"{name} ({language}): figures {bad} in {text!r}")
+            if UTC_TIME.search(text):
+                problems.append(f"{name} ({language}): a time in UTC: {text!r}")
+    return problems

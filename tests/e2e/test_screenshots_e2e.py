@@ -19,7 +19,7 @@ import json
 
 import pytest
 
-from tests.e2e.conftest import SCREENSHOTS
+from tests.e2e.conftest import SCREENSHOTS, session_cookie
 from tests.support.contrast import contrast_failures
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -97,3 +97,78 @@ def test_the_csp_check_sees_a_refused_inline_script(logged_in_page, people, site
     page.wait_for_timeout(200)
     assert page.evaluate("() => window.ran === undefined")
     assert any("script-src" in v for v in page.csp_violations), page.csp_violations
+
+
+LIST_LAYOUT = """() => {
+  const wrap = document.querySelector("#results .scroll-x");
+  const picks = [...document.querySelectorAll("#streams .pick")];
+  return {
+    hidden: wrap.scrollWidth - wrap.clientWidth,
+    lefts: [...new Set(picks.map((p) => Math.round(p.getBoundingClientRect().left)))],
+    rows: picks.length,
+  };
+}"""
+
+
+@pytest.mark.parametrize("locale", ["en-US", "nl-NL"])
+def test_the_list_shows_every_column_at_1440_px_and_its_checkboxes_line_up(
+    browser, live_server, people, site, locale
+):
+    """At 1440 px the streams list needs no sideways scroll to its last column (the prompt),
+    in English and in Dutch (longer words), and the compare checkboxes sit in one column
+    whatever the row (an id of more digits, a retry's row)."""
+    context = browser.new_context(locale=locale, viewport={"width": 1440, "height": 900})
+    context.add_cookies([session_cookie(people.staff, live_server.url)])
+    page = context.new_page()
+    page.goto(live_server.url + site["streams"])
+    page.wait_for_load_state("networkidle")
+    layout = page.evaluate(LIST_LAYOUT)
+    context.close()
+    assert layout["rows"] > 20
+    assert layout["hidden"] <= 0, layout
+    assert len(layout["lefts"]) == 1, layout
+
+
+# The table cells of a page whose time ("5-12-2026 07:06 CET") or model name
+# ("mistral-small-3.2") is laid out on more than one line.
+BROKEN = """() => {
+  const moment = /^\\d{1,4}-\\d{1,2}-\\d{1,4}( \\d{2}:\\d{2}(:\\d{2})?( \\S+)?)?$/;
+  const model = /^(?=.*-)[a-z0-9][a-z0-9._-]*$/i;
+  const broken = [];
+  for (const cell of document.querySelectorAll("main table td, main table th")) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const text = n.textContent.trim();
+      if (!moment.test(text) && !model.test(text)) continue;
+      const range = document.createRange();
+      range.selectNodeContents(n);
+      const lines = new Set([...range.getClientRects()].map((r) => Math.round(r.top)));
+      if (lines.size > 1) broken.push(text);
+    }
+  }
+  return broken;
+}"""
+
+
+@pytest.mark.parametrize("locale", ["en-US", "nl-NL"])
+def test_analytics_tables_keep_times_and_model_names_on_one_line(
+    browser, live_server, people, site, locale
+):
+    """A time or a model name in an analytics table reads on one line at 1440 px, not a word
+    (or a part of a name) per line."""
+    context = browser.new_context(locale=locale, viewport={"width": 1440, "height": 900})
+    context.add_cookies([session_cookie(people.staff, live_server.url)])
+    broken, checked = {}, 0
+    for name in ("latency", "routing", "analytics", "usage"):
+        page = context.new_page()
+        page.goto(live_server.url + site.get(name, f"/{name}/"))
+        page.wait_for_load_state("networkidle")
+        page.evaluate("document.querySelectorAll('details').forEach((d) => { d.open = true; })")
+        found = page.evaluate(BROKEN)
+        checked += page.locator("main table").count()
+        if found:
+            broken[name] = found[:5]
+        page.close()
+    context.close()
+    assert checked > 5
+    assert not broken, broken

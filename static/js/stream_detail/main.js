@@ -35,7 +35,7 @@ const FORMAT = {
   event_count: fmtCount,
   output_deltas: fmtCount,
   findings_count: fmtCount,
-  tokens_per_s: (v) => (v === null || v === undefined ? "—" : num(v, 1, false)),
+  tokens_per_s: (v) => (v === null || v === undefined ? "—" : num(v, 1)),
 };
 
 function setFields(fields) {

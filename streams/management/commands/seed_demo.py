@@ -594,8 +594,10 @@ class _Shape:
             kind = (_MID in data) | (_RID in data or _CREATED_JSON in data) << 1
             self.events.append((index, t_us, type_, seq, oi, ci, is_json, data, kind))
         self.findings = [
-            (v.code, v.severity, v.event_index, v.expected, v.got, v.detail) for v in violations
-        ]
+            (f["code"], f["severity"], f["event_index"], f["expected"], f["got"], f["detail"],
+             json.dumps(f["said"]))
+            for f in (v.as_dict() for v in violations)
+        ]  # fmt: skip
         if any(_RID in str(f) or _MID in str(f) for f in self.findings):
             raise AssertionError("a finding names an id: it would need patching")  # (none does)
         # The rollup rows this stream adds, from aggregates' own add_stream, with its hour, day
@@ -732,7 +734,7 @@ class _Templates:
     SHAPE_EVENT_COLUMNS = ("shape", "idx", "t_us", "type", "seq", "oi", "ci", "is_json", "data",
                      "kind")  # fmt: skip
     FINDING_COLUMNS = ("shape", "n", "code", "severity", "event_index", "expected", "got",
-                       "detail")  # fmt: skip
+                       "detail", "said")  # fmt: skip
 
     def __init__(self, shapes, columns):
         self.pg = connection.vendor == "postgresql"
@@ -770,7 +772,7 @@ class _Templates:
             cursor.execute(
                 f"CREATE TEMPORARY TABLE {self.SHAPE_FINDING} (shape {big}, n {big}, "
                 f"code {text}, severity {text}, event_index {big}, expected {text}, got {text}, "
-                f"detail {text}, PRIMARY KEY (shape, n))"
+                f"detail {text}, said {text}, PRIMARY KEY (shape, n))"
             )
 
     def _load(self, shapes, names):
@@ -821,9 +823,9 @@ class _Templates:
             f"FROM {self.STREAMS} s JOIN {self.SHAPE_EVENT} e ON e.shape = s.shape "
             "ORDER BY s.pk, e.idx",
             f"INSERT INTO {finding} (stream_id, code, severity, event_index, expected, got, "
-            "detail) SELECT s.pk, f.code, f.severity, f.event_index, f.expected, f.got, "
-            f"f.detail FROM {self.STREAMS} s JOIN {self.SHAPE_FINDING} f ON f.shape = s.shape "
-            "ORDER BY s.pk, f.n",
+            "detail, said) SELECT s.pk, f.code, f.severity, f.event_index, f.expected, f.got, "
+            f"f.detail, f.said{'::jsonb' if self.pg else ''} FROM {self.STREAMS} s "
+            f"JOIN {self.SHAPE_FINDING} f ON f.shape = s.shape ORDER BY s.pk, f.n",
         ]
 
     def _stream_expr(self, name, types, patched):
