@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from django.db import connection
 
 from dashboard.stats import cube
-from dashboard.stats.pairs import _series_bounds
-from dashboard.stats.sql import _from, _q, buckets, history_span, index_for, scope_where
+from dashboard.stats.pairs import series_bounds
+from dashboard.stats.sql import buckets, from_clause, history_span, index_for, quote, scope_where
 from streams.models import Score, ScoreType
 from streams.store import aggregates, known_secrets
 from streams.store.aggregates import DAY, HOUR, epoch_s
@@ -70,13 +70,13 @@ def _raw_scores(scope, score_type):
     its scores by the (score type, stream) index."""
     w = scope_where(scope)
     streams = (
-        f"SELECT {_q('id')}, {_q('resolved_model')}, {_q('created_at')} "
-        f"FROM {_from(index_for(w, ordered=False), w)} WHERE {w.sql()}"
+        f"SELECT {quote('id')}, {quote('resolved_model')}, {quote('created_at')} "
+        f"FROM {from_clause(index_for(w, ordered=False), w)} WHERE {w.sql()}"
     )
     sql = (
-        f"SELECT st.{_q('resolved_model')}, st.{_q('created_at')}, sc.{_q('value')} "
-        f"FROM ({streams}) st JOIN {_q(Score._meta.db_table)} sc "
-        f"ON sc.{_q('stream_id')} = st.{_q('id')} WHERE sc.{_q('score_type_id')} = %s"
+        f"SELECT st.{quote('resolved_model')}, st.{quote('created_at')}, sc.{quote('value')} "
+        f"FROM ({streams}) st JOIN {quote(Score._meta.db_table)} sc "
+        f"ON sc.{quote('stream_id')} = st.{quote('id')} WHERE sc.{quote('score_type_id')} = %s"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*w.params, score_type.pk])
@@ -105,12 +105,12 @@ def per_model(scope, score_type, now, source=None):
 
 
 def _bounds(scope, now, source=None):
-    """The chart's span: the TTFT chart's (`_series_bounds`: the range narrowed to its
+    """The chart's span: the TTFT chart's (`series_bounds`: the range narrowed to its
     streams; the page's `source` has it already), reaching back to the oldest aggregated day
     where retention deleted the stream rows of the days before the oldest kept one (their
     scores are in the rollups)."""
     known = getattr(source, "series_bounds", None)
-    bounds = known(scope) if known else _series_bounds(scope, now)
+    bounds = known(scope) if known else series_bounds(scope, now)
     oldest = cube.first_day(scope)
     if oldest is None or scope.session:
         return bounds

@@ -59,7 +59,7 @@ class Source(Protocol):
         last one everything from edges[-1] up."""
 
     def series(self, models: list, qs=SERIES_PERCENTILES, requested_model="") -> dict | None:
-        """Per resolved model and time bucket of the over-time charts (`pairs._series_bounds`,
+        """Per resolved model and time bucket of the over-time charts (`pairs.series_bounds`,
         `sql.buckets`): {"step", "t": [bucket starts], "series": [{"model", "n": [count],
         "p50": [...], …}]}: with `qs`, the count and quantiles of TTFT; without, the count of
         streams. `requested_model`: only the streams requested as that. None: no data."""

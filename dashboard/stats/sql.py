@@ -16,7 +16,7 @@ in one statement. With `ORDER BY ttft_ms` the database walks an index that is or
 k entries without touching a table row; percentiles above the median walk from the top, so one
 group's p50…p99 cost about 0.9·n index entries in all. Narrow time windows (the buckets of a
 time series, short ranges) instead read only the window's rows through the (model, requested
-model, created_at) index and sort those few (SQLite is told which index to use, see `_from`).
+model, created_at) index and sort those few (SQLite is told which index to use, see `from_clause`).
 Counts and sums come from per-group aggregate subqueries that seek the same covering index, and
 are folded in Python (counts and sums add up; percentiles never are). On SQLite, window
 functions and GROUP BY sort in a temporary B-tree over the whole history; these shapes avoid
@@ -24,8 +24,9 @@ that sort (docs/performance.md, "Analytics"). SQL text is built here, with param
 the ORM cannot put hundreds of ordered-offset subqueries into one statement; the same SQL runs
 on SQLite and PostgreSQL.
 
-Names with a leading underscore are private to the `dashboard.stats` package: its report
-modules share them, callers outside it do not use them.
+What the report modules share is public here (`quote`, `from_clause`, `scalars`, `union_rows`,
+`dict_rows`, …); a leading underscore means this module alone (tests/test_layers.py holds every
+module to that).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def usage_select():
     """(SQL, params): the SELECT list of USAGE_FIGURES over raw stream rows, by the rules the
     rollups sum them by (`aggregates._usage_values`); each sum a BIGINT (PostgreSQL's SUM of
     bigint is numeric)."""
-    source, cost, currency = _q("usage_source"), _q("cost_nanos"), _q("cost_currency")
+    source, cost, currency = quote("usage_source"), quote("cost_nanos"), quote("cost_currency")
     eur, usd = CURRENCIES
 
     def total(sql):
@@ -91,7 +92,7 @@ def usage_select():
             "COUNT(*)",
             f"COUNT(CASE WHEN {source} <> '' THEN 1 END)",
             f"COUNT(CASE WHEN {source} = %s THEN 1 END)",
-            *(total(_q(c)) for c in USAGE_FIGURES[3:7]),
+            *(total(quote(c)) for c in USAGE_FIGURES[3:7]),
             f"COUNT({cost})",
             total(f"CASE WHEN {currency} = %s THEN {cost} END"),
             total(f"CASE WHEN {currency} = %s THEN {cost} END"),
@@ -117,10 +118,12 @@ def version(scope, now):
         where.eq("user_id", scope.user_id)
     active = where.copy().among("status", ACTIVE)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT MAX({_q('id')}) FROM {_q(TABLE)} WHERE {where.sql()}", where.params)
+        cursor.execute(
+            f"SELECT MAX({quote('id')}) FROM {quote(TABLE)} WHERE {where.sql()}", where.params
+        )
         newest = cursor.fetchone()[0] or 0
         cursor.execute(
-            f"SELECT {_q('id')} FROM {_q(TABLE)} WHERE {active.sql()} ORDER BY {_q('id')}",
+            f"SELECT {quote('id')} FROM {quote(TABLE)} WHERE {active.sql()} ORDER BY {quote('id')}",
             active.params,
         )
         running = [r[0] for r in cursor.fetchall()]
@@ -133,7 +136,7 @@ _memo = contextvars.ContextVar("streamscope_report_memo", default=None)
 
 
 def memoized(key, compute):
-    """compute(), once per report being built (`_versioned`): figures several parts of one
+    """compute(), once per report being built (`versioned`): figures several parts of one
     page ask for, such as how many streams the scope sees."""
     memo = _memo.get()
     if memo is None:
@@ -143,7 +146,7 @@ def memoized(key, compute):
     return memo[key]
 
 
-def _versioned(build):
+def versioned(build):
     """`build(scope, …)` that returns None (nothing changed) when called with the version the
     caller already shows (`known_version`), and otherwise a report carrying its version."""
 
@@ -204,7 +207,7 @@ class Scope:
 
 
 @functools.cache
-def _q(name):
+def quote(name):
     # SQLite and PostgreSQL both quote with double quotes
     return connection.ops.quote_name(name)
 
@@ -238,7 +241,7 @@ class Where:
 
     def eq(self, column, value):
         self.eqs.add(column)
-        return self.add(f"{_q(column)} = %s", value)
+        return self.add(f"{quote(column)} = %s", value)
 
     def among(self, column, values):
         values = list(values)
@@ -247,13 +250,13 @@ class Where:
         if len(values) == 1:
             return self.eq(column, values[0])
         self.ins.add(column)
-        return self.add(f"{_q(column)} IN ({', '.join(['%s'] * len(values))})", *values)
+        return self.add(f"{quote(column)} IN ({', '.join(['%s'] * len(values))})", *values)
 
     def between(self, start, end):
         if start is not None:
-            self.add(f"{_q('created_at')} >= %s", _dt(start))
+            self.add(f"{quote('created_at')} >= %s", _dt(start))
         if end is not None:
-            self.add(f"{_q('created_at')} < %s", _dt(end))
+            self.add(f"{quote('created_at')} < %s", _dt(end))
         return self
 
     def copy(self):
@@ -275,7 +278,7 @@ def scope_where(scope, *, skip=()):
             where.eq(column, value)
     if scope.session and "session" not in skip:
         # the session index is partial; SQLite uses it only when the query says so itself
-        where.add(f"NOT ({_q('session')} = '')")
+        where.add(f"NOT ({quote('session')} = '')")
     if scope.tag:
         where.add(*_has_tag(scope.tag))
     if scope.username:
@@ -283,18 +286,19 @@ def scope_where(scope, *, skip=()):
         # (an unknown name is NULL, which matches nothing)
         users = get_user_model()._meta.db_table
         where.add(
-            f"{_q('user_id')} = (SELECT {_q('id')} FROM {_q(users)} WHERE {_q('username')} = %s)",
+            f"{quote('user_id')} = (SELECT {quote('id')} FROM {quote(users)} "
+            f"WHERE {quote('username')} = %s)",
             scope.username,
         )
     return where
 
 
 def _has_tag(tag):
-    sql, params = has_tag_sql(f"{_q(TABLE)}.{_q('tags')}", tag, connection)
+    sql, params = has_tag_sql(f"{quote(TABLE)}.{quote('tags')}", tag, connection)
     return (sql, *params)
 
 
-def _findings_in_scope(scope):
+def findings_in_scope(scope):
     """The findings of the streams in `scope` (its access, range, models, status, source and
     labels), as a queryset."""
     qs = Finding.objects.all()
@@ -356,21 +360,21 @@ def index_for(where, *, ordered):
     return IDX_CREATED
 
 
-def _from(index=None, where=None):
+def from_clause(index=None, where=None):
     """The table, with an index named for SQLite: without statistics (ANALYZE) its planner
     guesses, and on a large history it guessed a non-covering index for a time range plus a
     sort, far slower than the covering one (docs/performance.md, "Analytics"). PostgreSQL
     plans from its statistics. A session filter (`where` has it) selects a handful of rows:
     its own index, whatever the query's shape would otherwise want."""
-    table = _q(TABLE)
+    table = quote(TABLE)
     if where is not None and "session" in where.eqs:
         index = IDX_SESSION
     if index and connection.vendor == "sqlite":
-        return f"{table} INDEXED BY {_q(index)}"
+        return f"{table} INDEXED BY {quote(index)}"
     return table
 
 
-def _scalars(subqueries):
+def scalars(subqueries):
     """Values of scalar subqueries [(sql, params)], in order, a few statements in all."""
     values = []
     with connection.cursor() as cursor:
@@ -382,7 +386,7 @@ def _scalars(subqueries):
     return values
 
 
-def _rows(parts):
+def union_rows(parts):
     """Rows of several SELECTs [(sql, params)] whose first column says which part they are,
     joined with UNION ALL, a few statements in all."""
     rows = []
@@ -395,7 +399,7 @@ def _rows(parts):
     return rows
 
 
-def _dicts(sql, params, cols):
+def dict_rows(sql, params, cols):
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
@@ -405,26 +409,26 @@ def _dicts(sql, params, cols):
     return rows
 
 
-def _div(a, b):
+def divide(a, b):
     return a / b if a is not None and b else None
 
 
-def _pct(fraction):
+def percent(fraction):
     return None if fraction is None else 100 * fraction
 
 
-def _ranked(where, value, offset, *, descending=False, narrow=False):
+def offset_subquery(where, value, offset, *, descending=False, narrow=False):
     """The scalar subquery for the value at `offset` of `value` ordered over `where`. `narrow`:
     read the rows of `where` through the (model, created_at) index and sort them, instead of
     walking the ttft-ordered one (SQLite is told which index; PostgreSQL costs both)."""
     direction = " DESC" if descending else ""
-    ordered = value == _q("ttft_ms") and (
+    ordered = value == quote("ttft_ms") and (
         # without a model to seek, a window's rows would come through the created_at index
         # and a table lookup each: walking the ttft-ordered covering index is cheaper
         not narrow or index_for(where, ordered=False) == IDX_CREATED
     )
     sql = (
-        f"SELECT {value} FROM {_from(index_for(where, ordered=ordered), where)} "
+        f"SELECT {value} FROM {from_clause(index_for(where, ordered=ordered), where)} "
         f"WHERE {where.sql()} AND {value} IS NOT NULL "
         f"ORDER BY {value}{direction} LIMIT 1 OFFSET {int(offset)}"
     )
@@ -437,9 +441,9 @@ def percentile_queries(where, value, n, qs=PERCENTILES, *, narrow=False):
     for q in qs:
         k = rank(q, n)
         if k > n // 2:  # nearer the top: walk down from the maximum
-            out.append(_ranked(where, value, n - k, descending=True, narrow=narrow))
+            out.append(offset_subquery(where, value, n - k, descending=True, narrow=narrow))
         else:
-            out.append(_ranked(where, value, k - 1, narrow=narrow))
+            out.append(offset_subquery(where, value, k - 1, narrow=narrow))
     return out
 
 
@@ -454,7 +458,7 @@ def percentiles(groups, value, qs=PERCENTILES, *, narrow=False):
                     qs, percentile_queries(where, value, n, qs, narrow=narrow), strict=True
                 )
             )
-    values = _scalars([sq for _, _, sq in jobs])
+    values = scalars([sq for _, _, sq in jobs])
     out = {key: dict.fromkeys(qs) for key in groups}
     for (key, q, _), v in zip(jobs, values, strict=True):
         out[key][q] = v
@@ -583,11 +587,11 @@ def history_span(scope):
     where = Where()
     if scope.user_id is not None:
         where.eq("user_id", scope.user_id)
-    col, cond = _q("created_at"), where.sql()
+    col, cond = quote("created_at"), where.sql()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (SELECT MIN({col}) FROM {_q(TABLE)} WHERE {cond}), "
-            f"(SELECT MAX({col}) FROM {_q(TABLE)} WHERE {cond})",
+            f"SELECT (SELECT MIN({col}) FROM {quote(TABLE)} WHERE {cond}), "
+            f"(SELECT MAX({col}) FROM {quote(TABLE)} WHERE {cond})",
             [*where.params, *where.params],
         )
         return tuple(_as_datetime(v) for v in cursor.fetchone())
