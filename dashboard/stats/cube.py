@@ -28,6 +28,8 @@ from django.db import connection
 from dashboard.stats.sql import (
     IDX_PAIR,
     PCT_NAMES,
+    ROLLUPS,
+    access_where,
     epoch_seconds,
     from_clause,
     index_for,
@@ -63,15 +65,11 @@ def visible_streams(scope):
 
 
 def _visible_streams(scope):
-    where, params = [f"{quote('span')} = %s", f"{quote('tag')} = ''"], [agg.DAY]
-    if scope.user_id is not None:
-        where.append(f"{quote('user_key')} = %s")
-        params.append(scope.user_id)
+    where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COALESCE(SUM({quote('n')}), 0) FROM {_table(UsageRollup)} "
-            f"WHERE {' AND '.join(where)}",
-            params,
+            f"SELECT COALESCE(SUM({quote('n')}), 0) FROM {_table(UsageRollup)} WHERE {where.sql()}",
+            where.params,
         )
         return cursor.fetchone()[0]
 
@@ -80,14 +78,11 @@ def first_day(scope):
     """The start of the oldest aggregated day the scope's user may see (None: none)."""
     import datetime as dt
 
-    where, params = [f"{quote('span')} = %s", f"{quote('tag')} = ''"], [agg.DAY]
-    if scope.user_id is not None:
-        where.append(f"{quote('user_key')} = %s")
-        params.append(scope.user_id)
+    where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT MIN({quote('t')}) FROM {_table(UsageRollup)} WHERE {' AND '.join(where)}",
-            params,
+            f"SELECT MIN({quote('t')}) FROM {_table(UsageRollup)} WHERE {where.sql()}",
+            where.params,
         )
         t = cursor.fetchone()[0]
     return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC)
@@ -246,30 +241,17 @@ class Cube:
     # -- filters ---------------------------------------------------------------------------
 
     def _filters(self, with_user_source=True, models=True, tags=None):
-        s = self.scope
-        # every stream's rows are under "", a tagged stream's also under each tag; `tags`: the
-        # rows of those tags instead (one key range each)
-        if tags is None:
-            where, params = [f"{quote('tag')} = %s"], [s.tag or ""]
-        else:
-            where = [f"{quote('tag')} IN ({', '.join(['%s'] * len(tags))})"]
-            params = list(tags)
-        if models:
-            for col in ("resolved_model", "requested_model"):
-                if getattr(s, col):
-                    where.append(f"{quote(col)} = %s")
-                    params.append(getattr(s, col))
-        if s.status:
-            where.append(f"{quote('status')} = %s")
-            params.append(s.status)
-        if with_user_source:
-            if self.user_key is not None:
-                where.append(f"{quote('user_key')} = %s")
-                params.append(self.user_key)
-            if s.source:
-                where.append(f"{quote('source')} = %s")
-                params.append(s.source)
-        return where, params
+        """The scope's conditions on the rollup rows (`sql.scope_where` on `sql.ROLLUPS`), its
+        user resolved to a key; the range is the periods' (`_windows`). `tags`: the rows of
+        those tags instead (one key range each)."""
+        skip = ()
+        if not models:
+            skip += ("resolved_model", "requested_model")
+        if not with_user_source:
+            skip += ("user", "source")
+        scope = replace(self.scope, user_id=self.user_key, username="")
+        w = scope_where(scope, skip=skip, rows=ROLLUPS, tags=tags)
+        return w.parts, w.params
 
     @property
     def full(self):

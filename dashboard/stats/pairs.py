@@ -16,7 +16,8 @@ from dashboard.stats.sql import (
     IDX_STATUS,
     PCT_NAMES,
     PERCENTILES,
-    Where,
+    ROLLUPS,
+    access_where,
     distinct_values,
     divide,
     from_clause,
@@ -71,9 +72,7 @@ def _model_pairs(scope):
     from dashboard.stats import cube
 
     if cube.visible_streams(scope) < cube.EXACT_BELOW:
-        access = Where()
-        if scope.user_id is not None:
-            access.eq("user_id", scope.user_id)
+        access = access_where(scope)
         pairs = []
         for resolved in [""] + distinct_values("resolved_model", access):
             where = access.copy().eq("resolved_model", resolved)
@@ -85,24 +84,19 @@ def _model_pairs(scope):
     from streams.store.aggregates import ACTIVE, DAY
 
     models = f"{quote('resolved_model')}, {quote('requested_model')}"
-    rollup, params = [f"{quote('span')} = %s", f"{quote('tag')} = ''"], [DAY]
-    active, active_params = [f"{quote('status')} IN ({', '.join(['%s'] * len(ACTIVE))})"], [*ACTIVE]
-    if scope.user_id is not None:
-        rollup.append(f"{quote('user_key')} = %s")
-        params.append(scope.user_id)
-        active.append(f"{quote('user_id')} = %s")
-        active_params.append(scope.user_id)
+    rollup = access_where(scope, ROLLUPS).eq("span", DAY)
+    active = access_where(scope).among("status", ACTIVE)
     pairs = set()
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT DISTINCT {models} FROM {quote(UsageRollup._meta.db_table)} "
-            f"WHERE {' AND '.join(rollup)}",
-            params,
+            f"WHERE {rollup.sql()}",
+            rollup.params,
         )
         pairs.update(cursor.fetchall())
         cursor.execute(
-            f"SELECT DISTINCT {models} FROM {from_clause(IDX_STATUS)} WHERE {' AND '.join(active)}",
-            active_params,
+            f"SELECT DISTINCT {models} FROM {from_clause(IDX_STATUS)} WHERE {active.sql()}",
+            active.params,
         )
         pairs.update(cursor.fetchall())
     return sorted(pairs)

@@ -113,9 +113,7 @@ def usage_figures(values):
 def version(scope, now):
     """A fingerprint of what could change a page: the newest stream, the running ones, and
     the minute (relative ranges move). Two small index reads."""
-    where = Where()
-    if scope.user_id is not None:
-        where.eq("user_id", scope.user_id)
+    where = access_where(scope)
     active = where.copy().among("status", ACTIVE)
     with connection.cursor() as cursor:
         cursor.execute(
@@ -252,11 +250,11 @@ class Where:
         self.ins.add(column)
         return self.add(f"{quote(column)} IN ({', '.join(['%s'] * len(values))})", *values)
 
-    def between(self, start, end):
+    def between(self, start, end, column="created_at"):
         if start is not None:
-            self.add(f"{quote('created_at')} >= %s", _dt(start))
+            self.add(f"{quote(column)} >= %s", _dt(start))
         if end is not None:
-            self.add(f"{quote('created_at')} < %s", _dt(end))
+            self.add(f"{quote(column)} < %s", _dt(end))
         return self
 
     def copy(self):
@@ -266,36 +264,69 @@ class Where:
         return " AND ".join(self.parts) if self.parts else "1 = 1"
 
 
-def scope_where(scope, *, skip=()):
-    """The conditions of a scope (access, range, filters), leaving out the columns in `skip`."""
+@dataclass(frozen=True)
+class Rows:
+    """Where a scope's filters land in one kind of table: the raw stream rows (`STREAMS`) or
+    the rollups (`ROLLUPS`, `streams.store.aggregates`), whose rows are keyed by the same
+    model, status and source columns."""
+
+    user: str  # the column of whose streams
+    created: str | None  # the range's column; None: the caller bounds it (rollup periods by t)
+    sessions: bool  # rollups hold no sessions (`cube.method` reads such a scope raw)
+    # rollups: every stream's rows are under the tag "", a tagged stream's also under each of
+    # its tags, so one tag is one key range; raw rows: the stream's `tags` hold the tag
+    tag_key: bool
+
+
+STREAMS = Rows(user="user_id", created="created_at", sessions=True, tag_key=False)
+ROLLUPS = Rows(user="user_key", created=None, sessions=False, tag_key=True)
+FILTERS = ("resolved_model", "requested_model", "status", "source", "session")
+
+
+def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
+    """The conditions of a scope (access, range, filters) on `rows`, leaving out the filters in
+    `skip` (of "user" and `FILTERS`). The one rule for both kinds of table; a rollup's
+    `scope.username` is resolved by the caller (`cube.Cube`: its user key is a number).
+    `tags` (rollups): the rows of these tags instead of the scope's."""
     where = Where()
-    if scope.user_id is not None:
-        where.eq("user_id", scope.user_id)
-    where.between(scope.start, scope.end)
-    for column in ("resolved_model", "requested_model", "status", "source", "session"):
+    if rows.tag_key:
+        if tags is None:
+            where.eq("tag", scope.tag or "")
+        else:
+            where.among("tag", tags)
+    if scope.user_id is not None and "user" not in skip:
+        where.eq(rows.user, scope.user_id)
+    if rows.created:
+        where.between(scope.start, scope.end, rows.created)
+    for column in FILTERS:
         value = getattr(scope, column)
-        if value and column not in skip:
-            where.eq(column, value)
+        if not value or column in skip:
+            continue
+        if column == "session" and not rows.sessions:
+            raise ValueError("the rollups hold no sessions: read a session's scope raw")
+        where.eq(column, value)
     if scope.session and "session" not in skip:
         # the session index is partial; SQLite uses it only when the query says so itself
         where.add(f"NOT ({quote('session')} = '')")
-    if scope.tag:
-        where.add(*_has_tag(scope.tag))
-    if scope.username:
+    if scope.tag and not rows.tag_key:
+        sql, params = has_tag_sql(f"{quote(TABLE)}.{quote('tags')}", scope.tag, connection)
+        where.add(sql, *params)
+    if scope.username and "user" not in skip:
         # one scalar subquery, evaluated once: the user_id columns of the indexes still serve
         # (an unknown name is NULL, which matches nothing)
         users = get_user_model()._meta.db_table
         where.add(
-            f"{quote('user_id')} = (SELECT {quote('id')} FROM {quote(users)} "
+            f"{quote(rows.user)} = (SELECT {quote('id')} FROM {quote(users)} "
             f"WHERE {quote('username')} = %s)",
             scope.username,
         )
     return where
 
 
-def _has_tag(tag):
-    sql, params = has_tag_sql(f"{quote(TABLE)}.{quote('tags')}", tag, connection)
-    return (sql, *params)
+def access_where(scope, rows=STREAMS):
+    """Whose streams `scope` may see, alone (its range and filters left out), on `rows` (on
+    `ROLLUPS`: the rows of every stream, tag ""): the access part of `scope_where`."""
+    return scope_where(Scope(user_id=scope.user_id), rows=rows)
 
 
 def findings_in_scope(scope):
@@ -584,9 +615,7 @@ def history_start(scope):
 def history_span(scope):
     """(oldest, newest) stream's creation in scope (None, None without any): two index seeks
     (one statement of two subqueries: SQLite seeks MIN or MAX only when it stands alone)."""
-    where = Where()
-    if scope.user_id is not None:
-        where.eq("user_id", scope.user_id)
+    where = access_where(scope)
     col, cond = quote("created_at"), where.sql()
     with connection.cursor() as cursor:
         cursor.execute(
