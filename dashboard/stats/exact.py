@@ -18,6 +18,7 @@ from dashboard.stats.pairs import (
     per_pair_selects,
     series_bounds,
 )
+from dashboard.stats.score_figures import ScoreFigures
 from dashboard.stats.sql import (
     IDX_CREATED,
     IDX_PAIR,
@@ -56,7 +57,7 @@ _FINDING_COLUMNS = {
 }
 
 
-class ExactSource:
+class ExactSource(ScoreFigures):
     """The figures of one scope from its raw rows. `narrow` (None: decided from the range):
     percentiles read a time window's rows and sort them instead of walking a model's
     ttft-ordered index (`_is_narrow`); the figures are the same either way."""

@@ -12,6 +12,7 @@ from dataclasses import replace
 from dashboard.stats import cube
 from dashboard.stats.exact import usage_columns, usage_windows
 from dashboard.stats.pairs import series_bounds
+from dashboard.stats.score_figures import ScoreFigures
 from dashboard.stats.sql import (
     PCT_NAMES,
     PERCENTILES,
@@ -44,7 +45,7 @@ def _usage_figures(v):
     return {"streams": v["n"], **{name: v[name] for name in USAGE_FIGURES[1:]}}
 
 
-class RollupSource:
+class RollupSource(ScoreFigures):
     """The figures of one scope from the rollup tables (and the raw rows of the partial hours
     at the range's edges and of the running streams, which `cube.Cube` adds in)."""
 
@@ -53,24 +54,8 @@ class RollupSource:
     def __init__(self, scope, now):
         self.scope = scope
         self.now = now
-        self.cube = cube.Cube(scope, scope.start, scope.end or now)
         self._aggregates = None
         self._usage_days = None
-        self._bounds = {}
-        self._cubes = {}
-
-    def series_bounds(self, scope):
-        """`series_bounds` of `scope`, once a page: the TTFT chart's span, which the scores'
-        chart shares."""
-        if scope not in self._bounds:
-            self._bounds[scope] = series_bounds(scope, self.now)
-        return self._bounds[scope]
-
-    def series_cube(self, scope, bounds):
-        """The cube of a chart's span, once a page (it reads the edges' raw rows)."""
-        if (scope, bounds) not in self._cubes:
-            self._cubes[(scope, bounds)] = cube.Cube(scope, bounds[0], bounds[1])
-        return self._cubes[(scope, bounds)]
 
     def aggregates(self):
         if self._aggregates is None:
