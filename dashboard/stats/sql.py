@@ -41,13 +41,13 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import F
+from django.db.models.expressions import RawSQL
 
 from streams.core.figures import rank
 from streams.core.pricing import CURRENCIES
 from streams.core.usage import ESTIMATED
 from streams.models import Finding, Stream
-from streams.store.lookups import HasTag, distinct_stream_values, has_tag_sql
+from streams.store.lookups import distinct_stream_values, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
@@ -330,27 +330,12 @@ def access_where(scope, rows=STREAMS):
 
 
 def findings_in_scope(scope):
-    """The findings of the streams in `scope` (its access, range, models, status, source and
-    labels), as a queryset."""
-    qs = Finding.objects.all()
-    for column in ("resolved_model", "requested_model", "status"):
-        if getattr(scope, column):
-            qs = qs.filter(**{f"stream__{column}": getattr(scope, column)})
-    if scope.user_id is not None:
-        qs = qs.filter(stream__user_id=scope.user_id)
-    if scope.start is not None:
-        qs = qs.filter(stream__created_at__gte=scope.start)
-    if scope.end is not None:
-        qs = qs.filter(stream__created_at__lt=scope.end)
-    if scope.source:
-        qs = qs.filter(stream__source=scope.source)
-    if scope.session:
-        qs = qs.filter(stream__session=scope.session)
-    if scope.tag:
-        qs = qs.filter(HasTag(F("stream__tags"), scope.tag))
-    if scope.username:
-        qs = qs.filter(stream__user__username=scope.username)
-    return qs
+    """The findings of the streams in `scope`, as a queryset: those of the stream rows
+    `scope_where` selects (the one rule; not a third spelling of it in the ORM)."""
+    w = scope_where(scope)
+    table = from_clause(index_for(w, ordered=False), w)
+    streams = f"SELECT {quote('id')} FROM {table} WHERE {w.sql()}"
+    return Finding.objects.filter(stream_id__in=RawSQL(streams, w.params))
 
 
 # The indexes of Stream.Meta these queries are shaped for (see streams/models.py).
