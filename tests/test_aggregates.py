@@ -570,3 +570,9 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
     assert rolled.params == ["", 7, "m-a", "failed", "proxy"]  # every stream's rows: tag ""
     skipped = scope_where(scope, rows=ROLLUPS, skip=("user", "source", "resolved_model"))
     assert skipped.params == ["", "failed"]
+    # findings_in_scope joins the stream rows and applies the rule's unqualified columns:
+    # none of them may be a finding's too
+    from dashboard.stats.sql import FILTERS
+
+    finding = {f.column for f in Finding._meta.concrete_fields}
+    assert not finding & {"user_id", "created_at", "tags", *FILTERS}

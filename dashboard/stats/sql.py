@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import connection
+from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
 from streams.core.figures import rank
@@ -330,12 +331,17 @@ def access_where(scope, rows=STREAMS):
 
 
 def findings_in_scope(scope):
-    """The findings of the streams in `scope`, as a queryset: those of the stream rows
-    `scope_where` selects (the one rule; not a third spelling of it in the ORM)."""
+    """The findings of the streams in `scope`, as a queryset: joined with their stream rows
+    and filtered by `scope_where` (the one rule; not a third spelling of it in the ORM). The
+    join lets the database start from the scope's streams on their index (an `IN` list or an
+    `EXISTS` per finding measured 3-16x slower). The rule's columns are the stream table's,
+    unqualified: a finding has none of their names."""
     w = scope_where(scope)
-    table = from_clause(index_for(w, ordered=False), w)
-    streams = f"SELECT {quote('id')} FROM {table} WHERE {w.sql()}"
-    return Finding.objects.filter(stream_id__in=RawSQL(streams, w.params))
+    qs = Finding.objects.all()
+    if not w.parts:
+        return qs
+    joined = qs.filter(stream__created_at__isnull=False)  # never null: only the join
+    return joined.filter(RawSQL(w.sql(), w.params, output_field=BooleanField()))
 
 
 # The indexes of Stream.Meta these queries are shaped for (see streams/models.py).
