@@ -532,3 +532,47 @@ def test_a_session_filter_falls_back_to_the_raw_rows(history, monkeypatch):
 def test_the_history_has_the_tags_the_filters_ask_for(history):
     tagged = Stream.objects.exclude(tags=[]).values_list("tags", flat=True)
     assert {t for tags in tagged for t in tags} >= {"checkout", "canary", "eval", "support-bot"}
+
+
+def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
+    """`sql.scope_where` is the one rule from a scope to conditions: every filter a `Scope`
+    has lands on the raw rows and on the rollups (a session, which the rollups do not hold,
+    is refused rather than dropped); a filter added to `Scope` and not to the rule fails."""
+    from dataclasses import fields
+
+    from dashboard.stats.sql import ROLLUPS, STREAMS, scope_where
+
+    base = Scope(user_id=None)
+    values = {"user_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
+    not_filters = {"tz"}  # how the figures are bucketed, not which streams
+    for field in fields(Scope):
+        if field.name in not_filters:
+            continue
+        scope = replace(base, **{field.name: values.get(field.name, "x")})
+        raw = scope_where(scope)
+        assert raw.parts and raw.params, f"{field.name}: no condition on the stream rows"
+        assert scope_where(base).sql() != raw.sql(), field.name
+        if field.name == "session":
+            with pytest.raises(ValueError):
+                scope_where(scope, rows=ROLLUPS)
+            continue
+        rolled, unfiltered = scope_where(scope, rows=ROLLUPS), scope_where(base, rows=ROLLUPS)
+        same = (rolled.sql(), rolled.params) == (unfiltered.sql(), unfiltered.params)
+        if field.name in ("start", "end"):  # the rollup periods bound the range (cube.windows)
+            assert same, field.name
+            continue
+        assert not same, f"{field.name}: no condition on the rollups"
+    # the same columns, each table's own spelling of who and which tag
+    scope = replace(base, user_id=7, resolved_model="m-a", status="failed", source="proxy")
+    raw, rolled = scope_where(scope, rows=STREAMS), scope_where(scope, rows=ROLLUPS)
+    assert '"user_id" = %s' in raw.sql() and '"user_key" = %s' in rolled.sql()
+    assert raw.params == [7, "m-a", "failed", "proxy"]
+    assert rolled.params == ["", 7, "m-a", "failed", "proxy"]  # every stream's rows: tag ""
+    skipped = scope_where(scope, rows=ROLLUPS, skip=("user", "source", "resolved_model"))
+    assert skipped.params == ["", "failed"]
+    # findings_in_scope joins the stream rows and applies the rule's unqualified columns:
+    # none of them may be a finding's too
+    from dashboard.stats.sql import FILTERS
+
+    finding = {f.column for f in Finding._meta.concrete_fields}
+    assert not finding & {"user_id", "created_at", "tags", *FILTERS}

@@ -252,3 +252,104 @@ def test_the_test_module_check_sees_what_it_is_for():
     ]
     for source in allowed:
         assert imports_of_test_modules(source, "tests.test_x") == [], source
+
+
+# ---- no module reaches into another's private names -----------------------------------------
+
+
+def _is_private(name):
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_reaches(source, module, known, is_package=False):
+    """[(line, what)] of the places in `source` (the text of `module`) that use a private name
+    (`_x`, not `__dunder__`) of another module of the two packages: `from X import _x` and
+    `X._x` where `X` is bound to a module by an import (lazy imports included). A name shared
+    between modules is public in the module that owns it."""
+    tree = ast.parse(source)
+    bound = {}  # local name -> the module of the two packages it is bound to
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] not in PACKAGES:
+                    continue
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    head = alias.name.split(".")[0]
+                    bound[head] = head
+        elif isinstance(node, ast.ImportFrom):
+            base = from_base(node, module, is_package)
+            if base.split(".")[0] not in PACKAGES:
+                continue
+            for alias in node.names:
+                if _is_private(alias.name) and base != module:
+                    found.append((node.lineno, f"from {base} import {alias.name}"))
+                if f"{base}.{alias.name}" in known:
+                    bound[alias.asname or alias.name] = f"{base}.{alias.name}"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _is_private(node.attr)):
+            continue
+        chain, value = [], node.value
+        while isinstance(value, ast.Attribute):
+            chain.append(value.attr)
+            value = value.value
+        if not (isinstance(value, ast.Name) and value.id in bound):
+            continue
+        owner = ".".join([bound[value.id], *reversed(chain)])
+        if owner in known and owner != module:
+            found.append((node.lineno, f"{owner}.{node.attr}"))
+    return sorted(found)
+
+
+def test_no_module_uses_another_modules_private_names():
+    offending = []
+    for module, path in KNOWN.items():
+        found = private_reaches(
+            path.read_text(), module, KNOWN, is_package=path.name == "__init__.py"
+        )
+        offending += [f"{path.relative_to(ROOT)}:{line}: {what}" for line, what in found]
+    assert not offending, (
+        "a name another module uses is public in the module that owns it (drop the "
+        "underscore, or move it where it belongs):\n" + "\n".join(offending)
+    )
+
+
+def test_the_private_name_check_sees_what_it_is_for():
+    """Every spelling of a reach into another module's private names is caught; a module's own
+    names, dunders, and third-party private names are not."""
+    known = {"streams.store.rows", "streams.store", "streams", "dashboard.stats.sql"}
+    caught = [
+        "from streams.store.rows import _bound",
+        "from streams.store.rows import _bound as bound",
+        "from .rows import _bound",
+        "from streams.store import rows\nrows._bound(1)",
+        "from streams.store import rows as r\nx = r._bound",
+        "import streams.store.rows\nstreams.store.rows._bound(1)",
+        "import streams.store.rows as rows\nrows._bound",
+        "def f():\n    from streams.store import rows\n    return rows._bound",  # lazy
+        "from dashboard.stats.sql import Scope, _q, scope_where",
+    ]
+    for source in caught:
+        assert private_reaches(source, "streams.store.other", known), source
+    allowed = [
+        "from streams.store.rows import bound",
+        "from streams.store.rows import __all__",
+        "from django.db.models import _private",
+        "import django\ndjango._x",
+        "from streams.store import rows\nrows.__name__",
+        "def _own():\n    pass\n_own()",
+        "from streams.store import rows\nobject()._bound",
+    ]
+    for source in allowed:
+        assert private_reaches(source, "streams.store.other", known) == [], source
+    # a module's own names, even spelt through its own module path
+    assert (
+        private_reaches("from streams.store.rows import _bound", "streams.store.rows", known) == []
+    )
+    # one finding per name, each with its line
+    assert private_reaches("from streams.store.rows import _a, _b, c", "x", known) == [
+        (1, "from streams.store.rows import _a"),
+        (1, "from streams.store.rows import _b"),
+    ]

@@ -24,7 +24,7 @@ from streams.models import Event, Finding, Stream, UsageRollup
 
 # the rollup tables 0007 and 0008 restate (those added since are not in these old schemas)
 RESTATED = {
-    m: v for m, v in aggregates._tables().items()
+    m: v for m, v in aggregates.rollup_tables().items()
     if m.__name__ in ("UsageRollup", "HistogramRollup", "RoutingRollup", "FindingRollup")
 }
 

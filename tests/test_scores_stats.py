@@ -278,3 +278,43 @@ def test_the_models_shown_are_capped(world, monkeypatch):
     assert [s["model"] for s in report.series["series"]] == busiest
     # the overall row is every model's
     assert report.overall["scores"] == sum(n for n, _, _ in expected.values())
+
+
+@pytest.mark.parametrize(
+    "filters",
+    [
+        {},
+        {"resolved_model": "m-slow"},
+        {"username": "owner"},
+        {"tag": "checkout", "source": "proxy"},
+        {"status": "completed"},
+        {"start": NOW - dt.timedelta(days=1)},  # sub-hour chart buckets: the raw rows
+        {"start": None},
+    ],
+)
+def test_both_sources_give_the_same_scores(world, filters):
+    """Scores are a `Source` figure like every other: the exact and the rollup source give the
+    same per model and per bucket, and what the page shows is the source's."""
+    from dashboard.stats.exact import ExactSource
+    from dashboard.stats.pairs import series_bounds
+    from dashboard.stats.rollup import RollupSource
+    from dashboard.stats.sql import buckets
+
+    s = scope(**filters)
+    exact, rolled = ExactSource(s, NOW), RollupSource(s, NOW)
+    bounds = series_bounds(s, NOW)
+    assert exact.series_bounds(s) == rolled.series_bounds(s) == bounds
+    step, windows = buckets(*bounds, tz=s.tz)
+    edges = [int(lo.timestamp()) for lo, _ in windows] + [int(windows[-1][1].timestamp())]
+    for kind in (world["thumbs"], world["quality"]):
+        per = exact.scores(kind)
+        assert per == rolled.scores(kind) and any(v[0] for v in per.values())
+        if not filters:
+            assert {m: v[0] for m, v in per.items() if v[0]} == {
+                m: n for m, (n, _, _) in raw(kind).items()
+            }
+        chart = exact.score_series(kind, bounds, step, edges)
+        assert chart == rolled.score_series(kind, bounds, step, edges)
+        assert sum(v[0] for v in chart.values()) == sum(v[0] for v in per.values())
+        report = scores_report(s, kind, now=NOW, ttft=[], source=rolled)
+        assert shown(report) == shown(scores_report(s, kind, now=NOW, ttft=[], source=exact))

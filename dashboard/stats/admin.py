@@ -11,7 +11,16 @@ from django.contrib.auth import get_user_model
 
 from dashboard.stats import cube
 from dashboard.stats.source import source_for
-from dashboard.stats.sql import Scope, _dicts, _div, _from, _pct, _q, _versioned, scope_where
+from dashboard.stats.sql import (
+    Scope,
+    dict_rows,
+    divide,
+    from_clause,
+    percent,
+    quote,
+    scope_where,
+    versioned,
+)
 from streams.store import known_secrets
 
 
@@ -54,8 +63,8 @@ def users_table(source, limit=TOP_USERS):
             "username": names.get(u, "") if u is not None else "",
             "streams": e["streams"],
             "failed": e["failed"],
-            "error_rate": _div(e["failed"], e["streams"]),
-            "error_pct": _pct(_div(e["failed"], e["streams"])),
+            "error_rate": divide(e["failed"], e["streams"]),
+            "error_pct": percent(divide(e["failed"], e["streams"])),
             "output_deltas": e["output_deltas"],
             "bytes": e["bytes"],
             "findings": e["findings"],
@@ -99,7 +108,7 @@ def findings_table(rows):
 
 def top_streams(scope, column, limit=TOP_STREAMS):
     """The streams with the highest `column` (bytes_received, duration_ms) in scope."""
-    w = scope_where(scope).add(f"{_q(column)} IS NOT NULL")
+    w = scope_where(scope).add(f"{quote(column)} IS NOT NULL")
     cols = [
         "id",
         "created_at",
@@ -110,9 +119,9 @@ def top_streams(scope, column, limit=TOP_STREAMS):
         "bytes_received",
         "duration_ms",
     ]
-    rows = _dicts(
-        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(TOP_INDEX[column])} "
-        f"WHERE {w.sql()} ORDER BY {_q(column)} DESC LIMIT {int(limit)}",
+    rows = dict_rows(
+        f"SELECT {', '.join(quote(c) for c in cols)} FROM {from_clause(TOP_INDEX[column])} "
+        f"WHERE {w.sql()} ORDER BY {quote(column)} DESC LIMIT {int(limit)}",
         w.params,
         cols,
     )
@@ -134,7 +143,7 @@ def _daily_chart(days, zone=dt.UTC):
     }
 
 
-@_versioned
+@versioned
 def admin_report(scope, *, now=None):
     """Everything the staff analytics page shows."""
     now = now or dt.datetime.now(dt.UTC)

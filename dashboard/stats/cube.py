@@ -28,12 +28,14 @@ from django.db import connection
 from dashboard.stats.sql import (
     IDX_PAIR,
     PCT_NAMES,
-    _from,
-    _q,
-    _scalars,
+    ROLLUPS,
+    access_where,
     epoch_seconds,
+    from_clause,
     index_for,
     memoized,
+    quote,
+    scalars,
     scope_where,
 )
 from streams.core.figures import rank
@@ -53,7 +55,7 @@ AGGREGATED = "aggregated"
 
 
 def _table(model):
-    return _q(model._meta.db_table)
+    return quote(model._meta.db_table)
 
 
 def visible_streams(scope):
@@ -63,15 +65,11 @@ def visible_streams(scope):
 
 
 def _visible_streams(scope):
-    where, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [agg.DAY]
-    if scope.user_id is not None:
-        where.append(f"{_q('user_key')} = %s")
-        params.append(scope.user_id)
+    where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COALESCE(SUM({_q('n')}), 0) FROM {_table(UsageRollup)} "
-            f"WHERE {' AND '.join(where)}",
-            params,
+            f"SELECT COALESCE(SUM({quote('n')}), 0) FROM {_table(UsageRollup)} WHERE {where.sql()}",
+            where.params,
         )
         return cursor.fetchone()[0]
 
@@ -80,14 +78,11 @@ def first_day(scope):
     """The start of the oldest aggregated day the scope's user may see (None: none)."""
     import datetime as dt
 
-    where, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [agg.DAY]
-    if scope.user_id is not None:
-        where.append(f"{_q('user_key')} = %s")
-        params.append(scope.user_id)
+    where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT MIN({_q('t')}) FROM {_table(UsageRollup)} WHERE {' AND '.join(where)}",
-            params,
+            f"SELECT MIN({quote('t')}) FROM {_table(UsageRollup)} WHERE {where.sql()}",
+            where.params,
         )
         t = cursor.fetchone()[0]
     return None if t is None else dt.datetime.fromtimestamp(t, dt.UTC)
@@ -100,7 +95,7 @@ def tags_known():
 
 
 def _tags_known():
-    table, span, tag = _table(UsageRollup), _q("span"), _q("tag")
+    table, span, tag = _table(UsageRollup), quote("span"), quote("tag")
     sql = (
         f"WITH RECURSIVE v(x) AS ("
         f"SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > '' "
@@ -152,7 +147,7 @@ def windows(start, end, step=None):
 def _bucket_sql(step, starts):
     """SQL of a rollup row's bucket: its period's `t` floored to the `step` (epoch-aligned), or
     the start of the grid bucket it lies in (`starts`, ascending: a CASE over them)."""
-    t = _q("t")
+    t = quote("t")
     if starts is None:
         return f"(({t} / {int(step)}) * {int(step)})"
     if len(starts) == 1:
@@ -246,30 +241,17 @@ class Cube:
     # -- filters ---------------------------------------------------------------------------
 
     def _filters(self, with_user_source=True, models=True, tags=None):
-        s = self.scope
-        # every stream's rows are under "", a tagged stream's also under each tag; `tags`: the
-        # rows of those tags instead (one key range each)
-        if tags is None:
-            where, params = [f"{_q('tag')} = %s"], [s.tag or ""]
-        else:
-            where = [f"{_q('tag')} IN ({', '.join(['%s'] * len(tags))})"]
-            params = list(tags)
-        if models:
-            for col in ("resolved_model", "requested_model"):
-                if getattr(s, col):
-                    where.append(f"{_q(col)} = %s")
-                    params.append(getattr(s, col))
-        if s.status:
-            where.append(f"{_q('status')} = %s")
-            params.append(s.status)
-        if with_user_source:
-            if self.user_key is not None:
-                where.append(f"{_q('user_key')} = %s")
-                params.append(self.user_key)
-            if s.source:
-                where.append(f"{_q('source')} = %s")
-                params.append(s.source)
-        return where, params
+        """The scope's conditions on the rollup rows (`sql.scope_where` on `sql.ROLLUPS`), its
+        user resolved to a key; the range is the periods' (`_windows`). `tags`: the rows of
+        those tags instead (one key range each)."""
+        skip = ()
+        if not models:
+            skip += ("resolved_model", "requested_model")
+        if not with_user_source:
+            skip += ("user", "source")
+        scope = replace(self.scope, user_id=self.user_key, username="")
+        w = scope_where(scope, skip=skip, rows=ROLLUPS, tags=tags)
+        return w.parts, w.params
 
     @property
     def full(self):
@@ -306,13 +288,13 @@ class Cube:
                         start=None if lo is None else dt.datetime.fromtimestamp(lo, dt.UTC),
                         end=dt.datetime.fromtimestamp(hi, dt.UTC),
                     )
-                ).add(f"{_q('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
+                ).add(f"{quote('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
                 # under an hour of rows: by time (a model's index would read all its history)
                 rows += agg.read_streams(
                     w.sql(), w.params, index="stream_created", with_scores=False
                 )
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
-                f"{_q('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
+                f"{quote('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
             )
             # the few active rows, by status (a user's index would read all their history)
             rows += agg.read_streams(
@@ -346,25 +328,25 @@ class Cube:
             return
         cols = [c for c in by if c != "t"]
         # the cast: PostgreSQL's SUM of bigint is numeric, slow to turn into Decimals
-        sums = [f"CAST(SUM({_q(v)}) AS BIGINT)" for v in value_cols]
+        sums = [f"CAST(SUM({quote(v)}) AS BIGINT)" for v in value_cols]
         where_f, params_f = self._filters(with_user_source=full_filter, models=models, tags=tags)
         parts = []
         for span, lo, hi, starts in self._windows(step):
             if span == "raw":
                 continue
-            select = [_q(c) for c in cols]
+            select = [quote(c) for c in cols]
             group = list(select)
             if "t" in by:
                 tb = _bucket_sql(step, starts)
                 select.insert(by.index("t"), tb)
                 if len(starts or ()) != 1:  # (never a bare number: GROUP BY 1 is a column)
                     group.append(tb)
-            where = [f"{_q('span')} = %s", *extra, *where_f]
+            where = [f"{quote('span')} = %s", *extra, *where_f]
             params = [span, *extra_params, *params_f]
             if lo is not None:
-                where.append(f"{_q('t')} >= %s")
+                where.append(f"{quote('t')} >= %s")
                 params.append(int(lo))
-            where.append(f"{_q('t')} < %s")
+            where.append(f"{quote('t')} < %s")
             params.append(int(hi))
             sql = (
                 f"SELECT {', '.join(select + sums)} FROM {_table(model)} "
@@ -469,7 +451,7 @@ class Cube:
             ("n",),
             (*by, "bucket"),
             step,
-            extra=(f"{_q('metric')} = %s", f"{_q('full')} = %s"),
+            extra=(f"{quote('metric')} = %s", f"{quote('full')} = %s"),
             extra_params=(metric, self.full),
             full_filter=self.full,
         )
@@ -494,7 +476,7 @@ class Cube:
     def findings(self, by, code=None):
         extra, params = (), ()
         if code is not None:
-            extra, params = (f"{_q('code')} = %s",), (code,)
+            extra, params = (f"{quote('code')} = %s",), (code,)
         out = self._rollup(FindingRollup, ("n",), tuple(by), None, extra=extra, extra_params=params)
         for row, found, _ in self.raw_rows():
             for c, severity, n in found:
@@ -515,7 +497,7 @@ class Cube:
             agg.SCORE_VALUES,
             tuple(by),
             step,
-            extra=(f"{_q('score_type')} = %s",),
+            extra=(f"{quote('score_type')} = %s",),
             extra_params=(score_type,),
         )
         raw = self.raw_rows(step)
@@ -535,7 +517,7 @@ class Cube:
         histogram says which bucket its maximum is in, so the walk starts at that bucket's top
         and ends at its bottom (`agg.top_band`): exact, and only the rows within 2 % of the
         maximum's value are read."""
-        from dashboard.stats.sql import _ranked
+        from dashboard.stats.sql import offset_subquery
 
         by = ("resolved_model", "requested_model")
         hists = self.histograms(agg.TTFT, by) if self.scope.tag else {}
@@ -548,9 +530,9 @@ class Cube:
                 w.eq("requested_model", requested)
             band = agg.top_band(hists.get((resolved, requested)), 1)
             if band is not None:
-                w.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
-            jobs.append(_ranked(w, _q("ttft_ms"), 0, descending=True))
-        return dict(zip(pairs, _scalars(jobs), strict=True))
+                w.add(f"{quote('ttft_ms')} > %s AND {quote('ttft_ms')} <= %s", *band)
+            jobs.append(offset_subquery(w, quote("ttft_ms"), 0, descending=True))
+        return dict(zip(pairs, scalars(jobs), strict=True))
 
 
 def add_to(sums, key, values):
@@ -608,8 +590,8 @@ def short_series(scope, models, bounds, step, windows, value_sql, qs, pairs=()):
     ts = [int(lo.timestamp()) for lo, _ in windows]
     w, table = _short_series_rows(replace(scope, start=bounds[0], end=bounds[1]), models, pairs)
     w.add(f"{value_sql} IS NOT NULL")
-    b = f"(({epoch_seconds(_q('created_at'))} - {ts[0]}) / {int(step)})"
-    model = _q("resolved_model")
+    b = f"(({epoch_seconds(quote('created_at'))} - {ts[0]}) / {int(step)})"
+    model = quote("resolved_model")
     counts, values = {}, {}
     with connection.cursor() as cursor:
         if not qs:
@@ -654,9 +636,9 @@ def _short_series_rows(window, models, pairs):
     if requested:
         w = scope_where(window, skip=("resolved_model", "requested_model"))
         w.among("resolved_model", sorted(models)).among("requested_model", requested)
-        return w, _from(IDX_PAIR, w)
+        return w, from_clause(IDX_PAIR, w)
     w = scope_where(window)
-    return w, _from(index_for(w, ordered=False), w)  # (a time window, not a model's history)
+    return w, from_clause(index_for(w, ordered=False), w)  # (a time window, not a model's history)
 
 
 def group_percentiles(hists, groups, qs, maxima=None):

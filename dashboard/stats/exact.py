@@ -13,11 +13,12 @@ from django.db.models import Count
 
 from dashboard.stats import cube
 from dashboard.stats.pairs import (
-    _group_where,
-    _series_bounds,
+    group_where,
     pair_aggregates,
     per_pair_selects,
+    series_bounds,
 )
+from dashboard.stats.score_figures import ScoreFigures
 from dashboard.stats.sql import (
     IDX_CREATED,
     IDX_PAIR,
@@ -27,18 +28,18 @@ from dashboard.stats.sql import (
     SERIES_PERCENTILES,
     TABLE,
     USAGE_FIGURES,
-    _findings_in_scope,
-    _from,
-    _q,
-    _rows,
-    _scalars,
     buckets,
     day_starts,
+    findings_in_scope,
+    from_clause,
     history_start,
     index_for,
     next_day,
     percentiles,
+    quote,
+    scalars,
     scope_where,
+    union_rows,
     usage_figures,
     usage_index,
     usage_select,
@@ -56,7 +57,7 @@ _FINDING_COLUMNS = {
 }
 
 
-class ExactSource:
+class ExactSource(ScoreFigures):
     """The figures of one scope from its raw rows. `narrow` (None: decided from the range):
     percentiles read a time window's rows and sort them instead of walking a model's
     ttft-ordered index (`_is_narrow`); the figures are the same either way."""
@@ -94,24 +95,24 @@ class ExactSource:
                 wheres[g] = scope_where(self.scope)
             else:
                 chosen = set(members)
-                wheres[g] = _group_where(self.scope, pairs, lambda p, c=chosen: p in c)
+                wheres[g] = group_where(self.scope, pairs, lambda p, c=chosen: p in c)
         if metric == TTFT:
             counted = {
                 g: sum(a["ttft_n"] or 0 for p, a in aggregates.items() if m is None or p in m)
                 for g, m in groups.items()
             }
             jobs = {g: (w, counted[g]) for g, w in wheres.items()}
-            return percentiles(jobs, _q("ttft_ms"), qs, narrow=self.narrow)
+            return percentiles(jobs, quote("ttft_ms"), qs, narrow=self.narrow)
         if metric == DECISION:
             # time to the routing decision: routing event − request written, in ms; the count
             # of values for the ranks uses exactly the same conditions
-            value = f"({_q('routing_us')} - {_q('request_written_us')}) / 1000.0"
+            value = f"({quote('routing_us')} - {quote('request_written_us')}) / 1000.0"
             for w in wheres.values():
-                w.add(f"{_q('request_written_us')} IS NOT NULL")
-            counts = _scalars(
+                w.add(f"{quote('request_written_us')} IS NOT NULL")
+            counts = scalars(
                 [
                     (
-                        f"SELECT COUNT({value}) FROM {_from(index_for(w, ordered=False), w)} "
+                        f"SELECT COUNT({value}) FROM {from_clause(index_for(w, ordered=False), w)} "
                         f"WHERE {w.sql()}",
                         w.params,
                     )
@@ -130,7 +131,7 @@ class ExactSource:
         base = scope_where(self.scope, skip=("resolved_model", "requested_model")).add(complete)
         pairs = list(self.aggregates())
         sums = {}
-        for i, n, *values in _rows(per_pair_selects(base, pairs, select)):
+        for i, n, *values in union_rows(per_pair_selects(base, pairs, select)):
             if not n:
                 continue
             acc = sums.setdefault(pairs[i][0], [0] * 6)
@@ -142,19 +143,19 @@ class ExactSource:
         """One index range count per bin and model."""
         nbins = len(edges) - 1
         pairs = list(self.aggregates())
-        ttft = _q("ttft_ms")
+        ttft = quote("ttft_ms")
         subqueries = []
         for model in models:
-            where = _group_where(self.scope, pairs, lambda p, m=model: p[0] == m)
+            where = group_where(self.scope, pairs, lambda p, m=model: p[0] == m)
             for i in range(nbins + 1):
                 w = where.copy().add(f"{ttft} >= %s", edges[i])
                 if i < nbins:
                     w.add(f"{ttft} < %s", edges[i + 1])
                 index = index_for(w, ordered=True)
                 subqueries.append(
-                    (f"SELECT COUNT(*) FROM {_from(index, w)} WHERE {w.sql()}", w.params)
+                    (f"SELECT COUNT(*) FROM {from_clause(index, w)} WHERE {w.sql()}", w.params)
                 )
-        counts = _scalars(subqueries)
+        counts = scalars(subqueries)
         return {
             model: counts[j * (nbins + 1) : (j + 1) * (nbins + 1)] for j, model in enumerate(models)
         }
@@ -175,21 +176,21 @@ class ExactSource:
         """One small GROUP BY per resolved model on the pair index."""
         base = scope_where(self.scope, skip=("resolved_model", "requested_model"))
         models = sorted({r for r, q in self.aggregates() if q == "auto"})
-        cat, src = _q("routing_category"), _q("routing_source")
+        cat, src = quote("routing_category"), quote("routing_source")
         parts = []
         for i, model in enumerate(models):
             w = base.copy().eq("resolved_model", model).eq("requested_model", "auto")
             parts.append(
                 (
-                    f"SELECT {i}, {cat}, {src}, COUNT(*) FROM {_from(IDX_PAIR, w)} "
+                    f"SELECT {i}, {cat}, {src}, COUNT(*) FROM {from_clause(IDX_PAIR, w)} "
                     f"WHERE {w.sql()} GROUP BY {cat}, {src}",
                     w.params,
                 )
             )
-        return {(models[i], c, s): n for i, c, s, n in _rows(parts)}
+        return {(models[i], c, s): n for i, c, s, n in union_rows(parts)}
 
     def findings(self, by, code=None):
-        qs = _findings_in_scope(self.scope)
+        qs = findings_in_scope(self.scope)
         if code is not None:
             qs = qs.filter(code=code)
         if not by:
@@ -209,8 +210,8 @@ class ExactSource:
         if start is None:
             return []
         days = day_starts(start, end, tz=scope.tz)
-        table = _from(IDX_CREATED if scope.user_id is None else None)
-        events = f"COALESCE(SUM({_q('event_count')}), 0)"
+        table = from_clause(IDX_CREATED if scope.user_id is None else None)
+        events = f"COALESCE(SUM({quote('event_count')}), 0)"
         subqueries = []
         for d in days:
             window = replace(scope, start=max(d, start), end=min(next_day(d), end))
@@ -218,10 +219,10 @@ class ExactSource:
             wf = scope_where(window).eq("status", "failed")
             subqueries += [
                 (f"SELECT COUNT(*) FROM {table} WHERE {w.sql()}", w.params),
-                (f"SELECT COUNT(*) FROM {_q(TABLE)} WHERE {wf.sql()}", wf.params),
+                (f"SELECT COUNT(*) FROM {quote(TABLE)} WHERE {wf.sql()}", wf.params),
                 (f"SELECT {events} FROM {table} WHERE {w.sql()}", w.params),
             ]
-        values = _scalars(subqueries)
+        values = scalars(subqueries)
         return [
             {
                 "day": d.date(),
@@ -236,12 +237,12 @@ class ExactSource:
         """One GROUP BY over the user index; the newest stream of each comes with it."""
         if self._users is None:
             w = scope_where(self.scope)
-            user, status = _q("user_id"), _q("status")
+            user, status = quote("user_id"), quote("status")
             sql = (
                 f"SELECT {user}, COUNT(*), COUNT(CASE WHEN {status} = 'failed' THEN 1 END), "
-                f"SUM({_q('output_deltas')}), SUM({_q('bytes_received')}), "
-                f"SUM({_q('findings_count')}), MAX({_q('created_at')}) "
-                f"FROM {_from(IDX_USER)} WHERE {w.sql()} GROUP BY {user}"
+                f"SUM({quote('output_deltas')}), SUM({quote('bytes_received')}), "
+                f"SUM({quote('findings_count')}), MAX({quote('created_at')}) "
+                f"FROM {from_clause(IDX_USER)} WHERE {w.sql()} GROUP BY {user}"
             )
             with connection.cursor() as cursor:
                 cursor.execute(sql, w.params)
@@ -266,10 +267,10 @@ class ExactSource:
 
     def errors(self, statuses):
         w = scope_where(self.scope).among("status", statuses)
-        status, code = _q("status"), _q("error_code")
+        status, code = quote("status"), quote("error_code")
         with connection.cursor() as cursor:
             cursor.execute(
-                f"SELECT {status}, {code}, COUNT(*) FROM {_q(TABLE)} WHERE {w.sql()} "
+                f"SELECT {status}, {code}, COUNT(*) FROM {quote(TABLE)} WHERE {w.sql()} "
                 f"GROUP BY {status}, {code}",
                 w.params,
             )
@@ -282,10 +283,10 @@ class ExactSource:
         cols = [_USAGE_COLUMNS[c] for c in by]
         w = scope_where(self.scope)
         select, params = usage_select()
-        keys = ", ".join(_q(c) for c in cols)
+        keys = ", ".join(quote(c) for c in cols)
         sql = (
             f"SELECT {keys + ', ' if keys else ''}{select} "
-            f"FROM {_from(usage_index(self.scope, w), w)} WHERE {w.sql()}"
+            f"FROM {from_clause(usage_index(self.scope, w), w)} WHERE {w.sql()}"
         )
         if cols:
             sql += f" GROUP BY {keys}"
@@ -304,12 +305,12 @@ class ExactSource:
         scope = self.scope
         w = scope_where(scope)
         select, params = usage_select()
-        tag, rows, conditions, extra = _tag_rows(f"{_q(TABLE)}.{_q('tags')}")
+        tag, rows, conditions, extra = _tag_rows(f"{quote(TABLE)}.{quote('tags')}")
         if scope.tag:
             conditions += f" AND {tag} = %s"
             extra = [*extra, scope.tag]
         sql = (
-            f"SELECT {tag}, {select} FROM {_from(usage_index(scope, w), w)}{rows} "
+            f"SELECT {tag}, {select} FROM {from_clause(usage_index(scope, w), w)}{rows} "
             f"WHERE {w.sql()} AND {conditions} GROUP BY {tag}"
         )
         with connection.cursor() as cursor:
@@ -330,7 +331,7 @@ class ExactSource:
         return [{"day": d.date(), **f} for d, f in zip(days, sums, strict=True)]
 
     def usage_series(self):
-        bounds = _series_bounds(self.scope, self.now)
+        bounds = series_bounds(self.scope, self.now)
         if bounds is None:
             return None
         step, windows = buckets(*bounds, tz=self.scope.tz)
@@ -355,14 +356,15 @@ def usage_windows(scope, windows):
     parts = []
     for i, (lo, hi) in enumerate(windows):
         w = scope_where(replace(scope, start=lo, end=hi))
+        table = from_clause(usage_index(scope, w), w)
         parts.append(
             (
-                f"SELECT {i}, {select} FROM {_from(usage_index(scope, w), w)} WHERE {w.sql()}",
+                f"SELECT {i}, {select} FROM {table} WHERE {w.sql()}",
                 [*params, *w.params],
             )
         )
     out = [dict.fromkeys(USAGE_FIGURES, 0) for _ in windows]
-    for i, *values in _rows(parts):
+    for i, *values in union_rows(parts):
         out[i] = usage_figures(values)
     return out
 
@@ -418,7 +420,7 @@ def _phase_sql():
     """(the condition that a stream reached every milestone up to the first token, the SELECT
     of its count and the sums of those milestones, routing falling back to created)."""
     m = {
-        n: _q(n)
+        n: quote(n)
         for n in (
             "request_written_us",
             "headers_us",
@@ -444,21 +446,21 @@ def _phase_sql():
 def _time_series(scope, pairs, models, now, qs):
     """Per model and time bucket: the count and the percentiles `qs` of TTFT (no `qs`: the
     count of streams), each bucket its own index seek."""
-    bounds = _series_bounds(scope, now)
+    bounds = series_bounds(scope, now)
     if bounds is None or not models:
         return None
     step, windows = buckets(*bounds, tz=scope.tz)
-    value = _q("ttft_ms") if qs else "*"
+    value = quote("ttft_ms") if qs else "*"
     groups = {}
     for model in models:
         for b, (lo, hi) in enumerate(windows):
             # the bucket replaces the page's range, so the index seek covers the bucket only
             window = replace(scope, start=max(lo, bounds[0]), end=min(hi, bounds[1]))
-            groups[(model, b)] = _group_where(window, pairs, lambda p, m=model: p[0] == m)
-    counts = _scalars(
+            groups[(model, b)] = group_where(window, pairs, lambda p, m=model: p[0] == m)
+    counts = scalars(
         [
             (
-                f"SELECT COUNT({value}) FROM {_from(index_for(w, ordered=False), w)} "
+                f"SELECT COUNT({value}) FROM {from_clause(index_for(w, ordered=False), w)} "
                 f"WHERE {w.sql()}",
                 w.params,
             )

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard import dates
 from dashboard.stats import cube
-from dashboard.stats.pairs import _summary, fold, model_pairs
+from dashboard.stats.pairs import fold, model_pairs, pair_summary
 from dashboard.stats.scores import ScoresReport, scores_report
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import (
@@ -21,12 +21,12 @@ from dashboard.stats.sql import (
     PERCENTILES,
     SERIES_PERCENTILES,
     Scope,
-    _dicts,
-    _from,
-    _q,
-    _versioned,
+    dict_rows,
+    from_clause,
     index_for,
+    quote,
     scope_where,
+    versioned,
 )
 from streams.store import known_secrets
 from streams.store.aggregates import ERROR_BOUND
@@ -65,7 +65,7 @@ def table_rows(source, key, label="model"):
     groups = fold(aggregates, key)
     members = {g: [p for p in aggregates if key(p) == g] for g in groups}
     pcts = source.percentiles(members)
-    rows = [{label: g, **_summary(a, pcts[g])} for g, a in groups.items()]
+    rows = [{label: g, **pair_summary(a, pcts[g])} for g, a in groups.items()]
     rows.sort(key=lambda r: (-r["count"], known_secrets.label_key(str(r[label]))))
     return rows
 
@@ -75,7 +75,7 @@ def overall(source):
     agg = fold(source.aggregates(), lambda p: "all").get("all")
     if agg is None:
         return None
-    return _summary(agg, source.percentiles({"all": None})["all"])
+    return pair_summary(agg, source.percentiles({"all": None})["all"])
 
 
 def histogram(source, rows):
@@ -138,9 +138,9 @@ def slowest(scope, limit=SLOWEST, band=None):
     """The streams with the highest TTFT in scope. `band` (lo, hi): where the scope's `limit`
     highest values lie, from its histogram (`aggregates.top_band`) — a rare tag's walk down
     the ttft order then reads only that band, not the history above and below it."""
-    where = scope_where(scope).add(f"{_q('ttft_ms')} IS NOT NULL")
+    where = scope_where(scope).add(f"{quote('ttft_ms')} IS NOT NULL")
     if band is not None:
-        where.add(f"{_q('ttft_ms')} > %s AND {_q('ttft_ms')} <= %s", *band)
+        where.add(f"{quote('ttft_ms')} > %s AND {quote('ttft_ms')} <= %s", *band)
     index = index_for(where, ordered=True)  # the top of the ttft order: O(limit / selectivity)
     cols = [
         "id",
@@ -154,10 +154,11 @@ def slowest(scope, limit=SLOWEST, band=None):
         "output_deltas",
     ]
     sql = (
-        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(index, where)} WHERE {where.sql()} "
-        f"ORDER BY {_q('ttft_ms')} DESC LIMIT {int(limit)}"
+        f"SELECT {', '.join(quote(c) for c in cols)} FROM {from_clause(index, where)} "
+        f"WHERE {where.sql()} "
+        f"ORDER BY {quote('ttft_ms')} DESC LIMIT {int(limit)}"
     )
-    return _dicts(sql, where.params, cols)
+    return dict_rows(sql, where.params, cols)
 
 
 @dataclass
@@ -233,7 +234,7 @@ class LatencyReport:
     scores: ScoresReport | None = None
 
 
-@_versioned
+@versioned
 def latency_report(scope, *, now=None, compare_with=None, score_type=None):
     """Everything the latency page shows. `compare_with`: (label_a, scope_a, label_b, scope_b);
     `score_type`: the ScoreType of the scores section (default: thumbs)."""

@@ -1,6 +1,6 @@
 """Aggregates per (resolved model, requested model) pair: the latency and routing pages fold
 their groups from these (counts and sums add up; percentiles never do, so a group's are
-computed over its own conditions, `_group_where`, or its pairs' merged histograms).
+computed over its own conditions, `group_where`, or its pairs' merged histograms).
 """
 
 from __future__ import annotations
@@ -16,16 +16,17 @@ from dashboard.stats.sql import (
     IDX_STATUS,
     PCT_NAMES,
     PERCENTILES,
-    Where,
-    _div,
-    _from,
-    _pct,
-    _q,
-    _rows,
+    ROLLUPS,
+    access_where,
     distinct_values,
+    divide,
+    from_clause,
     history_span,
     memoized,
+    percent,
+    quote,
     scope_where,
+    union_rows,
 )
 
 _STATUS_COUNTS = ("failed", "stalled", "truncated")
@@ -38,8 +39,8 @@ def _pair_columns():
     """(name, SQL, fold) of the aggregates of one pair; fold is "sum" or "max". Each column
     costs time for every row read on SQLite (decoding the index record; docs/performance.md,
     "Analytics"), so only what the pages show is here."""
-    status = _q("status")
-    ttft, itl = _q("ttft_ms"), _q("inter_token_ms")
+    status = quote("status")
+    ttft, itl = quote("ttft_ms"), quote("inter_token_ms")
     cols = [
         ("count", "COUNT(*)", "sum"),
         ("active", f"COUNT(CASE WHEN {status} IN ({_ACTIVE_LITERALS}) THEN 1 END)", "sum"),
@@ -52,7 +53,7 @@ def _pair_columns():
         ("ttft_max", f"MAX({ttft})", "max"),
         ("itl_n", f"COUNT({itl})", "sum"),
         ("itl_sum", f"SUM({itl})", "sum"),
-        ("routed", f"COUNT({_q('routing_us')})", "sum"),
+        ("routed", f"COUNT({quote('routing_us')})", "sum"),
     ]
     return tuple(cols)
 
@@ -71,9 +72,7 @@ def _model_pairs(scope):
     from dashboard.stats import cube
 
     if cube.visible_streams(scope) < cube.EXACT_BELOW:
-        access = Where()
-        if scope.user_id is not None:
-            access.eq("user_id", scope.user_id)
+        access = access_where(scope)
         pairs = []
         for resolved in [""] + distinct_values("resolved_model", access):
             where = access.copy().eq("resolved_model", resolved)
@@ -84,25 +83,20 @@ def _model_pairs(scope):
     from streams.models import UsageRollup
     from streams.store.aggregates import ACTIVE, DAY
 
-    models = f"{_q('resolved_model')}, {_q('requested_model')}"
-    rollup, params = [f"{_q('span')} = %s", f"{_q('tag')} = ''"], [DAY]
-    active, active_params = [f"{_q('status')} IN ({', '.join(['%s'] * len(ACTIVE))})"], [*ACTIVE]
-    if scope.user_id is not None:
-        rollup.append(f"{_q('user_key')} = %s")
-        params.append(scope.user_id)
-        active.append(f"{_q('user_id')} = %s")
-        active_params.append(scope.user_id)
+    models = f"{quote('resolved_model')}, {quote('requested_model')}"
+    rollup = access_where(scope, ROLLUPS).eq("span", DAY)
+    active = access_where(scope).among("status", ACTIVE)
     pairs = set()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT DISTINCT {models} FROM {_q(UsageRollup._meta.db_table)} "
-            f"WHERE {' AND '.join(rollup)}",
-            params,
+            f"SELECT DISTINCT {models} FROM {quote(UsageRollup._meta.db_table)} "
+            f"WHERE {rollup.sql()}",
+            rollup.params,
         )
         pairs.update(cursor.fetchall())
         cursor.execute(
-            f"SELECT DISTINCT {models} FROM {_from(IDX_STATUS)} WHERE {' AND '.join(active)}",
-            active_params,
+            f"SELECT DISTINCT {models} FROM {from_clause(IDX_STATUS)} WHERE {active.sql()}",
+            active.params,
         )
         pairs.update(cursor.fetchall())
     return sorted(pairs)
@@ -114,7 +108,7 @@ def per_pair_selects(base, pairs, select):
     parts = []
     for i, (resolved, requested) in enumerate(pairs):
         where = base.copy().eq("resolved_model", resolved).eq("requested_model", requested)
-        sql = f"SELECT {i}, {select} FROM {_from(IDX_PAIR, where)} WHERE {where.sql()}"
+        sql = f"SELECT {i}, {select} FROM {from_clause(IDX_PAIR, where)} WHERE {where.sql()}"
         parts.append((sql, where.params))
     return parts
 
@@ -132,7 +126,7 @@ def pair_aggregates(scope, pairs=None):
     cols = _pair_columns()
     select = ", ".join(sql for _, sql, _ in cols)
     out = {}
-    for row in _rows(per_pair_selects(base, wanted, select)):
+    for row in union_rows(per_pair_selects(base, wanted, select)):
         if row[1]:
             out[wanted[row[0]]] = {name: v for (name, _, _), v in zip(cols, row[1:], strict=True)}
     return out
@@ -162,14 +156,14 @@ def fold(aggregates, key=lambda pair: pair):
     return out
 
 
-def _summary(agg, pcts):
+def pair_summary(agg, pcts):
     """The numbers of one table row from folded aggregates and its percentiles."""
     finished = agg["count"] - (agg["active"] or 0)
-    itl_mean = _div(agg["itl_sum"], agg["itl_n"])
+    itl_mean = divide(agg["itl_sum"], agg["itl_n"])
     row = {
         "count": agg["count"],
         "ttft_n": agg["ttft_n"],
-        "ttft_mean": _div(agg["ttft_sum"], agg["ttft_n"]),
+        "ttft_mean": divide(agg["ttft_sum"], agg["ttft_n"]),
         "max": agg["ttft_max"],
         "itl_mean": itl_mean,
         # Output rate from the mean gap, not the mean of per-stream rates: a stream that came
@@ -177,12 +171,12 @@ def _summary(agg, pcts):
         # which would swamp a mean of rates (seen on the demo data: 3 700 "tokens/s").
         "tps": 1000 / itl_mean if itl_mean else None,
         "finished": finished,
-        "error_rate": _div(agg["failed"], finished),
-        "stall_rate": _div(agg["stalled"], finished),
-        "truncation_rate": _div(agg["truncated"], finished),
+        "error_rate": divide(agg["failed"], finished),
+        "stall_rate": divide(agg["stalled"], finished),
+        "truncation_rate": divide(agg["truncated"], finished),
     }
     for rate in ("error", "stall", "truncation"):
-        row[f"{rate}_pct"] = _pct(row[f"{rate}_rate"])
+        row[f"{rate}_pct"] = percent(row[f"{rate}_rate"])
     for q in PERCENTILES:
         row[PCT_NAMES[q]] = pcts.get(q)
     for s in _STATUS_COUNTS:
@@ -190,7 +184,7 @@ def _summary(agg, pcts):
     return row
 
 
-def _group_where(scope, pairs, want):
+def group_where(scope, pairs, want):
     """Conditions selecting the pairs for which want(pair) is true, plus the scope filters. A
     single resolved or requested model becomes an equality (so an ordered index applies)."""
     base = scope_where(scope, skip=("resolved_model", "requested_model"))
@@ -218,7 +212,7 @@ def _group_where(scope, pairs, want):
 SERIES_MIN_SPAN = dt.timedelta(minutes=10)
 
 
-def _series_bounds(scope, now):
+def series_bounds(scope, now):
     """The span of the over-time charts: the page's range narrowed to the data's own span in
     it, so the bucket width follows the data (a day of data on a 7-day range is still a line
     of half-hour points, not one 3-hour point). None without data in the range."""

@@ -11,19 +11,20 @@ from dataclasses import replace
 
 from dashboard.stats import cube
 from dashboard.stats.exact import usage_columns, usage_windows
-from dashboard.stats.pairs import _series_bounds
+from dashboard.stats.pairs import series_bounds
+from dashboard.stats.score_figures import ScoreFigures
 from dashboard.stats.sql import (
     PCT_NAMES,
     PERCENTILES,
     SERIES_PERCENTILES,
     TABLE,
     USAGE_FIGURES,
-    _q,
-    _scalars,
     buckets,
     day_starts,
     history_start,
     next_day,
+    quote,
+    scalars,
     scope_where,
 )
 from streams.store.aggregates import (
@@ -44,7 +45,7 @@ def _usage_figures(v):
     return {"streams": v["n"], **{name: v[name] for name in USAGE_FIGURES[1:]}}
 
 
-class RollupSource:
+class RollupSource(ScoreFigures):
     """The figures of one scope from the rollup tables (and the raw rows of the partial hours
     at the range's edges and of the running streams, which `cube.Cube` adds in)."""
 
@@ -53,24 +54,8 @@ class RollupSource:
     def __init__(self, scope, now):
         self.scope = scope
         self.now = now
-        self.cube = cube.Cube(scope, scope.start, scope.end or now)
         self._aggregates = None
         self._usage_days = None
-        self._bounds = {}
-        self._cubes = {}
-
-    def series_bounds(self, scope):
-        """`_series_bounds` of `scope`, once a page: the TTFT chart's span, which the scores'
-        chart shares."""
-        if scope not in self._bounds:
-            self._bounds[scope] = _series_bounds(scope, self.now)
-        return self._bounds[scope]
-
-    def series_cube(self, scope, bounds):
-        """The cube of a chart's span, once a page (it reads the edges' raw rows)."""
-        if (scope, bounds) not in self._cubes:
-            self._cubes[(scope, bounds)] = cube.Cube(scope, bounds[0], bounds[1])
-        return self._cubes[(scope, bounds)]
 
     def aggregates(self):
         if self._aggregates is None:
@@ -141,7 +126,7 @@ class RollupSource:
             return None
         step, windows = buckets(*bounds, tz=scope.tz)
         if step % HOUR:
-            value = _q("ttft_ms") if qs else _q("id")
+            value = quote("ttft_ms") if qs else quote("id")
             return cube.short_series(scope, models, bounds, step, windows, value, qs, pairs=pairs)
         c = self.series_cube(scope, bounds)
         ts = [int(lo.timestamp()) for lo, _ in windows]
@@ -239,12 +224,12 @@ class RollupSource:
         subqueries = []
         for u in users:
             w = scope_where(self.scope)
-            w.add(f"{_q('user_id')} IS NULL") if u is None else w.eq("user_id", u)
+            w.add(f"{quote('user_id')} IS NULL") if u is None else w.eq("user_id", u)
             subqueries.append(
-                (f"SELECT MAX({_q('created_at')}) FROM {_q(TABLE)} WHERE {w.sql()}", w.params)
+                (f"SELECT MAX({quote('created_at')}) FROM {quote(TABLE)} WHERE {w.sql()}", w.params)
             )
         out = {}
-        for u, value in zip(users, _scalars(subqueries), strict=True):
+        for u, value in zip(users, scalars(subqueries), strict=True):
             if isinstance(value, str):
                 value = dt.datetime.fromisoformat(value)
             if value is not None and value.tzinfo is None:
@@ -312,7 +297,7 @@ class RollupSource:
         shorter steps (ranges up to ~28 h) from their raw rows, summed per bucket by the
         database (exact, as `series`)."""
         scope = self.scope
-        bounds = _series_bounds(scope, self.now)
+        bounds = series_bounds(scope, self.now)
         if bounds is None:
             return None
         step, windows = buckets(*bounds, tz=scope.tz)

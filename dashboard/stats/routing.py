@@ -11,18 +11,18 @@ from dataclasses import dataclass, field, replace
 from django.db import connection
 
 from dashboard.stats import cube
-from dashboard.stats.pairs import _summary, fold
+from dashboard.stats.pairs import fold, pair_summary
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import (
     IDX_CREATED,
     IDX_PINNED_ROUTED,
     Scope,
-    _dicts,
-    _from,
-    _pct,
-    _q,
-    _versioned,
+    dict_rows,
+    from_clause,
+    percent,
+    quote,
     scope_where,
+    versioned,
 )
 from streams.store import known_secrets
 from streams.store.aggregates import DECISION, ERROR_BOUND
@@ -56,7 +56,7 @@ class RoutingReport:
     error_bound_pct: float = 100 * ERROR_BOUND
 
 
-@_versioned
+@versioned
 def routing_report(scope, *, now=None):
     """Everything the routing page shows, for requests with `model: "auto"`."""
     now = now or dt.datetime.now(dt.UTC)
@@ -111,7 +111,9 @@ def _auto_vs_pinned(source):
     aggregates = source.aggregates()
     groups = fold(aggregates, side)
     pcts = source.percentiles({g: [p for p in aggregates if side(p) == g] for g in groups})
-    return [{"side": g, **_summary(groups[g], pcts[g])} for g in ("auto", "pinned") if g in groups]
+    return [
+        {"side": g, **pair_summary(groups[g], pcts[g])} for g in ("auto", "pinned") if g in groups
+    ]
 
 
 def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
@@ -121,11 +123,11 @@ def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
     out = []
     for cat in categories:
         where = scope_where(scope).eq("routing_category", cat)
-        where.add(f"{_q('routing_us')} IS NOT NULL")
+        where.add(f"{quote('routing_us')} IS NOT NULL")
         sql = (
-            f"SELECT {_q('routing_reasoning')}, {_q('resolved_model')} "
-            f"FROM {_from(IDX_CREATED, where)} "
-            f"WHERE {where.sql()} ORDER BY {_q('created_at')} DESC LIMIT {int(look_at)}"
+            f"SELECT {quote('routing_reasoning')}, {quote('resolved_model')} "
+            f"FROM {from_clause(IDX_CREATED, where)} "
+            f"WHERE {where.sql()} ORDER BY {quote('created_at')} DESC LIMIT {int(look_at)}"
         )
         with connection.cursor() as cursor:
             cursor.execute(sql, where.params)
@@ -146,8 +148,8 @@ PINNED_ROUTED_SHOWN = 50
 def _pinned_routed_where(scope):
     where = scope_where(scope, skip=("requested_model",))
     # exactly the condition of the partial index stream_pinned_routed
-    where.add(f"{_q('routing_us')} IS NOT NULL")
-    where.add(f"NOT ({_q('requested_model')} IN ('auto', ''))")
+    where.add(f"{quote('routing_us')} IS NOT NULL")
+    where.add(f"NOT ({quote('requested_model')} IN ('auto', ''))")
     return where
 
 
@@ -164,15 +166,15 @@ def pinned_with_routing(scope, limit=PINNED_ROUTED_SHOWN):
         "routing_source",
         "status",
     ]
-    rows = _dicts(
-        f"SELECT {', '.join(_q(c) for c in cols)} FROM {_from(IDX_PINNED_ROUTED, where)} "
-        f"WHERE {where.sql()} ORDER BY {_q('created_at')} DESC LIMIT {int(limit)}",
+    rows = dict_rows(
+        f"SELECT {', '.join(quote(c) for c in cols)} FROM {from_clause(IDX_PINNED_ROUTED, where)} "
+        f"WHERE {where.sql()} ORDER BY {quote('created_at')} DESC LIMIT {int(limit)}",
         where.params,
         cols,
     )
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COUNT(*) FROM {_from(IDX_PINNED_ROUTED, where)} WHERE {where.sql()}",
+            f"SELECT COUNT(*) FROM {from_clause(IDX_PINNED_ROUTED, where)} WHERE {where.sql()}",
             where.params,
         )
         count = cursor.fetchone()[0]
@@ -181,12 +183,12 @@ def pinned_with_routing(scope, limit=PINNED_ROUTED_SHOWN):
 
 def _share(model, agg, total, pcts, dpcts):
     """One model's row of the share table."""
-    summary = _summary(agg, pcts[model])
+    summary = pair_summary(agg, pcts[model])
     return {
         "model": model,
         "count": agg["count"],
         "share": agg["count"] / total if total else None,
-        "share_pct": _pct(agg["count"] / total) if total else None,
+        "share_pct": percent(agg["count"] / total) if total else None,
         "ttft_p50": pcts[model][500],
         "ttft_p95": pcts[model][950],
         "error_rate": summary["error_rate"],
@@ -226,7 +228,7 @@ def _fill_matrix(report, categories, sources, models, total):
                         "model": m,
                         "count": categories[cat].get(m, 0),
                         "share": categories[cat].get(m, 0) / row_total if row_total else None,
-                        "share_pct": _pct(categories[cat].get(m, 0) / row_total)
+                        "share_pct": percent(categories[cat].get(m, 0) / row_total)
                         if row_total
                         else None,
                     }
@@ -235,7 +237,7 @@ def _fill_matrix(report, categories, sources, models, total):
             }
         )
     report.sources = [
-        {"source": s, "count": n, "share": n / total, "share_pct": _pct(n / total)}
+        {"source": s, "count": n, "share": n / total, "share_pct": percent(n / total)}
         for s, n in sorted(sources.items(), key=lambda kv: (-kv[1], known_secrets.label_key(kv[0])))
     ]
     report.decision = [

@@ -3,13 +3,11 @@ the streams in scope — how many, their mean, the share positive — beside tha
 from the latency report's own figures, and the mean and count per time bucket. So "is the
 faster model worse?" has an answer on one page.
 
-Read from the score rollups (`ScoreRollup`, streams/store/aggregates.py) through the cube
-(`cube.Cube.scores`), which adds the scores of the raw rows the rollups do not hold yet (the
-finished streams of the partial hours at the range's edges, and the running streams): every
-figure is a count or a sum, so exact, and kept when retention deletes the streams. The raw
-rows are read instead where the rollups cannot answer: a session filter (sessions are not in
-their key; exact, as every figure of that page) and the sub-hour buckets of the 1 h and 24 h
-ranges' chart (rollup periods are an hour at least), as the TTFT chart does.
+The figures are a `Source`'s (`Source.scores`, `Source.score_series`), as every other figure
+of the page; both sources read them alike (dashboard/stats/score_figures.py): from the score
+rollups through the cube, which adds the scores of the raw rows the rollups do not hold yet,
+so every figure is a count or a sum, exact, and kept when retention deletes the streams; from
+the raw rows where the rollups cannot answer (a session filter, sub-hour buckets).
 
 What is counted is scores, not streams: a stream scored by two people (or by an application
 under two keys) counts twice. A score belongs to the period its stream was created in.
@@ -18,17 +16,15 @@ under two keys) counts twice. A score belongs to the period its stream was creat
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field, replace
-
-from django.db import connection
+from dataclasses import dataclass, field
 
 from dashboard import dates
 from dashboard.stats import cube
-from dashboard.stats.pairs import _series_bounds
-from dashboard.stats.sql import _from, _q, buckets, history_span, index_for, scope_where
-from streams.models import Score, ScoreType
-from streams.store import aggregates, known_secrets
-from streams.store.aggregates import DAY, HOUR, epoch_s
+from dashboard.stats.source import source_for
+from dashboard.stats.sql import buckets, history_span
+from streams.models import ScoreType
+from streams.store import known_secrets
+from streams.store.aggregates import DAY
 
 # Models in the table and lines in the chart, busiest (most scores) first: the cap of the
 # other analytics tables (admin.TOP_USERS, usage.TOP_USERS and TOP_TAGS).
@@ -65,53 +61,18 @@ def figures(n, sum_milli, positive):
     }
 
 
-def _raw_scores(scope, score_type):
-    """[(resolved model, created_at, value)] of the scores of `score_type` on the stream rows
-    in `scope` (running ones included): the stream rows of the scope's index, each joined with
-    its scores by the (score type, stream) index."""
-    w = scope_where(scope)
-    streams = (
-        f"SELECT {_q('id')}, {_q('resolved_model')}, {_q('created_at')} "
-        f"FROM {_from(index_for(w, ordered=False), w)} WHERE {w.sql()}"
-    )
-    sql = (
-        f"SELECT st.{_q('resolved_model')}, st.{_q('created_at')}, sc.{_q('value')} "
-        f"FROM ({streams}) st JOIN {_q(Score._meta.db_table)} sc "
-        f"ON sc.{_q('stream_id')} = st.{_q('id')} WHERE sc.{_q('score_type_id')} = %s"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*w.params, score_type.pk])
-        return cursor.fetchall()
+def per_model(source, score_type):
+    """{resolved model: [n, sum_milli, positive]} of the scores of `score_type` in the
+    source's scope (`Source.scores`), the models with scores."""
+    return {m: v for m, v in source.scores(score_type).items() if v[0]}
 
 
-def _fold_raw(rows, score_type, key):
-    """{key(model, created_at): [n, sum_milli, positive]} of `_raw_scores` rows."""
-    out = {}
-    for model, created_at, value in rows:
-        values = aggregates.score_values(value, score_type.is_positive(value))
-        cube.add_to(out, key(model, created_at), values)
-    return out
-
-
-def per_model(scope, score_type, now, source=None):
-    """{resolved model: [n, sum_milli, positive]} of the scores of `score_type` in scope.
-    `source`: the page's, whose cube (a rollup source's) has read the raw rows already."""
-    if scope.session:
-        rows = _raw_scores(scope, score_type)
-        per = _fold_raw(rows, score_type, lambda model, _: model)
-    else:
-        c = getattr(source, "cube", None) or cube.Cube(scope, scope.start, scope.end or now)
-        per = {k[0]: v for k, v in c.scores(score_type.pk, ("resolved_model",)).items()}
-    return {m: v for m, v in per.items() if v[0]}
-
-
-def _bounds(scope, now, source=None):
-    """The chart's span: the TTFT chart's (`_series_bounds`: the range narrowed to its
-    streams; the page's `source` has it already), reaching back to the oldest aggregated day
-    where retention deleted the stream rows of the days before the oldest kept one (their
-    scores are in the rollups)."""
-    known = getattr(source, "series_bounds", None)
-    bounds = known(scope) if known else _series_bounds(scope, now)
+def _bounds(source):
+    """The chart's span: the TTFT chart's (`Source.series_bounds`: the range narrowed to its
+    streams), reaching back to the oldest aggregated day where retention deleted the stream
+    rows of the days before the oldest kept one (their scores are in the rollups)."""
+    scope, now = source.scope, source.now
+    bounds = source.series_bounds(scope)
     oldest = cube.first_day(scope)
     if oldest is None or scope.session:
         return bounds
@@ -123,24 +84,17 @@ def _bounds(scope, now, source=None):
     return (start, end) if start < end else None
 
 
-def series(scope, score_type, models, now, source=None):
+def series(source, score_type, models):
     """{"step", "t": [bucket starts], "minimum", "maximum", "series": [{"model", "n": [scores],
     "mean": [mean or None]}]} per bucket of the page's step (`sql.buckets`, as the TTFT
     chart), or None without scores."""
-    bounds = _bounds(scope, now, source)
+    bounds = _bounds(source)
     if bounds is None or not models:
         return None
-    step, windows = buckets(*bounds, tz=scope.tz)
+    step, windows = buckets(*bounds, tz=source.scope.tz)
     ts = [int(lo.timestamp()) for lo, _ in windows]
     edges = [*ts, int(windows[-1][1].timestamp())]
-    if scope.session or step % HOUR:
-        g = cube.Grid(tuple(edges))
-        rows = _raw_scores(replace(scope, start=bounds[0], end=bounds[1]), score_type)
-        per = _fold_raw(rows, score_type, lambda m, at: (m, g.key(epoch_s(at))))
-    else:
-        shared = getattr(source, "series_cube", None)
-        c = shared(scope, bounds) if shared else cube.Cube(scope, bounds[0], bounds[1])
-        per = c.scores(score_type.pk, ("resolved_model", "t"), cube.grid(step, edges))
+    per = source.score_series(score_type, bounds, step, edges)
     out = []
     for model in models:
         sums = [per.get((model, t), (0, 0, 0)) for t in ts]
@@ -179,15 +133,17 @@ def scores_report(scope, score_type=None, *, ttft, now=None, source=None):
     a ScoreType (default: thumbs); `ttft`: the latency report's rows per resolved model
     (`by_resolved`), whose stream count and TTFT p50 and p95 the table shows beside the scores
     (TTFT has one derivation: this builder takes the latency page's figures, never its own);
-    `source`: the latency report's (`per_model`)."""
+    `source`: the latency report's (default: `source_for` the scope), whose `Source.scores`
+    and `Source.score_series` the figures are."""
     now = now or dt.datetime.now(dt.UTC)
+    source = source or source_for(scope, now)
     score_type = score_type or default_type()
     report = ScoresReport(score_type=score_type)
     if score_type is None:
         return report
     if scope.session:
         report.method = cube.EXACT
-    per = per_model(scope, score_type, now, source)
+    per = per_model(source, score_type)
     if not per:
         return report
     report.empty = False
@@ -207,7 +163,7 @@ def scores_report(scope, score_type=None, *, ttft, now=None, source=None):
         )
     report.overall = figures(*(sum(v[i] for v in per.values()) for i in range(3)))
     models = [m for m, _ in shown if m]
-    report.series = series(scope, score_type, models, now, source)
+    report.series = series(source, score_type, models)
     if report.series:
         report.series_rows = series_rows(report.series, zone=scope.zone)
     return report

@@ -59,10 +59,25 @@ class Source(Protocol):
         last one everything from edges[-1] up."""
 
     def series(self, models: list, qs=SERIES_PERCENTILES, requested_model="") -> dict | None:
-        """Per resolved model and time bucket of the over-time charts (`pairs._series_bounds`,
+        """Per resolved model and time bucket of the over-time charts (`pairs.series_bounds`,
         `sql.buckets`): {"step", "t": [bucket starts], "series": [{"model", "n": [count],
         "p50": [...], …}]}: with `qs`, the count and quantiles of TTFT; without, the count of
         streams. `requested_model`: only the streams requested as that. None: no data."""
+
+    def series_bounds(self, scope) -> tuple | None:
+        """(start, end) of the over-time charts (`pairs.series_bounds`: the range narrowed to
+        its streams) of `scope` (this source's, or it narrowed to a requested model). None:
+        no streams."""
+
+    def scores(self, score_type) -> dict:
+        """{resolved model: [n, sum_milli, positive]} (`aggregates.SCORE_VALUES`) of the scores
+        of `score_type` (a ScoreType) given to the streams in scope, running ones included,
+        and kept for the streams retention deleted (score_figures.py)."""
+
+    def score_series(self, score_type, bounds: tuple, step: int, edges: list) -> dict:
+        """{(resolved model, bucket start): [n, sum_milli, positive]} of those scores per bucket
+        of the over-time chart over `bounds`: buckets of `step` seconds starting at `edges`
+        (epoch seconds, the last one the end; `sql.buckets`)."""
 
     def top_band(self, k: int) -> tuple | None:
         """(lo, hi): a TTFT band that holds the k highest values in scope, when the source

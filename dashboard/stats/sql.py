@@ -16,7 +16,7 @@ in one statement. With `ORDER BY ttft_ms` the database walks an index that is or
 k entries without touching a table row; percentiles above the median walk from the top, so one
 group's p50…p99 cost about 0.9·n index entries in all. Narrow time windows (the buckets of a
 time series, short ranges) instead read only the window's rows through the (model, requested
-model, created_at) index and sort those few (SQLite is told which index to use, see `_from`).
+model, created_at) index and sort those few (SQLite is told which index to use, see `from_clause`).
 Counts and sums come from per-group aggregate subqueries that seek the same covering index, and
 are folded in Python (counts and sums add up; percentiles never are). On SQLite, window
 functions and GROUP BY sort in a temporary B-tree over the whole history; these shapes avoid
@@ -24,8 +24,9 @@ that sort (docs/performance.md, "Analytics"). SQL text is built here, with param
 the ORM cannot put hundreds of ordered-offset subqueries into one statement; the same SQL runs
 on SQLite and PostgreSQL.
 
-Names with a leading underscore are private to the `dashboard.stats` package: its report
-modules share them, callers outside it do not use them.
+What the report modules share is public here (`quote`, `from_clause`, `scalars`, `union_rows`,
+`dict_rows`, …); a leading underscore means this module alone (tests/test_layers.py holds every
+module to that).
 """
 
 from __future__ import annotations
@@ -40,13 +41,14 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db import connection
-from django.db.models import F
+from django.db.models import BooleanField
+from django.db.models.expressions import RawSQL
 
 from streams.core.figures import rank
 from streams.core.pricing import CURRENCIES
 from streams.core.usage import ESTIMATED
 from streams.models import Finding, Stream
-from streams.store.lookups import HasTag, distinct_stream_values, has_tag_sql
+from streams.store.lookups import distinct_stream_values, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
 PCT_NAMES = {500: "p50", 750: "p75", 900: "p90", 950: "p95", 990: "p99"}
@@ -80,7 +82,7 @@ def usage_select():
     """(SQL, params): the SELECT list of USAGE_FIGURES over raw stream rows, by the rules the
     rollups sum them by (`aggregates._usage_values`); each sum a BIGINT (PostgreSQL's SUM of
     bigint is numeric)."""
-    source, cost, currency = _q("usage_source"), _q("cost_nanos"), _q("cost_currency")
+    source, cost, currency = quote("usage_source"), quote("cost_nanos"), quote("cost_currency")
     eur, usd = CURRENCIES
 
     def total(sql):
@@ -91,7 +93,7 @@ def usage_select():
             "COUNT(*)",
             f"COUNT(CASE WHEN {source} <> '' THEN 1 END)",
             f"COUNT(CASE WHEN {source} = %s THEN 1 END)",
-            *(total(_q(c)) for c in USAGE_FIGURES[3:7]),
+            *(total(quote(c)) for c in USAGE_FIGURES[3:7]),
             f"COUNT({cost})",
             total(f"CASE WHEN {currency} = %s THEN {cost} END"),
             total(f"CASE WHEN {currency} = %s THEN {cost} END"),
@@ -112,15 +114,15 @@ def usage_figures(values):
 def version(scope, now):
     """A fingerprint of what could change a page: the newest stream, the running ones, and
     the minute (relative ranges move). Two small index reads."""
-    where = Where()
-    if scope.user_id is not None:
-        where.eq("user_id", scope.user_id)
+    where = access_where(scope)
     active = where.copy().among("status", ACTIVE)
     with connection.cursor() as cursor:
-        cursor.execute(f"SELECT MAX({_q('id')}) FROM {_q(TABLE)} WHERE {where.sql()}", where.params)
+        cursor.execute(
+            f"SELECT MAX({quote('id')}) FROM {quote(TABLE)} WHERE {where.sql()}", where.params
+        )
         newest = cursor.fetchone()[0] or 0
         cursor.execute(
-            f"SELECT {_q('id')} FROM {_q(TABLE)} WHERE {active.sql()} ORDER BY {_q('id')}",
+            f"SELECT {quote('id')} FROM {quote(TABLE)} WHERE {active.sql()} ORDER BY {quote('id')}",
             active.params,
         )
         running = [r[0] for r in cursor.fetchall()]
@@ -133,7 +135,7 @@ _memo = contextvars.ContextVar("streamscope_report_memo", default=None)
 
 
 def memoized(key, compute):
-    """compute(), once per report being built (`_versioned`): figures several parts of one
+    """compute(), once per report being built (`versioned`): figures several parts of one
     page ask for, such as how many streams the scope sees."""
     memo = _memo.get()
     if memo is None:
@@ -143,7 +145,7 @@ def memoized(key, compute):
     return memo[key]
 
 
-def _versioned(build):
+def versioned(build):
     """`build(scope, …)` that returns None (nothing changed) when called with the version the
     caller already shows (`known_version`), and otherwise a report carrying its version."""
 
@@ -204,7 +206,7 @@ class Scope:
 
 
 @functools.cache
-def _q(name):
+def quote(name):
     # SQLite and PostgreSQL both quote with double quotes
     return connection.ops.quote_name(name)
 
@@ -238,7 +240,7 @@ class Where:
 
     def eq(self, column, value):
         self.eqs.add(column)
-        return self.add(f"{_q(column)} = %s", value)
+        return self.add(f"{quote(column)} = %s", value)
 
     def among(self, column, values):
         values = list(values)
@@ -247,13 +249,13 @@ class Where:
         if len(values) == 1:
             return self.eq(column, values[0])
         self.ins.add(column)
-        return self.add(f"{_q(column)} IN ({', '.join(['%s'] * len(values))})", *values)
+        return self.add(f"{quote(column)} IN ({', '.join(['%s'] * len(values))})", *values)
 
-    def between(self, start, end):
+    def between(self, start, end, column="created_at"):
         if start is not None:
-            self.add(f"{_q('created_at')} >= %s", _dt(start))
+            self.add(f"{quote(column)} >= %s", _dt(start))
         if end is not None:
-            self.add(f"{_q('created_at')} < %s", _dt(end))
+            self.add(f"{quote(column)} < %s", _dt(end))
         return self
 
     def copy(self):
@@ -263,59 +265,83 @@ class Where:
         return " AND ".join(self.parts) if self.parts else "1 = 1"
 
 
-def scope_where(scope, *, skip=()):
-    """The conditions of a scope (access, range, filters), leaving out the columns in `skip`."""
+@dataclass(frozen=True)
+class Rows:
+    """Where a scope's filters land in one kind of table: the raw stream rows (`STREAMS`) or
+    the rollups (`ROLLUPS`, `streams.store.aggregates`), whose rows are keyed by the same
+    model, status and source columns."""
+
+    user: str  # the column of whose streams
+    created: str | None  # the range's column; None: the caller bounds it (rollup periods by t)
+    sessions: bool  # rollups hold no sessions (`cube.method` reads such a scope raw)
+    # rollups: every stream's rows are under the tag "", a tagged stream's also under each of
+    # its tags, so one tag is one key range; raw rows: the stream's `tags` hold the tag
+    tag_key: bool
+
+
+STREAMS = Rows(user="user_id", created="created_at", sessions=True, tag_key=False)
+ROLLUPS = Rows(user="user_key", created=None, sessions=False, tag_key=True)
+FILTERS = ("resolved_model", "requested_model", "status", "source", "session")
+
+
+def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
+    """The conditions of a scope (access, range, filters) on `rows`, leaving out the filters in
+    `skip` (of "user" and `FILTERS`). The one rule for both kinds of table; a rollup's
+    `scope.username` is resolved by the caller (`cube.Cube`: its user key is a number).
+    `tags` (rollups): the rows of these tags instead of the scope's."""
     where = Where()
-    if scope.user_id is not None:
-        where.eq("user_id", scope.user_id)
-    where.between(scope.start, scope.end)
-    for column in ("resolved_model", "requested_model", "status", "source", "session"):
+    if rows.tag_key:
+        if tags is None:
+            where.eq("tag", scope.tag or "")
+        else:
+            where.among("tag", tags)
+    if scope.user_id is not None and "user" not in skip:
+        where.eq(rows.user, scope.user_id)
+    if rows.created:
+        where.between(scope.start, scope.end, rows.created)
+    for column in FILTERS:
         value = getattr(scope, column)
-        if value and column not in skip:
-            where.eq(column, value)
+        if not value or column in skip:
+            continue
+        if column == "session" and not rows.sessions:
+            raise ValueError("the rollups hold no sessions: read a session's scope raw")
+        where.eq(column, value)
     if scope.session and "session" not in skip:
         # the session index is partial; SQLite uses it only when the query says so itself
-        where.add(f"NOT ({_q('session')} = '')")
-    if scope.tag:
-        where.add(*_has_tag(scope.tag))
-    if scope.username:
+        where.add(f"NOT ({quote('session')} = '')")
+    if scope.tag and not rows.tag_key:
+        sql, params = has_tag_sql(f"{quote(TABLE)}.{quote('tags')}", scope.tag, connection)
+        where.add(sql, *params)
+    if scope.username and "user" not in skip:
         # one scalar subquery, evaluated once: the user_id columns of the indexes still serve
         # (an unknown name is NULL, which matches nothing)
         users = get_user_model()._meta.db_table
         where.add(
-            f"{_q('user_id')} = (SELECT {_q('id')} FROM {_q(users)} WHERE {_q('username')} = %s)",
+            f"{quote(rows.user)} = (SELECT {quote('id')} FROM {quote(users)} "
+            f"WHERE {quote('username')} = %s)",
             scope.username,
         )
     return where
 
 
-def _has_tag(tag):
-    sql, params = has_tag_sql(f"{_q(TABLE)}.{_q('tags')}", tag, connection)
-    return (sql, *params)
+def access_where(scope, rows=STREAMS):
+    """Whose streams `scope` may see, alone (its range and filters left out), on `rows` (on
+    `ROLLUPS`: the rows of every stream, tag ""): the access part of `scope_where`."""
+    return scope_where(Scope(user_id=scope.user_id), rows=rows)
 
 
-def _findings_in_scope(scope):
-    """The findings of the streams in `scope` (its access, range, models, status, source and
-    labels), as a queryset."""
+def findings_in_scope(scope):
+    """The findings of the streams in `scope`, as a queryset: joined with their stream rows
+    and filtered by `scope_where` (the one rule; not a third spelling of it in the ORM). The
+    join lets the database start from the scope's streams on their index (an `IN` list or an
+    `EXISTS` per finding measured 3-16x slower). The rule's columns are the stream table's,
+    unqualified: a finding has none of their names."""
+    w = scope_where(scope)
     qs = Finding.objects.all()
-    for column in ("resolved_model", "requested_model", "status"):
-        if getattr(scope, column):
-            qs = qs.filter(**{f"stream__{column}": getattr(scope, column)})
-    if scope.user_id is not None:
-        qs = qs.filter(stream__user_id=scope.user_id)
-    if scope.start is not None:
-        qs = qs.filter(stream__created_at__gte=scope.start)
-    if scope.end is not None:
-        qs = qs.filter(stream__created_at__lt=scope.end)
-    if scope.source:
-        qs = qs.filter(stream__source=scope.source)
-    if scope.session:
-        qs = qs.filter(stream__session=scope.session)
-    if scope.tag:
-        qs = qs.filter(HasTag(F("stream__tags"), scope.tag))
-    if scope.username:
-        qs = qs.filter(stream__user__username=scope.username)
-    return qs
+    if not w.parts:
+        return qs
+    joined = qs.filter(stream__created_at__isnull=False)  # never null: only the join
+    return joined.filter(RawSQL(w.sql(), w.params, output_field=BooleanField()))
 
 
 # The indexes of Stream.Meta these queries are shaped for (see streams/models.py).
@@ -356,21 +382,21 @@ def index_for(where, *, ordered):
     return IDX_CREATED
 
 
-def _from(index=None, where=None):
+def from_clause(index=None, where=None):
     """The table, with an index named for SQLite: without statistics (ANALYZE) its planner
     guesses, and on a large history it guessed a non-covering index for a time range plus a
     sort, far slower than the covering one (docs/performance.md, "Analytics"). PostgreSQL
     plans from its statistics. A session filter (`where` has it) selects a handful of rows:
     its own index, whatever the query's shape would otherwise want."""
-    table = _q(TABLE)
+    table = quote(TABLE)
     if where is not None and "session" in where.eqs:
         index = IDX_SESSION
     if index and connection.vendor == "sqlite":
-        return f"{table} INDEXED BY {_q(index)}"
+        return f"{table} INDEXED BY {quote(index)}"
     return table
 
 
-def _scalars(subqueries):
+def scalars(subqueries):
     """Values of scalar subqueries [(sql, params)], in order, a few statements in all."""
     values = []
     with connection.cursor() as cursor:
@@ -382,7 +408,7 @@ def _scalars(subqueries):
     return values
 
 
-def _rows(parts):
+def union_rows(parts):
     """Rows of several SELECTs [(sql, params)] whose first column says which part they are,
     joined with UNION ALL, a few statements in all."""
     rows = []
@@ -395,7 +421,7 @@ def _rows(parts):
     return rows
 
 
-def _dicts(sql, params, cols):
+def dict_rows(sql, params, cols):
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = [dict(zip(cols, r, strict=True)) for r in cursor.fetchall()]
@@ -407,26 +433,26 @@ def _dicts(sql, params, cols):
     return rows
 
 
-def _div(a, b):
+def divide(a, b):
     return a / b if a is not None and b else None
 
 
-def _pct(fraction):
+def percent(fraction):
     return None if fraction is None else 100 * fraction
 
 
-def _ranked(where, value, offset, *, descending=False, narrow=False):
+def offset_subquery(where, value, offset, *, descending=False, narrow=False):
     """The scalar subquery for the value at `offset` of `value` ordered over `where`. `narrow`:
     read the rows of `where` through the (model, created_at) index and sort them, instead of
     walking the ttft-ordered one (SQLite is told which index; PostgreSQL costs both)."""
     direction = " DESC" if descending else ""
-    ordered = value == _q("ttft_ms") and (
+    ordered = value == quote("ttft_ms") and (
         # without a model to seek, a window's rows would come through the created_at index
         # and a table lookup each: walking the ttft-ordered covering index is cheaper
         not narrow or index_for(where, ordered=False) == IDX_CREATED
     )
     sql = (
-        f"SELECT {value} FROM {_from(index_for(where, ordered=ordered), where)} "
+        f"SELECT {value} FROM {from_clause(index_for(where, ordered=ordered), where)} "
         f"WHERE {where.sql()} AND {value} IS NOT NULL "
         f"ORDER BY {value}{direction} LIMIT 1 OFFSET {int(offset)}"
     )
@@ -439,9 +465,9 @@ def percentile_queries(where, value, n, qs=PERCENTILES, *, narrow=False):
     for q in qs:
         k = rank(q, n)
         if k > n // 2:  # nearer the top: walk down from the maximum
-            out.append(_ranked(where, value, n - k, descending=True, narrow=narrow))
+            out.append(offset_subquery(where, value, n - k, descending=True, narrow=narrow))
         else:
-            out.append(_ranked(where, value, k - 1, narrow=narrow))
+            out.append(offset_subquery(where, value, k - 1, narrow=narrow))
     return out
 
 
@@ -456,7 +482,7 @@ def percentiles(groups, value, qs=PERCENTILES, *, narrow=False):
                     qs, percentile_queries(where, value, n, qs, narrow=narrow), strict=True
                 )
             )
-    values = _scalars([sq for _, _, sq in jobs])
+    values = scalars([sq for _, _, sq in jobs])
     out = {key: dict.fromkeys(qs) for key in groups}
     for (key, q, _), v in zip(jobs, values, strict=True):
         out[key][q] = v
@@ -582,14 +608,12 @@ def history_start(scope):
 def history_span(scope):
     """(oldest, newest) stream's creation in scope (None, None without any): two index seeks
     (one statement of two subqueries: SQLite seeks MIN or MAX only when it stands alone)."""
-    where = Where()
-    if scope.user_id is not None:
-        where.eq("user_id", scope.user_id)
-    col, cond = _q("created_at"), where.sql()
+    where = access_where(scope)
+    col, cond = quote("created_at"), where.sql()
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT (SELECT MIN({col}) FROM {_q(TABLE)} WHERE {cond}), "
-            f"(SELECT MAX({col}) FROM {_q(TABLE)} WHERE {cond})",
+            f"SELECT (SELECT MIN({col}) FROM {quote(TABLE)} WHERE {cond}), "
+            f"(SELECT MAX({col}) FROM {quote(TABLE)} WHERE {cond})",
             [*where.params, *where.params],
         )
         return tuple(_as_datetime(v) for v in cursor.fetchone())

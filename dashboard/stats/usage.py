@@ -23,7 +23,7 @@ from dashboard import dates
 from dashboard.stats import cube
 from dashboard.stats.pairs import model_pairs
 from dashboard.stats.source import source_for
-from dashboard.stats.sql import USAGE_FIGURES, Scope, _div, _pct, _versioned
+from dashboard.stats.sql import USAGE_FIGURES, Scope, divide, percent, versioned
 from streams.core import pricing
 from streams.store import known_secrets
 
@@ -42,7 +42,7 @@ def usage_row(figures, currencies=pricing.CURRENCIES):
     row["unpriced"] = row["streams"] - row["priced_n"]
     # cached input and reasoning tokens are never estimated: known only from reported usage
     row["reported_n"] = row["usage_n"] - row["estimated_n"]
-    row["estimated_pct"] = _pct(_div(row["estimated_n"], row["usage_n"]))
+    row["estimated_pct"] = percent(divide(row["estimated_n"], row["usage_n"]))
     row["tokens"] = row["input_tokens"] + row["output_tokens"]
     row["costs"] = [(c, row[name]) for c, name in CURRENCY_FIGURES if c in currencies]
     return row
@@ -142,7 +142,7 @@ def _series(series, currencies, zone):
     return chart, rows
 
 
-@_versioned
+@versioned
 def usage_report(scope, *, now=None):
     """Everything the usage page shows."""
     now = now or dt.datetime.now(dt.UTC)

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 from dashboard.feedback import panel
 from dashboard.forms.feedback import CommentForm, ScoreForm
 from dashboard.templatetags.feedback import thumbs_context
-from dashboard.views.streams import _get_stream_for_user
+from dashboard.views.streams import get_stream_for_user
 from streams.models import Score
 from streams.store import scores
 
@@ -53,7 +53,7 @@ def _errors(form):
 @login_required
 @require_POST
 def stream_score(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     form = ScoreForm(request.POST)
     compact = _compact(request)
     if not form.is_valid():
@@ -80,7 +80,7 @@ def stream_score(request, stream_id):
 @login_required
 @require_POST
 def stream_comment(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     form = CommentForm(request.POST)
     compact = _compact(request)
     if not form.is_valid():
@@ -95,7 +95,7 @@ def stream_comment(request, stream_id):
 @require_POST
 def stream_score_withdraw(request, stream_id, score_id):
     """Take back one's own score (someone else's, or one on a stream one may not see: 404)."""
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     score = Score.objects.filter(pk=score_id, stream=stream, author=request.user).first()
     if score is None:
         raise Http404("No such score")

@@ -25,9 +25,9 @@ from dashboard import queries
 from dashboard.forms.shares import ShareLinkForm
 from dashboard.forms.streams import SessionPageForm
 from dashboard.views.streams import (
-    _json,
     event_detail_page,
     event_window_page,
+    json_response,
     timeline_config,
     timeline_context,
 )
@@ -208,10 +208,10 @@ def shared_stream_event(request, link, secret, stream_id, index):
 @require_GET
 @link_view()
 def shared_stream_timing(request, link, secret, stream_id):
-    return _json(queries.timing_series(_stream_in(link, stream_id)))
+    return json_response(queries.timing_series(_stream_in(link, stream_id)))
 
 
 @require_GET
 @link_view()
 def shared_stream_replay(request, link, secret, stream_id):
-    return _json(queries.replay_events(_stream_in(link, stream_id)))
+    return json_response(queries.replay_events(_stream_in(link, stream_id)))

@@ -31,7 +31,7 @@ from streams.serve import export
 from streams.store.access import search_allowed, streams_for
 
 
-def _get_stream_for_user(request, stream_id):
+def get_stream_for_user(request, stream_id):
     """The stream, if `request.user` may see it. Someone else's stream is a 404, not a 403, so
     that ids of other users' streams do not leak; staff see every stream."""
     stream = streams_for(request.user).filter(pk=stream_id).first()
@@ -50,7 +50,7 @@ def _fragment(request):
     return request.headers.get("HX-Target") or None
 
 
-def _json(data):
+def json_response(data):
     response = JsonResponse(data, json_dumps_params={"separators": (",", ":")})
     response["Cache-Control"] = "private, no-cache"
     return response
@@ -113,7 +113,7 @@ def _download(request, stream, pieces, apieces, content_type, extension):
 @login_required
 @require_GET
 def stream_sse(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     return _download(
         request,
         stream,
@@ -127,7 +127,7 @@ def stream_sse(request, stream_id):
 @login_required
 @require_GET
 def stream_json(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     return _download(
         request, stream, export.iter_document, export.aiter_document, "application/json", "json"
     )
@@ -252,7 +252,7 @@ def _too_many_searches(request, form, retry):
 @login_required
 @require_GET
 def stream_detail(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     context = timeline_context(request, request.user, stream, _timeline_config(stream))
     context["nav"] = "streams"
     context.update(feedback.panel(request.user, stream))
@@ -282,35 +282,35 @@ def event_detail_page(request, stream, index):
 @login_required
 @require_GET
 def stream_events(request, stream_id):
-    return event_window_page(request, _get_stream_for_user(request, stream_id))
+    return event_window_page(request, get_stream_for_user(request, stream_id))
 
 
 @login_required
 @require_GET
 def stream_event(request, stream_id, index):
-    return event_detail_page(request, _get_stream_for_user(request, stream_id), index)
+    return event_detail_page(request, get_stream_for_user(request, stream_id), index)
 
 
 @login_required
 @require_GET
 def stream_timing(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
-    return _json(queries.timing_series(stream))
+    stream = get_stream_for_user(request, stream_id)
+    return json_response(queries.timing_series(stream))
 
 
 @login_required
 @require_GET
 def stream_replay(request, stream_id):
-    stream = _get_stream_for_user(request, stream_id)
-    return _json(queries.replay_events(stream))
+    stream = get_stream_for_user(request, stream_id)
+    return json_response(queries.replay_events(stream))
 
 
 @login_required
 @require_GET
 def stream_compare(request, stream_id, other_id):
     """Two streams side by side (dashboard/stats/compare.py); polled while either runs."""
-    a = _get_stream_for_user(request, stream_id)
-    b = _get_stream_for_user(request, other_id)
+    a = get_stream_for_user(request, stream_id)
+    b = get_stream_for_user(request, other_id)
     diff, cut = compare.word_diff(a.output_text, b.output_text)
     context = {
         "a": a,
@@ -336,10 +336,10 @@ def stream_compare(request, stream_id, other_id):
 def stream_compare_with(request, stream_id):
     """Pick the stream to compare `stream_id` with (`?other=<id>` goes there), among the user's
     newest ones."""
-    stream = _get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id)
     form = CompareWithForm(request.GET)
     if form.is_valid() and form.cleaned_data["other"]:
-        other = _get_stream_for_user(request, form.cleaned_data["other"])
+        other = get_stream_for_user(request, form.cleaned_data["other"])
         return HttpResponseRedirect(reverse("stream_compare", args=[stream.pk, other.pk]))
     recent = streams_for(request.user).exclude(pk=stream.pk).order_by("-created_at")[:20]
     context = {"stream": stream, "recent": recent, "form": form, "nav": "streams"}

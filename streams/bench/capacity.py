@@ -31,15 +31,15 @@ from django.core.management.base import CommandError
 
 from streams.bench import fail_if, limits_of, migrated_env, server_limits
 from streams.bench.proxy import (
-    _bench_token,
-    _unrecorded,
+    bench_token,
     paced_request,
     pacing_arguments,
     proxy_server,
     received,
     simulator,
+    unrecorded,
 )
-from streams.bench.relay import PATIENCE_S, _percentile
+from streams.bench.relay import PATIENCE_S, percentile
 
 STREAMS = 2  # per client and step
 DEFAULT_STEPS = "25,50,100,150,200,300,400"
@@ -58,7 +58,7 @@ def run(command, opts):
     if not steps or steps[0] < 1:
         raise CommandError("--steps: positive stream counts, e.g. 25,50,100")
     tmp, env = migrated_env("capacity", drop=("REDIS_URL",))
-    token = _bench_token(env)
+    token = bench_token(env)
     sim = simulator(tmp, env)
     most = steps[-1]
     # a client's next request may arrive while the proxy still finishes its last one
@@ -77,7 +77,7 @@ def run(command, opts):
     try:
         for n in steps:
             result = asyncio.run(_step(n, sim.port, daphne, token, request))
-            result["lost_events"] += _unrecorded(env, result.pop("_proxied"))
+            result["lost_events"] += unrecorded(env, result.pop("_proxied"))
             result["within"] = (
                 result["lost_events"] == 0
                 and result["client_added_p99_ms"] <= opts["limit_ms"]
@@ -158,13 +158,13 @@ async def _step(n, sim_port, daphne, token, request):
             lost += missing
             events += len(run["receipts"])
             recorded[run["stream_id"]] = len(run["receipts"])
-    direct_p50, direct_p99 = _percentile(direct_lag, 50, 3), _percentile(direct_lag, 99, 3)
+    direct_p50, direct_p99 = percentile(direct_lag, 50, 3), percentile(direct_lag, 99, 3)
     return {
         "streams": n,
-        "client_added_p50_ms": round(_percentile(client_lag, 50, 3) - direct_p50, 3),
-        "client_added_p99_ms": round(_percentile(client_lag, 99, 3) - direct_p99, 3),
-        "viewer_added_p50_ms": round(_percentile(viewer_lag, 50, 3) - direct_p50, 3),
-        "viewer_added_p99_ms": round(_percentile(viewer_lag, 99, 3) - direct_p99, 3),
+        "client_added_p50_ms": round(percentile(client_lag, 50, 3) - direct_p50, 3),
+        "client_added_p99_ms": round(percentile(client_lag, 99, 3) - direct_p99, 3),
+        "viewer_added_p50_ms": round(percentile(viewer_lag, 50, 3) - direct_p50, 3),
+        "viewer_added_p99_ms": round(percentile(viewer_lag, 99, 3) - direct_p99, 3),
         "direct_p99_ms": direct_p99,
         "viewer_live_events": len(viewer_lag),
         "lost_events": lost,

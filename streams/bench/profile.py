@@ -40,7 +40,7 @@ CONTEXTS = [
     ("auth", "django/contrib/sessions/", None),
     ("row", "streams/store/rows.py", {"new_row", "build_request_body"}),
     ("row", "streams/run/services.py", None),
-    ("finish", "streams/store/rows.py", {"finished", "_usage_fields", "reprice"}),
+    ("finish", "streams/store/rows.py", {"finished", "usage_fields", "reprice"}),
     ("finish", "streams/core/usage.py", None),
     ("finish", "streams/core/pricing.py", None),
     ("finish", "streams/store/prices.py", None),

@@ -50,8 +50,7 @@ from streams.bench import (
     wait_for_port,
 )
 from streams.bench.profile import Sampler, by_stage, stages_text
-from streams.bench.relay import Server, _percentile
-from streams.bench.relay import _stop as stop_process
+from streams.bench.relay import Server, percentile, stop_process
 
 REQUEST = {
     "model": "auto",
@@ -101,7 +100,7 @@ def pacing_arguments(parser):
 
 def run(command, opts):
     tmp, env = migrated_env("proxy", drop=("REDIS_URL",))
-    token = _bench_token(env)
+    token = bench_token(env)
     sim = simulator(tmp, env)
     sim_root = f"http://127.0.0.1:{sim.port}"
     configurations = _configurations(opts)
@@ -130,7 +129,7 @@ def run(command, opts):
                     opts["profile"],
                 )
             )
-            result["lost_events"] += _unrecorded(env, result.pop("_proxied_ids"))
+            result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
             result["server_limits"] = limits_of(limits)
             results.append(result)
             _print(command, n, arrivals, result, opts["json"])
@@ -194,7 +193,7 @@ def paced_request(opts):
     }
 
 
-def _bench_token(env):
+def bench_token(env):
     """An API token of the user `bench` (made if missing) in the bench's database."""
     return manage(
         env,
@@ -460,35 +459,35 @@ def _figures(n, arrivals, floor, measured):
     return {
         "concurrency": n,
         "arrivals": arrivals,
-        "added_ttft_p50_ms": _percentile(added_ttft, 50, 3),
-        "added_ttft_p99_ms": _percentile(added_ttft, 99),
+        "added_ttft_p50_ms": percentile(added_ttft, 50, 3),
+        "added_ttft_p99_ms": percentile(added_ttft, 99),
         "added_event_p50_ms": round(
-            _percentile(lag["proxy"], 50, 3) - _percentile(lag["direct"], 50, 3), 3
+            percentile(lag["proxy"], 50, 3) - percentile(lag["direct"], 50, 3), 3
         ),
         "added_event_p99_ms": round(
-            _percentile(lag["proxy"], 99) - _percentile(lag["direct"], 99), 3
+            percentile(lag["proxy"], 99) - percentile(lag["direct"], 99), 3
         ),
         # of the added TTFT, how much is the request's way to the upstream
-        "added_request_p50_ms": _percentile(added_request, 50, 3),
+        "added_request_p50_ms": percentile(added_request, 50, 3),
         "lost_events": lost,
         "cpu_us_per_event": round(cpu["proxy"] * 1e6 / max(1, events["proxy"]), 1),
         # the same process's CPU per event while it relayed (its idle work included in both)
         "relay_cpu_us_per_event": round(cpu["relay"] * 1e6 / max(1, events["relay"]), 1),
-        "daphne_floor_p50_ms": _percentile(floor, 50, 3),
-        "relay_ttft_p50_ms": _percentile(relay_ttft, 50, 3),
-        "relay_ttft_p99_ms": _percentile(relay_ttft, 99),
+        "daphne_floor_p50_ms": percentile(floor, 50, 3),
+        "relay_ttft_p50_ms": percentile(relay_ttft, 50, 3),
+        "relay_ttft_p99_ms": percentile(relay_ttft, 99),
         "relay_event_p50_ms": round(
-            _percentile(lag["relay"], 50, 3) - _percentile(lag["direct"], 50, 3), 3
+            percentile(lag["relay"], 50, 3) - percentile(lag["direct"], 50, 3), 3
         ),
-        "relay_request_p50_ms": _percentile(
+        "relay_request_p50_ms": percentile(
             [(arrival["relay"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]], 50, 3
         ),
-        "over_relay_ttft_p50_ms": _percentile(over_relay, 50, 3),
-        "over_relay_ttft_p99_ms": _percentile(over_relay, 99),
+        "over_relay_ttft_p50_ms": percentile(over_relay, 50, 3),
+        "over_relay_ttft_p99_ms": percentile(over_relay, 99),
         "events": events["proxy"],
         "samples": len(added_ttft),
         "_proxied_ids": proxied_ids,
-    } | (_against_nginx(measured, _percentile(added_ttft, 99)) if "nginx" in ttft else {})
+    } | (_against_nginx(measured, percentile(added_ttft, 99)) if "nginx" in ttft else {})
 
 
 def _against_nginx(measured, proxy_p99):
@@ -499,17 +498,17 @@ def _against_nginx(measured, proxy_p99):
     added = [(ttft["nginx"][s] - ttft["direct"][s]) / 1e6 for s in seeds]
     over = [(ttft["proxy"][s] - ttft["nginx"][s]) / 1e6 for s in seeds]
     relay_over = [(ttft["relay"][s] - ttft["nginx"][s]) / 1e6 for s in seeds]
-    direct_p50, direct_p99 = _percentile(lag["direct"], 50, 3), _percentile(lag["direct"], 99)
-    nginx_p99 = _percentile(added, 99)
+    direct_p50, direct_p99 = percentile(lag["direct"], 50, 3), percentile(lag["direct"], 99)
+    nginx_p99 = percentile(added, 99)
     return {
-        "nginx_ttft_p50_ms": _percentile(added, 50, 3),
+        "nginx_ttft_p50_ms": percentile(added, 50, 3),
         "nginx_ttft_p99_ms": nginx_p99,
-        "nginx_event_p50_ms": round(_percentile(lag["nginx"], 50, 3) - direct_p50, 3),
-        "nginx_event_p99_ms": round(_percentile(lag["nginx"], 99) - direct_p99, 3),
+        "nginx_event_p50_ms": round(percentile(lag["nginx"], 50, 3) - direct_p50, 3),
+        "nginx_event_p99_ms": round(percentile(lag["nginx"], 99) - direct_p99, 3),
         "nginx_cpu_us_per_event": round(cpu["nginx"] * 1e6 / max(1, events["nginx"]), 1),
-        "over_nginx_ttft_p50_ms": _percentile(over, 50, 3),
+        "over_nginx_ttft_p50_ms": percentile(over, 50, 3),
         # the relay floor's (Daphne and httpcore forwarding, nothing else) above nginx
-        "relay_over_nginx_ttft_p50_ms": _percentile(relay_over, 50, 3),
+        "relay_over_nginx_ttft_p50_ms": percentile(relay_over, 50, 3),
         # (p99s of the two added TTFTs apart: the p99 of a difference of two noisy runs says
         # little)
         "over_nginx_ttft_p99_ms": round(proxy_p99 - nginx_p99, 3),
@@ -566,7 +565,7 @@ async def received(response, t0):
     return receipts, response_id, first
 
 
-def _unrecorded(env, received):
+def unrecorded(env, received):
     """Events proxied clients got that the records lack (`received`: stream id → events the
     client got), once every proxied stream has ended."""
     out = manage(

@@ -254,8 +254,8 @@ def _stats():
     hop_stats = (
         {
             "samples": len(HOPS),
-            "p50_ms": _percentile(HOPS, 50),
-            "p90_ms": _percentile(HOPS, 90),
+            "p50_ms": percentile(HOPS, 50),
+            "p90_ms": percentile(HOPS, 90),
             "max_ms": round(max(HOPS), 2),
         }
         if HOPS
@@ -373,11 +373,11 @@ class Server:
         return process_cpu_s(self.proc.pid)
 
     def stop(self):
-        _stop(self.proc)
+        stop_process(self.proc)
         self.log.close()
 
 
-def _stop(proc):
+def stop_process(proc):
     proc.terminate()
     try:
         proc.wait(10)
@@ -479,7 +479,7 @@ def _one_server(command, opts, setup, pattern, counts):
     finally:
         daphne.stop()
         if recorder is not None:
-            _stop(recorder)
+            stop_process(recorder)
     return results
 
 
@@ -638,15 +638,15 @@ async def _paced(result, pattern, n, daphne, sim_root, opts):
         published = (await client.post("/_bench/published", json=ids)).json()
     latencies, recorder, publish = await _latencies(sim_root, paced, receipts, published)
     if latencies:
-        result["added_latency_p50_ms"] = _percentile(latencies, 50)
-        result["added_latency_p99_ms"] = _percentile(latencies, 99)
+        result["added_latency_p50_ms"] = percentile(latencies, 50)
+        result["added_latency_p99_ms"] = percentile(latencies, 99)
     if recorder:
         # where the time goes: the recorder's receipt, then the publish after the commit
-        result["recorder_latency_p50_ms"] = _percentile(recorder, 50)
-        result["recorder_latency_p99_ms"] = _percentile(recorder, 99)
+        result["recorder_latency_p50_ms"] = percentile(recorder, 50)
+        result["recorder_latency_p99_ms"] = percentile(recorder, 99)
     if publish:
-        result["published_latency_p50_ms"] = _percentile(publish, 50)
-        result["published_latency_p99_ms"] = _percentile(publish, 99)
+        result["published_latency_p50_ms"] = percentile(publish, 50)
+        result["published_latency_p99_ms"] = percentile(publish, 99)
     if not opts["no_viewers"]:
         result["lost_events"] += paced["lost"]
         result["duplicated_events"] += paced["duplicated"]
@@ -830,7 +830,7 @@ async def _consume(ws, stock, idle_s):
     return records, closed
 
 
-def _percentile(values, p, digits=2):
+def percentile(values, p, digits=2):
     """The p-th percentile (p in percent) of a non-empty list, by nearest rank
     (`figures.nearest_rank`), rounded to `digits` decimals."""
     return round(figures.nearest_rank(values, p * 10), digits)

@@ -2,7 +2,7 @@
 
 Usage and cost are derived once per stream, when it finishes (`rows.finished`), never per
 event. This times, in one process and one run, `rows.finished` for streams of `--events`
-output deltas, and within it the usage and cost part (`rows._usage_fields`), for four kinds of
+output deltas, and within it the usage and cost part (`rows.usage_fields`), for four kinds of
 stream: usage reported and a team price; no usage (an estimate: the request and the output
 counted with the o200k_base tokenizer) priced by the maintained list; an estimate at the
 built-in simulator's example price (when it is the upstream); an estimate for a model nobody
@@ -101,7 +101,7 @@ def run(command, opts):
         assert (fields["usage_source"] == "reported") == reported, fields
         total_us = _time(finished, n)
         usage_part = functools.partial(
-            rows._usage_fields, checker, fields, body, None, model, started, imported
+            rows.usage_fields, checker, fields, body, None, model, started, imported
         )
         usage_us = _time(usage_part, n)
         results.append(

@@ -108,7 +108,7 @@ SCORE_VALUES = ("n", "sum_milli", "positive")
 COUNT = ("n",)
 
 
-def _tables():
+def rollup_tables():
 
     return {
         UsageRollup: (USAGE_KEY, USAGE_VALUES),
@@ -429,7 +429,7 @@ def apply(contributions, sign=1):
     in the caller's transaction. ON CONFLICT … DO UPDATE adds to the stored row atomically, so
     concurrent writers (several workers on PostgreSQL) never lose each other's counts."""
     qn = connection.ops.quote_name
-    for model, (key, values) in _tables().items():
+    for model, (key, values) in rollup_tables().items():
         rows = contributions.tables.get(model)
         if not rows:
             continue
@@ -527,7 +527,7 @@ def rebuild(progress=None, chunk_s=DAY):
     transaction; returns the number of streams read."""
     from django.db.models import Max, Min
 
-    for model in _tables():
+    for model in rollup_tables():
         model.objects.all().delete()
     bounds = Stream.objects.aggregate(lo=Min("created_at"), hi=Max("created_at"))
     if bounds["lo"] is None:
@@ -563,7 +563,7 @@ def stored():
     """{model: {key: values}} as stored, without zero rows (what rebuild == incremental
     compares)."""
     out = {}
-    for model, (key, values) in _tables().items():
+    for model, (key, values) in rollup_tables().items():
         rows = {}
         for r in model.objects.values_list(*key, *values):
             k, v = tuple(r[: len(key)]), list(r[len(key) :])

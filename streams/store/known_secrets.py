@@ -220,6 +220,12 @@ def remember(secret: str):
     return True
 
 
+def learn_here(secrets):
+    """Benchmarks: pass-through keys redacted in this process only (not sealed, so not in the
+    database nor other processes)."""
+    _known.add(set(secrets))
+
+
 def knows(secret: str) -> bool:
     return secret in _known.passthrough
 

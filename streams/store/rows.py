@@ -293,7 +293,7 @@ def finished(
     fields are left as they are). `status` None: the checker decides (`status_from_checker`).
     The error: `_error_fields`. Times are µs since the attempt started, as stored; `milestones`
     ({"<name>_us": µs}) are written too; `proxy_delays`: the proxy's `(µs held, events)`.
-    Usage and cost (`_usage_fields`): from the checker's terminal response, or `answer`, the
+    Usage and cost (`usage_fields`): from the checker's terminal response, or `answer`, the
     `(usage, text, model)` of a `stream: false` answer; `request_body` for an estimate, `model` (the
     requested one, when no response named one), `started_at` and `imported` (a capture, not
     an answer of this instance's upstream) for the price."""
@@ -321,13 +321,13 @@ def finished(
     )
     if proxy_delays:
         fields.update(figures.proxy_added(proxy_delays))
-    fields.update(_usage_fields(judged, fields, request_body, answer, model, started_at, imported))
+    fields.update(usage_fields(judged, fields, request_body, answer, model, started_at, imported))
     if request_body is not None:  # (else what the row was made with stays)
         fields["search_other"] = search.other_text(request_body, fields.get("parts"))
     return bound(fields)
 
 
-def _usage_fields(judged, fields, request_body, answer, model, started_at, imported):
+def usage_fields(judged, fields, request_body, answer, model, started_at, imported):
     """A finished row's usage (reported, else estimated) and its cost. None of it for a
     request that got no answer to count (`judged` None and no `answer`)."""
     if judged is not None:

@@ -879,7 +879,7 @@ def _rollup_rows(contrib, as_text):
     """A day's complete rollup rows as [(table, columns, flat values or their COPY text)], for
     `_insert_rollups` (made by the producer: see `_copy_text`)."""
     out = []
-    for model, (key, values) in aggregates._tables().items():
+    for model, (key, values) in aggregates.rollup_tables().items():
         rows = contrib.tables.get(model)
         if rows:
             flat = []
@@ -1149,7 +1149,7 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
     # {table: (its rows being summed, where t, span and the owner are in its key)}
     tables = {
         model: ({}, key.index("t"), key.index("span"), key.index("user_key"))
-        for model, (key, _values) in aggregates._tables().items()
+        for model, (key, _values) in aggregates.rollup_tables().items()
     }
     shapes, assignment = _assign_shapes(rng, streams, split, events_per_stream, columns, tables)
     owner_of = rng.choices(owners, owner_weights, k=streams)
@@ -1315,7 +1315,7 @@ def _write_history(history, columns, bulk, progress):
     fresh = (
         bulk
         and max(aggregates.SPANS) <= aggregates.DAY
-        and not any(model.objects.exists() for model in aggregates._tables())
+        and not any(model.objects.exists() for model in aggregates.rollup_tables())
     )
     writer = _Writer(history.shapes, columns, threaded=bulk, fresh_rollups=fresh)
     try:
