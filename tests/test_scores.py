@@ -368,14 +368,14 @@ class TestPages:
         assert 'role="status"' not in body
 
     def test_a_thumb_saved_is_confirmed_in_the_pages_language(self, people, client):
-        """Not "Saved: thumbs up." on a Dutch page: the thumbs type's words are ours."""
+        """Not "Saved: thumbs up." on a Dutch page: the thumbs type's words are ours. (A thumb
+        pressed answers without a note, which would unfold "Score…"; the score form's thumbs
+        are confirmed.)"""
         stream = finished(people.owner)
         client.force_login(people.owner)
         url = f"/streams/{stream.pk}/score/"
         dutch = {"HTTP_HX_REQUEST": "true", "HTTP_ACCEPT_LANGUAGE": "nl"}
-        r = client.post(
-            url, {"name": "thumbs", "value": "up", "toggle": "1", "compact": "1"}, **dutch
-        )
+        r = client.post(url, {"name": "thumbs", "value": "up", "compact": "1"}, **dutch)
         body = r.content.decode()
         assert r.status_code == 200 and "Opgeslagen: duim omhoog." in body, body
         assert "thumbs up" not in body
