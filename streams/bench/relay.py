@@ -76,6 +76,8 @@ CLOSE_REASONS = {
 
 async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
     """The stock pattern: one group message per event."""
+    from streams.store import event_shape
+
     layer = get_channel_layer()
     group = f"stock.{stream_id}"
     for e in events:
@@ -83,13 +85,7 @@ async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
             group,
             {
                 "type": "stream.event",
-                "event": {
-                    "index": e[0],
-                    "type": e[1],
-                    "sequence_number": e[2],
-                    "t_us": e[3],
-                    "data": e[4],
-                },
+                "event": event_shape.event(*e),
             },
         )
     from streams.models import Stream
