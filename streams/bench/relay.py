@@ -135,10 +135,12 @@ def timed(publish):
     """Note when each batch was published (after its commit): the writer's share of the
     latency is publish time − the recorder's receipt time."""
 
+    from streams.store.event_shape import INDEX
+
     def timed_publish(stream_id, user_id, events, stream_fields=None):
         if events:
             PUBLISHED.setdefault(stream_id, []).append(
-                (events[0][0], events[-1][0], time.monotonic_ns())
+                (events[0][INDEX], events[-1][INDEX], time.monotonic_ns())
             )
         return publish(stream_id, user_id, events, stream_fields)
 
