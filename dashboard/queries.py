@@ -31,8 +31,8 @@ from streams.core.pricing import CURRENCIES
 from streams.models import Event, Finding, Stream
 from streams.store import known_secrets, public, scores, search
 from streams.store.access import may_see, streams_for
+from streams.store.event_shape import PROXIED_ROW_COLUMNS
 from streams.store.lookups import HasTag
-from streams.store.rows import PROXIED_INSERT_COLUMNS
 
 PAGE_STREAMS = 50  # rows per list page
 EVENTS_PAGE = 200  # rows per event-table window
@@ -955,7 +955,7 @@ _SUMMARY_BY_ENDING = {
 def event_detail(stream, index):
     """One event with its data: pretty-printed JSON and verbatim; None when it does not exist."""
     events = Event.objects.filter(stream_id=stream.pk, index=index)
-    row = events.values(*PROXIED_INSERT_COLUMNS[1:]).first()
+    row = events.values(*(c for c in PROXIED_ROW_COLUMNS if c != "stream_id")).first()
     if row is None:
         return None
     raw = row.pop("raw")

@@ -10,7 +10,7 @@ from asgiref.sync import sync_to_async
 from streams.live import consumers, relay
 from streams.models import ApiToken, Event, Stream
 from streams.run import runner
-from streams.store import rows
+from streams.store import event_shape, rows
 from tests.support.clients import ws
 
 pytestmark = [
@@ -63,9 +63,13 @@ def stored_stream(user, n, status="completed", start=0, stream=None, *, proxied=
     return stream
 
 
+def checked(type_, sequence_number):
+    return event_shape.Checked(type_, sequence_number, None, None, True)
+
+
 def payloads(start, n):
     return [
-        relay.event_payload(i, "response.output_text.delta", i, i * 100, delta(i))
+        event_shape.message(i, i * 100, checked("response.output_text.delta", i), delta(i))
         for i in range(start, start + n)
     ]
 
@@ -493,7 +497,10 @@ class TestRedaction:
         fields = {"status": "failed", "event_count": 2, "error_message": f"key {self.KEY}"}
         await Stream.objects.filter(pk=stream.pk).aupdate(**fields)
         await publish_batch(
-            stream.pk, people.owner.pk, [relay.event_payload(1, "error", 1, 9, data)], fields
+            stream.pk,
+            people.owner.pk,
+            [event_shape.message(1, 9, checked("error", 1), data)],
+            fields,
         )
         texts = await self.texts_until_close(comm)
         assert texts and not any(self.KEY in t for t in texts)

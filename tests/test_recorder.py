@@ -14,7 +14,7 @@ from streams.ingest import recorder
 from streams.ingest.upstream import UpstreamError
 from streams.models import Event, Finding, Stream
 from streams.run import runner
-from streams.store import rows
+from streams.store import event_shape, rows
 from tests.support.recording import body, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -534,7 +534,7 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
     monkeypatch.setattr(rows, "write_batch", write_batch)
     writer = writer_module.Writer(max_age_ms=1000)
     rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
-    width = len(rows.INSERT_COLUMNS)
+    width = len(event_shape.ROW_COLUMNS)
     for first, n in ((0, 3), (3, 2)):
         payloads = [(i, "x", i, i, "{}") for i in range(first, first + n)]
         await writer.put(rec, [None] * (width * n), payloads)
@@ -577,22 +577,29 @@ async def test_a_flush_never_waits_for_a_writer_that_is_gone(db):
 
 
 def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
-    """Proxied rows have PROXIED_INSERT_COLUMNS and their relay payloads sent_us (the consumer
-    reads nothing more); every other stream's keep INSERT_COLUMNS and the 5-tuple."""
+    """Proxied rows have PROXIED_ROW_COLUMNS and their relay payloads sent_us (the consumer
+    reads nothing more); every other stream's keep ROW_COLUMNS and MESSAGE_COLUMNS."""
     from streams.ingest.recorder import Recording
     from streams.ingest.upstream import ReceivedEvent
-    from streams.store.rows import INSERT_COLUMNS, PROXIED_INSERT_COLUMNS
+    from streams.store.event_shape import (
+        MESSAGE_COLUMNS,
+        PROXIED_MESSAGE_COLUMNS,
+        PROXIED_ROW_COLUMNS,
+        ROW_COLUMNS,
+    )
 
-    for proxied, columns in ((False, INSERT_COLUMNS), (True, PROXIED_INSERT_COLUMNS)):
+    for proxied, columns in ((False, ROW_COLUMNS), (True, PROXIED_ROW_COLUMNS)):
         rec = Recording(1, None, pinned_model=False, proxied=proxied)
         rec.start(1_000_000, 60.0)
         sse = ReceivedEvent(3_000_000, "message", "", '{"type":"response.created"}')
         rows, payloads = rec.ingest([sse, sse], sent_ns=4_500_000 if proxied else None)
         assert len(rows) == 2 * len(columns)
         if proxied:
-            assert rows[len(columns) - 1] == 3500 and payloads[0][5] == 3500
+            sent = PROXIED_MESSAGE_COLUMNS.index("sent_us")
+            assert rows[columns.index("sent_us")] == 3500 and payloads[0][sent] == 3500
+            assert [len(p) for p in payloads] == [len(PROXIED_MESSAGE_COLUMNS)] * 2
         else:
-            assert [len(p) for p in payloads] == [5, 5]
+            assert [len(p) for p in payloads] == [len(MESSAGE_COLUMNS)] * 2
 
 
 def _attempt(events=0, milestones=()):

@@ -22,7 +22,7 @@ from django.test import Client
 from streams.core import conf
 from streams.live import relay, shared
 from streams.models import Event, ShareLink, Stream
-from streams.store import shares
+from streams.store import event_shape, shares
 from tests.conftest import log_in_people
 from tests.support.clients import ws
 from tests.support.recording import recorded, text_events
@@ -500,7 +500,8 @@ class TestLive:
         assert first["status"] == "streaming"
         assert KEY not in json.dumps(first) and "[redacted]" in first["events"][0]["data"]
         # the live batches come as on the stream's own socket
-        batch = [relay.event_payload(3, "response.output_text.delta", 3, 300, '{"delta":"ok"}')]
+        checked = event_shape.Checked("response.output_text.delta", 3, None, None, True)
+        batch = [event_shape.message(3, 300, checked, '{"delta":"ok"}')]
         pending = relay.publish(stream.pk, people.owner.pk, batch)
         if pending is not None:
             await pending

@@ -76,6 +76,8 @@ CLOSE_REASONS = {
 
 async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
     """The stock pattern: one group message per event."""
+    from streams.store import event_shape
+
     layer = get_channel_layer()
     group = f"stock.{stream_id}"
     for e in events:
@@ -83,13 +85,7 @@ async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
             group,
             {
                 "type": "stream.event",
-                "event": {
-                    "index": e[0],
-                    "type": e[1],
-                    "sequence_number": e[2],
-                    "t_us": e[3],
-                    "data": e[4],
-                },
+                "event": event_shape.event(*e),
             },
         )
     from streams.models import Stream
@@ -139,10 +135,12 @@ def timed(publish):
     """Note when each batch was published (after its commit): the writer's share of the
     latency is publish time − the recorder's receipt time."""
 
+    from streams.store.event_shape import INDEX
+
     def timed_publish(stream_id, user_id, events, stream_fields=None):
         if events:
             PUBLISHED.setdefault(stream_id, []).append(
-                (events[0][0], events[-1][0], time.monotonic_ns())
+                (events[0][INDEX], events[-1][INDEX], time.monotonic_ns())
             )
         return publish(stream_id, user_id, events, stream_fields)
 

@@ -36,7 +36,7 @@ from streams.core.capture import (
 )
 from streams.core.checks import Checker, said
 from streams.models import Capture, Finding, Stream
-from streams.store import aggregates, rows
+from streams.store import aggregates, event_shape, rows
 from streams.store.rows import insert_events
 
 # Rows handed to insert_events at once: bounds the memory of a 100k-event import.
@@ -117,7 +117,7 @@ class Checked:
     body: dict  # the request body the HAR kept ({} when none)
     requested: str
     checker: Checker
-    envelopes: list  # what the checker read from each event, for its row (not the parsed JSON)
+    envelopes: list  # what the checker read of each event, for its row (`event_shape.Checked`)
 
 
 @dataclass
@@ -213,7 +213,7 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
     envelopes = []
     for i, ev in enumerate(capture.events):
         r = feed(i, ev.event_name, ev.data)
-        envelopes.append((r.type, r.sequence_number, r.output_index, r.content_index, r.is_json))
+        envelopes.append(event_shape.Checked.of(r))
     checker.close(connection_closed=True)
     invalid = first_invalid_utf8(capture.content)
     if invalid is not None:
@@ -267,7 +267,7 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
     chunk = []
     for i, (ev, envelope) in enumerate(zip(capture.events, envelopes, strict=True)):
         # t_us and received_at: a file keeps no receipt times
-        chunk.append((sid, i, None, None, ev.event_name, ev.sse_id, *envelope, ev.data, ev.raw))
+        chunk.append(event_shape.row(sid, i, None, None, ev, envelope))
         if len(chunk) >= INSERT_CHUNK:
             insert_events(chunk)
             chunk = []

@@ -33,10 +33,9 @@ from streams.ingest.upstream import (
     request_headers,
 )
 from streams.ingest.writer import db_executor, get_writer
-from streams.live import relay
 from streams.models import Finding, Stream
 from streams.observe import ended
-from streams.store import rows
+from streams.store import event_shape, rows
 from streams.store.rows import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -78,7 +77,7 @@ class Recording:
     count_due_s: float = 0.0  # loop time when event_count is next written (Writer._commit)
     inline_max: int | None = None  # RELAY_INLINE_MAX_BYTES, read once per attempt
     body_open: bool = False  # an event stream was being read (the checker has a say)
-    # Proxied streams: rows with PROXIED_INSERT_COLUMNS, and (µs the proxy held a chunk before the
+    # Proxied streams: rows with PROXIED_ROW_COLUMNS, and (µs the proxy held a chunk before the
     # client's socket had it, events).
     proxied: bool = False
     proxy_delays: list = field(default_factory=list)
@@ -137,12 +136,13 @@ class Recording:
     def ingest(self, events, sent_ns=None):
         """The events of one received chunk: number them, feed the checker, note milestones.
 
-        Returns the writer's `(rows, payloads)`: `rows` is flat, INSERT_COLUMNS values one event
-        after the other, and payloads are tuples. Per event nothing survives that the garbage
-        collector must keep scanning (a tuple of atoms is untracked at its first collection;
-        a list per row and a tuple per queue item were scanned again and again while queued,
-        and the collector took a large share of the pipeline's time; docs/performance.md,
-        "Recorder"). This is the hottest code in the product.
+        Returns the writer's `(rows, payloads)`: `rows` is flat, `event_shape.row` values one
+        event after the other, and payloads are `event_shape.message` tuples. Per event
+        nothing survives that the garbage collector must keep scanning (a tuple of atoms is
+        untracked at its first collection; a list per row and a tuple per queue item were
+        scanned again and again while queued, and the collector took a large share of the
+        pipeline's time; docs/performance.md, "Recorder"). This is the hottest code in the
+        product.
 
         `sent_ns`: when the proxy handed the chunk to its client (None: not proxied)."""
         rows = []
@@ -150,6 +150,8 @@ class Recording:
         add_row = rows.extend
         add_payload = payloads.append
         feed = self.checker.feed
+        row, proxied_row = event_shape.row, event_shape.proxied_row
+        message, proxied_message = event_shape.message, event_shape.proxied
         stream_id = self.stream_id
         wall0 = self.wall0  # the writer thread turns this into the wall-clock receipt time
         t0_ns = self.t0_ns
@@ -165,31 +167,14 @@ class Recording:
                 self.add_findings(result.violations)
             if result.kind is not None:
                 self._milestone(result, sse.t_ns)
-            type_ = result.type
-            seq = result.sequence_number
             if sse.raw is not None:
                 self._not_utf8(index, sse.raw)
-            add_row(
-                (
-                    stream_id,
-                    index,
-                    t_us,
-                    wall0,
-                    sse.event_name,
-                    sse.sse_id,
-                    type_,
-                    seq,
-                    result.output_index,
-                    result.content_index,
-                    result.is_json,
-                    data,
-                    sse.raw,
-                )
-            )
-            payload = relay.event_payload(index, type_, seq, t_us, data, inline_max)
+            payload = message(index, t_us, result, data, inline_max)
             if proxied:
-                add_row((sent_us,))
-                payload = (*payload, sent_us)  # the consumer needs no read for it
+                add_row(proxied_row(stream_id, index, t_us, wall0, sse, result, sent_us))
+                payload = proxied_message(payload, sent_us)  # the consumer needs no read for it
+            else:
+                add_row(row(stream_id, index, t_us, wall0, sse, result))
             add_payload(payload)
             index += 1
         self.next_index = index
@@ -540,13 +525,16 @@ async def _whole_body(rec, writer, response, tap, phases):
     if s_us is not None:
         rec.proxy_delays.append((s_us - t_us, 1))
     raw = None if text.encode() == body else body
-    row = [rec.stream_id, 0, t_us, rec.wall0, "", "", type_, None, None, None, is_json, text, raw]
-    payload = relay.event_payload(0, type_, None, t_us, text)
-    if tap is not None:  # (PROXIED_INSERT_COLUMNS: when the client had it)
-        row.append(s_us)
-        payload = (*payload, s_us)
+    received = event_shape.Received("", "", text, raw)
+    checked = event_shape.Checked(type_, None, None, None, is_json)
+    payload = event_shape.message(0, t_us, checked, text)
+    if tap is not None:
+        values = event_shape.proxied_row(rec.stream_id, 0, t_us, rec.wall0, received, checked, s_us)
+        payload = event_shape.proxied(payload, s_us)
+    else:
+        values = event_shape.row(rec.stream_id, 0, t_us, rec.wall0, received, checked)
     rec.next_index = 1
-    await writer.put(rec, row, [payload])
+    await writer.put(rec, values, [payload])
     if status is not None:
         return Outcome(status)
     try:

@@ -27,7 +27,8 @@ from streams.core import conf
 from streams.live import relay
 from streams.observe import telemetry
 from streams.store import public, rows
-from streams.store.rows import INSERT_COLUMNS, PROXIED_INSERT_COLUMNS, StorageUnavailable
+from streams.store.event_shape import INDEX, PROXIED_ROW_COLUMNS, ROW_COLUMNS
+from streams.store.rows import StorageUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -164,8 +165,8 @@ class Writer:
         )
         self.batches += 1
         telemetry.batch_committed(
-            len(event_rows) // len(INSERT_COLUMNS),
-            len(proxied_rows) // len(PROXIED_INSERT_COLUMNS),
+            len(event_rows) // len(ROW_COLUMNS),
+            len(proxied_rows) // len(PROXIED_ROW_COLUMNS),
             started,
         )
         if refused:
@@ -193,7 +194,7 @@ class Writer:
                 # paced streams (docs/performance.md, "Recorder"). Its events are committed
                 # either way; the count is exact whenever anything else of the row changes,
                 # and at the end.
-                fields["event_count"] = max(fields.get("event_count", 0), payloads[-1][0] + 1)
+                fields["event_count"] = max(fields.get("event_count", 0), payloads[-1][INDEX] + 1)
                 rec.count_due_s = now_s + count_interval_s
             if fields:
                 fields["heartbeat_at"] = now

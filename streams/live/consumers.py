@@ -1,10 +1,11 @@
 """WebSocket consumers: subscribe, catch up from the database, dedupe, forward.
 
 `/ws/streams/<id>/` sends one stream's events exactly once and in order, then its terminal
-status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.store.public`; every
-frame leaves through the egress gate (streams/serve/egress.py). docs/relay.md describes the
-endpoints, frames, close codes, and how completeness is kept without trusting the channel
-layer and without letting a slow client slow anyone else.
+status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.store.public` (a
+stream's events by `streams.store.event_shape`); every frame leaves through the egress gate
+(streams/serve/egress.py). docs/relay.md describes the endpoints, frames, close codes, and how
+completeness is kept without trusting the channel layer and without letting a slow client slow
+anyone else.
 """
 
 import asyncio
@@ -30,6 +31,14 @@ from streams.models import Event, Stream
 from streams.observe import telemetry
 from streams.store import access, public, shares
 from streams.store.access import bearer_token, may_see, streams_for
+from streams.store.event_shape import (
+    DATA,
+    INDEX,
+    MESSAGE_COLUMNS,
+    PROXIED_MESSAGE_COLUMNS,
+    stream_frame,
+    with_data,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +57,6 @@ CLOSE_REVOKED = 4003  # the token or share link this socket was opened with was 
 CLOSE_TOO_MANY = 4029  # the user has MAX_SOCKETS_PER_USER sockets open
 REVOCATION_CHECK_S = 2.0
 ACTIVE = frozenset(Stream.ACTIVE_STATUSES)
-FRAME_COLUMNS = ("index", "type", "sequence_number", "t_us", "data")
-# A proxied stream's events also say when the proxy handed them to its client.
-PROXIED_FRAME_COLUMNS = (*FRAME_COLUMNS, "sent_us")
 LIST_SNAPSHOT_MAX = 200
 
 
@@ -110,8 +116,9 @@ def _stream_fields(stream_id):
     return Stream.objects.filter(pk=stream_id).values(*public.STREAM_FIELDS).first()
 
 
-def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=FRAME_COLUMNS):
-    """Stored events with after < index (< before), in index order, as payload tuples."""
+def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=MESSAGE_COLUMNS):
+    """Stored events with after < index (< before), in index order, as messages (`columns`:
+    `event_shape.MESSAGE_COLUMNS` or its proxied form)."""
     qs = Event.objects.filter(stream_id=stream_id, index__gt=after)
     if before is not None:
         qs = qs.filter(index__lt=before)
@@ -141,7 +148,8 @@ def frame_chunks(events):
     data (an oversized event counts as nothing: it goes without its data)."""
     chunks, chunk, size = [], [], 0
     for e in events:
-        n = len(e[4]) + 64 if e[4] is not None else 64
+        data = e[DATA]
+        n = len(data) + 64 if data is not None else 64
         if chunk and (len(chunk) >= PAGE_EVENTS or size + n > FRAME_MAX_BYTES):
             chunks.append(chunk)
             chunk, size = [], 0
@@ -517,7 +525,7 @@ class StreamConsumer(RelayConsumer):
             return False
         # Proxied streams' events carry sent_us; every other stream's frames stay as they were.
         self.proxied = source == Stream.Source.PROXY
-        self.columns = PROXIED_FRAME_COLUMNS if self.proxied else FRAME_COLUMNS
+        self.columns = PROXIED_MESSAGE_COLUMNS if self.proxied else MESSAGE_COLUMNS
         self.group = relay.stream_group(self.stream_id)
         self.status = None
         self.outbox = []  # event lists of queued batches, in arrival order
@@ -538,7 +546,7 @@ class StreamConsumer(RelayConsumer):
             return
         events = message["events"]
         if events:
-            last = events[-1][0]
+            last = events[-1][INDEX]
             if last > self.announced:
                 self.announced = last
             if not self.catching_up:
@@ -617,12 +625,12 @@ class StreamConsumer(RelayConsumer):
         missing_data = []
         for events in batches:
             for e in events:
-                i = e[0]
+                i = e[INDEX]
                 if i <= last:
                     continue  # already sent: stored catch-up, or a duplicate delivery
                 if i != last + 1:
                     out.extend(await self.read_range(last, i))
-                if e[4] is None:
+                if e[DATA] is None:
                     missing_data.append(len(out))
                 out.append(e)
                 last = i
@@ -635,10 +643,10 @@ class StreamConsumer(RelayConsumer):
             # reads of nothing).
             out.extend(await self.read_range(last, None))
         if missing_data:
-            data = await db_read(_event_data)(stream_id, [out[j][0] for j in missing_data])
+            data = await db_read(_event_data)(stream_id, [out[j][INDEX] for j in missing_data])
             for j in missing_data:
                 e = out[j]
-                out[j] = (*e[:4], data.get(e[0], ""), *e[5:])
+                out[j] = with_data(e, data.get(e[INDEX], ""))
         if status == self.status:
             status = None
         await self.send_events(out, status=status, stream=fields, terminal=terminal)
@@ -654,7 +662,7 @@ class StreamConsumer(RelayConsumer):
             out.extend(page)
             if len(page) < PAGE_EVENTS:
                 return out
-            after = page[-1][0]
+            after = page[-1][INDEX]
 
     async def send_events(self, events, status=None, stream=None, terminal=False):
         """Frames of at most PAGE_EVENTS events; status and fields ride on the last one."""
@@ -673,7 +681,7 @@ class StreamConsumer(RelayConsumer):
             ):
                 await self.send_frame(text)
                 if part:
-                    self.last_sent = part[-1][0]
+                    self.last_sent = part[-1][INDEX]
             if chunk and not final:
                 await self.writable()
         if status is not None:
@@ -682,7 +690,7 @@ class StreamConsumer(RelayConsumer):
     def _fitting(self, events, omit_data=False, **end):
         """(events, text) frames of `events` whose texts Daphne will send: halved until each
         is under MESSAGE_MAX_BYTES; `end` (status, fields, terminal) rides on the last."""
-        text = public.stream_frame(events, omit_data=omit_data, **end)
+        text = stream_frame(events, omit_data=omit_data, **end)
         if len(text) * 4 <= MESSAGE_MAX_BYTES or len(text.encode()) <= MESSAGE_MAX_BYTES:
             return [(events, text)]
         if len(events) <= 1:

@@ -8,8 +8,9 @@ browser never sees an event the database does not have.
 Messages:
 
 - to `stream_group(id)` ("stream.<id>"): `{"type": "stream.batch", "stream": id,
-  "events": [[index, type, sequence_number, t_us, data_or_None], …],
-  "stream_fields": {changed public fields}}` — `data` is None when too large to inline.
+  "events": [message, …], "stream_fields": {changed public fields}}`, each event a message of
+  `streams/store/event_shape.py` (index, type, sequence_number, t_us, data or None when too
+  large to inline; and sent_us for a proxied stream).
 - to `LIST_GROUP` ("streams.list"): `{"type": "streams.changed", "stream": id, "user": user_id,
   "fields": {…}}` when a stream is created, changes status or reaches a milestone. Changes of
   counters only (event_count, output_deltas) are sent at most every LIST_COUNTER_INTERVAL_S
@@ -88,19 +89,6 @@ def stream_group(stream_id):
     return f"stream.{stream_id}"
 
 
-def event_payload(index, type_, sequence_number, t_us, data, inline_max=None):
-    """The compact form of one event in a channel-layer message: a tuple, not a dict, because
-    it is repeated thousands of times per second (and a tuple of atoms is one the garbage
-    collector stops tracking). `data` is None when it is too large to carry
-    inline (RELAY_INLINE_MAX_BYTES, or `inline_max` read once by a hot caller); the consumer
-    then reads it from the database."""
-    if inline_max is None:
-        inline_max = conf.get().relay_inline_max_bytes
-    if data is not None and len(data) > inline_max:
-        data = None
-    return (index, type_, sequence_number, t_us, data)
-
-
 def _list_worthy(stream_id, fields):
     """Whether a change of `fields` goes to the list group now (see the module docstring)."""
     now = time.monotonic()
@@ -119,7 +107,7 @@ def _list_worthy(stream_id, fields):
 
 
 def publish(stream_id, user_id, events, stream_fields=None):
-    """Announce committed events (payloads from `event_payload`) and stream changes.
+    """Announce committed events (`event_shape.message` tuples) and stream changes.
 
     In-process subscribers (`local_fanout()`) get them now, and this returns None; otherwise
     it returns the coroutine that sends them through the channel layer. The writer calls this

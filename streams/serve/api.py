@@ -48,7 +48,7 @@ from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
-from streams.store import public, rows, scores, search
+from streams.store import event_shape, public, rows, scores, search
 from streams.store.access import api_view, json_error, search_allowed, streams_for
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
@@ -289,15 +289,15 @@ def _events_page(user, stream_id, after, limit):
     rows = list(
         Event.objects.filter(stream_id=stream_id, index__gt=after)
         .order_by("index")
-        .values_list("index", "type", "sequence_number", "t_us", "data", "sent_us")[: limit + 1]
+        .values_list(*event_shape.PROXIED_MESSAGE_COLUMNS)[: limit + 1]
     )
     has_more = len(rows) > limit
     rows = rows[:limit]
     return {
         "stream": stream_id,
         "status": stream["status"],
-        "events": [public.event(*row) for row in rows],
-        "next_after": rows[-1][0] if rows else after,
+        "events": [event_shape.event(*row) for row in rows],
+        "next_after": rows[-1][event_shape.INDEX] if rows else after,
         "has_more": has_more,
     }
 

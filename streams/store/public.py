@@ -1,6 +1,7 @@
 """The public shapes of a stream: what the API, the exports and the WebSocket frames say
-about it (`stream`, `list_item`, `event`, `export_event`, `stream_frame`, `list_frame`, encoded
-by `dumps`), and its reassembled output for pages (`output`).
+about it (`stream`, `list_item`, `export_event`, `list_frame`, encoded by `dumps`), and its
+reassembled output for pages (`output`). An event's own shape (its row, its live message, how a
+frame encodes it) is streams/store/event_shape.py's.
 
 These are plain values of what was stored, verbatim: secrets an upstream echoed are taken out
 where everything leaves, by the egress gate (streams/serve/egress.py), not here.
@@ -282,45 +283,11 @@ def list_item(row) -> dict:
     return item | usage_and_cost(row)
 
 
-def event(index, type, sequence_number, t_us, data, sent_us=None) -> dict:
-    """One event as the API and the WebSocket send it; `data` is the verbatim SSE data.
-    `sent_us` (a proxied stream's: when the proxy handed the event to its client) is there
-    only when known, so the events of every other stream keep their shape byte for byte."""
-    if sent_us is None:
-        return {"index": index, "type": type, "sequence_number": sequence_number,
-                "t_us": t_us, "data": data}  # fmt: skip
-    return {"index": index, "type": type, "sequence_number": sequence_number, "t_us": t_us,
-            "data": data, "sent_us": sent_us}  # fmt: skip
-
-
 def export_event(row) -> dict:
     """One event as the `.json` export has it, from a `values_list(*EXPORT_EVENT_FIELDS)` row."""
     item = dict(zip(EXPORT_EVENT_FIELDS, row, strict=True))
     item["received_at"] = _iso(item["received_at"])
     return item
-
-
-def stream_frame(events, status=None, stream=None, terminal=False, omit_data=False) -> str:
-    """A stream WebSocket frame (docs/relay.md) for payload tuples `(index, type,
-    sequence_number, t_us, data[, sent_us])` (sent_us: proxied streams only); `omit_data`
-    sends each event's size instead of its data."""
-    if omit_data:
-        out = [
-            {**event(*e[:4], None, *e[5:]), "data_bytes": len(e[4].encode())}
-            if e[4] is not None
-            else event(*e)
-            for e in events
-        ]
-    else:
-        out = [event(*e) for e in events]
-    frame = {"events": out}
-    if status is not None:
-        frame["status"] = status
-    if stream:
-        frame["stream"] = stream
-    if terminal:
-        frame["terminal"] = True
-    return dumps(frame)
 
 
 def list_frame(items) -> str:

@@ -48,6 +48,13 @@ from streams.core.checks import (
 )
 from streams.models import Event, Finding, Stream
 from streams.store import aggregates, prices, search
+from streams.store.event_shape import (
+    PROXIED_ROW_COLUMNS,
+    ROW_COLUMNS,
+    ROW_RECEIVED_AT,
+    ROW_STREAM_ID,
+    ROW_T_US,
+)
 
 log = logging.getLogger(__name__)
 
@@ -591,26 +598,6 @@ def end_after_loss(stream_id, fields, received, cause):
 # ---------------------------------------------------------------------------------------------
 # Writing batches
 
-# Columns written per event, in the order of the rows the recorder builds.
-INSERT_COLUMNS = (
-    "stream_id",
-    "index",
-    "t_us",
-    "received_at",
-    "event_name",
-    "sse_id",
-    "type",
-    "sequence_number",
-    "output_index",
-    "content_index",
-    "is_json",
-    "data",
-    "raw",
-)
-# A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
-# rows of every other stream bind one value less (a column more costs every insert:
-# docs/performance.md, "Recorder").
-PROXIED_INSERT_COLUMNS = (*INSERT_COLUMNS, "sent_us")
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
@@ -650,7 +637,7 @@ def describe_refusal(exc):
 
 def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
     """One transaction: events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
-    PROXIED_INSERT_COLUMNS), stream updates (`{rec: {field: value}}`, `rec.stream_id` the row),
+    PROXIED_ROW_COLUMNS), stream updates (`{rec: {field: value}}`, `rec.stream_id` the row),
     findings. Returns `{stream id: exception}` of the streams whose rows the database refused
     (empty when all were written).
 
@@ -695,7 +682,7 @@ def _write_together(rows, updates, findings, proxied_rows):
     if rows:
         insert_flat(rows, offsets=True)
     if proxied_rows:
-        insert_flat(proxied_rows, offsets=True, columns=PROXIED_INSERT_COLUMNS)
+        insert_flat(proxied_rows, offsets=True, columns=PROXIED_ROW_COLUMNS)
     # a status change is where a stream enters (or moves in) the pre-aggregates: they follow it
     # in this same transaction (streams/store/aggregates.py)
     with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
@@ -715,11 +702,11 @@ def _write_apart(rows, updates, findings, proxied_rows):
         return mine
 
     for flat, slot, width in (
-        (rows, 0, len(INSERT_COLUMNS)),
-        (proxied_rows, 1, len(PROXIED_INSERT_COLUMNS)),
+        (rows, 0, len(ROW_COLUMNS)),
+        (proxied_rows, 1, len(PROXIED_ROW_COLUMNS)),
     ):
         for start in range(0, len(flat), width):
-            part(flat[start])[slot] += flat[start : start + width]
+            part(flat[start + ROW_STREAM_ID])[slot] += flat[start : start + width]
     for rec, fields in updates.items():
         part(rec.stream_id)[2][rec] = fields
     for finding in findings:
@@ -834,12 +821,12 @@ _INSERT_SQL = {}
 
 
 def insert_events(rows, *, offsets=False):
-    """Multi-row insert of event rows (sequences of INSERT_COLUMNS values); see `insert_flat`."""
+    """Multi-row insert of event rows (sequences of ROW_COLUMNS values); see `insert_flat`."""
     insert_flat(list(itertools.chain.from_iterable(rows)), offsets=offsets)
 
 
-def insert_flat(values, *, offsets=False, columns=INSERT_COLUMNS):
-    """Multi-row insert of events given as one flat list: INSERT_COLUMNS values of one event
+def insert_flat(values, *, offsets=False, columns=ROW_COLUMNS):
+    """Multi-row insert of events given as one flat list: ROW_COLUMNS values of one event
     after the other (what the recorder builds, with no list or tuple per row). The ORM's
     bulk_create costs several times more per row on SQLite, and several times more than COPY
     on PostgreSQL (docs/performance.md, "Recorder"): this is the only raw SQL in the write path.
@@ -882,8 +869,6 @@ def insert_flat(values, *, offsets=False, columns=INSERT_COLUMNS):
 
 
 _ONE_US = dt.timedelta(microseconds=1)
-_RECEIVED_AT = INSERT_COLUMNS.index("received_at")
-_T_US = INSERT_COLUMNS.index("t_us")
 
 
 def _receipt_times_as_text(values, suffix, offsets, width):
@@ -896,7 +881,7 @@ def _receipt_times_as_text(values, suffix, offsets, width):
     formats each second once."""
     bases = {}  # id(start) -> µs since the epoch
     seconds = {}  # second since the epoch -> "YYYY-MM-DD HH:MM:SS"
-    for i in range(_RECEIVED_AT, len(values), width):
+    for i in range(ROW_RECEIVED_AT, len(values), width):
         start = values[i]
         if start is None or type(start) is str:  # (a retried batch: done already)
             continue
@@ -906,7 +891,7 @@ def _receipt_times_as_text(values, suffix, offsets, width):
                 start = start.replace(tzinfo=dt.UTC)
             base = bases[id(values[i])] = (start - _EPOCH) // _ONE_US
         if offsets:
-            base += values[i - _RECEIVED_AT + _T_US]
+            base += values[i - ROW_RECEIVED_AT + ROW_T_US]
         second, us = divmod(base, 1_000_000)
         text = seconds.get(second)
         if text is None:
@@ -914,12 +899,13 @@ def _receipt_times_as_text(values, suffix, offsets, width):
         values[i] = f"{text}.{us:06d}{suffix}" if us else text + suffix
 
 
-# SQLite allows 32766 bound parameters per statement (3.32+); 13 per row (14 proxied).
-_SQLITE_ROWS_PER_STATEMENT = 2000
+# SQLite allows 32766 bound parameters per statement (3.32+), one per column of a row (14 for a
+# proxied row today): 2000 rows, fewer only once the rows have grown past 16 columns.
+_SQLITE_ROWS_PER_STATEMENT = min(2000, 32766 // len(PROXIED_ROW_COLUMNS))
 
 
 @functools.cache
-def _sqlite_insert(n, columns=INSERT_COLUMNS):
+def _sqlite_insert(n, columns=ROW_COLUMNS):
     table = connection.ops.quote_name(Event._meta.db_table)
     cols = ", ".join(connection.ops.quote_name(c) for c in columns)
     row = "(" + ", ".join(["?"] * len(columns)) + ")"

@@ -43,9 +43,8 @@ from streams.core.checks import Checker
 from streams.models import Event, Finding, Stream
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
-from streams.store import aggregates
+from streams.store import aggregates, event_shape
 from streams.store import rows as stream_rows
-from streams.store.rows import INSERT_COLUMNS
 
 CHUNK = 2_000
 REGRESSED_MODEL = "gpt-oss-120b"  # slower over the last REGRESSION_DAYS days
@@ -810,16 +809,29 @@ class _Templates:
         stream, event, finding = (qn(m._meta.db_table) for m in (Stream, Event, Finding))
         ts = self._timestamp
         exprs = [self._stream_expr(name, types, patched) for name in names]
+        event_columns, event_values = event_shape.sql_row(
+            stream_id="s.pk",
+            index="e.idx",
+            t_us="e.t_us",
+            received_at=ts("s.c_us + e.t_us"),
+            event_name="'message'",
+            sse_id="''",
+            type="e.type",
+            sequence_number="e.seq",
+            output_index="e.oi",
+            content_index="e.ci",
+            is_json="e.is_json",
+            data="CASE e.kind WHEN 0 THEN e.data "
+            f"WHEN 1 THEN replace(e.data, '{_MID}', s.mid) "
+            f"ELSE replace(replace(replace(e.data, '{_MID}', s.mid), '{_RID}', s.rid), "
+            f"'{_CREATED_JSON}', '\"created_at\":' || (s.c_us / 1000000)) END",
+        )
         return [
             f"INSERT INTO {stream} (id, {', '.join(qn(n) for n in names)}) "
             f"SELECT s.pk, {', '.join(exprs)} FROM {self.STREAMS} s "
             f"JOIN {self.SHAPE_STREAM} t ON t.id = s.shape ORDER BY s.pk",
-            f"INSERT INTO {event} ({', '.join(qn(c) for c in INSERT_COLUMNS)}) "
-            f"SELECT s.pk, e.idx, e.t_us, {ts('s.c_us + e.t_us')}, 'message', '', e.type, "
-            "e.seq, e.oi, e.ci, e.is_json, CASE e.kind WHEN 0 THEN e.data "
-            f"WHEN 1 THEN replace(e.data, '{_MID}', s.mid) "
-            f"ELSE replace(replace(replace(e.data, '{_MID}', s.mid), '{_RID}', s.rid), "
-            f"'{_CREATED_JSON}', '\"created_at\":' || (s.c_us / 1000000)) END, NULL "
+            f"INSERT INTO {event} ({', '.join(qn(c) for c in event_columns)}) "
+            f"SELECT {', '.join(event_values)} "
             f"FROM {self.STREAMS} s JOIN {self.SHAPE_EVENT} e ON e.shape = s.shape "
             "ORDER BY s.pk, e.idx",
             f"INSERT INTO {finding} (stream_id, code, severity, event_index, expected, got, "
