@@ -99,13 +99,13 @@ def test_label_lists_are_in_the_order_of_their_redacted_texts(settings):
 
 
 def test_label_lists_on_the_pages_use_that_order(settings):
-    from dashboard import queries
+    from dashboard.queries import stream_list
 
     settings.UPSTREAM_API_KEY = KEY
     user = get_user_model().objects.create_user("u", is_staff=True)
     for model in (f"m-{KEY}", f"m-{KEY[:12]}9-mine", f"m-{KEY[:12]}0-mine", "auto"):
         Stream.objects.create(user=user, requested_model="auto", resolved_model=model)
-    names = queries.model_names(user)
+    names = stream_list.model_names(user)
     assert names == known_secrets.label_order(names) and names[0] == "auto"
 
 

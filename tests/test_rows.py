@@ -516,7 +516,7 @@ def test_warning_findings_are_counted_live_and_backfilled_by_the_migration():
     from django.db import connection
     from django.db.migrations.executor import MigrationExecutor
 
-    from dashboard import queries
+    from dashboard.queries import stream_list
     from streams.models import Finding, Stream
 
     def stream_with(*severities):
@@ -545,5 +545,5 @@ def test_warning_findings_are_counted_live_and_backfilled_by_the_migration():
     class Staff:
         is_staff, pk, is_authenticated = True, None, True
 
-    page = queries.stream_page(Staff(), {"findings": "warnings"})
+    page = stream_list.stream_page(Staff(), {"findings": "warnings"})
     assert {s.pk for s in page.streams} == {warned.pk, errored.pk}

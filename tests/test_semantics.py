@@ -12,7 +12,7 @@ import re
 import pytest
 from django.core.management import call_command
 
-from dashboard import queries
+from dashboard.queries import stream_detail, timing
 from streams.ingest.importer import import_capture, read_capture
 from streams.models import Capture, Event, Finding, Stream
 from streams.serve.export import iter_sse
@@ -118,7 +118,7 @@ class TestEventsAfterTheTerminal(Base):
         assert [p["output_index"] for p in stream.parts] == [0]
         panel = output_panel(self.page(stream))
         assert "LATE" not in panel and "late_tool" not in panel
-        replay = queries.replay_events(stream)
+        replay = timing.replay_events(stream)
         deltas = [e[2] for e in replay["events"] if len(e) == 3]
         assert deltas == ["Hello"]
         assert all("late_tool" not in json.dumps(e) for e in replay["events"])
@@ -254,7 +254,7 @@ class TestFiguresAgree(Base):
         toolbar = re.search(r'<h2 id="events-title">Events <span[^>]*>([\d,]+)</span>', html)
         assert int(toolbar.group(1).replace(",", "")) == stored
         rows = re.findall(r'<tr id="ev-(\d+)" class="event', html)
-        assert len(rows) == min(stored, queries.EVENTS_PAGE)
+        assert len(rows) == min(stored, stream_detail.EVENTS_PAGE)
         findings = Finding.objects.filter(stream=stream)
         assert figure(html, "Findings") == findings.count()
         assert len(re.findall(r'<li class="finding sev-', html)) == findings.count()

@@ -10,7 +10,7 @@ from urllib.parse import quote, urljoin, urlsplit
 import pytest
 from django.test import Client
 
-from dashboard import queries
+from dashboard.queries import sessions
 from streams.ingest.importer import import_capture
 from streams.models import Event, Stream
 from tests.conftest import FIXTURES, log_in_people
@@ -569,7 +569,7 @@ class TestSessionDetail(Base):
         assert '<code id="session-name">a/&lt;img src=x onerror=alert(1)&gt;?x=1#y</code>' in r.text
 
     def test_it_pages_in_creation_order(self, monkeypatch):
-        monkeypatch.setattr(queries, "SESSION_PAGE", 2)
+        monkeypatch.setattr(sessions, "SESSION_PAGE", 2)
         streams = [proxied(self.owner, session="s-1") for _ in range(5)]
         r = self.get(self.owner_client)
         assert rows_in_order(r.text) == [s.pk for s in streams[:2]]

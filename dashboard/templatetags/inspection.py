@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard import dates, disguise
 from dashboard.forms import choices
-from dashboard.queries import TEXT_SHOWN
+from dashboard.queries.output import TEXT_SHOWN
 from streams.core import pricing
 from streams.models import Finding, Stream
 

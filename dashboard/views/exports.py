@@ -1,9 +1,9 @@
 """Downloads of the streams list: `/streams.csv` (dashboard/exports.py writes it).
 
-The list's own query string and filtering (`StreamFilterForm`, `queries.filter_streams` over
-`streams_for`): a user gets their own streams, staff everyone's, exactly those the list shows
-for the same filters, all of them rather than a page (the list's `before` / `after` cursors are
-ignored), up to STREAMSCOPE_CSV_MAX_ROWS.
+The list's own query string and filtering (`StreamFilterForm`,
+`queries.stream_list.filter_streams` over `streams_for`): a user gets their own streams, staff
+everyone's, exactly those the list shows for the same filters, all of them rather than a page
+(the list's `before` / `after` cursors are ignored), up to STREAMSCOPE_CSV_MAX_ROWS.
 """
 
 import datetime as dt
@@ -14,8 +14,9 @@ from django.http import HttpResponse, HttpResponseBadRequest, StreamingHttpRespo
 from django.utils.translation import gettext
 from django.views.decorators.http import require_GET
 
-from dashboard import exports, queries
+from dashboard import exports
 from dashboard.forms.streams import StreamFilterForm
+from dashboard.queries import stream_list
 from streams.core import conf
 from streams.store.access import search_allowed, streams_for
 
@@ -31,7 +32,7 @@ def stream_list_csv(request):
         )
         response["X-Content-Type-Options"] = "nosniff"
         return response
-    if queries.ranked_terms(request.user, form.filters()):  # (a search of the text)
+    if stream_list.ranked_terms(request.user, form.filters()):  # (a search of the text)
         retry = search_allowed(request.user)
         if retry is not None:
             response = HttpResponse(
@@ -41,7 +42,7 @@ def stream_list_csv(request):
             )
             response["Retry-After"] = str(retry)
             return response
-    streams = queries.filter_streams(streams_for(request.user), form.filters())
+    streams = stream_list.filter_streams(streams_for(request.user), form.filters())
     limit = conf.get().csv_max_rows
     cut = exports.truncated(streams, limit)
     # Under ASGI Django would read a sync iterator to the end before sending a byte: hand each

@@ -51,7 +51,8 @@ from dashboard.forms.playground import (
     scenario_choices,
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
-from dashboard.queries import finding_counts, output_blocks
+from dashboard.queries.common import finding_counts
+from dashboard.queries.output import output_blocks
 from streams.core import conf
 from streams.models import Finding, Stream
 from streams.run import services

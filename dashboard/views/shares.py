@@ -21,9 +21,10 @@ from django.urls import reverse
 from django.utils.translation import gettext_lazy as _
 from django.views.decorators.http import require_GET, require_POST
 
-from dashboard import queries
 from dashboard.forms.shares import ShareLinkForm
 from dashboard.forms.streams import SessionPageForm
+from dashboard.queries.sessions import session_page
+from dashboard.queries.timing import replay_events, timing_series
 from dashboard.views.streams import (
     event_detail_page,
     event_window_page,
@@ -180,7 +181,7 @@ def shared(request, link, secret):
         return _stream_page(request, link, secret, _stream_in(link, link.stream_id))
     form = SessionPageForm(request.GET)
     after = form.cleaned_data["after"] if form.is_valid() else None
-    page = queries.session_page(link.owner, link.session, after=after)
+    page = session_page(link.owner, link.session, after=after)
     if page is None:  # its streams are gone (deleted, retention)
         return _gone(request)
     context = {"link": link, "secret": secret, "page": page, "nav": "shared"}
@@ -208,10 +209,10 @@ def shared_stream_event(request, link, secret, stream_id, index):
 @require_GET
 @link_view()
 def shared_stream_timing(request, link, secret, stream_id):
-    return json_response(queries.timing_series(_stream_in(link, stream_id)))
+    return json_response(timing_series(_stream_in(link, stream_id)))
 
 
 @require_GET
 @link_view()
 def shared_stream_replay(request, link, secret, stream_id):
-    return json_response(queries.replay_events(_stream_in(link, stream_id)))
+    return json_response(replay_events(_stream_in(link, stream_id)))

@@ -16,7 +16,7 @@ from django.shortcuts import render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods
 
-from dashboard import feedback, queries
+from dashboard import feedback
 from dashboard.forms.streams import (
     CaptureUploadForm,
     CompareWithForm,
@@ -24,6 +24,11 @@ from dashboard.forms.streams import (
     SessionPageForm,
     StreamFilterForm,
 )
+from dashboard.queries.common import is_proxied
+from dashboard.queries.sessions import session_page
+from dashboard.queries.stream_detail import event_detail, event_window, stream_timeline
+from dashboard.queries.stream_list import model_names, ranked_terms, search_page, stream_page
+from dashboard.queries.timing import replay_events, timing_series
 from dashboard.stats import compare
 from streams.ingest import import_jobs
 from streams.models import Stream
@@ -64,7 +69,7 @@ def timeline_config(stream, *, ws, urls, **more):
         "status": stream.status,
         "active": stream.is_active,
         "requestedModel": stream.requested_model,  # (why a finished stream has no price)
-        "proxied": queries.is_proxied(stream),
+        "proxied": is_proxied(stream),
         "eventCount": stream.event_count,
         "ws": ws,
         "urls": urls,
@@ -79,7 +84,7 @@ def timeline_context(request, user, stream, config):
     window = form.window() if form.is_valid() else {}
     if stream.is_active and not window:
         window = {"tail": True}  # a live table follows the newest events
-    context = queries.stream_timeline(user, stream, window)
+    context = stream_timeline(user, stream, window)
     context["page_config"] = config
     return context
 
@@ -196,14 +201,14 @@ def stream_list(request):
         return render(request, "dashboard/stream_list.html", context, status=400)
     d = form.cleaned_data
     filters = form.filters()
-    terms = queries.ranked_terms(request.user, filters)
+    terms = ranked_terms(request.user, filters)
     if terms:  # words: the best matches first, each with a snippet
         retry = search_allowed(request.user)
         if retry is not None:
             return _too_many_searches(request, form, retry)
-        page = queries.search_page(request.user, filters, terms, d["page"] or 1)
+        page = search_page(request.user, filters, terms, d["page"] or 1)
     else:
-        page = queries.stream_page(request.user, filters, before=d["before"], after=d["after"])
+        page = stream_page(request.user, filters, before=d["before"], after=d["after"])
     context = {
         "form": form,
         "page": page,
@@ -221,7 +226,7 @@ def stream_list(request):
         return render(request, "dashboard/stream_list.html#rows", context)
     if fragment == "results":
         return render(request, "dashboard/stream_list.html#results", context)
-    context["models"] = queries.model_names(request.user)
+    context["models"] = model_names(request.user)
     return render(request, "dashboard/stream_list.html", context)
 
 
@@ -265,14 +270,14 @@ def event_window_page(request, stream):
     form = EventWindowForm(request.GET)
     if not form.is_valid():
         return HttpResponseBadRequest("Invalid window")
-    events = queries.event_window(stream, **form.window())
+    events = event_window(stream, **form.window())
     context = {"stream": stream, "events": events}
     return render(request, "dashboard/stream_detail.html#event_window", context)
 
 
 def event_detail_page(request, stream, index):
     """One event's data, opened in the table (the timeline's, and a shared stream's)."""
-    event = queries.event_detail(stream, index)
+    event = event_detail(stream, index)
     if event is None:
         raise Http404("No such event")
     context = {"stream": stream, "event": event}
@@ -295,14 +300,14 @@ def stream_event(request, stream_id, index):
 @require_GET
 def stream_timing(request, stream_id):
     stream = get_stream_for_user(request, stream_id)
-    return json_response(queries.timing_series(stream))
+    return json_response(timing_series(stream))
 
 
 @login_required
 @require_GET
 def stream_replay(request, stream_id):
     stream = get_stream_for_user(request, stream_id)
-    return json_response(queries.replay_events(stream))
+    return json_response(replay_events(stream))
 
 
 @login_required
@@ -362,7 +367,7 @@ def stream_compare_pick(request):
 def session_detail(request, session):
     form = SessionPageForm(request.GET)
     after = form.cleaned_data["after"] if form.is_valid() else None
-    page = queries.session_page(request.user, session, after=after)
+    page = session_page(request.user, session, after=after)
     if page is None:
         # none of the user's own (staff: nobody's): whether others used the name is not told
         raise Http404("No such session")
