@@ -2,8 +2,8 @@
 cells, the guard against spreadsheet formulas, and the body written in pieces.
 
 Plain Python over dicts of a `Stream` queryset's `.values(*FIELDS)`: the view hands it the
-list's own queryset (`queries.filter_streams` over `streams_for`), so the file holds exactly the
-streams the list shows for the same query string, newest first, without paging.
+list's own queryset (`queries.stream_list.filter_streams` over `streams_for`), so the file holds
+exactly the streams the list shows for the same query string, newest first, without paging.
 
 - **Data, never translated**: the header is the columns' names, values are as stored (status
   and source as their codes, times UTC ISO 8601, cost as a decimal string in its currency).

@@ -186,7 +186,8 @@ class StreamFilterForm(forms.Form):
         return key, value.strip()
 
     def filters(self):
-        """The cleaned filters for `queries.stream_page`, a preset range turned into `since`."""
+        """The cleaned filters for `queries.stream_list.stream_page`, a preset range turned into
+        `since`."""
         d = self.cleaned_data
         filters = {k: d.get(k) for k in (*self.FILTERS, "since", "until")}
         preset = RANGES.get(d.get("range") or "")
@@ -207,7 +208,7 @@ class StreamFilterForm(forms.Form):
 
 
 class EventWindowForm(forms.Form):
-    """Which window of a stream's event table to show (see `queries.event_window`)."""
+    """Which window of a stream's event table to show (see `queries.stream_detail.event_window`)."""
 
     after = forms.IntegerField(required=False, min_value=-1)
     before = forms.IntegerField(required=False, min_value=0)

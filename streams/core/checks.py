@@ -41,7 +41,7 @@ from streams.core.safejson import too_deep
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 # A code's severity and description. The descriptions are English here, in the API and in the
-# exports; pages show them in the page's language (dashboard.queries.describe: gettext).
+# exports; pages show them in the page's language (dashboard.queries.common.describe: gettext).
 CODES: dict[str, tuple[str, str]] = {
     "first_not_created": (ERROR, gettext_noop("The first event is not response.created.")),
     "sequence_gap": (ERROR, gettext_noop("sequence_number skipped one or more numbers.")),
