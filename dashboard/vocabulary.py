@@ -4,6 +4,8 @@ Python homes (never retyped here):
 - statuses: a stream's statuses with their labels (in the page's language: the vocabulary is
   kept once per language), which of them are active (`pending`,
   `streaming`: `Stream.ACTIVE_STATUSES`) and which finished, and the one a new stream starts in;
+- sources: a stream's sources with their labels (`Stream.Source`, in the page's language), as
+  the templates' `source_label` filter says them;
 - limits: the longest value each filter of the streams list takes (its form's `max_length`,
   which the form takes from the column it filters) and the tag rules (`MAX_TAGS` tags of at
   most `MAX_TAG_CHARS` characters);
@@ -47,6 +49,10 @@ def statuses():
     }
 
 
+def sources():
+    return {"labels": {str(value): str(label) for value, label in Stream.Source.choices}}
+
+
 def limits():
     filters = {
         name: field.max_length
@@ -76,6 +82,7 @@ def _vocabulary(language):
     with translation.override(language):
         return {
             "statuses": statuses(),
+            "sources": sources(),
             "limits": limits(),
             "output": output(),
             "prices": {"example": EXAMPLE},

@@ -167,6 +167,7 @@ def expected_vocabulary():
             "finished": [s for s in statuses if s not in ACTIVE],
             "initial": Stream.Status.PENDING.value,
         },
+        "sources": {"labels": {s.value: s.label for s in Stream.Source}},
         "limits": {
             "filters": {
                 "q": StreamFilterForm.base_fields["q"].max_length,

@@ -13,7 +13,6 @@ from django.utils.translation import get_language, gettext, ngettext, pgettext_l
 from django.utils.translation import gettext_lazy as _
 
 from dashboard import dates, disguise
-from dashboard.forms import choices
 from dashboard.queries import TEXT_SHOWN
 from streams.core import pricing
 from streams.models import Finding, Stream
@@ -163,8 +162,12 @@ def output_text_shown():
 
 @register.filter
 def source_label(value):
-    """A stream's source as the pages name it, lower case ("live", "import", "proxy")."""
-    return str(choices.source_label(value)).lower()
+    """A stream's source as the pages name it (lower case, translated: "recorded live", Dutch
+    "live opgenomen"), from `Stream.Source`'s labels; an unknown value is shown as it is."""
+    try:
+        return str(Stream.Source(value).label).lower()
+    except ValueError:
+        return value
 
 
 # An import job's and its files' statuses (streams.models.ImportJob / ImportFile), in the

@@ -36,6 +36,13 @@ export const isFinished = (status) => Boolean(status) && !ACTIVE.has(status);
 export const statusWord = (status) =>
   Object.hasOwn(STATUSES.labels, status) ? STATUSES.labels[status].toLowerCase() : String(status ?? "");
 
+/** {labels}: Stream.Source's values and their labels in the page's language. */
+export const SOURCES = VOCABULARY.sources;
+/** A stream's source as the page says it, in lower case ("recorded live"), as the templates'
+ * `source_label` filter writes it. An unknown source is shown as it came. */
+export const sourceWord = (source) =>
+  Object.hasOwn(SOURCES.labels, source) ? SOURCES.labels[source].toLowerCase() : String(source ?? "");
+
 /** {filters: {name: max length}, tags: {max, chars}}. */
 export const LIMITS = VOCABULARY.limits;
 
