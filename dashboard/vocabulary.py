@@ -13,6 +13,9 @@ Python homes (never retyped here):
   types with the status each ends a stream in (`checks.TERMINAL_STATUS`), how an output item
   type renders (`checks.ITEM_KINDS`) and the tool statuses shown as failed
   (`public.FAILED_TOOL_STATUSES`);
+- usage: the fields an answer's tokens and cost are shown from (`public.USAGE_COLUMNS`, whose
+  tokens are `usage.FIELDS`, and `resolved_model`, the model that priced them), which
+  static/js/stream_detail/main.js and static/js/playground.js take from a stream's frames;
 - prices: how a simulator example price's ref begins (`pricing.EXAMPLE`), which the pages say
   is an example;
 - dates: the forms a moment is written in and the months' abbreviations, in the page's
@@ -33,7 +36,7 @@ from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import EXAMPLE
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
-from streams.store.public import FAILED_TOOL_STATUSES
+from streams.store.public import FAILED_TOOL_STATUSES, USAGE_COLUMNS
 
 ELEMENT_ID = "streamscope-vocabulary"
 
@@ -71,6 +74,10 @@ def output():
     }
 
 
+def usage():
+    return {"fields": [*USAGE_COLUMNS, "resolved_model"]}
+
+
 def vocabulary():
     """The whole vocabulary, as the page serves it (JSON-ready: strings, numbers, lists), its
     labels in the active language."""
@@ -85,6 +92,7 @@ def _vocabulary(language):
             "sources": sources(),
             "limits": limits(),
             "output": output(),
+            "usage": usage(),
             "prices": {"example": EXAMPLE},
             "dates": dates.vocabulary(),
         }

@@ -27,7 +27,7 @@ from django.utils.dates import MONTHS_3
 from dashboard.formats.en import formats as english_formats
 from dashboard.forms.analytics import LatencyForm, RoutingForm
 from dashboard.forms.streams import CaptureUploadForm, StreamFilterForm
-from streams.core import pricing
+from streams.core import pricing, usage
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
 from streams.store.public import FAILED_TOOL_STATUSES
@@ -185,6 +185,16 @@ def expected_vocabulary():
             "terminal": dict(TERMINAL_STATUS),
             "itemKinds": dict(ITEM_KINDS),
             "failedToolStatuses": sorted(FAILED_TOOL_STATUSES),
+        },
+        "usage": {
+            "fields": [
+                *usage.FIELDS,
+                "usage_source",
+                "cost_nanos",
+                "cost_currency",
+                "price_ref",
+                "resolved_model",
+            ]
         },
         "prices": {"example": pricing.EXAMPLE},
         # the English forms of a moment (dashboard/formats/en/formats.py) and Django's months

@@ -55,6 +55,10 @@ export const ITEM_KINDS = VOCABULARY.output.itemKinds;
 /** A tool call's statuses shown as failed (streams.store.public.FAILED_TOOL_STATUSES). */
 export const FAILED_TOOL_STATUSES = new Set(VOCABULARY.output.failedToolStatuses);
 
+/** A stream's fields its tokens and cost are shown from (streams.store.public.USAGE_COLUMNS and
+ * the resolved model, which priced them), as its frames carry them. */
+export const USAGE_FIELDS = VOCABULARY.usage.fields;
+
 /** How the ref of a simulator example price begins (streams.core.pricing.EXAMPLE): the
  * model follows ": ". */
 export const EXAMPLE_PRICE = VOCABULARY.prices.example;
