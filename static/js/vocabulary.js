@@ -38,7 +38,7 @@ export const statusWord = (status) =>
 
 /** {labels}: Stream.Source's values and their labels in the page's language. */
 export const SOURCES = VOCABULARY.sources;
-/** A stream's source as the page says it, in lower case ("recorded live"), as the templates'
+/** A stream's source as the page says it (its label in lower case), as the templates'
  * `source_label` filter writes it. An unknown source is shown as it came. */
 export const sourceWord = (source) =>
   Object.hasOwn(SOURCES.labels, source) ? SOURCES.labels[source].toLowerCase() : String(source ?? "");
