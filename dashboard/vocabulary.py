@@ -4,6 +4,8 @@ Python homes (never retyped here):
 - statuses: a stream's statuses with their labels (in the page's language: the vocabulary is
   kept once per language), which of them are active (`pending`,
   `streaming`: `Stream.ACTIVE_STATUSES`) and which finished, and the one a new stream starts in;
+- sources: a stream's sources with their labels (`Stream.Source`, in the page's language), as
+  the templates' `source_label` filter says them;
 - limits: the longest value each filter of the streams list takes (its form's `max_length`,
   which the form takes from the column it filters) and the tag rules (`MAX_TAGS` tags of at
   most `MAX_TAG_CHARS` characters);
@@ -11,6 +13,9 @@ Python homes (never retyped here):
   types with the status each ends a stream in (`checks.TERMINAL_STATUS`), how an output item
   type renders (`checks.ITEM_KINDS`) and the tool statuses shown as failed
   (`public.FAILED_TOOL_STATUSES`);
+- usage: the fields an answer's tokens and cost are shown from (`public.USAGE_COLUMNS`, whose
+  tokens are `usage.FIELDS`, and `resolved_model`, the model that priced them), which
+  static/js/stream_detail/main.js and static/js/playground.js take from a stream's frames;
 - prices: how a simulator example price's ref begins (`pricing.EXAMPLE`), which the pages say
   is an example;
 - dates: the forms a moment is written in and the months' abbreviations, in the page's
@@ -31,7 +36,7 @@ from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import EXAMPLE
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
-from streams.store.public import FAILED_TOOL_STATUSES
+from streams.store.public import FAILED_TOOL_STATUSES, USAGE_COLUMNS
 
 ELEMENT_ID = "streamscope-vocabulary"
 
@@ -45,6 +50,10 @@ def statuses():
         "finished": [str(s) for s in Stream.Status.values if s not in active],
         "initial": str(Stream._meta.get_field("status").default),
     }
+
+
+def sources():
+    return {"labels": {str(value): str(label) for value, label in Stream.Source.choices}}
 
 
 def limits():
@@ -65,6 +74,10 @@ def output():
     }
 
 
+def usage():
+    return {"fields": [*USAGE_COLUMNS, "resolved_model"]}
+
+
 def vocabulary():
     """The whole vocabulary, as the page serves it (JSON-ready: strings, numbers, lists), its
     labels in the active language."""
@@ -76,8 +89,10 @@ def _vocabulary(language):
     with translation.override(language):
         return {
             "statuses": statuses(),
+            "sources": sources(),
             "limits": limits(),
             "output": output(),
+            "usage": usage(),
             "prices": {"example": EXAMPLE},
             "dates": dates.vocabulary(),
         }

@@ -29,10 +29,12 @@ class Stream(models.Model):
 
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 
+    # The pages' one name for each source (the filters' choices, the tables' `source_label`,
+    # static/js through the vocabulary).
     class Source(models.TextChoices):
-        LIVE = "live", _("Live")
-        IMPORT = "import", _("Import")
-        PROXY = "proxy", _("Proxy")
+        LIVE = "live", _("Recorded live")
+        IMPORT = "import", _("Imported file")
+        PROXY = "proxy", _("Recording proxy")
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,

@@ -402,6 +402,23 @@ class TestWhatALinkShows(Base):
         assert f"/streams/{self.retry.pk}/" in text and "s-alice" in text and "tag-alice" in text
         assert [h for h in links_in_main(text) if h.startswith("/streams/")]
 
+    def test_its_header_is_the_stream_pages_without_the_owners_rows(self, settings):
+        # one partial (stream_detail.html#head) renders both: the same rows, in the same words
+        public_links(settings)
+        rows = re.compile(r"<dt>(.*?)</dt><dd[^>]*>(.*?)</dd>", re.S)
+
+        def header(text):
+            head = re.search(r'<dl class="meta">(.*?)</dl>', text, re.S).group(1)
+            return dict(rows.findall(head))
+
+        own = header(self.alice_client.get(f"/streams/{self.echo.pk}/").text)
+        link = header(self.anonymous.get(f"/s/{self.echo_secret}/").text)
+        owners = {"Tags", "Session", "Attempts", "Receipt times"}
+        assert {"Tags", "Session", "Attempts"} <= own.keys()
+        assert link.pop("Link expires")
+        assert link == {k: v for k, v in own.items() if k not in owners}
+        assert {"Model", "Source", "Created", "Prompt"} <= link.keys()
+
     def test_secrets_the_upstream_echoed_are_redacted(self):
         for url in self.pages():
             r = self.teammate_client.get(url)

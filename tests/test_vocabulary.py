@@ -1,5 +1,5 @@
 """One vocabulary, served from Python (dashboard/vocabulary.py): a stream's statuses (which are
-active), the filters' limits, the output event types. Kept so:
+active) and sources, the filters' limits, the output event types, the usage fields. Kept so:
 
 - the JSON every page carries (`#streamscope-vocabulary`, read by static/js/vocabulary.js) is
   what the Python homes say (streams/models.py, streams/core/checks.py, the forms);
@@ -7,6 +7,9 @@ active), the filters' limits, the output event types. Kept so:
   (they import vocabulary.js), no template types a number into `maxlength` (it renders the
   form field's), and no Python module of streams/ or dashboard/ types the active statuses as a
   tuple or an SQL list (`Stream.ACTIVE_STATUSES`, `aggregates.ACTIVE`);
+- no script or template spells a source's label (`Stream.Source`: templates say
+  `{{ stream.source|source_label }}`, scripts `sourceWord`) or lists the usage fields (scripts
+  import `USAGE_FIELDS`);
 - each rule catches a copy (`TestTheRulesCatchACopy`).
 
 static/js/output.js reads the protocol event by event (which part, item or field each delta and
@@ -22,16 +25,19 @@ from pathlib import Path
 import pytest
 from django.contrib.auth import get_user_model
 from django.forms import CharField
+from django.utils import translation
 from django.utils.dates import MONTHS_3
 
 from dashboard.formats.en import formats as english_formats
 from dashboard.forms.analytics import LatencyForm, RoutingForm
 from dashboard.forms.streams import CaptureUploadForm, StreamFilterForm
-from streams.core import pricing
+from streams.core import pricing, usage
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
+from streams.store import public
 from streams.store.public import FAILED_TOOL_STATUSES
 from tests.conftest import log_in_people
+from tests.support.recording import recorded, text_events
 
 ROOT = Path(__file__).resolve().parent.parent
 JS = ROOT / "static" / "js"
@@ -48,6 +54,13 @@ _LITERAL = r"""(["'`])({})\1"""
 STATUS_LITERAL = re.compile(_LITERAL.format("|".join(map(re.escape, sorted(ACTIVE)))))
 DELTA_LITERAL = re.compile(_LITERAL.format("|".join(map(re.escape, sorted(OUTPUT_DELTAS)))))
 ANY_DELTA_LITERAL = re.compile(r"""(["'`])(response\.[\w.]+\.delta)\1""")
+with translation.override("en"):
+    SOURCE_LABELS = sorted(str(label) for label in Stream.Source.labels)
+SOURCE_LITERAL = re.compile(_LITERAL.format("|".join(map(re.escape, SOURCE_LABELS))), re.I)
+USAGE_FIELDS = {*public.USAGE_COLUMNS}
+# A list literal of a script or template: [ … ] without nested brackets.
+LIST_LITERAL = re.compile(r"\[([^\[\]]*)\]")
+QUOTED = re.compile(r"""(["'`])(\w+)\1""")
 NUMERIC_MAXLENGTH = re.compile(r"""maxlength\s*=\s*["']?\s*\d+["']?""", re.I)
 _S = r"""\s*(['"])({})\{}\s*"""
 SQL_PAIR = re.compile(
@@ -81,6 +94,19 @@ def face_copies(name, text):
             f"{name}:{line_of(text, m.start())}: output delta type {m.group(2)!r}"
             for m in DELTA_LITERAL.finditer(text)
         ]
+    return found
+
+
+def label_copies(name, text):
+    """A source's label spelled out, or a list of (at least two) usage fields typed out."""
+    found = [
+        f"{name}:{line_of(text, m.start())}: source label {m.group(2)!r}"
+        for m in SOURCE_LITERAL.finditer(text)
+    ]
+    for m in LIST_LITERAL.finditer(text):
+        fields = [q.group(2) for q in QUOTED.finditer(m.group(1)) if q.group(2) in USAGE_FIELDS]
+        if len(fields) >= 2:
+            found.append(f"{name}:{line_of(text, m.start())}: usage fields {fields}")
     return found
 
 
@@ -131,6 +157,13 @@ def test_scripts_and_templates_read_statuses_and_output_types_from_the_vocabular
     assert found == [], "import them from static/js/vocabulary.js:\n" + "\n".join(found)
 
 
+def test_scripts_and_templates_read_source_labels_and_usage_fields_from_the_vocabulary():
+    found = []
+    for path in [*scripts(), *templates()]:
+        found += label_copies(rel(path), path.read_text())
+    assert found == [], "source_label / sourceWord, USAGE_FIELDS:\n" + "\n".join(found)
+
+
 def test_no_template_types_a_maxlength():
     found = []
     for path in templates():
@@ -167,6 +200,7 @@ def expected_vocabulary():
             "finished": [s for s in statuses if s not in ACTIVE],
             "initial": Stream.Status.PENDING.value,
         },
+        "sources": {"labels": {s.value: s.label for s in Stream.Source}},
         "limits": {
             "filters": {
                 "q": StreamFilterForm.base_fields["q"].max_length,
@@ -184,6 +218,16 @@ def expected_vocabulary():
             "terminal": dict(TERMINAL_STATUS),
             "itemKinds": dict(ITEM_KINDS),
             "failedToolStatuses": sorted(FAILED_TOOL_STATUSES),
+        },
+        "usage": {
+            "fields": [
+                *usage.FIELDS,
+                "usage_source",
+                "cost_nanos",
+                "cost_currency",
+                "price_ref",
+                "resolved_model",
+            ]
         },
         "prices": {"example": pricing.EXAMPLE},
         # the English forms of a moment (dashboard/formats/en/formats.py) and Django's months
@@ -226,6 +270,20 @@ class TestServed:
     def test_so_does_the_login_page(self, client):
         r = client.get("/login/")
         assert served(r.content.decode()) == expected_vocabulary()
+
+    @pytest.mark.parametrize("language", ["en", "nl"])
+    def test_a_streams_source_is_its_label_on_its_page_its_row_and_the_filter(self, language):
+        stream = recorded(self.owner, text_events("hi"), source=Stream.Source.PROXY)
+        self.owner_client.cookies["django_language"] = language
+        with translation.override(language):
+            label = str(Stream.Source.PROXY.label)
+        page = self.owner_client.get(f"/streams/{stream.pk}/").text
+        assert f"<dd>{label.lower()}</dd>" in page
+        listing = self.owner_client.get("/").text
+        row = listing[listing.index(f'id="stream-row-{stream.pk}"') :]
+        assert f'<span class="muted">{label.lower()}</span>' in row[: row.index("</tr>")]
+        assert f'<option value="proxy">{label}</option>' in listing
+        assert served(listing)["sources"]["labels"]["proxy"] == label
 
     @pytest.mark.parametrize("path", ["/", "/latency/", "/routing/"])
     def test_inputs_take_their_form_fields_limits(self, path):
@@ -296,6 +354,31 @@ class TestTheRulesCatchACopy:
         text = 'const T = new Map([["response.refusal.delta", "refusal"]]);'
         assert face_copies("static/js/output.js", text) == []
         assert face_copies("static/js/output.js", 'x === "pending"')
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            '{% if stream.source == "live" %}{% translate "recorded live" %}{% endif %}',
+            "const LABEL = { proxy: 'Recording proxy' };",
+            "t(`imported file`)",
+            'const USAGE = ["input_tokens", "output_tokens", "cost_nanos"];',
+            "for (const f of ['reasoning_tokens',\n 'cached_input_tokens']) show(f);",
+        ],
+    )
+    def test_a_source_label_or_usage_list_copy(self, text):
+        assert label_copies("static/js/x.js", text)
+
+    @pytest.mark.parametrize(
+        "text",
+        [
+            "<td>{{ stream.source|source_label }}</td>",
+            "an imported file keeps no receipt times",
+            "for (const name of USAGE_FIELDS) usage[name] = s[name];",
+            'if (known(f["reasoning_tokens"])) show(f.input_tokens);',
+        ],
+    )
+    def test_not_a_source_label_or_usage_list_copy(self, text):
+        assert label_copies("static/js/x.js", text) == []
 
     @pytest.mark.parametrize(
         "text", ['<input name="tag" maxlength="64">', "<input maxlength=200>", "MAXLENGTH='1'"]

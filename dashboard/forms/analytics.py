@@ -7,7 +7,6 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from dashboard import timezone
-from dashboard.forms.choices import SOURCE_CHOICES
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS, InstantField
 from dashboard.stats.sql import Scope
 from streams.models import MAX_TAG_CHARS, ScoreType, Stream
@@ -122,7 +121,9 @@ class LatencyForm(LabelsForm):
     status = forms.ChoiceField(
         choices=ANY + list(Stream.Status.choices), required=False, label=_("Status")
     )
-    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False, label=_("Source"))
+    source = forms.ChoiceField(
+        choices=ANY + Stream.Source.choices, required=False, label=_("Source")
+    )
     compare = forms.ChoiceField(
         required=False,
         label=_("Compare"),
@@ -184,7 +185,9 @@ class LatencyForm(LabelsForm):
 
 
 class RoutingForm(LabelsForm):
-    source = forms.ChoiceField(choices=ANY + SOURCE_CHOICES, required=False, label=_("Source"))
+    source = forms.ChoiceField(
+        choices=ANY + Stream.Source.choices, required=False, label=_("Source")
+    )
 
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}

@@ -10,7 +10,6 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from dashboard.forms.choices import SOURCE_CHOICES
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS, InstantField
 from streams.core import conf
 from streams.ingest.import_jobs import MAX_FILES
@@ -103,7 +102,7 @@ class StreamFilterForm(forms.Form):
         required=False, choices=[("", _("Any status")), *Stream.Status.choices], label=_("Status")
     )
     source = forms.ChoiceField(
-        required=False, choices=[("", _("Any source")), *SOURCE_CHOICES], label=_("Source")
+        required=False, choices=[("", _("Any source")), *Stream.Source.choices], label=_("Source")
     )
     requested = forms.CharField(required=False, max_length=MODEL_CHARS, label=_("Requested model"))
     resolved = forms.CharField(

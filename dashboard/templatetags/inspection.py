@@ -13,7 +13,6 @@ from django.utils.translation import get_language, gettext, ngettext, pgettext_l
 from django.utils.translation import gettext_lazy as _
 
 from dashboard import dates, disguise
-from dashboard.forms import choices
 from dashboard.queries.output import TEXT_SHOWN
 from streams.core import pricing
 from streams.models import Finding, Stream
@@ -163,8 +162,12 @@ def output_text_shown():
 
 @register.filter
 def source_label(value):
-    """A stream's source as the pages name it, lower case ("live", "import", "proxy")."""
-    return str(choices.source_label(value)).lower()
+    """A stream's source as the pages name it (lower case, translated: "recorded live", Dutch
+    "live opgenomen"), from `Stream.Source`'s labels; an unknown value is shown as it is."""
+    try:
+        return str(Stream.Source(value).label).lower()
+    except ValueError:
+        return value
 
 
 # An import job's and its files' statuses (streams.models.ImportJob / ImportFile), in the
@@ -210,7 +213,7 @@ def _pill_title(name, n, meaning):
 def finding_pills(source):
     """A stream's findings as one pill per severity present, worst first ("1 err", "2 info"):
     an info finding must never look like an error (info grey, warning orange, error red, and
-    the word on each). `source`: counts per severity (`queries.finding_counts`: the timeline,
+    the word on each). `source`: counts per severity (`queries.common.finding_counts`: the timeline,
     the playground), or a stream row, which counts its errors apart from the rest
     (`error_findings`, `findings_count`): its other findings are warnings or info, not told
     apart, in grey; a row with `warning_findings` tells them apart too."""

@@ -27,22 +27,10 @@ import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
 // OUTPUT_DELTAS: deltas/s counts these from the first to the last, the way the recorder computes
 // the stored figure (`tokens_per_s`, a rate of delta events, not of tokens).
-import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "./vocabulary.js";
-// An answer's tokens and cost, rendered as the server renders them (the timeline's module).
+import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS, USAGE_FIELDS } from "./vocabulary.js";
+// An answer's tokens and cost, rendered as the server renders them (the timeline's module), from
+// the row's USAGE_FIELDS as its frames' `stream` fields carry them.
 import { costNodes, costNote, tokensNodes, usageTitle } from "./stream_detail/format.js";
-
-// The row's columns an answer's tokens and cost are shown from (its frames' `stream` fields).
-const USAGE_FIELDS = [
-  "input_tokens",
-  "output_tokens",
-  "cached_input_tokens",
-  "reasoning_tokens",
-  "usage_source",
-  "cost_nanos",
-  "cost_currency",
-  "price_ref",
-  "resolved_model",
-];
 
 const BOTTOM_SLACK_PX = 140;
 const SILENCE_AFTER_S = 5;

@@ -36,6 +36,13 @@ export const isFinished = (status) => Boolean(status) && !ACTIVE.has(status);
 export const statusWord = (status) =>
   Object.hasOwn(STATUSES.labels, status) ? STATUSES.labels[status].toLowerCase() : String(status ?? "");
 
+/** {labels}: Stream.Source's values and their labels in the page's language. */
+export const SOURCES = VOCABULARY.sources;
+/** A stream's source as the page says it (its label in lower case), as the templates'
+ * `source_label` filter writes it. An unknown source is shown as it came. */
+export const sourceWord = (source) =>
+  Object.hasOwn(SOURCES.labels, source) ? SOURCES.labels[source].toLowerCase() : String(source ?? "");
+
 /** {filters: {name: max length}, tags: {max, chars}}. */
 export const LIMITS = VOCABULARY.limits;
 
@@ -47,6 +54,10 @@ export const TERMINAL_EVENTS = new Map(Object.entries(VOCABULARY.output.terminal
 export const ITEM_KINDS = VOCABULARY.output.itemKinds;
 /** A tool call's statuses shown as failed (streams.store.public.FAILED_TOOL_STATUSES). */
 export const FAILED_TOOL_STATUSES = new Set(VOCABULARY.output.failedToolStatuses);
+
+/** A stream's fields its tokens and cost are shown from (streams.store.public.USAGE_COLUMNS and
+ * the resolved model, which priced them), as its frames carry them. */
+export const USAGE_FIELDS = VOCABULARY.usage.fields;
 
 /** How the ref of a simulator example price begins (streams.core.pricing.EXAMPLE): the
  * model follows ": ". */

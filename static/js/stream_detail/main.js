@@ -22,7 +22,7 @@ import { EventTable } from "./events_table.js";
 import { costNodes, costNote, fmtCount, fmtDuration, fmtMs, tokenCountNodes, tokenNote } from "./format.js";
 import { fmt, num, t } from "../i18n.js";
 import { Replay } from "./replay.js";
-import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS } from "../vocabulary.js";
+import { isActive, OUTPUT_DELTAS, statusWord, TERMINAL_EVENTS, USAGE_FIELDS } from "../vocabulary.js";
 import { TimingChart } from "./timing_chart.js";
 
 const config = JSON.parse(document.getElementById("timeline-config").textContent);
@@ -47,21 +47,10 @@ function setFields(fields) {
   }
 }
 
-// The row's usage and cost columns as the frames told them (the first frame has them all, the
-// finishing one their final values), and its status: the key figures "Input tokens", "Output
-// tokens" and "Cost" (templates/dashboard/stream_detail.html, rendered alike by format.js).
-const USAGE_FIELDS = [
-  "input_tokens",
-  "output_tokens",
-  "total_tokens",
-  "cached_input_tokens",
-  "reasoning_tokens",
-  "usage_source",
-  "cost_nanos",
-  "cost_currency",
-  "price_ref",
-  "resolved_model",
-];
+// The row's usage and cost columns (USAGE_FIELDS) as the frames told them (the first frame has
+// them all, the finishing one their final values), and its status: the key figures "Input
+// tokens", "Output tokens" and "Cost" (templates/dashboard/stream_detail.html, rendered alike by
+// format.js).
 const usage = { requested_model: config.requestedModel };
 let usageStatus = config.status;
 let usageTold = false; // a frame said them: they stand over a summary rendered before
