@@ -13,6 +13,7 @@ import json
 import pytest
 from playwright.sync_api import expect
 
+from dashboard.formats.en.formats import THOUSAND_SEPARATOR
 from dashboard.models import Conversation, Turn
 from streams.ingest.importer import import_capture
 from streams.models import Finding
@@ -194,7 +195,8 @@ def test_compare_says_deltas_and_severity(browser, live_server_daphne, owner):
         rate = column.locator("dt", has_text="Deltas/s")
         assert "not tokens" in rate.get_attribute("title")
         expect(column.locator('dd[data-f="tokens_per_s"]')).to_have_text(
-            f"{stream.tokens_per_s:.1f} deltas/s"
+            # (thousands grouped by the one rule: a narrow no-break space, dashboard/formats)
+            f"{stream.tokens_per_s:,.1f} deltas/s".replace(",", THOUSAND_SEPARATOR)
         )
         assert not stream.warning_findings  # unknown_event: info findings only
         expected = [("info", f"{stream.findings_count} info")]
