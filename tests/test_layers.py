@@ -20,6 +20,7 @@ LAYERS = (
     ("streams.simulator",),
     ("streams.models",),
     ("streams.store",),
+    ("streams.access",),
     ("streams.observe",),
     ("streams.live",),
     ("streams.ingest",),

@@ -248,7 +248,7 @@ def test_case_and_on_sqlite_accents_are_ignored():
 
 
 def test_only_streams_the_user_may_see_are_found_and_the_filters_apply():
-    from streams.store.access import streams_for
+    from streams.access.rules import streams_for
 
     owner = get_user_model().objects.create_user("owner")
     stranger = get_user_model().objects.create_user("stranger")

@@ -18,10 +18,10 @@ from dashboard.queries.common import (
     is_proxied,
 )
 from dashboard.queries.output import final_texts, output_blocks, word_ops
+from streams.access.rules import may_see
 from streams.core.summaries import event_summary
 from streams.models import Event, Finding, Stream
 from streams.store import known_secrets
-from streams.store.access import may_see
 from streams.store.event_shape import PROXIED_ROW_COLUMNS
 
 EVENTS_PAGE = 200  # rows per event-table window

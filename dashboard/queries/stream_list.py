@@ -11,9 +11,9 @@ from django.contrib.auth import get_user_model
 from django.db.models import F, Q, Subquery
 
 from dashboard.queries.common import rows_for
+from streams.access.rules import streams_for
 from streams.models import Stream
 from streams.store import known_secrets, scores, search
-from streams.store.access import streams_for
 from streams.store.lookups import HasTag
 
 PAGE_STREAMS = 50  # rows per list page

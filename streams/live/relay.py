@@ -180,7 +180,7 @@ async def publish_created(stream):
         log.exception("publish to the channel layer failed for new stream %s", stream.pk)
 
 
-# ---- share links (streams/store/shares.py) ----------------------------------------------------
+# ---- share links (streams/access/shares.py) ----------------------------------------------------
 #
 # A revoked link's open sockets close at once: one message to the link's group, which every
 # socket opened through it joined, in whichever process it runs (the consumers' periodic check

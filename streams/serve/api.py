@@ -44,12 +44,14 @@ from django import forms
 from django.http import HttpResponse
 from django.utils.translation import gettext
 
+from streams.access.rules import streams_for
+from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
+from streams.serve.http import api_view, json_error
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import event_shape, public, rows, scores, search
-from streams.store.access import api_view, json_error, search_allowed, streams_for
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
 METADATA_MAX_KEY = 64

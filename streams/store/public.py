@@ -58,7 +58,7 @@ PUBLIC_FIELDS = {
 # it: tests/test_public.py walks the model, so a new column is either shown or listed here.
 NOT_SHOWN = {
     "id": "shown as `id`",
-    "user_id": "the owner decides who sees a stream (streams/store/access.py); not shown",
+    "user_id": "the owner decides who sees a stream (streams/access/rules.py); not shown",
     "heartbeat_at": "the running process's liveness, not the stream's",
     "runner": "which process runs it (host:pid:nonce), internal",
     "search_other": "the search index's input (streams/store/search.py), made of the request "
