@@ -21,6 +21,7 @@ LAYERS = (
     ("streams.models",),
     ("streams.store",),
     ("streams.access",),
+    ("streams.shapes",),
     ("streams.observe",),
     ("streams.live",),
     ("streams.ingest",),

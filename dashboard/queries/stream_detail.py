@@ -22,7 +22,7 @@ from streams.access.rules import may_see
 from streams.core.summaries import event_summary
 from streams.models import Event, Finding, Stream
 from streams.store import known_secrets
-from streams.store.event_shape import PROXIED_ROW_COLUMNS
+from streams.store.event_row import PROXIED_ROW_COLUMNS
 
 EVENTS_PAGE = 200  # rows per event-table window
 JUMP_CONTEXT = 20  # rows shown above an event the page jumps to

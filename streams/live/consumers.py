@@ -1,8 +1,8 @@
 """WebSocket consumers: subscribe, catch up from the database, dedupe, forward.
 
 `/ws/streams/<id>/` sends one stream's events exactly once and in order, then its terminal
-status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.store.public` (a
-stream's events by `streams.store.event_shape`); every frame leaves through the egress gate
+status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.shapes.public` (a
+stream's events by `streams.shapes.event_message`); every frame leaves through the egress gate
 (streams/serve/egress.py). docs/relay.md describes the endpoints, frames, close codes, and how
 completeness is kept without trusting the channel layer and without letting a slow client slow
 anyone else.
@@ -32,8 +32,8 @@ from streams.core.transport import buffered_bytes, connection
 from streams.live import relay
 from streams.models import ApiToken, Event, Stream
 from streams.observe import telemetry
-from streams.store import public
-from streams.store.event_shape import (
+from streams.shapes import public
+from streams.shapes.event_message import (
     DATA,
     INDEX,
     MESSAGE_COLUMNS,
@@ -120,7 +120,7 @@ def _stream_fields(stream_id):
 
 def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=MESSAGE_COLUMNS):
     """Stored events with after < index (< before), in index order, as messages (`columns`:
-    `event_shape.MESSAGE_COLUMNS` or its proxied form)."""
+    `event_message.MESSAGE_COLUMNS` or its proxied form)."""
     qs = Event.objects.filter(stream_id=stream_id, index__gt=after)
     if before is not None:
         qs = qs.filter(index__lt=before)
