@@ -5,7 +5,7 @@ the page's URL with their query string.
 What is saved is cleaned here: only the page's own filter fields (its form's), never a cursor
 or a page number, empty values dropped, at most QUERY_MAX characters. A view names filters, not
 data: whoever opens a shared view sees what the filters select among the streams they may see
-(streams.store.access), nothing of the owner's.
+(streams.access.rules), nothing of the owner's.
 """
 
 from urllib.parse import urlencode

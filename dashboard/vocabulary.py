@@ -36,7 +36,7 @@ from dashboard.forms.streams import StreamFilterForm
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.core.pricing import EXAMPLE
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
-from streams.store.public import FAILED_TOOL_STATUSES, USAGE_COLUMNS
+from streams.shapes.public import FAILED_TOOL_STATUSES, USAGE_COLUMNS
 
 ELEMENT_ID = "streamscope-vocabulary"
 

@@ -1008,7 +1008,7 @@ class ScoreRollup(_Rollup):
 
 
 # ---------------------------------------------------------------------------------------------
-# Share links (streams/store/shares.py; docs/sharing.md)
+# Share links (streams/access/shares.py; docs/sharing.md)
 
 
 class ShareLink(models.Model):

@@ -23,11 +23,11 @@ FIXTURES = REPO / "tests" / "fixtures" / "streams"
 
 @pytest.fixture(autouse=True)
 def _searches_counted_per_test(monkeypatch):
-    """Searches are throttled per user id (streams/store/access.py), and the ids of users come
+    """Searches are throttled per user id (streams/access/throttle.py), and the ids of users come
     again from test to test: each test counts its own, in keys of its own."""
-    from streams.store import access
+    from streams.access import throttle
 
-    monkeypatch.setattr(access, "_SEARCH_KEY", f"{access._SEARCH_KEY}:{os.urandom(6).hex()}")
+    monkeypatch.setattr(throttle, "_SEARCH_KEY", f"{throttle._SEARCH_KEY}:{os.urandom(6).hex()}")
 
 
 def log_in_people(target):

@@ -31,9 +31,10 @@ from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
+from streams.access import shares
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import Event, ImportJob, ShareLink, Stream
-from streams.store import scores, shares
+from streams.store import scores
 from tests.support.clients import session, ws
 
 pytestmark = [

@@ -10,7 +10,8 @@ from asgiref.sync import sync_to_async
 from streams.live import consumers, relay
 from streams.models import ApiToken, Event, Stream
 from streams.run import runner
-from streams.store import event_shape, rows
+from streams.shapes import event_message
+from streams.store import event_row, rows
 from tests.support.clients import ws
 
 pytestmark = [
@@ -64,12 +65,12 @@ def stored_stream(user, n, status="completed", start=0, stream=None, *, proxied=
 
 
 def checked(type_, sequence_number):
-    return event_shape.Checked(type_, sequence_number, None, None, True)
+    return event_row.Checked(type_, sequence_number, None, None, True)
 
 
 def payloads(start, n):
     return [
-        event_shape.message(i, i * 100, checked("response.output_text.delta", i), delta(i))
+        event_message.message(i, i * 100, checked("response.output_text.delta", i), delta(i))
         for i in range(start, start + n)
     ]
 
@@ -499,7 +500,7 @@ class TestRedaction:
         await publish_batch(
             stream.pk,
             people.owner.pk,
-            [event_shape.message(1, 9, checked("error", 1), data)],
+            [event_message.message(1, 9, checked("error", 1), data)],
             fields,
         )
         texts = await self.texts_until_close(comm)

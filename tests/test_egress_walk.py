@@ -818,8 +818,8 @@ def load_history(people):
 def _share_links(people):
     """A stream link to a few of each person's streams and a link to each of their sessions
     (the hostile session names): {secret: the ids of the streams it shows}, and the ids."""
+    from streams.access import shares
     from streams.models import Stream as Row
-    from streams.store import shares
 
     secrets, ids = {}, []
     for person in people.values():

@@ -22,9 +22,10 @@ from django.utils import timezone
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams.access import shares
 from streams.ingest import importer
 from streams.models import ImportJob, Stream
-from streams.store import scores, shares
+from streams.store import scores
 from tests.conftest import FIXTURES
 from tests.support.routes import Unfillable, django_routes, fill
 

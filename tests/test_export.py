@@ -17,7 +17,7 @@ from streams.ingest.importer import import_capture
 from streams.models import Event, Finding, Stream
 from streams.serve import export
 from streams.serve.export import iter_document, iter_sse
-from streams.store import public
+from streams.shapes import public
 from streams.store.rows import insert_events
 from tests.support.captures import (
     document,

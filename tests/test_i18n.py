@@ -41,6 +41,7 @@ from django.utils.text import capfirst
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams.access import shares
 from streams.core.checks import PHRASES
 from streams.ingest import importer
 from streams.management.commands.seed_demo import seed
@@ -54,7 +55,7 @@ from streams.models import (
     ShareLink,
     Stream,
 )
-from streams.store import scores, shares
+from streams.store import scores
 from tests.support.captures import small_stream, sse
 from tests.support.i18n import (
     CATALOGS,
@@ -141,7 +142,7 @@ def history(django_db_setup, django_db_blocker):
             scores.give(first.pk, author=owner, name="sterren", value=4, source="api", key="k")
             scores.comment(first.pk, author=owner, text="Goed antwoord.", source="person")
             score_ids[first.pk] = [made.pk]
-        # share links of the user: to a stream, and to the session (streams/store/shares.py)
+        # share links of the user: to a stream, and to the session (streams/access/shares.py)
         share_links = {}
         for target in ({"stream": streams[-1].pk}, {"session": "sessie-een"}):
             link, secret = shares.create(user, **target)

@@ -13,6 +13,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("streams", "dashboard")
 
 # Lowest first. The data path reads bottom to top: pure rules, the schema and what is stored,
+# who is asking and what they may see (access), the outward shapes of what is stored (shapes),
 # the instruments, the channel layer, the recorder, the orchestration, the exits; then Django's
 # fixed places, the commands and benchmarks, and the face (`dashboard`), which nothing imports.
 LAYERS = (
@@ -20,6 +21,8 @@ LAYERS = (
     ("streams.simulator",),
     ("streams.models",),
     ("streams.store",),
+    ("streams.access",),
+    ("streams.shapes",),
     ("streams.observe",),
     ("streams.live",),
     ("streams.ingest",),
@@ -66,26 +69,33 @@ def from_base(node, module, is_package):
     return ".".join(anchor + ([base] if base else []))
 
 
+def edges_of(source, module, known, is_package=False, filename="<source>"):
+    """{imported module: line} of `source` (the text of `module`), for the two packages only."""
+    edges = {}
+    for node in ast.walk(ast.parse(source, filename)):
+        targets = []
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = from_base(node, module, is_package)
+            targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
+        for target in targets:
+            if target.split(".")[0] not in PACKAGES:
+                continue
+            resolved = _resolve(target, known)
+            if resolved and resolved != module:
+                edges.setdefault(resolved, node.lineno)
+    return edges
+
+
 def imports(known):
     """{module: {imported module: line}} over `known`, for the two packages only."""
-    graph = {}
-    for module, path in known.items():
-        is_package = path.name == "__init__.py"
-        edges = graph.setdefault(module, {})
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            targets = []
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = from_base(node, module, is_package)
-                targets = [f"{base}.{alias.name}" for alias in node.names] or [base]
-            for target in targets:
-                if target.split(".")[0] not in PACKAGES:
-                    continue
-                resolved = _resolve(target, known)
-                if resolved and resolved != module:
-                    edges.setdefault(resolved, node.lineno)
-    return graph
+    return {
+        module: edges_of(
+            path.read_text(), module, known, path.name == "__init__.py", filename=str(path)
+        )
+        for module, path in known.items()
+    }
 
 
 def layer_of(module):
@@ -151,14 +161,21 @@ def test_every_module_has_a_layer():
     assert not unplaced, f"place these in tests/test_layers.py's LAYERS: {unplaced}"
 
 
+def upward(module, edges):
+    """[(line, imported module)] of `edges` (a module's imports) that go up the path."""
+    return sorted(
+        (line, target) for target, line in edges.items() if layer_of(target) > layer_of(module)
+    )
+
+
 def test_no_import_goes_up_the_path():
-    upward = []
+    found = []
     for module, edges in GRAPH.items():
-        for target, line in edges.items():
-            if layer_of(target) > layer_of(module):
-                path = KNOWN[module].relative_to(ROOT)
-                upward.append(f"{path}:{line}: {module} imports {target}")
-    assert not upward, "imports up the path:\n" + "\n".join(sorted(upward))
+        path = KNOWN[module].relative_to(ROOT)
+        found += [
+            f"{path}:{line}: {module} imports {target}" for line, target in upward(module, edges)
+        ]
+    assert not found, "imports up the path:\n" + "\n".join(sorted(found))
 
 
 def test_no_import_circles():
@@ -184,6 +201,62 @@ def test_the_checks_see_what_they_are_for():
     assert GRAPH["streams.ingest.recorder"], "the recorder's imports were read"
     lazy = GRAPH["streams.run.shutdown"]
     assert "streams.run.runner" in lazy, "imports inside functions count"
+
+
+def test_the_rooms_rules_see_what_they_are_for():
+    """An import planted against each rule of the rooms between the store and the exits is
+    caught, in every spelling; the ways the rooms are meant to be used are not."""
+    caught = {
+        # the store keeps rows: who asks and what leaves are above it
+        "streams.store.rows": [
+            "from streams.access import rules",
+            "from streams.access.rules import streams_for",
+            "from streams.shapes import public",
+            "def f():\n    from streams.shapes.event_message import message",  # lazy
+        ],
+        "streams.store.search": ["import streams.access.throttle", "from ..access import shares"],
+        # access decides who may see: it knows nothing of the channel layer, nor of the exits
+        "streams.access.rules": [
+            "from streams.live import relay",
+            "from streams.serve.http import json_error",
+            "from ..shapes import public",
+        ],
+        "streams.access.shares": ["from streams.ingest import recorder"],
+        # the outward shapes are built from what is kept, never from what records or serves
+        "streams.shapes.public": [
+            "from streams.ingest import recorder",
+            "from streams.live.relay import stream_group",
+            "from streams.run import services",
+        ],
+        # `streams` never imports the face
+        "streams.store.known_secrets": ["from dashboard.queries.stream_list import marked"],
+        "streams.access.tokens": ["import dashboard.views.streams"],
+        "streams.shapes.event_message": ["from dashboard import vocabulary"],
+    }
+    for module, sources in caught.items():
+        for source in sources:
+            edges = edges_of(source, module, KNOWN)
+            assert edges and upward(module, edges), f"{module}: {source}"
+    allowed = {
+        "streams.access.shares": [
+            "from streams.store import rows",
+            "from streams.models import Stream",
+        ],
+        "streams.shapes.public": [
+            "from streams.store import scores",
+            "from streams.core import conf",
+        ],
+        "streams.live.consumers": [
+            "from streams.access import sockets",
+            "from streams.shapes import public",
+        ],
+        "streams.serve.http": ["from streams.access.throttle import token_user"],
+        "dashboard.queries.stream_list": ["from streams.access.rules import streams_for"],
+    }
+    for module, sources in allowed.items():
+        for source in sources:
+            edges = edges_of(source, module, KNOWN)
+            assert edges and not upward(module, edges), f"{module}: {source}"
 
 
 # ---- tests/: helpers live in tests/support, never in a test module ---------------------------

@@ -1,4 +1,4 @@
-"""streams.store.public: the outward shapes and the one redaction. Pure tests, no database (the
+"""streams.shapes.public: the outward shapes and the one redaction. Pure tests, no database (the
 pages, API, exports and WebSocket frames that go through it have their own tests of the key never
 showing: test_views_*, test_api, test_export, test_consumers)."""
 
@@ -8,7 +8,8 @@ import json
 import pytest
 
 from streams.models import Stream
-from streams.store import event_shape, known_secrets, public
+from streams.shapes import event_message, public
+from streams.store import known_secrets
 
 KEY = "sk-echoed-upstream-key-42"
 
@@ -34,7 +35,7 @@ class TestShapes:
     def test_a_stream_frame_is_the_documented_json(self, key):
         events = [(0, "response.created", 0, 12, '{"type":"response.created"}'),
                   (1, "error", 1, 15, f'{{"message":"{key}"}}')]  # fmt: skip
-        text = event_shape.stream_frame(
+        text = event_message.stream_frame(
             events, status="failed", stream={"ttft_ms": 1.5}, terminal=True
         )
         assert json.loads(text) == {
@@ -58,21 +59,23 @@ class TestShapes:
             "stream": {"ttft_ms": 1.5},
             "terminal": True,
         }
-        omitted = json.loads(event_shape.stream_frame(events[:1], omit_data=True))
+        omitted = json.loads(event_message.stream_frame(events[:1], omit_data=True))
         assert omitted["events"][0]["data"] is None and omitted["events"][0]["data_bytes"] == 27
 
     def test_a_proxied_event_says_when_the_client_got_it_and_no_other_does(self):
         plain = (3, "response.output_text.delta", 3, 120, '{"delta":"a"}')
         # a payload with sent_us None (the proxy never handed it over) is a plain one, byte
         # for byte: other streams' frames are what they were before sent_us existed
-        assert event_shape.stream_frame([(*plain, None)]) == event_shape.stream_frame([plain])
-        assert event_shape.stream_frame([plain]) == (
+        assert event_message.stream_frame([(*plain, None)]) == event_message.stream_frame([plain])
+        assert event_message.stream_frame([plain]) == (
             '{"events":[{"index":3,"type":"response.output_text.delta","sequence_number":3,'
             '"t_us":120,"data":"{\\"delta\\":\\"a\\"}"}]}'
         )
-        [sent] = json.loads(event_shape.stream_frame([(*plain, 150)]))["events"]
-        assert sent == {**event_shape.event(*plain), "sent_us": 150}
-        [omitted] = json.loads(event_shape.stream_frame([(*plain, 150)], omit_data=True))["events"]
+        [sent] = json.loads(event_message.stream_frame([(*plain, 150)]))["events"]
+        assert sent == {**event_message.event(*plain), "sent_us": 150}
+        [omitted] = json.loads(event_message.stream_frame([(*plain, 150)], omit_data=True))[
+            "events"
+        ]
         assert omitted["sent_us"] == 150 and omitted["data"] is None
         assert omitted["data_bytes"] == len(plain[4])
 

@@ -14,7 +14,7 @@ from streams.ingest import recorder
 from streams.ingest.upstream import UpstreamError
 from streams.models import Event, Finding, Stream
 from streams.run import runner
-from streams.store import event_shape, rows
+from streams.store import event_row, rows
 from tests.support.recording import body, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -534,7 +534,7 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
     monkeypatch.setattr(rows, "write_batch", write_batch)
     writer = writer_module.Writer(max_age_ms=1000)
     rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
-    width = len(event_shape.ROW_COLUMNS)
+    width = len(event_row.ROW_COLUMNS)
     for first, n in ((0, 3), (3, 2)):
         payloads = [(i, "x", i, i, "{}") for i in range(first, first + n)]
         await writer.put(rec, [None] * (width * n), payloads)
@@ -581,12 +581,8 @@ def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
     reads nothing more); every other stream's keep ROW_COLUMNS and MESSAGE_COLUMNS."""
     from streams.ingest.recorder import Recording
     from streams.ingest.upstream import ReceivedEvent
-    from streams.store.event_shape import (
-        MESSAGE_COLUMNS,
-        PROXIED_MESSAGE_COLUMNS,
-        PROXIED_ROW_COLUMNS,
-        ROW_COLUMNS,
-    )
+    from streams.shapes.event_message import MESSAGE_COLUMNS, PROXIED_MESSAGE_COLUMNS
+    from streams.store.event_row import PROXIED_ROW_COLUMNS, ROW_COLUMNS
 
     for proxied, columns in ((False, ROW_COLUMNS), (True, PROXIED_ROW_COLUMNS)):
         rec = Recording(1, None, pinned_model=False, proxied=proxied)

@@ -28,7 +28,8 @@ from streams.core.redaction import (
     private_core,
 )
 from streams.models import Stream
-from streams.store import known_secrets, public
+from streams.shapes import public
+from streams.store import known_secrets
 from tests.conftest import DaphneServer
 from tests.support.hostile import KEY, RawUpstream, copies, escaped, hostile
 from tests.support.leaks import base64_pieces

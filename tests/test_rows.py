@@ -20,7 +20,7 @@ from streams.ingest import writer as writer_module
 from streams.models import Event, Finding, Stream
 from streams.run import runner
 from streams.simulator.scenarios import LONG_FIELD_CHARS, LONG_MODEL_CHARS
-from streams.store import event_shape, rows
+from streams.store import event_row, rows
 from tests.support import recording
 from tests.support.recording import record
 
@@ -95,9 +95,7 @@ def test_every_bounded_stream_column_is_bounded_on_create_and_update():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize(
-    "columns", [event_shape.ROW_COLUMNS, event_shape.PROXIED_ROW_COLUMNS], ids=len
-)
+@pytest.mark.parametrize("columns", [event_row.ROW_COLUMNS, event_row.PROXIED_ROW_COLUMNS], ids=len)
 def test_every_bounded_event_column_is_bounded_on_insert(columns):
     """Each CharField of Event the recorder writes (walked, not listed) is cut to its
     max_length by the raw INSERT / COPY; `data` and `raw` (the verbatim event) are not."""

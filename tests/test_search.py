@@ -10,6 +10,7 @@ from django.contrib.auth import get_user_model
 from django.db import connection
 from django.test import Client
 
+from dashboard.queries.stream_list import marked
 from streams.models import Stream
 from streams.store import known_secrets, rows, search
 from tests.support import recording
@@ -248,7 +249,7 @@ def test_case_and_on_sqlite_accents_are_ignored():
 
 
 def test_only_streams_the_user_may_see_are_found_and_the_filters_apply():
-    from streams.store.access import streams_for
+    from streams.access.rules import streams_for
 
     owner = get_user_model().objects.create_user("owner")
     stranger = get_user_model().objects.create_user("stranger")
@@ -350,9 +351,11 @@ def test_pages_of_matches():
 def test_a_snippet_marks_the_matched_words_and_escapes_the_rest():
     stored(output_text="Kortom: <script>alert(1)</script> de Dom & meer")
     (hit,) = search.page(Stream.objects.all(), search.parse("dom"))[0]
-    assert "<mark>Dom</mark>" in hit.snippet
-    assert "&lt;script&gt;" in hit.snippet and "<script>" not in hit.snippet
-    assert "de Dom &" in hit.text
+    assert f"de {search.MATCH_START}Dom{search.MATCH_STOP} &" in hit.snippet  # plain text
+    assert "<script>alert(1)</script> de Dom &" in hit.text
+    html = marked(hit.snippet)  # the face marks it
+    assert "<mark>Dom</mark>" in html
+    assert "&lt;script&gt;" in html and "<script>" not in html
 
 
 def test_the_index_and_its_snippets_are_made_of_the_redacted_text():
@@ -362,7 +365,7 @@ def test_the_index_and_its_snippets_are_made_of_the_redacted_text():
         stream = stored(output_text=f"Kortom, de sleutel is {key} hier")
         (hit,) = search.page(Stream.objects.all(), search.parse("sleutel"))[0]
         assert key not in hit.snippet and "[redacted]" in hit.text
-        assert "<mark>sleutel</mark>" in hit.snippet  # (no mark can split what is not there)
+        assert "<mark>sleutel</mark>" in marked(hit.snippet)  # (no mark splits what is not there)
         assert found("a1b2*") == [] and found("proj") == [] and found("redacted") == [stream.pk]
         row = Stream.objects.get(pk=stream.pk)
         assert key in row.output_text  # the row keeps what came, verbatim
@@ -394,7 +397,8 @@ def test_a_secret_learned_after_it_was_indexed_is_redacted_then_swept_out_of_the
     try:
         # until the index is swept, a snippet that shows it is redacted and unmarked
         (hit,) = search.page(Stream.objects.all(), search.parse("sleutel"))[0]
-        assert LATE_KEY not in hit.text and "[redacted]" in hit.text and "<mark>" not in hit.snippet
+        assert LATE_KEY not in hit.text and "[redacted]" in hit.text
+        assert search.MATCH_START not in hit.snippet and "<mark>" not in marked(hit.snippet)
         assert search.maintain(now=0) == 0  # first seen: every process is given time to learn it
         before = Stream.objects.get(pk=other.pk).search_derived_ns
         assert search.maintain(now=search.SWEEP_GRACE_S) == 1  # the stream that holds it

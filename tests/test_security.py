@@ -15,9 +15,9 @@ from django.core.cache import cache
 from django.test import Client
 
 from dashboard.asgi import application
+from streams.access import sockets, throttle
 from streams.models import ApiToken, Stream
 from streams.serve import proxy
-from streams.store import access
 
 from .conftest import REPO
 
@@ -125,24 +125,24 @@ class TestApiTokenThrottling:
         settings.STREAMSCOPE = {"TOKEN_FAILURE_LIMIT": 5, "TOKEN_FAILURE_WINDOW_S": 60}
         now = 6000.0  # the start of a window
         for _ in range(5):
-            access.note_token_failure("10.0.1.4")
+            throttle.note_token_failure("10.0.1.4")
         # all five in the window now; half of them still "count" half a window later
         import time as time_module
 
         real = time_module.time
         try:
             time_module.time = lambda: now
-            estimate, retry = access._failures("10.0.1.9", now)
+            estimate, retry = throttle._failures("10.0.1.9", now)
             assert (estimate, retry) == (0, None)
         finally:
             time_module.time = real
         n = int(real() // 60)
-        key_prev = access._FAIL_KEY.format("10.0.1.5", n - 1)
+        key_prev = throttle._FAIL_KEY.format("10.0.1.5", n - 1)
         cache.set(key_prev, 10, 300)
         start = n * 60
-        assert access._failures("10.0.1.5", start + 1)[1] is not None  # ~10 of 5
+        assert throttle._failures("10.0.1.5", start + 1)[1] is not None  # ~10 of 5
         # 10 × (1 − 45/60) = 2.5 < 5: through again
-        assert access._failures("10.0.1.5", start + 45)[1] is None
+        assert throttle._failures("10.0.1.5", start + 45)[1] is None
 
 
 @pytest.mark.django_db
@@ -200,13 +200,13 @@ class TestSearchThrottling:
         import time as time_module
 
         now = [time_module.time()]
-        monkeypatch.setattr(access.time, "time", lambda: now[0])
+        monkeypatch.setattr(throttle.time, "time", lambda: now[0])
         for _ in range(5):
-            assert access.search_allowed(self.mallory) is None
-        retry = access.search_allowed(self.mallory)
+            assert throttle.search_allowed(self.mallory) is None
+        retry = throttle.search_allowed(self.mallory)
         assert retry is not None and 1 <= retry <= 120
-        now[0] += retry + access.SEARCH_WINDOW_S
-        assert access.search_allowed(self.mallory) is None
+        now[0] += retry + throttle.SEARCH_WINDOW_S
+        assert throttle.search_allowed(self.mallory) is None
 
 
 @pytest.mark.django_db(transaction=True)
@@ -371,12 +371,12 @@ class TestSocketCap:
         import time
 
         settings.STREAMSCOPE = {"MAX_SOCKETS_PER_USER": 2}
-        monkeypatch.setattr(access, "SOCKET_LEASE_S", 1)
+        monkeypatch.setattr(sockets, "SOCKET_LEASE_S", 1)
         # a process that took both slots and was killed: nobody frees or renews them
-        assert access.take_socket_slot(7, "dead-1") and access.take_socket_slot(7, "dead-2")
-        assert access.take_socket_slot(7, "new") is None
+        assert sockets.take_socket_slot(7, "dead-1") and sockets.take_socket_slot(7, "dead-2")
+        assert sockets.take_socket_slot(7, "new") is None
         time.sleep(1.5)
-        assert access.take_socket_slot(7, "new") is not None
+        assert sockets.take_socket_slot(7, "new") is not None
 
     def test_renewing_keeps_a_lease_and_freeing_spares_someone_elses_slot(
         self, monkeypatch, settings, db
@@ -384,16 +384,16 @@ class TestSocketCap:
         import time
 
         settings.STREAMSCOPE = {"MAX_SOCKETS_PER_USER": 1}
-        monkeypatch.setattr(access, "SOCKET_LEASE_S", 1)
-        key = access.take_socket_slot(8, "a")
+        monkeypatch.setattr(sockets, "SOCKET_LEASE_S", 1)
+        key = sockets.take_socket_slot(8, "a")
         for _ in range(3):
             time.sleep(0.5)
-            access.renew_socket_slots({key: "a"})
-        assert access.take_socket_slot(8, "b") is None
-        access.free_socket_slot(key, "someone-else")  # a stale holder must not free it
-        assert access.take_socket_slot(8, "b") is None
-        access.free_socket_slot(key, "a")
-        assert access.take_socket_slot(8, "b") == key
+            sockets.renew_socket_slots({key: "a"})
+        assert sockets.take_socket_slot(8, "b") is None
+        sockets.free_socket_slot(key, "someone-else")  # a stale holder must not free it
+        assert sockets.take_socket_slot(8, "b") is None
+        sockets.free_socket_slot(key, "a")
+        assert sockets.take_socket_slot(8, "b") == key
 
 
 @pytest.mark.django_db(transaction=True)

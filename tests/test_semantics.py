@@ -3,7 +3,8 @@ response's text is the rewritten `.done` text, with the streamed draft kept besi
 after the terminal event are one finding and no part of the response; a capture that is not
 UTF-8 is a finding with the byte offset, its bytes kept; a stream without events has a timing
 chart and no replay to offer. Each fact is checked where it is read: the stored row, the
-serializer (`streams.store.public`), the timeline page, the replay data and the `import_sse` CLI."""
+serializer (`streams.shapes.public`), the timeline page, the replay data and the `import_sse`
+CLI."""
 
 import io
 import json
@@ -16,7 +17,7 @@ from dashboard.queries import stream_detail, timing
 from streams.ingest.importer import import_capture, read_capture
 from streams.models import Capture, Event, Finding, Stream
 from streams.serve.export import iter_sse
-from streams.store import public
+from streams.shapes import public
 from tests.conftest import log_in_people
 from tests.support.captures import har, har_entry, small_stream, sse
 from tests.support.recording import recorded, text_events

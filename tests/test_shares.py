@@ -1,4 +1,4 @@
-"""Share links (streams/store/shares.py, dashboard/views/shares.py, streams/live/shared.py):
+"""Share links (streams/access/shares.py, dashboard/views/shares.py, streams/live/shared.py):
 making one, opening it (counted), expiry, revocation, throttling of wrong secrets, what a shared
 page shows and what it must not (other streams, the owner), redaction on it, session links, and
 the live socket that closes within seconds when its link is revoked or expires.
@@ -19,10 +19,12 @@ from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
 
+from streams.access import shares
 from streams.core import conf
 from streams.live import relay, shared
 from streams.models import Event, ShareLink, Stream
-from streams.store import event_shape, shares
+from streams.shapes import event_message
+from streams.store import event_row
 from tests.conftest import log_in_people
 from tests.support.clients import ws
 from tests.support.recording import recorded, text_events
@@ -517,8 +519,8 @@ class TestLive:
         assert first["status"] == "streaming"
         assert KEY not in json.dumps(first) and "[redacted]" in first["events"][0]["data"]
         # the live batches come as on the stream's own socket
-        checked = event_shape.Checked("response.output_text.delta", 3, None, None, True)
-        batch = [event_shape.message(3, 300, checked, '{"delta":"ok"}')]
+        checked = event_row.Checked("response.output_text.delta", 3, None, None, True)
+        batch = [event_message.message(3, 300, checked, '{"delta":"ok"}')]
         pending = relay.publish(stream.pk, people.owner.pk, batch)
         if pending is not None:
             await pending

@@ -34,8 +34,8 @@ from dashboard.forms.streams import CaptureUploadForm, StreamFilterForm
 from streams.core import pricing, usage
 from streams.core.checks import ITEM_KINDS, OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, Stream
-from streams.store import public
-from streams.store.public import FAILED_TOOL_STATUSES
+from streams.shapes import public
+from streams.shapes.public import FAILED_TOOL_STATUSES
 from tests.conftest import log_in_people
 from tests.support.recording import recorded, text_events
 

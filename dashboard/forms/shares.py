@@ -1,4 +1,4 @@
-"""The form that makes a share link (streams/store/shares.py): its target, its expiry, and,
+"""The form that makes a share link (streams/access/shares.py): its target, its expiry, and,
 where the instance allows it, whether anyone with the link may open it."""
 
 import datetime as dt
@@ -6,10 +6,10 @@ import datetime as dt
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from streams.access import shares
 from streams.models import ShareLink
-from streams.store import shares
 
-# Bounded: a link always ends (streams/store/shares.py: MIN_EXPIRY … MAX_EXPIRY).
+# Bounded: a link always ends (streams/access/shares.py: MIN_EXPIRY … MAX_EXPIRY).
 EXPIRY_CHOICES = (
     ("1h", _("in 1 hour"), dt.timedelta(hours=1)),
     ("1d", _("in 1 day"), dt.timedelta(days=1)),

@@ -5,7 +5,7 @@ import difflib
 import json
 import re
 
-from streams.store import public
+from streams.shapes import public
 
 ITEM_JSON_MAX = 20_000
 # Characters of a text part laid out at first; the rest waits in an inert <template> behind a

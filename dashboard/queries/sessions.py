@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from django.db.models import Count, Max, Min, Q, Sum
 
 from dashboard.queries.common import rows_for
+from streams.access.rules import streams_for
 from streams.core.pricing import CURRENCIES
 from streams.models import Stream
-from streams.store.access import streams_for
 
 SESSION_PAGE = 200
 

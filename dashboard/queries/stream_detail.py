@@ -18,11 +18,11 @@ from dashboard.queries.common import (
     is_proxied,
 )
 from dashboard.queries.output import final_texts, output_blocks, word_ops
+from streams.access.rules import may_see
 from streams.core.summaries import event_summary
 from streams.models import Event, Finding, Stream
 from streams.store import known_secrets
-from streams.store.access import may_see
-from streams.store.event_shape import PROXIED_ROW_COLUMNS
+from streams.store.event_row import PROXIED_ROW_COLUMNS
 
 EVENTS_PAGE = 200  # rows per event-table window
 JUMP_CONTEXT = 20  # rows shown above an event the page jumps to

@@ -9,11 +9,13 @@ from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
 from django.db.models import F, Q, Subquery
+from django.utils.html import escape
+from django.utils.safestring import mark_safe
 
 from dashboard.queries.common import rows_for
+from streams.access.rules import streams_for
 from streams.models import Stream
 from streams.store import known_secrets, scores, search
-from streams.store.access import streams_for
 from streams.store.lookups import HasTag
 
 PAGE_STREAMS = 50  # rows per list page
@@ -120,6 +122,16 @@ def ranked_terms(user, filters):
     return search.parse(q) or None
 
 
+def marked(snippet):
+    """A search snippet (streams/store/search.py: plain text, its matches between the index's
+    markers) as safe HTML: escaped, each match in <mark>. A snippet that held a secret comes
+    without markers, so it is shown redacted and unmarked."""
+    out = []
+    for i, piece in enumerate(re.split(f"[{search.MATCH_START}{search.MATCH_STOP}]", snippet)):
+        out.append(f"<mark>{escape(piece)}</mark>" if i % 2 and piece else escape(piece))
+    return mark_safe("".join(out))
+
+
 def search_page(user, filters, terms, number=1):
     """Page `number` of the streams `user` may see that match `terms` and the other filters,
     best first, each with its `snippet` and `rank` (a StreamPage: `search_page`, `next_page`)."""
@@ -130,7 +142,7 @@ def search_page(user, filters, terms, number=1):
     for hit in hits:
         stream = by_pk.get(hit.pk)
         if stream is not None:
-            stream.snippet, stream.rank = hit.snippet, hit.rank
+            stream.snippet, stream.rank = marked(hit.snippet), hit.rank
             streams.append(stream)
     q = filters["q"].strip()
     if number == 1 and q.isdigit() and len(q) <= 18 and int(q) not in by_pk:

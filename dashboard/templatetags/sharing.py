@@ -5,7 +5,7 @@ views need not know about share links."""
 from django import template
 
 from dashboard.forms.shares import ShareLinkForm
-from streams.store import shares
+from streams.access import shares
 
 register = template.Library()
 

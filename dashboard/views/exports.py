@@ -17,8 +17,9 @@ from django.views.decorators.http import require_GET
 from dashboard import exports
 from dashboard.forms.streams import StreamFilterForm
 from dashboard.queries import stream_list
+from streams.access.rules import streams_for
+from streams.access.throttle import search_allowed
 from streams.core import conf
-from streams.store.access import search_allowed, streams_for
 
 
 @login_required

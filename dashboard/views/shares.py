@@ -1,4 +1,4 @@
-"""Share links (streams/store/shares.py, docs/sharing.md): making one (from a timeline or a
+"""Share links (streams/access/shares.py, docs/sharing.md): making one (from a timeline or a
 session page), the page that lists and revokes them (/shares/), and the link itself (/s/<secret>/):
 a stream read-only, or a session's streams, each through the link.
 
@@ -32,8 +32,8 @@ from dashboard.views.streams import (
     timeline_config,
     timeline_context,
 )
+from streams.access import shares
 from streams.live import shared as live_shared
-from streams.store import shares
 
 SIGN_IN_FIRST = _(
     "This link is shared with the people who can log in here, not with anyone who has it: "

@@ -30,10 +30,11 @@ from dashboard.queries.stream_detail import event_detail, event_window, stream_t
 from dashboard.queries.stream_list import model_names, ranked_terms, search_page, stream_page
 from dashboard.queries.timing import replay_events, timing_series
 from dashboard.stats import compare
+from streams.access.rules import streams_for
+from streams.access.throttle import search_allowed
 from streams.ingest import import_jobs
 from streams.models import Stream
 from streams.serve import export
-from streams.store.access import search_allowed, streams_for
 
 
 def get_stream_for_user(request, stream_id):
@@ -232,7 +233,7 @@ def stream_list(request):
 
 def _too_many_searches(request, form, retry):
     """429 with Retry-After: the page, or (htmx, the live list) the piece it asked for, saying
-    when to search the text again (streams/store/access.py: `search_allowed`)."""
+    when to search the text again (streams/access/throttle.py: `search_allowed`)."""
     context = {
         "form": form,
         "nav": "streams",

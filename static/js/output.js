@@ -97,7 +97,7 @@ const object = (v) => (v && typeof v === "object" ? v : {});
 
 export class LiveOutput {
   /** `container`: where the items go (the element the server's partial fills);
-   * `playground`: as the partial's `playground=True` (and streams.store.public.output's
+   * `playground`: as the partial's `playground=True` (and streams.shapes.public.output's
    * `terminal_text`): a rewritten text keeps its streamed draft one click away, and a terminal
    * event's text becomes the answer of a stream that streamed none (the timeline shows both
    * its own way once the stream ended: a word diff, the terminal text's difference);

@@ -52,10 +52,10 @@ export const OUTPUT_DELTAS = new Set(VOCABULARY.output.deltas);
 export const TERMINAL_EVENTS = new Map(Object.entries(VOCABULARY.output.terminal));
 /** How an output item type renders: message, tool, reasoning (checks.ITEM_KINDS). */
 export const ITEM_KINDS = VOCABULARY.output.itemKinds;
-/** A tool call's statuses shown as failed (streams.store.public.FAILED_TOOL_STATUSES). */
+/** A tool call's statuses shown as failed (streams.shapes.public.FAILED_TOOL_STATUSES). */
 export const FAILED_TOOL_STATUSES = new Set(VOCABULARY.output.failedToolStatuses);
 
-/** A stream's fields its tokens and cost are shown from (streams.store.public.USAGE_COLUMNS and
+/** A stream's fields its tokens and cost are shown from (streams.shapes.public.USAGE_COLUMNS and
  * the resolved model, which priced them), as its frames carry them. */
 export const USAGE_FIELDS = VOCABULARY.usage.fields;
 

@@ -8,7 +8,7 @@ the gate, then measures in the same run:
 - per page (the list, the timeline, its event table, the `.json` and `.sse` exports, the latency
   and routing pages): the page's own server time (Django's test Client, which does not pass the
   gate) and the time the gate's rules take over the same bytes; the ratio, and ms per MB;
-- per WebSocket frame (10 events, and 1): `event_shape.stream_frame`'s encoding time and the
+- per WebSocket frame (10 events, and 1): `event_message.stream_frame`'s encoding time and the
   gate's.
 
 Best of `--repeat` for each. It fails (non-zero exit) when the gate did not redact the key
@@ -165,7 +165,7 @@ def _page_figures(body, rules, big, repeat):
 
 def _frame_figures(rules, repeat):
     """Per WebSocket frame of 10 events and of 1: its encoding time against the gate's."""
-    from streams.store import event_shape
+    from streams.shapes import event_message
 
     for n in (10, 1):
         rows = [
@@ -174,8 +174,10 @@ def _frame_figures(rules, repeat):
                          "item_id": "msg_1", "delta": f"{WORDS}{i}"}))
             for i in range(n)
         ]  # fmt: skip
-        frame = event_shape.stream_frame(rows)
-        encode_s = _best(lambda rows=rows: [event_shape.stream_frame(rows) for _ in LOOPS], repeat)
+        frame = event_message.stream_frame(rows)
+        encode_s = _best(
+            lambda rows=rows: [event_message.stream_frame(rows) for _ in LOOPS], repeat
+        )
         gate_s = _best(lambda frame=frame: [rules.text(frame) for _ in LOOPS], repeat)
         loops = len(LOOPS)
         yield {

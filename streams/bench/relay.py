@@ -76,7 +76,7 @@ CLOSE_REASONS = {
 
 async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
     """The stock pattern: one group message per event."""
-    from streams.store import event_shape
+    from streams.shapes import event_message
 
     layer = get_channel_layer()
     group = f"stock.{stream_id}"
@@ -85,7 +85,7 @@ async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
             group,
             {
                 "type": "stream.event",
-                "event": event_shape.event(*e),
+                "event": event_message.event(*e),
             },
         )
     from streams.models import Stream
@@ -135,7 +135,7 @@ def timed(publish):
     """Note when each batch was published (after its commit): the writer's share of the
     latency is publish time − the recorder's receipt time."""
 
-    from streams.store.event_shape import INDEX
+    from streams.shapes.event_message import INDEX
 
     def timed_publish(stream_id, user_id, events, stream_fields=None):
         if events:

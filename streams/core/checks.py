@@ -466,7 +466,7 @@ KNOWN_TYPES = frozenset(
 TOOL_CALL_ITEMS = frozenset({"function_call", "custom_tool_call"})
 
 # How each output item type is reassembled and shown: the one list, read by `Checker.items`,
-# streams.store.public.output and (as `output_item_kinds`) the pages' scripts. Any other type is
+# streams.shapes.public.output and (as `output_item_kinds`) the pages' scripts. Any other type is
 # "other": kept as its item JSON.
 ITEM_KINDS = {
     "message": "message",
@@ -1493,7 +1493,7 @@ class Checker:
         """`text` is the final text, `streamed_text` the deltas' when they differ from it
         (`rewritten`: by an announced rewrite pass; else a text_mismatch). Rows stored before
         this shape have the deltas as `text` and a differing .done text as `done_text`;
-        streams.store.public.output reads both."""
+        streams.shapes.public.output reads both."""
         entry = {"content_index": ci, "type": part.type, "text": part.text()}
         entry["done"] = part.done_text is not None
         streamed = part.streamed()

@@ -146,7 +146,7 @@ class Settings:
     search_max_per_minute: int = 60
     # Open WebSockets per user, across processes (4029 beyond).
     max_sockets_per_user: int = 50
-    # Share links (streams/store/shares.py, docs/sharing.md) may be made for anyone with the
+    # Share links (streams/access/shares.py, docs/sharing.md) may be made for anyone with the
     # link, signed in or not; off: every link opens for signed-in users only.
     public_share_links: bool = False
     # Imports (streams/ingest/import_jobs.py): uploads per user per minute, jobs per user at once,

@@ -36,7 +36,7 @@ from streams.core.capture import (
 )
 from streams.core.checks import Checker, said
 from streams.models import Capture, Finding, Stream
-from streams.store import aggregates, event_shape, rows
+from streams.store import aggregates, event_row, rows
 from streams.store.rows import insert_events
 
 # Rows handed to insert_events at once: bounds the memory of a 100k-event import.
@@ -117,7 +117,7 @@ class Checked:
     body: dict  # the request body the HAR kept ({} when none)
     requested: str
     checker: Checker
-    envelopes: list  # what the checker read of each event, for its row (`event_shape.Checked`)
+    envelopes: list  # what the checker read of each event, for its row (`event_row.Checked`)
 
 
 @dataclass
@@ -213,7 +213,7 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
     envelopes = []
     for i, ev in enumerate(capture.events):
         r = feed(i, ev.event_name, ev.data)
-        envelopes.append(event_shape.Checked.of(r))
+        envelopes.append(event_row.Checked.of(r))
     checker.close(connection_closed=True)
     invalid = first_invalid_utf8(capture.content)
     if invalid is not None:
@@ -267,7 +267,7 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
     chunk = []
     for i, (ev, envelope) in enumerate(zip(capture.events, envelopes, strict=True)):
         # t_us and received_at: a file keeps no receipt times
-        chunk.append(event_shape.row(sid, i, None, None, ev, envelope))
+        chunk.append(event_row.row(sid, i, None, None, ev, envelope))
         if len(chunk) >= INSERT_CHUNK:
             insert_events(chunk)
             chunk = []

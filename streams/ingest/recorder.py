@@ -35,7 +35,8 @@ from streams.ingest.upstream import (
 from streams.ingest.writer import db_executor, get_writer
 from streams.models import Finding, Stream
 from streams.observe import ended
-from streams.store import event_shape, rows
+from streams.shapes import event_message
+from streams.store import event_row, rows
 from streams.store.rows import StorageUnavailable
 
 log = logging.getLogger(__name__)
@@ -136,8 +137,8 @@ class Recording:
     def ingest(self, events, sent_ns=None):
         """The events of one received chunk: number them, feed the checker, note milestones.
 
-        Returns the writer's `(rows, payloads)`: `rows` is flat, `event_shape.row` values one
-        event after the other, and payloads are `event_shape.message` tuples. Per event
+        Returns the writer's `(rows, payloads)`: `rows` is flat, `event_row.row` values one
+        event after the other, and payloads are `event_message.message` tuples. Per event
         nothing survives that the garbage collector must keep scanning (a tuple of atoms is
         untracked at its first collection; a list per row and a tuple per queue item were
         scanned again and again while queued, and the collector took a large share of the
@@ -150,8 +151,8 @@ class Recording:
         add_row = rows.extend
         add_payload = payloads.append
         feed = self.checker.feed
-        row, proxied_row = event_shape.row, event_shape.proxied_row
-        message, proxied_message = event_shape.message, event_shape.proxied
+        row, proxied_row = event_row.row, event_row.proxied_row
+        message, proxied_message = event_message.message, event_message.proxied
         stream_id = self.stream_id
         wall0 = self.wall0  # the writer thread turns this into the wall-clock receipt time
         t0_ns = self.t0_ns
@@ -525,14 +526,14 @@ async def _whole_body(rec, writer, response, tap, phases):
     if s_us is not None:
         rec.proxy_delays.append((s_us - t_us, 1))
     raw = None if text.encode() == body else body
-    received = event_shape.Received("", "", text, raw)
-    checked = event_shape.Checked(type_, None, None, None, is_json)
-    payload = event_shape.message(0, t_us, checked, text)
+    received = event_row.Received("", "", text, raw)
+    checked = event_row.Checked(type_, None, None, None, is_json)
+    payload = event_message.message(0, t_us, checked, text)
     if tap is not None:
-        values = event_shape.proxied_row(rec.stream_id, 0, t_us, rec.wall0, received, checked, s_us)
-        payload = event_shape.proxied(payload, s_us)
+        values = event_row.proxied_row(rec.stream_id, 0, t_us, rec.wall0, received, checked, s_us)
+        payload = event_message.proxied(payload, s_us)
     else:
-        values = event_shape.row(rec.stream_id, 0, t_us, rec.wall0, received, checked)
+        values = event_row.row(rec.stream_id, 0, t_us, rec.wall0, received, checked)
     rec.next_index = 1
     await writer.put(rec, values, [payload])
     if status is not None:

@@ -26,8 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from streams.core import conf
 from streams.live import relay
 from streams.observe import telemetry
-from streams.store import public, rows
-from streams.store.event_shape import INDEX, PROXIED_ROW_COLUMNS, ROW_COLUMNS
+from streams.shapes import public
+from streams.shapes.event_message import INDEX
+from streams.store import rows
+from streams.store.event_row import PROXIED_ROW_COLUMNS, ROW_COLUMNS
 from streams.store.rows import StorageUnavailable
 
 log = logging.getLogger(__name__)

@@ -1,8 +1,8 @@
 """WebSocket consumers: subscribe, catch up from the database, dedupe, forward.
 
 `/ws/streams/<id>/` sends one stream's events exactly once and in order, then its terminal
-status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.store.public` (a
-stream's events by `streams.store.event_shape`); every frame leaves through the egress gate
+status; `/ws/streams/` is the live list. Frames are JSON, encoded by `streams.shapes.public` (a
+stream's events by `streams.shapes.event_message`); every frame leaves through the egress gate
 (streams/serve/egress.py). docs/relay.md describes the endpoints, frames, close codes, and how
 completeness is kept without trusting the channel layer and without letting a slow client slow
 anyone else.
@@ -24,14 +24,16 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
+from streams.access import shares, sockets, throttle, tokens
+from streams.access.rules import may_see, streams_for
+from streams.access.tokens import bearer_token
 from streams.core import conf
 from streams.core.transport import buffered_bytes, connection
 from streams.live import relay
-from streams.models import Event, Stream
+from streams.models import ApiToken, Event, Stream
 from streams.observe import telemetry
-from streams.store import access, public, shares
-from streams.store.access import bearer_token, may_see, streams_for
-from streams.store.event_shape import (
+from streams.shapes import public
+from streams.shapes.event_message import (
     DATA,
     INDEX,
     MESSAGE_COLUMNS,
@@ -118,7 +120,7 @@ def _stream_fields(stream_id):
 
 def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=MESSAGE_COLUMNS):
     """Stored events with after < index (< before), in index order, as messages (`columns`:
-    `event_shape.MESSAGE_COLUMNS` or its proxied form)."""
+    `event_message.MESSAGE_COLUMNS` or its proxied form)."""
     qs = Event.objects.filter(stream_id=stream_id, index__gt=after)
     if before is not None:
         qs = qs.filter(index__lt=before)
@@ -267,7 +269,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         self._fast = {}
         self.token_digest = None  # when the socket was opened with a bearer token
         self.share_link_id = None  # when it was opened through a share link
-        self.slot = None  # the user's socket slot (access.take_socket_slot)
+        self.slot = None  # the user's socket slot (sockets.take_socket_slot)
         self.slot_owner = uuid.uuid4().hex
 
     async def dispatch(self, message):
@@ -291,9 +293,9 @@ class RelayConsumer(AsyncWebsocketConsumer):
             return user
         token = bearer_token(_header(self.scope, b"authorization"))
         if token:
-            user, _retry = await db_read(access.token_user)(token, access.client_ip(self.scope))
+            user, _retry = await db_read(throttle.token_user)(token, throttle.client_ip(self.scope))
             if user is not None:
-                self.token_digest = access.ApiToken.hash(token)
+                self.token_digest = ApiToken.hash(token)
             return user
         return None
 
@@ -317,7 +319,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
             # Before accept: Daphne answers the handshake with 403, nothing is sent.
             await self.close()
             raise StopConsumer()
-        self.slot = await db_read(access.take_socket_slot)(self.socket_holder(), self.slot_owner)
+        self.slot = await db_read(sockets.take_socket_slot)(self.socket_holder(), self.slot_owner)
         if self.slot is None:
             # Accepted to be closed: a close code says why, a refused handshake would not.
             await self.accept()
@@ -353,7 +355,7 @@ class RelayConsumer(AsyncWebsocketConsumer):
         if self.slot is not None:
             slot, self.slot = self.slot, None
             try:
-                await db_read(access.free_socket_slot)(slot, self.slot_owner)
+                await db_read(sockets.free_socket_slot)(slot, self.slot_owner)
             except Exception:  # the cache is down: the lease runs out on its own
                 log.warning("relay: could not free a socket slot", exc_info=True)
         if self.joined:
@@ -484,7 +486,7 @@ async def _guardian(guarded):
         try:
             digests = {c.token_digest for c in guarded if c.token_digest}
             if digests:
-                revoked = await db_read(access.revoked_tokens)(digests)
+                revoked = await db_read(tokens.revoked_tokens)(digests)
                 for consumer in [c for c in guarded if c.token_digest in revoked]:
                     guarded.discard(consumer)
                     await consumer.close_revoked()
@@ -495,10 +497,10 @@ async def _guardian(guarded):
                 for consumer in [c for c in guarded if c.share_link_id in closed]:
                     guarded.discard(consumer)
                     await consumer.close_revoked()
-            if time.monotonic() - renewed >= access.SOCKET_RENEW_S:
+            if time.monotonic() - renewed >= sockets.SOCKET_RENEW_S:
                 renewed = time.monotonic()
                 slots = {c.slot: c.slot_owner for c in guarded if c.slot}
-                await db_read(access.renew_socket_slots)(slots)
+                await db_read(sockets.renew_socket_slots)(slots)
         except Exception:
             log.exception("relay: socket guard failed (retrying)")
     for loop, members in list(_guarded.items()):

@@ -9,7 +9,7 @@ Messages:
 
 - to `stream_group(id)` ("stream.<id>"): `{"type": "stream.batch", "stream": id,
   "events": [message, …], "stream_fields": {changed public fields}}`, each event a message of
-  `streams/store/event_shape.py` (index, type, sequence_number, t_us, data or None when too
+  `streams/shapes/event_message.py` (index, type, sequence_number, t_us, data or None when too
   large to inline; and sent_us for a proxied stream).
 - to `LIST_GROUP` ("streams.list"): `{"type": "streams.changed", "stream": id, "user": user_id,
   "fields": {…}}` when a stream is created, changes status or reaches a milestone. Changes of
@@ -107,7 +107,7 @@ def _list_worthy(stream_id, fields):
 
 
 def publish(stream_id, user_id, events, stream_fields=None):
-    """Announce committed events (`event_shape.message` tuples) and stream changes.
+    """Announce committed events (`event_message.message` tuples) and stream changes.
 
     In-process subscribers (`local_fanout()`) get them now, and this returns None; otherwise
     it returns the coroutine that sends them through the channel layer. The writer calls this
@@ -180,7 +180,7 @@ async def publish_created(stream):
         log.exception("publish to the channel layer failed for new stream %s", stream.pk)
 
 
-# ---- share links (streams/store/shares.py) ----------------------------------------------------
+# ---- share links (streams/access/shares.py) ----------------------------------------------------
 #
 # A revoked link's open sockets close at once: one message to the link's group, which every
 # socket opened through it joined, in whichever process it runs (the consumers' periodic check

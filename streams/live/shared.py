@@ -2,7 +2,7 @@
 link, which closes those sockets.
 
 The socket is StreamConsumer's (the same frames, catch-up and close codes: docs/relay.md) with
-another door: the link, checked as its page checks it (streams/store/shares.py: throttled like a
+another door: the link, checked as its page checks it (streams/access/shares.py: throttled like a
 token; signed in, or anyone when the link and the instance allow it), and the stream one the
 link shows. It reads nothing from its client. It closes with 4003 when its link stops opening:
 at once when the link is revoked (`revoke` tells the link's group, in every process), and
@@ -15,9 +15,9 @@ import asyncio
 from asgiref.sync import async_to_sync
 from django.contrib.auth.models import AnonymousUser
 
+from streams.access import shares, throttle
 from streams.live import relay
 from streams.live.consumers import StreamConsumer, db_read
-from streams.store import access, shares
 
 
 def revoke(user, link_id):
@@ -48,14 +48,14 @@ class SharedStreamConsumer(StreamConsumer):
         # Signed-out viewers of public links share their IP's slots.
         if self.user.is_authenticated:
             return self.user.pk
-        return f"ip-{access.client_ip(self.scope)}"
+        return f"ip-{throttle.client_ip(self.scope)}"
 
     async def authorize(self):
         try:
             secret = self.scope["url_route"]["kwargs"]["secret"]
         except KeyError:
             return False
-        ip = access.client_ip(self.scope)
+        ip = throttle.client_ip(self.scope)
         opening = await db_read(shares.open)(secret, self.user, ip)
         if opening.link is None:
             return False

@@ -44,12 +44,15 @@ from django import forms
 from django.http import HttpResponse
 from django.utils.translation import gettext
 
+from streams.access.rules import streams_for
+from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
+from streams.serve.http import api_view, json_error
+from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
-from streams.store import event_shape, public, rows, scores, search
-from streams.store.access import api_view, json_error, search_allowed, streams_for
+from streams.store import rows, scores, search
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
 METADATA_MAX_KEY = 64
@@ -289,15 +292,15 @@ def _events_page(user, stream_id, after, limit):
     rows = list(
         Event.objects.filter(stream_id=stream_id, index__gt=after)
         .order_by("index")
-        .values_list(*event_shape.PROXIED_MESSAGE_COLUMNS)[: limit + 1]
+        .values_list(*event_message.PROXIED_MESSAGE_COLUMNS)[: limit + 1]
     )
     has_more = len(rows) > limit
     rows = rows[:limit]
     return {
         "stream": stream_id,
         "status": stream["status"],
-        "events": [event_shape.event(*row) for row in rows],
-        "next_after": rows[-1][event_shape.INDEX] if rows else after,
+        "events": [event_message.event(*row) for row in rows],
+        "next_after": rows[-1][event_message.INDEX] if rows else after,
         "has_more": has_more,
     }
 

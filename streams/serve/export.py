@@ -6,7 +6,7 @@
   buffered_delivery), which need receipt times a file cannot carry. Data that was not valid UTF-8
   is written from `Event.raw`, so it survives the round trip.
 - `.json`: the stream, its findings and (optionally) its events, in the shapes of
-  `streams.store.public`. Never the upstream API key nor request headers: the stored request body
+  `streams.shapes.public`. Never the upstream API key nor request headers: the stored request body
   has no key, and a key an upstream echoed back (an error message, an event) is redacted from both
   formats, the capture bytes of an import included, by the egress gate as they leave.
 
@@ -24,7 +24,7 @@ from asgiref.sync import sync_to_async
 
 from streams.core.capture import SSEEncoder
 from streams.models import Capture, Event, Stream
-from streams.store import public
+from streams.shapes import public
 
 READ_CHUNK = 2000  # rows per database round trip
 EVENTS_PER_PIECE = 500  # events joined into one piece handed to the response

@@ -53,13 +53,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
+from streams.access.throttle import client_ip, token_user
+from streams.access.tokens import bearer_token
 from streams.core import conf, lifecycle, safejson, transport
 from streams.ingest.recorder import Recording, record_attempt
 from streams.ingest.writer import get_writer
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
 from streams.run import runner, services
 from streams.store import known_secrets
-from streams.store.access import bearer_token, client_ip, token_user
 
 log = logging.getLogger(__name__)
 

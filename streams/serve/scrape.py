@@ -6,9 +6,10 @@ import hmac
 from django.http import HttpResponse
 from django.views.decorators.http import require_safe
 
+from streams.access.throttle import throttled_check
+from streams.access.tokens import bearer_token
 from streams.core import conf
 from streams.observe import telemetry
-from streams.store.access import bearer_token, throttled_check
 
 
 def _allowed(request):

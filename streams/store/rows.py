@@ -48,7 +48,7 @@ from streams.core.checks import (
 )
 from streams.models import Event, Finding, Stream
 from streams.store import aggregates, prices, search
-from streams.store.event_shape import (
+from streams.store.event_row import (
     PROXIED_ROW_COLUMNS,
     ROW_COLUMNS,
     ROW_RECEIVED_AT,

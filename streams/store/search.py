@@ -37,8 +37,9 @@ Queries (`parse`): words, "quoted phrases" and prefixes (`utre*`), all required,
 (SQLite) accents ignored. `page` ranks the newest RANK_WINDOW matches among a queryset's
 streams (BM25 on SQLite, `ts_rank_cd` on PostgreSQL; a match in the prompt weighs most: a word
 in most streams would otherwise rank hundreds of thousands of rows) and gives each a snippet
-around its best match, the matched words marked; a snippet with anything redacted in it
-(streams.store.known_secrets) is shown redacted and unmarked, so no mark ever splits a secret
+around its best match, the matched words between markers (the face marks them:
+dashboard/queries/stream_list.py); a snippet with anything redacted in it
+(streams.store.known_secrets) is given redacted and without markers, so no mark ever splits a secret
 that the egress gate must see whole.
 """
 
@@ -51,8 +52,6 @@ import time
 from dataclasses import dataclass
 
 from django.db import connection, transaction
-from django.utils.html import escape
-from django.utils.safestring import mark_safe
 
 from streams.store import known_secrets
 
@@ -70,7 +69,9 @@ RANK_WINDOW = 2_000  # the newest matches ranked (see `page`)
 MATCHES_TESTED = 10_000  # SQLite: matches tested one by one before filters drive (`_sqlite_page`)
 NEWEST_FIRST = 50_000  # PostgreSQL: the newest streams searched first (`_postgres_oldest`)
 SNIPPET_WORDS = 24
-_START, _STOP = "\ue000", "\ue001"  # (private-use: never in a stored text's snippet otherwise)
+# Around each match in a snippet (private-use: never in a stored text's snippet otherwise); the
+# face turns them into marks (dashboard/queries/stream_list.py).
+MATCH_START, MATCH_STOP = "\ue000", "\ue001"
 _LT, _GT = "\ue002", "\ue003"
 _WORD = re.compile(r"\w+")
 _TOKEN = re.compile(r'["“”]([^"“”]*)["“”]?|(\S+)')
@@ -508,8 +509,14 @@ def tsquery(terms) -> str:
 class Hit:
     pk: int
     rank: float
-    snippet: str  # safe HTML: escaped, the matched words in <mark>
-    text: str  # the snippet as plain text (redacted)
+    # Plain text (redacted), the index's matches between MATCH_START and MATCH_STOP; without
+    # them when anything in it was redacted. Not HTML: the face marks it.
+    snippet: str
+
+    @property
+    def text(self):
+        """The snippet as plain text (redacted), without the match markers."""
+        return self.snippet.replace(MATCH_START, "").replace(MATCH_STOP, "")
 
 
 def matching(qs, terms):
@@ -534,7 +541,7 @@ def page(qs, terms, number=1):
     else:
         rows = _sqlite_page(terms, visible, offset)
     more = len(rows) > PAGE_SIZE and number < MAX_PAGES
-    hits = [Hit(pk, rank, *_marked(snippet)) for pk, rank, snippet in rows[:PAGE_SIZE]]
+    hits = [Hit(pk, rank, _snippet(snippet)) for pk, rank, snippet in rows[:PAGE_SIZE]]
     return hits, more
 
 
@@ -627,7 +634,7 @@ def _ranked(cursor, match, keep, floor, offset):
         f"snippet({TABLE}, -1, %s, %s, '…', {SNIPPET_WORDS}), (SELECT count(*) FROM hits) "
         f"FROM {TABLE} f WHERE f.{TABLE} MATCH %s AND f.rowid >= (SELECT min(id) FROM hits) "
         f"{among_hits}ORDER BY r, f.rowid DESC LIMIT %s OFFSET %s",
-        [*join_params, match, *where_params, floor, RANK_WINDOW, _START, _STOP, match]
+        [*join_params, match, *where_params, floor, RANK_WINDOW, MATCH_START, MATCH_STOP, match]
         + [PAGE_SIZE + 1, offset],
     )
     rows = cursor.fetchall()
@@ -639,11 +646,11 @@ def _postgres_page(terms, visible, offset):
     within, params = ("", []) if visible is None else (f"AND s.id IN ({visible[0]})", visible[1])
     # the newest matches, then their rank, then a headline for the page's rows only, from what
     # the index holds (`source_sql`: the redacted text; `<` and `>` hidden from ts_headline,
-    # which drops what looks like a tag: `_marked` puts them back)
+    # which drops what looks like a tag: `_snippet` puts them back)
     headline = (
         f"ts_headline('simple', translate(concat_ws(' … ', {', '.join(source_sql('s'))}), "
         f"'<>', '{_LT}{_GT}'), q, "
-        f"'StartSel={_START}, StopSel={_STOP}, MaxWords={SNIPPET_WORDS}, MinWords=12, "
+        f"'StartSel={MATCH_START}, StopSel={MATCH_STOP}, MaxWords={SNIPPET_WORDS}, MinWords=12, "
         'MaxFragments=1, FragmentDelimiter=" … "\')'
     )
     # The query is a constant in each statement, not a CTE's column: the planner then reads
@@ -697,16 +704,11 @@ def _newest_phrases(cursor, query, q, within, params):
     return oldest if found == RANK_WINDOW else None
 
 
-def _marked(snippet):
-    """(the snippet as safe HTML: escaped, the index's matches in <mark>; as plain text).
-    Redacted first: a snippet that held a secret is shown redacted and without marks (a mark
-    inside it would hide the secret's shape from the egress gate)."""
+def _snippet(snippet):
+    """The snippet as plain text, the index's matches between MATCH_START and MATCH_STOP.
+    Redacted first: a snippet that held a secret is given redacted and without the markers (a
+    mark inside it would hide the secret's shape from the egress gate)."""
     snippet = re.sub(r"\s+", " ", snippet or "").strip().replace(_LT, "<").replace(_GT, ">")
-    plain = snippet.replace(_START, "").replace(_STOP, "")
+    plain = snippet.replace(MATCH_START, "").replace(MATCH_STOP, "")
     redacted = known_secrets.redact(plain)
-    if redacted != plain:
-        return mark_safe(escape(redacted)), redacted
-    out = []
-    for i, piece in enumerate(re.split(f"[{_START}{_STOP}]", snippet)):
-        out.append(f"<mark>{escape(piece)}</mark>" if i % 2 and piece else escape(piece))
-    return mark_safe("".join(out)), plain
+    return redacted if redacted != plain else snippet

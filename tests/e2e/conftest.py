@@ -169,8 +169,8 @@ def site(people):
     }
     # the timeline of a stream that did not complete (its error box) and of the one with the
     # most findings
-    # share links (streams/store/shares.py): the page that lists them, and what each shows
-    from streams.store import shares
+    # share links (streams/access/shares.py): the page that lists them, and what each shows
+    from streams.access import shares
 
     _, stream_secret = shares.create(people.staff, stream=stream.pk)
     _, session_secret = shares.create(people.staff, session="s-42")

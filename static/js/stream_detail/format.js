@@ -41,7 +41,7 @@ export function fmtCount(v) {
 }
 
 // ---- usage and cost ------------------------------------------------------------------------
-// From a stream's row columns as its frames carry them (streams/store/public.py: input_tokens,
+// From a stream's row columns as its frames carry them (streams/shapes/public.py: input_tokens,
 // output_tokens, cached_input_tokens, reasoning_tokens, usage_source, cost_nanos,
 // cost_currency, price_ref; with resolved_model or requested_model for why there is no price).
 // The same rules as the server's: input → output tokens; an estimate marked "≈" (its tooltip

@@ -43,7 +43,7 @@ from streams.core.checks import Checker
 from streams.models import Event, Finding, Stream
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
-from streams.store import aggregates, event_shape
+from streams.store import aggregates, event_row
 from streams.store import rows as stream_rows
 
 CHUNK = 2_000
@@ -809,7 +809,7 @@ class _Templates:
         stream, event, finding = (qn(m._meta.db_table) for m in (Stream, Event, Finding))
         ts = self._timestamp
         exprs = [self._stream_expr(name, types, patched) for name in names]
-        event_columns, event_values = event_shape.sql_row(
+        event_columns, event_values = event_row.sql_row(
             stream_id="s.pk",
             index="e.idx",
             t_us="e.t_us",

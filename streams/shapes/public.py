@@ -1,7 +1,8 @@
 """The public shapes of a stream: what the API, the exports and the WebSocket frames say
 about it (`stream`, `list_item`, `export_event`, `list_frame`, encoded by `dumps`), and its
-reassembled output for pages (`output`). An event's own shape (its row, its live message, how a
-frame encodes it) is streams/store/event_shape.py's.
+reassembled output for pages (`output`). An event's own shapes are its row's
+(streams/store/event_row.py) and its live message's, which is how a frame encodes it
+(streams/shapes/event_message.py).
 
 These are plain values of what was stored, verbatim: secrets an upstream echoed are taken out
 where everything leaves, by the egress gate (streams/serve/egress.py), not here.
@@ -58,7 +59,7 @@ PUBLIC_FIELDS = {
 # it: tests/test_public.py walks the model, so a new column is either shown or listed here.
 NOT_SHOWN = {
     "id": "shown as `id`",
-    "user_id": "the owner decides who sees a stream (streams/store/access.py); not shown",
+    "user_id": "the owner decides who sees a stream (streams/access/rules.py); not shown",
     "heartbeat_at": "the running process's liveness, not the stream's",
     "runner": "which process runs it (host:pid:nonce), internal",
     "search_other": "the search index's input (streams/store/search.py), made of the request "

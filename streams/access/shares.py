@@ -23,9 +23,10 @@ import secrets
 
 from django.db.models import Exists, F, OuterRef
 
+from streams.access.rules import streams_for
+from streams.access.throttle import throttled_check
 from streams.core import conf
 from streams.models import ShareLink, Stream
-from streams.store.access import streams_for, throttled_check
 
 PREFIX = "sl_"
 SECRET_BYTES = 32

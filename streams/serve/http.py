@@ -1,0 +1,73 @@
+"""The API's HTTP side of access: its error shape, and the decorator that authenticates a view
+(bearer token, else the session with CSRF on unsafe methods). The rules are streams/access/."""
+
+import functools
+
+from asgiref.sync import sync_to_async
+from django.http import JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.views.decorators.csrf import csrf_exempt
+
+from streams.access.throttle import token_user
+from streams.access.tokens import bearer_token
+
+
+def json_error(http_status, code, message, **extra):
+    """The API's one error shape: `{"error": {"code", "message", …}}`."""
+    return JsonResponse({"error": {"code": code, "message": message, **extra}}, status=http_status)
+
+
+def _csrf_failure(request):
+    # Django's own check (origin, referer, token), without the middleware's HTML 403 page.
+    check = CsrfViewMiddleware(lambda request: None)
+    check.process_request(request)
+    return check.process_view(request, None, (), {})
+
+
+def api_view(view):
+    """Authenticate an async API view: bearer token, else the session (+ CSRF on unsafe
+    methods). Unauthenticated requests get a 401 JSON error, never a login redirect."""
+
+    @csrf_exempt
+    @functools.wraps(view)
+    async def wrapper(request, *args, **kwargs):
+        authorization = request.headers.get("Authorization")
+        if authorization:
+            token = bearer_token(authorization)
+            ip = request.META.get("REMOTE_ADDR") or "-"
+            user, retry = await sync_to_async(token_user)(token, ip)
+            if retry is not None:
+                response = json_error(
+                    429, "too_many_attempts", f"Too many wrong tokens: retry in {retry} s."
+                )
+                response["Retry-After"] = str(retry)
+                return response
+            if user is None:
+                response = json_error(401, "invalid_token", "Unknown, revoked or malformed token.")
+                response["WWW-Authenticate"] = 'Bearer realm="streamscope"'
+                return response
+            request.user = user
+            request.auth_method = "token"
+        else:
+            user = await request.auser()
+            if not user.is_authenticated:
+                response = json_error(
+                    401,
+                    "not_authenticated",
+                    "Log in, or send 'Authorization: Bearer <token>' "
+                    "(python manage.py create_token USER).",
+                )
+                response["WWW-Authenticate"] = 'Bearer realm="streamscope"'
+                return response
+            if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
+                failure = await sync_to_async(_csrf_failure)(request)
+                if failure is not None:
+                    return json_error(
+                        403,
+                        "csrf_failed",
+                        "CSRF check failed: send the X-CSRFToken header, or use a bearer token.",
+                    )
+            request.auth_method = "session"
+        return await view(request, *args, **kwargs)
+
+    return wrapper
