@@ -94,7 +94,7 @@ def test_a_view_lists_its_filters_in_words_in_the_pages_language(people):
     assert ">q=dijk" not in english  # (the link to the view keeps it)
     for words in ("Search: <b>dijk</b>", "Status: <b>Completed</b>",
                   "From: <b>2026-07-01 10:00 CEST</b>", "Range: <b>Last 7 days</b>",
-                  "Source: <b>Proxy</b>"):  # fmt: skip
+                  "Source: <b>Recording proxy</b>"):  # fmt: skip
         assert words in english, words
     dutch = owner.client.get("/views/", HTTP_ACCEPT_LANGUAGE="nl").content.decode()
     for words in ("Zoeken: <b>dijk</b>", "Status: <b>Voltooid</b>",
