@@ -12,7 +12,16 @@ from django.views.i18n import JavaScriptCatalog
 
 from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, exports, feedback, playground, saved, shares, streams
+from dashboard.views import (
+    analytics,
+    exports,
+    feedback,
+    playground,
+    saved,
+    shares,
+    streams,
+    tokens,
+)
 from streams.serve import scrape
 
 
@@ -122,6 +131,9 @@ urlpatterns = [
         shares.shared_stream_replay,
         name="shared_stream_replay",
     ),
+    # the project's tokens (docs/teams.md, "Tokens")
+    path("tokens/", tokens.token_list, name="token_list"),
+    path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

@@ -197,7 +197,7 @@ class Stream(models.Model):
         verbose_name=_("user"),
     )
     project = _project_field(related_name="streams")
-    # the token a proxied stream came through (its spend: streams/access/spend.py)
+    # the token a proxied stream came through (its spend: streams/store/spend.py)
     token = models.ForeignKey(
         "ApiToken",
         null=True,

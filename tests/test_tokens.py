@@ -54,6 +54,17 @@ def models(server, token):
         return client.get(f"{server.url}/v1/models", headers={"Authorization": f"Bearer {token}"})
 
 
+@pytest.fixture(autouse=True)
+def _requests_counted_per_test(monkeypatch):
+    """Requests per token are counted in the cache by token id (streams/access/throttle.py):
+    each test counts its own, in keys of its own."""
+    import os
+
+    from streams.access import throttle
+
+    monkeypatch.setattr(throttle, "_TOKEN_KEY", f"{throttle._TOKEN_KEY}:{os.urandom(6).hex()}")
+
+
 @pytest.fixture
 def team(people):
     """A project with the owner as its admin, `people.member` a member, `people.viewer` a
@@ -299,3 +310,127 @@ class TestCreateToken:
             call_command("create_token", "stranger", "--project", "team")
         with pytest.raises(CommandError, match="no project"):
             call_command("create_token", "owner", "--project", "nope")
+
+
+# ---- the token page --------------------------------------------------------------------------
+
+
+def signed_in(user):
+    from django.test import Client
+
+    client = Client()
+    client.force_login(user)
+    return client
+
+
+def in_team(client, path="/tokens/"):
+    """The page in the team's project (remembered for the POSTs after it)."""
+    return client.get(path, {"project": "team"})
+
+
+def row_ids(response):
+    import re
+
+    return sorted(int(n) for n in re.findall(r'id="token-(\d+)"', response.content.decode()))
+
+
+def token_of(people, who, project, **fields):
+    ApiToken.issue(getattr(people, who), project=project, name=f"{who}'s", **fields)
+    return ApiToken.objects.get(user=getattr(people, who), project=project, name=f"{who}'s")
+
+
+class TestTokenPage:
+    def test_a_member_sees_and_makes_only_their_own(self, team, people):
+        mine, admins = token_of(people, "member", team), token_of(people, "owner", team)
+        client = signed_in(people.member)
+        r = in_team(client)
+        assert r.status_code == 200 and row_ids(r) == [mine.pk]
+        assert r["Cache-Control"] == "private, no-store"
+        # "for" offers themselves only: a token for someone else is not theirs to make
+        r = client.post("/tokens/", {"owner": people.owner.pk, "scopes": ["read"]})
+        assert r.status_code == 400
+        assert not ApiToken.objects.filter(created_by=people.member).exists()
+        r = client.post("/tokens/", {"name": "ci", "owner": people.member.pk, "scopes": ["read"]})
+        assert r.status_code == 200
+        made = ApiToken.objects.get(created_by=people.member)
+        assert (made.user, made.project, made.scopes, made.name) == (
+            people.member,
+            team,
+            ["read"],
+            "ci",
+        )
+        # revoking: their own yes, the admin's is not found
+        assert client.post(f"/tokens/{admins.pk}/revoke/").status_code == 404
+        assert client.post(f"/tokens/{mine.pk}/revoke/").status_code == 302
+        admins.refresh_from_db(), mine.refresh_from_db()
+        assert (admins.revoked, mine.revoked) == (False, True)
+
+    def test_an_admin_sees_every_token_of_the_project_and_makes_one_for_a_member(
+        self, team, people
+    ):
+        mine, members = token_of(people, "owner", team), token_of(people, "member", team)
+        elsewhere = token_of(people, "member", Project.personal(people.member))
+        client = signed_in(people.owner)
+        r = in_team(client)
+        assert row_ids(r) == sorted([mine.pk, members.pk])
+        assert elsewhere.pk not in row_ids(r)
+        r = client.post(
+            "/tokens/",
+            {
+                "name": "for ci",
+                "owner": people.member.pk,
+                "scopes": ["proxy"],
+                "expires": "30",
+                "requests_per_minute": "60",
+                "spend_cap_day": "2.5",
+                "spend_cap_month": "40",
+            },
+        )
+        assert r.status_code == 200
+        made = ApiToken.objects.get(name="for ci")
+        assert (made.user, made.created_by, made.project) == (people.member, people.owner, team)
+        assert (made.requests_per_minute, made.spend_cap_day_nanos) == (60, 2_500_000_000)
+        assert made.spend_cap_month_nanos == 40 * NANO
+        assert dt.timedelta(days=29) < made.expires_at - made.created_at <= dt.timedelta(days=30)
+        # the token is on the page this once, and works (only its digest is kept)
+        import re
+
+        shown = re.search(r'value="(ss_[^"]+)"', r.content.decode()).group(1)
+        assert ApiToken.hash(shown) == made.digest
+        assert shown not in in_team(client).content.decode()
+        # a viewer is no member to make one for
+        r = client.post("/tokens/", {"owner": people.viewer.pk, "scopes": ["read"]})
+        assert r.status_code == 400
+        assert client.post(f"/tokens/{members.pk}/revoke/").status_code == 302
+        members.refresh_from_db()
+        assert members.revoked
+
+    def test_a_viewer_is_refused_and_a_stranger_finds_nothing(self, team, people):
+        members = token_of(people, "member", team)
+        viewer = signed_in(people.viewer)
+        assert in_team(viewer).status_code == 403
+        assert viewer.post(f"/tokens/{members.pk}/revoke/").status_code == 404
+        stranger = signed_in(people.stranger)
+        assert in_team(stranger).status_code == 404  # a project they are not in
+        assert stranger.post(f"/tokens/{members.pk}/revoke/").status_code == 404
+        members.refresh_from_db()
+        assert not members.revoked
+
+    def test_the_page_shows_use_against_the_limits(self, team, people):
+        from streams.access import throttle
+
+        token = token_of(
+            people, "member", team, requests_per_minute=10, spend_cap_day_nanos=2 * NANO
+        )
+        today, month = spend.periods(dt.datetime.now(dt.UTC))
+        ApiToken.objects.filter(pk=token.pk).update(
+            spent_day=today, spent_day_nanos=NANO // 4, spent_month=month, spent_month_nanos=NANO
+        )
+        for _ in range(3):
+            throttle.token_request_allowed(token.pk, 10)
+        page = in_team(signed_in(people.member)).content.decode()
+        row = page[page.index(f'id="token-{token.pk}"') :]
+        row = row[: row.index("</tr>")]
+        assert '<td class="num requests">3 / 10</td>' in row
+        assert '<td class="num spent-day">€0.250 / €2.00</td>' in row
+        assert "€1.00 / <span" in row  # the month: no cap

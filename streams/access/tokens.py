@@ -13,6 +13,8 @@ the reason when the token is real: whoever holds it may know why it stopped work
 import dataclasses
 import datetime as dt
 
+from django.contrib.auth import get_user_model
+
 from streams.access import projects
 from streams.models import ApiToken, Project
 
@@ -111,3 +113,67 @@ def revoked_tokens(digests):
         .values_list("digest", flat=True)
     )
     return set(digests) - valid
+
+
+# ---- the token page (dashboard/views/tokens.py) ---------------------------------------------
+
+
+class Refused(Exception):
+    """A token change `user` may not make (the page answers 403, or 404 for a token they may
+    not see)."""
+
+
+def visible(user, project):
+    """The tokens of `project` `user` may see on its token page: every one for whoever may
+    manage the project's tokens (admins), their own for whoever may have tokens (members),
+    none for anyone else; live ones first, newest first. `project` None: every token, for
+    staff (who chose every project at once)."""
+    rows = ApiToken.objects.all() if project is None else ApiToken.objects.filter(project=project)
+    rows = rows.select_related("user", "created_by", "project")
+    if projects.may(user, projects.Action.MANAGE_TOKENS, project):
+        pass
+    elif projects.may(user, projects.Action.OWN_TOKEN, project):
+        rows = rows.filter(user_id=user.pk)
+    else:
+        rows = rows.none()
+    return rows.order_by("revoked", "-created_at")
+
+
+def owners(user, project):
+    """Whom `user` may make a token for in `project`: any member who may have tokens, for an
+    admin; themselves, for a member; nobody, for anyone else."""
+    if projects.may(user, projects.Action.MANAGE_TOKENS, project):
+        rank = projects.RANKS[projects.ACTIONS[projects.Action.OWN_TOKEN]]
+        roles = [role for role, n in projects.RANKS.items() if n >= rank]
+        return (
+            get_user_model()
+            .objects.filter(
+                memberships__project=project, memberships__role__in=roles, is_active=True
+            )
+            .order_by("username")
+        )
+    if projects.may(user, projects.Action.OWN_TOKEN, project):
+        return get_user_model().objects.filter(pk=user.pk)
+    return get_user_model().objects.none()
+
+
+def issue(actor, project, owner=None, **fields):
+    """A new token of `owner` (by default `actor`) in `project`, made by `actor`: returned
+    once, only its digest kept. `fields`: name, scopes, expires_at and limits. Refused when
+    `actor` may not make it."""
+    owner = owner or actor
+    if not owners(actor, project).filter(pk=owner.pk).exists():
+        raise Refused(owner.pk)
+    return ApiToken.issue(owner, project=project, created_by=actor, **fields)
+
+
+def revoke(user, token_id):
+    """Revoke the token `token_id` if `user` sees it on its project's page (theirs, or any of
+    the project's for an admin); the row, or None when they do not (404)."""
+    row = ApiToken.objects.filter(pk=token_id).select_related("project").first()
+    if row is None or not visible(user, row.project).filter(pk=row.pk).exists():
+        return None
+    if not row.revoked:
+        ApiToken.objects.filter(pk=row.pk).update(revoked=True)
+        row.revoked = True
+    return row
