@@ -709,6 +709,7 @@ class History:
     # both people, to hostile streams and sessions), and the links' ids
     share_secrets: dict = dataclasses.field(default_factory=dict)
     link_ids: list = dataclasses.field(default_factory=list)
+    token_ids: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -802,6 +803,7 @@ def load_history(people):
     return History(
         share_secrets=share_secrets,
         link_ids=link_ids,
+        token_ids=objects[ApiToken],
         stream_ids=[pk for pk, _ in streams],
         event_indexes=indexes,
         job_ids=list(ImportJob.objects.values_list("pk", flat=True)),
@@ -852,6 +854,7 @@ FILL = {
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
     "secret": lambda h, route, bound: list(h.share_secrets),  # share links
     "link_id": lambda h, route, bound: h.link_ids,
+    "token_id": lambda h, route, bound: h.token_ids,
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,

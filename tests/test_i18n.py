@@ -147,7 +147,10 @@ def history(django_db_setup, django_db_blocker):
         for target in ({"stream": streams[-1].pk}, {"session": "sessie-een"}):
             link, secret = shares.create(user, **target)
             share_links[secret] = list(shares.streams_of(link).values_list("pk", flat=True))
+        # a token of the user's, with limits (the token page says what it used of them)
+        ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
         yield {
+            "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "share_links": share_links,
             "link_ids": list(ShareLink.objects.values_list("pk", flat=True)),
             "staff": staff,
@@ -185,6 +188,7 @@ FILL = {
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
+    "token_id": lambda h, bound: h["token_ids"],
 }
 
 

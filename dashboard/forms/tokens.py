@@ -41,7 +41,7 @@ class TokenForm(forms.Form):
     )
     owner = UserChoice(label=_("For"), queryset=None, required=False, empty_label=None)
     scopes = forms.MultipleChoiceField(
-        label=_("May"),
+        label=_("Scopes"),
         choices=ApiToken.Scope.choices,
         initial=list(ApiToken.Scope.values),
         widget=forms.CheckboxSelectMultiple,
