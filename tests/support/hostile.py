@@ -1,8 +1,8 @@
 """A hostile upstream for redaction tests: a raw HTTP/1.1 server (127.0.0.1 only) whose answers
 are chosen by the test, the Responses stream pieces to build them, and a search for a secret in
 every form a reader may see: `KEY`, the key the redaction tests configure, and `copies`, the
-most times it appears in any one of those forms (moved here from tests/test_redaction.py to be
-shared)."""
+most times it appears in any one of those forms (moved here from
+tests/streams/store/test_redaction.py to be shared)."""
 
 import asyncio
 import html
