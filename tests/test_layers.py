@@ -19,7 +19,7 @@ PACKAGES = ("streams", "dashboard")
 LAYERS = (
     ("streams.core",),
     ("streams.simulator",),
-    ("streams.models",),
+    ("streams.models", "streams.fields"),
     ("streams.store",),
     ("streams.access",),
     ("streams.shapes",),
