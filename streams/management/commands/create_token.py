@@ -59,5 +59,5 @@ class Command(BaseCommand):
             if opts["expires"] < 1:
                 raise CommandError("--expires takes a number of days, at least 1")
             fields["expires_at"] = dt.datetime.now(dt.UTC) + dt.timedelta(days=opts["expires"])
-        token = ApiToken.issue(user, name=opts["name"][:100], project=project, **fields)
+        token = ApiToken.issue(user, name=opts["name"], project=project, **fields)  # (bounded)
         self.stdout.write(token)
