@@ -242,7 +242,9 @@ async def _admit(scope, headers):
             [(b"retry-after", b"1")],
         )
     if limits.limited(bearer):
-        over = await sync_to_async(limits.over)(bearer, spending=True)
+        # (only a response costs: a capped token may still list the models)
+        spending = scope["path"] == "/v1/responses"
+        over = await sync_to_async(limits.over)(bearer, spending=spending)
         if over is not None:
             raise Refused(
                 429,

@@ -200,6 +200,8 @@ class TestSpendCap:
         now = dt.datetime.now(dt.UTC)
         midnight = dt.datetime.combine(now.date() + dt.timedelta(days=1), dt.time(), dt.UTC)
         assert abs(retry_after - (midnight - now).total_seconds()) <= 5
+        # listing the models costs nothing: not refused for the cap
+        assert models(priced_server, token).status_code == 200
         # the counter is the sum over the token's streams, and the refused request made none
         row.refresh_from_db()
         assert row.spent_day_nanos == row.spent_month_nanos == spent
