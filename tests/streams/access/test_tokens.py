@@ -435,3 +435,18 @@ class TestTokenPage:
         assert '<td class="num requests">3 / 10</td>' in row
         assert '<td class="num spent-day">€0.250 / €2.00</td>' in row
         assert "€1.00 / <span" in row  # the month: no cap
+
+
+# ---- the WebSockets --------------------------------------------------------------------------
+
+
+class TestSockets:
+    pytestmark = pytest.mark.usefixtures("_disconnect_communicators")
+
+    async def test_a_socket_needs_the_read_scope(self, people):
+        from tests.support.clients import ws
+
+        proxy_only = await sync_to_async(ApiToken.issue)(people.owner, scopes=["proxy"])
+        reader = await sync_to_async(ApiToken.issue)(people.owner, scopes=["read"])
+        assert not (await ws("/ws/streams/", token=proxy_only).connect())[0]
+        assert (await ws("/ws/streams/", token=reader).connect())[0]
