@@ -247,6 +247,21 @@ UPSTREAM_MODELS = [
     m for m in os.environ.get("UPSTREAM_MODELS", "").split(",") if m.strip()
 ]  # fallback list when GET /v1/models does not answer
 
+# --- E-mail (invitations: streams/access/invitations.py) ------------------------------------
+# Printed to the console unless EMAIL_BACKEND says otherwise (an SMTP server: the backend
+# django.core.mail.backends.smtp.EmailBackend, EMAIL_HOST, EMAIL_PORT and, where it asks,
+# EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS or EMAIL_USE_SSL).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+# Read from the environment only, as UPSTREAM_API_KEY: never stored, logged or rendered.
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # a page waits for the mail server this long at most
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "streamscope@localhost")
+
 # --- Streamscope -------------------------------------------------------------------------
 # Each knob is typed, documented and defaulted once in streams/core/conf.py and read from
 # STREAMSCOPE_<NAME>; this dict holds what the environment set (tests override it).

@@ -149,6 +149,8 @@ class Settings:
     # Share links (streams/access/shares.py, docs/sharing.md) may be made for anyone with the
     # link, signed in or not; off: every link opens for signed-in users only.
     public_share_links: bool = False
+    # An invitation to a project (streams/access/invitations.py) works once, for this long.
+    invitation_expiry_days: float = 7.0
     # Imports (streams/ingest/import_jobs.py): uploads per user per minute, jobs per user at once,
     # and how long a job may go unwatched (its progress page not polled) before it is cancelled.
     import_max_per_minute: int = 10
