@@ -12,7 +12,16 @@ from django.views.i18n import JavaScriptCatalog
 
 from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, exports, feedback, playground, saved, shares, streams
+from dashboard.views import (
+    analytics,
+    exports,
+    feedback,
+    playground,
+    projects,
+    saved,
+    shares,
+    streams,
+)
 from streams.serve import scrape
 
 
@@ -33,6 +42,23 @@ class SessionConverter:
 
 
 register_converter(SessionConverter, "session")
+
+# under /projects/<slug>/: a project's members, invitations and settings (docs/teams.md)
+project_urls = [
+    path("members/", projects.project_members, name="project_members"),
+    path("members/add/", projects.project_member_add, name="project_member_add"),
+    path("members/<int:user_id>/role/", projects.project_member_role,
+         name="project_member_role"),
+    path("members/<int:user_id>/remove/", projects.project_member_remove,
+         name="project_member_remove"),
+    path("leave/", projects.project_leave, name="project_leave"),
+    path("invitations/new/", projects.project_invite, name="project_invite"),
+    path("invitations/<int:invitation_id>/revoke/", projects.project_invitation_revoke,
+         name="project_invitation_revoke"),
+    path("settings/", projects.project_settings, name="project_settings"),
+    path("rename/", projects.project_rename, name="project_rename"),
+    path("delete/", projects.project_delete, name="project_delete"),
+]  # fmt: skip
 
 # under /playground/; what each does is in the table of dashboard/views/playground.py
 playground_urls = [
@@ -62,6 +88,12 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("i18n/time-zone/", set_time_zone, name="set_time_zone"),
     path("projects/switch/", switch_project, name="switch_project"),
+    path("projects/", projects.project_list, name="project_list"),
+    path("projects/new/", projects.project_create, name="project_create"),
+    path("projects/<slug:project_slug>/", include(project_urls)),
+    # an invitation's link (its key is the credential) and its "Join" button
+    path("invitations/<str:key>/", projects.invitation, name="invitation"),
+    path("invitations/<str:key>/accept/", projects.invitation_accept, name="invitation_accept"),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["dashboard"]), name="javascript_catalog"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),

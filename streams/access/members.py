@@ -15,6 +15,7 @@ back when there are none, so two owners demoting each other at once leave one.
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
+from django.db.models import Count
 from django.utils.text import slugify
 from django.utils.translation import gettext_lazy as _
 
@@ -282,3 +283,24 @@ def user_named(text):
         found = list(User.objects.filter(email__iexact=text, is_active=True)[:2])
         user = found[0] if len(found) == 1 else None
     return user
+
+
+LISTED = 500  # projects on one person's list (staff see every project: bounded)
+
+
+def listed(user):
+    """(the projects `user` may work in with their role and number of members, by name, at
+    most LISTED; how many more there are)."""
+    found = list(
+        projects.projects_for(user)
+        .annotate(n_members=Count("memberships"))
+        .order_by("name")[: LISTED + 1]
+    )
+    roles = projects.roles_of(user)
+    for project in found:
+        role = roles.get(project.pk)
+        project.my_role = Role(role) if role else None  # (staff: None where not a member)
+    more = 0
+    if len(found) > LISTED:
+        more = projects.projects_for(user).count() - LISTED
+    return found[:LISTED], more
