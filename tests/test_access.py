@@ -31,9 +31,9 @@ from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
-from streams.access import shares
+from streams.access import invitations, shares
 from streams.live.sockets import websocket_urlpatterns
-from streams.models import Event, ImportJob, ShareLink, Stream
+from streams.models import Event, ImportJob, Project, ShareLink, Stream
 from streams.store import scores
 from tests.support.clients import session, ws
 
@@ -131,6 +131,23 @@ RULES = {
     "shared_stream_event": Rule(LINK),
     "shared_stream_timing": Rule(LINK),
     "shared_stream_replay": Rule(LINK),
+    # projects (dashboard/views/projects.py): one's list; a project's pages for its members
+    # (the owner's personal project: another user 404; the roles' 403s: test_project_pages.py)
+    "project_list": Rule(USER),
+    "project_create": Rule(USER, "POST", ok=400),  # the empty form: no name
+    "project_members": Rule(OWNER_OR_STAFF),
+    "project_member_add": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "project_member_role": Rule(OWNER_OR_STAFF, "POST", ok=400),  # the empty form: no role
+    "project_member_remove": Rule(OWNER_OR_STAFF, "POST", ok=409),  # the last owner
+    "project_leave": Rule(OWNER, "POST", ok=409),  # the last owner; staff is no member: 404
+    "project_invite": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "project_invitation_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
+    "project_settings": Rule(OWNER_OR_STAFF),
+    "project_rename": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "project_delete": Rule(OWNER_OR_STAFF, "POST", ok=400),  # the empty form: no confirmation
+    # an invitation's link: any signed-in user holding it (tests/test_invitations.py)
+    "invitation": Rule(USER),
+    "invitation_accept": Rule(USER, "POST", ok=302),
 }
 WS_RULES = {
     "ws_streams": Rule(USER),
@@ -157,6 +174,10 @@ PARAMS = {
     "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
+    "project_slug": lambda objects: objects.project.slug,  # the owner's personal project
+    "user_id": lambda objects: objects.project.personal_of_id,  # its owner
+    "invitation_id": lambda objects: objects.invitation.pk,
+    "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
 }
 PER_OBJECT = (OWNER_OR_STAFF, OWNER)
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -238,7 +259,12 @@ def owned_objects(owner):
     job = ImportJob.objects.create(user=owner, status=ImportJob.Status.DONE)
     view = SavedView.objects.create(owner=owner, name=f"Mine {stream.pk}", page="latency")
     score = scores.give(stream.pk, author=owner, name="thumbs", value=1, source="person")
+    project = Project.personal(owner)
+    made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
     return SimpleNamespace(
+        project=project,
+        invitation=made[0][0],
+        invitation_keys=iter(secret for _i, secret in made),
         stream=stream,
         event=event,
         conversation=conversation,

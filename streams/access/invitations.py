@@ -180,11 +180,11 @@ def accept(invitation, user):
 
 
 def revoke(actor, project, invitation_id):
-    """Revokes `project`'s invitation `invitation_id` (admins). Raises NotFound for one that
-    is not the project's."""
+    """Revokes `project`'s invitation `invitation_id` (admins): one used or revoked already
+    stays as it is (a second click is no error). Raises NotFound for one that is not the
+    project's."""
     members.require(actor, Action.MANAGE_MEMBERS, project)
-    done = Invitation.objects.filter(
-        pk=invitation_id, project=project, accepted_at__isnull=True, revoked_at__isnull=True
-    ).update(revoked_at=_now())
-    if not done:
+    mine = Invitation.objects.filter(pk=invitation_id, project=project)
+    if not mine.exists():
         raise NotFound(_("No such invitation."))
+    mine.filter(accepted_at__isnull=True, revoked_at__isnull=True).update(revoked_at=_now())
