@@ -38,7 +38,7 @@ NOT_SENT = _(
     "The invitation could not be sent: the mail server refused it or did not answer. Nothing "
     "was kept; try again later."
 )
-SIGN_IN_TO_JOIN = _("Log in to accept the invitation (or make sure you are the one it is for).")
+SIGN_IN_TO_JOIN = _("Log in to accept the invitation.")
 
 
 def _form_error(form):
@@ -338,10 +338,11 @@ def invitation(request, key):
     if not projects.signed_in(request.user):
         messages.info(request, SIGN_IN_TO_JOIN)
         return redirect_to_login(request.get_full_path())
+    current = projects.role_of(request.user, found.project_id)
     context = {
         "invitation": found,
         "key": key,
-        "current_role": projects.role_of(request.user, found.project_id),
+        "current_role": Role(current).label if current else None,
     }
     return _private(render(request, "dashboard/invitation.html", context))
 
