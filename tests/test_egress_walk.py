@@ -709,6 +709,11 @@ class History:
     # both people, to hostile streams and sessions), and the links' ids
     share_secrets: dict = dataclasses.field(default_factory=dict)
     link_ids: list = dataclasses.field(default_factory=list)
+    # projects (a hostile name), their members, invitations and the invitations' secrets
+    project_slugs: list = dataclasses.field(default_factory=list)
+    member_ids: list = dataclasses.field(default_factory=list)
+    invitation_ids: list = dataclasses.field(default_factory=list)
+    invitation_keys: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -800,6 +805,7 @@ def load_history(people):
     share_secrets, link_ids = _share_links(people)
     objects[ShareLink] = link_ids  # (the admin's pages of them)
     return History(
+        **_projects(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
         stream_ids=[pk for pk, _ in streams],
@@ -835,6 +841,30 @@ def _share_links(people):
     return secrets, ids
 
 
+def _projects(people):
+    """A project with a hostile name each person owns, with the other a member, and an open
+    invitation to it: History's fields of them."""
+    from streams.access import invitations, members
+    from streams.models import Invitation, Project
+
+    slugs, keys = [], []
+    for person in people.values():
+        project = Project.objects.filter(memberships__user=person.user, personal_of=None).first()
+        if project is None:
+            project = members.create(person.user, f"{XSS[0]} {person.name}")
+            for other in people.values():
+                if other is not person:
+                    members.add(person.user, project, other.user, "viewer")
+        slugs.append(project.slug)
+        keys.append(invitations.invite(person.user, project, "walk@example.com", "member")[1])
+    return {
+        "project_slugs": slugs,
+        "member_ids": [p.user.pk for p in people.values()],
+        "invitation_ids": list(Invitation.objects.values_list("pk", flat=True)),
+        "invitation_keys": keys,
+    }
+
+
 # The fill table, by parameter name: (history, route, the parameters bound so far) -> values.
 FILL = {
     # (through a share link: the streams it shows)
@@ -852,6 +882,10 @@ FILL = {
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
     "secret": lambda h, route, bound: list(h.share_secrets),  # share links
     "link_id": lambda h, route, bound: h.link_ids,
+    "project_slug": lambda h, route, bound: h.project_slugs,
+    "user_id": lambda h, route, bound: h.member_ids,
+    "invitation_id": lambda h, route, bound: h.invitation_ids,
+    "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,
