@@ -2,12 +2,15 @@
 delete a project, add, re-role and remove members; the role ladder (only an owner makes,
 unmakes or removes an owner); a project always has an owner; a non-member is told nothing."""
 
+import datetime as dt
+
 import pytest
 from django.contrib.auth import get_user_model
 
 from streams.access import members, projects
 from streams.access.members import Forbidden, NotFound, Refused
-from streams.models import Membership, Project, Stream
+from streams.models import Finding, Membership, Project, Stream
+from streams.store import aggregates
 
 pytestmark = pytest.mark.django_db
 
@@ -185,3 +188,34 @@ def test_a_personal_project_left_to_others_is_no_longer_its_makers():
     projects.forget(alice)
     fresh = Project.personal(alice)
     assert fresh.pk != mine.pk and role(fresh, alice) == "owner"
+
+
+def test_a_deleted_projects_streams_leave_its_analytics_in_batches(team, monkeypatch):
+    """Deleting a project subtracts its streams from the rollups (a rebuild from the rows left
+    gives the same), a batch per transaction, retries before their first attempts."""
+    project, p = team
+    monkeypatch.setattr(members, "STREAMS_PER_BATCH", 3)
+    other = Project.personal(p["member"])
+    t0 = dt.datetime(2026, 11, 1, 9, tzinfo=dt.UTC)
+    for k in range(8):
+        for where in (project, other):
+            first = Stream.objects.create(
+                user=p["member"], project=where, status=("completed", "failed")[k % 2],
+                requested_model=f"m-{k % 3}", resolved_model=f"m-{k % 3}", ttft_ms=100 + k,
+                duration_ms=900 + k, output_tokens=10 * k, created_at=t0 + dt.timedelta(hours=k),
+            )  # fmt: skip
+            Finding.objects.create(stream=first, code="stall", severity="warning")
+            if k % 3 == 0:  # a retry of it, in the same project
+                Stream.objects.create(
+                    user=p["member"], project=where, status="completed", first_attempt=first,
+                    requested_model="m-r", resolved_model="m-r", ttft_ms=50,
+                    created_at=t0 + dt.timedelta(hours=k, minutes=5),
+                )  # fmt: skip
+    aggregates.rebuild()
+    before = aggregates.stored()
+    assert members.delete(p["owner"], project) == 11
+    after = aggregates.stored()
+    assert after != before
+    aggregates.rebuild()
+    assert aggregates.stored() == after
+    assert Stream.objects.filter(project=other).count() == 11

@@ -22,8 +22,10 @@ from django.utils.translation import gettext_lazy as _
 from streams.access import projects
 from streams.access.projects import Action, Role
 from streams.models import MAX_PROJECT_NAME_CHARS, Membership, Project, Stream
+from streams.store import retention
 
 SLUG_CHARS = 50  # of the name's slug; room for a "-2" in the column's 60
+STREAMS_PER_BATCH = retention.STREAMS_PER_BATCH  # a deleted project's, per transaction
 
 
 class Refused(Exception):
@@ -177,10 +179,19 @@ def delete(actor, project):
         raise Refused(
             _("Streams of this project are still running: cancel them or let them end first.")
         )
+    n = 0
+    # Its streams first, in short transactions (the recorder's writer waits for one batch at
+    # most, not for the whole project), newest first: a retry goes before its first attempt,
+    # so no batch's cascade reaches a stream of a later batch.
+    streams = Stream.objects.filter(project=project).order_by("-pk").values_list("pk", flat=True)
+    while ids := list(streams[:STREAMS_PER_BATCH]):
+        with transaction.atomic():
+            retention.delete_streams(ids, keep_aggregates=False)
+        n += len(ids)
     with transaction.atomic():
-        deleted = Project.objects.filter(pk=project.pk).delete()[1]
+        n += Project.objects.filter(pk=project.pk).delete()[1].get(Stream._meta.label, 0)
     _forget(actor)
-    return deleted.get(Stream._meta.label, 0)
+    return n
 
 
 # ---- its members --------------------------------------------------------------------------------
