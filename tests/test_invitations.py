@@ -192,3 +192,15 @@ def test_it_expires_after_the_configured_days(settings, team):
     invitation, _secret = invitations.invite(admin, project, "dee@example.com", "viewer")
     left = invitation.expires_at - dt.datetime.now(dt.UTC)
     assert dt.timedelta(days=2) - dt.timedelta(minutes=1) < left <= dt.timedelta(days=2)
+
+
+def test_a_project_has_a_bounded_number_of_open_invitations(settings, team, monkeypatch):
+    project, admin, _, _ = team
+    monkeypatch.setattr(invitations, "MAX_OPEN", 2)
+    assert invite(admin, project, "a@example.com").status_code == 302
+    assert invite(admin, project, "b@example.com").status_code == 302
+    refused = invite(admin, project, "c@example.com")
+    assert refused.status_code == 409 and "too many open invitations" in refused.content.decode()
+    first = Invitation.objects.order_by("pk").first()
+    client_of(admin).post(f"/projects/{project.slug}/invitations/{first.pk}/revoke/")
+    assert invite(admin, project, "c@example.com").status_code == 302

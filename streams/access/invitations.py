@@ -37,7 +37,9 @@ from streams.models import Invitation, Membership
 
 PREFIX = "inv_"
 MAX_SECRET_CHARS = 100  # longer is no secret of ours: not hashed, not looked up
-LISTED = 100  # a members page lists at most this many open invitations
+# Open invitations a project may have at once: a mail-sending form is bounded, and the members
+# page lists every one.
+MAX_OPEN = 100
 PENDING, ACCEPTED, EXPIRED, REVOKED = "pending", "accepted", "expired", "revoked"
 GONE = _("This invitation does not work: it was used, revoked or has expired, or the link is "
          "incomplete. Ask for a new one.")  # fmt: skip
@@ -75,6 +77,8 @@ def invite(actor, project, email, role):
     members.require(actor, Action.MANAGE_MEMBERS, project)
     members.require_owner_rights(actor, project, role)
     email = _clean_email(email)
+    if _open(project).count() >= MAX_OPEN:
+        raise Refused(_("This project has too many open invitations: revoke some first."))
     secret = new_secret(PREFIX)
     invitation = Invitation.objects.create(
         project=project,
@@ -97,7 +101,8 @@ def send(invitation, url):
         "project": invitation.project.name,
         "role": Role(invitation.role).label,
     }
-    subject = _g("Invitation to the project %(project)s on Streamscope") % words
+    # (one line: a name with a line break would be a header of its own)
+    subject = " ".join((_g("Invitation to the project %(project)s on Streamscope") % words).split())
     body = "\n\n".join(
         [
             _g("%(inviter)s invites you to the project “%(project)s” on Streamscope, as %(role)s.")
@@ -111,16 +116,15 @@ def send(invitation, url):
     send_mail(subject, body, None, [invitation.email])
 
 
-def listed(project):
-    """`project`'s invitations that still work, newest first (at most LISTED)."""
-    now = _now()
-    return list(
-        Invitation.objects.filter(
-            project=project, accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=now
-        )
-        .select_related("invited_by")
-        .order_by("-created_at")[:LISTED]
+def _open(project):
+    return Invitation.objects.filter(
+        project=project, accepted_at__isnull=True, revoked_at__isnull=True, expires_at__gt=_now()
     )
+
+
+def listed(project):
+    """`project`'s invitations that still work, newest first (all of them: MAX_OPEN)."""
+    return list(_open(project).select_related("invited_by").order_by("-created_at")[:MAX_OPEN])
 
 
 def _maker_may(invitation):
