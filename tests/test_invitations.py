@@ -4,45 +4,26 @@ out of the mail the server received; another user opens it and joins; the link t
 more; an expired, a revoked, a wrong link and one whose maker lost the right open nothing."""
 
 import datetime as dt
-import email
 import re
 import socket
 
 import pytest
-from aiosmtpd.controller import Controller
 from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.test import Client
 
 from streams.access import invitations, members
-from streams.bench import free_port
 from streams.models import Invitation, Membership
+from tests.support.mail import smtp_server
 
 pytestmark = pytest.mark.django_db
 LINK = re.compile(r"http://testserver(/invitations/(inv_[A-Za-z0-9_-]+)/)")
 
 
-class Inbox:
-    """aiosmtpd's handler: every message the server accepts, parsed."""
-
-    def __init__(self):
-        self.messages = []
-
-    async def handle_DATA(self, server, session, envelope):
-        self.messages.append((envelope.rcpt_tos, email.message_from_bytes(envelope.content)))
-        return "250 OK"
-
-
 @pytest.fixture
 def smtp(settings):
-    inbox = Inbox()
-    controller = Controller(inbox, hostname="127.0.0.1", port=free_port())
-    controller.start()
-    settings.EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
-    settings.EMAIL_HOST, settings.EMAIL_PORT = "127.0.0.1", controller.port
-    settings.EMAIL_USE_TLS = settings.EMAIL_USE_SSL = False
-    yield inbox
-    controller.stop()
+    with smtp_server(settings) as inbox:
+        yield inbox
 
 
 @pytest.fixture
@@ -108,7 +89,7 @@ def test_expired_revoked_and_wrong_links_open_nothing(smtp, team):
     project, admin, bob, _ = team
     for _n in range(3):
         invite(admin, project)
-    paths = [LINK.search(m.get_payload(decode=True).decode()).group(1) for _, m in smtp.messages]
+    paths = [LINK.search(smtp.body(n)).group(1) for n in range(3)]
     expired, revoked, kept = Invitation.objects.order_by("pk")
     Invitation.objects.filter(pk=expired.pk).update(
         expires_at=dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
@@ -130,7 +111,7 @@ def test_expired_revoked_and_wrong_links_open_nothing(smtp, team):
 def test_a_signed_out_visitor_logs_in_and_comes_back(smtp, team):
     project, admin, bob, _ = team
     invite(admin, project, role="viewer")
-    path = LINK.search(smtp.messages[0][1].get_payload(decode=True).decode()).group(1)
+    path = LINK.search(smtp.body(0)).group(1)
     response = client_of().get(path)
     assert response.status_code == 302
     assert response["Location"] == f"/login/?next={path}"
@@ -141,7 +122,7 @@ def test_a_signed_out_visitor_logs_in_and_comes_back(smtp, team):
 def test_an_invitation_is_worth_what_its_maker_may_still_do(smtp, team):
     project, admin, bob, _ = team
     invite(admin, project)
-    path = LINK.search(smtp.messages[0][1].get_payload(decode=True).decode()).group(1)
+    path = LINK.search(smtp.body(0)).group(1)
     Membership.objects.filter(project=project, user=admin).update(role="member")
     assert client_of(bob).get(path).status_code == 404
     Membership.objects.filter(project=project, user=admin).update(role="admin")
@@ -151,12 +132,12 @@ def test_an_invitation_is_worth_what_its_maker_may_still_do(smtp, team):
 def test_joining_never_lowers_a_role(smtp, team):
     project, admin, _, viewer = team
     invite(admin, project, role="admin")
-    path = LINK.search(smtp.messages[0][1].get_payload(decode=True).decode()).group(1)
+    path = LINK.search(smtp.body(0)).group(1)
     assert client_of(viewer).post(path + "accept/").status_code == 302
     assert Membership.objects.get(project=project, user=viewer).role == "admin"
     owner = Membership.objects.get(project=project, role="owner").user
     invite(admin, project, role="viewer")
-    path = LINK.search(smtp.messages[1][1].get_payload(decode=True).decode()).group(1)
+    path = LINK.search(smtp.body(1)).group(1)
     assert client_of(owner).post(path + "accept/").status_code == 302
     assert Membership.objects.get(project=project, user=owner).role == "owner"
 
