@@ -10,6 +10,7 @@ import re
 import pytest
 
 from streams.models import Membership
+from tests.e2e.conftest import take_screenshot
 from tests.support.mail import smtp_server
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
@@ -38,6 +39,7 @@ def test_a_project_is_made_an_invitation_mailed_and_accepted(
 
         colleague = logged_in_page(people.stranger, path="/")
         colleague.goto(link.group(0))
+        take_screenshot(colleague, "invitation")
         assert "Join “Search team”" in colleague.inner_text("h1")
         assert "carol@example.com" in colleague.inner_text(".invitation-card")
         colleague.click("text=Join the project")
@@ -47,6 +49,7 @@ def test_a_project_is_made_an_invitation_mailed_and_accepted(
         assert membership.role == "viewer"
 
         owner.reload()
+        take_screenshot(owner, "project_members")
         row = owner.locator("tr.member[data-user='stranger']")
         assert row.get_attribute("data-role") == "viewer"
         assert owner.locator("tr.invitation").count() == 0  # used: no longer open
