@@ -63,5 +63,11 @@ def test_a_project_is_made_an_invitation_mailed_and_accepted(
         colleague.goto(link.group(0))
         assert "This invitation does not work" in colleague.inner_text("h1")
 
+        owner.goto(f"{live_server.url}/projects/")
+        take_screenshot(owner, "project_list")
+        owner.goto(f"{live_server.url}/projects/search-team/settings/")
+        assert "deletes its 0 streams" in owner.inner_text(".delete-count")
+        take_screenshot(owner, "project_settings")
+
         for page in (owner, colleague):
             assert not page.errors and not page.csp_violations
