@@ -32,7 +32,11 @@ class InviteForm(forms.Form):
 class DeleteProjectForm(forms.Form):
     """Deleting takes the project's name typed again: what goes with it cannot come back."""
 
-    name = forms.CharField(label=_("The project's name"), max_length=MAX_PROJECT_NAME_CHARS)
+    name = forms.CharField(
+        label=_("The project's name"),
+        max_length=MAX_PROJECT_NAME_CHARS,
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
 
     def __init__(self, *args, project, **kwargs):
         super().__init__(*args, **kwargs)
