@@ -162,4 +162,5 @@ def test_a_compressed_model_list_reaches_the_client_inflated_and_redacted(people
         )
     # the body was inflated on its way through: it must not still say it is compressed
     assert r.status_code == 200 and "content-encoding" not in r.headers
+    assert r.content.startswith(b"{"), (r.headers, r.content[:100])
     assert r.json()["data"] == [{"id": "m", "owned_by": "[redacted]"}]
