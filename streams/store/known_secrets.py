@@ -17,6 +17,7 @@ import hashlib
 import hmac
 import logging
 import re
+import sys
 import threading
 import time
 from urllib.parse import unquote
@@ -247,22 +248,34 @@ async def refreshed(wait):
         await _known.refresh_async(wait)
 
 
+# Streamscope's own credentials: API tokens (streams/access/tokens.py) and share links' secrets
+# (streams/access/shares.py), which open what they name to whoever reads them. A log line
+# (an access log's `GET /s/sl_…/`) keeps the prefix and loses the rest.
+OWN_CREDENTIAL_PREFIXES = ("ss_", "sl_")
+_OWN_CREDENTIAL = re.compile(r"\b(" + "|".join(OWN_CREDENTIAL_PREFIXES) + r")[A-Za-z0-9_-]{8,}")
+
+
+def _without_credentials(text):
+    return _OWN_CREDENTIAL.sub(r"\1[redacted]", text)
+
+
 def redact_record(record: logging.LogRecord) -> None:
     """A log record without any secret, in place: its message (arguments merged in), its
     exception's traceback and its stack, as every handler will format them."""
     try:
-        if not rules():
-            return
         message = record.getMessage()
+        clean = (
+            (lambda text: _without_credentials(redact(text))) if rules() else _without_credentials
+        )
     except Exception:  # settings not ready, or a log call with the wrong arguments (logging
         return  # reports those itself)
-    record.msg, record.args = redact(message), None
+    record.msg, record.args = clean(message), None
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:
-        record.exc_text = redact(record.exc_text)
+        record.exc_text = clean(record.exc_text)
     if record.stack_info:
-        record.stack_info = redact(record.stack_info)
+        record.stack_info = clean(record.stack_info)
 
 
 class LogFilter(logging.Filter):
@@ -293,3 +306,28 @@ def redact_every_record() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
+    # What Python prints itself of an exception nobody caught (a thread's, the main thread's)
+    # goes through a logger instead, so through the factory above.
+    threading.excepthook = _log_thread_exception
+    sys.excepthook = _log_uncaught
+
+
+_uncaught = logging.getLogger("streams.uncaught")
+
+
+def _log_thread_exception(args):
+    if issubclass(args.exc_type, SystemExit):  # (as Python's own hook: a thread's exit)
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    _uncaught.error(
+        "uncaught exception in thread %s",
+        name,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
+
+
+def _log_uncaught(exc_type, exc_value, exc_traceback):
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc_value, exc_traceback)
+        return
+    _uncaught.critical("uncaught exception", exc_info=(exc_type, exc_value, exc_traceback))
