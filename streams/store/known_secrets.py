@@ -248,10 +248,11 @@ async def refreshed(wait):
         await _known.refresh_async(wait)
 
 
-# Streamscope's own credentials: API tokens (streams/access/tokens.py) and share links' secrets
-# (streams/access/shares.py), which open what they name to whoever reads them. A log line
-# (an access log's `GET /s/sl_…/`) keeps the prefix and loses the rest.
-OWN_CREDENTIAL_PREFIXES = ("ss_", "sl_")
+# Streamscope's own credentials: API tokens (streams/access/tokens.py), share links' secrets
+# (streams/access/shares.py) and invitations' (streams/access/invitations.py), which open what
+# they name to whoever reads them. A log line (an access log's `GET /s/sl_…/`) keeps the
+# prefix and loses the rest.
+OWN_CREDENTIAL_PREFIXES = ("ss_", "sl_", "inv_")
 _OWN_CREDENTIAL = re.compile(r"\b(" + "|".join(OWN_CREDENTIAL_PREFIXES) + r")[A-Za-z0-9_-]{8,}")
 
 

@@ -98,6 +98,18 @@ def test_share_links_and_tokens_are_credentials_in_a_log_line(caplog):
     assert "Bearer ss_[redacted]" in caplog.text
 
 
+def test_an_invitations_link_is_a_credential_in_a_log_line(caplog):
+    """An access log's line of an invitation's link would let its reader join the project."""
+    from streams.access import invitations
+
+    assert invitations.PREFIX in known_secrets.OWN_CREDENTIAL_PREFIXES
+    secret = invitations.PREFIX + "K" * 43
+    caplog.set_level(logging.INFO)
+    logging.getLogger("daphne.access").info('"POST /invitations/%s/accept/ HTTP/1.1" 302', secret)
+    assert "K" * 8 not in caplog.text
+    assert "POST /invitations/inv_[redacted]/accept/" in caplog.text
+
+
 UNCAUGHT = """
 import django, sys, threading
 django.setup()
