@@ -106,7 +106,8 @@ def _members_page(request, project, status=200, **forms):
     user = request.user
     manage = projects.may(user, Action.MANAGE_MEMBERS, project)
     context = {
-        "project": project,
+        # (not `project`: that is the page's current project, the top bar's, context_processor)
+        "this_project": project,
         "my_role": projects.role_of(user, project),
         "memberships": members.members(project),
         "roles": Role.choices,
@@ -242,7 +243,8 @@ def project_invitation_revoke(request, project, invitation_id):
 
 def _settings_page(request, project, status=200, rename_form=None, delete_form=None):
     context = {
-        "project": project,
+        # (not `project`: that is the page's current project, the top bar's, context_processor)
+        "this_project": project,
         "stream_count": members.stream_count(project),
         "rename_form": rename_form or ProjectNameForm(initial={"name": project.name}),
         "delete_form": delete_form or DeleteProjectForm(project=project),

@@ -119,3 +119,12 @@ def test_settings_rename_and_delete_for_owners(team):
     assert "deleted, with its 2 streams" in deleted.content.decode()
     assert not Project.objects.filter(pk=project.pk).exists()
     assert not Stream.objects.filter(project_id=project.pk).exists()
+
+
+def test_a_members_page_leaves_the_current_project_alone(team):
+    """The page's project is `this_project`; `project` stays the one the top bar shows (the
+    request's, dashboard/project.py), not the one whose members are shown."""
+    project, people, c = team
+    response = c["viewer"].get(f"/projects/{project.slug}/members/")
+    assert response.context["this_project"] == project
+    assert response.context["project"] == Project.personal(people["viewer"])

@@ -185,3 +185,18 @@ def test_a_project_has_a_bounded_number_of_open_invitations(settings, team, monk
     first = Invitation.objects.order_by("pk").first()
     client_of(admin).post(f"/projects/{project.slug}/invitations/{first.pk}/revoke/")
     assert invite(admin, project, "c@example.com").status_code == 302
+
+
+def test_the_mail_is_in_the_inviters_language(smtp, team):
+    project, admin, _, _ = team
+    client = client_of(admin)
+    response = client.post(
+        f"/projects/{project.slug}/invitations/new/",
+        {"email": "dirk@example.com", "role": "viewer"},
+        HTTP_ACCEPT_LANGUAGE="nl",
+    )
+    assert response.status_code == 302
+    message = smtp.messages[0][1]
+    assert message["Subject"] == "Uitnodiging voor het project Search team op Streamscope"
+    assert "admin nodigt je uit" in smtp.body() and "als Lezer" in smtp.body()
+    assert "binnen 7 dagen" in smtp.body()
