@@ -45,6 +45,7 @@ def test_it_makes_a_project_with_its_maker_as_owner():
     assert projects.role_of(alice, project) == "owner"  # (the cache was forgotten)
     second = members.create(_user("bob"), "search-team!")
     assert second.slug == "search-team-2"
+    assert members.create(alice, "All").slug == "all-2"  # (the switcher's "all": staff's every)
 
 
 def test_it_refuses_a_taken_name_an_empty_one_and_a_long_one():
