@@ -105,11 +105,13 @@ def project_create(request):
 def _members_page(request, project, status=200, **forms):
     user = request.user
     manage = projects.may(user, Action.MANAGE_MEMBERS, project)
+    listed, more = members.members(project)
     context = {
         # (not `project`: that is the page's current project, the top bar's, context_processor)
         "this_project": project,
         "my_role": projects.role_of(user, project),
-        "memberships": members.members(project),
+        "memberships": listed,
+        "more_members": more,
         "roles": Role.choices,
         "may_manage": manage,
         "may_own": projects.may(user, Action.MANAGE_OWNERS, project),

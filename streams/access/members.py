@@ -15,7 +15,7 @@ back when there are none, so two owners demoting each other at once leave one.
 
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Count
+from django.db.models import Case, Count, When
 from django.utils.text import slugify
 from django.utils.translation import gettext_lazy as _
 
@@ -203,11 +203,19 @@ def delete(actor, project):
 # ---- its members --------------------------------------------------------------------------------
 
 
+LISTED_MEMBERS = 1000  # on a members page (more: the `project` command, or a narrower group)
+
+
 def members(project):
-    """`project`'s memberships, owners first, with their users."""
-    order = {role: -rank for role, rank in projects.RANKS.items()}
-    found = list(Membership.objects.filter(project=project).select_related("user"))
-    return sorted(found, key=lambda m: (order[m.role], m.user.get_username().lower()))
+    """(`project`'s memberships, owners first, then by username, with their users: at most
+    LISTED_MEMBERS; how many more there are)."""
+    rank = Case(*(When(role=role, then=-n) for role, n in projects.RANKS.items()))
+    every = Membership.objects.filter(project=project)
+    found = list(
+        every.select_related("user").order_by(rank, "user__username")[: LISTED_MEMBERS + 1]
+    )
+    more = every.count() - LISTED_MEMBERS if len(found) > LISTED_MEMBERS else 0
+    return found[:LISTED_MEMBERS], more
 
 
 def _locked(project):

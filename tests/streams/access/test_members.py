@@ -220,3 +220,15 @@ def test_a_deleted_projects_streams_leave_its_analytics_in_batches(team, monkeyp
     aggregates.rebuild()
     assert aggregates.stored() == after
     assert Stream.objects.filter(project=other).count() == 11
+
+
+def test_the_members_list_puts_owners_first_and_is_bounded(team, monkeypatch):
+    project, p = team
+    listed, more = members.members(project)
+    assert [(m.user.username, m.role) for m in listed] == [
+        ("owner", "owner"), ("admin", "admin"), ("member", "member"), ("viewer", "viewer"),
+    ]  # fmt: skip
+    assert more == 0
+    monkeypatch.setattr(members, "LISTED_MEMBERS", 3)
+    listed, more = members.members(project)
+    assert len(listed) == 3 and more == 1
