@@ -351,9 +351,10 @@ def invitation(request, key):
     return _private(render(request, "dashboard/invitation.html", context))
 
 
-@login_required
 @require_POST
 def invitation_accept(request, key):
+    if not projects.signed_in(request.user):  # (back to the link's page, not to a POST's URL)
+        return redirect_to_login(reverse("invitation", args=[key]))
     found, answer = _invitation_or_answer(request, key)
     if answer is not None:
         return answer

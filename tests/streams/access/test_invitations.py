@@ -115,6 +115,8 @@ def test_a_signed_out_visitor_logs_in_and_comes_back(smtp, team):
     response = client_of().get(path)
     assert response.status_code == 302
     assert response["Location"] == f"/login/?next={path}"
+    pressed = client_of().post(path + "accept/")  # (a session that ended on the page)
+    assert pressed.status_code == 302 and pressed["Location"] == f"/login/?next={path}"
     assert client_of(bob).post(path + "accept/").status_code == 302
     assert Membership.objects.get(project=project, user=bob).role == "viewer"
 
