@@ -13,7 +13,7 @@ from django.db.models import Q
 from django.utils.translation import gettext, pgettext_lazy
 
 from streams.core import conf
-from streams.models import Stream
+from streams.models import Project, Stream
 from streams.run import services
 
 TITLE_CHARS = 80
@@ -41,6 +41,9 @@ class TooLong(Exception):
 class Conversation(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
+    project = models.ForeignKey(
+        Project, null=True, blank=True, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -212,6 +215,14 @@ class SavedView(models.Model):
         on_delete=models.CASCADE,
         related_name="saved_views",
         verbose_name=pgettext_lazy("a saved view's", "owner"),
+    )
+    project = models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="saved_views",
+        verbose_name=pgettext_lazy("a saved view's", "project"),
     )
     name = models.CharField(pgettext_lazy("a saved view's", "name"), max_length=100)
     page = models.CharField(

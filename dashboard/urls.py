@@ -10,6 +10,7 @@ from django.urls import include, path, register_converter
 from django.views.generic import RedirectView
 from django.views.i18n import JavaScriptCatalog
 
+from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
 from dashboard.views import (
     analytics,
@@ -70,6 +71,7 @@ urlpatterns = [
     # the language switcher's POST (Django's set_language) and the scripts' Dutch strings
     path("i18n/", include("django.conf.urls.i18n")),
     path("i18n/time-zone/", set_time_zone, name="set_time_zone"),
+    path("projects/switch/", switch_project, name="switch_project"),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["dashboard"]), name="javascript_catalog"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),

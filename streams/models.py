@@ -9,9 +9,150 @@ import hashlib
 import secrets
 
 from django.conf import settings
-from django.db import models
+from django.db import IntegrityError, models, transaction
+from django.utils.text import slugify
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
+
+# ---------------------------------------------------------------------------------------------
+# Projects (streams/access/projects.py decides what each role may do; docs/teams.md)
+
+MAX_PROJECT_NAME_CHARS = 100
+
+
+class Project(models.Model):
+    """What a team works in: every stream, token, conversation, saved view, share link, score
+    type, import and price override belongs to one. `personal_of`: the user whose own project
+    this is (each user gets one the first time they need it, which keeps a user who never
+    joins a team exactly as private as before)."""
+
+    name = models.CharField(_("name"), max_length=MAX_PROJECT_NAME_CHARS, unique=True)
+    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    personal_of = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="personal_project",
+        verbose_name=_("personal project of"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("project")
+        verbose_name_plural = _("projects")
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @classmethod
+    def personal(cls, user):
+        """`user`'s personal project, made with them as its owner the first time it is asked
+        for (remembered on the user object for the rest of the request)."""
+        cached = getattr(user, "_personal_project", None)
+        if cached is not None:
+            return cached
+        project = cls.objects.filter(personal_of=user).first()
+        if project is None:
+            project = cls._make_personal(user)
+        user._personal_project = project
+        return project
+
+    @classmethod
+    def _make_personal(cls, user):
+        base = (user.get_username() or f"user {user.pk}")[: MAX_PROJECT_NAME_CHARS - 8]
+        slug_base = (slugify(base) or "user")[:40]
+        for n in range(1, 1000):
+            suffix = "" if n == 1 else f" ({n})"
+            name, slug = base + suffix, slug_base + ("" if n == 1 else f"-{n}")
+            if cls.objects.filter(models.Q(name=name) | models.Q(slug=slug)).exists():
+                continue
+            try:
+                with transaction.atomic():
+                    project = cls.objects.create(name=name, slug=slug, personal_of=user)
+                    Membership.objects.create(
+                        project=project, user=user, role=Membership.Role.OWNER
+                    )
+                    return project
+            except IntegrityError:
+                mine = cls.objects.filter(personal_of=user).first()
+                if mine is not None:  # (made meanwhile by another request)
+                    return mine
+        raise RuntimeError(f"no free name for {user}'s personal project")
+
+
+class Membership(models.Model):
+    """One user's role in one project. The roles are ordered: each may do what the one
+    before it may, and more (streams/access/projects.py: `ACTIONS`)."""
+
+    class Role(models.TextChoices):
+        VIEWER = "viewer", _("Viewer")
+        MEMBER = "member", _("Member")
+        ADMIN = "admin", _("Admin")
+        OWNER = "owner", _("Owner")
+
+    class Origin(models.TextChoices):
+        # who made it: a person (an admin, an invitation, a command) or the identity
+        # provider's groups at sign-in (which it may change again at the next sign-in)
+        HAND = "hand", _("Added by hand")
+        IDP = "idp", _("Identity provider")
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("project")
+    )
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=_("user"),
+    )
+    role = models.CharField(_("role"), max_length=10, choices=Role.choices)
+    origin = models.CharField(
+        _("origin"), max_length=10, choices=Origin.choices, default=Origin.HAND
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # when the user last worked in it: the project a new session starts in
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("membership")
+        verbose_name_plural = _("memberships")
+        constraints = [
+            models.UniqueConstraint(fields=["project", "user"], name="membership_unique"),
+        ]
+        indexes = [models.Index(fields=["user", "-last_used_at"], name="membership_user_used")]
+
+    def __str__(self):
+        return f"{self.user} · {self.project} ({self.role})"
+
+
+def _project_field(**kwargs):
+    """The `project` column of what belongs to a project. Nullable in the database so that
+    rows written before projects (and instance-wide score types and prices) have one."""
+    return models.ForeignKey(
+        Project,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        verbose_name=_("project"),
+        **kwargs,
+    )
+
+
+def _in_personal_projects(streams):
+    """A row made for a user and no project is the user's personal project's: what every
+    stream was before projects, and still is for a user who never joins one."""
+    for stream in streams:
+        if stream.project_id is None and stream.user_id is not None:
+            stream.project = Project.personal(stream.user)
+
+
+class StreamQuerySet(models.QuerySet):
+    def bulk_create(self, objs, *args, **kwargs):
+        objs = list(objs)
+        _in_personal_projects(objs)
+        return super().bulk_create(objs, *args, **kwargs)
 
 
 class Stream(models.Model):
@@ -29,6 +170,8 @@ class Stream(models.Model):
 
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 
+    objects = StreamQuerySet.as_manager()
+
     # The pages' one name for each source (the filters' choices, the tables' `source_label`,
     # static/js through the vocabulary).
     class Source(models.TextChoices):
@@ -43,6 +186,7 @@ class Stream(models.Model):
         on_delete=models.SET_NULL,
         verbose_name=_("user"),
     )
+    project = _project_field(related_name="streams")
     source = models.CharField(
         _("source"), max_length=10, choices=Source.choices, default=Source.LIVE
     )
@@ -310,6 +454,10 @@ class Stream(models.Model):
         status = str(self.get_status_display()).lower()
         return gettext("stream %(id)s (%(status)s)") % {"id": self.pk, "status": status}
 
+    def save(self, *args, **kwargs):
+        _in_personal_projects([self])
+        super().save(*args, **kwargs)
+
     @property
     def is_active(self):
         return self.status in self.ACTIVE_STATUSES
@@ -425,6 +573,7 @@ class ImportJob(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
     )
+    project = _project_field(related_name="import_jobs")
     status = models.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
     )
@@ -496,6 +645,7 @@ class ApiToken(models.Model):
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
     )
+    project = _project_field(related_name="tokens")
     name = models.CharField(_("name"), max_length=100, blank=True)
     digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
     prefix = models.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
@@ -515,9 +665,15 @@ class ApiToken(models.Model):
         return hashlib.sha256(token.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, user, name=""):
+    def issue(cls, user, name="", project=None):
+        """A new token of `user` in `project` (by default their personal project); the token
+        itself is returned once, only its digest is kept."""
+        if project is None:
+            project = Project.personal(user)
         token = "ss_" + secrets.token_urlsafe(32)
-        cls.objects.create(user=user, name=name, digest=cls.hash(token), prefix=token[:10])
+        cls.objects.create(
+            user=user, project=project, name=name, digest=cls.hash(token), prefix=token[:10]
+        )
         return token
 
 
@@ -789,6 +945,8 @@ class Price(models.Model):
         help_text=_("Empty: the output price."),
     )
     note = models.CharField(_("note"), max_length=200, blank=True)
+    # none: the instance's own price, for every project
+    project = _project_field(related_name="prices")
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
@@ -856,7 +1014,9 @@ class ScoreType(models.Model):
         NUMERIC = "numeric", _("Number")
         CATEGORICAL = "categorical", _("Category")
 
-    name = models.SlugField(_("name"), max_length=50, unique=True)
+    # none: the instance's, offered in every project (thumbs)
+    project = _project_field(related_name="score_types")
+    name = models.SlugField(_("name"), max_length=50)
     kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
     minimum = models.FloatField(_("minimum"), default=0)
     maximum = models.FloatField(_("maximum"), default=1)
@@ -869,6 +1029,13 @@ class ScoreType(models.Model):
         verbose_name = _("score type")
         verbose_name_plural = _("score types")
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["project", "name"],
+                name="score_type_project_name",
+                nulls_distinct=False,
+            ),
+        ]
 
     def __str__(self):
         return self.name
@@ -1020,6 +1187,7 @@ class ShareLink(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("owner")
     )
+    project = _project_field(related_name="share_links")
     stream = models.ForeignKey(
         Stream,
         null=True,

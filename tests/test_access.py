@@ -74,6 +74,7 @@ RULES = {
     "set_language": Rule(PUBLIC, "POST", ok=302),
     "javascript_catalog": Rule(PUBLIC),
     "set_time_zone": Rule(PUBLIC, "POST", ok=400),  # the empty form: no zone
+    "switch_project": Rule(USER, "POST", ok=400),  # the empty form: no project
     "admin:index": Rule(ADMIN),
     "stream_list": Rule(USER),
     "stream_list_csv": Rule(USER),  # the list as CSV: their own streams (staff: all)

@@ -75,10 +75,10 @@ def payloads(start, n):
     ]
 
 
-async def publish_batch(stream_id, user_id, events, stream_fields=None):
+async def publish_batch(stream_id, project_id, events, stream_fields=None):
     """What the recorder's writer does after a commit: `relay.publish`, awaited when it goes
     through the channel layer."""
-    pending = relay.publish(stream_id, user_id, events, stream_fields)
+    pending = relay.publish(stream_id, project_id, events, stream_fields)
     if pending is not None:
         await pending
 
@@ -260,13 +260,16 @@ class TestLive:
         await stored_stream(people.owner, 100, status="streaming", start=10, stream=stream)
         # 20 messages at once: a queue of 2 keeps the first two and drops the rest silently.
         await asyncio.gather(
-            *(publish_batch(stream.pk, people.owner.pk, payloads(10 + 5 * k, 5)) for k in range(20))
+            *(
+                publish_batch(stream.pk, stream.project_id, payloads(10 + 5 * k, 5))
+                for k in range(20)
+            )
         )
         await stored_stream(people.owner, 5, status="completed", start=110, stream=stream)
         await asyncio.sleep(0.05)
         await publish_batch(
             stream.pk,
-            people.owner.pk,
+            stream.project_id,
             payloads(110, 5),
             {"status": "completed", "event_count": 115},
         )
@@ -360,9 +363,9 @@ class TestSlowClients:
         await stored_stream(people.owner, 100, status="completed", start=5, stream=stream)
         # (in-process: delivered right here; through Redis the sends are awaited together)
         pending = [
-            relay.publish(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10)) for k in range(10)
+            relay.publish(stream.pk, stream.project_id, payloads(5 + 10 * k, 10)) for k in range(10)
         ]
-        pending.append(relay.publish(stream.pk, people.owner.pk, [], {"status": "completed"}))
+        pending.append(relay.publish(stream.pk, stream.project_id, [], {"status": "completed"}))
         await asyncio.gather(*(p for p in pending if p is not None))
         frames, code = await frames_until_close(comm)
         assert code == 1000 and seen + indexes(frames) == list(range(105))
@@ -387,7 +390,7 @@ class TestSlowClients:
             await stored_stream(
                 people.owner, 10, status="streaming", start=5 + 10 * k, stream=stream
             )
-            await publish_batch(stream.pk, people.owner.pk, payloads(5 + 10 * k, 10))
+            await publish_batch(stream.pk, stream.project_id, payloads(5 + 10 * k, 10))
             await asyncio.sleep(0.01)
         frames, code = await frames_until_close(comm, timeout=3)
         assert code == 4008
@@ -413,7 +416,7 @@ class TestList:
         assert [s["id"] for s in snap["streams"]] == [theirs.pk, mine.pk]
         new = await created(people.stranger, body())
         await relay.publish_created(new)
-        await publish_batch(mine.pk, people.owner.pk, [], {"status": "completed", "ttft_ms": 9.5})
+        await publish_batch(mine.pk, mine.project_id, [], {"status": "completed", "ttft_ms": 9.5})
         got = await owner.receive_json_from()
         assert got["streams"] == [{"id": mine.pk, "status": "completed", "ttft_ms": 9.5}]
         changes = {}
@@ -499,7 +502,7 @@ class TestRedaction:
         await Stream.objects.filter(pk=stream.pk).aupdate(**fields)
         await publish_batch(
             stream.pk,
-            people.owner.pk,
+            stream.project_id,
             [event_message.message(1, 9, checked("error", 1), data)],
             fields,
         )
@@ -518,7 +521,7 @@ class TestRedaction:
         snapshot = await comm.receive_from()
         assert self.KEY not in snapshot
         assert json.loads(snapshot)["streams"][0]["resolved_model"] == "model-[redacted]"
-        await publish_batch(stream.pk, people.owner.pk, [], {"resolved_model": self.KEY})
+        await publish_batch(stream.pk, stream.project_id, [], {"resolved_model": self.KEY})
         change = await comm.receive_from()
         assert json.loads(change) == {
             "streams": [{"id": stream.pk, "resolved_model": "[redacted]"}]
@@ -586,7 +589,7 @@ class TestProxied:
         await comm.receive_json_from()
         await proxied_stream(people.owner, 2, status="streaming", start=1, stream=stream)
         live = [(*p, 7000 + p[0]) for p in payloads(1, 2)]
-        await publish_batch(stream.pk, people.owner.pk, live, {"status": "completed"})
+        await publish_batch(stream.pk, stream.project_id, live, {"status": "completed"})
         frames, _ = await frames_until_close(comm)
         assert [e["sent_us"] for f in frames for e in f["events"]] == [7001, 7002]
 
@@ -596,7 +599,7 @@ class TestProxied:
         assert (await comm.connect())[0]
         await comm.receive_json_from()
         await stored_stream(people.owner, 1, status="streaming", start=2, stream=stream)
-        await publish_batch(stream.pk, people.owner.pk, payloads(2, 1), {"status": "completed"})
+        await publish_batch(stream.pk, stream.project_id, payloads(2, 1), {"status": "completed"})
         frames, _ = await frames_until_close(comm)
         assert [sorted(e) for f in frames for e in f["events"]] == [
             ["data", "index", "sequence_number", "t_us", "type"]

@@ -533,7 +533,7 @@ async def test_a_failed_commit_counts_each_lost_event_once(monkeypatch):
 
     monkeypatch.setattr(rows, "write_batch", write_batch)
     writer = writer_module.Writer(max_age_ms=1000)
-    rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
+    rec = recorder.Recording(stream_id=1, project_id=None, pinned_model=False)
     width = len(event_row.ROW_COLUMNS)
     for first, n in ((0, 3), (3, 2)):
         payloads = [(i, "x", i, i, "{}") for i in range(first, first + n)]
@@ -599,7 +599,7 @@ def test_a_proxied_chunk_carries_its_hand_over_time_in_rows_and_payloads():
 
 
 def _attempt(events=0, milestones=()):
-    rec = recorder.Recording(stream_id=1, user_id=None, pinned_model=False)
+    rec = recorder.Recording(stream_id=1, project_id=None, pinned_model=False)
     rec.next_index = events
     rec.milestones = dict.fromkeys(milestones, 0)
     return rec

@@ -541,7 +541,7 @@ def test_warning_findings_are_counted_live_and_backfilled_by_the_migration():
     executor.migrate(executor.loader.graph.leaf_nodes())
 
     class Staff:
-        is_staff, pk, is_authenticated = True, None, True
+        is_staff, pk, is_authenticated, is_active = True, None, True, True
 
     page = stream_list.stream_page(Staff(), {"findings": "warnings"})
     assert {s.pk for s in page.streams} == {warned.pk, errored.pk}

@@ -521,7 +521,7 @@ class TestLive:
         # the live batches come as on the stream's own socket
         checked = event_row.Checked("response.output_text.delta", 3, None, None, True)
         batch = [event_message.message(3, 300, checked, '{"delta":"ok"}')]
-        pending = relay.publish(stream.pk, people.owner.pk, batch)
+        pending = relay.publish(stream.pk, stream.project_id, batch)
         if pending is not None:
             await pending
         frame = json.loads((await receive(comm))["text"])

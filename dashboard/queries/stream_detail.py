@@ -156,14 +156,14 @@ def attempts(user, stream):
     """Every attempt of the request `stream` belongs to (stall retries), in order.
 
     Two lookups by primary key and by the first_attempt foreign key, with the access rule
-    applied to the rows: with `user_id = ?` in the SQL, SQLite preferred the user's
+    applied to the rows: with the access condition in the SQL, SQLite preferred the user's
     created_at index and scanned it, as did an OR of the two lookups (docs/performance.md,
     "Inspection")."""
     first = stream.first_attempt_id or stream.pk
-    columns = ("id", "attempt", "status", "error_code", "user_id")
+    columns = ("id", "attempt", "status", "error_code", "project_id")
     rows = list(Stream.objects.filter(pk=first).values(*columns))
     rows += Stream.objects.filter(first_attempt_id=first).values(*columns)
-    rows = [r for r in rows if may_see(user, r["user_id"])]
+    rows = [r for r in rows if may_see(user, r["project_id"])]
     return sorted(rows, key=lambda r: (r["attempt"], r["id"]))
 
 

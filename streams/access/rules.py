@@ -1,19 +1,17 @@
-"""Who may see what: a user sees their own streams; staff see every stream. A stream someone
-may not see is reported as not found, so ids of other users' streams do not leak."""
+"""Who may see which streams: the members of a stream's project (streams/access/projects.py
+says what each role may do), and staff every stream. A stream someone may not see is reported
+as not found, so ids of other projects' streams do not leak."""
 
+from streams.access import projects
 from streams.models import Stream
 
 
-def streams_for(user):
-    """The streams `user` may see."""
-    if user is None or not user.is_authenticated:
-        return Stream.objects.none()
-    if user.is_staff:
-        return Stream.objects.all()
-    return Stream.objects.filter(user_id=user.pk)
+def streams_for(user, project=None):
+    """The streams `user` may see: of `project` (a Project or id) when given, else of every
+    project they belong to (staff: every stream)."""
+    return projects.in_project(Stream.objects.all(), user, project)
 
 
-def may_see(user, stream_user_id):
-    return bool(
-        user is not None and user.is_authenticated and (user.is_staff or stream_user_id == user.pk)
-    )
+def may_see(user, project_id):
+    """Whether `user` may see a stream of project `project_id` (None: of no project)."""
+    return projects.may(user, projects.Action.READ, project_id)

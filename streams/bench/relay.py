@@ -74,7 +74,7 @@ CLOSE_REASONS = {
 # Server side (runs inside the bench's Daphne)
 
 
-async def stock_publish_batch(stream_id, user_id, events, stream_fields=None):
+async def stock_publish_batch(stream_id, project_id, events, stream_fields=None):
     """The stock pattern: one group message per event."""
     from streams.shapes import event_message
 
@@ -137,12 +137,12 @@ def timed(publish):
 
     from streams.shapes.event_message import INDEX
 
-    def timed_publish(stream_id, user_id, events, stream_fields=None):
+    def timed_publish(stream_id, project_id, events, stream_fields=None):
         if events:
             PUBLISHED.setdefault(stream_id, []).append(
                 (events[0][INDEX], events[-1][INDEX], time.monotonic_ns())
             )
-        return publish(stream_id, user_id, events, stream_fields)
+        return publish(stream_id, project_id, events, stream_fields)
 
     return timed_publish
 

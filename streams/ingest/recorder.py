@@ -55,7 +55,7 @@ class Recording:
     """What a reader knows about the stream it records."""
 
     stream_id: int
-    user_id: int | None
+    project_id: int | None  # (whose live list hears of it: streams/live/relay.py)
     pinned_model: bool
     t0_ns: int = 0
     wall0: dt.datetime = None

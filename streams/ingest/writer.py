@@ -241,7 +241,7 @@ async def _publish(per_stream, updates):
         fields = updates.get(rec, ())
         shown = {k: v for k, v in fields.items() if k in public.PUBLIC_FIELDS} if fields else {}
         if payloads or shown:
-            pending = relay.publish(rec.stream_id, rec.user_id, payloads, shown)
+            pending = relay.publish(rec.stream_id, rec.project_id, payloads, shown)
             if pending is not None:
                 publishes.append(pending)
     if publishes:

@@ -24,8 +24,8 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connections
 
-from streams.access import shares, sockets, throttle, tokens
-from streams.access.rules import may_see, streams_for
+from streams.access import projects, shares, sockets, throttle, tokens
+from streams.access.rules import streams_for
 from streams.access.tokens import bearer_token
 from streams.core import conf
 from streams.core.transport import buffered_bytes, connection
@@ -133,8 +133,18 @@ def _event_data(stream_id, indexes):
     )
 
 
-def _list_snapshot(user, after):
+def _listed_projects(user, slug):
+    """The project ids a live list of `user` shows (None: every stream, for staff)."""
+    if slug:
+        project = projects.by_slug(user, slug)
+        return frozenset() if project is None else frozenset({project.pk})
+    return projects.visible_project_ids(user)
+
+
+def _list_snapshot(user, project_ids, after):
     visible = streams_for(user)
+    if project_ids is not None:
+        visible = visible.filter(project_id__in=project_ids)
     active = visible.filter(status__in=Stream.ACTIVE_STATUSES)
     newer = visible.filter(pk__gt=after) if after is not None else visible.none()
     rows = (active | newer).order_by("-pk").values(*public.LIST_COLUMNS)
@@ -721,17 +731,25 @@ class StreamListConsumer(RelayConsumer):
             return False
         if not _json_format(query):
             return False
+        # whose streams it lists: the projects the user may read (staff: None, every one),
+        # or the one of `?project=<slug>`, known before any message comes (the handler below
+        # runs without the database)
+        self.projects = await db_read(_listed_projects)(self.user, query.get("project", ""))
+        if self.projects == frozenset() and query.get("project"):
+            return False
         self.changes = {}  # stream id -> changed fields, merged
         return True
 
     def streams_changed(self, message):
-        if self.closing or not may_see(self.user, message.get("user")):
+        if self.closing:
+            return
+        if self.projects is not None and message.get("project") not in self.projects:
             return
         self.changes.setdefault(message["stream"], {}).update(message.get("fields") or {})
         self.wake.set()
 
     async def run(self):
-        snapshot = await db_read(_list_snapshot)(self.user, self.after)
+        snapshot = await db_read(_list_snapshot)(self.user, self.projects, self.after)
         await self.send_frame(public.list_frame(snapshot))
         while not self.closing:
             if not await self.wait_for_work(lambda: self.changes):

@@ -11,10 +11,11 @@ Messages:
   "events": [message, …], "stream_fields": {changed public fields}}`, each event a message of
   `streams/shapes/event_message.py` (index, type, sequence_number, t_us, data or None when too
   large to inline; and sent_us for a proxied stream).
-- to `LIST_GROUP` ("streams.list"): `{"type": "streams.changed", "stream": id, "user": user_id,
-  "fields": {…}}` when a stream is created, changes status or reaches a milestone. Changes of
-  counters only (event_count, output_deltas) are sent at most every LIST_COUNTER_INTERVAL_S
-  per stream: every batch changes them, and the list does not need 200 updates a second.
+- to `LIST_GROUP` ("streams.list"): `{"type": "streams.changed", "stream": id, "project":
+  project_id, "fields": {…}}` when a stream is created, changes status or reaches a
+  milestone. Changes of counters only (event_count, output_deltas) are sent at most
+  every LIST_COUNTER_INTERVAL_S per stream: every batch changes them, and the list does not
+  need 200 updates a second.
 
 Channel layers drop messages silently when a consumer's queue is full, so nothing here is
 trusted for completeness: consumers detect gaps in arrival indexes and read the database.
@@ -106,7 +107,7 @@ def _list_worthy(stream_id, fields):
     return False
 
 
-def publish(stream_id, user_id, events, stream_fields=None):
+def publish(stream_id, project_id, events, stream_fields=None):
     """Announce committed events (`event_message.message` tuples) and stream changes.
 
     In-process subscribers (`local_fanout()`) get them now, and this returns None; otherwise
@@ -124,7 +125,7 @@ def publish(stream_id, user_id, events, stream_fields=None):
         summary = {
             "type": "streams.changed",
             "stream": stream_id,
-            "user": user_id,
+            "project": project_id,
             "fields": stream_fields,
         }
     local = local_fanout()
@@ -167,7 +168,7 @@ async def publish_created(stream):
     message = {
         "type": "streams.changed",
         "stream": stream.pk,
-        "user": stream.user_id,
+        "project": stream.project_id,
         "fields": created_fields(stream),
     }
     local = local_fanout()

@@ -91,7 +91,7 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
                 telemetry.retried("connect")
                 await asyncio.sleep(conf.get().connect_backoff_s * 2 ** (connect_try - 1))
             rec = Recording(
-                current.pk, current.user_id, pinned_model=current.requested_model != "auto"
+                current.pk, current.project_id, pinned_model=current.requested_model != "auto"
             )
             rec.connect_retry_follows = connect_try + 1 < conf.get().connect_max_attempts
             outcome = await record_attempt(

@@ -51,12 +51,18 @@ class ShuttingDown(TooMany):
         return gettext("The server is stopping: start the stream again in a moment.")
 
 
-def create_proxied(user, body, *, tags=(), session=""):
+def create_proxied(user, body, *, tags=(), session="", project=None):
     """The row of a request the recording proxy forwards (streams/serve/proxy.py): recorded by this
     process, in the request that holds the client's connection, whatever STREAMSCOPE_RUNNER
     says; the proxy's own per-token limit applies, not the per-user one of pages and the API."""
     return rows.new_row(
-        user, body, source=Stream.Source.PROXY, claimed=True, tags=tags, session=session
+        user,
+        body,
+        source=Stream.Source.PROXY,
+        claimed=True,
+        tags=tags,
+        session=session,
+        project=project,
     )
 
 
@@ -64,8 +70,9 @@ def running_count(user):
     return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
 
 
-def create(user, body):
-    """A new pending stream for `user` within the per-user limit, or `TooMany`."""
+def create(user, body, project=None):
+    """A new pending stream for `user` in `project` (by default their personal one) within
+    the per-user limit, or `TooMany`."""
     if lifecycle.stopping:
         raise ShuttingDown()
     limit = conf.get().max_concurrent_per_user
@@ -76,7 +83,7 @@ def create(user, body):
         running = running_count(user)
         if running >= limit:
             raise TooMany(running, limit)
-        return rows.new_row(user, body)
+        return rows.new_row(user, body, project=project)
 
 
 async def start(stream):

@@ -340,7 +340,7 @@ async def _responses(scope, receive, send, user, headers, forward):
         sync_to_async(services.create_proxied), user, body, tags=tags, session=session
     )
     model = body.get("model")
-    rec = Recording(None, user.pk, pinned_model=isinstance(model, str) and model != "auto")
+    rec = Recording(None, None, pinned_model=isinstance(model, str) and model != "auto")
     rec.proxied = True
     tap = Tap(
         send, rec, row, content, forward,
@@ -461,6 +461,7 @@ class Tap:
                 self.row = asyncio.ensure_future(self.make_row())
             stream = await asyncio.shield(self.row)
             self.stream_id = self.rec.stream_id = stream.pk
+            self.rec.project_id = stream.project_id
             if self.task is not None:
                 runner.adopt(stream.pk, self.task)
             await services.announce(stream)

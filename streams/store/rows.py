@@ -129,7 +129,7 @@ def bound_event_values(values, columns):
 PROMPT_MAX_CHARS = 10_000
 
 
-def new(body, *, user=None, requested_model=None, **fields):
+def new(body, *, user=None, project=None, requested_model=None, **fields):
     """An unsaved, bounded row for a request `body`: the request's columns derived from it
     (`requested_model` replaces the body's model when given), `fields` for the rest."""
     metadata = body.get("metadata")
@@ -138,6 +138,8 @@ def new(body, *, user=None, requested_model=None, **fields):
         requested_model = body.get("model")
     values = {
         "user": user if user is not None and getattr(user, "pk", None) else None,
+        # a Project or its id (none: the user's personal project, Stream.save)
+        "project_id": getattr(project, "pk", project),
         "request_body": body,
         # a model that is not a string (`["x"]`) names no model: the request body keeps it as
         # it came, the column says nothing rather than a Python repr
@@ -222,6 +224,7 @@ def new_row(
     claimed=None,
     tags=(),
     session="",
+    project=None,
 ):
     """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
 
@@ -232,6 +235,7 @@ def new_row(
     return create(
         body,
         user=user,
+        project=project,
         source=source,
         status=Stream.Status.PENDING,
         first_attempt=first_attempt,
@@ -248,6 +252,7 @@ def next_attempt(stream, claimed=True):
     return new_row(
         stream.user,
         stream.request_body,
+        project=stream.project_id,
         first_attempt=stream.first_attempt or stream,
         attempt=stream.attempt + 1,
         claimed=claimed,

@@ -40,7 +40,7 @@ from django.db import connection, transaction
 
 from streams.core import figures
 from streams.core.checks import Checker
-from streams.models import Event, Finding, Stream
+from streams.models import Event, Finding, Project, Stream
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
 from streams.store import aggregates, event_row
@@ -845,6 +845,9 @@ class _Templates:
         ts = self._timestamp
         if name == "user_id":
             return "s.user_id"
+        if name == "project_id":  # (the owner's personal project, as Stream.save makes it)
+            projects = connection.ops.quote_name(Project._meta.db_table)
+            return f"(SELECT p.id FROM {projects} p WHERE p.personal_of_id = s.user_id)"
         if name in ("created_at", "started_at"):
             return ts("s.c_us")
         if name in ("finished_at", "heartbeat_at"):
@@ -1140,6 +1143,7 @@ def demo_users(names):
         if created:
             user.set_unusable_password()
             user.save(update_fields=["password"])
+        Project.personal(user)  # (their streams' project: `_stream_expr`)
         ids.append(user.pk)
     return ids
 
