@@ -162,12 +162,6 @@ def from_settings(s: conf.Settings) -> Provider | None:
         raise ProviderError("STREAMSCOPE_OIDC_JWKS_ENDPOINT is needed to check RS256 ID tokens")
     if "openid" not in s.oidc_scopes.split():
         raise ProviderError(f"STREAMSCOPE_OIDC_SCOPES={s.oidc_scopes!r} lacks 'openid'")
-    from streams.access import group_roles  # (the mapping's grammar is its home)
-
-    try:
-        group_roles.parse(s.oidc_groups)
-    except ValueError as exc:
-        raise ProviderError(f"STREAMSCOPE_OIDC_GROUPS: {exc}") from None
     return Provider(
         name=s.oidc_provider_name,
         issuer=s.oidc_issuer,

@@ -30,7 +30,8 @@ from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 
-from streams.access import identity_provider
+from streams.access import group_roles, identity_provider
+from streams.models import SignInIdentity
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,6 @@ class ProviderBackend(OIDCAuthenticationBackend):
             raise
 
     def _user_for(self, claims):
-        from streams.models import SignInIdentity
-
         provider = identity_provider.current()
         issuer = provider.issuer
         with transaction.atomic():
@@ -229,9 +228,8 @@ class ProviderBackend(OIDCAuthenticationBackend):
             self._update(user, claims)
             identity.last_sign_in_at = timezone.now()
             identity.save(update_fields=["last_sign_in_at"])
-            from streams.access import group_roles
-
-            group_roles.apply(user, group_roles.groups_of(claims, provider.groups_claim))
+            groups = group_roles.groups_of(claims, provider.groups_claim)
+            group_roles.apply(user, groups, group_roles.parse(provider.groups))
         return user
 
     def _new_user(self, claims):

@@ -46,9 +46,7 @@ class ProviderProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.issuer = f"{self.url}/o"
         self.log = open(os.path.join(self.data, "server.log"), "w+b")  # noqa: SIM115
-        env = {
-            k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "STREAMSCOPE_"))
-        }
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "STREAMSCOPE_"))}
         env.update(
             PYTHONUNBUFFERED="1",
             DJANGO_SETTINGS_MODULE="tests.oidc_provider.settings",
@@ -58,9 +56,7 @@ class ProviderProcess:
             OIDC_PROVIDER_ISSUER=self.issuer,
         )
         django = [sys.executable, "-m", "django"]
-        subprocess.run(
-            [*django, "migrate", "-v", "0"], cwd=REPO, env=env, check=True, timeout=300
-        )
+        subprocess.run([*django, "migrate", "-v", "0"], cwd=REPO, env=env, check=True, timeout=300)
         self.proc = subprocess.Popen(
             [*django, "runserver", "--noreload", f"127.0.0.1:{self.port}"],
             cwd=REPO,
@@ -155,6 +151,12 @@ class Browser:
 
     def close(self):
         self.http.close()
+
+    def csrf(self, app):
+        """The app's CSRF token for this browser (a page read first if it has none yet)."""
+        if "csrftoken" not in self.http.cookies:
+            self.http.get(app.url + "/login/")
+        return self.http.cookies["csrftoken"]
 
     def follow(self, response, stop=None):
         """Follows redirects; with `stop(url)` true for the next one, returns that URL instead."""

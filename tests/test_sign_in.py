@@ -1,0 +1,297 @@
+"""Sign-in with the company's identity provider, against a real one: django-oauth-toolkit's
+OpenID Connect provider in its own process (tests/oidc_provider/, started once per session), and
+Streamscope as a real Daphne configured from the environment with only the provider's issuer (so
+the discovery document is read at start), a browser's part played by httpx
+(tests/support/oidc_provider.py): redirects followed across both servers, the provider's login
+and consent forms posted.
+
+Sign-in makes the user and gives the groups' project roles; a second sign-in with other groups
+changes them (leaving memberships given by hand alone); a state this browser did not start, a
+code that expired or was used already, and an ID token with another sign-in's nonce are refused
+with a message and nobody signed in. Password sign-in switched off: refused for a normal user,
+allowed for a break-glass administrator, django-axes still counting."""
+
+from urllib.parse import parse_qs, urlencode, urlsplit
+
+import httpx
+import pytest
+from django.contrib.auth import get_user_model
+
+from streams.models import Membership, Project, SignInIdentity
+from tests.conftest import DaphneServer
+from tests.support.oidc_provider import Browser, ProviderProcess
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+CLIENT_ID = "streamscope-test"
+CLIENT_SECRET = "oidc-client-Secret-6f1d2c3b4a"
+GROUPS = "eng-admins=payments:admin,eng=payments:member,pm=payments:viewer,pm=search:viewer"
+PASSWORD = "provider-pw-1"
+NAME = "Test IdP"
+
+
+@pytest.fixture(scope="session")
+def provider():
+    process = ProviderProcess()
+    yield process
+    process.stop()
+
+
+def provider_env(provider, **more):
+    return {
+        "STREAMSCOPE_OIDC_ISSUER": provider.issuer,
+        "STREAMSCOPE_OIDC_CLIENT_ID": CLIENT_ID,
+        "STREAMSCOPE_OIDC_CLIENT_SECRET": CLIENT_SECRET,
+        "STREAMSCOPE_OIDC_GROUPS": GROUPS,
+        "STREAMSCOPE_OIDC_PROVIDER_NAME": NAME,
+        **more,
+    }
+
+
+def start_app(provider, **env):
+    """Streamscope on the test database, signing in with `provider` (registered with the
+    provider as its client, at the callback URL of the port it will listen on)."""
+    from tests.conftest import free_port
+
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    provider.register(CLIENT_ID, CLIENT_SECRET, f"{base}/oidc/callback/", f"{base}/login/")
+    # (no stream is started here: the upstream is never asked)
+    return DaphneServer("http://127.0.0.1:9/v1", env=provider_env(provider, **env), port=port)
+
+
+@pytest.fixture(scope="module")
+def app(django_db_setup, provider):
+    server = start_app(provider)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def browser():
+    b = Browser()
+    yield b
+    b.close()
+
+
+@pytest.fixture
+def projects(transactional_db):
+    return {
+        slug: Project.objects.create(name=slug.title(), slug=slug)
+        for slug in ("payments", "search", "other")
+    }
+
+
+def signed_in_as(browser, app):
+    """The username the app's page shows for this browser's session, or None."""
+    r = browser.http.get(app.url + "/")
+    if r.status_code != 200:
+        return None
+    marker = '<form class="who"'
+    assert marker in r.text
+    return r.text.split(marker, 1)[1].split("<span>", 1)[1].split("</span>", 1)[0]
+
+
+def roles(user):
+    return dict(
+        Membership.objects.filter(user=user).values_list("project__slug", "role").order_by()
+    )
+
+
+def test_a_first_sign_in_makes_the_user_and_gives_the_groups_roles(
+    app, provider, browser, projects
+):
+    sub = provider.user("ann", PASSWORD, groups=["eng", "pm", "unmapped"], email="ann@example.org")
+
+    page = browser.sign_in(app.url, "ann", PASSWORD)
+
+    assert page.status_code == 200 and urlsplit(str(page.url)).path == "/"
+    assert signed_in_as(browser, app) == "ann"
+    user = get_user_model().objects.get(username="ann")
+    assert user.email == "ann@example.org"
+    assert not user.has_usable_password()  # never a password sign-in
+    identity = SignInIdentity.objects.get(user=user)
+    assert (identity.issuer, identity.subject) == (provider.issuer, sub)
+    # eng (member) and pm (viewer) both name payments: the higher role; pm gives search too
+    assert roles(user) == {"payments": "member", "search": "viewer"}
+    assert set(
+        Membership.objects.filter(user=user, project__slug__in=["payments", "search"]).values_list(
+            "origin", flat=True
+        )
+    ) == {Membership.Origin.IDP}
+    # the PKCE challenge went to the provider (the library's setting, checked on the wire)
+    authorize = next(u for u in browser.visited if "/o/authorize/" in u)
+    query = parse_qs(urlsplit(authorize).query)
+    assert query["code_challenge_method"] == ["S256"] and len(query["code_challenge"][0]) >= 43
+    assert query["nonce"] and query["state"]
+    assert query["scope"] == ["openid email profile"]
+
+
+def test_each_sign_in_applies_the_groups_of_that_moment(app, provider, browser, projects):
+    provider.user("bob", PASSWORD, groups=["eng-admins", "pm"])
+    browser.sign_in(app.url, "bob", PASSWORD)
+    user = get_user_model().objects.get(username="bob")
+    assert roles(user) == {"payments": "admin", "search": "viewer"}
+    # given by hand: the provider leaves it alone, whatever the groups say
+    Membership.objects.create(project=projects["other"], user=user, role="owner")
+    Membership.objects.filter(user=user, project__slug="search").update(
+        origin=Membership.Origin.HAND, role="member"
+    )
+
+    provider.user("bob", PASSWORD, groups=["pm"])  # no longer an engineer
+    browser.http.post(app.url + "/logout/", headers={"x-csrftoken": browser.csrf(app)})
+    assert signed_in_as(browser, app) is None
+    browser.sign_in(app.url, "bob", PASSWORD)
+
+    assert signed_in_as(browser, app) == "bob"
+    assert get_user_model().objects.filter(username__startswith="bob").count() == 1
+    assert roles(user) == {"payments": "viewer", "search": "member", "other": "owner"}
+
+    provider.user("bob", PASSWORD, groups=[])
+    browser.http.post(app.url + "/logout/", headers={"x-csrftoken": browser.csrf(app)})
+    browser.sign_in(app.url, "bob", PASSWORD)
+    assert roles(user) == {"search": "member", "other": "owner"}
+
+
+def test_a_taken_username_gets_a_free_one(app, provider, browser, projects):
+    get_user_model().objects.create_user("cy", password="local-pw")
+    provider.user("cy", PASSWORD)
+    browser.sign_in(app.url, "cy", PASSWORD)
+    assert signed_in_as(browser, app) == "cy-2"
+    assert not get_user_model().objects.get(username="cy").sign_in_identities.exists()
+
+
+def refused(browser, app, page, says):
+    assert page.status_code == 200 and urlsplit(str(page.url)).path == "/login/", page.url
+    assert says in page.text
+    assert signed_in_as(browser, app) is None
+
+
+def test_a_state_this_browser_did_not_start_is_refused(app, provider, browser, projects):
+    provider.user("dee", PASSWORD, groups=["eng"])
+    callback = browser.to_callback(app.url, "dee", PASSWORD)
+    parts = urlsplit(callback)
+    query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+
+    # tampered: a state of the attacker's own
+    tampered = parts._replace(query=urlencode({**query, "state": "x" * 32})).geturl()
+    page = browser.follow(browser.http.get(tampered))
+    refused(browser, app, page, "was not started in this browser")
+    # another browser (no sign-in started in its session) with the genuine callback
+    other = Browser()
+    try:
+        page = other.follow(other.http.get(callback))
+        refused(other, app, page, "was not started in this browser")
+    finally:
+        other.close()
+    assert not get_user_model().objects.filter(username="dee").exists()
+
+
+def test_a_used_code_is_refused(app, provider, browser, projects):
+    provider.user("eve", PASSWORD, groups=["eng"])
+    callback = browser.to_callback(app.url, "eve", PASSWORD)
+    assert browser.follow(browser.http.get(callback)).status_code == 200
+    assert signed_in_as(browser, app) == "eve"
+    browser.http.post(app.url + "/logout/", headers={"x-csrftoken": browser.csrf(app)})
+
+    # the used code again, with a state this browser did start: the provider refuses the code
+    fresh = urlsplit(browser.to_callback(app.url, "eve", PASSWORD))
+    state = parse_qs(fresh.query)["state"][0]
+    code = parse_qs(urlsplit(callback).query)["code"][0]
+    page = browser.follow(
+        browser.http.get(fresh._replace(query=urlencode({"code": code, "state": state})).geturl())
+    )
+    refused(browser, app, page, "did not accept the sign-in")
+
+
+def test_an_expired_code_is_refused(app, provider, browser, projects):
+    provider.user("fay", PASSWORD, groups=["eng"])
+    callback = browser.to_callback(app.url, "fay", PASSWORD)
+    assert provider.expire_codes() >= 1
+    page = browser.follow(browser.http.get(callback))
+    refused(browser, app, page, "did not accept the sign-in")
+    assert not get_user_model().objects.filter(username="fay").exists()
+
+
+def test_an_id_token_with_another_nonce_is_refused(app, provider, browser, projects):
+    provider.user("wrong-nonce-gus", PASSWORD, groups=["eng"])
+    page = browser.sign_in(app.url, "wrong-nonce-gus", PASSWORD)
+    refused(browser, app, page, "could not be verified")
+    assert not get_user_model().objects.filter(username__startswith="wrong-nonce").exists()
+
+
+def test_the_provider_refusing_is_said(app, provider, browser, projects):
+    provider.user("hal", PASSWORD)
+    page = browser.follow(browser.http.get(app.url + "/oidc/authenticate/"))
+    page = browser.follow(
+        browser.submit(page, "provider-login", username="hal", password=PASSWORD),
+        stop=lambda url: False,
+    )
+    # "Cancel" on the consent form: the provider sends back error=access_denied
+    page = browser.follow(browser.submit(page, "authorizationForm"))
+    refused(browser, app, page, "cancelled or refused by Test IdP")
+
+
+def test_the_login_page_offers_the_provider(app, browser):
+    page = browser.http.get(app.url + "/login/?next=/usage/")
+    assert f"Sign in with {NAME}" in page.text
+    assert "/oidc/authenticate/?next=/usage/" in page.text.replace("%2F", "/")
+    assert 'name="password"' in page.text  # password sign-in is on here
+
+
+# ---- password sign-in switched off ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def app_without_passwords(django_db_setup, provider):
+    server = start_app(
+        provider,
+        STREAMSCOPE_PASSWORD_LOGIN="off",
+        STREAMSCOPE_BREAK_GLASS_USERS="root,admin",
+        STREAMSCOPE_LOGIN_FAILURE_LIMIT="3",
+    )
+    yield server
+    server.stop()
+
+
+def password_login(app, username, password):
+    http = httpx.Client(timeout=30)
+    page = http.get(app.url + "/login/?break-glass=1")
+    token = http.cookies["csrftoken"]
+    r = http.post(
+        app.url + "/login/?break-glass=1",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": token},
+    )
+    assert page.status_code == 200
+    return http, r
+
+
+def test_without_passwords_the_page_offers_only_the_provider(app_without_passwords):
+    page = httpx.get(app_without_passwords.url + "/login/", timeout=30)
+    assert f"Sign in with {NAME}" in page.text
+    assert 'name="password"' not in page.text
+    assert "?break-glass=1" in page.text
+    page = httpx.get(app_without_passwords.url + "/login/?break-glass=1", timeout=30)
+    assert 'name="password"' in page.text
+
+
+def test_without_passwords_a_normal_user_is_refused(app_without_passwords, transactional_db):
+    get_user_model().objects.create_user("norm", password="right-pw-123")
+    http, r = password_login(app_without_passwords, "norm", "right-pw-123")
+    assert r.status_code == 200 and "username and password didn" in r.text
+    assert http.get(app_without_passwords.url + "/").status_code == 302
+
+
+def test_without_passwords_a_break_glass_user_is_let_in(app_without_passwords, transactional_db):
+    get_user_model().objects.create_user("admin", password="right-pw-123", is_staff=True)
+    http, r = password_login(app_without_passwords, "admin", "right-pw-123")
+    assert r.status_code == 302
+    assert http.get(app_without_passwords.url + "/").status_code == 200
+
+
+def test_without_passwords_axes_still_counts(app_without_passwords, transactional_db):
+    get_user_model().objects.create_user("root", password="right-pw-123", is_staff=True)
+    for _ in range(3):
+        password_login(app_without_passwords, "root", "wrong")
+    http, r = password_login(app_without_passwords, "root", "right-pw-123")
+    assert r.status_code == 429
