@@ -140,6 +140,8 @@ urlpatterns = [
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
     path("playground/", include(playground_urls)),
 ]
-# the identity provider's routes, only when one is configured (docs/sign-in.md)
+# the identity provider's routes, only when one is configured (docs/sign-in.md; the route
+# walkers add them: tests/support/provider_urls.py)
+provider_routes = [path("oidc/", include(sign_in.provider_urls))]
 if identity_provider.current() is not None:
-    urlpatterns.append(path("oidc/", include(sign_in.provider_urls)))
+    urlpatterns += provider_routes

@@ -11,14 +11,21 @@ code that expired or was used already, and an ID token with another sign-in's no
 with a message and nobody signed in. Password sign-in switched off: refused for a normal user,
 allowed for a break-glass administrator, django-axes still counting."""
 
+import os
+import re
+import subprocess
+import sys
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx
 import pytest
 from django.contrib.auth import get_user_model
 
+from streams.access import identity_provider
 from streams.models import Membership, Project, SignInIdentity
-from tests.conftest import DaphneServer
+from tests.conftest import REPO, DaphneServer
+from tests.support import provider_urls
+from tests.support.i18n import english_kept, english_left, english_words, visible_texts
 from tests.support.oidc_provider import Browser, ProviderProcess
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -295,3 +302,111 @@ def test_without_passwords_axes_still_counts(app_without_passwords, transactiona
         password_login(app_without_passwords, "root", "wrong")
     http, r = password_login(app_without_passwords, "root", "right-pw-123")
     assert r.status_code == 429
+
+
+# ---- the configuration ----------------------------------------------------------------------
+
+
+def test_the_issuer_alone_gives_the_endpoints(provider):
+    found = identity_provider.discover(provider.issuer, timeout_s=10)
+    assert found["OIDC_AUTHORIZATION_ENDPOINT"] == provider.issuer + "/authorize/"
+    assert found["OIDC_TOKEN_ENDPOINT"] == provider.issuer + "/token/"
+    assert found["OIDC_JWKS_ENDPOINT"] == provider.issuer + "/.well-known/jwks.json"
+    assert found["OIDC_USERINFO_ENDPOINT"] == provider.issuer + "/userinfo/"
+    # given ones win over the document's
+    values = {"OIDC_ISSUER": provider.issuer, "OIDC_CLIENT_ID": "c", "OIDC_TOKEN_ENDPOINT": "x"}
+    filled = identity_provider.discovered(values)
+    assert filled["OIDC_TOKEN_ENDPOINT"] == "x"
+    assert filled["OIDC_JWKS_ENDPOINT"] == found["OIDC_JWKS_ENDPOINT"]
+
+
+@pytest.mark.parametrize(
+    ("issuer", "says"),
+    [
+        # (a port nothing listens on: refused at once)
+        ("http://127.0.0.1:{free}/o", "could not read http://127.0.0.1:{free}/o/.well-known/"),
+        ("{issuer}/", "says the issuer is '{issuer}'"),
+        ("{url}/nowhere", "answered 404, not the provider's configuration"),
+        ("http://idp.example.org/o", "an https:// URL is needed"),
+    ],
+)
+def test_an_issuer_that_cannot_be_read_says_why(provider, issuer, says):
+    from tests.conftest import free_port
+
+    names = {"free": free_port(), "issuer": provider.issuer, "url": provider.url}
+    with pytest.raises(identity_provider.ProviderError, match=re.escape(says.format(**names))):
+        identity_provider.discover(issuer.format(**names), timeout_s=5)
+
+
+def test_a_configuration_that_cannot_work_stops_the_process_at_start(provider):
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("STREAMSCOPE_", "DJANGO_SETTINGS"))
+    }
+
+    def check(**more):
+        return subprocess.run(
+            [sys.executable, "manage.py", "check"],
+            cwd=REPO,
+            env={**env, **more},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    out = check(**provider_env(provider, STREAMSCOPE_OIDC_ISSUER=provider.url + "/nowhere"))
+    assert out.returncode != 0
+    assert "sign-in: STREAMSCOPE_OIDC_ISSUER: " in out.stderr and "answered 404" in out.stderr
+    out = check(STREAMSCOPE_PASSWORD_LOGIN="off")
+    assert out.returncode != 0 and "STREAMSCOPE_PASSWORD_LOGIN=off needs an identity" in out.stderr
+    out = check(**provider_env(provider, STREAMSCOPE_OIDC_GROUPS="eng=payments:boss"))
+    assert out.returncode != 0 and "STREAMSCOPE_OIDC_GROUPS: 'eng=payments:boss'" in out.stderr
+    assert check(**provider_env(provider)).returncode == 0
+
+
+# ---- the page in both languages, the secret at every exit -------------------------------------
+
+
+@pytest.fixture
+def provider_on(settings):
+    """This process's pages with an identity provider configured (its routes included) and
+    password sign-in off."""
+    settings.ROOT_URLCONF = "tests.support.provider_urls"
+    settings.STREAMSCOPE = {
+        **provider_urls.settings(settings.STREAMSCOPE),
+        "PASSWORD_LOGIN": False,
+        "BREAK_GLASS_USERS": "admin",
+    }
+    return settings
+
+
+@pytest.mark.parametrize("query", ["", "?break-glass=1"])
+def test_the_login_page_is_dutch_in_dutch(provider_on, client, query):
+    english = visible_texts(client.get("/login/" + query, HTTP_ACCEPT_LANGUAGE="en").text)
+    dutch = visible_texts(client.get("/login/" + query, HTTP_ACCEPT_LANGUAGE="nl").text)
+    assert "Sign in with single sign-on" in english
+    assert "Inloggen met eenmalige aanmelding (SSO)" in dutch
+    words, left = english_words(english), {}
+    for text in dutch:
+        found = english_left(text, set()) if text in english else []
+        if found := found or english_kept(text, words, set()):
+            left[text] = found
+    assert left == {}
+
+
+def test_every_refusal_is_said_in_dutch():
+    from django.utils import translation
+
+    from dashboard.views.sign_in import REFUSED
+
+    for reason, message in REFUSED.items():
+        with translation.override("nl"):
+            dutch = str(message) % {"provider": "Keycloak"}
+        assert dutch != str(message) % {"provider": "Keycloak"}, reason
+        assert ("Keycloak" in dutch) == ("%(provider)s" in str(message)), reason
+
+
+def test_the_client_secret_is_redacted_at_every_exit(provider_on):
+    from streams.store import known_secrets
+
+    secret = provider_urls.ENV["STREAMSCOPE_OIDC_CLIENT_SECRET"]
+    assert secret not in known_secrets.redact(f"token request: client_secret={secret}&code=1")

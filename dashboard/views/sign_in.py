@@ -47,14 +47,19 @@ REFUSED = {
 }
 
 
+def provider_name(provider):
+    return provider.name or _("single sign-on")
+
+
 class Login(auth_views.LoginView):
     template_name = "registration/login.html"
 
     def get_context_data(self, **kwargs):
         context = super().get_context_data(**kwargs)
         password = conf.get().password_login
+        provider = identity_provider.current()
         context.update(
-            provider=identity_provider.current(),
+            provider_name=provider_name(provider) if provider else None,
             password_login=password,
             # the form is there unless password sign-in is off; then behind the break-glass link
             # (and after a POST, to show its error)
@@ -94,7 +99,7 @@ class ProviderCallback(oidc_views.OIDCAuthenticationCallbackView):
     def refused(self, reason, detail):
         log.warning("sign-in with the identity provider refused (%s): %s", reason, detail)
         provider = identity_provider.current()
-        messages.error(self.request, REFUSED[reason] % {"provider": provider.name})
+        messages.error(self.request, REFUSED[reason] % {"provider": provider_name(provider)})
         return super().login_failure()
 
 

@@ -123,7 +123,8 @@ def discovered(values):
     if not settings_.oidc_client_id or not settings_.oidc_issuer:
         return values
     missing = [k for k in ENDPOINTS if not values.get(k)]
-    if not missing:
+    # (all the needed ones given: the optional sign-out page is no reason to ask the provider)
+    if not any(k in missing for k in (*REQUIRED, "OIDC_JWKS_ENDPOINT")):
         return values
     found = discover(settings_.oidc_issuer, settings_.oidc_timeout_s)
     return {**values, **{k: found[k] for k in missing if k in found}}

@@ -180,8 +180,9 @@ class Settings:
     oidc_scopes: str = "openid email profile"
     # the ID token's signature: RS256 (the provider's published keys) or HS256 (the client secret)
     oidc_sign_algo: str = "RS256"
-    # what the login page's button says: "Sign in with <name>"
-    oidc_provider_name: str = "single sign-on"
+    # what the login page's button says: "Sign in with <name>" (empty: "with single sign-on",
+    # in the page's language)
+    oidc_provider_name: str = ""
     # the claim listing a user's groups, and which project role each group gives (applied at
     # every sign-in): "group=project:role,…", e.g. "eng-admins=payments:admin,pm=payments:viewer"
     oidc_groups_claim: str = "groups"
