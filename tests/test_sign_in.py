@@ -220,11 +220,21 @@ def test_an_expired_code_is_refused(app, provider, browser, projects):
     assert not get_user_model().objects.filter(username="fay").exists()
 
 
-def test_an_id_token_with_another_nonce_is_refused(app, provider, browser, projects):
-    provider.user("wrong-nonce-gus", PASSWORD, groups=["eng"])
-    page = browser.sign_in(app.url, "wrong-nonce-gus", PASSWORD)
+@pytest.mark.parametrize(
+    "name",
+    [
+        "wrong-nonce-gus",  # another sign-in's answer
+        "wrong-audience-ida",  # made for another client (the library does not check)
+        "wrong-issuer-jo",  # naming another issuer (nor this)
+    ],
+)
+def test_an_id_token_that_is_not_for_this_sign_in_is_refused(
+    app, provider, browser, projects, name
+):
+    provider.user(name, PASSWORD, groups=["eng"])
+    page = browser.sign_in(app.url, name, PASSWORD)
     refused(browser, app, page, "could not be verified")
-    assert not get_user_model().objects.filter(username__startswith="wrong-nonce").exists()
+    assert not get_user_model().objects.filter(username__startswith="wrong-").exists()
 
 
 def test_the_provider_refusing_is_said(app, provider, browser, projects):
@@ -237,6 +247,27 @@ def test_the_provider_refusing_is_said(app, provider, browser, projects):
     # "Cancel" on the consent form: the provider sends back error=access_denied
     page = browser.follow(browser.submit(page, "authorizationForm"))
     refused(browser, app, page, "cancelled or refused by Test IdP")
+
+
+def test_signing_out_there_signs_out_at_the_provider_too(app, provider, browser, projects):
+    provider.user("kim", PASSWORD)
+    browser.sign_in(app.url, "kim", PASSWORD)
+    assert signed_in_as(browser, app) == "kim"
+
+    r = browser.http.post(app.url + "/oidc/logout/", headers={"x-csrftoken": browser.csrf(app)})
+    sign_out = urlsplit(r.headers["location"])
+    assert sign_out._replace(query="").geturl() == provider.issuer + "/logout/"
+    assert parse_qs(sign_out.query) == {
+        "client_id": [CLIENT_ID],
+        "post_logout_redirect_uri": [app.url + "/login/"],
+    }
+    page = browser.follow(r)  # the provider asks (no ID token names the session): yes
+    page = browser.follow(browser.submit(page, "authorizationForm", allow="Logout"))
+    assert urlsplit(str(page.url)).path == "/login/"
+    assert signed_in_as(browser, app) is None
+    # signed out there too: the next sign-in asks for the password again
+    page = browser.follow(browser.http.get(app.url + "/oidc/authenticate/"))
+    assert "provider-login" in page.text
 
 
 def test_the_login_page_offers_the_provider(app, browser):

@@ -5,7 +5,7 @@ someone in between) answering another sign-in's request."""
 
 from oauth2_provider.oauth2_validators import OAuth2Validator
 
-WRONG_NONCE = "wrong-nonce"
+WRONG_NONCE, WRONG_AUDIENCE, WRONG_ISSUER = "wrong-nonce", "wrong-audience", "wrong-issuer"
 
 
 class Validator(OAuth2Validator):
@@ -20,7 +20,16 @@ class Validator(OAuth2Validator):
             "groups": sorted(user.groups.values_list("name", flat=True)),
         }
 
+    def get_id_token_dictionary(self, token, token_handler, request):
+        claims, expires = super().get_id_token_dictionary(token, token_handler, request)
+        if request.user.username.startswith(WRONG_ISSUER):
+            claims["iss"] = "https://idp.example.org/other"
+        return claims, expires
+
     def finalize_id_token(self, id_token, token, token_handler, request):
-        if request.user.username.startswith(WRONG_NONCE):
+        name = request.user.username
+        if name.startswith(WRONG_NONCE):
             id_token["nonce"] = f"not-{request.nonce}"
+        if name.startswith(WRONG_AUDIENCE):
+            id_token["aud"] = "another-client"
         return super().finalize_id_token(id_token, token, token_handler, request)
