@@ -441,3 +441,29 @@ def test_the_client_secret_is_redacted_at_every_exit(provider_on):
 
     secret = provider_urls.ENV["STREAMSCOPE_OIDC_CLIENT_SECRET"]
     assert secret not in known_secrets.redact(f"token request: client_secret={secret}&code=1")
+
+
+def test_without_a_provider_there_are_no_provider_routes_and_no_button(client):
+    from django.urls import NoReverseMatch, reverse
+
+    assert identity_provider.current() is None
+    with pytest.raises(NoReverseMatch):
+        reverse("oidc_authentication_init")
+    assert client.get("/oidc/authenticate/").status_code == 404
+    page = client.get("/login/").text
+    assert "Sign in with" not in page and 'name="password"' in page
+
+
+@pytest.mark.django_db
+def test_a_new_username_is_made_of_django_characters_within_the_column():
+    from streams.access.sign_in import username_for
+
+    assert username_for({"preferred_username": "Ann Smith/ops", "sub": "1"}) == "Ann-Smith-ops"
+    assert username_for({"email": "bo.b+x@example.org", "sub": "1"}) == "bo.b+x"
+    assert username_for({"sub": "a1b2"}) == "user-a1b2"
+    long = username_for({"preferred_username": "x" * 500, "sub": "1"})
+    get_user_model().objects.create_user(long)
+    longer = username_for({"preferred_username": "x" * 500, "sub": "2"})
+    assert len(long) <= 150 and longer == long + "-2" and len(longer) <= 150
+    get_user_model().objects.create_user("ANN")
+    assert username_for({"preferred_username": "ann", "sub": "3"}) == "ann-2"  # case aside
