@@ -729,6 +729,20 @@ MAX_TAG_CHARS = 64
 
 
 class _Rollup(models.Model):
+    """What every rollup has: the period, the tag and the dimensions every page filters by
+    (each part of every rollup's key, `rollup_key`), and the count."""
+
+    span = models.IntegerField(_("period length (s)"))
+    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    resolved_model = models.CharField(_("resolved model"), max_length=100)
+    source = models.CharField(_("source"), max_length=10)
+    user_key = models.BigIntegerField(_("user key"))
+    status = models.CharField(_("status"), max_length=12)
+    n = models.BigIntegerField(_("count"), default=0)
+
+    VALUES = ("n",)  # the base's fields that add up; the others are dimensions
+
     class Meta:
         abstract = True
 
@@ -736,20 +750,24 @@ class _Rollup(models.Model):
         return f"{type(self).__name__} {self.span}s @ {self.t}: {self.n}"
 
 
+def rollup_dimensions():
+    """The names of the dimensions every rollup has (the base's fields that are not values)."""
+    return tuple(f.name for f in _Rollup._meta.local_fields if f.name not in _Rollup.VALUES)
+
+
+def rollup_key(*names):
+    """A rollup's primary key: `names` in the order its readers' ranges want, then each of
+    the base's dimensions they leave out — a dimension added to `_Rollup` is in every key
+    (a dimension outside the key would let ON CONFLICT add two of its values into one row)."""
+    return models.CompositePrimaryKey(*names, *(d for d in rollup_dimensions() if d not in names))
+
+
 class UsageRollup(_Rollup):
     """Counts and sums of finished streams per period and (models, source, user, status,
     error code): what every table row, rate, mean and the admin totals add up from."""
 
-    span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField(_("period start (epoch s)"))
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
     requested_model = models.CharField(_("requested model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
-    user_key = models.BigIntegerField(_("user key"))
-    status = models.CharField(_("status"), max_length=12)
     error_code = models.CharField(_("error code"), max_length=100)
-    n = models.BigIntegerField(_("count"), default=0)
     ttft_n = models.BigIntegerField(_("TTFT count"), default=0)
     ttft_sum_ns = models.BigIntegerField(_("TTFT sum (ns)"), default=0)
     itl_n = models.BigIntegerField(_("inter-token count"), default=0)
@@ -780,7 +798,7 @@ class UsageRollup(_Rollup):
     cost_eur_nanos = models.BigIntegerField(_("cost in EUR (nano-units)"), default=0)
     cost_usd_nanos = models.BigIntegerField(_("cost in USD (nano-units)"), default=0)
 
-    pk = models.CompositePrimaryKey(
+    pk = rollup_key(
         "span",
         "tag",
         "t",
@@ -807,18 +825,10 @@ class HistogramRollup(_Rollup):
 
     metric = models.SmallIntegerField(_("metric"))
     full = models.BooleanField(_("per source and user"))
-    span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField(_("period start (epoch s)"))
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
     requested_model = models.CharField(_("requested model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
-    user_key = models.BigIntegerField(_("user key"))
-    status = models.CharField(_("status"), max_length=12)
     bucket = models.SmallIntegerField(_("bucket"))
-    n = models.BigIntegerField(_("count"), default=0)
 
-    pk = models.CompositePrimaryKey(
+    pk = rollup_key(
         "metric",
         "full",
         "span",
@@ -841,18 +851,10 @@ class RoutingRollup(_Rollup):
     """Requests with `model: "auto"` per period, chosen model, source, user, the router's
     category and source, and the stream's status (the routing page's matrix and sources)."""
 
-    span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField(_("period start (epoch s)"))
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
-    user_key = models.BigIntegerField(_("user key"))
     routing_category = models.CharField(_("routing category"), max_length=50)
     routing_source = models.CharField(_("routing source"), max_length=50)
-    status = models.CharField(_("status"), max_length=12)
-    n = models.BigIntegerField(_("count"), default=0)
 
-    pk = models.CompositePrimaryKey(
+    pk = rollup_key(
         "span",
         "tag",
         "t",
@@ -874,19 +876,11 @@ class FindingRollup(_Rollup):
     and the stream's status (admin analytics' findings table, the routing page's
     pinned-routing count)."""
 
-    span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField(_("period start (epoch s)"))
     code = models.CharField(_("code"), max_length=50)
     severity = models.CharField(_("severity"), max_length=10)
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
     requested_model = models.CharField(_("requested model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
-    user_key = models.BigIntegerField(_("user key"))
-    status = models.CharField(_("status"), max_length=12)
-    n = models.BigIntegerField(_("count"), default=0)
 
-    pk = models.CompositePrimaryKey(
+    pk = rollup_key(
         "span",
         "tag",
         "t",
@@ -1144,20 +1138,12 @@ class ScoreRollup(_Rollup):
     count, sum of values (thousandths) and how many were positive (the analytics pages'
     scores per model; kept when retention deletes the streams)."""
 
-    span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
-    t = models.BigIntegerField(_("period start (epoch s)"))
     score_type = models.BigIntegerField(_("score type"))
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
     requested_model = models.CharField(_("requested model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
-    user_key = models.BigIntegerField(_("user key"))
-    status = models.CharField(_("status"), max_length=12)
-    n = models.BigIntegerField(_("count"), default=0)
     sum_milli = models.BigIntegerField(_("sum of values (thousandths)"), default=0)
     positive = models.BigIntegerField(_("positive"), default=0)
 
-    pk = models.CompositePrimaryKey(
+    pk = rollup_key(
         "span",
         "tag",
         "t",

@@ -22,7 +22,7 @@ from dashboard.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
 from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
-from streams.models import Finding, Stream, UsageRollup
+from streams.models import Finding, Stream, UsageRollup, rollup_dimensions, rollup_key
 from streams.store import aggregates
 from streams.store import rows as stored
 
@@ -576,3 +576,17 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
 
     finding = {f.column for f in Finding._meta.concrete_fields}
     assert not finding & {"user_id", "created_at", "tags", *FILTERS}
+
+
+def test_a_dimension_on_the_rollups_base_is_in_every_key():
+    shared = rollup_dimensions()
+    assert set(shared) == {"span", "tag", "t", "resolved_model", "source", "user_key", "status"}
+    for model, (key, _values) in aggregates.rollup_tables().items():
+        assert set(shared) <= set(key), model
+        assert key == tuple(model._meta.pk.field_names)  # the model spells it once
+    # one left out of a key's list joins it at the end
+    assert rollup_key("bucket", "t").field_names == (
+        "bucket",
+        "t",
+        *(d for d in shared if d != "t"),
+    )

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import math
+import operator
 from collections import defaultdict
 
 from django.db import connection, models
@@ -75,12 +76,16 @@ COLUMNS = (
     "cost_nanos", "cost_currency",
 )  # fmt: skip
 
+
+def key_of(model):
+    """A rollup's key columns, in its primary key's order (the model is their one spelling;
+    a key tuple `Contributions` makes is in this order)."""
+    return tuple(f.column for f in model._meta.pk.fields)
+
+
 # `tag`: "" in the rows of every stream; a tagged stream adds the same rows once more per tag
 # (at most models.MAX_TAGS), so a tag's figures are a key range like a period's.
-USAGE_KEY = (
-    "span", "tag", "t", "resolved_model", "requested_model", "source", "user_key", "status",
-    "error_code",
-)  # fmt: skip
+USAGE_KEY = key_of(UsageRollup)
 USAGE_VALUES = (
     "n", "ttft_n", "ttft_sum_ns", "itl_n", "itl_sum_ns", "routed", "decision_n", "phase_n",
     "written_sum_us", "headers_sum_us", "created_sum_us", "routed_or_created_sum_us",
@@ -88,28 +93,15 @@ USAGE_VALUES = (
     "usage_n", "estimated_n", "input_tokens", "output_tokens", "cached_input_tokens",
     "reasoning_tokens", "priced_n", "cost_eur_nanos", "cost_usd_nanos",
 )  # fmt: skip
-HISTOGRAM_KEY = (
-    "metric", "full", "span", "tag", "t", "user_key", "source", "resolved_model",
-    "requested_model", "status", "bucket",
-)  # fmt: skip
-ROUTING_KEY = (
-    "span", "tag", "t", "resolved_model", "source", "user_key", "routing_category",
-    "routing_source", "status",
-)  # fmt: skip
-FINDING_KEY = (
-    "span", "tag", "t", "code", "severity", "resolved_model", "requested_model", "source",
-    "user_key", "status",
-)  # fmt: skip
-SCORE_KEY = (
-    "span", "tag", "t", "score_type", "resolved_model", "requested_model", "source", "user_key",
-    "status",
-)  # fmt: skip
+HISTOGRAM_KEY = key_of(HistogramRollup)
+ROUTING_KEY = key_of(RoutingRollup)
+FINDING_KEY = key_of(FindingRollup)
+SCORE_KEY = key_of(ScoreRollup)
 SCORE_VALUES = ("n", "sum_milli", "positive")
 COUNT = ("n",)
 
 
 def rollup_tables():
-
     return {
         UsageRollup: (USAGE_KEY, USAGE_VALUES),
         HistogramRollup: (HISTOGRAM_KEY, COUNT),
@@ -117,6 +109,10 @@ def rollup_tables():
         FindingRollup: (FINDING_KEY, COUNT),
         ScoreRollup: (SCORE_KEY, SCORE_VALUES),
     }
+
+
+# A key tuple from a dict of its columns' values, per table.
+_KEY_OF = {model: operator.itemgetter(*key) for model, (key, _v) in rollup_tables().items()}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,6 +260,28 @@ def score_values(value, positive):
     return (1, round(value * 1000), int(positive))
 
 
+def _dimensions(row):
+    """What a stream row gives the rollups' keys besides the period and the tag, by column
+    name (each table's key picks its own; a dimension added to the rollups' base gets its
+    value here)."""
+    return {
+        "resolved_model": row["resolved_model"],
+        "requested_model": row["requested_model"],
+        "source": row["source"],
+        "user_key": row["user_id"] or 0,
+        "status": row["status"],
+    }
+
+
+def _periods(row, own=None):
+    """A stream row's dimensions (with `own`) once per period and tag it is added under."""
+    ts = epoch_s(row["created_at"])
+    dims = {**_dimensions(row), **(own or {})}
+    for tag in ("", *stream_tags(row)):
+        for span in SPANS:
+            yield {**dims, "span": span, "tag": tag, "t": int(ts // span) * span}
+
+
 class Contributions:
     """{model: {key tuple: [values]}}: what a set of streams adds to each rollup table."""
 
@@ -283,10 +301,6 @@ class Contributions:
         """Add one finished stream row (dict of COLUMNS), its findings [(code, severity, n)]
         and its scores [(score type id, value, positive)]."""
 
-        ts = epoch_s(row["created_at"])
-        user = row["user_id"] or 0
-        resolved, requested, source = row["resolved_model"], row["requested_model"], row["source"]
-        status = row["status"]
         values = usage_values(row)
         decision = decision_ms(row)
         buckets = [
@@ -295,42 +309,40 @@ class Contributions:
             if value is not None
         ]
         self.add_scores(row, scores, sign)
-        for tag in ("", *stream_tags(row)):
-            for span in SPANS:
-                t = int(ts // span) * span
-                self._add(
-                    UsageRollup,
-                    (span, tag, t, resolved, requested, source, user, status, row["error_code"]),
-                    values,
-                    sign,
-                )
+        auto = row["requested_model"] == "auto"
+        own = {
+            "error_code": row["error_code"],
+            "routing_category": row["routing_category"],
+            "routing_source": row["routing_source"],
+        }
+        usage, histogram, routing, finding = (
+            _KEY_OF[m] for m in (UsageRollup, HistogramRollup, RoutingRollup, FindingRollup)
+        )
+        for dims in _periods(row, own):
+            self._add(UsageRollup, usage(dims), values, sign)
+            if buckets:
+                # the summed rows (not `full`) leave out who and where
+                summed = {**dims, "full": False, "user_key": 0, "source": ""}
+                full = {**dims, "full": True}
                 for metric, b in buckets:
-                    for full, who, where in ((False, 0, ""), (True, user, source)):
-                        key = (metric, full, span, tag, t, who, where, resolved, requested,
-                               status, b)  # fmt: skip
-                        self._add(HistogramRollup, key, (1,), sign)
-                if requested == "auto":
-                    key = (span, tag, t, resolved, source, user, row["routing_category"],
-                           row["routing_source"], status)  # fmt: skip
-                    self._add(RoutingRollup, key, (1,), sign)
-                for code, severity, n in findings:
-                    key = (span, tag, t, code, severity, resolved, requested, source, user, status)
-                    self._add(FindingRollup, key, (n,), sign)
+                    for at in (summed, full):
+                        at["metric"], at["bucket"] = metric, b
+                        self._add(HistogramRollup, histogram(at), (1,), sign)
+            if auto:
+                self._add(RoutingRollup, routing(dims), (1,), sign)
+            for code, severity, n in findings:
+                dims["code"], dims["severity"] = code, severity
+                self._add(FindingRollup, finding(dims), (n,), sign)
 
     def add_scores(self, row, scores, sign=1):
         """Add the scores [(score type id, value, positive)] of one finished stream row."""
         if not scores:
             return
-        ts = epoch_s(row["created_at"])
-        user = row["user_id"] or 0
-        resolved, requested, source = row["resolved_model"], row["requested_model"], row["source"]
-        for tag in ("", *stream_tags(row)):
-            for span in SPANS:
-                t = int(ts // span) * span
-                for score_type, value, positive in scores:
-                    key = (span, tag, t, score_type, resolved, requested, source, user,
-                           row["status"])  # fmt: skip
-                    self._add(ScoreRollup, key, score_values(value, positive), sign)
+        key = _KEY_OF[ScoreRollup]
+        for dims in _periods(row):
+            for score_type, value, positive in scores:
+                dims["score_type"] = score_type
+                self._add(ScoreRollup, key(dims), score_values(value, positive), sign)
 
     def merge(self, other, sign=1):
         for model, rows in other.tables.items():
