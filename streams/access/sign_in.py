@@ -17,8 +17,9 @@
 
 from __future__ import annotations
 
-import logging
 import re
+import secrets
+from urllib.parse import urlencode
 
 import jwt
 import requests
@@ -26,14 +27,13 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.backends import ModelBackend
 from django.core.exceptions import SuspiciousOperation
 from django.db import IntegrityError, transaction
+from django.shortcuts import resolve_url
 from django.utils import timezone
 from mozilla_django_oidc.auth import OIDCAuthenticationBackend
 from mozilla_django_oidc.utils import import_from_settings
 
 from streams.access import group_roles, identity_provider
 from streams.models import SignInIdentity
-
-log = logging.getLogger(__name__)
 
 PROVIDER_BACKEND = "streams.access.sign_in.ProviderBackend"
 PASSWORD_BACKEND = "streams.access.sign_in.PasswordBackend"
@@ -90,10 +90,6 @@ def library_setting(name, *default):
 def provider_logout_url(request):
     """Where /oidc/logout/ sends a user: the provider's sign-out page when it has one (so the
     next person at a shared computer is not signed straight back in), else the login page."""
-    from urllib.parse import urlencode
-
-    from django.shortcuts import resolve_url
-
     provider = identity_provider.current()
     back = request.build_absolute_uri(resolve_url("login"))
     if provider is None or not provider.end_session_endpoint:
@@ -119,8 +115,6 @@ def username_for(claims):
         name = f"{base}-{n}"
         if name.lower() not in taken:
             return name
-    import secrets
-
     return f"{base}-{secrets.token_hex(3)}"
 
 
@@ -180,7 +174,6 @@ class ProviderBackend(OIDCAuthenticationBackend):
             raise SignInRefused(TOKEN, f"issuer {payload.get('iss')!r}")
         if not isinstance(payload.get("sub"), str) or not payload["sub"]:
             raise SignInRefused(TOKEN, "no subject")
-        self._id_claims = payload
         return payload
 
     def get_userinfo(self, access_token, id_token, payload):
@@ -214,14 +207,15 @@ class ProviderBackend(OIDCAuthenticationBackend):
                 .first()
             )
             if identity is None:
-                user = self._new_user(claims)
                 try:
                     with transaction.atomic():
                         identity = SignInIdentity.objects.create(
-                            user=user, issuer=issuer, subject=claims["sub"]
+                            user=self._new_user(claims), issuer=issuer, subject=claims["sub"]
                         )
-                except IntegrityError:  # the same person's sign-in in another tab won
-                    raise SignInRefused(ACCOUNT, "signed in twice at once") from None
+                except IntegrityError:
+                    # the same person's sign-in in another tab, or another new user given the
+                    # same name a moment ago, won: the next try finds the name taken
+                    raise SignInRefused(ACCOUNT, "a new user made twice at once") from None
             user = identity.user
             if not user.is_active:
                 raise SignInRefused(ACCOUNT, f"user {user.pk} is inactive")
