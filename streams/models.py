@@ -170,8 +170,6 @@ class Stream(models.Model):
 
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 
-    objects = StreamQuerySet.as_manager()
-
     # The pages' one name for each source (the filters' choices, the tables' `source_label`,
     # static/js through the vocabulary).
     class Source(models.TextChoices):
@@ -323,6 +321,8 @@ class Stream(models.Model):
     cost_nanos = models.BigIntegerField(_("cost (nano-units)"), null=True, blank=True)
     cost_currency = models.CharField(_("cost currency"), max_length=3, blank=True)
     price_ref = models.CharField(_("price used"), max_length=200, blank=True)
+
+    objects = StreamQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("stream")

@@ -51,6 +51,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 
 from streams.store import known_secrets
@@ -534,7 +535,10 @@ def page(qs, terms, number=1):
     number = max(1, min(number, MAX_PAGES))
     visible = None
     if qs.query.where:  # (all streams: no subquery to test each match against)
-        visible = qs.order_by().values("pk").query.sql_with_params()
+        try:
+            visible = qs.order_by().values("pk").query.sql_with_params()
+        except EmptyResultSet:  # (`qs` can hold nothing: someone in no project)
+            return [], False
     offset = (number - 1) * PAGE_SIZE
     if connection.vendor == "postgresql":
         rows = _postgres_page(terms, visible, offset)
