@@ -27,6 +27,8 @@ def _resolve(request):
     try:
         project, key = projects.current(user, slug, remembered)
     except LookupError:
+        # the 404 page itself works in the project they were in
+        request._streamscope_project = projects.current(user, "", remembered)[0]
         raise Http404("no such project") from None
     if key is not None and key != remembered and hasattr(request, "session"):
         request.session[SESSION_KEY] = key
@@ -42,14 +44,22 @@ class ProjectMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        request.project = SimpleLazyObject(lambda: _resolve(request))
+        request.project = SimpleLazyObject(lambda: project_of(request))
+        if request.GET.get(PARAM) and request.method in ("GET", "HEAD"):
+            project_of(request)  # a link's project now: a 404 for one that is not theirs
         return self.get_response(request)
 
 
+_UNRESOLVED = object()
+
+
 def project_of(request):
-    """`request.project` itself (a Project or None), not its lazy wrapper."""
-    project = request.project
-    return project if project is None or not hasattr(project, "_wrapped") else project._wrapped
+    """The project `request` works in (a Project, or None for staff in every project), itself
+    rather than `request.project`'s lazy wrapper (which `is None` cannot test)."""
+    project = getattr(request, "_streamscope_project", _UNRESOLVED)
+    if project is _UNRESOLVED:
+        project = request._streamscope_project = _resolve(request)
+    return project
 
 
 def context_processor(request):
@@ -57,7 +67,7 @@ def context_processor(request):
     if user is None or not projects.signed_in(user):
         return {}
     return {
-        "project": SimpleLazyObject(lambda: project_of(request)),
+        "project": project_of(request),
         "switchable_projects": SimpleLazyObject(
             lambda: list(projects.projects_for(user).only("pk", "name", "slug"))
         ),

@@ -30,6 +30,7 @@ ENDPOINTS = {
 }
 REQUIRED = ("OIDC_AUTHORIZATION_ENDPOINT", "OIDC_TOKEN_ENDPOINT", "OIDC_USERINFO_ENDPOINT")
 SIGN_ALGOS = ("RS256", "HS256")
+ISSUER_MAX_CHARS = 255  # SignInIdentity.issuer's (models cannot be imported here)
 # A discovery document is a few kB; a bigger answer is not one.
 DOCUMENT_MAX_BYTES = 256 * 1024
 
@@ -146,6 +147,8 @@ def from_settings(s: conf.Settings) -> Provider | None:
         # known by their issuer and subject)
         raise ProviderError("STREAMSCOPE_OIDC_ISSUER is not set: the provider's issuer URL")
     _check_url("OIDC_ISSUER", s.oidc_issuer)
+    if len(s.oidc_issuer) > ISSUER_MAX_CHARS:  # (a sign-in identity's column)
+        raise ProviderError(f"STREAMSCOPE_OIDC_ISSUER is over {ISSUER_MAX_CHARS} characters")
     for knob in REQUIRED:
         if not getattr(s, knob.lower()):
             raise ProviderError(

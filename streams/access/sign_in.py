@@ -37,6 +37,7 @@ from streams.models import SignInIdentity
 
 PROVIDER_BACKEND = "streams.access.sign_in.ProviderBackend"
 PASSWORD_BACKEND = "streams.access.sign_in.PasswordBackend"
+SUBJECT_MAX_CHARS = SignInIdentity._meta.get_field("subject").max_length
 # a username that is taken gets "-2", "-3", …; past this many, a random suffix
 USERNAME_TRIES = 50
 _NOT_IN_USERNAME = re.compile(r"[^\w.@+-]")
@@ -172,8 +173,10 @@ class ProviderBackend(OIDCAuthenticationBackend):
             raise SignInRefused(TOKEN, f"audience {aud!r}")
         if payload.get("iss") != provider.issuer:
             raise SignInRefused(TOKEN, f"issuer {payload.get('iss')!r}")
-        if not isinstance(payload.get("sub"), str) or not payload["sub"]:
-            raise SignInRefused(TOKEN, "no subject")
+        sub = payload.get("sub")
+        if not isinstance(sub, str) or not sub or len(sub) > SUBJECT_MAX_CHARS:
+            # (cut to the column, two subjects could become one person)
+            raise SignInRefused(TOKEN, f"subject {str(sub)[:50]!r}")
         return payload
 
     def get_userinfo(self, access_token, id_token, payload):

@@ -56,7 +56,8 @@ PUBLIC_FIELDS = {
 }
 
 # Columns of a stream its public shape (`stream`) leaves out, and why. Every other column is in
-# it: tests/test_public.py walks the model, so a new column is either shown or listed here.
+# it: tests/streams/shapes/test_public.py walks the model, so a new column is either shown or listed
+# here.
 NOT_SHOWN = {
     "id": "shown as `id`",
     "user_id": "the owner decides who sees a stream (streams/access/rules.py); not shown",

@@ -235,27 +235,6 @@ def source_sql(row=""):
     return [f"CASE WHEN {p}{MARK} IS NULL THEN '' ELSE {t} END" for t in texts]
 
 
-def refill(Stream, chunk=2000) -> int:
-    """`search_other` of every row made again from its request and output parts, unredacted, as
-    migration 0013 made it (`Stream`: its historical model); how many rows changed. Since 0015
-    `rederive(from_source=True)` does this, redacted: a write here leaves rows underived."""
-    changed = 0
-    pending = []
-    rows = Stream.objects.order_by("pk").values_list("pk", "request_body", "parts", "search_other")
-    for pk, body, parts, before in rows.iterator(chunk_size=chunk):
-        text = other_text(body, parts)
-        if text != before:
-            pending.append(Stream(pk=pk, search_other=text))
-        if len(pending) >= chunk:
-            changed += len(pending)
-            Stream.objects.bulk_update(pending, ["search_other"])
-            pending = []
-    if pending:
-        changed += len(pending)
-        Stream.objects.bulk_update(pending, ["search_other"])
-    return changed
-
-
 def rebuild() -> None:
     """The index remade from the rows (SQLite's FTS5 table; PostgreSQL's column is generated)."""
     if connection.vendor == "sqlite":

@@ -1,5 +1,5 @@
-"""What the i18n walks look for in a page's texts (tests/test_i18n.py over the server's pages,
-tests/e2e/test_dutch_e2e.py over what the scripts made of them):
+"""What the i18n walks look for in a page's texts (tests/dashboard/test_i18n.py over the server's
+pages, tests/e2e/test_dutch_e2e.py over what the scripts made of them):
 
 - `visible_texts(html)`: the texts a reader sees (text nodes outside scripts, styles and code,
   and the attributes a browser shows);

@@ -1,4 +1,4 @@
-"""A real OpenID Connect provider in its own process (tests/oidc_provider/: django-oauth-toolkit
+"""A real OpenID Connect provider in its own process (tests/support/idp/: django-oauth-toolkit
 under `manage.py runserver`), and a browser's part of signing in through it.
 
     provider = ProviderProcess()            # migrated, listening on 127.0.0.1:<free port>
@@ -26,8 +26,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
 from streams.bench import free_port, wait_for_port
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.support.paths import REPO
 
 
 def _rsa_pem():
@@ -49,7 +48,7 @@ class ProviderProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "STREAMSCOPE_"))}
         env.update(
             PYTHONUNBUFFERED="1",
-            DJANGO_SETTINGS_MODULE="tests.oidc_provider.settings",
+            DJANGO_SETTINGS_MODULE="tests.support.idp.settings",
             OIDC_PROVIDER_DATA=self.data,
             OIDC_PROVIDER_SECRET_KEY=secrets.token_urlsafe(32),
             OIDC_PROVIDER_RSA_KEY=_rsa_pem(),
