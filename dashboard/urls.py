@@ -20,8 +20,10 @@ from dashboard.views import (
     projects,
     saved,
     shares,
+    sign_in,
     streams,
 )
+from streams.access import identity_provider
 from streams.serve import scrape
 
 
@@ -77,7 +79,7 @@ playground_urls = [
 ]  # fmt: skip
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", sign_in.Login.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
@@ -162,3 +164,8 @@ urlpatterns = [
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
     path("playground/", include(playground_urls)),
 ]
+# the identity provider's routes, only when one is configured (docs/sign-in.md; the route
+# walkers add them: tests/support/provider_urls.py)
+provider_routes = [path("oidc/", include(sign_in.provider_urls))]
+if identity_provider.current() is not None:
+    urlpatterns += provider_routes

@@ -1265,3 +1265,33 @@ class ShareLink(models.Model):
     @staticmethod
     def hash(secret):
         return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class SignInIdentity(models.Model):
+    """A user's account at the identity provider (streams/access/sign_in.py): the provider's
+    issuer and its subject id name that account for good, where a username or an address at the
+    provider may change or be given to someone else later."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="sign_in_identities",
+        verbose_name=_("user"),
+    )
+    issuer = fields.CharField(_("issuer"), max_length=255)
+    # OpenID Connect Core 1.0, 2: a subject is at most 255 ASCII characters (a longer one is
+    # refused at sign-in, never cut: streams/access/sign_in.py)
+    subject = fields.CharField(_("subject"), max_length=255)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(_("last sign-in at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("sign-in identity")
+        verbose_name_plural = _("sign-in identities")
+        constraints = [
+            # the sign-in's lookup, and one user per account at the provider
+            models.UniqueConstraint(fields=["issuer", "subject"], name="sign_in_identity_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.issuer} {self.subject}"

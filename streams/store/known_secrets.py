@@ -1,5 +1,6 @@
 """The secrets this server knows, for every exit: the configured `UPSTREAM_API_KEY`, the
-credentials in `UPSTREAM_BASE_URL`, and every pass-through key the proxy has forwarded
+credentials in `UPSTREAM_BASE_URL`, the identity provider's client secret
+(STREAMSCOPE_OIDC_CLIENT_SECRET), and every pass-through key the proxy has forwarded
 (`remember`; sealed in the database by `streams.store.sealed`, so it is still redacted after a
 restart and by every process). `rules()` is the current `Rules` (streams/core/redaction.py).
 
@@ -47,8 +48,13 @@ class _Known:
         self.refreshing = None
 
     def configured(self):
-        key = settings.UPSTREAM_API_KEY, settings.UPSTREAM_BASE_URL, _prefixes()
-        return key
+        c = conf.get()
+        return (
+            settings.UPSTREAM_API_KEY,
+            settings.UPSTREAM_BASE_URL,
+            c.redact_key_prefixes,
+            c.oidc_client_secret,
+        )
 
     def get(self):
         key = self.configured()
@@ -104,16 +110,14 @@ class _Known:
 _known = _Known()
 
 
-def _prefixes():
-    return conf.get().redact_key_prefixes
-
-
 @functools.lru_cache(maxsize=16)
 def _rules_for(key, passthrough):
-    api_key, base_url, prefixes = key
+    api_key, base_url, prefixes, client_secret = key
     secrets = set(passthrough)
     if isinstance(api_key, str):
         secrets.add(api_key)
+    if client_secret:
+        secrets.add(client_secret)
     userinfo = re.search(r"(?<=://)[^/?#@]+@", base_url or "")
     if userinfo:
         info = userinfo.group()[:-1]

@@ -35,6 +35,7 @@ from streams.access import invitations, shares
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import Event, ImportJob, Invitation, Project, ShareLink, Stream
 from streams.store import scores
+from tests.support import provider_urls
 from tests.support.clients import session, ws
 
 pytestmark = [
@@ -68,6 +69,11 @@ class Rule:
 # pattern with a conversation and one without).
 RULES = {
     "login": Rule(PUBLIC),
+    # the identity provider's (tests/support/provider_urls.py): off to it, back from it (no
+    # state: back to the login page, which says so), and signing out there too
+    "oidc_authentication_init": Rule(PUBLIC, ok=302),
+    "oidc_authentication_callback": Rule(PUBLIC, ok=302),
+    "oidc_logout": Rule(PUBLIC, "POST", ok=302),
     "logout": Rule(PUBLIC, "POST", ok=302),
     "favicon.ico": Rule(PUBLIC, ok=301),
     # the language switcher (signed out too: the login page has it) and the scripts' strings
@@ -383,6 +389,9 @@ def http_problem(rule, who, allowed, response, path, refusal=None):
 
 async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
     settings.UPSTREAM_BASE_URL = ""  # the built-in simulator's catalogue: no HTTP for a page
+    # every route a server has, the identity provider's included
+    settings.ROOT_URLCONF = "tests.support.provider_urls"
+    settings.STREAMSCOPE = provider_urls.settings(settings.STREAMSCOPE)
     problems = []
 
     routes, missing, stale = against(http_routes(), RULES)

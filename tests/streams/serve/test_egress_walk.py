@@ -35,10 +35,12 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import httpx
 import pytest
+from django.test import override_settings
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import DaphneServer
+from tests.support import provider_urls
 from tests.support.hostile import RawUpstream, escaped, sse
 from tests.support.leaks import SecretFinder
 from tests.support.routes import (
@@ -68,6 +70,8 @@ SECRETS = {
     "url_userinfo": f"{URL_USER}:{URL_PASSWORD}",
     "url_basic_token": BASIC,
     **{f"pass_{user.removeprefix('walk-')}": key for user, key in PASS_KEYS.items()},
+    # the identity provider's client secret (the servers sign in with one: provider_urls)
+    "oidc_client_secret": provider_urls.ENV["STREAMSCOPE_OIDC_CLIENT_SECRET"],
 }
 
 XSS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')
@@ -1331,6 +1335,7 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
         # (the walk searches more than a person would: the throttle has tests of its own)
         "STREAMSCOPE_SEARCH_MAX_PER_MINUTE": "100000",
         "STREAMSCOPE_STORAGE_RETRY_S": "2",
+        **provider_urls.ENV,
     }
     servers, walk = [], None
     try:
@@ -1355,8 +1360,10 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
             timings["history"] = time.monotonic() - started
 
             history = load_history(people)
-            routes = django_routes()
-            todo, unfilled, unresolved = plan(routes, history, people)
+            # the servers' routes: the identity provider's included
+            with override_settings(ROOT_URLCONF="tests.support.provider_urls"):
+                routes = django_routes()
+                todo, unfilled, unresolved = plan(routes, history, people)
             t = time.monotonic()
             ws = websocket_routes()
             asyncio.run(walk_both(server, rollups, todo, ws, history, people, results))
@@ -1568,6 +1575,9 @@ def test_every_route_is_filled_and_walked(walked):
     fetched = Counter(r.route.removesuffix(" [rollups]") for r in walked.results)
     missing = [str(route) for route in walked.routes if not fetched[route.name]]
     assert missing == [], missing
+    assert {"oidc_authentication_init", "oidc_authentication_callback", "oidc_logout"} <= {
+        route.name for route in walked.routes
+    }
     assert len(walked.routes) >= 90
     assert len(walked.results) >= 1000
     answered = [r for r in walked.results if r.status is not None]
