@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('streams', '0018_projects'),
+        ('streams', '0019_sign_in_identity'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
