@@ -33,6 +33,7 @@ from streams.models import (
     Finding,
     ImportFile,
     ImportJob,
+    Invitation,
     Price,
     Score,
     ScoreType,
@@ -217,6 +218,7 @@ def recorded_data():
     for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
         values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
+    values.update(Invitation.objects.values_list("email", flat=True))  # an address, as typed
     # scores and comments as given: type names (identifiers, as the API takes them), labels,
     # keys, comments
     values.update(ScoreType.objects.values_list("name", flat=True))
