@@ -274,6 +274,29 @@ class TestApi:
         r = await client_of(token).get("/api/streams/")
         assert r.status_code == 401 and r.json()["error"]["code"] == "token_expired"
 
+    async def test_a_tokens_request_works_in_the_tokens_project(self, team, people):
+        from django.http import JsonResponse
+        from django.test import RequestFactory
+
+        from dashboard.project import ProjectMiddleware, project_of
+        from streams.serve.http import api_view
+
+        token = await sync_to_async(ApiToken.issue)(people.member, project=team)
+        seen = {}
+
+        @api_view
+        async def view(request):
+            seen["project"] = await sync_to_async(project_of)(request)
+            return JsonResponse({})
+
+        async def through_middleware(request):
+            return await view(request)
+
+        request = RequestFactory().get("/api/x/", headers={"authorization": f"Bearer {token}"})
+        # (the member's remembered project would be their personal one)
+        response = await ProjectMiddleware(through_middleware)(request)
+        assert response.status_code == 200 and seen["project"] == team
+
     async def test_over_its_requests_per_minute_the_api_is_429(self, people):
         token = await sync_to_async(ApiToken.issue)(people.owner, requests_per_minute=2)
         codes = [(await client_of(token).get("/api/streams/")).status_code for _ in range(3)]
