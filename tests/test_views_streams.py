@@ -79,6 +79,9 @@ class TestStreamList(Base):
         assert "No streams yet." in r.text
 
     def test_it_shows_staff_every_stream_and_whose_it_is(self):
+        assert f"stream-row-{self.stream.pk}" not in self.get(self.staff_client).text  # theirs
+        # working in every project at once
+        self.staff_client.post("/projects/switch/", {"project": "all", "next": "/"})
         r = self.get(self.staff_client)
         assert f"stream-row-{self.stream.pk}" in r.text
         assert '<td class="owner muted">owner</td>' in r.text
