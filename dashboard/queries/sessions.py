@@ -82,8 +82,8 @@ class SessionPage:
 def session_page(user, session, *, after=None, limit=None, project=None):
     """The streams of `session` that `user` may see (of `project` when given: the page's), in
     creation order, a page at a time after the stream `after`, with the totals of all of them
-    (count, times, usage and cost: one aggregate); None when there are none (the page is a 404: whether
-    someone else used that session name is not told)."""
+    (count, times, usage and cost: one aggregate); None when there are none (the page is a
+    404: whether someone else used that session name is not told)."""
     if not session:
         return None
     limit = limit or SESSION_PAGE

@@ -114,8 +114,9 @@ def create(
 ):
     """(the new link, its secret): the secret is not kept, so this is the one time it exists in
     full. A stream's link belongs to the stream's project; a session's shows the session's
-    streams in `project` (the page's; by default the owner's personal project). Raises Refused when `owner` does not see the target,
-    Forbidden when their role may not share it, ValueError on a bad expiry or target."""
+    streams in `project` (the page's; by default the owner's personal project). Raises Refused
+    when `owner` does not see the target, Forbidden when their role may not share it,
+    ValueError on a bad expiry or target."""
     if (stream is None) == (not session):
         raise ValueError("a share link has one target: a stream or a session")
     if not MIN_EXPIRY <= expires_in <= MAX_EXPIRY:
