@@ -62,6 +62,7 @@ ALLOWED = {
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
     "feedback",
+    "project",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
