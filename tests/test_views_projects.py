@@ -67,7 +67,9 @@ def test_the_list_shows_the_current_projects_streams_and_remembers_it(team):
     theirs = team.stream(session="s")
     client = team.member_client
     assert rows(client.get("/")) == {mine.pk}  # a new session: the personal project
-    assert rows(client.get("/?project=team")) == {theirs.pk}
+    page = client.get("/?project=team")
+    assert rows(page) == {theirs.pk}
+    assert '<td class="owner muted">owner</td>' in page.content.decode()  # whose, in a team
     assert rows(client.get("/")) == {theirs.pk}  # remembered
     assert rows(client.get(f"/?q=%23{mine.pk}")) == set()  # search too: this project's
     csv = b"".join(client.get("/streams.csv").streaming_content).decode().splitlines()
@@ -115,7 +117,8 @@ def test_a_viewer_reads_comments_and_sees_no_control_that_would_answer_403(team)
     assert viewer.post("/playground/send/", {"input": "Hoi"}).status_code == 403
     assert viewer.get("/playground/compare/").status_code == 403
     assert upload(viewer).status_code == 403 and not ImportJob.objects.exists()
-    assert 'class="save-view-form' not in viewer.get("/").content.decode()
+    listed = viewer.get("/").content.decode()
+    assert 'class="save-view-form' not in listed and 'class="import-box"' not in listed
     r = viewer.post("/views/", {"name": "x", "page": "stream_list", "query": ""})
     assert r.status_code == 403 and not SavedView.objects.exists()
 
@@ -192,3 +195,10 @@ def test_the_top_bar_switches_between_ones_projects(team):
     # a project one is not in is not switched to
     r = team.outsider_client.post("/projects/switch/", {"project": "team", "next": "/"})
     assert r.status_code == 400
+
+
+def test_a_personal_project_made_during_a_request_counts_at_once(team):
+    """The roles are cached on the user for the request: a page that reads them (analytics'
+    scope) before the personal project is first made must still see its owner role."""
+    page = team.outsider_client.get("/latency/").content.decode()
+    assert 'class="save-view-form' in page

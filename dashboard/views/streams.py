@@ -52,6 +52,13 @@ def get_stream_for_user(request, stream_id, action=Action.READ):
     return stream
 
 
+def _show_owner(request):
+    """Whose each stream is: a column where they are not all one's own (a shared project;
+    staff in every project)."""
+    project = project_of(request)
+    return request.user.is_staff or (project is not None and project.personal_of_id is None)
+
+
 def _fragment(request):
     """Which piece of a page a request wants: `?fragment=<id>` (stream_list.js asks so, in the
     URL, instead of posing as htmx), or the id of an htmx request's target."""
@@ -208,7 +215,7 @@ def stream_list(request):
     if not form.is_valid():
         # A bad value in a hand-edited URL: show the form with its errors and no rows.
         context = {"form": form, "nav": "streams", "page": None, "models": []}
-        context["show_owner"] = request.user.is_staff
+        context["show_owner"] = _show_owner(request)
         return render(request, "dashboard/stream_list.html", context, status=400)
     d = form.cleaned_data
     filters = form.filters()
@@ -230,7 +237,7 @@ def stream_list(request):
         "upload_form": CaptureUploadForm(),
         "query": form.query(),
         "filtered": form.is_filtered(),
-        "show_owner": request.user.is_staff,
+        "show_owner": _show_owner(request),
         # the proxy's own delay is a column where every row is proxied
         "show_proxy": d["source"] == Stream.Source.PROXY,
         "compare_pick": True,  # a tick per row: two of them side by side
@@ -390,7 +397,7 @@ def session_detail(request, session):
     context = {
         "page": page,
         "nav": "streams",
-        "show_owner": request.user.is_staff,
+        "show_owner": _show_owner(request),
         "show_proxy": True,
         "in_session": True,
     }

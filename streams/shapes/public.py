@@ -60,6 +60,8 @@ PUBLIC_FIELDS = {
 NOT_SHOWN = {
     "id": "shown as `id`",
     "user_id": "the owner decides who sees a stream (streams/access/rules.py); not shown",
+    "project_id": "its project decides who sees it (streams/access/projects.py); an API "
+    "request names the project it reads (`?project=`), the timeline's header shows it",
     "heartbeat_at": "the running process's liveness, not the stream's",
     "runner": "which process runs it (host:pid:nonce), internal",
     "search_other": "the search index's input (streams/store/search.py), made of the request "
