@@ -202,3 +202,13 @@ def test_a_personal_project_made_during_a_request_counts_at_once(team):
     scope) before the personal project is first made must still see its owner role."""
     page = team.outsider_client.get("/latency/").content.decode()
     assert 'class="save-view-form' in page
+
+
+def test_a_streams_tags_and_session_link_into_its_own_project(team):
+    stream = team.stream(session="s", tags=["beta"])
+    team.member_client.get("/?project=member")  # working elsewhere
+    page = team.member_client.get(f"/streams/{stream.pk}/").content.decode()
+    assert 'href="/sessions/s/?project=team"' in page
+    assert 'href="/?tag=beta&amp;project=team"' in page
+    r = team.member_client.get("/sessions/s/?project=team")
+    assert rows(r) == {stream.pk}

@@ -157,7 +157,8 @@ def share_create(request):
 def _target_url(link):
     if link.stream_id:
         return reverse("stream_detail", args=[link.stream_id])
-    return reverse("session_detail", args=[link.session])
+    url = reverse("session_detail", args=[link.session])  # (in the link's project)
+    return f"{url}?project={link.project.slug}" if link.project_id else url
 
 
 @login_required

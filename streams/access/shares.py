@@ -213,7 +213,7 @@ def links_of(user, limit=LISTED, project=None):
         mine = mine.filter(project_id=getattr(project, "pk", project))
     open_ids = _open_links(now).filter(pk__in=mine.values("pk")).values("pk")
     links = list(
-        mine.select_related("stream")
+        mine.select_related("stream", "project")
         .annotate(closed=~Exists(open_ids.filter(pk=OuterRef("pk"))))
         .order_by("closed", "-created_at", "-pk")[:limit]
     )
