@@ -105,6 +105,7 @@ def test_a_viewer_reads_comments_and_sees_no_control_that_would_answer_403(team)
     assert f'action="/streams/{stream.pk}/comment/"' in page
     member_page = team.member_client.get(f"/streams/{stream.pk}/").content.decode()
     assert 'class="feedback-form"' in member_page and 'id="share"' in member_page
+    assert 'class="thumb up" aria-pressed' in member_page  # (not disabled)
     # posting anyway
     r = viewer.post(f"/streams/{stream.pk}/score/", {"name": "thumbs", "value": "up"})
     assert r.status_code == 403 and not Score.objects.exists()
