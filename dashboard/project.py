@@ -94,6 +94,11 @@ def context_processor(request):
         "project": SimpleLazyObject(lambda: project_of(request)),
         # what the user may do in the current project (a stream's page: in the stream's)
         "can": SimpleLazyObject(lambda: abilities(user, writing_project(request))),
+        # staff working in every project at once: where what they start goes (the pages that
+        # start things say so; templates/dashboard/starts_in.html)
+        "starts_in": SimpleLazyObject(
+            lambda: writing_project(request) if project_of(request) is None else None
+        ),
         "switchable_projects": SimpleLazyObject(
             lambda: list(projects.projects_for(user).only("pk", "name", "slug"))
         ),

@@ -153,6 +153,8 @@ def test_staff_in_every_project_start_things_in_their_home_project_and_are_told(
     home = Project.personal(team.staff)
     page = staff.get("/playground/").content.decode()
     assert 'id="pg-new-in"' in page and f"goes into {home.name}." in page
+    assert f"goes into {home.name}." in staff.get("/streams/upload/").content.decode()
+    assert 'id="import-new-in"' in staff.get("/").content.decode()
     assert upload(staff).status_code == 302
     assert ImportJob.objects.get().project == home
     # working in one project, nothing is said

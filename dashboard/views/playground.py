@@ -51,7 +51,7 @@ from dashboard.forms.playground import (
     scenario_choices,
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
-from dashboard.project import abilities, project_of, require, working, writing_project
+from dashboard.project import abilities, require, working, writing_project
 from dashboard.queries.common import finding_counts
 from dashboard.queries.output import output_blocks
 from streams.access import projects
@@ -268,7 +268,6 @@ def _page_context(request, conversation, form=None, error=""):
         "upstream": settings.UPSTREAM_BASE_URL or gettext("the built-in simulator"),
         "can": abilities(user, project),
         # staff working in every project at once: where a new conversation goes
-        "new_in": writing_project(request) if project_of(request) is None else None,
     }
 
 
@@ -423,7 +422,6 @@ def playground_compare(request):
         "chosen": initial["models"],
         "slots": COMPARE_MAX,
         "limit": conf.get().max_concurrent_per_user,
-        "new_in": writing_project(request) if project_of(request) is None else None,
     }
     return render(request, "dashboard/playground_compare.html", context)
 
