@@ -3,6 +3,7 @@ and the user's thumbs (templates/dashboard/feedback.html; dashboard/views/feedba
 what it posts)."""
 
 from dashboard.forms.feedback import CommentForm, ScoreForm
+from dashboard.project import abilities
 from dashboard.templatetags.feedback import thumbs_context
 from streams.store import scores
 
@@ -20,4 +21,6 @@ def panel(user, stream, *, score_form=None, comment_form=None, error=None):
         "comment_form": comment_form or CommentForm(),
         "feedback_error": error,
         "thumbs": thumbs_context(user, stream.pk, panel=True),
+        # the controls of the stream's project, whichever project the page works in
+        "can": abilities(user, stream.project_id),
     }

@@ -66,6 +66,13 @@ class Conversation(models.Model):
     def __str__(self):
         return self.title or f"conversation {self.pk}"
 
+    def save(self, *args, **kwargs):
+        # a user's conversation made without a project is their personal project's (as a
+        # stream is: streams.models)
+        if self.project_id is None and self.user_id is not None:
+            self.project = Project.personal(self.user)
+        super().save(*args, **kwargs)
+
     SETTINGS = ("model", "instructions", "temperature", "max_output_tokens", "scenario", "speed")
 
     def settings_dict(self):
@@ -137,14 +144,17 @@ def use_previous_response_id():
     return conf.get().playground_previous_response_id
 
 
-def send(user, conversation, form):
-    """Start the answer to the form's message: a new turn (and conversation, if None) and its
-    pending stream, in one transaction; the caller starts the stream after the commit.
+def send(user, conversation, form, project=None):
+    """Start the answer to the form's message: a new turn (and conversation in `project`, if
+    None) and its pending stream, in the conversation's project, in one transaction; the
+    caller starts the stream after the commit.
     Raises Busy, TooLong, or services.TooMany over the per-user limit."""
     prompt = form.cleaned_data["input"]
     with transaction.atomic():
         if conversation is None:
-            conversation = Conversation.objects.create(user=user, title=_title(prompt))
+            conversation = Conversation.objects.create(
+                user=user, title=_title(prompt), project=project
+            )
         else:
             # Two tabs sending at once would otherwise both pass the busy check.
             conversation = Conversation.objects.select_for_update().get(pk=conversation.pk)
@@ -162,7 +172,7 @@ def send(user, conversation, form):
         limit = conf.get().max_input_chars
         if size > limit:
             raise TooLong(size, limit)
-        stream = services.create(user, body)
+        stream = services.create(user, body, project=conversation.project_id)
         turn = Turn.objects.create(
             conversation=conversation, position=len(turns), prompt=prompt, stream=stream
         )
@@ -185,7 +195,9 @@ def retry(turn):
             raise CannotRetry(gettext("This answer's stream was deleted; send the message again."))
         if last.answer.is_active:
             raise Busy()
-        stream = services.create(conversation.user, last.answer.request_body)
+        stream = services.create(
+            conversation.user, last.answer.request_body, project=conversation.project_id
+        )
         last.stream = stream
         last.save(update_fields=["stream"])
         conversation.save(update_fields=["updated_at"])
@@ -238,7 +250,10 @@ class SavedView(models.Model):
     class Meta:
         ordering = ["page", "name", "pk"]
         constraints = [
-            models.UniqueConstraint(fields=["owner", "page", "name"], name="saved_view_unique")
+            # a name per project: the same name may mean other filters in another project
+            models.UniqueConstraint(
+                fields=["owner", "project", "page", "name"], name="saved_view_unique"
+            )
         ]
 
     def __str__(self):

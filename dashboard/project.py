@@ -9,6 +9,7 @@ Staff may choose every project at once (`request.project` is then None).
 """
 
 from django.contrib.auth.decorators import login_required
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
@@ -68,12 +69,48 @@ def project_of(request):
     return project
 
 
+def require(user, action, project):
+    """403 unless `user` may do `action` in `project` (a Project or id). Only for a project
+    whose things `user` has already been shown (a non-member was answered 404 before)."""
+    if not projects.may(user, action, project):
+        raise PermissionDenied(f"your role in this project does not allow {action}")
+
+
+def abilities(user, project):
+    """{action: whether `user` may do it in `project`}, for a page to leave out the controls
+    its user may not use (`{% if can.score %}`); the views check again on every post."""
+    return {action.value: projects.may(user, action, project) for action in projects.Action}
+
+
+def writing_project(request):
+    """Where what this request makes goes: the current project, or for staff working in
+    every project at once their home project."""
+    project = project_of(request)
+    return projects.home(request.user) if project is None else project
+
+
+def working(request, action):
+    """The project a thing this request makes goes into, once `request.user` may do `action`
+    there (else 403): the current project; staff working in every project at once make it in
+    their home project (the pages say so)."""
+    project = writing_project(request)
+    require(request.user, action, project)
+    return project
+
+
 def context_processor(request):
     user = getattr(request, "user", None)
     if user is None or not projects.signed_in(user):
         return {}
     return {
         "project": project_of(request),
+        # what the user may do in the current project (a stream's page: in the stream's)
+        "can": SimpleLazyObject(lambda: abilities(user, writing_project(request))),
+        # staff working in every project at once: where what they start goes (the pages that
+        # start things say so; templates/dashboard/starts_in.html)
+        "starts_in": SimpleLazyObject(
+            lambda: writing_project(request) if project_of(request) is None else None
+        ),
         "switchable_projects": SimpleLazyObject(
             lambda: list(projects.projects_for(user).only("pk", "name", "slug"))
         ),

@@ -1,6 +1,6 @@
-"""Saved views: a page's filters under a name, kept on the server (`SavedView`), private to
-their owner or shared with everyone signed in to the instance; listed at /views/ and opened as
-the page's URL with their query string.
+"""Saved views: a page's filters under a name, kept on the server (`SavedView`), in a project:
+private to their owner or shared with the project's members; listed at /views/ (the current
+project's) and opened as the page's URL with their query string and the project's slug.
 
 What is saved is cleaned here: only the page's own filter fields (its form's), never a cursor
 or a page number, empty values dropped, at most QUERY_MAX characters. A view names filters, not
@@ -23,6 +23,8 @@ from dashboard import dates
 from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
 from dashboard.forms.streams import StreamFilterForm
 from dashboard.models import SavedView
+from streams.access import projects
+from streams.models import Project
 
 Page = SavedView.Page
 # The filter fields of each page: its form's (the usage page reads the latency page's form).
@@ -59,27 +61,36 @@ def clean_query(page, query):
     return text
 
 
-def visible(user):
-    """The views `user` may open: their own and the shared ones, each page's together."""
-    return SavedView.objects.filter(Q(owner=user) | Q(shared=True)).select_related("owner")
+def visible(user, project=None):
+    """The views `user` may open: their own and the shared ones of the projects they are in
+    (of `project`, given), each page's together."""
+    views = SavedView.objects.filter(Q(owner=user) | Q(shared=True))
+    return projects.in_project(views, user, project).select_related("owner", "project")
 
 
-def save(user, page, name, query, shared):
-    """Save (or, under the same page and name, replace) `user`'s view; the view."""
+def save(user, page, name, query, shared, project=None):
+    """Save (or, under the same page and name, replace) `user`'s view in `project` (by
+    default their personal one); the view."""
     if page not in FIELDS:
         raise Refused(gettext("Views of this page cannot be saved."))
     if page == Page.ANALYTICS and not user.is_staff:
         raise Refused(gettext("Only staff see this page."))
     cleaned = clean_query(page, query)
+    project = project or Project.personal(user)
     with transaction.atomic():
-        existing = SavedView.objects.filter(owner=user, page=page, name=name).first()
+        mine = SavedView.objects.filter(owner=user, project=project, page=page, name=name)
+        existing = mine.first()
         if existing is None and SavedView.objects.filter(owner=user).count() >= MAX_PER_USER:
             raise Refused(
                 gettext("You have %(n)s saved views; delete one first.") % {"n": MAX_PER_USER}
             )
         try:
             view, _ = SavedView.objects.update_or_create(
-                owner=user, page=page, name=name, defaults={"query": cleaned, "shared": shared}
+                owner=user,
+                project=project,
+                page=page,
+                name=name,
+                defaults={"query": cleaned, "shared": shared},
             )
         except IntegrityError as exc:  # (the same name saved twice at once)
             raise Refused(gettext("A view of this name was just saved; try again.")) from exc
@@ -87,13 +98,19 @@ def save(user, page, name, query, shared):
 
 
 def delete(user, pk):
-    """Delete view `pk` if `user` owns it (staff: any shared one too); whether it was."""
+    """Delete view `pk` if `user` owns it (staff: any shared one too); whether it was. One's
+    own, whatever one's role now: cleaning up is no new write in the project."""
     mine = Q(owner=user) | (Q(shared=True) if user.is_staff else Q(pk__in=()))
     return SavedView.objects.filter(mine, pk=pk).delete()[0] > 0
 
 
 def url(view):
-    return reverse(view.page) + (f"?{view.query}" if view.query else "")
+    """The page with the view's filters, in the view's project (`?project=`: a colleague who
+    opens it reads that project's streams)."""
+    query = "&".join(
+        q for q in (view.query, f"project={view.project.slug}" if view.project_id else "") if q
+    )
+    return reverse(view.page) + (f"?{query}" if query else "")
 
 
 def in_words(view):

@@ -67,6 +67,12 @@ class Project(models.Model):
         project = cls.objects.filter(personal_of=user).first()
         if project is None:
             project = cls._make_personal(user)
+            # the roles read before it existed (streams/access/projects.py caches them on the
+            # user) lack its membership: a page that first listed, then made, said "no role"
+            try:  # (`del`, not `__dict__`: request.user is a lazy object)
+                del user._project_roles
+            except AttributeError:
+                pass
         user._personal_project = project
         return project
 

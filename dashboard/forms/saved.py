@@ -10,4 +10,4 @@ class SaveViewForm(forms.Form):
     name = forms.CharField(max_length=100, strip=True, label=_("Name"))
     page = forms.ChoiceField(choices=SavedView.Page.choices)
     query = forms.CharField(required=False, max_length=4000, strip=True)
-    shared = forms.BooleanField(required=False, label=_("Share with everyone on this instance"))
+    shared = forms.BooleanField(required=False, label=_("Share with this project's members"))

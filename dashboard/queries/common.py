@@ -20,12 +20,13 @@ def rows_for(user, streams):
     empty = scores.Summary()
     for stream in streams:
         stream.feedback = summaries.get(stream.pk, empty)
-    if user.is_staff:
+    if user.is_staff or any(s.user_id != user.pk for s in streams):
         _owner_names(streams)
 
 
 def _owner_names(streams):
-    """Staff see everyone's streams: say whose (one lookup for the page, not a join)."""
+    """Staff and a project's members see others' streams: say whose (one lookup for the page,
+    not a join)."""
     owners = {s.user_id for s in streams} - {None}
     names = dict(get_user_model().objects.filter(pk__in=owners).values_list("pk", "username"))
     for stream in streams:

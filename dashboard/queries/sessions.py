@@ -79,15 +79,15 @@ class SessionPage:
     usage: UsageTotals = field(default_factory=UsageTotals)  # over all of them, every page
 
 
-def session_page(user, session, *, after=None, limit=None):
-    """The streams of `session` that `user` may see (their own; staff: everyone's), in creation
-    order, a page at a time after the stream `after`, with the totals of all of them (count,
-    times, usage and cost: one aggregate); None when there are none (the page is a 404: whether
-    someone else used that session name is not told)."""
+def session_page(user, session, *, after=None, limit=None, project=None):
+    """The streams of `session` that `user` may see (of `project` when given: the page's), in
+    creation order, a page at a time after the stream `after`, with the totals of all of them
+    (count, times, usage and cost: one aggregate); None when there are none (the page is a
+    404: whether someone else used that session name is not told)."""
     if not session:
         return None
     limit = limit or SESSION_PAGE
-    qs = streams_for(user).filter(session=session)
+    qs = streams_for(user, project).filter(session=session)
     figures = qs.aggregate(
         n=Count("pk"),
         first=Min("created_at"),

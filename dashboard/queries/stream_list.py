@@ -113,11 +113,11 @@ def _exact(qs, q):
     return None
 
 
-def ranked_terms(user, filters):
+def ranked_terms(user, filters, project=None):
     """The terms of the list's search when it is a search for words (ranked, with snippets),
     else None (no search, or one that names a stream exactly)."""
     q = (filters.get("q") or "").strip()
-    if not q or _exact(streams_for(user), q) is not None:
+    if not q or _exact(streams_for(user, project), q) is not None:
         return None
     return search.parse(q) or None
 
@@ -132,10 +132,11 @@ def marked(snippet):
     return mark_safe("".join(out))
 
 
-def search_page(user, filters, terms, number=1):
-    """Page `number` of the streams `user` may see that match `terms` and the other filters,
-    best first, each with its `snippet` and `rank` (a StreamPage: `search_page`, `next_page`)."""
-    qs = filter_streams(streams_for(user), {**filters, "q": ""})
+def search_page(user, filters, terms, number=1, project=None):
+    """Page `number` of the streams `user` may see (of `project`, given) that match `terms`
+    and the other filters, best first, each with its `snippet` and `rank` (a StreamPage:
+    `search_page`, `next_page`)."""
+    qs = filter_streams(streams_for(user, project), {**filters, "q": ""})
     hits, more = search.page(qs, terms, number)
     by_pk = qs.in_bulk([h.pk for h in hits])
     streams = []
@@ -154,14 +155,15 @@ def search_page(user, filters, terms, number=1):
     return page
 
 
-def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS):
-    """One page of the streams `user` may see, newest first, after the filters.
+def stream_page(user, filters, *, before=None, after=None, limit=PAGE_STREAMS, project=None):
+    """One page of the streams `user` may see (of `project`, given: the page's project),
+    newest first, after the filters.
 
     Keyset pagination on (created_at, id): `before` / `after` are stream ids whose position
     the page continues from. `created_at <= c AND NOT (created_at = c AND id >= pk)` keeps the
     range on `created_at` usable by the `stream_created` / `stream_user_created` indexes
     (an OR of the two cases would not be); ties are ordered by id."""
-    visible = streams_for(user)
+    visible = streams_for(user, project)
     qs = filter_streams(visible, filters)
     cursor_id = before or after
     anchor = None
@@ -217,11 +219,11 @@ def _group_attempts(streams):
     return out
 
 
-def model_names(user):
+def model_names(user, project=None):
     """Requested and resolved model names of the user's recent streams (filter suggestions).
     Bounded: the newest MODEL_SCAN rows through the created_at index, not a DISTINCT over
     the whole table."""
-    recent = streams_for(user).order_by("-created_at")[:MODEL_SCAN]
+    recent = streams_for(user, project).order_by("-created_at")[:MODEL_SCAN]
     names = set()
     pairs = list(recent.values_list("requested_model", "resolved_model"))
     for requested, resolved in pairs:

@@ -4,7 +4,8 @@ the feedback panel's own (dashboard/views/feedback.py)."""
 from django import template
 
 from dashboard.forms.feedback import CommentForm, ScoreForm
-from streams.models import Score
+from streams.access import projects
+from streams.models import Score, Stream
 from streams.store import scores
 
 register = template.Library()
@@ -33,8 +34,11 @@ def thumbs_context(
         )
     )
     mine = next((v for a, k, v in rows if a == user.pk and k == ""), None)
+    project = Stream.objects.filter(pk=stream_id).values_list("project_id", flat=True).first()
     return {
         "stream_id": stream_id,
+        # a viewer sees the counts, and no buttons that would only answer 403
+        "may_score": projects.may(user, projects.Action.SCORE, project),
         "mine": None if mine is None else (scores.UP if kind.is_positive(mine) else scores.DOWN),
         "up": sum(1 for *_, v in rows if kind.is_positive(v)),
         "down": sum(1 for *_, v in rows if not kind.is_positive(v)),

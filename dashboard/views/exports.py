@@ -1,9 +1,10 @@
 """Downloads of the streams list: `/streams.csv` (dashboard/exports.py writes it).
 
 The list's own query string and filtering (`StreamFilterForm`,
-`queries.stream_list.filter_streams` over `streams_for`): a user gets their own streams, staff
-everyone's, exactly those the list shows for the same filters, all of them rather than a page
-(the list's `before` / `after` cursors are ignored), up to STREAMSCOPE_CSV_MAX_ROWS.
+`queries.stream_list.filter_streams` over `streams_for`): the current project's streams
+(staff in every project at once: everyone's), exactly those the list shows for the same
+filters, all of them rather than a page (the list's `before` / `after` cursors are ignored),
+up to STREAMSCOPE_CSV_MAX_ROWS.
 """
 
 import datetime as dt
@@ -16,6 +17,7 @@ from django.views.decorators.http import require_GET
 
 from dashboard import exports
 from dashboard.forms.streams import StreamFilterForm
+from dashboard.project import project_of
 from dashboard.queries import stream_list
 from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
@@ -33,7 +35,8 @@ def stream_list_csv(request):
         )
         response["X-Content-Type-Options"] = "nosniff"
         return response
-    if stream_list.ranked_terms(request.user, form.filters()):  # (a search of the text)
+    project = project_of(request)
+    if stream_list.ranked_terms(request.user, form.filters(), project):  # (a search of the text)
         retry = search_allowed(request.user)
         if retry is not None:
             response = HttpResponse(
@@ -43,7 +46,7 @@ def stream_list_csv(request):
             )
             response["Retry-After"] = str(retry)
             return response
-    streams = stream_list.filter_streams(streams_for(request.user), form.filters())
+    streams = stream_list.filter_streams(streams_for(request.user, project), form.filters())
     limit = conf.get().csv_max_rows
     cut = exports.truncated(streams, limit)
     # Under ASGI Django would read a sync iterator to the end before sending a byte: hand each

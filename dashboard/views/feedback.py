@@ -12,6 +12,7 @@ from dashboard.feedback import panel
 from dashboard.forms.feedback import CommentForm, ScoreForm
 from dashboard.templatetags.feedback import thumbs_context
 from dashboard.views.streams import get_stream_for_user
+from streams.access.projects import Action
 from streams.models import Score
 from streams.store import scores
 
@@ -53,7 +54,7 @@ def _errors(form):
 @login_required
 @require_POST
 def stream_score(request, stream_id):
-    stream = get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id, Action.SCORE)
     form = ScoreForm(request.POST)
     compact = _compact(request)
     if not form.is_valid():
@@ -80,7 +81,7 @@ def stream_score(request, stream_id):
 @login_required
 @require_POST
 def stream_comment(request, stream_id):
-    stream = get_stream_for_user(request, stream_id)
+    stream = get_stream_for_user(request, stream_id, Action.COMMENT)
     form = CommentForm(request.POST)
     compact = _compact(request)
     if not form.is_valid():

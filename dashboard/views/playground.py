@@ -51,8 +51,11 @@ from dashboard.forms.playground import (
     scenario_choices,
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
+from dashboard.project import abilities, require, working, writing_project
 from dashboard.queries.common import finding_counts
 from dashboard.queries.output import output_blocks
+from streams.access import projects
+from streams.access.projects import Action
 from streams.core import conf
 from streams.models import Finding, Stream
 from streams.run import services
@@ -71,10 +74,14 @@ RETRYABLE = {
 }
 
 
-def _get_conversation_for_user(user, conversation_id):
+def _get_conversation_for_user(user, conversation_id, action=Action.READ):
+    """The user's own conversation, while they are a member of its project (whichever project
+    the page works in); sending in it needs `action` there (else 403)."""
     conversation = Conversation.objects.filter(pk=conversation_id, user_id=user.pk).first()
-    if conversation is None:
+    if conversation is None or not projects.may(user, Action.READ, conversation.project_id):
         raise Http404("No such conversation")
+    if action != Action.READ:
+        require(user, action, conversation.project_id)
     return conversation
 
 
@@ -210,19 +217,25 @@ def _prepare(turn, is_last):
 
 
 def _turn_html(turn, request):
-    return render_to_string("dashboard/playground.html#turn", {"turn": turn}, request=request)
+    can = abilities(request.user, turn.conversation.project_id)
+    context = {"turn": turn, "can": can}
+    return render_to_string("dashboard/playground.html#turn", context, request=request)
 
 
 # ---------------------------------------------------------------------------------------------
 # Pages
 
 
-def _page_context(user, conversation, form=None, error=""):
+def _page_context(request, conversation, form=None, error=""):
+    user = request.user
     catalog = get_catalog()
     turns = conversation.turns_with_answers() if conversation is not None else []
     for n, turn in enumerate(turns, 1):
         _prepare(turn, n == len(turns))
-    conversations = Conversation.objects.filter(user_id=user.pk).order_by("-updated_at")
+    # the sidebar: the user's conversations in the conversation's project (else the page's)
+    project = conversation.project_id if conversation is not None else writing_project(request)
+    conversations = Conversation.objects.filter(user_id=user.pk, project=project)
+    conversations = conversations.order_by("-updated_at")
     if form is None:
         # A new conversation starts from the model and options of the one used last, but with
         # the simulator's scenario and speed at their defaults: a stall or an error scenario
@@ -253,6 +266,8 @@ def _page_context(user, conversation, form=None, error=""):
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
         "upstream": settings.UPSTREAM_BASE_URL or gettext("the built-in simulator"),
+        "can": abilities(user, project),
+        # staff working in every project at once: where a new conversation goes
     }
 
 
@@ -265,14 +280,14 @@ def _send_url(conversation):
 @login_required
 @require_GET
 def playground(request):
-    return render(request, "dashboard/playground.html", _page_context(request.user, None))
+    return render(request, "dashboard/playground.html", _page_context(request, None))
 
 
 @login_required
 @require_GET
 def playground_conversation(request, conversation_id):
     conversation = _get_conversation_for_user(request.user, conversation_id)
-    context = _page_context(request.user, conversation)
+    context = _page_context(request, conversation)
     return render(request, "dashboard/playground.html", context)
 
 
@@ -303,7 +318,7 @@ def _error(request, conversation, status, message, form=None):
     if _wants_json(request):
         errors = form.error_dict() if form is not None else {}
         return JsonResponse({"message": message, "errors": errors}, status=status)
-    context = _page_context(request.user, conversation, form=form, error=message)
+    context = _page_context(request, conversation, form=form, error=message)
     return render(request, "dashboard/playground.html", context, status=status)
 
 
@@ -329,14 +344,16 @@ def _started(request, turn):
 
 def _send(request, conversation_id):
     """Validate and create (sync); returns (turn, None) or (None, error response)."""
-    conversation = None
+    conversation, project = None, None
     if conversation_id is not None:
-        conversation = _get_conversation_for_user(request.user, conversation_id)
+        conversation = _get_conversation_for_user(request.user, conversation_id, Action.RUN)
+    else:
+        project = working(request, Action.RUN)
     form = PlaygroundForm(request.POST, catalog=get_catalog())
     if not form.is_valid():
         return None, _error(request, conversation, 400, form.first_error(), form)
     try:
-        return send(request.user, conversation, form), None
+        return send(request.user, conversation, form, project=project), None
     except TooLong as exc:
         form.add_error("input", exc.message())
         return None, _error(request, conversation, 400, form.first_error(), form)
@@ -350,7 +367,7 @@ def _send(request, conversation_id):
 
 
 def _retry(request, conversation_id, turn_id):
-    conversation = _get_conversation_for_user(request.user, conversation_id)
+    conversation = _get_conversation_for_user(request.user, conversation_id, Action.RUN)
     turn = _get_turn(conversation, turn_id)
     try:
         return retry(turn), None
@@ -391,6 +408,7 @@ async def playground_retry(request, conversation_id, turn_id):
 @login_required
 @require_GET
 def playground_compare(request):
+    working(request, Action.RUN)  # (the page is its composer and nothing else)
     catalog = get_catalog()
     pinned = [m for m in catalog.choices if m != "auto"]
     initial = {"models": (["auto"] if "auto" in catalog.choices else []) + pinned[:1]}
@@ -409,7 +427,9 @@ def playground_compare(request):
 
 
 def _compare_create(request):
-    """Validate, check there is a slot per model, create every stream (all or none)."""
+    """Validate, check there is a slot per model, create every stream (all or none) in the
+    page's project."""
+    project = working(request, Action.RUN)
     form = CompareForm(request.POST, catalog=get_catalog())
     if not form.is_valid():
         return None, JsonResponse(
@@ -429,7 +449,7 @@ def _compare_create(request):
         return None, JsonResponse({"message": message, "errors": {}}, status=429)
     try:
         with transaction.atomic():
-            streams = [services.create(request.user, body) for _, body in bodies]
+            streams = [services.create(request.user, body, project) for _, body in bodies]
     except services.TooMany as exc:  # another tab took a slot meanwhile
         return None, JsonResponse({"message": exc.message(), "errors": {}}, status=exc.http_status)
     return streams, None

@@ -8,6 +8,8 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from dashboard import saved_views
 from dashboard.forms.saved import SaveViewForm
+from dashboard.project import project_of, working
+from streams.access.projects import Action
 
 
 @login_required
@@ -15,10 +17,11 @@ from dashboard.forms.saved import SaveViewForm
 def saved_view_list(request):
     error, status = None, 200
     if request.method == "POST":
+        project = working(request, Action.SAVE_VIEW)
         form = SaveViewForm(request.POST)
         if form.is_valid():
             try:
-                view = saved_views.save(request.user, **form.cleaned_data)
+                view = saved_views.save(request.user, **form.cleaned_data, project=project)
                 return HttpResponseRedirect(saved_views.url(view))
             except saved_views.Refused as exc:
                 error = str(exc)
@@ -27,7 +30,7 @@ def saved_view_list(request):
         status = 400
     views = [
         (view, saved_views.url(view), saved_views.in_words(view))
-        for view in saved_views.visible(request.user)
+        for view in saved_views.visible(request.user, project_of(request))
     ]
     context = {"views": views, "error": error, "nav": "views"}
     return render(request, "dashboard/saved_views.html", context, status=status)

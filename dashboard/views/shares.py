@@ -15,6 +15,7 @@ import functools
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.contrib.auth.views import redirect_to_login
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -23,6 +24,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from dashboard.forms.shares import ShareLinkForm
 from dashboard.forms.streams import SessionPageForm
+from dashboard.project import project_of, writing_project
 from dashboard.queries.sessions import session_page
 from dashboard.queries.timing import replay_events, timing_series
 from dashboard.views.streams import (
@@ -134,10 +136,15 @@ def share_create(request):
         return HttpResponseBadRequest(
             " ".join(e for errors in form.errors.values() for e in errors)
         )
+    target = form.target()
+    if target.get("session"):  # the session's streams in the page's project
+        target["project"] = writing_project(request)
     try:
-        link, secret = shares.create(request.user, **form.target())
+        link, secret = shares.create(request.user, **target)
     except shares.Refused:
         raise Http404("No such stream or session") from None
+    except shares.Forbidden as exc:
+        raise PermissionDenied(str(exc)) from None
     context = {
         "link": link,
         "url": request.build_absolute_uri(reverse("shared", args=[secret])),
@@ -150,13 +157,14 @@ def share_create(request):
 def _target_url(link):
     if link.stream_id:
         return reverse("stream_detail", args=[link.stream_id])
-    return reverse("session_detail", args=[link.session])
+    url = reverse("session_detail", args=[link.session])  # (in the link's project)
+    return f"{url}?project={link.project.slug}" if link.project_id else url
 
 
 @login_required
 @require_GET
 def share_list(request):
-    found, more = shares.links_of(request.user)
+    found, more = shares.links_of(request.user, project=project_of(request))
     links = [(link, _target_url(link)) for link in found]
     context = {"links": links, "more": more, "nav": "shares"}
     return render(request, "dashboard/share_list.html", context)
@@ -181,7 +189,7 @@ def shared(request, link, secret):
         return _stream_page(request, link, secret, _stream_in(link, link.stream_id))
     form = SessionPageForm(request.GET)
     after = form.cleaned_data["after"] if form.is_valid() else None
-    page = session_page(link.owner, link.session, after=after)
+    page = session_page(link.owner, link.session, after=after, project=link.project_id)
     if page is None:  # its streams are gone (deleted, retention)
         return _gone(request)
     context = {"link": link, "secret": secret, "page": page, "nav": "shared"}

@@ -24,12 +24,14 @@ from dashboard.forms.streams import (
     SessionPageForm,
     StreamFilterForm,
 )
+from dashboard.project import project_of, require, working
 from dashboard.queries.common import is_proxied
 from dashboard.queries.sessions import session_page
 from dashboard.queries.stream_detail import event_detail, event_window, stream_timeline
 from dashboard.queries.stream_list import model_names, ranked_terms, search_page, stream_page
 from dashboard.queries.timing import replay_events, timing_series
 from dashboard.stats import compare
+from streams.access.projects import Action
 from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
 from streams.ingest import import_jobs
@@ -37,13 +39,24 @@ from streams.models import Stream
 from streams.serve import export
 
 
-def get_stream_for_user(request, stream_id):
-    """The stream, if `request.user` may see it. Someone else's stream is a 404, not a 403, so
-    that ids of other users' streams do not leak; staff see every stream."""
-    stream = streams_for(request.user).filter(pk=stream_id).first()
+def get_stream_for_user(request, stream_id, action=Action.READ):
+    """The stream, if `request.user` is a member of its project (whichever project the page
+    works in) and, for more than reading, their role allows `action` (else 403). A stream of a
+    project they are not in is a 404, not a 403, so that ids of other projects' streams do not
+    leak; staff see every stream."""
+    stream = streams_for(request.user).select_related("project").filter(pk=stream_id).first()
     if stream is None:
         raise Http404("No such stream")
+    if action != Action.READ:
+        require(request.user, action, stream.project_id)
     return stream
+
+
+def _show_owner(request):
+    """Whose each stream is: a column where they are not all one's own (a shared project;
+    staff in every project)."""
+    project = project_of(request)
+    return request.user.is_staff or (project is not None and project.personal_of_id is None)
 
 
 def _fragment(request):
@@ -142,12 +155,16 @@ def stream_json(request, stream_id):
 @login_required
 @require_http_methods(["GET", "POST"])
 def stream_upload(request):
+    project = working(request, Action.RUN)
     if request.method == "POST":
         form = CaptureUploadForm(request.POST, request.FILES)
         if form.is_valid():
             try:
                 job = import_jobs.submit(
-                    request.user, form.files_to_import(), model=form.cleaned_data["model"]
+                    request.user,
+                    form.files_to_import(),
+                    model=form.cleaned_data["model"],
+                    project=project,
                 )
             except import_jobs.ImportRefused as exc:
                 form.add_error(None, str(exc))
@@ -198,18 +215,21 @@ def stream_list(request):
     if not form.is_valid():
         # A bad value in a hand-edited URL: show the form with its errors and no rows.
         context = {"form": form, "nav": "streams", "page": None, "models": []}
-        context["show_owner"] = request.user.is_staff
+        context["show_owner"] = _show_owner(request)
         return render(request, "dashboard/stream_list.html", context, status=400)
     d = form.cleaned_data
     filters = form.filters()
-    terms = ranked_terms(request.user, filters)
+    project = project_of(request)
+    terms = ranked_terms(request.user, filters, project=project)
     if terms:  # words: the best matches first, each with a snippet
         retry = search_allowed(request.user)
         if retry is not None:
             return _too_many_searches(request, form, retry)
-        page = search_page(request.user, filters, terms, d["page"] or 1)
+        page = search_page(request.user, filters, terms, d["page"] or 1, project=project)
     else:
-        page = stream_page(request.user, filters, before=d["before"], after=d["after"])
+        page = stream_page(
+            request.user, filters, before=d["before"], after=d["after"], project=project
+        )
     context = {
         "form": form,
         "page": page,
@@ -217,7 +237,7 @@ def stream_list(request):
         "upload_form": CaptureUploadForm(),
         "query": form.query(),
         "filtered": form.is_filtered(),
-        "show_owner": request.user.is_staff,
+        "show_owner": _show_owner(request),
         # the proxy's own delay is a column where every row is proxied
         "show_proxy": d["source"] == Stream.Source.PROXY,
         "compare_pick": True,  # a tick per row: two of them side by side
@@ -227,7 +247,7 @@ def stream_list(request):
         return render(request, "dashboard/stream_list.html#rows", context)
     if fragment == "results":
         return render(request, "dashboard/stream_list.html#results", context)
-    context["models"] = model_names(request.user)
+    context["models"] = model_names(request.user, project=project)
     return render(request, "dashboard/stream_list.html", context)
 
 
@@ -347,7 +367,9 @@ def stream_compare_with(request, stream_id):
     if form.is_valid() and form.cleaned_data["other"]:
         other = get_stream_for_user(request, form.cleaned_data["other"])
         return HttpResponseRedirect(reverse("stream_compare", args=[stream.pk, other.pk]))
-    recent = streams_for(request.user).exclude(pk=stream.pk).order_by("-created_at")[:20]
+    # among the streams of its own project: what a comparison is for
+    recent = streams_for(request.user, stream.project_id).exclude(pk=stream.pk)
+    recent = recent.order_by("-created_at")[:20]
     context = {"stream": stream, "recent": recent, "form": form, "nav": "streams"}
     return render(request, "dashboard/stream_compare_with.html", context)
 
@@ -368,14 +390,14 @@ def stream_compare_pick(request):
 def session_detail(request, session):
     form = SessionPageForm(request.GET)
     after = form.cleaned_data["after"] if form.is_valid() else None
-    page = session_page(request.user, session, after=after)
+    page = session_page(request.user, session, after=after, project=project_of(request))
     if page is None:
         # none of the user's own (staff: nobody's): whether others used the name is not told
         raise Http404("No such session")
     context = {
         "page": page,
         "nav": "streams",
-        "show_owner": request.user.is_staff,
+        "show_owner": _show_owner(request),
         "show_proxy": True,
         "in_session": True,
     }

@@ -608,4 +608,5 @@ function init(root) {
 }
 
 const root = document.getElementById("playground");
-if (root) init(root);
+// (no composer: the user's role in the project lets them read the conversation, not send)
+if (root && document.getElementById("pg-composer")) init(root);

@@ -228,7 +228,10 @@ document.addEventListener("click", (event) => {
 const section = results();
 if (section) {
   const newest = section.dataset.newest;
-  connectStream(`/ws/streams/?format=json${newest ? `&after=${newest}` : ""}`, {
+  // the page's project only (none: staff looking at every project)
+  const project = section.dataset.project;
+  const query = `${newest ? `&after=${newest}` : ""}${project ? `&project=${encodeURIComponent(project)}` : ""}`;
+  connectStream(`/ws/streams/?format=json${query}`, {
     onFrame,
     onOpen: () => setLive("live", t("live")),
     onClose: (info) => {

@@ -87,7 +87,10 @@ def roles_of(user):
 def forget(user):
     """Drop what `roles_of` remembered (after a change of `user`'s memberships)."""
     for name in ("_project_roles", "_personal_project"):
-        user.__dict__.pop(name, None)
+        try:  # (`del`, not `__dict__`: request.user is a lazy object, whose own dict it is not)
+            delattr(user, name)
+        except AttributeError:
+            pass
 
 
 def role_of(user, project):

@@ -23,10 +23,11 @@ import secrets
 
 from django.db.models import Exists, F, OuterRef
 
+from streams.access import projects
 from streams.access.rules import streams_for
 from streams.access.throttle import throttled_check
 from streams.core import conf
-from streams.models import ShareLink, Stream
+from streams.models import Project, ShareLink, Stream
 
 PREFIX = "sl_"
 SECRET_BYTES = 32
@@ -39,6 +40,10 @@ ACTIVE, EXPIRED, REVOKED = "active", "expired", "revoked"
 
 class Refused(Exception):
     """The user may not share this target (it is not theirs, or there is nothing in it)."""
+
+
+class Forbidden(Exception):
+    """The user sees the target but their role in its project does not allow sharing."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,33 +77,58 @@ def new_secret(prefix=PREFIX):
             return secret
 
 
-def target_streams(user, *, stream=None, session=""):
-    """The streams `user` may see of a target (a stream, or a session's name)."""
-    visible = streams_for(user)
+def target_streams(user, *, stream=None, session="", project=None):
+    """The streams `user` may see of a target (a stream, or a session's name; of `project`
+    when given: a session link's)."""
+    visible = streams_for(user, project)
     if stream is not None:
         return visible.filter(pk=stream.pk if isinstance(stream, Stream) else stream)
     return visible.filter(session=session) if session else visible.none()
 
 
-def may_share(user, *, stream=None, session=""):
-    """The stream's owner or staff; a session: who sees a stream of it (staff: any session
-    with streams)."""
-    return target_streams(user, stream=stream, session=session).exists()
+def may_share(user, *, stream=None, session="", project=None):
+    """Who sees the stream (a session: a stream of it in `project`) and whose role in its
+    project allows sharing (staff: any target with streams)."""
+    try:
+        _project_of_target(user, stream=stream, session=session, project=project)
+    except (Refused, Forbidden):
+        return False
+    return True
 
 
-def create(owner, *, stream=None, session="", expires_in=DEFAULT_EXPIRY, anyone=False):
+def _project_of_target(user, *, stream, session, project):
+    """The project a link to this target belongs to: the stream's, or for a session the
+    one it is shared from. Raises Refused when `user` sees nothing of it (a 404), Forbidden
+    when their role there does not allow sharing."""
+    found = target_streams(user, stream=stream, session=session, project=project)
+    first = found.values_list("project_id", flat=True).first()
+    if first is None and not found.exists():
+        raise Refused("no such stream or session")
+    target = first if stream is not None else getattr(project, "pk", project)
+    if not projects.may(user, projects.Action.SHARE, target):
+        raise Forbidden("your role does not allow sharing")
+    return target
+
+
+def create(
+    owner, *, stream=None, session="", expires_in=DEFAULT_EXPIRY, anyone=False, project=None
+):
     """(the new link, its secret): the secret is not kept, so this is the one time it exists in
-    full. Raises Refused when `owner` may not share the target, ValueError on a bad expiry or
-    target."""
+    full. A stream's link belongs to the stream's project; a session's shows the session's
+    streams in `project` (the page's; by default the owner's personal project). Raises Refused
+    when `owner` does not see the target, Forbidden when their role may not share it,
+    ValueError on a bad expiry or target."""
     if (stream is None) == (not session):
         raise ValueError("a share link has one target: a stream or a session")
     if not MIN_EXPIRY <= expires_in <= MAX_EXPIRY:
         raise ValueError(f"a share link expires in {MIN_EXPIRY} to {MAX_EXPIRY}")
-    if not may_share(owner, stream=stream, session=session):
-        raise Refused("no such stream or session")
+    if session and project is None and not owner.is_staff:  # (staff: every project's)
+        project = Project.personal(owner)
+    target = _project_of_target(owner, stream=stream, session=session, project=project)
     secret = new_secret()
     link = ShareLink.objects.create(
         owner=owner,
+        project_id=target,
         stream_id=(stream.pk if isinstance(stream, Stream) else stream) if stream else None,
         session=session,
         digest=ShareLink.hash(secret),
@@ -143,7 +173,9 @@ def open(secret, user, ip, *, count=False):
 
 def streams_of(link):
     """The streams `link` shows (see the module's docstring)."""
-    return target_streams(link.owner, stream=link.stream_id, session=link.session)
+    return target_streams(
+        link.owner, stream=link.stream_id, session=link.session, project=link.project_id
+    )
 
 
 def stream_of(link, stream_id):
@@ -172,14 +204,17 @@ def status(link, now=None):
 LISTED = 200  # links on the owner's page
 
 
-def links_of(user, limit=LISTED):
-    """(`user`'s links, each with its `status`: the ones that still open first, then the
-    closed ones, newest first within each, at most `limit`; how many more there are)."""
+def links_of(user, limit=LISTED, project=None):
+    """(`user`'s links (of `project`, given), each with its `status`: the ones that still open
+    first, then the closed ones, newest first within each, at most `limit`; how many more
+    there are)."""
     now = _now()
     mine = ShareLink.objects.filter(owner=user)
-    open_ids = _open_links(now).filter(owner=user).values("pk")
+    if project is not None:
+        mine = mine.filter(project_id=getattr(project, "pk", project))
+    open_ids = _open_links(now).filter(pk__in=mine.values("pk")).values("pk")
     links = list(
-        mine.select_related("stream")
+        mine.select_related("stream", "project")
         .annotate(closed=~Exists(open_ids.filter(pk=OuterRef("pk"))))
         .order_by("closed", "-created_at", "-pk")[:limit]
     )

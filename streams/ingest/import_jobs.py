@@ -59,8 +59,9 @@ class Cancelled(Exception):
     pass
 
 
-def submit(user, files, model="") -> ImportJob:
-    """Store the upload as a queued job and start reading it in the background (sync)."""
+def submit(user, files, model="", project=None) -> ImportJob:
+    """Store the upload as a queued job of `project` (by default `user`'s personal one: its
+    streams go there) and start reading it in the background (sync)."""
     s = conf.get()
     now = timezone.now()
     _sweep_stale(user)
@@ -68,7 +69,7 @@ def submit(user, files, model="") -> ImportJob:
     # user's lock: 12 uploads at once cannot all count the same 1 running job and all start.
     with transaction.atomic():
         _lock_user(user.pk)
-        job = ImportJob.objects.create(user=user, model=model)  # (the fields bound it)
+        job = ImportJob.objects.create(user=user, model=model, project=project)
         jobs = ImportJob.objects.filter(user=user).exclude(pk=job.pk)
         recent = jobs.filter(created_at__gte=now - dt.timedelta(seconds=60)).count()
         if recent >= s.import_max_per_minute:
@@ -189,7 +190,9 @@ def _read_file(job, file_id):
     try:
         captures = importer.read_capture(content, f.filename, job.model)
         _still_wanted(job.pk)  # parsing a big file takes a while: maybe nobody wants it now
-        streams = importer.store_captures(captures, user=job.user, model=job.model)
+        streams = importer.store_captures(
+            captures, user=job.user, model=job.model, project=job.project_id
+        )
     except importer.CaptureError as exc:
         error = CANNOT_IMPORT % {"file": f.filename, "reason": exc}
         return _file_failed(file_id, error, reason=exc.reason)

@@ -181,11 +181,13 @@ def import_capture(content: bytes, filename: str, *, user=None, model: str = "")
     return store_captures(read_capture(content, filename, model), user=user, model=model)
 
 
-def store_captures(captures: list[ParsedCapture], *, user=None, model: str = "") -> list[Stream]:
-    """Check and store parsed captures, all in one transaction (a file is imported whole or not
-    at all)."""
+def store_captures(
+    captures: list[ParsedCapture], *, user=None, model: str = "", project=None
+) -> list[Stream]:
+    """Check and store parsed captures in `project` (a Project or id; by default `user`'s
+    personal one), all in one transaction (a file is imported whole or not at all)."""
     with transaction.atomic():
-        streams = [_store(capture, user, model) for capture in captures]
+        streams = [_store(capture, user, model, project) for capture in captures]
         # imported streams are finished: into the pre-aggregates in the same transaction
         aggregates.add_streams([s.pk for s in streams])
         return streams
@@ -230,7 +232,7 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
     return Checked(model, body, requested, checker, envelopes)
 
 
-def _store(capture: ParsedCapture, user, model: str) -> Stream:
+def _store(capture: ParsedCapture, user, model: str, project=None) -> Stream:
     checked = capture.checked
     if checked is None or checked.model != model:
         checked = _check(capture, model)
@@ -258,6 +260,7 @@ def _store(capture: ParsedCapture, user, model: str) -> Stream:
     stream = rows.create(
         body,
         user=user,
+        project=project,
         requested_model=requested or checker.response_model,
         source=Stream.Source.IMPORT,
         **{**har, **fields},

@@ -12,7 +12,8 @@ POST     /api/streams/                       start a stream: ``{"input", "model"
                                              "max_output_tokens"?, "metadata"?}`` → 201
                                              ``{"id", "status", "url", "ws"}``; 400 on invalid
                                              input, 429 over MAX_CONCURRENT_PER_USER
-GET      /api/streams/?limit=&before=        your streams (staff: all), newest first
+GET      /api/streams/?limit=&before=        the project's streams, newest first (the project:
+         &project=<slug>                     ``project`` if given, else the current one)
 GET      /api/streams/<id>/                  ``stream_summary``: status, milestones, metrics,
                                              text, findings
 GET      /api/streams/<id>/events/           ``?after=-1&limit=1000`` → ``{"events": [{"index",
@@ -44,6 +45,8 @@ from django import forms
 from django.http import HttpResponse
 from django.utils.translation import gettext
 
+from streams.access import projects
+from streams.access.projects import Action
 from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
@@ -276,6 +279,35 @@ def _parse_json(request):
 # Domain calls (sync, one transaction each)
 
 
+class NotAllowed(Exception):
+    """The user sees the stream, but their role in its project does not allow this (a 403)."""
+
+
+def _project_id(request):
+    """The id of the project an API request works in: `?project=<slug>` if given (LookupError
+    when the user is not a member: a 404), else a browser's current project (the page's),
+    else the user's home project; None for staff working in every project at once. (A token
+    of a project will name its own.)"""
+    slug = request.GET.get("project", "")
+    if slug or getattr(request, "auth_method", "") == "token":
+        # (never the session's: a token's request must not start one)
+        project, _ = projects.current(request.user, slug)
+        return project.pk
+    # the pages' middleware resolves it (dashboard/project.py); None: every project
+    return getattr(getattr(request, "project", None), "pk", None)
+
+
+def _writing_project_id(request):
+    """Where what an API request makes goes: its project, or staff's home project."""
+    pk = _project_id(request)
+    return pk if pk is not None else projects.home(request.user).pk
+
+
+def _require(user, action, project_id):
+    if not projects.may(user, action, project_id):
+        raise NotAllowed(action)
+
+
 def _visible(user, stream_id):
     return streams_for(user).filter(pk=stream_id).first()
 
@@ -305,10 +337,10 @@ def _events_page(user, stream_id, after, limit):
     }
 
 
-def _search(user, q, page, status):
-    """A page of the streams `user` may see matching `q`, best first, each with its `rank`
-    and `snippet` (redacted plain text)."""
-    qs = streams_for(user)
+def _search(user, project, q, page, status):
+    """A page of the streams `user` may see in `project` matching `q`, best first, each with
+    its `rank` and `snippet` (redacted plain text)."""
+    qs = streams_for(user, project)
     if status:
         qs = qs.filter(status=status)
     terms = search.parse(q)
@@ -324,8 +356,8 @@ def _search(user, q, page, status):
     }
 
 
-def _list(user, limit, before, status):
-    qs = streams_for(user).order_by("-pk")
+def _list(user, project, limit, before, status):
+    qs = streams_for(user, project).order_by("-pk")
     if before:
         qs = qs.filter(pk__lt=before)
     if status:
@@ -337,9 +369,10 @@ def _list(user, limit, before, status):
     }
 
 
-def _target(user, data):
+def _target(user, data, action):
     """(the stream `data` names by `stream` or `response_id`, visible to `user`, None) or
-    (None, the error response)."""
+    (None, the error response: 404 for a stream they may not see, 403 when their role in its
+    project does not allow `action`)."""
     stream_id, response_id = data.get("stream"), data.get("response_id")
     qs = streams_for(user)
     if isinstance(stream_id, int) and not isinstance(stream_id, bool) and response_id is None:
@@ -354,11 +387,19 @@ def _target(user, data):
         )
     if found is None:
         return None, json_error(404, "not_found", f"No {named}.")
+    if not projects.may(user, action, found.project_id):
+        return None, _forbidden(action)
     return found, None
 
 
+def _forbidden(action):
+    return json_error(
+        403, "forbidden", f"Your role in this stream's project does not allow {action}."
+    )
+
+
 def _score(user, data, source):
-    stream, error = _target(user, data)
+    stream, error = _target(user, data, Action.SCORE)
     if error:
         return error
     try:
@@ -378,7 +419,7 @@ def _score(user, data, source):
 
 
 def _comment(user, data, source):
-    stream, error = _target(user, data)
+    stream, error = _target(user, data, Action.COMMENT)
     if error:
         return error
     try:
@@ -417,6 +458,10 @@ async def api_streams(request):
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
+    try:
+        project = await sync_to_async(_project_id)(request)
+    except LookupError:
+        return json_error(404, "not_found", "No such project.")
     if d["q"] and search.parse(d["q"]):
         retry = await sync_to_async(search_allowed)(request.user)
         if retry is not None:
@@ -425,9 +470,13 @@ async def api_streams(request):
             )
             response["Retry-After"] = str(retry)
             return response
-        data = await sync_to_async(_search)(request.user, d["q"], d["page"] or 1, d["status"])
+        data = await sync_to_async(_search)(
+            request.user, project, d["q"], d["page"] or 1, d["status"]
+        )
     else:
-        data = await sync_to_async(_list)(request.user, d["limit"] or 50, d["before"], d["status"])
+        data = await sync_to_async(_list)(
+            request.user, project, d["limit"] or 50, d["before"], d["status"]
+        )
     return respond(data)
 
 
@@ -442,13 +491,26 @@ def _request_body(request):
     return form.request_body(), None
 
 
+def _start_in(request):
+    """The project a new stream of this request goes into, once the user may RUN there."""
+    project = _writing_project_id(request)
+    _require(request.user, Action.RUN, project)
+    return project
+
+
 async def _create(request):
+    try:
+        project = await sync_to_async(_start_in)(request)
+    except LookupError:
+        return json_error(404, "not_found", "No such project.")
+    except NotAllowed:
+        return json_error(403, "forbidden", "Your role in this project does not allow run.")
     # parsed and validated off the event loop: a body may be megabytes of a stranger's JSON
     body, error = await asyncio.to_thread(_request_body, request)
     if error:
         return error
     try:
-        stream = await sync_to_async(services.create)(request.user, body)
+        stream = await sync_to_async(services.create)(request.user, body, project)
     except services.TooMany as exc:  # (or ShuttingDown: 503)
         return json_error(exc.http_status, exc.code, exc.message(), limit=exc.limit)
     # A task on the server's event loop: the stream outlives this request.
@@ -498,6 +560,8 @@ async def api_stream_cancel(request, stream_id):
     stream = await sync_to_async(_visible)(request.user, stream_id)
     if stream is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
+    if not await sync_to_async(projects.may)(request.user, Action.RUN, stream.project_id):
+        return _forbidden(Action.RUN)
     outcome = services.cancel(stream)
     if outcome == services.CANCELLING:
         return respond({"id": stream.pk, "status": "cancelling"}, status=202)

@@ -61,8 +61,8 @@ PUBLIC_FIELDS = {
 NOT_SHOWN = {
     "id": "shown as `id`",
     "user_id": "the owner decides who sees a stream (streams/access/rules.py); not shown",
-    "project_id": "the project decides who sees a stream (streams/access/projects.py); the "
-    "pages say which project, the API answers within one",
+    "project_id": "its project decides who sees it (streams/access/projects.py); an API "
+    "request names the project it reads (`?project=`), the timeline's header shows it",
     "token_id": "the token a proxied stream came through, for its spend (streams/store/"
     "spend.py); the token page names tokens to who may see them, a stream's readers need not",
     "heartbeat_at": "the running process's liveness, not the stream's",

@@ -11,7 +11,7 @@ Screenshots at 1440 and 390 px: tests/e2e/test_screenshots_e2e.py (`site`: "sear
 
 import pytest
 
-from streams.models import Stream
+from streams.models import Membership, Project, Stream
 from tests.e2e.conftest import take_screenshot
 from tests.support.processes import start_stream, wait_until
 from tests.support.recording import recorded, text_events
@@ -92,24 +92,29 @@ def test_a_comparison_follows_a_stream_that_is_still_streaming(
 
 def test_a_view_saved_from_a_filtered_page_opens_for_a_teammate(logged_in_page, people):
     """The streams list filtered through htmx (the address moves, the page does not reload),
-    "Save this view…" shared; a teammate finds it under "Saved views" and opens the same
-    filters on their own streams."""
+    "Save this view…" shared with the project; a teammate in it finds it under "Saved views" and
+    opens the same filters on the project's streams, whichever project they were working in."""
     owner, teammate = people.owner, people.stranger
-    recorded(owner, text_events("Kortom, de Dom."), status="failed")
-    mine = recorded(teammate, text_events("Kortom, van mij."), status="failed")
-    page = logged_in_page(owner, path="/")
+    team = Project.objects.create(name="Team", slug="team")
+    for user in (owner, teammate):
+        Membership.objects.create(project=team, user=user, role=Membership.Role.MEMBER)
+    ours = recorded(owner, text_events("Kortom, de Dom."), status="failed", project=team)
+    recorded(teammate, text_events("Kortom, van mij."), status="failed")  # their own project's
+    page = logged_in_page(owner, path="/?project=team")
     page.select_option("#filters select[name=status]", "failed")
     page.wait_for_url("**/?*status=failed*")
     page.click("details.save-view summary")
     page.fill("details.save-view input[name=name]", "Mislukt")
     page.check("details.save-view input[name=shared]")
     page.click("details.save-view button[type=submit]")
-    page.wait_for_url("**/?status=failed")
+    page.wait_for_url("**/?status=failed&project=team")
     assert page.errors == []
-    other = logged_in_page(teammate, path="/views/")
-    assert "everyone (shared by owner)" in other.locator("table.saved-views").inner_text()
+    other = logged_in_page(teammate, path="/views/?project=team")
+    shared = other.locator("table.saved-views").inner_text()
+    assert "the project's members (shared by owner)" in shared
+    logged_in_page(teammate, path="/")  # (a new context: back in their own project)
     other.click("table.saved-views a:text('Mislukt')")
-    other.wait_for_url("**/?status=failed")
+    other.wait_for_url("**/?status=failed&project=team")
     ids = [int(r.get_attribute("data-id")) for r in other.locator("tr.stream").all()]
-    assert ids == [mine.pk]  # the filters, on the streams the teammate may see
+    assert ids == [ours.pk]  # the filters, on the project's streams
     assert other.errors == []

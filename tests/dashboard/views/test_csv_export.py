@@ -145,7 +145,10 @@ class TestDownload:
         theirs = make(self.stranger, 1, status="completed")
         _, lines = self.get(self.owner_client)
         assert [int(r[0]) for r in lines[1:]] == [s.pk for s in mine][::-1]  # newest first
-        _, lines = self.get(self.staff_client)
+        _, lines = self.get(self.staff_client)  # staff's own project: none of them
+        assert lines[1:] == []
+        self.staff_client.post("/projects/switch/", {"project": "all", "next": "/"})
+        _, lines = self.get(self.staff_client)  # every project at once
         assert {int(r[0]) for r in lines[1:]} == {s.pk for s in mine + theirs}
         # someone else's name as a filter narrows a user's own streams: nothing
         _, lines = self.get(self.owner_client, "user=stranger")

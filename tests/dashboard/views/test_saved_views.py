@@ -7,6 +7,7 @@ from django.test import Client
 
 from dashboard import saved_views
 from dashboard.models import SavedView
+from streams.models import Membership, Project
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,8 @@ def test_saving_from_a_page_and_opening_it_again(people):
         "/views/",
         {"name": "Mislukt deze week", "page": "stream_list", "query": "status=failed&range=7d"},
     )
-    assert r.status_code == 302 and r["Location"] == "/?range=7d&status=failed"
+    # opened in its project (a colleague who opens the link reads that project's streams)
+    assert r.status_code == 302 and r["Location"] == "/?range=7d&status=failed&project=owner"
     view = SavedView.objects.get(owner=owner)
     assert not view.shared
     # the same name again replaces it
@@ -47,16 +49,22 @@ def test_saving_from_a_page_and_opening_it_again(people):
     )
     assert SavedView.objects.get(owner=owner).query == "status=failed"
     listed = owner.client.get("/views/").content.decode()
-    assert "Mislukt deze week" in listed and 'href="/?status=failed"' in listed
+    assert "Mislukt deze week" in listed and 'href="/?status=failed&amp;project=owner"' in listed
 
 
-def test_a_private_view_is_its_owners_and_a_shared_one_everyones(people):
+def test_a_private_view_is_its_owners_and_a_shared_one_the_projects(people):
     owner, teammate, staff = people["owner"], people["teammate"], people["staff"]
-    private = saved_views.save(owner, "latency", "Alleen ik", "range=24h", False)
-    shared = saved_views.save(owner, "latency", "Voor iedereen", "range=7d", True)
+    team = Project.objects.create(name="Team", slug="team")
+    for user, role in ((owner, "owner"), (teammate, "member")):
+        Membership.objects.create(project=team, user=user, role=role)
+    outsider = get_user_model().objects.create_user("outsider")
+    private = saved_views.save(owner, "latency", "Alleen ik", "range=24h", False, team)
+    shared = saved_views.save(owner, "latency", "Voor iedereen", "range=7d", True, team)
     assert set(saved_views.visible(owner)) == {private, shared}
     assert list(saved_views.visible(teammate)) == [shared]
-    page = teammate.client.get("/views/").content.decode()
+    assert list(saved_views.visible(teammate, Project.personal(teammate))) == []
+    assert list(saved_views.visible(outsider)) == []  # shared with the project, not the instance
+    page = teammate.client.get("/views/?project=team").content.decode()
     assert "Voor iedereen" in page and "Alleen ik" not in page and "shared by owner" in page
     # deleting: the owner; staff a shared one; nobody else (404, as if it did not exist)
     assert teammate.client.post(f"/views/{shared.pk}/delete/").status_code == 404
@@ -101,3 +109,17 @@ def test_a_view_lists_its_filters_in_words_in_the_pages_language(people):
                   "Van: <b>1-7-2026 10:00 CEST</b>",
                   "Periode: <b>Afgelopen 7 dagen</b>"):  # fmt: skip
         assert words in dutch, words
+
+
+def test_a_viewer_reads_the_projects_views_and_may_not_save_one(people):
+    owner, viewer = people["owner"], people["teammate"]
+    team = Project.objects.create(name="Team", slug="team")
+    Membership.objects.create(project=team, user=owner, role="owner")
+    Membership.objects.create(project=team, user=viewer, role="viewer")
+    saved_views.save(owner, "stream_list", "Voor het team", "status=failed", True, team)
+    page = viewer.client.get("/?project=team").content.decode()
+    assert 'class="save-view-form' not in page  # no control that would only answer 403
+    assert "Voor het team" in viewer.client.get("/views/").content.decode()
+    r = viewer.client.post("/views/", {"name": "x", "page": "stream_list", "query": ""})
+    assert r.status_code == 403
+    assert list(SavedView.objects.values_list("name", flat=True)) == ["Voor het team"]

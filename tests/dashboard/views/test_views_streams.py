@@ -34,6 +34,10 @@ class Base:
     def get(self, client, url=None, **headers):
         return client.get(url or self.url(), headers=headers)
 
+    def every_project(self):
+        """Staff work in every project at once from now on (the top bar's "All projects")."""
+        self.staff_client.post("/projects/switch/", {"project": "all", "next": "/"})
+
 
 def htmx(target):
     return {"HX-Request": "true", "HX-Target": target}
@@ -79,6 +83,8 @@ class TestStreamList(Base):
         assert "No streams yet." in r.text
 
     def test_it_shows_staff_every_stream_and_whose_it_is(self):
+        assert f"stream-row-{self.stream.pk}" not in self.get(self.staff_client).text  # theirs
+        self.every_project()
         r = self.get(self.staff_client)
         assert f"stream-row-{self.stream.pk}" in r.text
         assert '<td class="owner muted">owner</td>' in r.text
@@ -185,6 +191,7 @@ class TestStreamList(Base):
 
     def test_staff_filter_by_user_and_others_only_narrow_their_own(self):
         mine = proxied(self.stranger)
+        self.every_project()
         r = self.get(self.staff_client, "/?user=stranger")
         assert rows_in_order(r.text) == [mine.pk]
         assert 'name="user" value="stranger"' in r.text
@@ -472,7 +479,8 @@ class TestProxiedTimeline(Base):
         tags = r.text[r.text.index('id="stream-tags"') :]
         assert tags.index("&lt;img src=x onerror=alert(1)&gt;</a>") < tags.index(">beta</a>")
         session = r.text[r.text.index('id="stream-session"') :]
-        assert 'href="/sessions/run/%3Cimg%20src=x%20onerror=alert(1)%3E/"' in session
+        # (in the stream's project: the member may be working in another)
+        assert 'href="/sessions/run/%3Cimg%20src=x%20onerror=alert(1)%3E/?project=owner"' in session
         assert ">run/&lt;img src=x onerror=alert(1)&gt;</a>" in session
 
     def test_other_streams_have_none_of_it(self):
@@ -556,6 +564,7 @@ class TestSessionDetail(Base):
     def test_staff_see_everyones_and_whose_it_is(self):
         ours = proxied(self.owner, session="s-1")
         theirs = proxied(self.stranger, session="s-1")
+        self.every_project()
         r = self.get(self.staff_client)
         assert rows_in_order(r.text) == [ours.pk, theirs.pk]
         assert '<td class="owner muted">owner</td>' in r.text
@@ -828,7 +837,8 @@ class TestSessionTotals(Base):
         assert '<span class="session-cost" title="over 2 streams">$0.000700</span>' in cost
         assert element(r.text, "session-unpriced") == "1 stream without a price"
 
-        # staff: everyone's streams of the session
+        # staff in every project: everyone's streams of the session
+        self.every_project()
         staff = self.get(self.staff_client).context["page"].usage
         assert staff.costs == [("EUR", 3_500_000 + 1_234_500, 3), ("USD", 700_000, 2)]
 

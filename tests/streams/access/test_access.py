@@ -1,14 +1,22 @@
 """Who may use what, for every route at once: every URL pattern (found at runtime, recursively)
-and every WebSocket route is requested by whoever must be refused, and by whoever must not be.
+and every WebSocket route is requested by seven people, the objects' creator last: anonymous, a
+member of another project, a viewer, a member and an admin of the objects' project, staff, and
+the project's owner who made the objects.
 
-The table below says, per route, who may use it. A route without a row fails the test, and so
-does a row whose route is gone: a new view cannot ship without saying who may use it. Adding a
-route is one line in RULES (or WS_RULES); a new URL parameter is one line in PARAMS.
+The table below says, per route, which kind of rule it has and which action it does in its
+project (`projects.Action`); what each role gets is computed from `projects.ACTIONS` (the least
+role per action), so a change of the policy changes the expectations with it. A route without
+a row fails the test, and so does a row whose route is gone, or a rule that needs an action
+and names none: a new view cannot ship without saying who may use it. Adding a route is one
+line in RULES (or WS_RULES); a new URL parameter is one line in PARAMS.
 
 Refusals: pages send anonymous users to the login page (302), the JSON API answers them 401, the
-admin sends anyone who is not staff to its own login; someone else's object is a 404 (its id
-must not leak, so never a 403); a staff-only page is a 403 for other users; a WebSocket
-handshake is refused. The allowed users' status is checked too, so the test fails both ways.
+admin sends anyone who is not staff to its own login; a thing of a project one is not in is a
+404 (its id must not leak, so never a 403); a member whose role does not allow the action gets
+403; a staff-only page is a 403 for other users; a WebSocket handshake is refused. The allowed
+users' status is checked too, so the test fails both ways. (Checked once by planting a view
+without its project check, `stream_json` reading `Stream.objects`, and one without its role
+check, `stream_score`: the walk named both.)
 
 Share links' routes (a `<secret>` in the URL: LINK) are tried with the link of each kind a
 visitor may hold: the owner's, a teammate's (another signed-in user with the link: allowed),
@@ -17,6 +25,7 @@ staff's; a stranger's wrong secret, an expired and a revoked link, a link to ano
 allows it). A route with a secret must have the LINK rule, and only such routes may."""
 
 import datetime as dt
+import json
 import re
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -25,15 +34,26 @@ from urllib.parse import urlsplit
 import pytest
 from asgiref.sync import sync_to_async
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.cache import cache
 from django.shortcuts import resolve_url
-from django.test import AsyncClient
+from django.test import AsyncClient, Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
-from streams.access import invitations, shares
+from streams.access import invitations, projects, shares
+from streams.access.projects import Action
 from streams.live.sockets import websocket_urlpatterns
-from streams.models import ApiToken, Event, ImportJob, Invitation, Project, ShareLink, Stream
+from streams.models import (
+    ApiToken,
+    Event,
+    ImportJob,
+    Invitation,
+    Membership,
+    Project,
+    ShareLink,
+    Stream,
+)
 from streams.store import scores
 from tests.support import provider_urls
 from tests.support.clients import session, ws
@@ -43,127 +63,173 @@ pytestmark = [
     pytest.mark.usefixtures("_disconnect_communicators"),  # tests/conftest.py: `ws`'s cleanup
 ]
 
-# Who may use a route.
-PUBLIC = "public"  # anyone, logged in or not
-USER = "user"  # any logged-in user
+# Who may use a route: the kind of rule, and the action it does in its project (the least
+# role that may is projects.ACTIONS', so the expected outcome of every role is computed).
+PUBLIC = "public"  # anyone, signed in or not
+# any signed-in user, in the project they work in (request.project): allowed when their role
+# there allows the action, else 403 (the walk's four roles work in the objects' project)
+PROJECT = "the current project"
+# the object's project: its members whose role allows the action (else 403), staff; anyone else
+# 404, whatever project they work in (its id must not leak)
+OBJECT = "the object's project"
+CREATOR = "the object's creator"  # theirs alone: anyone else, staff included, gets 404
+CREATOR_OR_STAFF = "the object's creator or staff"
+# the object's creator, and whoever may do the action in its project (an admin revoking a
+# member's token); anyone else 404 (they are not shown it)
+CREATOR_OR_MANAGER = "the object's creator or its project's managers"
+# one's own membership of the object's project (leaving it): each member, but the last owner
+# (409); anyone else 404
+MEMBERSHIP = "one's membership of the object's project"
 STAFF = "staff"  # staff only: other users get 403
-OWNER_OR_STAFF = "owner or staff"  # the object's owner and staff; anyone else gets 404
-OWNER = "owner"  # the object's owner only: anyone else, staff included, gets 404
 ADMIN = "admin"  # the Django admin: whoever is not staff goes to the admin's own login
 # A share link's pages and socket: any signed-in user holding an open link (signed out too when
 # the link is for anyone and the instance allows it); anyone else 404 / refused (streams/store/
 # shares.py)
 LINK = "link"
+PER_OBJECT = (OBJECT, CREATOR, CREATOR_OR_STAFF, CREATOR_OR_MANAGER)
 
 
 @dataclass(frozen=True)
 class Rule:
     who: str
+    action: Action | None = None  # PROJECT and the per-object kinds: what the route does
     method: str = "GET"  # POSTs send an empty form: refused before it is read, or rejected after
     ok: int = 200  # what an allowed user gets
     api: bool = False  # JSON API: anonymous requests get 401, not a login redirect
+    # the query (GET) or body (POST; JSON for the API) from the objects: a route that names
+    # its object there instead of in its path (it is then per object)
+    data: object = None
 
 
-# Keyed by route name (the route itself when it has none). A per-object rule applies its object
-# check only to patterns of that name that carry an object in the URL (playground_send has a
-# pattern with a conversation and one without).
+READ, RUN, SCORE, COMMENT, SHARE = (
+    Action.READ,
+    Action.RUN,
+    Action.SCORE,
+    Action.COMMENT,
+    Action.SHARE,
+)
+
+# Keyed by route name (the route itself when it has none); a route with GET and POST has a rule
+# for each. A per-object rule applies its object check only to patterns of that name that name
+# an object (playground_send has a pattern with a conversation and one without: the current
+# project's).
 RULES = {
     "login": Rule(PUBLIC),
     # the identity provider's (tests/support/provider_urls.py): off to it, back from it (no
     # state: back to the login page, which says so), and signing out there too
     "oidc_authentication_init": Rule(PUBLIC, ok=302),
     "oidc_authentication_callback": Rule(PUBLIC, ok=302),
-    "oidc_logout": Rule(PUBLIC, "POST", ok=302),
-    "logout": Rule(PUBLIC, "POST", ok=302),
+    "oidc_logout": Rule(PUBLIC, method="POST", ok=302),
+    "logout": Rule(PUBLIC, method="POST", ok=302),
     "favicon.ico": Rule(PUBLIC, ok=301),
     # the language switcher (signed out too: the login page has it) and the scripts' strings
-    "set_language": Rule(PUBLIC, "POST", ok=302),
+    "set_language": Rule(PUBLIC, method="POST", ok=302),
     "javascript_catalog": Rule(PUBLIC),
-    "set_time_zone": Rule(PUBLIC, "POST", ok=400),  # the empty form: no zone
-    "switch_project": Rule(USER, "POST", ok=400),  # the empty form: no project
+    "set_time_zone": Rule(PUBLIC, method="POST", ok=400),  # the empty form: no zone
+    "switch_project": Rule(PROJECT, READ, "POST", ok=400),  # the empty form: no project
     "admin:index": Rule(ADMIN),
-    "stream_list": Rule(USER),
-    "stream_list_csv": Rule(USER),  # the list as CSV: their own streams (staff: all)
-    "stream_upload": Rule(USER),
-    "import_job": Rule(OWNER),  # an import job's progress: its owner's only
-    "import_cancel": Rule(OWNER, "POST", ok=302),
-    "latency": Rule(USER),
-    "routing": Rule(USER),
-    "usage": Rule(USER),
-    "usage_export": Rule(USER),  # the usage page's per-model table as CSV
+    "stream_list": Rule(PROJECT, READ),
+    "stream_list_csv": Rule(PROJECT, READ),  # the list as CSV: the current project's streams
+    "stream_upload": (Rule(PROJECT, RUN), Rule(PROJECT, RUN, "POST", ok=400)),  # an import
+    "import_job": Rule(CREATOR, READ),  # an import job's progress: its owner's only
+    "import_cancel": Rule(CREATOR, RUN, "POST", ok=302),
+    "latency": Rule(PROJECT, READ),
+    "routing": Rule(PROJECT, READ),
+    "usage": Rule(PROJECT, READ),
+    "usage_export": Rule(PROJECT, READ),  # the usage page's per-model table as CSV
     "admin_analytics": Rule(STAFF),
-    "stream_detail": Rule(OWNER_OR_STAFF),
-    "stream_events": Rule(OWNER_OR_STAFF),
-    "stream_event": Rule(OWNER_OR_STAFF),
-    "stream_timing": Rule(OWNER_OR_STAFF),
-    "stream_replay": Rule(OWNER_OR_STAFF),
-    "stream_sse": Rule(OWNER_OR_STAFF),
-    "stream_json": Rule(OWNER_OR_STAFF),
-    "session_detail": Rule(OWNER_OR_STAFF),  # a session none of yours is in: 404
-    "stream_compare": Rule(OWNER_OR_STAFF),  # both streams must be visible: 404 otherwise
-    "stream_compare_with": Rule(OWNER_OR_STAFF),
-    "stream_compare_pick": Rule(USER),  # the list's two ticked streams, or how to tick them
-    # scoring and commenting: whoever may see the stream (the empty form: no value, no text)
-    "stream_score": Rule(OWNER_OR_STAFF, "POST", ok=400),
-    "stream_comment": Rule(OWNER_OR_STAFF, "POST", ok=400),
-    "stream_score_withdraw": Rule(OWNER, "POST", ok=302),  # one's own score only
-    "saved_views": Rule(USER),  # one's own views and the shared ones
-    "saved_view_delete": Rule(OWNER, "POST", ok=302),
-    "api_streams": Rule(USER, api=True),
-    "api_stream": Rule(OWNER_OR_STAFF, api=True),
-    "api_stream_events": Rule(OWNER_OR_STAFF, api=True),
-    "api_stream_cancel": Rule(OWNER_OR_STAFF, "POST", ok=409, api=True),  # it has ended
-    # scores and comments name their stream in the body or query
-    # (tests/streams/store/test_scores.py: 404 for a stream one may not see): without one, a 400
-    "api_scores": Rule(USER, ok=400, api=True),
-    "api_comments": Rule(USER, "POST", ok=400, api=True),
-    "api_score_types": Rule(USER, api=True),
+    "stream_detail": Rule(OBJECT, READ),
+    "stream_events": Rule(OBJECT, READ),
+    "stream_event": Rule(OBJECT, READ),
+    "stream_timing": Rule(OBJECT, READ),
+    "stream_replay": Rule(OBJECT, READ),
+    "stream_sse": Rule(OBJECT, READ),
+    "stream_json": Rule(OBJECT, READ),
+    "session_detail": Rule(OBJECT, READ),  # the session's streams in the current project
+    "stream_compare": Rule(OBJECT, READ),  # both streams must be visible: 404 otherwise
+    "stream_compare_with": Rule(OBJECT, READ),
+    "stream_compare_pick": Rule(PROJECT, READ),  # the list's two ticked, or how to tick them
+    # scoring and commenting (the empty form: no value, no text)
+    "stream_score": Rule(OBJECT, SCORE, "POST", ok=400),
+    "stream_comment": Rule(OBJECT, COMMENT, "POST", ok=400),
+    "stream_score_withdraw": Rule(CREATOR, SCORE, "POST", ok=302),  # one's own score only
+    # the project's views (one's own and the shared ones), and saving one (the empty form)
+    "saved_views": (Rule(PROJECT, READ), Rule(PROJECT, Action.SAVE_VIEW, "POST", ok=400)),
+    "saved_view_delete": Rule(CREATOR, READ, "POST", ok=302),  # one's own, whatever one's role
+    "api_streams": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, RUN, "POST", ok=400, api=True, data=lambda o: {}),  # {}: no input
+    ),
+    "api_stream": Rule(OBJECT, READ, api=True),
+    "api_stream_events": Rule(OBJECT, READ, api=True),
+    "api_stream_cancel": Rule(OBJECT, RUN, "POST", ok=409, api=True),  # it has ended
+    # scores and comments name their stream in the query or body
+    "api_scores": (
+        Rule(OBJECT, READ, api=True, data=lambda o: {"stream": o.stream.pk}),
+        Rule(
+            OBJECT,
+            SCORE,
+            "POST",
+            ok=201,
+            api=True,
+            data=lambda o: {"stream": o.stream.pk, "name": "thumbs", "value": 1, "key": "walk"},
+        ),
+    ),  # fmt: skip
+    "api_comments": Rule(
+        OBJECT,
+        COMMENT,
+        "POST",
+        ok=201,
+        api=True,
+        data=lambda o: {"stream": o.stream.pk, "text": "Hi"},
+    ),
+    "api_score_types": Rule(PROJECT, READ, api=True),
     "metrics": Rule(STAFF, api=True),  # or METRICS_TOKEN (tests/streams/observe/test_telemetry.py)
-    "playground": Rule(USER),
-    "playground_conversation": Rule(OWNER),
-    "playground_send": Rule(OWNER, "POST", ok=400),  # the empty form: no message
-    "playground_turn": Rule(OWNER),
-    "playground_retry": Rule(OWNER, "POST", ok=409),  # its answer is still streaming
-    "playground_delete": Rule(OWNER, "POST", ok=302),
-    "playground_compare": Rule(USER),
-    "playground_compare_send": Rule(USER, "POST", ok=400),  # the empty form: no message
-    # share links: one's own (share_create: the empty form; whose target:
-    # tests/streams/access/test_shares.py)
-    "share_list": Rule(USER),
-    "share_create": Rule(USER, "POST", ok=400),
-    "share_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
-    # the project's tokens: one's own (an admin's: the project's; tests/test_tokens.py)
-    "token_list": Rule(USER),
-    "token_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
+    "playground": Rule(PROJECT, READ),  # (a viewer's: without the composer)
+    "playground_conversation": Rule(CREATOR, READ),
+    "playground_send": Rule(CREATOR, RUN, "POST", ok=400),  # the empty form: no message
+    "playground_turn": Rule(CREATOR, READ),
+    "playground_retry": Rule(CREATOR, RUN, "POST", ok=409),  # its answer is still streaming
+    "playground_delete": Rule(CREATOR, READ, "POST", ok=302),
+    "playground_compare": Rule(PROJECT, RUN),  # (the page is its composer)
+    "playground_compare_send": Rule(PROJECT, RUN, "POST", ok=400),  # the empty form
+    # share links: one's own in the project; making one to a stream (its project's)
+    "share_list": Rule(PROJECT, READ),
+    "share_create": Rule(
+        OBJECT, SHARE, "POST", data=lambda o: {"stream": o.stream.pk, "expires": "7d"}
+    ),
+    "share_revoke": Rule(CREATOR_OR_STAFF, READ, "POST", ok=302),
     "shared": Rule(LINK),
     "shared_stream": Rule(LINK),
     "shared_stream_events": Rule(LINK),
     "shared_stream_event": Rule(LINK),
     "shared_stream_timing": Rule(LINK),
     "shared_stream_replay": Rule(LINK),
-    # projects (dashboard/views/projects.py): one's list; a project's pages for its members
-    # (the owner's personal project: another user 404; the roles' 403s:
-    # tests/dashboard/views/test_views_projects.py)
-    "project_list": Rule(USER),
-    "project_create": Rule(USER, "POST", ok=400),  # the empty form: no name
-    "project_members": Rule(OWNER_OR_STAFF),
-    "project_member_add": Rule(OWNER_OR_STAFF, "POST", ok=400),
-    "project_member_role": Rule(OWNER_OR_STAFF, "POST", ok=400),  # the empty form: no role
-    "project_member_remove": Rule(OWNER_OR_STAFF, "POST", ok=409),  # the last owner
-    "project_leave": Rule(OWNER, "POST", ok=409),  # the last owner; staff is no member: 404
-    "project_invite": Rule(OWNER_OR_STAFF, "POST", ok=400),
-    "project_invitation_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
-    "project_settings": Rule(OWNER_OR_STAFF),
-    "project_rename": Rule(OWNER_OR_STAFF, "POST", ok=400),
-    "project_delete": Rule(OWNER_OR_STAFF, "POST", ok=400),  # the empty form: no confirmation
-    # an invitation's link: any signed-in user holding it
-    # (tests/streams/access/test_invitations.py)
-    "invitation": Rule(USER),
-    "invitation_accept": Rule(USER, "POST", ok=302),
+    # the current project's tokens (one's own; an admin's: the project's), and revoking one
+    "token_list": Rule(PROJECT, Action.OWN_TOKEN),
+    "token_revoke": Rule(CREATOR_OR_MANAGER, Action.MANAGE_TOKENS, "POST", ok=302),
+    # projects (dashboard/views/projects.py): one's list and making one; a project's pages
+    "project_list": Rule(PROJECT, READ),
+    "project_create": Rule(PROJECT, READ, "POST", ok=400),  # the empty form: no name
+    "project_members": Rule(OBJECT, READ),
+    "project_member_add": Rule(OBJECT, Action.MANAGE_MEMBERS, "POST", ok=400),
+    "project_member_role": Rule(OBJECT, Action.MANAGE_MEMBERS, "POST", ok=400),  # no role
+    # removing its owner, the last one: only an owner may touch an owner, and not the last
+    "project_member_remove": Rule(OBJECT, Action.MANAGE_OWNERS, "POST", ok=409),
+    "project_leave": Rule(MEMBERSHIP, method="POST", ok=302),
+    "project_invite": Rule(OBJECT, Action.MANAGE_MEMBERS, "POST", ok=400),  # the empty form
+    "project_invitation_revoke": Rule(OBJECT, Action.MANAGE_MEMBERS, "POST", ok=302),
+    "project_settings": Rule(OBJECT, Action.RENAME_PROJECT),
+    "project_rename": Rule(OBJECT, Action.RENAME_PROJECT, "POST", ok=400),
+    "project_delete": Rule(OBJECT, Action.DELETE_PROJECT, "POST", ok=400),  # no confirmation
+    # an invitation's link: any signed-in user holding it (tests/streams/access/
+    # test_invitations.py); accepting it makes them a viewer (undone before the next route)
+    "invitation": Rule(PROJECT, READ),
+    "invitation_accept": Rule(PROJECT, READ, "POST", ok=302),
 }
 WS_RULES = {
-    "ws_streams": Rule(USER),
-    "ws_stream": Rule(OWNER_OR_STAFF),
+    "ws_streams": Rule(PROJECT, READ),
+    "ws_stream": Rule(OBJECT, READ),
     "ws_shared_stream": Rule(LINK),
 }
 # Routes not walked one by one, and why.
@@ -184,15 +250,14 @@ PARAMS = {
     "turn_id": lambda objects: objects.turn.pk,
     "job_id": lambda objects: objects.job.pk,
     "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
-    "token_id": lambda objects: objects.token.pk,  # the owner's token
-    # a share link's secret: the one of the kind the case holds (`cases`)
-    "secret": lambda objects, kind="valid": objects.links[kind][1],
-    "project_slug": lambda objects: objects.project.slug,  # the owner's personal project
-    "user_id": lambda objects: objects.project.personal_of_id,  # its owner
+    "token_id": lambda objects: objects.token.pk,  # the owner's token in the project
+    "project_slug": lambda objects: objects.project.slug,
+    "user_id": lambda objects: objects.owner.pk,  # the project's owner, its last
     "invitation_id": lambda objects: objects.invitation.pk,
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
+    # a share link's secret: the one of the kind the case holds (`cases`)
+    "secret": lambda objects, kind="valid": objects.links[kind][1],
 }
-PER_OBJECT = (OWNER_OR_STAFF, OWNER)
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
 
 
@@ -250,36 +315,45 @@ def path_of(route, objects, link=None):
 
 
 @sync_to_async
-def owned_objects(owner):
-    """Fresh objects of `owner` for one route (a route may delete its object): a finished
-    stream with one event (in a session), and a conversation whose one turn is still
+def owned_objects(owner, project):
+    """Fresh objects of `owner` in `project` for one route (a route may delete its object): a
+    finished stream with one event (in a session), and a conversation whose one turn is still
     streaming its answer."""
     stream = Stream.objects.create(
-        user=owner, status=Stream.Status.COMPLETED, event_count=1, session="access-session"
+        user=owner,
+        project=project,
+        status=Stream.Status.COMPLETED,
+        event_count=1,
+        session="access-session",
     )
     data = '{"type":"response.created","sequence_number":0}'
     event = Event.objects.create(
         stream=stream, index=0, type="response.created", sequence_number=0, t_us=0, data=data
     )
-    conversation = Conversation.objects.create(user=owner, title="Access")
+    conversation = Conversation.objects.create(user=owner, project=project, title="Access")
     answer = Stream.objects.create(
         user=owner,
+        project=project,
         status=Stream.Status.STREAMING,
         requested_model="auto",
         request_body={"model": "auto", "input": [{"role": "user", "content": "Hi"}]},
     )
     turn = Turn.objects.create(conversation=conversation, position=0, prompt="Hi", stream=answer)
-    job = ImportJob.objects.create(user=owner, status=ImportJob.Status.DONE)
-    view = SavedView.objects.create(owner=owner, name=f"Mine {stream.pk}", page="latency")
+    job = ImportJob.objects.create(user=owner, project=project, status=ImportJob.Status.DONE)
+    view = SavedView.objects.create(
+        owner=owner, project=project, name=f"Mine {stream.pk}", page="latency"
+    )
     score = scores.give(stream.pk, author=owner, name="thumbs", value=1, source="person")
-    project = Project.personal(owner)
     # (the earlier routes' invitations out of the way: a project has at most MAX_OPEN open)
     Invitation.objects.filter(project=project).delete()
     made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
+    token = ApiToken.issue(owner, name="access", project=project)
     return SimpleNamespace(
+        owner=owner,
         project=project,
         invitation=made[0][0],
         invitation_keys=iter(secret for _i, secret in made),
+        token=ApiToken.objects.get(digest=ApiToken.hash(token)),
         stream=stream,
         event=event,
         conversation=conversation,
@@ -288,7 +362,6 @@ def owned_objects(owner):
         view=view,
         score=score,
         links=share_links(owner, stream),
-        token=ApiToken.objects.get(digest=ApiToken.hash(ApiToken.issue(owner, name="access"))),
     )
 
 
@@ -296,12 +369,13 @@ def share_links(owner, stream):
     """{kind: (link, secret)}: the owner's links to `stream` that a visitor may hold (an open
     one, one for anyone, an expired and a revoked one), a wrong secret, and an open link to
     another of the owner's streams."""
+    other = Stream.objects.create(user=owner, project=stream.project, event_count=0)
     links = {
         "valid": shares.create(owner, stream=stream),
         "anyone": shares.create(owner, stream=stream, anyone=True),
         "expired": shares.create(owner, stream=stream),
         "revoked": shares.create(owner, stream=stream),
-        "other": shares.create(owner, stream=Stream.objects.create(user=owner, event_count=0)),
+        "other": shares.create(owner, stream=other),
     }
     ago = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=1)
     ShareLink.objects.filter(pk=links["expired"][0].pk).update(expires_at=ago)
@@ -310,86 +384,175 @@ def share_links(owner, stream):
     return links
 
 
+# ---- who tries ------------------------------------------------------------------------------
+
+Role = Membership.Role
+
+
+@dataclass(frozen=True)
+class Identity:
+    who: str
+    user: object  # None: signed out
+    role: str | None = None  # in the objects' project
+    creator: bool = False  # made the objects
+
+
+@sync_to_async
+def identities(people):
+    """The seven who try every route, in the order they try (the refused first, the objects'
+    creator last: an allowed POST may delete the object), and the objects' project. The owner
+    (the project's owner, who made the objects), an admin, a member and a viewer work in the
+    objects' project; a member of another project in their own; staff in every project at once."""
+    project = Project.objects.create(name="Access", slug="access")
+    elsewhere = Project.objects.create(name="Elsewhere", slug="elsewhere")
+    Membership.objects.create(project=elsewhere, user=people.stranger, role=Role.OWNER)
+    roles = {"owner": Role.OWNER, "admin": Role.ADMIN, "member": Role.MEMBER, "viewer": Role.VIEWER}
+    users = {"owner": people.owner}
+    for name in ("admin", "member", "viewer"):
+        users[name] = with_session(get_user_model().objects.create_user(f"access-{name}"))
+    for name, role in roles.items():
+        Membership.objects.create(project=project, user=users[name], role=role)
+    out = [
+        Identity("anonymous", None),
+        Identity("a member of another project", people.stranger),
+        Identity("a viewer", users["viewer"], Role.VIEWER),
+        Identity("a member", users["member"], Role.MEMBER),
+        Identity("an admin", users["admin"], Role.ADMIN),
+        Identity("staff", people.staff),
+        Identity("the owner", people.owner, Role.OWNER, creator=True),
+    ]
+    return out, project
+
+
+def with_session(user):
+    client = Client()
+    client.force_login(user)
+    cookie = client.cookies[settings.SESSION_COOKIE_NAME].value
+    user.cookie = f"{settings.SESSION_COOKIE_NAME}={cookie}"
+    return user
+
+
+def role_allows(role, action):
+    return projects.RANKS[role] >= projects.RANKS[projects.ACTIONS[action]]
+
+
+def expected(rule, route, identity):
+    """What `identity` gets from `route` under `rule`: "ok", "403", "404", "login" (anonymous:
+    the login page, or 401 from the API), "admin login"."""
+    user = identity.user
+    if rule.who == PUBLIC:
+        return "ok"
+    if user is None:
+        return "admin login" if rule.who == ADMIN else "login"
+    if rule.who in (STAFF, ADMIN):
+        return "ok" if user.is_staff else ("403" if rule.who == STAFF else "admin login")
+    if rule.who == MEMBERSHIP:
+        if identity.role is None:  # (staff are no member)
+            return "404"
+        return "409" if identity.role == Role.OWNER else "ok"  # (the last owner stays)
+    per_object = rule.who in PER_OBJECT and bool(route.params or rule.data)
+    if not per_object:  # PROJECT, or a per-object rule's pattern without an object
+        if user.is_staff or identity.role is None:  # (a member of another project: its owner)
+            return "ok"
+        return "ok" if role_allows(identity.role, rule.action) else "403"
+    if rule.who == CREATOR and not identity.creator:
+        return "404"
+    if rule.who == CREATOR_OR_STAFF and not (identity.creator or user.is_staff):
+        return "404"
+    if rule.who == CREATOR_OR_MANAGER and not identity.creator and not user.is_staff:
+        return "ok" if identity.role and role_allows(identity.role, rule.action) else "404"
+    if user.is_staff:
+        return "ok"
+    if identity.role is None:
+        return "404"
+    return "ok" if role_allows(identity.role, rule.action) else "403"
+
+
 @dataclass(frozen=True)
 class Case:
     who: str
     user: object  # None: signed out
-    allowed: bool
+    expect: str  # as `expected` says
     link: str | None = None  # a share link route: the kind of link held (share_links)
     public: bool = False  # STREAMSCOPE_PUBLIC_SHARE_LINKS on
-    refusal: str | None = None  # "404" or "login" where the rule alone does not say
 
 
-def cases(rule, route, people):
-    """The Cases in the order they are tried: the refused first, the owner last (an allowed
-    POST may delete the object)."""
-    per_object = rule.who in PER_OBJECT and bool(route.params)
+def cases(rule, route, people, who):
     if rule.who == LINK:
         return link_cases(route, people)
-    if rule.who == PUBLIC:
-        return [Case("anonymous", None, True)]
-    out = [Case("anonymous", None, False)]
-    if rule.who in (STAFF, ADMIN):
-        return out + [
-            Case("a non-staff user", people.owner, False),
-            Case("staff", people.staff, True),
-        ]
-    if per_object:
-        out.append(Case("another user", people.stranger, False))
-    out.append(Case("staff", people.staff, not (per_object and rule.who == OWNER)))
-    return out + [Case("the owner", people.owner, True)]
+    if rule.who == PUBLIC:  # (signed out: a signed-in try of `logout` would end the session)
+        return [Case("anonymous", None, "ok")]
+    return [Case(i.who, i.user, expected(rule, route, i)) for i in who]
 
 
 def link_cases(route, people):
-    teammate = people.stranger  # signed in, not the owner, not staff
+    teammate = people.stranger  # signed in, not the owner, not in the project, not staff
     out = [
-        Case("anonymous", None, False, "valid", refusal="login"),
-        Case("anonymous, a link for anyone, not allowed here", None, False, "anyone",
-             refusal="login"),
-        Case("anonymous, a link for anyone", None, True, "anyone", public=True),
-        Case("anonymous with an expired link for anyone", None, False, "expired", public=True,
-             refusal="404"),
-        Case("a stranger with a wrong secret", teammate, False, "wrong", refusal="404"),
-        Case("a teammate with an expired link", teammate, False, "expired", refusal="404"),
-        Case("a teammate with a revoked link", teammate, False, "revoked", refusal="404"),
-        Case("staff with a revoked link", people.staff, False, "revoked", refusal="404"),
-    ]  # fmt: skip
+        Case("anonymous", None, "login", "valid"),
+        Case("anonymous, a link for anyone, not allowed here", None, "login", "anyone"),
+        Case("anonymous, a link for anyone", None, "ok", "anyone", public=True),
+        Case("anonymous with an expired link for anyone", None, "404", "expired", public=True),
+        Case("a stranger with a wrong secret", teammate, "404", "wrong"),
+        Case("a teammate with an expired link", teammate, "404", "expired"),
+        Case("a teammate with a revoked link", teammate, "404", "revoked"),
+        Case("staff with a revoked link", people.staff, "404", "revoked"),
+    ]
     if "stream_id" in route.params:  # a stream the link does not show
-        out.append(Case("a teammate with a link to another stream", teammate, False, "other",
-                        refusal="404"))  # fmt: skip
+        out.append(Case("a teammate with a link to another stream", teammate, "404", "other"))
     return out + [
-        Case("a teammate with the link", teammate, True, "valid"),
-        Case("staff with the link", people.staff, True, "valid"),
-        Case("the owner with the link", people.owner, True, "valid"),
+        Case("a teammate with the link", teammate, "ok", "valid"),
+        Case("staff with the link", people.staff, "ok", "valid"),
+        Case("the owner with the link", people.owner, "ok", "valid"),
     ]
 
 
-def http_problem(rule, who, allowed, response, path, refusal=None):
+def http_problem(rule, case, response, path):
     """What is wrong with `response`, or None."""
     status = response.status_code
     location = urlsplit(response.get("Location", "")).path
-    if refusal == "login":
-        who = "anonymous"
-    if allowed:
-        expected, ok = f"{rule.ok}", status == rule.ok
-    elif refusal == "404":
-        expected, ok = "404", status == 404
-    elif who == "anonymous" and rule.api:
-        expected, ok = "401", status == 401
-    elif rule.who == ADMIN:
-        login = reverse("admin:login")
-        expected, ok = f"302 to {login}", status == 302 and location == login
-    elif who == "anonymous":
-        login = resolve_url(settings.LOGIN_URL)
-        expected, ok = f"302 to {login}", status == 302 and location == login
-    elif rule.who == STAFF:
-        expected, ok = "403", status == 403
+    expect = case.expect
+    if expect == "ok":
+        wanted, ok = f"{rule.ok}", status == rule.ok
+    elif expect.isdigit():
+        wanted, ok = expect, status == int(expect)
+    elif expect == "login" and rule.api:
+        wanted, ok = "401", status == 401
     else:
-        expected, ok = "404", status == 404
+        login = (
+            reverse("admin:login") if expect == "admin login" else resolve_url(settings.LOGIN_URL)
+        )
+        wanted, ok = f"302 to {login}", status == 302 and location == login
     if ok:
         return None
     got = f"{status} to {location}" if location else f"{status}"
-    return f"{rule.method} {path} as {who}: expected {expected}, got {got}"
+    return f"{rule.method} {path} as {case.who}: expected {wanted}, got {got}"
+
+
+async def send(client, rule, path, objects):
+    data = rule.data(objects) if rule.data else {}
+    if rule.method == "GET":
+        return await client.get(path, data)
+    if rule.api and rule.data:
+        return await client.post(path, json.dumps(data), content_type="application/json")
+    return await client.post(path, data)
+
+
+def rules_of(rules, key):
+    rule = rules[key]
+    return rule if isinstance(rule, tuple) else (rule,)
+
+
+def rule_problems(rules):
+    """A rule that needs an action names one projects.ACTIONS knows; only those name one."""
+    out = []
+    for key in rules:
+        for rule in rules_of(rules, key):
+            needs = rule.who == PROJECT or rule.who in PER_OBJECT
+            if needs and rule.action not in projects.ACTIONS:
+                out.append(f"{key!r}: a {rule.who} rule must name an action of projects.ACTIONS")
+            elif not needs and rule.action is not None:
+                out.append(f"{key!r}: a {rule.who} rule names no action")
+    return out
 
 
 async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
@@ -406,38 +569,56 @@ async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
     problems += [f"RULES has {key!r}, which is no route" for key in stale]
     problems += [f"WS_RULES has {key!r}, which is no WebSocket route" for key in ws_stale]
     problems += link_rule_problems(routes, RULES) + link_rule_problems(ws_checked, WS_RULES)
+    problems += rule_problems(RULES) + rule_problems(WS_RULES)
     cache.clear()  # (the wrong secrets below count as wrong tokens of this client's IP)
 
-    clients = {user.pk: session(user) for user in (people.owner, people.stranger, people.staff)}
+    who, project = await identities(people)
+    users = [i.user for i in who if i.user is not None]
+    clients = {user.pk: session(user) for user in users}
+    for identity in who:  # where each works (remembered by their session)
+        if identity.role is not None:
+            response = await clients[identity.user.pk].get(f"/?project={project.slug}")
+            assert response.status_code == 200, identity.who
+    await clients[people.staff.pk].post("/projects/switch/", {"project": "all"})
 
     for route in routes:
-        rule = RULES[route.key]
-        objects = await owned_objects(people.owner)
-        for case in cases(rule, route, people):
-            path = path_of(route, objects, case.link)
-            public_links(settings, case.public)
-            client = AsyncClient() if case.user is None else clients[case.user.pk]
-            if rule.method == "GET":
-                response = await client.get(path)
-            else:
-                response = await client.post(path, {})
-            problem = http_problem(rule, case.who, case.allowed, response, path, case.refusal)
-            if problem:
-                problems.append(f"{route.key}: {problem}")
+        for rule in rules_of(RULES, route.key):
+            await memberships_as_they_were(who, project)
+            objects = await owned_objects(people.owner, project)
+            for case in cases(rule, route, people, who):
+                path = path_of(route, objects, case.link)
+                public_links(settings, case.public)
+                client = AsyncClient() if case.user is None else clients[case.user.pk]
+                response = await send(client, rule, path, objects)
+                problem = http_problem(rule, case, response, path)
+                if problem:
+                    problems.append(f"{route.key}: {problem}")
 
     for route in ws_checked:
         rule = WS_RULES[route.key]
-        objects = await owned_objects(people.owner)
-        for case in cases(rule, route, people):
+        objects = await owned_objects(people.owner, project)
+        for case in cases(rule, route, people, who):
             path = path_of(route, objects, case.link) + "?format=json"
             public_links(settings, case.public)
             connected, _ = await ws(path, case.user).connect()
-            if connected != case.allowed:
-                expected = "accepted" if case.allowed else "refused"
-                problems.append(f"{route.key}: WebSocket {path} as {case.who}: expected {expected}")
+            if connected != (case.expect == "ok"):
+                wanted = "accepted" if case.expect == "ok" else "refused"
+                problems.append(f"{route.key}: WebSocket {path} as {case.who}: expected {wanted}")
 
     assert routes and ws_checked
     assert not problems, "\n".join(problems)
+
+
+@sync_to_async
+def memberships_as_they_were(who, project):
+    """The objects' project's members as `identities` made them: a route may have changed
+    them (leaving it, accepting an invitation to it)."""
+    roles = {i.user.pk: i.role for i in who if i.role is not None}
+    Membership.objects.filter(project=project).exclude(user_id__in=roles).delete()
+    for user_id, role in roles.items():
+        Membership.objects.update_or_create(
+            project=project, user_id=user_id, defaults={"role": role}
+        )
 
 
 def public_links(settings, on):
@@ -450,8 +631,9 @@ def link_rule_problems(routes, rules):
     out = []
     for route in routes:
         has_secret = "secret" in route.params
-        if has_secret and rules[route.key].who != LINK:
+        link = all(rule.who == LINK for rule in rules_of(rules, route.key))
+        if has_secret and not link:
             out.append(f"{route.key!r} takes a share link's secret: its rule must be LINK")
-        elif rules[route.key].who == LINK and not has_secret:
+        elif link and not has_secret:
             out.append(f"{route.key!r} has the LINK rule but no <secret> in its route")
     return out

@@ -415,8 +415,8 @@ class TestWhatALinkShows(Base):
 
         own = header(self.alice_client.get(f"/streams/{self.echo.pk}/").text)
         link = header(self.anonymous.get(f"/s/{self.echo_secret}/").text)
-        owners = {"Tags", "Session", "Attempts", "Receipt times"}
-        assert {"Tags", "Session", "Attempts"} <= own.keys()
+        owners = {"Tags", "Session", "Attempts", "Receipt times", "Project"}
+        assert {"Tags", "Session", "Attempts", "Project"} <= own.keys()
         assert link.pop("Link expires")
         assert link == {k: v for k, v in own.items() if k not in owners}
         assert {"Model", "Source", "Created", "Prompt"} <= link.keys()

@@ -201,7 +201,11 @@ class TestRead:
         assert r.status_code == 404
         listed = (await bearer(people.stranger).get("/api/streams/")).json()["streams"]
         assert listed == []
-        listed = (await bearer(people.staff).get("/api/streams/")).json()["streams"]
+        # a list is of one project: the token's user's own, or the one named
+        assert (await bearer(people.staff).get("/api/streams/")).json()["streams"] == []
+        r = await bearer(people.stranger).get("/api/streams/?project=owner")
+        assert r.status_code == 404  # (not a member: whether it exists is not told)
+        listed = (await bearer(people.staff).get("/api/streams/?project=owner")).json()["streams"]
         assert [s["id"] for s in listed] == [stream.pk]
 
     async def test_events_come_in_pages(self, people):

@@ -448,6 +448,8 @@ def _people():
     from django.contrib.auth import get_user_model
     from django.test import Client
 
+    from dashboard import project
+    from streams.access import projects
     from streams.models import ApiToken
 
     out = {}
@@ -455,6 +457,10 @@ def _people():
         user = get_user_model().objects.create_user(name, is_staff=staff, is_superuser=staff)
         client = Client()
         client.force_login(user)
+        if staff:  # staff's pages show every project at once (dashboard/project.py)
+            session = client.session
+            session[project.SESSION_KEY] = projects.ALL
+            session.save()
         cookie = (
             f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
         )
@@ -1188,8 +1194,9 @@ SANITY = {"search page": "/?q=incorrect", "search API": "/api/streams/?q=redacte
 
 
 async def prefix_walk(server, people, results, concurrency=8):
-    """{url: observation} of every walk of `index_walks` (and SANITY), as staff (who sees every
-    stream), over HTTP; the answers join `results` (searched for leaks too)."""
+    """{url: observation} of every walk of `index_walks` (and SANITY), as staff in every project
+    at once (who sees every stream), over HTTP; the answers join `results` (searched for leaks
+    too)."""
     staff = people["walk-staff"]
     walks = index_walks()
     kinds = {url: kind for kind, guesses in walks.values() for _, *urls in guesses for url in urls}
@@ -1198,9 +1205,9 @@ async def prefix_walk(server, people, results, concurrency=8):
     async with client(server) as c:
 
         async def one(url, kind):
+            # (the API too with staff's session: a token works in one project, the session
+            # in every project at once)
             headers, who = {"Cookie": staff.cookie}, staff.name
-            if kind == "api":
-                headers, who = {"Authorization": f"Bearer {staff.token}"}, f"{staff.name} (token)"
             route = {"api": "api_streams", "admin": "admin:streams_stream_changelist"}
             async with sem:
                 r = await request(c, route.get(kind, "stream_list"), "prefix", who, "GET", url,
