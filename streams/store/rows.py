@@ -118,10 +118,14 @@ def bound_event_values(values, columns):
         column = values[pos::width]
         if not column:
             continue
-        if None in column:
+        try:
+            fits = limit is None or max(map(len, column)) <= limit
+            clean = NUL not in "".join(column)
+        except TypeError:  # (a NULL among them)
             column = [v for v in column if v is not None]
-        fits = limit is None or max(map(len, column), default=0) <= limit
-        if fits and NUL not in "".join(column):
+            fits = limit is None or max(map(len, column), default=0) <= limit
+            clean = NUL not in "".join(column)
+        if fits and clean:
             continue
         for i in range(pos, len(values), width):
             value = values[i]
