@@ -22,7 +22,7 @@ from django.db.models import Q
 
 from streams.core import conf
 from streams.models import Event, Stream
-from streams.store import aggregates
+from streams.store import aggregates, audit
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +82,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                     out["events"] += Event.objects.filter(stream_id__in=ids).delete()[0]
                     # the ORM's delete follows every relation to a stream (findings, capture,
                     # retries, other apps' rows); events went first, by one ranged DELETE
+                    audit.streams_deleted(ids, by="retention")
                     Stream.objects.filter(pk__in=ids).delete()
                 out["streams"] += len(ids)
                 if pause_s:
