@@ -12,7 +12,7 @@ from django.views.i18n import JavaScriptCatalog
 
 from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, exports, feedback, playground, saved, shares, streams
+from dashboard.views import analytics, audit, exports, feedback, playground, saved, shares, streams
 from streams.serve import scrape
 
 
@@ -128,5 +128,7 @@ urlpatterns = [
     path("usage/", analytics.usage, name="usage"),
     path("usage/export.csv", analytics.usage_export, name="usage_export"),
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
+    # who changed what (a project's admins: their project's; staff: every project's)
+    path("audit/", audit.audit, name="audit"),
     path("playground/", include(playground_urls)),
 ]

@@ -86,6 +86,7 @@ RULES = {
     "usage": Rule(USER),
     "usage_export": Rule(USER),  # the usage page's per-model table as CSV
     "admin_analytics": Rule(STAFF),
+    "audit": Rule(USER),  # a project's admins (everyone is their personal project's owner)
     "stream_detail": Rule(OWNER_OR_STAFF),
     "stream_events": Rule(OWNER_OR_STAFF),
     "stream_event": Rule(OWNER_OR_STAFF),
