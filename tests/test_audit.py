@@ -356,3 +356,15 @@ class TestPage:
         assert KEY not in page and "Token created" in page
         for n in range(len(KEY) - 8):
             assert KEY[n : n + 8] not in page
+
+    def test_the_top_bar_links_it_for_whoever_may_read_it_in_dutch_too(self):
+        link = f'href="{reverse("audit")}"'
+        assert link in self.get("admin", project="team").content.decode()
+        assert link in self.get("staff").content.decode()
+        client = Client()
+        client.force_login(self.people["member"])
+        assert link not in client.get(reverse("stream_list"), {"project": "team"}).content.decode()
+        dutch = Client(HTTP_ACCEPT_LANGUAGE="nl")
+        dutch.force_login(self.people["owner"])
+        page = dutch.get(reverse("audit"), {"project": "team"}).content.decode()
+        assert "Auditlog" in page and "Lid toegevoegd" in page and "Member added" not in page
