@@ -3,6 +3,8 @@ from django.core.paginator import Paginator
 from django.db import models
 from django.utils.formats import number_format
 from django.utils.functional import cached_property
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
@@ -358,13 +360,35 @@ class AuditActionFilter(admin.SimpleListFilter):
 @admin.register(AuditEntry)
 class AuditEntryAdmin(LookAndDelete, BigTableAdmin):
     """The audit log, read only: an entry is never written, changed or deleted by hand (it goes
-    with its project)."""
+    with its project). Said as the audit page says it (streams/store/audit.py)."""
 
-    list_display = ("at", "project", "actor_name", "address", "action", "target_label")
+    list_display = ("at", "project", "who", "address", "action_said", "target_label")
     list_filter = (AuditActionFilter, "at")
     list_select_related = ("project",)
-    readonly_fields = [f.name for f in AuditEntry._meta.fields]
-    date_hierarchy = None
+    fields = readonly_fields = (
+        "at", "project", "actor", "who", "address", "action_said", "target_type", "target_id",
+        "target_label", "changes_said",
+    )  # fmt: skip
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    @admin.display(description=_("who"))
+    def who(self, entry):
+        return audit.who_said(entry)
+
+    @admin.display(description=_("action"))
+    def action_said(self, entry):
+        return audit.action_label(entry.action)
+
+    @admin.display(description=_("what changed"))
+    def changes_said(self, entry):
+        return format_html_join(
+            mark_safe("<br>"),
+            "{}: {} → {}",
+            ((c.field, _or_dash(c.before), _or_dash(c.after)) for c in audit.changes_said(entry)),
+        )
+
+
+def _or_dash(value):
+    return "—" if value is None else value

@@ -1298,4 +1298,4 @@ class AuditEntry(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.action} · {self.target_label or self.target_id}"
+        return gettext("audit entry %(id)s") % {"id": self.pk}

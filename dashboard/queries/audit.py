@@ -6,27 +6,15 @@ each field's own name and each value as its field says it."""
 from __future__ import annotations
 
 import dataclasses
-import datetime as dt
 
-from django.core.exceptions import FieldDoesNotExist
 from django.db.models import Q
-from django.utils.translation import gettext_lazy as _
+from django.utils import timezone
 
+from dashboard import dates
 from streams.models import AuditEntry
 from streams.store import audit
 
 PAGE = 50
-
-WHO = {audit.SYSTEM: _("system"), audit.ANONYMOUS: _("anonymous")}
-BY = {"retention": _("retention"), "admin": _("the Django admin")}
-YES_NO = {True: _("yes"), False: _("no")}
-
-
-@dataclasses.dataclass
-class Change:
-    field: str
-    before: object
-    after: object
 
 
 @dataclasses.dataclass
@@ -35,7 +23,7 @@ class Row:
     action: str
     who: str
     command: str  # the command's name when a command made it
-    changes: list[Change]
+    changes: list[audit.Change]
     deleted: dict | None  # a deletion of streams: count, ids, created_at, by
 
 
@@ -75,61 +63,18 @@ def page(found, before=None, size=PAGE):
     return Page([row(e) for e in got], got[-1].pk if more else None)
 
 
+def _moment(value):
+    return dates.write(timezone.localtime(value), "second")
+
+
 def row(entry):
     command = entry.address.removeprefix("command:") if entry.address.startswith("command:") else ""
-    deleted = _deleted(entry.changes) if entry.action == "streams.deleted" else None
-    # (a deleted user keeps their name; "system" and "anonymous" are said in the page's words)
-    who = entry.actor_name if entry.actor_id else WHO.get(entry.actor_name, entry.actor_name)
+    deleted = audit.deletion(entry.changes) if entry.action == "streams.deleted" else None
     return Row(
         entry=entry,
         action=audit.action_label(entry.action),
-        who=who,
+        who=audit.who_said(entry),
         command=command,
-        changes=[] if deleted is not None else _changes(entry),
+        changes=[] if deleted is not None else audit.changes_said(entry, _moment),
         deleted=deleted,
     )
-
-
-def _deleted(changes):
-    def moment(text):
-        try:
-            return dt.datetime.fromisoformat(text)
-        except (TypeError, ValueError):
-            return None
-
-    first, last = (list(changes.get("created_at") or []) + [None, None])[:2]
-    lo, hi = (list(changes.get("ids") or []) + [None, None])[:2]
-    return {
-        "count": changes.get("count", 0),
-        "lo": lo,
-        "hi": hi,
-        "first": moment(first),
-        "last": moment(last),
-        "by": BY.get(changes.get("by"), changes.get("by") or ""),
-    }
-
-
-def _changes(entry):
-    model = audit.model_of(entry.target_type)
-    out = []
-    for name, pair in entry.changes.items():
-        before, after = (list(pair) + [None, None])[:2] if isinstance(pair, list) else (None, pair)
-        field = None
-        if model is not None:
-            try:
-                field = model._meta.get_field(name)
-            except FieldDoesNotExist:
-                field = None
-        label = field.verbose_name if field is not None else name
-        out.append(Change(label, _value(field, before), _value(field, after)))
-    return out
-
-
-def _value(field, value):
-    """A value as the field says it: a choice's name, yes or no; else as recorded."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        return YES_NO[value]
-    choices = dict(getattr(field, "flatchoices", None) or ())
-    return choices.get(value, value)

@@ -33,9 +33,12 @@ import re
 
 from django.apps import apps
 from django.contrib.auth import get_user_model
-from django.db.models import Count, Max, Min, QuerySet
+from django.core.exceptions import FieldDoesNotExist
+from django.db.models import Count, DateTimeField, Max, Min, QuerySet
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
+from django.utils import formats, timezone
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from streams.models import MAX_AUDIT_LABEL_CHARS, AuditEntry, Project, Stream, updating
 from streams.store import known_secrets
@@ -476,3 +479,102 @@ def watch_commands():
 
     audited.audited = True
     BaseCommand.execute = audited
+
+
+# ---- an entry in people's words ------------------------------------------------------------------
+# (the audit page, dashboard/queries/audit.py, and the admin say an entry the same way)
+
+WHO = {SYSTEM: _("system"), ANONYMOUS: _("anonymous")}
+BY = {"retention": _("retention"), "admin": _("the Django admin")}
+YES_NO = {True: _("yes"), False: _("no")}
+
+
+@dataclasses.dataclass
+class Change:
+    field: str
+    before: object
+    after: object
+
+
+def who_said(entry):
+    """Who made the change: a user's name (kept after they are deleted), else the system or
+    anonymous in the reader's language."""
+    if entry.actor_id:
+        return entry.actor_name
+    return WHO.get(entry.actor_name, entry.actor_name)
+
+
+def _local(moment):
+    return formats.localize(timezone.localtime(moment))
+
+
+def changes_said(entry, moment=_local):
+    """[Change] of `entry`: each field by its own name in the reader's language, each value as
+    its field says it (a choice's name, yes or no, a moment by `moment`); a deletion of streams
+    as how many, which ids, created when, by what."""
+    changes = entry.changes if isinstance(entry.changes, dict) else {}
+    if entry.action == "streams.deleted":
+        return _deletion_said(changes, moment)
+    model = model_of(entry.target_type)
+    out = []
+    for name, pair in changes.items():
+        before, after = (list(pair) + [None, None])[:2] if isinstance(pair, list) else (None, pair)
+        field = None
+        if model is not None:
+            try:
+                field = model._meta.get_field(name)
+            except FieldDoesNotExist:
+                field = None
+        label = field.verbose_name if field is not None else name
+        out.append(
+            Change(label, _value_said(field, before, moment), _value_said(field, after, moment))
+        )
+    return out
+
+
+def _moment_of(text):
+    try:
+        return dt.datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def deletion(changes):
+    """A deletion of streams' entry as {count, lo, hi, first, last, by} (moments as datetimes,
+    `by` in the reader's language)."""
+    first, last = (list(changes.get("created_at") or []) + [None, None])[:2]
+    lo, hi = (list(changes.get("ids") or []) + [None, None])[:2]
+    return {
+        "count": changes.get("count", 0),
+        "lo": lo,
+        "hi": hi,
+        "first": _moment_of(first),
+        "last": _moment_of(last),
+        "by": BY.get(changes.get("by"), changes.get("by") or ""),
+    }
+
+
+def _deletion_said(changes, moment):
+    d = deletion(changes)
+    return [
+        Change(pgettext_lazy("how many deleted", "streams"), None, d["count"]),
+        Change("ids", d["lo"], d["hi"]),
+        Change(
+            pgettext_lazy("streams deleted", "created"),
+            d["first"] and moment(d["first"]),
+            d["last"] and moment(d["last"]),
+        ),
+        Change(pgettext_lazy("deleted", "by"), None, d["by"]),
+    ]
+
+
+def _value_said(field, value, moment):
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        return YES_NO[value]
+    if isinstance(field, DateTimeField) and isinstance(value, str):
+        found = _moment_of(value)
+        return value if found is None else moment(found)
+    choices = dict(getattr(field, "flatchoices", None) or ())
+    return choices.get(value, value)

@@ -27,6 +27,7 @@ from dashboard.models import Conversation, SavedView, Turn
 from streams.core.checks import KNOWN_TYPES, Said
 from streams.models import (
     ApiToken,
+    AuditEntry,
     Capture,
     Comment,
     Event,
@@ -61,7 +62,7 @@ ALLOWED = {
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
-    "feedback",
+    "feedback", "project",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
@@ -217,6 +218,8 @@ def recorded_data():
     for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
         values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
+    # the audit log's targets as they were named (a token's name, a price's pattern)
+    values.update(AuditEntry.objects.values_list("target_label", flat=True))
     # scores and comments as given: type names (identifiers, as the API takes them), labels,
     # keys, comments
     values.update(ScoreType.objects.values_list("name", flat=True))
