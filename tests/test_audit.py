@@ -368,3 +368,23 @@ class TestPage:
         dutch.force_login(self.people["owner"])
         page = dutch.get(reverse("audit"), {"project": "team"}).content.decode()
         assert "Auditlog" in page and "Lid toegevoegd" in page and "Member added" not in page
+
+
+# ---- through the ASGI application --------------------------------------------------------------
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_a_request_through_the_asgi_app_is_its_user_and_address(people):
+    # the middleware runs on the event loop, the view in a thread: who is asking crosses over
+    from asgiref.sync import sync_to_async
+
+    from tests.support.clients import session
+
+    stream = await sync_to_async(Stream.objects.create)(
+        user=people.owner, status=Stream.Status.COMPLETED
+    )
+    client = session(people.owner)
+    r = await client.post(reverse("share_create"), {"stream": stream.pk, "expires": "1d"})
+    assert r.status_code == 200
+    made = await sync_to_async(one)("share_link.created")
+    assert (made.actor_id, made.actor_name, made.address) == (people.owner.pk, "owner", "127.0.0.1")
