@@ -66,7 +66,7 @@ def test_every_watched_model_tells_of_its_updates():
 
 
 def test_every_action_an_entry_can_have_has_a_label():
-    possible = {"project.deleted", "streams.deleted"}
+    possible = {"project.deleted", "streams.deleted", "retention.changed"}
     for spec in audit.WATCHED.values():
         possible |= {f"{spec.kind}.{w}" for w in (spec.added, spec.removed, "changed")}
         possible |= {f"{spec.kind}.{word}" for _name, word in spec.special}
@@ -388,3 +388,27 @@ async def test_a_request_through_the_asgi_app_is_its_user_and_address(people):
     assert r.status_code == 200
     made = await sync_to_async(one)("share_link.created")
     assert (made.actor_id, made.actor_name, made.address) == (people.owner.pk, "owner", "127.0.0.1")
+
+
+def test_a_change_of_retention_is_recorded_once_where_it_takes_effect(settings, monkeypatch):
+    from django.core.cache import cache
+
+    cache.clear()
+    monkeypatch.setattr(audit, "_retention_seen", [None])
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 30}
+    retention.prune_if_due()
+    retention.prune(now=NOW)
+    changed = one("retention.changed")
+    assert changed.project_id is None and changed.actor_name == "system"
+    assert changed.changes == {"retain_streams_days": [0.0, 30.0]}
+    # another process, with the same setting: the database says it is recorded
+    monkeypatch.setattr(audit, "_retention_seen", [None])
+    retention.prune(now=NOW)
+    assert len(entries(action="retention.changed")) == 1
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 30, "RETAIN_EVENTS_DAYS": 7}
+    call_command("prune", stdout=io.StringIO())
+    second = entries(action="retention.changed")[-1]
+    assert second.changes == {"retain_events_days": [0.0, 7.0]}
+    assert second.address == "command:prune"
+    said = [(str(c.field), c.before, str(c.after)) for c in audit.changes_said(second)]
+    assert said == [("days events are kept", "for ever", "7")]

@@ -153,6 +153,7 @@ ACTION_LABELS = {
     "share_link.changed": _("Share link changed"),
     "share_link.deleted": _("Share link deleted"),
     "streams.deleted": _("Streams deleted"),
+    "retention.changed": _("Retention changed"),
 }
 ACTIONS = tuple(ACTION_LABELS)
 
@@ -447,6 +448,44 @@ def streams_deleted(streams, by):
               label=str(g["n"]), changes=changes)  # fmt: skip
 
 
+# ---- the retention setting ----------------------------------------------------------------------
+# Retention is the instance's, set in the environment (STREAMSCOPE_RETAIN_EVENTS_DAYS and
+# STREAMSCOPE_RETAIN_STREAMS_DAYS; no model holds it, no page changes it): a change is seen
+# where it takes effect, by the first process that prunes with the new values.
+
+RETENTION_FIELDS = ("retain_events_days", "retain_streams_days")
+_retention_seen = [None]
+
+
+def retention_in_effect(settings):
+    """Record "retention.changed" (the instance's) when `settings`' retention differs from the
+    last one recorded; a process asks its database once, then only when its values change."""
+    now = tuple(float(getattr(settings, name)) for name in RETENTION_FIELDS)
+    if _retention_seen[0] == now:
+        return None
+    last = (
+        AuditEntry.objects.filter(project__isnull=True, action="retention.changed")
+        .order_by("-at", "-pk")
+        .values_list("changes", flat=True)
+        .first()
+    )
+    before = tuple(
+        float((last or {}).get(name, [None, 0.0])[1] or 0.0) for name in RETENTION_FIELDS
+    )
+    _retention_seen[0] = now
+    if before == now:
+        return None
+    # (processes starting together see the same change: one of them records it)
+    from django.core.cache import cache
+
+    if not cache.add("streamscope:audit:retention:" + "-".join(map(str, now)), 1, timeout=300):
+        return None
+    changes = {
+        name: [b, n] for name, b, n in zip(RETENTION_FIELDS, before, now, strict=True) if b != n
+    }
+    return write("retention.changed", target_type="retention", label="", changes=changes)
+
+
 # ---- management commands ------------------------------------------------------------------------
 
 # commands that serve: each request says who it is, and their background work is the system's
@@ -481,7 +520,7 @@ def watch_commands():
     BaseCommand.execute = audited
 
 
-# ---- an entry in people's words ------------------------------------------------------------------
+# ---- an entry in people's words -----------------------------------------------------------------
 # (the audit page, dashboard/queries/audit.py, and the admin say an entry the same way)
 
 WHO = {SYSTEM: _("system"), ANONYMOUS: _("anonymous")}
@@ -515,6 +554,12 @@ def changes_said(entry, moment=_local):
     changes = entry.changes if isinstance(entry.changes, dict) else {}
     if entry.action == "streams.deleted":
         return _deletion_said(changes, moment)
+    if entry.action == "retention.changed":
+        return [
+            Change(RETENTION_LABELS.get(name, name), *(_days(v) for v in (list(pair) + [None])[:2]))
+            for name, pair in changes.items()
+            if isinstance(pair, list)
+        ]
     model = model_of(entry.target_type)
     out = []
     for name, pair in changes.items():
@@ -530,6 +575,20 @@ def changes_said(entry, moment=_local):
             Change(label, _value_said(field, before, moment), _value_said(field, after, moment))
         )
     return out
+
+
+RETENTION_LABELS = {
+    "retain_events_days": _("days events are kept"),
+    "retain_streams_days": _("days streams are kept"),
+}
+
+
+def _days(value):
+    if value is None:
+        return None
+    if not value:
+        return _("for ever")
+    return formats.localize(int(value) if float(value).is_integer() else value)
 
 
 def _moment_of(text):

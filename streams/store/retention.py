@@ -67,6 +67,8 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
     (with `dry_run`, what would be deleted, counted without deleting)."""
     now = now or dt.datetime.now(dt.UTC)
     events_cutoff, streams_cutoff = cutoffs(now)
+    if not dry_run:
+        audit.retention_in_effect(conf.get())
     out = {"streams": 0, "events": 0, "event_streams": 0}
     if streams_cutoff is not None:
         doomed = _streams_due(streams_cutoff)
@@ -121,6 +123,7 @@ def prune_if_due():
     """From the periodic sweep: prune when retention is set and an hour has passed since this
     process last did. A short pause between batches leaves the writer its turn."""
     events_cutoff, streams_cutoff = cutoffs()
+    audit.retention_in_effect(conf.get())  # (retention switched off is a change too)
     if events_cutoff is None and streams_cutoff is None:
         return None
     if time.monotonic() - _last_run[0] < EVERY_S and _last_run[0]:
