@@ -15,6 +15,8 @@ from django.utils.text import slugify
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from streams import fields
+
 # ---------------------------------------------------------------------------------------------
 # What the audit log watches (streams/store/audit.py): Django's save and delete signals see a
 # row's `save()` and `delete()`, not a queryset's `update()` (how a link is revoked, how a
@@ -47,8 +49,8 @@ class Project(models.Model):
     this is (each user gets one the first time they need it, which keeps a user who never
     joins a team exactly as private as before)."""
 
-    name = models.CharField(_("name"), max_length=MAX_PROJECT_NAME_CHARS, unique=True)
-    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    name = fields.CharField(_("name"), max_length=MAX_PROJECT_NAME_CHARS, unique=True)
+    slug = fields.SlugField(_("slug"), max_length=60, unique=True)
     personal_of = models.OneToOneField(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -130,8 +132,8 @@ class Membership(models.Model):
         related_name="memberships",
         verbose_name=_("user"),
     )
-    role = models.CharField(_("role"), max_length=10, choices=Role.choices)
-    origin = models.CharField(
+    role = fields.CharField(_("role"), max_length=10, choices=Role.choices)
+    origin = fields.CharField(
         _("origin"), max_length=10, choices=Origin.choices, default=Origin.HAND
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
@@ -195,8 +197,6 @@ class Stream(models.Model):
 
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 
-    objects = StreamQuerySet.as_manager()
-
     # The pages' one name for each source (the filters' choices, the tables' `source_label`,
     # static/js through the vocabulary).
     class Source(models.TextChoices):
@@ -212,19 +212,19 @@ class Stream(models.Model):
         verbose_name=_("user"),
     )
     project = _project_field(related_name="streams")
-    source = models.CharField(
+    source = fields.CharField(
         _("source"), max_length=10, choices=Source.choices, default=Source.LIVE
     )
-    status = models.CharField(
+    status = fields.CharField(
         _("status"), max_length=12, choices=Status.choices, default=Status.PENDING
     )
 
     # The request. The API key is never part of it (it travels in a header only).
-    request_body = models.JSONField(_("request body"), default=dict)
-    requested_model = models.CharField(_("requested model"), max_length=100, blank=True)
-    scenario = models.CharField(_("scenario"), max_length=50, blank=True)
-    prompt = models.TextField(_("prompt"), blank=True)  # the last user input, for search and lists
-    upstream_url = models.CharField(_("upstream URL"), max_length=300, blank=True)
+    request_body = fields.JSONField(_("request body"), default=dict)
+    requested_model = fields.CharField(_("requested model"), max_length=100, blank=True)
+    scenario = fields.CharField(_("scenario"), max_length=50, blank=True)
+    prompt = fields.TextField(_("prompt"), blank=True)  # the last user input, for search and lists
+    upstream_url = fields.CharField(_("upstream URL"), max_length=300, blank=True)
 
     # Retries: each attempt is its own row, linked to the first.
     attempt = models.PositiveSmallIntegerField(_("attempt"), default=1)
@@ -238,29 +238,29 @@ class Stream(models.Model):
     )
 
     # Response metadata.
-    upstream_id = models.CharField(_("upstream id"), max_length=200, blank=True)
-    resolved_model = models.CharField(_("resolved model"), max_length=100, blank=True)
-    routing_category = models.CharField(_("routing category"), max_length=50, blank=True)
-    routing_source = models.CharField(_("routing source"), max_length=50, blank=True)
-    routing_reasoning = models.TextField(_("routing reasoning"), blank=True)
+    upstream_id = fields.CharField(_("upstream id"), max_length=200, blank=True)
+    resolved_model = fields.CharField(_("resolved model"), max_length=100, blank=True)
+    routing_category = fields.CharField(_("routing category"), max_length=50, blank=True)
+    routing_source = fields.CharField(_("routing source"), max_length=50, blank=True)
+    routing_reasoning = fields.TextField(_("routing reasoning"), blank=True)
     http_status = models.PositiveSmallIntegerField(_("HTTP status"), null=True, blank=True)
-    content_type = models.CharField(_("content type"), max_length=200, blank=True)
-    error_code = models.CharField(_("error code"), max_length=100, blank=True)
-    error_message = models.TextField(_("error message"), blank=True)
+    content_type = fields.CharField(_("content type"), max_length=200, blank=True)
+    error_code = fields.CharField(_("error code"), max_length=100, blank=True)
+    error_message = fields.TextField(_("error message"), blank=True)
 
     # Wall clock, for display and time filters.
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
-    runner = models.CharField(
+    runner = fields.CharField(
         _("runner"), max_length=120, blank=True
     )  # host:pid:boot of the process
 
     # Whose clock stamped this attempt's receipt times (docs/measurement.md): the kernel's
     # (SO_TIMESTAMPNS, plain TCP) or the event loop's callback (TLS, other platforms, or
     # STREAMSCOPE_RECEIPT_CLOCK=loop); blank when no request went out (imports, early failures).
-    receipt_clock = models.CharField(
+    receipt_clock = fields.CharField(
         _("receipt clock"),
         max_length=10,
         blank=True,
@@ -292,23 +292,23 @@ class Stream(models.Model):
     # output-bearing delta events (not tokens: a delta may carry several)
     output_deltas = models.PositiveIntegerField(_("output deltas"), default=0)
     bytes_received = models.BigIntegerField(_("bytes received"), default=0)
-    final_text = models.TextField(
+    final_text = fields.TextField(
         _("final text"), blank=True
     )  # from the terminal event, when it has one
-    output_text = models.TextField(_("output text"), blank=True)  # reassembled from the deltas
+    output_text = fields.TextField(_("output text"), blank=True)  # reassembled from the deltas
     # What a search finds besides the prompt, output and error (streams/store/search.py), stored
     # redacted: it is the search's own, made of the request and the parts, which keep it all.
-    search_other = models.TextField(_("other searchable text"), blank=True)
+    search_other = fields.TextField(_("other searchable text"), blank=True)
     # What the search index reads instead of the prompt, output and error: each with every
     # secret taken out, kept only where that changed something (NULL: the column itself), and
     # when they were derived (ns since the epoch). NULL there: not derived since an indexed
     # column last changed, and the index holds nothing of the row (streams/store/search.py).
     # (NULL, not "": a copy is not the empty text, and a nullable column is added in place.)
-    search_prompt = models.TextField(_("prompt as searched"), null=True, blank=True)  # noqa: DJ001
-    search_output = models.TextField(_("output as searched"), null=True, blank=True)  # noqa: DJ001
-    search_error = models.TextField(_("error as searched"), null=True, blank=True)  # noqa: DJ001
+    search_prompt = fields.TextField(_("prompt as searched"), null=True, blank=True)  # noqa: DJ001
+    search_output = fields.TextField(_("output as searched"), null=True, blank=True)  # noqa: DJ001
+    search_error = fields.TextField(_("error as searched"), null=True, blank=True)  # noqa: DJ001
     search_derived_ns = models.BigIntegerField(_("search text derived (ns)"), null=True, blank=True)
-    parts = models.JSONField(
+    parts = fields.JSONField(
         _("output parts"), default=list, blank=True
     )  # reassembled output items and parts
     findings_count = models.PositiveIntegerField(_("findings"), default=0)
@@ -322,8 +322,8 @@ class Stream(models.Model):
     proxy_added_p50_ms = models.FloatField(_("proxy added p50 (ms)"), null=True, blank=True)
     proxy_added_p99_ms = models.FloatField(_("proxy added p99 (ms)"), null=True, blank=True)
     # What the client said about the request (X-Streamscope-Tags / -Session headers).
-    tags = models.JSONField(_("tags"), default=list, blank=True)
-    session = models.CharField(_("session"), max_length=200, blank=True)
+    tags = fields.JSONField(_("tags"), default=list, blank=True)
+    session = fields.CharField(_("session"), max_length=200, blank=True)
     # Retention (streams/store/retention.py): when this stream's events were deleted; the row, its
     # metrics and findings stay, and the timeline says the events are gone.
     events_pruned_at = models.DateTimeField(_("events pruned at"), null=True, blank=True)
@@ -340,14 +340,16 @@ class Stream(models.Model):
     total_tokens = models.BigIntegerField(_("total tokens"), null=True, blank=True)
     cached_input_tokens = models.BigIntegerField(_("cached input tokens"), null=True, blank=True)
     reasoning_tokens = models.BigIntegerField(_("reasoning tokens"), null=True, blank=True)
-    usage_source = models.CharField(
+    usage_source = fields.CharField(
         _("usage source"), max_length=10, blank=True, choices=UsageSource.choices
     )
     # Cost (streams/store/prices.py), fixed when the stream finished at the price valid at its
     # start: nano-units (10⁻⁹) of `cost_currency`; None = no price (never 0 for "unknown").
     cost_nanos = models.BigIntegerField(_("cost (nano-units)"), null=True, blank=True)
-    cost_currency = models.CharField(_("cost currency"), max_length=3, blank=True)
-    price_ref = models.CharField(_("price used"), max_length=200, blank=True)
+    cost_currency = fields.CharField(_("cost currency"), max_length=3, blank=True)
+    price_ref = fields.CharField(_("price used"), max_length=200, blank=True)
+
+    objects = StreamQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("stream")
@@ -505,14 +507,14 @@ class Event(models.Model):
         _("received (µs)"), null=True
     )  # monotonic µs since the stream started
     received_at = models.DateTimeField(_("received at"), null=True)
-    event_name = models.CharField(_("event name"), max_length=200, blank=True)  # the `event:` field
-    sse_id = models.CharField(_("SSE id"), max_length=200, blank=True)  # the `id:` field
-    type = models.CharField(_("type"), max_length=200, blank=True)
+    event_name = fields.CharField(_("event name"), max_length=200, blank=True)  # the `event:` field
+    sse_id = fields.CharField(_("SSE id"), max_length=200, blank=True)  # the `id:` field
+    type = fields.CharField(_("type"), max_length=200, blank=True)
     sequence_number = models.BigIntegerField(_("sequence number"), null=True)
     output_index = models.IntegerField(_("output index"), null=True)
     content_index = models.IntegerField(_("content index"), null=True)
     is_json = models.BooleanField(_("valid JSON"), default=True)
-    data = models.TextField(_("data"))
+    data = fields.TextField(_("data"))
     # The undecoded bytes, kept only when the data was not valid UTF-8 (nothing is lost).
     raw = models.BinaryField(_("raw bytes"), null=True)
     # Proxied streams: µs since the stream started when the event's bytes were handed to the
@@ -542,16 +544,16 @@ class Finding(models.Model):
     stream = models.ForeignKey(
         Stream, on_delete=models.CASCADE, related_name="findings", verbose_name=_("stream")
     )
-    code = models.CharField(_("code"), max_length=50)
-    severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices)
+    code = fields.CharField(_("code"), max_length=50)
+    severity = fields.CharField(_("severity"), max_length=10, choices=Severity.choices)
     event_index = models.IntegerField(_("event index"), null=True)
-    expected = models.TextField(_("expected"), blank=True)
-    got = models.TextField(_("got"), blank=True)
-    detail = models.TextField(_("detail"), blank=True)
+    expected = fields.TextField(_("expected"), blank=True)
+    got = fields.TextField(_("got"), blank=True)
+    detail = fields.TextField(_("detail"), blank=True)
     # which of expected, got and detail are the checker's own words, as phrases with their data
     # (checks.Said: {field: {"key", "params"}}), so a page says them in its language; the
     # English above stays what the API and exports serve. {}: a row from before, shown as stored
-    said = models.JSONField(_("explanation"), default=dict, blank=True)
+    said = fields.JSONField(_("explanation"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("finding")
@@ -572,7 +574,7 @@ class Capture(models.Model):
     stream = models.OneToOneField(
         Stream, on_delete=models.CASCADE, related_name="capture", verbose_name=_("stream")
     )
-    filename = models.CharField(_("file name"), max_length=300)
+    filename = fields.CharField(_("file name"), max_length=300)
     content = models.BinaryField(_("content"))
 
     class Meta:
@@ -599,18 +601,18 @@ class ImportJob(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
     )
     project = _project_field(related_name="import_jobs")
-    status = models.CharField(
+    status = fields.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
     )
-    model = models.CharField(
+    model = fields.CharField(
         _("requested model"), max_length=100, blank=True
     )  # the requested model, when given
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     # when someone last looked at its progress: a job nobody watches is cancelled
     polled_at = models.DateTimeField(_("polled at"), auto_now_add=True)
-    cancel_reason = models.CharField(_("cancel reason"), max_length=100, blank=True)
-    error = models.TextField(_("error"), blank=True)
+    cancel_reason = fields.CharField(_("cancel reason"), max_length=100, blank=True)
+    error = fields.TextField(_("error"), blank=True)
 
     class Meta:
         verbose_name = _("import job")
@@ -640,20 +642,20 @@ class ImportFile(models.Model):
         ImportJob, on_delete=models.CASCADE, related_name="files", verbose_name=_("import job")
     )
     position = models.PositiveIntegerField(_("position"))
-    filename = models.CharField(_("file name"), max_length=300)
+    filename = fields.CharField(_("file name"), max_length=300)
     size = models.PositiveBigIntegerField(_("size (bytes)"))
     content = models.BinaryField(
         _("content")
     )  # emptied once imported (the Capture rows keep the bytes)
-    status = models.CharField(
+    status = fields.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
     )
-    error = models.TextField(_("error"), blank=True)  # in English, as every stored text
+    error = fields.TextField(_("error"), blank=True)  # in English, as every stored text
     # The importer's reason for `error` as a code and its parameters (`importer.CaptureError`:
     # {"code": "empty", "params": {}}), which the import page says in its own language; null
     # for other errors and for rows from before it was kept (the page shows `error` then).
-    error_reason = models.JSONField(_("error reason"), null=True, blank=True)
-    stream_ids = models.JSONField(_("stream ids"), default=list)
+    error_reason = fields.JSONField(_("error reason"), null=True, blank=True)
+    stream_ids = fields.JSONField(_("stream ids"), default=list)
 
     class Meta:
         verbose_name = _("import file")
@@ -671,9 +673,9 @@ class ApiToken(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
     )
     project = _project_field(related_name="tokens")
-    name = models.CharField(_("name"), max_length=100, blank=True)
-    digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
-    prefix = models.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
+    name = fields.CharField(_("name"), max_length=100, blank=True)
+    digest = fields.CharField(_("SHA-256 digest"), max_length=64, unique=True)
+    prefix = fields.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
     revoked = models.BooleanField(_("revoked"), default=False)
@@ -710,8 +712,8 @@ class SealedSecret(models.Model):
     in clear: `sealed` is the key encrypted under a key derived from SECRET_KEY, `fingerprint`
     an HMAC of it (streams/store/sealed.py; docs/security.md says why not fingerprints alone)."""
 
-    fingerprint = models.CharField(_("fingerprint"), max_length=64, unique=True)
-    sealed = models.TextField(_("sealed key"))
+    fingerprint = fields.CharField(_("fingerprint"), max_length=64, unique=True)
+    sealed = fields.TextField(_("sealed key"))
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -728,7 +730,7 @@ class SweptSecret(models.Model):
     `maintain`): a pass-through key first forwarded, or a configured key changed, after rows
     holding it were indexed."""
 
-    fingerprint = models.CharField(_("fingerprint"), max_length=64, unique=True)
+    fingerprint = fields.CharField(_("fingerprint"), max_length=64, unique=True)
     swept_at = models.DateTimeField(_("swept at"), auto_now_add=True)
 
     class Meta:
@@ -760,12 +762,12 @@ class _Rollup(models.Model):
     (each part of every rollup's key, `rollup_key`), and the count."""
 
     span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    tag = fields.CharField(_("tag"), max_length=MAX_TAG_CHARS)
     t = models.BigIntegerField(_("period start (epoch s)"))
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
+    resolved_model = fields.CharField(_("resolved model"), max_length=100)
+    source = fields.CharField(_("source"), max_length=10)
     user_key = models.BigIntegerField(_("user key"))
-    status = models.CharField(_("status"), max_length=12)
+    status = fields.CharField(_("status"), max_length=12)
     n = models.BigIntegerField(_("count"), default=0)
 
     VALUES = ("n",)  # the base's fields that add up; the others are dimensions
@@ -793,8 +795,8 @@ class UsageRollup(_Rollup):
     """Counts and sums of finished streams per period and (models, source, user, status,
     error code): what every table row, rate, mean and the admin totals add up from."""
 
-    requested_model = models.CharField(_("requested model"), max_length=100)
-    error_code = models.CharField(_("error code"), max_length=100)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
+    error_code = fields.CharField(_("error code"), max_length=100)
     ttft_n = models.BigIntegerField(_("TTFT count"), default=0)
     ttft_sum_ns = models.BigIntegerField(_("TTFT sum (ns)"), default=0)
     itl_n = models.BigIntegerField(_("inter-token count"), default=0)
@@ -852,7 +854,7 @@ class HistogramRollup(_Rollup):
 
     metric = models.SmallIntegerField(_("metric"))
     full = models.BooleanField(_("per source and user"))
-    requested_model = models.CharField(_("requested model"), max_length=100)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
     bucket = models.SmallIntegerField(_("bucket"))
 
     pk = rollup_key(
@@ -878,8 +880,8 @@ class RoutingRollup(_Rollup):
     """Requests with `model: "auto"` per period, chosen model, source, user, the router's
     category and source, and the stream's status (the routing page's matrix and sources)."""
 
-    routing_category = models.CharField(_("routing category"), max_length=50)
-    routing_source = models.CharField(_("routing source"), max_length=50)
+    routing_category = fields.CharField(_("routing category"), max_length=50)
+    routing_source = fields.CharField(_("routing source"), max_length=50)
 
     pk = rollup_key(
         "span",
@@ -903,9 +905,9 @@ class FindingRollup(_Rollup):
     and the stream's status (admin analytics' findings table, the routing page's
     pinned-routing count)."""
 
-    code = models.CharField(_("code"), max_length=50)
-    severity = models.CharField(_("severity"), max_length=10)
-    requested_model = models.CharField(_("requested model"), max_length=100)
+    code = fields.CharField(_("code"), max_length=50)
+    severity = fields.CharField(_("severity"), max_length=10)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
 
     pk = rollup_key(
         "span",
@@ -934,7 +936,7 @@ class Price(models.Model):
         EUR = "EUR", "EUR"
         USD = "USD", "USD"
 
-    model_pattern = models.CharField(
+    model_pattern = fields.CharField(
         _("model pattern"),
         max_length=100,
         help_text=_("A model id, or a pattern with * (gpt-4o*); case is ignored."),
@@ -942,7 +944,7 @@ class Price(models.Model):
     effective_from = models.DateTimeField(
         _("effective from"), help_text=_("Streams that started from this moment on.")
     )
-    currency = models.CharField(
+    currency = fields.CharField(
         _("currency"), max_length=3, choices=Currency.choices, default=Currency.EUR
     )
     input_per_million = models.DecimalField(_("input per million"), max_digits=14, decimal_places=6)
@@ -965,7 +967,7 @@ class Price(models.Model):
         blank=True,
         help_text=_("Empty: the output price."),
     )
-    note = models.CharField(_("note"), max_length=200, blank=True)
+    note = fields.CharField(_("note"), max_length=200, blank=True)
     # none: the instance's own price, for every project
     project = _project_field(related_name="prices")
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -1039,13 +1041,13 @@ class ScoreType(models.Model):
 
     # none: the instance's, offered in every project (thumbs)
     project = _project_field(related_name="score_types")
-    name = models.SlugField(_("name"), max_length=50)
-    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
+    name = fields.SlugField(_("name"), max_length=50)
+    kind = fields.CharField(_("kind"), max_length=12, choices=Kind.choices)
     minimum = models.FloatField(_("minimum"), default=0)
     maximum = models.FloatField(_("maximum"), default=1)
     # [{"label": "wrong", "value": 0}, …] for a categorical type
-    categories = models.JSONField(_("categories"), default=list, blank=True)
-    description = models.CharField(_("description"), max_length=300, blank=True)
+    categories = fields.JSONField(_("categories"), default=list, blank=True)
+    description = fields.CharField(_("description"), max_length=300, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
@@ -1098,8 +1100,8 @@ class Score(models.Model):
         ScoreType, on_delete=models.PROTECT, related_name="scores", verbose_name=_("score type")
     )
     value = models.FloatField(_("value"))
-    label = models.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
-    comment = models.TextField(_("comment"), max_length=MAX_COMMENT_CHARS, blank=True)
+    label = fields.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
+    comment = fields.TextField(_("comment"), max_length=MAX_COMMENT_CHARS, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -1107,8 +1109,8 @@ class Score(models.Model):
         on_delete=models.SET_NULL,
         verbose_name=_("author"),
     )
-    source = models.CharField(_("source"), max_length=10, choices=Source.choices)
-    key = models.CharField(_("key"), max_length=MAX_SCORE_KEY_CHARS, blank=True)
+    source = fields.CharField(_("source"), max_length=10, choices=Source.choices)
+    key = fields.CharField(_("key"), max_length=MAX_SCORE_KEY_CHARS, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -1141,7 +1143,7 @@ class Comment(models.Model):
     stream = models.ForeignKey(
         Stream, on_delete=models.CASCADE, related_name="comments", verbose_name=_("stream")
     )
-    text = models.TextField(_("text"), max_length=MAX_COMMENT_CHARS)
+    text = fields.TextField(_("text"), max_length=MAX_COMMENT_CHARS)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -1149,7 +1151,7 @@ class Comment(models.Model):
         on_delete=models.SET_NULL,
         verbose_name=_("author"),
     )
-    source = models.CharField(_("source"), max_length=10, choices=Score.Source.choices)
+    source = fields.CharField(_("source"), max_length=10, choices=Score.Source.choices)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -1170,7 +1172,7 @@ class ScoreRollup(_Rollup):
     scores per model; kept when retention deletes the streams)."""
 
     score_type = models.BigIntegerField(_("score type"))
-    requested_model = models.CharField(_("requested model"), max_length=100)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
     sum_milli = models.BigIntegerField(_("sum of values (thousandths)"), default=0)
     positive = models.BigIntegerField(_("positive"), default=0)
 
@@ -1213,8 +1215,8 @@ class ShareLink(models.Model):
         related_name="share_links",
         verbose_name=_("stream"),
     )
-    session = models.CharField(_("session"), max_length=200, blank=True)
-    digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
+    session = fields.CharField(_("session"), max_length=200, blank=True)
+    digest = fields.CharField(_("SHA-256 digest"), max_length=64, unique=True)
     anyone = models.BooleanField(_("anyone with the link"), default=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"))
@@ -1275,17 +1277,17 @@ class AuditEntry(models.Model):
         related_name="+",
         verbose_name=_("actor"),
     )
-    actor_name = models.CharField(_("actor's name"), max_length=150, blank=True)
+    actor_name = fields.CharField(_("actor's name"), max_length=150, blank=True)
     at = models.DateTimeField(_("at"))
     # the client's address, "command:<name>" for a management command, "" for the system
-    address = models.CharField(_("from"), max_length=100, blank=True)
-    action = models.CharField(_("action"), max_length=40)
-    target_type = models.CharField(_("target type"), max_length=40, blank=True)
-    target_id = models.CharField(_("target id"), max_length=64, blank=True)
-    target_label = models.CharField(_("target"), max_length=MAX_AUDIT_LABEL_CHARS, blank=True)
+    address = fields.CharField(_("from"), max_length=100, blank=True)
+    action = fields.CharField(_("action"), max_length=40)
+    target_type = fields.CharField(_("target type"), max_length=40, blank=True)
+    target_id = fields.CharField(_("target id"), max_length=64, blank=True)
+    target_label = fields.CharField(_("target"), max_length=MAX_AUDIT_LABEL_CHARS, blank=True)
     # {field: [before, after]} for a change of a row (never a secret, values redacted and
     # cut); a deletion of streams says how many and which (streams/store/audit.py)
-    changes = models.JSONField(_("changes"), default=dict, blank=True)
+    changes = fields.JSONField(_("changes"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("audit entry")
