@@ -556,14 +556,13 @@ def changes_said(entry, moment=_local):
         return _deletion_said(changes, moment)
     if entry.action == "retention.changed":
         return [
-            Change(RETENTION_LABELS.get(name, name), *(_days(v) for v in (list(pair) + [None])[:2]))
+            Change(RETENTION_LABELS.get(name, name), *(_days(v) for v in _pair(pair)))
             for name, pair in changes.items()
-            if isinstance(pair, list)
         ]
     model = model_of(entry.target_type)
     out = []
     for name, pair in changes.items():
-        before, after = (list(pair) + [None, None])[:2] if isinstance(pair, list) else (None, pair)
+        before, after = _pair(pair)
         field = None
         if model is not None:
             try:
@@ -586,6 +585,8 @@ RETENTION_LABELS = {
 def _days(value):
     if value is None:
         return None
+    if not isinstance(value, int | float):  # (not what this action writes: as recorded)
+        return value
     if not value:
         return _("for ever")
     return formats.localize(int(value) if float(value).is_integer() else value)
@@ -601,16 +602,24 @@ def _moment_of(text):
 def deletion(changes):
     """A deletion of streams' entry as {count, lo, hi, first, last, by} (moments as datetimes,
     `by` in the reader's language)."""
-    first, last = (list(changes.get("created_at") or []) + [None, None])[:2]
-    lo, hi = (list(changes.get("ids") or []) + [None, None])[:2]
+    changes = changes if isinstance(changes, dict) else {}
+    first, last = _pair(changes.get("created_at"))
+    lo, hi = _pair(changes.get("ids"))
     return {
-        "count": changes.get("count", 0),
+        "count": count if isinstance(count := changes.get("count"), int) else 0,
         "lo": lo,
         "hi": hi,
         "first": _moment_of(first),
         "last": _moment_of(last),
         "by": BY.get(changes.get("by"), changes.get("by") or ""),
     }
+
+
+def _pair(value):
+    """[before, after] as recorded, or (None, value) for anything else."""
+    if isinstance(value, list):
+        return tuple((value + [None, None])[:2])
+    return None, value
 
 
 def _deletion_said(changes, moment):

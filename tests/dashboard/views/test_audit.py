@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
+from django.utils import timezone
 
 from streams.access import shares
 from streams.models import ApiToken, AuditEntry, Membership, Project, ShareLink, Stream
@@ -124,3 +125,15 @@ class TestPage:
         dutch.force_login(self.people["owner"])
         page = dutch.get(reverse("audit"), {"project": "team"}).content.decode()
         assert "Auditlog" in page and "Lid toegevoegd" in page and "Member added" not in page
+
+    def test_an_entry_of_an_unexpected_shape_is_shown_not_a_500(self):
+        for action, changes in (
+            ("streams.deleted", {"count": "many", "ids": 3, "created_at": ["x", None]}),
+            ("retention.changed", {"retain_streams_days": "soon"}),
+            ("membership.changed", ["no", "dict"]),
+        ):
+            AuditEntry.objects.create(
+                project=self.team, action=action, changes=changes, at=timezone.now()
+            )
+        r = self.get("owner", project="team")
+        assert r.status_code == 200 and r.content.decode().count('class="audit-entry"') == 8

@@ -261,3 +261,18 @@ def test_a_change_of_retention_is_recorded_once_where_it_takes_effect(settings, 
     assert second.address == "command:prune"
     said = [(str(c.field), c.before, str(c.after)) for c in audit.changes_said(second)]
     assert said == [("days events are kept", "for ever", "7")]
+
+
+def test_an_entry_of_an_unexpected_shape_is_said_as_recorded():
+    # (an entry written by an older or newer version: the page shows it, never a 500)
+    odd = [
+        AuditEntry(action="retention.changed", changes={"name": [None, "x"], "n": "y"}),
+        AuditEntry(action="streams.deleted", changes={"count": "many", "ids": 3}),
+        AuditEntry(action="token.changed", target_type="token", changes=["not", "a", "dict"]),
+        AuditEntry(action="price.changed", target_type="price", changes={"gone_field": [1, 2]}),
+    ]
+    said = [[(str(c.field), c.before, c.after) for c in audit.changes_said(e)] for e in odd]
+    assert said[0] == [("name", None, "x"), ("n", None, "y")]
+    assert said[1][0][2] == 0  # (a count the page can say)
+    assert said[2] == []
+    assert said[3] == [("gone_field", 1, 2)]
