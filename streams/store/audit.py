@@ -34,7 +34,16 @@ import re
 from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.core.exceptions import FieldDoesNotExist
-from django.db.models import Count, DateTimeField, Max, Min, QuerySet
+from django.db.models import (
+    Count,
+    DateTimeField,
+    DecimalField,
+    FloatField,
+    IntegerField,
+    Max,
+    Min,
+    QuerySet,
+)
 from django.db.models.signals import post_delete, post_save, pre_delete, pre_save
 from django.utils import formats, timezone
 from django.utils.translation import gettext_lazy as _
@@ -257,10 +266,30 @@ def _changes(model, before, after):
             continue
         if name not in before and not _said(fields[name], after[name]):
             continue
+        if name not in before and name == "project":  # (a new row's: the entry's own)
+            continue
+        field = fields[name]
+        if field.is_relation:  # who or what it points at, by name (an id says little later)
+            old, new = _named(field, old), _named(field, new)
         out[name] = [old if name in before else None, new]
         if len(out) >= MAX_FIELDS:
             break
     return out
+
+
+def _named(field, pk):
+    """The label of the row `pk` of `field`'s model (a user's name, a project's), else `pk`."""
+    if pk is None:
+        return None
+    related = field.related_model
+    if related is get_user_model():
+        name = related._base_manager.filter(pk=pk).values_list(related.USERNAME_FIELD, flat=True)
+        return plain(name.first() or pk)
+    if related is Project:
+        return plain(
+            Project._base_manager.filter(pk=pk).values_list("name", flat=True).first() or pk
+        )
+    return pk
 
 
 def _action(spec, changes):
@@ -445,7 +474,7 @@ def streams_deleted(streams, by):
             "by": by,
         }
         write("streams.deleted", project_id=g["project_id"], target_type="streams",
-              label=str(g["n"]), changes=changes)  # fmt: skip
+              changes=changes)  # fmt: skip
 
 
 # ---- the retention setting ----------------------------------------------------------------------
@@ -645,4 +674,11 @@ def _value_said(field, value, moment):
         found = _moment_of(value)
         return value if found is None else moment(found)
     choices = dict(getattr(field, "flatchoices", None) or ())
-    return choices.get(value, value)
+    if value in choices:
+        return choices[value]
+    if isinstance(field, DecimalField | FloatField | IntegerField) and not field.is_relation:
+        try:  # a figure in the reader's form ("2,5"; grouped as every figure of the pages)
+            return formats.number_format(decimal.Decimal(str(value)), force_grouping=True)
+        except (decimal.InvalidOperation, ValueError):
+            return value
+    return value

@@ -85,7 +85,8 @@ def test_a_membership_is_recorded_with_who_from_where_and_what(alice, team):
     )  # fmt: skip
     assert (added.target_type, added.target_label) == ("membership", "bob")
     assert added.changes["role"] == [None, "viewer"]
-    assert added.changes["user"] == [None, bob.pk]
+    assert added.changes["user"] == [None, "bob"]  # (by name: an id says little later)
+    assert "project" not in added.changes  # (the entry's own)
     changed = one("membership.role_changed")
     assert changed.changes == {"role": ["viewer", "admin"]}
     removed = one("membership.removed")
@@ -276,3 +277,17 @@ def test_an_entry_of_an_unexpected_shape_is_said_as_recorded():
     assert said[1][0][2] == 0  # (a count the page can say)
     assert said[2] == []
     assert said[3] == [("gone_field", 1, 2)]
+
+
+def test_figures_are_said_in_the_readers_form(team):
+    from django.utils import translation
+
+    with audit.acting(HERE):
+        Price.objects.create(
+            model_pattern="m*", effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+            input_per_million=Decimal("1234.5"), output_per_million=2, project=team,
+        )  # fmt: skip
+    entry = one("price.created")
+    with translation.override("nl"):
+        said = {str(c.field): c.after for c in audit.changes_said(entry)}
+    assert said["input per miljoen"] == "1\u202f234,5"  # (docs/i18n.md: a narrow no-break space)
