@@ -311,14 +311,22 @@ def _project_id(instance):
 _deleting = contextvars.ContextVar("streamscope_audit_deleting", default=(frozenset(), frozenset()))
 
 
-def write(action, *, project_id=None, target_type="", target_id="", label="", changes=None):
-    """One entry, by the current actor, now (in the caller's transaction: a change rolled back
-    takes its entry with it)."""
+def write(action, **kwargs):
+    """One entry (`entry`'s keywords), by the current actor, now, in the caller's transaction:
+    a change rolled back takes its entry with it."""
+    made = entry(action, **kwargs)
+    if made is not None:
+        made.save(force_insert=True)
+    return made
+
+
+def entry(action, *, project_id=None, target_type="", target_id="", label="", changes=None):
+    """An unsaved entry by the current actor, now; None for a project being deleted."""
     actor = current_actor()
     projects, users = _deleting.get()
     if project_id in projects:
         return None
-    return AuditEntry.objects.create(
+    return AuditEntry(
         project_id=project_id,
         actor_id=None if actor.user_id in users else actor.user_id,
         actor_name=actor.name[:150],
@@ -453,28 +461,60 @@ def streams_deleted(streams, by):
     """One entry per project for streams about to be deleted (a queryset of them, or their
     ids), in the caller's transaction: how many, and the range of their ids and creation
     times. `by` says which mechanism deletes ("retention", "admin"); the actor says who."""
-    if not isinstance(streams, QuerySet):
-        streams = Stream.objects.filter(pk__in=list(streams))
-    groups = (
-        streams.order_by()
-        .values("project_id")
-        .annotate(
-            n=Count("pk"),
-            lo=Min("pk"),
-            hi=Max("pk"),
-            first=Min("created_at"),
-            last=Max("created_at"),
-        )  # fmt: skip
-    )
-    for g in groups:
-        changes = {
-            "count": g["n"],
-            "ids": [g["lo"], g["hi"]],
-            "created_at": [plain(g["first"]), plain(g["last"])],
-            "by": by,
-        }
-        write("streams.deleted", project_id=g["project_id"], target_type="streams",
-              changes=changes)  # fmt: skip
+    Deletions(by).add(streams)
+
+
+class Deletions:
+    """The entries of a run of batches that delete streams (a prune): one per project for the
+    whole run, not one per batch and project (a batch's streams are of every project at once:
+    at 50 projects, a million streams deleted would be 250,000 entries). Each batch brings its
+    projects' entries up to date in the batch's own transaction (`add`, before it deletes), so
+    a batch that commits is in the log, and one rolled back is not: two statements a batch."""
+
+    def __init__(self, by):
+        self.by = by
+        self.entries = {}  # project id -> its saved entry
+
+    def add(self, streams):
+        if not isinstance(streams, QuerySet):
+            streams = Stream.objects.filter(pk__in=list(streams))
+        groups = (
+            streams.order_by()
+            .values("project_id")
+            .annotate(
+                n=Count("pk"),
+                lo=Min("pk"),
+                hi=Max("pk"),
+                first=Min("created_at"),
+                last=Max("created_at"),
+            )  # fmt: skip
+        )
+        new, grown = [], []
+        for g in groups:
+            found = self.entries.get(g["project_id"])
+            if found is None:
+                made = entry("streams.deleted", project_id=g["project_id"],
+                             target_type="streams", changes=self._changes(g))  # fmt: skip
+                if made is not None:
+                    new.append(made)
+                continue
+            found.changes = self._changes(g, found.changes)
+            grown.append(found)
+        if new:
+            AuditEntry.objects.bulk_create(new)
+            self.entries.update((e.project_id, e) for e in new)
+        if grown:
+            AuditEntry.objects.bulk_update(grown, ["changes"])
+
+    def _changes(self, g, was=None):
+        n, lo, hi = g["n"], g["lo"], g["hi"]
+        first, last = plain(g["first"]), plain(g["last"])
+        if was:
+            n += was["count"]
+            lo, hi = min(lo, was["ids"][0]), max(hi, was["ids"][1])
+            first = min(first, was["created_at"][0], key=_moment_of)
+            last = max(last, was["created_at"][1], key=_moment_of)
+        return {"count": n, "ids": [lo, hi], "created_at": [first, last], "by": self.by}
 
 
 # ---- the retention setting ----------------------------------------------------------------------

@@ -76,6 +76,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
             out["streams"] = doomed.count()
             out["events"] += Event.objects.filter(stream__in=doomed).count()
         else:
+            deleted = audit.Deletions(by="retention")  # (one entry per project for the run)
             while True:
                 ids = list(doomed.order_by("created_at").values_list("pk", flat=True)[:batch])
                 if not ids:
@@ -84,7 +85,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                     out["events"] += Event.objects.filter(stream_id__in=ids).delete()[0]
                     # the ORM's delete follows every relation to a stream (findings, capture,
                     # retries, other apps' rows); events went first, by one ranged DELETE
-                    audit.streams_deleted(ids, by="retention")
+                    deleted.add(ids)
                     Stream.objects.filter(pk__in=ids).delete()
                 out["streams"] += len(ids)
                 if pause_s:

@@ -200,25 +200,41 @@ def _old_streams(owner, project, n, days=30):
         ]  # fmt: skip
 
 
-def test_retention_records_each_batch_once_per_project(alice, team, settings):
+def test_retention_records_one_entry_per_project_for_a_run_of_batches(alice, team, settings):
     mine = _old_streams(alice, Project.personal(alice), 5)
     theirs = _old_streams(alice, team, 3, days=40)
     Stream.objects.create(user=alice, status=Stream.Status.COMPLETED)  # young: kept
     settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 10}
     AuditEntry.objects.all().delete()
     assert retention.prune(now=NOW, batch=4)["streams"] == 8
+    # batches of 4, oldest first (theirs 3 and mine 1, then mine 4): an entry per project,
+    # kept up to date batch by batch, not one per batch and project
     found = entries(action="streams.deleted")
-    # batches of 4, oldest first: theirs 3 and mine 1, then mine 4: one entry each project each
     personal = Project.personal(alice).pk
-    assert sorted((e.project_id, e.changes["count"]) for e in found) == sorted(
-        [(team.pk, 3), (personal, 1), (personal, 4)]
-    )
-    last = next(e for e in found if e.project_id == team.pk)
-    assert last.changes["ids"] == [min(theirs), max(theirs)]
-    assert last.changes["by"] == "retention" and last.actor_name == "system"
-    first, newest = last.changes["created_at"]
-    assert first < newest
-    assert sum(e.changes["count"] for e in found) == len(mine) + len(theirs)
+    by_project = {e.project_id: e.changes for e in found}
+    assert len(found) == 2 and set(by_project) == {team.pk, personal}
+    assert by_project[personal]["count"] == len(mine) == 5
+    assert by_project[personal]["ids"] == [min(mine), max(mine)]
+    assert by_project[team.pk]["count"] == len(theirs)
+    first, newest = by_project[personal]["created_at"]
+    assert dt.datetime.fromisoformat(first) < dt.datetime.fromisoformat(newest)
+    assert newest == (NOW - dt.timedelta(days=30)).isoformat()  # (the youngest of mine)
+    assert by_project[personal]["by"] == "retention"
+    assert {e.actor_name for e in found} == {"system"}
+
+
+def test_a_batch_rolled_back_takes_its_entry_with_it(alice, settings, monkeypatch):
+    _old_streams(alice, Project.personal(alice), 3)
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 10}
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError("the database went away")
+
+    monkeypatch.setattr(Stream.objects.none().__class__, "delete", refuse)
+    with pytest.raises(RuntimeError):
+        retention.prune(now=NOW)
+    assert not AuditEntry.objects.filter(action="streams.deleted").exists()
+    assert Stream.objects.count() == 3
 
 
 def test_prune_as_a_command_and_the_admins_delete_are_recorded(alice, settings):
