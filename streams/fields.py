@@ -36,6 +36,10 @@ class CharField(_Storable, models.CharField):
     django = models.CharField
 
 
+class EmailField(_Storable, models.EmailField):
+    django = models.EmailField
+
+
 class SlugField(_Storable, models.SlugField):
     django = models.SlugField
 

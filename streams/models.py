@@ -154,6 +154,54 @@ class Membership(models.Model):
         return f"{self.user} · {self.project} ({self.role})"
 
 
+class Invitation(models.Model):
+    """An invitation to join a project in a role, sent to an e-mail address: a link whose
+    secret (`inv_` + random) is stored only as its SHA-256, that works once, until it expires
+    or is revoked (streams/access/invitations.py)."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="invitations", verbose_name=_("project")
+    )
+    email = fields.EmailField(_("e-mail address"))
+    role = fields.CharField(_("role"), max_length=10, choices=Membership.Role.choices)
+    digest = fields.CharField(_("digest"), max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("invited by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires at"))
+    accepted_at = models.DateTimeField(_("accepted at"), null=True, blank=True)
+    # who opened the link and joined: whoever was signed in, not necessarily `email`'s owner
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("accepted by"),
+    )
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
+    class Meta:
+        verbose_name = _("invitation")
+        verbose_name_plural = _("invitations")
+        # the members page: a project's invitations, newest first
+        indexes = [models.Index(fields=["project", "-created_at"], name="invitation_project")]
+
+    def __str__(self):
+        return f"{self.email} · {self.project} ({self.role})"
+
+    @staticmethod
+    def hash(secret):
+        return hashlib.sha256(secret.encode()).hexdigest()
+
+
 def _project_field(**kwargs):
     """The `project` column of what belongs to a project. Nullable in the database so that
     rows written before projects (and instance-wide score types and prices) have one."""
@@ -1252,6 +1300,36 @@ class ShareLink(models.Model):
     @staticmethod
     def hash(secret):
         return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class SignInIdentity(models.Model):
+    """A user's account at the identity provider (streams/access/sign_in.py): the provider's
+    issuer and its subject id name that account for good, where a username or an address at the
+    provider may change or be given to someone else later."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="sign_in_identities",
+        verbose_name=_("user"),
+    )
+    issuer = fields.CharField(_("issuer"), max_length=255)
+    # OpenID Connect Core 1.0, 2: a subject is at most 255 ASCII characters (a longer one is
+    # refused at sign-in, never cut: streams/access/sign_in.py)
+    subject = fields.CharField(_("subject"), max_length=255)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(_("last sign-in at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("sign-in identity")
+        verbose_name_plural = _("sign-in identities")
+        constraints = [
+            # the sign-in's lookup, and one user per account at the provider
+            models.UniqueConstraint(fields=["issuer", "subject"], name="sign_in_identity_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.issuer} {self.subject}"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('streams', '0018_projects'),
+        ('streams', '0021_invitations'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -91,6 +91,8 @@ NOT_FORWARDED = HOP_BY_HOP | {
 LOOP_PARSE_MAX_BYTES = 64 * 1024
 # Response headers replaced by the proxy's own.
 REPLACED = HOP_BY_HOP | {b"cache-control", b"x-accel-buffering"}
+# what a body read whole through httpx (inflated) must not say about itself any more
+_DECODED_DROPS = REPLACED | {b"content-encoding", b"content-length"}
 
 
 # ---- the proxy's own answers ----------------------------------------------------------------
@@ -423,8 +425,8 @@ async def _models(send, forward):
     client = runner.get_client()
     try:
         async with client.stream("GET", base_url.rstrip("/") + "/models", headers=forward) as r:
-            body = await r.aread()
-            headers = [(k, v) for k, v in r.headers.raw if k.lower() not in REPLACED]
+            body = await r.aread()  # (inflated by httpx: it no longer has their encoding)
+            headers = [(k, v) for k, v in r.headers.raw if k.lower() not in _DECODED_DROPS]
             status = r.status_code
     except Exception as exc:  # the upstream is unreachable: say so, in the OpenAI shape
         return await _error(

@@ -129,8 +129,11 @@ WATCHED = {
         lambda s: f"#{s.stream_id}" if s.stream_id else s.session,
         special=(("revoked_at", "revoked"),),
     ),
-    # (issue 44's invitations, when their model is there)
-    "streams.Invitation": Watched("invitation", lambda i: getattr(i, "email", "") or f"#{i.pk}"),
+    "streams.Invitation": Watched(
+        "invitation",
+        lambda i: i.email or f"#{i.pk}",
+        special=(("accepted_at", "accepted"), ("revoked_at", "revoked")),
+    ),
 }
 
 # What each action is called on the pages: every action an entry can have (a test derives them
@@ -145,6 +148,8 @@ ACTION_LABELS = {
     "membership.changed": _("Membership changed"),
     "membership.removed": _("Member removed"),
     "invitation.created": _("Invitation sent"),
+    "invitation.accepted": _("Invitation accepted"),
+    "invitation.revoked": _("Invitation revoked"),
     "invitation.changed": _("Invitation changed"),
     "invitation.deleted": _("Invitation deleted"),
     "token.created": _("Token created"),

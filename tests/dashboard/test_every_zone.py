@@ -22,9 +22,9 @@ from django.utils import timezone
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
-from streams.access import shares
+from streams.access import invitations, shares
 from streams.ingest import importer
-from streams.models import ImportJob, Stream
+from streams.models import ImportJob, Project, Stream
 from streams.store import scores
 from tests.conftest import FIXTURES
 from tests.support.routes import Unfillable, django_routes, fill
@@ -77,6 +77,8 @@ def world(_zoned_history, db):
     conversation = Conversation.objects.create(user=staff, title="zones")
     turn = Turn.objects.create(conversation=conversation, position=0, prompt="?", stream=stream)
     link, secret = shares.create(staff, stream=stream)
+    project = Project.personal(staff)
+    invitation, key = invitations.invite(staff, project, "zones@example.com", "viewer")
     ids = {
         "stream_id": [stream.pk],
         "other_id": [Stream.objects.exclude(pk=stream.pk).values_list("pk", flat=True)[0]],
@@ -89,6 +91,10 @@ def world(_zoned_history, db):
         "score_id": [thumb.pk],
         "secret": [secret],
         "link_id": [link.pk],
+        "project_slug": [project.slug],
+        "user_id": [staff.pk],
+        "invitation_id": [invitation.pk],
+        "key": [key],
     }
     paths = []
     for route in django_routes():

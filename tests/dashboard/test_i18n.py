@@ -40,7 +40,7 @@ from django.utils.text import capfirst
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
-from streams.access import shares
+from streams.access import invitations, shares
 from streams.core.checks import PHRASES
 from streams.ingest import importer
 from streams.management.commands.seed_demo import seed
@@ -49,7 +49,9 @@ from streams.models import (
     Finding,
     ImportFile,
     ImportJob,
+    Invitation,
     Price,
+    Project,
     ScoreType,
     ShareLink,
     Stream,
@@ -147,7 +149,15 @@ def history(django_db_setup, django_db_blocker):
         for target in ({"stream": streams[-1].pk}, {"session": "sessie-een"}):
             link, secret = shares.create(user, **target)
             share_links[secret] = list(shares.streams_of(link).values_list("pk", flat=True))
+        # an invitation to the user's project, open (its page is walked as whoever holds it)
+        invitation_keys = [
+            invitations.invite(user, Project.personal(user), "gast@example.com", "member")[1]
+        ]
         yield {
+            "invitation_keys": invitation_keys,
+            "project_slugs": [Project.personal(u).slug for u in (staff, user)],
+            "member_ids": [staff.pk, user.pk],
+            "invitation_ids": list(Invitation.objects.values_list("pk", flat=True)),
             "share_links": share_links,
             "link_ids": list(ShareLink.objects.values_list("pk", flat=True)),
             "staff": staff,
@@ -185,6 +195,10 @@ FILL = {
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
+    "project_slug": lambda h, bound: h["project_slugs"],
+    "user_id": lambda h, bound: h["member_ids"],
+    "invitation_id": lambda h, bound: h["invitation_ids"],
+    "key": lambda h, bound: h["invitation_keys"],
 }
 
 

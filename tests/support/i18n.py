@@ -34,6 +34,7 @@ from streams.models import (
     Finding,
     ImportFile,
     ImportJob,
+    Invitation,
     Price,
     Score,
     ScoreType,
@@ -218,6 +219,7 @@ def recorded_data():
     for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
         values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
+    values.update(Invitation.objects.values_list("email", flat=True))  # an address, as typed
     # the audit log's targets as they were named (a token's name, a price's pattern)
     values.update(AuditEntry.objects.values_list("target_label", flat=True))
     # scores and comments as given: type names (identifiers, as the API takes them), labels,

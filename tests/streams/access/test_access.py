@@ -31,10 +31,11 @@ from django.test import AsyncClient
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
-from streams.access import shares
+from streams.access import invitations, shares
 from streams.live.sockets import websocket_urlpatterns
-from streams.models import Event, ImportJob, ShareLink, Stream
+from streams.models import Event, ImportJob, Invitation, Project, ShareLink, Stream
 from streams.store import scores
+from tests.support import provider_urls
 from tests.support.clients import session, ws
 
 pytestmark = [
@@ -68,6 +69,11 @@ class Rule:
 # pattern with a conversation and one without).
 RULES = {
     "login": Rule(PUBLIC),
+    # the identity provider's (tests/support/provider_urls.py): off to it, back from it (no
+    # state: back to the login page, which says so), and signing out there too
+    "oidc_authentication_init": Rule(PUBLIC, ok=302),
+    "oidc_authentication_callback": Rule(PUBLIC, ok=302),
+    "oidc_logout": Rule(PUBLIC, "POST", ok=302),
     "logout": Rule(PUBLIC, "POST", ok=302),
     "favicon.ico": Rule(PUBLIC, ok=301),
     # the language switcher (signed out too: the login page has it) and the scripts' strings
@@ -133,6 +139,25 @@ RULES = {
     "shared_stream_event": Rule(LINK),
     "shared_stream_timing": Rule(LINK),
     "shared_stream_replay": Rule(LINK),
+    # projects (dashboard/views/projects.py): one's list; a project's pages for its members
+    # (the owner's personal project: another user 404; the roles' 403s:
+    # tests/dashboard/views/test_views_projects.py)
+    "project_list": Rule(USER),
+    "project_create": Rule(USER, "POST", ok=400),  # the empty form: no name
+    "project_members": Rule(OWNER_OR_STAFF),
+    "project_member_add": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "project_member_role": Rule(OWNER_OR_STAFF, "POST", ok=400),  # the empty form: no role
+    "project_member_remove": Rule(OWNER_OR_STAFF, "POST", ok=409),  # the last owner
+    "project_leave": Rule(OWNER, "POST", ok=409),  # the last owner; staff is no member: 404
+    "project_invite": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "project_invitation_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
+    "project_settings": Rule(OWNER_OR_STAFF),
+    "project_rename": Rule(OWNER_OR_STAFF, "POST", ok=400),
+    "project_delete": Rule(OWNER_OR_STAFF, "POST", ok=400),  # the empty form: no confirmation
+    # an invitation's link: any signed-in user holding it
+    # (tests/streams/access/test_invitations.py)
+    "invitation": Rule(USER),
+    "invitation_accept": Rule(USER, "POST", ok=302),
 }
 WS_RULES = {
     "ws_streams": Rule(USER),
@@ -159,6 +184,10 @@ PARAMS = {
     "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
+    "project_slug": lambda objects: objects.project.slug,  # the owner's personal project
+    "user_id": lambda objects: objects.project.personal_of_id,  # its owner
+    "invitation_id": lambda objects: objects.invitation.pk,
+    "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
 }
 PER_OBJECT = (OWNER_OR_STAFF, OWNER)
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
@@ -240,7 +269,14 @@ def owned_objects(owner):
     job = ImportJob.objects.create(user=owner, status=ImportJob.Status.DONE)
     view = SavedView.objects.create(owner=owner, name=f"Mine {stream.pk}", page="latency")
     score = scores.give(stream.pk, author=owner, name="thumbs", value=1, source="person")
+    project = Project.personal(owner)
+    # (the earlier routes' invitations out of the way: a project has at most MAX_OPEN open)
+    Invitation.objects.filter(project=project).delete()
+    made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
     return SimpleNamespace(
+        project=project,
+        invitation=made[0][0],
+        invitation_keys=iter(secret for _i, secret in made),
         stream=stream,
         event=event,
         conversation=conversation,
@@ -354,6 +390,9 @@ def http_problem(rule, who, allowed, response, path, refusal=None):
 
 async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
     settings.UPSTREAM_BASE_URL = ""  # the built-in simulator's catalogue: no HTTP for a page
+    # every route a server has, the identity provider's included
+    settings.ROOT_URLCONF = "tests.support.provider_urls"
+    settings.STREAMSCOPE = provider_urls.settings(settings.STREAMSCOPE)
     problems = []
 
     routes, missing, stale = against(http_routes(), RULES)

@@ -82,3 +82,64 @@ def test_every_record_of_any_logger_is_redacted_as_it_is_made(settings, caplog):
     logging.getLogger("some.library").warning("GET /?q=%s", quote(KEY, safe=""))
     assert KEY[2:10] not in caplog.text
     assert caplog.text.count("[redacted]") >= 3  # the message, the traceback, the URL
+
+
+def test_share_links_and_tokens_are_credentials_in_a_log_line(caplog):
+    from streams.access import shares, tokens
+
+    assert {shares.PREFIX, tokens.TOKEN_PREFIX} <= set(known_secrets.OWN_CREDENTIAL_PREFIXES)
+    link = "sl_" + "Q" * 43
+    token = "ss_" + "w" * 43
+    caplog.set_level(logging.INFO)
+    logging.getLogger("daphne.access").info('"GET /s/%s/streams/7/ HTTP/1.1" 200', link)
+    logging.getLogger("some.library").warning("Authorization: Bearer %s", token)
+    assert "Q" * 8 not in caplog.text and "w" * 8 not in caplog.text
+    assert "GET /s/sl_[redacted]/streams/7/" in caplog.text
+    assert "Bearer ss_[redacted]" in caplog.text
+
+
+def test_an_invitations_link_is_a_credential_in_a_log_line(caplog):
+    """An access log's line of an invitation's link would let its reader join the project."""
+    from streams.access import invitations
+
+    assert invitations.PREFIX in known_secrets.OWN_CREDENTIAL_PREFIXES
+    secret = invitations.PREFIX + "K" * 43
+    caplog.set_level(logging.INFO)
+    logging.getLogger("daphne.access").info('"POST /invitations/%s/accept/ HTTP/1.1" 302', secret)
+    assert "K" * 8 not in caplog.text
+    assert "POST /invitations/inv_[redacted]/accept/" in caplog.text
+
+
+UNCAUGHT = """
+import django, sys, threading
+django.setup()
+def fail():
+    raise RuntimeError("upstream said: Incorrect API key provided: " + sys.argv[1])
+thread = threading.Thread(target=fail, name="echo")
+thread.start()
+thread.join()
+raise ValueError(sys.argv[1])
+"""
+
+
+def test_an_exception_nobody_caught_is_printed_redacted():
+    import os
+    import subprocess
+    import sys
+
+    from tests.support.paths import REPO
+
+    env = {**os.environ, "UPSTREAM_API_KEY": KEY, "DJANGO_SETTINGS_MODULE": "dashboard.settings"}
+    done = subprocess.run(
+        [sys.executable, "-c", UNCAUGHT, KEY],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1  # (the main thread's exception still ends it)
+    out = done.stdout + done.stderr
+    assert "uncaught exception in thread echo" in out and "RuntimeError" in out
+    assert "ValueError" in out and out.count("[redacted]") >= 2
+    assert not SecretFinder({"key": KEY}).find(out), out

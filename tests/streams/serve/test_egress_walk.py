@@ -35,10 +35,12 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import httpx
 import pytest
+from django.test import override_settings
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.conftest import DaphneServer
+from tests.support import provider_urls
 from tests.support.hostile import RawUpstream, escaped, sse
 from tests.support.leaks import SecretFinder
 from tests.support.routes import (
@@ -68,6 +70,8 @@ SECRETS = {
     "url_userinfo": f"{URL_USER}:{URL_PASSWORD}",
     "url_basic_token": BASIC,
     **{f"pass_{user.removeprefix('walk-')}": key for user, key in PASS_KEYS.items()},
+    # the identity provider's client secret (the servers sign in with one: provider_urls)
+    "oidc_client_secret": provider_urls.ENV["STREAMSCOPE_OIDC_CLIENT_SECRET"],
 }
 
 XSS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(1)>')
@@ -709,6 +713,11 @@ class History:
     # both people, to hostile streams and sessions), and the links' ids
     share_secrets: dict = dataclasses.field(default_factory=dict)
     link_ids: list = dataclasses.field(default_factory=list)
+    # projects (a hostile name), their members, invitations and the invitations' secrets
+    project_slugs: list = dataclasses.field(default_factory=list)
+    member_ids: list = dataclasses.field(default_factory=list)
+    invitation_ids: list = dataclasses.field(default_factory=list)
+    invitation_keys: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -809,6 +818,7 @@ def load_history(people):
     share_secrets, link_ids = _share_links(people)
     objects[ShareLink] = link_ids  # (the admin's pages of them)
     return History(
+        **_projects(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
         stream_ids=[pk for pk, _ in streams],
@@ -844,6 +854,30 @@ def _share_links(people):
     return secrets, ids
 
 
+def _projects(people):
+    """A project with a hostile name each person owns, with the other a member, and an open
+    invitation to it: History's fields of them."""
+    from streams.access import invitations, members
+    from streams.models import Invitation, Project
+
+    slugs, keys = [], []
+    for person in people.values():
+        project = Project.objects.filter(memberships__user=person.user, personal_of=None).first()
+        if project is None:
+            project = members.create(person.user, f"{XSS[0]} {person.name}")
+            for other in people.values():
+                if other is not person:
+                    members.add(person.user, project, other.user, "viewer")
+        slugs.append(project.slug)
+        keys.append(invitations.invite(person.user, project, "walk@example.com", "member")[1])
+    return {
+        "project_slugs": slugs,
+        "member_ids": [p.user.pk for p in people.values()],
+        "invitation_ids": list(Invitation.objects.values_list("pk", flat=True)),
+        "invitation_keys": keys,
+    }
+
+
 # The fill table, by parameter name: (history, route, the parameters bound so far) -> values.
 FILL = {
     # (through a share link: the streams it shows)
@@ -861,6 +895,10 @@ FILL = {
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
     "secret": lambda h, route, bound: list(h.share_secrets),  # share links
     "link_id": lambda h, route, bound: h.link_ids,
+    "project_slug": lambda h, route, bound: h.project_slugs,
+    "user_id": lambda h, route, bound: h.member_ids,
+    "invitation_id": lambda h, route, bound: h.invitation_ids,
+    "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,
@@ -1306,6 +1344,7 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
         # (the walk searches more than a person would: the throttle has tests of its own)
         "STREAMSCOPE_SEARCH_MAX_PER_MINUTE": "100000",
         "STREAMSCOPE_STORAGE_RETRY_S": "2",
+        **provider_urls.ENV,
     }
     servers, walk = [], None
     try:
@@ -1330,8 +1369,10 @@ def walked(django_db_setup, django_db_blocker, _relay_db_connections):
             timings["history"] = time.monotonic() - started
 
             history = load_history(people)
-            routes = django_routes()
-            todo, unfilled, unresolved = plan(routes, history, people)
+            # the servers' routes: the identity provider's included
+            with override_settings(ROOT_URLCONF="tests.support.provider_urls"):
+                routes = django_routes()
+                todo, unfilled, unresolved = plan(routes, history, people)
             t = time.monotonic()
             ws = websocket_routes()
             asyncio.run(walk_both(server, rollups, todo, ws, history, people, results))
@@ -1543,6 +1584,9 @@ def test_every_route_is_filled_and_walked(walked):
     fetched = Counter(r.route.removesuffix(" [rollups]") for r in walked.results)
     missing = [str(route) for route in walked.routes if not fetched[route.name]]
     assert missing == [], missing
+    assert {"oidc_authentication_init", "oidc_authentication_callback", "oidc_logout"} <= {
+        route.name for route in walked.routes
+    }
     assert len(walked.routes) >= 90
     assert len(walked.results) >= 1000
     answered = [r for r in walked.results if r.status is not None]

@@ -4,6 +4,7 @@ JSON-escaped) or compresses its answer though asked not to, without holding back
 event stream's reader is waiting for."""
 
 import gzip
+import json
 import random
 import time
 
@@ -120,8 +121,14 @@ def test_chunk_redactor_holds_back_nothing_of_whole_events():
 
 def gzipping(method, path, headers, body):
     """An upstream that compresses its answer though the proxy asks for identity."""
+    if path.endswith("/models"):  # (whatever the client accepts)
+        models = json.dumps({"object": "list", "data": [{"id": "m", "owned_by": KEY}]})
+        return 200, "application/json", [gzip.compress(models.encode())], [GZIP]
     assert headers.get("accept-encoding") == "identity"
-    return 200, "text/event-stream", [gzip.compress(BODY)], [("Content-Encoding", "gzip")]
+    return 200, "text/event-stream", [gzip.compress(BODY)], [GZIP]
+
+
+GZIP = ("Content-Encoding", "gzip")
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +152,15 @@ def test_a_compressed_answer_reaches_the_client_inflated_and_redacted(people, gz
     assert r.status_code == 200 and "content-encoding" not in r.headers
     assert r.content == redacted(BODY)  # (what httpx would have inflated, the gate did)
     wait_terminal(int(r.headers["x-streamscope-stream"]))
+
+
+def test_a_compressed_model_list_reaches_the_client_inflated_and_redacted(people, gzipping_proxy):
+    token = ApiToken.issue(people.owner, name="gzip models")
+    with httpx.Client(timeout=30) as client:
+        r = client.get(
+            f"{gzipping_proxy.url}/v1/models", headers={"Authorization": f"Bearer {token}"}
+        )
+    # the body was inflated on its way through: it must not still say it is compressed
+    assert r.status_code == 200 and "content-encoding" not in r.headers
+    assert r.content.startswith(b"{"), (r.headers, r.content[:100])
+    assert r.json()["data"] == [{"id": "m", "owned_by": "[redacted]"}]

@@ -277,7 +277,7 @@ def test_0008_restates_the_rollups_by_status_and_tag_and_keeps_what_retention_de
 def check_0008(env):
     """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
     _manage(env, "migrate", "-v", "0", "streams", "0007")
-    _manage(env, "migrate", "-v", "0", "dashboard")  # (a stream's deletion reaches its turns)
+    _manage(env, "migrate", "-v", "0", "dashboard", "0002")  # (deletions reach turns)
     before = last_json(_manage(env, "shell", "-c", BEFORE_0008))
     assert before["deleted"] > 50
     _manage(env, "migrate", "-v", "0")
