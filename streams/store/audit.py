@@ -11,8 +11,9 @@ from where is the context of the change, set by `acting`: the request middleware
 periodic sweep) is the system.
 
 Deletions of streams have no receiver: a `post_delete` receiver on Stream would make Django
-fetch every row it deletes (retention deletes millions). The places that delete streams call
-`streams_deleted` once per batch instead (retention, the admin).
+fetch every row it deletes (retention deletes millions). The places that delete streams say so
+once per batch instead, in the batch's transaction: `streams_deleted` (the admin), `Deletions`
+(retention: one entry per project for a whole prune).
 
 An entry is read by people, so it is built from redacted values (known_secrets, as every exit
 is), each cut to MAX_VALUE_CHARS, and a secret column (a digest, a sealed key) is never read.
@@ -317,15 +318,15 @@ _deleting = contextvars.ContextVar("streamscope_audit_deleting", default=(frozen
 
 
 def write(action, **kwargs):
-    """One entry (`entry`'s keywords), by the current actor, now, in the caller's transaction:
-    a change rolled back takes its entry with it."""
-    made = entry(action, **kwargs)
+    """One entry (`unsaved`'s keywords), by the current actor, now, in the caller's
+    transaction: a change rolled back takes its entry with it."""
+    made = unsaved(action, **kwargs)
     if made is not None:
         made.save(force_insert=True)
     return made
 
 
-def entry(action, *, project_id=None, target_type="", target_id="", label="", changes=None):
+def unsaved(action, *, project_id=None, target_type="", target_id="", label="", changes=None):
     """An unsaved entry by the current actor, now; None for a project being deleted."""
     actor = current_actor()
     projects, users = _deleting.get()
@@ -345,10 +346,10 @@ def entry(action, *, project_id=None, target_type="", target_id="", label="", ch
     )
 
 
-def _write_for(spec, instance, action, changes, project_id=None):
+def _write_for(spec, instance, action, changes):
     write(
         action,
-        project_id=_project_id(instance) if project_id is None else project_id,
+        project_id=_project_id(instance),
         target_type=spec.kind,
         target_id=instance.pk,
         label=spec.label(instance),
@@ -498,7 +499,7 @@ class Deletions:
         for g in groups:
             found = self.entries.get(g["project_id"])
             if found is None:
-                made = entry("streams.deleted", project_id=g["project_id"],
+                made = unsaved("streams.deleted", project_id=g["project_id"],
                              target_type="streams", changes=self._changes(g))  # fmt: skip
                 if made is not None:
                     new.append(made)
