@@ -53,3 +53,29 @@ async def test_a_request_through_the_asgi_app_is_its_user_and_address(people):
     assert r.status_code == 200
     made = await sync_to_async(one)("share_link.created")
     assert (made.actor_id, made.actor_name, made.address) == (people.owner.pk, "owner", "127.0.0.1")
+
+
+@pytest.mark.django_db
+def test_the_user_is_read_when_the_change_is_recorded(django_user_model):
+    # the API's bearer token sets request.user after the middleware ran (streams/serve/http.py)
+    from django.contrib.auth.models import AnonymousUser
+    from django.http import HttpResponse
+    from django.test import RequestFactory
+
+    from streams.access.audit import AuditMiddleware
+
+    bot = django_user_model.objects.create_user("bot")
+    request = RequestFactory().post("/api/x", REMOTE_ADDR="192.0.2.44")
+    request.user = AnonymousUser()
+
+    def view(request):
+        request.user = bot  # as api_view does with a valid token
+        Price.objects.create(
+            model_pattern="api*", effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+            input_per_million=1, output_per_million=1,
+        )  # fmt: skip
+        return HttpResponse()
+
+    AuditMiddleware(view)(request)
+    made = one("price.created")
+    assert (made.actor_id, made.actor_name, made.address) == (bot.pk, "bot", "192.0.2.44")
