@@ -58,7 +58,13 @@ def project_of(request):
     rather than `request.project`'s lazy wrapper (which `is None` cannot test)."""
     project = getattr(request, "_streamscope_project", _UNRESOLVED)
     if project is _UNRESOLVED:
-        project = request._streamscope_project = _resolve(request)
+        given = getattr(request, "project", None)
+        if given is not None and not isinstance(given, SimpleLazyObject):
+            # a bearer token's own project (streams/serve/http.py): its requests work there
+            project = given
+        else:
+            project = _resolve(request)
+        request._streamscope_project = project
     return project
 
 

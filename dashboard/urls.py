@@ -23,6 +23,7 @@ from dashboard.views import (
     shares,
     sign_in,
     streams,
+    tokens,
 )
 from streams.access import identity_provider
 from streams.serve import scrape
@@ -157,6 +158,9 @@ urlpatterns = [
         shares.shared_stream_replay,
         name="shared_stream_replay",
     ),
+    # the project's tokens (docs/teams.md, "Tokens")
+    path("tokens/", tokens.token_list, name="token_list"),
+    path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

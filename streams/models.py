@@ -16,6 +16,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from streams import fields
+from streams.core import pricing
 
 # ---------------------------------------------------------------------------------------------
 # What the audit log watches (streams/store/audit.py): Django's save and delete signals see a
@@ -41,6 +42,9 @@ class WatchedQuerySet(models.QuerySet):
 # Projects (streams/access/projects.py decides what each role may do; docs/teams.md)
 
 MAX_PROJECT_NAME_CHARS = 100
+# The currencies costs are in, and a new project's.
+CURRENCIES = [(code, code) for code in pricing.CURRENCIES]
+DEFAULT_CURRENCY = pricing.CURRENCIES[0]
 
 
 class Project(models.Model):
@@ -58,6 +62,11 @@ class Project(models.Model):
         on_delete=models.SET_NULL,
         related_name="personal_project",
         verbose_name=_("personal project of"),
+    )
+    # what the project's spend caps are in (its tokens' caps, streams/store/spend.py): a
+    # stream priced in another currency is not counted against them (no exchange rates here)
+    currency = fields.CharField(
+        _("currency"), max_length=3, choices=CURRENCIES, default=DEFAULT_CURRENCY
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -260,6 +269,15 @@ class Stream(models.Model):
         verbose_name=_("user"),
     )
     project = _project_field(related_name="streams")
+    # the token a proxied stream came through (its spend: streams/store/spend.py)
+    token = models.ForeignKey(
+        "ApiToken",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="streams",
+        verbose_name=_("token"),
+    )
     source = fields.CharField(
         _("source"), max_length=10, choices=Source.choices, default=Source.LIVE
     )
@@ -715,7 +733,16 @@ class ImportFile(models.Model):
 
 
 class ApiToken(models.Model):
-    """A per-user bearer token for scripts; only its SHA-256 is stored."""
+    """A bearer token for scripts, of one user in one project; only its SHA-256 is stored.
+    What it may do (`scopes`), until when, and how much (requests per minute, spend per UTC
+    day and month in its project's currency): streams/access/tokens.py, throttle.py, spend.py.
+    `spent_*`: what its proxied streams cost, counted as each one's cost is written
+    (streams/store/spend.py), for the day and month they name."""
+
+    class Scope(models.TextChoices):
+        PROXY = "proxy", _("Recording proxy")
+        READ = "read", _("Read the API")
+        WRITE = "write", _("Write through the API")
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
@@ -725,8 +752,29 @@ class ApiToken(models.Model):
     digest = fields.CharField(_("SHA-256 digest"), max_length=64, unique=True)
     prefix = fields.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # who made it (an admin may make a token for a member); None: the user themselves, or gone
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    scopes = fields.JSONField(_("scopes"), default=list, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
     revoked = models.BooleanField(_("revoked"), default=False)
+    # limits (None: none); spend caps in nano-units of the project's currency, like cost_nanos
+    requests_per_minute = models.PositiveIntegerField(
+        _("requests per minute"), null=True, blank=True
+    )
+    spend_cap_day_nanos = models.BigIntegerField(_("spend cap per day"), null=True, blank=True)
+    spend_cap_month_nanos = models.BigIntegerField(_("spend cap per month"), null=True, blank=True)
+    spent_day = models.DateField(_("spend counted on"), null=True, blank=True)
+    spent_day_nanos = models.BigIntegerField(_("spent that day"), default=0)
+    spent_month = models.DateField(_("spend counted in month"), null=True, blank=True)
+    spent_month_nanos = models.BigIntegerField(_("spent that month"), default=0)
 
     objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
 
@@ -742,14 +790,21 @@ class ApiToken(models.Model):
         return hashlib.sha256(token.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, user, name="", project=None):
-        """A new token of `user` in `project` (by default their personal project); the token
-        itself is returned once, only its digest is kept."""
+    def issue(cls, user, name="", project=None, **fields):
+        """A new token of `user` in `project` (by default their personal project), with every
+        scope unless `scopes` is given; the token itself is returned once, only its digest is
+        kept. `fields`: the rest of the row (created_by, expires_at, limits)."""
         if project is None:
             project = Project.personal(user)
+        fields.setdefault("scopes", list(cls.Scope.values))
         token = "ss_" + secrets.token_urlsafe(32)
         cls.objects.create(
-            user=user, project=project, name=name, digest=cls.hash(token), prefix=token[:10]
+            user=user,
+            project=project,
+            name=name,
+            digest=cls.hash(token),
+            prefix=token[:10],
+            **fields,
         )
         return token
 

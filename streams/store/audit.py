@@ -188,7 +188,8 @@ def model_of(kind):
 # Columns never read into an entry: secrets by their name (a digest of one is a secret's
 # fingerprint too), and what changes by use rather than by anyone's decision
 SECRET_FIELD = re.compile(r"digest|secret|password|sealed|fingerprint|(^|_)(token|key)$")
-NOISE = frozenset({"last_used_at", "last_opened_at", "opened"})
+# (a token's spend counters change with every proxied stream's cost: streams/store/spend.py)
+NOISE = re.compile(r"^(last_used_at|last_opened_at|opened|spent_\w*)$")
 
 
 def watched_models():
@@ -208,7 +209,7 @@ def _fields(model):
     times Django sets itself)."""
     out = {}
     for field in model._meta.concrete_fields:
-        if field.primary_key or field.name in NOISE or SECRET_FIELD.search(field.name):
+        if field.primary_key or NOISE.match(field.name) or SECRET_FIELD.search(field.name):
             continue
         if getattr(field, "auto_now", False) or getattr(field, "auto_now_add", False):
             continue

@@ -49,7 +49,7 @@ from streams.core.checks import (
 )
 from streams.core.storable import NUL, cut, storable, storable_json
 from streams.models import Event, Finding, Stream
-from streams.store import aggregates, prices, search
+from streams.store import aggregates, prices, search, spend
 from streams.store.event_row import (
     PROXIED_ROW_COLUMNS,
     ROW_COLUMNS,
@@ -232,11 +232,13 @@ def new_row(
     tags=(),
     session="",
     project=None,
+    token=None,
 ):
     """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
 
     `claimed`: this process will run it (the default unless streams run in workers; an
-    unclaimed row waits in the database for a worker to claim it)."""
+    unclaimed row waits in the database for a worker to claim it). `token`: the ApiToken (or
+    its id) it came through, whose spend it counts to (streams/store/spend.py)."""
     if claimed is None:
         claimed = not conf.in_workers()
     return create(
@@ -251,6 +253,7 @@ def new_row(
         runner=lifecycle.RUNNER_ID if claimed else "",
         tags=list(tags),
         session=session,
+        token_id=getattr(token, "pk", token),
     )
 
 
@@ -699,6 +702,8 @@ def _write_together(rows, updates, findings, proxied_rows):
     # in this same transaction (streams/store/aggregates.py)
     with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
         update_streams(updates)
+        # what a token's streams cost counts against its caps in the same transaction
+        spend.count(updates)
         if findings:
             Finding.objects.bulk_create(findings, batch_size=500)
 

@@ -153,7 +153,10 @@ def history(django_db_setup, django_db_blocker):
         invitation_keys = [
             invitations.invite(user, Project.personal(user), "gast@example.com", "member")[1]
         ]
+        # a token of the user's, with limits (the token page says what it used of them)
+        ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
         yield {
+            "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
             "member_ids": [staff.pk, user.pk],
@@ -195,6 +198,7 @@ FILL = {
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
+    "token_id": lambda h, bound: h["token_ids"],
     "project_slug": lambda h, bound: h["project_slugs"],
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],

@@ -33,7 +33,7 @@ from django.urls import URLResolver, get_resolver, reverse
 from dashboard.models import Conversation, SavedView, Turn
 from streams.access import invitations, shares
 from streams.live.sockets import websocket_urlpatterns
-from streams.models import Event, ImportJob, Invitation, Project, ShareLink, Stream
+from streams.models import ApiToken, Event, ImportJob, Invitation, Project, ShareLink, Stream
 from streams.store import scores
 from tests.support import provider_urls
 from tests.support.clients import session, ws
@@ -133,6 +133,9 @@ RULES = {
     "share_list": Rule(USER),
     "share_create": Rule(USER, "POST", ok=400),
     "share_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
+    # the project's tokens: one's own (an admin's: the project's; tests/test_tokens.py)
+    "token_list": Rule(USER),
+    "token_revoke": Rule(OWNER_OR_STAFF, "POST", ok=302),
     "shared": Rule(LINK),
     "shared_stream": Rule(LINK),
     "shared_stream_events": Rule(LINK),
@@ -182,6 +185,7 @@ PARAMS = {
     "turn_id": lambda objects: objects.turn.pk,
     "job_id": lambda objects: objects.job.pk,
     "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
+    "token_id": lambda objects: objects.token.pk,  # the owner's token
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
     "project_slug": lambda objects: objects.project.slug,  # the owner's personal project
@@ -285,6 +289,7 @@ def owned_objects(owner):
         view=view,
         score=score,
         links=share_links(owner, stream),
+        token=ApiToken.objects.get(digest=ApiToken.hash(ApiToken.issue(owner, name="access"))),
     )
 
 

@@ -713,6 +713,7 @@ class History:
     # both people, to hostile streams and sessions), and the links' ids
     share_secrets: dict = dataclasses.field(default_factory=dict)
     link_ids: list = dataclasses.field(default_factory=list)
+    token_ids: list = dataclasses.field(default_factory=list)
     # projects (a hostile name), their members, invitations and the invitations' secrets
     project_slugs: list = dataclasses.field(default_factory=list)
     member_ids: list = dataclasses.field(default_factory=list)
@@ -821,6 +822,7 @@ def load_history(people):
         **_projects(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
+        token_ids=objects[ApiToken],
         stream_ids=[pk for pk, _ in streams],
         event_indexes=indexes,
         job_ids=list(ImportJob.objects.values_list("pk", flat=True)),
@@ -895,6 +897,7 @@ FILL = {
     "turn_id": lambda h, route, bound: h.conversations[bound["conversation_id"]],
     "secret": lambda h, route, bound: list(h.share_secrets),  # share links
     "link_id": lambda h, route, bound: h.link_ids,
+    "token_id": lambda h, route, bound: h.token_ids,
     "project_slug": lambda h, route, bound: h.project_slugs,
     "user_id": lambda h, route, bound: h.member_ids,
     "invitation_id": lambda h, route, bound: h.invitation_ids,

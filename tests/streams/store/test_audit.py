@@ -307,3 +307,22 @@ def test_figures_are_said_in_the_readers_form(team):
     with translation.override("nl"):
         said = {str(c.field): c.after for c in audit.changes_said(entry)}
     assert said["input per miljoen"] == "1\u202f234,5"  # (docs/i18n.md: a narrow no-break space)
+
+
+def test_a_tokens_spend_is_no_change_and_costs_no_query(alice, team, django_assert_num_queries):
+    # every proxied stream's cost adds to its token's counters (streams/store/spend.py)
+    from streams.store import spend
+
+    class Recording:  # (the writer's record of a stream: what count() reads of it)
+        token_id = None
+
+    with audit.acting(HERE):
+        ApiToken.issue(alice, name="app", project=team)
+    token = ApiToken.objects.get(name="app")
+    rec = Recording()
+    rec.token_id = token.pk
+    done = {rec: {"cost_nanos": 5, "cost_currency": "EUR"}}
+    with django_assert_num_queries(1):  # the counters' UPDATE alone
+        spend.count(done)
+    assert ApiToken.objects.get(pk=token.pk).spent_day_nanos == 5
+    assert [e.action for e in entries(target_type="token")] == ["token.created"]
