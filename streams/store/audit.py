@@ -602,6 +602,7 @@ def watch_commands():
 WHO = {SYSTEM: _("system"), ANONYMOUS: _("anonymous")}
 BY = {"retention": _("retention"), "admin": _("the Django admin")}
 YES_NO = {True: _("yes"), False: _("no")}
+NANOS = decimal.Decimal(1_000_000_000)
 
 
 @dataclasses.dataclass
@@ -725,7 +726,10 @@ def _value_said(field, value, moment):
         return choices[value]
     if isinstance(field, DecimalField | FloatField | IntegerField) and not field.is_relation:
         try:  # a figure in the reader's form ("2,5"; grouped as every figure of the pages)
-            return formats.number_format(decimal.Decimal(str(value)), force_grouping=True)
+            figure = decimal.Decimal(str(value))
+            if field.name.endswith("_nanos"):  # (an amount in billionths: a token's caps)
+                figure = (figure / NANOS).normalize()
+            return formats.number_format(figure, force_grouping=True)
         except (decimal.InvalidOperation, ValueError):
             return value
     return value

@@ -326,3 +326,8 @@ def test_a_tokens_spend_is_no_change_and_costs_no_query(alice, team, django_asse
         spend.count(done)
     assert ApiToken.objects.get(pk=token.pk).spent_day_nanos == 5
     assert [e.action for e in entries(target_type="token")] == ["token.created"]
+    # a cap set is a change, said as an amount (it is kept in billionths)
+    with audit.acting(HERE):
+        ApiToken.objects.filter(pk=token.pk).update(spend_cap_day_nanos=5_250_000_000)
+    said = [(str(c.field), c.after) for c in audit.changes_said(one("token.changed"))]
+    assert said == [("spend cap per day", "5.25")]
