@@ -114,6 +114,10 @@ def context_processor(request):
         "switchable_projects": SimpleLazyObject(
             lambda: list(projects.projects_for(user).only("pk", "name", "slug"))
         ),
+        # the top bar's link to the audit log (dashboard/views/audit.py checks it again)
+        "may_audit": SimpleLazyObject(
+            lambda: projects.may(user, projects.Action.AUDIT, project_of(request))
+        ),
     }
 
 

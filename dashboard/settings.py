@@ -140,6 +140,7 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "dashboard.project.ProjectMiddleware",
+    "streams.access.audit.AuditMiddleware",  # who makes a request's changes (the audit log)
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # last, as django-axes asks: it turns a lockout into the 429 page

@@ -14,6 +14,7 @@ from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
 from dashboard.views import (
     analytics,
+    audit,
     exports,
     feedback,
     playground,
@@ -166,6 +167,8 @@ urlpatterns = [
     path("usage/", analytics.usage, name="usage"),
     path("usage/export.csv", analytics.usage_export, name="usage_export"),
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
+    # who changed what (a project's admins: their project's; staff: every project's)
+    path("audit/", audit.audit, name="audit"),
     path("playground/", include(playground_urls)),
 ]
 # the identity provider's routes, only when one is configured (docs/sign-in.md; the route

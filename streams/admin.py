@@ -3,12 +3,15 @@ from django.core.paginator import Paginator
 from django.db import models
 from django.utils.formats import number_format
 from django.utils.functional import cached_property
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from streams.core.checks import KNOWN_TYPES
 from streams.models import (
     ApiToken,
+    AuditEntry,
     Comment,
     Event,
     Finding,
@@ -20,7 +23,7 @@ from streams.models import (
     ShareLink,
     Stream,
 )
-from streams.store import known_secrets
+from streams.store import audit, known_secrets
 from streams.store.lookups import distinct_stream_values
 
 # A big table's changelist counts this many rows at most; beyond, it says it did not count.
@@ -164,6 +167,15 @@ class StreamAdmin(BigTableAdmin):
     raw_id_fields = ("user", "first_attempt")
     readonly_fields = [f.name for f in Stream._meta.fields if f.name not in ("id",)]
     inlines = [FindingInline]
+
+    # a deletion of streams is in the audit log, one entry per project (streams/store/audit.py)
+    def delete_model(self, request, obj):
+        audit.streams_deleted([obj.pk], by="admin")
+        super().delete_model(request, obj)
+
+    def delete_queryset(self, request, queryset):
+        audit.streams_deleted(queryset, by="admin")
+        super().delete_queryset(request, queryset)
 
 
 class EventTypeFilter(admin.SimpleListFilter):
@@ -333,3 +345,54 @@ class PriceAdmin(FiltersOnly, admin.ModelAdmin):
     list_filter = ("currency",)
     search_fields = ("model_pattern",)
     ordering = ("model_pattern", "-effective_from")
+
+
+class AuditActionFilter(admin.SimpleListFilter):
+    """The actions the log records (a list, not a scan of the table for its values)."""
+
+    title = _("action")
+    parameter_name = "action__exact"
+
+    def lookups(self, request, model_admin):
+        return [(a, audit.action_label(a)) for a in audit.ACTIONS]
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(action=value) if value else queryset
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(LookAndDelete, BigTableAdmin):
+    """The audit log, read only: an entry is never written, changed or deleted by hand (it goes
+    with its project). Said as the audit page says it (streams/store/audit.py)."""
+
+    list_display = ("at", "project", "who", "address", "action_said", "target_label")
+    list_filter = (AuditActionFilter, "at")
+    list_select_related = ("project",)
+    fields = readonly_fields = (
+        "at", "project", "actor", "who", "address", "action_said", "target_type", "target_id",
+        "target_label", "changes_said",
+    )  # fmt: skip
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    @admin.display(description=_("who"))
+    def who(self, entry):
+        return audit.who_said(entry)
+
+    @admin.display(description=_("action"))
+    def action_said(self, entry):
+        return audit.action_label(entry.action)
+
+    @admin.display(description=_("what changed"))
+    def changes_said(self, entry):
+        return format_html_join(
+            mark_safe("<br>"),
+            "{}: {} → {}",
+            ((c.field, _or_dash(c.before), _or_dash(c.after)) for c in audit.changes_said(entry)),
+        )
+
+
+def _or_dash(value):
+    return "—" if value is None else value

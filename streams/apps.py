@@ -10,7 +10,11 @@ class StreamsConfig(AppConfig):
         # (each connected where it is defined)
         from streams.core import usage, warmup
         from streams.observe import telemetry  # noqa: F401  (its score and comment counters)
-        from streams.store import aggregates, known_secrets, prices, scores  # noqa: F401
+        from streams.store import aggregates, audit, known_secrets, prices, scores  # noqa: F401
+
+        # the audit log's receivers, and who a management command's changes are
+        audit.connect()
+        audit.watch_commands()
 
         # log lines are an exit too: every record, whichever logger makes it, loses any secret
         known_secrets.redact_every_record()

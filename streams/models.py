@@ -10,12 +10,33 @@ import secrets
 
 from django.conf import settings
 from django.db import IntegrityError, models, transaction
+from django.dispatch import Signal
 from django.utils.text import slugify
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from streams import fields
 from streams.core import pricing
+
+# ---------------------------------------------------------------------------------------------
+# What the audit log watches (streams/store/audit.py): Django's save and delete signals see a
+# row's `save()` and `delete()`, not a queryset's `update()` (how a link is revoked, how a
+# token's last use is noted). The watched models' querysets tell of their updates too.
+
+# sent by WatchedQuerySet.update before it writes, with `queryset` (the rows) and `fields` (the
+# names it sets); a receiver may answer a callable, called with the count once they are written
+updating = Signal()
+
+
+class WatchedQuerySet(models.QuerySet):
+    def update(self, **kwargs):
+        answers = updating.send(self.model, queryset=self, fields=frozenset(kwargs))
+        done = [answer for _receiver, answer in answers if callable(answer)]
+        n = super().update(**kwargs)
+        for then in done:
+            then(n)
+        return n
+
 
 # ---------------------------------------------------------------------------------------------
 # Projects (streams/access/projects.py decides what each role may do; docs/teams.md)
@@ -48,6 +69,8 @@ class Project(models.Model):
         _("currency"), max_length=3, choices=CURRENCIES, default=DEFAULT_CURRENCY
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
 
     class Meta:
         verbose_name = _("project")
@@ -132,6 +155,8 @@ class Membership(models.Model):
     # when the user last worked in it: the project a new session starts in
     last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
 
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
     class Meta:
         verbose_name = _("membership")
         verbose_name_plural = _("memberships")
@@ -175,6 +200,8 @@ class Invitation(models.Model):
         verbose_name=_("accepted by"),
     )
     revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
 
     class Meta:
         verbose_name = _("invitation")
@@ -755,6 +782,8 @@ class ApiToken(models.Model):
     spent_month = models.DateField(_("spend counted in month"), null=True, blank=True)
     spent_month_nanos = models.BigIntegerField(_("spent that month"), default=0)
 
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
     class Meta:
         verbose_name = _("API token")
         verbose_name_plural = _("API tokens")
@@ -1052,6 +1081,8 @@ class Price(models.Model):
     project = _project_field(related_name="prices")
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
     class Meta:
         verbose_name = _("price")
         verbose_name_plural = _("prices")
@@ -1127,6 +1158,8 @@ class ScoreType(models.Model):
     categories = fields.JSONField(_("categories"), default=list, blank=True)
     description = fields.CharField(_("description"), max_length=300, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
 
     class Meta:
         verbose_name = _("score type")
@@ -1300,6 +1333,8 @@ class ShareLink(models.Model):
     last_opened_at = models.DateTimeField(_("last opened at"), null=True, blank=True)
     opened = models.PositiveIntegerField(_("times opened"), default=0)
 
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
     class Meta:
         verbose_name = _("share link")
         verbose_name_plural = _("share links")
@@ -1356,3 +1391,52 @@ class SignInIdentity(models.Model):
 
     def __str__(self):
         return f"{self.issuer} {self.subject}"
+
+
+# ---------------------------------------------------------------------------------------------
+# The audit log (streams/store/audit.py records it; docs/teams.md, "Audit log")
+
+MAX_AUDIT_LABEL_CHARS = 200
+
+
+class AuditEntry(models.Model):
+    """One change someone (or something) made: who, when, from where, what to, and what changed.
+    Written by streams/store/audit.py's receivers, never by the views that make the change, so a
+    new view that changes a membership is recorded without knowing of it."""
+
+    # none: an instance-wide thing (an instance price, a deleted project's last entry); kept
+    # as long as its project is
+    project = _project_field(related_name="audit_entries")
+    # the user, while they exist; `actor_name` keeps who it was after they are deleted
+    actor = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("actor"),
+    )
+    actor_name = fields.CharField(_("actor's name"), max_length=150, blank=True)
+    at = models.DateTimeField(_("at"))
+    # the client's address, "command:<name>" for a management command, "" for the system
+    address = fields.CharField(_("from"), max_length=100, blank=True)
+    action = fields.CharField(_("action"), max_length=40)
+    target_type = fields.CharField(_("target type"), max_length=40, blank=True)
+    target_id = fields.CharField(_("target id"), max_length=64, blank=True)
+    target_label = fields.CharField(_("target"), max_length=MAX_AUDIT_LABEL_CHARS, blank=True)
+    # {field: [before, after]} for a change of a row (never a secret, values redacted and
+    # cut); a deletion of streams says how many and which (streams/store/audit.py)
+    changes = fields.JSONField(_("changes"), default=dict, blank=True)
+
+    class Meta:
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit entries")
+        indexes = [
+            # a project's log, newest first (the audit page of a project's admin)
+            models.Index(fields=["project", "-at"], name="audit_project_at"),
+            # every project's, newest first (staff's page, the admin's changelist)
+            models.Index(fields=["-at"], name="audit_at"),
+        ]
+
+    def __str__(self):
+        return gettext("audit entry %(id)s") % {"id": self.pk}

@@ -22,7 +22,7 @@ from django.db.models import Q
 
 from streams.core import conf
 from streams.models import Event, Stream
-from streams.store import aggregates
+from streams.store import aggregates, audit
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +67,8 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
     (with `dry_run`, what would be deleted, counted without deleting)."""
     now = now or dt.datetime.now(dt.UTC)
     events_cutoff, streams_cutoff = cutoffs(now)
+    if not dry_run:
+        audit.retention_in_effect(conf.get())
     out = {"streams": 0, "events": 0, "event_streams": 0}
     if streams_cutoff is not None:
         doomed = _streams_due(streams_cutoff)
@@ -74,11 +76,13 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
             out["streams"] = doomed.count()
             out["events"] += Event.objects.filter(stream__in=doomed).count()
         else:
+            deleted = audit.Deletions(by="retention")  # (one entry per project for the run)
             while True:
                 ids = list(doomed.order_by("created_at").values_list("pk", flat=True)[:batch])
                 if not ids:
                     break
                 with transaction.atomic():
+                    deleted.add(ids)  # (in the batch's transaction, before it deletes)
                     out["events"] += delete_streams(ids, keep_aggregates=True)
                 out["streams"] += len(ids)
                 if pause_s:
@@ -132,6 +136,7 @@ def prune_if_due():
     """From the periodic sweep: prune when retention is set and an hour has passed since this
     process last did. A short pause between batches leaves the writer its turn."""
     events_cutoff, streams_cutoff = cutoffs()
+    audit.retention_in_effect(conf.get())  # (retention switched off is a change too)
     if events_cutoff is None and streams_cutoff is None:
         return None
     if time.monotonic() - _last_run[0] < EVERY_S and _last_run[0]:

@@ -27,6 +27,7 @@ from dashboard.models import Conversation, SavedView, Turn
 from streams.core.checks import KNOWN_TYPES, Said
 from streams.models import (
     ApiToken,
+    AuditEntry,
     Capture,
     Comment,
     Event,
@@ -219,6 +220,8 @@ def recorded_data():
         values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
     values.update(Invitation.objects.values_list("email", flat=True))  # an address, as typed
+    # the audit log's targets as they were named (a token's name, a price's pattern)
+    values.update(AuditEntry.objects.values_list("target_label", flat=True))
     # scores and comments as given: type names (identifiers, as the API takes them), labels,
     # keys, comments
     values.update(ScoreType.objects.values_list("name", flat=True))

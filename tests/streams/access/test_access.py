@@ -138,6 +138,7 @@ RULES = {
     "usage": Rule(PROJECT, READ),
     "usage_export": Rule(PROJECT, READ),  # the usage page's per-model table as CSV
     "admin_analytics": Rule(STAFF),
+    "audit": Rule(PROJECT, Action.AUDIT),  # a project's admins (staff: every project)
     "stream_detail": Rule(OBJECT, READ),
     "stream_events": Rule(OBJECT, READ),
     "stream_event": Rule(OBJECT, READ),

@@ -735,8 +735,14 @@ def load_history(people):
     from django.contrib.contenttypes.models import ContentType
 
     from dashboard.models import Conversation, Turn
-    from streams.models import ApiToken, Event, Finding, ImportFile, ImportJob, Price
+    from streams.models import ApiToken, AuditEntry, Event, Finding, ImportFile, ImportJob, Price
     from streams.models import Stream as Row
+
+    # a token named with the upstream's key and a pass-through key: the audit log's entry of
+    # it (its target, its changes) is derived text, on the audit page and in the admin
+    owner = next(iter(people.values())).user
+    if not ApiToken.objects.filter(name__startswith="echo ").exists():
+        ApiToken.issue(owner, name=f"echo {KEY} {PASS_KEYS['walk-owner']}")
 
     if not Price.objects.exists():  # (a team's price, named with the hostile model's name)
         Price.objects.create(
@@ -803,6 +809,9 @@ def load_history(people):
         ImportJob: list(ImportJob.objects.values_list("pk", flat=True)),
         ImportFile: list(ImportFile.objects.values_list("pk", flat=True)),
         ApiToken: list(ApiToken.objects.values_list("pk", flat=True)),
+        AuditEntry: list(
+            AuditEntry.objects.filter(action="token.created").values_list("pk", flat=True)
+        )[-3:],
         Price: list(Price.objects.values_list("pk", flat=True)),
         ScoreType: list(ScoreType.objects.values_list("pk", flat=True)),
         Score: _sample(Score.objects.order_by("pk").values_list("pk", flat=True), 8),
