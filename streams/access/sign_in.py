@@ -34,6 +34,7 @@ from mozilla_django_oidc.utils import import_from_settings
 
 from streams.access import group_roles, identity_provider
 from streams.models import SignInIdentity
+from streams.store import audit
 
 PROVIDER_BACKEND = "streams.access.sign_in.ProviderBackend"
 PASSWORD_BACKEND = "streams.access.sign_in.PasswordBackend"
@@ -226,7 +227,12 @@ class ProviderBackend(OIDCAuthenticationBackend):
             identity.last_sign_in_at = timezone.now()
             identity.save(update_fields=["last_sign_in_at"])
             groups = group_roles.groups_of(claims, provider.groups_claim)
-            group_roles.apply(user, groups, group_roles.parse(provider.groups))
+            # the memberships the groups change are recorded as this user's, from where they
+            # sign in (they are not signed in yet: the request's actor is anonymous)
+            asking = audit.current_actor()
+            actor = audit.Actor(user.pk, user.get_username(), asking.address if asking else "")
+            with audit.acting(actor):
+                group_roles.apply(user, groups, group_roles.parse(provider.groups))
         return user
 
     def _new_user(self, claims):

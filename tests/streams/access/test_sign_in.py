@@ -22,7 +22,7 @@ import pytest
 from django.contrib.auth import get_user_model
 
 from streams.access import identity_provider
-from streams.models import Membership, Project, SignInIdentity
+from streams.models import AuditEntry, Membership, Project, SignInIdentity
 from tests.conftest import DaphneServer
 from tests.support import provider_urls
 from tests.support.i18n import english_kept, english_left, english_words, visible_texts
@@ -127,6 +127,12 @@ def test_a_first_sign_in_makes_the_user_and_gives_the_groups_roles(
             "origin", flat=True
         )
     ) == {Membership.Origin.IDP}
+    # the audit log says whose memberships they are, from where (not "anonymous")
+    added = AuditEntry.objects.filter(
+        action="membership.added", project__slug__in=["payments", "search"]
+    )
+    assert {(e.actor_id, e.actor_name) for e in added} == {(user.pk, "ann")}
+    assert added.count() == 2 and all(e.address == "127.0.0.1" for e in added)
     # the PKCE challenge went to the provider (the library's setting, checked on the wire)
     authorize = next(u for u in browser.visited if "/o/authorize/" in u)
     query = parse_qs(urlsplit(authorize).query)
