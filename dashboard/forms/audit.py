@@ -26,6 +26,10 @@ class AuditFilterForm(forms.Form):
     until = InstantField(required=False, input_formats=DATETIME_FORMATS, label=_("To"))
     before = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["actor"].widget.attrs["title"] = self.fields["actor"].help_text
+
     def clean(self):
         data = super().clean()
         since, until = data.get("since"), data.get("until")

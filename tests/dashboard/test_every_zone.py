@@ -24,7 +24,7 @@ from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
 from streams.access import invitations, shares
 from streams.ingest import importer
-from streams.models import ImportJob, Project, Stream
+from streams.models import ApiToken, ImportJob, Project, Stream
 from streams.store import scores
 from tests.conftest import FIXTURES
 from tests.support.routes import Unfillable, django_routes, fill
@@ -95,6 +95,7 @@ def world(_zoned_history, db):
         "user_id": [staff.pk],
         "invitation_id": [invitation.pk],
         "key": [key],
+        "token_id": [ApiToken.objects.get(digest=ApiToken.hash(ApiToken.issue(staff))).pk],
     }
     paths = []
     for route in django_routes():

@@ -13,7 +13,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from streams.access import shares
-from streams.models import ApiToken, AuditEntry, Membership, Project, ShareLink, Stream
+from streams.models import ApiToken, AuditEntry, Membership, Project, Stream
 from streams.store import audit
 
 KEY = "sk-AUDIT-CANARY-5519203xq"
@@ -105,8 +105,7 @@ class TestPage:
         with audit.acting(audit.Actor()):
             ApiToken.issue(owner, name=f"echo {KEY}", project=self.team)
             stream = Stream.objects.create(user=owner, project=self.team, session=f"x{KEY}")
-            link, _ = shares.create(owner, session=stream.session)
-            ShareLink.objects.filter(pk=link.pk).update(project=self.team)
+            shares.create(owner, session=stream.session, project=self.team)
         stored = repr(list(AuditEntry.objects.values_list("target_label", "changes")))
         assert KEY not in stored and stored.count("[redacted]") >= 2
         page = self.get("owner", project="team").content.decode()
