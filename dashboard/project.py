@@ -10,7 +10,7 @@ Staff may choose every project at once (`request.project` is then None).
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
-from django.utils.functional import SimpleLazyObject
+from django.utils.functional import SimpleLazyObject, empty
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -49,7 +49,11 @@ class ProjectMiddleware:
 def project_of(request):
     """`request.project` itself (a Project or None), not its lazy wrapper."""
     project = request.project
-    return project if project is None or not hasattr(project, "_wrapped") else project._wrapped
+    if not isinstance(project, SimpleLazyObject):
+        return project
+    if project._wrapped is empty:  # (not resolved yet: `_wrapped` is the sentinel)
+        project._setup()
+    return project._wrapped
 
 
 def context_processor(request):

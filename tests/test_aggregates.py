@@ -22,7 +22,7 @@ from dashboard.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
 from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
-from streams.models import Finding, Stream, UsageRollup, rollup_dimensions, rollup_key
+from streams.models import Finding, Project, Stream, UsageRollup, rollup_dimensions, rollup_key
 from streams.store import aggregates
 from streams.store import rows as stored
 
@@ -343,7 +343,7 @@ def _groups(pairs):
 @pytest.mark.parametrize("filters, span", _cases(FILTERS, RANGES, KEYED, KEYED_RANGES))
 def test_the_rollup_source_gives_the_exact_sources_figures(history, span, filters):
     """What every report is built from, read both ways: equal, percentiles within the bound."""
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, rollup = _sources(scope)
     _same_aggregates(exact.aggregates(), rollup.aggregates())
     pairs = list(exact.aggregates())
@@ -432,7 +432,7 @@ def _same_usage(scope, span, filters):
 @pytest.mark.parametrize("filters, span", [({}, dt.timedelta(hours=24)), ({}, None),
                                            ({"tag": "checkout"}, None)])  # fmt: skip
 def test_the_latency_page_from_either_source(history, monkeypatch, span, filters):
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, fast = _both(latency_report, scope, monkeypatch)
     assert not exact.empty and not fast.empty
     _same_row(exact.overall, fast.overall)
@@ -457,8 +457,8 @@ def test_the_latency_page_from_either_source(history, monkeypatch, span, filters
 
 
 def test_a_comparison_with_the_range_before_from_aggregates(history, monkeypatch):
-    scope = Scope(user_id=None, start=NOW - dt.timedelta(days=1), end=NOW)
-    before = Scope(user_id=None, start=NOW - dt.timedelta(days=2), end=scope.start)
+    scope = Scope(project_id=None, start=NOW - dt.timedelta(days=1), end=NOW)
+    before = Scope(project_id=None, start=NOW - dt.timedelta(days=2), end=scope.start)
     both = ("Range before", before, "This range", scope)
 
     def build(s, now):
@@ -476,7 +476,9 @@ def test_a_comparison_with_the_range_before_from_aggregates(history, monkeypatch
 
 
 def test_a_user_sees_only_their_own_aggregates(history, monkeypatch):
-    scope = Scope(user_id=history.pk, start=NOW - dt.timedelta(days=3), end=NOW)
+    scope = Scope(
+        project_id=Project.personal(history).pk, start=NOW - dt.timedelta(days=3), end=NOW
+    )
     exact, fast = _both(latency_report, scope, monkeypatch)
     assert (
         fast.overall["count"]
@@ -488,7 +490,7 @@ def test_a_user_sees_only_their_own_aggregates(history, monkeypatch):
 @pytest.mark.parametrize("filters, span", [({}, dt.timedelta(hours=24)), ({}, None),
                                            ({"tag": "support-bot"}, None)])  # fmt: skip
 def test_the_routing_page_from_either_source(history, monkeypatch, span, filters):
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, fast = _both(routing_report, scope, monkeypatch)
     assert (exact.total, exact.models_chosen) == (fast.total, fast.models_chosen)
     assert fast.models_chosen == len([s for s in fast.shares if s["model"]])
@@ -505,7 +507,7 @@ def test_the_routing_page_from_either_source(history, monkeypatch, span, filters
 @pytest.mark.parametrize("filters, span", [({}, dt.timedelta(hours=24)), ({}, None),
                                            ({"status": "failed"}, None)])  # fmt: skip
 def test_the_admin_page_from_either_source(history, monkeypatch, span, filters):
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, fast = _both(admin_report, scope, monkeypatch)
     assert exact.days == fast.days
     assert exact.totals == fast.totals
@@ -525,7 +527,7 @@ def test_the_admin_page_from_either_source(history, monkeypatch, span, filters):
 
 def test_a_session_filter_falls_back_to_the_raw_rows(history, monkeypatch):
     monkeypatch.setattr(cube, "EXACT_BELOW", 0)
-    report = latency_report(Scope(user_id=None, end=NOW, session="x"), now=NOW)
+    report = latency_report(Scope(project_id=None, end=NOW, session="x"), now=NOW)
     assert report.method == cube.EXACT
 
 
@@ -542,8 +544,8 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
 
     from dashboard.stats.sql import ROLLUPS, STREAMS, scope_where
 
-    base = Scope(user_id=None)
-    values = {"user_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
+    base = Scope(project_id=None)
+    values = {"project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
     not_filters = {"tz"}  # how the figures are bucketed, not which streams
     for field in fields(Scope):
         if field.name in not_filters:
@@ -562,14 +564,15 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
             assert same, field.name
             continue
         assert not same, f"{field.name}: no condition on the rollups"
-    # the same columns, each table's own spelling of who and which tag
-    scope = replace(base, user_id=7, resolved_model="m-a", status="failed", source="proxy")
+    # the same columns, each table's own spelling of which project and which tag
+    scope = replace(base, project_id=7, resolved_model="m-a", status="failed", source="proxy")
     raw, rolled = scope_where(scope, rows=STREAMS), scope_where(scope, rows=ROLLUPS)
-    assert '"user_id" = %s' in raw.sql() and '"user_key" = %s' in rolled.sql()
+    assert '"project_id" = %s' in raw.sql() and '"project_key" = %s' in rolled.sql()
     assert raw.params == [7, "m-a", "failed", "proxy"]
     assert rolled.params == ["", 7, "m-a", "failed", "proxy"]  # every stream's rows: tag ""
+    # the project is access: no filter leaves it out
     skipped = scope_where(scope, rows=ROLLUPS, skip=("user", "source", "resolved_model"))
-    assert skipped.params == ["", "failed"]
+    assert skipped.params == ["", 7, "failed"]
     # findings_in_scope joins the stream rows and applies the rule's unqualified columns:
     # none of them may be a finding's too
     from dashboard.stats.sql import FILTERS

@@ -96,7 +96,9 @@ def then(model, names):
 
 def old_key(model):
     key, values = RESTATED[model]
-    return [c for c in key if c != "tag" and (c != "status" or model is UsageRollup)], values
+    # (the project came with 0019)
+    new = ("tag", "project_key")
+    return [c for c in key if c not in new and (c != "status" or model is UsageRollup)], values
 
 def snapshot(ids):
     # aggregates.snapshot over this schema's stream columns (one added since reads as empty)
@@ -277,7 +279,8 @@ def test_0008_restates_the_rollups_by_status_and_tag_and_keeps_what_retention_de
 def check_0008(env):
     """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
     _manage(env, "migrate", "-v", "0", "streams", "0007")
-    _manage(env, "migrate", "-v", "0", "dashboard")  # (a stream's deletion reaches its turns)
+    # (a stream's deletion reaches its turns; 0003 needs the projects of streams 0018)
+    _manage(env, "migrate", "-v", "0", "dashboard", "0002")
     before = last_json(_manage(env, "shell", "-c", BEFORE_0008))
     assert before["deleted"] > 50
     _manage(env, "migrate", "-v", "0")
@@ -305,3 +308,91 @@ def check_0008(env):
         # and the thinned periods get no tag rows: their tagged streams are gone
         tagged = {tuple(p) for p in after[name]["tagged"]}
         assert tagged and not tagged & thinned, name
+
+
+# 0018 → today: streams of two users (in their personal projects) and of none, aggregated as
+# 0018's write path did: today's contributions without the project (summed over it).
+BEFORE_0019 = (
+    OLD
+    + """
+from django.contrib.auth import get_user_model
+from streams.models import Project
+with transaction.atomic():
+    users = [get_user_model().objects.create_user(name) for name in ("ann", "ben")]
+    projects = {u.pk: Project.personal(u).pk for u in users}
+    ids = history(500, 19)
+    rng = random.Random(19)
+    for pk in ids:
+        user = rng.choice([*users, None])
+        Stream.objects.filter(pk=pk).update(
+            user=user, project_id=None if user is None else projects[user.pk])
+    qn = connection.ops.quote_name
+    written = {}
+    for model, rows in snapshot(ids).tables.items():
+        key, values = aggregates.rollup_tables()[model]
+        old = [c for c in key if c != "project_key"]
+        at = [key.index(c) for c in old]
+        merged = {}
+        for k, v in rows.items():
+            acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(v))
+            for i, x in enumerate(v):
+                acc[i] += x
+        cols = old + list(values)
+        with connection.cursor() as cursor:
+            for k, v in merged.items():
+                cursor.execute(
+                    f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(map(qn, cols))}) "
+                    f"VALUES ({', '.join(['%s'] * len(cols))})", [*k, *v])
+        written[model.__name__] = len(merged)
+print(json.dumps({"written": written, "projects": sorted(projects.values())}))
+"""
+)
+AFTER_0019 = """
+import json
+from django.db import connection, transaction
+from streams.models import HistogramRollup, UsageRollup
+from streams.store import aggregates
+stored = aggregates.stored()
+with transaction.atomic():
+    aggregates.rebuild()
+    rebuilt = aggregates.stored()
+    transaction.set_rollback(True)
+key = aggregates.key_of(UsageRollup)
+p, tag, span = key.index("project_key"), key.index("tag"), key.index("span")
+per_project = {}
+for k, v in stored[UsageRollup].items():
+    if k[tag] == "" and k[span] == aggregates.DAY:
+        per_project[k[p]] = per_project.get(k[p], 0) + v[0]
+hkey = aggregates.key_of(HistogramRollup)
+summed = {k[hkey.index("project_key")] for k in stored[HistogramRollup] if not k[hkey.index("full")]}
+with connection.cursor() as cursor:
+    cursor.execute("PRAGMA integrity_check")
+    integrity = cursor.fetchall()
+print(json.dumps({
+    "same": stored == rebuilt, "tables": {m.__name__: len(r) for m, r in stored.items()},
+    "per_project": sorted(per_project.items()), "summed_projects": sorted(summed),
+    "integrity": integrity,
+}))
+"""
+
+
+@SQLITE_ONLY
+def test_0019_puts_each_rollup_row_in_its_users_personal_project(tmp_path):
+    """Every row's project is its user's personal project (0 without a user), and the
+    histograms' summed rows are split by project: the upgraded tables equal a rebuild under
+    today's write path, row for row."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
+    env.pop("REDIS_URL", None)
+    _manage(env, "migrate", "-v", "0", "streams", "0018")
+    for app in ("auth", "dashboard"):
+        _manage(env, "migrate", "-v", "0", app)
+    before = last_json(_manage(env, "shell", "-c", BEFORE_0019))
+    assert all(before["written"][m] for m in ("UsageRollup", "HistogramRollup"))
+    _manage(env, "migrate", "-v", "0")
+    after = last_json(_manage(env, "shell", "-c", AFTER_0019))
+    assert after["same"] is True
+    projects = dict(after["per_project"])
+    assert sorted(projects) == [0, *before["projects"]]
+    assert sum(projects.values()) == 500 and all(projects.values())
+    assert after["summed_projects"] == [0, *before["projects"]]
+    assert after["integrity"] == [["ok"]]

@@ -1,8 +1,9 @@
 """The analytics pages (/latency/, /routing/, /analytics/): who may see what, filters, empty
 states, polling, escaping of untrusted model names and reasoning, the admin index link.
 
-There are no teams in Streamscope: besides the owner and a stranger, the third person of the
-healthchecks-style base is a staff member, who sees every stream."""
+Besides the owner and a stranger (each in their personal project), the third person of the
+healthchecks-style base is a staff member, who works in every project at once (the switcher's
+"all"; `TestProjects` has them in one)."""
 
 import csv
 import datetime as dt
@@ -42,6 +43,8 @@ class Base:
     def _people(self, db):
         log_in_people(self)
         self.anonymous_client = Client()
+        r = self.staff_client.post("/projects/switch/", {"project": "all", "next": "/"})
+        assert r.status_code == 302
         with _settable_created_at():
             self.streams = Stream.objects.bulk_create(
                 [
@@ -502,3 +505,58 @@ class TestLatencyScores(Base):
             ("old-model", 1, 1, None)
         ]
         assert b'id="empty-state"' in r.content and b'id="scores-h"' in r.content
+
+
+class TestProjects(Base):
+    """The pages read the page's project (`request.project`): a colleague sees a team
+    project's streams, whoever recorded them; someone outside it gets a 404; staff in one
+    project see that project's streams alone."""
+
+    @pytest.fixture(autouse=True)
+    def _team(self, _people):
+        from streams.models import Membership, Project
+
+        self.team = Project.objects.create(name="Team", slug="team")
+        Membership.objects.create(project=self.team, user=self.owner, role="owner")
+        self.colleague, self.colleague_client = _member(self.team, "colleague", "viewer")
+        with _settable_created_at():
+            Stream.objects.bulk_create(
+                [stream(self.owner, "team-model", 50.0, project=self.team) for _ in range(3)]
+            )
+
+    @pytest.mark.parametrize("url", ["/latency/", "/routing/", "/usage/"])
+    def test_a_colleague_sees_the_projects_streams(self, url):
+        body = self.colleague_client.get(url + "?project=team").content.decode()
+        assert "team-model" in body and "owner-model" not in body
+
+    def test_the_owner_sees_their_personal_project_by_default_and_the_team_by_choice(self):
+        body = self.owner_client.get("/latency/").content.decode()
+        assert "owner-model" in body and "team-model" not in body
+        body = self.owner_client.get("/latency/?project=team").content.decode()
+        assert "team-model" in body and "owner-model" not in body
+
+    def test_it_returns_404_for_strangers(self):
+        assert self.stranger_client.get("/latency/?project=team").status_code == 404
+
+    def test_staff_in_one_project_see_that_project_alone(self):
+        body = self.staff_client.get("/analytics/?project=team").content.decode()
+        assert "team-model" in body and "owner-model" not in body
+        report = self.staff_client.get("/latency/?project=team").context["report"]
+        assert report.overall["count"] == 3
+
+    def test_the_usage_export_is_the_projects(self):
+        body = self.colleague_client.get("/usage/export.csv?project=team")
+        text = b"".join(body.streaming_content).decode()
+        assert "team-model" in text and "owner-model" not in text
+
+
+def _member(project, name, role):
+    from django.contrib.auth import get_user_model
+
+    from streams.models import Membership
+
+    user = get_user_model().objects.create_user(name)
+    Membership.objects.create(project=project, user=user, role=role)
+    client = Client()
+    client.force_login(user)
+    return user, client

@@ -164,7 +164,7 @@ def usage_report(scope, *, now=None):
     report.currencies = currencies
     report.totals = usage_row(totals, currencies)
     report.models = model_rows(per_pair, currencies)
-    if scope.user_id is None:  # staff: everyone's streams
+    if scope.project_id is None:  # staff, every project: everyone's streams
         report.users, report.user_count = _users(_fold(per_pair, 1), currencies)
     tags = [{"tag": t, **usage_row(f, currencies)} for t, f in source.usage_tags().items()]
     tags.sort(key=lambda r: (*_spend_order(r), known_secrets.label_key(r["tag"])))

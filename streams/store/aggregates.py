@@ -69,7 +69,7 @@ ACTIVE_MARKS = ", ".join(["%s"] * len(ACTIVE))
 # The Stream columns a contribution is made of (raw rows the pages fold in use the same).
 COLUMNS = (
     "id", "created_at", "status", "resolved_model", "requested_model", "source", "user_id",
-    "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
+    "project_id", "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
     "headers_us", "created_event_us", "first_token_us", "output_deltas", "bytes_received",
     "event_count", "findings_count", "routing_category", "routing_source", "tags",
     "usage_source", "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
@@ -269,6 +269,7 @@ def _dimensions(row):
         "requested_model": row["requested_model"],
         "source": row["source"],
         "user_key": row["user_id"] or 0,
+        "project_key": row["project_id"] or 0,
         "status": row["status"],
     }
 
@@ -321,7 +322,7 @@ class Contributions:
         for dims in _periods(row, own):
             self._add(UsageRollup, usage(dims), values, sign)
             if buckets:
-                # the summed rows (not `full`) leave out who and where
+                # the summed rows (not `full`) leave out who and where, not the project
                 summed = {**dims, "full": False, "user_key": 0, "source": ""}
                 full = {**dims, "full": True}
                 for metric, b in buckets:
