@@ -618,7 +618,9 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
 
 def test_a_dimension_on_the_rollups_base_is_in_every_key():
     shared = rollup_dimensions()
-    assert set(shared) == {"span", "tag", "t", "resolved_model", "source", "user_key", "status"}
+    assert set(shared) == {
+        "span", "tag", "t", "resolved_model", "source", "user_key", "project_key", "status"
+    }  # fmt: skip
     for model, (key, _values) in aggregates.rollup_tables().items():
         assert set(shared) <= set(key), model
         assert key == tuple(model._meta.pk.field_names)  # the model spells it once

@@ -364,7 +364,8 @@ for k, v in stored[UsageRollup].items():
     if k[tag] == "" and k[span] == aggregates.DAY:
         per_project[k[p]] = per_project.get(k[p], 0) + v[0]
 hkey = aggregates.key_of(HistogramRollup)
-summed = {k[hkey.index("project_key")] for k in stored[HistogramRollup] if not k[hkey.index("full")]}
+hp, full = hkey.index("project_key"), hkey.index("full")
+summed = {k[hp] for k in stored[HistogramRollup] if not k[full]}
 with connection.cursor() as cursor:
     cursor.execute("PRAGMA integrity_check")
     integrity = cursor.fetchall()

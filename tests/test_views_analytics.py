@@ -14,7 +14,7 @@ import pytest
 from django.test import Client
 
 from streams.management.commands.seed_demo import _settable_created_at
-from streams.models import Finding, Stream
+from streams.models import Finding, Project, Stream
 from tests.conftest import log_in_people
 
 EVIL = '<script>alert("m")</script>'
@@ -560,3 +560,42 @@ def _member(project, name, role):
     client = Client()
     client.force_login(user)
     return user, client
+
+
+class TestSpendPerProject(Base):
+    """The staff page over every project says which project spends what; in one project it
+    is that project's page, without the table."""
+
+    @pytest.fixture(autouse=True)
+    def _spend(self, _people):
+        from streams.models import Project
+
+        self.team = Project.objects.create(name="Team <b>", slug="team")
+        with _settable_created_at():
+            Stream.objects.bulk_create(
+                [
+                    stream(None, "team-model", 50.0, project=self.team, cost_nanos=2_500_000_000,
+                           cost_currency="EUR", input_tokens=100, output_tokens=40,
+                           usage_source="reported"),
+                    stream(self.owner, "owner-model", 50.0, cost_nanos=1_000_000_000,
+                           cost_currency="EUR", input_tokens=10, output_tokens=4,
+                           usage_source="reported"),
+                ]
+            )  # fmt: skip
+
+    def test_it_lists_each_projects_spend_most_first(self):
+        r = self.staff_client.get("/analytics/")
+        projects = r.context["report"].projects
+        rows = [(p["slug"], p["streams"], dict(p["costs"])["EUR"]) for p in projects]
+        owner = Project.personal(self.owner).slug
+        stranger = Project.personal(self.stranger).slug
+        assert rows == [("team", 1, 2_500_000_000), (owner, 4, 1_000_000_000), (stranger, 1, 0)]
+        assert r.context["report"].project_count == 3
+        body = r.content.decode()
+        assert "Team &lt;b&gt;" in body and 'href="/analytics/?project=team"' in body
+
+    def test_in_one_project_it_has_no_project_table(self):
+        r = self.staff_client.get("/analytics/?project=team")
+        assert r.context["report"].projects is None
+        assert r.context["report"].totals["streams"] == 1
+        assert "Team &lt;b&gt;" in r.content.decode()

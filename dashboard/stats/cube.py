@@ -115,6 +115,25 @@ def _tags_known():
         return [r[0] for r in cursor.fetchall()]
 
 
+def projects_known():
+    """Every project key with aggregated streams (0: of no project), from the day rows (key
+    (span, tag, project_key…): a loose index scan, one seek per project); once per report."""
+    return memoized(("projects_known",), _projects_known)
+
+
+def _projects_known():
+    table, span, tag, key = _table(UsageRollup), quote("span"), quote("tag"), quote("project_key")
+    sql = (
+        f"WITH RECURSIVE v(x) AS ("
+        f"SELECT MIN({key}) FROM {table} WHERE {span} = %s AND {tag} = '' "
+        f"UNION ALL SELECT (SELECT MIN({key}) FROM {table} WHERE {span} = %s AND {tag} = '' "
+        f"AND {key} > v.x) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [agg.DAY, agg.DAY])
+        return [r[0] for r in cursor.fetchall()]
+
+
 def method(scope):
     """EXACT (raw rows) or AGGREGATED for this scope."""
     if scope.session:
@@ -256,6 +275,11 @@ class Cube:
         if not with_user_source:
             skip += ("user", "source")
         w = scope_where(replace(self.scope, username=""), skip=skip, rows=ROLLUPS, tags=tags)
+        if self.scope.project_id is None:
+            # every project's: one key range per project, each seeking its periods (the key
+            # has the project before `t`; without it a range of periods read every period of
+            # every project)
+            w.among("project_key", projects_known())
         if self.user_key is not None and with_user_source:
             w.eq("user_key", self.user_key)
         return w.parts, w.params

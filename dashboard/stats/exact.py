@@ -348,6 +348,7 @@ _USAGE_COLUMNS = {
     "resolved_model": "resolved_model",
     "requested_model": "requested_model",
     "user": "user_id",
+    "project": "project_id",
     "status": "status",
     "source": "source",
 }

@@ -61,7 +61,7 @@ ALLOWED = {
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
-    "feedback",
+    "feedback", "project",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
