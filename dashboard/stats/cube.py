@@ -99,38 +99,29 @@ def first_day(scope):
 def tags_known():
     """Every tag with aggregated streams, from the day rows (whose key begins (span, tag): a
     loose index scan, one seek per tag); once per report."""
-    return memoized(("tags_known",), _tags_known)
-
-
-def _tags_known():
-    table, span, tag = _table(UsageRollup), quote("span"), quote("tag")
-    sql = (
-        f"WITH RECURSIVE v(x) AS ("
-        f"SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > '' "
-        f"UNION ALL SELECT (SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > v.x) "
-        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [agg.DAY, agg.DAY])
-        return [r[0] for r in cursor.fetchall()]
+    return memoized(("tags_known",), lambda: _day_keys("tag", "", after=""))
 
 
 def projects_known():
     """Every project key with aggregated streams (0: of no project), from the day rows (key
     (span, tag, project_key…): a loose index scan, one seek per project); once per report."""
-    return memoized(("projects_known",), _projects_known)
+    return memoized(("projects_known",), lambda: _day_keys("project_key", ""))
 
 
-def _projects_known():
-    table, span, tag, key = _table(UsageRollup), quote("span"), quote("tag"), quote("project_key")
+def _day_keys(column, tag, after=None):
+    """The distinct values of key `column` among the usage day rows (of `tag`, when the
+    column is not the tag itself), above `after`: a loose index scan of the key."""
+    table, span, col = _table(UsageRollup), quote("span"), quote(column)
+    where = f"{span} = %s" + ("" if column == "tag" else f" AND {quote('tag')} = %s")
+    params = [agg.DAY] + ([] if column == "tag" else [tag])
+    first = f" AND {col} > %s" if after is not None else ""
     sql = (
-        f"WITH RECURSIVE v(x) AS ("
-        f"SELECT MIN({key}) FROM {table} WHERE {span} = %s AND {tag} = '' "
-        f"UNION ALL SELECT (SELECT MIN({key}) FROM {table} WHERE {span} = %s AND {tag} = '' "
-        f"AND {key} > v.x) FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
+        f"WITH RECURSIVE v(x) AS (SELECT MIN({col}) FROM {table} WHERE {where}{first} "
+        f"UNION ALL SELECT (SELECT MIN({col}) FROM {table} WHERE {where} AND {col} > v.x) "
+        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [agg.DAY, agg.DAY])
+        cursor.execute(sql, [*params, *([after] if after is not None else []), *params])
         return [r[0] for r in cursor.fetchall()]
 
 
