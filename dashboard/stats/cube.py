@@ -39,6 +39,7 @@ from dashboard.stats.sql import (
     quote,
     scalars,
     scope_where,
+    time_index,
 )
 from streams.core.figures import rank
 from streams.models import (
@@ -313,9 +314,7 @@ class Cube:
                     )
                 ).add(f"{quote('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
                 # under an hour of rows: by time (a model's index would read all its history)
-                rows += agg.read_streams(
-                    w.sql(), w.params, index="stream_created", with_scores=False
-                )
+                rows += agg.read_streams(w.sql(), w.params, index=time_index(w), with_scores=False)
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
                 f"{quote('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
             )
