@@ -234,7 +234,7 @@ def test_a_custom_range_is_read_in_the_pages_zone():
             {"range": "custom", "start": "2026-03-29T00:00", "end": "2026-03-30T00:00"}
         )
         assert form.is_valid(), form.errors
-        scope = form.scope(type("U", (), {"is_staff": True, "pk": 1})(), NOW)
+        scope = form.scope(type("U", (), {"is_staff": True, "pk": 1})(), None, NOW)
     # a local day of 23 hours: midnight CET to midnight CEST
     assert scope.start == dt.datetime(2026, 3, 28, 23, tzinfo=dt.UTC)
     assert scope.end == dt.datetime(2026, 3, 29, 22, tzinfo=dt.UTC)

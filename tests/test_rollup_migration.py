@@ -383,8 +383,8 @@ print(json.dumps({
 @SQLITE_ONLY
 def test_0019_puts_each_rollup_row_in_its_users_personal_project(tmp_path):
     """Every row's project is its user's personal project (0 without a user), and the
-    histograms' summed rows are split by project: the upgraded tables equal a rebuild under
-    today's write path, row for row."""
+    histograms' summed rows are split by project and summed over every project: the upgraded
+    tables equal a rebuild under today's write path, row for row."""
     env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
     env.pop("REDIS_URL", None)
     check_0019(env)
@@ -403,5 +403,6 @@ def check_0019(env):
     projects = dict(after["per_project"])
     assert sorted(projects) == [0, *before["projects"]]
     assert sum(projects.values()) == 500 and all(projects.values())
-    assert after["summed_projects"] == [0, *before["projects"]]
+    # (and once more over every project: EVERY_PROJECT)
+    assert after["summed_projects"] == [-1, 0, *before["projects"]]
     assert after["integrity"] == [["ok"]]

@@ -257,17 +257,20 @@ class Cube:
 
     # -- filters ---------------------------------------------------------------------------
 
-    def _filters(self, with_user_source=True, models=True, tags=None):
+    def _filters(self, with_user_source=True, models=True, tags=None, summed=False):
         """The scope's conditions on the rollup rows (`sql.scope_where` on `sql.ROLLUPS`), its
         user resolved to a key; the range is the periods' (`_windows`). `tags`: the rows of
-        those tags instead (one key range each)."""
+        those tags instead (one key range each). `summed`: the histograms' summed rows, which
+        hold every project's streams once more under `agg.EVERY_PROJECT`."""
         skip = ()
         if not models:
             skip += ("resolved_model", "requested_model")
         if not with_user_source:
             skip += ("user", "source")
         w = scope_where(replace(self.scope, username=""), skip=skip, rows=ROLLUPS, tags=tags)
-        if self.scope.project_id is None:
+        if self.scope.project_id is None and summed:
+            w.eq("project_key", agg.EVERY_PROJECT)
+        elif self.scope.project_id is None:
             # every project's: one key range per project, each seeking its periods (the key
             # has the project before `t`; without it a range of periods read every period of
             # every project)
@@ -353,7 +356,10 @@ class Cube:
         cols = [c for c in by if c != "t"]
         # the cast: PostgreSQL's SUM of bigint is numeric, slow to turn into Decimals
         sums = [f"CAST(SUM({quote(v)}) AS BIGINT)" for v in value_cols]
-        where_f, params_f = self._filters(with_user_source=full_filter, models=models, tags=tags)
+        where_f, params_f = self._filters(
+            with_user_source=full_filter, models=models, tags=tags,
+            summed=model is HistogramRollup and not full_filter,
+        )  # fmt: skip
         parts = []
         for span, lo, hi, starts in self._windows(step):
             if span == "raw":

@@ -59,6 +59,10 @@ _LOG_GAMMA = math.log(GAMMA)
 ZERO = -32768
 MIN_VALUE = 0.001  # ms: the clock's resolution (1 µs); anything below reads as 0
 
+# HistogramRollup's summed rows (`full` false) of every project's streams: their project key
+# (the others are a project's id, or 0 for none)
+EVERY_PROJECT = -1
+
 TTFT = 1  # HistogramRollup.metric: time to first token (ms)
 DECISION = 2  # routing decision − request written (ms)
 
@@ -322,11 +326,13 @@ class Contributions:
         for dims in _periods(row, own):
             self._add(UsageRollup, usage(dims), values, sign)
             if buckets:
-                # the summed rows (not `full`) leave out who and where, not the project
+                # the summed rows (not `full`) leave out who and where: once per project, and
+                # once more over every project (what a page of them all reads)
                 summed = {**dims, "full": False, "user_key": 0, "source": ""}
+                every = {**summed, "project_key": EVERY_PROJECT}
                 full = {**dims, "full": True}
                 for metric, b in buckets:
-                    for at in (summed, full):
+                    for at in (summed, every, full):
                         at["metric"], at["bucket"] = metric, b
                         self._add(HistogramRollup, histogram(at), (1,), sign)
             if auto:

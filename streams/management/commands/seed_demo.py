@@ -613,13 +613,16 @@ class _Shape:
         for model, keys in contrib.tables.items():
             rows_, t_at, span_at, user_at, project_at = tables[model]
             for key, values in keys.items():
-                assert key[t_at] == 0 and key[project_at] is _NO_PROJECT and project_at < t_at
+                assert key[t_at] == 0 and project_at < t_at
                 period = aggregates.SPANS.index(key[span_at])
                 if key[user_at] is _NO_USER:
                     between, rest = key[t_at + 1 : user_at], key[user_at + 1 :]
                 else:
                     between, rest = None, key[t_at + 1 :]
-                pre, mid = key[:project_at], key[project_at + 1 : t_at]
+                if key[project_at] is _NO_PROJECT:
+                    pre, mid = key[:project_at], key[project_at + 1 : t_at]
+                else:  # (a row of every project: its key is fixed up to t; mid None)
+                    pre, mid = key[:t_at], None
                 out.append((rows_, pre, mid, between, rest, period, values))
         self.aggregates = out
 
@@ -1255,7 +1258,7 @@ def _rollup_entries(shapes):
             entry = entry_of.setdefault((id(rows), pre, mid, between, rest, period), len(entries))
             if entry == len(entries):
                 entries.append((rows, pre, mid, between, rest))
-            plan.append((entry, period, between is not None, add_))
+            plan.append((entry, period, between is not None, mid is not None, add_))
         plans.append(plan)
     return entries, plans
 
@@ -1325,8 +1328,8 @@ class _History:
             c_s = c_us // 1_000_000
             periods = [c_s // span * span for span in spans]
             owner = user or 0
-            for entry, period, owned, add_ in plans[s]:
-                key = (entry, periods[period], owner if owned else 0, project)
+            for entry, period, owned, projected, add_ in plans[s]:
+                key = (entry, periods[period], owner if owned else 0, project if projected else 0)
                 have = sums.get(key)
                 if have is None:
                     sums[key] = add_.copy()
@@ -1342,10 +1345,12 @@ class _History:
         entries = self.entries
         for (entry, t, owner, project), add_ in self.sums.items():
             rows, pre, mid, between, rest = entries[entry]
+            if mid is not None:
+                pre = pre + (project,) + mid
             if between is None:
-                key = pre + (project,) + mid + (t,) + rest
+                key = pre + (t,) + rest
             else:
-                key = pre + (project,) + mid + (t,) + between + (owner,) + rest
+                key = pre + (t,) + between + (owner,) + rest
             have = rows.get(key)
             if have is None:
                 rows[key] = add_
