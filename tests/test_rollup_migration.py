@@ -131,7 +131,8 @@ def write_old(ids, spans):
         kept = [i for i, c in enumerate(values) if then(model, [c])]  # (values it has)
         merged = {}
         for k, v in rows.items():
-            if k[key.index("tag")]:
+            # (nor the rows of every project, 0019's)
+            if k[key.index("tag")] or k[key.index("project_key")] == aggregates.EVERY_PROJECT:
                 continue
             acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(kept))
             for j, i in enumerate(kept):
@@ -223,8 +224,9 @@ for m, (key, values) in RESTATED.items():
     at = [key.index(c) for c in old]
     s, t, tag, st = key.index("span"), key.index("t"), key.index("tag"), key.index("status")
     summed = {}  # the "" rows, summed over the statuses
+    every = key.index("project_key")  # (0019's rows of every project: the same again)
     for k, v in stored[m].items():
-        if k[tag] == "":
+        if k[tag] == "" and k[every] != aggregates.EVERY_PROJECT:
             acc = summed.setdefault(tuple(k[i] for i in at), [0] * len(v))
             for i, x in enumerate(v):
                 acc[i] += x
@@ -335,6 +337,8 @@ with transaction.atomic():
         at = [key.index(c) for c in old]
         merged = {}
         for k, v in rows.items():
+            if k[key.index("project_key")] == aggregates.EVERY_PROJECT:
+                continue  # (0019 adds them)
             acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(v))
             for i, x in enumerate(v):
                 acc[i] += x
@@ -401,8 +405,9 @@ def check_0019(env):
     after = last_json(_manage(env, "shell", "-c", AFTER_0019))
     assert after["same"] is True
     projects = dict(after["per_project"])
-    assert sorted(projects) == [0, *before["projects"]]
-    assert sum(projects.values()) == 500 and all(projects.values())
+    assert sorted(projects) == [-1, 0, *before["projects"]]
+    assert sum(projects.values()) == 2 * 500 and all(projects.values())
     # (and once more over every project: EVERY_PROJECT)
     assert after["summed_projects"] == [-1, 0, *before["projects"]]
+    assert projects[-1] == 500  # and every stream once more under every project's rows
     assert after["integrity"] == [["ok"]]

@@ -91,8 +91,11 @@ def test_the_seed_paths_aggregates_equal_a_rebuild(small_pools):
                    now=NOW)  # fmt: skip
     stored = aggregates.stored()
     usage = stored[next(iter(stored))]
-    at = aggregates.USAGE_KEY.index("tag")
-    assert sum(v[0] for k, v in usage.items() if not k[at]) == 1200 * len(aggregates.SPANS)
+    at, project = aggregates.USAGE_KEY.index("tag"), aggregates.USAGE_KEY.index("project_key")
+    every = aggregates.EVERY_PROJECT
+    for theirs in (True, False):  # (each stream's rows: under its project, and every project's)
+        rows = [v for k, v in usage.items() if not k[at] and (k[project] != every) == theirs]
+        assert sum(v[0] for v in rows) == 1200 * len(aggregates.SPANS)
     assert any(k[at] for k in usage)  # and the proxied streams' tag rows
     aggregates.rebuild()
     assert aggregates.stored() == stored
@@ -121,6 +124,7 @@ def test_streams_spread_over_projects_are_their_members_and_aggregated_by_projec
     for k, v in stored[next(iter(stored))].items():
         if not k[tag] and k[span] == aggregates.DAY:
             day[k[at]] += v[0]
+    assert day.pop(aggregates.EVERY_PROJECT) == 1500
     assert day == per
     aggregates.rebuild()
     assert aggregates.stored() == stored

@@ -100,29 +100,38 @@ def first_day(scope):
 def tags_known():
     """Every tag with aggregated streams, from the day rows (whose key begins (span, tag): a
     loose index scan, one seek per tag); once per report."""
-    return memoized(("tags_known",), lambda: _day_keys("tag", "", after=""))
+    return memoized(("tags_known",), _tags_known)
+
+
+def _tags_known():
+    table, span, tag = _table(UsageRollup), quote("span"), quote("tag")
+    sql = (
+        f"WITH RECURSIVE v(x) AS ("
+        f"SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > '' "
+        f"UNION ALL SELECT (SELECT MIN({tag}) FROM {table} WHERE {span} = %s AND {tag} > v.x) "
+        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [agg.DAY, agg.DAY])
+        return [r[0] for r in cursor.fetchall()]
 
 
 def projects_known():
     """Every project key with aggregated streams (0: of no project), from the day rows (key
     (span, tag, project_key…): a loose index scan, one seek per project); once per report."""
-    return memoized(("projects_known",), lambda: _day_keys("project_key", ""))
+    return memoized(("projects_known",), _projects_known)
 
 
-def _day_keys(column, tag, after=None):
-    """The distinct values of key `column` among the usage day rows (of `tag`, when the
-    column is not the tag itself), above `after`: a loose index scan of the key."""
-    table, span, col = _table(UsageRollup), quote("span"), quote(column)
-    where = f"{span} = %s" + ("" if column == "tag" else f" AND {quote('tag')} = %s")
-    params = [agg.DAY] + ([] if column == "tag" else [tag])
-    first = f" AND {col} > %s" if after is not None else ""
+def _projects_known():
+    table, span, tag, key = _table(UsageRollup), quote("span"), quote("tag"), quote("project_key")
+    where = f"{span} = %s AND {tag} = ''"
     sql = (
-        f"WITH RECURSIVE v(x) AS (SELECT MIN({col}) FROM {table} WHERE {where}{first} "
-        f"UNION ALL SELECT (SELECT MIN({col}) FROM {table} WHERE {where} AND {col} > v.x) "
+        f"WITH RECURSIVE v(x) AS (SELECT MIN({key}) FROM {table} WHERE {where} AND {key} > %s "
+        f"UNION ALL SELECT (SELECT MIN({key}) FROM {table} WHERE {where} AND {key} > v.x) "
         f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
     )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *([after] if after is not None else []), *params])
+        cursor.execute(sql, [agg.DAY, agg.EVERY_PROJECT, agg.DAY])
         return [r[0] for r in cursor.fetchall()]
 
 
@@ -257,23 +266,22 @@ class Cube:
 
     # -- filters ---------------------------------------------------------------------------
 
-    def _filters(self, with_user_source=True, models=True, tags=None, summed=False):
+    def _filters(self, with_user_source=True, models=True, tags=None, by_project=False):
         """The scope's conditions on the rollup rows (`sql.scope_where` on `sql.ROLLUPS`), its
         user resolved to a key; the range is the periods' (`_windows`). `tags`: the rows of
-        those tags instead (one key range each). `summed`: the histograms' summed rows, which
-        hold every project's streams once more under `agg.EVERY_PROJECT`."""
+        those tags instead (one key range each). `by_project`: grouped by project, so an
+        all-projects scope reads each project's rows, not those of every project."""
         skip = ()
         if not models:
             skip += ("resolved_model", "requested_model")
         if not with_user_source:
             skip += ("user", "source")
+        every = by_project and self.scope.project_id is None
+        if every:
+            skip += ("project",)
         w = scope_where(replace(self.scope, username=""), skip=skip, rows=ROLLUPS, tags=tags)
-        if self.scope.project_id is None and summed:
-            w.eq("project_key", agg.EVERY_PROJECT)
-        elif self.scope.project_id is None:
-            # every project's: one key range per project, each seeking its periods (the key
-            # has the project before `t`; without it a range of periods read every period of
-            # every project)
+        if every:
+            # per project, of every project: one key range each (the project is before `t`)
             w.among("project_key", projects_known())
         if self.user_key is not None and with_user_source:
             w.eq("user_key", self.user_key)
@@ -357,9 +365,8 @@ class Cube:
         # the cast: PostgreSQL's SUM of bigint is numeric, slow to turn into Decimals
         sums = [f"CAST(SUM({quote(v)}) AS BIGINT)" for v in value_cols]
         where_f, params_f = self._filters(
-            with_user_source=full_filter, models=models, tags=tags,
-            summed=model is HistogramRollup and not full_filter,
-        )  # fmt: skip
+            with_user_source=full_filter, models=models, tags=tags, by_project="project_key" in by
+        )
         parts = []
         for span, lo, hi, starts in self._windows(step):
             if span == "raw":

@@ -49,6 +49,7 @@ from streams.core.figures import rank
 from streams.core.pricing import CURRENCIES
 from streams.core.usage import ESTIMATED
 from streams.models import Finding, Stream
+from streams.store.aggregates import EVERY_PROJECT
 from streams.store.lookups import distinct_stream_values, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
@@ -299,7 +300,8 @@ FILTERS = ("resolved_model", "requested_model", "status", "source", "session")
 
 def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
     """The conditions of a scope (access, range, filters) on `rows`, leaving out the filters in
-    `skip` (of "user" and `FILTERS`). The one rule for both kinds of table; a rollup's
+    `skip` (of "user", "project" — an all-projects scope's rollup rows per project, not
+    those of every project — and `FILTERS`). The one rule for both kinds of table; a rollup's
     `scope.username` is resolved by the caller (`cube.Cube`: its user key is a number). The
     project comes first (after a rollup's tag): every index the pages read leads with it.
     `tags` (rollups): the rows of these tags instead of the scope's."""
@@ -311,6 +313,10 @@ def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
             where.among("tag", tags)
     if scope.project_id is not None:
         where.eq(rows.project, scope.project_id)
+    elif rows.tag_key and "project" not in skip:
+        # every project's: the rows every stream adds once more (one key range, not one per
+        # project; and no stream counted twice)
+        where.eq(rows.project, EVERY_PROJECT)
     if rows.created:
         where.between(scope.start, scope.end, rows.created)
     for column in FILTERS:

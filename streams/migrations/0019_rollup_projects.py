@@ -6,9 +6,9 @@ is exact: 0018 put each user's streams in their personal project, so a row's pro
 `user_key`'s personal project, and the rows of user_key 0 (no user, or a user since deleted)
 get project_key 0. The histograms' summed rows (`full` false) leave out the user, so their
 project cannot be read off them: they are restated from the `full` rows of the same keys
-(their sums over user and source, which is what the write path adds to them), per project and
-once more over every project (project key -1: what a page of every project reads, as one
-range instead of one per project).
+(their sums over user and source, which is what the write path adds to them). Then every
+table's rows are added once more over every project (project key -1, EVERY_PROJECT: what a
+page of every project reads, as one key range, as many rows as before projects).
 
 The covering indexes of 0008 lead with the project too: `usage_rollup_count` (span, tag,
 project_key, user_key, n) for the counts every page reads first, and `histogram_rollup_user`
@@ -45,7 +45,7 @@ KEYS = {
     ),
 }  # fmt: skip
 COUNT_INDEX = ("span", "tag", "project_key", "user_key", "n")
-EVERY_PROJECT = -1  # the project key of the summed histogram rows of every project
+EVERY_PROJECT = -1  # the project key of the rows of every project
 USER_INDEX = ("metric", "full", "span", "tag", "project_key", "user_key", "t", "n")
 
 
@@ -106,6 +106,8 @@ def _rebuild(schema_editor, model, name, project_table):
             )
         if name == "histogramrollup":
             _restate_summed(cursor, qn, table, key)
+        _every_project(cursor, qn, table, key, values)
+        if name == "histogramrollup":
             _index(schema_editor, "histogram_rollup_user", table, USER_INDEX, key)
         if name == "usagerollup":
             _index(
@@ -118,30 +120,42 @@ def _rebuild(schema_editor, model, name, project_table):
 
 
 def _restate_summed(cursor, qn, table, key):
-    """The summed histogram rows per project, and over every project (project key
-    EVERY_PROJECT): the sums of the `full` rows over user and source, and over the project
-    too (every stream with a bucket adds one row of each)."""
+    """The summed histogram rows per project: the sums of the `full` rows over user and
+    source (every stream with a bucket adds one row of each)."""
     t, full = qn(table), qn("full")
     cursor.execute(f"DELETE FROM {t} WHERE {full} = %s", [False])
-    for fixed in (
-        {"user_key": "0", "source": "''"},
-        {"user_key": "0", "source": "''", "project_key": str(EVERY_PROJECT)},
-    ):
-        select, group = [], []
-        for c in key:
-            if c == "full":
-                select.append("%s")
-            elif c in fixed:
-                select.append(fixed[c])
-            else:
-                select.append(qn(c))
-                group.append(qn(c))
-        cursor.execute(
-            f"INSERT INTO {t} ({', '.join(qn(c) for c in key)}, {qn('n')}) "
-            f"SELECT {', '.join(select)}, SUM({qn('n')}) FROM {t} WHERE {full} = %s "
-            f"GROUP BY {', '.join(group)}",
-            [False, True],
-        )
+    _insert_sums(
+        cursor, qn, table, key, ["n"], {"full": "%s", "user_key": "0", "source": "''"},
+        f"{full} = %s", [False, True],
+    )  # fmt: skip
+
+
+def _every_project(cursor, qn, table, key, values):
+    """Every row once more under EVERY_PROJECT: the sums over the projects."""
+    project = qn("project_key")
+    _insert_sums(
+        cursor, qn, table, key, values, {"project_key": str(EVERY_PROJECT)}, f"{project} <> %s",
+        [EVERY_PROJECT],
+    )  # fmt: skip
+
+
+def _insert_sums(cursor, qn, table, key, values, fixed, where, params):
+    """INSERT the sums of `values` of `table`'s rows matching `where`, grouped by `key` but the
+    `fixed` columns (SQL of their value instead)."""
+    select, group = [], []
+    for c in key:
+        if c in fixed:
+            select.append(fixed[c])
+        else:
+            select.append(qn(c))
+            group.append(qn(c))
+    t = qn(table)
+    cursor.execute(
+        f"INSERT INTO {t} ({', '.join(qn(c) for c in (*key, *values))}) "
+        f"SELECT {', '.join(select)}, {', '.join(f'SUM({qn(v)})' for v in values)} FROM {t} "
+        f"WHERE {where} GROUP BY {', '.join(group)}",
+        params,
+    )
 
 
 def _index(schema_editor, name, table, cols, include):

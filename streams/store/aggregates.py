@@ -59,8 +59,8 @@ _LOG_GAMMA = math.log(GAMMA)
 ZERO = -32768
 MIN_VALUE = 0.001  # ms: the clock's resolution (1 µs); anything below reads as 0
 
-# HistogramRollup's summed rows (`full` false) of every project's streams: their project key
-# (the others are a project's id, or 0 for none)
+# The project key of the rows every stream adds once more, whatever its project: what a page of
+# every project reads, as one key range (the others are a project's id, or 0 for none)
 EVERY_PROJECT = -1
 
 TTFT = 1  # HistogramRollup.metric: time to first token (ms)
@@ -279,12 +279,15 @@ def _dimensions(row):
 
 
 def _periods(row, own=None):
-    """A stream row's dimensions (with `own`) once per period and tag it is added under."""
+    """A stream row's dimensions (with `own`) once per period and tag it is added under, each
+    under its project and under EVERY_PROJECT."""
     ts = epoch_s(row["created_at"])
     dims = {**_dimensions(row), **(own or {})}
     for tag in ("", *stream_tags(row)):
         for span in SPANS:
-            yield {**dims, "span": span, "tag": tag, "t": int(ts // span) * span}
+            at = {**dims, "span": span, "tag": tag, "t": int(ts // span) * span}
+            yield at
+            yield {**at, "project_key": EVERY_PROJECT}
 
 
 class Contributions:
@@ -326,13 +329,11 @@ class Contributions:
         for dims in _periods(row, own):
             self._add(UsageRollup, usage(dims), values, sign)
             if buckets:
-                # the summed rows (not `full`) leave out who and where: once per project, and
-                # once more over every project (what a page of them all reads)
+                # the summed rows (not `full`) leave out who and where
                 summed = {**dims, "full": False, "user_key": 0, "source": ""}
-                every = {**summed, "project_key": EVERY_PROJECT}
                 full = {**dims, "full": True}
                 for metric, b in buckets:
-                    for at in (summed, every, full):
+                    for at in (summed, full):
                         at["metric"], at["bucket"] = metric, b
                         self._add(HistogramRollup, histogram(at), (1,), sign)
             if auto:
