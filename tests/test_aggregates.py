@@ -632,3 +632,15 @@ def test_a_dimension_on_the_rollups_base_is_in_every_key():
         "t",
         *(d for d in shared if d != "t"),
     )
+
+
+def test_a_scope_is_a_project_and_only_staff_get_every_project(people):
+    """`Scope.for_user`: the page's project; without one, staff read every project and anyone
+    else their home project (never every project)."""
+    ann = people[0]
+    staff = get_user_model().objects.create_user("root", is_staff=True)
+    team = Project.objects.create(name="Team", slug="team")
+    assert Scope.for_user(ann, team).project_id == team.pk
+    assert Scope.for_user(ann, None).project_id == Project.personal(ann).pk
+    assert Scope.for_user(staff, None).project_id is None
+    assert Scope.for_user(staff, team.pk, username="ann").project_id == team.pk
