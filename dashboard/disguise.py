@@ -64,7 +64,7 @@ _C1 = (
     "PAD HOP BPH NBH IND NEL SSA ESA HTS HTJ VTS PLD PLU RI SS2 SS3 "
     "DCS PU1 PU2 STS CCH MW SPA EPA SOS SGCI SCI CSI ST OSC PM APC"
 ).split()
-# Unicode's names of the single characters (tests/test_disguise.py checks them against
+# Unicode's names of the single characters (tests/dashboard/test_disguise.py checks them against
 # unicodedata); controls, tags and variation selectors are named by rule in `name`.
 NAMES = {
     0x00AD: "SOFT HYPHEN",

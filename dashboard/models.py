@@ -12,6 +12,7 @@ from django.db import models, transaction
 from django.db.models import Q
 from django.utils.translation import gettext, pgettext_lazy
 
+from streams import fields
 from streams.core import conf
 from streams.models import Project, Stream
 from streams.run import services
@@ -45,16 +46,16 @@ class Conversation(models.Model):
     project = models.ForeignKey(
         Project, null=True, blank=True, on_delete=models.CASCADE, related_name="conversations"
     )
-    title = models.CharField(max_length=200, blank=True)
+    title = fields.CharField(max_length=200, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
     # The composer's last settings, so that the next message (or a reload) starts from them.
-    model = models.CharField(max_length=100, default="auto")
-    instructions = models.TextField(blank=True)
+    model = fields.CharField(max_length=100, default="auto")
+    instructions = fields.TextField(blank=True)
     temperature = models.FloatField(null=True, blank=True)
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
-    scenario = models.CharField(max_length=50, blank=True)
-    speed = models.CharField(max_length=10, blank=True)  # simulator time_scale, as sent
+    scenario = fields.CharField(max_length=50, blank=True)
+    speed = fields.CharField(max_length=10, blank=True)  # simulator time_scale, as sent
 
     class Meta:
         indexes = [
@@ -105,7 +106,7 @@ class Conversation(models.Model):
 class Turn(models.Model):
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="turns")
     position = models.PositiveIntegerField()  # 0, 1, 2 … within the conversation
-    prompt = models.TextField()
+    prompt = fields.TextField()
     # The first attempt of the answer; a retry from the page replaces it (the old stream stays
     # in the streams list). SET_NULL: deleting old streams must not rewrite conversations.
     stream = models.ForeignKey(
@@ -224,11 +225,11 @@ class SavedView(models.Model):
         related_name="saved_views",
         verbose_name=pgettext_lazy("a saved view's", "project"),
     )
-    name = models.CharField(pgettext_lazy("a saved view's", "name"), max_length=100)
-    page = models.CharField(
+    name = fields.CharField(pgettext_lazy("a saved view's", "name"), max_length=100)
+    page = fields.CharField(
         pgettext_lazy("a saved view's", "page"), max_length=30, choices=Page.choices
     )
-    query = models.CharField(
+    query = fields.CharField(
         pgettext_lazy("a saved view's", "filters"), max_length=2000, blank=True
     )
     shared = models.BooleanField(pgettext_lazy("a saved view", "shared"), default=False)

@@ -10,7 +10,7 @@ Staff may choose every project at once (`request.project` is then None).
 
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpResponseBadRequest, HttpResponseRedirect
-from django.utils.functional import SimpleLazyObject, empty
+from django.utils.functional import SimpleLazyObject
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
@@ -27,6 +27,8 @@ def _resolve(request):
     try:
         project, key = projects.current(user, slug, remembered)
     except LookupError:
+        # the 404 page itself works in the project they were in
+        request._streamscope_project = projects.current(user, "", remembered)[0]
         raise Http404("no such project") from None
     if key is not None and key != remembered and hasattr(request, "session"):
         request.session[SESSION_KEY] = key
@@ -42,18 +44,28 @@ class ProjectMiddleware:
         self.get_response = get_response
 
     def __call__(self, request):
-        request.project = SimpleLazyObject(lambda: _resolve(request))
+        request.project = SimpleLazyObject(lambda: project_of(request))
+        if request.GET.get(PARAM) and request.method in ("GET", "HEAD"):
+            project_of(request)  # a link's project now: a 404 for one that is not theirs
         return self.get_response(request)
 
 
+_UNRESOLVED = object()
+
+
 def project_of(request):
-    """`request.project` itself (a Project or None), not its lazy wrapper."""
-    project = request.project
-    if not isinstance(project, SimpleLazyObject):
-        return project
-    if project._wrapped is empty:  # (not resolved yet: `_wrapped` is the sentinel)
-        project._setup()
-    return project._wrapped
+    """The project `request` works in (a Project, or None for staff in every project), itself
+    rather than `request.project`'s lazy wrapper (which `is None` cannot test)."""
+    project = getattr(request, "_streamscope_project", _UNRESOLVED)
+    if project is _UNRESOLVED:
+        given = getattr(request, "project", None)
+        if given is not None and not isinstance(given, SimpleLazyObject):
+            # a bearer token's own project (streams/serve/http.py): its requests work there
+            project = given
+        else:
+            project = _resolve(request)
+        request._streamscope_project = project
+    return project
 
 
 def context_processor(request):
@@ -61,7 +73,7 @@ def context_processor(request):
     if user is None or not projects.signed_in(user):
         return {}
     return {
-        "project": SimpleLazyObject(lambda: project_of(request)),
+        "project": project_of(request),
         "switchable_projects": SimpleLazyObject(
             lambda: list(projects.projects_for(user).only("pk", "name", "slug"))
         ),

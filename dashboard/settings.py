@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from csp.constants import NONE, SELF, UNSAFE_INLINE
 
+from streams.access import identity_provider
 from streams.core import conf
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -190,10 +191,15 @@ else:
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
-# django-axes first: it refuses a locked-out (username, IP) pair before the password is hashed.
+# django-axes before the password: it refuses a locked-out (username, IP) pair before the
+# password is hashed. The identity provider's backend answers only its callback view's call, and
+# raises its refusals, so a provider's refusal is never counted as a wrong password
+# (streams/access/sign_in.py). The password backend lets only the break-glass users in when
+# STREAMSCOPE_PASSWORD_LOGIN is off.
 AUTHENTICATION_BACKENDS = [
+    "streams.access.sign_in.ProviderBackend",
     "axes.backends.AxesStandaloneBackend",
-    "django.contrib.auth.backends.ModelBackend",
+    "streams.access.sign_in.PasswordBackend",
 ]
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
@@ -247,10 +253,33 @@ UPSTREAM_MODELS = [
     m for m in os.environ.get("UPSTREAM_MODELS", "").split(",") if m.strip()
 ]  # fallback list when GET /v1/models does not answer
 
+# --- E-mail (invitations: streams/access/invitations.py) ------------------------------------
+# Printed to the console unless EMAIL_BACKEND says otherwise (an SMTP server: the backend
+# django.core.mail.backends.smtp.EmailBackend, EMAIL_HOST, EMAIL_PORT and, where it asks,
+# EMAIL_HOST_USER, EMAIL_HOST_PASSWORD, EMAIL_USE_TLS or EMAIL_USE_SSL).
+EMAIL_BACKEND = os.environ.get("EMAIL_BACKEND", "django.core.mail.backends.console.EmailBackend")
+EMAIL_HOST = os.environ.get("EMAIL_HOST", "localhost")
+EMAIL_PORT = env_int("EMAIL_PORT", 25)
+EMAIL_HOST_USER = os.environ.get("EMAIL_HOST_USER", "")
+# Read from the environment only, as UPSTREAM_API_KEY: never stored, logged or rendered.
+EMAIL_HOST_PASSWORD = os.environ.get("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS")
+EMAIL_USE_SSL = env_bool("EMAIL_USE_SSL")
+EMAIL_TIMEOUT = env_int("EMAIL_TIMEOUT", 10)  # a page waits for the mail server this long at most
+DEFAULT_FROM_EMAIL = os.environ.get("DEFAULT_FROM_EMAIL", "streamscope@localhost")
+
 # --- Streamscope -------------------------------------------------------------------------
 # Each knob is typed, documented and defaulted once in streams/core/conf.py and read from
 # STREAMSCOPE_<NAME>; this dict holds what the environment set (tests override it).
 STREAMSCOPE = conf.from_environ()
+# Sign-in with the company's identity provider (docs/sign-in.md): with an issuer, its discovery
+# document is read here, once per process, so the endpoints are known before the first request;
+# a configuration that cannot work stops the process with what to fix.
+try:
+    STREAMSCOPE = identity_provider.discovered(STREAMSCOPE)
+    identity_provider.from_settings(conf.build(STREAMSCOPE))
+except identity_provider.ProviderError as exc:
+    raise SystemExit(f"sign-in: {exc}") from None
 _upload_max = conf.build(STREAMSCOPE).upload_max_bytes
 DATA_UPLOAD_MAX_MEMORY_SIZE = _upload_max + 1024 * 1024
 FILE_UPLOAD_MAX_MEMORY_SIZE = _upload_max

@@ -12,7 +12,19 @@ from django.views.i18n import JavaScriptCatalog
 
 from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
-from dashboard.views import analytics, exports, feedback, playground, saved, shares, streams
+from dashboard.views import (
+    analytics,
+    exports,
+    feedback,
+    playground,
+    projects,
+    saved,
+    shares,
+    sign_in,
+    streams,
+    tokens,
+)
+from streams.access import identity_provider
 from streams.serve import scrape
 
 
@@ -34,6 +46,23 @@ class SessionConverter:
 
 register_converter(SessionConverter, "session")
 
+# under /projects/<slug>/: a project's members, invitations and settings (docs/teams.md)
+project_urls = [
+    path("members/", projects.project_members, name="project_members"),
+    path("members/add/", projects.project_member_add, name="project_member_add"),
+    path("members/<int:user_id>/role/", projects.project_member_role,
+         name="project_member_role"),
+    path("members/<int:user_id>/remove/", projects.project_member_remove,
+         name="project_member_remove"),
+    path("leave/", projects.project_leave, name="project_leave"),
+    path("invitations/new/", projects.project_invite, name="project_invite"),
+    path("invitations/<int:invitation_id>/revoke/", projects.project_invitation_revoke,
+         name="project_invitation_revoke"),
+    path("settings/", projects.project_settings, name="project_settings"),
+    path("rename/", projects.project_rename, name="project_rename"),
+    path("delete/", projects.project_delete, name="project_delete"),
+]  # fmt: skip
+
 # under /playground/; what each does is in the table of dashboard/views/playground.py
 playground_urls = [
     path("", playground.playground, name="playground"),
@@ -51,7 +80,7 @@ playground_urls = [
 ]  # fmt: skip
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(), name="login"),
+    path("login/", sign_in.Login.as_view(), name="login"),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("admin/", admin.site.urls),
     path("favicon.ico", RedirectView.as_view(url=static("favicon.svg"), permanent=True)),
@@ -62,6 +91,12 @@ urlpatterns = [
     path("i18n/", include("django.conf.urls.i18n")),
     path("i18n/time-zone/", set_time_zone, name="set_time_zone"),
     path("projects/switch/", switch_project, name="switch_project"),
+    path("projects/", projects.project_list, name="project_list"),
+    path("projects/new/", projects.project_create, name="project_create"),
+    path("projects/<slug:project_slug>/", include(project_urls)),
+    # an invitation's link (its key is the credential) and its "Join" button
+    path("invitations/<str:key>/", projects.invitation, name="invitation"),
+    path("invitations/<str:key>/accept/", projects.invitation_accept, name="invitation_accept"),
     path("jsi18n/", JavaScriptCatalog.as_view(packages=["dashboard"]), name="javascript_catalog"),
     # the streams pages
     path("", streams.stream_list, name="stream_list"),
@@ -122,6 +157,9 @@ urlpatterns = [
         shares.shared_stream_replay,
         name="shared_stream_replay",
     ),
+    # the project's tokens (docs/teams.md, "Tokens")
+    path("tokens/", tokens.token_list, name="token_list"),
+    path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),
@@ -130,3 +168,8 @@ urlpatterns = [
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
     path("playground/", include(playground_urls)),
 ]
+# the identity provider's routes, only when one is configured (docs/sign-in.md; the route
+# walkers add them: tests/support/provider_urls.py)
+provider_routes = [path("oidc/", include(sign_in.provider_urls))]
+if identity_provider.current() is not None:
+    urlpatterns += provider_routes

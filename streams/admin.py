@@ -237,10 +237,14 @@ class ImportFileAdmin(FiltersOnly, admin.ModelAdmin):
 
 @admin.register(ApiToken)
 class ApiTokenAdmin(FiltersOnly, admin.ModelAdmin):
-    list_display = ("prefix", "user", "name", "created_at", "last_used_at", "revoked")
+    list_display = ("prefix", "user", "project", "name", "created_at", "last_used_at", "revoked")
     list_filter = ("revoked",)
-    readonly_fields = ("digest", "prefix", "created_at", "last_used_at")
-    raw_id_fields = ("user",)
+    # the spend counters are the recorder's (streams/store/spend.py)
+    readonly_fields = (
+        "digest", "prefix", "created_at", "last_used_at",
+        "spent_day", "spent_day_nanos", "spent_month", "spent_month_nanos",
+    )  # fmt: skip
+    raw_id_fields = ("user", "created_by", "project")
 
 
 class LookAndDelete:

@@ -19,3 +19,19 @@ class StreamsConfig(AppConfig):
         warmup.add("the usage tokenizer", usage.warm)
         warmup.add("the maintained price list", prices.warm)
         warmup.add("the sealed pass-through keys' cipher", known_secrets.warm)
+        _check_group_roles()
+
+
+def _check_group_roles():
+    """A group → role mapping that cannot be read stops the process at start, not at the first
+    sign-in (its roles are the models', so it is read once the apps are)."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    from streams.access import group_roles, identity_provider
+
+    provider = identity_provider.current()
+    if provider is not None:
+        try:
+            group_roles.parse(provider.groups)
+        except ValueError as exc:
+            raise ImproperlyConfigured(f"STREAMSCOPE_OIDC_GROUPS: {exc}") from None

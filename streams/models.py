@@ -14,10 +14,16 @@ from django.utils.text import slugify
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from streams import fields
+from streams.core import pricing
+
 # ---------------------------------------------------------------------------------------------
 # Projects (streams/access/projects.py decides what each role may do; docs/teams.md)
 
 MAX_PROJECT_NAME_CHARS = 100
+# The currencies costs are in, and a new project's.
+CURRENCIES = [(code, code) for code in pricing.CURRENCIES]
+DEFAULT_CURRENCY = pricing.CURRENCIES[0]
 
 
 class Project(models.Model):
@@ -26,8 +32,8 @@ class Project(models.Model):
     this is (each user gets one the first time they need it, which keeps a user who never
     joins a team exactly as private as before)."""
 
-    name = models.CharField(_("name"), max_length=MAX_PROJECT_NAME_CHARS, unique=True)
-    slug = models.SlugField(_("slug"), max_length=60, unique=True)
+    name = fields.CharField(_("name"), max_length=MAX_PROJECT_NAME_CHARS, unique=True)
+    slug = fields.SlugField(_("slug"), max_length=60, unique=True)
     personal_of = models.OneToOneField(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -35,6 +41,11 @@ class Project(models.Model):
         on_delete=models.SET_NULL,
         related_name="personal_project",
         verbose_name=_("personal project of"),
+    )
+    # what the project's spend caps are in (its tokens' caps, streams/store/spend.py): a
+    # stream priced in another currency is not counted against them (no exchange rates here)
+    currency = fields.CharField(
+        _("currency"), max_length=3, choices=CURRENCIES, default=DEFAULT_CURRENCY
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
@@ -107,8 +118,8 @@ class Membership(models.Model):
         related_name="memberships",
         verbose_name=_("user"),
     )
-    role = models.CharField(_("role"), max_length=10, choices=Role.choices)
-    origin = models.CharField(
+    role = fields.CharField(_("role"), max_length=10, choices=Role.choices)
+    origin = fields.CharField(
         _("origin"), max_length=10, choices=Origin.choices, default=Origin.HAND
     )
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
@@ -125,6 +136,52 @@ class Membership(models.Model):
 
     def __str__(self):
         return f"{self.user} · {self.project} ({self.role})"
+
+
+class Invitation(models.Model):
+    """An invitation to join a project in a role, sent to an e-mail address: a link whose
+    secret (`inv_` + random) is stored only as its SHA-256, that works once, until it expires
+    or is revoked (streams/access/invitations.py)."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="invitations", verbose_name=_("project")
+    )
+    email = fields.EmailField(_("e-mail address"))
+    role = fields.CharField(_("role"), max_length=10, choices=Membership.Role.choices)
+    digest = fields.CharField(_("digest"), max_length=64, unique=True)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("invited by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    expires_at = models.DateTimeField(_("expires at"))
+    accepted_at = models.DateTimeField(_("accepted at"), null=True, blank=True)
+    # who opened the link and joined: whoever was signed in, not necessarily `email`'s owner
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("accepted by"),
+    )
+    revoked_at = models.DateTimeField(_("revoked at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("invitation")
+        verbose_name_plural = _("invitations")
+        # the members page: a project's invitations, newest first
+        indexes = [models.Index(fields=["project", "-created_at"], name="invitation_project")]
+
+    def __str__(self):
+        return f"{self.email} · {self.project} ({self.role})"
+
+    @staticmethod
+    def hash(secret):
+        return hashlib.sha256(secret.encode()).hexdigest()
 
 
 def _project_field(**kwargs):
@@ -170,8 +227,6 @@ class Stream(models.Model):
 
     ACTIVE_STATUSES = (Status.PENDING, Status.STREAMING)
 
-    objects = StreamQuerySet.as_manager()
-
     # The pages' one name for each source (the filters' choices, the tables' `source_label`,
     # static/js through the vocabulary).
     class Source(models.TextChoices):
@@ -187,19 +242,28 @@ class Stream(models.Model):
         verbose_name=_("user"),
     )
     project = _project_field(related_name="streams")
-    source = models.CharField(
+    # the token a proxied stream came through (its spend: streams/store/spend.py)
+    token = models.ForeignKey(
+        "ApiToken",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="streams",
+        verbose_name=_("token"),
+    )
+    source = fields.CharField(
         _("source"), max_length=10, choices=Source.choices, default=Source.LIVE
     )
-    status = models.CharField(
+    status = fields.CharField(
         _("status"), max_length=12, choices=Status.choices, default=Status.PENDING
     )
 
     # The request. The API key is never part of it (it travels in a header only).
-    request_body = models.JSONField(_("request body"), default=dict)
-    requested_model = models.CharField(_("requested model"), max_length=100, blank=True)
-    scenario = models.CharField(_("scenario"), max_length=50, blank=True)
-    prompt = models.TextField(_("prompt"), blank=True)  # the last user input, for search and lists
-    upstream_url = models.CharField(_("upstream URL"), max_length=300, blank=True)
+    request_body = fields.JSONField(_("request body"), default=dict)
+    requested_model = fields.CharField(_("requested model"), max_length=100, blank=True)
+    scenario = fields.CharField(_("scenario"), max_length=50, blank=True)
+    prompt = fields.TextField(_("prompt"), blank=True)  # the last user input, for search and lists
+    upstream_url = fields.CharField(_("upstream URL"), max_length=300, blank=True)
 
     # Retries: each attempt is its own row, linked to the first.
     attempt = models.PositiveSmallIntegerField(_("attempt"), default=1)
@@ -213,29 +277,29 @@ class Stream(models.Model):
     )
 
     # Response metadata.
-    upstream_id = models.CharField(_("upstream id"), max_length=200, blank=True)
-    resolved_model = models.CharField(_("resolved model"), max_length=100, blank=True)
-    routing_category = models.CharField(_("routing category"), max_length=50, blank=True)
-    routing_source = models.CharField(_("routing source"), max_length=50, blank=True)
-    routing_reasoning = models.TextField(_("routing reasoning"), blank=True)
+    upstream_id = fields.CharField(_("upstream id"), max_length=200, blank=True)
+    resolved_model = fields.CharField(_("resolved model"), max_length=100, blank=True)
+    routing_category = fields.CharField(_("routing category"), max_length=50, blank=True)
+    routing_source = fields.CharField(_("routing source"), max_length=50, blank=True)
+    routing_reasoning = fields.TextField(_("routing reasoning"), blank=True)
     http_status = models.PositiveSmallIntegerField(_("HTTP status"), null=True, blank=True)
-    content_type = models.CharField(_("content type"), max_length=200, blank=True)
-    error_code = models.CharField(_("error code"), max_length=100, blank=True)
-    error_message = models.TextField(_("error message"), blank=True)
+    content_type = fields.CharField(_("content type"), max_length=200, blank=True)
+    error_code = fields.CharField(_("error code"), max_length=100, blank=True)
+    error_message = fields.TextField(_("error message"), blank=True)
 
     # Wall clock, for display and time filters.
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     started_at = models.DateTimeField(_("started at"), null=True, blank=True)
     finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
     heartbeat_at = models.DateTimeField(_("heartbeat at"), null=True, blank=True)
-    runner = models.CharField(
+    runner = fields.CharField(
         _("runner"), max_length=120, blank=True
     )  # host:pid:boot of the process
 
     # Whose clock stamped this attempt's receipt times (docs/measurement.md): the kernel's
     # (SO_TIMESTAMPNS, plain TCP) or the event loop's callback (TLS, other platforms, or
     # STREAMSCOPE_RECEIPT_CLOCK=loop); blank when no request went out (imports, early failures).
-    receipt_clock = models.CharField(
+    receipt_clock = fields.CharField(
         _("receipt clock"),
         max_length=10,
         blank=True,
@@ -267,23 +331,23 @@ class Stream(models.Model):
     # output-bearing delta events (not tokens: a delta may carry several)
     output_deltas = models.PositiveIntegerField(_("output deltas"), default=0)
     bytes_received = models.BigIntegerField(_("bytes received"), default=0)
-    final_text = models.TextField(
+    final_text = fields.TextField(
         _("final text"), blank=True
     )  # from the terminal event, when it has one
-    output_text = models.TextField(_("output text"), blank=True)  # reassembled from the deltas
+    output_text = fields.TextField(_("output text"), blank=True)  # reassembled from the deltas
     # What a search finds besides the prompt, output and error (streams/store/search.py), stored
     # redacted: it is the search's own, made of the request and the parts, which keep it all.
-    search_other = models.TextField(_("other searchable text"), blank=True)
+    search_other = fields.TextField(_("other searchable text"), blank=True)
     # What the search index reads instead of the prompt, output and error: each with every
     # secret taken out, kept only where that changed something (NULL: the column itself), and
     # when they were derived (ns since the epoch). NULL there: not derived since an indexed
     # column last changed, and the index holds nothing of the row (streams/store/search.py).
     # (NULL, not "": a copy is not the empty text, and a nullable column is added in place.)
-    search_prompt = models.TextField(_("prompt as searched"), null=True, blank=True)  # noqa: DJ001
-    search_output = models.TextField(_("output as searched"), null=True, blank=True)  # noqa: DJ001
-    search_error = models.TextField(_("error as searched"), null=True, blank=True)  # noqa: DJ001
+    search_prompt = fields.TextField(_("prompt as searched"), null=True, blank=True)  # noqa: DJ001
+    search_output = fields.TextField(_("output as searched"), null=True, blank=True)  # noqa: DJ001
+    search_error = fields.TextField(_("error as searched"), null=True, blank=True)  # noqa: DJ001
     search_derived_ns = models.BigIntegerField(_("search text derived (ns)"), null=True, blank=True)
-    parts = models.JSONField(
+    parts = fields.JSONField(
         _("output parts"), default=list, blank=True
     )  # reassembled output items and parts
     findings_count = models.PositiveIntegerField(_("findings"), default=0)
@@ -297,8 +361,8 @@ class Stream(models.Model):
     proxy_added_p50_ms = models.FloatField(_("proxy added p50 (ms)"), null=True, blank=True)
     proxy_added_p99_ms = models.FloatField(_("proxy added p99 (ms)"), null=True, blank=True)
     # What the client said about the request (X-Streamscope-Tags / -Session headers).
-    tags = models.JSONField(_("tags"), default=list, blank=True)
-    session = models.CharField(_("session"), max_length=200, blank=True)
+    tags = fields.JSONField(_("tags"), default=list, blank=True)
+    session = fields.CharField(_("session"), max_length=200, blank=True)
     # Retention (streams/store/retention.py): when this stream's events were deleted; the row, its
     # metrics and findings stay, and the timeline says the events are gone.
     events_pruned_at = models.DateTimeField(_("events pruned at"), null=True, blank=True)
@@ -315,14 +379,16 @@ class Stream(models.Model):
     total_tokens = models.BigIntegerField(_("total tokens"), null=True, blank=True)
     cached_input_tokens = models.BigIntegerField(_("cached input tokens"), null=True, blank=True)
     reasoning_tokens = models.BigIntegerField(_("reasoning tokens"), null=True, blank=True)
-    usage_source = models.CharField(
+    usage_source = fields.CharField(
         _("usage source"), max_length=10, blank=True, choices=UsageSource.choices
     )
     # Cost (streams/store/prices.py), fixed when the stream finished at the price valid at its
     # start: nano-units (10⁻⁹) of `cost_currency`; None = no price (never 0 for "unknown").
     cost_nanos = models.BigIntegerField(_("cost (nano-units)"), null=True, blank=True)
-    cost_currency = models.CharField(_("cost currency"), max_length=3, blank=True)
-    price_ref = models.CharField(_("price used"), max_length=200, blank=True)
+    cost_currency = fields.CharField(_("cost currency"), max_length=3, blank=True)
+    price_ref = fields.CharField(_("price used"), max_length=200, blank=True)
+
+    objects = StreamQuerySet.as_manager()
 
     class Meta:
         verbose_name = _("stream")
@@ -494,14 +560,14 @@ class Event(models.Model):
         _("received (µs)"), null=True
     )  # monotonic µs since the stream started
     received_at = models.DateTimeField(_("received at"), null=True)
-    event_name = models.CharField(_("event name"), max_length=200, blank=True)  # the `event:` field
-    sse_id = models.CharField(_("SSE id"), max_length=200, blank=True)  # the `id:` field
-    type = models.CharField(_("type"), max_length=200, blank=True)
+    event_name = fields.CharField(_("event name"), max_length=200, blank=True)  # the `event:` field
+    sse_id = fields.CharField(_("SSE id"), max_length=200, blank=True)  # the `id:` field
+    type = fields.CharField(_("type"), max_length=200, blank=True)
     sequence_number = models.BigIntegerField(_("sequence number"), null=True)
     output_index = models.IntegerField(_("output index"), null=True)
     content_index = models.IntegerField(_("content index"), null=True)
     is_json = models.BooleanField(_("valid JSON"), default=True)
-    data = models.TextField(_("data"))
+    data = fields.TextField(_("data"))
     # The undecoded bytes, kept only when the data was not valid UTF-8 (nothing is lost).
     raw = models.BinaryField(_("raw bytes"), null=True)
     # Proxied streams: µs since the stream started when the event's bytes were handed to the
@@ -531,16 +597,16 @@ class Finding(models.Model):
     stream = models.ForeignKey(
         Stream, on_delete=models.CASCADE, related_name="findings", verbose_name=_("stream")
     )
-    code = models.CharField(_("code"), max_length=50)
-    severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices)
+    code = fields.CharField(_("code"), max_length=50)
+    severity = fields.CharField(_("severity"), max_length=10, choices=Severity.choices)
     event_index = models.IntegerField(_("event index"), null=True)
-    expected = models.TextField(_("expected"), blank=True)
-    got = models.TextField(_("got"), blank=True)
-    detail = models.TextField(_("detail"), blank=True)
+    expected = fields.TextField(_("expected"), blank=True)
+    got = fields.TextField(_("got"), blank=True)
+    detail = fields.TextField(_("detail"), blank=True)
     # which of expected, got and detail are the checker's own words, as phrases with their data
     # (checks.Said: {field: {"key", "params"}}), so a page says them in its language; the
     # English above stays what the API and exports serve. {}: a row from before, shown as stored
-    said = models.JSONField(_("explanation"), default=dict, blank=True)
+    said = fields.JSONField(_("explanation"), default=dict, blank=True)
 
     class Meta:
         verbose_name = _("finding")
@@ -561,7 +627,7 @@ class Capture(models.Model):
     stream = models.OneToOneField(
         Stream, on_delete=models.CASCADE, related_name="capture", verbose_name=_("stream")
     )
-    filename = models.CharField(_("file name"), max_length=300)
+    filename = fields.CharField(_("file name"), max_length=300)
     content = models.BinaryField(_("content"))
 
     class Meta:
@@ -588,18 +654,18 @@ class ImportJob(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
     )
     project = _project_field(related_name="import_jobs")
-    status = models.CharField(
+    status = fields.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
     )
-    model = models.CharField(
+    model = fields.CharField(
         _("requested model"), max_length=100, blank=True
     )  # the requested model, when given
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     # when someone last looked at its progress: a job nobody watches is cancelled
     polled_at = models.DateTimeField(_("polled at"), auto_now_add=True)
-    cancel_reason = models.CharField(_("cancel reason"), max_length=100, blank=True)
-    error = models.TextField(_("error"), blank=True)
+    cancel_reason = fields.CharField(_("cancel reason"), max_length=100, blank=True)
+    error = fields.TextField(_("error"), blank=True)
 
     class Meta:
         verbose_name = _("import job")
@@ -629,20 +695,20 @@ class ImportFile(models.Model):
         ImportJob, on_delete=models.CASCADE, related_name="files", verbose_name=_("import job")
     )
     position = models.PositiveIntegerField(_("position"))
-    filename = models.CharField(_("file name"), max_length=300)
+    filename = fields.CharField(_("file name"), max_length=300)
     size = models.PositiveBigIntegerField(_("size (bytes)"))
     content = models.BinaryField(
         _("content")
     )  # emptied once imported (the Capture rows keep the bytes)
-    status = models.CharField(
+    status = fields.CharField(
         _("status"), max_length=20, choices=Status.choices, default=Status.QUEUED
     )
-    error = models.TextField(_("error"), blank=True)  # in English, as every stored text
+    error = fields.TextField(_("error"), blank=True)  # in English, as every stored text
     # The importer's reason for `error` as a code and its parameters (`importer.CaptureError`:
     # {"code": "empty", "params": {}}), which the import page says in its own language; null
     # for other errors and for rows from before it was kept (the page shows `error` then).
-    error_reason = models.JSONField(_("error reason"), null=True, blank=True)
-    stream_ids = models.JSONField(_("stream ids"), default=list)
+    error_reason = fields.JSONField(_("error reason"), null=True, blank=True)
+    stream_ids = fields.JSONField(_("stream ids"), default=list)
 
     class Meta:
         verbose_name = _("import file")
@@ -654,18 +720,48 @@ class ImportFile(models.Model):
 
 
 class ApiToken(models.Model):
-    """A per-user bearer token for scripts; only its SHA-256 is stored."""
+    """A bearer token for scripts, of one user in one project; only its SHA-256 is stored.
+    What it may do (`scopes`), until when, and how much (requests per minute, spend per UTC
+    day and month in its project's currency): streams/access/tokens.py, throttle.py, spend.py.
+    `spent_*`: what its proxied streams cost, counted as each one's cost is written
+    (streams/store/spend.py), for the day and month they name."""
+
+    class Scope(models.TextChoices):
+        PROXY = "proxy", _("Recording proxy")
+        READ = "read", _("Read the API")
+        WRITE = "write", _("Write through the API")
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
     )
     project = _project_field(related_name="tokens")
-    name = models.CharField(_("name"), max_length=100, blank=True)
-    digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
-    prefix = models.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
+    name = fields.CharField(_("name"), max_length=100, blank=True)
+    digest = fields.CharField(_("SHA-256 digest"), max_length=64, unique=True)
+    prefix = fields.CharField(_("prefix"), max_length=12)  # shown in admin to tell tokens apart
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    # who made it (an admin may make a token for a member); None: the user themselves, or gone
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    scopes = fields.JSONField(_("scopes"), default=list, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
     last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
     revoked = models.BooleanField(_("revoked"), default=False)
+    # limits (None: none); spend caps in nano-units of the project's currency, like cost_nanos
+    requests_per_minute = models.PositiveIntegerField(
+        _("requests per minute"), null=True, blank=True
+    )
+    spend_cap_day_nanos = models.BigIntegerField(_("spend cap per day"), null=True, blank=True)
+    spend_cap_month_nanos = models.BigIntegerField(_("spend cap per month"), null=True, blank=True)
+    spent_day = models.DateField(_("spend counted on"), null=True, blank=True)
+    spent_day_nanos = models.BigIntegerField(_("spent that day"), default=0)
+    spent_month = models.DateField(_("spend counted in month"), null=True, blank=True)
+    spent_month_nanos = models.BigIntegerField(_("spent that month"), default=0)
 
     class Meta:
         verbose_name = _("API token")
@@ -679,14 +775,21 @@ class ApiToken(models.Model):
         return hashlib.sha256(token.encode()).hexdigest()
 
     @classmethod
-    def issue(cls, user, name="", project=None):
-        """A new token of `user` in `project` (by default their personal project); the token
-        itself is returned once, only its digest is kept."""
+    def issue(cls, user, name="", project=None, **fields):
+        """A new token of `user` in `project` (by default their personal project), with every
+        scope unless `scopes` is given; the token itself is returned once, only its digest is
+        kept. `fields`: the rest of the row (created_by, expires_at, limits)."""
         if project is None:
             project = Project.personal(user)
+        fields.setdefault("scopes", list(cls.Scope.values))
         token = "ss_" + secrets.token_urlsafe(32)
         cls.objects.create(
-            user=user, project=project, name=name, digest=cls.hash(token), prefix=token[:10]
+            user=user,
+            project=project,
+            name=name,
+            digest=cls.hash(token),
+            prefix=token[:10],
+            **fields,
         )
         return token
 
@@ -697,8 +800,8 @@ class SealedSecret(models.Model):
     in clear: `sealed` is the key encrypted under a key derived from SECRET_KEY, `fingerprint`
     an HMAC of it (streams/store/sealed.py; docs/security.md says why not fingerprints alone)."""
 
-    fingerprint = models.CharField(_("fingerprint"), max_length=64, unique=True)
-    sealed = models.TextField(_("sealed key"))
+    fingerprint = fields.CharField(_("fingerprint"), max_length=64, unique=True)
+    sealed = fields.TextField(_("sealed key"))
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -715,7 +818,7 @@ class SweptSecret(models.Model):
     `maintain`): a pass-through key first forwarded, or a configured key changed, after rows
     holding it were indexed."""
 
-    fingerprint = models.CharField(_("fingerprint"), max_length=64, unique=True)
+    fingerprint = fields.CharField(_("fingerprint"), max_length=64, unique=True)
     swept_at = models.DateTimeField(_("swept at"), auto_now_add=True)
 
     class Meta:
@@ -749,14 +852,14 @@ class _Rollup(models.Model):
     (each part of every rollup's key, `rollup_key`), and the count."""
 
     span = models.IntegerField(_("period length (s)"))
-    tag = models.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    tag = fields.CharField(_("tag"), max_length=MAX_TAG_CHARS)
     t = models.BigIntegerField(_("period start (epoch s)"))
-    resolved_model = models.CharField(_("resolved model"), max_length=100)
-    source = models.CharField(_("source"), max_length=10)
+    resolved_model = fields.CharField(_("resolved model"), max_length=100)
+    source = fields.CharField(_("source"), max_length=10)
     user_key = models.BigIntegerField(_("user key"))
     # the stream's project's id, 0 for none: what every page's access reads first
     project_key = models.BigIntegerField(_("project key"))
-    status = models.CharField(_("status"), max_length=12)
+    status = fields.CharField(_("status"), max_length=12)
     n = models.BigIntegerField(_("count"), default=0)
 
     VALUES = ("n",)  # the base's fields that add up; the others are dimensions
@@ -784,8 +887,8 @@ class UsageRollup(_Rollup):
     """Counts and sums of finished streams per period and (models, source, user, status,
     error code): what every table row, rate, mean and the admin totals add up from."""
 
-    requested_model = models.CharField(_("requested model"), max_length=100)
-    error_code = models.CharField(_("error code"), max_length=100)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
+    error_code = fields.CharField(_("error code"), max_length=100)
     ttft_n = models.BigIntegerField(_("TTFT count"), default=0)
     ttft_sum_ns = models.BigIntegerField(_("TTFT sum (ns)"), default=0)
     itl_n = models.BigIntegerField(_("inter-token count"), default=0)
@@ -844,7 +947,7 @@ class HistogramRollup(_Rollup):
 
     metric = models.SmallIntegerField(_("metric"))
     full = models.BooleanField(_("per source and user"))
-    requested_model = models.CharField(_("requested model"), max_length=100)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
     bucket = models.SmallIntegerField(_("bucket"))
 
     pk = rollup_key(
@@ -871,8 +974,8 @@ class RoutingRollup(_Rollup):
     """Requests with `model: "auto"` per period, chosen model, source, user, the router's
     category and source, and the stream's status (the routing page's matrix and sources)."""
 
-    routing_category = models.CharField(_("routing category"), max_length=50)
-    routing_source = models.CharField(_("routing source"), max_length=50)
+    routing_category = fields.CharField(_("routing category"), max_length=50)
+    routing_source = fields.CharField(_("routing source"), max_length=50)
 
     pk = rollup_key(
         "span",
@@ -897,9 +1000,9 @@ class FindingRollup(_Rollup):
     and the stream's status (admin analytics' findings table, the routing page's
     pinned-routing count)."""
 
-    code = models.CharField(_("code"), max_length=50)
-    severity = models.CharField(_("severity"), max_length=10)
-    requested_model = models.CharField(_("requested model"), max_length=100)
+    code = fields.CharField(_("code"), max_length=50)
+    severity = fields.CharField(_("severity"), max_length=10)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
 
     pk = rollup_key(
         "span",
@@ -929,7 +1032,7 @@ class Price(models.Model):
         EUR = "EUR", "EUR"
         USD = "USD", "USD"
 
-    model_pattern = models.CharField(
+    model_pattern = fields.CharField(
         _("model pattern"),
         max_length=100,
         help_text=_("A model id, or a pattern with * (gpt-4o*); case is ignored."),
@@ -937,7 +1040,7 @@ class Price(models.Model):
     effective_from = models.DateTimeField(
         _("effective from"), help_text=_("Streams that started from this moment on.")
     )
-    currency = models.CharField(
+    currency = fields.CharField(
         _("currency"), max_length=3, choices=Currency.choices, default=Currency.EUR
     )
     input_per_million = models.DecimalField(_("input per million"), max_digits=14, decimal_places=6)
@@ -960,7 +1063,7 @@ class Price(models.Model):
         blank=True,
         help_text=_("Empty: the output price."),
     )
-    note = models.CharField(_("note"), max_length=200, blank=True)
+    note = fields.CharField(_("note"), max_length=200, blank=True)
     # none: the instance's own price, for every project
     project = _project_field(related_name="prices")
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
@@ -1032,13 +1135,13 @@ class ScoreType(models.Model):
 
     # none: the instance's, offered in every project (thumbs)
     project = _project_field(related_name="score_types")
-    name = models.SlugField(_("name"), max_length=50)
-    kind = models.CharField(_("kind"), max_length=12, choices=Kind.choices)
+    name = fields.SlugField(_("name"), max_length=50)
+    kind = fields.CharField(_("kind"), max_length=12, choices=Kind.choices)
     minimum = models.FloatField(_("minimum"), default=0)
     maximum = models.FloatField(_("maximum"), default=1)
     # [{"label": "wrong", "value": 0}, …] for a categorical type
-    categories = models.JSONField(_("categories"), default=list, blank=True)
-    description = models.CharField(_("description"), max_length=300, blank=True)
+    categories = fields.JSONField(_("categories"), default=list, blank=True)
+    description = fields.CharField(_("description"), max_length=300, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -1089,8 +1192,8 @@ class Score(models.Model):
         ScoreType, on_delete=models.PROTECT, related_name="scores", verbose_name=_("score type")
     )
     value = models.FloatField(_("value"))
-    label = models.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
-    comment = models.TextField(_("comment"), max_length=MAX_COMMENT_CHARS, blank=True)
+    label = fields.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
+    comment = fields.TextField(_("comment"), max_length=MAX_COMMENT_CHARS, blank=True)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -1098,8 +1201,8 @@ class Score(models.Model):
         on_delete=models.SET_NULL,
         verbose_name=_("author"),
     )
-    source = models.CharField(_("source"), max_length=10, choices=Source.choices)
-    key = models.CharField(_("key"), max_length=MAX_SCORE_KEY_CHARS, blank=True)
+    source = fields.CharField(_("source"), max_length=10, choices=Source.choices)
+    key = fields.CharField(_("key"), max_length=MAX_SCORE_KEY_CHARS, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -1132,7 +1235,7 @@ class Comment(models.Model):
     stream = models.ForeignKey(
         Stream, on_delete=models.CASCADE, related_name="comments", verbose_name=_("stream")
     )
-    text = models.TextField(_("text"), max_length=MAX_COMMENT_CHARS)
+    text = fields.TextField(_("text"), max_length=MAX_COMMENT_CHARS)
     author = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -1140,7 +1243,7 @@ class Comment(models.Model):
         on_delete=models.SET_NULL,
         verbose_name=_("author"),
     )
-    source = models.CharField(_("source"), max_length=10, choices=Score.Source.choices)
+    source = fields.CharField(_("source"), max_length=10, choices=Score.Source.choices)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     class Meta:
@@ -1161,7 +1264,7 @@ class ScoreRollup(_Rollup):
     scores per model; kept when retention deletes the streams)."""
 
     score_type = models.BigIntegerField(_("score type"))
-    requested_model = models.CharField(_("requested model"), max_length=100)
+    requested_model = fields.CharField(_("requested model"), max_length=100)
     sum_milli = models.BigIntegerField(_("sum of values (thousandths)"), default=0)
     positive = models.BigIntegerField(_("positive"), default=0)
 
@@ -1205,8 +1308,8 @@ class ShareLink(models.Model):
         related_name="share_links",
         verbose_name=_("stream"),
     )
-    session = models.CharField(_("session"), max_length=200, blank=True)
-    digest = models.CharField(_("SHA-256 digest"), max_length=64, unique=True)
+    session = fields.CharField(_("session"), max_length=200, blank=True)
+    digest = fields.CharField(_("SHA-256 digest"), max_length=64, unique=True)
     anyone = models.BooleanField(_("anyone with the link"), default=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     expires_at = models.DateTimeField(_("expires at"))
@@ -1240,3 +1343,33 @@ class ShareLink(models.Model):
     @staticmethod
     def hash(secret):
         return hashlib.sha256(secret.encode()).hexdigest()
+
+
+class SignInIdentity(models.Model):
+    """A user's account at the identity provider (streams/access/sign_in.py): the provider's
+    issuer and its subject id name that account for good, where a username or an address at the
+    provider may change or be given to someone else later."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        related_name="sign_in_identities",
+        verbose_name=_("user"),
+    )
+    issuer = fields.CharField(_("issuer"), max_length=255)
+    # OpenID Connect Core 1.0, 2: a subject is at most 255 ASCII characters (a longer one is
+    # refused at sign-in, never cut: streams/access/sign_in.py)
+    subject = fields.CharField(_("subject"), max_length=255)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    last_sign_in_at = models.DateTimeField(_("last sign-in at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("sign-in identity")
+        verbose_name_plural = _("sign-in identities")
+        constraints = [
+            # the sign-in's lookup, and one user per account at the provider
+            models.UniqueConstraint(fields=["issuer", "subject"], name="sign_in_identity_unique"),
+        ]
+
+    def __str__(self):
+        return f"{self.issuer} {self.subject}"

@@ -251,8 +251,8 @@ def _language_let_go():
 @pytest.fixture(autouse=True)
 def _imports_inline(monkeypatch):
     """Uploads are read by a thread pool (streams/ingest/import_jobs.py) that cannot see a
-    test's open transaction: read them in the request's thread (tests/test_imports.py covers
-    the pool)."""
+    test's open transaction: read them in the request's thread (tests/streams/ingest/test_imports.py
+    covers the pool)."""
     from streams.ingest import import_jobs
 
     monkeypatch.setattr(import_jobs, "RUN_INLINE", True)
@@ -264,8 +264,8 @@ def _test_client_through_the_gate():
     gate (streams/serve/egress.py) that every response leaves through. Its responses get the gate's
     rules the way the gate's HTTP exit applies them (headers; a whole body, or a streamed one
     with carry-over), so what a test reads is what a browser would. The ASGI exit itself is
-    tested in tests/test_egress.py, and every route through a real Daphne in
-    tests/test_egress_walk.py."""
+    tested in tests/streams/serve/test_egress.py, and every route through a real Daphne in
+    tests/streams/serve/test_egress_walk.py."""
     from django.test import client as test_client
 
     from streams.core import redaction

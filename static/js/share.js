@@ -1,7 +1,8 @@
 /**
- * share.js — the "Copy" button of a new share link (templates/dashboard/share_created.html).
- * The link is shown once: copy it to the clipboard, or select it for copying by hand where the
- * clipboard is not available (a plain-http page on another host than localhost).
+ * share.js — the "Copy" button of a new share link (templates/dashboard/share_created.html)
+ * and of a new token (token_created.html). Each is shown once: copy it to the clipboard, or
+ * select it for copying by hand where the clipboard is not available (a plain-http page on
+ * another host than localhost).
  */
 import { t } from "./i18n.js";
 

@@ -37,6 +37,7 @@ class Action(enum.StrEnum):
     MANAGE_RETENTION = "manage_retention"
     DELETE_STREAMS = "delete_streams"
     AUDIT = "audit"
+    MANAGE_OWNERS = "manage_owners"  # make, unmake or remove an owner; invite one
     RENAME_PROJECT = "rename_project"
     DELETE_PROJECT = "delete_project"
 
@@ -57,6 +58,7 @@ ACTIONS = {
     Action.MANAGE_RETENTION: Role.ADMIN,
     Action.DELETE_STREAMS: Role.ADMIN,
     Action.AUDIT: Role.ADMIN,
+    Action.MANAGE_OWNERS: Role.OWNER,
     Action.RENAME_PROJECT: Role.OWNER,
     Action.DELETE_PROJECT: Role.OWNER,
 }

@@ -61,12 +61,13 @@ def public_allowed():
     return conf.get().public_share_links
 
 
-def new_secret():
-    """A fresh secret. None containing a credential shape the egress gate redacts (an `sk-` in
-    the random part): its URL must reach the browser intact."""
+def new_secret(prefix=PREFIX):
+    """A fresh secret (a share link's, or with another `prefix` an invitation's). None
+    containing a credential shape the egress gate redacts (an `sk-` in the random part): its
+    URL must reach the browser intact."""
     prefixes = [p for p in conf.get().redact_key_prefixes.split(",") if p.strip()]
     while True:
-        secret = PREFIX + secrets.token_urlsafe(SECRET_BYTES)
+        secret = prefix + secrets.token_urlsafe(SECRET_BYTES)
         if not any(p.strip() in secret for p in prefixes):
             return secret
 

@@ -1,10 +1,13 @@
-"""Throttling: wrong secrets (bearer tokens, share links) per client IP, searches per user.
+"""Throttling: wrong secrets (bearer tokens, share links) per client IP, searches per user,
+requests per token.
 
 - Wrong tokens are throttled per client IP (`token_user`, for the API, the proxy and the
   WebSockets): a sliding window of failures in Django's cache (Redis at scale, so every process
   counts the same); valid tokens are never counted. Passwords are django-axes' (settings.py).
 - Searches of the text are throttled per user (`search_allowed`), in the same kind of window:
   a search is a question about stored text, and many quick ones are how an index is walked.
+- A token with a limit of requests per minute (`ApiToken.requests_per_minute`) is held to it
+  (`token_request_allowed`, for the API and the proxy), in the same kind of window.
 """
 
 import math
@@ -12,7 +15,7 @@ import time
 
 from django.core.cache import cache
 
-from streams.access.tokens import user_for_token
+from streams.access import tokens
 from streams.core import conf
 from streams.models import ApiToken
 
@@ -22,9 +25,11 @@ from streams.models import ApiToken
 
 _FAIL_KEY = "streamscope:tokfail:{}:{}"  # wrong bearer tokens, per client IP
 _SEARCH_KEY = "streamscope:search:{}:{}"  # searches, per user
+_TOKEN_KEY = "streamscope:tokreq:{}:{}"  # requests, per token (with a limit)
 _SEEN_KEY = "streamscope:tokok:{}"
 SEEN_VALID_S = 3600
 SEARCH_WINDOW_S = 60.0
+TOKEN_WINDOW_S = 60.0
 
 
 def client_ip(scope):
@@ -83,24 +88,42 @@ def search_allowed(user):
     return retry
 
 
+def token_request_allowed(token_id, limit):
+    """None, and the request counted — or the seconds until token `token_id` may send another,
+    after `limit` requests in the sliding minute (sync). A refused request is not counted."""
+    now = time.time()
+    _, retry = _estimate(_TOKEN_KEY, token_id, limit, TOKEN_WINDOW_S, now)
+    if retry is None:
+        _count(_TOKEN_KEY, token_id, TOKEN_WINDOW_S, now)
+    return retry
+
+
+def token_requests(token_id):
+    """The estimated requests of token `token_id` in the sliding minute (the token page)."""
+    estimate, _ = _estimate(_TOKEN_KEY, token_id, math.inf, TOKEN_WINDOW_S, time.time())
+    return round(estimate)
+
+
 def token_user(token, ip):
-    """(the token's user or None, None) — or (None, seconds to wait) when `ip` sent too many
-    wrong tokens lately (sync)."""
-    return throttled_check(token, ip, user_for_token)
+    """(what the token stands for: a `tokens.Bearer`, else `tokens.Invalid` with the reason;
+    None) — or (`tokens.UNKNOWN`, seconds to wait) when `ip` sent too many wrong tokens lately
+    (sync). Revoked and expired tokens count as wrong ones."""
+    found, retry = throttled_check(token, ip, tokens.resolve)
+    return (tokens.UNKNOWN if found is None else found), retry
 
 
 def throttled_check(token, ip, check):
     """(check(token), None) — or (None, seconds to wait) when `ip` sent too many wrong bearer
     tokens lately, to any endpoint (sync). `check` returns what the token stands for, or None
-    for a wrong one. Valid tokens are never counted; once an IP is throttled, only tokens that
-    were valid from it lately still pass (a user behind the attacker's NAT keeps working, a
-    new guess is not even looked up)."""
+    (or something false: `tokens.Invalid`) for a wrong one. Valid tokens are never counted;
+    once an IP is throttled, only tokens that were valid from it lately still pass (a user
+    behind the attacker's NAT keeps working, a new guess is not even looked up)."""
     estimate, retry = _failures(ip, time.time())
     digest = ApiToken.hash(token) if token else ""
     if retry is not None and not cache.get(_SEEN_KEY.format(digest)):
         return None, retry
     found = check(token)
-    if found is None:
+    if not found:
         note_token_failure(ip)
     elif estimate > 0:
         # Only while this IP has failures on record: no cache write on the usual path.

@@ -19,9 +19,9 @@ BASE_DIR = Path(__file__).resolve().parents[2]
 # A bench puts one user's, one token's and one client address's worth of load on the servers it
 # starts, far above what one person does, and Streamscope's limits (streams/core/conf.py) are sized
 # for people. Each STREAMSCOPE_* setting is either a limit that load could hit, raised to what
-# the bench is about to do (LOAD_LIMITS, applied by `server_limits`), or says here why no bench
-# can hit it (NOT_LOAD_LIMITS). tests/test_bench.py fails when conf.py has a setting that is in
-# neither, so a new limit is weighed against the benchmarks when it is added; one that slips
+# the bench is about to do (LOAD_LIMITS, applied by `server_limits`), or says here why no bench can
+# hit it (NOT_LOAD_LIMITS). tests/streams/bench/test_bench.py fails when conf.py has a setting that
+# is in neither, so a new limit is weighed against the benchmarks when it is added; one that slips
 # through anyway shows as lost events or refused viewers, and a bench with either exits non-zero
 # (`fail_if`).
 

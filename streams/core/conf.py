@@ -149,6 +149,8 @@ class Settings:
     # Share links (streams/access/shares.py, docs/sharing.md) may be made for anyone with the
     # link, signed in or not; off: every link opens for signed-in users only.
     public_share_links: bool = False
+    # An invitation to a project (streams/access/invitations.py) works once, for this long.
+    invitation_expiry_days: float = 7.0
     # Imports (streams/ingest/import_jobs.py): uploads per user per minute, jobs per user at once,
     # and how long a job may go unwatched (its progress page not polled) before it is cancelled.
     import_max_per_minute: int = 10
@@ -163,6 +165,36 @@ class Settings:
     # Bearer-credential shapes redacted from everything that leaves, whoever's key it is (a
     # pass-through client's key is never known on read): comma-separated prefixes.
     redact_key_prefixes: str = "sk-"
+    # --- Sign-in (streams/access/identity_provider.py, docs/sign-in.md) ---
+    # OpenID Connect, off unless a client id is set: the issuer (its
+    # /.well-known/openid-configuration is read once at start, within oidc_timeout_s) or the
+    # provider's endpoints themselves (each one given wins over the issuer's document).
+    oidc_issuer: str = ""
+    oidc_authorization_endpoint: str = ""
+    oidc_token_endpoint: str = ""
+    oidc_userinfo_endpoint: str = ""
+    oidc_jwks_endpoint: str = ""
+    # the provider's sign-out page (RP-initiated logout), where /oidc/logout/ sends a user after
+    # ending their session here; empty: back to the login page
+    oidc_end_session_endpoint: str = ""
+    oidc_client_id: str = ""
+    oidc_client_secret: str = ""
+    oidc_scopes: str = "openid email profile"
+    # the ID token's signature: RS256 (the provider's published keys) or HS256 (the client secret)
+    oidc_sign_algo: str = "RS256"
+    # what the login page's button says: "Sign in with <name>" (empty: "with single sign-on",
+    # in the page's language)
+    oidc_provider_name: str = ""
+    # the claim listing a user's groups, and which project role each group gives (applied at
+    # every sign-in): "group=project:role,…", e.g. "eng-admins=payments:admin,pm=payments:viewer"
+    oidc_groups_claim: str = "groups"
+    oidc_groups: str = ""
+    # every request to the provider (discovery, token, keys, user info) gives up after this long
+    oidc_timeout_s: float = 10.0
+    # Password sign-in; off: only the break-glass users (comma-separated usernames) may use it,
+    # everyone else signs in with the identity provider.
+    password_login: bool = True
+    break_glass_users: str = ""
 
     def __post_init__(self):
         for f in dataclasses.fields(self):

@@ -19,8 +19,8 @@ The rule, held in one place: no stream starts before the warm-up is over. Every 
 whoever starts it (a page, the API, the proxy, a worker, `manage.py record`, a benchmark),
 goes through `recorder.record_attempt`, which awaits `ready()` before its request: the first
 streams of a process wait for the load (off the loop, which goes on serving meanwhile), and
-nothing is loaded while any stream runs. tests/test_warmup.py watches fresh processes record
-and fails on a module imported, or a warm-up not done, once the first stream's connection is
+nothing is loaded while any stream runs. tests/streams/run/test_warmup.py watches fresh processes
+record and fails on a module imported, or a warm-up not done, once the first stream's connection is
 made.
 
 - `start()`: load on a thread of its own (once per process): a server starts it as its

@@ -68,7 +68,7 @@ def submit(user, files, model="") -> ImportJob:
     # user's lock: 12 uploads at once cannot all count the same 1 running job and all start.
     with transaction.atomic():
         _lock_user(user.pk)
-        job = ImportJob.objects.create(user=user, model=model[:100])
+        job = ImportJob.objects.create(user=user, model=model)  # (the fields bound it)
         jobs = ImportJob.objects.filter(user=user).exclude(pk=job.pk)
         recent = jobs.filter(created_at__gte=now - dt.timedelta(seconds=60)).count()
         if recent >= s.import_max_per_minute:
@@ -93,7 +93,7 @@ def submit(user, files, model="") -> ImportJob:
         ImportFile.objects.bulk_create(
             [
                 ImportFile(
-                    job=job, position=i, filename=name[:300], size=len(content), content=content
+                    job=job, position=i, filename=name, size=len(content), content=content
                 )  # fmt: skip
                 for i, (name, content) in enumerate(files)
             ]

@@ -82,6 +82,8 @@ class Recording:
     # client's socket had it, events).
     proxied: bool = False
     proxy_delays: list = field(default_factory=list)
+    # the token a proxied stream came through: its cost counts to it (streams/store/spend.py)
+    token_id: int | None = None
     # Why a cancel came, when the canceller knows (the proxy: "client_disconnected").
     cancel_code: str = ""
     # The request's `model` and `stream` (telemetry's labels and span attributes).

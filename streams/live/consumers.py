@@ -303,10 +303,12 @@ class RelayConsumer(AsyncWebsocketConsumer):
             return user
         token = bearer_token(_header(self.scope, b"authorization"))
         if token:
-            user, _retry = await db_read(throttle.token_user)(token, throttle.client_ip(self.scope))
-            if user is not None:
+            ip = throttle.client_ip(self.scope)
+            bearer, _retry = await db_read(throttle.token_user)(token, ip)
+            # a socket only reads: a token needs its `read` scope (streams/access/tokens.py)
+            if bearer and not bearer.lacks(tokens.Scope.READ):
                 self.token_digest = ApiToken.hash(token)
-            return user
+                return bearer.user
         return None
 
     async def authorize(self):

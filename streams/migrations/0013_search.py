@@ -12,7 +12,12 @@ index is built from every row; `manage.py rebuild_search` does both again."""
 
 from django.db import migrations, models
 
-from streams.store.search import INDEXED_MAX_CHARS, TABLE, refill
+# Frozen here, as streams/store/search.py had them when this migration was written (the same
+# from 59a89a1 to 52ea435): a later change to the search module must not change what this
+# migration does to a database that runs it then.
+INDEXED_MAX_CHARS = 200_000
+OTHER_MAX_CHARS = INDEXED_MAX_CHARS
+TABLE = "streams_search"
 
 FIELD = models.TextField(blank=True, verbose_name="other searchable text")
 INDEXED = ", ".join(
@@ -106,6 +111,113 @@ def _drop_column(apps, schema_editor):
     field.set_attributes_from_name("search_other")
     field.model = Stream
     schema_editor.remove_field(Stream, field)
+
+
+# ---- frozen: what the search text of a row was, and how it was filled -------------------
+
+
+def prompt_of(input):
+    """The last user text of an input, for lists and search."""
+    if isinstance(input, str):
+        return input
+    for item in reversed(input if isinstance(input, list) else ()):
+        if isinstance(item, dict) and item.get("role", "user") == "user":
+            content = item.get("content")
+            if isinstance(content, str):
+                return content
+            if isinstance(content, list):
+                return " ".join(
+                    c["text"]
+                    for c in content
+                    if isinstance(c, dict) and isinstance(c.get("text"), str)
+                )
+    return ""
+
+
+def other_text(request_body, parts) -> str:
+    """What a search finds besides the prompt, the output text and the error: the request's
+    instructions and its input texts (the prompt is its last one), the reasoning summaries,
+    message parts that are not the output text (refusals), and each tool call's name,
+    arguments and output. Cut to OTHER_MAX_CHARS."""
+    pieces = []
+    body = request_body if isinstance(request_body, dict) else {}
+    if isinstance(body.get("instructions"), str):
+        pieces.append(body["instructions"])
+    prompt = prompt_of(body.get("input"))  # (a column of its own)
+    pieces += [t for t in _input_texts(body.get("input")) if t != prompt]
+    for item in parts if isinstance(parts, list) else ():
+        if not isinstance(item, dict):
+            continue
+        kind = item.get("type")
+        if kind == "reasoning":
+            pieces += [s for s in item.get("summary") or () if isinstance(s, str)]
+        elif kind == "message":
+            pieces += [
+                p["text"]
+                for p in item.get("parts") or ()
+                if isinstance(p, dict)
+                and p.get("type") not in ("output_text", None)
+                and isinstance(p.get("text"), str)
+            ]
+        elif "arguments" in item or "name" in item:  # a tool call
+            for key in ("name", "arguments", "output"):
+                value = item.get(key)
+                if isinstance(value, str):
+                    pieces.append(value)
+                elif value is not None:
+                    pieces.append(_text_of(value))
+    text = "\n".join(p for p in pieces if p)
+    return text[:OTHER_MAX_CHARS]
+
+
+def _input_texts(value):
+    if isinstance(value, str):
+        return [value]
+    out = []
+    for item in value if isinstance(value, list) else ():
+        if not isinstance(item, dict):
+            continue
+        content = item.get("content")
+        if isinstance(content, str):
+            out.append(content)
+        elif isinstance(content, list):
+            out += [
+                c["text"] for c in content if isinstance(c, dict) and isinstance(c.get("text"), str)
+            ]
+        elif isinstance(item.get("output"), str):  # a tool's output sent back
+            out.append(item["output"])
+    return out
+
+
+def _text_of(value):
+    """The strings inside a JSON value (a tool's structured output), space-separated."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, dict):
+        return " ".join(_text_of(v) for v in value.values())
+    if isinstance(value, list):
+        return " ".join(_text_of(v) for v in value)
+    return "" if value is None or isinstance(value, bool) else str(value)
+
+
+def refill(Stream, chunk=2000) -> int:
+    """`search_other` of every row made again from its request and output parts, unredacted
+    (`Stream`: the historical model); how many rows changed."""
+    changed = 0
+    pending = []
+    rows = Stream.objects.order_by("pk").values_list("pk", "request_body", "parts", "search_other")
+    for pk, body, parts, before in rows.iterator(chunk_size=chunk):
+        text = other_text(body, parts)
+        if text != before:
+            pending.append(Stream(pk=pk, search_other=text))
+        if len(pending) >= chunk:
+            changed += len(pending)
+            Stream.objects.bulk_update(pending, ["search_other"])
+            pending = []
+    if pending:
+        changed += len(pending)
+        Stream.objects.bulk_update(pending, ["search_other"])
+    return changed
 
 
 class Migration(migrations.Migration):

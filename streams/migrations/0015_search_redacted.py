@@ -20,21 +20,49 @@ write. Every row is derived here, under the secrets known now (the configured on
 sealed pass-through keys), which are recorded as swept."""
 
 import importlib
+import threading
+import time
 
-from django.db import migrations, models
+from django.db import migrations, models, transaction
 
-from streams.store import search
+# Which secrets the server knows and how a text loses them are the running code's, by design:
+# the rows are derived under the secrets known when this runs, redacted as well as the code
+# that runs it can. Everything else this migration does is frozen below, as
+# streams/store/search.py had it when this was written (52ea435), so a later change there
+# cannot change what this migration does to a database that runs it then.
+from streams.store import known_secrets, sealed
 
-TABLE = search.TABLE
-MARK = search.MARK
+TABLE = "streams_search"
+MARK = "search_derived_ns"
+OTHER = "search_other"
+INDEXED_MAX_CHARS = 200_000
+OTHER_MAX_CHARS = INDEXED_MAX_CHARS
+_CUT_MARGIN = 1024  # a secret cut by INDEXED_MAX_CHARS is still seen whole: this much more
+CHUNK = 200  # rows derived per transaction
+SEARCH_COPIES = {"prompt": "search_prompt", "output_text": "search_output",
+                 "error_message": "search_error"}  # fmt: skip
+DERIVED = (*SEARCH_COPIES.values(), OTHER, MARK)
 INDEXED = ("prompt", "output_text", "error_message", "search_other")
-COPIES = tuple(search.COPIES.values())
+COPIES = tuple(SEARCH_COPIES.values())
 WATCHED = (*INDEXED, *COPIES)  # a change to any of these needs a new MARK
 COLUMNS = ", ".join(INDEXED)  # the FTS5 table's columns (0013)
 
 
+def source_sql(row=""):
+    """The four texts the index holds of a stream row, in INDEXED order, as SQL over `row`: the
+    redacted copy where there is one, cut to INDEXED_MAX_CHARS; nothing for an underived row."""
+    p = f"{row}." if row else ""
+    texts = (
+        f"coalesce({p}search_prompt, {p}prompt)",
+        f"substr(coalesce({p}search_output, {p}output_text), 1, {INDEXED_MAX_CHARS})",
+        f"substr(coalesce({p}search_error, {p}error_message), 1, {INDEXED_MAX_CHARS})",
+        f"substr({p}search_other, 1, {INDEXED_MAX_CHARS})",
+    )
+    return [f"CASE WHEN {p}{MARK} IS NULL THEN '' ELSE {t} END" for t in texts]
+
+
 def _values(row):
-    return ", ".join(search.source_sql(row))
+    return ", ".join(source_sql(row))
 
 
 def _changed(columns):
@@ -43,7 +71,7 @@ def _changed(columns):
 
 SQLITE = [
     f"CREATE VIEW {TABLE}_source AS SELECT id, "
-    + ", ".join(f"{sql} AS {name}" for sql, name in zip(search.source_sql(), INDEXED, strict=True))
+    + ", ".join(f"{sql} AS {name}" for sql, name in zip(source_sql(), INDEXED, strict=True))
     + " FROM streams_stream",
     f"CREATE TRIGGER {TABLE}_insert AFTER INSERT ON streams_stream BEGIN "
     f"INSERT INTO {TABLE}(rowid, {COLUMNS}) VALUES (new.id, {_values('new')}); END",
@@ -74,11 +102,11 @@ SQLITE_DROP = [
     f"DROP VIEW IF EXISTS {TABLE}_source",
 ]
 
-PROMPT, OUTPUT, ERROR, OTHER = search.source_sql()
+PROMPT, OUTPUT, ERROR, OTHER_TEXT = source_sql()
 VECTOR = (
     f"setweight(to_tsvector('simple', {PROMPT}), 'A') || "
     f"setweight(to_tsvector('simple', {OUTPUT}), 'B') || "
-    f"to_tsvector('simple', {ERROR}) || to_tsvector('simple', {OTHER})"
+    f"to_tsvector('simple', {ERROR}) || to_tsvector('simple', {OTHER_TEXT})"
 )
 _NEW = ", ".join(f"NEW.{c}" for c in WATCHED)
 _OLD = ", ".join(f"OLD.{c}" for c in WATCHED)
@@ -113,8 +141,8 @@ def _derive(apps, schema_editor):
     before = _before()
     for statement in before.SQLITE_DROP[:3] + before.SQLITE_DROP[4:] if sqlite else POSTGRES_DROP:
         schema_editor.execute(statement)  # (SQLite: the FTS5 table stays, rebuilt below)
-    search.rederive(apps.get_model("streams", "Stream"))
-    search.swept_all(apps.get_model("streams", "SweptSecret"))
+    _rederive(apps.get_model("streams", "Stream"))
+    _swept_all(apps.get_model("streams", "SweptSecret"))
     for statement in SQLITE if sqlite else POSTGRES:
         schema_editor.execute(statement)
     if sqlite:
@@ -136,6 +164,83 @@ def _underive(apps, schema_editor):
     else:
         for statement in before.POSTGRES:
             schema_editor.execute(statement)
+
+
+# ---- frozen: deriving every row's search text ---------------------------------------------
+
+_mark_lock = threading.Lock()
+_last_mark = 0
+
+
+def _new_mark():
+    global _last_mark
+    with _mark_lock:
+        _last_mark = max(time.time_ns(), _last_mark + 1)
+        return _last_mark
+
+
+def _redacted(text):
+    rules = known_secrets.fresh_rules()
+    return rules.text(text) if rules else text
+
+
+def _derived(fields):
+    """The search columns of the indexed columns among `fields`: a copy is None where the
+    redaction changed nothing of what the index reads."""
+    out = {}
+    for column, copy in SEARCH_COPIES.items():
+        if column in fields:
+            text = fields[column] or ""
+            indexed = text[:INDEXED_MAX_CHARS]
+            clean = _redacted(text[: INDEXED_MAX_CHARS + _CUT_MARGIN])[:INDEXED_MAX_CHARS]
+            out[copy] = None if clean == indexed else clean
+    if OTHER in fields:
+        out[OTHER] = _redacted(fields[OTHER] or "")[:OTHER_MAX_CHARS]
+    return out
+
+
+def _rederive_rows(Stream, ids):
+    """The search text of the rows `ids` derived (`search_other` redacted as stored), written
+    where it changes or the row had none, with a new mark; in one transaction."""
+    columns = ["pk", *SEARCH_COPIES, OTHER, *SEARCH_COPIES.values(), MARK]
+    changed, marked = [], []
+    with transaction.atomic():
+        rows = Stream.objects.filter(pk__in=list(ids)).select_for_update().values_list(*columns)
+        for values in rows:
+            row = dict(zip(columns, values, strict=True))
+            new = _derived({column: row[column] for column in (*SEARCH_COPIES, OTHER)})
+            if any(new[column] != row[column] for column in new):
+                changed.append(Stream(pk=row["pk"], **new))
+            elif row[MARK] is None:
+                marked.append(row["pk"])
+        mark = _new_mark()
+        for stream in changed:
+            setattr(stream, MARK, mark)
+        if changed:
+            Stream.objects.bulk_update(changed, list(DERIVED))
+        if marked:
+            Stream.objects.filter(pk__in=marked).update(**{MARK: mark})
+
+
+def _rederive(Stream):
+    last = 0
+    while True:
+        ids = list(
+            Stream.objects.filter(pk__gt=last).order_by("pk").values_list("pk", flat=True)[:CHUNK]
+        )
+        if not ids:
+            return
+        _rederive_rows(Stream, ids)
+        last = ids[-1]
+
+
+def _swept_all(SweptSecret):
+    """Every secret known now recorded as swept (every row was derived under them)."""
+    rules = known_secrets.fresh_rules()
+    prints = {sealed.fingerprint(s) for s in (rules.secrets if rules else ())}
+    SweptSecret.objects.bulk_create(
+        [SweptSecret(fingerprint=fp) for fp in prints], ignore_conflicts=True, batch_size=500
+    )
 
 
 class Migration(migrations.Migration):

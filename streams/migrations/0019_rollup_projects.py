@@ -202,7 +202,7 @@ def _state_operations():
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0018_projects"),
+        ("streams", "0020_project_tokens"),  # (main's leaf at the merge: one chain)
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -8,8 +8,11 @@ from django.http import JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
 from django.views.decorators.csrf import csrf_exempt
 
+from streams.access import limits
 from streams.access.throttle import token_user
-from streams.access.tokens import bearer_token
+from streams.access.tokens import Scope, bearer_token
+
+SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
 
 def json_error(http_status, code, message, **extra):
@@ -24,6 +27,36 @@ def _csrf_failure(request):
     return check.process_view(request, None, (), {})
 
 
+async def _token_refusal(bearer, method):
+    """The response refusing a request of `bearer` (a `tokens.Bearer` or `tokens.Invalid`),
+    or None: 401 for no valid token, 403 for a scope it lacks (reads need `read`, anything
+    else `write`), 429 over its requests per minute."""
+    if not bearer:
+        response = json_error(401, bearer.code, bearer.message)
+        response["WWW-Authenticate"] = 'Bearer realm="streamscope"'
+        return response
+    scope = Scope.READ if method in SAFE_METHODS else Scope.WRITE
+    if bearer.lacks(scope):
+        return json_error(
+            403,
+            "insufficient_scope",
+            f"This token lacks the '{scope}' scope.",
+            scope=str(scope),
+        )
+    if limits.limited(bearer):
+        over = await sync_to_async(limits.over)(bearer)
+        if over is not None:
+            return limit_error(over)
+    return None
+
+
+def limit_error(over):
+    """The 429 of a request a token's limits refuse (`limits.Over`)."""
+    response = json_error(429, over.code, over.message, **over.extra)
+    response["Retry-After"] = str(over.retry_after)
+    return response
+
+
 def api_view(view):
     """Authenticate an async API view: bearer token, else the session (+ CSRF on unsafe
     methods). Unauthenticated requests get a 401 JSON error, never a login redirect."""
@@ -35,18 +68,20 @@ def api_view(view):
         if authorization:
             token = bearer_token(authorization)
             ip = request.META.get("REMOTE_ADDR") or "-"
-            user, retry = await sync_to_async(token_user)(token, ip)
+            bearer, retry = await sync_to_async(token_user)(token, ip)
             if retry is not None:
                 response = json_error(
                     429, "too_many_attempts", f"Too many wrong tokens: retry in {retry} s."
                 )
                 response["Retry-After"] = str(retry)
                 return response
-            if user is None:
-                response = json_error(401, "invalid_token", "Unknown, revoked or malformed token.")
-                response["WWW-Authenticate"] = 'Bearer realm="streamscope"'
-                return response
-            request.user = user
+            refusal = await _token_refusal(bearer, request.method)
+            if refusal is not None:
+                return refusal
+            request.user = bearer.user
+            # a token works in its own project (streams/access/tokens.py)
+            request.project = bearer.project
+            request.token = bearer.token
             request.auth_method = "token"
         else:
             user = await request.auser()
@@ -59,7 +94,7 @@ def api_view(view):
                 )
                 response["WWW-Authenticate"] = 'Bearer realm="streamscope"'
                 return response
-            if request.method not in ("GET", "HEAD", "OPTIONS", "TRACE"):
+            if request.method not in SAFE_METHODS:
                 failure = await sync_to_async(_csrf_failure)(request)
                 if failure is not None:
                     return json_error(

@@ -16,8 +16,12 @@ Authentication, one of:
 Whatever the upstream sends back, headers and bytes, leaves through the egress gate
 (streams/serve/egress.py) like every response: no key, configured or passed through, reaches the
 client, even when an upstream echoes it.
-No valid token: 401, and nothing is sent upstream. Each token may have
-`STREAMSCOPE_PROXY_MAX_CONCURRENT` requests in flight (429 with `Retry-After` beyond).
+No valid token: 401 (saying why, for a revoked or expired one), and nothing is sent upstream;
+a token without the `proxy` scope, or whose user may not start streams in its project: 403.
+A proxied stream belongs to the token's project and counts to its spend
+(streams/access/tokens.py, limits.py). Each token may have `STREAMSCOPE_PROXY_MAX_CONCURRENT`
+requests in flight, and its own requests per minute and spend caps per UTC day and month (429
+with `Retry-After` beyond; a cap's error says the cap, the spend and the period).
 
 Forward first, record after: each chunk of the upstream's body is written to the client as soon
 as it arrives, then handed to the recorder (`recorder.record_attempt` with a tap), which stores
@@ -53,6 +57,7 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from django.http.request import split_domain_port, validate_host
 
+from streams.access import limits, projects, tokens
 from streams.access.throttle import client_ip, token_user
 from streams.access.tokens import bearer_token
 from streams.core import conf, lifecycle, safejson, transport
@@ -91,13 +96,16 @@ NOT_FORWARDED = HOP_BY_HOP | {
 LOOP_PARSE_MAX_BYTES = 64 * 1024
 # Response headers replaced by the proxy's own.
 REPLACED = HOP_BY_HOP | {b"cache-control", b"x-accel-buffering"}
+# what a body read whole through httpx (inflated) must not say about itself any more
+_DECODED_DROPS = REPLACED | {b"content-encoding", b"content-length"}
 
 
 # ---- the proxy's own answers ----------------------------------------------------------------
 
 
-async def _error(send, status, message, type_, code, headers=()):
-    body = json.dumps({"error": {"message": message, "type": type_, "code": code}}).encode()
+async def _error(send, status, message, type_, code, headers=(), extra=None):
+    error = {"message": message, "type": type_, "code": code, **(extra or {})}
+    body = json.dumps({"error": error}).encode()
     await send(
         {
             "type": "http.response.start",
@@ -121,13 +129,14 @@ def _abort(send):
 # ---- who is asking ---------------------------------------------------------------------------
 
 
-_token_cache = {}  # digest -> (future of the user or None, monotonic expiry)
+_token_cache = {}  # digest -> (future of (tokens.Bearer or Invalid, retry), monotonic expiry)
 _in_flight = {}  # digest -> requests in flight
 
 
-async def _user_for(token, ip):
-    """(the token's user or None, its digest, None) — or (None, digest, seconds to wait) when
-    `ip` sent too many wrong tokens (auth.token_user). The database is asked at most once per
+async def _bearer_for(token, ip):
+    """(what the token stands for: a `tokens.Bearer`, else `tokens.Invalid`; its digest, None)
+    — or (Invalid, digest, seconds to wait) when `ip` sent too many wrong tokens
+    (throttle.token_user). The database is asked at most once per
     token per PROXY_TOKEN_CACHE_S: requests that come together share one look-up, and a cached
     valid token skips the throttle's cache read too."""
     digest = ApiToken.hash(token)
@@ -139,13 +148,13 @@ async def _user_for(token, ip):
         lookup = asyncio.ensure_future(sync_to_async(token_user)(token, ip))
         hit = _token_cache[digest] = (lookup, now + conf.get().proxy_token_cache_s)
     try:
-        user, retry = await asyncio.shield(hit[0])
+        bearer, retry = await asyncio.shield(hit[0])
     except Exception:
         _token_cache.pop(digest, None)
         raise
-    if user is None:
-        _token_cache.pop(digest, None)  # unknown tokens are not remembered
-    return user, digest, retry
+    if not bearer:
+        _token_cache.pop(digest, None)  # invalid tokens are not remembered
+    return bearer, digest, retry
 
 
 def _host_allowed(host: bytes) -> bool:
@@ -183,8 +192,8 @@ class Refused(Exception):
     """A request the proxy answers itself, in the OpenAI error shape: `status`, the message,
     the error's type and code, and extra response headers."""
 
-    def __init__(self, status, message, type_, code, headers=()):
-        super().__init__(status, message, type_, code, headers)
+    def __init__(self, status, message, type_, code, headers=(), extra=None):
+        super().__init__(status, message, type_, code, headers, extra)
 
 
 ENDPOINTS = {"/v1/responses": "POST", "/v1/models": "GET"}
@@ -195,7 +204,7 @@ async def application(scope, receive, send):
     for name, value in scope["headers"]:
         headers.setdefault(name.lower(), value)
     try:
-        user, digest, upstream_auth = await _admit(scope, headers)
+        bearer, digest, upstream_auth = await _admit(scope, headers)
         if upstream_auth is not None:
             await _remember(upstream_auth)
         _in_flight[digest] = _in_flight.get(digest, 0) + 1
@@ -205,7 +214,7 @@ async def application(scope, receive, send):
         forward = _forward_headers(scope, headers, upstream_auth)
         if scope["path"] == "/v1/models":
             return await _models(send, forward)
-        return await _responses(scope, receive, send, user, headers, forward)
+        return await _responses(scope, receive, send, bearer, headers, forward)
     except Refused as refusal:
         return await _error(send, *refusal.args)
     finally:
@@ -215,14 +224,15 @@ async def application(scope, receive, send):
 
 
 async def _admit(scope, headers):
-    """(user, token digest, a pass-through key to remember or None), or `Refused`: the host,
-    the token, the route, the token's requests in flight and the server's state, in that
-    order (without a valid token, nothing says which paths exist)."""
+    """(bearer, token digest, a pass-through key to remember or None), or `Refused`: the host,
+    the token (valid, its `proxy` scope, its user's role), the route, the token's requests in
+    flight, its spend caps and requests per minute, and the server's state, in that order
+    (without a valid token, nothing says which paths exist)."""
     if not _host_allowed(headers.get(b"host", b"")):
         # Django checks the Host of every page; the proxy runs in front of Django, so here
         raise Refused(400, "This host is not served here.", "invalid_request_error", "bad_host")
     token, upstream_auth, passthrough = _upstream_authorization(headers)
-    user, digest = await _authenticate(scope, token)
+    bearer, digest = await _authenticate(scope, token)
     _check_route(scope["path"], scope["method"])
     limit = conf.get().proxy_max_concurrent
     if _in_flight.get(digest, 0) >= limit:
@@ -233,6 +243,19 @@ async def _admit(scope, headers):
             "too_many_requests",
             [(b"retry-after", b"1")],
         )
+    if limits.limited(bearer):
+        # (only a response costs: a capped token may still list the models)
+        spending = scope["path"] == "/v1/responses"
+        over = await sync_to_async(limits.over)(bearer, spending=spending)
+        if over is not None:
+            raise Refused(
+                429,
+                over.message,
+                "rate_limit_error",
+                over.code,
+                [(b"retry-after", str(over.retry_after).encode())],
+                over.extra,
+            )
     if lifecycle.stopping:
         raise Refused(
             503,
@@ -242,15 +265,16 @@ async def _admit(scope, headers):
             [(b"retry-after", b"5")],
         )
     remember = upstream_auth if passthrough and upstream_auth else None
-    return user, digest, remember
+    return bearer, digest, remember
 
 
 async def _authenticate(scope, token):
-    """(user, digest) of a valid Streamscope token, or `Refused` (401; 429 after too many
-    wrong tokens from the client's address)."""
-    user = digest = retry = None
+    """(bearer, digest) of a valid Streamscope token that may use the proxy, or `Refused`
+    (401 with the reason; 429 after too many wrong tokens from the client's address; 403 for
+    a token without the `proxy` scope, or whose user may not start streams in its project)."""
+    bearer, digest, retry = tokens.UNKNOWN, None, None
     if token:
-        user, digest, retry = await _user_for(token, client_ip(scope))
+        bearer, digest, retry = await _bearer_for(token, client_ip(scope))
     if retry is not None:
         raise Refused(
             429,
@@ -259,16 +283,35 @@ async def _authenticate(scope, token):
             "too_many_attempts",
             [(b"retry-after", str(retry).encode())],
         )
-    if user is None:
+    if bearer and bearer.expired():  # (expired while cached)
+        _token_cache.pop(digest, None)
+        bearer = tokens.Invalid("token_expired", tokens.expired_message(bearer.token.expires_at))
+    if not bearer:
+        why = "" if bearer is tokens.UNKNOWN else f"{bearer.message} "
         raise Refused(
             401,
-            "A valid Streamscope token is needed: 'Authorization: Bearer ss_…', or your own key "
-            "in Authorization and the token in X-Streamscope-Token.",
+            why + "A valid Streamscope token is needed: 'Authorization: Bearer ss_…', or your "
+            "own key in Authorization and the token in X-Streamscope-Token.",
             "invalid_request_error",
-            "invalid_api_key",
+            "invalid_api_key" if bearer is tokens.UNKNOWN else bearer.code,
             [(b"www-authenticate", b'Bearer realm="streamscope"')],
         )
-    return user, digest
+    if bearer.lacks(tokens.Scope.PROXY):
+        raise Refused(
+            403,
+            f"This token lacks the '{tokens.Scope.PROXY}' scope.",
+            "permission_error",
+            "insufficient_scope",
+            extra={"scope": str(tokens.Scope.PROXY)},
+        )
+    if not bearer.may(projects.Action.RUN):
+        raise Refused(
+            403,
+            "This token's user may not start streams in its project (their role is too low).",
+            "permission_error",
+            "role_too_low",
+        )
+    return bearer, digest
 
 
 def _check_route(path, method):
@@ -327,7 +370,7 @@ def _client_labels(headers):
     return tags[:MAX_TAGS], session[:200]
 
 
-async def _responses(scope, receive, send, user, headers, forward):
+async def _responses(scope, receive, send, bearer, headers, forward):
     body, content = await _json_body(receive)
     if body is None:
         return  # the client left while sending it
@@ -337,7 +380,13 @@ async def _responses(scope, receive, send, user, headers, forward):
     # (Tap.opened), and the client's response starts once both are there. Creating it at once
     # on the ORM's thread held the GIL while many requests were on their way.
     row = functools.partial(
-        sync_to_async(services.create_proxied), user, body, tags=tags, session=session
+        sync_to_async(services.create_proxied),
+        bearer.user,
+        body,
+        tags=tags,
+        session=session,
+        project=bearer.project,
+        token=bearer.token.pk,
     )
     model = body.get("model")
     rec = Recording(None, None, pinned_model=isinstance(model, str) and model != "auto")
@@ -423,8 +472,8 @@ async def _models(send, forward):
     client = runner.get_client()
     try:
         async with client.stream("GET", base_url.rstrip("/") + "/models", headers=forward) as r:
-            body = await r.aread()
-            headers = [(k, v) for k, v in r.headers.raw if k.lower() not in REPLACED]
+            body = await r.aread()  # (inflated by httpx: it no longer has their encoding)
+            headers = [(k, v) for k, v in r.headers.raw if k.lower() not in _DECODED_DROPS]
             status = r.status_code
     except Exception as exc:  # the upstream is unreachable: say so, in the OpenAI shape
         return await _error(
@@ -462,6 +511,7 @@ class Tap:
             stream = await asyncio.shield(self.row)
             self.stream_id = self.rec.stream_id = stream.pk
             self.rec.project_id = stream.project_id
+            self.rec.token_id = stream.token_id
             if self.task is not None:
                 runner.adopt(stream.pk, self.task)
             await services.announce(stream)

@@ -6,8 +6,8 @@ that row's inputs (`Checked`) but declares only its own positions.
 
 A plain tuple, positional, for the row's reason (docs/performance.md, "Recorder"); its order is
 declared once, here: every other module names a position (`INDEX`, `DATA`), never a number.
-`MESSAGE_COLUMNS` are columns of `Event` (the relay reads them back): tests/test_event_shape.py
-checks they are.
+`MESSAGE_COLUMNS` are columns of `Event` (the relay reads them back):
+tests/streams/shapes/test_event_shape.py checks they are.
 """
 
 from streams.core import conf

@@ -56,10 +56,15 @@ PUBLIC_FIELDS = {
 }
 
 # Columns of a stream its public shape (`stream`) leaves out, and why. Every other column is in
-# it: tests/test_public.py walks the model, so a new column is either shown or listed here.
+# it: tests/streams/shapes/test_public.py walks the model, so a new column is either shown or listed
+# here.
 NOT_SHOWN = {
     "id": "shown as `id`",
     "user_id": "the owner decides who sees a stream (streams/access/rules.py); not shown",
+    "project_id": "the project decides who sees a stream (streams/access/projects.py); the "
+    "pages say which project, the API answers within one",
+    "token_id": "the token a proxied stream came through, for its spend (streams/store/"
+    "spend.py); the token page names tokens to who may see them, a stream's readers need not",
     "heartbeat_at": "the running process's liveness, not the stream's",
     "runner": "which process runs it (host:pid:nonce), internal",
     "search_other": "the search index's input (streams/store/search.py), made of the request "

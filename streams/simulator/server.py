@@ -54,8 +54,8 @@ MAX_LOGGED_RESPONSES = 10_000
 MAX_LOGGED_EVENTS = 200_000  # per response; beyond it only the count is kept
 # The log's memory, across responses (the oldest finished ones are evicted): each logged event
 # costs its data's length plus EVENT_COST_BYTES, what one costs beyond its text (its tuple, list
-# slot and numbers, and the text's own header: tests/test_simulator.py measures it). A budget in
-# events alone let the log of a long-running simulator reach 0.8 GB.
+# slot and numbers, and the text's own header: tests/streams/simulator/test_simulator.py measures
+# it). A budget in events alone let the log of a long-running simulator reach 0.8 GB.
 MAX_LOG_BYTES = 128 * 1024 * 1024
 EVENT_COST_BYTES = 256
 MAX_HEADER_BYTES = 64 * 1024

@@ -9,8 +9,9 @@ cost measurably: docs/performance.md, "Recorder"). Its order is declared once, h
 module names a position (`ROW_T_US`) or a column, never a number.
 
 A new column of `Event` is added to the model, its migration and here (`ROW_COLUMNS` and `row`,
-or `DATABASE_FILLS`); tests/test_event_shape.py walks the model and fails on a column placed
-nowhere. The writers (the recorder, the importer, `seed_demo`'s SQL) take the columns from here.
+or `DATABASE_FILLS`); tests/streams/shapes/test_event_shape.py walks the model and fails on a column
+placed nowhere. The writers (the recorder, the importer, `seed_demo`'s SQL) take the columns from
+here.
 """
 
 from typing import NamedTuple

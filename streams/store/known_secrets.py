@@ -1,5 +1,6 @@
 """The secrets this server knows, for every exit: the configured `UPSTREAM_API_KEY`, the
-credentials in `UPSTREAM_BASE_URL`, and every pass-through key the proxy has forwarded
+credentials in `UPSTREAM_BASE_URL`, the identity provider's client secret
+(STREAMSCOPE_OIDC_CLIENT_SECRET), and every pass-through key the proxy has forwarded
 (`remember`; sealed in the database by `streams.store.sealed`, so it is still redacted after a
 restart and by every process). `rules()` is the current `Rules` (streams/core/redaction.py).
 
@@ -17,6 +18,7 @@ import hashlib
 import hmac
 import logging
 import re
+import sys
 import threading
 import time
 from urllib.parse import unquote
@@ -46,8 +48,13 @@ class _Known:
         self.refreshing = None
 
     def configured(self):
-        key = settings.UPSTREAM_API_KEY, settings.UPSTREAM_BASE_URL, _prefixes()
-        return key
+        c = conf.get()
+        return (
+            settings.UPSTREAM_API_KEY,
+            settings.UPSTREAM_BASE_URL,
+            c.redact_key_prefixes,
+            c.oidc_client_secret,
+        )
 
     def get(self):
         key = self.configured()
@@ -103,16 +110,14 @@ class _Known:
 _known = _Known()
 
 
-def _prefixes():
-    return conf.get().redact_key_prefixes
-
-
 @functools.lru_cache(maxsize=16)
 def _rules_for(key, passthrough):
-    api_key, base_url, prefixes = key
+    api_key, base_url, prefixes, client_secret = key
     secrets = set(passthrough)
     if isinstance(api_key, str):
         secrets.add(api_key)
+    if client_secret:
+        secrets.add(client_secret)
     userinfo = re.search(r"(?<=://)[^/?#@]+@", base_url or "")
     if userinfo:
         info = userinfo.group()[:-1]
@@ -247,22 +252,35 @@ async def refreshed(wait):
         await _known.refresh_async(wait)
 
 
+# Streamscope's own credentials: API tokens (streams/access/tokens.py), share links' secrets
+# (streams/access/shares.py) and invitations' (streams/access/invitations.py), which open what
+# they name to whoever reads them. A log line (an access log's `GET /s/sl_…/`) keeps the
+# prefix and loses the rest.
+OWN_CREDENTIAL_PREFIXES = ("ss_", "sl_", "inv_")
+_OWN_CREDENTIAL = re.compile(r"\b(" + "|".join(OWN_CREDENTIAL_PREFIXES) + r")[A-Za-z0-9_-]{8,}")
+
+
+def _without_credentials(text):
+    return _OWN_CREDENTIAL.sub(r"\1[redacted]", text)
+
+
 def redact_record(record: logging.LogRecord) -> None:
     """A log record without any secret, in place: its message (arguments merged in), its
     exception's traceback and its stack, as every handler will format them."""
     try:
-        if not rules():
-            return
         message = record.getMessage()
+        clean = (
+            (lambda text: _without_credentials(redact(text))) if rules() else _without_credentials
+        )
     except Exception:  # settings not ready, or a log call with the wrong arguments (logging
         return  # reports those itself)
-    record.msg, record.args = redact(message), None
+    record.msg, record.args = clean(message), None
     if record.exc_info and not record.exc_text:
         record.exc_text = logging.Formatter().formatException(record.exc_info)
     if record.exc_text:
-        record.exc_text = redact(record.exc_text)
+        record.exc_text = clean(record.exc_text)
     if record.stack_info:
-        record.stack_info = redact(record.stack_info)
+        record.stack_info = clean(record.stack_info)
 
 
 class LogFilter(logging.Filter):
@@ -293,3 +311,28 @@ def redact_every_record() -> None:
         return record
 
     logging.setLogRecordFactory(factory)
+    # What Python prints itself of an exception nobody caught (a thread's, the main thread's)
+    # goes through a logger instead, so through the factory above.
+    threading.excepthook = _log_thread_exception
+    sys.excepthook = _log_uncaught
+
+
+_uncaught = logging.getLogger("streams.uncaught")
+
+
+def _log_thread_exception(args):
+    if issubclass(args.exc_type, SystemExit):  # (as Python's own hook: a thread's exit)
+        return
+    name = args.thread.name if args.thread is not None else "?"
+    _uncaught.error(
+        "uncaught exception in thread %s",
+        name,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
+
+
+def _log_uncaught(exc_type, exc_value, exc_traceback):
+    if issubclass(exc_type, KeyboardInterrupt):
+        sys.__excepthook__(exc_type, exc_value, exc_traceback)
+        return
+    _uncaught.critical("uncaught exception", exc_info=(exc_type, exc_value, exc_traceback))

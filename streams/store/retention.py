@@ -78,11 +78,8 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                 ids = list(doomed.order_by("created_at").values_list("pk", flat=True)[:batch])
                 if not ids:
                     break
-                with transaction.atomic(), aggregates.keeping():
-                    out["events"] += Event.objects.filter(stream_id__in=ids).delete()[0]
-                    # the ORM's delete follows every relation to a stream (findings, capture,
-                    # retries, other apps' rows); events went first, by one ranged DELETE
-                    Stream.objects.filter(pk__in=ids).delete()
+                with transaction.atomic():
+                    out["events"] += delete_streams(ids, keep_aggregates=True)
                 out["streams"] += len(ids)
                 if pause_s:
                     time.sleep(pause_s)
@@ -103,6 +100,21 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                 if pause_s:
                     time.sleep(pause_s)
     return out
+
+
+def delete_streams(ids, keep_aggregates):
+    """Deletes the streams `ids` (a batch: finished ones), in the caller's transaction; returns
+    how many events went with them. `keep_aggregates`: the analytics keep counting them
+    (retention: the history stays); else they are subtracted, the batch at once (a project's
+    deletion: what is gone is gone from its analytics too)."""
+    with aggregates.keeping():
+        if not keep_aggregates:
+            aggregates.apply(aggregates.snapshot(ids), sign=-1)
+        events = Event.objects.filter(stream_id__in=ids).delete()[0]
+        # the ORM's delete follows every relation to a stream (findings, capture, retries,
+        # other apps' rows); events went first, by one ranged DELETE
+        Stream.objects.filter(pk__in=ids).delete()
+    return events
 
 
 def _delete_events(ids):

@@ -3,13 +3,14 @@
 - **Built** (`new`, `create`): every path that makes a row (the API, the playground, `record`,
   retries, the proxy, imports) derives the request columns (requested model, scenario, prompt)
   from the request body here.
-- **Bounded** (`bound`, `bound_event_values`): a text value is cut to its column's
-  `max_length`, read from the model's fields, where values enter SQL: the ORM's creates and
-  updates of stream rows, the raw stream UPDATEs and the raw event INSERT / COPY. Only the
-  bounded columns are cut; an event's `data` and `raw` (the verbatim event) keep everything.
-  PostgreSQL refuses a value longer than its column (SQLite ignores lengths), so an upstream
-  sending a model id or an SSE `event:` name too long for its column must not be able to fail
-  the write.
+- **Bounded** (`bound`, `bound_event_values`): a text value is made storable by the one rule
+  of `streams.core.storable` (cut to its column's `max_length`, read from the model's fields;
+  a NUL replaced by U+FFFD), before a stream's fields are published and on the raw event
+  INSERT / COPY; every model's text fields (`streams.fields`) apply it again wherever else a
+  value enters SQL. Only the bounded columns are cut; an event's `data` keeps all its
+  characters but NUL, and `raw` (the verbatim event) everything. PostgreSQL refuses a value
+  longer than its column and any NUL (SQLite takes both), so an upstream sending a model id or
+  an SSE `event:` name too long for its column, or a NUL, must not be able to fail the write.
 - **Finished** (`finished`): the fields a stream ends with (status, output, tokens, bytes,
   counts, findings, terminal times, error, TTFT and the other derived figures), from the
   checker and what the caller knows. The recorder, the importer and every path that ends a
@@ -46,8 +47,9 @@ from streams.core.checks import (
     Violation,
     said,
 )
+from streams.core.storable import NUL, cut, storable, storable_json
 from streams.models import Event, Finding, Stream
-from streams.store import aggregates, prices, search
+from streams.store import aggregates, prices, search, spend
 from streams.store.event_row import (
     PROXIED_ROW_COLUMNS,
     ROW_COLUMNS,
@@ -71,55 +73,60 @@ def _limits(model):
     }
 
 
+def _of_kind(model, kind):
+    return frozenset(f.name for f in model._meta.concrete_fields if isinstance(f, kind))
+
+
 STREAM_LIMITS = _limits(Stream)
 EVENT_LIMITS = {Event._meta.get_field(name).column: limit for name, limit in _limits(Event).items()}
-
-
-def cut(text, limit):
-    """`text` cut to `limit` characters (what a `varchar(limit)` counts), never between the
-    two halves of a surrogate pair."""
-    if len(text) <= limit:
-        return text
-    end = limit
-    if end and "\ud800" <= text[end - 1] <= "\udbff" and "\udc00" <= text[end] <= "\udfff":
-        end -= 1
-    return text[:end]
+_STREAM_TEXT = _of_kind(Stream, models.CharField | models.TextField)
+_STREAM_JSON = _of_kind(Stream, models.JSONField)
+# {column: max_length, None for unbounded} of every text column of an event
+EVENT_TEXT = {
+    f.column: EVENT_LIMITS.get(f.column)
+    for f in Event._meta.concrete_fields
+    if isinstance(f, models.CharField | models.TextField)
+}
 
 
 def bound(fields, limits=STREAM_LIMITS):
-    """Cut the text values of `fields` ({field name: value}) to their columns, in place;
-    returns `fields`."""
+    """Make the values of `fields` ({field name: value} of a stream row) storable
+    (`streams.core.storable`: cut to their columns, no NUL), in place; returns `fields`.
+    The fields do it again on the way to SQL; here it is done before a stream's fields are
+    published, so what is shown live is what is stored."""
     for name, value in fields.items():
-        limit = limits.get(name)
-        if limit is not None and isinstance(value, str) and len(value) > limit:
-            fields[name] = cut(value, limit)
+        if isinstance(value, str):
+            if name in _STREAM_TEXT:
+                fields[name] = storable(value, limits.get(name))
+        elif value is not None and name in _STREAM_JSON:
+            fields[name] = storable_json(value)
     return fields
 
 
 @functools.cache
-def _bounded_positions(columns):
-    return tuple((i, EVENT_LIMITS[c]) for i, c in enumerate(columns) if c in EVENT_LIMITS)
+def _text_positions(columns):
+    return tuple((i, EVENT_TEXT[c]) for i, c in enumerate(columns) if c in EVENT_TEXT)
 
 
 def bound_event_values(values, columns):
-    """Cut the bounded columns of flat event values (`columns` values one event after the
-    other) in place. Per batch, one C-level length scan per bounded column; the per-value walk
-    only when some value is too long."""
+    """Make the text columns of flat event values (`columns` values one event after the
+    other) storable (`streams.core.storable`: cut to their lengths, no NUL), in place. Per
+    batch, a C-level length and NUL scan per text column; the per-value walk only when some
+    value needs it."""
     width = len(columns)
-    for pos, limit in _bounded_positions(columns):
+    for pos, limit in _text_positions(columns):
         column = values[pos::width]
         if not column:
             continue
-        try:
-            longest = max(map(len, column))
-        except TypeError:  # (a NULL among them)
-            longest = max((len(v) for v in column if v is not None), default=0)
-        if longest <= limit:
+        if None in column:
+            column = [v for v in column if v is not None]
+        fits = limit is None or max(map(len, column), default=0) <= limit
+        if fits and NUL not in "".join(column):
             continue
         for i in range(pos, len(values), width):
             value = values[i]
-            if value is not None and len(value) > limit:
-                values[i] = cut(value, limit)
+            if value is not None:
+                values[i] = storable(value, limit)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -225,11 +232,13 @@ def new_row(
     tags=(),
     session="",
     project=None,
+    token=None,
 ):
     """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
 
     `claimed`: this process will run it (the default unless streams run in workers; an
-    unclaimed row waits in the database for a worker to claim it)."""
+    unclaimed row waits in the database for a worker to claim it). `token`: the ApiToken (or
+    its id) it came through, whose spend it counts to (streams/store/spend.py)."""
     if claimed is None:
         claimed = not conf.in_workers()
     return create(
@@ -244,6 +253,7 @@ def new_row(
         runner=lifecycle.RUNNER_ID if claimed else "",
         tags=list(tags),
         session=session,
+        token_id=getattr(token, "pk", token),
     )
 
 
@@ -692,6 +702,8 @@ def _write_together(rows, updates, findings, proxied_rows):
     # in this same transaction (streams/store/aggregates.py)
     with aggregates.tracking(r.stream_id for r, f in updates.items() if "status" in f):
         update_streams(updates)
+        # what a token's streams cost counts against its caps in the same transaction
+        spend.count(updates)
         if findings:
             Finding.objects.bulk_create(findings, batch_size=500)
 

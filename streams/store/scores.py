@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from django.db import models, transaction
 from django.utils.translation import gettext, gettext_noop
 
+from streams.core.storable import storable
 from streams.models import MAX_COMMENT_CHARS, MAX_SCORE_KEY_CHARS, Comment, Score, ScoreType, Stream
 from streams.store import aggregates
 
@@ -116,7 +117,9 @@ def _text(value, field, limit, required=False):
         value = ""
     if not isinstance(value, str):
         raise Invalid(field, f"{field}: a string.")
-    value = value.strip()
+    # storable before anything compares it: a key is looked up as well as stored, and
+    # PostgreSQL refuses a NUL in a query's parameters as in a row
+    value = storable(value.strip())
     if required and not value:
         raise Invalid(field, f"{field}: required.")
     if len(value) > limit:

@@ -51,6 +51,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connection, transaction
 
 from streams.store import known_secrets
@@ -232,27 +233,6 @@ def source_sql(row=""):
         f"substr({p}search_other, 1, {INDEXED_MAX_CHARS})",
     )
     return [f"CASE WHEN {p}{MARK} IS NULL THEN '' ELSE {t} END" for t in texts]
-
-
-def refill(Stream, chunk=2000) -> int:
-    """`search_other` of every row made again from its request and output parts, unredacted, as
-    migration 0013 made it (`Stream`: its historical model); how many rows changed. Since 0015
-    `rederive(from_source=True)` does this, redacted: a write here leaves rows underived."""
-    changed = 0
-    pending = []
-    rows = Stream.objects.order_by("pk").values_list("pk", "request_body", "parts", "search_other")
-    for pk, body, parts, before in rows.iterator(chunk_size=chunk):
-        text = other_text(body, parts)
-        if text != before:
-            pending.append(Stream(pk=pk, search_other=text))
-        if len(pending) >= chunk:
-            changed += len(pending)
-            Stream.objects.bulk_update(pending, ["search_other"])
-            pending = []
-    if pending:
-        changed += len(pending)
-        Stream.objects.bulk_update(pending, ["search_other"])
-    return changed
 
 
 def rebuild() -> None:
@@ -534,7 +514,10 @@ def page(qs, terms, number=1):
     number = max(1, min(number, MAX_PAGES))
     visible = None
     if qs.query.where:  # (all streams: no subquery to test each match against)
-        visible = qs.order_by().values("pk").query.sql_with_params()
+        try:
+            visible = qs.order_by().values("pk").query.sql_with_params()
+        except EmptyResultSet:  # (`qs` can hold nothing: someone in no project)
+            return [], False
     offset = (number - 1) * PAGE_SIZE
     if connection.vendor == "postgresql":
         rows = _postgres_page(terms, visible, offset)

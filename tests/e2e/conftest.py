@@ -177,6 +177,12 @@ def site(people):
     pages["shares"] = "/shares/"
     pages["shared-stream"] = f"/s/{stream_secret}/"
     pages["shared-session"] = f"/s/{session_secret}/"
+    # the project's tokens (docs/teams.md): one with limits, so the page has figures to show
+    from streams.models import ApiToken
+
+    ApiToken.issue(people.staff, name="nightly evals", requests_per_minute=60,
+                   spend_cap_day_nanos=5 * 10**9)  # fmt: skip
+    pages["tokens"] = "/tokens/"
     ended = Stream.objects.exclude(status=Stream.Status.COMPLETED).order_by("pk").first()
     if ended is not None:
         pages["timeline-ended"] = f"/streams/{ended.pk}/"

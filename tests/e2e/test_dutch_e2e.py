@@ -217,8 +217,8 @@ ZONE = "Europe/Amsterdam"
 def test_every_page_in_dutch_in_the_browser(browser, live_server_daphne, people, site):
     """Every page of the site (the contrast check's list) in a Dutch and an English browser in
     Amsterdam, once the scripts ran: the Dutch page is in Dutch, charts included (the axes'
-    names and ticks, the series' names: the i18n walk of tests/test_i18n.py cannot see what
-    the scripts draw), its dates in Dutch forms and figures grouped by the one rule, no time
+    names and ticks, the series' names: the i18n walk of tests/dashboard/test_i18n.py cannot see
+    what the scripts draw), its dates in Dutch forms and figures grouped by the one rule, no time
     named UTC, and no JavaScript error (a catalog string with a wrong placeholder, a number
     formatter given a string) while its scripts render."""
     problems, drawn, pages = [], 0, {}

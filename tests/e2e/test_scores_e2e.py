@@ -4,7 +4,7 @@
   score of a numeric type with a comment, a wrong value refused with its reason in the panel,
   a comment; the list then filters on the score and shows it in its Feedback column;
 - on the comparison, above each column: thumbs, and "Score…" for a typed score with a comment
-  and a comment (the playground has the same box: tests/test_scores.py).
+  and a comment (the playground has the same box: tests/streams/store/test_scores.py).
 Screenshots at 1440 and 390 px: tests/e2e/test_screenshots_e2e.py (`site`: "feedback")."""
 
 import pytest

@@ -2,10 +2,10 @@
 
 - `sse(*objs)`: SSE bytes of event objects; `small_stream`: the events of a short completed
   text stream; `har_entry` / `har`: a HAR document with SSE responses (from
-  tests/test_importer.py).
+  tests/streams/ingest/test_importer.py).
 - `exported` / `document`: a stream's `.sse` and `.json` exports; `event_tuples` /
-  `finding_tuples`: its stored rows, comparable across imports (from tests/test_importer.py
-  and tests/test_export.py).
+  `finding_tuples`: its stored rows, comparable across imports (from
+  tests/streams/ingest/test_importer.py and tests/streams/serve/test_export.py).
 - `MARKDOWN` / `text_capture(text)`: a Markdown sample, and a complete SSE capture whose one
   message text is `text` (from tests/e2e/test_rendering_e2e.py).
 """

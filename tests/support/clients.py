@@ -1,8 +1,8 @@
 """In-process clients of the ASGI application: HTTP (`session`: a user's session cookie;
-`bearer`: a user's API token; from tests/test_api.py) and WebSocket (`ws`: a communicator
-through the real ASGI stack, from tests/test_consumers.py). The communicators `ws` opened are
-disconnected after each test by tests/conftest.py's `_disconnect_communicators`, which the
-modules that use `ws` name in their `pytestmark`."""
+`bearer`: a user's API token; from tests/streams/serve/test_api.py) and WebSocket (`ws`: a
+communicator through the real ASGI stack, from tests/streams/live/test_consumers.py). The
+communicators `ws` opened are disconnected after each test by tests/conftest.py's
+`_disconnect_communicators`, which the modules that use `ws` name in their `pytestmark`."""
 
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient

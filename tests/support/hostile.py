@@ -1,10 +1,11 @@
 """A hostile upstream for redaction tests: a raw HTTP/1.1 server (127.0.0.1 only) whose answers
 are chosen by the test, the Responses stream pieces to build them, and a search for a secret in
 every form a reader may see: `KEY`, the key the redaction tests configure, and `copies`, the
-most times it appears in any one of those forms (moved here from tests/test_redaction.py to be
-shared)."""
+most times it appears in any one of those forms (moved here from
+tests/streams/store/test_redaction.py to be shared)."""
 
 import asyncio
+import contextlib
 import html
 import json
 import re
@@ -71,6 +72,18 @@ class RawUpstream:
 
         self._loop.call_soon_threadsafe(close)
         self._thread.join(10)
+
+
+@contextlib.contextmanager
+def answering(settings, chunks, content_type="text/event-stream"):
+    """A RawUpstream answering every request with `chunks`, the configured upstream while
+    the block runs."""
+    server = RawUpstream(lambda *a: (200, content_type, chunks))
+    settings.UPSTREAM_BASE_URL = server.base_url
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def sse(data, event="message", id=None):

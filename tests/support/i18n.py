@@ -1,5 +1,5 @@
-"""What the i18n walks look for in a page's texts (tests/test_i18n.py over the server's pages,
-tests/e2e/test_dutch_e2e.py over what the scripts made of them):
+"""What the i18n walks look for in a page's texts (tests/dashboard/test_i18n.py over the server's
+pages, tests/e2e/test_dutch_e2e.py over what the scripts made of them):
 
 - `visible_texts(html)`: the texts a reader sees (text nodes outside scripts, styles and code,
   and the attributes a browser shows);
@@ -33,6 +33,7 @@ from streams.models import (
     Finding,
     ImportFile,
     ImportJob,
+    Invitation,
     Price,
     Score,
     ScoreType,
@@ -61,7 +62,7 @@ ALLOWED = {
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
-    "feedback", "project",
+    "feedback", "project", "projecten",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
@@ -217,6 +218,7 @@ def recorded_data():
     for name, query in SavedView.objects.values_list("name", "query"):  # a view's, as typed
         values.update((name, query))
     values.update(get_user_model().objects.values_list("username", flat=True))
+    values.update(Invitation.objects.values_list("email", flat=True))  # an address, as typed
     # scores and comments as given: type names (identifiers, as the API takes them), labels,
     # keys, comments
     values.update(ScoreType.objects.values_list("name", flat=True))

@@ -1,10 +1,12 @@
 """Servers and commands in processes of their own, and waiting on what they do.
 
 - `manage(*args)`: `manage.py <args>` as a process on the test database, interruptible by
-  SIGINT as from a terminal; `command_env`: its environment (from tests/test_lifecycle.py).
+  SIGINT as from a terminal; `command_env`: its environment (from
+  tests/streams/run/test_lifecycle.py).
 - `api_create` / `start_stream`: a stream started through a server's API over HTTP (from
-  tests/test_lifecycle.py and tests/e2e/test_inspection_e2e.py).
-- `wait_until` / `wait_for`: poll a predicate until it holds (from tests/test_lifecycle.py and
+  tests/streams/run/test_lifecycle.py and tests/e2e/test_inspection_e2e.py).
+- `wait_until` / `wait_for`: poll a predicate until it holds (from
+tests/streams/run/test_lifecycle.py and
   tests/e2e/test_inspection_e2e.py).
 - `output` / `last_json`: a process that must succeed, its stdout; a JSON last line of it.
 """

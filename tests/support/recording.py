@@ -1,13 +1,15 @@
 """Streams recorded, or stored as the recorder stores them, and waiting for one to end.
 
 - `body` / `record`: a request body for the simulator, and a stream recorded from it through
-  the real runner (from tests/test_recorder.py).
+  the real runner (from tests/streams/ingest/test_recorder.py).
 - `text_events` / `recorded`: the events of a one-message stream, and a stream stored from
-  events as the recorder stores one, without a recorder (from tests/test_queries.py);
-  `seed_big_stream`: a big completed stream stored that way (from
+  events as the recorder stores one, without a recorder (from
+  tests/dashboard/queries/test_queries.py); `seed_big_stream`: a big completed stream stored that
+  way (from
   tests/e2e/test_inspection_e2e.py).
 - `finished` / `wait_finished` (async) and `wait_terminal` (sync): the stream once it is no
-  longer active (from tests/test_relay_live.py, tests/test_api.py, tests/test_proxy.py).
+  longer active (from tests/streams/live/test_relay_live.py, tests/streams/serve/test_api.py,
+  tests/streams/serve/test_proxy.py).
 """
 
 import asyncio

@@ -1,5 +1,5 @@
 """What a process loads while it streams, seen from inside it: ground truth that a busy machine
-cannot skew (it counts loads, it times nothing), for tests/test_warmup.py.
+cannot skew (it counts loads, it times nothing), for tests/streams/run/test_warmup.py.
 
 `watch(upstream_port)` installs an audit hook (`sys.addaudithook`: the interpreter's own events,
 on every thread). The watch begins at the process's first connection to the upstream (its

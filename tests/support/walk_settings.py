@@ -1,5 +1,5 @@
-"""Settings of the servers tests/test_egress_walk.py starts: tests/live_settings, plus request
-errors (Django's and Daphne's) with their tracebacks in the server's log, and, with
+"""Settings of the servers tests/streams/serve/test_egress_walk.py starts: tests/live_settings, plus
+request errors (Django's and Daphne's) with their tracebacks in the server's log, and, with
 WALK_FORCE_ROLLUPS=1, analytics pages that read the pre-aggregates however small the history
 is (tests/support/apps.py)."""
 

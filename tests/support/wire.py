@@ -8,9 +8,10 @@ output delta is the TTFT the wire saw. Nothing here depends on either process be
 is a minimal reader of that file (pcap, nanosecond magic, Ethernet link type on `lo`, IPv4/IPv6,
 TCP); `exchanges` reassembles each connection and splits it into request/response exchanges,
 with the wire time of every SSE event of every response; `judge_ttft` compares recorded TTFTs
-with it, and `record_50_on_the_wire` is the shared timing test (tests/test_recorder.py on a
-quiet machine, tests/test_wire_truth.py with a CPU hog beside it, in the test's process and
-through a fresh `manage.py record`).
+with it, and `record_50_on_the_wire` is the shared timing test
+(tests/streams/ingest/test_recorder.py on a quiet machine, tests/streams/ingest/test_wire_truth.py
+with a CPU hog beside it, in the test's
+process and through a fresh `manage.py record`).
 """
 
 import bisect

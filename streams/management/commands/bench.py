@@ -2,7 +2,8 @@
 the same run. Each benchmark is a module of `streams.bench` with `add_arguments(parser)` and
 `run(command, opts)`. A benchmark sizes the limits of the servers it starts for its own load
 (`streams.bench.server_limits`) and exits non-zero, after printing its figures, when it lost or
-was refused anything (`streams.bench.fail_if`); tests/test_bench.py runs each once, tiny."""
+was refused anything (`streams.bench.fail_if`); tests/streams/bench/test_bench.py runs each once,
+tiny."""
 
 import importlib
 

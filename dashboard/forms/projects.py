@@ -1,0 +1,48 @@
+"""The forms of the projects' pages (dashboard/views/projects.py): a project's name, a member
+to add, a role, an invitation, the confirmation of a deletion."""
+
+from django import forms
+from django.utils.translation import gettext_lazy as _
+
+from streams.models import MAX_PROJECT_NAME_CHARS, Membership
+
+
+def _role_field():
+    return forms.ChoiceField(label=_("Role"), choices=Membership.Role.choices, initial="member")
+
+
+class ProjectNameForm(forms.Form):
+    name = forms.CharField(label=_("Name"), max_length=MAX_PROJECT_NAME_CHARS)
+
+
+class AddMemberForm(forms.Form):
+    user = forms.CharField(label=_("Username or e-mail address"), max_length=254)
+    role = _role_field()
+
+
+class RoleForm(forms.Form):
+    role = _role_field()
+
+
+class InviteForm(forms.Form):
+    email = forms.EmailField(label=_("E-mail address"))
+    role = _role_field()
+
+
+class DeleteProjectForm(forms.Form):
+    """Deleting takes the project's name typed again: what goes with it cannot come back."""
+
+    name = forms.CharField(
+        label=_("The project's name"),
+        max_length=MAX_PROJECT_NAME_CHARS,
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
+
+    def __init__(self, *args, project, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.project = project
+
+    def clean_name(self):
+        if self.cleaned_data["name"].strip() != self.project.name:
+            raise forms.ValidationError(_("Type the project's name exactly to delete it."))
+        return self.cleaned_data["name"]

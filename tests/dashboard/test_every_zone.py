@@ -1,0 +1,171 @@
+"""Every time zone the selector offers, on the pages: none of them fails, and each page is
+rendered in the zone by its own name (dashboard/timezone.py).
+
+The selector offers every zone the browser knows and the server accepts (`timezone.available`,
+which `set_time_zone` checks): all of them are tried on the analytics pages, whose reports take
+the zone (their days, buckets and custom bounds are the zone's); every page route (Django's
+resolver walked, tests/support/routes.py) is tried in the zones at the ends of each way a zone
+can be unusual. Django names a zone whose offset never changes by its abbreviation ("-12" for
+Etc/GMT+12, "+14" for Etc/GMT-14), which is no zone's name: a report handed it answered 500,
+and the choice was remembered.
+"""
+
+import datetime as dt
+from urllib.parse import quote
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.db import connection, transaction
+from django.test import Client
+from django.utils import timezone
+
+from dashboard import timezone as tzmod
+from dashboard.language import is_data
+from dashboard.models import Conversation, SavedView, Turn
+from streams.access import invitations, shares
+from streams.ingest import importer
+from streams.models import ImportJob, Project, Stream
+from streams.store import scores
+from tests.conftest import FIXTURES
+from tests.support.routes import Unfillable, django_routes, fill
+
+NOW = dt.datetime.now(dt.UTC)
+# The pages whose reports are built in the page's zone (the list only formats times: it is
+# walked below with the rest). (~600 zones × 4 pages: about 40 s on an idle machine.)
+ZONED_PAGES = ("/latency/", "/routing/", "/usage/", "/analytics/")
+# One zone of each way a zone is unusual: the ends of the offsets (as Etc/GMT±N names them,
+# their sign the reverse of ISO's), an abbreviation for a name (Factory's "-00"), 45-minute and
+# half-hour offsets with and without DST, a DST of half an hour, the date line crossed.
+EDGE_ZONES = (
+    "Etc/GMT-14", "Etc/GMT+12", "Etc/GMT", "Factory", "Asia/Kathmandu", "America/St_Johns",
+    "Australia/Lord_Howe", "Pacific/Apia", "America/New_York", "UTC",
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def _zoned_history(django_db_setup, django_db_blocker):
+    """Streams over the last week (so the pages have days and buckets to draw), in a
+    transaction rolled back at the module's end."""
+    with django_db_blocker.unblock():
+        outer = transaction.atomic()
+        outer.__enter__()
+        try:
+            staff = get_user_model().objects.create_user("zones-staff", is_staff=True)
+            for i in range(24):
+                s = Stream.objects.create(
+                    user=staff, status="completed", requested_model="auto",
+                    resolved_model=("small", "large")[i % 2], ttft_ms=100 + 7 * i,
+                    duration_ms=900 + 13 * i, source="api",
+                )  # fmt: skip
+                created = NOW - dt.timedelta(hours=7 * i + 0.5)
+                Stream.objects.filter(pk=s.pk).update(created_at=created)
+            yield staff
+        finally:
+            transaction.set_rollback(True)
+            outer.__exit__(None, None, None)
+
+
+@pytest.fixture
+def world(_zoned_history, db):
+    """One object of each kind a page route names, the staff member's: an imported capture in
+    a session with a thumb, a conversation, an import job, a saved view, a share link."""
+    staff = _zoned_history
+    capture = (FIXTURES / "openai_text_basic.sse").read_bytes()
+    stream = importer.import_capture(capture, "basic.sse", user=staff)[0]
+    Stream.objects.filter(pk=stream.pk).update(session="zones")
+    thumb = scores.give(stream.pk, author=staff, name="thumbs", value=1, source="person")
+    conversation = Conversation.objects.create(user=staff, title="zones")
+    turn = Turn.objects.create(conversation=conversation, position=0, prompt="?", stream=stream)
+    link, secret = shares.create(staff, stream=stream)
+    project = Project.personal(staff)
+    invitation, key = invitations.invite(staff, project, "zones@example.com", "viewer")
+    ids = {
+        "stream_id": [stream.pk],
+        "other_id": [Stream.objects.exclude(pk=stream.pk).values_list("pk", flat=True)[0]],
+        "index": [0],
+        "job_id": [ImportJob.objects.create(user=staff).pk],
+        "session": ["zones"],
+        "conversation_id": [conversation.pk],
+        "turn_id": [turn.pk],
+        "view_id": [SavedView.objects.create(owner=staff, page="latency", name="z").pk],
+        "score_id": [thumb.pk],
+        "secret": [secret],
+        "link_id": [link.pk],
+        "project_slug": [project.slug],
+        "user_id": [staff.pk],
+        "invitation_id": [invitation.pk],
+        "key": [key],
+    }
+    paths = []
+    for route in django_routes():
+        if route.text.startswith("admin/") or route.model is not None:
+            continue
+        try:
+            paths += fill(route, lambda r, name, bound: ids.get(name))
+        except Unfillable as exc:  # (a new route's parameter: named, never skipped)
+            pytest.fail(str(exc))
+    return staff, sorted({p for p in paths if not is_data(p) and not p.startswith("/i18n/")})
+
+
+@pytest.fixture
+def staff_client(_zoned_history, db):
+    client = Client(raise_request_exception=False)
+    client.force_login(_zoned_history)
+    return client
+
+
+def _named(html, zone):
+    """Whether a page says it is in `zone`, by its name: to its scripts, and in the selector."""
+    return f'data-time-zone="{zone}"' in html and f'<option value="{zone}" selected>' in html
+
+
+def offered_zones():
+    """Every zone the selector may send, on SQLite; on PostgreSQL the edge zones: a zone never
+    reaches the SQL (days and bucket edges are computed as instants in Python, stats/sql.py),
+    so what differs there is the database, not the zone (every zone on PostgreSQL took 2½
+    minutes of CI, and passed)."""
+    if connection.vendor == "sqlite":
+        return sorted(tzmod.available())
+    return EDGE_ZONES
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("page", ZONED_PAGES)
+def test_every_zone_the_selector_offers_renders_the_zoned_pages(staff_client, page):
+    failed = []
+    for zone in offered_zones():
+        staff_client.cookies[tzmod.COOKIE] = zone  # as set_time_zone remembers a choice
+        r = staff_client.get(page)
+        html = r.content.decode()
+        zone = tzmod.valid(zone)  # (another name of UTC is UTC: one zone, one choice)
+        if r.status_code != 200 or not _named(html, zone):
+            failed.append(f"{zone}: {r.status_code}")
+        elif page == "/usage/" and f"tz={quote(zone, safe='')}" not in html:
+            failed.append(f"{zone}: the CSV link's zone")  # (its bounds are read in it)
+    assert not failed, f"{len(failed)} zones: " + ", ".join(failed)
+
+
+def test_a_zone_is_named_by_its_key():
+    for zone in tzmod.available():
+        with timezone.override(zone):
+            assert tzmod.current_name() == zone
+
+
+def test_every_page_renders_in_the_zones_at_the_edges(world):
+    staff, paths = world
+    client = Client(raise_request_exception=False)
+    client.force_login(staff)
+    assert len(paths) > 30
+    failed = []
+    for zone in EDGE_ZONES:
+        client.cookies[tzmod.COOKIE] = zone
+        for path in paths:
+            r = client.get(path)
+            if r.status_code >= 500:
+                failed.append(f"{zone} {path}: {r.status_code}")
+            elif "text/html" in r.get("Content-Type", "") and "data-time-zone" in (
+                html := r.content.decode()
+            ):
+                if f'data-time-zone="{zone}"' not in html:
+                    failed.append(f"{zone} {path}: named otherwise")
+    assert not failed, "\n".join(failed)

@@ -1,0 +1,68 @@
+"""Recorded timing against the wire: a loopback capture (tests/support/wire.py) is the ground
+truth.
+
+The kernel stamps every packet on `lo` whatever either event loop is doing, so these tests hold
+on a busy machine too: with a process busy-looping on one core beside them, every stream's TTFT
+must be the wire's within ±1 ms — the time from the request's last packet to the packet that
+completed the first output delta, or, when our process got to the socket so late that later
+deltas were already queued behind it, to the newest of those (one read's kernel stamp is that
+of its newest bytes; docs/measurement.md). The same test on a quiet machine is
+tests/streams/ingest/test_recorder.py's `test_ttft_matches_with_50_concurrent_streams`.
+
+The streams are recorded in the test's process, whose every module is loaded long before, and
+by a fresh `manage.py record`, as a user runs it: a process that loads something heavy while
+its first deltas arrive (a vocabulary, a price list: streams/core/warmup.py) stamps them late
+(issue 42, when it warmed up beside its streams: docs/measurement.md, "Warm-up before the first
+stream")."""
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from tests.support import wire
+from tests.support.processes import command_env, output
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def test_ttft_is_the_wires_with_a_cpu_hog_beside_50_concurrent_streams(upstream):
+    streams, judgements = await wire.record_50_on_the_wire(upstream, hog=True)
+    wire.assert_ttft_within_tolerance(streams, judgements)
+
+
+async def test_ttft_is_the_wires_when_a_fresh_record_command_records_50_streams(upstream):
+    from streams.models import Stream
+
+    argv = [sys.executable, "manage.py", "record", "--prompt", "Tell me about Utrecht"]
+    argv += ["--model", "gpt-oss-120b"]
+    argv += ["--count", "50", "--concurrency", "50", "--json", "--upstream", upstream.base_url]
+    env = command_env()
+
+    async def by_the_command():
+        lines = (await asyncio.to_thread(output, argv, env, 120)).splitlines()
+        ids = [json.loads(line)["id"] for line in lines]
+        return [s async for s in Stream.objects.filter(pk__in=ids).order_by("pk")]
+
+    streams, judgements = await wire.record_50_on_the_wire(
+        upstream, hog=True, record=by_the_command, by="manage.py record"
+    )
+    wire.assert_ttft_within_tolerance(streams, judgements, against="wire")
+
+
+async def test_the_stream_records_which_clock_stamped_it(upstream, settings):
+    from streams.ingest.upstream import ClientPool
+
+    streams = {}
+    for clock in ("loop", "kernel"):
+        # (a pool each: a kept-alive connection keeps the clock it was opened with)
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "RECEIPT_CLOCK": clock}
+        pool = ClientPool()
+        try:
+            (streams[clock],) = await wire.record_concurrently(1, time_scale=0.05, client=pool)
+        finally:
+            await pool.aclose()
+    loop_stream, kernel_stream = streams["loop"], streams["kernel"]
+    assert (loop_stream.receipt_clock, kernel_stream.receipt_clock) == ("loop", "kernel")
+    assert loop_stream.status == kernel_stream.status == "completed"
