@@ -427,8 +427,10 @@ class Stream(models.Model):
         verbose_name = _("stream")
         verbose_name_plural = _("streams")
         indexes = [
-            # the streams list: newest first, optionally per user
+            # the streams list: newest first, of a project (everyone's but staff's "all"), of a
+            # user (the user filter), of every project (staff)
             models.Index(fields=["-created_at"], name="stream_created"),
+            models.Index(fields=["project", "-created_at"], name="stream_project_created"),
             models.Index(fields=["user", "-created_at"], name="stream_user_created"),
             # a session's streams in order (the session page, the session filter); most
             # streams have none, so the index holds only those that do
@@ -458,6 +460,7 @@ class Stream(models.Model):
                     "requested_model",
                     "status",
                     "source",
+                    "project",
                     "user",
                 ],
                 name="stream_resolved_ttft_cov",
@@ -471,6 +474,7 @@ class Stream(models.Model):
                     "resolved_model",
                     "status",
                     "source",
+                    "project",
                     "user",
                 ],
                 name="stream_requested_ttft_cov",
@@ -484,6 +488,7 @@ class Stream(models.Model):
                     "requested_model",
                     "status",
                     "source",
+                    "project",
                     "user",
                 ],
                 name="stream_ttft_cov",
@@ -503,6 +508,7 @@ class Stream(models.Model):
                     "created_at",
                     "status",
                     "source",
+                    "project",
                     "user",
                     "ttft_ms",
                     "inter_token_ms",
@@ -525,9 +531,11 @@ class Stream(models.Model):
                 & ~models.Q(requested_model__in=["auto", ""]),
                 name="stream_pinned_routed",
             ),
-            # Admin analytics: usage per user, the largest and slowest streams, from the index.
+            # Admin analytics: usage per project and user (one walk in (project, user) order
+            # serves both tables), a project's or user's usage sums, from the index.
             models.Index(
                 fields=[
+                    "project",
                     "user",
                     "created_at",
                     "status",
@@ -537,7 +545,7 @@ class Stream(models.Model):
                     "duration_ms",
                     "findings_count",
                 ],
-                name="stream_user_usage",
+                name="stream_project_usage",
             ),
             # search by upstream id
             models.Index(fields=["upstream_id"], name="stream_upstream_id"),
@@ -545,8 +553,14 @@ class Stream(models.Model):
             # 10` within a range walks these from the top and checks the range in the entry;
             # without them every stream of the range was read and sorted (seconds at 1M rows).
             # Both columns are written once, when the stream ends (never per batch).
-            models.Index(fields=["bytes_received", "created_at", "user"], name="stream_bytes_top"),
-            models.Index(fields=["duration_ms", "created_at", "user"], name="stream_duration_top"),
+            models.Index(
+                fields=["bytes_received", "created_at", "user", "project"],
+                name="stream_bytes_top",
+            ),
+            models.Index(
+                fields=["duration_ms", "created_at", "user", "project"],
+                name="stream_duration_top",
+            ),
         ]
 
     def __str__(self):
@@ -863,7 +877,9 @@ MAX_TAG_CHARS = 64
 # and subtracted exactly and the rows of any set of periods sum to the figures of their
 # streams. `tag` is "" in the rows every stream adds; a tagged stream adds its rows once more
 # under each of its tags (what a tag filter reads). `user_key` is the user's id, 0 for none (a
-# NULL would make every key distinct to ON CONFLICT).
+# NULL would make every key distinct to ON CONFLICT); `project_key` likewise the project's. The
+# project follows span and tag in every key: a page reads one project's rows (staff: every
+# project's), so its periods are one key range.
 
 
 class _Rollup(models.Model):
@@ -876,6 +892,8 @@ class _Rollup(models.Model):
     resolved_model = fields.CharField(_("resolved model"), max_length=100)
     source = fields.CharField(_("source"), max_length=10)
     user_key = models.BigIntegerField(_("user key"))
+    # the stream's project's id, 0 for none: what every page's access reads first
+    project_key = models.BigIntegerField(_("project key"))
     status = fields.CharField(_("status"), max_length=12)
     n = models.BigIntegerField(_("count"), default=0)
 
@@ -939,6 +957,7 @@ class UsageRollup(_Rollup):
     pk = rollup_key(
         "span",
         "tag",
+        "project_key",
         "t",
         "resolved_model",
         "requested_model",
@@ -955,8 +974,8 @@ class UsageRollup(_Rollup):
 
 class HistogramRollup(_Rollup):
     """Log-bucketed histograms (bucket b holds values in (γ^(b-1), γ^b], γ = 1.02) of TTFT
-    and of the routing decision time, per period, models and the stream's status; `full` rows
-    also per source and user, the others summed over both (what an unfiltered page reads:
+    and of the routing decision time, per period, project, models and the stream's status; `full`
+    rows also per source and user, the others summed over both (what an unfiltered page reads:
     several times fewer rows). `status` "" marks rows migrated from before it was kept whose
     streams retention had deleted (migration 0008), which also adds the covering index
     `histogram_rollup_user` (metric, full, span, tag, user_key, t, n) for a user's filter."""
@@ -971,6 +990,7 @@ class HistogramRollup(_Rollup):
         "full",
         "span",
         "tag",
+        "project_key",
         "t",
         "user_key",
         "source",
@@ -995,6 +1015,7 @@ class RoutingRollup(_Rollup):
     pk = rollup_key(
         "span",
         "tag",
+        "project_key",
         "t",
         "resolved_model",
         "source",
@@ -1021,6 +1042,7 @@ class FindingRollup(_Rollup):
     pk = rollup_key(
         "span",
         "tag",
+        "project_key",
         "t",
         "code",
         "severity",
@@ -1288,6 +1310,7 @@ class ScoreRollup(_Rollup):
     pk = rollup_key(
         "span",
         "tag",
+        "project_key",
         "t",
         "score_type",
         "resolved_model",

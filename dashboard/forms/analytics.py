@@ -78,9 +78,10 @@ class RangeForm(forms.Form):
     def filters(self):
         return {}
 
-    def scope(self, user, now):
+    def scope(self, user, project, now):
+        """The scope of `user` working in `project` (the page's, `request.project`)."""
         start, end = self.window(now)
-        return Scope.for_user(user, start=start, end=end, tz=self.tz, **self.filters())
+        return Scope.for_user(user, project, start=start, end=end, tz=self.tz, **self.filters())
 
     @property
     def range_label(self):
@@ -98,9 +99,8 @@ def _utc(value):
 
 
 class LabelsForm(RangeForm):
-    """A range, plus what a proxied request's client labelled it with and whose it is (the
-    pages offer `user` to staff; for anyone else it can only narrow their own streams, see
-    Scope)."""
+    """A range, plus what a proxied request's client labelled it with and whose it is (`user`
+    narrows the project's streams to one member's, see Scope)."""
 
     tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS, label=_("Tag"))
     session = forms.CharField(required=False, max_length=200, label=_("Session"))
@@ -167,13 +167,13 @@ class LatencyForm(LabelsForm):
         data = self.cleaned_data if self.is_bound else {}
         return data.get("score")
 
-    def comparison(self, user, now):
+    def comparison(self, user, project, now):
         """(label A, scope A, label B, scope B), or None."""
         data = self.cleaned_data if self.is_bound else {}
         how = data.get("compare")
         if not how:
             return None
-        scope = self.scope(user, now)
+        scope = self.scope(user, project, now)
         if how == "models":
             a = Scope(**{**scope.__dict__, "resolved_model": data["a"]})
             b = Scope(**{**scope.__dict__, "resolved_model": data["b"]})

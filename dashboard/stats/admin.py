@@ -1,5 +1,6 @@
 """The staff analytics page (/analytics/; not Django's admin): streams, failures and events per
-day, usage per user, error codes, checker findings, and the largest and slowest streams.
+day, usage per user, spend per project (over every project), error codes, checker findings,
+and the largest and slowest streams — of the page's project, or of every project.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dashboard.stats.sql import (
     scope_where,
     versioned,
 )
+from dashboard.stats.usage import project_spend
 from streams.store import known_secrets
 
 
@@ -32,6 +34,10 @@ class AdminReport:
     totals: dict = field(default_factory=dict)
     days: list = field(default_factory=list)
     users: list = field(default_factory=list)
+    # which project spends what: over every project only (None: the page is one project's)
+    projects: list | None = None
+    project_count: int = 0
+    project_currencies: list = field(default_factory=list)
     errors: list = field(default_factory=list)
     findings: dict = field(default_factory=dict)
     largest: list = field(default_factory=list)
@@ -155,6 +161,8 @@ def admin_report(scope, *, now=None):
     report.empty = False
     report.daily_chart = _daily_chart(report.days, scope.zone)
     report.users, user_count = users_table(source)
+    if scope.project_id is None:
+        report.projects, report.project_currencies, report.project_count = project_spend(source)
     report.errors = errors_table(source)
     found = source.findings(("code", "severity", "resolved_model"))
     report.findings = findings_table((*key, n) for key, n in found.items())

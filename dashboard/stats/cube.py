@@ -9,9 +9,11 @@ exact; percentiles come from the merged log-bucketed histograms (within
 `method(scope)`: the aggregates hold no sessions, so a scope with a session filter is
 computed from the raw rows (exact) by the callers, on the session index; so is a small
 history (`EXACT_BELOW` streams), where the raw queries are fast anyway and every figure is
-exact. Status and tag filters read the rollups: every table is keyed by the stream's status
-and tag (a tagged stream's rows are there once per tag besides its "" ones). The pages say
-which was used (`report.method`).
+exact. What counts is the instance's history, not the scope's: the raw indexes hold every
+project's streams (the project is checked in each entry), so a small project of a large
+instance would walk them all. Status and tag filters read the rollups: every table is keyed
+by the stream's status and tag (a tagged stream's rows are there once per tag besides its ""
+ones). The pages say which was used (`report.method`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from dashboard.stats.sql import (
     quote,
     scalars,
     scope_where,
+    time_index,
 )
 from streams.core.figures import rank
 from streams.models import (
@@ -48,7 +51,7 @@ from streams.models import (
 )
 from streams.store import aggregates as agg
 
-EXACT_BELOW = 20_000  # streams visible to the scope: below this every figure is exact (raw)
+EXACT_BELOW = 20_000  # streams of the instance: below this every figure is exact (raw)
 
 EXACT = "exact"
 AGGREGATED = "aggregated"
@@ -59,9 +62,15 @@ def _table(model):
 
 
 def visible_streams(scope):
-    """Finished streams the scope's user may see, all time, from the day rows (once per
-    report)."""
-    return memoized(("visible_streams", scope.user_id), lambda: _visible_streams(scope))
+    """Finished streams the scope may see (its project's, or every project's), all time,
+    from the day rows (once per report)."""
+    return memoized(("visible_streams", scope.project_id), lambda: _visible_streams(scope))
+
+
+def small_history(scope):
+    """Whether the raw rows are few enough to read every figure from them exactly: the
+    instance's (every project's) streams, whatever the scope (module docstring)."""
+    return visible_streams(replace(scope, project_id=None)) < EXACT_BELOW
 
 
 def _visible_streams(scope):
@@ -75,7 +84,7 @@ def _visible_streams(scope):
 
 
 def first_day(scope):
-    """The start of the oldest aggregated day the scope's user may see (None: none)."""
+    """The start of the oldest aggregated day the scope may see (None: none)."""
     import datetime as dt
 
     where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
@@ -107,11 +116,30 @@ def _tags_known():
         return [r[0] for r in cursor.fetchall()]
 
 
+def projects_known():
+    """Every project key with aggregated streams (0: of no project), from the day rows (key
+    (span, tag, project_key…): a loose index scan, one seek per project); once per report."""
+    return memoized(("projects_known",), _projects_known)
+
+
+def _projects_known():
+    table, span, tag, key = _table(UsageRollup), quote("span"), quote("tag"), quote("project_key")
+    where = f"{span} = %s AND {tag} = ''"
+    sql = (
+        f"WITH RECURSIVE v(x) AS (SELECT MIN({key}) FROM {table} WHERE {where} AND {key} > %s "
+        f"UNION ALL SELECT (SELECT MIN({key}) FROM {table} WHERE {where} AND {key} > v.x) "
+        f"FROM v WHERE v.x IS NOT NULL) SELECT x FROM v WHERE x IS NOT NULL"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [agg.DAY, agg.EVERY_PROJECT, agg.DAY])
+        return [r[0] for r in cursor.fetchall()]
+
+
 def method(scope):
     """EXACT (raw rows) or AGGREGATED for this scope."""
     if scope.session:
         return EXACT
-    if visible_streams(scope) < EXACT_BELOW:
+    if small_history(scope):
         return EXACT
     return AGGREGATED
 
@@ -221,18 +249,16 @@ class Cube:
         self.scope = scope
         self.start = scope.start if start is None and scope.start else start
         self.end = end or scope.end
-        self.user_key = scope.user_id
+        self.user_key = None  # the user filter's, resolved to a key
         self.nobody = False
         if scope.username:
-            pk = (
+            self.user_key = (
                 get_user_model()
                 .objects.filter(username=scope.username)
                 .values_list("pk", flat=True)
                 .first()
             )
-            if pk is None or (self.user_key is not None and pk != self.user_key):
-                self.nobody = True
-            self.user_key = pk
+            self.nobody = self.user_key is None
         self._raw = {}
         self._raw_values = {}  # stream id -> its USAGE_VALUES (`raw_usage_values`)
         self._usage = {}  # (by, step) -> what usage() returned
@@ -240,22 +266,31 @@ class Cube:
 
     # -- filters ---------------------------------------------------------------------------
 
-    def _filters(self, with_user_source=True, models=True, tags=None):
+    def _filters(self, with_user_source=True, models=True, tags=None, by_project=False):
         """The scope's conditions on the rollup rows (`sql.scope_where` on `sql.ROLLUPS`), its
         user resolved to a key; the range is the periods' (`_windows`). `tags`: the rows of
-        those tags instead (one key range each)."""
+        those tags instead (one key range each). `by_project`: grouped by project, so an
+        all-projects scope reads each project's rows, not those of every project."""
         skip = ()
         if not models:
             skip += ("resolved_model", "requested_model")
         if not with_user_source:
             skip += ("user", "source")
-        scope = replace(self.scope, user_id=self.user_key, username="")
-        w = scope_where(scope, skip=skip, rows=ROLLUPS, tags=tags)
+        every = by_project and self.scope.project_id is None
+        if every:
+            skip += ("project",)
+        w = scope_where(replace(self.scope, username=""), skip=skip, rows=ROLLUPS, tags=tags)
+        if every:
+            # per project, of every project: one key range each (the project is before `t`)
+            w.among("project_key", projects_known())
+        if self.user_key is not None and with_user_source:
+            w.eq("user_key", self.user_key)
         return w.parts, w.params
 
     @property
     def full(self):
-        """Whether histogram rows must be the per-user-and-source ones."""
+        """Whether histogram rows must be the per-user-and-source ones (the summed ones are
+        per project too)."""
         return self.user_key is not None or bool(self.scope.source)
 
     def _windows(self, step):
@@ -290,9 +325,7 @@ class Cube:
                     )
                 ).add(f"{quote('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
                 # under an hour of rows: by time (a model's index would read all its history)
-                rows += agg.read_streams(
-                    w.sql(), w.params, index="stream_created", with_scores=False
-                )
+                rows += agg.read_streams(w.sql(), w.params, index=time_index(w), with_scores=False)
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
                 f"{quote('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
             )
@@ -309,6 +342,8 @@ class Cube:
         for col in by:
             if col == "user_key":
                 out.append(row["user_id"] or 0)
+            elif col == "project_key":
+                out.append(row["project_id"] or 0)
             elif col == "t" and isinstance(step, Grid):
                 out.append(step.key(agg.epoch_s(row["created_at"])))
             elif col == "t":
@@ -329,7 +364,9 @@ class Cube:
         cols = [c for c in by if c != "t"]
         # the cast: PostgreSQL's SUM of bigint is numeric, slow to turn into Decimals
         sums = [f"CAST(SUM({quote(v)}) AS BIGINT)" for v in value_cols]
-        where_f, params_f = self._filters(with_user_source=full_filter, models=models, tags=tags)
+        where_f, params_f = self._filters(
+            with_user_source=full_filter, models=models, tags=tags, by_project="project_key" in by
+        )
         parts = []
         for span, lo, hi, starts in self._windows(step):
             if span == "raw":
@@ -513,14 +550,17 @@ class Cube:
         """{(resolved, requested): exact max TTFT} from the raw rows' ttft-ordered index.
 
         With a tag filter the walk down that index stops only at a row with the tag (the index
-        does not hold tags): for a rare tag that is most of a model's history. The pair's
+        does not hold tags): for a rare tag that is most of a model's history; for a small
+        project likewise (the index holds the project, but every project's entries). The pair's
         histogram says which bucket its maximum is in, so the walk starts at that bucket's top
         and ends at its bottom (`agg.top_band`): exact, and only the rows within 2 % of the
         maximum's value are read."""
         from dashboard.stats.sql import offset_subquery
 
         by = ("resolved_model", "requested_model")
-        hists = self.histograms(agg.TTFT, by) if self.scope.tag else {}
+        # (a project's too: its entries are among every project's)
+        banded = self.scope.tag or self.scope.project_id is not None
+        hists = self.histograms(agg.TTFT, by) if banded else {}
         jobs = []
         for resolved, requested in pairs:
             w = scope_where(replace(self.scope, start=self.start, end=self.end))

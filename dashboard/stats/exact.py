@@ -22,7 +22,8 @@ from dashboard.stats.score_figures import ScoreFigures
 from dashboard.stats.sql import (
     IDX_CREATED,
     IDX_PAIR,
-    IDX_USER,
+    IDX_PROJECT_CREATED,
+    IDX_USAGE,
     PCT_NAMES,
     PERCENTILES,
     SERIES_PERCENTILES,
@@ -210,7 +211,10 @@ class ExactSource(ScoreFigures):
         if start is None:
             return []
         days = day_starts(start, end, tz=scope.tz)
-        table = from_clause(IDX_CREATED if scope.user_id is None else None)
+        # (a user filter: the planner picks the user's index)
+        table = from_clause(
+            None if scope.username else IDX_PROJECT_CREATED if scope.project_id else IDX_CREATED
+        )
         events = f"COALESCE(SUM({quote('event_count')}), 0)"
         subqueries = []
         for d in days:
@@ -242,7 +246,7 @@ class ExactSource(ScoreFigures):
                 f"SELECT {user}, COUNT(*), COUNT(CASE WHEN {status} = 'failed' THEN 1 END), "
                 f"SUM({quote('output_deltas')}), SUM({quote('bytes_received')}), "
                 f"SUM({quote('findings_count')}), MAX({quote('created_at')}) "
-                f"FROM {from_clause(IDX_USER)} WHERE {w.sql()} GROUP BY {user}"
+                f"FROM {from_clause(IDX_USAGE)} WHERE {w.sql()} GROUP BY {user}"
             )
             with connection.cursor() as cursor:
                 cursor.execute(sql, w.params)
@@ -344,6 +348,7 @@ _USAGE_COLUMNS = {
     "resolved_model": "resolved_model",
     "requested_model": "requested_model",
     "user": "user_id",
+    "project": "project_id",
     "status": "status",
     "source": "source",
 }

@@ -65,13 +65,13 @@ def model_pairs(scope):
     index scan of the raw rows, with a user's filter, walked every row of each model the user
     never used (on SQLite, most of the page's time at 1M streams). On a small one by that
     scan, exact for rows written by any means. Read once per report."""
-    return memoized(("model_pairs", scope.user_id), lambda: _model_pairs(scope))
+    return memoized(("model_pairs", scope.project_id), lambda: _model_pairs(scope))
 
 
 def _model_pairs(scope):
     from dashboard.stats import cube
 
-    if cube.visible_streams(scope) < cube.EXACT_BELOW:
+    if cube.small_history(scope):
         access = access_where(scope)
         pairs = []
         for resolved in [""] + distinct_values("resolved_model", access):

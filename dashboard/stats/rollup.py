@@ -263,7 +263,7 @@ class RollupSource(ScoreFigures):
     def usage(self, by):
         """Read per day (`_days`) when the days cover the range: the per-day figures then fold
         from the same read (one scan of the rollup rows for both tables)."""
-        cols = tuple("user_key" if c == "user" else c for c in by)
+        cols = tuple(_ROLLUP_COLUMNS.get(c, c) for c in by)
         days, by_day = self._days()
         step = None
         if days and next_day(days[-1]) >= (self.scope.end or self.now):
@@ -272,9 +272,9 @@ class RollupSource(ScoreFigures):
         out = {}
         for k, v in self.cube.usage(cols, step=step).items():
             if v["n"]:
-                # (the rollups' user_key of no user is 0)
+                # (the rollups' key of no user, or no project, is 0)
                 pairs = zip(by, k, strict=True)
-                key = tuple(None if c == "user" and x == 0 else x for c, x in pairs)
+                key = tuple(None if c in _ROLLUP_COLUMNS and x == 0 else x for c, x in pairs)
                 out[key] = _usage_figures(v)
         return out
 
@@ -308,3 +308,7 @@ class RollupSource(ScoreFigures):
         by_t = cube.grid(step, [*ts, int(windows[-1][1].timestamp())])
         per = self.cube.usage(("t",), by_t)
         return usage_columns(step, windows, [_usage_figures(per.get((t,), _NO_USAGE)) for t in ts])
+
+
+# Source.usage's grouping names that the rollups spell otherwise (their numeric keys; 0: none)
+_ROLLUP_COLUMNS = {"user": "user_key", "project": "project_key"}

@@ -14,7 +14,6 @@ from dashboard.stats import cube
 from dashboard.stats.pairs import fold, pair_summary
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import (
-    IDX_CREATED,
     IDX_PINNED_ROUTED,
     Scope,
     dict_rows,
@@ -22,6 +21,7 @@ from dashboard.stats.sql import (
     percent,
     quote,
     scope_where,
+    time_index,
     versioned,
 )
 from streams.store import known_secrets
@@ -126,7 +126,7 @@ def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
         where.add(f"{quote('routing_us')} IS NOT NULL")
         sql = (
             f"SELECT {quote('routing_reasoning')}, {quote('resolved_model')} "
-            f"FROM {from_clause(IDX_CREATED, where)} "
+            f"FROM {from_clause(time_index(where), where)} "
             f"WHERE {where.sql()} ORDER BY {quote('created_at')} DESC LIMIT {int(look_at)}"
         )
         with connection.cursor() as cursor:

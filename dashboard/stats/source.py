@@ -110,7 +110,8 @@ class Source(Protocol):
         """{key: {figure: value}} (`sql.USAGE_FIGURES`: streams, with usage, estimated, the
         token sums, with a cost, the cost per currency in nano-units) of the streams in scope
         keyed by `by` (of resolved_model, requested_model, user (its id, None for none),
-        status, source; () for the total); keys without streams are left out."""
+        project (likewise), status, source; () for the total); keys without streams are left
+        out."""
 
     def usage_tags(self) -> dict:
         """{tag: {figure: value}} per tag of the streams in scope (a stream with two tags is

@@ -44,10 +44,12 @@ from django.db import connection
 from django.db.models import BooleanField
 from django.db.models.expressions import RawSQL
 
+from streams.access import projects
 from streams.core.figures import rank
 from streams.core.pricing import CURRENCIES
 from streams.core.usage import ESTIMATED
 from streams.models import Finding, Stream
+from streams.store.aggregates import EVERY_PROJECT
 from streams.store.lookups import distinct_stream_values, has_tag_sql
 
 PERCENTILES = (500, 750, 900, 950, 990)  # per mille
@@ -168,17 +170,18 @@ def versioned(build):
 
 @dataclass(frozen=True)
 class Scope:
-    """Which streams a page looks at. `user_id` None means every stream (staff)."""
+    """Which streams a page looks at: those of project `project_id` (None: of every project,
+    which only staff may ask for; `for_user` is the one way a page makes a scope)."""
 
-    user_id: int | None
+    project_id: int | None
     start: dt.datetime | None = None
     end: dt.datetime | None = None
     resolved_model: str = ""
     requested_model: str = ""
     status: str = ""
     source: str = ""
-    # a proxied request's labels, and whose streams: a username that narrows `user_id`'s
-    # access (staff pick anyone; anyone else can only narrow to themselves)
+    # a proxied request's labels, and whose streams: a username that narrows the project's
+    # streams to that user's
     tag: str = ""
     session: str = ""
     username: str = ""
@@ -187,8 +190,15 @@ class Scope:
     tz: str = "UTC"
 
     @classmethod
-    def for_user(cls, user, **filters):
-        return cls(user_id=None if user.is_staff else user.pk, **filters)
+    def for_user(cls, user, project, **filters):
+        """The scope of `user` working in `project` (the page's: `request.project`, which
+        the access rule has already let them into; None = every project, staff's choice).
+        Anyone else without one works in their home project, never in all of them."""
+        if project is None and not user.is_staff:
+            project = projects.home(user)
+        if project is not None and not isinstance(project, int):
+            project = project.pk
+        return cls(project_id=project, **filters)
 
     @property
     def zone(self):
@@ -271,6 +281,7 @@ class Rows:
     the rollups (`ROLLUPS`, `streams.store.aggregates`), whose rows are keyed by the same
     model, status and source columns."""
 
+    project: str  # the column of which project's streams
     user: str  # the column of whose streams
     created: str | None  # the range's column; None: the caller bounds it (rollup periods by t)
     sessions: bool  # rollups hold no sessions (`cube.method` reads such a scope raw)
@@ -279,15 +290,20 @@ class Rows:
     tag_key: bool
 
 
-STREAMS = Rows(user="user_id", created="created_at", sessions=True, tag_key=False)
-ROLLUPS = Rows(user="user_key", created=None, sessions=False, tag_key=True)
+STREAMS = Rows(
+    project="project_id", user="user_id", created="created_at", sessions=True, tag_key=False
+)
+# (a stream of no project is under project_key 0: only an all-projects scope reads it)
+ROLLUPS = Rows(project="project_key", user="user_key", created=None, sessions=False, tag_key=True)
 FILTERS = ("resolved_model", "requested_model", "status", "source", "session")
 
 
 def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
     """The conditions of a scope (access, range, filters) on `rows`, leaving out the filters in
-    `skip` (of "user" and `FILTERS`). The one rule for both kinds of table; a rollup's
-    `scope.username` is resolved by the caller (`cube.Cube`: its user key is a number).
+    `skip` (of "user", "project" — an all-projects scope's rollup rows per project, not
+    those of every project — and `FILTERS`). The one rule for both kinds of table; a rollup's
+    `scope.username` is resolved by the caller (`cube.Cube`: its user key is a number). The
+    project comes first (after a rollup's tag): every index the pages read leads with it.
     `tags` (rollups): the rows of these tags instead of the scope's."""
     where = Where()
     if rows.tag_key:
@@ -295,8 +311,12 @@ def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
             where.eq("tag", scope.tag or "")
         else:
             where.among("tag", tags)
-    if scope.user_id is not None and "user" not in skip:
-        where.eq(rows.user, scope.user_id)
+    if scope.project_id is not None:
+        where.eq(rows.project, scope.project_id)
+    elif rows.tag_key and "project" not in skip:
+        # every project's: the rows every stream adds once more (one key range, not one per
+        # project; and no stream counted twice)
+        where.eq(rows.project, EVERY_PROJECT)
     if rows.created:
         where.between(scope.start, scope.end, rows.created)
     for column in FILTERS:
@@ -327,7 +347,7 @@ def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
 def access_where(scope, rows=STREAMS):
     """Whose streams `scope` may see, alone (its range and filters left out), on `rows` (on
     `ROLLUPS`: the rows of every stream, tag ""): the access part of `scope_where`."""
-    return scope_where(Scope(user_id=scope.user_id), rows=rows)
+    return scope_where(Scope(project_id=scope.project_id), rows=rows)
 
 
 def findings_in_scope(scope):
@@ -351,18 +371,22 @@ IDX_TTFT = "stream_ttft_cov"
 IDX_PAIR = "stream_pair_metrics"
 IDX_CREATED = "stream_created"
 IDX_PINNED_ROUTED = "stream_pinned_routed"
-IDX_USER = "stream_user_usage"
+IDX_USAGE = "stream_project_usage"
 IDX_STATUS = "stream_status_created"
 IDX_SESSION = "stream_session_created"  # partial: WHERE NOT (session = '')
 IDX_USER_CREATED = "stream_user_created"
+IDX_PROJECT_CREATED = "stream_project_created"
 
 
 def usage_index(scope, where):
     """The index the usage and cost sums of `scope`'s rows are read through (they are in no
     index: each row is a table lookup, so the index only narrows the range): one user's rows
-    (their own scope, or staff's user filter) by (user, created_at), else `index_for`."""
-    if scope.user_id is not None or scope.username:
+    (the user filter) by (user, created_at), one project's by (project, created_at), else
+    `index_for`."""
+    if scope.username:
         return IDX_USER_CREATED
+    if scope.project_id is not None:
+        return IDX_PROJECT_CREATED
     return index_for(where, ordered=False)
 
 
@@ -379,7 +403,13 @@ def index_for(where, *, ordered):
         "requested_model" in where.eqs and "resolved_model" in where.ins
     ):
         return IDX_PAIR
-    return IDX_CREATED
+    return time_index(where)
+
+
+def time_index(where):
+    """The index of `where`'s rows in time order: one project's, else every stream's (a
+    project's rows walked through every project's read ~50 times as many at 50 projects)."""
+    return IDX_PROJECT_CREATED if "project_id" in where.eqs else IDX_CREATED
 
 
 def from_clause(index=None, where=None):
@@ -449,7 +479,7 @@ def offset_subquery(where, value, offset, *, descending=False, narrow=False):
     ordered = value == quote("ttft_ms") and (
         # without a model to seek, a window's rows would come through the created_at index
         # and a table lookup each: walking the ttft-ordered covering index is cheaper
-        not narrow or index_for(where, ordered=False) == IDX_CREATED
+        not narrow or index_for(where, ordered=False) in (IDX_CREATED, IDX_PROJECT_CREATED)
     )
     sql = (
         f"SELECT {value} FROM {from_clause(index_for(where, ordered=ordered), where)} "

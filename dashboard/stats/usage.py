@@ -25,6 +25,7 @@ from dashboard.stats.pairs import model_pairs
 from dashboard.stats.source import source_for
 from dashboard.stats.sql import USAGE_FIGURES, Scope, divide, percent, versioned
 from streams.core import pricing
+from streams.models import Project
 from streams.store import known_secrets
 
 TOP_USERS = 50
@@ -66,7 +67,7 @@ def _fold(per_key, at):
     return out
 
 
-def _spend_order(row):
+def spend_order(row):
     """Most spent first: the costs, currency by currency (EUR, then USD: never added), then
     tokens, then streams."""
     return (*(-n for _, n in row["costs"]), -row["tokens"], -row["streams"])
@@ -76,7 +77,7 @@ def model_rows(per_model, currencies=pricing.CURRENCIES):
     """Per resolved model ("" for a stream that failed before the upstream named one), most
     spent first, from `Source.usage` keyed by the resolved model first."""
     rows = [{"model": m, **usage_row(f, currencies)} for m, f in _fold(per_model, 0).items()]
-    rows.sort(key=lambda r: (*_spend_order(r), known_secrets.label_key(r["model"])))
+    rows.sort(key=lambda r: (*spend_order(r), known_secrets.label_key(r["model"])))
     return rows
 
 
@@ -103,7 +104,7 @@ class UsageReport:
 def _users(per_user, currencies, limit=TOP_USERS):
     rows = sorted(
         ({"user_id": u, **usage_row(f, currencies)} for u, f in per_user.items()),
-        key=lambda r: (*_spend_order(r), r["user_id"] or 0),
+        key=lambda r: (*spend_order(r), r["user_id"] or 0),
     )
     shown = rows[:limit]
     names = dict(
@@ -114,6 +115,32 @@ def _users(per_user, currencies, limit=TOP_USERS):
     for r in shown:
         r["username"] = names.get(r["user_id"], "") if r["user_id"] is not None else ""
     return shown, sum(1 for r in rows if r["user_id"] is not None)
+
+
+TOP_PROJECTS = 50
+
+
+def project_spend(source, limit=TOP_PROJECTS):
+    """Which project spends what (the staff page over every project): the `limit` projects
+    that spent most, as usage table rows with `project_id`, `name` and `slug` ("(no
+    project)": streams of none, a row, not a project), the currencies they spent in, and how
+    many projects there are."""
+    per = {key[0]: figures for key, figures in source.usage(("project",)).items()}
+    currencies = [c for c, name in CURRENCY_FIGURES if any(f[name] for f in per.values())]
+    rows = sorted(
+        ({"project_id": p, **usage_row(f, currencies)} for p, f in per.items()),
+        key=lambda r: (*spend_order(r), r["project_id"] or 0),
+    )
+    shown = rows[:limit]
+    named = {
+        pk: (name, slug)
+        for pk, name, slug in Project.objects.filter(
+            pk__in=[r["project_id"] for r in shown if r["project_id"] is not None]
+        ).values_list("pk", "name", "slug")
+    }
+    for r in shown:
+        r["name"], r["slug"] = named.get(r["project_id"], ("", ""))
+    return shown, currencies, sum(1 for r in rows if r["project_id"] is not None)
 
 
 def _series(series, currencies, zone):
@@ -164,10 +191,10 @@ def usage_report(scope, *, now=None):
     report.currencies = currencies
     report.totals = usage_row(totals, currencies)
     report.models = model_rows(per_pair, currencies)
-    if scope.user_id is None:  # staff: everyone's streams
+    if scope.project_id is None:  # staff, every project: everyone's streams
         report.users, report.user_count = _users(_fold(per_pair, 1), currencies)
     tags = [{"tag": t, **usage_row(f, currencies)} for t, f in source.usage_tags().items()]
-    tags.sort(key=lambda r: (*_spend_order(r), known_secrets.label_key(r["tag"])))
+    tags.sort(key=lambda r: (*spend_order(r), known_secrets.label_key(r["tag"])))
     report.tags, report.tag_count = tags[:TOP_TAGS], len(tags)
     days = [usage_row(d, currencies) for d in source.usage_days()]
     report.days = [d for d in reversed(days) if d["streams"]]

@@ -20,6 +20,7 @@ from django.views.decorators.http import require_GET
 
 from dashboard import exports, timezone
 from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm, RoutingForm
+from dashboard.project import project_of
 from dashboard.stats.admin import admin_report
 from dashboard.stats.latency import PHASES, latency_report
 from dashboard.stats.routing import routing_report
@@ -62,7 +63,8 @@ def _report_page(request, form, report, template, **context):
     now = dt.datetime.now(dt.UTC)
     data = None
     if not form.is_bound or form.is_valid():
-        data = report(form.scope(request.user, now), known_version=_known_version(request), now=now)
+        scope = form.scope(request.user, project_of(request), now)
+        data = report(scope, known_version=_known_version(request), now=now)
         if data is None:
             return HttpResponse(status=204)
     return _render(request, template, {"form": form, "report": data, **context}, form)
@@ -76,7 +78,7 @@ def latency(request):
     def report(scope, **kwargs):
         return latency_report(
             scope,
-            compare_with=form.comparison(request.user, kwargs["now"]),
+            compare_with=form.comparison(request.user, project_of(request), kwargs["now"]),
             score_type=form.score_type(),
             **kwargs,
         )
@@ -123,7 +125,7 @@ def usage_export(request):
     if invalid:
         return HttpResponseBadRequest(form.errors.as_text(), content_type="text/plain")
     now = dt.datetime.now(dt.UTC)
-    rows = [CSV_COLUMNS, *export_rows(form.scope(request.user, now), now)]
+    rows = [CSV_COLUMNS, *export_rows(form.scope(request.user, project_of(request), now), now)]
 
     async def alines():
         for line in exports.lines(rows):

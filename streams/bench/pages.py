@@ -17,7 +17,14 @@ postgres` without `--postgres-url` starts a throw-away server on $PGPORT (defaul
 Target: ≤ 300 ms a
 page at 100 000 streams on SQLite, and growth well below linear in the number of streams.
 
-No server and no limits: the pages are requested in-process by a staff user logged in with
+Projects (docs/teams.md): staff work in every project at once (the switcher's "all"), as an
+instance administrator reading everything does. `--projects N` seeds the streams over N team
+projects (`seed_demo --projects`: demo-1 …, two of the users each) and times every page twice:
+as staff over every project, and as a member (alice, a member of demo-1) working in demo-1
+(`"as"` in each line: "staff" or "member"). Target per issue 44: ≤ 300 ms p50 a page for both,
+at 1M streams over 50 projects, on SQLite and PostgreSQL.
+
+No server and no limits: the pages are requested in-process by a user logged in with
 `force_login`, and none of streams/core/conf.py's limits applies to reading them (streams.bench.
 NOT_LOAD_LIMITS). The child checks that the database holds as many streams as were seeded and
 that every page answers 200; otherwise the run exits non-zero.
@@ -96,6 +103,8 @@ PAGES = [
     ("admin findings", "/admin/streams/finding/"),
 ]
 
+STAFF_ONLY = ("/analytics/", "/admin/")  # pages a member is refused (timed as staff only)
+
 
 def add_arguments(parser):
     parser.add_argument("--sizes", default=",".join(str(s) for s in SIZES), help="stream counts")
@@ -119,6 +128,13 @@ def add_arguments(parser):
         help="time the pages on this database, already seeded as the bench seeds (kept as it is)",
     )
     parser.add_argument("--pages", default="", help="only the pages whose name holds this text")
+    parser.add_argument(
+        "--projects",
+        type=int,
+        default=0,
+        help="spread the streams over this many team projects and time the pages as staff "
+        "(every project) and as a member of one (0: the users' personal projects, as staff)",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
 
 
@@ -133,7 +149,7 @@ def run(command, opts):
         by_page = {}
         for size in sizes:
             with _database(database, opts) as url:
-                spec = {"streams": size, "repeat": opts["repeat"]}
+                spec = {"streams": size, "repeat": opts["repeat"], "projects": opts["projects"]}
                 env = _env(url, opts)
                 # Seeding runs in a process of its own: a process that has just created and
                 # freed millions of objects answered the same requests markedly slower than a
@@ -144,6 +160,7 @@ def run(command, opts):
                     env, "seed_demo", "--streams", str(size), "--days", "30",
                     "--events-per-stream", str(opts["events_per_stream"]),
                     "--seed", str(opts["seed"]), "--users", "alice,bob,carol",
+                    "--projects", str(opts["projects"]),
                 )  # fmt: skip
                 if not opts["json"]:
                     command.stdout.write(f"{database}: {seeded.strip().splitlines()[-1]}")
@@ -159,8 +176,8 @@ def run(command, opts):
             for out in lines:
                 out = {**out, "database": database}
                 results.append(out)
-                previous = by_page.get(out["page"])
-                by_page[out["page"]] = out
+                previous = by_page.get((out["page"], out["as"]))
+                by_page[(out["page"], out["as"])] = out
                 _print(command, out, previous, opts["json"])
     return results
 
@@ -179,7 +196,12 @@ def _standing(command, opts):
     count = manage(
         env, "shell", "-c", "from streams.models import Stream; print(Stream.objects.count())"
     )
-    spec = {"streams": int(count.split()[-1]), "repeat": opts["repeat"], "pages": opts["pages"]}
+    spec = {
+        "streams": int(count.split()[-1]),
+        "repeat": opts["repeat"],
+        "pages": opts["pages"],
+        "projects": opts["projects"],
+    }
     database = urlsplit(opts["database_url"]).scheme.replace("postgresql", "postgres")
     results = []
     for out in run_child("pages", spec, env):
@@ -198,7 +220,7 @@ def _print(command, out, previous, as_json):
         size_ratio = out["streams"] / previous["streams"]
         growth = f"   ×{ratio:.1f} for ×{size_ratio:.0f} streams"
     command.stdout.write(
-        f"{out['database']:8} {out['page']:20} {out['streams']:>8,} streams   "
+        f"{out['database']:8} {out['as']:6} {out['page']:20} {out['streams']:>8,} streams   "
         f"p50 {out['server_ms_p50']:7.1f} ms   max {out['server_ms_max']:7.1f} ms   "
         f"{out['queries']:>3} queries{growth}"
     )
@@ -250,8 +272,6 @@ def _child_main(command, opts):
     from django.contrib.auth import get_user_model
     from django.db import connection
     from django.test import Client
-    from django.test.utils import CaptureQueriesContext
-    from django.urls import NoReverseMatch, reverse
 
     from streams.models import Stream
 
@@ -273,8 +293,25 @@ def _child_main(command, opts):
     )
     client = Client(HTTP_HOST="127.0.0.1")
     client.force_login(staff)
+    client.post("/projects/switch/", {"project": "all", "next": "/"})  # every project
+    who = [("staff", client)]
+    if spec.get("projects"):
+        member = Client(HTTP_HOST="127.0.0.1")
+        member.force_login(get_user_model().objects.get(username="alice"))
+        member.get("/latency/?project=demo-1")  # (remembered by the session from then on)
+        who.append(("member", member))
+    for as_, client in who:
+        _time_pages(command, spec, as_, client, connection)
+
+
+def _time_pages(command, spec, as_, client, connection):
+    from django.test.utils import CaptureQueriesContext
+    from django.urls import NoReverseMatch, reverse
+
     for page, url in PAGES:
         if spec.get("pages", "") not in page:
+            continue
+        if as_ != "staff" and url.startswith(STAFF_ONLY):
             continue
         if not url.startswith("/"):
             try:
@@ -293,6 +330,7 @@ def _child_main(command, opts):
             client.get(url)
         result = {
             "page": page,
+            "as": as_,
             "streams": spec["streams"],
             "server_ms_p50": round(figures.nearest_rank(times, 500), 1),
             "server_ms_max": round(max(times), 1),

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('streams', '0020_project_tokens'),
+        ('streams', '0021_project_tokens'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

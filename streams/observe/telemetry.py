@@ -10,7 +10,12 @@ underscores, the unit `s` becomes a `_seconds` suffix) with the conventions' rec
 boundaries; Streamscope's own figures are `streamscope_*`. Labels never carry anything
 unbounded: model ids come from the upstream (which may send anything), so each process keeps
 at most METRICS_MAX_MODELS distinct values and folds the rest into "other"; finding codes are
-the checker's fixed list; error codes are capped the same way.
+the checker's fixed list; error codes are capped the same way. The per-stream figures carry
+the stream's `project` (its slug; "" for a stream of no project): each process labels the
+first PROJECTS_MAX projects it sees by their own value and folds the rest into "other". A
+series holds the project's id until a scrape, which writes each as its slug (one query: a
+stream ends in async code, where the database is not asked; a renamed project's series take
+the new slug).
 
 Several processes (Daphne, `stream_worker`): with PROMETHEUS_MULTIPROC_DIR set before start-up,
 prometheus_client keeps every value in a per-process file there and `/metrics` sums them
@@ -18,6 +23,7 @@ prometheus_client keeps every value in a per-process file there and `/metrics` s
 """
 
 import atexit
+import copy
 import logging
 import os
 import re
@@ -39,7 +45,7 @@ from prometheus_client.exposition import choose_encoder
 
 from streams.core import conf, lifecycle, pricing, usage
 from streams.core.checks import CODES
-from streams.models import Comment, Score
+from streams.models import Comment, Project, Score
 
 log = logging.getLogger(__name__)
 
@@ -57,9 +63,11 @@ if not MULTIPROC_DIR:
 OTHER = "other"  # what a label value beyond its cap becomes
 LABEL_MAX_CHARS = 100  # (Stream.resolved_model's length)
 ERROR_CODES_MAX = 50
+PROJECTS_MAX = 50
+PROJECT = "project"
 
 # --- OTel GenAI semantic conventions (gen-ai-metrics): names, units, recommended buckets ----
-MODEL_LABELS = ("gen_ai_request_model", "gen_ai_response_model", "source")
+MODEL_LABELS = ("gen_ai_request_model", "gen_ai_response_model", "source", PROJECT)
 OPERATION_DURATION_BUCKETS = (
     0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
 )  # fmt: skip
@@ -104,7 +112,7 @@ TOKEN_USAGE = Histogram(
 STREAMS = Counter(
     "streamscope_streams",
     "Streams recorded to their end, by final status and error code.",
-    ("status", "error_code", "source"),
+    ("status", "error_code", "source", PROJECT),
     registry=REGISTRY,
 )
 FINDINGS = Counter(
@@ -190,7 +198,7 @@ PROXY_ADDED = Histogram(
 COST = Counter(
     "streamscope_cost",
     "Cost of finished streams (usage at the price in effect), in units of `currency`.",
-    ("currency", "gen_ai_request_model", "gen_ai_response_model", "estimated"),
+    ("currency", "gen_ai_request_model", "gen_ai_response_model", "estimated", PROJECT),
     registry=REGISTRY,
 )
 # Judgements: a score type is defined by staff (a bounded set); `kind` and `source` are fixed
@@ -254,6 +262,7 @@ class LabelFold:
 
 model_label = LabelFold(lambda: conf.get().metrics_max_models)
 error_code_label = LabelFold(ERROR_CODES_MAX)
+project_label = LabelFold(PROJECTS_MAX)  # of ids, as text: their slugs at the scrape
 
 
 def _finding_code(code):
@@ -289,12 +298,16 @@ def _observe(rec, fields):
     checker = rec.checker
     source = source_of(rec)
     resolved = fields.get("resolved_model") or (checker.resolved_model if checker else "")
+    project = project_label(rec.project_id)
     labels = (
         model_label(requested_label(rec.request_model, resolved)),
         model_label(resolved),
         source,
+        project,
     )
-    STREAMS.labels(fields["status"], error_code_label(fields.get("error_code")), source).inc()
+    STREAMS.labels(
+        fields["status"], error_code_label(fields.get("error_code")), source, project
+    ).inc()
     ttft_ms = fields.get("ttft_ms")
     if ttft_ms is not None:
         TTFT.labels(*labels).observe(max(ttft_ms, 0) / 1e3)
@@ -309,7 +322,7 @@ def _observe(rec, fields):
         currency = fields.get("cost_currency")
         estimated = "true" if fields.get("usage_source") == usage.ESTIMATED else "false"
         COST.labels(
-            currency if currency in pricing.CURRENCIES else OTHER, *labels[:2], estimated
+            currency if currency in pricing.CURRENCIES else OTHER, *labels[:2], estimated, project
         ).inc(max(nanos, 0) / pricing.NANO)
     for v in checker.violations if checker is not None else ():
         FINDINGS.labels(_finding_code(v.code), v.severity, source).inc()
@@ -460,4 +473,52 @@ def registry_for_scrape(path=None):
 def exposition(accept="", path=None):
     """(body, content type) in the text format, or OpenMetrics if `accept` asks for it."""
     encoder, content_type = choose_encoder(accept or "")
-    return encoder(registry_for_scrape(path)), content_type
+    return encoder(_BySlug(registry_for_scrape(path))), content_type
+
+
+class _BySlug:
+    """A registry's families with each `project` label's id written as its project's slug
+    (read in one query; an id whose project is gone reads as OTHER: its figures stay counted,
+    under no project's name, added to OTHER's)."""
+
+    def __init__(self, registry):
+        self.registry = registry
+
+    def collect(self):
+        families = list(self.registry.collect())
+        ids = {
+            s.labels[PROJECT]
+            for f in families
+            for s in f.samples
+            if s.labels.get(PROJECT, "").isdigit()
+        }
+        slugs = dict(
+            (str(pk), slug)
+            for pk, slug in Project.objects.filter(pk__in=[int(i) for i in ids]).values_list(
+                "pk", "slug"
+            )
+        )
+        for family in families:
+            if any(PROJECT in s.labels for s in family.samples):
+                family = copy.copy(family)
+                family.samples = _merged(_slugged(s, slugs) for s in family.samples)
+            yield family
+
+
+def _merged(samples):
+    """Samples of one family with the same name and labels added up: the series of a deleted
+    project join OTHER's (every family with a project label is a counter or a histogram,
+    whose samples add)."""
+    out = {}
+    for sample in samples:
+        key = (sample.name, frozenset(sample.labels.items()))
+        have = out.get(key)
+        out[key] = sample if have is None else have._replace(value=have.value + sample.value)
+    return list(out.values())
+
+
+def _slugged(sample, slugs):
+    value = sample.labels.get(PROJECT)
+    if value is None or not value.isdigit():
+        return sample
+    return sample._replace(labels={**sample.labels, PROJECT: slugs.get(value, OTHER)})

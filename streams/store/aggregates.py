@@ -59,6 +59,10 @@ _LOG_GAMMA = math.log(GAMMA)
 ZERO = -32768
 MIN_VALUE = 0.001  # ms: the clock's resolution (1 µs); anything below reads as 0
 
+# The project key of the rows every stream adds once more, whatever its project: what a page of
+# every project reads, as one key range (the others are a project's id, or 0 for none)
+EVERY_PROJECT = -1
+
 TTFT = 1  # HistogramRollup.metric: time to first token (ms)
 DECISION = 2  # routing decision − request written (ms)
 
@@ -69,7 +73,7 @@ ACTIVE_MARKS = ", ".join(["%s"] * len(ACTIVE))
 # The Stream columns a contribution is made of (raw rows the pages fold in use the same).
 COLUMNS = (
     "id", "created_at", "status", "resolved_model", "requested_model", "source", "user_id",
-    "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
+    "project_id", "error_code", "ttft_ms", "inter_token_ms", "routing_us", "request_written_us",
     "headers_us", "created_event_us", "first_token_us", "output_deltas", "bytes_received",
     "event_count", "findings_count", "routing_category", "routing_source", "tags",
     "usage_source", "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
@@ -269,17 +273,21 @@ def _dimensions(row):
         "requested_model": row["requested_model"],
         "source": row["source"],
         "user_key": row["user_id"] or 0,
+        "project_key": row["project_id"] or 0,
         "status": row["status"],
     }
 
 
 def _periods(row, own=None):
-    """A stream row's dimensions (with `own`) once per period and tag it is added under."""
+    """A stream row's dimensions (with `own`) once per period and tag it is added under, each
+    under its project and under EVERY_PROJECT."""
     ts = epoch_s(row["created_at"])
     dims = {**_dimensions(row), **(own or {})}
     for tag in ("", *stream_tags(row)):
         for span in SPANS:
-            yield {**dims, "span": span, "tag": tag, "t": int(ts // span) * span}
+            at = {**dims, "span": span, "tag": tag, "t": int(ts // span) * span}
+            yield at
+            yield {**at, "project_key": EVERY_PROJECT}
 
 
 class Contributions:

@@ -40,7 +40,7 @@ from django.db import connection, transaction
 
 from streams.core import figures
 from streams.core.checks import Checker
-from streams.models import Event, Finding, Project, Stream
+from streams.models import Event, Finding, Membership, Project, Stream
 from streams.simulator.models import MODELS
 from streams.simulator.router import route
 from streams.store import aggregates, event_row
@@ -558,6 +558,7 @@ _CREATED_S = 9_876_543_210
 _CREATED_JSON = f'"created_at":{_CREATED_S}'
 _DAY_US = 86_400_000_000
 _NO_USER = object()  # the owner's slot in a shape's rollup keys
+_NO_PROJECT = object()  # the project's slot
 _TEMPLATE_TIME = "1970-01-01 00:00:00"  # (a shape's time columns: each stream has its own)
 _TIMES = ("created_at", "started_at", "finished_at", "heartbeat_at")
 
@@ -599,25 +600,30 @@ class _Shape:
         ]  # fmt: skip
         if any(_RID in str(f) or _MID in str(f) for f in self.findings):
             raise AssertionError("a finding names an id: it would need patching")  # (none does)
-        # The rollup rows this stream adds, from aggregates' own add_stream, with its hour, day
-        # and owner as placeholders: (table's rows, key before t, key between t and the owner
-        # or None when the key has no owner, the rest, which of aggregates.SPANS, values).
+        # The rollup rows this stream adds, from aggregates' own add_stream, with its hour, day,
+        # project and owner as placeholders: (table's rows, key before the project, key
+        # between the project and t, key between t and the owner or None when the key has no
+        # owner, the rest, which of aggregates.SPANS, values).
         row_ = {c: fields.get(c, _DEFAULTS.get(c)) for c in aggregates.COLUMNS}
-        row_.update(created_at=_EPOCH, user_id=_NO_USER)
+        row_.update(created_at=_EPOCH, user_id=_NO_USER, project_id=_NO_PROJECT)
         found = collections.Counter((v.code, v.severity) for v in violations)
         contrib = aggregates.Contributions()
         contrib.add_stream(row_, [(code, sev, n) for (code, sev), n in found.items()])
         out = []
         for model, keys in contrib.tables.items():
-            rows_, t_at, span_at, user_at = tables[model]
+            rows_, t_at, span_at, user_at, project_at = tables[model]
             for key, values in keys.items():
-                assert key[t_at] == 0
+                assert key[t_at] == 0 and project_at < t_at
                 period = aggregates.SPANS.index(key[span_at])
                 if key[user_at] is _NO_USER:
                     between, rest = key[t_at + 1 : user_at], key[user_at + 1 :]
                 else:
                     between, rest = None, key[t_at + 1 :]
-                out.append((rows_, key[:t_at], between, rest, period, values))
+                if key[project_at] is _NO_PROJECT:
+                    pre, mid = key[:project_at], key[project_at + 1 : t_at]
+                else:  # (a row of every project: its key is fixed up to t; mid None)
+                    pre, mid = key[:t_at], None
+                out.append((rows_, pre, mid, between, rest, period, values))
         self.aggregates = out
 
 
@@ -720,13 +726,16 @@ def _insert(table, columns, flat):
         )
 
 
+CHUNK_COLUMNS = ("pk", "shape", "c_us", "user_id", "project_id", "rid", "mid")
+
+
 class _Templates:
     """The shapes in temporary tables of the seeding connection, and the INSERT … SELECTs that
     stamp out a chunk of streams from them inside the database: a stream costs Python six
     values (its number, shape, start, owner and ids) instead of its ~200 row values, and the
     database writes each event's receipt time and ids itself."""
 
-    STREAMS = "seed_demo_stream"  # the chunk: (pk, shape, c_us, user_id, rid, mid)
+    STREAMS = "seed_demo_stream"  # the chunk: CHUNK_COLUMNS
     SHAPE_STREAM = "seed_demo_shape_stream"
     SHAPE_EVENT = "seed_demo_shape_event"
     SHAPE_FINDING = "seed_demo_shape_finding"
@@ -752,7 +761,7 @@ class _Templates:
         with connection.cursor() as cursor:
             cursor.execute(
                 f"CREATE TEMPORARY TABLE {self.STREAMS} (pk {big} PRIMARY KEY, shape {big}, "
-                f"c_us {big}, user_id {big}, rid {text}, mid {text})"
+                f"c_us {big}, user_id {big}, project_id {big}, rid {text}, mid {text})"
             )
             if self.pg:
                 cursor.execute(f"CREATE TEMPORARY TABLE {self.SHAPE_STREAM} (LIKE {stream})")
@@ -845,9 +854,8 @@ class _Templates:
         ts = self._timestamp
         if name == "user_id":
             return "s.user_id"
-        if name == "project_id":  # (the owner's personal project, as Stream.save makes it)
-            projects = connection.ops.quote_name(Project._meta.db_table)
-            return f"(SELECT p.id FROM {projects} p WHERE p.personal_of_id = s.user_id)"
+        if name == "project_id":  # (0: none)
+            return "NULLIF(s.project_id, 0)"
         if name in ("created_at", "started_at"):
             return ts("s.c_us")
         if name in ("finished_at", "heartbeat_at"):
@@ -871,9 +879,9 @@ class _Templates:
         )
 
     def stamp(self, values):
-        """Insert the streams given as flat (pk, shape, c_us, user_id, rid, mid) values, with
-        their events and findings."""
-        _insert(self.STREAMS, ("pk", "shape", "c_us", "user_id", "rid", "mid"), values)
+        """Insert the streams given as flat (pk, shape, c_us, user_id, project_id, rid, mid)
+        values, with their events and findings."""
+        _insert(self.STREAMS, CHUNK_COLUMNS, values)
         with connection.cursor() as cursor:
             for sql in self.sql:
                 cursor.execute(sql)
@@ -1149,41 +1157,70 @@ def demo_users(names):
 
 
 def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", "carol"),
-         now=None, progress=None):  # fmt: skip
-    """Insert `streams` streams (with events and findings); returns counts."""
+         now=None, progress=None, projects=0):  # fmt: skip
+    """Insert `streams` streams (with events and findings); returns counts. `projects` > 0:
+    spread over that many team projects (`demo_projects`), else in their owners' personal
+    projects."""
     global _REGRESSION_START
     rng = random.Random(seed)
     now = now or dt.datetime.now(dt.UTC)
     _REGRESSION_START = now - dt.timedelta(days=REGRESSION_DAYS)
-    owners, owner_weights = _owner_weights(demo_users(users))
+    owners, owner_weights = _owners(demo_users(users), projects)
     one_us = dt.timedelta(microseconds=1)
     times = _times_us(rng, streams, days, (now - _EPOCH) // one_us)
     # the first stream that regresses
     split = bisect.bisect_right(times, (_REGRESSION_START - _EPOCH) // one_us)
 
     columns = _stream_columns()
-    # {table: (its rows being summed, where t, span and the owner are in its key)}
+    # {table: (its rows being summed, where t, span, the owner and the project are in its key)}
     tables = {
-        model: ({}, key.index("t"), key.index("span"), key.index("user_key"))
+        model: ({}, *(key.index(c) for c in ("t", "span", "user_key", "project_key")))
         for model, (key, _values) in aggregates.rollup_tables().items()
     }
     shapes, assignment = _assign_shapes(rng, streams, split, events_per_stream, columns, tables)
-    owner_of = rng.choices(owners, owner_weights, k=streams)
-    history = _History(shapes, tables, times, assignment, owner_of, rng.getrandbits)
+    owner_of = rng.choices(range(len(owners)), owner_weights, k=streams)
+    history = _History(shapes, tables, times, assignment, owners, owner_of, rng.getrandbits)
     with _bulk_load() as bulk:
         counts = _write_history(history, columns, bulk, progress)
     _reset_sequences()
     return counts
 
 
-def _owner_weights(user_ids):
-    """The owners a stream may have (the users, then None) and their weights: the first user is
-    the busiest; a few streams have no user (recorded from the CLI)."""
-    weights = [1 / (i + 1) for i in range(len(user_ids))]
-    total = sum(weights) / 0.95
-    owners = [*user_ids, None]
-    owner_weights = [w / total for w in weights] + [1 - sum(weights) / total]
-    return owners, owner_weights
+def demo_projects(n, user_ids):
+    """`n` team projects ("demo-1" …), each with two of the users as members (project i: users
+    i and i+1, by their order), the first an admin, the second a member: [(project id,
+    [member ids])]. Made if missing."""
+    out = []
+    for i in range(n):
+        project, _ = Project.objects.get_or_create(
+            slug=f"demo-{i + 1}", defaults={"name": f"Demo {i + 1}"}
+        )
+        members = list(dict.fromkeys(user_ids[(i + j) % len(user_ids)] for j in range(2)))
+        for j, uid in enumerate(members):
+            role = Membership.Role.ADMIN if j == 0 else Membership.Role.MEMBER
+            Membership.objects.get_or_create(project=project, user_id=uid, defaults={"role": role})
+        out.append((project.pk, members))
+    return out
+
+
+def _owners(user_ids, projects=0):
+    """The (user, project) pairs a stream may have and their weights. In personal projects:
+    the first user is the busiest; a few streams have no user (recorded from the CLI) nor
+    project. Over `projects` team projects: each project as busy as the others, its streams
+    its members' (the first busier) and a few a project token's, of no user."""
+    if not projects:
+        weights = [1 / (i + 1) for i in range(len(user_ids))]
+        total = sum(weights) / 0.95
+        personal = dict(
+            Project.objects.filter(personal_of_id__in=user_ids).values_list("personal_of_id", "pk")
+        )
+        owners = [*((u, personal[u]) for u in user_ids), (None, 0)]
+        return owners, [w / total for w in weights] + [1 - sum(weights) / total]
+    owners, weights = [], []
+    for project, members in demo_projects(projects, user_ids):
+        owners += [*((u, project) for u in members), (None, project)]
+        weights += [0.6, 0.35, 0.05] if len(members) == 2 else [0.95, 0.05]
+    return owners, weights
 
 
 def _assign_shapes(rng, streams, split, events_per_stream, columns, tables):
@@ -1215,13 +1252,13 @@ def _rollup_entries(shapes):
     entry_of, entries, plans = {}, [], []
     for shape in shapes:
         plan = []
-        for rows, pre, between, rest, period, add_ in shape.aggregates:
+        for rows, pre, mid, between, rest, period, add_ in shape.aggregates:
             if not all(isinstance(v, int) for v in add_):
                 raise AssertionError("a rollup value that is not an integer")  # (none is)
-            entry = entry_of.setdefault((id(rows), pre, between, rest, period), len(entries))
+            entry = entry_of.setdefault((id(rows), pre, mid, between, rest, period), len(entries))
             if entry == len(entries):
-                entries.append((rows, pre, between, rest))
-            plan.append((entry, period, between is not None, add_))
+                entries.append((rows, pre, mid, between, rest))
+            plan.append((entry, period, between is not None, mid is not None, add_))
         plans.append(plan)
     return entries, plans
 
@@ -1239,8 +1276,9 @@ class _History:
     day being made (`_rollup_entries`), with `tables` ({table: (its rows being summed, where
     t, span and the owner are in its key)}) to expand them into."""
 
-    def __init__(self, shapes, tables, times, assignment, owner_of, getrandbits):
+    def __init__(self, shapes, tables, times, assignment, owners, owner_of, getrandbits):
         self.shapes = shapes
+        self.owners = owners
         self.tables = tables
         self.times = times
         self.assignment = assignment
@@ -1267,10 +1305,12 @@ class _History:
         return hi == len(times) or times[hi] // _DAY_US != times[lo] // _DAY_US
 
     def chunk(self, lo, hi):
-        """Streams lo..hi as flat (pk, shape, c_us, user_id, rid, mid) values, with how many
-        events and findings they have; what they add to the rollups goes into the day's sums."""
+        """Streams lo..hi as flat (pk, shape, c_us, user_id, project_id, rid, mid) values, with
+        how many events and findings they have; what they add to the rollups goes into the
+        day's sums."""
         shapes, plans, sums = self.shapes, self.plans, self.sums
         times, assignment, owner_of = self.times, self.assignment, self.owner_of
+        owners = self.owners
         getrandbits, next_pk = self.getrandbits, self.next_pk
         add = operator.add
         spans = aggregates.SPANS
@@ -1280,16 +1320,16 @@ class _History:
             s = assignment[i]
             shape = shapes[s]
             c_us = times[i]
-            user = owner_of[i]
-            values += (next_pk + i, s, c_us, user, f"resp_{getrandbits(96):024x}",
+            user, project = owners[owner_of[i]]
+            values += (next_pk + i, s, c_us, user, project, f"resp_{getrandbits(96):024x}",
                        f"msg_{getrandbits(96):024x}")  # fmt: skip
             n_events += len(shape.events)
             n_findings += len(shape.findings)
             c_s = c_us // 1_000_000
             periods = [c_s // span * span for span in spans]
             owner = user or 0
-            for entry, period, owned, add_ in plans[s]:
-                key = (entry, periods[period], owner if owned else 0)
+            for entry, period, owned, projected, add_ in plans[s]:
+                key = (entry, periods[period], owner if owned else 0, project if projected else 0)
                 have = sums.get(key)
                 if have is None:
                     sums[key] = add_.copy()
@@ -1303,8 +1343,10 @@ class _History:
         """The day's sums expanded into rollup keys, as Contributions; the sums start over."""
         add = operator.add
         entries = self.entries
-        for (entry, t, owner), add_ in self.sums.items():
-            rows, pre, between, rest = entries[entry]
+        for (entry, t, owner, project), add_ in self.sums.items():
+            rows, pre, mid, between, rest = entries[entry]
+            if mid is not None:
+                pre = pre + (project,) + mid
             if between is None:
                 key = pre + (t,) + rest
             else:
@@ -1348,7 +1390,7 @@ def _write_history(history, columns, bulk, progress):
                     if fresh:
                         contrib = _rollup_rows(contrib, as_text=pg)
                 if pg:
-                    values = _copy_text(values, 6)
+                    values = _copy_text(values, len(CHUNK_COLUMNS))
                 writer.put(values, contrib)
                 counts["streams"] += hi - lo
                 counts["events"] += n_events
@@ -1397,6 +1439,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--users", default="alice,bob,carol", help="owners of the streams (created if missing)"
         )
+        parser.add_argument(
+            "--projects",
+            type=int,
+            default=0,
+            help="spread the streams over this many team projects (demo-1 …, two users each); "
+            "0: each owner's personal project",
+        )
 
     def handle(self, *args, **opts):
         if opts["streams"] < 0 or opts["days"] <= 0 or opts["events_per_stream"] < 8:
@@ -1417,6 +1466,7 @@ class Command(BaseCommand):
             events_per_stream=opts["events_per_stream"],
             users=users,
             progress=progress,
+            projects=opts["projects"],
         )
         elapsed = time.perf_counter() - t0
         self.stdout.write(

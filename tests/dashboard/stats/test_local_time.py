@@ -234,7 +234,7 @@ def test_a_custom_range_is_read_in_the_pages_zone():
             {"range": "custom", "start": "2026-03-29T00:00", "end": "2026-03-30T00:00"}
         )
         assert form.is_valid(), form.errors
-        scope = form.scope(type("U", (), {"is_staff": True, "pk": 1})(), NOW)
+        scope = form.scope(type("U", (), {"is_staff": True, "pk": 1})(), None, NOW)
     # a local day of 23 hours: midnight CET to midnight CEST
     assert scope.start == dt.datetime(2026, 3, 28, 23, tzinfo=dt.UTC)
     assert scope.end == dt.datetime(2026, 3, 29, 22, tzinfo=dt.UTC)
@@ -354,7 +354,7 @@ def _ranges(tz):
 @pytest.mark.parametrize("tz", [AMS, KOL])
 def test_the_days_and_series_of_a_zone_from_rollups_equal_the_exact_ones(history, tz):
     for start, end in _ranges(tz):
-        scope = Scope(user_id=None, start=start, end=end, tz=tz)
+        scope = Scope(project_id=None, start=start, end=end, tz=tz)
         exact, rollup = ExactSource(scope, NOW), RollupSource(scope, NOW)
         days = exact.days()
         assert days == rollup.days(), (start, end)
@@ -381,7 +381,7 @@ def test_the_local_day_of_a_dst_change_from_rollups_reads_hour_rows(history, mon
     """Counted from the rollups alone (the partial hours' raw reads counted), the 23-hour day
     needs no raw row."""
     start, end = LOCAL_DAY[AMS]
-    scope = Scope(user_id=None, start=start, end=end, tz=AMS)
+    scope = Scope(project_id=None, start=start, end=end, tz=AMS)
     reads = []
     real = aggregates.read_streams
 
@@ -403,7 +403,7 @@ def test_the_local_day_of_a_dst_change_from_rollups_reads_hour_rows(history, mon
 
 @pytest.mark.parametrize("tz", [AMS, KOL])
 def test_the_admin_page_of_a_zone_from_either_source(history, monkeypatch, tz):
-    scope = Scope(user_id=None, start=NOW - dt.timedelta(days=3), end=NOW, tz=tz)
+    scope = Scope(project_id=None, start=NOW - dt.timedelta(days=3), end=NOW, tz=tz)
     monkeypatch.setattr(cube, "EXACT_BELOW", 10**9)
     exact = admin_report(scope, now=NOW)
     monkeypatch.setattr(cube, "EXACT_BELOW", 0)
@@ -417,7 +417,7 @@ def test_the_admin_page_of_a_zone_from_either_source(history, monkeypatch, tz):
 
 
 def test_the_latency_tables_bucket_times_are_local(history):
-    scope = Scope(user_id=None, start=NOW - dt.timedelta(days=3), end=NOW, tz=KOL)
+    scope = Scope(project_id=None, start=NOW - dt.timedelta(days=3), end=NOW, tz=KOL)
     report = latency_report(scope, now=NOW)
     assert report.series_rows
     first = report.series["t"][0]

@@ -16,7 +16,7 @@ from dashboard.stats.latency import latency_report
 from dashboard.stats.scores import scores_report
 from dashboard.stats.sql import Scope
 from streams.management.commands.seed_demo import _settable_created_at
-from streams.models import Score, ScoreRollup, ScoreType, Stream
+from streams.models import Project, Score, ScoreRollup, ScoreType, Stream
 from streams.store import aggregates, retention
 
 # not on an hour: the range has partial hours at both ends (raw rows), whole hours and days
@@ -27,7 +27,7 @@ QUALITY = (1, 2, 2.5, 3, 4.5, 5)  # halves: their sums are exact in floating poi
 
 
 def scope(**kw):
-    return Scope(user_id=None, start=kw.pop("start", START), end=kw.pop("end", NOW), **kw)
+    return Scope(project_id=None, start=kw.pop("start", START), end=kw.pop("end", NOW), **kw)
 
 
 def _stream(rng, user, created_at, status="completed", **kw):
@@ -177,7 +177,7 @@ def test_the_filters_narrow_the_figures(world, filters, keep):
 
 def test_a_user_sees_the_scores_of_their_own_streams(world):
     owner = world["owner"]
-    mine = Scope(user_id=owner.pk, start=START, end=NOW)
+    mine = Scope(project_id=Project.personal(owner).pk, start=START, end=NOW)
     expected = raw(world["thumbs"], keep=lambda s: s.user_id == owner.pk)
     assert shown(scores_report(mine, world["thumbs"], now=NOW, ttft=[])) == expected
 

@@ -18,7 +18,7 @@ from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
 from streams.core.figures import nearest_rank, rank
 from streams.core.usage import ESTIMATED, REPORTED
 from streams.management.commands.seed_demo import _settable_created_at
-from streams.models import Finding, Stream
+from streams.models import Finding, Project, Stream
 
 NOW = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -58,7 +58,7 @@ def save(*streams):
 
 
 def everyone(**kw):
-    return Scope(user_id=None, start=NOW - 7 * DAY, end=NOW, **kw)
+    return Scope(project_id=None, start=NOW - 7 * DAY, end=NOW, **kw)
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ class TestLatency:
         return latency_report(scope, now=NOW)
 
     def test_it_computes_percentiles_per_resolved_model(self):
-        scope = Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW)
+        scope = Scope(project_id=Project.personal(self.owner).pk, start=NOW - 7 * DAY, end=NOW)
         report = self.report(scope)
         rows = {r["model"]: r for r in report.by_resolved}
         a = rows["m-a"]
@@ -118,14 +118,18 @@ class TestLatency:
         assert (b["count"], b["p50"], b["p95"], b["max"]) == (2, 200.0, 400.0, 400.0)
 
     def test_it_computes_rates_over_finished_streams(self):
-        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        report = self.report(
+            Scope(project_id=Project.personal(self.owner).pk, start=NOW - 7 * DAY, end=NOW)
+        )
         a = {r["model"]: r for r in report.by_resolved}["m-a"]
         assert a["error_rate"] == pytest.approx(1 / 11)
         assert a["error_pct"] == pytest.approx(100 / 11)
         assert a["stall_rate"] == 0
 
     def test_it_groups_by_requested_model_and_overall(self):
-        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        report = self.report(
+            Scope(project_id=Project.personal(self.owner).pk, start=NOW - 7 * DAY, end=NOW)
+        )
         by_requested = {r["model"]: r for r in report.by_requested}
         assert by_requested["auto"]["count"] == 11 and by_requested["m-b"]["count"] == 2
         # overall: 10, 20 … 100, 200, 400 → 12 values; p50 = 6th = 60, p90 = 11th = 200
@@ -139,7 +143,9 @@ class TestLatency:
         assert a["count"] == 12 and a["max"] == 5000.0
 
     def test_a_user_sees_only_their_own_streams(self):
-        report = self.report(Scope(user_id=self.stranger.pk, start=NOW - 7 * DAY, end=NOW))
+        report = self.report(
+            Scope(project_id=Project.personal(self.stranger).pk, start=NOW - 7 * DAY, end=NOW)
+        )
         assert [r["model"] for r in report.by_resolved] == ["m-a"]
         assert report.by_resolved[0]["count"] == 1
         assert report.resolved_models == ["m-a"]
@@ -153,7 +159,7 @@ class TestLatency:
         assert self.report(everyone(requested_model="m-b")).overall["p50"] == 200.0
 
     def test_the_range_excludes_older_streams(self):
-        wide = self.report(Scope(user_id=None, start=NOW - 60 * DAY, end=NOW))
+        wide = self.report(Scope(project_id=None, start=NOW - 60 * DAY, end=NOW))
         assert wide.overall["max"] == 9000.0
         assert self.report(everyone()).overall["max"] == 5000.0
 
@@ -173,7 +179,9 @@ class TestLatency:
         assert edges[0] == 0 and edges == sorted(edges)
 
     def test_phases_add_up_to_the_mean_ttft(self):
-        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        report = self.report(
+            Scope(project_id=Project.personal(self.owner).pk, start=NOW - 7 * DAY, end=NOW)
+        )
         a = {r["model"]: r for r in report.by_resolved}["m-a"]
         phases = {p["key"]: p["ms"] for p in a["phases"]}
         assert phases["connect"] == pytest.approx(1.0)
@@ -183,12 +191,14 @@ class TestLatency:
         assert after_written == pytest.approx(a["ttft_mean"])
 
     def test_slowest_lists_the_highest_ttft_first(self):
-        report = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW))
+        report = self.report(
+            Scope(project_id=Project.personal(self.owner).pk, start=NOW - 7 * DAY, end=NOW)
+        )
         ttfts = [s["ttft_ms"] for s in report.slowest]
         assert ttfts[:3] == [400.0, 200.0, 100.0]
 
     def test_time_series_buckets_the_range(self):
-        scope = Scope(user_id=None, start=NOW - 6 * HOUR, end=NOW)
+        scope = Scope(project_id=None, start=NOW - 6 * HOUR, end=NOW)
         report = self.report(scope)
         assert report.series["step"] == 900  # 6 h in 15 min buckets
         a = next(s for s in report.series["series"] if s["model"] == "m-a")
@@ -207,7 +217,7 @@ class TestLatency:
         assert deltas["p50"]["change_pct"] == pytest.approx(100 * 140 / 60)
 
     def test_an_empty_scope_is_an_empty_report(self):
-        report = self.report(Scope(user_id=None, start=NOW - 365 * DAY, end=NOW - 300 * DAY))
+        report = self.report(Scope(project_id=None, start=NOW - 365 * DAY, end=NOW - 300 * DAY))
         assert report.empty and report.overall is None and report.by_resolved == []
 
 
@@ -416,7 +426,7 @@ def test_seed_demo_makes_a_history_the_pages_can_show():
     total = sum(streams.values_list("event_count", flat=True))
     assert total == counts["events"]
     assert sum(streams.values_list("findings_count", flat=True)) == Finding.objects.count()
-    report = routing_report(Scope(user_id=None, start=NOW - 3 * DAY, end=NOW), now=NOW)
+    report = routing_report(Scope(project_id=None, start=NOW - 3 * DAY, end=NOW), now=NOW)
     assert {s["model"] for s in report.shares} >= {"eu-reasoner", "qwen3-coder"}
     assert {row["category"] for row in report.matrix} >= {"chat", "code", "tools", "reasoning"}
 
@@ -511,7 +521,9 @@ class TestUsage:
         assert (users["owner"]["streams"], users["stranger"]["streams"]) == (5, 1)
         assert report.user_count == 2
         assert users["stranger"]["costs"] == [("EUR", 0), ("USD", 7)]
-        own = self.report(Scope(user_id=self.owner.pk, start=NOW - 7 * DAY, end=NOW), exact)
+        own = self.report(
+            Scope(project_id=Project.personal(self.owner).pk, start=NOW - 7 * DAY, end=NOW), exact
+        )
         assert own.users is None
         assert own.currencies == ["EUR", "USD"] and own.totals["streams"] == 5
         assert {r["model"]: r["streams"] for r in own.models} == {"m-a": 3, "m-b": 1, "": 1}
@@ -571,7 +583,7 @@ class TestUsage:
         with pytest.MonkeyPatch.context() as mp:
             mp.setattr(cube, "EXACT_BELOW", 10**9 if exact else 0)
             rows = export_rows(everyone(), now=NOW)
-            own = export_rows(Scope(user_id=self.owner.pk, end=NOW), now=NOW)
+            own = export_rows(Scope(project_id=Project.personal(self.owner).pk, end=NOW), now=NOW)
         assert len(CSV_COLUMNS) == len(rows[0])
         by_model = {r[0]: dict(zip(CSV_COLUMNS, r, strict=True)) for r in rows}
         assert by_model["m-a"] == {

@@ -1,8 +1,9 @@
 """The analytics pages (/latency/, /routing/, /analytics/): who may see what, filters, empty
 states, polling, escaping of untrusted model names and reasoning, the admin index link.
 
-There are no teams in Streamscope: besides the owner and a stranger, the third person of the
-healthchecks-style base is a staff member, who sees every stream."""
+Besides the owner and a stranger (each in their personal project), the third person of the
+healthchecks-style base is a staff member, who works in every project at once (the switcher's
+"all"; `TestProjects` has them in one)."""
 
 import csv
 import datetime as dt
@@ -13,7 +14,7 @@ import pytest
 from django.test import Client
 
 from streams.management.commands.seed_demo import _settable_created_at
-from streams.models import Finding, Stream
+from streams.models import Finding, Project, Stream
 from tests.conftest import log_in_people
 
 EVIL = '<script>alert("m")</script>'
@@ -42,6 +43,8 @@ class Base:
     def _people(self, db):
         log_in_people(self)
         self.anonymous_client = Client()
+        r = self.staff_client.post("/projects/switch/", {"project": "all", "next": "/"})
+        assert r.status_code == 302
         with _settable_created_at():
             self.streams = Stream.objects.bulk_create(
                 [
@@ -502,3 +505,97 @@ class TestLatencyScores(Base):
             ("old-model", 1, 1, None)
         ]
         assert b'id="empty-state"' in r.content and b'id="scores-h"' in r.content
+
+
+class TestProjects(Base):
+    """The pages read the page's project (`request.project`): a colleague sees a team
+    project's streams, whoever recorded them; someone outside it gets a 404; staff in one
+    project see that project's streams alone."""
+
+    @pytest.fixture(autouse=True)
+    def _team(self, _people):
+        from streams.models import Membership, Project
+
+        self.team = Project.objects.create(name="Team", slug="team")
+        Membership.objects.create(project=self.team, user=self.owner, role="owner")
+        self.colleague, self.colleague_client = _member(self.team, "colleague", "viewer")
+        with _settable_created_at():
+            Stream.objects.bulk_create(
+                [stream(self.owner, "team-model", 50.0, project=self.team) for _ in range(3)]
+            )
+
+    @pytest.mark.parametrize("url", ["/latency/", "/routing/", "/usage/"])
+    def test_a_colleague_sees_the_projects_streams(self, url):
+        body = self.colleague_client.get(url + "?project=team").content.decode()
+        assert "team-model" in body and "owner-model" not in body
+
+    def test_the_owner_sees_their_personal_project_by_default_and_the_team_by_choice(self):
+        body = self.owner_client.get("/latency/").content.decode()
+        assert "owner-model" in body and "team-model" not in body
+        body = self.owner_client.get("/latency/?project=team").content.decode()
+        assert "team-model" in body and "owner-model" not in body
+
+    def test_it_returns_404_for_strangers(self):
+        assert self.stranger_client.get("/latency/?project=team").status_code == 404
+
+    def test_staff_in_one_project_see_that_project_alone(self):
+        body = self.staff_client.get("/analytics/?project=team").content.decode()
+        assert "team-model" in body and "owner-model" not in body
+        report = self.staff_client.get("/latency/?project=team").context["report"]
+        assert report.overall["count"] == 3
+
+    def test_the_usage_export_is_the_projects(self):
+        body = self.colleague_client.get("/usage/export.csv?project=team")
+        text = b"".join(body.streaming_content).decode()
+        assert "team-model" in text and "owner-model" not in text
+
+
+def _member(project, name, role):
+    from django.contrib.auth import get_user_model
+
+    from streams.models import Membership
+
+    user = get_user_model().objects.create_user(name)
+    Membership.objects.create(project=project, user=user, role=role)
+    client = Client()
+    client.force_login(user)
+    return user, client
+
+
+class TestSpendPerProject(Base):
+    """The staff page over every project says which project spends what; in one project it
+    is that project's page, without the table."""
+
+    @pytest.fixture(autouse=True)
+    def _spend(self, _people):
+        from streams.models import Project
+
+        self.team = Project.objects.create(name="Team <b>", slug="team")
+        with _settable_created_at():
+            Stream.objects.bulk_create(
+                [
+                    stream(None, "team-model", 50.0, project=self.team, cost_nanos=2_500_000_000,
+                           cost_currency="EUR", input_tokens=100, output_tokens=40,
+                           usage_source="reported"),
+                    stream(self.owner, "owner-model", 50.0, cost_nanos=1_000_000_000,
+                           cost_currency="EUR", input_tokens=10, output_tokens=4,
+                           usage_source="reported"),
+                ]
+            )  # fmt: skip
+
+    def test_it_lists_each_projects_spend_most_first(self):
+        r = self.staff_client.get("/analytics/")
+        projects = r.context["report"].projects
+        rows = [(p["slug"], p["streams"], dict(p["costs"])["EUR"]) for p in projects]
+        owner = Project.personal(self.owner).slug
+        stranger = Project.personal(self.stranger).slug
+        assert rows == [("team", 1, 2_500_000_000), (owner, 4, 1_000_000_000), (stranger, 1, 0)]
+        assert r.context["report"].project_count == 3
+        body = r.content.decode()
+        assert "Team &lt;b&gt;" in body and 'href="/analytics/?project=team"' in body
+
+    def test_in_one_project_it_has_no_project_table(self):
+        r = self.staff_client.get("/analytics/?project=team")
+        assert r.context["report"].projects is None
+        assert r.context["report"].totals["streams"] == 1
+        assert "Team &lt;b&gt;" in r.content.decode()

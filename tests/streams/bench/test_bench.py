@@ -266,9 +266,26 @@ def test_pages(tmp_path):
     lines = bench(tmp_path, "pages", "--sizes", "200", "--repeat", "1")
     assert [line["page"] for line in lines] == [name for name, _ in PAGES]
     for line in lines:
-        assert line["database"] == "sqlite" and line["streams"] == 200
+        assert line["database"] == "sqlite" and line["streams"] == 200 and line["as"] == "staff"
         assert positive(line["server_ms_p50"]) and line["server_ms_max"] >= line["server_ms_p50"]
         assert isinstance(line["queries"], int) and line["queries"] > 0
+
+
+@TIER_1
+def test_pages_over_projects(tmp_path):
+    """`--projects`: the streams spread over team projects, each page timed as staff (every
+    project) and as a member working in one; the staff-only pages as staff alone."""
+    from streams.bench.pages import PAGES
+
+    lines = bench(tmp_path, "pages", "--sizes", "200", "--repeat", "1", "--projects", "3",
+                  "--pages", "30d")  # fmt: skip
+    named = [n for n, _ in PAGES if "30d" in n]
+    assert [(line["as"], line["page"]) for line in lines] == [
+        *(("staff", n) for n in named),
+        *(("member", n) for n, url in PAGES if "30d" in n and not url.startswith("/analytics/")),
+    ]
+    for line in lines:
+        assert positive(line["server_ms_p50"]) and line["queries"] > 0
 
 
 @TIER_1

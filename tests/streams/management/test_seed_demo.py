@@ -91,9 +91,41 @@ def test_the_seed_paths_aggregates_equal_a_rebuild(small_pools):
                    now=NOW)  # fmt: skip
     stored = aggregates.stored()
     usage = stored[next(iter(stored))]
-    at = aggregates.USAGE_KEY.index("tag")
-    assert sum(v[0] for k, v in usage.items() if not k[at]) == 1200 * len(aggregates.SPANS)
+    at, project = aggregates.USAGE_KEY.index("tag"), aggregates.USAGE_KEY.index("project_key")
+    every = aggregates.EVERY_PROJECT
+    for theirs in (True, False):  # (each stream's rows: under its project, and every project's)
+        rows = [v for k, v in usage.items() if not k[at] and (k[project] != every) == theirs]
+        assert sum(v[0] for v in rows) == 1200 * len(aggregates.SPANS)
     assert any(k[at] for k in usage)  # and the proxied streams' tag rows
+    aggregates.rebuild()
+    assert aggregates.stored() == stored
+
+
+@pytest.mark.django_db
+def test_streams_spread_over_projects_are_their_members_and_aggregated_by_project(small_pools):
+    """`--projects N`: each of N team projects gets about a share of the streams, each stream
+    of a member of its project (or of no user), and the rollups are keyed by the project as
+    the write path keys them (equal to a rebuild)."""
+    from streams.models import Membership, Project
+
+    seed_demo.seed(1500, days=3, seed=4, events_per_stream=9, users=("alice", "bob", "carol"),
+                   now=NOW, projects=5)  # fmt: skip
+    teams = dict(Project.objects.filter(slug__startswith="demo-").values_list("pk", "slug"))
+    assert len(teams) == 5
+    per = collections.Counter(Stream.objects.values_list("project_id", flat=True))
+    assert set(per) == set(teams) and min(per.values()) > 1500 / 5 / 2
+    members = set(Membership.objects.values_list("project_id", "user_id"))
+    for project, user in Stream.objects.exclude(user=None).values_list("project_id", "user_id"):
+        assert (project, user) in members
+    stored = aggregates.stored()
+    key = aggregates.USAGE_KEY
+    at, tag, span = key.index("project_key"), key.index("tag"), key.index("span")
+    day = collections.Counter()
+    for k, v in stored[next(iter(stored))].items():
+        if not k[tag] and k[span] == aggregates.DAY:
+            day[k[at]] += v[0]
+    assert day.pop(aggregates.EVERY_PROJECT) == 1500
+    assert day == per
     aggregates.rebuild()
     assert aggregates.stored() == stored
 

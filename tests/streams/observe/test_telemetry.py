@@ -17,7 +17,7 @@ from django.test import AsyncClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from streams.core.checks import CODES
-from streams.models import Event, Finding, Stream
+from streams.models import Event, Finding, Project, Stream
 from streams.observe import telemetry
 from streams.run import runner
 from streams.store import known_secrets, rows
@@ -221,7 +221,7 @@ class TestLabels:
         def observe(requested, resolved, status):
             rec = SimpleNamespace(
                 checker=None, proxied=True, request_model=requested, proxy_delays=(),
-                stream_id=None,
+                stream_id=None, project_id=None,
             )  # fmt: skip
             fields = {"status": status, "resolved_model": resolved, "ttft_ms": 12.0}
             telemetry._observe(rec, fields)
@@ -254,6 +254,54 @@ class TestLabels:
         assert known_secrets.redact(label) == "model-[redacted]"  # /metrics leaves through the gate
         assert len(fold("x" * 5000)) == telemetry.LABEL_MAX_CHARS
         assert fold(None) == fold("") == ""
+
+    async def test_a_streams_figures_carry_its_projects_slug_and_a_rename(
+        self, upstream, metrics_token
+    ):
+        """A stream recorded in a project is counted under its slug (the series holds the id
+        until the scrape); renaming the project renames its series."""
+        team = await Project.objects.acreate(name="Team A", slug="team-a")
+        before = await scrape()
+        stream = await sync_to_async(rows.new_row)(None, body("normal"), project=team)
+        await runner.run_stream(stream)
+        after = await scrape()
+        for name in (
+            "streamscope_streams_total",
+            "gen_ai_server_time_to_first_token_seconds_count",
+        ):
+            got = delta(by(before, name, "project"), by(after, name, "project"))
+            assert got == Counter({("team-a",): 1}), name
+        team.slug = "team-b"
+        await team.asave()
+        renamed = await scrape()
+        assert total(renamed, "streamscope_streams_total", project="team-b") == 1
+        assert total(renamed, "streamscope_streams_total", project="team-a") == 0
+        assert not any(dict(ls).get("project", "").isdigit() for _, ls in renamed)
+
+    def test_projects_beyond_the_cap_are_other_and_a_deleted_one_too(self, monkeypatch):
+        monkeypatch.setattr(telemetry, "project_label", telemetry.LabelFold(2))
+        monkeypatch.setattr(telemetry, "enabled", lambda: True)
+        made = [Project.objects.create(name=f"P{i}", slug=f"p-{i}") for i in range(4)]
+
+        def observe(project_id):
+            rec = SimpleNamespace(
+                checker=None, proxied=False, request_model="m", proxy_delays=(), stream_id=None,
+                project_id=project_id,
+            )  # fmt: skip
+            telemetry._observe(rec, {"status": "completed", "resolved_model": "m-1"})
+
+        def counts():
+            text, _ = telemetry.exposition("")
+            return by(parse(text.decode()), "streamscope_streams_total", "project")
+
+        before = counts()
+        for p in made:
+            observe(p.pk)
+        observe(None)  # a stream of no project: "", beyond the cap or not
+        got = delta(before, counts())
+        assert got == Counter({("p-0",): 1, ("p-1",): 1, ("other",): 2, ("",): 1})
+        made[0].delete()
+        assert delta(before, counts())[("other",)] == 3
 
     def test_finding_codes_outside_the_checkers_list_are_other(self):
         assert telemetry._finding_code("sequence_gap") == "sequence_gap"
@@ -324,7 +372,7 @@ class TestCost:
         monkeypatch.setattr(telemetry, "enabled", lambda: True)
         rec = SimpleNamespace(
             checker=None, proxied=False, request_model="cost-model", proxy_delays=(),
-            stream_id=None,
+            stream_id=None, project_id=None,
         )  # fmt: skip
 
         def cost(**labels):

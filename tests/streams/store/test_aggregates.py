@@ -22,7 +22,7 @@ from dashboard.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
 from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
-from streams.models import Finding, Stream, UsageRollup, rollup_dimensions, rollup_key
+from streams.models import Finding, Project, Stream, UsageRollup, rollup_dimensions, rollup_key
 from streams.store import aggregates
 from streams.store import rows as stored
 
@@ -121,12 +121,48 @@ def people(_without_history, db):
 def test_rebuild_equals_incremental_on_random_histories(people, seed):
     _random_history(random.Random(seed), people)
     incremental = aggregates.stored()
+    # (a stream's rows: per period under its project, and again under every project's)
     assert (
-        sum(v[0] for v in incremental[UsageRollup].values())
-        == len(aggregates.SPANS) * Stream.objects.count()
+        sum(v[0] for k, v in incremental[UsageRollup].items() if not k[1])
+        == 2 * len(aggregates.SPANS) * Stream.objects.count()
     )
     aggregates.rebuild()
     assert aggregates.stored() == incremental
+
+
+def test_the_rollups_agree_with_the_raw_rows_per_project(people, monkeypatch):
+    """Streams of two users, some moved into a team project after they finished (inside
+    `tracking`, as any change to a finished row is): each project's figures from the rollups
+    equal its raw rows', a filter on one member narrows within the project, and the tables
+    equal a rebuild."""
+    from streams.models import Membership
+
+    _random_history(random.Random(7), people)
+    team = Project.objects.create(name="Team", slug="team")
+    ann, ben = people[0], people[1]
+    for user in (ann, ben):
+        Membership.objects.create(project=team, user=user, role="member")
+    moved = list(Stream.objects.order_by("pk").values_list("pk", flat=True))[::2]
+    with transaction.atomic(), aggregates.tracking(moved):
+        Stream.objects.filter(pk__in=moved).update(project=team)
+    aggregates_now = aggregates.stored()
+    aggregates.rebuild()
+    assert aggregates.stored() == aggregates_now
+    assert Stream.objects.filter(project=team, user=ann).exists()
+    for project in (team, Project.personal(ann), Project.personal(ben)):
+        for username in ("", "ann"):
+            scope = Scope(project_id=project.pk, end=NOW, username=username)
+            exact, fast = _both(latency_report, scope, monkeypatch)
+            raw = Stream.objects.filter(project=project)
+            if username:
+                raw = raw.filter(user__username=username)
+            counts = [r.overall["count"] if r.overall else 0 for r in (exact, fast)]
+            assert counts == [raw.count()] * 2, (project, username)
+            if not counts[0]:
+                continue
+            _same_row(exact.overall, fast.overall)
+            for a, b in zip(exact.by_resolved, fast.by_resolved, strict=True):
+                _same_row(a, b)
 
 
 def test_a_running_stream_is_not_aggregated_until_it_ends(people):
@@ -134,7 +170,8 @@ def test_a_running_stream_is_not_aggregated_until_it_ends(people):
     stored.write_batch([], {_Rec(row.pk): {"status": "streaming"}}, [], retry_for_s=0)
     assert not UsageRollup.objects.exists()
     stored.write_batch([], {_Rec(row.pk): {"status": "completed"}}, [], retry_for_s=0)
-    assert sorted(UsageRollup.objects.values_list("span", "n")) == [
+    mine = UsageRollup.objects.exclude(project_key=aggregates.EVERY_PROJECT)
+    assert sorted(mine.values_list("span", "n")) == [
         (3600, 1),
         (10800, 1),
         (86400, 1),
@@ -343,7 +380,7 @@ def _groups(pairs):
 @pytest.mark.parametrize("filters, span", _cases(FILTERS, RANGES, KEYED, KEYED_RANGES))
 def test_the_rollup_source_gives_the_exact_sources_figures(history, span, filters):
     """What every report is built from, read both ways: equal, percentiles within the bound."""
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, rollup = _sources(scope)
     _same_aggregates(exact.aggregates(), rollup.aggregates())
     pairs = list(exact.aggregates())
@@ -432,7 +469,7 @@ def _same_usage(scope, span, filters):
 @pytest.mark.parametrize("filters, span", [({}, dt.timedelta(hours=24)), ({}, None),
                                            ({"tag": "checkout"}, None)])  # fmt: skip
 def test_the_latency_page_from_either_source(history, monkeypatch, span, filters):
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, fast = _both(latency_report, scope, monkeypatch)
     assert not exact.empty and not fast.empty
     _same_row(exact.overall, fast.overall)
@@ -457,8 +494,8 @@ def test_the_latency_page_from_either_source(history, monkeypatch, span, filters
 
 
 def test_a_comparison_with_the_range_before_from_aggregates(history, monkeypatch):
-    scope = Scope(user_id=None, start=NOW - dt.timedelta(days=1), end=NOW)
-    before = Scope(user_id=None, start=NOW - dt.timedelta(days=2), end=scope.start)
+    scope = Scope(project_id=None, start=NOW - dt.timedelta(days=1), end=NOW)
+    before = Scope(project_id=None, start=NOW - dt.timedelta(days=2), end=scope.start)
     both = ("Range before", before, "This range", scope)
 
     def build(s, now):
@@ -476,7 +513,9 @@ def test_a_comparison_with_the_range_before_from_aggregates(history, monkeypatch
 
 
 def test_a_user_sees_only_their_own_aggregates(history, monkeypatch):
-    scope = Scope(user_id=history.pk, start=NOW - dt.timedelta(days=3), end=NOW)
+    scope = Scope(
+        project_id=Project.personal(history).pk, start=NOW - dt.timedelta(days=3), end=NOW
+    )
     exact, fast = _both(latency_report, scope, monkeypatch)
     assert (
         fast.overall["count"]
@@ -488,7 +527,7 @@ def test_a_user_sees_only_their_own_aggregates(history, monkeypatch):
 @pytest.mark.parametrize("filters, span", [({}, dt.timedelta(hours=24)), ({}, None),
                                            ({"tag": "support-bot"}, None)])  # fmt: skip
 def test_the_routing_page_from_either_source(history, monkeypatch, span, filters):
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, fast = _both(routing_report, scope, monkeypatch)
     assert (exact.total, exact.models_chosen) == (fast.total, fast.models_chosen)
     assert fast.models_chosen == len([s for s in fast.shares if s["model"]])
@@ -505,7 +544,7 @@ def test_the_routing_page_from_either_source(history, monkeypatch, span, filters
 @pytest.mark.parametrize("filters, span", [({}, dt.timedelta(hours=24)), ({}, None),
                                            ({"status": "failed"}, None)])  # fmt: skip
 def test_the_admin_page_from_either_source(history, monkeypatch, span, filters):
-    scope = Scope(user_id=None, start=NOW - span if span else None, end=NOW, **filters)
+    scope = Scope(project_id=None, start=NOW - span if span else None, end=NOW, **filters)
     exact, fast = _both(admin_report, scope, monkeypatch)
     assert exact.days == fast.days
     assert exact.totals == fast.totals
@@ -525,7 +564,7 @@ def test_the_admin_page_from_either_source(history, monkeypatch, span, filters):
 
 def test_a_session_filter_falls_back_to_the_raw_rows(history, monkeypatch):
     monkeypatch.setattr(cube, "EXACT_BELOW", 0)
-    report = latency_report(Scope(user_id=None, end=NOW, session="x"), now=NOW)
+    report = latency_report(Scope(project_id=None, end=NOW, session="x"), now=NOW)
     assert report.method == cube.EXACT
 
 
@@ -542,8 +581,8 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
 
     from dashboard.stats.sql import ROLLUPS, STREAMS, scope_where
 
-    base = Scope(user_id=None)
-    values = {"user_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
+    base = Scope(project_id=None)
+    values = {"project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
     not_filters = {"tz"}  # how the figures are bucketed, not which streams
     for field in fields(Scope):
         if field.name in not_filters:
@@ -562,14 +601,15 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
             assert same, field.name
             continue
         assert not same, f"{field.name}: no condition on the rollups"
-    # the same columns, each table's own spelling of who and which tag
-    scope = replace(base, user_id=7, resolved_model="m-a", status="failed", source="proxy")
+    # the same columns, each table's own spelling of which project and which tag
+    scope = replace(base, project_id=7, resolved_model="m-a", status="failed", source="proxy")
     raw, rolled = scope_where(scope, rows=STREAMS), scope_where(scope, rows=ROLLUPS)
-    assert '"user_id" = %s' in raw.sql() and '"user_key" = %s' in rolled.sql()
+    assert '"project_id" = %s' in raw.sql() and '"project_key" = %s' in rolled.sql()
     assert raw.params == [7, "m-a", "failed", "proxy"]
     assert rolled.params == ["", 7, "m-a", "failed", "proxy"]  # every stream's rows: tag ""
+    # the project is access: no filter leaves it out
     skipped = scope_where(scope, rows=ROLLUPS, skip=("user", "source", "resolved_model"))
-    assert skipped.params == ["", "failed"]
+    assert skipped.params == ["", 7, "failed"]
     # findings_in_scope joins the stream rows and applies the rule's unqualified columns:
     # none of them may be a finding's too
     from dashboard.stats.sql import FILTERS
@@ -580,7 +620,9 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
 
 def test_a_dimension_on_the_rollups_base_is_in_every_key():
     shared = rollup_dimensions()
-    assert set(shared) == {"span", "tag", "t", "resolved_model", "source", "user_key", "status"}
+    assert set(shared) == {
+        "span", "tag", "t", "resolved_model", "source", "user_key", "project_key", "status"
+    }  # fmt: skip
     for model, (key, _values) in aggregates.rollup_tables().items():
         assert set(shared) <= set(key), model
         assert key == tuple(model._meta.pk.field_names)  # the model spells it once
@@ -590,3 +632,15 @@ def test_a_dimension_on_the_rollups_base_is_in_every_key():
         "t",
         *(d for d in shared if d != "t"),
     )
+
+
+def test_a_scope_is_a_project_and_only_staff_get_every_project(people):
+    """`Scope.for_user`: the page's project; without one, staff read every project and anyone
+    else their home project (never every project)."""
+    ann = people[0]
+    staff = get_user_model().objects.create_user("root", is_staff=True)
+    team = Project.objects.create(name="Team", slug="team")
+    assert Scope.for_user(ann, team).project_id == team.pk
+    assert Scope.for_user(ann, None).project_id == Project.personal(ann).pk
+    assert Scope.for_user(staff, None).project_id is None
+    assert Scope.for_user(staff, team.pk, username="ann").project_id == team.pk

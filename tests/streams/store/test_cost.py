@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from streams.core import pricing, usage
 from streams.ingest.importer import import_capture
 from streams.models import Price, Stream, UsageRollup
-from streams.store import prices
+from streams.store import aggregates, prices
 from tests.support import paths
 from tests.support.recording import body, record
 
@@ -63,7 +63,12 @@ async def test_a_recorded_stream_keeps_its_reported_usage_and_the_teams_price(up
     assert (stream.cost_nanos, stream.cost_currency) == (expected, "EUR") and expected > 0
     assert stream.price_ref == price.ref
     # the rollups sum them (every stream: its tag "" rows)
-    rows = [r async for r in UsageRollup.objects.filter(span=3600, tag="")]
+    rows = [
+        r
+        async for r in UsageRollup.objects.filter(
+            span=3600, tag="", project_key=aggregates.EVERY_PROJECT
+        )
+    ]
     assert sum(r.cost_eur_nanos for r in rows) == expected
     assert sum(r.output_tokens for r in rows) == stream.output_tokens
     assert sum(r.priced_n for r in rows) == 1 and sum(r.usage_n for r in rows) == 1
@@ -81,7 +86,12 @@ async def test_a_model_nobody_prices_has_no_cost_not_zero(upstream):
     stream, _ = await record(body(model="eu-reasoner"))
     assert stream.usage_source == "reported" and stream.output_tokens > 0
     assert (stream.cost_nanos, stream.cost_currency, stream.price_ref) == (None, "", "")
-    rows = [r async for r in UsageRollup.objects.filter(span=3600, tag="")]
+    rows = [
+        r
+        async for r in UsageRollup.objects.filter(
+            span=3600, tag="", project_key=aggregates.EVERY_PROJECT
+        )
+    ]
     assert sum(r.priced_n for r in rows) == 0 and sum(r.n for r in rows) == 1
 
 
@@ -126,7 +136,7 @@ def test_reprice_applies_a_price_edit_to_stored_streams_and_their_rollups():
     stream.refresh_from_db()
     assert stream.cost_currency == "EUR" and stream.price_ref == price.ref
     assert stream.cost_nanos == pricing.cost(price.rate(), _usage(stream)) != before
-    rows = UsageRollup.objects.filter(span=3600, tag="")
+    rows = UsageRollup.objects.filter(span=3600, tag="", project_key=aggregates.EVERY_PROJECT)
     assert sum(r.cost_eur_nanos for r in rows) == stream.cost_nanos
     assert sum(r.cost_usd_nanos for r in rows) == 0 and sum(r.priced_n for r in rows) == 1
 

@@ -51,7 +51,7 @@ def test_it_deletes_old_events_and_marks_their_streams(history, settings):
 
 def test_it_deletes_old_streams_and_the_aggregates_keep_them(history, settings, monkeypatch):
     before = aggregates.stored()[UsageRollup]
-    totals = admin_report(Scope(user_id=None, end=NOW), now=NOW)
+    totals = admin_report(Scope(project_id=None, end=NOW), now=NOW)
     settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 5}
     doomed = list(_old(5).exclude(pk=history.pk).values_list("pk", flat=True))
     done = retention.prune(now=NOW, batch=13)
@@ -63,7 +63,7 @@ def test_it_deletes_old_streams_and_the_aggregates_keep_them(history, settings, 
     assert aggregates.stored()[UsageRollup] == before
     # the admin page from the aggregates still shows the whole history
     monkeypatch.setattr(cube, "EXACT_BELOW", 0)
-    after = admin_report(Scope(user_id=None, end=NOW), now=NOW)
+    after = admin_report(Scope(project_id=None, end=NOW), now=NOW)
     assert after.method == cube.AGGREGATED
     assert after.totals["streams"] == totals.totals["streams"] == 301
 

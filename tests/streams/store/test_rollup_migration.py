@@ -64,13 +64,14 @@ def insert_present(rows):
         fields = [
             f for f in model._meta.concrete_fields if not f.primary_key and f.column in present
         ]
+        pg = connection.vendor == "postgresql"
         for row in rows:
             cursor.execute(
                 f"INSERT INTO {qn(table)} ({', '.join(qn(f.column) for f in fields)}) "
-                f"VALUES ({', '.join(['%s'] * len(fields))})",
+                f"VALUES ({', '.join(['%s'] * len(fields))})" + (" RETURNING id" if pg else ""),
                 [f.get_db_prep_save(f.pre_save(row, True), connection) for f in fields],
             )
-            row.pk = cursor.lastrowid
+            row.pk = cursor.fetchone()[0] if pg else cursor.lastrowid
     return rows
 
 # Columns renamed since (0012: the delta count), by today's name.
@@ -96,7 +97,9 @@ def then(model, names):
 
 def old_key(model):
     key, values = RESTATED[model]
-    return [c for c in key if c != "tag" and (c != "status" or model is UsageRollup)], values
+    # (the project came with 0019)
+    new = ("tag", "project_key")
+    return [c for c in key if c not in new and (c != "status" or model is UsageRollup)], values
 
 def snapshot(ids):
     # aggregates.snapshot over this schema's stream columns (one added since reads as empty)
@@ -128,7 +131,8 @@ def write_old(ids, spans):
         kept = [i for i, c in enumerate(values) if then(model, [c])]  # (values it has)
         merged = {}
         for k, v in rows.items():
-            if k[key.index("tag")]:
+            # (nor the rows of every project, 0019's)
+            if k[key.index("tag")] or k[key.index("project_key")] == aggregates.EVERY_PROJECT:
                 continue
             acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(kept))
             for j, i in enumerate(kept):
@@ -220,8 +224,9 @@ for m, (key, values) in RESTATED.items():
     at = [key.index(c) for c in old]
     s, t, tag, st = key.index("span"), key.index("t"), key.index("tag"), key.index("status")
     summed = {}  # the "" rows, summed over the statuses
+    every = key.index("project_key")  # (0019's rows of every project: the same again)
     for k, v in stored[m].items():
-        if k[tag] == "":
+        if k[tag] == "" and k[every] != aggregates.EVERY_PROJECT:
             acc = summed.setdefault(tuple(k[i] for i in at), [0] * len(v))
             for i, x in enumerate(v):
                 acc[i] += x
@@ -305,3 +310,112 @@ def check_0008(env):
         # and the thinned periods get no tag rows: their tagged streams are gone
         tagged = {tuple(p) for p in after[name]["tagged"]}
         assert tagged and not tagged & thinned, name
+
+
+# 0018 → today: streams of two users (in their personal projects) and of none, aggregated as
+# 0018's write path did: today's contributions without the project (summed over it).
+BEFORE_0019 = (
+    OLD
+    + """
+from django.contrib.auth import get_user_model
+with transaction.atomic():
+    # (their personal projects 0018 made: read in SQL, the model has columns added since)
+    users = list(get_user_model().objects.filter(username__in=("ann", "ben")))
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT personal_of_id, id FROM streams_project")
+        projects = dict(cursor.fetchall())
+    ids = history(500, 19)
+    rng = random.Random(19)
+    for pk in ids:
+        user = rng.choice([*users, None])
+        Stream.objects.filter(pk=pk).update(
+            user=user, project_id=None if user is None else projects[user.pk])
+    qn = connection.ops.quote_name
+    written = {}
+    for model, rows in snapshot(ids).tables.items():
+        key, values = aggregates.rollup_tables()[model]
+        old = [c for c in key if c != "project_key"]
+        at = [key.index(c) for c in old]
+        merged = {}
+        for k, v in rows.items():
+            if k[key.index("project_key")] == aggregates.EVERY_PROJECT:
+                continue  # (0019 adds them)
+            acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(v))
+            for i, x in enumerate(v):
+                acc[i] += x
+        cols = old + list(values)
+        with connection.cursor() as cursor:
+            for k, v in merged.items():
+                cursor.execute(
+                    f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(map(qn, cols))}) "
+                    f"VALUES ({', '.join(['%s'] * len(cols))})", [*k, *v])
+        written[model.__name__] = len(merged)
+print(json.dumps({"written": written, "projects": sorted(projects.values())}))
+"""
+)
+AFTER_0019 = """
+import json
+from django.db import connection, transaction
+from streams.models import HistogramRollup, UsageRollup
+from streams.store import aggregates
+stored = aggregates.stored()
+with transaction.atomic():
+    aggregates.rebuild()
+    rebuilt = aggregates.stored()
+    transaction.set_rollback(True)
+key = aggregates.key_of(UsageRollup)
+p, tag, span = key.index("project_key"), key.index("tag"), key.index("span")
+per_project = {}
+for k, v in stored[UsageRollup].items():
+    if k[tag] == "" and k[span] == aggregates.DAY:
+        per_project[k[p]] = per_project.get(k[p], 0) + v[0]
+hkey = aggregates.key_of(HistogramRollup)
+hp, full = hkey.index("project_key"), hkey.index("full")
+summed = {k[hp] for k in stored[HistogramRollup] if not k[full]}
+integrity = [["ok"]]
+if connection.vendor == "sqlite":
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA integrity_check")
+        integrity = cursor.fetchall()
+print(json.dumps({
+    "same": stored == rebuilt, "tables": {m.__name__: len(r) for m, r in stored.items()},
+    "per_project": sorted(per_project.items()), "summed_projects": sorted(summed),
+    "integrity": integrity,
+}))
+"""
+
+
+USERS = """
+from django.contrib.auth import get_user_model
+for name in ("ann", "ben"):
+    get_user_model().objects.create_user(name)
+"""
+
+
+@SQLITE_ONLY
+def test_0019_puts_each_rollup_row_in_its_users_personal_project(tmp_path):
+    """Every row's project is its user's personal project (0 without a user), and the
+    histograms' summed rows are split by project and summed over every project: the upgraded
+    tables equal a rebuild under today's write path, row for row."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
+    env.pop("REDIS_URL", None)
+    check_0019(env)
+
+
+def check_0019(env):
+    """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
+    _manage(env, "migrate", "-v", "0", "auth")
+    _manage(env, "shell", "-c", USERS)
+    _manage(env, "migrate", "-v", "0", "streams", "0018")  # (their personal projects)
+    before = last_json(_manage(env, "shell", "-c", BEFORE_0019))
+    assert all(before["written"][m] for m in ("UsageRollup", "HistogramRollup"))
+    _manage(env, "migrate", "-v", "0")
+    after = last_json(_manage(env, "shell", "-c", AFTER_0019))
+    assert after["same"] is True
+    projects = dict(after["per_project"])
+    assert sorted(projects) == [-1, 0, *before["projects"]]
+    assert sum(projects.values()) == 2 * 500 and all(projects.values())
+    # (and once more over every project: EVERY_PROJECT)
+    assert after["summed_projects"] == [-1, 0, *before["projects"]]
+    assert projects[-1] == 500  # and every stream once more under every project's rows
+    assert after["integrity"] == [["ok"]]

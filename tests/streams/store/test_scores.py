@@ -33,7 +33,8 @@ def rolled(name="thumbs", span=aggregates.DAY, tag=""):
     """{(model, status): (n, sum_milli, positive)} of the day rows of a score type."""
     kind = scores.score_type(name)
     out = {}
-    for r in ScoreRollup.objects.filter(score_type=kind.pk, span=span, tag=tag):
+    every = aggregates.EVERY_PROJECT  # (each stream once)
+    for r in ScoreRollup.objects.filter(score_type=kind.pk, span=span, tag=tag, project_key=every):
         key = (r.resolved_model, r.status)
         n, s, p = out.get(key, (0, 0, 0))
         out[key] = (n + r.n, s + r.sum_milli, p + r.positive)

@@ -25,7 +25,7 @@ def every_scope(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('streams', '0021_invitations'),  # (main's leaf at the merge: one chain)
+        ('streams', '0020_invitations'),  # (main's leaf at the merge: one chain)
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
