@@ -93,6 +93,7 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
             rec = Recording(
                 current.pk, current.project_id, pinned_model=current.requested_model != "auto"
             )
+            rec.token_id = current.token_id  # (started with a token: its spend counts it)
             rec.connect_retry_follows = connect_try + 1 < conf.get().connect_max_attempts
             outcome = await record_attempt(
                 rec, client, url, current.request_body, api_key, writer=writer, stall_s=stall_s

@@ -72,9 +72,10 @@ def running_count(user):
     return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
 
 
-def create(user, body, project=None):
+def create(user, body, project=None, token=None):
     """A new pending stream for `user` in `project` (by default their personal one) within
-    the per-user limit, or `TooMany`."""
+    the per-user limit, or `TooMany`. `token`: the API token it was started with (its spend
+    counts the stream's cost, as a proxied one's)."""
     if lifecycle.stopping:
         raise ShuttingDown()
     limit = conf.get().max_concurrent_per_user
@@ -85,7 +86,7 @@ def create(user, body, project=None):
         running = running_count(user)
         if running >= limit:
             raise TooMany(running, limit)
-        return rows.new_row(user, body, project=project)
+        return rows.new_row(user, body, project=project, token=token)
 
 
 async def start(stream):

@@ -45,14 +45,14 @@ from django import forms
 from django.http import HttpResponse
 from django.utils.translation import gettext
 
-from streams.access import projects
+from streams.access import limits, projects
 from streams.access.projects import Action
 from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
-from streams.serve.http import api_view, json_error
+from streams.serve.http import api_view, json_error, limit_error
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import rows, scores, search
@@ -286,11 +286,15 @@ class NotAllowed(Exception):
 def _project_id(request):
     """The id of the project an API request works in: `?project=<slug>` if given (LookupError
     when the user is not a member: a 404), else a browser's current project (the page's),
-    else the user's home project; None for staff working in every project at once. (A token
-    of a project will name its own.)"""
+    else the user's home project; None for staff working in every project at once. A token's
+    request works in the token's project (another project's slug: a 404)."""
     slug = request.GET.get("project", "")
-    if slug or getattr(request, "auth_method", "") == "token":
-        # (never the session's: a token's request must not start one)
+    token = getattr(request, "token", None)
+    if token is not None:  # a token works in its own project, and only there
+        if slug and slug != request.bearer.project.slug:
+            raise LookupError(slug)
+        return token.project_id
+    if slug:
         project, _ = projects.current(request.user, slug)
         return project.pk
     # the pages' middleware resolves it (dashboard/project.py); None: every project
@@ -509,8 +513,15 @@ async def _create(request):
     body, error = await asyncio.to_thread(_request_body, request)
     if error:
         return error
+    bearer = getattr(request, "bearer", None)
+    if bearer is not None and limits.limited(bearer):  # (a stream costs: the caps apply)
+        over = await sync_to_async(limits.spend_over)(bearer)
+        if over is not None:
+            return limit_error(over)
     try:
-        stream = await sync_to_async(services.create)(request.user, body, project)
+        stream = await sync_to_async(services.create)(
+            request.user, body, project, token=getattr(request, "token", None)
+        )
     except services.TooMany as exc:  # (or ShuttingDown: 503)
         return json_error(exc.http_status, exc.code, exc.message(), limit=exc.limit)
     # A task on the server's event loop: the stream outlives this request.

@@ -82,6 +82,7 @@ def api_view(view):
             # a token works in its own project (streams/access/tokens.py)
             request.project = bearer.project
             request.token = bearer.token
+            request.bearer = bearer
             request.auth_method = "token"
         else:
             user = await request.auser()

@@ -269,6 +269,7 @@ def next_attempt(stream, claimed=True):
         project=stream.project_id,
         first_attempt=stream.first_attempt or stream,
         attempt=stream.attempt + 1,
+        token=stream.token_id,
         claimed=claimed,
     )
 

@@ -207,6 +207,42 @@ class TestSpendCap:
         assert row.spent_day_nanos == row.spent_month_nanos == spent
         assert Stream.objects.filter(token=row).aggregate(n=Sum("cost_nanos"))["n"] == spent
 
+    def test_streams_started_through_the_api_count_and_reach_the_cap_too(
+        self, priced_server, people
+    ):
+        Price.objects.create(
+            model_pattern="*",
+            effective_from=dt.datetime(2000, 1, 1, tzinfo=dt.UTC),
+            currency="EUR",
+            input_per_million=self.PER_MILLION,
+            output_per_million=self.PER_MILLION,
+        )
+        cap = int(self.CAP * NANO)
+        team = Project.objects.create(name="API team", slug="api-team")
+        Membership.objects.create(project=team, user=people.owner, role="member")
+        token = ApiToken.issue(people.owner, project=team, spend_cap_day_nanos=cap)
+        row = ApiToken.objects.get(digest=ApiToken.hash(token))
+        auth = {"Authorization": f"Bearer {token}"}
+        body = {"input": "Tell me about Utrecht", "metadata": {"time_scale": 0.02}}
+        with httpx.Client(base_url=priced_server.url, headers=auth, timeout=30) as client:
+            # a token works in its own project, and only there
+            assert client.get("/api/streams/", params={"project": "nope"}).status_code == 404
+            for _ in range(30):
+                r = client.post("/api/streams/", json=body)
+                if r.status_code == 429:
+                    break
+                assert r.status_code == 201, r.text
+                wait_terminal(r.json()["id"], timeout=30)
+            else:
+                raise AssertionError("30 streams and never refused")
+        assert r.json()["error"]["code"] == "spend_cap_reached" and "retry-after" in r.headers
+        streams = list(Stream.objects.filter(token=row))
+        assert streams and all(s.project_id == team.pk for s in streams)
+        spent = sum(s.cost_nanos for s in streams)
+        assert spent >= cap and spent - streams[-1].cost_nanos < cap
+        row.refresh_from_db()
+        assert row.spent_day_nanos == spent
+
 
 class TestSpendCounter:
     def test_a_new_day_starts_from_zero_and_the_month_keeps_adding(self, people):
