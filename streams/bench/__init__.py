@@ -45,6 +45,29 @@ LOAD_LIMITS = {
 }
 
 NOT_LOAD_LIMITS = {
+    # sign-in and teams: how people sign in and join, which no benchmark does
+    "BREAK_GLASS_USERS": "who may sign in with a password when it is off: sign-in, not load",
+    "PASSWORD_LOGIN": "whether passwords sign in: the benches' users are made, not signed in",
+    "INVITATION_EXPIRY_DAYS": "how long an invitation link works: no bench invites",
+    **{
+        f"OIDC_{name}": "the identity provider's configuration: no bench signs in through one"
+        for name in (
+            "AUTHORIZATION_ENDPOINT",
+            "CLIENT_ID",
+            "CLIENT_SECRET",
+            "END_SESSION_ENDPOINT",
+            "GROUPS",
+            "GROUPS_CLAIM",
+            "ISSUER",
+            "JWKS_ENDPOINT",
+            "PROVIDER_NAME",
+            "SCOPES",
+            "SIGN_ALGO",
+            "TIMEOUT_S",
+            "TOKEN_ENDPOINT",
+            "USERINFO_ENDPOINT",
+        )
+    },  # fmt: skip
     "BATCH_MAX_EVENTS": "batching, part of what is measured",
     "BATCH_MAX_AGE_MS": "batching, part of what is measured",
     "COUNT_WRITE_INTERVAL_MS": "how often a count is rewritten, part of what is measured",

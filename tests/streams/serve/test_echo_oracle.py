@@ -19,6 +19,7 @@ import pytest
 
 from dashboard.models import SavedView
 from streams.core.redaction import FRAGMENT_MIN
+from streams.models import Project
 from streams.store import known_secrets
 from tests.conftest import DaphneServer
 
@@ -77,7 +78,13 @@ def _view_name(client, view, guess):
 
 
 def test_a_right_and_a_wrong_next_character_are_answered_alike(server, people):
-    view = SavedView.objects.create(owner=people.owner, name="v", page="stream_list", query="")
+    view = SavedView.objects.create(
+        owner=people.owner,
+        project=Project.personal(people.owner),  # (the page lists its project's views)
+        name="v",
+        page="stream_list",
+        query="",
+    )
     echoes = {"search box": _search, "saved view name": lambda c, g: _view_name(c, view, g)}
     seen = {}
     with httpx.Client(
