@@ -99,8 +99,9 @@ class ClientPool:
     connections of the previous 100, starting them stalled the event loop, and the pool took
     a large share of the process's CPU (docs/performance.md, "Upstream")."""
 
-    def __init__(self, connect_timeout=10.0, shard_streams=16, keepalive=8):
+    def __init__(self, connect_timeout=10.0, shard_streams=16, keepalive=8, transport=None):
         self.connect_timeout = connect_timeout
+        self.transport = transport  # make_client's: None is the configured one
         self.shard_streams = shard_streams
         self.keepalive = keepalive
         self.shards = []  # [client, streams in flight], for http:// upstreams
@@ -121,6 +122,7 @@ class ClientPool:
                 self.connect_timeout,
                 keepalive=self.keepalive,
                 ssl_context=self.ssl_context if tls else None,
+                transport=self.transport,
             )
             shard = [client, 0]
             shards.append(shard)
