@@ -123,7 +123,8 @@ class LeanTransport(httpx.AsyncBaseTransport):
         if oldest is None:
             return False
         self._idle_count -= 1
-        self._discard(oldest.popleft())
+        oldest.popleft().stream.close()
+        self._open -= 1  # (no wake-up: the caller takes this room at once)
         return True
 
     async def _acquire(self, key, timeouts):
@@ -152,6 +153,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
                     await waiter
             except TimeoutError:
                 raise httpcore.PoolTimeout("no connection to the upstream free in time") from None
+            except BaseException:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, but leaving: the room goes to the next in line
+                raise
             finally:
                 if not waiter.done():  # (timed out or cancelled: no longer waiting)
                     self._waiters.remove(waiter)

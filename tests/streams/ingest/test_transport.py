@@ -341,3 +341,17 @@ def test_make_client_takes_the_configured_transport(settings):
     assert isinstance(make_client()._transport, LeanTransport)
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "UPSTREAM_TRANSPORT": "httpcore"}
     assert isinstance(make_client()._transport, httpx.AsyncHTTPTransport)
+
+
+async def test_at_the_bound_an_idle_connection_of_another_origin_makes_room():
+    async def answer(writer, i, head, body):
+        writer.write(_ok(b"ok"))
+        return True
+
+    async with Upstream(answer) as a, Upstream(answer) as b, _client(max_connections=1) as client:
+        assert (await client.post(a.url, content=b"{}")).content == b"ok"
+        assert (await client.post(b.url, content=b"{}")).content == b"ok"
+        async with asyncio.timeout(5):
+            while not a.closed_by_client:
+                await asyncio.sleep(0.01)
+        assert (a.connections, b.connections) == (1, 1)
