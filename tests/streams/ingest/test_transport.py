@@ -355,3 +355,32 @@ async def test_at_the_bound_an_idle_connection_of_another_origin_makes_room():
             while not a.closed_by_client:
                 await asyncio.sleep(0.01)
         assert (a.connections, b.connections) == (1, 1)
+
+
+async def test_a_reader_that_falls_behind_stops_the_upstream_backpressure():
+    """Nothing is read ahead of the reader: above network.py's high-water mark the socket is
+    not read, the kernel's buffers fill, and the upstream's writes wait."""
+    total = 256 << 20
+    sent = [0]
+
+    async def answer(writer, i, head, body):
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % total)
+        block = b"x" * (256 << 10)
+        while sent[0] < total:
+            writer.write(block)
+            await writer.drain()
+            sent[0] += len(block)
+        return False
+
+    async with Upstream(answer) as up, _client() as client:
+        async with client.stream("POST", up.url, content=b"{}") as response:
+            chunks = response.aiter_raw()  # (held: a dropped iterator closes the connection)
+            assert await chunks.__anext__()
+            async with asyncio.timeout(30):  # until the upstream's writes stop moving
+                while True:
+                    before = sent[0]
+                    await asyncio.sleep(0.3)
+                    if sent[0] == before:
+                        break
+            # the kernel's buffers on both sides and one high-water mark: a few MB, not 256
+            assert sent[0] < 32 << 20
