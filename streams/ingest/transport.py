@@ -254,6 +254,12 @@ class LeanTransport(httpx.AsyncBaseTransport):
             if name.lower() == b"transfer-encoding" and value.lower() == b"chunked":
                 chunked = True
         parts.append(b"\r\n")
+        head = b"".join(parts)
+        # A line break inside a name or value would start a header (or a request) of its own:
+        # the proxy forwards its client's headers (h11 refused these too).
+        lines = len(request.headers.raw) + 2
+        if head.count(b"\n") != lines or head.count(b"\r") != lines:
+            raise httpx.LocalProtocolError("a line break in the request's head", request=request)
         write_timeout = timeouts.get("write")
         stream = request.stream
         if isinstance(stream, httpx.ByteStream):  # content=, json=: all in memory
@@ -262,9 +268,9 @@ class LeanTransport(httpx.AsyncBaseTransport):
                 body = b"%x\r\n%s\r\n0\r\n\r\n" % (len(body), body)
             elif chunked:
                 body = b"0\r\n\r\n"
-            await conn.stream.write(b"".join(parts) + body, write_timeout)
+            await conn.stream.write(head + body, write_timeout)
             return
-        await conn.stream.write(b"".join(parts), write_timeout)
+        await conn.stream.write(head, write_timeout)
         async for part in stream:
             if part:
                 await conn.stream.write(

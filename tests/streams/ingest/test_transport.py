@@ -384,3 +384,18 @@ async def test_a_reader_that_falls_behind_stops_the_upstream_backpressure():
                         break
             # the kernel's buffers on both sides and one high-water mark: a few MB, not 256
             assert sent[0] < 32 << 20
+
+
+async def test_a_line_break_in_a_header_value_is_refused_before_anything_is_sent():
+    async def answer(writer, i, head, body):
+        writer.write(_ok(b"ok"))
+        return True
+
+    async with Upstream(answer) as up, _client() as client:
+        for value in ("a\r\nX-Injected: 1", "a\nX-Injected: 1", "a\rb"):
+            request = client.build_request("POST", up.url, content=b"{}")
+            request.headers._list.append((b"x-note", b"x-note", value.encode()))
+            with pytest.raises(httpx.LocalProtocolError):
+                await client.send(request)
+        assert up.requests == []
+        assert (await client.post(up.url, content=b"{}")).content == b"ok"
