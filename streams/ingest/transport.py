@@ -287,10 +287,10 @@ class LeanTransport(httpx.AsyncBaseTransport):
             start = 0
             while True:
                 end = buffer.find(b"\r\n\r\n", start)
+                if end > MAX_HEAD_BYTES or (end < 0 and len(buffer) > MAX_HEAD_BYTES):
+                    raise httpx.RemoteProtocolError("response head too large", request=request)
                 if end >= 0:
                     break
-                if len(buffer) > MAX_HEAD_BYTES:
-                    raise httpx.RemoteProtocolError("response head too large", request=request)
                 start = max(0, len(buffer) - 3)
                 data = await read(READ_SIZE, read_timeout)
                 if not data:

@@ -399,3 +399,42 @@ async def test_a_line_break_in_a_header_value_is_refused_before_anything_is_sent
                 await client.send(request)
         assert up.requests == []
         assert (await client.post(up.url, content=b"{}")).content == b"ok"
+
+
+@pytest.mark.parametrize(
+    "wire",
+    [
+        b"SSH-2.0-OpenSSH\r\n\r\n",  # not HTTP
+        b"HTTP/1.1 2000 OK\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\n no-name\r\n\r\n",  # a folded line
+        b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nab",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nab\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nab\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabXY0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nX-Big: " + b"a" * (70 * 1024) + b"\r\n\r\n",  # no end in sight
+    ],
+    ids=[
+        "not-http",
+        "status",
+        "folded",
+        "length",
+        "two-lengths",
+        "size",
+        "0x",
+        "chunk-end",
+        "huge",
+    ],
+)
+async def test_a_malformed_answer_is_a_protocol_error_and_its_connection_closes(wire):
+    async def answer(writer, i, head, body):
+        writer.write(wire)
+        await writer.drain()
+        await asyncio.sleep(5)  # (open: the client must not wait for a close to see it)
+        return False
+
+    async with Upstream(answer) as up, _client(timeout=httpx.Timeout(3.0)) as client:
+        for _ in range(2):
+            with pytest.raises(httpx.RemoteProtocolError):
+                await client.post(up.url, content=b"{}")
+        assert up.connections == 2  # (the first never went back to the pool)
