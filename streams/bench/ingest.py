@@ -59,6 +59,13 @@ def add_arguments(parser):
         help="on, off or on,off: the pipeline with Prometheus figures kept, without, or both in "
         "each round (alternating order), printing what keeping them costs",
     )
+    parser.add_argument(
+        "--transport",
+        default="",
+        help="lean, httpcore or lean,httpcore: the pipeline on the upstream client's transports "
+        "(streams/ingest/transport.py, httpcore), both in each round (alternating order) with "
+        "their events/s and CPU per event; default: the configured one only",
+    )
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
 
 
@@ -87,6 +94,7 @@ def run(command, opts):
                         "events": events,
                         "repeat": opts["repeat"],
                         "metrics": opts["metrics"],
+                        "transport": opts["transport"],
                         "upstream": f"http://127.0.0.1:{sim_port}/v1",
                     }
                     out = run_child("ingest", spec, env)[-1]
@@ -144,6 +152,12 @@ def _print(command, out, as_json):
             f"{out['metrics_cpu_cost_pct']:+.2f} % of CPU per event"
             if "metrics_cost_pct" in out
             else ""
+        )
+        + "".join(
+            f"   {name}: {out[f'{name}_events_per_s']:,.0f} ev/s, "
+            f"{out[f'{name}_cpu_us_per_event']} µs CPU/event"
+            for name in ("lean", "httpcore")
+            if f"{name}_events_per_s" in out
         )
         + (
             f"   {out['bytes_per_event']:.0f} B/event (table {out['table_bytes_per_event']:.0f}"
@@ -222,7 +236,7 @@ async def _bare(client, upstream, streams, events):
     return received / elapsed, sum(sent) - received
 
 
-async def _pipeline(client, upstream, streams, events):
+async def _pipeline(client, upstream, streams, events, pool=None):
     from asgiref.sync import sync_to_async
 
     from streams.models import Event, Stream
@@ -231,7 +245,7 @@ async def _pipeline(client, upstream, streams, events):
 
     created = [await sync_to_async(rows.new_row)(None, _body(events)) for _ in range(streams)]
     t0 = time.perf_counter()
-    await asyncio.gather(*(runner.run_stream(s, base_url=upstream) for s in created))
+    await asyncio.gather(*(runner.run_stream(s, base_url=upstream, client=pool) for s in created))
     elapsed = time.perf_counter() - t0
     ids = [s.pk for s in created]
     ended = [
@@ -254,15 +268,28 @@ async def _measure(spec):
         bares = []
         modes = [m.strip() for m in spec.get("metrics", "on").split(",") if m.strip()]
         by_mode = {mode: [] for mode in modes}
+        pools = _transport_pools(spec.get("transport", ""))
+        by_transport = {transport: [] for transport in pools}
+        variants = [(mode, transport) for mode in modes for transport in pools or (None,)]
+        every = []  # every pipeline run: what was lost or failed counts whichever it was
+        for pool in pools.values():  # (their connections, warm)
+            await _pipeline(client, upstream, 2, 200, pool)
         for i in range(spec["repeat"]):
             # alternating, so that a slow spell of the machine hits both alike
             bares.append(await _bare(client, upstream, streams, events))
-            for mode in modes if i % 2 == 0 else modes[::-1]:
+            for mode, transport in variants if i % 2 == 0 else variants[::-1]:
                 _set_metrics(mode)
                 cpu0 = time.process_time()
-                run = await _pipeline(client, upstream, streams, events)
-                by_mode[mode].append((*run, (time.process_time() - cpu0) / (streams * events)))
-        pipes = [run[:3] for runs in by_mode.values() for run in runs]
+                run = await _pipeline(client, upstream, streams, events, pools.get(transport))
+                run = (*run, (time.process_time() - cpu0) / (streams * events))
+                every.append(run)
+                if transport == next(iter(pools), None):
+                    by_mode[mode].append(run)
+                if mode == modes[0] and transport is not None:
+                    by_transport[transport].append(run)
+        for pool in pools.values():
+            await pool.aclose()
+        pipes = [run[:3] for run in every]
         bare, pipe = max(bares), max(by_mode[modes[0]])
     return {
         "streams": streams,
@@ -276,7 +303,37 @@ async def _measure(spec):
         "runs": spec["repeat"],
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
         **_metrics_cost(by_mode),
+        **_transports(by_transport),
         **await asyncio.to_thread(_storage),
+    }
+
+
+def _transport_pools(names):
+    """transport -> its own upstream.ClientPool, for --transport (none: the runner's own)."""
+    from streams.core.conf import UPSTREAM_TRANSPORTS
+    from streams.ingest.upstream import ClientPool
+
+    pools = {}
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        if name not in UPSTREAM_TRANSPORTS:
+            raise SystemExit(f"--transport: {name!r} is not one of {UPSTREAM_TRANSPORTS}")
+        pools[name] = ClientPool(transport=name)
+    return pools
+
+
+def _transports(by_transport):
+    """Per transport: the best run's events/s, the least CPU per event (µs, this process's, all
+    threads), and every run's events/s. `by_transport`: {transport: [(events/s, lost, failed
+    streams, CPU s per event)]}."""
+    return {
+        f"{name}_{key}": value
+        for name, runs in by_transport.items()
+        if runs
+        for key, value in (
+            ("events_per_s", round(max(runs)[0])),
+            ("cpu_us_per_event", round(min(r[3] for r in runs) * 1e6, 2)),
+            ("runs", [round(r[0]) for r in runs]),
+        )
     }
 
 

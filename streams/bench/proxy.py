@@ -17,6 +17,9 @@ Per configuration (number of concurrent clients):
 - the relay floor: the same rounds through `/_bench/relay` on the same Daphne, the least a
   forwarding hop does on this stack (httpcore out, chunks back; streams/bench/proxy_asgi.py):
   its added TTFT and per-event latency, and the proxy's above it (Streamscope's own cost);
+- the transport floors: the same hop through httpx on each of the upstream client's transports
+  (`/_bench/relay-httpcore`, `/_bench/relay-lean`; STREAMSCOPE_UPSTREAM_TRANSPORT picks the
+  proxy's): their CPU per event, added TTFT and per-event latency;
 - the compiled floor (`--against nginx`, on by default): the same rounds through Debian's nginx,
   started by the bench as a plain reverse proxy to the simulator (unbuffered, upstream
   keep-alive, one worker): what one extra hop costs at best, its CPU per event, and the
@@ -131,6 +134,7 @@ def run(command, opts):
             )
             result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
             result["server_limits"] = limits_of(limits)
+            result["upstream_transport"] = _transport()
             results.append(result)
             _print(command, n, arrivals, result, opts["json"])
     finally:
@@ -234,8 +238,30 @@ def _print(command, n, arrivals, result, as_json):
             else ""
         )
     )
+    command.stdout.write(
+        "  floors, µs CPU/event (added TTFT p50 ms): Daphne + httpcore "
+        f"{result['relay_cpu_us_per_event']} ({result['relay_ttft_p50_ms']}); "
+        + "; ".join(
+            f"Daphne + httpx on {t} {result[f'relay_{t}_cpu_us_per_event']} "
+            f"({result[f'relay_{t}_ttft_p50_ms']})"
+            for t in TRANSPORT_FLOORS
+        )
+        + (
+            f"; nginx {result['nginx_cpu_us_per_event']} ({result['nginx_ttft_p50_ms']})"
+            if "nginx_cpu_us_per_event" in result
+            else ""
+        )
+        + f"; the proxy ({_transport()}) {result['cpu_us_per_event']} "
+        f"({result['added_ttft_p50_ms']})"
+    )
     if "profile" in result:
         command.stdout.write("  the proxy's " + stages_text(result["profile"]))
+
+
+def _transport():
+    from streams.core import conf
+
+    return conf.get().upstream_transport
 
 
 NGINX_CONF = """{user}worker_processes {workers};
@@ -319,6 +345,9 @@ async def _configuration(
     relay_base = f"http://127.0.0.1:{daphne.port}/_bench/relay/v1"
     bases = {"direct": sim_root + "/v1", "relay": relay_base, "proxy": proxy_base}
     cpu_of = {"direct": lambda: 0.0, "relay": daphne.cpu_s, "proxy": daphne.cpu_s}
+    for transport in TRANSPORT_FLOORS:
+        bases[f"relay_{transport}"] = f"http://127.0.0.1:{daphne.port}/_bench/relay-{transport}/v1"
+        cpu_of[f"relay_{transport}"] = daphne.cpu_s
     if nginx is not None:
         bases["nginx"] = f"http://127.0.0.1:{nginx.port}/v1"
         cpu_of["nginx"] = nginx.cpu_s
@@ -456,38 +485,68 @@ def _figures(n, arrivals, floor, measured):
     relay_ttft = [(ttft["relay"][s] - ttft["direct"][s]) / 1e6 for s in ttft["direct"]]
     over_relay = [(ttft["proxy"][s] - ttft["relay"][s]) / 1e6 for s in ttft["direct"]]
     added_request = [(arrival["proxy"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]]
-    return {
-        "concurrency": n,
-        "arrivals": arrivals,
-        "added_ttft_p50_ms": percentile(added_ttft, 50, 3),
-        "added_ttft_p99_ms": percentile(added_ttft, 99),
-        "added_event_p50_ms": round(
-            percentile(lag["proxy"], 50, 3) - percentile(lag["direct"], 50, 3), 3
-        ),
-        "added_event_p99_ms": round(
-            percentile(lag["proxy"], 99) - percentile(lag["direct"], 99), 3
-        ),
-        # of the added TTFT, how much is the request's way to the upstream
-        "added_request_p50_ms": percentile(added_request, 50, 3),
-        "lost_events": lost,
-        "cpu_us_per_event": round(cpu["proxy"] * 1e6 / max(1, events["proxy"]), 1),
-        # the same process's CPU per event while it relayed (its idle work included in both)
-        "relay_cpu_us_per_event": round(cpu["relay"] * 1e6 / max(1, events["relay"]), 1),
-        "daphne_floor_p50_ms": percentile(floor, 50, 3),
-        "relay_ttft_p50_ms": percentile(relay_ttft, 50, 3),
-        "relay_ttft_p99_ms": percentile(relay_ttft, 99),
-        "relay_event_p50_ms": round(
-            percentile(lag["relay"], 50, 3) - percentile(lag["direct"], 50, 3), 3
-        ),
-        "relay_request_p50_ms": percentile(
-            [(arrival["relay"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]], 50, 3
-        ),
-        "over_relay_ttft_p50_ms": percentile(over_relay, 50, 3),
-        "over_relay_ttft_p99_ms": percentile(over_relay, 99),
-        "events": events["proxy"],
-        "samples": len(added_ttft),
-        "_proxied_ids": proxied_ids,
-    } | (_against_nginx(measured, percentile(added_ttft, 99)) if "nginx" in ttft else {})
+    return (
+        {
+            "concurrency": n,
+            "arrivals": arrivals,
+            "added_ttft_p50_ms": percentile(added_ttft, 50, 3),
+            "added_ttft_p99_ms": percentile(added_ttft, 99),
+            "added_event_p50_ms": round(
+                percentile(lag["proxy"], 50, 3) - percentile(lag["direct"], 50, 3), 3
+            ),
+            "added_event_p99_ms": round(
+                percentile(lag["proxy"], 99) - percentile(lag["direct"], 99), 3
+            ),
+            # of the added TTFT, how much is the request's way to the upstream
+            "added_request_p50_ms": percentile(added_request, 50, 3),
+            "lost_events": lost,
+            "cpu_us_per_event": round(cpu["proxy"] * 1e6 / max(1, events["proxy"]), 1),
+            # the same process's CPU per event while it relayed (its idle work included in both)
+            "relay_cpu_us_per_event": round(cpu["relay"] * 1e6 / max(1, events["relay"]), 1),
+            "daphne_floor_p50_ms": percentile(floor, 50, 3),
+            "relay_ttft_p50_ms": percentile(relay_ttft, 50, 3),
+            "relay_ttft_p99_ms": percentile(relay_ttft, 99),
+            "relay_event_p50_ms": round(
+                percentile(lag["relay"], 50, 3) - percentile(lag["direct"], 50, 3), 3
+            ),
+            "relay_request_p50_ms": percentile(
+                [(arrival["relay"][s] - arrival["direct"][s]) / 1e6 for s in ttft["direct"]], 50, 3
+            ),
+            "over_relay_ttft_p50_ms": percentile(over_relay, 50, 3),
+            "over_relay_ttft_p99_ms": percentile(over_relay, 99),
+            "events": events["proxy"],
+            "samples": len(added_ttft),
+            "_proxied_ids": proxied_ids,
+        }
+        | (_against_nginx(measured, percentile(added_ttft, 99)) if "nginx" in ttft else {})
+        | {
+            key: value
+            for transport in TRANSPORT_FLOORS
+            for key, value in _floor(measured, transport)
+        }
+    )
+
+
+# the upstream client's transports (streams.core.conf.UPSTREAM_TRANSPORTS), each a relay floor
+TRANSPORT_FLOORS = ("httpcore", "lean")
+
+
+def _floor(measured, transport):
+    """(key, value) of one transport floor: what Daphne and httpx on `transport`, forwarding
+    and nothing else, add to direct calls, and its CPU per event."""
+    mode = f"relay_{transport}"
+    ttft, lag, direct = measured.ttft, measured.lag, measured.ttft["direct"]
+    added = [(ttft[mode][s] - direct[s]) / 1e6 for s in direct]
+    yield (
+        f"{mode}_cpu_us_per_event",
+        round(measured.cpu[mode] * 1e6 / max(1, measured.events[mode]), 1),
+    )
+    yield f"{mode}_ttft_p50_ms", percentile(added, 50, 3)
+    yield f"{mode}_ttft_p99_ms", percentile(added, 99)
+    yield (
+        f"{mode}_event_p50_ms",
+        round(percentile(lag[mode], 50, 3) - percentile(lag["direct"], 50, 3), 3),
+    )
 
 
 def _against_nginx(measured, proxy_p99):

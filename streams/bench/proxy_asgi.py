@@ -12,6 +12,10 @@ stack costs by itself. Only on the bench's 127.0.0.1 server.
   Its pools are sharded like the proxy's (`upstream.ClientPool`, SHARD streams each): one
   httpcore pool scans all its connections per request, and a burst of 64 through one pool
   took many times as long as through the proxy's sharded pools (docs/performance.md, "Proxy").
+- `POST /_bench/relay-lean/v1/responses` and `/_bench/relay-httpcore/v1/responses`: the same
+  hop through httpx on the upstream client's two transports (`upstream.ClientPool`: the lean
+  one, streams/ingest/transport.py, and httpcore's pool, both over network.py's stamping
+  connections), so the bench shows what the transport under the proxy costs by itself.
 """
 
 import asyncio
@@ -22,6 +26,8 @@ import httpcore
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from streams.ingest.upstream import ClientPool
+
 project = import_string(settings.ASGI_APPLICATION)  # (the served application, by its setting)
 
 FLOOR = b'{"ok":true}'
@@ -31,8 +37,11 @@ PACED_EVENT = (
     b'"output_index":0,"content_index":0,"delta":" Utrecht"}\n\n'
 )
 RELAY = "/_bench/relay/v1/"
+# the same hop through httpx on each of the upstream client's transports: prefix -> transport
+RELAY_HTTPX = {"/_bench/relay-lean/v1/": "lean", "/_bench/relay-httpcore/v1/": "httpcore"}
 SHARD = 16
 _pools = []  # [pool, streams in flight]
+_clients = {}  # transport -> upstream.ClientPool (one event loop: Daphne's)
 
 
 async def application(scope, receive, send):
@@ -50,6 +59,10 @@ async def application(scope, receive, send):
         return await _paced(scope, send)
     if scope["type"] == "http" and scope["path"].startswith(RELAY):
         return await _relay(scope, receive, send)
+    if scope["type"] == "http" and scope["path"].startswith("/_bench/relay-"):
+        prefix = next((p for p in RELAY_HTTPX if scope["path"].startswith(p)), None)
+        if prefix is not None:
+            return await _relay_httpx(RELAY_HTTPX[prefix], prefix, scope, receive, send)
     await project(scope, receive, send)
 
 
@@ -78,26 +91,48 @@ async def _relay(scope, receive, send):
 
 
 async def _forward(pool, scope, receive, send):
+    url, content = await _request(RELAY, scope, receive)
+    async with pool.stream("POST", url, headers=HEADERS, content=content) as response:
+        await send(_start(response.status, response.headers))
+        async for chunk in response.aiter_stream():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _relay_httpx(transport, prefix, scope, receive, send):
+    client = _clients.get(transport)
+    if client is None:
+        client = _clients[transport] = ClientPool(shard_streams=SHARD, transport=transport)
+    url, content = await _request(prefix, scope, receive)
+    async with client.stream("POST", url, headers=HEADERS, content=content) as response:
+        await send(_start(response.status_code, response.headers.raw))
+        async for chunk in response.aiter_raw():
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+HEADERS = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
+
+
+async def _request(prefix, scope, receive):
+    """The upstream URL of a relayed request, and its body."""
     chunks = []
     while True:
         message = await receive()
         chunks.append(message.get("body", b""))
         if not message.get("more_body"):
             break
-    url = os.environ["UPSTREAM_BASE_URL"].rstrip("/") + "/" + scope["path"][len(RELAY) :]
-    headers = [(b"content-type", b"application/json"), (b"accept-encoding", b"identity")]
-    async with pool.stream("POST", url, headers=headers, content=b"".join(chunks)) as response:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": response.status,
-                "headers": [
-                    (k, v)
-                    for k, v in response.headers
-                    if k.lower() not in (b"transfer-encoding", b"connection", b"content-length")
-                ],
-            }
-        )
-        async for chunk in response.aiter_stream():
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
+    url = os.environ["UPSTREAM_BASE_URL"].rstrip("/") + "/" + scope["path"][len(prefix) :]
+    return url, b"".join(chunks)
+
+
+def _start(status, headers):
+    return {
+        "type": "http.response.start",
+        "status": status,
+        "headers": [
+            (k, v)
+            for k, v in headers
+            if k.lower() not in (b"transfer-encoding", b"connection", b"content-length")
+        ],
+    }

@@ -23,6 +23,7 @@ from django.conf import settings
 RUNNERS = ("inprocess", "worker")
 ON_DISCONNECT = ("cancel", "drain")
 RECEIPT_CLOCKS = ("kernel", "loop")
+UPSTREAM_TRANSPORTS = ("lean", "httpcore")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +44,10 @@ class Settings:
     # TCP, where the platform has it; TLS and others fall back) or "loop" (when the event loop's
     # callback ran: every loop delay is charged to the upstream; kept to compare).
     receipt_clock: str = "kernel"
+    # What carries the upstream client's HTTP/1.1 below httpx (streams/ingest/upstream.py):
+    # "lean" (streams/ingest/transport.py, our own framing on the stamping connections) or
+    # "httpcore" (httpx's own pool over the same connections; kept to compare).
+    upstream_transport: str = "lean"
     # --- Running streams (streams/run/runner.py, streams/run/worker.py) ---
     # No event for this long: abort and retry the same request (docs/protocol.md: 60 s).
     stall_timeout_s: float = 60.0
@@ -217,6 +222,11 @@ class Settings:
         if self.receipt_clock not in RECEIPT_CLOCKS:
             raise ValueError(
                 f"STREAMSCOPE RECEIPT_CLOCK: {self.receipt_clock!r} is not one of {RECEIPT_CLOCKS}"
+            )
+        if self.upstream_transport not in UPSTREAM_TRANSPORTS:
+            raise ValueError(
+                f"STREAMSCOPE UPSTREAM_TRANSPORT: {self.upstream_transport!r} is not one of "
+                f"{UPSTREAM_TRANSPORTS}"
             )
         if self.proxy_on_disconnect not in ON_DISCONNECT:
             raise ValueError(

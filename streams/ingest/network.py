@@ -233,6 +233,10 @@ class _Stream(httpcore.AsyncNetworkStream):
             phases.receipt_clock = self.receipt_clock
 
     async def aclose(self):
+        self.close()
+
+    def close(self):
+        """Close at once (the lean transport's pool closes connections from sync code)."""
         self._transport.close()
 
     async def start_tls(self, ssl_context, server_hostname=None, timeout=None):

@@ -19,7 +19,9 @@ import httpcore
 import httpx
 from httpx_sse._decoders import SSEDecoder
 
+from streams.core import conf
 from streams.ingest.network import Backend
+from streams.ingest.transport import LeanTransport
 
 
 class ReceivedEvent(NamedTuple):
@@ -50,25 +52,37 @@ class UpstreamError(Exception):
         self.body = body
 
 
-def make_client(connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_context=None):
+def make_client(
+    connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_context=None, transport=None
+):
+    """An httpx client for the upstream on `transport` ("lean" or "httpcore"; None: the
+    STREAMSCOPE_UPSTREAM_TRANSPORT setting), both over network.py's stamping connections."""
     # No read timeout here: the stall rule (no event for N s) is enforced by the recorder,
     # which knows when an event arrived. Building an SSL context (certifi's bundle) is slow
-    # and blocks the loop: pass one to share (docs/performance.md, "Upstream"). None: httpcore
-    # builds its default one if and when a connection needs TLS, so a client for an http://
-    # upstream never builds one (httpx's transport always did, blocking the loop, charged to
-    # the first attempt's `connected`: docs/performance.md, "Upstream").
-    transport = httpx.AsyncHTTPTransport.__new__(httpx.AsyncHTTPTransport)
-    # httpx's transport is its httpcore pool (`_pool` is all its methods use); building the pool
-    # here is also the only way to give it our network backend (httpx has no public hook).
-    transport._pool = httpcore.AsyncConnectionPool(
-        ssl_context=ssl_context,
-        max_connections=max_connections,
-        max_keepalive_connections=keepalive,
-        keepalive_expiry=5.0,  # httpx's default
-        network_backend=Backend(),
-    )
+    # and blocks the loop: pass one to share (docs/performance.md, "Upstream"). None: the
+    # transport builds its default one if and when a connection needs TLS, so a client for an
+    # http:// upstream never builds one (httpx's transport always did, blocking the loop,
+    # charged to the first attempt's `connected`: docs/performance.md, "Upstream").
+    if (transport or conf.get().upstream_transport) == "lean":
+        carrier = LeanTransport(
+            ssl_context=ssl_context,
+            max_connections=max_connections,
+            max_keepalive=keepalive,
+            keepalive_expiry=5.0,  # httpx's default
+        )
+    else:
+        carrier = httpx.AsyncHTTPTransport.__new__(httpx.AsyncHTTPTransport)
+        # httpx's transport is its httpcore pool (`_pool` is all its methods use); building the
+        # pool here is also the only way to give it our network backend (httpx has no hook).
+        carrier._pool = httpcore.AsyncConnectionPool(
+            ssl_context=ssl_context,
+            max_connections=max_connections,
+            max_keepalive_connections=keepalive,
+            keepalive_expiry=5.0,  # httpx's default
+            network_backend=Backend(),
+        )
     return httpx.AsyncClient(
-        transport=transport,
+        transport=carrier,
         timeout=httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None),
         trust_env=False,
     )
@@ -85,8 +99,9 @@ class ClientPool:
     connections of the previous 100, starting them stalled the event loop, and the pool took
     a large share of the process's CPU (docs/performance.md, "Upstream")."""
 
-    def __init__(self, connect_timeout=10.0, shard_streams=16, keepalive=8):
+    def __init__(self, connect_timeout=10.0, shard_streams=16, keepalive=8, transport=None):
         self.connect_timeout = connect_timeout
+        self.transport = transport  # make_client's: None is the configured one
         self.shard_streams = shard_streams
         self.keepalive = keepalive
         self.shards = []  # [client, streams in flight], for http:// upstreams
@@ -107,6 +122,7 @@ class ClientPool:
                 self.connect_timeout,
                 keepalive=self.keepalive,
                 ssl_context=self.ssl_context if tls else None,
+                transport=self.transport,
             )
             shard = [client, 0]
             shards.append(shard)

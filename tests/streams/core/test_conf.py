@@ -28,7 +28,12 @@ class TestFromEnviron:
 
     @pytest.mark.parametrize(
         "name, value",
-        [("BATCH_MAX_EVENTS", "many"), ("STALL_TIMEOUT_S", "nan"), ("RUNNER", "threads")],
+        [
+            ("BATCH_MAX_EVENTS", "many"),
+            ("STALL_TIMEOUT_S", "nan"),
+            ("RUNNER", "threads"),
+            ("UPSTREAM_TRANSPORT", "h2"),
+        ],
     )
     def test_a_bad_value_stops_the_process_with_its_name(self, name, value):
         with pytest.raises((SystemExit, ValueError), match=name):
