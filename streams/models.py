@@ -1123,8 +1123,17 @@ class Price(models.Model):
                 ),
                 name="price_not_negative",
             ),
+            # one price per pattern and start for the instance, and one per project (two
+            # partial indexes: SQLite has no NULLS NOT DISTINCT)
             models.UniqueConstraint(
-                fields=["model_pattern", "effective_from"], name="price_one_per_start"
+                fields=["model_pattern", "effective_from"],
+                condition=models.Q(project__isnull=True),
+                name="price_one_per_start",
+            ),
+            models.UniqueConstraint(
+                fields=["project", "model_pattern", "effective_from"],
+                condition=models.Q(project__isnull=False),
+                name="price_one_per_start_in_project",
             ),
         ]
 
@@ -1149,6 +1158,7 @@ class Price(models.Model):
             reasoning=self.reasoning_per_million,
             source=TEAM,
             ref=self.ref,
+            project=self.project_id,
         )
 
 
@@ -1189,9 +1199,14 @@ class ScoreType(models.Model):
         ordering = ["name"]
         constraints = [
             models.UniqueConstraint(
+                fields=["name"],
+                condition=models.Q(project__isnull=True),
+                name="score_type_instance_name",
+            ),
+            models.UniqueConstraint(
                 fields=["project", "name"],
+                condition=models.Q(project__isnull=False),
                 name="score_type_project_name",
-                nulls_distinct=False,
             ),
         ]
 

@@ -40,6 +40,7 @@ class Rate:
     reasoning: Decimal | None = None  # None: the output rate
     source: str = TEAM
     ref: str = ""  # which price it is, for the pages ("team price 12", "genai-prices …")
+    project: int | None = None  # a project's own price (None: the instance's, for every one)
 
     def matches(self, model: str) -> bool:
         return fnmatch.fnmatchcase(model.lower(), self.pattern.lower())
@@ -58,15 +59,21 @@ def example_model(ref: str) -> str | None:
     return ref[len(prefix) :] if ref.startswith(prefix) else None
 
 
-def pick(rates, model: str, at: dt.datetime) -> Rate | None:
-    """The team's rate for `model` at `at`: among the entries for it already in effect, the
-    most specific pattern, then the latest start."""
+def pick(rates, model: str, at: dt.datetime, project: int | None = None) -> Rate | None:
+    """The team's rate for `model` at `at` for a stream of `project`: among the entries for it
+    already in effect, the project's own first, else the instance's (a project's price never
+    prices another project's streams); among those the most specific pattern, then the latest
+    start."""
     if not model:
         return None
-    valid = [r for r in rates if r.effective_from <= at and r.matches(model)]
+    valid = [
+        r
+        for r in rates
+        if r.effective_from <= at and r.project in (None, project) and r.matches(model)
+    ]
     if not valid:
         return None
-    return max(valid, key=lambda r: (r.specificity, r.effective_from))
+    return max(valid, key=lambda r: (r.project is not None, r.specificity, r.effective_from))
 
 
 def cost(rate: Rate, usage) -> int | None:

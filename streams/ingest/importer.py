@@ -35,7 +35,7 @@ from streams.core.capture import (
     sniff,
 )
 from streams.core.checks import Checker, said
-from streams.models import Capture, Finding, Stream
+from streams.models import Capture, Finding, Project, Stream
 from streams.store import aggregates, event_row, rows
 from streams.store.rows import insert_events
 
@@ -233,6 +233,8 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
 
 
 def _store(capture: ParsedCapture, user, model: str, project=None) -> Stream:
+    if project is None and user is not None and user.pk:
+        project = Project.personal(user)  # (where Stream.save would put it: priced there)
     checked = capture.checked
     if checked is None or checked.model != model:
         checked = _check(capture, model)
@@ -256,6 +258,7 @@ def _store(capture: ParsedCapture, user, model: str, project=None) -> Stream:
         # priced as of when it ran (a HAR says), else as of its import
         started_at=har.get("started_at") or dt.datetime.now(dt.UTC),
         imported=True,
+        project=getattr(project, "pk", project),
     )
     stream = rows.create(
         body,

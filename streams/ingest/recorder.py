@@ -248,6 +248,7 @@ class Recording:
             first_output_us=None if first_output is None else _us(first_output - self.t0_ns),
             last_output_us=None if last_output is None else _us(last_output - self.t0_ns),
             proxy_delays=self.proxy_delays,
+            project=self.project_id,
             request_body=self.request_body,
             answer=self.answer,
             model=self.request_model,

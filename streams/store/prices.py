@@ -166,18 +166,19 @@ def example_rate(model: str) -> Rate | None:
     )  # fmt: skip
 
 
-def cost_fields(usage, model: str, at: dt.datetime | None, *, imported=False) -> dict:
+def cost_fields(usage, model: str, at: dt.datetime | None, *, imported=False, project=None) -> dict:
     """A finished stream's cost columns: its usage at the price for `model` valid at `at` (its
-    start), the team's first; then, for a stream the built-in simulator answered (recorded,
-    not `imported`, while it is this instance's upstream), its example price; then the
-    maintained list. No price (unknown model, unknown usage): `cost_nanos` None."""
+    start), the team's first (its `project`'s own, else the instance's: `pricing.pick`); then,
+    for a stream the built-in simulator answered (recorded, not `imported`, while it is this
+    instance's upstream), its example price; then the maintained list. No price (unknown
+    model, unknown usage): `cost_nanos` None."""
     if not model or at is None or usage.input_tokens is None or usage.output_tokens is None:
         return dict(NO_PRICE)
     # The team's patterns are globs (`gpt-4o*`) staff write and `reprice` applies: matched
     # against an upstream's model id as stored, `m-sk-4*` priced or not would tell a key's
     # characters one at a time. Matched against it redacted, a key in it matches nothing.
     model = known_secrets.redact(model)
-    rate = pricing.pick(_book.current(), model, at)
+    rate = pricing.pick(_book.current(), model, at, project)
     if rate is None and not imported and built_in_upstream():
         rate = example_rate(model)
     if rate is not None:

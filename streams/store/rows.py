@@ -312,6 +312,7 @@ def finished(
     model="",
     started_at=None,
     imported=False,
+    project=None,
 ):
     """The fields a stream ends with, bounded, for its last write.
 
@@ -348,15 +349,18 @@ def finished(
     )
     if proxy_delays:
         fields.update(figures.proxy_added(proxy_delays))
-    fields.update(usage_fields(judged, fields, request_body, answer, model, started_at, imported))
+    fields.update(
+        usage_fields(judged, fields, request_body, answer, model, started_at, imported, project)
+    )
     if request_body is not None:  # (else what the row was made with stays)
         fields["search_other"] = search.other_text(request_body, fields.get("parts"))
     return bound(fields)
 
 
-def usage_fields(judged, fields, request_body, answer, model, started_at, imported):
-    """A finished row's usage (reported, else estimated) and its cost. None of it for a
-    request that got no answer to count (`judged` None and no `answer`)."""
+def usage_fields(judged, fields, request_body, answer, model, started_at, imported, project=None):
+    """A finished row's usage (reported, else estimated) and its cost (at `project`'s prices,
+    else the instance's). None of it for a request that got no answer to count (`judged` None
+    and no `answer`)."""
     if judged is not None:
         used = usage.of_stream(
             judged.usage, request_body, fields.get("parts"), fields.get("output_text", "")
@@ -368,7 +372,10 @@ def usage_fields(judged, fields, request_body, answer, model, started_at, import
     else:
         return {**usage.NONE.fields(), **prices.NO_PRICE}
     model = fields.get("resolved_model") or (model if model != "auto" else "")
-    return {**used.fields(), **prices.cost_fields(used, model, started_at, imported=imported)}
+    return {
+        **used.fields(),
+        **prices.cost_fields(used, model, started_at, imported=imported, project=project),
+    }
 
 
 def _output_fields(checker):
@@ -974,7 +981,10 @@ def repriced(stream, last_event_data=None, *, recount=False):
     )
     at = stream.started_at or stream.created_at
     imported = stream.source == Stream.Source.IMPORT
-    return {**used.fields(), **prices.cost_fields(used, model, at, imported=imported)}
+    return {
+        **used.fields(),
+        **prices.cost_fields(used, model, at, imported=imported, project=stream.project_id),
+    }
 
 
 def reprice(queryset, *, recount=False, chunk=500):

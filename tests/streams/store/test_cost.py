@@ -227,3 +227,38 @@ def test_the_pages_say_an_example_price_is_one(settings):
     assert 'id="example-prices"' in client.get("/usage/").content.decode()
     settings.UPSTREAM_BASE_URL = "http://127.0.0.1:9/v1"
     assert 'id="example-prices"' not in client.get("/usage/").content.decode()
+
+
+@pytest.mark.django_db
+def test_a_projects_own_price_prices_its_streams_and_no_other_projects():
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from streams.ingest.importer import read_capture, store_captures
+    from streams.models import Membership, Project
+
+    old = JAN - dt.timedelta(days=3650)
+    instance = _price("gpt-4o-mini*", effective_from=old)
+    mine, theirs = (Project.objects.create(name=n, slug=n) for n in ("mine", "theirs"))
+    own = _price("gpt-4o-mini*", effective_from=old, project=mine, input_per_million=Decimal(5))
+    ann = get_user_model().objects.create_user("ann")
+    for project in (mine, theirs):
+        Membership.objects.create(project=project, user=ann, role="member")
+    capture = (CAPTURES / "openai_text_basic.sse").read_bytes()
+
+    def imported(project):
+        captures = read_capture(capture, "basic.sse", "")
+        (stream,) = store_captures(captures, user=ann, project=project)
+        return stream
+
+    a, b = imported(mine), imported(theirs)
+    assert a.price_ref == own.ref and a.cost_nanos == pricing.cost(own.rate(), _usage(a))
+    assert b.price_ref == instance.ref and b.cost_nanos == pricing.cost(instance.rate(), _usage(b))
+    # the user's personal project has no price of its own: the instance's
+    assert imported(None).price_ref == instance.ref
+    # repricing keeps each stream at its own project's price
+    Stream.objects.filter(pk__in=[a.pk, b.pk]).update(cost_nanos=None, price_ref="")
+    call_command("reprice", "--model", "gpt-4o-mini*", stdout=io.StringIO())
+    a.refresh_from_db()
+    b.refresh_from_db()
+    assert (a.price_ref, b.price_ref) == (own.ref, instance.ref)
