@@ -310,7 +310,9 @@ class TestLive:
 
         async def busy_dispatch(self, message):
             if message["type"] == "stream.batch":
-                await asyncio.sleep(0.003)
+                # (slow enough that the queue overflows however slowly a loaded machine
+                # records: 600 batches at 10 ms is 6 s of a viewer's time)
+                await asyncio.sleep(0.01)
             await dispatch(self, message)
 
         monkeypatch.setattr(consumers.StreamConsumer, "dispatch", busy_dispatch)

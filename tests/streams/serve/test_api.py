@@ -205,7 +205,11 @@ class TestRead:
         assert (await bearer(people.staff).get("/api/streams/")).json()["streams"] == []
         r = await bearer(people.stranger).get("/api/streams/?project=owner")
         assert r.status_code == 404  # (not a member: whether it exists is not told)
-        listed = (await bearer(people.staff).get("/api/streams/?project=owner")).json()["streams"]
+        # a token works in its own project only, staff's too (a session may name any project)
+        r = await bearer(people.staff).get("/api/streams/?project=owner")
+        assert r.status_code == 404
+        staff = session(people.staff)
+        listed = (await staff.get("/api/streams/?project=owner")).json()["streams"]
         assert [s["id"] for s in listed] == [stream.pk]
 
     async def test_events_come_in_pages(self, people):
