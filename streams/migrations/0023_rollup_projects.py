@@ -19,6 +19,8 @@ INCLUDEs `n` in the narrow tables). The code is frozen here: later
 changes to the models cannot change what this migration does. One transaction.
 """
 
+import importlib
+
 from django.conf import settings
 from django.db import migrations, models
 
@@ -177,6 +179,53 @@ def forwards(apps, schema_editor):
         _rebuild(schema_editor, apps.get_model("streams", name), name, project_table)
 
 
+def backwards(apps, schema_editor):
+    """Back to one row per key without a project (PostgreSQL: its columns are altered in
+    place, so they are altered back; SQLite's tables are made anew going forward). The rows of
+    every project go, the projects' rows are summed per key (every value adds up), and 0008's
+    covering indexes come back as 0008 made them."""
+    if schema_editor.connection.vendor != "postgresql":
+        return
+    qn = schema_editor.quote_name
+    made = importlib.import_module("streams.migrations.0008_rollup_status_tags")
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(f"DROP INDEX IF EXISTS {qn('usage_rollup_count')}")
+        cursor.execute(f"DROP INDEX IF EXISTS {qn('histogram_rollup_user')}")
+        for name, key in KEYS.items():
+            table = apps.get_model("streams", name)._meta.db_table
+            t = qn(table)
+            cursor.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = %s "
+                "ORDER BY ordinal_position",
+                [table],
+            )
+            columns = [row[0] for row in cursor.fetchall()]
+            old = [c for c in key if c != "project_key"]
+            values = [c for c in columns if c not in key]
+            summed = ", ".join(f"SUM({qn(c)})" for c in values)
+            cols = ", ".join(qn(c) for c in (*old, *values))
+            grouped = ", ".join(qn(c) for c in old)
+            cursor.execute(
+                f"CREATE TEMPORARY TABLE rollup_back AS SELECT {grouped}, {summed} FROM {t} "
+                f"WHERE {qn('project_key')} <> %s GROUP BY {grouped}",
+                [EVERY_PROJECT],
+            )
+            cursor.execute(f"DELETE FROM {t}")
+            cursor.execute(f"ALTER TABLE {t} DROP CONSTRAINT IF EXISTS {qn(table + '_pkey')}")
+            cursor.execute(f"ALTER TABLE {t} DROP COLUMN {qn('project_key')}")
+            cursor.execute(f"INSERT INTO {t} ({cols}) SELECT * FROM rollup_back")
+            cursor.execute("DROP TABLE rollup_back")
+            include = f" INCLUDE ({qn('n')})" if values == ["n"] else ""
+            cursor.execute(
+                f"ALTER TABLE {t} ADD CONSTRAINT {qn(table + '_pkey')} "
+                f"PRIMARY KEY ({grouped}){include}"
+            )
+            if name == "usagerollup":
+                made._count_index(schema_editor, table)
+            if name == "histogramrollup":
+                made._user_index(schema_editor, table)
+
+
 def _state_operations():
     ops = []
     for name, key in KEYS.items():
@@ -211,5 +260,5 @@ class Migration(migrations.Migration):
             database_operations=[],
             state_operations=_state_operations(),
         ),
-        migrations.RunPython(forwards, migrations.RunPython.noop, elidable=False),
+        migrations.RunPython(forwards, backwards, elidable=False),
     ]

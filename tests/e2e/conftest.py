@@ -64,8 +64,15 @@ def session_cookie(user, url):
     from django.conf import settings
     from django.test import Client
 
+    from dashboard.project import SESSION_KEY
+    from streams.access.projects import ALL
+
     client = Client()
     client.force_login(user)
+    if user.is_staff:  # staff look at every project at once (the switcher's "All projects")
+        session = client.session
+        session[SESSION_KEY] = ALL
+        session.save()
     value = client.cookies[settings.SESSION_COOKIE_NAME].value
     return {"name": settings.SESSION_COOKIE_NAME, "value": value, "url": url}
 
