@@ -202,7 +202,7 @@ def backwards(apps, schema_editor):
             columns = [row[0] for row in cursor.fetchall()]
             old = [c for c in key if c != "project_key"]
             values = [c for c in columns if c not in key]
-            summed = ", ".join(f"SUM({qn(c)})" for c in values)
+            summed = ", ".join(f"SUM({qn(c)}) AS {qn(c)}" for c in values)
             cols = ", ".join(qn(c) for c in (*old, *values))
             grouped = ", ".join(qn(c) for c in old)
             cursor.execute(
