@@ -7,6 +7,7 @@ import math
 from decimal import ROUND_HALF_EVEN, ROUND_HALF_UP, Decimal
 
 from django import template
+from django.template import defaultfilters
 from django.utils import formats
 from django.utils.html import format_html
 from django.utils.translation import get_language, gettext, ngettext, pgettext_lazy
@@ -67,6 +68,17 @@ def count(value):
     if value is None or value == "":
         return "—"
     return number(int(value), 0)
+
+
+@register.filter
+def size(value):
+    """A size in bytes as Django's filesizeformat says it ("1.2 KB", in the page's language),
+    under a KB grouped as every count ("1 015 bytes"; filesizeformat writes "1015")."""
+    if value is None or value == "":
+        return "—"
+    n = int(value)
+    text = defaultfilters.filesizeformat(n)
+    return text.replace(str(n), count(n), 1) if abs(n) < 1024 else text
 
 
 @register.filter(expects_localtime=True)
