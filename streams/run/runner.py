@@ -25,6 +25,7 @@ from streams.ingest.upstream import ClientPool
 from streams.ingest.writer import get_writer
 from streams.models import Stream
 from streams.observe import telemetry
+from streams.run import periodic
 from streams.simulator import built_in_upstream, scenarios
 from streams.store import retention, rows, search
 
@@ -291,7 +292,8 @@ def sweep_periodically(on_swept=None):
     """Sweep orphans now and then every SWEEP_INTERVAL_S, on the running loop, for as long as
     it runs: a long-lived process's job (Daphne's, a worker's), so a row left by a process that
     died ends `interrupted` without waiting for some process's next start. `on_swept(n)` is
-    called after a sweep that found some. Returns the sweeper task (one per loop)."""
+    called after a sweep that found some. The registered background jobs (streams/run/
+    periodic.py) run beside it for as long. Returns the sweeper task (one per loop)."""
     loop = asyncio.get_running_loop()
     task = _sweepers.get(loop)
     if task is None or task.done():
@@ -334,6 +336,14 @@ def _sweep_now():
 
 async def _sweep_forever(on_swept):
     complaints = _Complaints("orphan sweep")
+    jobs = periodic.start()  # the registered background jobs live as long as the sweeper
+    try:
+        await _sweep_loop(on_swept, complaints)
+    finally:
+        jobs.cancel()
+
+
+async def _sweep_loop(on_swept, complaints):
     while True:
         try:
             swept = await sync_to_async(_sweep_now)()

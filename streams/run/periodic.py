@@ -1,0 +1,115 @@
+"""Background jobs of every long-lived process (Daphne's and each `stream_worker`'s), off the loop.
+
+A job is a plain function registered once with `@periodic.job(name, every_s)` (its module is
+imported by `StreamsConfig.ready`, so every process knows every job). Each process runs its due
+jobs on one task per loop, each job in a thread of its own (never the ORM's shared sync thread,
+so a slow job delays no request), one job at a time (a job is never run twice at once by one
+process), with its failures logged once per kind until it works again.
+
+Every process runs every job: a job whose work must happen once across processes (an alert's
+evaluation, a notification's delivery, a deletion's batch) claims that work in the database
+with a conditional UPDATE, as the work queue does (`runner.claim_pending`). Tests call a job's
+function, or `run_due(now)`, directly: nothing here needs a server.
+"""
+
+import asyncio
+import contextvars
+import dataclasses
+import logging
+import time
+
+from django.db import close_old_connections
+
+log = logging.getLogger(__name__)
+
+# How often the loop looks for due jobs: a job's period is honoured to within this.
+TICK_S = 1.0
+
+
+@dataclasses.dataclass
+class Job:
+    name: str
+    every_s: float
+    fn: object
+    due_at: float = 0.0  # time.monotonic() of its next run; 0: at the first tick
+    failing: set = dataclasses.field(default_factory=set)  # exception kinds logged
+
+    def run(self):
+        close_old_connections()  # a long-lived thread: replace a connection the database dropped
+        try:
+            self.fn()
+        except Exception as exc:
+            kind = type(exc).__name__
+            if kind not in self.failing:
+                self.failing.add(kind)
+                log.warning("%s failed (%s: %s); retrying, logged once", self.name, kind, exc)
+        else:
+            if self.failing:
+                log.info("%s works again", self.name)
+                self.failing.clear()
+        finally:
+            close_old_connections()
+
+
+_jobs = {}
+
+
+def job(name, every_s):
+    """Register the decorated function as the job `name`, run every `every_s` seconds by every
+    long-lived process. Registering a name again replaces it (a module imported twice)."""
+
+    def register(fn):
+        _jobs[name] = Job(name, float(every_s), fn)
+        return fn
+
+    return register
+
+
+def jobs():
+    return dict(_jobs)
+
+
+def due(now=None):
+    """The jobs due at `now` (time.monotonic()), their next time set."""
+    now = time.monotonic() if now is None else now
+    found = []
+    for each in list(_jobs.values()):
+        if each.due_at <= now:
+            each.due_at = now + each.every_s
+            found.append(each)
+    return found
+
+
+def run_due(now=None):
+    """Run the due jobs here, one after the other (for tests and commands)."""
+    for each in due(now):
+        each.run()
+
+
+_loops = {}
+
+
+def start():
+    """Run the jobs on the running loop for as long as it runs (one task per loop); called
+    with the sweeper (`runner.sweep_periodically`), so exactly the processes that sweep run
+    jobs. Returns the task."""
+    loop = asyncio.get_running_loop()
+    task = _loops.get(loop)
+    if task is None or task.done():
+        task = _loops[loop] = loop.create_task(
+            _forever(), name="streamscope-jobs", context=contextvars.Context()
+        )
+    return task
+
+
+async def _forever():
+    running = {}
+    try:
+        while True:
+            for each in due():
+                if each.name not in running or running[each.name].done():
+                    running[each.name] = asyncio.create_task(asyncio.to_thread(each.run))
+            await asyncio.sleep(TICK_S)
+    finally:
+        for task in running.values():
+            task.cancel()

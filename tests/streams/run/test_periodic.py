@@ -1,0 +1,73 @@
+"""Background jobs: due when their period says, one run at a time, failures logged once."""
+
+import asyncio
+import logging
+import threading
+
+import pytest
+
+from streams.run import periodic
+
+
+@pytest.fixture
+def registry(monkeypatch):
+    monkeypatch.setattr(periodic, "_jobs", {})
+    return periodic
+
+
+def test_a_job_is_due_at_the_first_tick_then_once_a_period(registry):
+    runs = []
+    registry.job("count", every_s=60)(lambda: runs.append(1))
+    registry.run_due(now=1000.0)
+    registry.run_due(now=1059.0)
+    assert runs == [1]
+    registry.run_due(now=1060.0)
+    assert runs == [1, 1]
+
+
+def test_a_failing_job_is_logged_once_per_kind_until_it_works(registry, caplog):
+    state = {"fail": True}
+
+    def flaky():
+        if state["fail"]:
+            raise RuntimeError("database away")
+
+    registry.job("flaky", every_s=1)(flaky)
+    with caplog.at_level(logging.INFO, logger="streams.run.periodic"):
+        for now in range(5):
+            registry.run_due(now=float(now))
+        state["fail"] = False
+        registry.run_due(now=10.0)
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("flaky failed (RuntimeError" in m for m in messages) == 1, messages
+    assert messages[-1] == "flaky works again"
+
+
+def test_the_loop_runs_jobs_off_its_thread_and_never_one_job_twice_at_once(registry, monkeypatch):
+    monkeypatch.setattr(periodic, "TICK_S", 0.01)
+    release = threading.Event()
+    seen = {"threads": set(), "at_once": 0, "most": 0}
+    lock = threading.Lock()
+
+    def slow():
+        with lock:
+            seen["at_once"] += 1
+            seen["most"] = max(seen["most"], seen["at_once"])
+            seen["threads"].add(threading.get_ident())
+        release.wait(5)
+        with lock:
+            seen["at_once"] -= 1
+
+    registry.job("slow", every_s=0.01)(slow)
+
+    async def main():
+        task = registry.start()
+        await asyncio.sleep(0.3)  # thirty ticks while the first run still waits
+        release.set()
+        await asyncio.sleep(0.05)
+        task.cancel()
+        return threading.get_ident()
+
+    loop_thread = asyncio.run(main())
+    assert seen["most"] == 1
+    assert loop_thread not in seen["threads"]
