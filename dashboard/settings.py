@@ -130,6 +130,7 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "streams.serve.http.refuse_nul",  # before anything reads a parameter or a cookie
     # on every response, static files and admin included (CONTENT_SECURITY_POLICY below)
     "csp.middleware.CSPMiddleware",
     "dashboard.static_files.StaticFilesMiddleware",  # WhiteNoise

@@ -1,11 +1,13 @@
 """The API's HTTP side of access: its error shape, and the decorator that authenticates a view
-(bearer token, else the session with CSRF on unsafe methods). The rules are streams/access/."""
+(bearer token, else the session with CSRF on unsafe methods), and the middleware refusing a NUL
+anywhere a request is read. The rules are streams/access/."""
 
 import functools
 
-from asgiref.sync import sync_to_async
-from django.http import JsonResponse
+from asgiref.sync import iscoroutinefunction, sync_to_async
+from django.http import HttpResponseBadRequest, JsonResponse
 from django.middleware.csrf import CsrfViewMiddleware
+from django.utils.decorators import sync_and_async_middleware
 from django.views.decorators.csrf import csrf_exempt
 
 from streams.access import limits
@@ -107,3 +109,45 @@ def api_view(view):
         return await view(request, *args, **kwargs)
 
     return wrapper
+
+
+def _holds_nul(request):
+    """Where `request` carries a NUL character, or "": its path, a query parameter's name or
+    value, or a cookie (a quoted cookie may spell one as \\000)."""
+    if "\x00" in request.path:
+        return "path"
+    for name, values in request.GET.lists():
+        if "\x00" in name or any("\x00" in value for value in values):
+            return "query"
+    if any("\x00" in name or "\x00" in value for name, value in request.COOKIES.items()):
+        return "cookies"
+    return ""
+
+
+@sync_and_async_middleware
+def refuse_nul(get_response):
+    """400 for a request carrying NUL where anything reads it before a form could refuse it:
+    PostgreSQL refuses NUL in any query parameter, so a filter, a lookup or a session cookie
+    holding one failed as a 500 there (SQLite matched nothing). One place for every page, the
+    API and the admin, before anything reads the request."""
+
+    def refusal(request):
+        where = _holds_nul(request)
+        if where:
+            return HttpResponseBadRequest(
+                f"NUL characters are not allowed in a request's {where}.",
+                content_type="text/plain; charset=utf-8",
+            )
+        return None
+
+    if iscoroutinefunction(get_response):
+
+        async def middleware(request):
+            return refusal(request) or await get_response(request)
+
+    else:
+
+        def middleware(request):
+            return refusal(request) or get_response(request)
+
+    return middleware

@@ -357,3 +357,29 @@ def test_every_date_filter_of_every_form_is_bounded():
                 if not isinstance(field, InstantField):
                     unbounded.append(f"{cls.__module__}.{cls.__qualname__}.{name}")
     assert seen >= 4 and not unbounded, unbounded
+
+
+# ---- NUL anywhere a request is read ------------------------------------------------------------
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    "path,cookie,where",
+    [
+        ("/?q=a%00b", None, "query"),
+        ("/?tag=%00", None, "query"),
+        ("/api/streams/?model=x%00", None, "query"),
+        ("/analytics/latency/?a%00=1", None, "query"),
+        ("/streams/%00/", None, "path"),
+        ("/", '"abcdefgh\\000ijk"', "cookies"),
+    ],
+)
+def test_a_nul_anywhere_is_a_400_before_anything_reads_it(client, path, cookie, where):
+    """PostgreSQL refuses NUL in a query parameter: before this, a filter or a session cookie
+    holding one was a 500 there (SQLite matched nothing and hid it)."""
+    if cookie:
+        client.cookies["sessionid"] = "x"
+        client.cookies["sessionid"].set("sessionid", cookie, cookie)
+    r = client.get(path)
+    assert r.status_code == 400, (path, r.status_code)
+    assert r.content.decode() == f"NUL characters are not allowed in a request's {where}."
