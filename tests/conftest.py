@@ -210,8 +210,9 @@ class DaphneServer:
         try:
             wait_for_port(self.port, timeout=30, proc=self.proc)
         except Exception:
+            said = self.output()  # before `stop` removes the log
             self.stop()
-            raise RuntimeError(f"daphne did not start:\n{self.output()}") from None
+            raise RuntimeError(f"daphne did not start:\n{said}") from None
 
     def output(self):
         with open(self.log.name, errors="replace") as f:
