@@ -72,6 +72,10 @@ class Project(models.Model):
 
     objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
 
+    # The switcher's word for every project at once (dashboard/project.py: staff's "all"): a
+    # project of such a slug could not be chosen, so no project is given one.
+    RESERVED_SLUGS = frozenset({"all"})
+
     class Meta:
         verbose_name = _("project")
         verbose_name_plural = _("projects")
@@ -106,6 +110,8 @@ class Project(models.Model):
         for n in range(1, 1000):
             suffix = "" if n == 1 else f" ({n})"
             name, slug = base + suffix, slug_base + ("" if n == 1 else f"-{n}")
+            if slug in cls.RESERVED_SLUGS:
+                continue
             if cls.objects.filter(models.Q(name=name) | models.Q(slug=slug)).exists():
                 continue
             try:

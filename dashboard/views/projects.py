@@ -30,6 +30,7 @@ from dashboard.forms.projects import (
     RoleForm,
 )
 from dashboard.project import PARAM
+from dashboard.views.shares import gone, private
 from streams.access import invitations, members, projects
 from streams.access.members import Forbidden, NotFound, Refused
 from streams.access.projects import Action, Role
@@ -306,30 +307,19 @@ def project_delete(request, project):
 # ---- an invitation's link ---------------------------------------------------------------------
 
 
-def _private(response):
-    # The URL is the credential (as a share link's): no cache keeps it, no index lists it.
-    response["Cache-Control"] = "private, no-store"
-    response["X-Robots-Tag"] = "noindex, nofollow"
-    return response
-
-
 def _invitation_or_answer(request, key):
     """(the invitation of `key`, None) or (None, the answer: 429 or the one "gone" page)."""
     ip = request.META.get("REMOTE_ADDR") or "-"
     invitation, retry = invitations.open(key, ip)
     if retry is not None:
-        response = render(
-            request, "dashboard/invitation_gone.html", {"retry_after": retry}, status=429
-        )
-        response["Retry-After"] = str(retry)
-        return None, _private(response)
+        return None, gone(request, retry_after=retry, invitation=True)
     if invitation is None:
         return None, _gone(request)
     return invitation, None
 
 
 def _gone(request):
-    return _private(render(request, "dashboard/invitation_gone.html", {}, status=404))
+    return gone(request, invitation=True)
 
 
 @require_GET
@@ -348,7 +338,7 @@ def invitation(request, key):
         "key": key,
         "current_role": Role(current).label if current else None,
     }
-    return _private(render(request, "dashboard/invitation.html", context))
+    return private(render(request, "dashboard/invitation.html", context))
 
 
 @require_POST

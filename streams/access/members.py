@@ -123,15 +123,10 @@ def _name_free(name, project=None):
         raise Refused(_("There is a project of that name already."))
 
 
-# The switcher's word for every project at once (dashboard/project.py: staff's "all"): a
-# project of that slug could not be chosen.
-RESERVED_SLUGS = frozenset({"all"})
-
-
 def _free_slug(name):
     base = slugify(name)[:SLUG_CHARS].strip("-") or "project"
     taken = set(Project.objects.filter(slug__startswith=base).values_list("slug", flat=True))
-    taken |= RESERVED_SLUGS
+    taken |= Project.RESERVED_SLUGS
     n = 1
     while (slug := base if n == 1 else f"{base}-{n}") in taken:
         n += 1
