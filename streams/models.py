@@ -6,9 +6,12 @@ moment the stream was started (`started_at` is the wall-clock reading of that sa
 """
 
 import hashlib
+import math
 import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import IntegrityError, models, transaction
 from django.dispatch import Signal
 from django.utils.text import slugify
@@ -45,6 +48,7 @@ MAX_PROJECT_NAME_CHARS = 100
 # The currencies costs are in, and a new project's.
 CURRENCIES = [(code, code) for code in pricing.CURRENCIES]
 DEFAULT_CURRENCY = pricing.CURRENCIES[0]
+MAX_RETENTION_DAYS = 3650  # a project's own retention: ten years at most
 
 
 class Project(models.Model):
@@ -68,6 +72,23 @@ class Project(models.Model):
     currency = fields.CharField(
         _("currency"), max_length=3, choices=CURRENCIES, default=DEFAULT_CURRENCY
     )
+    # Retention of its own (streams/store/retention.py), in days, shorter or longer than the
+    # instance's (STREAMSCOPE_RETAIN_*_DAYS); none: the instance's
+    retain_streams_days = models.PositiveIntegerField(
+        _("keep streams for (days)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+    )
+    retain_events_days = models.PositiveIntegerField(
+        _("keep events for (days)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+    )
+    # set when its owner deletes it: it is gone from every list at once, and the periodic job
+    # (streams/access/members.py, `delete_marked`) deletes its streams in batches, then it
+    deleting_at = models.DateTimeField(_("being deleted since"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
@@ -1218,6 +1239,43 @@ class ScoreType(models.Model):
 
     def __str__(self):
         return self.name
+
+    MAX_CATEGORIES = 20
+
+    def clean(self):
+        """What a type must be to be scored under (a form's, a page's and the domain's check:
+        streams/access/definitions.py): a range that is one, categories with distinct labels
+        and finite values (the range is theirs), thumbs as 0 to 1."""
+        if self.kind == self.Kind.THUMBS:
+            self.minimum, self.maximum, self.categories = 0, 1, []
+        elif self.kind == self.Kind.CATEGORICAL:
+            found = self.categories if isinstance(self.categories, list) else []
+            labels = [c.get("label") for c in found if isinstance(c, dict)]
+            values = [c.get("value") for c in found if isinstance(c, dict)]
+            if not 2 <= len(found) <= self.MAX_CATEGORIES or len(labels) != len(found):
+                raise ValidationError(
+                    {"categories": _("From 2 to %(n)d categories.") % {"n": self.MAX_CATEGORIES}}
+                )
+            if any(not isinstance(label, str) or not 0 < len(label) <= 50 for label in labels):
+                raise ValidationError(
+                    {"categories": _("Each category needs a label of 1 to 50 characters.")}
+                )
+            if len(set(labels)) != len(labels):
+                raise ValidationError({"categories": _("Two categories have the same label.")})
+            if any(
+                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                for v in values
+            ):
+                raise ValidationError(
+                    {"categories": _("Each category needs a number as its value.")}
+                )
+            self.minimum, self.maximum = float(min(values)), float(max(values))
+        else:
+            self.categories = []
+            if not all(math.isfinite(v) for v in (self.minimum, self.maximum)):
+                raise ValidationError({"maximum": _("The range's ends are numbers.")})
+            if self.minimum >= self.maximum:
+                raise ValidationError({"maximum": _("The maximum is above the minimum.")})
 
     def is_positive(self, value):
         return self.positive(value, self.minimum, self.maximum)

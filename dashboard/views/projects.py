@@ -1,7 +1,8 @@
 """The projects' pages (docs/teams.md, "Members"): one's projects and making one (/projects/),
 a project's members and invitations (/projects/<slug>/members/: everyone in it reads it and may
 leave; admins add, re-role and remove members and invite), its settings (/projects/<slug>/
-settings/: owners rename and delete), and an invitation's link (/invitations/<key>/).
+settings/: admins set its currency and retention, owners rename and delete), and an
+invitation's link (/invitations/<key>/).
 
 What may be done is streams/access/members.py's to say (through `projects.may`); these views
 parse, call it and answer its refusals: not a member 404, a role too low 403, a rule of the
@@ -27,6 +28,7 @@ from dashboard.forms.projects import (
     DeleteProjectForm,
     InviteForm,
     ProjectNameForm,
+    ProjectSettingsForm,
     RoleForm,
 )
 from dashboard.project import PARAM
@@ -34,6 +36,7 @@ from dashboard.views.shares import gone, private
 from streams.access import invitations, members, projects
 from streams.access.members import Forbidden, NotFound, Refused
 from streams.access.projects import Action, Role
+from streams.core import conf
 
 NOT_SENT = _(
     "The invitation could not be sent: the mail server refused it or did not answer. Nothing "
@@ -116,7 +119,7 @@ def _members_page(request, project, status=200, **forms):
         "roles": Role.choices,
         "may_manage": manage,
         "may_own": projects.may(user, Action.MANAGE_OWNERS, project),
-        "may_settings": projects.may(user, Action.RENAME_PROJECT, project),
+        "may_settings": projects.may(user, Action.MANAGE_RETENTION, project),
         "invitations": invitations.listed(project) if manage else [],
         "add_form": forms.get("add_form") or AddMemberForm(),
         "invite_form": forms.get("invite_form") or InviteForm(),
@@ -244,13 +247,27 @@ def project_invitation_revoke(request, project, invitation_id):
 # ---- its settings -------------------------------------------------------------------------------
 
 
-def _settings_page(request, project, status=200, rename_form=None, delete_form=None):
+def _settings_page(request, project, status=200, **forms):
+    user = request.user
+    instance = conf.get()
     context = {
         # (not `project`: that is the page's current project, the top bar's, context_processor)
         "this_project": project,
+        "settings_form": forms.get("settings_form")
+        or ProjectSettingsForm(
+            initial={
+                "currency": project.currency,
+                "retain_streams_days": project.retain_streams_days,
+                "retain_events_days": project.retain_events_days,
+            }
+        ),
+        "instance_streams_days": instance.retain_streams_days,
+        "instance_events_days": instance.retain_events_days,
+        "may_rename": projects.may(user, Action.RENAME_PROJECT, project),
+        "may_delete": projects.may(user, Action.DELETE_PROJECT, project),
         "stream_count": members.stream_count(project),
-        "rename_form": rename_form or ProjectNameForm(initial={"name": project.name}),
-        "delete_form": delete_form or DeleteProjectForm(project=project),
+        "rename_form": forms.get("rename_form") or ProjectNameForm(initial={"name": project.name}),
+        "delete_form": forms.get("delete_form") or DeleteProjectForm(project=project),
         "nav": "projects",
     }
     return render(request, "dashboard/project_settings.html", context, status=status)
@@ -259,8 +276,24 @@ def _settings_page(request, project, status=200, rename_form=None, delete_form=N
 @require_GET
 @project_view
 def project_settings(request, project):
-    members.require(request.user, Action.RENAME_PROJECT, project)
+    members.require(request.user, Action.MANAGE_RETENTION, project)
     return _settings_page(request, project)
+
+
+@require_POST
+@project_view
+def project_configure(request, project):
+    members.require(request.user, Action.MANAGE_RETENTION, project)
+    form = ProjectSettingsForm(request.POST)
+    if not form.is_valid():
+        return _settings_page(request, project, status=400, settings_form=form)
+    try:
+        members.configure(request.user, project, **form.cleaned_data)
+    except Refused as exc:
+        form.add_error(None, exc.message)
+        return _settings_page(request, project, status=exc.status, settings_form=form)
+    messages.success(request, _g("Settings saved."))
+    return HttpResponseRedirect(reverse("project_settings", args=[project.slug]))
 
 
 @require_POST

@@ -21,7 +21,14 @@ from django.utils.translation import gettext_lazy as _
 
 from streams.access import projects
 from streams.access.projects import Action, Role
-from streams.models import MAX_PROJECT_NAME_CHARS, Membership, Project, Stream
+from streams.models import (
+    CURRENCIES,
+    MAX_PROJECT_NAME_CHARS,
+    MAX_RETENTION_DAYS,
+    Membership,
+    Project,
+    Stream,
+)
 from streams.store import retention
 
 SLUG_CHARS = 50  # of the name's slug; room for a "-2" in the column's 60
@@ -161,6 +168,28 @@ def rename(actor, project, name):
     except IntegrityError:
         raise Refused(_("There is a project of that name already.")) from None
     project.name = name
+    return project
+
+
+def configure(actor, project, *, currency, retain_streams_days, retain_events_days):
+    """Sets `project`'s currency (its prices' and spend caps', admins: MANAGE_PRICES) and its
+    own retention in days, None for the instance's (admins: MANAGE_RETENTION). The audit log
+    records the change (Project is watched); retention applies at its next run."""
+    require(actor, Action.MANAGE_PRICES, project)
+    require(actor, Action.MANAGE_RETENTION, project)
+    if currency not in {code for code, _label in CURRENCIES}:
+        raise Refused(_("Unknown currency."))
+    days = {"retain_streams_days": retain_streams_days, "retain_events_days": retain_events_days}
+    for value in days.values():
+        if value is not None and not 1 <= value <= MAX_RETENTION_DAYS:
+            raise Refused(
+                _("A retention is from 1 to %(n)d days, or empty for the instance's.")
+                % {"n": MAX_RETENTION_DAYS}
+            )
+    changed = {"currency": currency, **days}
+    Project.objects.filter(pk=project.pk).update(**changed)
+    for name, value in changed.items():
+        setattr(project, name, value)
     return project
 
 

@@ -101,8 +101,12 @@ def test_settings_rename_and_delete_for_owners(team):
     url = f"/projects/{project.slug}/settings/"
     page = c["owner"].get(url)
     assert page.status_code == 200 and "deletes its 2 streams" in page.content.decode()
+    admins = c["admin"].get(url)  # (their settings: currency and retention)
+    assert admins.status_code == 200 and "deletes its 2 streams" not in admins.content.decode()
+    assert 'action="/projects/search-team/rename/"' not in admins.content.decode()
     for who in ("admin", "member", "viewer"):
-        assert c[who].get(url).status_code == 403, who
+        if who != "admin":
+            assert c[who].get(url).status_code == 403, who
         assert (
             c[who].post(f"/projects/{project.slug}/delete/", {"name": "Search team"}).status_code
             == 403
@@ -119,6 +123,41 @@ def test_settings_rename_and_delete_for_owners(team):
     assert "deleted, with its 2 streams" in deleted.content.decode()
     assert not Project.objects.filter(pk=project.pk).exists()
     assert not Stream.objects.filter(project_id=project.pk).exists()
+
+
+def test_admins_set_the_currency_and_the_projects_own_retention(team):
+    from streams.models import AuditEntry
+
+    project, people, c = team
+    url = f"/projects/{project.slug}/settings/save/"
+    form = {"currency": "USD", "retain_streams_days": "30", "retain_events_days": ""}
+    for who, status in (("member", 403), ("viewer", 403), ("stranger", 404)):
+        assert c[who].post(url, form).status_code == status, who
+    assert c["anonymous"].post(url, form).status_code == 302
+    assert c["admin"].post(url, form).status_code == 302
+    saved = Project.objects.get(pk=project.pk)
+    assert (saved.currency, saved.retain_streams_days, saved.retain_events_days) == (
+        "USD",
+        30,
+        None,
+    )
+    entry = AuditEntry.objects.filter(project=project, action="project.changed").latest("at")
+    assert entry.actor_id == people["admin"].pk
+    assert entry.changes["currency"] == ["EUR", "USD"]
+    assert entry.changes["retain_streams_days"] == [None, 30]
+    page = c["admin"].get(f"/projects/{project.slug}/settings/").content.decode()
+    assert 'value="30"' in page and "The instance keeps streams for ever." in page
+    # bad input: 400 naming the field, nothing changed
+    for bad, field in (
+        ({**form, "retain_streams_days": "0"}, "retain_streams_days"),
+        ({**form, "retain_events_days": "99999"}, "retain_events_days"),
+        ({**form, "retain_events_days": "soon"}, "retain_events_days"),
+        ({**form, "currency": "XXX"}, "currency"),
+    ):
+        answer = c["admin"].post(url, bad)
+        assert answer.status_code == 400, bad
+        assert f'data-field="{field}"' in answer.content.decode(), bad
+    assert Project.objects.get(pk=project.pk).retain_streams_days == 30
 
 
 def test_a_members_page_leaves_the_current_project_alone(team):

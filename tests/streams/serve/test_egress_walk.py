@@ -725,6 +725,9 @@ class History:
     member_ids: list = dataclasses.field(default_factory=list)
     invitation_ids: list = dataclasses.field(default_factory=list)
     invitation_keys: list = dataclasses.field(default_factory=list)
+    # the projects' own score types and prices (hostile names and notes)
+    score_type_ids: list = dataclasses.field(default_factory=list)
+    price_ids: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -866,9 +869,9 @@ def _projects(people):
     """A project with a hostile name each person owns, with the other a member, and an open
     invitation to it: History's fields of them."""
     from streams.access import invitations, members
-    from streams.models import Invitation, Project
+    from streams.models import Invitation, Price, Project, ScoreType
 
-    slugs, keys = [], []
+    slugs, keys, types, prices = [], [], [], []
     for person in people.values():
         project = Project.objects.filter(memberships__user=person.user, personal_of=None).first()
         if project is None:
@@ -878,7 +881,26 @@ def _projects(people):
                     members.add(person.user, project, other.user, "viewer")
         slugs.append(project.slug)
         keys.append(invitations.invite(person.user, project, "walk@example.com", "member")[1])
+        made = ScoreType.objects.create(
+            project=project,
+            name=f"walk-{project.pk}",
+            kind="categorical",
+            categories=[{"label": XSS[0][:50], "value": 0}, {"label": "ok", "value": 1}],
+            description=XSS[0][:300],
+        )
+        types.append(made.pk)
+        price = Price.objects.create(
+            project=project,
+            model_pattern=XSS[0][:100],
+            effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+            input_per_million=1,
+            output_per_million=2,
+            note=XSS[0][:200],
+        )
+        prices.append(price.pk)
     return {
+        "score_type_ids": types,
+        "price_ids": prices,
         "project_slugs": slugs,
         "member_ids": [p.user.pk for p in people.values()],
         "invitation_ids": list(Invitation.objects.values_list("pk", flat=True)),
@@ -907,6 +929,8 @@ FILL = {
     "project_slug": lambda h, route, bound: h.project_slugs,
     "user_id": lambda h, route, bound: h.member_ids,
     "invitation_id": lambda h, route, bound: h.invitation_ids,
+    "score_type_id": lambda h, route, bound: h.score_type_ids,
+    "price_id": lambda h, route, bound: h.price_ids,
     "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
