@@ -87,8 +87,14 @@ class Project(models.Model):
         validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
     )
     # set when its owner deletes it: it is gone from every list at once, and the periodic job
-    # (streams/access/members.py, `delete_marked`) deletes its streams in batches, then it
+    # (streams/run/deletions.py: members.delete_marked) deletes its streams in batches, then it;
+    # the process doing so holds it until `deletion_claimed_until` (one at a time), and counts
+    # the streams gone in `deleted_streams` (its deletion's audit entry says how many)
     deleting_at = models.DateTimeField(_("being deleted since"), null=True, blank=True)
+    deletion_claimed_until = models.DateTimeField(
+        _("deletion claimed until"), null=True, blank=True
+    )
+    deleted_streams = models.PositiveBigIntegerField(_("streams deleted"), default=0)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = WatchedQuerySet.as_manager()  # (its updates are audited too)

@@ -8,6 +8,8 @@ from django.utils.translation import gettext_lazy as _
 
 from streams.models import Price, ScoreType
 
+CATEGORIES_EXAMPLE = _("wrong = 0\npartly = 0.5\nright = 1")
+
 
 class ScoreTypeForm(forms.ModelForm):
     """A score type; its categories typed one a line, `label = value`."""
@@ -16,9 +18,7 @@ class ScoreTypeForm(forms.ModelForm):
         label=_("Categories"),
         required=False,
         max_length=2000,
-        widget=forms.Textarea(
-            attrs={"rows": 4, "placeholder": "wrong = 0\npartly = 0.5\nright = 1"}
-        ),
+        widget=forms.Textarea(attrs={"rows": 4, "placeholder": CATEGORIES_EXAMPLE}),
         help_text=_("A category's type only: one a line, its label = its value."),
     )
 
@@ -41,8 +41,8 @@ class ScoreTypeForm(forms.ModelForm):
             if not line.strip():
                 continue
             label, sep, value = line.rpartition("=")
-            try:
-                number = float(value)
+            try:  # (a decimal comma too: "0,5")
+                number = float(value.strip().replace(",", "."))
             except ValueError:
                 number = None
             if not sep or not label.strip() or number is None:

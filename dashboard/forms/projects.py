@@ -29,6 +29,12 @@ class InviteForm(forms.Form):
     role = _role_field()
 
 
+class MembersPageForm(forms.Form):
+    """A members page's cursor: the user id of the last member of the page before."""
+
+    after = forms.IntegerField(required=False, min_value=1, max_value=2**62)
+
+
 class DeleteProjectForm(forms.Form):
     """Deleting takes the project's name typed again: what goes with it cannot come back."""
 

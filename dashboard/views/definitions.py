@@ -140,13 +140,14 @@ def _delete(table):
     @project_view
     def view(request, project, **kwargs):
         try:
-            table.delete(request.user, project, kwargs[table.param])
+            gone = table.delete(request.user, project, kwargs[table.param])
         except Refused as exc:
             if exc.status in (403, 404):
                 raise
             messages.error(request, exc.message)
             return _page(request, table, project, status=exc.status)
-        messages.success(request, _g("Deleted."))
+        if gone is not None:  # (none: deleted already, a second click)
+            messages.success(request, _g("Deleted."))
         return HttpResponseRedirect(reverse(table.url, args=[project.slug]))
 
     return view

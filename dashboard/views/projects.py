@@ -18,6 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.formats import number_format
 from django.utils.translation import gettext as _g
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -27,6 +28,7 @@ from dashboard.forms.projects import (
     AddMemberForm,
     DeleteProjectForm,
     InviteForm,
+    MembersPageForm,
     ProjectNameForm,
     ProjectSettingsForm,
     RoleForm,
@@ -109,13 +111,20 @@ def project_create(request):
 def _members_page(request, project, status=200, **forms):
     user = request.user
     manage = projects.may(user, Action.MANAGE_MEMBERS, project)
-    listed, more = members.members(project)
+    cursor = MembersPageForm(request.GET)
+    if not cursor.is_valid():
+        messages.error(request, _form_error(cursor))
+        cursor, status = MembersPageForm(), 400
+    after = cursor.cleaned_data.get("after") if cursor.is_bound else None
+    listed, next_after, n_members = members.members(project, after=after)
     context = {
         # (not `project`: that is the page's current project, the top bar's, context_processor)
         "this_project": project,
         "my_role": projects.role_of(user, project),
         "memberships": listed,
-        "more_members": more,
+        "n_members": n_members,
+        "next_after": next_after,
+        "paged": after is not None,
         "roles": Role.choices,
         "may_manage": manage,
         "may_own": projects.may(user, Action.MANAGE_OWNERS, project),
@@ -328,11 +337,13 @@ def project_delete(request, project):
     messages.success(
         request,
         ngettext(
-            "Project “%(name)s” deleted, with its %(n)s stream.",
-            "Project “%(name)s” deleted, with its %(n)s streams.",
+            "Project “%(name)s” is being deleted, with its %(n)s stream: it is gone from "
+            "every list now, and the rest goes in the background.",
+            "Project “%(name)s” is being deleted, with its %(n)s streams: it is gone from "
+            "every list now, and the rest goes in the background.",
             n,
         )
-        % {"name": name, "n": n},
+        % {"name": name, "n": number_format(n, force_grouping=True)},
     )
     return HttpResponseRedirect(reverse("project_list"))
 

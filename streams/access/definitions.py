@@ -99,9 +99,12 @@ def save_score_type(actor, project, score_type):
 
 
 def delete_score_type(actor, project, pk):
-    """Deletes `project`'s type `pk`, unless scores were given under it (they need it)."""
+    """Deletes `project`'s type `pk`, unless scores were given under it (they need it); one
+    that is not the project's (gone already: a second click) is nothing to delete: None."""
     require(actor, Action.MANAGE_SCORE_TYPES, project)
-    found = score_type_of(project, pk)
+    found = ScoreType.objects.filter(project=project, pk=pk).first()
+    if found is None:
+        return None
     if Score.objects.filter(score_type=found).exists():
         raise Refused(_("Scores were given under this type: it stays."))
     found.delete()
@@ -157,7 +160,9 @@ def save_price(actor, project, price):
 
 
 def delete_price(actor, project, pk):
+    """Deletes `project`'s price `pk`; None for one that is not the project's (gone already)."""
     require(actor, Action.MANAGE_PRICES, project)
-    found = price_of(project, pk)
-    found.delete()
+    found = Price.objects.filter(project=project, pk=pk).first()
+    if found is not None:
+        found.delete()
     return found

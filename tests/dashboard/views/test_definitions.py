@@ -127,7 +127,9 @@ class TestScoreTypes:
         theirs = ScoreType.objects.create(project=elsewhere, name="secret", kind="thumbs")
         base = f"/projects/{project.slug}/score-types/{theirs.pk}"
         assert c["admin"].post(f"{base}/", NUMERIC).status_code == 404
-        assert c["admin"].post(f"{base}/delete/").status_code == 404
+        # deleting: nothing of this project's to delete (as for one deleted already)
+        assert c["admin"].post(f"{base}/delete/").status_code == 302
+        assert ScoreType.objects.filter(pk=theirs.pk).exists()
         assert (
             "secret"
             not in c["admin"].get(f"/projects/{project.slug}/score-types/").content.decode()
@@ -203,5 +205,5 @@ class TestPrices:
         )
         base = f"/projects/{project.slug}/prices/{theirs.pk}"
         assert c["admin"].post(f"{base}/", PRICE).status_code == 404
-        assert c["admin"].post(f"{base}/delete/").status_code == 404
+        assert c["admin"].post(f"{base}/delete/").status_code == 302  # (nothing of this one's)
         assert Price.objects.filter(pk=theirs.pk).exists()

@@ -120,7 +120,8 @@ def test_settings_rename_and_delete_for_owners(team):
     deleted = c["owner"].post(
         f"/projects/{project.slug}/delete/", {"name": "Find team"}, follow=True
     )
-    assert "deleted, with its 2 streams" in deleted.content.decode()
+    assert "is being deleted, with its 2 streams" in deleted.content.decode()
+    assert members.delete_marked() == {project.pk: 2}  # (the periodic job's work)
     assert not Project.objects.filter(pk=project.pk).exists()
     assert not Stream.objects.filter(project_id=project.pk).exists()
 
@@ -167,3 +168,74 @@ def test_a_members_page_leaves_the_current_project_alone(team):
     response = c["viewer"].get(f"/projects/{project.slug}/members/")
     assert response.context["this_project"] == project
     assert response.context["project"] == Project.personal(people["viewer"])
+
+
+def test_the_members_page_is_paged_by_a_cursor(team, monkeypatch):
+    project, people, c = team
+    monkeypatch.setattr(members, "MEMBERS_PAGE", 3)
+    make = get_user_model().objects.create_user
+    for n in range(3):
+        Membership.objects.create(project=project, user=make(f"zed{n}"), role="viewer")
+    url = f"/projects/{project.slug}/members/"
+    first = c["viewer"].get(url)
+    rows = first.context["memberships"]
+    assert [m.user.username for m in rows] == ["owner", "admin", "member"]
+    assert first.context["n_members"] == 7
+    page = first.content.decode()
+    assert f'href="{url}?after={people["member"].pk}" rel="next"' in page
+    assert "7 members, owners first" in page
+    second = c["viewer"].get(f"{url}?after={people['member'].pk}")
+    assert [m.user.username for m in second.context["memberships"]] == ["viewer", "zed0", "zed1"]
+    last_user = second.context["next_after"]
+    third = c["viewer"].get(f"{url}?after={last_user}")
+    assert [m.user.username for m in third.context["memberships"]] == ["zed2"]
+    assert third.context["next_after"] is None and 'rel="next"' not in third.content.decode()
+    assert c["viewer"].get(f"{url}?after=x").status_code == 400
+
+
+def test_staff_list_and_revoke_invitations_in_the_django_admin(team):
+    from streams.access import invitations
+    from streams.models import AuditEntry, Invitation
+
+    project, people, c = team
+    made = [
+        invitations.invite(people["admin"], project, f"p{n}@example.com", "viewer")[0]
+        for n in range(3)
+    ]
+    invitations.accept(made[2], people["stranger"])
+    staff = get_user_model().objects.create_superuser("root", "root@example.com", "pw")
+    client = Client()
+    client.force_login(staff)
+    page = client.get("/admin/streams/invitation/")
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "p0@example.com" in text and "accepted" in text
+    assert made[0].digest not in text
+    detail = client.get(f"/admin/streams/invitation/{made[0].pk}/change/").content.decode()
+    assert made[0].digest not in detail and "p0@example.com" in detail
+    assert client.get("/admin/streams/invitation/add/").status_code == 403
+    revoked = client.post(
+        "/admin/streams/invitation/",
+        {"action": "revoke", "_selected_action": [m.pk for m in made]},
+        follow=True,
+    )
+    assert "2 invitations revoked." in revoked.content.decode()  # (the accepted one stays so)
+    states = {
+        i.email: (i.revoked_at is not None, i.accepted_at is not None)
+        for i in Invitation.objects.all()
+    }
+    assert states == {
+        "p0@example.com": (True, False),
+        "p1@example.com": (True, False),
+        "p2@example.com": (False, True),
+    }
+    entries = AuditEntry.objects.filter(
+        project=project, target_type="invitation", actor_id=staff.pk
+    )
+    assert entries.count() == 2
+    # no deleting from the admin: who invited whom stays the project's history
+    assert client.post(
+        "/admin/streams/invitation/",
+        {"action": "delete_selected", "_selected_action": [made[0].pk]},
+    ).status_code in (200, 302)
+    assert Invitation.objects.filter(pk=made[0].pk).exists()
