@@ -242,8 +242,8 @@ class Invitation(models.Model):
         # the members page: a project's invitations, newest first
         indexes = [models.Index(fields=["project", "-created_at"], name="invitation_project")]
 
-    def __str__(self):
-        return f"{self.email} · {self.project} ({self.role})"
+    def __str__(self):  # (the role in the reader's language: the admin's pages say it)
+        return f"{self.email} · {self.project} ({self.get_role_display()})"
 
     @staticmethod
     def hash(secret):

@@ -763,7 +763,7 @@ def load_history(people):
         )  # fmt: skip
     # scores and comments on a few of each person's streams: hostile categories, keys and
     # texts, and comments with the upstream's key pasted in, whole and escaped
-    from streams.models import Comment, Score, ScoreType, ShareLink
+    from streams.models import Comment, Invitation, Score, ScoreType, ShareLink
     from streams.store import scores as scoring
 
     ScoreType.objects.get_or_create(
@@ -827,8 +827,10 @@ def load_history(people):
     }
     share_secrets, link_ids = _share_links(people)
     objects[ShareLink] = link_ids  # (the admin's pages of them)
+    made = _projects(people)
+    objects[Invitation] = made["invitation_ids"]  # (the admin's read-only pages of them)
     return History(
-        **_projects(people),
+        **made,
         share_secrets=share_secrets,
         link_ids=link_ids,
         token_ids=objects[ApiToken],
@@ -881,21 +883,21 @@ def _projects(people):
                     members.add(person.user, project, other.user, "viewer")
         slugs.append(project.slug)
         keys.append(invitations.invite(person.user, project, "walk@example.com", "member")[1])
-        made = ScoreType.objects.create(
+        made, _ = ScoreType.objects.get_or_create(
             project=project,
             name=f"walk-{project.pk}",
-            kind="categorical",
-            categories=[{"label": XSS[0][:50], "value": 0}, {"label": "ok", "value": 1}],
-            description=XSS[0][:300],
+            defaults={
+                "kind": "categorical",
+                "categories": [{"label": XSS[0][:50], "value": 0}, {"label": "ok", "value": 1}],
+                "description": XSS[0][:300],
+            },
         )
         types.append(made.pk)
-        price = Price.objects.create(
+        price, _ = Price.objects.get_or_create(
             project=project,
             model_pattern=XSS[0][:100],
             effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-            input_per_million=1,
-            output_per_million=2,
-            note=XSS[0][:200],
+            defaults={"input_per_million": 1, "output_per_million": 2, "note": XSS[0][:200]},
         )
         prices.append(price.pk)
     return {
