@@ -176,3 +176,15 @@ def test_a_projects_own_event_retention_with_none_for_the_instance(db, settings)
     assert set(Stream.objects.filter(events_pruned_at=NOW).values_list("pk", flat=True)) == set(
         pruned
     )
+
+
+def test_retention_leaves_a_project_being_deleted_to_its_deletion(db, settings):
+    from streams.models import Project
+
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 3}
+    going = Project.objects.create(name="Going", slug="going", deleting_at=NOW)
+    staying = Project.objects.create(name="Staying", slug="staying")
+    kept, pruned = _aged(going, 5, 6), _aged(staying, 5)
+    assert retention.prune(now=NOW)["streams"] == 1
+    assert set(Stream.objects.values_list("pk", flat=True)) == set(kept)
+    assert not Stream.objects.filter(pk__in=pruned).exists()
