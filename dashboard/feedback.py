@@ -11,7 +11,7 @@ from streams.store import scores
 def panel(user, stream, *, score_form=None, comment_form=None, error=None):
     """The feedback panel's context (templates/dashboard/feedback.html)."""
     given, comments = scores.of_stream(stream.pk)
-    types = scores.types()
+    types = scores.types(stream.project_id)  # (the instance's and the stream's project's)
     return {
         "stream": stream,
         "scores": given,

@@ -5,9 +5,10 @@ from django.utils.formats import number_format
 from django.utils.functional import cached_property
 from django.utils.html import format_html_join
 from django.utils.safestring import mark_safe
-from django.utils.translation import gettext
+from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
 
+from streams.access import invitations
 from streams.core.checks import KNOWN_TYPES
 from streams.models import (
     ApiToken,
@@ -17,6 +18,7 @@ from streams.models import (
     Finding,
     ImportFile,
     ImportJob,
+    Invitation,
     Price,
     Score,
     ScoreType,
@@ -325,6 +327,38 @@ class ShareLinkAdmin(LookAndDelete, FiltersOnly, admin.ModelAdmin):
 
         for link in queryset:
             shared.revoke(request.user, link.pk)
+
+
+@admin.register(Invitation)
+class InvitationAdmin(LookAndDelete, FiltersOnly, admin.ModelAdmin):
+    """Every project's invitations, read-only (they are made on a project's members page, and
+    their secret is not kept: `digest` is not shown), and revoking them (docs/teams.md)."""
+
+    list_display = (
+        "email", "project", "role", "state", "invited_by", "created_at", "expires_at",
+        "accepted_at", "accepted_by", "revoked_at",
+    )  # fmt: skip
+    list_filter = ("role",)
+    list_select_related = ("project", "invited_by", "accepted_by")
+    exclude = ("digest",)
+    ordering = ("-created_at",)
+    actions = ("revoke",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # (revoked, it stays: who invited whom is the project's history)
+
+    @admin.display(description=_("state"))
+    def state(self, obj):
+        return invitations.STATES[invitations.status(obj)]
+
+    @admin.action(description=_("Revoke the selected invitations (their links stop working)"))
+    def revoke(self, request, queryset):
+        n = invitations.revoke_open(queryset)
+        self.message_user(
+            request,
+            ngettext("%(n)s invitation revoked.", "%(n)s invitations revoked.", n)
+            % {"n": number_format(n, force_grouping=True)},
+        )
 
 
 @admin.register(Price)

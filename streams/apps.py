@@ -10,6 +10,9 @@ class StreamsConfig(AppConfig):
         # (each connected where it is defined)
         from streams.core import usage, warmup
         from streams.observe import telemetry  # noqa: F401  (its score and comment counters)
+
+        # the background jobs every long-lived process runs (streams/run/periodic.py)
+        from streams.run import deletions  # noqa: F401  (projects deleted by their owners)
         from streams.store import aggregates, audit, known_secrets, prices, scores  # noqa: F401
 
         # the audit log's receivers, and who a management command's changes are

@@ -6,9 +6,12 @@ moment the stream was started (`started_at` is the wall-clock reading of that sa
 """
 
 import hashlib
+import math
 import secrets
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import IntegrityError, models, transaction
 from django.dispatch import Signal
 from django.utils.text import slugify
@@ -45,6 +48,7 @@ MAX_PROJECT_NAME_CHARS = 100
 # The currencies costs are in, and a new project's.
 CURRENCIES = [(code, code) for code in pricing.CURRENCIES]
 DEFAULT_CURRENCY = pricing.CURRENCIES[0]
+MAX_RETENTION_DAYS = 3650  # a project's own retention: ten years at most
 
 
 class Project(models.Model):
@@ -68,9 +72,36 @@ class Project(models.Model):
     currency = fields.CharField(
         _("currency"), max_length=3, choices=CURRENCIES, default=DEFAULT_CURRENCY
     )
+    # Retention of its own (streams/store/retention.py), in days, shorter or longer than the
+    # instance's (STREAMSCOPE_RETAIN_*_DAYS); none: the instance's
+    retain_streams_days = models.PositiveIntegerField(
+        _("keep streams for (days)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+    )
+    retain_events_days = models.PositiveIntegerField(
+        _("keep events for (days)"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1), MaxValueValidator(MAX_RETENTION_DAYS)],
+    )
+    # set when its owner deletes it: it is gone from every list at once, and the periodic job
+    # (streams/run/deletions.py: members.delete_marked) deletes its streams in batches, then it;
+    # the process doing so holds it until `deletion_claimed_until` (one at a time), and counts
+    # the streams gone in `deleted_streams` (its deletion's audit entry says how many)
+    deleting_at = models.DateTimeField(_("being deleted since"), null=True, blank=True)
+    deletion_claimed_until = models.DateTimeField(
+        _("deletion claimed until"), null=True, blank=True
+    )
+    deleted_streams = models.PositiveBigIntegerField(_("streams deleted"), default=0)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
 
     objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
+    # The switcher's word for every project at once (dashboard/project.py: staff's "all"): a
+    # project of such a slug could not be chosen, so no project is given one.
+    RESERVED_SLUGS = frozenset({"all"})
 
     class Meta:
         verbose_name = _("project")
@@ -106,6 +137,8 @@ class Project(models.Model):
         for n in range(1, 1000):
             suffix = "" if n == 1 else f" ({n})"
             name, slug = base + suffix, slug_base + ("" if n == 1 else f"-{n}")
+            if slug in cls.RESERVED_SLUGS:
+                continue
             if cls.objects.filter(models.Q(name=name) | models.Q(slug=slug)).exists():
                 continue
             try:
@@ -209,8 +242,8 @@ class Invitation(models.Model):
         # the members page: a project's invitations, newest first
         indexes = [models.Index(fields=["project", "-created_at"], name="invitation_project")]
 
-    def __str__(self):
-        return f"{self.email} · {self.project} ({self.role})"
+    def __str__(self):  # (the role in the reader's language: the admin's pages say it)
+        return f"{self.email} · {self.project} ({self.get_role_display()})"
 
     @staticmethod
     def hash(secret):
@@ -1212,6 +1245,43 @@ class ScoreType(models.Model):
 
     def __str__(self):
         return self.name
+
+    MAX_CATEGORIES = 20
+
+    def clean(self):
+        """What a type must be to be scored under (a form's, a page's and the domain's check:
+        streams/access/definitions.py): a range that is one, categories with distinct labels
+        and finite values (the range is theirs), thumbs as 0 to 1."""
+        if self.kind == self.Kind.THUMBS:
+            self.minimum, self.maximum, self.categories = 0, 1, []
+        elif self.kind == self.Kind.CATEGORICAL:
+            found = self.categories if isinstance(self.categories, list) else []
+            labels = [c.get("label") for c in found if isinstance(c, dict)]
+            values = [c.get("value") for c in found if isinstance(c, dict)]
+            if not 2 <= len(found) <= self.MAX_CATEGORIES or len(labels) != len(found):
+                raise ValidationError(
+                    {"categories": _("From 2 to %(n)d categories.") % {"n": self.MAX_CATEGORIES}}
+                )
+            if any(not isinstance(label, str) or not 0 < len(label) <= 50 for label in labels):
+                raise ValidationError(
+                    {"categories": _("Each category needs a label of 1 to 50 characters.")}
+                )
+            if len(set(labels)) != len(labels):
+                raise ValidationError({"categories": _("Two categories have the same label.")})
+            if any(
+                isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v)
+                for v in values
+            ):
+                raise ValidationError(
+                    {"categories": _("Each category needs a number as its value.")}
+                )
+            self.minimum, self.maximum = float(min(values)), float(max(values))
+        else:
+            self.categories = []
+            if not all(math.isfinite(v) for v in (self.minimum, self.maximum)):
+                raise ValidationError({"maximum": _("The range's ends are numbers.")})
+            if self.minimum >= self.maximum:
+                raise ValidationError({"maximum": _("The maximum is above the minimum.")})
 
     def is_positive(self, value):
         return self.positive(value, self.minimum, self.maximum)

@@ -1,10 +1,10 @@
 """The forms of the projects' pages (dashboard/views/projects.py): a project's name, a member
-to add, a role, an invitation, the confirmation of a deletion."""
+to add, a role, an invitation, the confirmation of a deletion, its admins' settings."""
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from streams.models import MAX_PROJECT_NAME_CHARS, Membership
+from streams.models import CURRENCIES, MAX_PROJECT_NAME_CHARS, MAX_RETENTION_DAYS, Membership
 
 
 def _role_field():
@@ -29,6 +29,12 @@ class InviteForm(forms.Form):
     role = _role_field()
 
 
+class MembersPageForm(forms.Form):
+    """A members page's cursor: the user id of the last member of the page before."""
+
+    after = forms.IntegerField(required=False, min_value=1, max_value=2**62)
+
+
 class DeleteProjectForm(forms.Form):
     """Deleting takes the project's name typed again: what goes with it cannot come back."""
 
@@ -46,3 +52,22 @@ class DeleteProjectForm(forms.Form):
         if self.cleaned_data["name"].strip() != self.project.name:
             raise forms.ValidationError(_("Type the project's name exactly to delete it."))
         return self.cleaned_data["name"]
+
+
+def _days_field(label):
+    return forms.IntegerField(
+        label=label,
+        required=False,
+        min_value=1,
+        max_value=MAX_RETENTION_DAYS,
+        help_text=_("Empty: the instance's."),
+        widget=forms.NumberInput(attrs={"placeholder": _("the instance's")}),
+    )
+
+
+class ProjectSettingsForm(forms.Form):
+    """A project's admins' settings: its currency and its own retention."""
+
+    currency = forms.ChoiceField(label=_("Currency"), choices=CURRENCIES)
+    retain_streams_days = _days_field(_("Keep streams for (days)"))
+    retain_events_days = _days_field(_("Keep events for (days)"))

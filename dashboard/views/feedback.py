@@ -55,7 +55,7 @@ def _errors(form):
 @require_POST
 def stream_score(request, stream_id):
     stream = get_stream_for_user(request, stream_id, Action.SCORE)
-    form = ScoreForm(request.POST)
+    form = ScoreForm(request.POST, types=scores.types(stream.project_id))
     compact = _compact(request)
     if not form.is_valid():
         return _answer(

@@ -1,7 +1,8 @@
 """The projects' pages (docs/teams.md, "Members"): one's projects and making one (/projects/),
 a project's members and invitations (/projects/<slug>/members/: everyone in it reads it and may
 leave; admins add, re-role and remove members and invite), its settings (/projects/<slug>/
-settings/: owners rename and delete), and an invitation's link (/invitations/<key>/).
+settings/: admins set its currency and retention, owners rename and delete), and an
+invitation's link (/invitations/<key>/).
 
 What may be done is streams/access/members.py's to say (through `projects.may`); these views
 parse, call it and answer its refusals: not a member 404, a role too low 403, a rule of the
@@ -17,6 +18,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils.formats import number_format
 from django.utils.translation import gettext as _g
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
@@ -26,13 +28,17 @@ from dashboard.forms.projects import (
     AddMemberForm,
     DeleteProjectForm,
     InviteForm,
+    MembersPageForm,
     ProjectNameForm,
+    ProjectSettingsForm,
     RoleForm,
 )
 from dashboard.project import PARAM
+from dashboard.views.shares import gone, private
 from streams.access import invitations, members, projects
 from streams.access.members import Forbidden, NotFound, Refused
 from streams.access.projects import Action, Role
+from streams.core import conf
 
 NOT_SENT = _(
     "The invitation could not be sent: the mail server refused it or did not answer. Nothing "
@@ -105,17 +111,24 @@ def project_create(request):
 def _members_page(request, project, status=200, **forms):
     user = request.user
     manage = projects.may(user, Action.MANAGE_MEMBERS, project)
-    listed, more = members.members(project)
+    cursor = MembersPageForm(request.GET)
+    if not cursor.is_valid():
+        messages.error(request, _form_error(cursor))
+        cursor, status = MembersPageForm(), 400
+    after = cursor.cleaned_data.get("after") if cursor.is_bound else None
+    listed, next_after, n_members = members.members(project, after=after)
     context = {
         # (not `project`: that is the page's current project, the top bar's, context_processor)
         "this_project": project,
         "my_role": projects.role_of(user, project),
         "memberships": listed,
-        "more_members": more,
+        "n_members": n_members,
+        "next_after": next_after,
+        "paged": after is not None,
         "roles": Role.choices,
         "may_manage": manage,
         "may_own": projects.may(user, Action.MANAGE_OWNERS, project),
-        "may_settings": projects.may(user, Action.RENAME_PROJECT, project),
+        "may_settings": projects.may(user, Action.MANAGE_RETENTION, project),
         "invitations": invitations.listed(project) if manage else [],
         "add_form": forms.get("add_form") or AddMemberForm(),
         "invite_form": forms.get("invite_form") or InviteForm(),
@@ -243,13 +256,27 @@ def project_invitation_revoke(request, project, invitation_id):
 # ---- its settings -------------------------------------------------------------------------------
 
 
-def _settings_page(request, project, status=200, rename_form=None, delete_form=None):
+def _settings_page(request, project, status=200, **forms):
+    user = request.user
+    instance = conf.get()
     context = {
         # (not `project`: that is the page's current project, the top bar's, context_processor)
         "this_project": project,
+        "settings_form": forms.get("settings_form")
+        or ProjectSettingsForm(
+            initial={
+                "currency": project.currency,
+                "retain_streams_days": project.retain_streams_days,
+                "retain_events_days": project.retain_events_days,
+            }
+        ),
+        "instance_streams_days": instance.retain_streams_days,
+        "instance_events_days": instance.retain_events_days,
+        "may_rename": projects.may(user, Action.RENAME_PROJECT, project),
+        "may_delete": projects.may(user, Action.DELETE_PROJECT, project),
         "stream_count": members.stream_count(project),
-        "rename_form": rename_form or ProjectNameForm(initial={"name": project.name}),
-        "delete_form": delete_form or DeleteProjectForm(project=project),
+        "rename_form": forms.get("rename_form") or ProjectNameForm(initial={"name": project.name}),
+        "delete_form": forms.get("delete_form") or DeleteProjectForm(project=project),
         "nav": "projects",
     }
     return render(request, "dashboard/project_settings.html", context, status=status)
@@ -258,8 +285,24 @@ def _settings_page(request, project, status=200, rename_form=None, delete_form=N
 @require_GET
 @project_view
 def project_settings(request, project):
-    members.require(request.user, Action.RENAME_PROJECT, project)
+    members.require(request.user, Action.MANAGE_RETENTION, project)
     return _settings_page(request, project)
+
+
+@require_POST
+@project_view
+def project_configure(request, project):
+    members.require(request.user, Action.MANAGE_RETENTION, project)
+    form = ProjectSettingsForm(request.POST)
+    if not form.is_valid():
+        return _settings_page(request, project, status=400, settings_form=form)
+    try:
+        members.configure(request.user, project, **form.cleaned_data)
+    except Refused as exc:
+        form.add_error(None, exc.message)
+        return _settings_page(request, project, status=exc.status, settings_form=form)
+    messages.success(request, _g("Settings saved."))
+    return HttpResponseRedirect(reverse("project_settings", args=[project.slug]))
 
 
 @require_POST
@@ -294,11 +337,13 @@ def project_delete(request, project):
     messages.success(
         request,
         ngettext(
-            "Project “%(name)s” deleted, with its %(n)s stream.",
-            "Project “%(name)s” deleted, with its %(n)s streams.",
+            "Project “%(name)s” is being deleted, with its %(n)s stream: it is gone from "
+            "every list now, and the rest goes in the background.",
+            "Project “%(name)s” is being deleted, with its %(n)s streams: it is gone from "
+            "every list now, and the rest goes in the background.",
             n,
         )
-        % {"name": name, "n": n},
+        % {"name": name, "n": number_format(n, force_grouping=True)},
     )
     return HttpResponseRedirect(reverse("project_list"))
 
@@ -306,30 +351,19 @@ def project_delete(request, project):
 # ---- an invitation's link ---------------------------------------------------------------------
 
 
-def _private(response):
-    # The URL is the credential (as a share link's): no cache keeps it, no index lists it.
-    response["Cache-Control"] = "private, no-store"
-    response["X-Robots-Tag"] = "noindex, nofollow"
-    return response
-
-
 def _invitation_or_answer(request, key):
     """(the invitation of `key`, None) or (None, the answer: 429 or the one "gone" page)."""
     ip = request.META.get("REMOTE_ADDR") or "-"
     invitation, retry = invitations.open(key, ip)
     if retry is not None:
-        response = render(
-            request, "dashboard/invitation_gone.html", {"retry_after": retry}, status=429
-        )
-        response["Retry-After"] = str(retry)
-        return None, _private(response)
+        return None, gone(request, retry_after=retry, invitation=True)
     if invitation is None:
         return None, _gone(request)
     return invitation, None
 
 
 def _gone(request):
-    return _private(render(request, "dashboard/invitation_gone.html", {}, status=404))
+    return gone(request, invitation=True)
 
 
 @require_GET
@@ -348,7 +382,7 @@ def invitation(request, key):
         "key": key,
         "current_role": Role(current).label if current else None,
     }
-    return _private(render(request, "dashboard/invitation.html", context))
+    return private(render(request, "dashboard/invitation.html", context))
 
 
 @require_POST

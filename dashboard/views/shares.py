@@ -43,16 +43,23 @@ SIGN_IN_FIRST = _(
 )
 
 
-def _private(response):
+def private(response):
     # The URL is the credential: no cache keeps the page, no search engine lists it.
     response["Cache-Control"] = "private, no-store"
     response["X-Robots-Tag"] = "noindex, nofollow"
     return response
 
 
-def _gone(request):
-    """The one answer for a secret that opens nothing (unknown, expired, revoked)."""
-    return _private(render(request, "dashboard/shared_gone.html", {"throttled": False}, status=404))
+def gone(request, retry_after=None, invitation=False):
+    """The one answer for a secret that opens nothing (unknown, expired, revoked: 404) or for
+    an address that tried too many (429 after `retry_after` seconds): a share link's, or an
+    invitation's (`invitation`, dashboard/views/projects.py)."""
+    context = {"retry_after": retry_after, "invitation": invitation}
+    status = 404 if retry_after is None else 429
+    response = render(request, "dashboard/link_gone.html", context, status=status)
+    if retry_after is not None:
+        response["Retry-After"] = str(retry_after)
+    return private(response)
 
 
 def link_view(count=False):
@@ -65,18 +72,15 @@ def link_view(count=False):
             ip = request.META.get("REMOTE_ADDR") or "-"
             opening = shares.open(secret, request.user, ip, count=count)
             if opening.retry_after is not None:
-                context = {"throttled": True, "retry_after": opening.retry_after}
-                response = render(request, "dashboard/shared_gone.html", context, status=429)
-                response["Retry-After"] = str(opening.retry_after)
-                return _private(response)
+                return gone(request, retry_after=opening.retry_after)
             if opening.sign_in:
                 # said on the login page, so the visitor knows why they are asked to log in
                 messages.info(request, SIGN_IN_FIRST)
                 return redirect_to_login(request.get_full_path())
             if opening.link is None:
-                return _gone(request)
+                return gone(request)
             response = view(request, opening.link, secret, *args, **kwargs)
-            return _private(response)
+            return private(response)
 
         return wrapper
 
@@ -151,7 +155,7 @@ def share_create(request):
         "target_url": _target_url(link),
         "nav": "shares",
     }
-    return _private(render(request, "dashboard/share_created.html", context))
+    return private(render(request, "dashboard/share_created.html", context))
 
 
 def _target_url(link):
@@ -191,7 +195,7 @@ def shared(request, link, secret):
     after = form.cleaned_data["after"] if form.is_valid() else None
     page = session_page(link.owner, link.session, after=after, project=link.project_id)
     if page is None:  # its streams are gone (deleted, retention)
-        return _gone(request)
+        return gone(request)
     context = {"link": link, "secret": secret, "page": page, "nav": "shared"}
     return render(request, "dashboard/shared_session.html", context)
 

@@ -25,7 +25,7 @@ from django.core.validators import validate_email
 from django.db import transaction
 from django.utils.translation import gettext as _g
 from django.utils.translation import gettext_lazy as _
-from django.utils.translation import ngettext
+from django.utils.translation import ngettext, pgettext_lazy
 
 from streams.access import members, projects
 from streams.access.members import NotFound, Refused
@@ -41,6 +41,12 @@ MAX_SECRET_CHARS = 100  # longer is no secret of ours: not hashed, not looked up
 # page lists every one.
 MAX_OPEN = 100
 PENDING, ACCEPTED, EXPIRED, REVOKED = "pending", "accepted", "expired", "revoked"
+STATES = {
+    PENDING: pgettext_lazy("invitation", "open"),
+    ACCEPTED: pgettext_lazy("invitation", "accepted"),
+    EXPIRED: pgettext_lazy("invitation", "expired"),
+    REVOKED: pgettext_lazy("invitation", "revoked"),
+}
 GONE = _("This invitation does not work: it was used, revoked or has expired, or the link is "
          "incomplete. Ask for a new one.")  # fmt: skip
 
@@ -191,4 +197,12 @@ def revoke(actor, project, invitation_id):
     mine = Invitation.objects.filter(pk=invitation_id, project=project)
     if not mine.exists():
         raise NotFound(_("No such invitation."))
-    mine.filter(accepted_at__isnull=True, revoked_at__isnull=True).update(revoked_at=_now())
+    revoke_open(mine)
+
+
+def revoke_open(invitations):
+    """Revokes those of `invitations` (a queryset: the admin's selection, or one project's
+    one) that are neither used nor revoked; returns how many (the audit log records each)."""
+    return invitations.filter(accepted_at__isnull=True, revoked_at__isnull=True).update(
+        revoked_at=_now()
+    )

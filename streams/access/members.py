@@ -13,16 +13,26 @@ PostgreSQL; SQLite has one writer at a time), writes, then counts the owners lef
 back when there are none, so two owners demoting each other at once leave one.
 """
 
+import datetime as dt
+import time
+
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
-from django.db.models import Case, Count, When
+from django.db.models import Case, Count, F, Q, When
 from django.utils.text import slugify
 from django.utils.translation import gettext_lazy as _
 
 from streams.access import projects
 from streams.access.projects import Action, Role
-from streams.models import MAX_PROJECT_NAME_CHARS, Membership, Project, Stream
-from streams.store import retention
+from streams.models import (
+    CURRENCIES,
+    MAX_PROJECT_NAME_CHARS,
+    MAX_RETENTION_DAYS,
+    Membership,
+    Project,
+    Stream,
+)
+from streams.store import audit, retention
 
 SLUG_CHARS = 50  # of the name's slug; room for a "-2" in the column's 60
 STREAMS_PER_BATCH = retention.STREAMS_PER_BATCH  # a deleted project's, per transaction
@@ -123,15 +133,10 @@ def _name_free(name, project=None):
         raise Refused(_("There is a project of that name already."))
 
 
-# The switcher's word for every project at once (dashboard/project.py: staff's "all"): a
-# project of that slug could not be chosen.
-RESERVED_SLUGS = frozenset({"all"})
-
-
 def _free_slug(name):
     base = slugify(name)[:SLUG_CHARS].strip("-") or "project"
     taken = set(Project.objects.filter(slug__startswith=base).values_list("slug", flat=True))
-    taken |= RESERVED_SLUGS
+    taken |= Project.RESERVED_SLUGS
     n = 1
     while (slug := base if n == 1 else f"{base}-{n}") in taken:
         n += 1
@@ -169,53 +174,130 @@ def rename(actor, project, name):
     return project
 
 
+def configure(actor, project, *, currency, retain_streams_days, retain_events_days):
+    """Sets `project`'s currency (its prices' and spend caps', admins: MANAGE_PRICES) and its
+    own retention in days, None for the instance's (admins: MANAGE_RETENTION). The audit log
+    records the change (Project is watched); retention applies at its next run."""
+    require(actor, Action.MANAGE_PRICES, project)
+    require(actor, Action.MANAGE_RETENTION, project)
+    if currency not in {code for code, _label in CURRENCIES}:
+        raise Refused(_("Unknown currency."))
+    days = {"retain_streams_days": retain_streams_days, "retain_events_days": retain_events_days}
+    for value in days.values():
+        if value is not None and not 1 <= value <= MAX_RETENTION_DAYS:
+            raise Refused(
+                _("A retention is from 1 to %(n)d days, or empty for the instance's.")
+                % {"n": MAX_RETENTION_DAYS}
+            )
+    changed = {"currency": currency, **days}
+    Project.objects.filter(pk=project.pk).update(**changed)
+    for name, value in changed.items():
+        setattr(project, name, value)
+    return project
+
+
 def stream_count(project):
     """What deleting `project` deletes with it, for the confirmation."""
     return Stream.objects.filter(project=project).count()
 
 
-def delete(actor, project):
+def delete(actor, project, now=None):
     """Deletes `project` (owners) and everything in it: its streams with their events, its
     tokens, share links, conversations, saved views, memberships and invitations. Refused
     while one of its streams is still running (its recorder would write into nothing).
-    Returns how many streams went with it."""
+
+    Not in the request: the project is marked (`deleting_at`), which takes it off every list,
+    switcher and rule at once (streams/access/projects.py reads no project being deleted), and
+    the periodic job deletes its streams in batches, then it (`delete_marked`). A personal
+    project stops being its user's (they get a new one when they need it). Returns how many
+    streams are to go."""
     require(actor, Action.DELETE_PROJECT, project)
     running = Stream.objects.filter(project=project, status__in=Stream.ACTIVE_STATUSES)
     if running.exists():
         raise Refused(
             _("Streams of this project are still running: cancel them or let them end first.")
         )
-    n = 0
-    # Its streams first, in short transactions (the recorder's writer waits for one batch at
-    # most, not for the whole project), newest first: a retry goes before its first attempt,
-    # so no batch's cascade reaches a stream of a later batch.
-    streams = Stream.objects.filter(project=project).order_by("-pk").values_list("pk", flat=True)
-    while ids := list(streams[:STREAMS_PER_BATCH]):
-        with transaction.atomic():
-            retention.delete_streams(ids, keep_aggregates=False)
-        n += len(ids)
-    with transaction.atomic():
-        n += Project.objects.filter(pk=project.pk).delete()[1].get(Stream._meta.label, 0)
+    n = stream_count(project)
+    Project.objects.filter(pk=project.pk, deleting_at__isnull=True).update(
+        deleting_at=now or dt.datetime.now(dt.UTC), personal_of=None
+    )
     _forget(actor)
     return n
+
+
+CLAIM_S = 60.0  # a process deleting a project holds it this long (another takes over after)
+DELETE_BUDGET_S = 20.0  # of batches in one run of the job, well within the claim
+
+
+def delete_marked(now=None, budget_s=None, batch=None):
+    """The periodic job's work (streams/run/deletions.py): for each project being deleted that
+    no other process holds, claims it (a conditional UPDATE), deletes its streams in batches,
+    one short transaction each (the recorder's writer waits for one batch at most), newest
+    first (a retry goes before its first attempt, so no batch's cascade reaches a stream of a
+    later batch), for `budget_s` at most, then, once none is left, the project. Returns
+    {project id: streams deleted in this run}."""
+    clock = time.monotonic()
+    batch = batch or STREAMS_PER_BATCH
+    budget_s = DELETE_BUDGET_S if budget_s is None else budget_s
+    done = {}
+    for pk in Project.objects.filter(deleting_at__isnull=False).values_list("pk", flat=True):
+        if done and time.monotonic() - clock > budget_s:
+            break  # (the others at the next run: one batch a run at least)
+        at = now or dt.datetime.now(dt.UTC)
+        claimed = (
+            Project.objects.filter(pk=pk, deleting_at__isnull=False)
+            .filter(Q(deletion_claimed_until__isnull=True) | Q(deletion_claimed_until__lt=at))
+            .update(deletion_claimed_until=at + dt.timedelta(seconds=CLAIM_S))
+        )
+        if not claimed:
+            continue  # (another process has it)
+        done[pk] = _delete_claimed(pk, clock, budget_s, batch)
+    return done
+
+
+def _delete_claimed(pk, clock, budget_s, batch):
+    n = 0
+    streams = Stream.objects.filter(project_id=pk).order_by("-pk").values_list("pk", flat=True)
+    while True:
+        with transaction.atomic():
+            ids = list(streams[:batch])
+            if not ids:
+                # the last batch gone: the project, with what is left in it (its tokens,
+                # links, conversations, members, its own audit entries); its deletion's entry
+                # is the instance's and says how many streams went
+                with audit.acting(audit.asked_by(pk, "deleting_at") or audit.current_actor()):
+                    Project.objects.filter(pk=pk).delete()
+                return n
+            retention.delete_streams(ids, keep_aggregates=False)
+            Project.objects.filter(pk=pk).update(deleted_streams=F("deleted_streams") + len(ids))
+        n += len(ids)
+        if time.monotonic() - clock > budget_s:
+            # the rest at the next run (the claim lapses, so any process may take it)
+            Project.objects.filter(pk=pk).update(deletion_claimed_until=None)
+            return n
 
 
 # ---- its members --------------------------------------------------------------------------------
 
 
-LISTED_MEMBERS = 1000  # on a members page (more: the `project` command, or a narrower group)
+MEMBERS_PAGE = 100  # on a members page; the next by a cursor (`members`)
 
 
-def members(project):
-    """(`project`'s memberships, owners first, then by username, with their users: at most
-    LISTED_MEMBERS; how many more there are)."""
+def members(project, after=None):
+    """A page of `project`'s memberships, owners first, then by username, with their users:
+    (at most MEMBERS_PAGE of them, after the member whose user id is `after` if given; the
+    cursor of the next page, None at the last; how many members there are). A cursor whose
+    member left starts again at the first page (a keyset needs its row)."""
     rank = Case(*(When(role=role, then=-n) for role, n in projects.RANKS.items()))
-    every = Membership.objects.filter(project=project)
-    found = list(
-        every.select_related("user").order_by(rank, "user__username")[: LISTED_MEMBERS + 1]
-    )
-    more = every.count() - LISTED_MEMBERS if len(found) > LISTED_MEMBERS else 0
-    return found[:LISTED_MEMBERS], more
+    every = Membership.objects.filter(project=project).annotate(rank=rank)
+    page = every
+    if after is not None:
+        mark = every.filter(user_id=after).values_list("rank", "user__username").first()
+        if mark is not None:
+            page = every.filter(Q(rank__gt=mark[0]) | Q(rank=mark[0], user__username__gt=mark[1]))
+    found = list(page.select_related("user").order_by("rank", "user__username")[: MEMBERS_PAGE + 1])
+    cursor = found[MEMBERS_PAGE - 1].user_id if len(found) > MEMBERS_PAGE else None
+    return found[:MEMBERS_PAGE], cursor, every.count()
 
 
 def _locked(project):

@@ -8,7 +8,9 @@ The roles are ordered, each may do what the one before it may and more:
 - admin: also manages members, the project's tokens, score types, prices and retention;
 - owner: also renames or deletes the project (a project always has one).
 Staff (instance administrators) may do everything in every project. Someone who is not a member
-of a project gets "not found" for its things, never "forbidden", so ids do not leak.
+of a project gets "not found" for its things, never "forbidden", so ids do not leak. A project
+being deleted (`Project.deleting_at`, streams/access/members.py) is no one's: no role in it,
+on no list, found by no slug.
 """
 
 import datetime as dt
@@ -79,7 +81,8 @@ def roles_of(user):
         return {}
     cached = getattr(user, "_project_roles", None)
     if cached is None:
-        cached = dict(Membership.objects.filter(user_id=user.pk).values_list("project_id", "role"))
+        mine = Membership.objects.filter(user_id=user.pk, project__deleting_at__isnull=True)
+        cached = dict(mine.values_list("project_id", "role"))
         user._project_roles = cached
     return cached
 
@@ -124,7 +127,7 @@ def visible_project_ids(user):
 def projects_for(user):
     """The projects `user` may work in (staff: all), by name."""
     ids = visible_project_ids(user)
-    projects = Project.objects.all()
+    projects = Project.objects.filter(deleting_at__isnull=True)  # (one being deleted: nobody's)
     return projects if ids is None else projects.filter(pk__in=ids)
 
 
@@ -149,7 +152,9 @@ def home(user):
     if not signed_in(user):
         return None
     last = (
-        Membership.objects.filter(user_id=user.pk, last_used_at__isnull=False)
+        Membership.objects.filter(
+            user_id=user.pk, last_used_at__isnull=False, project__deleting_at__isnull=True
+        )
         .select_related("project")
         .order_by("-last_used_at")
         .first()
@@ -168,7 +173,7 @@ def by_slug(user, slug):
     """The project of `slug` if `user` may read it, else None."""
     if not slug or len(slug) > 60:
         return None
-    project = Project.objects.filter(slug=slug).first()
+    project = Project.objects.filter(slug=slug, deleting_at__isnull=True).first()
     if project is None or not may(user, Action.READ, project):
         return None
     return project
@@ -193,7 +198,7 @@ def current(user, slug="", remembered=None):
     if remembered == ALL and user.is_staff:
         return None, ALL
     if isinstance(remembered, int) and may(user, Action.READ, remembered):
-        project = Project.objects.filter(pk=remembered).first()
+        project = Project.objects.filter(pk=remembered, deleting_at__isnull=True).first()
         if project is not None:
             return project, project.pk
     project = home(user)

@@ -438,8 +438,9 @@ def _feedback(user, stream_id):
     return None if stream is None else {"stream": stream.pk, **public.feedback(stream.pk)}
 
 
-def _score_types():
-    return {"score_types": [public.score_type(t) for t in scores.types()]}
+def _score_types(project_id):
+    # the instance's and the request's project's (a token's: its own)
+    return {"score_types": [public.score_type(t) for t in scores.types(project_id)]}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -632,4 +633,8 @@ async def api_comments(request):
 async def api_score_types(request):
     if request.method != "GET":
         return _method_not_allowed("GET")
-    return respond(await sync_to_async(_score_types)())
+    try:
+        project = await sync_to_async(_project_id)(request)
+    except LookupError:
+        return json_error(404, "not_found", "No such project.")
+    return respond(await sync_to_async(_score_types)(project))

@@ -89,6 +89,17 @@ def current_actor():
     return got if isinstance(got, Actor) else Actor()
 
 
+def asked_by(project_id, field):
+    """The Actor of the latest entry of project `project_id` that changed `field` (None if
+    there is none): a background job finishing what someone asked for (a project's deletion,
+    marked by its owner) records the end as theirs, not the system's."""
+    recent = AuditEntry.objects.filter(project_id=project_id, action="project.changed")
+    for entry in recent.order_by("-at", "-pk")[:20]:
+        if isinstance(entry.changes, dict) and field in entry.changes:
+            return Actor(entry.actor_id, entry.actor_name, entry.address)
+    return None
+
+
 # ---- what is watched ----------------------------------------------------------------------------
 
 
@@ -188,8 +199,11 @@ def model_of(kind):
 # Columns never read into an entry: secrets by their name (a digest of one is a secret's
 # fingerprint too), and what changes by use rather than by anyone's decision
 SECRET_FIELD = re.compile(r"digest|secret|password|sealed|fingerprint|(^|_)(token|key)$")
-# (a token's spend counters change with every proxied stream's cost: streams/store/spend.py)
-NOISE = re.compile(r"^(last_used_at|last_opened_at|opened|spent_\w*)$")
+# (a token's spend counters change with every proxied stream's cost: streams/store/spend.py;
+# a project being deleted, its claim and its count of streams gone: every batch)
+NOISE = re.compile(
+    r"^(last_used_at|last_opened_at|opened|spent_\w*|deletion_claimed_until|deleted_streams)$"
+)
 
 
 def watched_models():
@@ -409,6 +423,8 @@ def _after_delete(sender, instance, **kwargs):
         _deleting.set((projects - {instance.pk}, users))
         # the project's own entries go with it; this one is the instance's (staff read it)
         changes = {"name": [plain(instance.name), None]}
+        if instance.deleted_streams:  # (by batches first: streams/access/members.py)
+            changes["deleted_streams"] = [None, instance.deleted_streams]
         write("project.deleted", target_type="project", target_id=instance.pk,
               label=instance.name, changes=changes)  # fmt: skip
         return

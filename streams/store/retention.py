@@ -1,5 +1,7 @@
 """Retention: events, and whole streams, older than STREAMSCOPE_RETAIN_EVENTS_DAYS /
-STREAMSCOPE_RETAIN_STREAMS_DAYS are deleted (docs/analytics.md, "Retention").
+STREAMSCOPE_RETAIN_STREAMS_DAYS are deleted (docs/analytics.md, "Retention"); a project with
+a retention of its own (`Project.retain_*_days`, set by its admins) has its streams kept for
+that long instead.
 
 Small batches, one short transaction each, so the recorder's writer never waits for more than
 one batch commit. Only finished streams are touched. The pre-aggregates are left as they are:
@@ -13,6 +15,8 @@ sweep of every server and worker (`streams.run.runner`).
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -21,7 +25,7 @@ from django.db import connection, transaction
 from django.db.models import Q
 
 from streams.core import conf
-from streams.models import Event, Stream
+from streams.models import Event, Project, Stream
 from streams.store import aggregates, audit
 
 log = logging.getLogger(__name__)
@@ -32,7 +36,8 @@ _last_run = [0.0]
 
 
 def cutoffs(now=None, settings=None):
-    """(events cutoff, streams cutoff): datetimes, None where nothing is to be deleted."""
+    """(events cutoff, streams cutoff) of the instance (STREAMSCOPE_RETAIN_*_DAYS): datetimes,
+    None where nothing is to be deleted. A project may have its own (`by_project`)."""
     settings = settings or conf.get()
     now = now or dt.datetime.now(dt.UTC)
     events = (
@@ -48,30 +53,82 @@ def cutoffs(now=None, settings=None):
     return events, streams
 
 
-def _finished_before(cutoff):
-    return Stream.objects.filter(created_at__lt=cutoff).exclude(status__in=Stream.ACTIVE_STATUSES)
+EVENTS, STREAMS = "retain_events_days", "retain_streams_days"  # Project's fields
 
 
-def _streams_due(cutoff):
-    """Finished streams older than `cutoff` whose chain of attempts is all due: deleting a
-    first attempt deletes its retries, so a chain waits for its youngest attempt (a retry made
+@dataclasses.dataclass(frozen=True)
+class Ages:
+    """Which streams are old enough, each by its project's retention (its own, else the
+    instance's): `older` and `younger` are conditions on Stream rows (`older` None: nothing
+    anywhere is old enough)."""
+
+    older: Q | None
+    younger: Q
+
+
+def by_project(field, now=None, settings=None):
+    """The `Ages` of retention `field` (EVENTS or STREAMS) at `now`: the projects with a
+    retention of their own are grouped by its days (one condition per distinct value, not
+    per project), the rest (and streams of no project) keep the instance's."""
+    now = now or dt.datetime.now(dt.UTC)
+    instance = cutoffs(now, settings)[0 if field == EVENTS else 1]
+    own = collections.defaultdict(list)
+    for pk, days in Project.objects.filter(**{f"{field}__isnull": False}).values_list("pk", field):
+        own[days].append(pk)
+    every_own = [pk for ids in own.values() for pk in ids]
+    groups = [(~Q(project_id__in=every_own) if every_own else Q(), instance)]
+    groups += [
+        (Q(project_id__in=ids), now - dt.timedelta(days=days)) for days, ids in sorted(own.items())
+    ]
+    older, younger = None, None
+    for group, cutoff in groups:
+        old = None if cutoff is None else group & Q(created_at__lt=cutoff)
+        young = group if cutoff is None else group & Q(created_at__gte=cutoff)
+        if old is not None:
+            older = old if older is None else older | old
+        younger = young if younger is None else younger | young
+    return Ages(older, younger)
+
+
+def any_due(fields=(EVENTS, STREAMS), settings=None):
+    """Whether retention of `fields` is set anywhere: the instance's or a project's."""
+    instance = dict(zip((EVENTS, STREAMS), cutoffs(settings=settings), strict=True))
+    if any(instance[field] is not None for field in fields):
+        return True
+    own = Q()
+    for field in fields:
+        own |= Q(**{f"{field}__isnull": False})
+    return Project.objects.filter(own).exists()
+
+
+def _finished(older):
+    found = Stream.objects.filter(older).exclude(status__in=Stream.ACTIVE_STATUSES)
+    # a project being deleted is its deletion's (streams/access/members.py): that subtracts
+    # its streams from the analytics, which retention keeps; both at once could do both
+    going = list(Project.objects.filter(deleting_at__isnull=False).values_list("pk", flat=True))
+    return found.exclude(project_id__in=going) if going else found
+
+
+def _streams_due(ages):
+    """Finished streams old enough whose chain of attempts is all due: deleting a first
+    attempt deletes its retries, so a chain waits for its youngest attempt (a retry made
     today keeps its 40-day-old first attempt, and is never deleted with it)."""
     young = Stream.objects.filter(first_attempt__isnull=False).filter(
-        Q(created_at__gte=cutoff) | Q(status__in=Stream.ACTIVE_STATUSES)
+        ages.younger | Q(status__in=Stream.ACTIVE_STATUSES)
     )
-    return _finished_before(cutoff).exclude(pk__in=young.values("first_attempt_id"))
+    return _finished(ages.older).exclude(pk__in=young.values("first_attempt_id"))
 
 
 def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
     """Delete what retention says is due; returns {"streams", "events", "event_streams"}
     (with `dry_run`, what would be deleted, counted without deleting)."""
     now = now or dt.datetime.now(dt.UTC)
-    events_cutoff, streams_cutoff = cutoffs(now)
     if not dry_run:
         audit.retention_in_effect(conf.get())
     out = {"streams": 0, "events": 0, "event_streams": 0}
-    if streams_cutoff is not None:
-        doomed = _streams_due(streams_cutoff)
+    streams_ages = by_project(STREAMS, now)
+    if streams_ages.older is not None:
+        doomed = _streams_due(streams_ages)
         if dry_run:
             out["streams"] = doomed.count()
             out["events"] += Event.objects.filter(stream__in=doomed).count()
@@ -87,8 +144,9 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                 out["streams"] += len(ids)
                 if pause_s:
                     time.sleep(pause_s)
-    if events_cutoff is not None:
-        pending = _finished_before(events_cutoff).filter(events_pruned_at__isnull=True)
+    events_ages = by_project(EVENTS, now)
+    if events_ages.older is not None:
+        pending = _finished(events_ages.older).filter(events_pruned_at__isnull=True)
         if dry_run:
             out["event_streams"] = pending.count()
             out["events"] += Event.objects.filter(stream__in=pending).count()
@@ -133,15 +191,15 @@ def _delete_events(ids):
 
 
 def prune_if_due():
-    """From the periodic sweep: prune when retention is set and an hour has passed since this
-    process last did. A short pause between batches leaves the writer its turn."""
-    events_cutoff, streams_cutoff = cutoffs()
+    """From the periodic sweep: prune when retention is set (the instance's or a project's)
+    and an hour has passed since this process last looked. A short pause between batches
+    leaves the writer its turn."""
     audit.retention_in_effect(conf.get())  # (retention switched off is a change too)
-    if events_cutoff is None and streams_cutoff is None:
-        return None
     if time.monotonic() - _last_run[0] < EVERY_S and _last_run[0]:
         return None
-    _last_run[0] = time.monotonic()
+    _last_run[0] = time.monotonic()  # (before the look: a sweep every few seconds asks once)
+    if not any_due():
+        return None
     done = prune(pause_s=0.01)
     if any(done.values()):
         log.info("retention: deleted %(streams)d streams and %(events)d events", done)

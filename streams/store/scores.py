@@ -43,18 +43,31 @@ class Invalid(ValueError):
         self.message = message
 
 
-def types():
-    """Every score type, by name; `thumbs` is always one (made again if it was deleted)."""
-    found = list(ScoreType.objects.order_by("name"))
-    if not any(t.name == THUMBS for t in found):
+def offered(project=None):
+    """The score types offered in `project` (a Project or id): the instance's, and the
+    project's own (`project` None: the instance's only)."""
+    pk = project if project is None or isinstance(project, int) else project.pk
+    return ScoreType.objects.filter(
+        models.Q(project__isnull=True) | models.Q(project_id=pk)
+        if pk is not None
+        else models.Q(project__isnull=True)
+    )
+
+
+def types(project=None):
+    """The score types offered in `project` (`offered`), by name; `thumbs` is always one
+    (made again if it was deleted)."""
+    found = list(offered(project).order_by("name"))
+    if not any(t.name == THUMBS and t.project_id is None for t in found):
         thumbs()
-        found = list(ScoreType.objects.order_by("name"))
+        found = list(offered(project).order_by("name"))
     return found
 
 
 def thumbs() -> ScoreType:
     found, _ = ScoreType.objects.get_or_create(
         name=THUMBS,
+        project=None,
         defaults={
             "kind": ScoreType.Kind.THUMBS,
             "minimum": 0,
@@ -73,12 +86,13 @@ def description_shown(kind: ScoreType) -> str:
     return kind.description
 
 
-def score_type(name) -> ScoreType:
+def score_type(name, project=None) -> ScoreType:
+    """The type `name` offered in `project` (`offered`): another project's is no one's here."""
     if not isinstance(name, str) or not name:
         raise Invalid("name", "Name a score type (e.g. thumbs).")
-    found = thumbs() if name == THUMBS else ScoreType.objects.filter(name=name).first()
+    found = thumbs() if name == THUMBS else offered(project).filter(name=name).first()
     if found is None:
-        known = ", ".join(t.name for t in types()[:20])
+        known = ", ".join(t.name for t in types(project)[:20])
         raise Invalid("name", f"No score type {name[:50]!r}; one of: {known}.")
     return found
 
@@ -129,8 +143,10 @@ def _text(value, field, limit, required=False):
 
 def give(stream_id, *, author, name, value=None, label=None, comment="", source, key="") -> Score:
     """Score stream `stream_id` (which the caller has checked `author` may see); replaces the
-    author's earlier score of that type (and key)."""
-    kind = score_type(name)
+    author's earlier score of that type (and key): a type of the instance or of the stream's
+    project."""
+    project = Stream.objects.filter(pk=stream_id).values_list("project_id", flat=True).first()
+    kind = score_type(name, project)
     number, label = value_of(kind, value, label)
     comment = _text(comment, "comment", MAX_COMMENT_CHARS)
     key = _text(key, "key", MAX_SCORE_KEY_CHARS)

@@ -24,7 +24,7 @@ from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
 from streams.access import invitations, shares
 from streams.ingest import importer
-from streams.models import ApiToken, ImportJob, Project, Stream
+from streams.models import ApiToken, ImportJob, Price, Project, ScoreType, Stream
 from streams.store import scores
 from tests.conftest import FIXTURES
 from tests.support.routes import Unfillable, django_routes, fill
@@ -94,6 +94,18 @@ def world(_zoned_history, db):
         "project_slug": [project.slug],
         "user_id": [staff.pk],
         "invitation_id": [invitation.pk],
+        "score_type_id": [
+            ScoreType.objects.create(project=project, name="zones", kind="thumbs").pk
+        ],
+        "price_id": [
+            Price.objects.create(
+                project=project,
+                model_pattern="zones-*",
+                effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+                input_per_million=1,
+                output_per_million=2,
+            ).pk
+        ],
         "key": [key],
         "token_id": [ApiToken.objects.get(digest=ApiToken.hash(ApiToken.issue(staff))).pk],
     }

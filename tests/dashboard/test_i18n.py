@@ -155,7 +155,23 @@ def history(django_db_setup, django_db_blocker):
         ]
         # a token of the user's, with limits (the token page says what it used of them)
         ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
+        # the user's project's own score type and price (its pages: tests/dashboard/views/
+        # test_definitions.py)
+        own = Project.personal(user)
+        ScoreType.objects.create(
+            project=own, name="toon", kind="categorical",
+            categories=[{"label": "bot", "value": 0}, {"label": "vriendelijk", "value": 1}],
+        )  # fmt: skip
+        Price.objects.create(
+            project=own, model_pattern="eu-gpt-*", currency="EUR",
+            effective_from=dt.datetime(2026, 2, 1, tzinfo=dt.UTC),
+            input_per_million=Decimal("0.25"), output_per_million=1,
+        )  # fmt: skip
         yield {
+            "score_type_ids": list(
+                ScoreType.objects.filter(project=own).values_list("pk", flat=True)
+            ),
+            "price_ids": list(Price.objects.filter(project=own).values_list("pk", flat=True)),
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -202,6 +218,8 @@ FILL = {
     "project_slug": lambda h, bound: h["project_slugs"],
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],
+    "score_type_id": lambda h, bound: h["score_type_ids"],
+    "price_id": lambda h, bound: h["price_ids"],
     "key": lambda h, bound: h["invitation_keys"],
 }
 

@@ -225,6 +225,12 @@ def recorded_data():
     # scores and comments as given: type names (identifiers, as the API takes them), labels,
     # keys, comments
     values.update(ScoreType.objects.values_list("name", flat=True))
+    # a project's own score types and prices as its admins wrote them (their pages)
+    for description, categories in ScoreType.objects.values_list("description", "categories"):
+        values.add(description)
+        values.update(str(c.get("label")) for c in categories or () if isinstance(c, dict))
+    for row in Price.objects.values_list("model_pattern", "note"):
+        values.update(v for v in row if v)
     for row in Score.objects.values_list("label", "key", "comment"):
         values.update(v for v in row if v)
     values.update(Comment.objects.values_list("text", flat=True))

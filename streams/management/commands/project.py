@@ -64,10 +64,14 @@ class Command(BaseCommand):
         self.stdout.write(f"removed {user} from {project.slug}")
 
     def list(self, opts):
-        found = Project.objects.annotate(
-            n_members=Count("memberships"),
-            n_owners=Count("memberships", filter=Q(memberships__role=Role.OWNER)),
-        ).order_by("name")
+        found = (
+            Project.objects.filter(deleting_at__isnull=True)
+            .annotate(
+                n_members=Count("memberships"),
+                n_owners=Count("memberships", filter=Q(memberships__role=Role.OWNER)),
+            )
+            .order_by("name")
+        )
         self.stdout.write("slug\tname\tmembers\towners")
         for p in found.iterator():
             self.stdout.write(f"{p.slug}\t{p.name}\t{p.n_members}\t{p.n_owners}")
@@ -84,7 +88,8 @@ def _user(name):
 
 
 def _project(text):
-    project = Project.objects.filter(slug=text).first() or Project.objects.filter(name=text).first()
+    live = Project.objects.filter(deleting_at__isnull=True)  # (one being deleted: no one's)
+    project = live.filter(slug=text).first() or live.filter(name=text).first()
     if project is None:
         raise CommandError(f"no project {text!r} (give its name or slug; `project list`)")
     return project

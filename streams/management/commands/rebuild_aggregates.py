@@ -19,11 +19,11 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **opts):
-        events_cutoff, streams_cutoff = retention.cutoffs()
-        if streams_cutoff is not None and not opts["force"]:
+        if retention.any_due((retention.STREAMS,)) and not opts["force"]:
             raise CommandError(
-                "STREAMSCOPE_RETAIN_STREAMS_DAYS is set: the aggregates hold history whose raw "
-                "rows are gone, and a rebuild would drop it (use --force to rebuild anyway)"
+                "STREAMSCOPE_RETAIN_STREAMS_DAYS (or a project's own) is set: the aggregates hold "
+                "history whose raw rows are gone, and a rebuild would drop it (use --force to "
+                "rebuild anyway)"
             )
         t0 = time.perf_counter()
         with transaction.atomic():

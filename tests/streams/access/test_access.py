@@ -50,7 +50,9 @@ from streams.models import (
     ImportJob,
     Invitation,
     Membership,
+    Price,
     Project,
+    ScoreType,
     ShareLink,
     Stream,
 )
@@ -220,9 +222,19 @@ RULES = {
     "project_leave": Rule(MEMBERSHIP, method="POST", ok=302),
     "project_invite": Rule(OBJECT, Action.MANAGE_MEMBERS, "POST", ok=400),  # the empty form
     "project_invitation_revoke": Rule(OBJECT, Action.MANAGE_MEMBERS, "POST", ok=302),
-    "project_settings": Rule(OBJECT, Action.RENAME_PROJECT),
+    "project_settings": Rule(OBJECT, Action.MANAGE_RETENTION),  # (owners: rename, delete)
+    "project_configure": Rule(OBJECT, Action.MANAGE_RETENTION, "POST", ok=400),  # no currency
     "project_rename": Rule(OBJECT, Action.RENAME_PROJECT, "POST", ok=400),
     "project_delete": Rule(OBJECT, Action.DELETE_PROJECT, "POST", ok=400),  # no confirmation
+    # a project's score types and prices: everyone in it reads them; its admins change its own
+    "project_score_types": Rule(OBJECT, READ),
+    "project_score_type_add": Rule(OBJECT, Action.MANAGE_SCORE_TYPES, "POST", ok=400),  # no name
+    "project_score_type_edit": Rule(OBJECT, Action.MANAGE_SCORE_TYPES, "POST", ok=400),
+    "project_score_type_delete": Rule(OBJECT, Action.MANAGE_SCORE_TYPES, "POST", ok=302),
+    "project_prices": Rule(OBJECT, READ),
+    "project_price_add": Rule(OBJECT, Action.MANAGE_PRICES, "POST", ok=400),  # no pattern
+    "project_price_edit": Rule(OBJECT, Action.MANAGE_PRICES, "POST", ok=400),
+    "project_price_delete": Rule(OBJECT, Action.MANAGE_PRICES, "POST", ok=302),
     # an invitation's link: any signed-in user holding it (tests/streams/access/
     # test_invitations.py); accepting it makes them a viewer (undone before the next route)
     "invitation": Rule(PROJECT, READ),
@@ -255,6 +267,8 @@ PARAMS = {
     "project_slug": lambda objects: objects.project.slug,
     "user_id": lambda objects: objects.owner.pk,  # the project's owner, its last
     "invitation_id": lambda objects: objects.invitation.pk,
+    "score_type_id": lambda objects: objects.score_type.pk,  # the project's own, unused
+    "price_id": lambda objects: objects.price.pk,  # the project's own
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
@@ -349,7 +363,19 @@ def owned_objects(owner, project):
     Invitation.objects.filter(project=project).delete()
     made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
     token = ApiToken.issue(owner, name="access", project=project)
+    score_type = ScoreType.objects.create(
+        project=project, name=f"access-{stream.pk}", kind="numeric", minimum=0, maximum=10
+    )
+    price = Price.objects.create(
+        project=project,
+        model_pattern=f"access-{stream.pk}-*",
+        effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+        input_per_million=1,
+        output_per_million=2,
+    )
     return SimpleNamespace(
+        score_type=score_type,
+        price=price,
         owner=owner,
         project=project,
         invitation=made[0][0],

@@ -84,9 +84,17 @@ def test_only_owners_delete_and_its_streams_go_with_it(team):
         members.delete(p["stranger"], project)
     assert members.stream_count(project) == 2
     assert members.delete(p["owner"], project) == 2
+    # marked: no one's from now on, on no list; its streams go in the background
+    for who in ("owner", "admin", "viewer"):
+        projects.forget(p[who])
+        assert projects.role_of(p[who], project.pk) is None, who
+        assert projects.by_slug(p[who], project.slug) is None, who
+        assert project not in projects.projects_for(p[who]), who
+    assert Project.objects.filter(pk=project.pk).exists()
+    assert members.delete_marked() == {project.pk: 2}
     assert not Project.objects.filter(pk=project.pk).exists()
     assert list(Stream.objects.values_list("pk", flat=True)) == [kept.pk]
-    assert projects.role_of(p["owner"], project.pk) is None
+    assert members.delete_marked() == {}
 
 
 def test_it_refuses_to_delete_a_project_with_a_running_stream(team):
@@ -215,6 +223,7 @@ def test_a_deleted_projects_streams_leave_its_analytics_in_batches(team, monkeyp
     aggregates.rebuild()
     before = aggregates.stored()
     assert members.delete(p["owner"], project) == 11
+    assert members.delete_marked() == {project.pk: 11}
     after = aggregates.stored()
     assert after != before
     aggregates.rebuild()
@@ -224,11 +233,36 @@ def test_a_deleted_projects_streams_leave_its_analytics_in_batches(team, monkeyp
 
 def test_the_members_list_puts_owners_first_and_is_bounded(team, monkeypatch):
     project, p = team
-    listed, more = members.members(project)
+    listed, after, n = members.members(project)
     assert [(m.user.username, m.role) for m in listed] == [
         ("owner", "owner"), ("admin", "admin"), ("member", "member"), ("viewer", "viewer"),
     ]  # fmt: skip
-    assert more == 0
-    monkeypatch.setattr(members, "LISTED_MEMBERS", 3)
-    listed, more = members.members(project)
-    assert len(listed) == 3 and more == 1
+    assert (after, n) == (None, 4)
+    monkeypatch.setattr(members, "MEMBERS_PAGE", 3)
+    listed, after, n = members.members(project)
+    assert len(listed) == 3 and after == p["member"].pk and n == 4
+    rest, after, n = members.members(project, after=after)
+    assert [m.user.username for m in rest] == ["viewer"] and after is None
+
+
+def test_the_members_list_pages_through_every_member_once(team, monkeypatch):
+    """Cursor pages (the list was cut at 1,000 before): every member once, in order, across
+    pages whose edges fall inside a role and between roles."""
+    project, p = team
+    make = get_user_model().objects.create_user
+    Membership.objects.bulk_create(
+        Membership(project=project, user=make(f"u{n:03d}"), role=("admin", "viewer")[n % 2])
+        for n in range(23)
+    )
+    monkeypatch.setattr(members, "MEMBERS_PAGE", 5)
+    seen, after, pages = [], None, 0
+    while True:
+        page, after, n = members.members(project, after=after)
+        seen += [(m.role, m.user.username) for m in page]
+        pages += 1
+        if after is None:
+            break
+    assert n == 27 and pages == 6
+    rank = {"owner": 0, "admin": 1, "member": 2, "viewer": 3}
+    assert seen == sorted(seen, key=lambda pair: (rank[pair[0]], pair[1]))
+    assert len(seen) == len(set(seen)) == 27

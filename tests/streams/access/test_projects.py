@@ -163,3 +163,12 @@ def test_personal_projects_get_free_names():
     assert (mine.name, mine.slug) == ("ann (2)", "ann-2")
     assert Project.personal(User.objects.get(pk=ann.pk)) == mine  # made once
     assert Membership.objects.get(project=mine).role == Role.OWNER
+
+
+@pytest.mark.django_db
+def test_a_user_named_all_gets_no_personal_project_of_the_switchers_slug():
+    # "all" is the switcher's every-project choice (staff's): a project of that slug could
+    # never be chosen, and `?project=all` would name two things
+    everyone = _user("All")
+    mine = Project.personal(everyone)
+    assert (mine.name, mine.slug) == ("All (2)", "all-2")

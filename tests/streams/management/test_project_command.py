@@ -75,3 +75,16 @@ def test_an_unknown_role_and_a_missing_owner_are_argparse_errors(users):
     with pytest.raises(CommandError, match="--owner"):
         run("create", "other")
     assert not Project.objects.filter(name="other").exists()
+
+
+def test_a_project_being_deleted_is_neither_listed_nor_found(db):
+    from streams.access import members
+
+    owner = get_user_model().objects.create_user("leaver")
+    project = members.create(owner, "Going away")
+    members.delete(owner, project)
+    out = StringIO()
+    call_command("project", "list", stdout=out)
+    assert "going-away" not in out.getvalue()
+    with pytest.raises(CommandError, match="no project"):
+        call_command("project", "add-member", "going-away", "leaver", "--role", "viewer")

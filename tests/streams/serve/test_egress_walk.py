@@ -725,6 +725,9 @@ class History:
     member_ids: list = dataclasses.field(default_factory=list)
     invitation_ids: list = dataclasses.field(default_factory=list)
     invitation_keys: list = dataclasses.field(default_factory=list)
+    # the projects' own score types and prices (hostile names and notes)
+    score_type_ids: list = dataclasses.field(default_factory=list)
+    price_ids: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -760,7 +763,7 @@ def load_history(people):
         )  # fmt: skip
     # scores and comments on a few of each person's streams: hostile categories, keys and
     # texts, and comments with the upstream's key pasted in, whole and escaped
-    from streams.models import Comment, Score, ScoreType, ShareLink
+    from streams.models import Comment, Invitation, Score, ScoreType, ShareLink
     from streams.store import scores as scoring
 
     ScoreType.objects.get_or_create(
@@ -824,8 +827,10 @@ def load_history(people):
     }
     share_secrets, link_ids = _share_links(people)
     objects[ShareLink] = link_ids  # (the admin's pages of them)
+    made = _projects(people)
+    objects[Invitation] = made["invitation_ids"]  # (the admin's read-only pages of them)
     return History(
-        **_projects(people),
+        **made,
         share_secrets=share_secrets,
         link_ids=link_ids,
         token_ids=objects[ApiToken],
@@ -866,9 +871,9 @@ def _projects(people):
     """A project with a hostile name each person owns, with the other a member, and an open
     invitation to it: History's fields of them."""
     from streams.access import invitations, members
-    from streams.models import Invitation, Project
+    from streams.models import Invitation, Price, Project, ScoreType
 
-    slugs, keys = [], []
+    slugs, keys, types, prices = [], [], [], []
     for person in people.values():
         project = Project.objects.filter(memberships__user=person.user, personal_of=None).first()
         if project is None:
@@ -878,7 +883,26 @@ def _projects(people):
                     members.add(person.user, project, other.user, "viewer")
         slugs.append(project.slug)
         keys.append(invitations.invite(person.user, project, "walk@example.com", "member")[1])
+        made, _ = ScoreType.objects.get_or_create(
+            project=project,
+            name=f"walk-{project.pk}",
+            defaults={
+                "kind": "categorical",
+                "categories": [{"label": XSS[0][:50], "value": 0}, {"label": "ok", "value": 1}],
+                "description": XSS[0][:300],
+            },
+        )
+        types.append(made.pk)
+        price, _ = Price.objects.get_or_create(
+            project=project,
+            model_pattern=XSS[0][:100],
+            effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+            defaults={"input_per_million": 1, "output_per_million": 2, "note": XSS[0][:200]},
+        )
+        prices.append(price.pk)
     return {
+        "score_type_ids": types,
+        "price_ids": prices,
         "project_slugs": slugs,
         "member_ids": [p.user.pk for p in people.values()],
         "invitation_ids": list(Invitation.objects.values_list("pk", flat=True)),
@@ -907,6 +931,8 @@ FILL = {
     "project_slug": lambda h, route, bound: h.project_slugs,
     "user_id": lambda h, route, bound: h.member_ids,
     "invitation_id": lambda h, route, bound: h.invitation_ids,
+    "score_type_id": lambda h, route, bound: h.score_type_ids,
+    "price_id": lambda h, route, bound: h.price_ids,
     "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
     # admin
     "app_label": lambda h, route, bound: h.app_labels,

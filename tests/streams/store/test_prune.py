@@ -121,3 +121,70 @@ def test_rebuild_refuses_to_drop_pruned_history(history, settings):
     settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 5}
     with pytest.raises(Exception, match="force"):
         call_command("rebuild_aggregates")
+
+
+def _aged(project, *days, status="completed"):
+    from streams.management.commands.seed_demo import _settable_created_at
+
+    made = []
+    with _settable_created_at():
+        for n in days:
+            stream = Stream.objects.create(
+                project=project, status=status, created_at=NOW - dt.timedelta(days=n)
+            )
+            Event.objects.create(stream=stream, index=0, data="{}")
+            made.append(stream.pk)
+    return made
+
+
+def test_a_projects_own_retention_prunes_only_its_streams(db, settings):
+    from streams.models import AuditEntry, Project
+
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 20}  # the instance's
+    short = Project.objects.create(name="Short", slug="short", retain_streams_days=3)
+    long = Project.objects.create(name="Long", slug="long", retain_streams_days=60)
+    plain = Project.objects.create(name="Plain", slug="plain")
+    short_old, short_young = _aged(short, 4, 5, 6, 7, 8), _aged(short, 1, 2)
+    long_kept = _aged(long, 10, 30, 50)  # older than the instance's 20 days, within its 60
+    long_old = _aged(long, 61)
+    plain_kept, plain_old = _aged(plain, 4, 10), _aged(plain, 21, 25)
+    running = _aged(short, 9, status="streaming")  # active: never pruned
+    done = retention.prune(now=NOW, batch=2)  # (batches still: 2 streams a transaction)
+    assert done["streams"] == len(short_old + long_old + plain_old) == 8
+    left = set(Stream.objects.values_list("pk", flat=True))
+    assert left == set(short_young + long_kept + plain_kept + running)
+    # one entry per project for the whole run, counting its streams
+    entries = AuditEntry.objects.filter(action="streams.deleted")
+    assert {e.project_id: e.changes["count"] for e in entries} == {
+        short.pk: 5,
+        long.pk: 1,
+        plain.pk: 2,
+    }
+
+
+def test_a_projects_own_event_retention_with_none_for_the_instance(db, settings):
+    from streams.models import Project
+
+    settings.STREAMSCOPE = {}  # the instance keeps everything
+    short = Project.objects.create(name="Short", slug="short", retain_events_days=2)
+    other = Project.objects.create(name="Other", slug="other")
+    pruned, kept = _aged(short, 3, 4), _aged(short, 1) + _aged(other, 3, 400)
+    assert retention.any_due()
+    done = retention.prune(now=NOW, batch=1)
+    assert done == {"streams": 0, "events": 2, "event_streams": 2}
+    assert set(Event.objects.values_list("stream_id", flat=True)) == set(kept)
+    assert set(Stream.objects.filter(events_pruned_at=NOW).values_list("pk", flat=True)) == set(
+        pruned
+    )
+
+
+def test_retention_leaves_a_project_being_deleted_to_its_deletion(db, settings):
+    from streams.models import Project
+
+    settings.STREAMSCOPE = {"RETAIN_STREAMS_DAYS": 3}
+    going = Project.objects.create(name="Going", slug="going", deleting_at=NOW)
+    staying = Project.objects.create(name="Staying", slug="staying")
+    kept, pruned = _aged(going, 5, 6), _aged(staying, 5)
+    assert retention.prune(now=NOW)["streams"] == 1
+    assert set(Stream.objects.values_list("pk", flat=True)) == set(kept)
+    assert not Stream.objects.filter(pk__in=pruned).exists()
