@@ -83,23 +83,33 @@ def send(channels, message: Message, key: str, even_disabled=False):
 def claim_due(at=None, limit=BATCH):
     """Claim up to `limit` due deliveries for this process (their attempt counted)."""
     at = at or now()
-    lease = dt.timedelta(seconds=conf.get().notify_timeout_s + LEASE_MARGIN_S)
-    # delivery_next_at: the due rows are few, the done ones have no next_at
-    candidates = list(
-        Delivery.objects.filter(next_at__lte=at, state__in=OPEN)
-        .order_by("next_at", "id")
-        .values_list("id", "next_at")[: limit * 2]
-    )
     claimed = []
-    for pk, next_at in candidates:
-        won = Delivery.objects.filter(pk=pk, next_at=next_at, state__in=OPEN).update(
-            next_at=at + lease, attempts=F("attempts") + 1
-        )
-        if won:
+    for pk, next_at in due(at, limit * 2):
+        if claim(pk, next_at, at):
             claimed.append(pk)
             if len(claimed) >= limit:
                 break
     return list(Delivery.objects.filter(pk__in=claimed).select_related("channel").order_by("id"))
+
+
+def due(at, limit):
+    """[(id, next_at)] of the deliveries due at `at`, the longest due first."""
+    # delivery_next_at: the due rows are few, the done ones have no next_at
+    return list(
+        Delivery.objects.filter(next_at__lte=at, state__in=OPEN)
+        .order_by("next_at", "id")
+        .values_list("id", "next_at")[:limit]
+    )
+
+
+def claim(pk, next_at, at):
+    """Whether this process won the delivery `pk` last seen due at `next_at`: one conditional
+    UPDATE, which the loser of a race (its row's next_at moved on) makes to no row."""
+    lease = dt.timedelta(seconds=conf.get().notify_timeout_s + LEASE_MARGIN_S)
+    won = Delivery.objects.filter(pk=pk, next_at=next_at, state__in=OPEN).update(
+        next_at=at + lease, attempts=F("attempts") + 1
+    )
+    return bool(won)
 
 
 def backoff_s(attempts):
