@@ -43,7 +43,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(200)
 
     def _500(self):
-        self._answer(500, b"receiver broke")
+        self._answer(500, self.server.owner.answer)
 
     def _404(self):
         self._answer(404, b"no such hook")
@@ -85,6 +85,7 @@ class Receiver:
         assert behaviour in BEHAVIOURS
         self.behaviour = behaviour
         self.requests = []
+        self.answer = b"receiver broke"  # what a 500 says
         self.written = 0
         self.location = "http://127.0.0.1:1/elsewhere"  # where a redirect sends  # bytes of a huge answer the client took
         self.stop = threading.Event()
