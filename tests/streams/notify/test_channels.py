@@ -153,6 +153,8 @@ def test_secret_parts_of_urls():
         "AbCdEfGhIjKl-mn",
     }
     assert parts("email", "ops@example.com") == set()
+    # a query's free text is no credential (and spaces or quotes in a secret weaken the gate)
+    assert parts("webhook", 'https://h.example/x?note="><img src=x onerror=alert(1)>') == set()
 
 
 def test_masked_never_shows_more_than_the_host_and_last_4():
