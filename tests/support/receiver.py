@@ -86,8 +86,8 @@ class Receiver:
         self.behaviour = behaviour
         self.requests = []
         self.answer = b"receiver broke"  # what a 500 says
-        self.written = 0
-        self.location = "http://127.0.0.1:1/elsewhere"  # where a redirect sends  # bytes of a huge answer the client took
+        self.written = 0  # bytes of a huge answer the client took
+        self.location = "http://127.0.0.1:1/elsewhere"  # where a redirect sends
         self.stop = threading.Event()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"
