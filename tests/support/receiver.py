@@ -80,6 +80,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             pass
 
 
+class _Server(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 128  # (the default 5 refuses a burst of deliveries at once)
+
+
 class Receiver:
     def __init__(self, behaviour):
         assert behaviour in BEHAVIOURS
@@ -91,8 +96,7 @@ class Receiver:
         self.stop = threading.Event()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), _Handler)
-        self.server.daemon_threads = True
+        self.server = _Server(("127.0.0.1", self.port), _Handler)
         self.server.owner = self
 
 
