@@ -26,6 +26,9 @@ class StreamsConfig(AppConfig):
         warmup.add("the usage tokenizer", usage.warm)
         warmup.add("the maintained price list", prices.warm)
         warmup.add("the sealed pass-through keys' cipher", known_secrets.warm)
+        # the notifications' background jobs (delivery, the channels' secrets to the gate)
+        from streams.notify import channels, deliver  # noqa: F401
+
         _check_group_roles()
 
 

@@ -12,4 +12,13 @@ urlpatterns = [
     path("scores/", api.api_scores, name="api_scores"),
     path("comments/", api.api_comments, name="api_comments"),
     path("score-types/", api.api_score_types, name="api_score_types"),
+    path("channels/", api.api_channels, name="api_channels"),
+    path("channels/<int:channel_id>/", api.api_channel, name="api_channel"),
+    path("channels/<int:channel_id>/delete/", api.api_channel_delete, name="api_channel_delete"),
+    path("channels/<int:channel_id>/test/", api.api_channel_test, name="api_channel_test"),
+    path(
+        "channels/<int:channel_id>/deliveries/",
+        api.api_channel_deliveries,
+        name="api_channel_deliveries",
+    ),
 ]

@@ -56,6 +56,8 @@ from streams.models import (
     ShareLink,
     Stream,
 )
+from streams.notify import channels as notify_channels
+from streams.notify import deliver as notify_deliver
 from streams.store import scores
 from tests.support import paths
 from tests.support.captures import small_stream, sse
@@ -167,11 +169,20 @@ def history(django_db_setup, django_db_blocker):
             effective_from=dt.datetime(2026, 2, 1, tzinfo=dt.UTC),
             input_per_million=Decimal("0.25"), output_per_million=1,
         )  # fmt: skip
+        # a notification channel of each, with a test sent to it and a failed delivery
+        channel_ids = []
+        for owner in (staff, user):
+            channel, _ = notify_channels.create(
+                Project.personal(owner), "oproep", "email", "dienst@example.com", created_by=owner
+            )
+            notify_deliver.send_test(channel, owner)
+            channel_ids.append(channel.pk)
         yield {
             "score_type_ids": list(
                 ScoreType.objects.filter(project=own).values_list("pk", flat=True)
             ),
             "price_ids": list(Price.objects.filter(project=own).values_list("pk", flat=True)),
+            "channel_ids": channel_ids,
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -215,6 +226,7 @@ FILL = {
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
     "token_id": lambda h, bound: h["token_ids"],
+    "channel_id": lambda h, bound: h["channel_ids"],
     "project_slug": lambda h, bound: h["project_slugs"],
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],
