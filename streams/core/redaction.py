@@ -363,7 +363,16 @@ class Rules:
         the first of its first group on (a stream holds that back with it: the group is what
         decides)."""
         marks = []
-        standard = run.translate(_STANDARD)
+        # Read stretch by stretch of base64's alphabet: a run also takes in any character of a
+        # secret (a space, a colon), which the decoder would skip, shifting every group after
+        # it (one secret holding a space switched off base64 copies around words).
+        for m in _BASE64_STRETCH.finditer(run.translate(_STANDARD)):
+            at = m.start()
+            marks += [(at + s, at + e, at + c) for s, e, c in self._base64_stretch(m.group())]
+        return marks
+
+    def _base64_stretch(self, standard):
+        marks = []
         for q in range(4):
             chunk = standard[q:]
             tail = len(chunk) % 4  # (2 or 3 characters spell 1 or 2 bytes; 1 spells none)
@@ -654,6 +663,8 @@ _BLOCK = 256
 _KEY_BYTES = "".join(sorted(KEY_CHARS)).encode()
 # (base64's letters besides KEY_CHARS: a copy inside a blob runs on through them)
 _BASE64_SYMBOLS = b"+/"
+# A stretch of base64's (standard) alphabet long enough to spell FRAGMENT_MIN whole bytes.
+_BASE64_STRETCH = re.compile(rb"[A-Za-z0-9+/]{%d,}" % -(-FRAGMENT_MIN * 4 // 3))
 # A UTF-16 run: FRAGMENT_MIN or more secret characters, one NUL between each two.
 _SPREAD_RUN = b"\x01\x06" * (FRAGMENT_MIN - 1) + b"\x01"
 _SPREAD = re.compile(rb"\x01(?:\x06\x01)*")

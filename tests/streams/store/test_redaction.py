@@ -301,6 +301,16 @@ class TestCopies:
                     out = rules.text(text)
                     assert "[redacted]" in out and not _left(out, piece), (piece, out)
 
+    @pytest.mark.parametrize("other", [" abcdefgh", "user pw-Secret-77441199", "a:b c:d e:f"])
+    def test_a_secret_holding_a_space_leaves_base64_copies_found(self, other):
+        # (a pass-through `Authorization: Basic …` is kept whole, space and all: one client's
+        # header made every run take in the spaces around a copy, and the decoder skipped them)
+        rules = Rules((KEY, other), ())
+        blob = _base64(KEY.encode(), False)
+        for text in (f"x {blob} y", f"Basic {blob}", f"a: {blob}, b"):
+            out = rules.text(text)
+            assert "[redacted]" in out and not _left(out, blob[2:-4], LONG_RUN), out
+
     def test_base64_of_a_utf16_copy_is_redacted(self):
         # (how PowerShell takes a command: -EncodedCommand)
         blob = _base64(f"echo {KEY}".encode("utf-16-le"), False)
