@@ -18,6 +18,7 @@ import dataclasses
 import logging
 import time
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections
 
 log = logging.getLogger(__name__)
@@ -102,13 +103,20 @@ def start():
     return task
 
 
+def _in_thread(fn):
+    # asgiref's, not asyncio.to_thread: a job that starts or awaits a stream with
+    # `async_to_sync` (a judge, an experiment's item) then runs it on this process's own loop,
+    # where its relay, heartbeat and cancel live, not on a loop of the job's thread.
+    return sync_to_async(fn, thread_sensitive=False)
+
+
 async def _forever():
     running = {}
     try:
         while True:
             for each in due():
                 if each.name not in running or running[each.name].done():
-                    running[each.name] = asyncio.create_task(asyncio.to_thread(each.run))
+                    running[each.name] = asyncio.create_task(_in_thread(each.run)())
             await asyncio.sleep(TICK_S)
     finally:
         for task in running.values():

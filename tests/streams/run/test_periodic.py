@@ -71,3 +71,28 @@ def test_the_loop_runs_jobs_off_its_thread_and_never_one_job_twice_at_once(regis
     loop_thread = asyncio.run(main())
     assert seen["most"] == 1
     assert loop_thread not in seen["threads"]
+
+
+def test_a_job_that_runs_a_coroutine_runs_it_on_the_process_loop(registry, monkeypatch):
+    # (a judge or an experiment's item started from a job must live on the server's loop,
+    # where its relay and cancel are, not on a loop of the job's thread)
+    from asgiref.sync import async_to_sync
+
+    monkeypatch.setattr(periodic, "TICK_S", 0.01)
+    seen = {}
+
+    async def where():
+        seen["loop"] = asyncio.get_running_loop()
+
+    registry.job("coro", every_s=60)(lambda: async_to_sync(where)())
+
+    async def main():
+        task = registry.start()
+        for _ in range(200):
+            if "loop" in seen:
+                break
+            await asyncio.sleep(0.01)
+        task.cancel()
+        return asyncio.get_running_loop()
+
+    assert asyncio.run(main()) is seen["loop"]
