@@ -8,7 +8,7 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard import timezone
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS, InstantField
-from dashboard.stats.sql import Scope
+from streams.stats.sql import Scope
 from streams.models import MAX_TAG_CHARS, ScoreType, Stream
 
 RANGES = PRESETS

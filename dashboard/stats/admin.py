@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 
-from dashboard.stats import cube
-from dashboard.stats.source import source_for
-from dashboard.stats.sql import (
+from streams.stats import cube
+from streams.stats.source import source_for
+from streams.stats.sql import (
     Scope,
     dict_rows,
     divide,

@@ -1,6 +1,6 @@
-"""streams.store.aggregates and dashboard.stats.cube: the pre-aggregates kept by the write path
+"""streams.store.aggregates and streams.stats.cube: the pre-aggregates kept by the write path
 equal a rebuild from the raw rows on seeded random histories, the percentiles they give are within
-the stated bound, and every figure the pages are built from (dashboard.stats.source) reads the
+the stated bound, and every figure the pages are built from (streams.stats.source) reads the
 same from them (`rollup.RollupSource`) as from the raw rows (`exact.ExactSource`); the reports,
 written once against a source, then give the same page from either."""
 
@@ -14,13 +14,13 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import F
 
-from dashboard.stats import cube
+from streams.stats import cube
 from dashboard.stats.admin import PROBLEM_STATUSES, admin_report
-from dashboard.stats.exact import ExactSource
+from streams.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report, slowest
-from dashboard.stats.rollup import RollupSource
+from streams.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
-from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope
+from streams.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
 from streams.models import Finding, Project, Stream, UsageRollup, rollup_dimensions, rollup_key
 from streams.store import aggregates
@@ -579,7 +579,7 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
     is refused rather than dropped); a filter added to `Scope` and not to the rule fails."""
     from dataclasses import fields
 
-    from dashboard.stats.sql import ROLLUPS, STREAMS, scope_where
+    from streams.stats.sql import ROLLUPS, STREAMS, scope_where
 
     base = Scope(project_id=None)
     values = {"project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
@@ -612,7 +612,7 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
     assert skipped.params == ["", 7, "failed"]
     # findings_in_scope joins the stream rows and applies the rule's unqualified columns:
     # none of them may be a finding's too
-    from dashboard.stats.sql import FILTERS
+    from streams.stats.sql import FILTERS
 
     finding = {f.column for f in Finding._meta.concrete_fields}
     assert not finding & {"user_id", "created_at", "tags", *FILTERS}

@@ -11,15 +11,15 @@ from dataclasses import replace
 from django.db import connection
 from django.db.models import Count
 
-from dashboard.stats import cube
-from dashboard.stats.pairs import (
+from streams.stats import cube
+from streams.stats.pairs import (
     group_where,
     pair_aggregates,
     per_pair_selects,
     series_bounds,
 )
-from dashboard.stats.score_figures import ScoreFigures
-from dashboard.stats.sql import (
+from streams.stats.score_figures import ScoreFigures
+from streams.stats.sql import (
     IDX_CREATED,
     IDX_PAIR,
     IDX_PROJECT_CREATED,

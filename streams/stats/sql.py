@@ -2,7 +2,7 @@
 ordered offset, statements of many subqueries, time buckets, and the version a poll compares.
 
 Everything is computed in the database, from the metrics the recorder denormalises onto `Stream`
-rows; nothing in `dashboard.stats` loads stream rows into Python. What comes back are aggregates
+rows; nothing in `streams.stats` (nor the reports of `dashboard.stats`) loads stream rows into Python. What comes back are aggregates
 (a few hundred numbers) and short lists (the slowest N streams, sample reasoning strings).
 
 Percentiles: nearest rank, exact, as `streams.core.figures.rank` defines it (the one
@@ -185,6 +185,9 @@ class Scope:
     tag: str = ""
     session: str = ""
     username: str = ""
+    # the API token a proxied stream came through (an alert rule's scope; the rollups keep no
+    # tokens, so such a scope is read raw, `cube.method`)
+    token_id: int | None = None
     # the IANA zone whose days and hours the buckets and per-day figures are (the page's:
     # dashboard/timezone.py); the range itself is in instants, whatever the zone
     tz: str = "UTC"
@@ -329,6 +332,10 @@ def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
     if scope.session and "session" not in skip:
         # the session index is partial; SQLite uses it only when the query says so itself
         where.add(f"NOT ({quote('session')} = '')")
+    if scope.token_id is not None:
+        if not rows.sessions:
+            raise ValueError("the rollups hold no tokens: read a token's scope raw")
+        where.eq("token_id", scope.token_id)
     if scope.tag and not rows.tag_key:
         sql, params = has_tag_sql(f"{quote(TABLE)}.{quote('tags')}", scope.tag, connection)
         where.add(sql, *params)
