@@ -201,6 +201,13 @@ class Settings:
     password_login: bool = True
     break_glass_users: str = ""
 
+    # --- Alert rules (streams/alerts/, docs/alerts.md) ---
+    # How often each rule is evaluated (one process per rule and tick, claimed in the database).
+    alert_tick_s: float = 60.0
+    # Where people reach this instance (https://scope.example.com): the start of the links a
+    # notification carries; without it a notification has no links.
+    public_url: str = ""
+
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
