@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from django.utils.translation import gettext_lazy as _
 
 from dashboard import dates
+from dashboard.stats.scores import ScoresReport, scores_report
 from streams.stats import cube
 from streams.stats.pairs import fold, model_pairs, pair_summary
-from dashboard.stats.scores import ScoresReport, scores_report
 from streams.stats.source import source_for
 from streams.stats.sql import (
     PCT_NAMES,

@@ -19,10 +19,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from dashboard import dates
+from streams.models import ScoreType
 from streams.stats import cube
 from streams.stats.source import source_for
 from streams.stats.sql import buckets, history_span
-from streams.models import ScoreType
 from streams.store import known_secrets
 from streams.store.aggregates import DAY
 

@@ -27,6 +27,14 @@ from dataclasses import dataclass, replace
 from django.contrib.auth import get_user_model
 from django.db import connection
 
+from streams.core.figures import rank
+from streams.models import (
+    FindingRollup,
+    HistogramRollup,
+    RoutingRollup,
+    ScoreRollup,
+    UsageRollup,
+)
 from streams.stats.sql import (
     IDX_PAIR,
     PCT_NAMES,
@@ -40,14 +48,6 @@ from streams.stats.sql import (
     scalars,
     scope_where,
     time_index,
-)
-from streams.core.figures import rank
-from streams.models import (
-    FindingRollup,
-    HistogramRollup,
-    RoutingRollup,
-    ScoreRollup,
-    UsageRollup,
 )
 from streams.store import aggregates as agg
 

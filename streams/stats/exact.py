@@ -11,6 +11,7 @@ from dataclasses import replace
 from django.db import connection
 from django.db.models import Count
 
+from streams.models import MAX_TAG_CHARS
 from streams.stats import cube
 from streams.stats.pairs import (
     group_where,
@@ -45,7 +46,6 @@ from streams.stats.sql import (
     usage_index,
     usage_select,
 )
-from streams.models import MAX_TAG_CHARS
 from streams.store.aggregates import DECISION, TTFT
 
 # Finding columns by the names the rollups use

@@ -2,8 +2,9 @@
 ordered offset, statements of many subqueries, time buckets, and the version a poll compares.
 
 Everything is computed in the database, from the metrics the recorder denormalises onto `Stream`
-rows; nothing in `streams.stats` (nor the reports of `dashboard.stats`) loads stream rows into Python. What comes back are aggregates
-(a few hundred numbers) and short lists (the slowest N streams, sample reasoning strings).
+rows; nothing here (nor in the pages' reports, `dashboard.stats`) loads stream rows into
+Python. What comes back are aggregates (a few hundred numbers) and short lists (the slowest N
+streams, sample reasoning strings).
 
 Percentiles: nearest rank, exact, as `streams.core.figures.rank` defines it (the one
 definition: x_k of the n values sorted, k = ⌈q·n⌉ with q in per mille); the SQL offset of a

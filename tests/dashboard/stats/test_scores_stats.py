@@ -14,9 +14,9 @@ from django.db import transaction
 from dashboard.stats import scores as scores_stats
 from dashboard.stats.latency import latency_report
 from dashboard.stats.scores import scores_report
-from streams.stats.sql import Scope
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Project, Score, ScoreRollup, ScoreType, Stream
+from streams.stats.sql import Scope
 from streams.store import aggregates, retention
 
 # not on an hour: the range has partial hours at both ends (raw rows), whole hours and days

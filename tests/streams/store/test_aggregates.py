@@ -14,15 +14,15 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import F
 
-from streams.stats import cube
 from dashboard.stats.admin import PROBLEM_STATUSES, admin_report
-from streams.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report, slowest
-from streams.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
-from streams.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
 from streams.models import Finding, Project, Stream, UsageRollup, rollup_dimensions, rollup_key
+from streams.stats import cube
+from streams.stats.exact import ExactSource
+from streams.stats.rollup import RollupSource
+from streams.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.store import aggregates
 from streams.store import rows as stored
 
