@@ -220,14 +220,8 @@ class Invitation(models.Model):
 def _project_field(**kwargs):
     """The `project` column of what belongs to a project. Nullable in the database so that
     rows written before projects (and instance-wide score types and prices) have one."""
-    return models.ForeignKey(
-        Project,
-        null=True,
-        blank=True,
-        on_delete=models.CASCADE,
-        verbose_name=_("project"),
-        **kwargs,
-    )
+    kwargs = {"null": True, "blank": True, **kwargs}  # (required for what came after them)
+    return models.ForeignKey(Project, on_delete=models.CASCADE, verbose_name=_("project"), **kwargs)
 
 
 def _in_personal_projects(streams):
@@ -1481,6 +1475,111 @@ class AuditEntry(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# Notification channels and their deliveries (streams/notify/; docs/alerts.md)
+
+MAX_CHANNEL_NAME_CHARS = 100
+# What a delivery keeps of the receiver's answer (the first bytes, redacted): enough to read
+# an error, never a receiver's whole page.
+MAX_ANSWER_CHARS = 500
+
+
+class Channel(models.Model):
+    """Where a project's notifications go: an e-mail address list, a signed JSON webhook, a
+    Slack incoming webhook or any service `apprise` knows. The target (an address, a URL that
+    is itself a credential) is sealed at rest (streams/store/sealed.py) and known to the
+    egress gate; pages show `target_masked` only. A webhook's signing secret likewise."""
+
+    class Kind(models.TextChoices):
+        EMAIL = "email", _("E-mail")
+        WEBHOOK = "webhook", _("Signed JSON webhook")
+        SLACK = "slack", _("Slack")
+        APPRISE = "apprise", _("Other service (Apprise URL)")
+
+    project = _project_field(related_name="notify_channels", null=False, blank=False)
+    name = fields.CharField(_("name"), max_length=MAX_CHANNEL_NAME_CHARS)
+    kind = fields.CharField(_("kind"), max_length=10, choices=Kind.choices)
+    target_sealed = fields.TextField(_("sealed target"))
+    target_masked = fields.CharField(_("target"), max_length=200)
+    # a webhook's HMAC key (sealed; shown once, when the channel is made); "" for other kinds
+    signing_sealed = fields.TextField(_("sealed signing secret"), blank=True)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("notification channel")
+        verbose_name_plural = _("notification channels")
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="channel_project_name"),
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Delivery(models.Model):
+    """One notification (`key`: what fired, e.g. a rule's firing) to one channel. Unique per
+    (channel, key): the same notification is never delivered twice to a channel, whichever
+    processes ask. `message`: what is said (streams/notify/message.py), redacted when stored.
+    Sent by the delivery job (streams/notify/deliver.py), which claims due rows by pushing
+    `next_at` forward with a conditional UPDATE."""
+
+    class State(models.TextChoices):
+        PENDING = "pending", _("pending")
+        SENT = "sent", _("sent")
+        # the last attempt failed; another is due at `next_at`
+        FAILED = "failed", _("failed, will retry")
+        GIVEN_UP = "given_up", _("given up")
+
+    project = _project_field(related_name="notify_deliveries", null=False, blank=False)
+    channel = models.ForeignKey(
+        Channel, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("channel")
+    )
+    key = fields.CharField(_("notification key"), max_length=200)
+    subject = fields.CharField(_("subject"), max_length=200)
+    message = fields.JSONField(_("message"), default=dict)
+    state = fields.CharField(
+        _("state"), max_length=10, choices=State.choices, default=State.PENDING
+    )
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    # when it is next due (a claim pushes it past the attempt's time limit; None once done)
+    next_at = models.DateTimeField(_("next attempt at"), null=True, blank=True)
+    # the receiver's last answer: its HTTP (or SMTP) status, 0 if none came, and its first
+    # bytes or the error, redacted
+    last_status = models.IntegerField(_("last status"), null=True, blank=True)
+    last_answer = fields.CharField(_("last answer"), max_length=MAX_ANSWER_CHARS, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    sent_at = models.DateTimeField(_("sent at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("delivery")
+        verbose_name_plural = _("deliveries")
+        constraints = [
+            models.UniqueConstraint(fields=["channel", "key"], name="delivery_channel_key"),
+        ]
+        indexes = [
+            # the delivery job's look for due rows: few are due, most are done (next_at NULL)
+            models.Index(fields=["next_at"], name="delivery_next_at"),
+            # a channel's delivery log, newest first
+            models.Index(fields=["channel", "-created_at"], name="delivery_channel_created"),
+        ]
+
+    def __str__(self):
+        return gettext("delivery %(id)s to %(channel)s") % {
+            "id": self.pk,
+            "channel": self.channel_id,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
 # Alert rules (streams/alerts/ evaluates them; docs/alerts.md, "Rules")
 
 MAX_RULE_NAME_CHARS = 100
@@ -1561,6 +1660,10 @@ class Rule(models.Model):
     for_s = models.PositiveIntegerField(_("holds for (s)"), default=0)
     renotify_s = models.PositiveIntegerField(_("notify again every (s)"), default=0)  # 0: never
     notify_recovery = models.BooleanField(_("recovery notices"), default=True)
+    # where its notices go (the project's channels)
+    channels = models.ManyToManyField(
+        Channel, blank=True, related_name="rules", verbose_name=_("channels")
+    )
     enabled = models.BooleanField(_("enabled"), default=True)
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,

@@ -28,6 +28,7 @@ LAYERS = (
     ("streams.live",),
     ("streams.ingest",),
     ("streams.run",),
+    ("streams.notify",),
     ("streams.alerts",),
     ("streams.serve",),
     ("streams", "streams.apps", "streams.admin", "streams.urls", "streams.migrations"),

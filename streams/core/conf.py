@@ -201,6 +201,18 @@ class Settings:
     password_login: bool = True
     break_glass_users: str = ""
 
+    # --- Notifications (streams/notify/, docs/alerts.md) ---
+    # Hosts (names or addresses, comma-separated) a channel may reach although they resolve to
+    # a private, loopback or link-local address; every other such target is refused, when the
+    # channel is saved and again at each delivery (a name may resolve elsewhere by then).
+    alert_allowed_hosts: str = ""
+    # One delivery attempt, whatever the receiver does (hangs, trickles, answers 10 MB), ends
+    # within this long; a failed one is tried again after notify_backoff_s, doubling each time,
+    # up to notify_max_attempts attempts in all, then given up.
+    notify_timeout_s: float = 10.0
+    notify_backoff_s: float = 30.0
+    notify_max_attempts: int = 6
+
     # --- Alert rules (streams/alerts/, docs/alerts.md) ---
     # How often each rule is evaluated (one process per rule and tick, claimed in the database).
     alert_tick_s: float = 60.0

@@ -216,6 +216,16 @@ SPANS_DROPPED = Counter(
     ("reason",),
     registry=REGISTRY,
 )
+# Notifications (streams/notify/deliver.py): each delivery attempt by the channel's kind (a
+# fixed list) and its result: `sent`, `failed` (tried again later) or `given_up`.
+NOTIFICATIONS = Counter(
+    "streamscope_notification_deliveries",
+    "Notification delivery attempts, by the channel's kind and the attempt's result.",
+    ("kind", "result"),
+    registry=REGISTRY,
+)
+NOTIFY_KINDS = ("email", "webhook", "slack", "apprise")
+NOTIFY_RESULTS = ("sent", "failed", "given_up")
 SOURCES = ("live", "proxy")
 # Every series whose label values are known is exported from the start at 0: `increase()` and
 # `rate()` miss the first increment of a series that appears with it (the alert on lost events
@@ -232,6 +242,9 @@ for _reason in ("queue_full", "export_failed"):
     SPANS_DROPPED.labels(_reason)
 for _source in ("person", "api"):
     COMMENTS.labels(_source)
+for _kind in NOTIFY_KINDS:
+    for _result in NOTIFY_RESULTS:
+        NOTIFICATIONS.labels(_kind, _result)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,3 +535,8 @@ def _slugged(sample, slugs):
     if value is None or not value.isdigit():
         return sample
     return sample._replace(labels={**sample.labels, PROJECT: slugs.get(value, OTHER)})
+
+
+def notification_delivered(kind, result):
+    if enabled():
+        NOTIFICATIONS.labels(kind if kind in NOTIFY_KINDS else OTHER, result).inc()

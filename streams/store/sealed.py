@@ -43,6 +43,19 @@ def fingerprint(secret: str) -> str:
     return hmac.new(_derived(b"fingerprint"), secret.encode(), hashlib.sha256).hexdigest()
 
 
+def seal(text: str) -> str:
+    """`text` encrypted under this SECRET_KEY (a notification channel's target at rest)."""
+    return _fernet().encrypt(text.encode()).decode()
+
+
+def unseal(token: str) -> str | None:
+    """What `seal` sealed; None when this SECRET_KEY does not open it."""
+    try:
+        return _fernet().decrypt(token.encode()).decode()
+    except (InvalidToken, UnicodeDecodeError, ValueError):
+        return None
+
+
 def store(secret: str) -> None:
     fp = fingerprint(secret)
     if SealedSecret.objects.filter(fingerprint=fp).exists():
