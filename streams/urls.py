@@ -12,4 +12,8 @@ urlpatterns = [
     path("scores/", api.api_scores, name="api_scores"),
     path("comments/", api.api_comments, name="api_comments"),
     path("score-types/", api.api_score_types, name="api_score_types"),
+    path("alerts/rules/", api.api_alert_rules, name="api_alert_rules"),
+    path("alerts/rules/<int:rule_id>/", api.api_alert_rule, name="api_alert_rule"),
+    path("alerts/silences/", api.api_alert_silences, name="api_alert_silences"),
+    path("alerts/history/", api.api_alert_history, name="api_alert_history"),
 ]

@@ -154,7 +154,8 @@ def links(rule, end):
 
 
 def _minute(at):
-    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M")
+    # with its offset: the page reads a bare time as the reader's wall clock, which this is not
+    return at.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M+00:00")
 
 
 def _number(value):

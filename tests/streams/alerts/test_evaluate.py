@@ -8,48 +8,13 @@ import pytest
 
 from streams.alerts import evaluate, figures
 from streams.alerts.rule_state import Status, step
-from streams.management.commands.seed_demo import _settable_created_at
-from streams.models import Firing, Project, Rule, RuleState, Stream
-
-NOW = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
-MIN = dt.timedelta(minutes=1)
-
-
-def streams(project, at, ttfts, model="m-a", status="completed"):
-    rows = [
-        Stream(
-            project=project,
-            resolved_model=model,
-            requested_model=model,
-            status=status,
-            ttft_ms=ttft,
-            duration_ms=None if ttft is None else ttft * 2,
-            created_at=at,
-            source="live",
-        )
-        for ttft in ttfts
-    ]
-    with _settable_created_at():
-        Stream.objects.bulk_create(rows)
+from streams.models import Firing, Project, Rule, RuleState
+from tests.support.alerts import MIN, NOW, rule, streams
 
 
 @pytest.fixture
 def project(db):
     return Project.objects.create(name="alerting", slug="alerting")
-
-
-def rule(project, **kw):
-    fields = dict(
-        project=project,
-        name="slow TTFT",
-        figure=Rule.Figure.TTFT_P95,
-        window_s=900,
-        comparison=Rule.Comparison.GT,
-        threshold=1000,
-        min_streams=3,
-    )
-    fields.update(kw)
-    return Rule.objects.create(**fields)
 
 
 class TestFigures:
