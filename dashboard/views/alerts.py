@@ -15,7 +15,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
 from dashboard.forms.alerts import RuleForm, SilenceForm
-from dashboard.project import project_of, require
+from dashboard.project import project_of, require, working, writing_project
 from streams.access import projects
 from streams.alerts import evaluate
 from streams.alerts import rules as alert_rules
@@ -30,15 +30,6 @@ def _rule(user, rule_id, action=Action.READ):
         raise Http404("No such rule") from None
     except PermissionError:
         raise PermissionDenied("Your role in this project may not change its alerts.") from None
-
-
-def _working_project(request):
-    """The project a new rule or silence goes in: the page's (staff in every project: choose)."""
-    project = project_of(request)
-    if project is None:
-        raise Http404("Choose a project first")
-    require(request.user, Action.MANAGE_ALERTS, project)
-    return project
 
 
 def _manages(user, project):
@@ -73,8 +64,7 @@ def alerts(request):
     require(request.user, Action.READ, project)
     context = {
         "rows": alert_rules.overview(request.user, project),
-        "manages": project is not None
-        and projects.may(request.user, Action.MANAGE_ALERTS, project),
+        "manages": _manages(request.user, writing_project(request)),
         "every_project": project is None,
         "nav": "alerts",
     }
@@ -84,7 +74,7 @@ def alerts(request):
 @login_required
 @require_http_methods(["GET", "POST"])
 def alert_rule_new(request):
-    project = _working_project(request)
+    project = working(request, Action.MANAGE_ALERTS)
     form = _rule_form(request, project)
     if request.method == "POST":
         rule = _apply(request, form, project)
@@ -131,7 +121,7 @@ def alert_backtest(request):
     if rule_id.isdigit():
         project = _rule(request.user, int(rule_id), Action.MANAGE_ALERTS).project
     else:
-        project = _working_project(request)
+        project = working(request, Action.MANAGE_ALERTS)
     form = _rule_form(request, project)
     result, status = None, 400
     if form.is_valid():
@@ -168,10 +158,12 @@ def alert_history(request):
 def alert_silences(request):
     project = project_of(request)
     require(request.user, Action.READ, project)
-    manages = _manages(request.user, project)
+    # (staff in every project at once mute in their home project, as they make things there)
+    target = writing_project(request)
+    manages = _manages(request.user, target)
     form = None
     if manages:
-        rules = alert_rules.visible(request.user, project)
+        rules = alert_rules.visible(request.user, target)
         form = SilenceForm(request.POST if request.method == "POST" else None, rules=rules)
     status = 200
     if request.method == "POST":
@@ -183,7 +175,7 @@ def alert_silences(request):
             try:
                 alert_rules.silence(
                     request.user,
-                    project,
+                    target,
                     rule=data["rule"],
                     scope=scope,
                     hours=data["hours"],

@@ -718,34 +718,49 @@ def _alert_error(exc):
 _ALERT_ERRORS = (alert_rules.Invalid, alert_rules.NotVisible, PermissionError, NotAllowed)
 
 
-def _alert_rules(request, data):
+class _BadBody(Exception):
+    def __init__(self, response):
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def _body(request):
+    """The request's JSON object (read after the access checks: a refusal comes first)."""
+    data, error = _parse_json(request)
+    if error:
+        raise _BadBody(error)
+    return data
+
+
+def _alert_rules(request):
     user, project_id = request.user, _project_id(request)
-    if data is None:
+    if request.method == "GET":
         found = alert_rules.visible(user, project_id).select_related("project", "state")
         return respond({"rules": [_rule_json(r) for r in found.prefetch_related("channels")]})
     project_id = _writing_project_id(request)
     _require(user, Action.MANAGE_ALERTS, project_id)
-    rule = alert_rules.save(user, Project.objects.get(pk=project_id), data)
+    rule = alert_rules.save(user, Project.objects.get(pk=project_id), _body(request))
     return respond(_rule_json(rule), status=201)
 
 
-def _alert_rule(request, rule_id, data):
-    if data is None:
+def _alert_rule(request, rule_id):
+    if request.method == "GET":
         return respond(_rule_json(alert_rules.get(request.user, rule_id)))
     rule = alert_rules.get(request.user, rule_id, Action.MANAGE_ALERTS)
-    if data == "delete":
+    if request.method == "DELETE":
         rule.delete()
         return HttpResponse(status=204)
-    return respond(_rule_json(alert_rules.save(request.user, rule.project, data, rule)))
+    return respond(_rule_json(alert_rules.save(request.user, rule.project, _body(request), rule)))
 
 
-def _alert_silences(request, data):
+def _alert_silences(request):
     user, project_id = request.user, _project_id(request)
-    if data is None:
+    if request.method == "GET":
         found = alert_rules.silences(user, project_id)
         return respond({"silences": [_silence_json(s) for s in found]})
     project_id = _writing_project_id(request)
     _require(user, Action.MANAGE_ALERTS, project_id)
+    data = _body(request)
     rule = None
     if data.get("rule") is not None:
         rule = alert_rules.get(user, data["rule"], Action.MANAGE_ALERTS)
@@ -766,16 +781,13 @@ def _alert_history(request, rule_id):
     return respond({"firings": [_firing_json(f) for f in found]})
 
 
-async def _alerts_call(request, fn, *args, body=False):
-    """Run `fn(request, *args, data)` (data: the JSON body, or None for a read) off the loop,
-    answering the alert layer's refusals in the API's one error shape."""
-    data = None
-    if body:
-        data, error = await asyncio.to_thread(_parse_json, request)
-        if error:
-            return error
+async def _alerts_call(request, fn, *args):
+    """Run `fn(request, *args)` off the loop, answering the alert layer's refusals in the
+    API's one error shape."""
     try:
-        return await sync_to_async(fn)(request, *args, data)
+        return await sync_to_async(fn)(request, *args)
+    except _BadBody as exc:
+        return exc.response
     except LookupError:  # (`?project=` of a project one is not in)
         return json_error(404, "not_found", "No such project.")
     except _ALERT_ERRORS as exc:
@@ -786,23 +798,21 @@ async def _alerts_call(request, fn, *args, body=False):
 async def api_alert_rules(request):
     if request.method not in ("GET", "POST"):
         return _method_not_allowed("GET", "POST")
-    return await _alerts_call(request, _alert_rules, body=request.method == "POST")
+    return await _alerts_call(request, _alert_rules)
 
 
 @api_view
 async def api_alert_rule(request, rule_id):
-    if request.method == "DELETE":
-        return await _alerts_call(request, lambda r, i, _d: _alert_rule(r, i, "delete"), rule_id)
-    if request.method not in ("GET", "POST"):
+    if request.method not in ("GET", "POST", "DELETE"):
         return _method_not_allowed("GET", "POST", "DELETE")
-    return await _alerts_call(request, _alert_rule, rule_id, body=request.method == "POST")
+    return await _alerts_call(request, _alert_rule, rule_id)
 
 
 @api_view
 async def api_alert_silences(request):
     if request.method not in ("GET", "POST"):
         return _method_not_allowed("GET", "POST")
-    return await _alerts_call(request, _alert_silences, body=request.method == "POST")
+    return await _alerts_call(request, _alert_silences)
 
 
 class HistoryForm(forms.Form):
@@ -816,5 +826,4 @@ async def api_alert_history(request):
     form = HistoryForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
-    rule_id = form.cleaned_data["rule"]
-    return await _alerts_call(request, lambda r, _d: _alert_history(r, rule_id))
+    return await _alerts_call(request, _alert_history, form.cleaned_data["rule"])

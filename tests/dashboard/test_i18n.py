@@ -58,6 +58,7 @@ from streams.models import (
 )
 from streams.store import scores
 from tests.support import paths
+from tests.support.alerts import walk_objects
 from tests.support.captures import small_stream, sse
 from tests.support.i18n import (
     CATALOGS,
@@ -155,7 +156,10 @@ def history(django_db_setup, django_db_blocker):
         ]
         # a token of the user's, with limits (the token page says what it used of them)
         ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
+        # an alert rule of the user's, firing, in the history and muted (the alert pages)
+        alerts = walk_objects(user, Project.personal(user))
         yield {
+            **alerts,
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -203,6 +207,8 @@ FILL = {
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],
     "key": lambda h, bound: h["invitation_keys"],
+    "rule_id": lambda h, bound: h["rule_ids"],
+    "silence_id": lambda h, bound: h["silence_ids"],
 }
 
 

@@ -41,3 +41,22 @@ def rule(project, **kw):
     )
     fields.update(kw)
     return Rule.objects.create(**fields)
+
+
+def walk_objects(owner, project, name="trage modellen", reason="onderhoud"):
+    """An alert rule of `owner` in `project` that is firing (its state, a firing in the
+    history) and muted by a silence, for the route walkers: {"rule_ids", "silence_ids"}."""
+    from streams.models import Firing, RuleState, Silence
+
+    now = dt.datetime.now(dt.UTC)
+    made = rule(project, name=name, resolved_model=name[:200], created_by=owner)
+    RuleState.objects.create(
+        rule=made, project=project, state="firing", since=now, value=1500.0, evaluated_at=now
+    )
+    Firing.objects.create(
+        rule=made, project=project, started_at=now, peak=1500.0, notified=1, values=[[0, 1500.0]]
+    )
+    silence = Silence.objects.create(
+        project=project, rule=made, until_at=now + dt.timedelta(hours=1), reason=reason
+    )
+    return {"rule_ids": [made.pk], "silence_ids": [silence.pk]}

@@ -52,8 +52,10 @@ from streams.models import (
     Membership,
     Project,
     ShareLink,
+    Silence,
     Stream,
 )
+from streams.models import Rule as AlertRule
 from streams.store import scores
 from tests.support import provider_urls
 from tests.support.clients import session, ws
@@ -108,6 +110,7 @@ READ, RUN, SCORE, COMMENT, SHARE = (
     Action.COMMENT,
     Action.SHARE,
 )
+ALERTS = Action.MANAGE_ALERTS
 
 # Keyed by route name (the route itself when it has none); a route with GET and POST has a rule
 # for each. A per-object rule applies its object check only to patterns of that name that name
@@ -227,6 +230,29 @@ RULES = {
     # test_invitations.py); accepting it makes them a viewer (undone before the next route)
     "invitation": Rule(PROJECT, READ),
     "invitation_accept": Rule(PROJECT, READ, "POST", ok=302),
+    # alert rules (dashboard/views/alerts.py, the API): everyone in the project reads them,
+    # members and up make, change and mute them (the empty forms: no name, no hours)
+    "alerts": Rule(PROJECT, READ),
+    "alert_rule_new": (Rule(PROJECT, ALERTS), Rule(PROJECT, ALERTS, "POST", ok=400)),
+    "alert_backtest": Rule(PROJECT, ALERTS, "POST", ok=400),
+    "alert_history": Rule(PROJECT, READ),
+    "alert_silences": (Rule(PROJECT, READ), Rule(PROJECT, ALERTS, "POST", ok=400)),
+    "alert_silence_end": Rule(OBJECT, ALERTS, "POST", ok=302),
+    "alert_rule": (Rule(OBJECT, READ), Rule(OBJECT, ALERTS, "POST", ok=400)),
+    "alert_rule_delete": Rule(OBJECT, ALERTS, "POST", ok=302),
+    "api_alert_rules": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, ALERTS, "POST", ok=400, api=True),  # (a form, not JSON)
+    ),
+    "api_alert_rule": (
+        Rule(OBJECT, READ, api=True),
+        Rule(OBJECT, ALERTS, "POST", ok=400, api=True),
+    ),
+    "api_alert_silences": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, ALERTS, "POST", ok=400, api=True),
+    ),
+    "api_alert_history": Rule(PROJECT, READ, api=True),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
@@ -252,6 +278,9 @@ PARAMS = {
     "job_id": lambda objects: objects.job.pk,
     "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
     "token_id": lambda objects: objects.token.pk,  # the owner's token in the project
+    # an alert rule of the project: a fresh one each time (deleting it is allowed to several)
+    "rule_id": lambda objects: next(objects.alert_rules).pk,
+    "silence_id": lambda objects: objects.silence.pk,  # a silence of that rule
     "project_slug": lambda objects: objects.project.slug,
     "user_id": lambda objects: objects.owner.pk,  # the project's owner, its last
     "invitation_id": lambda objects: objects.invitation.pk,
@@ -349,7 +378,20 @@ def owned_objects(owner, project):
     Invitation.objects.filter(project=project).delete()
     made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
     token = ApiToken.issue(owner, name="access", project=project)
+    alert_rules = [
+        AlertRule.objects.create(
+            project=project, name="Access", figure="ttft_p95", threshold=1000, created_by=owner
+        )
+        for _n in range(8)
+    ]
+    silence = Silence.objects.create(
+        project=project,
+        rule=alert_rules[0],
+        until_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
+    )
     return SimpleNamespace(
+        alert_rules=iter(alert_rules),
+        silence=silence,
         owner=owner,
         project=project,
         invitation=made[0][0],
