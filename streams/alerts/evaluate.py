@@ -32,6 +32,7 @@ from streams.core import conf
 from streams.core.lifecycle import RUNNER_ID
 from streams.models import Firing, Rule, RuleState
 from streams.run import periodic
+from streams.stats.sql import shared_figures
 
 RECENT = 30  # values a state row keeps for a notification's series
 FIRING_VALUES = 200  # values a firing keeps
@@ -75,15 +76,18 @@ def tick(now, limit=5000):
         .values_list("rule_id", flat=True)[:limit]
     )
     done = 0
-    for rule_id in due:
-        won = RuleState.objects.filter(rule_id=rule_id, due_at__lte=now).update(
-            due_at=now + period, claimed_by=RUNNER_ID[:100]
-        )
-        if not won:
-            continue  # another process took it this tick
-        rule = Rule.objects.select_related("project", "score_type").get(pk=rule_id)
-        evaluate(rule, now)
-        done += 1
+    # (what every reading of this moment shares, such as how many streams the instance has,
+    # is read once for the tick)
+    with shared_figures():
+        for rule_id in due:
+            won = RuleState.objects.filter(rule_id=rule_id, due_at__lte=now).update(
+                due_at=now + period, claimed_by=RUNNER_ID[:100]
+            )
+            if not won:
+                continue  # another process took it this tick
+            rule = Rule.objects.select_related("project", "score_type").get(pk=rule_id)
+            evaluate(rule, now)
+            done += 1
     return done
 
 

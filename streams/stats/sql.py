@@ -32,6 +32,7 @@ module to that).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import functools
@@ -146,6 +147,17 @@ def memoized(key, compute):
     if key not in memo:
         memo[key] = compute()
     return memo[key]
+
+
+@contextlib.contextmanager
+def shared_figures():
+    """Within it, what `memoized` computes is computed once: for work that reads many scopes
+    at one moment as one report does (an alert tick's rules)."""
+    token = _memo.set({})
+    try:
+        yield
+    finally:
+        _memo.reset(token)
 
 
 def versioned(build):
