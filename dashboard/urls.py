@@ -16,6 +16,7 @@ from dashboard.views import (
     alerts,
     analytics,
     audit,
+    channels,
     exports,
     feedback,
     playground,
@@ -162,6 +163,11 @@ urlpatterns = [
     # the project's tokens (docs/teams.md, "Tokens")
     path("tokens/", tokens.token_list, name="token_list"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
+    # notification channels (docs/alerts.md): a project's admins manage them
+    path("channels/", channels.channel_list, name="channel_list"),
+    path("channels/<int:channel_id>/", channels.channel_detail, name="channel_detail"),
+    path("channels/<int:channel_id>/test/", channels.channel_test, name="channel_test"),
+    path("channels/<int:channel_id>/delete/", channels.channel_delete, name="channel_delete"),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

@@ -16,4 +16,13 @@ urlpatterns = [
     path("alerts/rules/<int:rule_id>/", api.api_alert_rule, name="api_alert_rule"),
     path("alerts/silences/", api.api_alert_silences, name="api_alert_silences"),
     path("alerts/history/", api.api_alert_history, name="api_alert_history"),
+    path("channels/", api.api_channels, name="api_channels"),
+    path("channels/<int:channel_id>/", api.api_channel, name="api_channel"),
+    path("channels/<int:channel_id>/delete/", api.api_channel_delete, name="api_channel_delete"),
+    path("channels/<int:channel_id>/test/", api.api_channel_test, name="api_channel_test"),
+    path(
+        "channels/<int:channel_id>/deliveries/",
+        api.api_channel_deliveries,
+        name="api_channel_deliveries",
+    ),
 ]

@@ -5,7 +5,8 @@ The roles are ordered, each may do what the one before it may and more:
 - viewer: reads everything in the project (streams, timelines, analytics, exports); comments;
 - member: also starts streams, uses the playground, scores, makes share links, saved views and
   tokens of their own;
-- admin: also manages members, the project's tokens, score types, prices and retention;
+- admin: also manages members, the project's tokens, score types, prices, retention and
+  notification channels (the others see the channels' names only);
 - owner: also renames or deletes the project (a project always has one).
 Staff (instance administrators) may do everything in every project. Someone who is not a member
 of a project gets "not found" for its things, never "forbidden", so ids do not leak.
@@ -38,6 +39,7 @@ class Action(enum.StrEnum):
     DELETE_STREAMS = "delete_streams"
     AUDIT = "audit"
     MANAGE_ALERTS = "manage_alerts"  # alert rules and silences (streams/alerts/)
+    MANAGE_CHANNELS = "manage_channels"  # notification channels: make, change, test, their log
     MANAGE_OWNERS = "manage_owners"  # make, unmake or remove an owner; invite one
     RENAME_PROJECT = "rename_project"
     DELETE_PROJECT = "delete_project"
@@ -60,6 +62,7 @@ ACTIONS = {
     Action.DELETE_STREAMS: Role.ADMIN,
     Action.AUDIT: Role.ADMIN,
     Action.MANAGE_ALERTS: Role.MEMBER,
+    Action.MANAGE_CHANNELS: Role.ADMIN,
     Action.MANAGE_OWNERS: Role.OWNER,
     Action.RENAME_PROJECT: Role.OWNER,
     Action.DELETE_PROJECT: Role.OWNER,

@@ -18,9 +18,12 @@ import asyncio
 import datetime as dt
 import logging
 import random
+import uuid
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils import translation
+from django.utils.translation import gettext as _
 
 from streams.core import conf
 from streams.models import MAX_ANSWER_CHARS, Channel, Delivery
@@ -48,17 +51,18 @@ def now():
     return dt.datetime.now(dt.UTC)
 
 
-def send(channels, message: Message, key: str):
+def send(channels, message: Message, key: str, even_disabled=False):
     """One Delivery per enabled channel of `channels` for the notification `key` (what fired:
     the same key to the same channel is delivered once, whoever calls), `message` redacted;
-    returns them (an existing one where the key was sent before)."""
+    returns them (an existing one where the key was sent before). `even_disabled`: a
+    channel's test, which an admin may send before enabling it."""
     if not key or len(key) > MAX_KEY_CHARS:
         raise ValueError(f"a notification key is 1 to {MAX_KEY_CHARS} characters")
     said = message.redacted()
     stored = said.as_json()
     out = []
     for channel in channels:
-        if not channel.enabled:
+        if not (channel.enabled or even_disabled):
             continue
         try:
             with transaction.atomic():
@@ -79,23 +83,33 @@ def send(channels, message: Message, key: str):
 def claim_due(at=None, limit=BATCH):
     """Claim up to `limit` due deliveries for this process (their attempt counted)."""
     at = at or now()
-    lease = dt.timedelta(seconds=conf.get().notify_timeout_s + LEASE_MARGIN_S)
-    # delivery_next_at: the due rows are few, the done ones have no next_at
-    candidates = list(
-        Delivery.objects.filter(next_at__lte=at, state__in=OPEN)
-        .order_by("next_at", "id")
-        .values_list("id", "next_at")[: limit * 2]
-    )
     claimed = []
-    for pk, next_at in candidates:
-        won = Delivery.objects.filter(pk=pk, next_at=next_at, state__in=OPEN).update(
-            next_at=at + lease, attempts=F("attempts") + 1
-        )
-        if won:
+    for pk, next_at in due(at, limit * 2):
+        if claim(pk, next_at, at):
             claimed.append(pk)
             if len(claimed) >= limit:
                 break
     return list(Delivery.objects.filter(pk__in=claimed).select_related("channel").order_by("id"))
+
+
+def due(at, limit):
+    """[(id, next_at)] of the deliveries due at `at`, the longest due first."""
+    # delivery_next_at: the due rows are few, the done ones have no next_at
+    return list(
+        Delivery.objects.filter(next_at__lte=at, state__in=OPEN)
+        .order_by("next_at", "id")
+        .values_list("id", "next_at")[:limit]
+    )
+
+
+def claim(pk, next_at, at):
+    """Whether this process won the delivery `pk` last seen due at `next_at`: one conditional
+    UPDATE, which the loser of a race (its row's next_at moved on) makes to no row."""
+    lease = dt.timedelta(seconds=conf.get().notify_timeout_s + LEASE_MARGIN_S)
+    won = Delivery.objects.filter(pk=pk, next_at=next_at, state__in=OPEN).update(
+        next_at=at + lease, attempts=F("attempts") + 1
+    )
+    return bool(won)
 
 
 def backoff_s(attempts):
@@ -169,6 +183,24 @@ def _record(delivery, outcome):
         **fields
     )
     telemetry.notification_delivered(delivery.channel.kind, result)
+
+
+def send_test(channel, user):
+    """A test notification to `channel` now (its own key: every press is a delivery), in the
+    language of whoever asked; the Delivery."""
+    who = user.get_username() if user is not None else ""
+    message = Message(
+        subject=_("Test notification from Streamscope"),
+        lines=[
+            _("%(user)s sent this test to the channel %(channel)s of the project %(project)s.")
+            % {"user": who, "channel": channel.name, "project": channel.project.name},
+            _("When an alert rule fires, its notifications arrive here like this one."),
+        ],
+        fields={_("Channel"): channel.name, _("Kind"): channel.get_kind_display()},
+        series=[1, 2, 3, 5, 8, 5, 3, 2, 1],
+        language=translation.get_language() or "",
+    )
+    return send([channel], message, f"test-{uuid.uuid4().hex}", even_disabled=True)[0]
 
 
 def channels_of(project):

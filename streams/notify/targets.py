@@ -30,7 +30,12 @@ LOCAL_SCHEMES = frozenset({"file", "windows", "macosx", "dbus", "kde", "glib", "
 
 
 class Refused(ValueError):
-    """A target that may not be used, with a reason a person can read."""
+    """A target (or channel) that may not be used, with a reason a person can read, and the
+    form field it is about (None: the whole form)."""
+
+    def __init__(self, message, field="target"):
+        super().__init__(message)
+        self.field = field
 
 
 def allowed_hosts():

@@ -36,6 +36,16 @@ GET      /api/alerts/rules/<id>/             a rule; POST changes it, DELETE del
 GET      /api/alerts/silences/               the active silences; POST ``{"rule"`` or
                                              ``"scope": {field: value}, "hours", "reason"?}``
 GET      /api/alerts/history/?rule=<id>      firings, newest first (docs/alerts.md)
+GET      /api/channels/                      the project's notification channels (``{"id",
+                                             "name"}`` only, unless one manages them)
+POST     /api/channels/                      ``{"name", "kind", "target"}`` → 201 the channel
+                                             (a webhook's: with ``signing_secret``, this once);
+                                             400 a target refused (not http(s), private)
+GET      /api/channels/<id>/                 a channel (its target masked); admins
+POST     /api/channels/<id>/                 change ``{"name"?, "target"?, "enabled"?}``
+POST     /api/channels/<id>/delete/          ``{"confirm": true}``: delete it and its log
+POST     /api/channels/<id>/test/            202: a test notification queued (its delivery)
+GET      /api/channels/<id>/deliveries/      its newest deliveries: state, attempts, answer
 =======  ==================================  ==================================================
 
 Errors are ``{"error": {"code", "message", "fields"?}}`` with a 4xx status. ``ws`` is the
@@ -43,6 +53,7 @@ path of the stream's WebSocket (``/ws/streams/<id>/``; add ``?format=json`` for 
 """
 
 import asyncio
+import functools
 import json
 import math
 
@@ -58,7 +69,9 @@ from streams.access.throttle import search_allowed
 from streams.alerts import notices as alert_notices
 from streams.alerts import rules as alert_rules
 from streams.core import conf, safejson
-from streams.models import Event, Project, Stream
+from streams.models import MAX_CHANNEL_NAME_CHARS, Channel, Event, Project, Stream
+from streams.notify import channels as channel_rows
+from streams.notify import deliver, targets
 from streams.run import services
 from streams.serve.http import api_view, json_error, limit_error
 from streams.shapes import event_message, public
@@ -827,3 +840,173 @@ async def api_alert_history(request):
     if not form.is_valid():
         return _invalid(form)
     return await _alerts_call(request, _alert_history, form.cleaned_data["rule"])
+
+
+# Notification channels (streams/notify/channels.py; docs/alerts.md)
+
+
+class ChannelForm(forms.Form):
+    name = forms.CharField(max_length=MAX_CHANNEL_NAME_CHARS)
+    kind = forms.ChoiceField(choices=Channel.Kind.choices)
+    target = forms.CharField(max_length=targets.MAX_TARGET_CHARS)
+
+
+class ChannelChangeForm(forms.Form):
+    name = forms.CharField(max_length=MAX_CHANNEL_NAME_CHARS, required=False)
+    target = forms.CharField(max_length=targets.MAX_TARGET_CHARS, required=False)
+    enabled = forms.NullBooleanField(required=False)
+
+
+def _refused(exc):
+    fields = {exc.field: [str(exc)]} if exc.field else {}
+    return json_error(400, "refused", str(exc), **({"fields": fields} if fields else {}))
+
+
+def _channels(request):
+    project = _project_id(request)
+    manages = projects.may(request.user, Action.MANAGE_CHANNELS, project)
+    rows = channel_rows.visible(request.user, project)
+    return {"channels": [public.channel(c, manages=manages) for c in rows]}
+
+
+def _channel_create(request):
+    project_id = _writing_project_id(request)
+    _require(request.user, Action.MANAGE_CHANNELS, project_id)  # (before the body is read)
+    data, error = _parse_json(request)
+    if error:
+        return error
+    form = ChannelForm(data)
+    if not form.is_valid():
+        return _invalid(form)
+    d = form.cleaned_data
+    try:
+        channel, secret = channel_rows.create(
+            Project.objects.get(pk=project_id),
+            d["name"],
+            d["kind"],
+            d["target"],
+            created_by=request.user,
+        )
+    except targets.Refused as exc:
+        return _refused(exc)
+    out = public.channel(channel)
+    if secret:  # (once: it is sealed, and never shown again)
+        out["signing_secret"] = secret
+    return respond(out, status=201)
+
+
+def _for_channel(view):
+    """`view(request, channel)` for the channel of the URL once the request may manage it,
+    else its error (a token reaches its own project's only)."""
+
+    @functools.wraps(view)
+    def wrapper(request, channel_id):
+        channel, error = _channel(request, channel_id)
+        return error or view(request, channel)
+
+    return wrapper
+
+
+def _channel(request, channel_id):
+    try:
+        channel = channel_rows.managed(request.user, channel_id)
+    except channel_rows.NotFound:
+        channel = None
+    except channel_rows.NotAllowed:
+        return None, _forbidden(Action.MANAGE_CHANNELS)
+    token = getattr(request, "token", None)
+    if channel is None or (token is not None and channel.project_id != token.project_id):
+        return None, json_error(404, "not_found", f"No channel {channel_id}.")
+    return channel, None
+
+
+@_for_channel
+def _channel_read(request, channel):
+    return respond(public.channel(channel))
+
+
+@_for_channel
+def _channel_change(request, channel):
+    data, error = _parse_json(request)
+    if error:
+        return error
+    form = ChannelChangeForm(data)
+    if not form.is_valid():
+        return _invalid(form)
+    d = form.cleaned_data
+    try:
+        channel_rows.update(
+            channel,
+            name=d["name"] or None,
+            target=d["target"] or None,
+            enabled=d["enabled"] if "enabled" in data else None,
+        )
+    except targets.Refused as exc:
+        return _refused(exc)
+    return respond(public.channel(channel))
+
+
+@_for_channel
+def _channel_delete(request, channel):
+    data, error = _parse_json(request)
+    if error:
+        return error
+    if data.get("confirm") is not True:
+        return json_error(
+            400, "invalid", 'Send {"confirm": true} to delete the channel and its log.'
+        )
+    channel_rows.delete(channel)
+    return respond({"deleted": channel.pk})
+
+
+@_for_channel
+def _channel_test(request, channel):
+    return respond(public.delivery(deliver.send_test(channel, request.user)), status=202)
+
+
+@_for_channel
+def _channel_log(request, channel):
+    return respond({"deliveries": [public.delivery(d) for d in channel_rows.log_of(channel)]})
+
+
+@api_view
+async def api_channels(request):
+    if request.method not in ("GET", "POST"):
+        return _method_not_allowed("GET", "POST")
+    view = _channels if request.method == "GET" else _channel_create
+    try:
+        answer = await sync_to_async(view)(request)
+    except LookupError:
+        return json_error(404, "not_found", "No such project.")
+    except NotAllowed:
+        return _forbidden(Action.MANAGE_CHANNELS)
+    return answer if not isinstance(answer, dict) else respond(answer)
+
+
+@api_view
+async def api_channel(request, channel_id):
+    if request.method not in ("GET", "POST"):
+        return _method_not_allowed("GET", "POST")
+    view = _channel_read if request.method == "GET" else _channel_change
+    return await sync_to_async(view)(request, channel_id)
+
+
+@api_view
+async def api_channel_delete(request, channel_id):
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await sync_to_async(_channel_delete)(request, channel_id)
+
+
+@api_view
+async def api_channel_test(request, channel_id):
+    if request.method != "POST":
+        return _method_not_allowed("POST")
+    return await sync_to_async(_channel_test)(request, channel_id)
+
+
+@api_view
+async def api_channel_deliveries(request, channel_id):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    return await sync_to_async(_channel_log)(request, channel_id)

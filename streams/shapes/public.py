@@ -262,6 +262,39 @@ def score_type(t) -> dict:
     }
 
 
+def channel(c, *, manages=True) -> dict:
+    """A notification channel as the API shows it: its target masked, never whole; to whoever
+    may not manage it, its name only (as the page)."""
+    if not manages:
+        return {"id": c.pk, "name": c.name}
+    return {
+        "id": c.pk,
+        "name": c.name,
+        "kind": c.kind,
+        "target": c.target_masked,
+        "enabled": c.enabled,
+        "project": c.project.slug,
+        "created_by": _author(c.created_by),
+        "created_at": _iso(c.created_at),
+    }
+
+
+def delivery(d) -> dict:
+    return {
+        "id": d.pk,
+        "channel": d.channel_id,
+        "key": d.key,
+        "subject": d.subject,
+        "state": d.state,
+        "attempts": d.attempts,
+        "next_at": _iso(d.next_at),
+        "last_status": d.last_status,
+        "last_answer": d.last_answer,
+        "created_at": _iso(d.created_at),
+        "sent_at": _iso(d.sent_at),
+    }
+
+
 def usage_and_cost(row) -> dict:
     """`usage` (the token counts and whether the upstream reported them or they are an
     estimate; None when there is none) and `cost` (its amount as a decimal string, currency,

@@ -253,10 +253,11 @@ async def refreshed(wait):
 
 
 # Streamscope's own credentials: API tokens (streams/access/tokens.py), share links' secrets
-# (streams/access/shares.py) and invitations' (streams/access/invitations.py), which open what
-# they name to whoever reads them. A log line (an access log's `GET /s/sl_…/`) keeps the
-# prefix and loses the rest.
-OWN_CREDENTIAL_PREFIXES = ("ss_", "sl_", "inv_")
+# (streams/access/shares.py), invitations' (streams/access/invitations.py) and webhooks'
+# signing secrets (streams/notify/channels.py), which open what they name (or forge what they
+# sign) to whoever reads them. A log line (an access log's `GET /s/sl_…/`) keeps the prefix
+# and loses the rest.
+OWN_CREDENTIAL_PREFIXES = ("ss_", "sl_", "inv_", "whsec_")
 _OWN_CREDENTIAL = re.compile(r"\b(" + "|".join(OWN_CREDENTIAL_PREFIXES) + r")[A-Za-z0-9_-]{8,}")
 
 

@@ -49,7 +49,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(404, b"no such hook")
 
     def _redirect(self):
-        self._answer(302, b"", [("location", "http://127.0.0.1:1/elsewhere")])
+        self._answer(302, b"", [("location", self.server.owner.location)])
 
     def _hang(self):
         self.server.owner.stop.wait(60)
@@ -62,6 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         try:
             for _ in range(HUGE_BYTES // len(chunk)):
                 self.wfile.write(chunk)
+                self.server.owner.written += len(chunk)
         except OSError:  # the client stopped reading: what it should do
             pass
 
@@ -84,6 +85,8 @@ class Receiver:
         assert behaviour in BEHAVIOURS
         self.behaviour = behaviour
         self.requests = []
+        self.written = 0
+        self.location = "http://127.0.0.1:1/elsewhere"  # where a redirect sends  # bytes of a huge answer the client took
         self.stop = threading.Event()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"

@@ -46,6 +46,7 @@ from streams.access.projects import Action
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import (
     ApiToken,
+    Channel,
     Event,
     ImportJob,
     Invitation,
@@ -56,6 +57,7 @@ from streams.models import (
     Stream,
 )
 from streams.models import Rule as AlertRule
+from streams.notify import channels as notify_channels
 from streams.store import scores
 from tests.support import provider_urls
 from tests.support.clients import session, ws
@@ -212,6 +214,30 @@ RULES = {
     # the current project's tokens (one's own; an admin's: the project's), and revoking one
     "token_list": Rule(PROJECT, Action.OWN_TOKEN),
     "token_revoke": Rule(CREATOR_OR_MANAGER, Action.MANAGE_TOKENS, "POST", ok=302),
+    # notification channels: their names to the project; everything else to its admins
+    "channel_list": (
+        Rule(PROJECT, READ),
+        Rule(PROJECT, Action.MANAGE_CHANNELS, "POST", ok=400),  # the empty form
+    ),
+    "channel_detail": (
+        Rule(OBJECT, Action.MANAGE_CHANNELS),
+        Rule(OBJECT, Action.MANAGE_CHANNELS, "POST", ok=400),  # the empty form: no name
+    ),
+    "channel_test": Rule(OBJECT, Action.MANAGE_CHANNELS, "POST", ok=302),
+    "channel_delete": Rule(OBJECT, Action.MANAGE_CHANNELS, "POST", ok=400),  # not confirmed
+    "api_channels": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, Action.MANAGE_CHANNELS, "POST", ok=400, api=True, data=lambda o: {}),
+    ),
+    "api_channel": (
+        Rule(OBJECT, Action.MANAGE_CHANNELS, api=True),
+        Rule(OBJECT, Action.MANAGE_CHANNELS, "POST", api=True, data=lambda o: {"enabled": False}),
+    ),
+    "api_channel_delete": Rule(
+        OBJECT, Action.MANAGE_CHANNELS, "POST", ok=400, api=True, data=lambda o: {}
+    ),  # not confirmed
+    "api_channel_test": Rule(OBJECT, Action.MANAGE_CHANNELS, "POST", ok=202, api=True),
+    "api_channel_deliveries": Rule(OBJECT, Action.MANAGE_CHANNELS, api=True),
     # projects (dashboard/views/projects.py): one's list and making one; a project's pages
     "project_list": Rule(PROJECT, READ),
     "project_create": Rule(PROJECT, READ, "POST", ok=400),  # the empty form: no name
@@ -281,6 +307,7 @@ PARAMS = {
     # an alert rule of the project: a fresh one each time (deleting it is allowed to several)
     "rule_id": lambda objects: next(objects.alert_rules).pk,
     "silence_id": lambda objects: objects.silence.pk,  # a silence of that rule
+    "channel_id": lambda objects: objects.channel.pk,  # an e-mail channel of the project
     "project_slug": lambda objects: objects.project.slug,
     "user_id": lambda objects: objects.owner.pk,  # the project's owner, its last
     "invitation_id": lambda objects: objects.invitation.pk,
@@ -389,9 +416,14 @@ def owned_objects(owner, project):
         rule=alert_rules[0],
         until_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
     )
+    Channel.objects.filter(project=project).delete()  # (at most MAX_CHANNELS a project)
+    channel, _secret = notify_channels.create(
+        project, f"access {stream.pk}", "email", "ops@example.com", created_by=owner
+    )
     return SimpleNamespace(
         alert_rules=iter(alert_rules),
         silence=silence,
+        channel=channel,
         owner=owner,
         project=project,
         invitation=made[0][0],
