@@ -68,27 +68,38 @@ def evaluate_due():
 def tick(now, limit=5000):
     """Claim and evaluate the rules due at `now`; returns how many this process evaluated."""
     _add_missing_states(now)
-    period = dt.timedelta(seconds=conf.get().alert_tick_s)
-    # the due-state index: the few due rows, oldest first
-    due = list(
-        RuleState.objects.filter(due_at__lte=now, rule__enabled=True)
-        .order_by("due_at")
-        .values_list("rule_id", flat=True)[:limit]
-    )
     done = 0
     # (what every reading of this moment shares, such as how many streams the instance has,
     # is read once for the tick)
     with shared_figures():
-        for rule_id in due:
-            won = RuleState.objects.filter(rule_id=rule_id, due_at__lte=now).update(
-                due_at=now + period, claimed_by=RUNNER_ID[:100]
-            )
-            if not won:
+        for rule_id in due_rules(now, limit):
+            if not claim(rule_id, now):
                 continue  # another process took it this tick
             rule = Rule.objects.select_related("project", "score_type").get(pk=rule_id)
             evaluate(rule, now)
             done += 1
     return done
+
+
+def due_rules(now, limit=5000):
+    """The ids of the enabled rules due at `now`, oldest first (every process may read the same
+    ones: `claim` decides which evaluates each)."""
+    # the due-state index: the few due rows, oldest first
+    return list(
+        RuleState.objects.filter(due_at__lte=now, rule__enabled=True)
+        .order_by("due_at")
+        .values_list("rule_id", flat=True)[:limit]
+    )
+
+
+def claim(rule_id, now):
+    """Whether this process takes `rule_id` for the tick at `now`: its state row's `due_at`
+    moved on by one tick, if it still was due (the loser of a race updates nothing)."""
+    period = dt.timedelta(seconds=conf.get().alert_tick_s)
+    won = RuleState.objects.filter(rule_id=rule_id, due_at__lte=now).update(
+        due_at=now + period, claimed_by=RUNNER_ID[:100]
+    )
+    return bool(won)
 
 
 def _add_missing_states(now):

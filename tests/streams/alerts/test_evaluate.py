@@ -93,6 +93,14 @@ class TestLive:
         assert evaluate.tick(NOW + 30 * dt.timedelta(seconds=1)) == 0
         assert evaluate.tick(NOW + MIN) == 2
 
+    def test_two_processes_that_saw_a_rule_due_evaluate_it_once(self, project):
+        """The race the due list cannot settle: both read it before either claims."""
+        r = rule(project)
+        evaluate.tick(NOW - 2 * MIN)  # (its state row, due again at NOW - MIN)
+        assert evaluate.due_rules(NOW) == evaluate.due_rules(NOW) == [r.pk]
+        assert evaluate.claim(r.pk, NOW) is True
+        assert evaluate.claim(r.pk, NOW + dt.timedelta(seconds=1)) is False
+
     def test_a_disabled_rule_is_not_evaluated(self, project):
         rule(project, enabled=False)
         assert evaluate.tick(NOW) == 0
