@@ -8,7 +8,6 @@ from django.utils.translation import gettext_lazy as _
 from streams.models import (
     ALERT_MAX_WINDOW_S,
     ALERT_MIN_WINDOW_S,
-    ApiToken,
     Channel,
     Finding,
     ScoreType,
@@ -56,7 +55,9 @@ class RuleForm(forms.Form):
     requested_model = forms.CharField(label=_("Model asked for"), required=False, max_length=200)
     resolved_model = forms.CharField(label=_("Model that answered"), required=False, max_length=200)
     username = forms.CharField(label=_("User"), required=False, max_length=150)
-    token = forms.ModelChoiceField(label=_("Token"), queryset=None, required=False)
+    # offered: the user's tokens (`rules.tokens_for`); any other id is the one validation's
+    # to refuse (a 404: whether it exists is not theirs to know)
+    token = forms.IntegerField(label=_("Token"), required=False, widget=forms.Select)
     source = forms.CharField(label=_("Source"), required=False, max_length=20)
     tag = forms.CharField(label=_("Tag"), required=False, max_length=64)
     session = forms.CharField(label=_("Session"), required=False, max_length=200)
@@ -67,12 +68,11 @@ class RuleForm(forms.Form):
         widget=forms.CheckboxSelectMultiple,
     )
 
-    def __init__(self, *args, project, **kwargs):
+    def __init__(self, *args, project, tokens, **kwargs):
+        """`tokens`: those the user may scope a rule to (`rules.tokens_for`)."""
         super().__init__(*args, **kwargs)
         self.fields["channels"].queryset = Channel.objects.filter(project=project)
-        # (every token of the project is listed; the one validation refuses one that is not
-        # the user's to manage, as a 404)
-        self.fields["token"].queryset = ApiToken.objects.filter(project=project)
+        self.fields["token"].widget.choices = [("", "—")] + [(t.pk, str(t)) for t in tokens]
         # the instance's score types and the project's own
         self.fields["score_type"].queryset = ScoreType.objects.filter(
             Q(project__isnull=True) | Q(project=project)

@@ -39,7 +39,8 @@ def _manages(user, project):
 def _rule_form(request, project, rule=None):
     data = request.POST if request.method == "POST" else None
     initial = RuleForm.initial_of(rule) if rule is not None else None
-    return RuleForm(data, initial=initial, project=project)
+    tokens = alert_rules.tokens_for(request.user, project)
+    return RuleForm(data, initial=initial, project=project, tokens=tokens)
 
 
 def _apply(request, form, project, rule=None):

@@ -141,13 +141,21 @@ def _pk(value):
         raise NotVisible(value) from None
 
 
+def tokens_for(user, project):
+    """The tokens of `project` a rule of `user` may be scoped to: every one for whoever manages
+    the project's tokens, else their own (as the token page shows them)."""
+    found = ApiToken.objects.filter(project=project)
+    if projects.may(user, Action.MANAGE_TOKENS, project):
+        return found
+    return found.filter(user_id=user.pk)
+
+
 def _visible_token(user, project, value):
     pk = _pk(value)
     if pk is None:
         return None
-    token = ApiToken.objects.filter(pk=pk, project=project).first()
-    manages = projects.may(user, Action.MANAGE_TOKENS, project)
-    if token is None or not (manages or token.user_id == user.pk):
+    token = tokens_for(user, project).filter(pk=pk).first()
+    if token is None:
         raise NotVisible(pk)
     return token
 

@@ -92,6 +92,8 @@ class TestAlerts:
     def test_a_scope_the_user_may_not_see_is_a_404(self):
         ApiToken.issue(self.people["admin"], name="the admin's", project=self.team)
         theirs = ApiToken.objects.get(user=self.people["admin"])
+        form = self.client("member").get(reverse("alert_rule_new")).content.decode()
+        assert theirs.prefix not in form  # not offered either
         assert self.post_rule("member", token=theirs.pk).status_code == 404
         assert self.post_rule("member", username="outsider").status_code == 404
         assert self.post_rule("admin", token=theirs.pk).status_code == 302  # an admin's own
