@@ -575,14 +575,18 @@ def test_the_history_has_the_tags_the_filters_ask_for(history):
 
 def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
     """`sql.scope_where` is the one rule from a scope to conditions: every filter a `Scope`
-    has lands on the raw rows and on the rollups (a session, which the rollups do not hold,
-    is refused rather than dropped); a filter added to `Scope` and not to the rule fails."""
+    has lands on the raw rows and on the rollups (a session or a token, which the rollups do
+    not hold, is refused rather than dropped); a filter added to `Scope` and not to the rule
+    fails."""
     from dataclasses import fields
 
     from streams.stats.sql import ROLLUPS, STREAMS, scope_where
 
     base = Scope(project_id=None)
-    values = {"project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
+    values = {
+        "project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1",
+        "token_id": 3,
+    }  # fmt: skip
     not_filters = {"tz"}  # how the figures are bucketed, not which streams
     for field in fields(Scope):
         if field.name in not_filters:
@@ -591,7 +595,7 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
         raw = scope_where(scope)
         assert raw.parts and raw.params, f"{field.name}: no condition on the stream rows"
         assert scope_where(base).sql() != raw.sql(), field.name
-        if field.name == "session":
+        if field.name in ("session", "token_id"):
             with pytest.raises(ValueError):
                 scope_where(scope, rows=ROLLUPS)
             continue
