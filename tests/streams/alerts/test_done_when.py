@@ -28,7 +28,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 MODEL = "gpt-oss-20b"
 TICK_S = 2.0
-OVERRIDES = {"ALERT_TICK_S": TICK_S, "ALERT_ALLOWED_HOSTS": "127.0.0.1", "NOTIFY_TIMEOUT_S": 5.0}
+OVERRIDES = {
+    "ALERT_TICK_S": TICK_S,
+    "ALERT_ALLOWED_HOSTS": "127.0.0.1",
+    "NOTIFY_TIMEOUT_S": 5.0,
+    "MAX_CONCURRENT_PER_USER": 100,  # (a phase's streams are started at once)
+}
 
 
 class Worker:
