@@ -1533,7 +1533,7 @@ class Delivery(models.Model):
     `next_at` forward with a conditional UPDATE."""
 
     class State(models.TextChoices):
-        PENDING = "pending", _("pending")
+        PENDING = "pending", _("to be sent")
         SENT = "sent", _("sent")
         # the last attempt failed; another is due at `next_at`
         FAILED = "failed", _("failed, will retry")

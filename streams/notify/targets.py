@@ -159,22 +159,28 @@ def masked(kind, target):
 # A part of a URL that is a word (`services`, `webhooks`, `incoming`) is no secret: the egress
 # gate would take that word out of every page. Tokens and ids have digits or mixed case.
 _WORD = re.compile(r"[a-z]+(?:[-_.][a-z]+)*|[A-Z]+")
+# What a token in a URL is made of (RFC 3986's unreserved characters, and `+`). Anything else
+# (a query's free text, markup) is no credential, and a "secret" with spaces or quotes in it
+# weakens the gate's look for other secrets (docs/alerts.md).
+_TOKEN = re.compile(r"[A-Za-z0-9._~+-]+")
+_USERINFO = re.compile(r"[A-Za-z0-9._~+%:!$'*-]+")
 
 
 def secret_parts(kind, target):
     """The parts of a target the egress gate redacts (each FRAGMENT_MIN characters or more):
-    a URL's userinfo and password, and each segment of its host, path, query and fragment that
-    is not a plain word. An e-mail channel's addresses are not secrets."""
+    a URL's userinfo and password, and each segment of its host (apprise: an id or a key),
+    path, query and fragment that is a token, not a plain word. An e-mail channel's addresses
+    are not secrets."""
     if kind == "email":
         return set()
     parts = urlsplit(target)
     found = set()
     userinfo = parts.netloc.rpartition("@")[0]
-    if userinfo:
+    if userinfo and _USERINFO.fullmatch(userinfo):
         found.update({userinfo, userinfo.partition(":")[2]})
     pieces = [parts.netloc.rpartition("@")[2]] if kind == "apprise" else []
     pieces += re.split(r"[/?&=#;,:]", f"{parts.path}?{parts.query}#{parts.fragment}")
     for piece in pieces:
-        if len(piece) >= FRAGMENT_MIN and not _WORD.fullmatch(piece):
+        if _TOKEN.fullmatch(piece) and not _WORD.fullmatch(piece):
             found.add(piece)
     return {s for s in found if len(s) >= FRAGMENT_MIN}

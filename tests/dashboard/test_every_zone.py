@@ -25,6 +25,7 @@ from dashboard.models import Conversation, SavedView, Turn
 from streams.access import invitations, shares
 from streams.ingest import importer
 from streams.models import ApiToken, ImportJob, Project, Stream
+from streams.notify import channels
 from streams.store import scores
 from tests.conftest import FIXTURES
 from tests.support.routes import Unfillable, django_routes, fill
@@ -96,6 +97,9 @@ def world(_zoned_history, db):
         "invitation_id": [invitation.pk],
         "key": [key],
         "token_id": [ApiToken.objects.get(digest=ApiToken.hash(ApiToken.issue(staff))).pk],
+        "channel_id": [
+            channels.create(project, "zones", "email", "zones@example.com", created_by=staff)[0].pk
+        ],
     }
     paths = []
     for route in django_routes():

@@ -56,6 +56,8 @@ from streams.models import (
     ShareLink,
     Stream,
 )
+from streams.notify import channels as notify_channels
+from streams.notify import deliver as notify_deliver
 from streams.store import scores
 from tests.support import paths
 from tests.support.alerts import walk_objects
@@ -158,8 +160,17 @@ def history(django_db_setup, django_db_blocker):
         ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
         # an alert rule of the user's, firing, in the history and muted (the alert pages)
         alerts = walk_objects(user, Project.personal(user))
+        # a notification channel of each, with a test sent to it and a failed delivery
+        channel_ids = []
+        for owner in (staff, user):
+            channel, _ = notify_channels.create(
+                Project.personal(owner), "oproep", "email", "dienst@example.com", created_by=owner
+            )
+            notify_deliver.send_test(channel, owner)
+            channel_ids.append(channel.pk)
         yield {
             **alerts,
+            "channel_ids": channel_ids,
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -203,6 +214,7 @@ FILL = {
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
     "token_id": lambda h, bound: h["token_ids"],
+    "channel_id": lambda h, bound: h["channel_ids"],
     "project_slug": lambda h, bound: h["project_slugs"],
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],

@@ -29,7 +29,9 @@ from streams.models import (
     ApiToken,
     AuditEntry,
     Capture,
+    Channel,
     Comment,
+    Delivery,
     Event,
     Finding,
     ImportFile,
@@ -64,6 +66,8 @@ ALLOWED = {
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
     "feedback", "project", "projecten",
+    # notification channels' kinds, as their makers name them (docs/alerts.md)
+    "e-mail", "webhook", "webhooks", "slack", "apprise",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
@@ -239,6 +243,12 @@ def recorded_data():
         values.add(session)
     for data in Event.objects.values_list("data", flat=True):
         values.update(_strings(_json(data)))
+    # notification channels as named, their targets as masked, and what was sent to them (in
+    # the language of whoever sent it) and what their receivers answered
+    for row in Channel.objects.values_list("name", "target_masked"):
+        values.update(row)
+    for row in Delivery.objects.values_list("subject", "last_answer"):
+        values.update(v for v in row if v)
     values.update(_admin_data())
     values.update(SCENARIOS)  # identifiers the playground offers, as the API takes them
     values.update(MODELS)

@@ -43,7 +43,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self._answer(200)
 
     def _500(self):
-        self._answer(500, b"receiver broke")
+        self._answer(500, self.server.owner.answer)
 
     def _404(self):
         self._answer(404, b"no such hook")
@@ -85,8 +85,9 @@ class Receiver:
         assert behaviour in BEHAVIOURS
         self.behaviour = behaviour
         self.requests = []
-        self.written = 0
-        self.location = "http://127.0.0.1:1/elsewhere"  # where a redirect sends  # bytes of a huge answer the client took
+        self.answer = b"receiver broke"  # what a 500 says
+        self.written = 0  # bytes of a huge answer the client took
+        self.location = "http://127.0.0.1:1/elsewhere"  # where a redirect sends
         self.stop = threading.Event()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hook"

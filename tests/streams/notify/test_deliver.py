@@ -216,3 +216,12 @@ class TestAddresses:
         row = Delivery.objects.get()
         assert (row.state, row.last_status) == ("failed", 0)
         assert "private or local address" in row.last_answer
+
+
+def test_every_process_runs_the_delivery_jobs():
+    from streams.run import periodic
+
+    jobs = periodic.jobs()
+    assert jobs["notify.deliver"].fn is deliver.deliver_due
+    assert jobs["notify.deliver"].every_s == deliver.DELIVER_EVERY_S
+    assert jobs["notify.remember"].fn is channels.remember_all

@@ -35,6 +35,7 @@ from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import httpx
 import pytest
+from django.conf import settings
 from django.test import override_settings
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
@@ -63,6 +64,8 @@ PASS_KEYS = {  # pass-through keys, by the user whose proxied requests send them
     "walk-staff": "sk-PASS-STAFF-88123405abcdQ",
 }
 METRICS_TOKEN = "walk-metrics-token-0f1e2d3c"
+# the secret part of a notification channel's webhook URL (sealed; its pages show it masked)
+CHANNEL_TOKEN = "Hk7QwZ93LmN0pXr5TsV1"
 BASIC = base64.b64encode(f"{URL_USER}:{URL_PASSWORD}".encode()).decode()
 SECRETS = {
     "key": KEY,
@@ -70,6 +73,7 @@ SECRETS = {
     "url_userinfo": f"{URL_USER}:{URL_PASSWORD}",
     "url_basic_token": BASIC,
     **{f"pass_{user.removeprefix('walk-')}": key for user, key in PASS_KEYS.items()},
+    "channel_token": CHANNEL_TOKEN,
     # the identity provider's client secret (the servers sign in with one: provider_urls)
     "oidc_client_secret": provider_urls.ENV["STREAMSCOPE_OIDC_CLIENT_SECRET"],
 }
@@ -728,6 +732,7 @@ class History:
     # alert rules named with the hostile strings and the upstream's key, and their silences
     rule_ids: list = dataclasses.field(default_factory=list)
     silence_ids: list = dataclasses.field(default_factory=list)
+    channel_ids: list = dataclasses.field(default_factory=list)  # notification channels
 
 
 def load_history(people):
@@ -830,6 +835,7 @@ def load_history(people):
     return History(
         **_projects(people),
         **_alerts(people),
+        channel_ids=_channels(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
         token_ids=objects[ApiToken],
@@ -864,6 +870,27 @@ def _share_links(people):
             secrets[secret] = _sample(shown, 3)
             ids.append(link.pk)
     return secrets, ids
+
+
+def _channels(people):
+    """A notification channel of each person's, named with the hostile strings and the key,
+    its webhook URL holding CHANNEL_TOKEN, with a notification sent to it that quotes the key
+    (the delivery log's subject): the ids."""
+    from streams.models import Project
+    from streams.notify import Message, channels, deliver
+
+    ids = []
+    allowed = {**settings.STREAMSCOPE, "ALERT_ALLOWED_HOSTS": "127.0.0.1"}
+    for person in people.values():
+        project = Project.personal(person.user)
+        with override_settings(STREAMSCOPE=allowed):
+            channel, _ = channels.create(
+                project, f"{XSS[0]} {KEY}"[:100], "webhook",
+                f"http://127.0.0.1:9/hooks/{CHANNEL_TOKEN}?echo={XSS[1]}",
+            )  # fmt: skip
+        deliver.send([channel], Message(f"{XSS[1]} {KEY}", lines=[KEY]), "walk")
+        ids.append(channel.pk)
+    return ids
 
 
 def _projects(people):
@@ -932,6 +959,7 @@ FILL = {
     "secret": lambda h, route, bound: list(h.share_secrets),  # share links
     "link_id": lambda h, route, bound: h.link_ids,
     "token_id": lambda h, route, bound: h.token_ids,
+    "channel_id": lambda h, route, bound: h.channel_ids,
     "project_slug": lambda h, route, bound: h.project_slugs,
     "user_id": lambda h, route, bound: h.member_ids,
     "invitation_id": lambda h, route, bound: h.invitation_ids,
