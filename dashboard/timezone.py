@@ -8,7 +8,7 @@ browser's. The page after the one that wrote it uses it.
 
 Django renders every datetime of a template in the active zone (`USE_TZ`), and a form's
 datetime field reads naive input in it; the analytics reports get the zone through their scope
-(`Scope.tz`: their days and buckets are the user's, dashboard/stats/sql.py). The JSON API, the
+(`Scope.tz`: their days and buckets are the user's, streams/stats/sql.py). The JSON API, the
 exports, the proxy's `/v1`, `/metrics` and the JSON the pages' scripts read stay UTC whatever
 the cookie says (`language.is_data`): a client never gets local time where it parses UTC.
 """

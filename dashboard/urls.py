@@ -13,6 +13,7 @@ from django.views.i18n import JavaScriptCatalog
 from dashboard.project import switch_project
 from dashboard.timezone import set_time_zone
 from dashboard.views import (
+    alerts,
     analytics,
     audit,
     channels,
@@ -186,6 +187,17 @@ urlpatterns = [
     path("usage/", analytics.usage, name="usage"),
     path("usage/export.csv", analytics.usage_export, name="usage_export"),
     path("analytics/", analytics.admin_analytics, name="admin_analytics"),
+    # alert rules (dashboard/views/alerts.py; docs/alerts.md)
+    path("alerts/", alerts.alerts, name="alerts"),
+    path("alerts/new/", alerts.alert_rule_new, name="alert_rule_new"),
+    path("alerts/backtest/", alerts.alert_backtest, name="alert_backtest"),
+    path("alerts/history/", alerts.alert_history, name="alert_history"),
+    path("alerts/silences/", alerts.alert_silences, name="alert_silences"),
+    path(
+        "alerts/silences/<int:silence_id>/end/", alerts.alert_silence_end, name="alert_silence_end"
+    ),
+    path("alerts/<int:rule_id>/", alerts.alert_rule, name="alert_rule"),
+    path("alerts/<int:rule_id>/delete/", alerts.alert_rule_delete, name="alert_rule_delete"),
     # who changed what (a project's admins: their project's; staff: every project's)
     path("audit/", audit.audit, name="audit"),
     path("playground/", include(playground_urls)),

@@ -26,7 +26,9 @@ class StreamsConfig(AppConfig):
         warmup.add("the usage tokenizer", usage.warm)
         warmup.add("the maintained price list", prices.warm)
         warmup.add("the sealed pass-through keys' cipher", known_secrets.warm)
-        # the notifications' background jobs (delivery, the channels' secrets to the gate)
+        # the background jobs: the alert rules' evaluation (streams/alerts/evaluate.py), the
+        # notifications' delivery and the channels' secrets to the gate (streams/notify/)
+        from streams.alerts import evaluate  # noqa: F401
         from streams.notify import channels, deliver  # noqa: F401
 
         _check_group_roles()

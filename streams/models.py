@@ -474,7 +474,7 @@ class Stream(models.Model):
             ),
             # list filters on status and the sweeper's `status = streaming` scan
             models.Index(fields=["status", "-created_at"], name="stream_status_created"),
-            # Analytics (dashboard/stats/). TTFT percentiles by ordered offset: `WHERE model = ?
+            # Analytics (streams/stats/). TTFT percentiles by ordered offset: `WHERE model = ?
             # AND <range, filters> ORDER BY ttft_ms LIMIT 1 OFFSET k` walks one of these three in
             # ttft order and checks every filter in the index entry, never in the table row
             # (without the filter columns each entry cost a table lookup, many times slower on
@@ -1647,3 +1647,213 @@ class Delivery(models.Model):
             "id": self.pk,
             "channel": self.channel_id,
         }
+
+
+# ---------------------------------------------------------------------------------------------
+# Alert rules (streams/alerts/ evaluates them; docs/alerts.md, "Rules")
+
+MAX_RULE_NAME_CHARS = 100
+ALERT_MIN_WINDOW_S = 300  # 5 minutes
+ALERT_MAX_WINDOW_S = 7 * 86400
+
+
+class Rule(models.Model):
+    """A condition over one figure of a project's streams in a sliding window (`window_s`,
+    ending at each evaluation), narrowed to a scope: fires when it holds for `for_s`, notifies
+    its channels, again every `renotify_s` while firing, and once when it recovers."""
+
+    class Figure(models.TextChoices):
+        TTFT_P50 = "ttft_p50", _("TTFT p50 (ms)")
+        TTFT_P95 = "ttft_p95", _("TTFT p95 (ms)")
+        TTFT_P99 = "ttft_p99", _("TTFT p99 (ms)")
+        DURATION_P50 = "duration_p50", _("Duration p50 (ms)")
+        DURATION_P95 = "duration_p95", _("Duration p95 (ms)")
+        ERROR_RATE = "error_rate", _("Failed streams (% of streams)")
+        INTERRUPTED_RATE = "interrupted_rate", _("Interrupted streams (% of streams)")
+        STALLED_RATE = "stalled_rate", _("Stalled streams (% of streams)")
+        FINDINGS_SHARE = "findings_share", _("Streams with findings of the severity (%)")
+        STREAMS_COUNT = "streams_count", _("Streams in the window")
+        COST = "cost", _("Cost in the window (project currency)")
+        POSITIVE_SCORE_SHARE = "positive_score_share", _("Positive scores (% of scores)")
+        PROXY_ADDED_MS = "proxy_added_ms", _("Proxy's added latency, p99 of streams' p99 (ms)")
+
+    class Comparison(models.TextChoices):
+        GT = ">", _("above")
+        LT = "<", _("below")
+        GE = ">=", _("at or above")
+        LE = "<=", _("at or below")
+        CHANGED = "changed", _("changed by more than (%)")
+
+    class Baseline(models.TextChoices):
+        DAY = "day", _("the same window a day earlier")
+        WEEK = "week", _("the same window a week earlier")
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="alert_rules", verbose_name=_("project")
+    )
+    name = fields.CharField(_("name"), max_length=MAX_RULE_NAME_CHARS)
+    figure = fields.CharField(_("figure"), max_length=24, choices=Figure.choices)
+    # findings_share: the severity counted; positive_score_share: the score type
+    severity = fields.CharField(_("severity"), max_length=12, blank=True)
+    score_type = models.ForeignKey(
+        "ScoreType",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("score type"),
+    )
+    window_s = models.PositiveIntegerField(_("window (s)"), default=900)
+    # the scope: "" (None) is every value
+    requested_model = fields.CharField(_("model asked for"), max_length=200, blank=True)
+    resolved_model = fields.CharField(_("model that answered"), max_length=200, blank=True)
+    username = fields.CharField(_("user"), max_length=150, blank=True)
+    token = models.ForeignKey(
+        "ApiToken",
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("token"),
+    )
+    source = fields.CharField(_("source"), max_length=20, blank=True)
+    tag = fields.CharField(_("tag"), max_length=MAX_TAG_CHARS, blank=True)
+    session = fields.CharField(_("session"), max_length=200, blank=True)
+    comparison = fields.CharField(
+        _("comparison"), max_length=8, choices=Comparison.choices, default=Comparison.GT
+    )
+    threshold = models.FloatField(_("threshold"))
+    baseline = fields.CharField(
+        _("compared with"), max_length=8, choices=Baseline.choices, blank=True
+    )
+    min_streams = models.PositiveIntegerField(_("minimum streams"), default=1)
+    for_s = models.PositiveIntegerField(_("holds for (s)"), default=0)
+    renotify_s = models.PositiveIntegerField(_("notify again every (s)"), default=0)  # 0: never
+    notify_recovery = models.BooleanField(_("recovery notices"), default=True)
+    # where its notices go (the project's channels)
+    channels = models.ManyToManyField(
+        Channel, blank=True, related_name="rules", verbose_name=_("channels")
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("alert rule")
+        verbose_name_plural = _("alert rules")
+        ordering = ["name", "pk"]
+
+    def __str__(self):
+        return self.name
+
+
+class RuleState(models.Model):
+    """Where a rule stands, and the claim that makes one process evaluate it per tick: a
+    process takes the rule by moving `due_at` on with a conditional UPDATE (`due_at <= now`),
+    so two servers and a worker never evaluate one rule at one tick twice."""
+
+    class State(models.TextChoices):
+        OK = "ok", _("OK")
+        PENDING = "pending", _("Pending")
+        FIRING = "firing", _("Firing")
+
+    rule = models.OneToOneField(
+        Rule, on_delete=models.CASCADE, primary_key=True, related_name="state"
+    )
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
+    )
+    state = fields.CharField(_("state"), max_length=8, choices=State.choices, default=State.OK)
+    since = models.DateTimeField(_("since"), null=True, blank=True)
+    value = models.FloatField(_("last value"), null=True, blank=True)
+    streams = models.PositiveIntegerField(_("streams in the window"), default=0)
+    evaluated_at = models.DateTimeField(_("last evaluated"), null=True, blank=True)
+    # the last values read ([[epoch s, value or None]], RECENT of them): a notification's series
+    recent = fields.JSONField(_("recent values"), default=list, blank=True)
+    due_at = models.DateTimeField(_("due at"), null=True, blank=True)
+    claimed_by = fields.CharField(_("claimed by"), max_length=100, blank=True)
+
+    class Meta:
+        verbose_name = _("alert rule state")
+        verbose_name_plural = _("alert rule states")
+        indexes = [
+            # each tick's claim: the due states, oldest first
+            models.Index(fields=["due_at"], name="alert_state_due"),
+        ]
+
+    def __str__(self):
+        return f"{self.rule_id}: {self.state}"
+
+
+class Firing(models.Model):
+    """One time a rule fired: from `started_at` until it recovered (`ended_at`), the values it
+    read meanwhile ([[epoch s, value]], the last ones kept) and how often it notified."""
+
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="firings")
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
+    )
+    started_at = models.DateTimeField(_("started at"))
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
+    values = fields.JSONField(_("values"), default=list, blank=True)
+    peak = models.FloatField(_("worst value"), null=True, blank=True)
+    notified = models.PositiveIntegerField(_("notifications"), default=0)
+    notified_at = models.DateTimeField(_("last notified"), null=True, blank=True)
+    silenced = models.BooleanField(_("silenced"), default=False)
+
+    class Meta:
+        verbose_name = _("firing")
+        verbose_name_plural = _("firings")
+        indexes = [
+            # a rule's history, newest first (the history page, the API)
+            models.Index(fields=["rule", "-started_at"], name="firing_rule_started"),
+            # a project's history, newest first
+            models.Index(fields=["project", "-started_at"], name="firing_project_started"),
+        ]
+
+    def __str__(self):
+        return gettext("firing %(id)s") % {"id": self.pk}
+
+
+class Silence(models.Model):
+    """Mutes notifications until `until_at`: of one rule, or of every rule of the project whose
+    scope has each of `scope`'s values ({field: value}, the rule's scope fields)."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="silences", verbose_name=_("project")
+    )
+    rule = models.ForeignKey(
+        Rule,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="silences",
+        verbose_name=_("rule"),
+    )
+    scope = fields.JSONField(_("scope"), default=dict, blank=True)
+    until_at = models.DateTimeField(_("until"))
+    reason = fields.CharField(_("reason"), max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("silence")
+        verbose_name_plural = _("silences")
+        ordering = ["-until_at"]
+
+    def __str__(self):
+        return gettext("silence %(id)s") % {"id": self.pk}

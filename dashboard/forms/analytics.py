@@ -8,8 +8,8 @@ from django.utils.translation import gettext_lazy as _
 
 from dashboard import timezone
 from dashboard.forms.ranges import ALL_TIME, PRESET_CHOICES, PRESETS, InstantField
-from dashboard.stats.sql import Scope
 from streams.models import MAX_TAG_CHARS, ScoreType, Stream
+from streams.stats.sql import Scope
 
 RANGES = PRESETS
 RANGE_CHOICES = [

@@ -10,9 +10,10 @@ from dataclasses import dataclass, field
 
 from django.contrib.auth import get_user_model
 
-from dashboard.stats import cube
-from dashboard.stats.source import source_for
-from dashboard.stats.sql import (
+from dashboard.stats.usage import project_spend
+from streams.stats import cube
+from streams.stats.source import source_for
+from streams.stats.sql import (
     Scope,
     dict_rows,
     divide,
@@ -22,7 +23,6 @@ from dashboard.stats.sql import (
     scope_where,
     versioned,
 )
-from dashboard.stats.usage import project_spend
 from streams.store import known_secrets
 
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from django.utils.translation import gettext_lazy as _
 
 from dashboard import dates
-from dashboard.stats import cube
-from dashboard.stats.pairs import fold, model_pairs, pair_summary
 from dashboard.stats.scores import ScoresReport, scores_report
-from dashboard.stats.source import source_for
-from dashboard.stats.sql import (
+from streams.stats import cube
+from streams.stats.pairs import fold, model_pairs, pair_summary
+from streams.stats.source import source_for
+from streams.stats.sql import (
     PCT_NAMES,
     PERCENTILES,
     SERIES_PERCENTILES,

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field, replace
 
 from django.db import connection
 
-from dashboard.stats import cube
-from dashboard.stats.pairs import fold, pair_summary
-from dashboard.stats.source import source_for
-from dashboard.stats.sql import (
+from streams.stats import cube
+from streams.stats.pairs import fold, pair_summary
+from streams.stats.source import source_for
+from streams.stats.sql import (
     IDX_PINNED_ROUTED,
     Scope,
     dict_rows,

@@ -4,7 +4,7 @@ from the latency report's own figures, and the mean and count per time bucket. S
 faster model worse?" has an answer on one page.
 
 The figures are a `Source`'s (`Source.scores`, `Source.score_series`), as every other figure
-of the page; both sources read them alike (dashboard/stats/score_figures.py): from the score
+of the page; both sources read them alike (streams/stats/score_figures.py): from the score
 rollups through the cube, which adds the scores of the raw rows the rollups do not hold yet,
 so every figure is a count or a sum, exact, and kept when retention deletes the streams; from
 the raw rows where the rollups cannot answer (a session filter, sub-hour buckets).
@@ -19,10 +19,10 @@ import datetime as dt
 from dataclasses import dataclass, field
 
 from dashboard import dates
-from dashboard.stats import cube
-from dashboard.stats.source import source_for
-from dashboard.stats.sql import buckets, history_span
 from streams.models import ScoreType
+from streams.stats import cube
+from streams.stats.source import source_for
+from streams.stats.sql import buckets, history_span
 from streams.store import known_secrets
 from streams.store.aggregates import DAY
 

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from django.contrib.auth import get_user_model
 
 from dashboard import dates
-from dashboard.stats import cube
-from dashboard.stats.pairs import model_pairs
-from dashboard.stats.source import source_for
-from dashboard.stats.sql import USAGE_FIGURES, Scope, divide, percent, versioned
 from streams.core import pricing
 from streams.models import Project
+from streams.stats import cube
+from streams.stats.pairs import model_pairs
+from streams.stats.source import source_for
+from streams.stats.sql import USAGE_FIGURES, Scope, divide, percent, versioned
 from streams.store import known_secrets
 
 TOP_USERS = 50

@@ -40,6 +40,7 @@ class Action(enum.StrEnum):
     MANAGE_RETENTION = "manage_retention"
     DELETE_STREAMS = "delete_streams"
     AUDIT = "audit"
+    MANAGE_ALERTS = "manage_alerts"  # alert rules and silences (streams/alerts/)
     MANAGE_CHANNELS = "manage_channels"  # notification channels: make, change, test, their log
     MANAGE_OWNERS = "manage_owners"  # make, unmake or remove an owner; invite one
     RENAME_PROJECT = "rename_project"
@@ -62,6 +63,7 @@ ACTIONS = {
     Action.MANAGE_RETENTION: Role.ADMIN,
     Action.DELETE_STREAMS: Role.ADMIN,
     Action.AUDIT: Role.ADMIN,
+    Action.MANAGE_ALERTS: Role.MEMBER,
     Action.MANAGE_CHANNELS: Role.ADMIN,
     Action.MANAGE_OWNERS: Role.OWNER,
     Action.RENAME_PROJECT: Role.OWNER,

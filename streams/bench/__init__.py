@@ -49,6 +49,8 @@ NOT_LOAD_LIMITS = {
     "BREAK_GLASS_USERS": "who may sign in with a password when it is off: sign-in, not load",
     "PASSWORD_LOGIN": "whether passwords sign in: the benches' users are made, not signed in",
     "INVITATION_EXPIRY_DAYS": "how long an invitation link works: no bench invites",
+    "ALERT_TICK_S": "how often rules are due: `bench alerts` evaluates every rule at once",
+    "PUBLIC_URL": "where the links of a notification point: an address, not a limit",
     **{
         f"OIDC_{name}": "the identity provider's configuration: no bench signs in through one"
         for name in (

@@ -213,6 +213,13 @@ class Settings:
     notify_backoff_s: float = 30.0
     notify_max_attempts: int = 6
 
+    # --- Alert rules (streams/alerts/, docs/alerts.md) ---
+    # How often each rule is evaluated (one process per rule and tick, claimed in the database).
+    alert_tick_s: float = 60.0
+    # Where people reach this instance (https://scope.example.com): the start of the links a
+    # notification carries; without it a notification has no links.
+    public_url: str = ""
+
     def __post_init__(self):
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)

@@ -41,11 +41,12 @@ from prometheus_client import (
     Histogram,
     multiprocess,
 )
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import choose_encoder
 
 from streams.core import conf, lifecycle, pricing, usage
 from streams.core.checks import CODES
-from streams.models import Comment, Project, Score
+from streams.models import Comment, Project, Rule, Score
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +65,7 @@ OTHER = "other"  # what a label value beyond its cap becomes
 LABEL_MAX_CHARS = 100  # (Stream.resolved_model's length)
 ERROR_CODES_MAX = 50
 PROJECTS_MAX = 50
+ALERT_RULES_MAX = 2000  # rules exported (three series each)
 PROJECT = "project"
 
 # --- OTel GenAI semantic conventions (gen-ai-metrics): names, units, recommended buckets ----
@@ -498,7 +500,7 @@ class _BySlug:
         self.registry = registry
 
     def collect(self):
-        families = list(self.registry.collect())
+        families = [*self.registry.collect(), alert_states()]
         ids = {
             s.labels[PROJECT]
             for f in families
@@ -516,6 +518,30 @@ class _BySlug:
                 family = copy.copy(family)
                 family.samples = _merged(_slugged(s, slugs) for s in family.samples)
             yield family
+
+
+ALERT_STATES = ("ok", "pending", "firing")
+
+
+def alert_states():
+    """`streamscope_alert_state`: per enabled rule, 1 for the state it is in and 0 for the
+    others, read from the rules' state rows at the scrape (the processes that evaluate them
+    keep nothing of their own, so every server's scrape says the same)."""
+    family = GaugeMetricFamily(
+        "streamscope_alert_state",
+        "Each enabled alert rule's state (1 for the one it is in): ok, pending or firing.",
+        labels=(PROJECT, "rule", "rule_name", "state"),
+    )
+    rows = (
+        Rule.objects.filter(enabled=True)
+        .order_by("pk")
+        .values_list("pk", "project_id", "name", "state__state")
+    )
+    for pk, project_id, name, state in rows[:ALERT_RULES_MAX]:
+        for each in ALERT_STATES:
+            labels = (str(project_id), str(pk), name[:LABEL_MAX_CHARS], each)
+            family.add_metric(labels, 1.0 if (state or "ok") == each else 0.0)
+    return family
 
 
 def _merged(samples):

@@ -30,6 +30,12 @@ POST     /api/scores/                        score a stream: ``{"stream": id`` o
 GET      /api/scores/?stream=<id>            a stream's scores and comments
 POST     /api/comments/                      ``{"stream"`` or ``"response_id", "text"}`` → 201
 GET      /api/score-types/                   the types a score may have, with their ranges
+GET      /api/alerts/rules/                  the project's alert rules with their state; POST
+                                             one (the rule form's fields) → 201
+GET      /api/alerts/rules/<id>/             a rule; POST changes it, DELETE deletes it (204)
+GET      /api/alerts/silences/               the active silences; POST ``{"rule"`` or
+                                             ``"scope": {field: value}, "hours", "reason"?}``
+GET      /api/alerts/history/?rule=<id>      firings, newest first (docs/alerts.md)
 GET      /api/channels/                      the project's notification channels (``{"id",
                                              "name"}`` only, unless one manages them)
 POST     /api/channels/                      ``{"name", "kind", "target"}`` → 201 the channel
@@ -60,6 +66,8 @@ from streams.access import limits, projects
 from streams.access.projects import Action
 from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
+from streams.alerts import notices as alert_notices
+from streams.alerts import rules as alert_rules
 from streams.core import conf, safejson
 from streams.models import MAX_CHANNEL_NAME_CHARS, Channel, Event, Project, Stream
 from streams.notify import channels as channel_rows
@@ -654,6 +662,191 @@ async def api_score_types(request):
 
 
 # ---------------------------------------------------------------------------------------------
+# Alert rules, silences and firings (streams/alerts/rules.py: the one validation, the reads)
+
+
+def _rule_json(rule):
+    return {
+        "id": rule.pk,
+        "project": rule.project.slug,
+        "name": rule.name,
+        "figure": rule.figure,
+        "severity": rule.severity,
+        "score_type": rule.score_type_id,
+        "window_s": rule.window_s,
+        "scope": alert_notices.rule_scope(rule),
+        "comparison": rule.comparison,
+        "threshold": rule.threshold,
+        "baseline": rule.baseline,
+        "min_streams": rule.min_streams,
+        "for_s": rule.for_s,
+        "renotify_s": rule.renotify_s,
+        "notify_recovery": rule.notify_recovery,
+        "enabled": rule.enabled,
+        "channels": sorted(c.pk for c in rule.channels.all()),
+        "state": _state_json(getattr(rule, "state", None)),
+    }
+
+
+def _state_json(state):
+    if state is None:
+        return {"state": "ok", "since": None, "value": None, "evaluated_at": None}
+    return {
+        "state": state.state,
+        "since": state.since,
+        "value": state.value,
+        "streams": state.streams,
+        "evaluated_at": state.evaluated_at,
+    }
+
+
+def _firing_json(firing):
+    return {
+        "id": firing.pk,
+        "rule": firing.rule_id,
+        "rule_name": firing.rule.name,
+        "started_at": firing.started_at,
+        "ended_at": firing.ended_at,
+        "peak": firing.peak,
+        "values": firing.values,
+        "notified": firing.notified,
+        "silenced": firing.silenced,
+    }
+
+
+def _silence_json(silence):
+    return {
+        "id": silence.pk,
+        "rule": silence.rule_id,
+        "scope": silence.scope,
+        "until_at": silence.until_at,
+        "reason": silence.reason,
+    }
+
+
+def _alert_error(exc):
+    if isinstance(exc, alert_rules.Invalid):
+        name, message = next(iter(exc.errors.items()))
+        return json_error(400, "invalid", f"{name}: {message}", fields=exc.errors)
+    if isinstance(exc, PermissionError | NotAllowed):
+        return _forbidden(Action.MANAGE_ALERTS)
+    return json_error(404, "not_found", "No such rule, silence, token, user or channel.")
+
+
+_ALERT_ERRORS = (alert_rules.Invalid, alert_rules.NotVisible, PermissionError, NotAllowed)
+
+
+class _BadBody(Exception):
+    def __init__(self, response):
+        super().__init__(response.status_code)
+        self.response = response
+
+
+def _body(request):
+    """The request's JSON object (read after the access checks: a refusal comes first)."""
+    data, error = _parse_json(request)
+    if error:
+        raise _BadBody(error)
+    return data
+
+
+def _alert_rules(request):
+    user, project_id = request.user, _project_id(request)
+    if request.method == "GET":
+        found = alert_rules.visible(user, project_id).select_related("project", "state")
+        return respond({"rules": [_rule_json(r) for r in found.prefetch_related("channels")]})
+    project_id = _writing_project_id(request)
+    _require(user, Action.MANAGE_ALERTS, project_id)
+    rule = alert_rules.save(user, Project.objects.get(pk=project_id), _body(request))
+    return respond(_rule_json(rule), status=201)
+
+
+def _alert_rule(request, rule_id):
+    if request.method == "GET":
+        return respond(_rule_json(alert_rules.get(request.user, rule_id)))
+    rule = alert_rules.get(request.user, rule_id, Action.MANAGE_ALERTS)
+    if request.method == "DELETE":
+        rule.delete()
+        return HttpResponse(status=204)
+    return respond(_rule_json(alert_rules.save(request.user, rule.project, _body(request), rule)))
+
+
+def _alert_silences(request):
+    user, project_id = request.user, _project_id(request)
+    if request.method == "GET":
+        found = alert_rules.silences(user, project_id)
+        return respond({"silences": [_silence_json(s) for s in found]})
+    project_id = _writing_project_id(request)
+    _require(user, Action.MANAGE_ALERTS, project_id)
+    data = _body(request)
+    rule = None
+    if data.get("rule") is not None:
+        rule = alert_rules.get(user, data["rule"], Action.MANAGE_ALERTS)
+    silence = alert_rules.silence(
+        user,
+        Project.objects.get(pk=project_id),
+        rule=rule,
+        scope=data.get("scope") if isinstance(data.get("scope"), dict) else None,
+        hours=data.get("hours"),
+        reason=data.get("reason", ""),
+    )
+    return respond(_silence_json(silence), status=201)
+
+
+def _alert_history(request, rule_id):
+    rule = None if rule_id is None else alert_rules.get(request.user, rule_id)
+    found = alert_rules.history(request.user, _project_id(request), rule)
+    return respond({"firings": [_firing_json(f) for f in found]})
+
+
+async def _alerts_call(request, fn, *args):
+    """Run `fn(request, *args)` off the loop, answering the alert layer's refusals in the
+    API's one error shape."""
+    try:
+        return await sync_to_async(fn)(request, *args)
+    except _BadBody as exc:
+        return exc.response
+    except LookupError:  # (`?project=` of a project one is not in)
+        return json_error(404, "not_found", "No such project.")
+    except _ALERT_ERRORS as exc:
+        return _alert_error(exc)
+
+
+@api_view
+async def api_alert_rules(request):
+    if request.method not in ("GET", "POST"):
+        return _method_not_allowed("GET", "POST")
+    return await _alerts_call(request, _alert_rules)
+
+
+@api_view
+async def api_alert_rule(request, rule_id):
+    if request.method not in ("GET", "POST", "DELETE"):
+        return _method_not_allowed("GET", "POST", "DELETE")
+    return await _alerts_call(request, _alert_rule, rule_id)
+
+
+@api_view
+async def api_alert_silences(request):
+    if request.method not in ("GET", "POST"):
+        return _method_not_allowed("GET", "POST")
+    return await _alerts_call(request, _alert_silences)
+
+
+class HistoryForm(forms.Form):
+    rule = forms.IntegerField(min_value=1, required=False)
+
+
+@api_view
+async def api_alert_history(request):
+    if request.method != "GET":
+        return _method_not_allowed("GET")
+    form = HistoryForm(request.GET)
+    if not form.is_valid():
+        return _invalid(form)
+    return await _alerts_call(request, _alert_history, form.cleaned_data["rule"])
+
+
 # Notification channels (streams/notify/channels.py; docs/alerts.md)
 
 

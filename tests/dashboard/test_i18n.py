@@ -60,6 +60,7 @@ from streams.notify import channels as notify_channels
 from streams.notify import deliver as notify_deliver
 from streams.store import scores
 from tests.support import paths
+from tests.support.alerts import walk_objects
 from tests.support.captures import small_stream, sse
 from tests.support.i18n import (
     CATALOGS,
@@ -169,6 +170,8 @@ def history(django_db_setup, django_db_blocker):
             effective_from=dt.datetime(2026, 2, 1, tzinfo=dt.UTC),
             input_per_million=Decimal("0.25"), output_per_million=1,
         )  # fmt: skip
+        # an alert rule of the user's, firing, in the history and muted (the alert pages)
+        alerts = walk_objects(user, Project.personal(user))
         # a notification channel of each, with a test sent to it and a failed delivery
         channel_ids = []
         for owner in (staff, user):
@@ -182,6 +185,7 @@ def history(django_db_setup, django_db_blocker):
                 ScoreType.objects.filter(project=own).values_list("pk", flat=True)
             ),
             "price_ids": list(Price.objects.filter(project=own).values_list("pk", flat=True)),
+            **alerts,
             "channel_ids": channel_ids,
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
@@ -233,6 +237,8 @@ FILL = {
     "score_type_id": lambda h, bound: h["score_type_ids"],
     "price_id": lambda h, bound: h["price_ids"],
     "key": lambda h, bound: h["invitation_keys"],
+    "rule_id": lambda h, bound: h["rule_ids"],
+    "silence_id": lambda h, bound: h["silence_ids"],
 }
 
 

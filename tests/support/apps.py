@@ -3,12 +3,12 @@ from django.apps import AppConfig
 
 class ForceRollups(AppConfig):
     """Installed by tests/support/walk_settings.py on request: the analytics pages read the
-    pre-aggregates (dashboard/stats/cube.py) instead of the raw rows of a small history."""
+    pre-aggregates (streams/stats/cube.py) instead of the raw rows of a small history."""
 
     name = "tests.support"
     label = "walk_force_rollups"
 
     def ready(self):
-        from dashboard.stats import cube
+        from streams.stats import cube
 
         cube.EXACT_BELOW = 0

@@ -238,6 +238,12 @@ def recorded_data():
     for row in Score.objects.values_list("label", "key", "comment"):
         values.update(v for v in row if v)
     values.update(Comment.objects.values_list("text", flat=True))
+    # alert rules as named and scoped, silences' reasons: as typed
+    from streams.models import Rule, Silence
+
+    for row in Rule.objects.values_list("name", "requested_model", "resolved_model", "tag"):
+        values.update(v for v in row if v)
+    values.update(Silence.objects.values_list("reason", flat=True))
     for tags, session in Stream.objects.values_list("tags", "session"):
         values.update(tags or ())
         values.add(session)

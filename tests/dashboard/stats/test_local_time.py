@@ -17,13 +17,13 @@ from django.utils import timezone
 
 from dashboard import timezone as tzmod
 from dashboard.forms.analytics import AdminAnalyticsForm, LatencyForm
-from dashboard.stats import cube
 from dashboard.stats.admin import admin_report
-from dashboard.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report
-from dashboard.stats.rollup import RollupSource
-from dashboard.stats.sql import Scope, buckets, day_starts
 from streams.models import Stream
+from streams.stats import cube
+from streams.stats.exact import ExactSource
+from streams.stats.rollup import RollupSource
+from streams.stats.sql import Scope, buckets, day_starts
 from streams.store import aggregates
 
 AMS, KOL = "Europe/Amsterdam", "Asia/Kolkata"

@@ -14,9 +14,9 @@ from django.db import transaction
 from dashboard.stats import scores as scores_stats
 from dashboard.stats.latency import latency_report
 from dashboard.stats.scores import scores_report
-from dashboard.stats.sql import Scope
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Project, Score, ScoreRollup, ScoreType, Stream
+from streams.stats.sql import Scope
 from streams.store import aggregates, retention
 
 # not on an hour: the range has partial hours at both ends (raw rows), whole hours and days
@@ -295,10 +295,10 @@ def test_the_models_shown_are_capped(world, monkeypatch):
 def test_both_sources_give_the_same_scores(world, filters):
     """Scores are a `Source` figure like every other: the exact and the rollup source give the
     same per model and per bucket, and what the page shows is the source's."""
-    from dashboard.stats.exact import ExactSource
-    from dashboard.stats.pairs import series_bounds
-    from dashboard.stats.rollup import RollupSource
-    from dashboard.stats.sql import buckets
+    from streams.stats.exact import ExactSource
+    from streams.stats.pairs import series_bounds
+    from streams.stats.rollup import RollupSource
+    from streams.stats.sql import buckets
 
     s = scope(**filters)
     exact, rolled = ExactSource(s, NOW), RollupSource(s, NOW)

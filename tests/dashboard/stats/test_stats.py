@@ -10,15 +10,15 @@ from django.contrib.auth import get_user_model
 
 from dashboard.stats import latency
 from dashboard.stats.admin import admin_report
-from dashboard.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report
 from dashboard.stats.routing import routing_report
-from dashboard.stats.sql import PCT_NAMES, Scope, version
 from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
 from streams.core.figures import nearest_rank, rank
 from streams.core.usage import ESTIMATED, REPORTED
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Finding, Project, Stream
+from streams.stats.exact import ExactSource
+from streams.stats.sql import PCT_NAMES, Scope, version
 
 NOW = dt.datetime(2026, 3, 2, 12, 0, tzinfo=dt.UTC)
 DAY = dt.timedelta(days=1)
@@ -480,7 +480,7 @@ class TestUsage:
         save(*rows)
 
     def report(self, scope, exact=True):
-        from dashboard.stats import cube
+        from streams.stats import cube
         from streams.store import aggregates
 
         if not exact:
@@ -575,7 +575,7 @@ class TestUsage:
 
     @pytest.mark.parametrize("exact", [True, False])
     def test_the_csv_rows(self, exact):
-        from dashboard.stats import cube
+        from streams.stats import cube
         from streams.store import aggregates
 
         if not exact:

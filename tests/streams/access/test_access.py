@@ -55,8 +55,10 @@ from streams.models import (
     Project,
     ScoreType,
     ShareLink,
+    Silence,
     Stream,
 )
+from streams.models import Rule as AlertRule
 from streams.notify import channels as notify_channels
 from streams.store import scores
 from tests.support import provider_urls
@@ -112,6 +114,7 @@ READ, RUN, SCORE, COMMENT, SHARE = (
     Action.COMMENT,
     Action.SHARE,
 )
+ALERTS = Action.MANAGE_ALERTS
 
 # Keyed by route name (the route itself when it has none); a route with GET and POST has a rule
 # for each. A per-object rule applies its object check only to patterns of that name that name
@@ -265,6 +268,29 @@ RULES = {
     # test_invitations.py); accepting it makes them a viewer (undone before the next route)
     "invitation": Rule(PROJECT, READ),
     "invitation_accept": Rule(PROJECT, READ, "POST", ok=302),
+    # alert rules (dashboard/views/alerts.py, the API): everyone in the project reads them,
+    # members and up make, change and mute them (the empty forms: no name, no hours)
+    "alerts": Rule(PROJECT, READ),
+    "alert_rule_new": (Rule(PROJECT, ALERTS), Rule(PROJECT, ALERTS, "POST", ok=400)),
+    "alert_backtest": Rule(PROJECT, ALERTS, "POST", ok=400),
+    "alert_history": Rule(PROJECT, READ),
+    "alert_silences": (Rule(PROJECT, READ), Rule(PROJECT, ALERTS, "POST", ok=400)),
+    "alert_silence_end": Rule(OBJECT, ALERTS, "POST", ok=302),
+    "alert_rule": (Rule(OBJECT, READ), Rule(OBJECT, ALERTS, "POST", ok=400)),
+    "alert_rule_delete": Rule(OBJECT, ALERTS, "POST", ok=302),
+    "api_alert_rules": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, ALERTS, "POST", ok=400, api=True),  # (a form, not JSON)
+    ),
+    "api_alert_rule": (
+        Rule(OBJECT, READ, api=True),
+        Rule(OBJECT, ALERTS, "POST", ok=400, api=True),
+    ),
+    "api_alert_silences": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, ALERTS, "POST", ok=400, api=True),
+    ),
+    "api_alert_history": Rule(PROJECT, READ, api=True),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
@@ -290,6 +316,9 @@ PARAMS = {
     "job_id": lambda objects: objects.job.pk,
     "link_id": lambda objects: objects.links["valid"][0].pk,  # a share link
     "token_id": lambda objects: objects.token.pk,  # the owner's token in the project
+    # an alert rule of the project: a fresh one each time (deleting it is allowed to several)
+    "rule_id": lambda objects: next(objects.alert_rules).pk,
+    "silence_id": lambda objects: objects.silence.pk,  # a silence of that rule
     "channel_id": lambda objects: objects.channel.pk,  # an e-mail channel of the project
     "project_slug": lambda objects: objects.project.slug,
     "user_id": lambda objects: objects.owner.pk,  # the project's owner, its last
@@ -400,6 +429,17 @@ def owned_objects(owner, project):
         input_per_million=1,
         output_per_million=2,
     )
+    alert_rules = [
+        AlertRule.objects.create(
+            project=project, name="Access", figure="ttft_p95", threshold=1000, created_by=owner
+        )
+        for _n in range(8)
+    ]
+    silence = Silence.objects.create(
+        project=project,
+        rule=alert_rules[0],
+        until_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
+    )
     Channel.objects.filter(project=project).delete()  # (at most MAX_CHANNELS a project)
     channel, _secret = notify_channels.create(
         project, f"access {stream.pk}", "email", "ops@example.com", created_by=owner
@@ -407,6 +447,8 @@ def owned_objects(owner, project):
     return SimpleNamespace(
         score_type=score_type,
         price=price,
+        alert_rules=iter(alert_rules),
+        silence=silence,
         channel=channel,
         owner=owner,
         project=project,

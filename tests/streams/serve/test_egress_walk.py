@@ -732,6 +732,9 @@ class History:
     # the projects' own score types and prices (hostile names and notes)
     score_type_ids: list = dataclasses.field(default_factory=list)
     price_ids: list = dataclasses.field(default_factory=list)
+    # alert rules named with the hostile strings and the upstream's key, and their silences
+    rule_ids: list = dataclasses.field(default_factory=list)
+    silence_ids: list = dataclasses.field(default_factory=list)
     channel_ids: list = dataclasses.field(default_factory=list)  # notification channels
 
 
@@ -836,6 +839,7 @@ def load_history(people):
     objects[Invitation] = made["invitation_ids"]  # (the admin's read-only pages of them)
     return History(
         **made,
+        **_alerts(people),
         channel_ids=_channels(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
@@ -937,6 +941,30 @@ def _projects(people):
     }
 
 
+def _alerts(people):
+    """A firing, muted alert rule of each person in their project, named with a hostile string
+    and the upstream's key, scoped to the hostile model (History's fields of them)."""
+    from streams.models import Project, Rule, Silence
+    from tests.support.alerts import walk_objects
+
+    found = {"rule_ids": [], "silence_ids": []}
+    for person in people.values():
+        project = Project.objects.filter(memberships__user=person.user, personal_of=None).first()
+        mine = Rule.objects.filter(project=project, created_by=person.user)
+        if mine.exists():
+            found["rule_ids"] += list(mine.values_list("pk", flat=True))
+            found["silence_ids"] += list(
+                Silence.objects.filter(rule__in=mine).values_list("pk", flat=True)
+            )
+            continue
+        made = walk_objects(
+            person.user, project, name=f"{XSS[0]} {KEY}"[:100], reason=f"{XSS[1]} {KEY}"[:200]
+        )
+        for key, ids in made.items():
+            found[key] += ids
+    return found
+
+
 # The fill table, by parameter name: (history, route, the parameters bound so far) -> values.
 FILL = {
     # (through a share link: the streams it shows)
@@ -962,6 +990,8 @@ FILL = {
     "score_type_id": lambda h, route, bound: h.score_type_ids,
     "price_id": lambda h, route, bound: h.price_ids,
     "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
+    "rule_id": lambda h, route, bound: h.rule_ids,
+    "silence_id": lambda h, route, bound: h.silence_ids,
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,

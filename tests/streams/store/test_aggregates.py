@@ -1,6 +1,6 @@
-"""streams.store.aggregates and dashboard.stats.cube: the pre-aggregates kept by the write path
+"""streams.store.aggregates and streams.stats.cube: the pre-aggregates kept by the write path
 equal a rebuild from the raw rows on seeded random histories, the percentiles they give are within
-the stated bound, and every figure the pages are built from (dashboard.stats.source) reads the
+the stated bound, and every figure the pages are built from (streams.stats.source) reads the
 same from them (`rollup.RollupSource`) as from the raw rows (`exact.ExactSource`); the reports,
 written once against a source, then give the same page from either."""
 
@@ -14,15 +14,15 @@ from django.contrib.auth import get_user_model
 from django.db import connection, transaction
 from django.db.models import F
 
-from dashboard.stats import cube
 from dashboard.stats.admin import PROBLEM_STATUSES, admin_report
-from dashboard.stats.exact import ExactSource
 from dashboard.stats.latency import latency_report, slowest
-from dashboard.stats.rollup import RollupSource
 from dashboard.stats.routing import routing_report
-from dashboard.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.core.figures import nearest_rank
 from streams.models import Finding, Project, Stream, UsageRollup, rollup_dimensions, rollup_key
+from streams.stats import cube
+from streams.stats.exact import ExactSource
+from streams.stats.rollup import RollupSource
+from streams.stats.sql import PCT_NAMES, PERCENTILES, Scope
 from streams.store import aggregates
 from streams.store import rows as stored
 
@@ -575,14 +575,18 @@ def test_the_history_has_the_tags_the_filters_ask_for(history):
 
 def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
     """`sql.scope_where` is the one rule from a scope to conditions: every filter a `Scope`
-    has lands on the raw rows and on the rollups (a session, which the rollups do not hold,
-    is refused rather than dropped); a filter added to `Scope` and not to the rule fails."""
+    has lands on the raw rows and on the rollups (a session or a token, which the rollups do
+    not hold, is refused rather than dropped); a filter added to `Scope` and not to the rule
+    fails."""
     from dataclasses import fields
 
-    from dashboard.stats.sql import ROLLUPS, STREAMS, scope_where
+    from streams.stats.sql import ROLLUPS, STREAMS, scope_where
 
     base = Scope(project_id=None)
-    values = {"project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1"}
+    values = {
+        "project_id": 7, "start": NOW - dt.timedelta(days=1), "end": NOW, "tag": "t-1",
+        "token_id": 3,
+    }  # fmt: skip
     not_filters = {"tz"}  # how the figures are bucketed, not which streams
     for field in fields(Scope):
         if field.name in not_filters:
@@ -591,7 +595,7 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
         raw = scope_where(scope)
         assert raw.parts and raw.params, f"{field.name}: no condition on the stream rows"
         assert scope_where(base).sql() != raw.sql(), field.name
-        if field.name == "session":
+        if field.name in ("session", "token_id"):
             with pytest.raises(ValueError):
                 scope_where(scope, rows=ROLLUPS)
             continue
@@ -612,7 +616,7 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
     assert skipped.params == ["", 7, "failed"]
     # findings_in_scope joins the stream rows and applies the rule's unqualified columns:
     # none of them may be a finding's too
-    from dashboard.stats.sql import FILTERS
+    from streams.stats.sql import FILTERS
 
     finding = {f.column for f in Finding._meta.concrete_fields}
     assert not finding & {"user_id", "created_at", "tags", *FILTERS}

@@ -8,10 +8,10 @@ import pytest
 from django.core.management import call_command
 from django.test import Client
 
-from dashboard.stats import cube
 from dashboard.stats.admin import admin_report
-from dashboard.stats.sql import Scope
 from streams.models import Event, Finding, Stream, UsageRollup
+from streams.stats import cube
+from streams.stats.sql import Scope
 from streams.store import aggregates, retention
 
 NOW = dt.datetime.now(dt.UTC)

@@ -27,7 +27,15 @@ from dataclasses import dataclass, replace
 from django.contrib.auth import get_user_model
 from django.db import connection
 
-from dashboard.stats.sql import (
+from streams.core.figures import rank
+from streams.models import (
+    FindingRollup,
+    HistogramRollup,
+    RoutingRollup,
+    ScoreRollup,
+    UsageRollup,
+)
+from streams.stats.sql import (
     IDX_PAIR,
     PCT_NAMES,
     ROLLUPS,
@@ -40,14 +48,6 @@ from dashboard.stats.sql import (
     scalars,
     scope_where,
     time_index,
-)
-from streams.core.figures import rank
-from streams.models import (
-    FindingRollup,
-    HistogramRollup,
-    RoutingRollup,
-    ScoreRollup,
-    UsageRollup,
 )
 from streams.store import aggregates as agg
 
@@ -137,7 +137,7 @@ def _projects_known():
 
 def method(scope):
     """EXACT (raw rows) or AGGREGATED for this scope."""
-    if scope.session:
+    if scope.session or scope.token_id is not None:
         return EXACT
     if small_history(scope):
         return EXACT
@@ -555,7 +555,7 @@ class Cube:
         histogram says which bucket its maximum is in, so the walk starts at that bucket's top
         and ends at its bottom (`agg.top_band`): exact, and only the rows within 2 % of the
         maximum's value are read."""
-        from dashboard.stats.sql import offset_subquery
+        from streams.stats.sql import offset_subquery
 
         by = ("resolved_model", "requested_model")
         # (a project's too: its entries are among every project's)

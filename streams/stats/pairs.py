@@ -10,7 +10,7 @@ import functools
 
 from django.db import connection
 
-from dashboard.stats.sql import (
+from streams.stats.sql import (
     ACTIVE,
     IDX_PAIR,
     IDX_STATUS,
@@ -69,7 +69,7 @@ def model_pairs(scope):
 
 
 def _model_pairs(scope):
-    from dashboard.stats import cube
+    from streams.stats import cube
 
     if cube.small_history(scope):
         access = access_where(scope)

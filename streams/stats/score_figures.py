@@ -16,10 +16,10 @@ from dataclasses import replace
 
 from django.db import connection
 
-from dashboard.stats import cube
-from dashboard.stats.pairs import series_bounds
-from dashboard.stats.sql import from_clause, index_for, quote, scope_where
 from streams.models import Score
+from streams.stats import cube
+from streams.stats.pairs import series_bounds
+from streams.stats.sql import from_clause, index_for, quote, scope_where
 from streams.store import aggregates
 from streams.store.aggregates import HOUR, epoch_s
 

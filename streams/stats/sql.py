@@ -2,8 +2,9 @@
 ordered offset, statements of many subqueries, time buckets, and the version a poll compares.
 
 Everything is computed in the database, from the metrics the recorder denormalises onto `Stream`
-rows; nothing in `dashboard.stats` loads stream rows into Python. What comes back are aggregates
-(a few hundred numbers) and short lists (the slowest N streams, sample reasoning strings).
+rows; nothing here (nor in the pages' reports, `dashboard.stats`) loads stream rows into
+Python. What comes back are aggregates (a few hundred numbers) and short lists (the slowest N
+streams, sample reasoning strings).
 
 Percentiles: nearest rank, exact, as `streams.core.figures.rank` defines it (the one
 definition: x_k of the n values sorted, k = ⌈q·n⌉ with q in per mille); the SQL offset of a
@@ -31,6 +32,7 @@ module to that).
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import datetime as dt
 import functools
@@ -147,6 +149,17 @@ def memoized(key, compute):
     return memo[key]
 
 
+@contextlib.contextmanager
+def shared_figures():
+    """Within it, what `memoized` computes is computed once: for work that reads many scopes
+    at one moment as one report does (an alert tick's rules)."""
+    token = _memo.set({})
+    try:
+        yield
+    finally:
+        _memo.reset(token)
+
+
 def versioned(build):
     """`build(scope, …)` that returns None (nothing changed) when called with the version the
     caller already shows (`known_version`), and otherwise a report carrying its version."""
@@ -185,6 +198,9 @@ class Scope:
     tag: str = ""
     session: str = ""
     username: str = ""
+    # the API token a proxied stream came through (an alert rule's scope; the rollups keep no
+    # tokens, so such a scope is read raw, `cube.method`)
+    token_id: int | None = None
     # the IANA zone whose days and hours the buckets and per-day figures are (the page's:
     # dashboard/timezone.py); the range itself is in instants, whatever the zone
     tz: str = "UTC"
@@ -329,6 +345,10 @@ def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):
     if scope.session and "session" not in skip:
         # the session index is partial; SQLite uses it only when the query says so itself
         where.add(f"NOT ({quote('session')} = '')")
+    if scope.token_id is not None:
+        if not rows.sessions:
+            raise ValueError("the rollups hold no tokens: read a token's scope raw")
+        where.eq("token_id", scope.token_id)
     if scope.tag and not rows.tag_key:
         sql, params = has_tag_sql(f"{quote(TABLE)}.{quote('tags')}", scope.tag, connection)
         where.add(sql, *params)

@@ -9,11 +9,11 @@ import datetime as dt
 from collections import Counter
 from dataclasses import replace
 
-from dashboard.stats import cube
-from dashboard.stats.exact import usage_columns, usage_windows
-from dashboard.stats.pairs import series_bounds
-from dashboard.stats.score_figures import ScoreFigures
-from dashboard.stats.sql import (
+from streams.stats import cube
+from streams.stats.exact import usage_columns, usage_windows
+from streams.stats.pairs import series_bounds
+from streams.stats.score_figures import ScoreFigures
+from streams.stats.sql import (
     PCT_NAMES,
     PERCENTILES,
     SERIES_PERCENTILES,

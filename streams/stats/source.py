@@ -17,10 +17,10 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from dashboard.stats import cube
-from dashboard.stats.exact import ExactSource
-from dashboard.stats.rollup import RollupSource
-from dashboard.stats.sql import PERCENTILES, SERIES_PERCENTILES
+from streams.stats import cube
+from streams.stats.exact import ExactSource
+from streams.stats.rollup import RollupSource
+from streams.stats.sql import PERCENTILES, SERIES_PERCENTILES
 from streams.store.aggregates import TTFT
 
 

@@ -11,15 +11,16 @@ from dataclasses import replace
 from django.db import connection
 from django.db.models import Count
 
-from dashboard.stats import cube
-from dashboard.stats.pairs import (
+from streams.models import MAX_TAG_CHARS
+from streams.stats import cube
+from streams.stats.pairs import (
     group_where,
     pair_aggregates,
     per_pair_selects,
     series_bounds,
 )
-from dashboard.stats.score_figures import ScoreFigures
-from dashboard.stats.sql import (
+from streams.stats.score_figures import ScoreFigures
+from streams.stats.sql import (
     IDX_CREATED,
     IDX_PAIR,
     IDX_PROJECT_CREATED,
@@ -45,7 +46,6 @@ from dashboard.stats.sql import (
     usage_index,
     usage_select,
 )
-from streams.models import MAX_TAG_CHARS
 from streams.store.aggregates import DECISION, TTFT
 
 # Finding columns by the names the rollups use
