@@ -51,6 +51,10 @@ NOT_LOAD_LIMITS = {
     "INVITATION_EXPIRY_DAYS": "how long an invitation link works: no bench invites",
     "ALERT_TICK_S": "how often rules are due: `bench alerts` evaluates every rule at once",
     "PUBLIC_URL": "where the links of a notification point: an address, not a limit",
+    "ALERT_ALLOWED_HOSTS": "which receivers a channel may reach: an address list, not a load",
+    "NOTIFY_TIMEOUT_S": "a delivery's time limit: no bench delivers notifications",
+    "NOTIFY_BACKOFF_S": "a failed delivery's wait: no bench delivers notifications",
+    "NOTIFY_MAX_ATTEMPTS": "a delivery's attempts: no bench delivers notifications",
     **{
         f"OIDC_{name}": "the identity provider's configuration: no bench signs in through one"
         for name in (

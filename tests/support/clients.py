@@ -4,6 +4,8 @@ communicator through the real ASGI stack, from tests/streams/live/test_consumers
 communicators `ws` opened are disconnected after each test by tests/conftest.py's
 `_disconnect_communicators`, which the modules that use `ws` name in their `pytestmark`."""
 
+import asyncio
+
 from channels.testing import WebsocketCommunicator
 from django.test import AsyncClient
 
@@ -64,3 +66,21 @@ async def disconnect_communicators():
             await comm.disconnect(timeout=1)
         except Exception:
             pass
+
+
+# ---- one ASGI application, called bare ---------------------------------------------------------
+
+
+def run_asgi(app, scope, messages=()):
+    """The ASGI messages `app` sends for `scope`, given `messages` (then a disconnect)."""
+    sent = []
+    incoming = list(messages)
+
+    async def receive():
+        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app(scope, receive, send))
+    return sent

@@ -11,7 +11,7 @@ from streams.notify import channels, targets
 from streams.notify.targets import Refused
 from streams.serve import egress
 from streams.store import known_secrets
-from tests.streams.serve.test_egress import run
+from tests.support.clients import run_asgi as run
 
 pytestmark = pytest.mark.django_db
 

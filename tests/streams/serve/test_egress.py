@@ -2,7 +2,6 @@
 at every offset and in every encoding, credential shapes, URL credentials, streamed bodies equal
 to whole ones, pass-through keys sealed at rest, and the ASGI exits for HTTP and WebSocket."""
 
-import asyncio
 import base64
 import gzip
 import html
@@ -18,6 +17,7 @@ from streams.core import redaction
 from streams.models import SealedSecret
 from streams.serve import egress
 from streams.store import known_secrets, sealed
+from tests.support.clients import run_asgi as run
 from tests.support.hostile import escaped
 
 KEY = "sk-BAR-CANARY-835431943zq"
@@ -204,20 +204,6 @@ class TestSealed:
 
 
 # ---- the ASGI exits --------------------------------------------------------------------------
-
-
-def run(app, scope, messages=()):
-    sent = []
-    incoming = list(messages)
-
-    async def receive():
-        return incoming.pop(0) if incoming else {"type": "http.disconnect"}
-
-    async def send(message):
-        sent.append(message)
-
-    asyncio.run(app(scope, receive, send))
-    return sent
 
 
 @pytest.fixture
