@@ -97,7 +97,7 @@ class ConfigError(ValueError):
 # Configs
 
 
-def _text(config, field, limit=MAX_TEXT_CHARS, required=False):
+def text_of(config, field, limit=MAX_TEXT_CHARS, required=False):
     value = config.get(field, "")
     if value is None:
         value = ""
@@ -113,7 +113,7 @@ def _text(config, field, limit=MAX_TEXT_CHARS, required=False):
     return value
 
 
-def _number(config, field, required=False, minimum=0):
+def number_of(config, field, required=False, minimum=0):
     value = config.get(field)
     if value in (None, ""):
         if required:
@@ -140,10 +140,10 @@ def clean(kind, config) -> dict:
         raise ConfigError("config", gettext("The configuration is a JSON object."))
     cleaned = {}
     if kind in (Kind.EXACT, Kind.CONTAINS):
-        cleaned["text"] = _text(config, "text")
+        cleaned["text"] = text_of(config, "text")
         cleaned["case_sensitive"] = bool(config.get("case_sensitive", kind == Kind.EXACT))
     elif kind == Kind.REGEX:
-        pattern = _text(config, "pattern", MAX_PATTERN_CHARS, required=True)
+        pattern = text_of(config, "pattern", MAX_PATTERN_CHARS, required=True)
         try:
             regex.compile(pattern)
         except regex.error as exc:
@@ -174,8 +174,8 @@ def clean(kind, config) -> dict:
             ) from None
         cleaned["schema"] = schema
     elif kind == Kind.LENGTH:
-        cleaned["min"] = _number(config, "min")
-        cleaned["max"] = _number(config, "max")
+        cleaned["min"] = number_of(config, "min")
+        cleaned["max"] = number_of(config, "max")
         if cleaned["min"] is None and cleaned["max"] is None:
             raise ConfigError("min", gettext("Give a least or a most length, or both."))
         if None not in (cleaned["min"], cleaned["max"]) and cleaned["min"] > cleaned["max"]:
@@ -193,7 +193,7 @@ def clean(kind, config) -> dict:
         phrases = [p.strip().lower() for p in phrases if p.strip()][:100]
         cleaned["phrases"] = [p[:200] for p in phrases]
     elif kind in (Kind.TTFT, Kind.DURATION):
-        cleaned["max_ms"] = _number(config, "max_ms", required=True)
+        cleaned["max_ms"] = number_of(config, "max_ms", required=True)
     elif kind != Kind.JSON_VALID:
         raise ConfigError("kind", gettext("No such kind of evaluator."))
     return cleaned

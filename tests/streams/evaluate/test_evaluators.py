@@ -4,25 +4,14 @@
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from streams import evaluate
 from streams.evaluate import kinds
-from streams.models import Evaluation, Project, Score, Stream
+from streams.models import Evaluation, Score, Stream
 
 pytestmark = pytest.mark.django_db
 
 Kind = kinds.Kind
-
-
-@pytest.fixture
-def user():
-    return get_user_model().objects.create_user("ann")
-
-
-@pytest.fixture
-def project(user):
-    return Project.personal(user)
 
 
 def finished(project, user, output="", **fields):
