@@ -317,8 +317,14 @@ def _json_schema(config, output, subject):
         document = _json_of(output)
     except ValueError as exc:
         return passed(False, gettext("Not JSON: %(error)s") % {"error": str(exc)[:200]})
-    validator = jsonschema.validators.validator_for(config["schema"])(config["schema"])
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    validator = _bounded(jsonschema.validators.validator_for(config["schema"]))(config["schema"])
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    except TimeoutError:
+        return none(
+            gettext("A pattern of the schema took over %(s)s s on this output: stopped.")
+            % {"s": REGEX_TIMEOUT_S}
+        )
     if error is None:
         return passed(True, gettext("The output is valid against the schema."))
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"
@@ -328,6 +334,40 @@ def _json_schema(config, output, subject):
         gettext("Not valid against the schema at %(where)s: %(error)s")
         % {"where": where[:100], "error": error.message[:200]},
     )
+
+
+def _search(pattern, text):
+    """A schema's `pattern` searched with the timeout (TimeoutError past it): a schema is
+    someone's input too, and jsonschema's own keywords use `re`, which has none."""
+    if not isinstance(text, str):
+        return True
+    return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S) is not None
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance[:100]!r} does not match {pattern[:100]!r}")
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for k, v in instance.items():
+            if _search(pattern, k):
+                yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+_BOUNDED = {}
+
+
+def _bounded(cls):
+    """`cls` (a jsonschema validator class) with its pattern keywords bounded in time."""
+    if cls not in _BOUNDED:
+        _BOUNDED[cls] = jsonschema.validators.extend(
+            cls, {"pattern": _pattern, "patternProperties": _pattern_properties}
+        )
+    return _BOUNDED[cls]
 
 
 def _length(config, output, subject):

@@ -63,6 +63,17 @@ def test_a_catastrophic_pattern_is_stopped(project, user):
     assert not result.written and "stopped" in result.reason
 
 
+def test_a_catastrophic_pattern_in_a_json_schema_is_stopped(project, user):
+    schema = {"type": "string", "pattern": r"(x+x+)+y"}
+    ev = evaluate.save(project, name="s", kind=Kind.JSON_SCHEMA, config={"schema": schema})
+    started = time.monotonic()
+    result = evaluate.apply(ev, stream=finished(project, user, '"' + "x" * 5000 + '"'))
+    assert time.monotonic() - started < 30
+    assert not result.written and "stopped" in result.reason
+    ok = evaluate.apply(ev, stream=finished(project, user, '"xxy"'))
+    assert ok.value == 1.0
+
+
 @pytest.mark.parametrize(
     ("kind", "config", "output", "value"),
     [
