@@ -8,8 +8,8 @@ import time
 import pytest
 
 from streams import evaluate
-from streams.evaluate import judge, kinds
-from streams.models import Evaluation, Score, Stream
+from streams.evaluate import judge, kinds, online
+from streams.models import Evaluation, OnlineRule, Score, Stream
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -130,3 +130,25 @@ def test_no_secret_reaches_a_judges_prompt_a_score_or_a_reason(upstream, setting
 )
 def test_reading_a_number(answer, value):
     assert judge.parse({"minimum": 1, "maximum": 5}, answer).value == value
+
+
+def test_an_online_rule_stops_at_its_spend_cap_and_says_so(upstream, project, user):
+    project.currency = "USD"  # (the simulator's prices are in dollars)
+    project.save()
+    ev = a_judge(project, user, metadata={**FAST, "judge_score": "5"})
+    rule = online.create(project, user=user, name="capped", evaluators=[ev], spend_cap_nanos=1)
+    streams = [judged(project, user) for _ in range(3)]
+    online.run_rules()
+    rule.refresh_from_db()
+    assert rule.stopped_reason == "Its spend cap was reached."
+    assert rule.judged == 1 and rule.spent_nanos > 0
+    first = Evaluation.objects.get(stream__in=streams)
+    assert first.stream == streams[0] and first.cost_nanos == rule.spent_nanos
+    online.run_rules()  # stopped: nothing more
+    assert Evaluation.objects.filter(stream__in=streams).count() == 1
+    # raised and restarted, it judges the rest of the batch it stopped in
+    OnlineRule.objects.filter(pk=rule.pk).update(spend_cap_nanos=10**15)
+    online.restart(rule)
+    online.run_rules()
+    judged_streams = Evaluation.objects.filter(stream__in=streams).values_list("stream", flat=True)
+    assert sorted(judged_streams) == [s.pk for s in streams]
