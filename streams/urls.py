@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from streams.serve import api
+from streams.serve import api, evaluators_api
 
 urlpatterns = [
     path("streams/", api.api_streams, name="api_streams"),
@@ -12,4 +12,11 @@ urlpatterns = [
     path("scores/", api.api_scores, name="api_scores"),
     path("comments/", api.api_comments, name="api_comments"),
     path("score-types/", api.api_score_types, name="api_score_types"),
+    path("evaluators/", evaluators_api.api_evaluators, name="api_evaluators"),
+    path("evaluators/<int:evaluator_id>/", evaluators_api.api_evaluator, name="api_evaluator"),
+    path(
+        "evaluators/<int:evaluator_id>/apply/",
+        evaluators_api.api_evaluator_apply,
+        name="api_evaluator_apply",
+    ),
 ]

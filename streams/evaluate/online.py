@@ -28,6 +28,7 @@ from django.db import models
 from django.utils import timezone
 from django.utils.translation import gettext_noop
 
+from streams.access import projects
 from streams.evaluate import evaluators, judge
 from streams.models import Evaluation, OnlineRule, Stream
 from streams.run import periodic
@@ -52,6 +53,19 @@ def create(project, *, user=None, evaluators=(), **fields) -> OnlineRule:
     newest = Stream.objects.aggregate(newest=models.Max("pk"))["newest"] or 0
     rule = OnlineRule.objects.create(project=project, created_by=user, cursor=newest, **fields)
     rule.evaluators.set(evaluators)
+    return rule
+
+
+def update(rule, *, evaluators=None, **fields) -> OnlineRule:
+    """`rule` changed by someone: it carries on from where its cursor is, a stop cleared (they
+    have seen it, and raised the cap or not)."""
+    for name, value in fields.items():
+        setattr(rule, name, value)
+    rule.stopped_reason = ""
+    # (only these: the job moves the cursor and the counts meanwhile)
+    rule.save(update_fields=[*fields, "stopped_reason"])
+    if evaluators is not None:
+        rule.evaluators.set(evaluators)
     return rule
 
 
@@ -170,3 +184,31 @@ def _spent(rule):
     )
     log.info("online rule %s stopped: spend cap reached", rule.pk)
     return True
+
+
+def visible(user, project=None):
+    """The online rules `user` may read: of `project` when given, else of all their projects."""
+    return projects.in_project(OnlineRule.objects.all(), user, project)
+
+
+def visible_one(user, rule_id):
+    return visible(user).filter(pk=rule_id).first()
+
+
+def recent(rule, limit=50):
+    return list(
+        Evaluation.objects.filter(rule=rule)
+        .select_related("stream", "evaluator", "judge_stream")
+        .order_by("-created_at", "-pk")[:limit]
+    )
+
+
+def over_budget_now(rule, now=None):
+    """Whether streams are being passed over the hourly budget now (the last hour)."""
+    now = now or timezone.now()
+    return rule.over_budget_at is not None and rule.over_budget_at > now - HOUR
+
+
+def judgements_this_hour(rule, now=None):
+    now = now or timezone.now()
+    return Evaluation.objects.filter(rule=rule, created_at__gt=now - HOUR).count()

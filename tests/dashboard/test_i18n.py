@@ -40,8 +40,10 @@ from django.utils.text import capfirst
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams import evaluate
 from streams.access import invitations, shares
 from streams.core.checks import PHRASES
+from streams.evaluate import online
 from streams.ingest import importer
 from streams.management.commands.seed_demo import seed
 from streams.models import (
@@ -50,6 +52,7 @@ from streams.models import (
     ImportFile,
     ImportJob,
     Invitation,
+    OnlineRule,
     Price,
     Project,
     ScoreType,
@@ -155,7 +158,19 @@ def history(django_db_setup, django_db_blocker):
         ]
         # a token of the user's, with limits (the token page says what it used of them)
         ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
+        # an evaluator of the user's that has scored their first stream, and an online rule
+        # stopped at its spend cap (its page says so)
+        evaluator = evaluate.save(
+            Project.personal(user), name="lengte", kind="length", config={"max": 10}, user=user
+        )
+        mine = next(s for s in streams if s.user_id == user.pk)
+        evaluate.apply(evaluator, stream=mine)
+        rule = online.create(Project.personal(user), user=user, name="steekproef",
+                             evaluators=[evaluator], spend_cap_nanos=1)  # fmt: skip
+        OnlineRule.objects.filter(pk=rule.pk).update(stopped_reason=online.SPEND_CAP_REACHED)
         yield {
+            "evaluator_ids": [evaluator.pk],
+            "rule_ids": [rule.pk],
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -203,6 +218,8 @@ FILL = {
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],
     "key": lambda h, bound: h["invitation_keys"],
+    "evaluator_id": lambda h, bound: h["evaluator_ids"],
+    "rule_id": lambda h, bound: h["rule_ids"],
 }
 
 
