@@ -81,7 +81,7 @@ class EvaluatorForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 8}),
         initial=judge.DEFAULT_PROMPT,
         help_text=_(
-            "{{input}}, {{output}} and {{expected}} are replaced by the stream's texts, "
+            "{{input}}, {{output}} and {{expected_output}} are replaced by the stream's texts, "
             "with every secret taken out."
         ),  # fmt: skip
         **TEXT,

@@ -24,7 +24,7 @@ from streams.store import known_secrets, rows
 
 JUDGED_KEY = "streamscope_judged"
 TAG = "judge"
-PLACEHOLDERS = ("{{input}}", "{{output}}", "{{expected}}")
+PLACEHOLDERS = ("{{input}}", "{{output}}", "{{expected_output}}")
 MAX_PROMPT_CHARS = 10_000
 # each placeholder's text at most this long in the judge's prompt
 MAX_FILLED_CHARS = 50_000
@@ -38,7 +38,7 @@ CANCEL_GRACE_S = 10
 
 DEFAULT_PROMPT = (
     "You grade an assistant's answer.\n\nQuestion:\n{{input}}\n\nAnswer:\n{{output}}\n\n"
-    "Expected answer (may be empty):\n{{expected}}\n\n"
+    "Expected answer (may be empty):\n{{expected_output}}\n\n"
     "Reply with 'Score: N' on the first line, N from 1 (wrong) to 5 (right), then "
     "'Reason: ' and one sentence."
 )
@@ -138,11 +138,11 @@ def _metadata(metadata):
 
 def prompt_for(config, subject: kinds.Subject) -> str:
     """The judge's prompt: the template with the subject's texts (redacted already) in place.
-    Filled in one pass, so a judged output holding `{{expected}}` stays as it was written."""
+    Filled in one pass, so a judged output holding `{{expected_output}}` stays as it was written."""
     values = {
         "{{input}}": subject.input[:MAX_FILLED_CHARS],
         "{{output}}": subject.output[:MAX_FILLED_CHARS],
-        "{{expected}}": (subject.expected or "")[:MAX_FILLED_CHARS],
+        "{{expected_output}}": (subject.expected or "")[:MAX_FILLED_CHARS],
     }
     return re.sub(
         "|".join(re.escape(p) for p in PLACEHOLDERS), lambda m: values[m.group(0)], config["prompt"]
