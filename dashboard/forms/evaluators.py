@@ -6,6 +6,7 @@ from decimal import Decimal
 
 from django import forms
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from streams.core.pricing import NANO
 from streams.evaluate import judge, kinds
@@ -167,7 +168,7 @@ def initial_of(evaluator):
 class TryForm(forms.Form):
     stream = forms.IntegerField(label=_("Stream id"), min_value=1)
     expected = forms.CharField(
-        label=_("Expected output"),
+        label=pgettext_lazy("evaluators page", "Expected output"),
         required=False,
         strip=False,
         max_length=kinds.MAX_OUTPUT_CHARS,
@@ -181,7 +182,7 @@ MAX_SPEND_CAP = Decimal(1_000_000)
 class OnlineRuleForm(forms.Form):
     name = forms.CharField(label=_("Name"), max_length=100)
     evaluators = forms.ModelMultipleChoiceField(
-        label=_("Evaluators"),
+        label=pgettext_lazy("evaluators page", "Evaluators"),
         queryset=Evaluator.objects.none(),
         widget=forms.CheckboxSelectMultiple,
     )

@@ -7,6 +7,8 @@ import pytest
 from streams import evaluate
 from streams.evaluate import judge, kinds, online
 from streams.models import Evaluation, OnlineRule, Score, Stream
+from streams.observe import telemetry
+from streams.store import scores
 
 pytestmark = pytest.mark.django_db
 
@@ -91,3 +93,17 @@ def test_the_hourly_budget_passes_streams_and_says_so(project, user, not_empty):
     rule.refresh_from_db()
     assert (rule.judged, rule.over_budget) == (2, 3) and rule.over_budget_at is not None
     assert rule.stopped_reason == ""  # (it goes on next hour)
+
+
+def test_its_scores_count_like_any_other(
+    project, user, not_empty, django_capture_on_commit_callbacks
+):
+    counter = telemetry.SCORES.labels("not-empty", "categorical", "evaluator", "true")
+    before = counter._value.get()
+    online.create(project, user=user, name="all", evaluators=[not_empty])
+    stream = finished(project, user)
+    with django_capture_on_commit_callbacks(execute=True):
+        online.run_rules()
+    assert counter._value.get() == before + 1  # Prometheus
+    assert scores.summaries([stream.pk])[stream.pk].positive == 1  # the list's column
+    assert scores.filtered(Stream.objects.all(), "positive").get() == stream  # its filter
