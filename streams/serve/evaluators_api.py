@@ -84,7 +84,7 @@ def _create(request, data):
             Project.objects.get(pk=project_id),
             name=_text(data.get("name")),
             kind=_text(data.get("kind")),
-            config=data.get("config") or {},
+            config=data.get("config", {}),
             user=request.user,
         )
     except evaluators.Invalid as exc:
