@@ -168,8 +168,9 @@ urlpatterns = [
     path("evaluators/<int:evaluator_id>/", evaluators.evaluator_detail, name="evaluator_detail"),
     path("evaluators/<int:evaluator_id>/try/", evaluators.evaluator_try, name="evaluator_try"),
     path("evaluators/rules/", evaluators.online_rule_list, name="online_rule_list"),
-    path("evaluators/rules/<int:rule_id>/", evaluators.online_rule_detail,
-         name="online_rule_detail"),  # fmt: skip
+    path(
+        "evaluators/rules/<int:rule_id>/", evaluators.online_rule_detail, name="online_rule_detail"
+    ),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),
