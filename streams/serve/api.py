@@ -52,7 +52,7 @@ from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
-from streams.serve.http import api_view, json_error, limit_error
+from streams.serve.http import api_view, json_error, limit_error, method_not_allowed
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import rows, scores, search
@@ -256,7 +256,7 @@ def _invalid(form):
     return json_error(400, "invalid", f"{where}{first[1][0]}", fields=fields)
 
 
-def _parse_json(request):
+def parse_json(request):
     limit = max_body_bytes()
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -283,7 +283,7 @@ class NotAllowed(Exception):
     """The user sees the stream, but their role in its project does not allow this (a 403)."""
 
 
-def _project_id(request):
+def project_id(request):
     """The id of the project an API request works in: `?project=<slug>` if given (LookupError
     when the user is not a member: a 404), else a browser's current project (the page's),
     else the user's home project; None for staff working in every project at once. A token's
@@ -301,9 +301,9 @@ def _project_id(request):
     return getattr(getattr(request, "project", None), "pk", None)
 
 
-def _writing_project_id(request):
+def writing_project_id(request):
     """Where what an API request makes goes: its project, or staff's home project."""
-    pk = _project_id(request)
+    pk = project_id(request)
     return pk if pk is not None else projects.home(request.user).pk
 
 
@@ -392,11 +392,11 @@ def _target(user, data, action):
     if found is None:
         return None, json_error(404, "not_found", f"No {named}.")
     if not projects.may(user, action, found.project_id):
-        return None, _forbidden(action)
+        return None, forbidden(action)
     return found, None
 
 
-def _forbidden(action):
+def forbidden(action):
     return json_error(
         403, "forbidden", f"Your role in this stream's project does not allow {action}."
     )
@@ -446,24 +446,18 @@ def _score_types():
 # Views
 
 
-def _method_not_allowed(*allowed):
-    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
-    response["Allow"] = ", ".join(allowed)
-    return response
-
-
 @api_view
 async def api_streams(request):
     if request.method == "POST":
         return await _create(request)
     if request.method != "GET":
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     form = ListForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
     try:
-        project = await sync_to_async(_project_id)(request)
+        project = await sync_to_async(project_id)(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     if d["q"] and search.parse(d["q"]):
@@ -486,7 +480,7 @@ async def api_streams(request):
 
 def _request_body(request):
     """(the request body to send upstream, None) or (None, the error response)."""
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         return None, error
     form = CreateStreamForm(data)
@@ -497,7 +491,7 @@ def _request_body(request):
 
 def _start_in(request):
     """The project a new stream of this request goes into, once the user may RUN there."""
-    project = _writing_project_id(request)
+    project = writing_project_id(request)
     _require(request.user, Action.RUN, project)
     return project
 
@@ -540,7 +534,7 @@ async def _create(request):
 @api_view
 async def api_stream(request, stream_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     summary = await sync_to_async(_summary)(request.user, stream_id)
     if summary is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
@@ -550,7 +544,7 @@ async def api_stream(request, stream_id):
 @api_view
 async def api_stream_events(request, stream_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     form = EventsPageForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
@@ -567,12 +561,12 @@ async def api_stream_events(request, stream_id):
 @api_view
 async def api_stream_cancel(request, stream_id):
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return method_not_allowed("POST")
     stream = await sync_to_async(_visible)(request.user, stream_id)
     if stream is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
     if not await sync_to_async(projects.may)(request.user, Action.RUN, stream.project_id):
-        return _forbidden(Action.RUN)
+        return forbidden(Action.RUN)
     outcome = services.cancel(stream)
     if outcome == services.CANCELLING:
         return respond({"id": stream.pk, "status": "cancelling"}, status=202)
@@ -611,8 +605,8 @@ async def api_scores(request):
             return json_error(404, "not_found", f"No stream {stream_id}.")
         return respond(data)
     if request.method != "POST":
-        return _method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(_parse_json, request)
+        return method_not_allowed("GET", "POST")
+    data, error = await asyncio.to_thread(parse_json, request)
     if error:
         return error
     return await sync_to_async(_score)(request.user, data, _source(request))
@@ -621,8 +615,8 @@ async def api_scores(request):
 @api_view
 async def api_comments(request):
     if request.method != "POST":
-        return _method_not_allowed("POST")
-    data, error = await asyncio.to_thread(_parse_json, request)
+        return method_not_allowed("POST")
+    data, error = await asyncio.to_thread(parse_json, request)
     if error:
         return error
     return await sync_to_async(_comment)(request.user, data, _source(request))
@@ -631,5 +625,5 @@ async def api_comments(request):
 @api_view
 async def api_score_types(request):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     return respond(await sync_to_async(_score_types)())

@@ -27,7 +27,7 @@ from streams.access.projects import Action
 from streams.evaluate import evaluators
 from streams.models import Project
 from streams.serve import api
-from streams.serve.http import api_view, json_error
+from streams.serve.http import api_view, json_error, method_not_allowed
 
 
 def evaluator_shape(evaluator):
@@ -65,7 +65,7 @@ def _invalid(exc):
 
 def _list(request):
     try:
-        project = api._project_id(request)
+        project = api.project_id(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     found = evaluators.visible(request.user, project)
@@ -74,11 +74,11 @@ def _list(request):
 
 def _create(request, data):
     try:
-        project_id = api._writing_project_id(request)
+        project_id = api.writing_project_id(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     if not projects.may(request.user, Action.EVALUATE, project_id):
-        return api._forbidden(Action.EVALUATE)
+        return api.forbidden(Action.EVALUATE)
     try:
         made = evaluate.save(
             Project.objects.get(pk=project_id),
@@ -116,7 +116,7 @@ def _edit(request, evaluator_id, data):
     if error:
         return error
     if not projects.may(request.user, Action.EVALUATE, found.project_id):
-        return api._forbidden(Action.EVALUATE)
+        return api.forbidden(Action.EVALUATE)
     try:
         changed = evaluate.save(
             found.project,
@@ -138,7 +138,7 @@ def _apply(request, evaluator_id, data):
         if error:
             return error
         if not projects.may(request.user, Action.EVALUATE, found.project_id):
-            return api._forbidden(Action.EVALUATE)
+            return api.forbidden(Action.EVALUATE)
         stream_id, expected = data.get("stream"), data.get("expected")
         if not isinstance(stream_id, int) or isinstance(stream_id, bool):
             return json_error(400, "invalid", '"stream": the id of a stream.')
@@ -158,8 +158,8 @@ async def api_evaluators(request):
     if request.method == "GET":
         return await sync_to_async(_list)(request)
     if request.method != "POST":
-        return api._method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(api._parse_json, request)
+        return method_not_allowed("GET", "POST")
+    data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
     return await sync_to_async(_create)(request, data)
@@ -170,8 +170,8 @@ async def api_evaluator(request, evaluator_id):
     if request.method == "GET":
         return await sync_to_async(_read)(request, evaluator_id)
     if request.method != "POST":
-        return api._method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(api._parse_json, request)
+        return method_not_allowed("GET", "POST")
+    data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
     return await sync_to_async(_edit)(request, evaluator_id, data)
@@ -180,8 +180,8 @@ async def api_evaluator(request, evaluator_id):
 @api_view
 async def api_evaluator_apply(request, evaluator_id):
     if request.method != "POST":
-        return api._method_not_allowed("POST")
-    data, error = await asyncio.to_thread(api._parse_json, request)
+        return method_not_allowed("POST")
+    data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
     # a judge waits for its model: on a thread of its own, not the one sync code shares
