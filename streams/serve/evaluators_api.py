@@ -13,6 +13,10 @@ POST     /api/evaluators/<id>/apply/         ``{"stream", "expected"?}`` → 201
                                              "value", "label", "reason", "key",
                                              "judge_stream"}`` (no score: ``written`` false and
                                              the reason)
+GET      /api/online-rules/                  the project's online rules: their evaluators,
+                                             filter, budget, what they judged and spent, and
+                                             ``stopped_reason`` (empty while they run)
+GET      /api/online-rules/<id>/             one rule, with its latest evaluations
 =======  ==================================  ==================================================
 """
 
@@ -24,7 +28,7 @@ from django.db import close_old_connections, connections
 from streams import evaluate
 from streams.access import projects
 from streams.access.projects import Action
-from streams.evaluate import evaluators
+from streams.evaluate import evaluators, online
 from streams.models import Project
 from streams.serve import api
 from streams.serve.http import api_view, json_error, method_not_allowed
@@ -57,6 +61,45 @@ def evaluation_shape(e):
         "rule": e.rule_id,
         "created_at": e.created_at,
     }
+
+
+def rule_shape(rule):
+    return {
+        "id": rule.pk,
+        "name": rule.name,
+        "evaluators": [e.key for e in rule.evaluators.all()],
+        "enabled": rule.enabled,
+        "sample_rate": rule.sample_rate,
+        "model": rule.model,
+        "tag": rule.tag,
+        "source": rule.source,
+        "token": rule.token_id,
+        "per_hour": rule.per_hour,
+        "spend_cap_nanos": rule.spend_cap_nanos,
+        "currency": rule.project.currency,
+        "judged": rule.judged,
+        "over_budget": rule.over_budget,
+        "over_budget_at": rule.over_budget_at,
+        "spent_nanos": rule.spent_nanos,
+        "stopped_reason": rule.stopped_reason,
+    }
+
+
+def _rules(request):
+    try:
+        project = api.project_id(request)
+    except LookupError:
+        return json_error(404, "not_found", "No such project.")
+    found = online.visible(request.user, project).select_related("project")
+    return api.respond({"online_rules": [rule_shape(r) for r in found]})
+
+
+def _rule(request, rule_id):
+    found = online.visible_one(request.user, rule_id)
+    if found is None:
+        return json_error(404, "not_found", f"No online rule {rule_id}.")
+    latest = [evaluation_shape(e) for e in online.recent(found, limit=20)]
+    return api.respond({**rule_shape(found), "evaluations": latest})
 
 
 def _invalid(exc):
@@ -186,3 +229,17 @@ async def api_evaluator_apply(request, evaluator_id):
         return error
     # a judge waits for its model: on a thread of its own, not the one sync code shares
     return await sync_to_async(_apply, thread_sensitive=False)(request, evaluator_id, data)
+
+
+@api_view
+async def api_online_rules(request):
+    if request.method != "GET":
+        return method_not_allowed("GET")
+    return await sync_to_async(_rules)(request)
+
+
+@api_view
+async def api_online_rule(request, rule_id):
+    if request.method != "GET":
+        return method_not_allowed("GET")
+    return await sync_to_async(_rule)(request, rule_id)
