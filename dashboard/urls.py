@@ -18,6 +18,7 @@ from dashboard.views import (
     audit,
     channels,
     definitions,
+    evaluators,
     exports,
     feedback,
     playground,
@@ -181,6 +182,17 @@ urlpatterns = [
     path("channels/<int:channel_id>/", channels.channel_detail, name="channel_detail"),
     path("channels/<int:channel_id>/test/", channels.channel_test, name="channel_test"),
     path("channels/<int:channel_id>/delete/", channels.channel_delete, name="channel_delete"),
+    # evaluators and the online rules that apply them (docs/experiments.md, "Evaluators")
+    path("evaluators/", evaluators.evaluator_list, name="evaluator_list"),
+    path("evaluators/new/", evaluators.evaluator_new, name="evaluator_new"),
+    path("evaluators/<int:evaluator_id>/", evaluators.evaluator_detail, name="evaluator_detail"),
+    path("evaluators/<int:evaluator_id>/try/", evaluators.evaluator_try, name="evaluator_try"),
+    path("evaluators/rules/", evaluators.online_rule_list, name="online_rule_list"),
+    path(
+        "evaluators/rules/<int:online_rule_id>/",
+        evaluators.online_rule_detail,
+        name="online_rule_detail",
+    ),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from streams.serve import api
+from streams.serve import api, evaluators_api
 
 urlpatterns = [
     path("streams/", api.api_streams, name="api_streams"),
@@ -24,5 +24,16 @@ urlpatterns = [
         "channels/<int:channel_id>/deliveries/",
         api.api_channel_deliveries,
         name="api_channel_deliveries",
+    ),
+    path("evaluators/", evaluators_api.api_evaluators, name="api_evaluators"),
+    path("evaluators/<int:evaluator_id>/", evaluators_api.api_evaluator, name="api_evaluator"),
+    path(
+        "evaluators/<int:evaluator_id>/apply/",
+        evaluators_api.api_evaluator_apply,
+        name="api_evaluator_apply",
+    ),
+    path("online-rules/", evaluators_api.api_online_rules, name="api_online_rules"),
+    path(
+        "online-rules/<int:online_rule_id>/", evaluators_api.api_online_rule, name="api_online_rule"
     ),
 ]

@@ -30,6 +30,7 @@ LAYERS = (
     ("streams.run",),
     ("streams.notify",),
     ("streams.alerts",),
+    ("streams.evaluate",),
     ("streams.serve",),
     ("streams", "streams.apps", "streams.admin", "streams.urls", "streams.migrations"),
     ("streams.bench",),

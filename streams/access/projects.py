@@ -30,6 +30,7 @@ class Action(enum.StrEnum):
     COMMENT = "comment"
     RUN = "run"  # start streams, the playground, imports
     SCORE = "score"
+    EVALUATE = "evaluate"  # make and edit evaluators and online rules, try them on a stream
     SHARE = "share"
     SAVE_VIEW = "save_view"
     OWN_TOKEN = "own_token"
@@ -53,6 +54,7 @@ ACTIONS = {
     Action.COMMENT: Role.VIEWER,
     Action.RUN: Role.MEMBER,
     Action.SCORE: Role.MEMBER,
+    Action.EVALUATE: Role.MEMBER,
     Action.SHARE: Role.MEMBER,
     Action.SAVE_VIEW: Role.MEMBER,
     Action.OWN_TOKEN: Role.MEMBER,

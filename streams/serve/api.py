@@ -73,7 +73,7 @@ from streams.models import MAX_CHANNEL_NAME_CHARS, Channel, Event, Project, Stre
 from streams.notify import channels as channel_rows
 from streams.notify import deliver, targets
 from streams.run import services
-from streams.serve.http import api_view, json_error, limit_error
+from streams.serve.http import api_view, json_error, limit_error, method_not_allowed
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import rows, scores, search
@@ -277,7 +277,7 @@ def _invalid(form):
     return json_error(400, "invalid", f"{where}{first[1][0]}", fields=fields)
 
 
-def _parse_json(request):
+def parse_json(request):
     limit = max_body_bytes()
     try:
         declared = int(request.META.get("CONTENT_LENGTH") or 0)
@@ -304,7 +304,7 @@ class NotAllowed(Exception):
     """The user sees the stream, but their role in its project does not allow this (a 403)."""
 
 
-def _project_id(request):
+def project_id(request):
     """The id of the project an API request works in: `?project=<slug>` if given (LookupError
     when the user is not a member: a 404), else a browser's current project (the page's),
     else the user's home project; None for staff working in every project at once. A token's
@@ -322,9 +322,9 @@ def _project_id(request):
     return getattr(getattr(request, "project", None), "pk", None)
 
 
-def _writing_project_id(request):
+def writing_project_id(request):
     """Where what an API request makes goes: its project, or staff's home project."""
-    pk = _project_id(request)
+    pk = project_id(request)
     return pk if pk is not None else projects.home(request.user).pk
 
 
@@ -413,11 +413,11 @@ def _target(user, data, action):
     if found is None:
         return None, json_error(404, "not_found", f"No {named}.")
     if not projects.may(user, action, found.project_id):
-        return None, _forbidden(action)
+        return None, forbidden(action)
     return found, None
 
 
-def _forbidden(action):
+def forbidden(action):
     return json_error(
         403, "forbidden", f"Your role in this stream's project does not allow {action}."
     )
@@ -468,24 +468,18 @@ def _score_types(project_id):
 # Views
 
 
-def _method_not_allowed(*allowed):
-    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
-    response["Allow"] = ", ".join(allowed)
-    return response
-
-
 @api_view
 async def api_streams(request):
     if request.method == "POST":
         return await _create(request)
     if request.method != "GET":
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     form = ListForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
     try:
-        project = await sync_to_async(_project_id)(request)
+        project = await sync_to_async(project_id)(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     if d["q"] and search.parse(d["q"]):
@@ -508,7 +502,7 @@ async def api_streams(request):
 
 def _request_body(request):
     """(the request body to send upstream, None) or (None, the error response)."""
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         return None, error
     form = CreateStreamForm(data)
@@ -519,7 +513,7 @@ def _request_body(request):
 
 def _start_in(request):
     """The project a new stream of this request goes into, once the user may RUN there."""
-    project = _writing_project_id(request)
+    project = writing_project_id(request)
     _require(request.user, Action.RUN, project)
     return project
 
@@ -562,7 +556,7 @@ async def _create(request):
 @api_view
 async def api_stream(request, stream_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     summary = await sync_to_async(_summary)(request.user, stream_id)
     if summary is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
@@ -572,7 +566,7 @@ async def api_stream(request, stream_id):
 @api_view
 async def api_stream_events(request, stream_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     form = EventsPageForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
@@ -589,12 +583,12 @@ async def api_stream_events(request, stream_id):
 @api_view
 async def api_stream_cancel(request, stream_id):
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return method_not_allowed("POST")
     stream = await sync_to_async(_visible)(request.user, stream_id)
     if stream is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
     if not await sync_to_async(projects.may)(request.user, Action.RUN, stream.project_id):
-        return _forbidden(Action.RUN)
+        return forbidden(Action.RUN)
     outcome = services.cancel(stream)
     if outcome == services.CANCELLING:
         return respond({"id": stream.pk, "status": "cancelling"}, status=202)
@@ -633,8 +627,8 @@ async def api_scores(request):
             return json_error(404, "not_found", f"No stream {stream_id}.")
         return respond(data)
     if request.method != "POST":
-        return _method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(_parse_json, request)
+        return method_not_allowed("GET", "POST")
+    data, error = await asyncio.to_thread(parse_json, request)
     if error:
         return error
     return await sync_to_async(_score)(request.user, data, _source(request))
@@ -643,8 +637,8 @@ async def api_scores(request):
 @api_view
 async def api_comments(request):
     if request.method != "POST":
-        return _method_not_allowed("POST")
-    data, error = await asyncio.to_thread(_parse_json, request)
+        return method_not_allowed("POST")
+    data, error = await asyncio.to_thread(parse_json, request)
     if error:
         return error
     return await sync_to_async(_comment)(request.user, data, _source(request))
@@ -653,9 +647,9 @@ async def api_comments(request):
 @api_view
 async def api_score_types(request):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     try:
-        project = await sync_to_async(_project_id)(request)
+        project = await sync_to_async(project_id)(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     return respond(await sync_to_async(_score_types)(project))
@@ -729,7 +723,7 @@ def _alert_error(exc):
         name, message = next(iter(exc.errors.items()))
         return json_error(400, "invalid", f"{name}: {message}", fields=exc.errors)
     if isinstance(exc, PermissionError | NotAllowed):
-        return _forbidden(Action.MANAGE_ALERTS)
+        return forbidden(Action.MANAGE_ALERTS)
     return json_error(404, "not_found", "No such rule, silence, token, user or channel.")
 
 
@@ -744,20 +738,20 @@ class _BadBody(Exception):
 
 def _body(request):
     """The request's JSON object (read after the access checks: a refusal comes first)."""
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         raise _BadBody(error)
     return data
 
 
 def _alert_rules(request):
-    user, project_id = request.user, _project_id(request)
+    user, project = request.user, project_id(request)
     if request.method == "GET":
-        found = alert_rules.visible(user, project_id).select_related("project", "state")
+        found = alert_rules.visible(user, project).select_related("project", "state")
         return respond({"rules": [_rule_json(r) for r in found.prefetch_related("channels")]})
-    project_id = _writing_project_id(request)
-    _require(user, Action.MANAGE_ALERTS, project_id)
-    rule = alert_rules.save(user, Project.objects.get(pk=project_id), _body(request))
+    project = writing_project_id(request)
+    _require(user, Action.MANAGE_ALERTS, project)
+    rule = alert_rules.save(user, Project.objects.get(pk=project), _body(request))
     return respond(_rule_json(rule), status=201)
 
 
@@ -772,19 +766,19 @@ def _alert_rule(request, rule_id):
 
 
 def _alert_silences(request):
-    user, project_id = request.user, _project_id(request)
+    user, project = request.user, project_id(request)
     if request.method == "GET":
-        found = alert_rules.silences(user, project_id)
+        found = alert_rules.silences(user, project)
         return respond({"silences": [_silence_json(s) for s in found]})
-    project_id = _writing_project_id(request)
-    _require(user, Action.MANAGE_ALERTS, project_id)
+    project = writing_project_id(request)
+    _require(user, Action.MANAGE_ALERTS, project)
     data = _body(request)
     rule = None
     if data.get("rule") is not None:
         rule = alert_rules.get(user, data["rule"], Action.MANAGE_ALERTS)
     silence = alert_rules.silence(
         user,
-        Project.objects.get(pk=project_id),
+        Project.objects.get(pk=project),
         rule=rule,
         scope=data.get("scope") if isinstance(data.get("scope"), dict) else None,
         hours=data.get("hours"),
@@ -795,7 +789,7 @@ def _alert_silences(request):
 
 def _alert_history(request, rule_id):
     rule = None if rule_id is None else alert_rules.get(request.user, rule_id)
-    found = alert_rules.history(request.user, _project_id(request), rule)
+    found = alert_rules.history(request.user, project_id(request), rule)
     return respond({"firings": [_firing_json(f) for f in found]})
 
 
@@ -815,21 +809,21 @@ async def _alerts_call(request, fn, *args):
 @api_view
 async def api_alert_rules(request):
     if request.method not in ("GET", "POST"):
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     return await _alerts_call(request, _alert_rules)
 
 
 @api_view
 async def api_alert_rule(request, rule_id):
     if request.method not in ("GET", "POST", "DELETE"):
-        return _method_not_allowed("GET", "POST", "DELETE")
+        return method_not_allowed("GET", "POST", "DELETE")
     return await _alerts_call(request, _alert_rule, rule_id)
 
 
 @api_view
 async def api_alert_silences(request):
     if request.method not in ("GET", "POST"):
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     return await _alerts_call(request, _alert_silences)
 
 
@@ -840,7 +834,7 @@ class HistoryForm(forms.Form):
 @api_view
 async def api_alert_history(request):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     form = HistoryForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
@@ -868,16 +862,16 @@ def _refused(exc):
 
 
 def _channels(request):
-    project = _project_id(request)
+    project = project_id(request)
     manages = projects.may(request.user, Action.MANAGE_CHANNELS, project)
     rows = channel_rows.visible(request.user, project)
     return {"channels": [public.channel(c, manages=manages) for c in rows]}
 
 
 def _channel_create(request):
-    project_id = _writing_project_id(request)
+    project_id = writing_project_id(request)
     _require(request.user, Action.MANAGE_CHANNELS, project_id)  # (before the body is read)
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         return error
     form = ChannelForm(data)
@@ -918,7 +912,7 @@ def _channel(request, channel_id):
     except channel_rows.NotFound:
         channel = None
     except channel_rows.NotAllowed:
-        return None, _forbidden(Action.MANAGE_CHANNELS)
+        return None, forbidden(Action.MANAGE_CHANNELS)
     token = getattr(request, "token", None)
     if channel is None or (token is not None and channel.project_id != token.project_id):
         return None, json_error(404, "not_found", f"No channel {channel_id}.")
@@ -932,7 +926,7 @@ def _channel_read(request, channel):
 
 @_for_channel
 def _channel_change(request, channel):
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         return error
     form = ChannelChangeForm(data)
@@ -953,7 +947,7 @@ def _channel_change(request, channel):
 
 @_for_channel
 def _channel_delete(request, channel):
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         return error
     if data.get("confirm") is not True:
@@ -977,21 +971,21 @@ def _channel_log(request, channel):
 @api_view
 async def api_channels(request):
     if request.method not in ("GET", "POST"):
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     view = _channels if request.method == "GET" else _channel_create
     try:
         answer = await sync_to_async(view)(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     except NotAllowed:
-        return _forbidden(Action.MANAGE_CHANNELS)
+        return forbidden(Action.MANAGE_CHANNELS)
     return answer if not isinstance(answer, dict) else respond(answer)
 
 
 @api_view
 async def api_channel(request, channel_id):
     if request.method not in ("GET", "POST"):
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     view = _channel_read if request.method == "GET" else _channel_change
     return await sync_to_async(view)(request, channel_id)
 
@@ -999,19 +993,19 @@ async def api_channel(request, channel_id):
 @api_view
 async def api_channel_delete(request, channel_id):
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return method_not_allowed("POST")
     return await sync_to_async(_channel_delete)(request, channel_id)
 
 
 @api_view
 async def api_channel_test(request, channel_id):
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return method_not_allowed("POST")
     return await sync_to_async(_channel_test)(request, channel_id)
 
 
 @api_view
 async def api_channel_deliveries(request, channel_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     return await sync_to_async(_channel_log)(request, channel_id)

@@ -151,3 +151,10 @@ def refuse_nul(get_response):
             return refusal(request) or get_response(request)
 
     return middleware
+
+
+def method_not_allowed(*allowed):
+    """405 naming the methods a route takes (its Allow header too)."""
+    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
+    response["Allow"] = ", ".join(allowed)
+    return response

@@ -141,12 +141,26 @@ def _text(value, field, limit, required=False):
     return value
 
 
-def give(stream_id, *, author, name, value=None, label=None, comment="", source, key="") -> Score:
+def give(
+    stream_id,
+    *,
+    author,
+    name=None,
+    of_type=None,
+    value=None,
+    label=None,
+    comment="",
+    source,
+    key="",
+) -> Score:
     """Score stream `stream_id` (which the caller has checked `author` may see); replaces the
     author's earlier score of that type (and key): a type of the instance or of the stream's
-    project."""
-    project = Stream.objects.filter(pk=stream_id).values_list("project_id", flat=True).first()
-    kind = score_type(name, project)
+    project, by `name`, or `of_type` itself (an evaluator's own, which is its project's)."""
+    if of_type is not None:
+        kind = of_type
+    else:
+        project = Stream.objects.filter(pk=stream_id).values_list("project_id", flat=True).first()
+        kind = score_type(name, project)
     number, label = value_of(kind, value, label)
     comment = _text(comment, "comment", MAX_COMMENT_CHARS)
     key = _text(key, "key", MAX_SCORE_KEY_CHARS)

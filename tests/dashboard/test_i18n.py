@@ -40,8 +40,10 @@ from django.utils.text import capfirst
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams import evaluate
 from streams.access import invitations, shares
 from streams.core.checks import PHRASES
+from streams.evaluate import online
 from streams.ingest import importer
 from streams.management.commands.seed_demo import seed
 from streams.models import (
@@ -50,6 +52,7 @@ from streams.models import (
     ImportFile,
     ImportJob,
     Invitation,
+    OnlineRule,
     Price,
     Project,
     ScoreType,
@@ -180,6 +183,16 @@ def history(django_db_setup, django_db_blocker):
             )
             notify_deliver.send_test(channel, owner)
             channel_ids.append(channel.pk)
+        # an evaluator of the user's that has scored their first stream, and an online rule
+        # stopped at its spend cap (its page says so)
+        evaluator = evaluate.save(
+            Project.personal(user), name="lengte", kind="length", config={"max": 10}, user=user
+        )
+        mine = next(s for s in streams if s.user_id == user.pk)
+        evaluate.apply(evaluator, stream=mine)
+        online_rule = online.create(Project.personal(user), user=user, name="steekproef",
+                             evaluators=[evaluator], spend_cap_nanos=1)  # fmt: skip
+        OnlineRule.objects.filter(pk=online_rule.pk).update(stopped_reason=online.SPEND_CAP_REACHED)
         yield {
             "score_type_ids": list(
                 ScoreType.objects.filter(project=own).values_list("pk", flat=True)
@@ -187,6 +200,8 @@ def history(django_db_setup, django_db_blocker):
             "price_ids": list(Price.objects.filter(project=own).values_list("pk", flat=True)),
             **alerts,
             "channel_ids": channel_ids,
+            "evaluator_ids": [evaluator.pk],
+            "online_rule_ids": [online_rule.pk],
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -239,6 +254,8 @@ FILL = {
     "key": lambda h, bound: h["invitation_keys"],
     "rule_id": lambda h, bound: h["rule_ids"],
     "silence_id": lambda h, bound: h["silence_ids"],
+    "evaluator_id": lambda h, bound: h["evaluator_ids"],
+    "online_rule_id": lambda h, bound: h["online_rule_ids"],
 }
 
 

@@ -41,8 +41,10 @@ from django.test import AsyncClient, Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
+from streams import evaluate
 from streams.access import invitations, projects, shares
 from streams.access.projects import Action
+from streams.evaluate import online
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import (
     ApiToken,
@@ -107,12 +109,13 @@ class Rule:
     data: object = None
 
 
-READ, RUN, SCORE, COMMENT, SHARE = (
+READ, RUN, SCORE, COMMENT, SHARE, EVALUATE = (
     Action.READ,
     Action.RUN,
     Action.SCORE,
     Action.COMMENT,
     Action.SHARE,
+    Action.EVALUATE,
 )
 ALERTS = Action.MANAGE_ALERTS
 
@@ -291,6 +294,25 @@ RULES = {
         Rule(PROJECT, ALERTS, "POST", ok=400, api=True),
     ),
     "api_alert_history": Rule(PROJECT, READ, api=True),
+    # evaluators and online rules (the empty form: no name, no stream); the API's edit with
+    # nothing changed answers the evaluator as it is
+    "evaluator_list": Rule(PROJECT, READ),
+    "evaluator_new": (Rule(PROJECT, EVALUATE), Rule(PROJECT, EVALUATE, "POST", ok=400)),
+    "evaluator_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
+    "evaluator_try": Rule(OBJECT, EVALUATE, "POST", ok=400),
+    "online_rule_list": (Rule(PROJECT, READ), Rule(PROJECT, EVALUATE, "POST", ok=400)),
+    "online_rule_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
+    "api_evaluators": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, EVALUATE, "POST", ok=400, api=True, data=lambda o: {}),
+    ),
+    "api_evaluator": (
+        Rule(OBJECT, READ, api=True),
+        Rule(OBJECT, EVALUATE, "POST", api=True, data=lambda o: {}),
+    ),
+    "api_evaluator_apply": Rule(OBJECT, EVALUATE, "POST", ok=400, api=True, data=lambda o: {}),
+    "api_online_rules": Rule(PROJECT, READ, api=True),
+    "api_online_rule": Rule(OBJECT, READ, api=True),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
@@ -325,6 +347,8 @@ PARAMS = {
     "invitation_id": lambda objects: objects.invitation.pk,
     "score_type_id": lambda objects: objects.score_type.pk,  # the project's own, unused
     "price_id": lambda objects: objects.price.pk,  # the project's own
+    "evaluator_id": lambda objects: objects.evaluator.pk,
+    "online_rule_id": lambda objects: objects.online_rule.pk,
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
@@ -444,12 +468,18 @@ def owned_objects(owner, project):
     channel, _secret = notify_channels.create(
         project, f"access {stream.pk}", "email", "ops@example.com", created_by=owner
     )
+    evaluator = evaluate.save(
+        project, name=f"access-{stream.pk}", kind="json_valid", config={}, user=owner
+    )
+    online_rule = online.create(project, user=owner, name="access", evaluators=[evaluator])
     return SimpleNamespace(
         score_type=score_type,
         price=price,
         alert_rules=iter(alert_rules),
         silence=silence,
         channel=channel,
+        evaluator=evaluator,
+        online_rule=online_rule,
         owner=owner,
         project=project,
         invitation=made[0][0],

@@ -736,6 +736,10 @@ class History:
     rule_ids: list = dataclasses.field(default_factory=list)
     silence_ids: list = dataclasses.field(default_factory=list)
     channel_ids: list = dataclasses.field(default_factory=list)  # notification channels
+    # evaluators (hostile configs) and online rules (hostile names), with evaluations whose
+    # reasons hold the upstream's key
+    evaluator_ids: list = dataclasses.field(default_factory=list)
+    online_rule_ids: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -840,6 +844,7 @@ def load_history(people):
     return History(
         **made,
         **_alerts(people),
+        **_evaluators(people),
         channel_ids=_channels(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
@@ -855,6 +860,35 @@ def load_history(people):
         view_ids=list(SavedView.objects.values_list("pk", flat=True)),
         score_ids=dict(score_ids),
     )
+
+
+def _evaluators(people):
+    """An evaluator with the upstream's key and markup in its config, an online rule with a
+    hostile name, and an evaluation whose reason holds the key, in each person's project."""
+    from streams import evaluate
+    from streams.evaluate import online
+    from streams.models import Evaluation, Evaluator, OnlineRule, Project
+    from streams.models import Stream as Row
+
+    for person in people.values():
+        project = Project.personal(person.user)
+        if Evaluator.objects.filter(project=project).exists():
+            continue
+        made = evaluate.save(
+            project, name="walk-contains", kind="contains",
+            config={"text": f"{XSS[0]} {KEY} {XSS[1]}"}, user=person.user,
+        )  # fmt: skip
+        online.create(project, user=person.user, name=f"{XSS[0]} {KEY}", evaluators=[made])
+        stream = Row.objects.filter(user=person.user).order_by("pk").first()
+        if stream is not None:
+            Evaluation.objects.create(
+                project=project, evaluator=made, version=1, stream=stream, outcome="no_score",
+                reason=f"{XSS[1]} {KEY} {escaped(KEY)}",
+            )  # fmt: skip
+    return {
+        "evaluator_ids": list(Evaluator.objects.values_list("pk", flat=True)),
+        "online_rule_ids": list(OnlineRule.objects.values_list("pk", flat=True)),
+    }
 
 
 def _share_links(people):
@@ -992,6 +1026,8 @@ FILL = {
     "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
     "rule_id": lambda h, route, bound: h.rule_ids,
     "silence_id": lambda h, route, bound: h.silence_ids,
+    "evaluator_id": lambda h, route, bound: h.evaluator_ids,
+    "online_rule_id": lambda h, route, bound: h.online_rule_ids,
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,
