@@ -22,9 +22,12 @@ from django.utils import timezone
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams import evaluate
 from streams.access import invitations, shares
+from streams.evaluate import online
 from streams.ingest import importer
-from streams.models import ApiToken, ImportJob, Price, Project, ScoreType, Stream
+from streams.models import ApiToken, ImportJob, Price, Project, ScoreType, Silence, Stream
+from streams.models import Rule as AlertRule
 from streams.notify import channels
 from streams.store import scores
 from tests.conftest import FIXTURES
@@ -80,6 +83,10 @@ def world(_zoned_history, db):
     link, secret = shares.create(staff, stream=stream)
     project = Project.personal(staff)
     invitation, key = invitations.invite(staff, project, "zones@example.com", "viewer")
+    rule = AlertRule.objects.create(
+        project=project, name="zones", figure="ttft_p95", threshold=1000, created_by=staff
+    )
+    evaluator = evaluate.save(project, name="zones-json", kind="json_valid", config={}, user=staff)
     ids = {
         "stream_id": [stream.pk],
         "other_id": [Stream.objects.exclude(pk=stream.pk).values_list("pk", flat=True)[0]],
@@ -111,6 +118,16 @@ def world(_zoned_history, db):
         "token_id": [ApiToken.objects.get(digest=ApiToken.hash(ApiToken.issue(staff))).pk],
         "channel_id": [
             channels.create(project, "zones", "email", "zones@example.com", created_by=staff)[0].pk
+        ],
+        "rule_id": [rule.pk],
+        "silence_id": [
+            Silence.objects.create(
+                project=project, rule=rule, until_at=NOW + dt.timedelta(hours=1)
+            ).pk
+        ],
+        "evaluator_id": [evaluator.pk],
+        "online_rule_id": [
+            online.create(project, user=staff, name="zones", evaluators=[evaluator]).pk
         ],
     }
     paths = []
