@@ -1,0 +1,371 @@
+"""What came of a run, from its streams' own rows (nothing recomputed from events): per
+variant, per item side by side, one run against another, and the same as CSV or JSON.
+
+The figures use the house's definitions: percentiles by nearest rank (streams/core/figures.py),
+cost as fixed on each stream when it ended (streams/store/prices.py), "positive" as a score
+type says (`ScoreType.positive`). A run's answers are read through `answers` (redacted).
+"""
+
+import dataclasses
+from collections import defaultdict
+
+from streams.core import figures, pricing
+from streams.experiments import answers
+from streams.models import RunItem, Score, ScoreType, Stream
+
+GOOD = (Stream.Status.COMPLETED, Stream.Status.INCOMPLETE)
+# One run against another: a change below these is noise, not "slower" or "costlier".
+SLOWER_SHARE = 0.10
+COSTLIER_SHARE = 0.0
+ITEMS_PAGE = 50
+
+_COLUMNS = (
+    "pk",
+    "item_id",
+    "item__position",
+    "variant_id",
+    "stream_id",
+    "stream__status",
+    "stream__ttft_ms",
+    "stream__tokens_per_s",
+    "stream__duration_ms",
+    "stream__findings_count",
+    "stream__cost_nanos",
+    "stream__cost_currency",
+)
+
+
+@dataclasses.dataclass
+class Row:
+    """One run item as the results read it."""
+
+    pk: int
+    item_id: int
+    position: int
+    variant_id: int
+    stream_id: int | None
+    status: str | None
+    ttft_ms: float | None
+    tokens_per_s: float | None
+    duration_ms: float | None
+    findings: int
+    cost_nanos: int | None
+    currency: str
+
+    @property
+    def failed(self):
+        return self.stream_id is not None and self.status not in GOOD
+
+
+def rows_of(run, **where):
+    """The Rows of `run` (of the done items only: those waiting or in flight have no figures)."""
+    found = RunItem.objects.filter(run=run, done=True, **where).values_list(*_COLUMNS)
+    return [
+        Row(*values[:9], values[9] or 0, values[10], values[11] or "")
+        for values in found.order_by("item__position", "variant__position")
+    ]
+
+
+@dataclasses.dataclass
+class ScoreSummary:
+    name: str
+    count: int
+    mean: float
+    positive_share: float
+
+
+@dataclasses.dataclass
+class VariantSummary:
+    variant: object
+    items: int
+    done: int
+    errors: int
+    ttft_p50_ms: float | None
+    ttft_p95_ms: float | None
+    tokens_per_s: float | None  # the mean of the streams' own
+    duration_p50_ms: float | None
+    findings: int
+    cost_nanos: int | None  # over the items that have a cost, in `currency`
+    cost_items: int
+    currency: str
+    scores: list
+
+    @property
+    def cost_per_item_nanos(self):
+        return None if not self.cost_items else self.cost_nanos // self.cost_items
+
+    @property
+    def cost_text(self):
+        return pricing.amount_text(self.cost_nanos)
+
+    @property
+    def cost_per_item_text(self):
+        return pricing.amount_text(self.cost_per_item_nanos)
+
+
+def _mean(values):
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def scores_by_stream(stream_ids):
+    """{stream id: [(score type name, value, positive)]} of `stream_ids`."""
+    found = defaultdict(list)
+    scores = Score.objects.filter(stream_id__in=stream_ids).values_list(
+        "stream_id", "score_type__name", "value", "score_type__minimum", "score_type__maximum"
+    )
+    for stream_id, name, value, low, high in scores.iterator(chunk_size=5000):
+        found[stream_id].append((name, value, ScoreType.positive(value, low, high)))
+    return found
+
+
+def _score_summaries(rows, by_stream):
+    per_type = defaultdict(list)
+    for row in rows:
+        for name, value, positive in by_stream.get(row.stream_id, ()):
+            per_type[name].append((value, positive))
+    return [
+        ScoreSummary(
+            name,
+            len(values),
+            sum(v for v, _ in values) / len(values),
+            sum(1 for _, p in values if p) / len(values),
+        )
+        for name, values in sorted(per_type.items())
+    ]
+
+
+def variant_summaries(run):
+    """[VariantSummary] of `run`, in the experiment's order of variants."""
+    totals = defaultdict(int)
+    for variant_id in RunItem.objects.filter(run=run).values_list("variant_id", flat=True):
+        totals[variant_id] += 1
+    rows = rows_of(run)
+    by_variant = defaultdict(list)
+    for row in rows:
+        by_variant[row.variant_id].append(row)
+    by_stream = scores_by_stream([r.stream_id for r in rows if r.stream_id])
+    summaries = []
+    for variant in run.experiment.variants.order_by("position"):
+        mine = by_variant.get(variant.pk, [])
+        good = [r for r in mine if not r.failed and r.stream_id]
+        currencies = defaultdict(int)
+        for r in mine:
+            if r.cost_nanos is not None:
+                currencies[r.currency] += 1
+        currency = max(currencies, key=currencies.get) if currencies else ""
+        priced = [r.cost_nanos for r in mine if r.cost_nanos is not None and r.currency == currency]
+        summaries.append(
+            VariantSummary(
+                variant=variant,
+                items=totals.get(variant.pk, 0),
+                done=len(mine),
+                errors=sum(1 for r in mine if r.failed or r.stream_id is None),
+                ttft_p50_ms=figures.nearest_rank([r.ttft_ms for r in good], 500),
+                ttft_p95_ms=figures.nearest_rank([r.ttft_ms for r in good], 950),
+                tokens_per_s=_mean([r.tokens_per_s for r in good]),
+                duration_p50_ms=figures.nearest_rank([r.duration_ms for r in good], 500),
+                findings=sum(r.findings for r in mine),
+                cost_nanos=sum(priced) if priced else None,
+                cost_items=len(priced),
+                currency=currency,
+                scores=_score_summaries(mine, by_stream),
+            )
+        )
+    return summaries
+
+
+@dataclasses.dataclass
+class Cell:
+    """One variant's answer to one item."""
+
+    variant: object
+    row: Row | None
+    answer: str
+    diff: list  # [(op, text)] against the baseline: the expected output or a variant's answer
+    scores: list
+
+
+@dataclasses.dataclass
+class ItemRow:
+    item: object
+    baseline: str
+    cells: list
+
+
+def item_rows(run, *, page=1, baseline_variant=None):
+    """(ItemRows of one page of `run`'s items, the number of pages): each variant's redacted
+    answer with its word diff against `baseline_variant`'s answer, or (none given) against the
+    item's expected output."""
+    variants = list(run.experiment.variants.order_by("position"))
+    version = run.experiment.dataset_version
+    count = version.items.count()
+    pages = max(1, -(-count // ITEMS_PAGE))
+    page = min(max(1, page), pages)
+    items = list(version.items.order_by("position")[(page - 1) * ITEMS_PAGE : page * ITEMS_PAGE])
+    rows = {
+        (r.item_id, r.variant_id): r for r in rows_of(run, item_id__in=[item.pk for item in items])
+    }
+    stream_ids = [r.stream_id for r in rows.values() if r.stream_id]
+    texts = {
+        pk: answers.redacted(final or output)
+        for pk, final, output in Stream.objects.filter(pk__in=stream_ids).values_list(
+            "pk", "final_text", "output_text"
+        )
+    }
+    by_stream = scores_by_stream(stream_ids)
+    out = []
+    for item in items:
+        cells_rows = [(v, rows.get((item.pk, v.pk))) for v in variants]
+        answers_of = {v.pk: texts.get(r.stream_id, "") if r else "" for v, r in cells_rows}
+        if baseline_variant is not None:
+            baseline = answers_of.get(baseline_variant.pk, "")
+        else:
+            baseline = answers.redacted(item.expected_output)
+        cells = [
+            Cell(
+                variant=v,
+                row=r,
+                answer=answers_of[v.pk],
+                diff=answers.word_diff(baseline, answers_of[v.pk]) if baseline else [],
+                scores=by_stream.get(r.stream_id, []) if r else [],
+            )
+            for v, r in cells_rows
+        ]
+        out.append(ItemRow(item=item, baseline=baseline, cells=cells))
+    return out, pages
+
+
+# ---- one run against another ----------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Change:
+    """One item × variant in two runs; `size` is what it is sorted by in its list."""
+
+    position: int
+    variant: str
+    before: Row
+    after: Row
+    size: float
+    before_value: object
+    after_value: object
+
+
+def _pairs(earlier, later):
+    """{(item position, variant name): (earlier Row, later Row)} of the items both runs did,
+    matched by item position and variant name (two experiments over versions of one dataset
+    compare too)."""
+    names = {}
+    for run in (earlier, later):
+        for variant in run.experiment.variants.all():
+            names[variant.pk] = variant.name
+    before = {(r.position, names[r.variant_id]): r for r in rows_of(earlier)}
+    return {
+        key: (before[key], r)
+        for r in rows_of(later)
+        if (key := (r.position, names[r.variant_id])) in before
+    }
+
+
+def _score_mean(by_stream, stream_id):
+    values = [value for _, value, _ in by_stream.get(stream_id, ())]
+    return sum(values) / len(values) if values else None
+
+
+def compare(earlier, later, *, limit=ITEMS_PAGE):
+    """What changed from run `earlier` to run `later`: {"slower", "costlier", "worse_scored",
+    "changed"}: each a list of Changes, largest change first (at most `limit` each), and
+    "pairs": how many items were compared."""
+    pairs = _pairs(earlier, later)
+    ids = [r.stream_id for pair in pairs.values() for r in pair if r.stream_id]
+    by_stream = scores_by_stream(ids)
+    texts = dict(
+        (pk, answers.redacted(final or output))
+        for pk, final, output in Stream.objects.filter(pk__in=ids).values_list(
+            "pk", "final_text", "output_text"
+        )
+    )
+    found = {"slower": [], "costlier": [], "worse_scored": [], "changed": []}
+    for (position, variant), (a, b) in pairs.items():
+
+        def change(size, before, after, a=a, b=b, position=position, variant=variant):
+            return Change(position, variant, a, b, size, before, after)
+
+        if a.duration_ms and b.duration_ms and b.duration_ms > a.duration_ms * (1 + SLOWER_SHARE):
+            found["slower"].append(
+                change(b.duration_ms / a.duration_ms - 1, a.duration_ms, b.duration_ms)
+            )
+        if a.cost_nanos is not None and b.cost_nanos is not None and a.currency == b.currency:
+            if b.cost_nanos > a.cost_nanos * (1 + COSTLIER_SHARE):
+                size = (b.cost_nanos - a.cost_nanos) / max(a.cost_nanos, 1)
+                found["costlier"].append(change(size, a.cost_nanos, b.cost_nanos))
+        before_score = _score_mean(by_stream, a.stream_id)
+        after_score = _score_mean(by_stream, b.stream_id)
+        if before_score is not None and after_score is not None and after_score < before_score:
+            found["worse_scored"].append(
+                change(before_score - after_score, before_score, after_score)
+            )
+        before_text, after_text = texts.get(a.stream_id, ""), texts.get(b.stream_id, "")
+        if before_text != after_text:
+            share = answers.changed_share(before_text, after_text)
+            found["changed"].append(change(share, before_text, after_text))
+    for key, changes in found.items():
+        changes.sort(key=lambda c: (-c.size, c.position, c.variant))
+        found[key] = changes[:limit]
+    found["pairs"] = len(pairs)
+    return found
+
+
+# ---- exports --------------------------------------------------------------------------------
+
+EXPORT_FIELDS = (
+    "item",
+    "variant",
+    "model",
+    "stream",
+    "status",
+    "ttft_ms",
+    "tokens_per_s",
+    "duration_ms",
+    "findings",
+    "cost",
+    "currency",
+    "scores",
+    "answer",
+    "expected_output",
+)
+
+
+def export_rows(run):
+    """One dict per done item × variant (EXPORT_FIELDS), answers redacted, in item order."""
+    variants = {v.pk: v for v in run.experiment.variants.all()}
+    rows = rows_of(run)
+    expected = dict(run.experiment.dataset_version.items.values_list("pk", "expected_output"))
+    ids = [r.stream_id for r in rows if r.stream_id]
+    by_stream = scores_by_stream(ids)
+    texts = {}
+    for start in range(0, len(ids), 2000):
+        chunk = ids[start : start + 2000]
+        for pk, final, output in Stream.objects.filter(pk__in=chunk).values_list(
+            "pk", "final_text", "output_text"
+        ):
+            texts[pk] = answers.redacted(final or output)
+    for r in rows:
+        variant = variants[r.variant_id]
+        yield {
+            "item": r.position,
+            "variant": variant.name,
+            "model": variant.model,
+            "stream": r.stream_id,
+            "status": r.status or "",
+            "ttft_ms": r.ttft_ms,
+            "tokens_per_s": r.tokens_per_s,
+            "duration_ms": r.duration_ms,
+            "findings": r.findings,
+            "cost": pricing.amount_text(r.cost_nanos),
+            "currency": r.currency,
+            "scores": {name: value for name, value, _ in by_stream.get(r.stream_id, ())},
+            "answer": texts.get(r.stream_id, ""),
+            "expected_output": answers.redacted(expected.get(r.item_id, "")),
+        }
