@@ -1238,6 +1238,7 @@ class Score(models.Model):
     class Source(models.TextChoices):
         PERSON = "person", _("Person")
         API = "api", _("API")
+        EVALUATOR = "evaluator", _("Evaluator")  # streams/evaluate/
 
     stream = models.ForeignKey(
         Stream, on_delete=models.CASCADE, related_name="scores", verbose_name=_("stream")
@@ -1481,6 +1482,195 @@ class AuditEntry(models.Model):
 
 
 # ---------------------------------------------------------------------------------------------
+# Evaluators and online rules (streams/evaluate/; docs/experiments.md, "Evaluators")
+
+MAX_EVALUATOR_NAME_CHARS = 50
+MAX_EVALUATION_REASON_CHARS = 500
+
+
+class Evaluator(models.Model):
+    """A way to score a stream automatically: a deterministic check of its (redacted) output or
+    timing, or a judge model asked with a prompt. Each edit makes a new `version`, because a
+    score's key is the evaluator and its version (`<name>@v<version>`): scores written before an
+    edit stay under the key of what wrote them. Its scores are of `score_type`, which it keeps
+    in step with its config (streams/evaluate/kinds.py)."""
+
+    class Kind(models.TextChoices):
+        EXACT = "exact", _("Exact match")
+        CONTAINS = "contains", _("Contains")
+        REGEX = "regex", _("Regular expression")
+        JSON_VALID = "json_valid", _("Valid JSON")
+        JSON_SCHEMA = "json_schema", _("JSON Schema")
+        LENGTH = "length", _("Length within bounds")
+        REFUSAL = "refusal", _("Not a refusal")
+        TTFT = "ttft", _("Time to first token under a bound")
+        DURATION = "duration", _("Duration under a bound")
+        JUDGE = "judge", _("LLM as judge")
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="evaluators", verbose_name=_("project")
+    )
+    name = fields.SlugField(_("name"), max_length=MAX_EVALUATOR_NAME_CHARS)
+    kind = fields.CharField(_("kind"), max_length=12, choices=Kind.choices)
+    config = fields.JSONField(_("configuration"), default=dict, blank=True)
+    version = models.PositiveIntegerField(_("version"), default=1)
+    score_type = models.ForeignKey(
+        ScoreType,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="evaluators",
+        verbose_name=_("score type"),
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    objects = WatchedQuerySet.as_manager()  # (its updates are audited too)
+
+    class Meta:
+        verbose_name = _("evaluator")
+        verbose_name_plural = _("evaluators")
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="evaluator_project_name")
+        ]
+
+    def __str__(self):
+        return self.key
+
+    @property
+    def key(self):
+        """The key of the scores this version writes."""
+        return f"{self.name}@v{self.version}"
+
+
+class OnlineRule(models.Model):
+    """Evaluators applied in the background to a sample of a project's newly finished streams
+    (streams/evaluate/online.py), within a budget: at most `per_hour` judgements an hour and
+    judge calls costing at most `spend_cap_nanos` in all. `cursor`: the last stream id it has
+    passed (each stream is looked at once, across processes: the cursor moves by a
+    conditional UPDATE); `stopped_reason`: why it stopped by itself, shown on its page."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="online_rules", verbose_name=_("project")
+    )
+    name = fields.CharField(_("name"), max_length=100)
+    evaluators = models.ManyToManyField(
+        Evaluator, related_name="online_rules", verbose_name=_("evaluators")
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    sample_rate = models.FloatField(_("sample rate"), default=1.0)
+    # the filter: empty matches every stream
+    model = fields.CharField(_("model"), max_length=100, blank=True)
+    tag = fields.CharField(_("tag"), max_length=MAX_TAG_CHARS, blank=True)
+    source = fields.CharField(_("source"), max_length=10, choices=Stream.Source.choices, blank=True)
+    token = models.ForeignKey(
+        "ApiToken",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("token"),
+    )
+    per_hour = models.PositiveIntegerField(_("judgements per hour"), default=100)
+    spend_cap_nanos = models.BigIntegerField(_("spend cap (nano-units)"), null=True, blank=True)
+    cursor = models.BigIntegerField(_("last stream passed"), default=0)
+    judged = models.PositiveIntegerField(_("streams judged"), default=0)
+    over_budget = models.PositiveIntegerField(_("streams passed over the budget"), default=0)
+    spent_nanos = models.BigIntegerField(_("spent (nano-units)"), default=0)
+    stopped_reason = fields.CharField(_("stopped because"), max_length=200, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    objects = WatchedQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = _("online rule")
+        verbose_name_plural = _("online rules")
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+
+class Evaluation(models.Model):
+    """One application of one evaluator version to one stream: the score it wrote, or why it
+    wrote none; for a judge, the judge's own recorded stream (linked to the one it judged)."""
+
+    class Outcome(models.TextChoices):
+        SCORED = "scored", _("Scored")
+        NO_SCORE = "no_score", _("No score")
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
+    )
+    evaluator = models.ForeignKey(
+        Evaluator, on_delete=models.CASCADE, related_name="evaluations", verbose_name=_("evaluator")
+    )
+    version = models.PositiveIntegerField(_("version"))
+    stream = models.ForeignKey(
+        Stream, on_delete=models.CASCADE, related_name="evaluations", verbose_name=_("stream")
+    )
+    rule = models.ForeignKey(
+        OnlineRule,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="evaluations",
+        verbose_name=_("online rule"),
+    )
+    outcome = fields.CharField(_("outcome"), max_length=10, choices=Outcome.choices)
+    score = models.ForeignKey(
+        Score, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    value = models.FloatField(_("value"), null=True, blank=True)
+    label = fields.CharField(_("label"), max_length=50, blank=True)
+    reason = fields.CharField(_("reason"), max_length=MAX_EVALUATION_REASON_CHARS, blank=True)
+    judge_stream = models.ForeignKey(
+        Stream,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="judged",
+        verbose_name=_("judge's stream"),
+    )
+    cost_nanos = models.BigIntegerField(_("cost (nano-units)"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("evaluation")
+        verbose_name_plural = _("evaluations")
+        indexes = [
+            # an evaluator's page, newest first
+            models.Index(fields=["evaluator", "-created_at"], name="evaluation_evaluator_at"),
+            # a rule's judgements in the last hour (its budget) and its page
+            models.Index(fields=["rule", "-created_at"], name="evaluation_rule_at"),
+        ]
+
+    def __str__(self):
+        return gettext("%(evaluator)s@v%(version)s on stream %(id)s") % {
+            "evaluator": self.evaluator.name,
+            "version": self.version,
+            "id": self.stream_id,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
 # Datasets and experiments (streams/experiments/; docs/experiments.md): a dataset's items are
 # replayed, each against each variant of an experiment, as recorded streams.
 
@@ -1593,6 +1783,10 @@ class Experiment(models.Model):
         verbose_name=_("dataset version"),
     )
     concurrency = models.PositiveSmallIntegerField(_("concurrency"), default=5)
+    # applied to each item's stream once it ended (streams/evaluate/)
+    evaluators = models.ManyToManyField(
+        "Evaluator", blank=True, related_name="experiments", verbose_name=_("evaluators")
+    )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -1708,6 +1902,8 @@ class RunItem(models.Model):
         verbose_name=_("stream"),
     )
     done = models.BooleanField(_("done"), default=False)
+    # its experiment's evaluators were applied (or are being applied) to its stream
+    evaluated = models.BooleanField(_("evaluated"), default=False)
 
     class Meta:
         verbose_name = _("run item")

@@ -27,6 +27,7 @@ LAYERS = (
     ("streams.live",),
     ("streams.ingest",),
     ("streams.run",),
+    ("streams.evaluate",),
     ("streams.experiments",),
     ("streams.serve",),
     ("streams", "streams.apps", "streams.admin", "streams.urls", "streams.migrations"),

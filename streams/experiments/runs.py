@@ -20,6 +20,7 @@ from asgiref.sync import sync_to_async
 from django.db import transaction
 from django.db.models import Count, Max, Q
 
+from streams import evaluate
 from streams.core import conf
 from streams.core.lifecycle import RUNNER_ID
 from streams.experiments import datasets
@@ -126,9 +127,11 @@ def cancel(run):
     if not Run.objects.filter(pk=run.pk, state=Run.State.RUNNING).update(state=Run.State.CANCELLED):
         return False
     in_flight = RunItem.objects.filter(run=run, done=False, stream__isnull=False)
-    for stream in Stream.objects.filter(pk__in=in_flight.values("stream")):
-        services.cancel(stream)
-    in_flight.update(stream=None)
+    for run_item in in_flight.select_related("stream"):
+        # one that ended meanwhile stays linked (its item is done at the next tick); the rest
+        # wait for a resume, their cancelled streams kept as recorded, unlinked
+        if services.cancel(run_item.stream) != services.FINISHED:
+            RunItem.objects.filter(pk=run_item.pk, done=False).update(stream=None)
     return True
 
 
@@ -213,7 +216,11 @@ def advance(run_id):
     slots = run.experiment.concurrency - (len(in_flight) - len(ended))
     created = _top_up(run, slots) if slots > 0 else []
     state = progress(run_id)
-    if state.done == state.total and not created:
+    unevaluated = (
+        run.experiment.evaluators.exists()
+        and RunItem.objects.filter(run_id=run_id, evaluated=False).exists()
+    )
+    if state.done == state.total and not created and not unevaluated:
         Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(
             state=Run.State.FINISHED, finished_at=now
         )
@@ -242,21 +249,79 @@ def _top_up(run, slots):
     return created
 
 
-async def drive(run_id, on_progress=None, tick_s=TICK_S):
+def claim_unevaluated(run_id, limit):
+    """Up to `limit` done items of `run_id` whose evaluators were not applied, claimed for
+    this process (each is evaluated once: a conditional UPDATE, as the work queue claims)."""
+    if limit <= 0:
+        return []
+    candidates = RunItem.objects.filter(
+        run_id=run_id, done=True, evaluated=False, run__experiment__evaluators__isnull=False
+    ).values_list("pk", flat=True)
+    claimed = []
+    for pk in list(candidates.distinct()[:limit]):
+        if RunItem.objects.filter(pk=pk, evaluated=False).update(evaluated=True):
+            claimed.append(pk)
+    return claimed
+
+
+def evaluate_item(run_item_id):
+    """Apply the item's experiment's evaluators to its stream (with the item's expected
+    output); [Result] (streams/evaluate/). Sync and possibly slow (a judge records a stream
+    and waits for it): the driver runs it in a thread of its own."""
+    run_item = RunItem.objects.select_related("item", "stream", "run__experiment").get(
+        pk=run_item_id
+    )
+    if run_item.stream is None:
+        return []
+    expected = run_item.item.expected_output or None
+    return [
+        evaluate.apply(evaluator, stream=run_item.stream, expected=expected)
+        for evaluator in run_item.run.experiment.evaluators.order_by("pk")
+    ]
+
+
+async def _evaluate(run_item_id):
+    try:
+        await asyncio.to_thread(evaluate_item, run_item_id)
+    except Exception:
+        log.exception("run item %s: its evaluation failed", run_item_id)
+
+
+async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
     """Drive `run_id` until it finishes, is cancelled or another process drives it; returns
-    the last Progress. `on_progress(progress)` after every tick (the command's bar)."""
-    while True:
-        created, state = await sync_to_async(advance)(run_id)
-        for stream in created:
-            await services.start(stream)
-        if on_progress is not None:
-            on_progress(state)
-        if state.finished:
-            return state
-        driver = await Run.objects.filter(pk=run_id).values_list("driver", flat=True).afirst()
-        if driver != RUNNER_ID:
-            return state
-        await asyncio.sleep(tick_s)
+    the last Progress. `on_progress(progress)` after every tick (the command's bar). Items
+    are evaluated as they end, at most `evaluations` at once (default: the concurrency)."""
+    evaluating = set()
+    try:
+        while True:
+            created, state = await sync_to_async(advance)(run_id)
+            for stream in created:
+                await services.start(stream)
+            limit = (evaluations or await _concurrency(run_id)) - len(evaluating)
+            for pk in await sync_to_async(claim_unevaluated)(run_id, limit):
+                task = asyncio.create_task(_evaluate(pk))
+                evaluating.add(task)
+                task.add_done_callback(evaluating.discard)
+            if on_progress is not None:
+                on_progress(state)
+            if state.finished:
+                return state
+            driver = await Run.objects.filter(pk=run_id).values_list("driver", flat=True).afirst()
+            if driver != RUNNER_ID:
+                return state
+            await asyncio.sleep(tick_s)
+    finally:
+        if evaluating:
+            await asyncio.gather(*evaluating)
+
+
+async def _concurrency(run_id):
+    return (
+        await Run.objects.filter(pk=run_id)
+        .values_list("experiment__concurrency", flat=True)
+        .afirst()
+        or 1
+    )
 
 
 _drivers = {}

@@ -127,10 +127,22 @@ def _text(value, field, limit, required=False):
     return value
 
 
-def give(stream_id, *, author, name, value=None, label=None, comment="", source, key="") -> Score:
+def give(
+    stream_id,
+    *,
+    author,
+    name=None,
+    of_type=None,
+    value=None,
+    label=None,
+    comment="",
+    source,
+    key="",
+) -> Score:
     """Score stream `stream_id` (which the caller has checked `author` may see); replaces the
-    author's earlier score of that type (and key)."""
-    kind = score_type(name)
+    author's earlier score of that type (and key). The type: by `name`, or `of_type` itself (an
+    evaluator's own, which is its project's)."""
+    kind = of_type if of_type is not None else score_type(name)
     number, label = value_of(kind, value, label)
     comment = _text(comment, "comment", MAX_COMMENT_CHARS)
     key = _text(key, "key", MAX_SCORE_KEY_CHARS)
