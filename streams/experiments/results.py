@@ -103,6 +103,29 @@ class VariantSummary:
         return pricing.amount_text(self.cost_per_item_nanos)
 
 
+def summary_dict(s):
+    """A VariantSummary as the API, the exports and the command write it."""
+    return {
+        "variant": s.variant.name,
+        "model": s.variant.model,
+        "items": s.items,
+        "done": s.done,
+        "errors": s.errors,
+        "ttft_p50_ms": s.ttft_p50_ms,
+        "ttft_p95_ms": s.ttft_p95_ms,
+        "tokens_per_s": s.tokens_per_s,
+        "duration_p50_ms": s.duration_p50_ms,
+        "findings": s.findings,
+        "cost": s.cost_text,
+        "cost_per_item": s.cost_per_item_text,
+        "currency": s.currency,
+        "scores": {
+            x.name: {"count": x.count, "mean": x.mean, "positive_share": x.positive_share}
+            for x in s.scores
+        },
+    }
+
+
 def _mean(values):
     values = [v for v in values if v is not None]
     return sum(values) / len(values) if values else None
