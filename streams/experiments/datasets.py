@@ -40,6 +40,21 @@ def create(project, name, *, user=None, description=""):
     return dataset
 
 
+def listed(queryset):
+    """The datasets of `queryset` with their latest version's number and item count."""
+    from django.db.models import Count, OuterRef, Subquery
+
+    latest_version = DatasetVersion.objects.filter(dataset=OuterRef("pk")).order_by("-number")
+    return (
+        queryset.annotate(
+            version_number=Subquery(latest_version.values("number")[:1]),
+            item_count=Subquery(latest_version.annotate(n=Count("items")).values("n")[:1]),
+        )
+        .select_related("created_by")
+        .order_by("name")[:200]
+    )
+
+
 def latest(dataset):
     return dataset.versions.order_by("-number").first()
 
@@ -187,6 +202,14 @@ def add_streams(dataset, streams, *, with_answer=True):
     return add(dataset, items), len(items)
 
 
-def streams_of_project(dataset):
-    """The streams an item of `dataset` may come from: its project's."""
-    return Stream.objects.filter(project_id=dataset.project_id)
+def add_stream(stream, dataset, *, user=None, with_answer=True):
+    """Add `stream` to `dataset` (an id of a dataset of the stream's project, or the name of a
+    new one); returns the dataset."""
+    if isinstance(dataset, int):
+        found = Dataset.objects.filter(project_id=stream.project_id, pk=dataset).first()
+        if found is None:
+            raise Refused("No such dataset in the stream's project.")
+    else:
+        found = create(stream.project, dataset, user=user)
+    add_streams(found, Stream.objects.filter(pk=stream.pk), with_answer=with_answer)
+    return found

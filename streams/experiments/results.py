@@ -11,7 +11,7 @@ from collections import defaultdict
 
 from streams.core import figures, pricing
 from streams.experiments import answers
-from streams.models import RunItem, Score, ScoreType, Stream
+from streams.models import Run, RunItem, Score, ScoreType, Stream
 
 GOOD = (Stream.Status.COMPLETED, Stream.Status.INCOMPLETE)
 # One run against another: a change below these is noise, not "slower" or "costlier".
@@ -273,6 +273,17 @@ class Change:
     size: float
     before_value: object
     after_value: object
+
+
+def comparable_runs(run, limit=50):
+    """The other runs over `run`'s dataset (any version of it), newest first."""
+    dataset = run.experiment.dataset_version.dataset_id
+    return (
+        Run.objects.filter(experiment__dataset_version__dataset_id=dataset)
+        .exclude(pk=run.pk)
+        .select_related("experiment")
+        .order_by("-created_at")[:limit]
+    )
 
 
 def _pairs(earlier, later):
