@@ -294,11 +294,12 @@ def _pairs(earlier, later):
     for run in (earlier, later):
         for variant in run.experiment.variants.all():
             names[variant.pk] = variant.name
-    before = {(r.position, names[r.variant_id]): r for r in rows_of(earlier)}
+    # (an item whose stream is gone, deleted or never made, has nothing to compare)
+    before = {(r.position, names[r.variant_id]): r for r in rows_of(earlier) if r.stream_id}
     return {
         key: (before[key], r)
         for r in rows_of(later)
-        if (key := (r.position, names[r.variant_id])) in before
+        if r.stream_id and (key := (r.position, names[r.variant_id])) in before
     }
 
 

@@ -59,6 +59,7 @@ from streams.models import (
 from streams.store import scores
 from tests.support import paths
 from tests.support.captures import small_stream, sse
+from tests.support.experiments import made as made_experiments
 from tests.support.i18n import (
     CATALOGS,
     OTHER_DATE_FORM,
@@ -155,7 +156,12 @@ def history(django_db_setup, django_db_blocker):
         ]
         # a token of the user's, with limits (the token page says what it used of them)
         ApiToken.issue(user, name="ci-token", requests_per_minute=60, spend_cap_day_nanos=10**9)
+        # a dataset, an experiment and two finished runs of each (docs/experiments.md)
+        walked_experiments = [
+            made_experiments(owner, Project.personal(owner)) for owner in (staff, user)
+        ]
         yield {
+            "experiments": walked_experiments,
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -198,6 +204,12 @@ FILL = {
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
+    "dataset_id": lambda h, bound: [m.dataset.pk for m in h["experiments"]],
+    "experiment_id": lambda h, bound: [m.experiment.pk for m in h["experiments"]],
+    "run_id": lambda h, bound: [m.run.pk for m in h["experiments"]],
+    "other_run_id": lambda h, bound: [
+        m.earlier.pk for m in h["experiments"] if m.run.pk == bound["run_id"]
+    ],
     "token_id": lambda h, bound: h["token_ids"],
     "project_slug": lambda h, bound: h["project_slugs"],
     "user_id": lambda h, bound: h["member_ids"],

@@ -4,6 +4,7 @@ For the pages' tests and the route walkers (their objects: a dataset, an experim
 """
 
 import dataclasses
+import itertools
 
 from streams.experiments import datasets, experiments, runs
 from streams.models import Run, RunItem
@@ -47,9 +48,12 @@ def finished_run(experiment, user, *, answer_of=answer, **fields):
     return run
 
 
+_names = itertools.count(1)
+
+
 def made(user, project, *, items=3, models=("gpt-oss-20b", "eu-reasoner")):
     """A dataset of `items` prompts, an experiment over `models`, and two finished runs."""
-    dataset = datasets.create(project, f"walk {project.pk}", user=user)
+    dataset = datasets.create(project, f"walk {next(_names)}", user=user)
     datasets.add(
         dataset,
         [

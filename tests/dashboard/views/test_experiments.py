@@ -177,3 +177,15 @@ def test_a_secret_in_an_answer_does_not_come_back_through_the_results(settings, 
     built += [json.dumps(row) for row in results.export_rows(leaky)]
     built += [c.after_value for c in results.compare(earlier, leaky)["changed"]]
     assert built and not [b for b in built if "Zx9" in b]
+
+
+def test_an_item_without_its_stream_is_left_out_of_the_comparison(db):
+    user = get_user_model().objects.create_user("owner")
+    m = made(user, Project.personal(user), items=2, models=("a",))
+    # the stream of item 1 in the later run was deleted (retention, by hand)
+    Stream.objects.filter(run_item__run=m.run, run_item__item__position=1).delete()
+    client = Client()
+    client.force_login(user)
+    response = client.get(reverse("run_compare", args=[m.run.pk, m.earlier.pk]))
+    assert response.status_code == 200
+    assert results.compare(m.earlier, m.run)["pairs"] == 1

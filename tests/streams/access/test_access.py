@@ -55,7 +55,7 @@ from streams.models import (
     Stream,
 )
 from streams.store import scores
-from tests.support import provider_urls
+from tests.support import experiments, provider_urls
 from tests.support.clients import session, ws
 
 pytestmark = [
@@ -227,6 +227,23 @@ RULES = {
     # test_invitations.py); accepting it makes them a viewer (undone before the next route)
     "invitation": Rule(PROJECT, READ),
     "invitation_accept": Rule(PROJECT, READ, "POST", ok=302),
+    # datasets and experiments (docs/experiments.md): viewers read, members make and run
+    "dataset_list": (Rule(PROJECT, READ), Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400)),
+    "dataset_detail": Rule(OBJECT, READ),
+    "dataset_upload": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=400),  # no file
+    "stream_add_to_dataset": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=400),  # no dataset
+    "experiment_list": (
+        Rule(PROJECT, READ),
+        Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400),  # the empty form
+    ),
+    "experiment_detail": Rule(OBJECT, READ),
+    "experiment_run": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=302),
+    "run_detail": Rule(OBJECT, READ),
+    "run_cancel": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=302),  # (finished: nothing to do)
+    "run_resume": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=302),
+    "run_compare": Rule(OBJECT, READ),
+    "run_export_csv": Rule(OBJECT, READ),
+    "run_export_json": Rule(OBJECT, READ),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
@@ -258,6 +275,10 @@ PARAMS = {
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
+    "dataset_id": lambda objects: objects.experiments.dataset.pk,
+    "experiment_id": lambda objects: objects.experiments.experiment.pk,
+    "run_id": lambda objects: objects.experiments.run.pk,
+    "other_run_id": lambda objects: objects.experiments.earlier.pk,
 }
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
 
@@ -363,6 +384,7 @@ def owned_objects(owner, project):
         view=view,
         score=score,
         links=share_links(owner, stream),
+        experiments=experiments.made(owner, project, items=1, models=("gpt-oss-20b",)),
     )
 
 

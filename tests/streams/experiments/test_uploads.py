@@ -56,9 +56,9 @@ def test_every_bad_line_is_reported_by_number_and_nothing_is_kept():
 
 def test_csv_with_a_header_and_a_json_column():
     data = (
-        'input,expected_output,metadata\n"What, exactly?",yes,"{""a"": 1}"\nSecond,,\n'
-        'Third,no,"{broken"\n'
-    ).encode()
+        b'input,expected_output,metadata\n"What, exactly?",yes,"{""a"": 1}"\nSecond,,\n'
+        b'Third,no,"{broken"\n'
+    )
     items, errors = uploads.parse(data, "set.csv")
     assert items == [] and errors == [(4, errors[0][1])]
     assert "JSON" in errors[0][1]
