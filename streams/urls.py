@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from streams.serve import api
+from streams.serve import api, api_experiments
 
 urlpatterns = [
     path("streams/", api.api_streams, name="api_streams"),
@@ -12,4 +12,18 @@ urlpatterns = [
     path("scores/", api.api_scores, name="api_scores"),
     path("comments/", api.api_comments, name="api_comments"),
     path("score-types/", api.api_score_types, name="api_score_types"),
+    # datasets and experiments (docs/experiments.md, "API")
+    path("datasets/", api_experiments.api_datasets, name="api_datasets"),
+    path(
+        "datasets/<int:dataset_id>/items/",
+        api_experiments.api_dataset_items,
+        name="api_dataset_items",
+    ),
+    path("experiments/", api_experiments.api_experiments, name="api_experiments"),
+    path(
+        "experiments/<int:experiment_id>/runs/",
+        api_experiments.api_experiment_runs,
+        name="api_experiment_runs",
+    ),
+    path("runs/<int:run_id>/", api_experiments.api_run, name="api_run"),
 ]

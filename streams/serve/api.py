@@ -52,7 +52,7 @@ from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
 from streams.models import Event, Stream
 from streams.run import services
-from streams.serve.http import api_view, json_error, limit_error
+from streams.serve.http import api_view, json_error, limit_error, method_not_allowed
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import rows, scores, search
@@ -446,18 +446,12 @@ def _score_types():
 # Views
 
 
-def _method_not_allowed(*allowed):
-    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
-    response["Allow"] = ", ".join(allowed)
-    return response
-
-
 @api_view
 async def api_streams(request):
     if request.method == "POST":
         return await _create(request)
     if request.method != "GET":
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     form = ListForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
@@ -540,7 +534,7 @@ async def _create(request):
 @api_view
 async def api_stream(request, stream_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     summary = await sync_to_async(_summary)(request.user, stream_id)
     if summary is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
@@ -550,7 +544,7 @@ async def api_stream(request, stream_id):
 @api_view
 async def api_stream_events(request, stream_id):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     form = EventsPageForm(request.GET)
     if not form.is_valid():
         return _invalid(form)
@@ -567,7 +561,7 @@ async def api_stream_events(request, stream_id):
 @api_view
 async def api_stream_cancel(request, stream_id):
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return method_not_allowed("POST")
     stream = await sync_to_async(_visible)(request.user, stream_id)
     if stream is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
@@ -611,7 +605,7 @@ async def api_scores(request):
             return json_error(404, "not_found", f"No stream {stream_id}.")
         return respond(data)
     if request.method != "POST":
-        return _method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST")
     data, error = await asyncio.to_thread(_parse_json, request)
     if error:
         return error
@@ -621,7 +615,7 @@ async def api_scores(request):
 @api_view
 async def api_comments(request):
     if request.method != "POST":
-        return _method_not_allowed("POST")
+        return method_not_allowed("POST")
     data, error = await asyncio.to_thread(_parse_json, request)
     if error:
         return error
@@ -631,5 +625,5 @@ async def api_comments(request):
 @api_view
 async def api_score_types(request):
     if request.method != "GET":
-        return _method_not_allowed("GET")
+        return method_not_allowed("GET")
     return respond(await sync_to_async(_score_types)())

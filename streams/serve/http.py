@@ -107,3 +107,10 @@ def api_view(view):
         return await view(request, *args, **kwargs)
 
     return wrapper
+
+
+def method_not_allowed(*allowed):
+    """405 naming the methods a route takes (its Allow header too)."""
+    response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
+    response["Allow"] = ", ".join(allowed)
+    return response

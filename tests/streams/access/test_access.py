@@ -244,6 +244,25 @@ RULES = {
     "run_compare": Rule(OBJECT, READ),
     "run_export_csv": Rule(OBJECT, READ),
     "run_export_json": Rule(OBJECT, READ),
+    "api_datasets": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400, api=True, data=lambda o: {}),  # no name
+    ),
+    "api_dataset_items": Rule(
+        OBJECT, Action.EXPERIMENT, "POST", ok=201, api=True, data=lambda o: {"items": []}
+    ),
+    "api_experiments": Rule(
+        PROJECT,
+        Action.EXPERIMENT,
+        "POST",
+        ok=400,
+        api=True,
+        data=lambda o: {},  # no dataset
+    ),
+    "api_experiment_runs": Rule(
+        OBJECT, Action.EXPERIMENT, "POST", ok=201, api=True, data=lambda o: {}
+    ),
+    "api_run": Rule(OBJECT, READ, api=True),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
