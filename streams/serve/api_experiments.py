@@ -10,10 +10,9 @@ from django.http import HttpResponse
 
 from streams.access import projects
 from streams.access.projects import Action
-from streams.core import safejson
 from streams.experiments import datasets, experiments, results, runs, uploads
 from streams.models import Dataset, Experiment, Project, Run
-from streams.serve.http import api_view, json_error, method_not_allowed
+from streams.serve.http import api_view, json_body, json_error, method_not_allowed
 from streams.shapes import public
 
 MAX_ITEMS_PER_REQUEST = 10_000
@@ -24,22 +23,8 @@ def _respond(data, status=200):
 
 
 def _body(request):
-    """(the JSON object of the body, None) or (None, the error response); bounded by the
-    upload limit, by the declared length before the body is read."""
-    limit = uploads.max_bytes()
-    try:
-        uploads.refuse_declared(request.META.get("CONTENT_LENGTH"))
-        if len(request.body) > limit:
-            raise uploads.TooLarge(limit)
-    except uploads.TooLarge as exc:
-        return None, json_error(413, "too_large", str(exc), limit=exc.limit)
-    try:
-        data = safejson.loads(request.body or b"null")
-    except ValueError as exc:
-        return None, json_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
-    if not isinstance(data, dict):
-        return None, json_error(400, "invalid_json", "The body must be a JSON object.")
-    return data, None
+    """The body's JSON object, bounded by the upload limit (items come by the thousand)."""
+    return json_body(request, uploads.max_bytes())
 
 
 class _Refusal(Exception):
