@@ -16,6 +16,7 @@ from dashboard.views import (
     analytics,
     audit,
     experiments,
+    evaluators,
     exports,
     feedback,
     playground,
@@ -162,6 +163,15 @@ urlpatterns = [
     # the project's tokens (docs/teams.md, "Tokens")
     path("tokens/", tokens.token_list, name="token_list"),
     path("tokens/<int:token_id>/revoke/", tokens.token_revoke, name="token_revoke"),
+    # evaluators and the online rules that apply them (docs/experiments.md, "Evaluators")
+    path("evaluators/", evaluators.evaluator_list, name="evaluator_list"),
+    path("evaluators/new/", evaluators.evaluator_new, name="evaluator_new"),
+    path("evaluators/<int:evaluator_id>/", evaluators.evaluator_detail, name="evaluator_detail"),
+    path("evaluators/<int:evaluator_id>/try/", evaluators.evaluator_try, name="evaluator_try"),
+    path("evaluators/rules/", evaluators.online_rule_list, name="online_rule_list"),
+    path(
+        "evaluators/rules/<int:rule_id>/", evaluators.online_rule_detail, name="online_rule_detail"
+    ),
     # analytics
     path("latency/", analytics.latency, name="latency"),
     path("routing/", analytics.routing, name="routing"),

@@ -9,6 +9,7 @@ class StreamsConfig(AppConfig):
         # the rollups' and the scores' delete receivers and the price table's change receiver
         # (each connected where it is defined)
         from streams.core import usage, warmup
+        from streams.evaluate import online  # noqa: F401  (its periodic job)
         from streams.experiments import runs  # noqa: F401  (its periodic job)
         from streams.observe import telemetry  # noqa: F401  (its score and comment counters)
         from streams.store import aggregates, audit, known_secrets, prices, scores  # noqa: F401

@@ -1585,6 +1585,7 @@ class OnlineRule(models.Model):
     cursor = models.BigIntegerField(_("last stream passed"), default=0)
     judged = models.PositiveIntegerField(_("streams judged"), default=0)
     over_budget = models.PositiveIntegerField(_("streams passed over the budget"), default=0)
+    over_budget_at = models.DateTimeField(_("last over the budget at"), null=True, blank=True)
     spent_nanos = models.BigIntegerField(_("spent (nano-units)"), default=0)
     stopped_reason = fields.CharField(_("stopped because"), max_length=200, blank=True)
     created_by = models.ForeignKey(

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from streams.serve import api, api_experiments
+from streams.serve import api, api_experiments, evaluators_api
 
 urlpatterns = [
     path("streams/", api.api_streams, name="api_streams"),
@@ -26,4 +26,11 @@ urlpatterns = [
         name="api_experiment_runs",
     ),
     path("runs/<int:run_id>/", api_experiments.api_run, name="api_run"),
+    path("evaluators/", evaluators_api.api_evaluators, name="api_evaluators"),
+    path("evaluators/<int:evaluator_id>/", evaluators_api.api_evaluator, name="api_evaluator"),
+    path(
+        "evaluators/<int:evaluator_id>/apply/",
+        evaluators_api.api_evaluator_apply,
+        name="api_evaluator_apply",
+    ),
 ]

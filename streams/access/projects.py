@@ -28,6 +28,7 @@ class Action(enum.StrEnum):
     RUN = "run"  # start streams, the playground, imports
     EXPERIMENT = "experiment"  # make datasets and experiments, run them
     SCORE = "score"
+    EVALUATE = "evaluate"  # make and edit evaluators and online rules, try them on a stream
     SHARE = "share"
     SAVE_VIEW = "save_view"
     OWN_TOKEN = "own_token"
@@ -50,6 +51,7 @@ ACTIONS = {
     Action.RUN: Role.MEMBER,
     Action.EXPERIMENT: Role.MEMBER,
     Action.SCORE: Role.MEMBER,
+    Action.EVALUATE: Role.MEMBER,
     Action.SHARE: Role.MEMBER,
     Action.SAVE_VIEW: Role.MEMBER,
     Action.OWN_TOKEN: Role.MEMBER,

@@ -12,6 +12,7 @@ import dataclasses
 from django.db import transaction
 from django.utils.translation import gettext
 
+from streams.access import projects, rules
 from streams.evaluate import judge, kinds
 from streams.models import Evaluation, Evaluator, Score, ScoreType, Stream
 from streams.store import known_secrets, scores
@@ -121,17 +122,18 @@ def subject_of(stream, expected=None) -> kinds.Subject:
     )
 
 
-def apply(evaluator, *, stream, expected=None, rule=None) -> Result:
+def apply(evaluator, *, stream, expected=None, rule=None, run_as=None) -> Result:
     """Score `stream` (a Stream or its id) with `evaluator` as it is now: the score written
     under `<name>@v<version>` (replacing this version's earlier one), or the reason none was.
     Sync; an LLM judge records its own stream here and waits for it (bounded). `rule`: the
-    online rule that asked (kept on the Evaluation)."""
+    online rule that asked (kept on the Evaluation); `run_as`: whom a judge's stream is started
+    as (by default the evaluator's author)."""
     if not isinstance(stream, Stream):
         stream = Stream.objects.get(pk=stream)
     subject = subject_of(stream, expected)
     judge_stream, cost = None, None
     if evaluator.kind == Kind.JUDGE:
-        verdict, judge_stream = judge.run(evaluator, stream, subject)
+        verdict, judge_stream = judge.run(evaluator, stream, subject, user=run_as)
         cost = getattr(judge_stream, "cost_nanos", None)
     else:
         verdict = kinds.check(evaluator.kind, evaluator.config, subject)
@@ -176,3 +178,31 @@ def apply(evaluator, *, stream, expected=None, rule=None) -> Result:
         judge_stream=judge_stream,
         evaluation=evaluation,
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading (the pages and the API): what a user may see, on the one rule
+
+
+def visible(user, project=None):
+    """The evaluators `user` may read: of `project` when given, else of all their projects."""
+    return projects.in_project(Evaluator.objects.select_related("score_type"), user, project)
+
+
+def visible_one(user, evaluator_id):
+    """The evaluator `evaluator_id` if `user` may read it (None: a 404, as for a stream)."""
+    return visible(user).filter(pk=evaluator_id).first()
+
+
+def recent(evaluator, limit=50):
+    """Its latest applications, newest first, with their streams (for its page)."""
+    return list(
+        Evaluation.objects.filter(evaluator=evaluator)
+        .select_related("stream", "judge_stream", "rule")
+        .order_by("-created_at", "-pk")[:limit]
+    )
+
+
+def stream_to_try(user, evaluator, stream_id):
+    """The stream `stream_id` that `user` may see in `evaluator`'s project, or None."""
+    return rules.streams_for(user, evaluator.project_id).filter(pk=stream_id).first()

@@ -97,7 +97,7 @@ class ConfigError(ValueError):
 # Configs
 
 
-def _text(config, field, limit=MAX_TEXT_CHARS, required=False):
+def text_of(config, field, limit=MAX_TEXT_CHARS, required=False):
     value = config.get(field, "")
     if value is None:
         value = ""
@@ -113,7 +113,7 @@ def _text(config, field, limit=MAX_TEXT_CHARS, required=False):
     return value
 
 
-def _number(config, field, required=False, minimum=0):
+def number_of(config, field, required=False, minimum=0):
     value = config.get(field)
     if value in (None, ""):
         if required:
@@ -140,10 +140,10 @@ def clean(kind, config) -> dict:
         raise ConfigError("config", gettext("The configuration is a JSON object."))
     cleaned = {}
     if kind in (Kind.EXACT, Kind.CONTAINS):
-        cleaned["text"] = _text(config, "text")
+        cleaned["text"] = text_of(config, "text")
         cleaned["case_sensitive"] = bool(config.get("case_sensitive", kind == Kind.EXACT))
     elif kind == Kind.REGEX:
-        pattern = _text(config, "pattern", MAX_PATTERN_CHARS, required=True)
+        pattern = text_of(config, "pattern", MAX_PATTERN_CHARS, required=True)
         try:
             regex.compile(pattern)
         except regex.error as exc:
@@ -174,8 +174,8 @@ def clean(kind, config) -> dict:
             ) from None
         cleaned["schema"] = schema
     elif kind == Kind.LENGTH:
-        cleaned["min"] = _number(config, "min")
-        cleaned["max"] = _number(config, "max")
+        cleaned["min"] = number_of(config, "min")
+        cleaned["max"] = number_of(config, "max")
         if cleaned["min"] is None and cleaned["max"] is None:
             raise ConfigError("min", gettext("Give a least or a most length, or both."))
         if None not in (cleaned["min"], cleaned["max"]) and cleaned["min"] > cleaned["max"]:
@@ -193,7 +193,7 @@ def clean(kind, config) -> dict:
         phrases = [p.strip().lower() for p in phrases if p.strip()][:100]
         cleaned["phrases"] = [p[:200] for p in phrases]
     elif kind in (Kind.TTFT, Kind.DURATION):
-        cleaned["max_ms"] = _number(config, "max_ms", required=True)
+        cleaned["max_ms"] = number_of(config, "max_ms", required=True)
     elif kind != Kind.JSON_VALID:
         raise ConfigError("kind", gettext("No such kind of evaluator."))
     return cleaned
@@ -317,8 +317,14 @@ def _json_schema(config, output, subject):
         document = _json_of(output)
     except ValueError as exc:
         return passed(False, gettext("Not JSON: %(error)s") % {"error": str(exc)[:200]})
-    validator = jsonschema.validators.validator_for(config["schema"])(config["schema"])
-    error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    validator = _bounded(jsonschema.validators.validator_for(config["schema"]))(config["schema"])
+    try:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(document))
+    except TimeoutError:
+        return none(
+            gettext("A pattern of the schema took over %(s)s s on this output: stopped.")
+            % {"s": REGEX_TIMEOUT_S}
+        )
     if error is None:
         return passed(True, gettext("The output is valid against the schema."))
     where = "/".join(str(p) for p in error.absolute_path) or "(root)"
@@ -328,6 +334,40 @@ def _json_schema(config, output, subject):
         gettext("Not valid against the schema at %(where)s: %(error)s")
         % {"where": where[:100], "error": error.message[:200]},
     )
+
+
+def _search(pattern, text):
+    """A schema's `pattern` searched with the timeout (TimeoutError past it): a schema is
+    someone's input too, and jsonschema's own keywords use `re`, which has none."""
+    if not isinstance(text, str):
+        return True
+    return regex.search(pattern, text, timeout=REGEX_TIMEOUT_S) is not None
+
+
+def _pattern(validator, pattern, instance, schema):
+    if validator.is_type(instance, "string") and not _search(pattern, instance):
+        yield jsonschema.ValidationError(f"{instance[:100]!r} does not match {pattern[:100]!r}")
+
+
+def _pattern_properties(validator, patterns, instance, schema):
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in patterns.items():
+        for k, v in instance.items():
+            if _search(pattern, k):
+                yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+_BOUNDED = {}
+
+
+def _bounded(cls):
+    """`cls` (a jsonschema validator class) with its pattern keywords bounded in time."""
+    if cls not in _BOUNDED:
+        _BOUNDED[cls] = jsonschema.validators.extend(
+            cls, {"pattern": _pattern, "patternProperties": _pattern_properties}
+        )
+    return _BOUNDED[cls]
 
 
 def _length(config, output, subject):

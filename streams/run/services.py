@@ -72,10 +72,11 @@ def running_count(user):
     return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
 
 
-def create(user, body, project=None, token=None):
+def create(user, body, project=None, token=None, tags=()):
     """A new pending stream for `user` in `project` (by default their personal one) within
     the per-user limit, or `TooMany`. `token`: the API token it was started with (its spend
-    counts the stream's cost, as a proxied one's)."""
+    counts the stream's cost, as a proxied one's); `tags`: what a judge's stream is marked
+    with (streams/evaluate/judge.py)."""
     if lifecycle.stopping:
         raise ShuttingDown()
     limit = conf.get().max_concurrent_per_user
@@ -86,7 +87,7 @@ def create(user, body, project=None, token=None):
         running = running_count(user)
         if running >= limit:
             raise TooMany(running, limit)
-        return rows.new_row(user, body, project=project, token=token)
+        return rows.new_row(user, body, project=project, token=token, tags=tags)
 
 
 def create_for_run(user, body, project, *, tags=()):
@@ -100,9 +101,11 @@ def create_for_run(user, body, project, *, tags=()):
 
 async def start(stream):
     """Run a created stream (a task on this loop, or a wake-up for the workers) and announce
-    it to the live list. Call after the transaction that created it has committed."""
-    runner.start(stream)
+    it to the live list. Call after the transaction that created it has committed. Returns
+    the task recording it here, or None when a worker will (a judge waits for either)."""
+    task = runner.start(stream)
     await relay.publish_created(stream)
+    return task
 
 
 async def announce(stream):

@@ -54,6 +54,10 @@ comments              SSE comment blocks ``: keep-alive`` and a ``retry: 1000`` 
                       leaves out the retry block (the openai SDK and httpx-sse dispatch it as
                       an event with empty data; the SDK then fails on ``json.loads("")``)
 done_sentinel         a final ``data: [DONE]`` block after ``response.completed``
+judge                 answers as an LLM judge: ``Score: N`` on its first line, then ``Reason: …``;
+                      N is ``metadata.judge_score``, or ``metadata.judge_label``, or a number from
+                      the seed within ``metadata.judge_min``..``judge_max`` (1..5)
+judge_nonsense        answers a judge's prompt with prose that holds no score at all
 long_strings          values longer than the columns that store them: a 10,000-character model id
                       (``response.model``, the routing ``model_id``), a 1,000-character response
                       id, routing category and source, ``event:`` name and ``id:`` of every
@@ -150,6 +154,11 @@ SCENARIOS: dict[str, str] = {
         "SSE comment lines (': keep-alive') and a 'retry: 1000' block between events."
     ),
     "done_sentinel": gettext_noop("A final 'data: [DONE]' after response.completed."),
+    "judge": gettext_noop(
+        "Answers as an LLM judge: 'Score: N' (metadata.judge_score, or 1 to 5 from the seed), "
+        "then a reason."
+    ),
+    "judge_nonsense": gettext_noop("Answers a judge's prompt with prose holding no score."),
     "long_strings": gettext_noop(
         "A 10\u202f000-character model id; 1\u202f000-character response id, routing category and "
         "source, event names, ids and one type."
@@ -202,6 +211,9 @@ METADATA_CAPS: dict[str, float] = {
     "split_pause_s": 10,
     "retry_after": 3600,
     "time_scale": 100,
+    "judge_score": 1e9,
+    "judge_min": 1e9,
+    "judge_max": 1e9,
 }
 # `speed` is 1 / time_scale; 0 (or less) means no sleeps.
 MIN_SPEED = 1 / METADATA_CAPS["time_scale"]
@@ -1055,6 +1067,22 @@ def _rewrite_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
     return []
 
 
+def judge_answer(req: SimRequest, rng: random.Random) -> str:
+    """The judge scenarios' answer: a score in the stated format (`Score: N`, then a reason),
+    or, for judge_nonsense, prose with no score in it."""
+    if req.scenario == "judge_nonsense":
+        return "I find this hard to say. " + reply_text(rng, req.user_text, 2)
+    label = str(req.metadata.get("judge_label") or "").strip()[:50]
+    if not label:
+        if req.metadata.get("judge_score") not in (None, ""):
+            score = req.meta_float("judge_score", 0)
+        else:
+            lo, hi = req.meta_int("judge_min", 1), req.meta_int("judge_max", 5)
+            score = rng.randint(min(lo, hi), max(lo, hi))
+        label = f"{score:g}"
+    return f"Score: {label}\nReason: the answer addresses the question as asked."
+
+
 def _message_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
     """Every other scenario: one message (longer when bursty; with multi-byte characters for
     utf8_split, markup for xss, one huge delta for huge_delta); stream-level faults come
@@ -1064,7 +1092,10 @@ def _message_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
     if scen == "bursty":
         sentences = max(sentences, 14)
     text = reply_text(rng, req.user_text, sentences)
-    if scen == "utf8_split":
+    if scen in ("judge", "judge_nonsense"):
+        text = judge_answer(req, rng)
+        plan.faults.append({"kind": scen, "answer": text})  # (what a test checks it by)
+    elif scen == "utf8_split":
         text = UTF8_SAMPLE + " " + text + " " + UTF8_SAMPLE
     elif scen == "xss":
         text = f"Careful with {XSS_IMG} and {XSS_SCRIPT} in markup. " + text

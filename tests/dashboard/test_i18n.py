@@ -40,8 +40,10 @@ from django.utils.text import capfirst
 from dashboard import timezone as tzmod
 from dashboard.language import is_data
 from dashboard.models import Conversation, SavedView, Turn
+from streams import evaluate
 from streams.access import invitations, shares
 from streams.core.checks import PHRASES
+from streams.evaluate import online
 from streams.ingest import importer
 from streams.management.commands.seed_demo import seed
 from streams.models import (
@@ -50,6 +52,7 @@ from streams.models import (
     ImportFile,
     ImportJob,
     Invitation,
+    OnlineRule,
     Price,
     Project,
     ScoreType,
@@ -160,8 +163,20 @@ def history(django_db_setup, django_db_blocker):
         walked_experiments = [
             made_experiments(owner, Project.personal(owner)) for owner in (staff, user)
         ]
+        # an evaluator of the user's that has scored their first stream, and an online rule
+        # stopped at its spend cap (its page says so)
+        evaluator = evaluate.save(
+            Project.personal(user), name="lengte", kind="length", config={"max": 10}, user=user
+        )
+        mine = next(s for s in streams if s.user_id == user.pk)
+        evaluate.apply(evaluator, stream=mine)
+        rule = online.create(Project.personal(user), user=user, name="steekproef",
+                             evaluators=[evaluator], spend_cap_nanos=1)  # fmt: skip
+        OnlineRule.objects.filter(pk=rule.pk).update(stopped_reason=online.SPEND_CAP_REACHED)
         yield {
             "experiments": walked_experiments,
+            "evaluator_ids": [evaluator.pk],
+            "rule_ids": [rule.pk],
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
             "invitation_keys": invitation_keys,
             "project_slugs": [Project.personal(u).slug for u in (staff, user)],
@@ -215,6 +230,8 @@ FILL = {
     "user_id": lambda h, bound: h["member_ids"],
     "invitation_id": lambda h, bound: h["invitation_ids"],
     "key": lambda h, bound: h["invitation_keys"],
+    "evaluator_id": lambda h, bound: h["evaluator_ids"],
+    "rule_id": lambda h, bound: h["rule_ids"],
 }
 
 

@@ -30,11 +30,14 @@ from streams.models import (
     AuditEntry,
     Capture,
     Comment,
+    Evaluation,
+    Evaluator,
     Event,
     Finding,
     ImportFile,
     ImportJob,
     Invitation,
+    OnlineRule,
     Price,
     Score,
     ScoreType,
@@ -229,6 +232,14 @@ def recorded_data():
     for row in Score.objects.values_list("label", "key", "comment"):
         values.update(v for v in row if v)
     values.update(Comment.objects.values_list("text", flat=True))
+    # a categorical type's labels as defined (an evaluator's pass and fail), and evaluators,
+    # online rules and evaluations as named and written (a reason is said when it is written)
+    for categories in ScoreType.objects.values_list("categories", flat=True):
+        values.update(c.get("label") for c in categories or () if isinstance(c, dict))
+    values.update(Evaluator.objects.values_list("name", flat=True))
+    values.update(OnlineRule.objects.values_list("name", flat=True))
+    for row in Evaluation.objects.values_list("label", "reason"):
+        values.update(v for v in row if v)
     for tags, session in Stream.objects.values_list("tags", "session"):
         values.update(tags or ())
         values.add(session)

@@ -41,8 +41,10 @@ from django.test import AsyncClient, Client
 from django.urls import URLResolver, get_resolver, reverse
 
 from dashboard.models import Conversation, SavedView, Turn
+from streams import evaluate
 from streams.access import invitations, projects, shares
 from streams.access.projects import Action
+from streams.evaluate import online
 from streams.live.sockets import websocket_urlpatterns
 from streams.models import (
     ApiToken,
@@ -101,12 +103,13 @@ class Rule:
     data: object = None
 
 
-READ, RUN, SCORE, COMMENT, SHARE = (
+READ, RUN, SCORE, COMMENT, SHARE, EVALUATE = (
     Action.READ,
     Action.RUN,
     Action.SCORE,
     Action.COMMENT,
     Action.SHARE,
+    Action.EVALUATE,
 )
 
 # Keyed by route name (the route itself when it has none); a route with GET and POST has a rule
@@ -263,6 +266,23 @@ RULES = {
         OBJECT, Action.EXPERIMENT, "POST", ok=201, api=True, data=lambda o: {}
     ),
     "api_run": Rule(OBJECT, READ, api=True),
+    # evaluators and online rules (the empty form: no name, no stream); the API's edit with
+    # nothing changed answers the evaluator as it is
+    "evaluator_list": Rule(PROJECT, READ),
+    "evaluator_new": (Rule(PROJECT, EVALUATE), Rule(PROJECT, EVALUATE, "POST", ok=400)),
+    "evaluator_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
+    "evaluator_try": Rule(OBJECT, EVALUATE, "POST", ok=400),
+    "online_rule_list": (Rule(PROJECT, READ), Rule(PROJECT, EVALUATE, "POST", ok=400)),
+    "online_rule_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
+    "api_evaluators": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, EVALUATE, "POST", ok=400, api=True, data=lambda o: {}),
+    ),
+    "api_evaluator": (
+        Rule(OBJECT, READ, api=True),
+        Rule(OBJECT, EVALUATE, "POST", api=True, data=lambda o: {}),
+    ),
+    "api_evaluator_apply": Rule(OBJECT, EVALUATE, "POST", ok=400, api=True, data=lambda o: {}),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
@@ -291,6 +311,8 @@ PARAMS = {
     "project_slug": lambda objects: objects.project.slug,
     "user_id": lambda objects: objects.owner.pk,  # the project's owner, its last
     "invitation_id": lambda objects: objects.invitation.pk,
+    "evaluator_id": lambda objects: objects.evaluator.pk,
+    "rule_id": lambda objects: objects.rule.pk,
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
@@ -389,7 +411,13 @@ def owned_objects(owner, project):
     Invitation.objects.filter(project=project).delete()
     made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
     token = ApiToken.issue(owner, name="access", project=project)
+    evaluator = evaluate.save(
+        project, name=f"access-{stream.pk}", kind="json_valid", config={}, user=owner
+    )
+    rule = online.create(project, user=owner, name="access", evaluators=[evaluator])
     return SimpleNamespace(
+        evaluator=evaluator,
+        rule=rule,
         owner=owner,
         project=project,
         invitation=made[0][0],

@@ -4,25 +4,14 @@
 import time
 
 import pytest
-from django.contrib.auth import get_user_model
 
 from streams import evaluate
 from streams.evaluate import kinds
-from streams.models import Evaluation, Project, Score, Stream
+from streams.models import Evaluation, Score, Stream
 
 pytestmark = pytest.mark.django_db
 
 Kind = kinds.Kind
-
-
-@pytest.fixture
-def user():
-    return get_user_model().objects.create_user("ann")
-
-
-@pytest.fixture
-def project(user):
-    return Project.personal(user)
 
 
 def finished(project, user, output="", **fields):
@@ -72,6 +61,17 @@ def test_a_catastrophic_pattern_is_stopped(project, user):
     # unbounded, this runs for hours (2^5000 ways to split the x's)
     assert time.monotonic() - started < 30
     assert not result.written and "stopped" in result.reason
+
+
+def test_a_catastrophic_pattern_in_a_json_schema_is_stopped(project, user):
+    schema = {"type": "string", "pattern": r"(x+x+)+y"}
+    ev = evaluate.save(project, name="s", kind=Kind.JSON_SCHEMA, config={"schema": schema})
+    started = time.monotonic()
+    result = evaluate.apply(ev, stream=finished(project, user, '"' + "x" * 5000 + '"'))
+    assert time.monotonic() - started < 30
+    assert not result.written and "stopped" in result.reason
+    ok = evaluate.apply(ev, stream=finished(project, user, '"xxy"'))
+    assert ok.value == 1.0
 
 
 @pytest.mark.parametrize(

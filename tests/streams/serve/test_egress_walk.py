@@ -729,6 +729,10 @@ class History:
     member_ids: list = dataclasses.field(default_factory=list)
     invitation_ids: list = dataclasses.field(default_factory=list)
     invitation_keys: list = dataclasses.field(default_factory=list)
+    # evaluators (hostile configs) and online rules (hostile names), with evaluations whose
+    # reasons hold the upstream's key
+    evaluator_ids: list = dataclasses.field(default_factory=list)
+    rule_ids: list = dataclasses.field(default_factory=list)
 
 
 def load_history(people):
@@ -831,6 +835,7 @@ def load_history(people):
     return History(
         **_projects(people),
         **_experiments(people),
+        **_evaluators(people),
         share_secrets=share_secrets,
         link_ids=link_ids,
         token_ids=objects[ApiToken],
@@ -845,6 +850,35 @@ def load_history(people):
         view_ids=list(SavedView.objects.values_list("pk", flat=True)),
         score_ids=dict(score_ids),
     )
+
+
+def _evaluators(people):
+    """An evaluator with the upstream's key and markup in its config, an online rule with a
+    hostile name, and an evaluation whose reason holds the key, in each person's project."""
+    from streams import evaluate
+    from streams.evaluate import online
+    from streams.models import Evaluation, Evaluator, OnlineRule, Project
+    from streams.models import Stream as Row
+
+    for person in people.values():
+        project = Project.personal(person.user)
+        if Evaluator.objects.filter(project=project).exists():
+            continue
+        made = evaluate.save(
+            project, name="walk-contains", kind="contains",
+            config={"text": f"{XSS[0]} {KEY} {XSS[1]}"}, user=person.user,
+        )  # fmt: skip
+        online.create(project, user=person.user, name=f"{XSS[0]} {KEY}", evaluators=[made])
+        stream = Row.objects.filter(user=person.user).order_by("pk").first()
+        if stream is not None:
+            Evaluation.objects.create(
+                project=project, evaluator=made, version=1, stream=stream, outcome="no_score",
+                reason=f"{XSS[1]} {KEY} {escaped(KEY)}",
+            )  # fmt: skip
+    return {
+        "evaluator_ids": list(Evaluator.objects.values_list("pk", flat=True)),
+        "rule_ids": list(OnlineRule.objects.values_list("pk", flat=True)),
+    }
 
 
 def _share_links(people):
@@ -956,6 +990,8 @@ FILL = {
     "other_run_id": lambda h, route, bound: [
         other for run, other in h.run_pairs if run == bound["run_id"]
     ],
+    "evaluator_id": lambda h, route, bound: h.evaluator_ids,
+    "rule_id": lambda h, route, bound: h.rule_ids,
     # admin
     "app_label": lambda h, route, bound: h.app_labels,
     "content_type_id": lambda h, route, bound: h.content_types,

@@ -162,7 +162,7 @@ async def test_models_endpoint(sim):
 
 
 def test_scenarios_documented():
-    assert len(SCENARIOS) == 28
+    assert len(SCENARIOS) == 30
     for name in SCENARIOS:
         assert f"\n{name} " in docs, name
 
@@ -259,6 +259,20 @@ def test_plan_timing_schedule_is_deterministic():
     p1 = build_plan(SimRequest.from_body(body), "resp_x", 1)
     p2 = build_plan(SimRequest.from_body(body), "resp_x", 1)
     assert [(w.at, w.data) for w in p1.writes] == [(w.at, w.data) for w in p2.writes]
+
+
+def _answer(metadata):
+    body = {"model": "gpt-oss-20b", "input": PROMPT, "metadata": metadata}
+    plan = build_plan(SimRequest.from_body(body), "resp_x", 1)
+    return plan.final_response["output"][0]["content"][0]["text"]
+
+
+def test_the_judge_scenarios_answer_in_the_stated_format_or_not_at_all():
+    assert _answer({"scenario": "judge", "judge_score": "4"}).startswith("Score: 4\nReason: ")
+    assert _answer({"scenario": "judge", "judge_label": "right"}).startswith("Score: right\n")
+    drawn = {_answer({"scenario": "judge", "seed": str(i)}).split("\n")[0] for i in range(40)}
+    assert drawn == {f"Score: {n}" for n in range(1, 6)}
+    assert "score" not in _answer({"scenario": "judge_nonsense"}).lower()
 
 
 async def test_timing_first_delta_within_ttft_profile(sim):

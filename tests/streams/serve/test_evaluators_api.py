@@ -1,0 +1,78 @@
+"""The evaluators' API (streams/serve/evaluators_api.py): made, read, a new version on an
+edit, applied to a stream, bad input a 400 on its field, another's evaluator a 404, a token
+without the write scope refused."""
+
+import json
+
+import pytest
+from asgiref.sync import sync_to_async
+
+from streams.models import ApiToken, Project, Score, Stream
+from tests.support.clients import HeaderClient, bearer
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+async def post(client, path, data):
+    return await client.post(path, json.dumps(data), content_type="application/json")
+
+
+@sync_to_async
+def a_stream(user, output):
+    return Stream.objects.create(
+        user=user, project=Project.personal(user), status="completed", output_text=output
+    )
+
+
+async def test_made_edited_and_applied(people):
+    owner = bearer(people.owner)
+    r = await post(owner, "/api/evaluators/", {"name": "is-json", "kind": "json_valid"})
+    assert r.status_code == 201, r.content
+    made = r.json()
+    assert (made["key"], made["score_type"]) == ("is-json@v1", "is-json")
+    r = await post(owner, f"/api/evaluators/{made['id']}/", {"kind": "contains", "config": {}})
+    assert r.status_code == 200 and r.json()["key"] == "is-json@v2"
+    stream = await a_stream(people.owner, "Paris, of course")
+    r = await post(
+        owner, f"/api/evaluators/{made['id']}/apply/", {"stream": stream.pk, "expected": "Paris"}
+    )
+    assert r.status_code == 201, r.content
+    result = r.json()
+    assert (result["written"], result["value"], result["label"]) == (True, 1.0, "pass")
+    assert result["key"] == "is-json@v2" and result["reason"] == "The output contains the text."
+    score = await sync_to_async(Score.objects.get)(stream=stream)
+    assert (score.source, score.key) == ("evaluator", "is-json@v2")
+    listed = (await owner.get("/api/evaluators/")).json()["evaluators"]
+    assert [e["key"] for e in listed] == ["is-json@v2"]
+    one = (await owner.get(f"/api/evaluators/{made['id']}/")).json()
+    assert one["evaluations"][0]["stream"] == stream.pk
+
+
+async def test_bad_input_is_a_400_on_its_field(people):
+    owner = bearer(people.owner)
+    r = await post(owner, "/api/evaluators/", {"name": "re", "kind": "regex", "config": {}})
+    assert r.status_code == 400 and list(r.json()["error"]["fields"]) == ["pattern"]
+    r = await post(owner, "/api/evaluators/", {"name": "x", "kind": "judge", "config": []})
+    assert r.status_code == 400 and list(r.json()["error"]["fields"]) == ["config"]
+    r = await post(owner, "/api/evaluators/", {"name": "x", "kind": "nope"})
+    assert r.status_code == 400 and list(r.json()["error"]["fields"]) == ["kind"]
+
+
+async def test_another_projects_evaluator_and_stream_are_not_found(people):
+    owner, stranger = bearer(people.owner), bearer(people.stranger)
+    made = (await post(owner, "/api/evaluators/", {"name": "j", "kind": "json_valid"})).json()
+    assert (await stranger.get(f"/api/evaluators/{made['id']}/")).status_code == 404
+    r = await post(stranger, f"/api/evaluators/{made['id']}/apply/", {"stream": 1})
+    assert r.status_code == 404
+    theirs = await a_stream(people.stranger, "{}")
+    r = await post(owner, f"/api/evaluators/{made['id']}/apply/", {"stream": theirs.pk})
+    assert r.status_code == 404
+    assert not await sync_to_async(Score.objects.exists)()
+
+
+async def test_a_read_token_reads_and_makes_nothing(people):
+    token = await sync_to_async(ApiToken.issue)(people.owner, name="ro", scopes=["read"])
+    reader = HeaderClient({"authorization": f"Bearer {token}"})
+    assert (await reader.get("/api/evaluators/")).status_code == 200
+    r = await post(reader, "/api/evaluators/", {"name": "j", "kind": "json_valid"})
+    assert r.status_code == 403
