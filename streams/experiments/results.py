@@ -131,10 +131,13 @@ def _mean(values):
     return sum(values) / len(values) if values else None
 
 
-def scores_by_stream(stream_ids):
-    """{stream id: [(score type name, value, positive)]} of `stream_ids`."""
+def scores_by_stream(stream_ids=None, *, run=None):
+    """{stream id: [(score type name, value, positive)]} of `stream_ids`, or of `run`'s
+    streams (a join: a list of 30,000 ids made the query a second slower)."""
     found = defaultdict(list)
-    scores = Score.objects.filter(stream_id__in=stream_ids).values_list(
+    scores = Score.objects.filter(
+        **({"stream__run_item__run": run} if run is not None else {"stream_id__in": stream_ids})
+    ).values_list(
         "stream_id", "score_type__name", "value", "score_type__minimum", "score_type__maximum"
     )
     for stream_id, name, value, low, high in scores.iterator(chunk_size=5000):
@@ -167,7 +170,7 @@ def variant_summaries(run):
     by_variant = defaultdict(list)
     for row in rows:
         by_variant[row.variant_id].append(row)
-    by_stream = scores_by_stream([r.stream_id for r in rows if r.stream_id])
+    by_stream = scores_by_stream(run=run)
     summaries = []
     for variant in run.experiment.variants.order_by("position"):
         mine = by_variant.get(variant.pk, [])

@@ -18,6 +18,7 @@ BENCHMARKS = {
     "usage": "streams.bench.usage",
     "simulator": "streams.bench.simulator",
     "capacity": "streams.bench.capacity",
+    "experiment": "streams.bench.experiment",
 }
 
 
