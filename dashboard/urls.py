@@ -15,8 +15,8 @@ from dashboard.timezone import set_time_zone
 from dashboard.views import (
     analytics,
     audit,
-    experiments,
     evaluators,
+    experiments,
     exports,
     feedback,
     playground,
