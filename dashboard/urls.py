@@ -186,6 +186,11 @@ urlpatterns = [
     path("datasets/<int:dataset_id>/", experiments.dataset_detail, name="dataset_detail"),
     path("datasets/<int:dataset_id>/upload/", experiments.dataset_upload, name="dataset_upload"),
     path(
+        "streams/add-to-dataset/",
+        experiments.streams_add_to_dataset,
+        name="streams_add_to_dataset",
+    ),
+    path(
         "streams/<int:stream_id>/add-to-dataset/",
         experiments.stream_add_to_dataset,
         name="stream_add_to_dataset",

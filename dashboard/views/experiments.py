@@ -21,9 +21,13 @@ from dashboard.forms.experiments import (
     ItemsPageForm,
     UploadForm,
 )
+from dashboard.forms.streams import StreamFilterForm
 from dashboard.project import project_of, require, working
+from dashboard.queries import stream_list
 from streams.access import projects
 from streams.access.projects import Action
+from streams.access.rules import streams_for
+from streams.access.throttle import search_allowed
 from streams.experiments import datasets, experiments, results, runs, uploads
 from streams.models import Dataset, Evaluator, Experiment, Run, Stream
 
@@ -150,6 +154,46 @@ def stream_add_to_dataset(request, stream_id):
         context = {"stream": stream, "form": form, "nav": "streams"}
         return render(request, "dashboard/stream_add_to_dataset.html", context, status=400)
     return HttpResponseRedirect(reverse("dataset_detail", args=[dataset.pk]))
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def streams_add_to_dataset(request):
+    """The stream list's current filter or search (its query string) added to a dataset: the
+    first datasets.MAX_FROM_LIST of the streams it finds, oldest first."""
+    filters = StreamFilterForm(request.GET)
+    if not filters.is_valid():
+        raise Http404("invalid filters")
+    project = working(request, Action.EXPERIMENT) if request.method == "POST" else None
+    project = project or project_of(request) or projects.home(request.user)
+    if stream_list.ranked_terms(request.user, filters.filters(), project):  # a search of the text
+        if search_allowed(request.user) is not None:
+            return HttpResponse(gettext("Too many searches: try again in a minute."), status=429)
+    found = stream_list.filter_streams(streams_for(request.user, project), filters.filters())
+    choices = Dataset.objects.filter(project=project)
+    form, status = AddStreamForm(datasets=choices), 200
+    if request.method == "POST":
+        form = AddStreamForm(request.POST, datasets=choices)
+        if form.is_valid():
+            d = form.cleaned_data
+            try:
+                dataset = datasets.add_found(
+                    project, found, d["dataset"] or d["new_name"], user=request.user,
+                    with_answer=d["with_answer"],
+                )  # fmt: skip
+            except datasets.Refused as exc:
+                form.add_error(None, str(exc))
+            else:
+                return HttpResponseRedirect(reverse("dataset_detail", args=[dataset.pk]))
+        status = 400
+    context = {
+        "form": form,
+        "count": found.count() if not filters.filters().get("q") else None,
+        "limit": datasets.MAX_FROM_LIST,
+        "query": request.GET.urlencode(),
+        "nav": "streams",
+    }
+    return render(request, "dashboard/streams_add_to_dataset.html", context, status=status)
 
 
 # ---- experiments -----------------------------------------------------------------------------

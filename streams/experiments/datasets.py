@@ -202,14 +202,28 @@ def add_streams(dataset, streams, *, with_answer=True):
     return add(dataset, items), len(items)
 
 
+def add_found(project, streams, dataset, *, user=None, with_answer=True):
+    """Add `streams` (a queryset of `project`'s the caller narrowed to what its user may read:
+    a filter or search of the list) to `dataset` (an id of the project's, or a new one's name);
+    returns the dataset. All or nothing: a new dataset is not left empty."""
+    with transaction.atomic():
+        if isinstance(dataset, int):
+            found = Dataset.objects.filter(project=project, pk=dataset).first()
+            if found is None:
+                raise Refused("No such dataset in this project.")
+        else:
+            found = create(project, dataset, user=user)
+        add_streams(found, streams, with_answer=with_answer)
+    return found
+
+
 def add_stream(stream, dataset, *, user=None, with_answer=True):
     """Add `stream` to `dataset` (an id of a dataset of the stream's project, or the name of a
     new one); returns the dataset."""
-    if isinstance(dataset, int):
-        found = Dataset.objects.filter(project_id=stream.project_id, pk=dataset).first()
-        if found is None:
-            raise Refused("No such dataset in the stream's project.")
-    else:
-        found = create(stream.project, dataset, user=user)
-    add_streams(found, Stream.objects.filter(pk=stream.pk), with_answer=with_answer)
-    return found
+    return add_found(
+        stream.project,
+        Stream.objects.filter(pk=stream.pk),
+        dataset,
+        user=user,
+        with_answer=with_answer,
+    )

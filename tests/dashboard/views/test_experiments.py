@@ -63,6 +63,25 @@ class TestPages:
         assert Dataset.objects.filter(project=self.team, name="fresh").exists()
         assert "Start a run" in member.get(pages[3]).content.decode()
 
+    def test_the_lists_filter_is_added_to_a_dataset_all_or_nothing(self):
+        # the made runs' streams are of the team: the tag of the later run finds its 6
+        tag = f"run:{self.made.run.pk}"
+        member = self.client("member")
+        url = reverse("streams_add_to_dataset") + f"?tag={tag}"
+        page = member.get(url)
+        assert page.status_code == 200 and "6 streams match" in page.content.decode()
+        r = member.post(url, {"new_name": "from the list"})
+        assert r.status_code == 302
+        dataset = Dataset.objects.get(project=self.team, name="from the list")
+        items = DatasetItem.objects.filter(version__dataset=dataset)
+        assert items.count() == 6
+        assert {i.source_stream.tags[0] for i in items.select_related("source_stream")} == {tag}
+        # a filter that finds nothing adds nothing, and leaves no empty new dataset behind
+        r = member.post(reverse("streams_add_to_dataset") + "?tag=none", {"new_name": "empty"})
+        assert r.status_code == 400
+        assert not Dataset.objects.filter(name="empty").exists()
+        assert self.client("viewer").post(url, {"new_name": "x"}).status_code == 403
+
     def test_the_run_page_shows_the_streams_own_figures_and_a_diff(self):
         page = self.client("viewer").get(reverse("run_detail", args=[self.made.run.pk]))
         text = page.content.decode()

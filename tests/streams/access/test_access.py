@@ -235,6 +235,10 @@ RULES = {
     "dataset_detail": Rule(OBJECT, READ),
     "dataset_upload": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=400),  # no file
     "stream_add_to_dataset": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=400),  # no dataset
+    "streams_add_to_dataset": (  # the list's filter: the current project's streams
+        Rule(PROJECT, READ),
+        Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400),
+    ),
     "experiment_list": (
         Rule(PROJECT, READ),
         Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400),  # the empty form
