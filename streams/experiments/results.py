@@ -9,6 +9,8 @@ type says (`ScoreType.positive`). A run's answers are read through `answers` (re
 import dataclasses
 from collections import defaultdict
 
+from django.db.models import Avg, Count, Q, Sum
+
 from streams.core import figures, pricing
 from streams.experiments import answers
 from streams.models import Run, RunItem, Score, ScoreType, Stream
@@ -126,11 +128,6 @@ def summary_dict(s):
     }
 
 
-def _mean(values):
-    values = [v for v in values if v is not None]
-    return sum(values) / len(values) if values else None
-
-
 def scores_by_stream(stream_ids=None, *, run=None):
     """{stream id: [(score type name, value, positive)]} of `stream_ids`, or of `run`'s
     streams (a join: a list of 30,000 ids made the query a second slower)."""
@@ -145,57 +142,86 @@ def scores_by_stream(stream_ids=None, *, run=None):
     return found
 
 
-def _score_summaries(rows, by_stream):
-    per_type = defaultdict(list)
-    for row in rows:
-        for name, value, positive in by_stream.get(row.stream_id, ()):
-            per_type[name].append((value, positive))
-    return [
-        ScoreSummary(
-            name,
-            len(values),
-            sum(v for v, _ in values) / len(values),
-            sum(1 for _, p in values if p) / len(values),
+def _percentile(queryset, column, q_permille, n):
+    """The nearest-rank percentile of `column` over `queryset`'s `n` rows that have it: the
+    house's definition (streams/core/figures.py), as an ORDER BY with an OFFSET."""
+    if not n:
+        return None
+    have = queryset.filter(**{f"{column}__isnull": False})
+    ordered = have.order_by(column).values_list(column, flat=True)
+    return ordered[figures.rank(q_permille, n) - 1]
+
+
+def _score_summaries(run):
+    """{variant id: [ScoreSummary]} of `run`'s scores, by score type."""
+    found = defaultdict(list)
+    rows = (
+        Score.objects.filter(stream__run_item__run=run)
+        .values("stream__run_item__variant_id", "score_type__name")
+        .annotate(
+            n=Count("pk"), mean=Avg("value"), positive=Count("pk", filter=ScoreType.positive_q())
         )
-        for name, values in sorted(per_type.items())
-    ]
+        .order_by("score_type__name")
+    )
+    for row in rows:
+        found[row["stream__run_item__variant_id"]].append(
+            ScoreSummary(row["score_type__name"], row["n"], row["mean"], row["positive"] / row["n"])
+        )
+    return found
 
 
 def variant_summaries(run):
-    """[VariantSummary] of `run`, in the experiment's order of variants."""
-    totals = defaultdict(int)
-    for variant_id in RunItem.objects.filter(run=run).values_list("variant_id", flat=True):
-        totals[variant_id] += 1
-    rows = rows_of(run)
-    by_variant = defaultdict(list)
-    for row in rows:
-        by_variant[row.variant_id].append(row)
-    by_stream = scores_by_stream(run=run)
+    """[VariantSummary] of `run`, in the experiment's order of variants: aggregates and
+    percentiles in the database (a run of 10,000 items × 3 read into Python took seconds)."""
+    done = RunItem.objects.filter(run=run, done=True)
+    good = done.filter(stream__status__in=GOOD)
+    totals = dict(
+        RunItem.objects.filter(run=run)
+        .values("variant_id")
+        .annotate(n=Count("pk"))
+        .values_list("variant_id", "n")
+    )
+    figures_of = {
+        row["variant_id"]: row
+        for row in done.values("variant_id").annotate(
+            n=Count("pk"),
+            errors=Count("pk", filter=Q(stream__isnull=True) | ~Q(stream__status__in=GOOD)),
+            findings=Sum("stream__findings_count"),
+            tokens_per_s=Avg("stream__tokens_per_s", filter=Q(stream__status__in=GOOD)),
+            # (how many each percentile ranks: counted here, not once per percentile)
+            ttfts=Count("stream__ttft_ms", filter=Q(stream__status__in=GOOD)),
+            durations=Count("stream__duration_ms", filter=Q(stream__status__in=GOOD)),
+        )
+    }
+    costs = defaultdict(list)  # variant id -> [(items, total, currency)], most items first
+    for row in (
+        done.filter(stream__cost_nanos__isnull=False)
+        .values("variant_id", "stream__cost_currency")
+        .annotate(n=Count("pk"), total=Sum("stream__cost_nanos"))
+        .order_by("-n")
+    ):
+        costs[row["variant_id"]].append((row["n"], row["total"], row["stream__cost_currency"]))
+    scores = _score_summaries(run)
     summaries = []
     for variant in run.experiment.variants.order_by("position"):
-        mine = by_variant.get(variant.pk, [])
-        good = [r for r in mine if not r.failed and r.stream_id]
-        currencies = defaultdict(int)
-        for r in mine:
-            if r.cost_nanos is not None:
-                currencies[r.currency] += 1
-        currency = max(currencies, key=currencies.get) if currencies else ""
-        priced = [r.cost_nanos for r in mine if r.cost_nanos is not None and r.currency == currency]
+        row = figures_of.get(variant.pk, {})
+        mine = good.filter(variant=variant)
+        cost_items, cost, currency = (costs.get(variant.pk) or [(0, None, "")])[0]
         summaries.append(
             VariantSummary(
                 variant=variant,
                 items=totals.get(variant.pk, 0),
-                done=len(mine),
-                errors=sum(1 for r in mine if r.failed or r.stream_id is None),
-                ttft_p50_ms=figures.nearest_rank([r.ttft_ms for r in good], 500),
-                ttft_p95_ms=figures.nearest_rank([r.ttft_ms for r in good], 950),
-                tokens_per_s=_mean([r.tokens_per_s for r in good]),
-                duration_p50_ms=figures.nearest_rank([r.duration_ms for r in good], 500),
-                findings=sum(r.findings for r in mine),
-                cost_nanos=sum(priced) if priced else None,
-                cost_items=len(priced),
+                done=row.get("n", 0),
+                errors=row.get("errors", 0),
+                ttft_p50_ms=_percentile(mine, "stream__ttft_ms", 500, row.get("ttfts")),
+                ttft_p95_ms=_percentile(mine, "stream__ttft_ms", 950, row.get("ttfts")),
+                tokens_per_s=row.get("tokens_per_s"),
+                duration_p50_ms=_percentile(mine, "stream__duration_ms", 500, row.get("durations")),
+                findings=row.get("findings") or 0,
+                cost_nanos=cost,
+                cost_items=cost_items,
                 currency=currency,
-                scores=_score_summaries(mine, by_stream),
+                scores=scores.get(variant.pk, []),
             )
         )
     return summaries
