@@ -33,4 +33,6 @@ urlpatterns = [
         evaluators_api.api_evaluator_apply,
         name="api_evaluator_apply",
     ),
+    path("online-rules/", evaluators_api.api_online_rules, name="api_online_rules"),
+    path("online-rules/<int:rule_id>/", evaluators_api.api_online_rule, name="api_online_rule"),
 ]

@@ -115,6 +115,23 @@ class LabelsForm(RangeForm):
         }
 
 
+class ScoreTypeChoice(forms.ModelChoiceField):
+    """A score type by name: the first of its name (staff looking at every project may see two
+    projects' types of one name; the view narrows the choice to a project's otherwise)."""
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        found = self.queryset.filter(name=value).order_by("pk").first()
+        if found is None:
+            raise forms.ValidationError(
+                self.error_messages["invalid_choice"],
+                code="invalid_choice",
+                params={"value": value},
+            )
+        return found
+
+
 class LatencyForm(LabelsForm):
     model = forms.CharField(required=False, max_length=100, label=_("Resolved model"))
     requested = forms.CharField(required=False, max_length=100, label=_("Requested model"))
@@ -136,7 +153,7 @@ class LatencyForm(LabelsForm):
     a = forms.CharField(required=False, max_length=100, label=_("Model A"))
     b = forms.CharField(required=False, max_length=100, label=_("Model B"))
     # the scores section's type, by name (empty: thumbs; stats/scores.py)
-    score = forms.ModelChoiceField(
+    score = ScoreTypeChoice(
         queryset=ScoreType.objects.order_by("name"),
         to_field_name="name",
         required=False,

@@ -25,6 +25,7 @@ from dashboard.stats.admin import admin_report
 from dashboard.stats.latency import PHASES, latency_report
 from dashboard.stats.routing import routing_report
 from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
+from streams.access.rules import score_types_for
 from streams.simulator import built_in_upstream
 
 
@@ -74,6 +75,8 @@ def _report_page(request, form, report, template, **context):
 @require_GET
 def latency(request):
     form = LatencyForm(request.GET)
+    # the types this project's pages offer (an evaluator's is its project's own)
+    form.fields["score"].queryset = score_types_for(request.user, project_of(request))
 
     def report(scope, **kwargs):
         return latency_report(

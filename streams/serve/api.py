@@ -256,7 +256,7 @@ def _invalid(form):
     return json_error(400, "invalid", f"{where}{first[1][0]}", fields=fields)
 
 
-def _parse_json(request):
+def parse_json(request):
     return json_body(request, max_body_bytes())
 
 
@@ -268,7 +268,7 @@ class NotAllowed(Exception):
     """The user sees the stream, but their role in its project does not allow this (a 403)."""
 
 
-def _project_id(request):
+def project_id(request):
     """The id of the project an API request works in: `?project=<slug>` if given (LookupError
     when the user is not a member: a 404), else a browser's current project (the page's),
     else the user's home project; None for staff working in every project at once. A token's
@@ -286,9 +286,9 @@ def _project_id(request):
     return getattr(getattr(request, "project", None), "pk", None)
 
 
-def _writing_project_id(request):
+def writing_project_id(request):
     """Where what an API request makes goes: its project, or staff's home project."""
-    pk = _project_id(request)
+    pk = project_id(request)
     return pk if pk is not None else projects.home(request.user).pk
 
 
@@ -377,11 +377,11 @@ def _target(user, data, action):
     if found is None:
         return None, json_error(404, "not_found", f"No {named}.")
     if not projects.may(user, action, found.project_id):
-        return None, _forbidden(action)
+        return None, forbidden(action)
     return found, None
 
 
-def _forbidden(action):
+def forbidden(action):
     return json_error(
         403, "forbidden", f"Your role in this stream's project does not allow {action}."
     )
@@ -442,7 +442,7 @@ async def api_streams(request):
         return _invalid(form)
     d = form.cleaned_data
     try:
-        project = await sync_to_async(_project_id)(request)
+        project = await sync_to_async(project_id)(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     if d["q"] and search.parse(d["q"]):
@@ -465,7 +465,7 @@ async def api_streams(request):
 
 def _request_body(request):
     """(the request body to send upstream, None) or (None, the error response)."""
-    data, error = _parse_json(request)
+    data, error = parse_json(request)
     if error:
         return None, error
     form = CreateStreamForm(data)
@@ -476,7 +476,7 @@ def _request_body(request):
 
 def _start_in(request):
     """The project a new stream of this request goes into, once the user may RUN there."""
-    project = _writing_project_id(request)
+    project = writing_project_id(request)
     _require(request.user, Action.RUN, project)
     return project
 
@@ -551,7 +551,7 @@ async def api_stream_cancel(request, stream_id):
     if stream is None:
         return json_error(404, "not_found", f"No stream {stream_id}.")
     if not await sync_to_async(projects.may)(request.user, Action.RUN, stream.project_id):
-        return _forbidden(Action.RUN)
+        return forbidden(Action.RUN)
     outcome = services.cancel(stream)
     if outcome == services.CANCELLING:
         return respond({"id": stream.pk, "status": "cancelling"}, status=202)
@@ -591,7 +591,7 @@ async def api_scores(request):
         return respond(data)
     if request.method != "POST":
         return method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(_parse_json, request)
+    data, error = await asyncio.to_thread(parse_json, request)
     if error:
         return error
     return await sync_to_async(_score)(request.user, data, _source(request))
@@ -601,7 +601,7 @@ async def api_scores(request):
 async def api_comments(request):
     if request.method != "POST":
         return method_not_allowed("POST")
-    data, error = await asyncio.to_thread(_parse_json, request)
+    data, error = await asyncio.to_thread(parse_json, request)
     if error:
         return error
     return await sync_to_async(_comment)(request.user, data, _source(request))

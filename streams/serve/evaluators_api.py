@@ -13,6 +13,10 @@ POST     /api/evaluators/<id>/apply/         ``{"stream", "expected"?}`` → 201
                                              "value", "label", "reason", "key",
                                              "judge_stream"}`` (no score: ``written`` false and
                                              the reason)
+GET      /api/online-rules/                  the project's online rules: their evaluators,
+                                             filter, budget, what they judged and spent, and
+                                             ``stopped_reason`` (empty while they run)
+GET      /api/online-rules/<id>/             one rule, with its latest evaluations
 =======  ==================================  ==================================================
 """
 
@@ -24,10 +28,10 @@ from django.db import close_old_connections, connections
 from streams import evaluate
 from streams.access import projects
 from streams.access.projects import Action
-from streams.evaluate import evaluators
+from streams.evaluate import evaluators, online
 from streams.models import Project
 from streams.serve import api
-from streams.serve.http import api_view, json_body, json_error, method_not_allowed
+from streams.serve.http import api_view, json_error, method_not_allowed
 
 
 def evaluator_shape(evaluator):
@@ -59,13 +63,52 @@ def evaluation_shape(e):
     }
 
 
+def rule_shape(rule):
+    return {
+        "id": rule.pk,
+        "name": rule.name,
+        "evaluators": [e.key for e in rule.evaluators.all()],
+        "enabled": rule.enabled,
+        "sample_rate": rule.sample_rate,
+        "model": rule.model,
+        "tag": rule.tag,
+        "source": rule.source,
+        "token": rule.token_id,
+        "per_hour": rule.per_hour,
+        "spend_cap_nanos": rule.spend_cap_nanos,
+        "currency": rule.project.currency,
+        "judged": rule.judged,
+        "over_budget": rule.over_budget,
+        "over_budget_at": rule.over_budget_at,
+        "spent_nanos": rule.spent_nanos,
+        "stopped_reason": rule.stopped_reason,
+    }
+
+
+def _rules(request):
+    try:
+        project = api.project_id(request)
+    except LookupError:
+        return json_error(404, "not_found", "No such project.")
+    found = online.visible(request.user, project).select_related("project")
+    return api.respond({"online_rules": [rule_shape(r) for r in found]})
+
+
+def _rule(request, rule_id):
+    found = online.visible_one(request.user, rule_id)
+    if found is None:
+        return json_error(404, "not_found", f"No online rule {rule_id}.")
+    latest = [evaluation_shape(e) for e in online.recent(found, limit=20)]
+    return api.respond({**rule_shape(found), "evaluations": latest})
+
+
 def _invalid(exc):
     return json_error(400, "invalid", exc.message, fields={exc.field: [exc.message]})
 
 
 def _list(request):
     try:
-        project = api._project_id(request)
+        project = api.project_id(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     found = evaluators.visible(request.user, project)
@@ -74,11 +117,11 @@ def _list(request):
 
 def _create(request, data):
     try:
-        project_id = api._writing_project_id(request)
+        project_id = api.writing_project_id(request)
     except LookupError:
         return json_error(404, "not_found", "No such project.")
     if not projects.may(request.user, Action.EVALUATE, project_id):
-        return api._forbidden(Action.EVALUATE)
+        return api.forbidden(Action.EVALUATE)
     try:
         made = evaluate.save(
             Project.objects.get(pk=project_id),
@@ -116,7 +159,7 @@ def _edit(request, evaluator_id, data):
     if error:
         return error
     if not projects.may(request.user, Action.EVALUATE, found.project_id):
-        return api._forbidden(Action.EVALUATE)
+        return api.forbidden(Action.EVALUATE)
     try:
         changed = evaluate.save(
             found.project,
@@ -138,7 +181,7 @@ def _apply(request, evaluator_id, data):
         if error:
             return error
         if not projects.may(request.user, Action.EVALUATE, found.project_id):
-            return api._forbidden(Action.EVALUATE)
+            return api.forbidden(Action.EVALUATE)
         stream_id, expected = data.get("stream"), data.get("expected")
         if not isinstance(stream_id, int) or isinstance(stream_id, bool):
             return json_error(400, "invalid", '"stream": the id of a stream.')
@@ -159,7 +202,7 @@ async def api_evaluators(request):
         return await sync_to_async(_list)(request)
     if request.method != "POST":
         return method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(json_body, request, api.max_body_bytes())
+    data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
     return await sync_to_async(_create)(request, data)
@@ -171,7 +214,7 @@ async def api_evaluator(request, evaluator_id):
         return await sync_to_async(_read)(request, evaluator_id)
     if request.method != "POST":
         return method_not_allowed("GET", "POST")
-    data, error = await asyncio.to_thread(json_body, request, api.max_body_bytes())
+    data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
     return await sync_to_async(_edit)(request, evaluator_id, data)
@@ -181,8 +224,22 @@ async def api_evaluator(request, evaluator_id):
 async def api_evaluator_apply(request, evaluator_id):
     if request.method != "POST":
         return method_not_allowed("POST")
-    data, error = await asyncio.to_thread(json_body, request, api.max_body_bytes())
+    data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
     # a judge waits for its model: on a thread of its own, not the one sync code shares
     return await sync_to_async(_apply, thread_sensitive=False)(request, evaluator_id, data)
+
+
+@api_view
+async def api_online_rules(request):
+    if request.method != "GET":
+        return method_not_allowed("GET")
+    return await sync_to_async(_rules)(request)
+
+
+@api_view
+async def api_online_rule(request, rule_id):
+    if request.method != "GET":
+        return method_not_allowed("GET")
+    return await sync_to_async(_rule)(request, rule_id)

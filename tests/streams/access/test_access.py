@@ -287,6 +287,8 @@ RULES = {
         Rule(OBJECT, EVALUATE, "POST", api=True, data=lambda o: {}),
     ),
     "api_evaluator_apply": Rule(OBJECT, EVALUATE, "POST", ok=400, api=True, data=lambda o: {}),
+    "api_online_rules": Rule(PROJECT, READ, api=True),
+    "api_online_rule": Rule(OBJECT, READ, api=True),
 }
 WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),

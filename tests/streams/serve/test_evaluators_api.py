@@ -76,3 +76,27 @@ async def test_a_read_token_reads_and_makes_nothing(people):
     assert (await reader.get("/api/evaluators/")).status_code == 200
     r = await post(reader, "/api/evaluators/", {"name": "j", "kind": "json_valid"})
     assert r.status_code == 403
+
+
+async def test_online_rules_are_read_with_their_budget_and_stop(people):
+    from streams.evaluate import online
+    from streams.models import Evaluator, OnlineRule
+
+    owner, stranger = bearer(people.owner), bearer(people.stranger)
+    made = (await post(owner, "/api/evaluators/", {"name": "j", "kind": "json_valid"})).json()
+
+    @sync_to_async
+    def a_rule():
+        evaluator = Evaluator.objects.get(pk=made["id"])
+        rule = online.create(evaluator.project, user=people.owner, name="r", evaluators=[evaluator])
+        OnlineRule.objects.filter(pk=rule.pk).update(stopped_reason=online.SPEND_CAP_REACHED)
+        return rule
+
+    rule = await a_rule()
+    listed = (await owner.get("/api/online-rules/")).json()["online_rules"]
+    assert [(r["name"], r["evaluators"], r["stopped_reason"]) for r in listed] == [
+        ("r", ["j@v1"], "Its spend cap was reached.")
+    ]
+    assert (await owner.get(f"/api/online-rules/{rule.pk}/")).json()["evaluations"] == []
+    assert (await stranger.get(f"/api/online-rules/{rule.pk}/")).status_code == 404
+    assert (await stranger.get("/api/online-rules/")).json()["online_rules"] == []
