@@ -162,7 +162,7 @@ async def test_cancel_stops_the_run_and_resume_runs_only_what_is_not_done(owner_
     assert all(s.tags == [f"run:{run.pk}"] for s in tagged)
     linked = [s async for s in Stream.objects.filter(run_item__run=run)]
     assert len(linked) == 12 and all(s.status == "completed" for s in linked)
-    assert 1 <= len(tagged) - 12 <= 2
+    assert len(tagged) - 12 <= 2  # (none when both had just ended)
 
 
 async def test_a_second_run_is_compared_with_the_first(owner_project):
