@@ -291,12 +291,14 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
     """Drive `run_id` until it finishes, is cancelled or another process drives it; returns
     the last Progress. `on_progress(progress)` after every tick (the command's bar). Items
     are evaluated as they end, at most `evaluations` at once (default: the concurrency)."""
-    evaluating = set()
+    evaluating, recording = set(), set()
     try:
         while True:
             created, state = await sync_to_async(advance)(run_id)
             for stream in created:
-                await services.start(stream)
+                task = await services.start(stream)
+                if task is not None:
+                    recording.add(task)
             limit = (evaluations or await _concurrency(run_id)) - len(evaluating)
             for pk in await sync_to_async(claim_unevaluated)(run_id, limit):
                 task = asyncio.create_task(_evaluate(pk))
@@ -309,7 +311,14 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
             driver = await Run.objects.filter(pk=run_id).values_list("driver", flat=True).afirst()
             if driver != RUNNER_ID:
                 return state
-            await asyncio.sleep(tick_s)
+            # the next tick when one of this process's recordings ends (its slot is free: a
+            # fixed tick left slots idle for up to a tick each, a large share of short
+            # streams' time), else (a worker records them) after tick_s
+            recording = {t for t in recording if not t.done()}
+            if recording:
+                await asyncio.wait(recording, timeout=tick_s, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(tick_s)
     finally:
         if evaluating:
             await asyncio.gather(*evaluating)
