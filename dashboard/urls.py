@@ -19,6 +19,7 @@ from dashboard.views import (
     channels,
     definitions,
     evaluators,
+    experiments,
     exports,
     feedback,
     playground,
@@ -213,6 +214,37 @@ urlpatterns = [
     # who changed what (a project's admins: their project's; staff: every project's)
     path("audit/", audit.audit, name="audit"),
     path("playground/", include(playground_urls)),
+    # datasets, experiments and their runs (docs/experiments.md)
+    path("datasets/", experiments.dataset_list, name="dataset_list"),
+    path("datasets/<int:dataset_id>/", experiments.dataset_detail, name="dataset_detail"),
+    path("datasets/<int:dataset_id>/upload/", experiments.dataset_upload, name="dataset_upload"),
+    path(
+        "streams/add-to-dataset/",
+        experiments.streams_add_to_dataset,
+        name="streams_add_to_dataset",
+    ),
+    path(
+        "streams/<int:stream_id>/add-to-dataset/",
+        experiments.stream_add_to_dataset,
+        name="stream_add_to_dataset",
+    ),
+    path("experiments/", experiments.experiment_list, name="experiment_list"),
+    path(
+        "experiments/<int:experiment_id>/",
+        experiments.experiment_detail,
+        name="experiment_detail",
+    ),
+    path("experiments/<int:experiment_id>/run/", experiments.experiment_run, name="experiment_run"),
+    path("runs/<int:run_id>/", experiments.run_detail, name="run_detail"),
+    path("runs/<int:run_id>/cancel/", experiments.run_cancel, name="run_cancel"),
+    path("runs/<int:run_id>/resume/", experiments.run_resume, name="run_resume"),
+    path(
+        "runs/<int:run_id>/against/<int:other_run_id>/",
+        experiments.run_compare,
+        name="run_compare",
+    ),
+    path("runs/<int:run_id>/export.csv", experiments.run_export_csv, name="run_export_csv"),
+    path("runs/<int:run_id>/export.json", experiments.run_export_json, name="run_export_json"),
 ]
 # the identity provider's routes, only when one is configured (docs/sign-in.md; the route
 # walkers add them: tests/support/provider_urls.py)

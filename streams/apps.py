@@ -10,6 +10,7 @@ class StreamsConfig(AppConfig):
         # (each connected where it is defined)
         from streams.core import usage, warmup
         from streams.evaluate import online  # noqa: F401  (its periodic job)
+        from streams.experiments import runs  # noqa: F401  (its periodic job)
         from streams.observe import telemetry  # noqa: F401  (its score and comment counters)
 
         # the background jobs every long-lived process runs (streams/run/periodic.py)

@@ -2048,3 +2048,253 @@ class Evaluation(models.Model):
             "version": self.version,
             "id": self.stream_id,
         }
+
+
+# ---------------------------------------------------------------------------------------------
+# Datasets and experiments (streams/experiments/; docs/experiments.md): a dataset's items are
+# replayed, each against each variant of an experiment, as recorded streams.
+
+MAX_DATASET_NAME_CHARS = 100
+MAX_DESCRIPTION_CHARS = 2000
+MAX_EXPECTED_CHARS = 100_000
+
+
+class Dataset(models.Model):
+    """A named set of prompts of a project, in versions: an edit after an experiment used the
+    latest version makes a new one, so a finished result never changes under its reader."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="datasets", verbose_name=_("project")
+    )
+    name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
+    description = fields.TextField(_("description"), max_length=MAX_DESCRIPTION_CHARS, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("dataset")
+        verbose_name_plural = _("datasets")
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["project", "name"], name="dataset_project_name")
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class DatasetVersion(models.Model):
+    """One state of a dataset's items. `frozen` once an experiment refers to it: from then on
+    its items are never changed (streams/experiments/datasets.py makes a new version)."""
+
+    dataset = models.ForeignKey(
+        Dataset, on_delete=models.CASCADE, related_name="versions", verbose_name=_("dataset")
+    )
+    number = models.PositiveIntegerField(_("number"))
+    frozen = models.BooleanField(_("frozen"), default=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("dataset version")
+        verbose_name_plural = _("dataset versions")
+        ordering = ["dataset", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "number"], name="dataset_version_number")
+        ]
+
+    def __str__(self):
+        return gettext("%(dataset)s v%(number)s") % {"dataset": self.dataset, "number": self.number}
+
+
+class DatasetItem(models.Model):
+    """One prompt: `input` as the Responses API takes it (a string, or a list of input items),
+    with its instructions and tools; what the answer should be, if known."""
+
+    version = models.ForeignKey(
+        DatasetVersion, on_delete=models.CASCADE, related_name="items", verbose_name=_("version")
+    )
+    position = models.PositiveIntegerField(_("position"))
+    input = fields.JSONField(_("input"), default=str)
+    instructions = fields.TextField(_("instructions"), blank=True)
+    tools = fields.JSONField(_("tools"), default=list, blank=True)
+    expected_output = fields.TextField(
+        _("expected output"), max_length=MAX_EXPECTED_CHARS, blank=True
+    )
+    metadata = fields.JSONField(_("metadata"), default=dict, blank=True)
+    source_stream = models.ForeignKey(
+        Stream,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("source stream"),
+    )
+
+    class Meta:
+        verbose_name = _("dataset item")
+        verbose_name_plural = _("dataset items")
+        ordering = ["version", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["version", "position"], name="dataset_item_position")
+        ]
+
+    def __str__(self):
+        return gettext("item %(position)s") % {"position": self.position}
+
+
+class Experiment(models.Model):
+    """A dataset version replayed against one or more variants, at most `concurrency` streams
+    at a time; each replay is a `Run`."""
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="experiments", verbose_name=_("project")
+    )
+    name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
+    dataset_version = models.ForeignKey(
+        DatasetVersion,
+        on_delete=models.PROTECT,
+        related_name="experiments",
+        verbose_name=_("dataset version"),
+    )
+    concurrency = models.PositiveSmallIntegerField(_("concurrency"), default=5)
+    # applied to each item's stream once it ended (streams/evaluate/)
+    evaluators = models.ManyToManyField(
+        "Evaluator", blank=True, related_name="experiments", verbose_name=_("evaluators")
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name=_("created by"),
+    )
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+
+    class Meta:
+        verbose_name = _("experiment")
+        verbose_name_plural = _("experiments")
+        ordering = ["-created_at"]
+
+    def __str__(self):
+        return self.name
+
+
+class Variant(models.Model):
+    """What an item is sent with: the model and the request's settings."""
+
+    experiment = models.ForeignKey(
+        Experiment, on_delete=models.CASCADE, related_name="variants", verbose_name=_("experiment")
+    )
+    position = models.PositiveSmallIntegerField(_("position"))
+    name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
+    model = fields.CharField(_("model"), max_length=100)
+    # blank: each item's own
+    instructions = fields.TextField(_("instructions"), blank=True)
+    temperature = models.FloatField(_("temperature"), null=True, blank=True)
+    reasoning_effort = fields.CharField(_("reasoning effort"), max_length=10, blank=True)
+    max_output_tokens = models.PositiveIntegerField(_("max output tokens"), null=True, blank=True)
+    # none: each item's own
+    tools = fields.JSONField(_("tools"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("variant")
+        verbose_name_plural = _("variants")
+        ordering = ["experiment", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["experiment", "position"], name="variant_position")
+        ]
+
+    def __str__(self):
+        return self.name
+
+
+class Run(models.Model):
+    """One replay of an experiment: every item × variant once (`RunItem`). Driven by one
+    process at a time (`driver`, refreshed at `driven_at`); cancelled and resumed without
+    recording a finished item again."""
+
+    class State(models.TextChoices):
+        RUNNING = "running", _("Running")
+        CANCELLED = "cancelled", _("Cancelled")
+        STOPPED = "stopped", _("Stopped")  # its driving process went away: resume it
+        FINISHED = "finished", _("Finished")
+
+    project = models.ForeignKey(
+        Project, on_delete=models.CASCADE, related_name="runs", verbose_name=_("project")
+    )
+    experiment = models.ForeignKey(
+        Experiment, on_delete=models.CASCADE, related_name="runs", verbose_name=_("experiment")
+    )
+    number = models.PositiveIntegerField(_("number"))
+    state = fields.CharField(
+        _("state"), max_length=10, choices=State.choices, default=State.RUNNING
+    )
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        verbose_name=_("started by"),
+    )
+    driver = fields.CharField(_("driven by"), max_length=120, blank=True)
+    driven_at = models.DateTimeField(_("driven at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
+        ordering = ["experiment", "-number"]
+        constraints = [models.UniqueConstraint(fields=["experiment", "number"], name="run_number")]
+
+    def __str__(self):
+        return gettext("%(experiment)s, run %(number)s") % {
+            "experiment": self.experiment,
+            "number": self.number,
+        }
+
+
+class RunItem(models.Model):
+    """One item sent with one variant in one run: its recorded stream (the last attempt, once
+    it ended), none while it waits."""
+
+    run = models.ForeignKey(
+        Run, on_delete=models.CASCADE, related_name="items", verbose_name=_("run")
+    )
+    item = models.ForeignKey(
+        DatasetItem, on_delete=models.CASCADE, related_name="+", verbose_name=_("item")
+    )
+    variant = models.ForeignKey(
+        Variant, on_delete=models.CASCADE, related_name="+", verbose_name=_("variant")
+    )
+    stream = models.OneToOneField(
+        Stream,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="run_item",
+        verbose_name=_("stream"),
+    )
+    done = models.BooleanField(_("done"), default=False)
+    # its experiment's evaluators were applied (or are being applied) to its stream
+    evaluated = models.BooleanField(_("evaluated"), default=False)
+
+    class Meta:
+        verbose_name = _("run item")
+        verbose_name_plural = _("run items")
+        constraints = [
+            models.UniqueConstraint(fields=["run", "item", "variant"], name="run_item_once")
+        ]
+        indexes = [
+            # the driver's "what waits, what is in flight" per run
+            models.Index(fields=["run", "done", "stream"], name="run_item_progress"),
+        ]
+
+    def __str__(self):
+        return gettext("%(item)s with %(variant)s") % {"item": self.item, "variant": self.variant}

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from streams.serve import api, evaluators_api
+from streams.serve import api, api_experiments, evaluators_api
 
 urlpatterns = [
     path("streams/", api.api_streams, name="api_streams"),
@@ -25,6 +25,20 @@ urlpatterns = [
         api.api_channel_deliveries,
         name="api_channel_deliveries",
     ),
+    # datasets and experiments (docs/experiments.md, "API")
+    path("datasets/", api_experiments.api_datasets, name="api_datasets"),
+    path(
+        "datasets/<int:dataset_id>/items/",
+        api_experiments.api_dataset_items,
+        name="api_dataset_items",
+    ),
+    path("experiments/", api_experiments.api_experiments, name="api_experiments"),
+    path(
+        "experiments/<int:experiment_id>/runs/",
+        api_experiments.api_experiment_runs,
+        name="api_experiment_runs",
+    ),
+    path("runs/<int:run_id>/", api_experiments.api_run, name="api_run"),
     path("evaluators/", evaluators_api.api_evaluators, name="api_evaluators"),
     path("evaluators/<int:evaluator_id>/", evaluators_api.api_evaluator, name="api_evaluator"),
     path(

@@ -31,6 +31,7 @@ LAYERS = (
     ("streams.notify",),
     ("streams.alerts",),
     ("streams.evaluate",),
+    ("streams.experiments",),
     ("streams.serve",),
     ("streams", "streams.apps", "streams.admin", "streams.urls", "streams.migrations"),
     ("streams.bench",),

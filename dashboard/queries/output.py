@@ -1,10 +1,9 @@
 """The one server rendering of a stream's output (templates/dashboard/output.html), on the
 timeline and in the playground."""
 
-import difflib
 import json
-import re
 
+from streams.core.checks import word_ops
 from streams.shapes import public
 
 ITEM_JSON_MAX = 20_000
@@ -13,26 +12,6 @@ ITEM_JSON_MAX = 20_000
 # docs/performance.md, "Inspection").
 TEXT_SHOWN = 20_000
 DIFF_MAX = 200_000  # characters beyond which a word diff is not computed for the page
-
-
-_WORDS = re.compile(r"\s+|\w+|[^\w\s]")
-
-
-def word_ops(old, new):
-    """A word diff as [(op, text)], op in "same" | "del" | "ins" (the checker's `word_diff`
-    as structure, so the page can mark it up without parsing its [-…-]{+…+} text)."""
-    a, b = _WORDS.findall(old), _WORDS.findall(new)
-    ops = []
-    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
-    for op, i1, i2, j1, j2 in matcher.get_opcodes():
-        if op == "equal":
-            ops.append(("same", "".join(a[i1:i2])))
-            continue
-        if i2 > i1:
-            ops.append(("del", "".join(a[i1:i2])))
-        if j2 > j1:
-            ops.append(("ins", "".join(b[j1:j2])))
-    return ops
 
 
 def _pretty(value):

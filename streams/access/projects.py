@@ -3,8 +3,8 @@ view, API call, socket and management command asks (docs/teams.md).
 
 The roles are ordered, each may do what the one before it may and more:
 - viewer: reads everything in the project (streams, timelines, analytics, exports); comments;
-- member: also starts streams, uses the playground, scores, makes share links, saved views and
-  tokens of their own;
+- member: also starts streams, uses the playground, makes datasets and runs experiments,
+  scores, makes share links, saved views and tokens of their own;
 - admin: also manages members, the project's tokens, score types, prices, retention and
   notification channels (the others see the channels' names only);
 - owner: also renames or deletes the project (a project always has one).
@@ -29,6 +29,7 @@ class Action(enum.StrEnum):
     READ = "read"
     COMMENT = "comment"
     RUN = "run"  # start streams, the playground, imports
+    EXPERIMENT = "experiment"  # make datasets and experiments, run them
     SCORE = "score"
     EVALUATE = "evaluate"  # make and edit evaluators and online rules, try them on a stream
     SHARE = "share"
@@ -53,6 +54,7 @@ ACTIONS = {
     Action.READ: Role.VIEWER,
     Action.COMMENT: Role.VIEWER,
     Action.RUN: Role.MEMBER,
+    Action.EXPERIMENT: Role.MEMBER,
     Action.SCORE: Role.MEMBER,
     Action.EVALUATE: Role.MEMBER,
     Action.SHARE: Role.MEMBER,

@@ -650,19 +650,28 @@ def _short(text: str, limit: int = 200) -> str:
 _WORDS = re.compile(r"\s+|\w+|[^\w\s]")
 
 
-def word_diff(old: str, new: str, limit: int = 4000) -> str:
-    """A wdiff-style diff: unchanged text as is, `[-removed-]` and `{+added+}`."""
+def word_ops(old: str, new: str) -> list[tuple[str, str]]:
+    """A word diff as [(op, text)], op in "same" | "del" | "ins": the one word diff of the
+    checker, the pages (a rewrite's, the terminal text's) and the experiments' answers."""
     a, b = _WORDS.findall(old), _WORDS.findall(new)
-    out = []
+    ops = []
     for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if op == "equal":
-            out.append("".join(a[i1:i2]))
-        else:
-            if i2 > i1:
-                out.append("[-" + "".join(a[i1:i2]) + "-]")
-            if j2 > j1:
-                out.append("{+" + "".join(b[j1:j2]) + "+}")
-    text = "".join(out)
+            ops.append(("same", "".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            ops.append(("del", "".join(a[i1:i2])))
+        if j2 > j1:
+            ops.append(("ins", "".join(b[j1:j2])))
+    return ops
+
+
+_WDIFF = {"same": "{}", "del": "[-{}-]", "ins": "{{+{}+}}"}
+
+
+def word_diff(old: str, new: str, limit: int = 4000) -> str:
+    """A wdiff-style diff: unchanged text as is, `[-removed-]` and `{+added+}`."""
+    text = "".join(_WDIFF[op].format(part) for op, part in word_ops(old, new))
     return text if len(text) <= limit else text[:limit] + "…"
 
 

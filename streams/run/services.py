@@ -90,6 +90,15 @@ def create(user, body, project=None, token=None, tags=()):
         return rows.new_row(user, body, project=project, token=token, tags=tags)
 
 
+def create_for_run(user, body, project, *, tags=()):
+    """A new pending stream of an experiment's run (streams/experiments/runs.py): bounded by
+    its experiment's concurrency limit, which its user chose for this run, not by the per-user
+    one of pages (a run of 50 at a time is deliberate load, not a runaway tab)."""
+    if lifecycle.stopping:
+        raise ShuttingDown()
+    return rows.new_row(user, body, project=project, tags=tags)
+
+
 async def start(stream):
     """Run a created stream (a task on this loop, or a wake-up for the workers) and announce
     it to the live list. Call after the transaction that created it has committed. Returns

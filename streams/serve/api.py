@@ -68,12 +68,12 @@ from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
 from streams.alerts import notices as alert_notices
 from streams.alerts import rules as alert_rules
-from streams.core import conf, safejson
+from streams.core import conf
 from streams.models import MAX_CHANNEL_NAME_CHARS, Channel, Event, Project, Stream
 from streams.notify import channels as channel_rows
 from streams.notify import deliver, targets
 from streams.run import services
-from streams.serve.http import api_view, json_error, limit_error, method_not_allowed
+from streams.serve.http import api_view, json_body, json_error, limit_error, method_not_allowed
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
 from streams.store import rows, scores, search
@@ -278,22 +278,7 @@ def _invalid(form):
 
 
 def parse_json(request):
-    limit = max_body_bytes()
-    try:
-        declared = int(request.META.get("CONTENT_LENGTH") or 0)
-    except ValueError:
-        declared = 0
-    # (the declared length first: Django refuses to read a body over its own upload limit)
-    if declared > limit or len(request.body) > limit:
-        return None, json_error(413, "too_large", f"The body is over {limit:,} bytes.", limit=limit)
-    try:
-        # depth-bounded before json recurses; NaN and Infinity refused (no column stores them)
-        data = safejson.loads(request.body or b"null")
-    except ValueError as exc:
-        return None, json_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
-    if not isinstance(data, dict):
-        return None, json_error(400, "invalid_json", "The body must be a JSON object.")
-    return data, None
+    return json_body(request, max_body_bytes())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from django.views.decorators.csrf import csrf_exempt
 from streams.access import limits
 from streams.access.throttle import token_user
 from streams.access.tokens import Scope, bearer_token
+from streams.core import safejson
 
 SAFE_METHODS = ("GET", "HEAD", "OPTIONS", "TRACE")
 
@@ -158,3 +159,23 @@ def method_not_allowed(*allowed):
     response = json_error(405, "method_not_allowed", f"Use {' or '.join(allowed)}.")
     response["Allow"] = ", ".join(allowed)
     return response
+
+
+def json_body(request, limit):
+    """(the JSON object a request's body holds, None), or (None, the error response): 413 for
+    a body over `limit` bytes (by its declared length first: Django refuses to read a body
+    over its own upload limit), 400 for one that is not a JSON object."""
+    try:
+        declared = int(request.META.get("CONTENT_LENGTH") or 0)
+    except ValueError:
+        declared = 0
+    if declared > limit or len(request.body) > limit:
+        return None, json_error(413, "too_large", f"The body is over {limit:,} bytes.", limit=limit)
+    try:
+        # depth-bounded before json recurses; NaN and Infinity refused (no column stores them)
+        data = safejson.loads(request.body or b"null")
+    except ValueError as exc:
+        return None, json_error(400, "invalid_json", f"The body is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return None, json_error(400, "invalid_json", "The body must be a JSON object.")
+    return data, None

@@ -65,6 +65,7 @@ from streams.store import scores
 from tests.support import paths
 from tests.support.alerts import walk_objects
 from tests.support.captures import small_stream, sse
+from tests.support.experiments import made as made_experiments
 from tests.support.i18n import (
     CATALOGS,
     OTHER_DATE_FORM,
@@ -183,6 +184,10 @@ def history(django_db_setup, django_db_blocker):
             )
             notify_deliver.send_test(channel, owner)
             channel_ids.append(channel.pk)
+        # a dataset, an experiment and two finished runs of each (docs/experiments.md)
+        walked_experiments = [
+            made_experiments(owner, Project.personal(owner)) for owner in (staff, user)
+        ]
         # an evaluator of the user's that has scored their first stream, and an online rule
         # stopped at its spend cap (its page says so)
         evaluator = evaluate.save(
@@ -200,6 +205,7 @@ def history(django_db_setup, django_db_blocker):
             "price_ids": list(Price.objects.filter(project=own).values_list("pk", flat=True)),
             **alerts,
             "channel_ids": channel_ids,
+            "experiments": walked_experiments,
             "evaluator_ids": [evaluator.pk],
             "online_rule_ids": [online_rule.pk],
             "token_ids": list(ApiToken.objects.values_list("pk", flat=True)),
@@ -244,6 +250,12 @@ FILL = {
     "turn_id": lambda h, bound: h["conversations"][bound["conversation_id"]],
     "secret": lambda h, bound: list(h["share_links"]),
     "link_id": lambda h, bound: h["link_ids"],
+    "dataset_id": lambda h, bound: [m.dataset.pk for m in h["experiments"]],
+    "experiment_id": lambda h, bound: [m.experiment.pk for m in h["experiments"]],
+    "run_id": lambda h, bound: [m.run.pk for m in h["experiments"]],
+    "other_run_id": lambda h, bound: [
+        m.earlier.pk for m in h["experiments"] if m.run.pk == bound["run_id"]
+    ],
     "token_id": lambda h, bound: h["token_ids"],
     "channel_id": lambda h, bound: h["channel_ids"],
     "project_slug": lambda h, bound: h["project_slugs"],

@@ -68,7 +68,8 @@ ALLOWED = {
     "output", "input", "sessie", "prompt", "tool", "reasoning", "server", "client", "pending",
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
-    "feedback", "project", "projecten",
+    "feedback", "project", "projecten", "dataset", "datasets", "experiment", "item", "items",
+    "variant", "metadata",
     # notification channels' kinds, as their makers name them (docs/alerts.md)
     "e-mail", "webhook", "webhooks", "slack", "apprise",
 }  # fmt: skip
@@ -270,6 +271,7 @@ def recorded_data():
     values.update(SCENARIOS)  # identifiers the playground offers, as the API takes them
     values.update(MODELS)
     values.update(_month_abbreviations())
+    values.update(_experiments_data())
     # each word as found and as english_left reads it (its ends' quotes, dashes and dots off)
     words = {x for v in values for w in WORD.findall(str(v)) for x in (w, w.strip("'’-."))}
     # shown whole (never word by word): a JSON field as the admin writes it, an event's data as
@@ -279,6 +281,27 @@ def recorded_data():
         whole.update(json.dumps(v, ensure_ascii=False) for v in (body, parts, tags) if v)
     whole.update(Event.objects.values_list("data", flat=True))
     return Recorded({str(v) for v in values if v} | words | whole)
+
+
+def _experiments_data():
+    """Datasets, their items and experiments as made (names, texts, models, versions), and the
+    reasoning efforts as the API takes them."""
+    from streams.experiments.experiments import EFFORTS
+    from streams.models import Dataset, DatasetItem, DatasetVersion, Experiment, Variant
+
+    yield from EFFORTS
+    for row in Dataset.objects.values_list("name", "description"):
+        yield from row
+    for number in DatasetVersion.objects.values_list("number", flat=True):
+        yield f"v{number}"
+    for value, *texts in DatasetItem.objects.values_list(
+        "input", "instructions", "expected_output"
+    ):
+        yield from texts
+        yield from _strings(value)
+    yield from Experiment.objects.values_list("name", flat=True)
+    for row in Variant.objects.values_list("name", "model", "instructions"):
+        yield from row
 
 
 def _finding_data():

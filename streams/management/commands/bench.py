@@ -19,6 +19,7 @@ BENCHMARKS = {
     "simulator": "streams.bench.simulator",
     "capacity": "streams.bench.capacity",
     "alerts": "streams.bench.alerts",
+    "experiment": "streams.bench.experiment",
 }
 
 

@@ -63,7 +63,7 @@ from streams.models import (
 from streams.models import Rule as AlertRule
 from streams.notify import channels as notify_channels
 from streams.store import scores
-from tests.support import provider_urls
+from tests.support import experiments, provider_urls
 from tests.support.clients import session, ws
 
 pytestmark = [
@@ -294,6 +294,46 @@ RULES = {
         Rule(PROJECT, ALERTS, "POST", ok=400, api=True),
     ),
     "api_alert_history": Rule(PROJECT, READ, api=True),
+    # datasets and experiments (docs/experiments.md): viewers read, members make and run
+    "dataset_list": (Rule(PROJECT, READ), Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400)),
+    "dataset_detail": Rule(OBJECT, READ),
+    "dataset_upload": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=400),  # no file
+    "stream_add_to_dataset": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=400),  # no dataset
+    "streams_add_to_dataset": (  # the list's filter: the current project's streams
+        Rule(PROJECT, READ),
+        Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400),
+    ),
+    "experiment_list": (
+        Rule(PROJECT, READ),
+        Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400),  # the empty form
+    ),
+    "experiment_detail": Rule(OBJECT, READ),
+    "experiment_run": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=302),
+    "run_detail": Rule(OBJECT, READ),
+    "run_cancel": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=302),  # (finished: nothing to do)
+    "run_resume": Rule(OBJECT, Action.EXPERIMENT, "POST", ok=302),
+    "run_compare": Rule(OBJECT, READ),
+    "run_export_csv": Rule(OBJECT, READ),
+    "run_export_json": Rule(OBJECT, READ),
+    "api_datasets": (
+        Rule(PROJECT, READ, api=True),
+        Rule(PROJECT, Action.EXPERIMENT, "POST", ok=400, api=True, data=lambda o: {}),  # no name
+    ),
+    "api_dataset_items": Rule(
+        OBJECT, Action.EXPERIMENT, "POST", ok=201, api=True, data=lambda o: {"items": []}
+    ),
+    "api_experiments": Rule(
+        PROJECT,
+        Action.EXPERIMENT,
+        "POST",
+        ok=400,
+        api=True,
+        data=lambda o: {},  # no dataset
+    ),
+    "api_experiment_runs": Rule(
+        OBJECT, Action.EXPERIMENT, "POST", ok=201, api=True, data=lambda o: {}
+    ),
+    "api_run": Rule(OBJECT, READ, api=True),
     # evaluators and online rules (the empty form: no name, no stream); the API's edit with
     # nothing changed answers the evaluator as it is
     "evaluator_list": Rule(PROJECT, READ),
@@ -352,6 +392,10 @@ PARAMS = {
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
+    "dataset_id": lambda objects: objects.experiments.dataset.pk,
+    "experiment_id": lambda objects: objects.experiments.experiment.pk,
+    "run_id": lambda objects: objects.experiments.run.pk,
+    "other_run_id": lambda objects: objects.experiments.earlier.pk,
 }
 _PARAM = re.compile(r"<(?:\w+:)?(\w+)>")
 
@@ -493,6 +537,7 @@ def owned_objects(owner, project):
         view=view,
         score=score,
         links=share_links(owner, stream),
+        experiments=experiments.made(owner, project, items=1, models=("gpt-oss-20b",)),
     )
 
 

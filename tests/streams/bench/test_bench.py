@@ -209,6 +209,20 @@ def test_capacity(tmp_path):
 
 
 @TIER_1
+def test_experiment(tmp_path):
+    """6 items × 2 variants at 3 at a time, as an experiment and started directly: nothing lost,
+    both timed; the run page of 50 items rendered."""
+    (line,) = bench(
+        tmp_path, "experiment", "--items", "6", "--variants", "2", "--concurrency", "3",
+        "--time-scale", "0.02", "--sentences", "1", "--page-items", "50", "--page-repeat", "2",
+    )  # fmt: skip
+    assert (line["streams"], line["lost"]) == (12, 0)
+    assert positive(line["direct_s"]) and positive(line["experiment_s"])
+    assert positive(line["ratio"]) and positive(line["page_p50_ms"])
+    assert line["page_max_ms"] >= line["page_p50_ms"]
+
+
+@TIER_1
 def test_usage(tmp_path):
     """Usage and cost per finished stream, four kinds: each priced or not as it should be."""
     lines = bench(tmp_path, "usage", "--streams", "5", "--events", "20")

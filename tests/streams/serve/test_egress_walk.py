@@ -724,6 +724,10 @@ class History:
     share_secrets: dict = dataclasses.field(default_factory=dict)
     link_ids: list = dataclasses.field(default_factory=list)
     token_ids: list = dataclasses.field(default_factory=list)
+    # datasets, experiments and runs made of the hostile streams (each pair of runs compared)
+    dataset_ids: list = dataclasses.field(default_factory=list)
+    experiment_ids: list = dataclasses.field(default_factory=list)
+    run_pairs: list = dataclasses.field(default_factory=list)  # [(run id, earlier run id)]
     # projects (a hostile name), their members, invitations and the invitations' secrets
     project_slugs: list = dataclasses.field(default_factory=list)
     member_ids: list = dataclasses.field(default_factory=list)
@@ -844,6 +848,7 @@ def load_history(people):
     return History(
         **made,
         **_alerts(people),
+        **_experiments(people),
         **_evaluators(people),
         channel_ids=_channels(people),
         share_secrets=share_secrets,
@@ -930,6 +935,43 @@ def _channels(people):
         deliver.send([channel], Message(f"{XSS[1]} {KEY}", lines=[KEY]), "walk")
         ids.append(channel.pk)
     return ids
+
+
+def _experiments(people):
+    """Per person: a dataset of a few of their hostile streams, an experiment of two variants
+    and two finished runs whose item streams are those streams (in turned orders, so the
+    comparison finds every answer changed): History's fields of them."""
+    from streams.experiments import datasets, experiments, runs
+    from streams.models import Run, RunItem
+    from streams.models import Stream as Row
+
+    found = {"dataset_ids": [], "experiment_ids": [], "run_pairs": []}
+    for person in people.values():
+        mine = list(Row.objects.filter(user=person.user).order_by("pk")[:4])
+        project = mine[0].project
+        dataset = datasets.create(project, f"{XSS[0]} {person.name}", user=person.user)
+        datasets.add_streams(dataset, Row.objects.filter(pk__in=[s.pk for s in mine]))
+        experiment = experiments.create(
+            project,
+            name=f"{XSS[0]} {person.name}",
+            version=datasets.latest(dataset),
+            variants=[{"model": "a", "name": XSS[0]}, {"model": "b"}],
+            user=person.user,
+        )
+        pair = []
+        for turn in (0, 1):
+            run = runs.start(experiment, person.user)
+            for n, item in enumerate(RunItem.objects.filter(run=run).order_by("pk")):
+                stream = mine[(n + turn) % len(mine)]
+                RunItem.objects.filter(pk=item.pk).update(done=True, evaluated=True)
+                if not RunItem.objects.filter(stream=stream).exists():
+                    RunItem.objects.filter(pk=item.pk).update(stream=stream)
+            Run.objects.filter(pk=run.pk).update(state=Run.State.FINISHED)
+            pair.append(run.pk)
+        found["dataset_ids"].append(dataset.pk)
+        found["experiment_ids"].append(experiment.pk)
+        found["run_pairs"].append((pair[1], pair[0]))
+    return found
 
 
 def _projects(people):
@@ -1024,6 +1066,12 @@ FILL = {
     "score_type_id": lambda h, route, bound: h.score_type_ids,
     "price_id": lambda h, route, bound: h.price_ids,
     "key": lambda h, route, bound: h.invitation_keys,  # an invitation's link
+    "dataset_id": lambda h, route, bound: h.dataset_ids,
+    "experiment_id": lambda h, route, bound: h.experiment_ids,
+    "run_id": lambda h, route, bound: [pk for pair in h.run_pairs for pk in pair],
+    "other_run_id": lambda h, route, bound: [
+        other for run, other in h.run_pairs if run == bound["run_id"]
+    ],
     "rule_id": lambda h, route, bound: h.rule_ids,
     "silence_id": lambda h, route, bound: h.silence_ids,
     "evaluator_id": lambda h, route, bound: h.evaluator_ids,

@@ -1,0 +1,367 @@
+"""Running an experiment: every dataset item × variant once, as recorded streams.
+
+A run is driven by one coroutine (`drive`) in one process at a time: each tick (`advance`) it
+notes the items whose streams ended, and starts new ones while fewer than the experiment's
+concurrency are in flight. Streams are created and started through streams/run/services.py,
+as every stream is, so they are recorded, listed and run in a `stream_worker` when workers are
+configured. The run's state and its items live in the database, so a cancel from any process
+stops it and a resume (from any process) starts only the items not done: a finished item is
+never recorded again. A run whose driving process went away is marked `stopped` by the
+periodic job `experiments.stopped`, to be resumed.
+"""
+
+import asyncio
+import contextvars
+import dataclasses
+import datetime as dt
+import logging
+
+from asgiref.sync import sync_to_async
+from django.db import transaction
+from django.db.models import Count, Max, Q
+
+from streams import evaluate
+from streams.core import conf
+from streams.core.lifecycle import RUNNER_ID
+from streams.experiments import datasets
+from streams.models import Run, RunItem, Stream
+from streams.run import periodic, services
+from streams.store import rows
+
+log = logging.getLogger(__name__)
+
+TICK_S = 0.2
+# A driver that has not ticked for this long is gone (its run is `stopped`, to be resumed).
+DRIVER_STALE_S = 30.0
+# What the OpenAI API takes as request metadata (an item's metadata goes upstream with it).
+METADATA_MAX_KEYS, METADATA_MAX_VALUE = 16, 512
+
+
+@dataclasses.dataclass
+class Progress:
+    total: int = 0
+    done: int = 0
+    in_flight: int = 0
+    failed: int = 0
+    state: str = Run.State.RUNNING
+
+    @property
+    def waiting(self):
+        return self.total - self.done - self.in_flight
+
+    @property
+    def percent(self):
+        return 100 if not self.total else int(100 * self.done / self.total)
+
+    @property
+    def finished(self):
+        return self.state != Run.State.RUNNING
+
+
+def run_tag(run):
+    """The tag on every stream of `run` (the stream list finds them by it)."""
+    return f"run:{run.pk}"
+
+
+def request_metadata(metadata):
+    """The part of an item's metadata sent upstream with it (what the API accepts)."""
+    out = {}
+    for key, value in (metadata or {}).items():
+        if len(out) >= METADATA_MAX_KEYS:
+            break
+        if isinstance(value, bool) or not isinstance(value, str | int | float):
+            continue
+        if len(str(key)) <= 64 and len(str(value)) <= METADATA_MAX_VALUE:
+            out[str(key)] = value
+    return out
+
+
+def request_body(item, variant):
+    """The Responses request of `item` sent with `variant`: the variant's settings over the
+    item's own (instructions and tools: the item's when the variant has none)."""
+    body = rows.build_request_body(
+        item.input,
+        variant.model,
+        instructions=variant.instructions or item.instructions,
+        temperature=variant.temperature,
+        max_output_tokens=variant.max_output_tokens,
+        metadata=request_metadata(item.metadata),
+    )
+    tools = variant.tools if variant.tools is not None else item.tools
+    if tools:
+        body["tools"] = tools
+    if variant.reasoning_effort:
+        body["reasoning"] = {"effort": variant.reasoning_effort}
+    return body
+
+
+def start(experiment, user):
+    """A new run of `experiment` (its dataset version frozen from now on), to be driven."""
+    with transaction.atomic():
+        datasets.freeze(experiment.dataset_version)
+        number = (experiment.runs.aggregate(n=Max("number"))["n"] or 0) + 1
+        run = Run.objects.create(
+            project_id=experiment.project_id,
+            experiment=experiment,
+            number=number,
+            started_by=user if getattr(user, "pk", None) else None,
+            driver=RUNNER_ID,
+            driven_at=dt.datetime.now(dt.UTC),
+        )
+        items = experiment.dataset_version.items.order_by("position").values_list("pk", flat=True)
+        variants = list(experiment.variants.order_by("position").values_list("pk", flat=True))
+        RunItem.objects.bulk_create(
+            (
+                RunItem(run=run, item_id=item, variant_id=variant)
+                for item in items.iterator(chunk_size=2000)
+                for variant in variants
+            ),
+            batch_size=2000,
+        )
+    return run
+
+
+def cancel(run):
+    """Stop `run`: nothing new starts, its streams in flight are cancelled, and their items
+    wait for a resume. False when it was not running."""
+    if not Run.objects.filter(pk=run.pk, state=Run.State.RUNNING).update(state=Run.State.CANCELLED):
+        return False
+    in_flight = RunItem.objects.filter(run=run, done=False, stream__isnull=False)
+    for run_item in in_flight.select_related("stream"):
+        # one that ended meanwhile stays linked (its item is done at the next tick); the rest
+        # wait for a resume, their cancelled streams kept as recorded, unlinked
+        if services.cancel(run_item.stream) != services.FINISHED:
+            RunItem.objects.filter(pk=run_item.pk, done=False).update(stream=None)
+    return True
+
+
+def resume(run):
+    """Run `run`'s items that are not done (a cancelled or stopped run); False when it is
+    running or finished. The caller drives it (`launch` or `drive`)."""
+    return bool(
+        Run.objects.filter(pk=run.pk, state__in=[Run.State.CANCELLED, Run.State.STOPPED]).update(
+            state=Run.State.RUNNING, driver=RUNNER_ID, driven_at=dt.datetime.now(dt.UTC)
+        )
+    )
+
+
+def progress(run_id):
+    counts = RunItem.objects.filter(run_id=run_id).aggregate(
+        n_total=Count("pk"),
+        n_done=Count("pk", filter=Q(done=True)),
+        n_in_flight=Count("pk", filter=Q(done=False, stream__isnull=False)),
+        n_failed=Count(
+            "pk",
+            filter=Q(done=True)
+            & ~Q(stream__status__in=[Stream.Status.COMPLETED, Stream.Status.INCOMPLETE]),
+        ),
+    )
+    state = Run.objects.filter(pk=run_id).values_list("state", flat=True).first()
+    return Progress(state=state or Run.State.CANCELLED, **{k[2:]: v for k, v in counts.items()})
+
+
+def _settled(stream, now):
+    """Whether `stream` (an item's latest attempt) has ended for good: a stalled attempt may
+    still get a retry (the runner makes it just after), so it waits a moment."""
+    if stream.is_active:
+        return False
+    if stream.status == Stream.Status.STALLED and stream.attempt < conf.get().stall_max_attempts:
+        return stream.finished_at is not None and (now - stream.finished_at).total_seconds() > 5
+    return True
+
+
+def _latest_attempts(first_ids):
+    """{first attempt id: its latest attempt} of the streams `first_ids`."""
+    latest = {}
+    attempts = Stream.objects.filter(Q(pk__in=first_ids) | Q(first_attempt_id__in=first_ids))
+    for stream in attempts.only("pk", "status", "attempt", "finished_at", "first_attempt_id"):
+        first = stream.first_attempt_id or stream.pk
+        if first not in latest or stream.attempt > latest[first].attempt:
+            latest[first] = stream
+    return latest
+
+
+def _claim(run_id, now):
+    """Drive `run_id` from this process for another tick, unless another live one does."""
+    stale = now - dt.timedelta(seconds=DRIVER_STALE_S)
+    return Run.objects.filter(
+        Q(driver=RUNNER_ID) | Q(driven_at__lt=stale) | Q(driven_at__isnull=True),
+        pk=run_id,
+        state=Run.State.RUNNING,
+    ).update(driver=RUNNER_ID, driven_at=now)
+
+
+def advance(run_id):
+    """One tick of `run_id`: (the streams created for the caller to start, Progress)."""
+    now = dt.datetime.now(dt.UTC)
+    if not _claim(run_id, now):
+        return [], progress(run_id)
+    run = Run.objects.select_related("experiment").get(pk=run_id)
+    in_flight = dict(
+        RunItem.objects.filter(run_id=run_id, done=False, stream__isnull=False).values_list(
+            "pk", "stream_id"
+        )
+    )
+    latest = _latest_attempts(list(in_flight.values()))
+    ended = []
+    for item_pk, stream_id in in_flight.items():
+        last = latest.get(stream_id)
+        if last is None or _settled(last, now):
+            ended.append((item_pk, last))
+    for item_pk, last in ended:
+        # (conditional: a cancel meanwhile unlinked it, and it waits for a resume)
+        RunItem.objects.filter(pk=item_pk, done=False, stream_id=in_flight[item_pk]).update(
+            done=True, stream=last
+        )
+    slots = run.experiment.concurrency - (len(in_flight) - len(ended))
+    created = _top_up(run, slots) if slots > 0 else []
+    state = progress(run_id)
+    unevaluated = (
+        run.experiment.evaluators.exists()
+        and RunItem.objects.filter(run_id=run_id, evaluated=False).exists()
+    )
+    if state.done == state.total and not created and not unevaluated:
+        Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(
+            state=Run.State.FINISHED, finished_at=now
+        )
+        state = progress(run_id)
+    return created, state
+
+
+def _top_up(run, slots):
+    waiting = list(
+        RunItem.objects.filter(run=run, done=False, stream__isnull=True)
+        .select_related("item", "variant")
+        .order_by("item__position", "variant__position")[:slots]
+    )
+    created = []
+    for run_item in waiting:
+        body = request_body(run_item.item, run_item.variant)
+        with transaction.atomic():
+            # (locked and checked: a cancel between the read and here leaves the item waiting)
+            if not Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING):
+                break
+            stream = services.create_for_run(
+                run.started_by, body, run.project_id, tags=[run_tag(run)]
+            )
+            RunItem.objects.filter(pk=run_item.pk).update(stream=stream)
+        created.append(stream)
+    return created
+
+
+def claim_unevaluated(run_id, limit):
+    """Up to `limit` done items of `run_id` whose evaluators were not applied, claimed for
+    this process (each is evaluated once: a conditional UPDATE, as the work queue claims)."""
+    if limit <= 0:
+        return []
+    candidates = RunItem.objects.filter(
+        run_id=run_id, done=True, evaluated=False, run__experiment__evaluators__isnull=False
+    ).values_list("pk", flat=True)
+    claimed = []
+    for pk in list(candidates.distinct()[:limit]):
+        if RunItem.objects.filter(pk=pk, evaluated=False).update(evaluated=True):
+            claimed.append(pk)
+    return claimed
+
+
+def evaluate_item(run_item_id):
+    """Apply the item's experiment's evaluators to its stream (with the item's expected
+    output); [Result] (streams/evaluate/). Sync and possibly slow (a judge records a stream
+    and waits for it): the driver runs it in a thread of its own."""
+    run_item = RunItem.objects.select_related("item", "stream", "run__experiment").get(
+        pk=run_item_id
+    )
+    if run_item.stream is None:
+        return []
+    expected = run_item.item.expected_output or None
+    return [
+        evaluate.apply(evaluator, stream=run_item.stream, expected=expected)
+        for evaluator in run_item.run.experiment.evaluators.order_by("pk")
+    ]
+
+
+async def _evaluate(run_item_id):
+    try:
+        await asyncio.to_thread(evaluate_item, run_item_id)
+    except Exception:
+        log.exception("run item %s: its evaluation failed", run_item_id)
+
+
+async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
+    """Drive `run_id` until it finishes, is cancelled or another process drives it; returns
+    the last Progress. `on_progress(progress)` after every tick (the command's bar). Items
+    are evaluated as they end, at most `evaluations` at once (default: the concurrency)."""
+    evaluating, recording = set(), set()
+    try:
+        while True:
+            created, state = await sync_to_async(advance)(run_id)
+            for stream in created:
+                task = await services.start(stream)
+                if task is not None:
+                    recording.add(task)
+            limit = (evaluations or await _concurrency(run_id)) - len(evaluating)
+            for pk in await sync_to_async(claim_unevaluated)(run_id, limit):
+                task = asyncio.create_task(_evaluate(pk))
+                evaluating.add(task)
+                task.add_done_callback(evaluating.discard)
+            if on_progress is not None:
+                on_progress(state)
+            if state.finished:
+                return state
+            driver = await Run.objects.filter(pk=run_id).values_list("driver", flat=True).afirst()
+            if driver != RUNNER_ID:
+                return state
+            # the next tick when one of this process's recordings ends (its slot is free: a
+            # fixed tick left slots idle for up to a tick each, a large share of short
+            # streams' time), else (a worker records them) after tick_s
+            recording = {t for t in recording if not t.done()}
+            if recording:
+                await asyncio.wait(recording, timeout=tick_s, return_when=asyncio.FIRST_COMPLETED)
+            else:
+                await asyncio.sleep(tick_s)
+    finally:
+        if evaluating:
+            await asyncio.gather(*evaluating)
+
+
+async def _concurrency(run_id):
+    return (
+        await Run.objects.filter(pk=run_id)
+        .values_list("experiment__concurrency", flat=True)
+        .afirst()
+        or 1
+    )
+
+
+_drivers = {}
+
+
+def launch(run):
+    """Drive `run` as a task on the running loop (a page's, the API's): it outlives the request
+    that started it. One driver per run in this process."""
+    task = _drivers.get(run.pk)
+    if task is not None and not task.done():
+        return task
+    # a fresh context, not the request's (see runner.start)
+    task = asyncio.get_running_loop().create_task(
+        drive(run.pk), name=f"run-{run.pk}", context=contextvars.Context()
+    )
+    _drivers[run.pk] = task
+    task.add_done_callback(lambda t: _driven(run.pk, t))
+    return task
+
+
+def _driven(run_id, task):
+    if _drivers.get(run_id) is task:
+        del _drivers[run_id]
+    if not task.cancelled() and task.exception() is not None:
+        log.error("run %s: its driver failed", run_id, exc_info=task.exception())
+
+
+@periodic.job("experiments.stopped", 10.0)
+def mark_stopped():
+    """Runs whose driving process went away are `stopped` (a page offers to resume them)."""
+    stale = dt.datetime.now(dt.UTC) - dt.timedelta(seconds=DRIVER_STALE_S)
+    return Run.objects.filter(
+        Q(driven_at__lt=stale) | Q(driven_at__isnull=True), state=Run.State.RUNNING
+    ).update(state=Run.State.STOPPED)
