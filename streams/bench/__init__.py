@@ -70,7 +70,6 @@ NOT_LOAD_LIMITS = {
     },  # fmt: skip
     "BATCH_MAX_EVENTS": "batching, part of what is measured",
     "BATCH_MAX_AGE_MS": "batching, part of what is measured",
-    "BATCH_UNWATCHED_AGE_MS": "batching, part of what is measured",
     "COUNT_WRITE_INTERVAL_MS": "how often a count is rewritten, part of what is measured",
     "QUEUE_MAX_EVENTS": "backpressure: readers wait while it is full, nothing is dropped",
     "STORAGE_RETRY_S": "a database that refuses batches fails streams: reported as lost events",

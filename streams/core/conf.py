@@ -32,10 +32,6 @@ class Settings:
     # A batch commits when it holds this many events or is this old (always at a terminal event).
     batch_max_events: int = 2000
     batch_max_age_ms: float = 5.0
-    # ... or this old when no viewer in this process watches any stream of it (the local
-    # fan-out knows; through a channel layer someone may always watch): nobody waits for those
-    # events, and a commit every 5 ms cost more CPU than their rows did (issue 45).
-    batch_unwatched_age_ms: float = 50.0
     # A streaming row's event_count is rewritten at most this often (its events are committed
     # at every batch; the count is exact at every milestone, status change and the end).
     count_write_interval_ms: float = 500.0

@@ -12,10 +12,6 @@ reader (per stream: recorder) ─► bounded queue ─► writer ─► DB commi
   (multi-row inserts; a stream's row only when a field of it changed, its event_count at most
   every COUNT_WRITE_INTERVAL_MS), and only after the commit publishes one channel-layer message
   per stream. Terminal events, cancellation and the end of a stream flush at once.
-- Its schedule follows who waits: a batch commits when its oldest event is BATCH_MAX_AGE_MS
-  old if a viewer watches one of its streams, else when it is BATCH_UNWATCHED_AGE_MS old
-  (a viewer who arrives meanwhile hurries it). Each commit is a hand-off to the writer's thread
-  and back, and one every 5 ms for streams nobody watched cost more CPU than their rows.
 - The SQL of a batch is `streams/store/rows.py`'s (`rows.write_batch`): a stream whose rows the
   database refuses loses its events of the batch and ends `failed` (`storage_refused`), the
   other streams of the batch are stored.
@@ -59,8 +55,6 @@ class Writer:
         self.max_age_s = (
             max_age_ms if max_age_ms is not None else conf.get().batch_max_age_ms
         ) / 1e3
-        # (only ever longer than max_age: a writer told to wait waits at least that long)
-        self.unwatched_age_s = max(self.max_age_s, conf.get().batch_unwatched_age_ms / 1e3)
         self.capacity = queue_max or conf.get().queue_max_events
         self.buffer = collections.deque()
         self.queued = 0  # events in the buffer
@@ -70,10 +64,6 @@ class Writer:
         self._space = asyncio.Event()  # the buffer is below capacity
         self._space.set()
         self._kick = None  # a pending batch's timer: resolve it to commit early
-        self._timer = None  # the handle that resolves `_kick` when the batch is old enough
-        # While a batch waits on the unwatched schedule: the live groups (relay.live_groups),
-        # so that a chunk of a stream someone starts watching hurries it.
-        self._watching = None
         self._flushes = 0  # flush requests in the buffer: commit without waiting
         self._oldest = 0.0  # loop time when the buffer last became non-empty
         self._batch = ()  # the batch being committed
@@ -95,9 +85,6 @@ class Writer:
         if not self._ready.is_set():
             self._ready.set()
             self._oldest = self._loop.time()
-        watching = self._watching
-        if watching is not None and relay.stream_group(rec.stream_id) in watching:
-            self._hurry()
         n = self.queued = self.queued + len(payloads)
         if n >= self.max_events:
             self._wake()
@@ -122,15 +109,6 @@ class Writer:
         if kick is not None and not kick.done():
             kick.set_result(None)
 
-    def _hurry(self):
-        """A watched stream's events joined a batch waiting on the unwatched schedule: commit
-        it when its oldest event is max_age old."""
-        self._watching = None
-        kick = self._kick
-        if kick is not None and not kick.done():
-            self._timer.cancel()
-            self._timer = self._loop.call_at(self._oldest + self.max_age_s, _resolve, kick)
-
     async def _run(self):
         while True:
             await self._ready.wait()
@@ -144,26 +122,17 @@ class Writer:
                 _fail_batch(batch, exc)
 
     async def _let_fill(self):
-        """Let the batch fill until its oldest event is max_age old, or unwatched_age when
-        nobody watches any of its streams (or until full, or a flush). From the oldest event,
-        not from now: what queued during the last commit has waited already
-        (docs/performance.md, "Recorder")."""
-        if self._flushes or self.queued >= self.max_events:
-            return
+        """Let the batch fill until its oldest event is max_age old (or until full, or a
+        flush). From the oldest event, not from now: what queued during the last commit has
+        waited already (docs/performance.md, "Recorder")."""
         loop = self._loop
-        age = self.max_age_s
-        groups = relay.live_groups()
-        if self.unwatched_age_s > age and groups is not None and not _watched(self.buffer, groups):
-            age = self.unwatched_age_s
-            self._watching = groups
-        wait_s = self._oldest + age - loop.time()
-        if wait_s > 0:
+        wait_s = self._oldest + self.max_age_s - loop.time()
+        if not self._flushes and self.queued < self.max_events and wait_s > 0:
             self._kick = kick = loop.create_future()
-            self._timer = loop.call_later(wait_s, _resolve, kick)
+            timer = loop.call_later(wait_s, _resolve, kick)
             await kick
-            self._timer.cancel()
+            timer.cancel()
             self._kick = None
-        self._watching = None
 
     def _take_batch(self):
         """The next batch and its event count: everything queued (whole chunks, up to
@@ -236,18 +205,6 @@ class Writer:
                 findings.extend(rec.pending_findings)
                 rec.pending_findings = []
         return updates, findings
-
-
-def _watched(buffer, groups):
-    """Whether a stream with events in `buffer` has a viewer in `groups`."""
-    seen = set()
-    for entry in buffer:
-        rec = entry[0]
-        if rec not in seen:
-            seen.add(rec)
-            if relay.stream_group(rec.stream_id) in groups:
-                return True
-    return False
 
 
 def _sort_batch(batch):

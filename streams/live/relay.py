@@ -86,13 +86,6 @@ def local_fanout():
     return fanout if isinstance(get_channel_layer(), InMemoryChannelLayer) else None
 
 
-def live_groups():
-    """The groups somebody in this process listens to (the local fan-out's, a live view), or
-    None when messages go through a channel layer, whose listeners may be anywhere."""
-    local = local_fanout()
-    return None if local is None else local.groups
-
-
 def stream_group(stream_id):
     return f"stream.{stream_id}"
 
