@@ -362,35 +362,28 @@ async def record_attempt(
     phases = Phases()
     phases.activate()
     _begin_attempt(rec, url, body, stall_s)
-    outcome = None
+    ended = None  # the outcome the port hears: None when the attempt reached none
     try:
-        await _warmed_up(rec)
-        if forwarded is None:
-            outcome = await _attempt_started_here(
-                rec, client, url, body, api_key, writer, phases, stall_s
-            )
-        else:
-            outcome = await _attempt_forwarded(rec, client, url, writer, forwarded, phases)
-        outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
-    except _FAILURES as exc:
-        outcome = _failure_outcome(rec, exc, stall_s)
-    except asyncio.CancelledError:
-        outcome = _cancelled_outcome(rec)
         try:
-            await asyncio.shield(_finish(rec, writer, outcome))
-        finally:
-            if port is not None:
-                await asyncio.shield(port.finish(outcome))
-        raise
-    except BaseException:
-        if port is not None:
-            await asyncio.shield(port.finish(None))
-        raise
-    try:
+            await _warmed_up(rec)
+            if forwarded is None:
+                outcome = await _attempt_started_here(
+                    rec, client, url, body, api_key, writer, phases, stall_s
+                )
+            else:
+                outcome = await _attempt_forwarded(rec, client, url, writer, forwarded, phases)
+            outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
+        except _FAILURES as exc:
+            outcome = _failure_outcome(rec, exc, stall_s)
+        except asyncio.CancelledError:
+            ended = _cancelled_outcome(rec)
+            await asyncio.shield(_finish(rec, writer, ended))
+            raise
         await _finish(rec, writer, outcome)
+        ended = outcome
     finally:
         if port is not None:
-            await asyncio.shield(port.finish(outcome))
+            await asyncio.shield(port.finish(ended))
     return outcome
 
 

@@ -103,3 +103,18 @@ async def test_the_proxys_own_cancel_says_why(upstream):
     stream = await Stream.objects.aget(pk=port.calls[0][2])
     assert (stream.status, stream.error_code) == ("cancelled", "client_disconnected")
     assert port.calls[-1][1].error_code == "client_disconnected"
+
+
+async def test_a_row_that_cannot_be_made_ends_the_port_without_an_outcome(upstream):
+    """The proxy's client then gets the proxy's 502 (or a reset), never a clean end."""
+
+    async def no_row():
+        raise RuntimeError("the database refused the row")
+
+    port = Port()
+    b = body()
+    url = upstream.base_url + "/responses"
+    running = runner.start_proxied(no_row, b, url, forward(b, port))
+    with pytest.raises(RuntimeError):
+        await running.task
+    assert port.calls == [("finish", None)]  # no head went out without its stream's id
