@@ -4,10 +4,11 @@
 upstream (httpx) ─► reader (per stream, here) ─► writer (streams/ingest/writer.py) ─► DB ─► publish
                     stamps t on receipt, checks     batches, commits, then publishes
 ```
-- `record_attempt` runs one attempt: the request (started here, or forwarded by the proxy with
-  a tap), the events as they arrive (`Recording.ingest`: numbered, checked, stamped, queued to
-  the writer), the stall watch, and the outcome: each way an attempt can fail is one entry of
-  `_FAILURES`, mapped to its status by `_failure_outcome`.
+- `record_attempt` runs one attempt: the request (started here, or `Forwarded` as the recording
+  proxy's client sent it, its response written to an output `Port` first), the events as they
+  arrive (`Recording.ingest`: numbered, checked, stamped, queued to the writer), the stall
+  watch, and the outcome: each way an attempt can fail is one entry of `_FAILURES`, mapped to
+  its status by `_failure_outcome`.
 - The fields a stream ends with are `streams/store/rows.py`'s (`rows.finished`), and every way
   a stream ends goes through `_finish`, which tells the instruments once
   (`streams/observe/ended.py`).
@@ -19,6 +20,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import httpx
 from django.db.utils import InterfaceError, OperationalError
@@ -100,6 +102,15 @@ class Recording:
     # Filled by the reader, drained by the writer at the next commit.
     pending_fields: dict = field(default_factory=dict)
     pending_findings: list = field(default_factory=list)
+    # Set while the stream's row is still being created (a forwarded request goes upstream
+    # meanwhile: streams/run/runner.py, `start_proxied`); done once `stream_id` names it.
+    row_created: asyncio.Future | None = None
+
+    async def row_ready(self):
+        """Once the stream's row exists: nothing is written, and the head is not forwarded,
+        before then (the head says the stream's id)."""
+        if self.row_created is not None:
+            await asyncio.shield(self.row_created)
 
     def start(self, t0_ns, stall_s):
         self.t0_ns = t0_ns
@@ -300,40 +311,79 @@ class Outcome:
     retryable: bool = False  # a connection error before the first event
 
 
-async def record_attempt(rec, client, url, body, api_key, writer=None, tap=None, stall_s=None):
+class Port(Protocol):
+    """Where a forwarded request's response goes, as it comes: the recording proxy's client.
+    The recorder writes to it and asks it one thing, when the client had a chunk; it never
+    starts, adopts or announces anything (the runner does: streams/run/runner.py)."""
+
+    async def start(self, response, stream_id):
+        """The upstream's head (status, headers), before its body."""
+
+    async def chunk(self, data):
+        """A chunk of the body as it came, before it is parsed or recorded; returns when the
+        client's socket had it (monotonic ns), None when the client did not get it."""
+
+    async def finish(self, outcome):
+        """The end, once recorded: `outcome` (an `Outcome`; None when the recording failed
+        without one). Never raises."""
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """A request forwarded as its client sent it: its bytes and headers go upstream
+    unchanged, and its response goes to `port` first. `wants_json`: the request asked for
+    one JSON answer (`stream` not true), which a JSON body then is."""
+
+    content: bytes
+    headers: list
+    port: Port
+    wants_json: bool
+
+
+async def record_attempt(
+    rec, client, url, body, api_key, writer=None, forwarded=None, stall_s=None
+):
     """Run one upstream request and record it on `rec`'s stream; return its outcome.
 
     Never raises for upstream trouble: every failure becomes a status on the stream
     (`_failure_outcome`). Re-raises CancelledError after recording `cancelled` (with
     `rec.cancel_code`, if one was set).
 
-    `tap` (the recording proxy, streams/serve/proxy.py): the request goes out as `tap.content` with
-    `tap.headers`; the response's head goes to `await tap.start(response)` and every chunk of
-    its body, as it came, to `await tap.chunk(bytes)` (which returns when the client's socket
-    had it, monotonic ns) *before* it is parsed and recorded. A stall is recorded (the
-    checker's finding), not aborted: the proxy's client decides.
+    `forwarded` (the recording proxy's request, streams/serve/proxy.py): sent as it came, at
+    once, while its row may still be being created (`rec.row_created`); its response's head
+    and every chunk of its body go to `forwarded.port` *before* they are parsed and recorded,
+    and its end once recorded. A stall is recorded (the checker's finding), not aborted: the
+    proxy's client decides.
 
     `stall_s`: this attempt's stall threshold (default STALL_TIMEOUT_S)."""
     writer = writer or get_writer()
     stall_s = conf.get().stall_timeout_s if stall_s is None else stall_s
+    port = forwarded.port if forwarded is not None else None
     phases = Phases()
     phases.activate()
     _begin_attempt(rec, url, body, stall_s)
+    ended = None  # the outcome the port hears: None when the attempt reached none
     try:
-        await _warmed_up(rec)
-        if tap is None:
-            outcome = await _attempt_started_here(
-                rec, client, url, body, api_key, writer, phases, stall_s
-            )
-        else:
-            outcome = await _attempt_proxied(rec, client, url, writer, tap, phases, stall_s)
-        outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
-    except _FAILURES as exc:
-        outcome = _failure_outcome(rec, exc, stall_s)
-    except asyncio.CancelledError:
-        await asyncio.shield(_finish(rec, writer, _cancelled_outcome(rec), tap))
-        raise
-    await _finish(rec, writer, outcome, tap)
+        try:
+            await _warmed_up(rec)
+            if forwarded is None:
+                outcome = await _attempt_started_here(
+                    rec, client, url, body, api_key, writer, phases, stall_s
+                )
+            else:
+                outcome = await _attempt_forwarded(rec, client, url, writer, forwarded, phases)
+            outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
+        except _FAILURES as exc:
+            outcome = _failure_outcome(rec, exc, stall_s)
+        except asyncio.CancelledError:
+            ended = _cancelled_outcome(rec)
+            await asyncio.shield(_finish(rec, writer, ended))
+            raise
+        await _finish(rec, writer, outcome)
+        ended = outcome
+    finally:
+        if port is not None:
+            await asyncio.shield(port.finish(ended))
     return outcome
 
 
@@ -374,16 +424,15 @@ async def _attempt_started_here(rec, client, url, body, api_key, writer, phases,
         )
 
 
-async def _attempt_proxied(rec, client, url, writer, tap, phases, stall_s):
+async def _attempt_forwarded(rec, client, url, writer, forwarded, phases):
     """The proxy's request, as its client sent it, out at once: its row may still be being
-    created, and its `streaming` status goes with the first batch (`tap.opened()` gives the
-    row). No stall timer: the proxy's client decides."""
-    async with asyncio.timeout(None) as stall_timer:
-        request = {"content": tap.content, "headers": tap.headers}
-        return await _exchange(rec, client, url, request, writer, tap, phases, stall_timer, stall_s)
+    created (the head waits for it), and its `streaming` status goes with the first batch. No
+    stall timer: the proxy's client decides."""
+    request = {"content": forwarded.content, "headers": forwarded.headers}
+    return await _exchange(rec, client, url, request, writer, forwarded, phases, None, None)
 
 
-async def _exchange(rec, client, url, request, writer, tap, phases, stall_timer, stall_s):
+async def _exchange(rec, client, url, request, writer, forwarded, phases, stall_timer, stall_s):
     """POST `request` and record the response: an event stream event by event (returns None:
     the checker decides the outcome), any other body whole (returns its outcome)."""
     trace = {"trace": phases.trace}
@@ -394,13 +443,17 @@ async def _exchange(rec, client, url, request, writer, tap, phases, stall_timer,
             rec.pending_fields["receipt_clock"] = phases.receipt_clock
         rec.pending_fields["http_status"] = response.status_code
         rec.pending_fields["content_type"] = response.headers.get("content-type", "")
-        if tap is not None:
-            await tap.start(response)
+        port = None
+        if forwarded is not None:
+            await rec.row_ready()
+            port = forwarded.port
+            await port.start(response, rec.stream_id)
         if response.status_code >= 400 or "text/event-stream" not in response.headers.get(
             "content-type", ""
         ):
-            return await _whole_body(rec, writer, response, tap, phases)
-        await _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
+            wants_json = forwarded is not None and forwarded.wants_json
+            return await _whole_body(rec, writer, response, port, phases, wants_json)
+        await _read_events(rec, writer, response, port, phases, stall_timer, stall_s)
     return None
 
 
@@ -452,24 +505,27 @@ def _cancelled_outcome(rec):
     return Outcome(Stream.Status.CANCELLED, rec.cancel_code, reason)
 
 
-async def _read_events(rec, writer, response, tap, phases, stall_timer, stall_s):
-    """Read, parse and queue an event stream's body (forwarding each chunk first, with a tap)."""
+async def _read_events(rec, writer, response, port, phases, stall_timer, stall_s):
+    """Read, parse and queue an event stream's body (forwarding each chunk first to `port`;
+    without one, `stall_timer` watches the events)."""
     loop = asyncio.get_running_loop()
     rec.body_open = True
     reader = EventReader()
     ingest = rec.ingest
     put = writer.put
-    stall_timer.reschedule(None)
-    watch = StallWatch(loop, stall_timer, stall_s) if tap is None else None
+    watch = None
+    if port is None:
+        stall_timer.reschedule(None)
+        watch = StallWatch(loop, stall_timer, stall_s)
     sent_ns = None
     try:
         # the proxy forwards the bytes as they came (it asks for no content encoding)
-        async for chunk in response.aiter_raw() if tap is not None else response.aiter_bytes():
+        async for chunk in response.aiter_raw() if port is not None else response.aiter_bytes():
             # the arrival of the newest bytes read (our backend stamps it in the protocol
             # callback), else now
             t_ns = phases.last_read_ns or time.monotonic_ns()
-            if tap is not None:
-                sent_ns = await tap.chunk(chunk)
+            if port is not None:
+                sent_ns = await port.chunk(chunk)
             if rec.storage_error:
                 raise StorageUnavailable(rec.storage_error)
             rec.bytes_received += len(chunk)
@@ -495,7 +551,7 @@ async def _read_events(rec, writer, response, tap, phases, stall_timer, stall_s)
 WHOLE_BODY_MAX = 16 * 1024 * 1024
 
 
-async def _whole_body(rec, writer, response, tap, phases):
+async def _whole_body(rec, writer, response, port, phases, wants_json):
     """A body that is not an event stream (an error, a JSON answer, anything): kept whole as
     one event, verbatim, whatever its type — what the upstream sent is the record — and
     through the proxy forwarded as it comes (so nothing the client saw is missing from the
@@ -503,23 +559,22 @@ async def _whole_body(rec, writer, response, tap, phases):
     `stream: false` request is the answer it asked for. Returns the outcome."""
     chunks, size = [], 0
     t_ns = sent_ns = None
-    body_chunks = response.aiter_raw() if tap is not None else response.aiter_bytes()
+    body_chunks = response.aiter_raw() if port is not None else response.aiter_bytes()
     async for chunk in body_chunks:
         t_ns = phases.last_read_ns or time.monotonic_ns()
-        if tap is not None:
-            sent_ns = await tap.chunk(chunk)
+        if port is not None:
+            sent_ns = await port.chunk(chunk)
         elif size + len(chunk) > WHOLE_BODY_MAX:
             chunk = chunk[: WHOLE_BODY_MAX - size]
         rec.bytes_received += len(chunk)
         size += len(chunk)
         chunks.append(chunk)
-        if tap is None and size >= WHOLE_BODY_MAX:
+        if port is None and size >= WHOLE_BODY_MAX:
             break
     body = b"".join(chunks)
     if t_ns is None:
         t_ns = time.monotonic_ns()
     text = body.decode("utf-8", errors="replace")
-    wants_json = tap.wants_json if tap is not None else False
     type_, is_json, fields, status = _json_response_fields(response, text, wants_json)
     rec.answer = fields.pop("answer", None)
     t_us = _us(t_ns - rec.t0_ns)
@@ -532,7 +587,7 @@ async def _whole_body(rec, writer, response, tap, phases):
     received = event_row.Received("", "", text, raw)
     checked = event_row.Checked(type_, None, None, None, is_json)
     payload = event_message.message(0, t_us, checked, text)
-    if tap is not None:
+    if port is not None:
         values = event_row.proxied_row(rec.stream_id, 0, t_us, rec.wall0, received, checked, s_us)
         payload = event_message.proxied(payload, s_us)
     else:
@@ -598,10 +653,9 @@ def _describe(exc):
     return f"{type(exc).__name__}: {text}" if type(exc).__name__ not in text else text
 
 
-async def _finish(rec, writer, outcome, tap=None):
+async def _finish(rec, writer, outcome):
     closed_ns = time.monotonic_ns()
-    if tap is not None:
-        await tap.opened()  # the row exists
+    await rec.row_ready()
     if rec.body_open:
         # A connection we closed ourselves (cancel, stall) is not the upstream's fault.
         closed_by_upstream = outcome.status not in (Stream.Status.CANCELLED, Stream.Status.STALLED)

@@ -172,6 +172,30 @@ def frame_chunks(events):
     return chunks
 
 
+def fits(text):
+    """Whether Daphne will send `text` as one WebSocket message."""
+    return len(text) * 4 <= MESSAGE_MAX_BYTES or len(text.encode()) <= MESSAGE_MAX_BYTES
+
+
+def shared_frame(message):
+    """The frame of a layer message of a stream (its events and changed fields), encoded once
+    for every viewer it reaches: the local fan-out hands each the same message, and each
+    encoding its own made the viewers' cost one encoding per viewer per batch. None when the
+    message would not go as one such frame (data left out, too many or too large)."""
+    try:
+        return message["frame"]
+    except KeyError:
+        pass
+    events = message["events"]
+    text = None
+    if len(frame_chunks(events)) <= 1 and all(e[DATA] is not None for e in events):
+        text = stream_frame(events, stream=message.get("stream_fields") or None)
+        if not fits(text):
+            text = None
+    message["frame"] = text  # (a cache slot; the message is otherwise read-only)
+    return text
+
+
 # ---------------------------------------------------------------------------------------------
 # Reaching the server's send buffer
 
@@ -547,6 +571,8 @@ class StreamConsumer(RelayConsumer):
         self.pending_fields = {}  # stream fields changed since the last frame, merged
         self.announced = -1  # the highest index any message has mentioned
         self.catching_up = True
+        # the one message queued since the last frame, alone (its frame may be shared)
+        self.lone = None
         return True
 
     async def visible_source(self):
@@ -558,6 +584,7 @@ class StreamConsumer(RelayConsumer):
     def stream_batch(self, message):
         if self.closing:
             return
+        lone = not (self.catching_up or self.outbox or self.pending_fields)
         events = message["events"]
         if events:
             last = events[-1][INDEX]
@@ -571,6 +598,7 @@ class StreamConsumer(RelayConsumer):
         fields = message.get("stream_fields")
         if fields:
             self.pending_fields.update(fields)
+        self.lone = message if lone else None
         self.wake.set()
 
     def overflowing(self):
@@ -611,7 +639,29 @@ class StreamConsumer(RelayConsumer):
             # this loop could send it), not a slow client; closing it would punish a viewer
             # that keeps up. Overflow closes only while the buffer stays full (writable).
             batches, self.outbox, self.outbox_events = self.outbox, [], 0
+            lone, self.lone = self.lone, None
+            if lone is not None and len(batches) <= 1 and await self.send_shared(lone):
+                continue
             await self.forward(batches)
+
+    async def send_shared(self, message):
+        """Send the lone queued `message` as the frame encoded once for all its viewers
+        (`shared_frame`) when it is exactly what `forward` would send: its events next in
+        line, nothing to read from the database, no status to judge. False otherwise (and
+        nothing sent): `forward` makes this viewer's own."""
+        events = message["events"]
+        last = events[-1][INDEX] if events else self.last_sent
+        if "status" in self.pending_fields or self.announced > last:
+            return False
+        if events and events[0][INDEX] != self.last_sent + 1:
+            return False
+        text = shared_frame(message)
+        if text is None:
+            return False
+        self.pending_fields = {}
+        await self.send_frame(text)
+        self.last_sent = last
+        return True
 
     async def idle_check(self):
         """No message for a while: make sure the layer did not lose the last ones."""
@@ -633,6 +683,7 @@ class StreamConsumer(RelayConsumer):
     async def forward(self, batches):
         """Send queued batches as frames: dedupe, fill holes from the database, end."""
         fields, self.pending_fields = self.pending_fields, {}
+        self.lone = None
         stream_id = self.stream_id
         out = []
         last = self.last_sent
@@ -705,7 +756,7 @@ class StreamConsumer(RelayConsumer):
         """(events, text) frames of `events` whose texts Daphne will send: halved until each
         is under MESSAGE_MAX_BYTES; `end` (status, fields, terminal) rides on the last."""
         text = stream_frame(events, omit_data=omit_data, **end)
-        if len(text) * 4 <= MESSAGE_MAX_BYTES or len(text.encode()) <= MESSAGE_MAX_BYTES:
+        if fits(text):
             return [(events, text)]
         if len(events) <= 1:
             if omit_data:

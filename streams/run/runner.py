@@ -20,9 +20,10 @@ from django.db.models import Q
 
 from streams.core import conf, lifecycle
 from streams.core.lifecycle import RUNNER_ID
-from streams.ingest.recorder import Recording, record_attempt
+from streams.ingest.recorder import Forwarded, Recording, record_attempt
 from streams.ingest.upstream import ClientPool
 from streams.ingest.writer import get_writer
+from streams.live import relay
 from streams.models import Stream
 from streams.observe import telemetry
 from streams.run import periodic
@@ -134,6 +135,54 @@ def start(stream):
     task.add_done_callback(lambda t: _done(stream.pk, t))
     _ensure_heartbeat()
     return task
+
+
+class Proxied:
+    """A forwarded request being recorded here (`start_proxied`): its `task`, which ends with
+    the attempt's `Outcome`, and `cancel(code)`, which says why it was stopped."""
+
+    def __init__(self, task, rec):
+        self.task = task
+        self._rec = rec
+
+    def cancel(self, code):
+        self._rec.cancel_code = code
+        self.task.cancel()
+
+
+def start_proxied(open_row, body, url, forwarded: Forwarded, *, project_id=None, token_id=None):
+    """Record a request the proxy forwards (streams/serve/proxy.py), here, whatever
+    STREAMSCOPE_RUNNER says: it goes upstream at once, as its client sent it, while
+    `open_row()` (a coroutine function) creates its row; once that exists the task runs as
+    that stream's (a cancel from a page or the API reaches it, the heartbeat keeps it) and
+    the live list hears of it. Returns a `Proxied`.
+
+    The row beside the request, not before it: creating it first on the ORM's thread held
+    the GIL while many requests were on their way, and every client waited for it."""
+    model = body.get("model")
+    rec = Recording(None, project_id, pinned_model=isinstance(model, str) and model != "auto")
+    rec.proxied = True
+    rec.token_id = token_id
+    # Its own context (see `start`): with `drain` it outlives the request that started it.
+    task = asyncio.get_running_loop().create_task(
+        _run_proxied(open_row, rec, body, url, forwarded), context=contextvars.Context()
+    )
+    return Proxied(task, rec)
+
+
+async def _run_proxied(open_row, rec, body, url, forwarded):
+    rec.row_created = asyncio.ensure_future(_opened(open_row, rec, asyncio.current_task()))
+    return await record_attempt(
+        rec, get_client(), url, body, None, writer=get_writer(), forwarded=forwarded
+    )
+
+
+async def _opened(open_row, rec, task):
+    stream = await open_row()
+    rec.stream_id, rec.project_id = stream.pk, stream.project_id
+    task.set_name(f"stream-{stream.pk}")
+    adopt(stream.pk, task)
+    await relay.publish_created(stream)
 
 
 def _done(stream_id, task):

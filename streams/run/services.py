@@ -7,6 +7,9 @@ it) and the per-user limit is checked one way.
 Sync functions run in one transaction; call them through `sync_to_async` from async code.
 """
 
+import functools
+
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils.translation import gettext, ngettext
@@ -108,9 +111,23 @@ async def start(stream):
     return task
 
 
-async def announce(stream):
-    """Tell the live list about a stream someone else runs (the proxy)."""
-    await relay.publish_created(stream)
+def start_proxied(user, body, url, forwarded, *, tags=(), session="", project=None, token=None):
+    """Record a request the recording proxy forwards (a `recorder.Forwarded`): sent upstream
+    at once, its row (`create_proxied`) created meanwhile and announced once it exists.
+    Returns the runner's `Proxied` (its task, and its cancel with a reason)."""
+    open_row = functools.partial(
+        sync_to_async(create_proxied),
+        user,
+        body,
+        tags=tags,
+        session=session,
+        project=project,
+        token=token,
+    )
+    project_id = getattr(project, "pk", project)
+    return runner.start_proxied(
+        open_row, body, url, forwarded, project_id=project_id, token_id=token
+    )
 
 
 async def record(stream, *, base_url=None):

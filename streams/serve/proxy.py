@@ -23,13 +23,15 @@ A proxied stream belongs to the token's project and counts to its spend
 requests in flight, and its own requests per minute and spend caps per UTC day and month (429
 with `Retry-After` beyond; a cap's error says the cap, the spend and the period).
 
-Forward first, record after: each chunk of the upstream's body is written to the client as soon
-as it arrives, then handed to the recorder (`recorder.record_attempt` with a tap), which stores
-every event with both times, receipt from the upstream (`t_us`) and hand-over to the client's
-socket (`sent_us`). The client gets the upstream's status, headers (minus hop-by-hop ones) and
-body bytes, plus `X-Accel-Buffering: no`, `Cache-Control: no-cache` and `X-Streamscope-Stream`
-(and `X-Streamscope-Hint`, with a line in the log, when a request without a `stream` field got
-an event stream: `STREAMED_BY_DEFAULT`).
+Forward first, record after: the request starts its stream the one way streams start
+(`services.start_proxied`, then the runner and `recorder.record_attempt`, as pages and the API
+do), and the recorder writes the response to this module's `Downstream`, its output port: each
+chunk of the upstream's body goes to the client as soon as it arrives, before anything else
+happens to it, and is then stored, every event with both times, receipt from the upstream
+(`t_us`) and hand-over to the client's socket (`sent_us`). The client gets the upstream's
+status, headers (minus hop-by-hop ones) and body bytes, plus `X-Accel-Buffering: no`,
+`Cache-Control: no-cache` and `X-Streamscope-Stream` (and `X-Streamscope-Hint`, with a line in
+the log, when a request without a `stream` field got an event stream: `STREAMED_BY_DEFAULT`).
 An upstream failure is never turned into a clean end: a reset upstream connection resets the
 client's. A client that hangs up cancels the upstream request (the row ends `cancelled`,
 `client_disconnected`), or with `STREAMSCOPE_PROXY_ON_DISCONNECT=drain` the upstream is read to
@@ -47,8 +49,6 @@ machinery adds a measurable delay per request, and a checked token is cached for
 
 import asyncio
 import contextlib
-import contextvars
-import functools
 import json
 import logging
 import time
@@ -61,9 +61,8 @@ from streams.access import limits, projects, tokens
 from streams.access.throttle import client_ip, token_user
 from streams.access.tokens import bearer_token
 from streams.core import conf, lifecycle, safejson, transport
-from streams.ingest.recorder import Recording, record_attempt
-from streams.ingest.writer import get_writer
-from streams.models import MAX_TAG_CHARS, MAX_TAGS, ApiToken
+from streams.ingest.recorder import Forwarded
+from streams.models import MAX_TAG_CHARS, MAX_TAGS, ApiToken, Stream
 from streams.run import runner, services
 from streams.store import known_secrets
 
@@ -376,34 +375,21 @@ async def _responses(scope, receive, send, bearer, headers, forward):
         return  # the client left while sending it
     tags, session = _client_labels(headers)
     base_url = settings.UPSTREAM_BASE_URL or await sync_to_async(runner.upstream_base_url)()
-    # The request goes upstream first; its row is created when the upstream's head arrives
-    # (Tap.opened), and the client's response starts once both are there. Creating it at once
-    # on the ORM's thread held the GIL while many requests were on their way.
-    row = functools.partial(
-        sync_to_async(services.create_proxied),
+    downstream = Downstream(send, stream_unasked="stream" not in body)
+    forwarded = Forwarded(content, forward, downstream, wants_json=body.get("stream") is not True)
+    # A task of the runner's, not this request's: it outlives the request with `drain`, and a
+    # cancel from a page or the API reaches it like any running stream's.
+    running = services.start_proxied(
         bearer.user,
         body,
+        base_url.rstrip("/") + "/responses",
+        forwarded,
         tags=tags,
         session=session,
         project=bearer.project,
         token=bearer.token.pk,
     )
-    model = body.get("model")
-    rec = Recording(None, None, pinned_model=isinstance(model, str) and model != "auto")
-    rec.proxied = True
-    tap = Tap(
-        send, rec, row, content, forward,
-        wants_json=body.get("stream") is not True, stream_unasked="stream" not in body,
-    )  # fmt: skip
-    # Its own task and context: it outlives this request with `drain`, and a cancel from a
-    # page or the API reaches it like any running stream (runner.adopt, once the row exists).
-    url = base_url.rstrip("/") + "/responses"
-    task = asyncio.get_running_loop().create_task(
-        record_attempt(rec, runner.get_client(), url, body, None, writer=get_writer(), tap=tap),
-        context=contextvars.Context(),
-    )
-    tap.task = task
-    await _until_answered(task, tap, rec, receive)
+    await _until_answered(running, downstream, receive)
 
 
 async def _json_body(receive):
@@ -437,29 +423,28 @@ async def _json_body(receive):
     return body, content
 
 
-async def _until_answered(task, tap, rec, receive):
-    """Wait for the recording `task` or the client's leaving, whichever comes first; then end
-    the client's response (`tap.finish`) and wait until the client has its bytes."""
+async def _until_answered(running, downstream, receive):
+    """Wait for the recording (`running`, the runner's `Proxied`), which ends the client's
+    response as it ends, or the client's leaving, whichever comes first; then wait until the
+    client has its bytes."""
+    task = running.task
     gone = asyncio.ensure_future(_disconnected(receive))
     await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():  # the client hung up first, or stopped reading and was let go
-        tap.client_gone = True
+        downstream.client_gone = True
         if conf.get().proxy_on_disconnect == "cancel":
-            rec.cancel_code = "client_too_slow" if tap.too_slow else "client_disconnected"
-            task.cancel()
+            running.cancel("client_too_slow" if downstream.too_slow else "client_disconnected")
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         return
     gone.cancel()
-    if task.cancelled():
-        outcome = None
-    else:
-        exc = task.exception()
-        outcome = None if exc is not None else task.result()
-    await tap.finish(outcome)
+    if not task.cancelled() and task.exception() is not None:
+        log.error("a proxied recording failed", exc_info=task.exception())
+    if downstream.unended:
+        raise ConnectionResetError(f"stream {downstream.stream_id}: the upstream broke off")
     # in flight until the client has its bytes: unread responses count against the token's
     # PROXY_MAX_CONCURRENT, not only the requests still reading the upstream
-    await tap.drained(0)
+    await downstream.drained(0)
 
 
 async def _disconnected(receive):
@@ -483,42 +468,23 @@ async def _models(send, forward):
     await send({"type": "http.response.body", "body": body})
 
 
-class Tap:
-    """The proxy's side of `record_attempt`: the upstream's head and each chunk of its body go
-    to the client first; what `chunk` returns is when the client's socket had it."""
+class Downstream:
+    """The proxied client, as the recorder's output port (`recorder.Port`): the upstream's
+    head and each chunk of its body go to the client first; what `chunk` returns is when the
+    client's socket had it; `finish` ends the response the way the upstream's ended."""
 
-    def __init__(self, send, rec, row, content, headers, *, wants_json, stream_unasked=False):
+    def __init__(self, send, *, stream_unasked=False):
         self.send = send
-        self.rec = rec
-        self.make_row = row  # creates the stream's row (a coroutine function)
-        self.row = None  # the task creating it
-        self.task = None  # the recording's
         self.stream_id = None
-        self.content = content
-        self.headers = headers
-        self.wants_json = wants_json
         self.stream_unasked = stream_unasked  # the request had no `stream` field
         self.started = False
         self.client_gone = False
         self.too_slow = False  # let go for not reading (not a hang-up)
+        self.unended = False  # neither ended nor reset (a server that cannot reset)
         self.transport = None  # the client's, to see how much of what was sent it has read
 
-    async def opened(self):
-        """The stream's row, once created: the recording writes to it from now on."""
-        if self.stream_id is None:
-            if self.row is None:
-                self.row = asyncio.ensure_future(self.make_row())
-            stream = await asyncio.shield(self.row)
-            self.stream_id = self.rec.stream_id = stream.pk
-            self.rec.project_id = stream.project_id
-            self.rec.token_id = stream.token_id
-            if self.task is not None:
-                runner.adopt(stream.pk, self.task)
-            await services.announce(stream)
-        return self.stream_id
-
-    async def start(self, response):
-        await self.opened()
+    async def start(self, response, stream_id):
+        self.stream_id = stream_id
         headers = [(k, v) for k, v in response.headers.raw if k.lower() not in REPLACED]
         headers += [
             (b"x-accel-buffering", b"no"),
@@ -565,14 +531,20 @@ class Tap:
         return True
 
     async def finish(self, outcome):
-        """End the client's response the way the upstream's ended."""
+        """End the client's response the way the upstream's ended (`outcome`, None when the
+        recording failed without one): reset when it broke off or its recording was stopped
+        (`BROKEN`, a cancel), ended when it ended or this process stops. Never raises: a
+        server that cannot reset leaves that to the proxy's request (`unended`)."""
+        if self.client_gone:
+            return
+        stopped = outcome is None or outcome.status == Stream.Status.CANCELLED
         # a stop of this process (streams/run/shutdown.py) ends the response, it does not reset it
-        clean = (outcome is None and lifecycle.stopping) or (
-            outcome is not None and outcome.error_code not in BROKEN
+        clean = (outcome is not None and outcome.status == Stream.Status.INTERRUPTED) or (
+            not stopped and outcome.error_code not in BROKEN
         )
         if not self.started:
-            code = outcome.error_code if outcome is not None else "cancelled"
-            message = outcome.error_message if outcome is not None else "cancelled"
+            code = "cancelled" if stopped else outcome.error_code
+            message = "cancelled" if stopped else outcome.error_message
             await _error(
                 self.send,
                 502,
@@ -584,7 +556,7 @@ class Tap:
         elif clean:
             await self.send({"type": "http.response.body", "body": b"", "more_body": False})
         elif not _abort(self.send):
-            raise ConnectionResetError(f"stream {self.stream_id}: the upstream broke off")
+            self.unended = True
 
 
 # The API streams by default (docs/protocol.md): a request without a `stream` field gets an

@@ -606,3 +606,43 @@ class TestProxied:
         assert [sorted(e) for f in frames for e in f["events"]] == [
             ["data", "index", "sequence_number", "t_us", "type"]
         ]
+
+
+class TestSharedFrames:
+    async def test_the_viewers_of_a_stream_share_one_encoded_frame_per_batch(
+        self, people, monkeypatch
+    ):
+        """Each viewer encoded every batch itself: the viewers' cost grew per viewer per
+        batch. The frame is the one each would have made, byte for byte."""
+        encoded = []
+        encode = consumers.stream_frame
+
+        def counting(events, **kwargs):
+            encoded.append(len(events))
+            return encode(events, **kwargs)
+
+        monkeypatch.setattr(consumers, "stream_frame", counting)
+        assert relay.local_fanout() is not None
+        stream = await stored_stream(people.owner, 10, status="streaming")
+        viewers = [ws(f"/ws/streams/{stream.pk}/?format=json", people.owner) for _ in range(3)]
+        for comm in viewers:
+            assert (await comm.connect())[0]
+            assert indexes([await comm.receive_json_from()]) == list(range(10))
+        encoded.clear()
+        await stored_stream(people.owner, 5, status="streaming", start=10, stream=stream)
+        fields = {"event_count": 15, "output_deltas": 15}
+        await publish_batch(stream.pk, stream.project_id, payloads(10, 5), fields)
+        texts = [(await comm.receive_output(10))["text"] for comm in viewers]
+        assert encoded == [5]  # once, for three viewers
+        assert texts == [event_message.stream_frame(payloads(10, 5), stream=fields)] * 3
+        # the end is each viewer's own (its status judged, the database asked if need be)
+        await stored_stream(people.owner, 1, status="completed", start=15, stream=stream)
+        await publish_batch(
+            stream.pk,
+            stream.project_id,
+            payloads(15, 1),
+            {"status": "completed", "event_count": 16},
+        )
+        for comm in viewers:
+            frames, code = await frames_until_close(comm)
+            assert code == 1000 and indexes(frames) == [15] and frames[-1]["terminal"]
