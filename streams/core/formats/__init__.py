@@ -1,0 +1,58 @@
+"""The wire formats Streamscope records, each in its own module, chosen in one place.
+
+A stream's `format` (`Stream.format`) says which API its bytes speak:
+
+- `responses`: OpenAI's Responses API, EU GPT's dialect of it (streams/core/checks.py);
+- `chat`: Chat Completions (`POST /v1/chat/completions`: `chat.completion.chunk` objects and a
+  final `data: [DONE]`; streams/core/formats/chat.py);
+- `messages`: Anthropic Messages (`POST /v1/messages`: `message_start` … `message_stop` with the
+  type on the `event:` line; streams/core/formats/messages.py).
+
+Every format's checker has the Responses checker's shape (`feed`, `close`, the reassembled
+`output_text` and `items()`, `usage` in the Responses shape `usage.reported` reads), so the
+recorder, the importer, the rebuilds and the pages take any of them without knowing which.
+"""
+
+from __future__ import annotations
+
+RESPONSES, CHAT, MESSAGES = "responses", "chat", "messages"
+FORMATS = (RESPONSES, CHAT, MESSAGES)
+
+# Each format's path under the upstream's `/v1` (and the proxy's).
+PATHS = {RESPONSES: "/responses", CHAT: "/chat/completions", MESSAGES: "/messages"}
+
+
+def checker(format: str = RESPONSES, **options):
+    """A new checker for a stream of `format` (the Responses checker for an unknown one: rows
+    stored before formats existed are Responses streams)."""
+    if format == CHAT:
+        from streams.core.formats.chat import ChatChecker
+
+        return ChatChecker(**options)
+    if format == MESSAGES:
+        from streams.core.formats.messages import MessagesChecker
+
+        return MessagesChecker(**options)
+    from streams.core.checks import Checker
+
+    return Checker(**options)
+
+
+def of_path(path: str) -> str | None:
+    """The format a `/v1…` path speaks (None: none of them)."""
+    for format, tail in PATHS.items():
+        if path == "/v1" + tail:
+            return format
+    return None
+
+
+def json_answer(format: str, obj) -> dict | None:
+    """A `stream: false` answer of a Chat or Messages upstream: the row's fields (`answer`: its
+    (usage, text, model)) and `status`, or None when `obj` is not such an answer."""
+    if format == CHAT:
+        from streams.core.formats.chat import json_answer
+    elif format == MESSAGES:
+        from streams.core.formats.messages import json_answer
+    else:
+        return None
+    return json_answer(obj)
