@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Q
 
-from streams.core import conf, lifecycle
+from streams.core import conf, formats, lifecycle
 from streams.core.lifecycle import RUNNER_ID
 from streams.ingest.recorder import Recording, record_attempt
 from streams.ingest.upstream import ClientPool
@@ -47,6 +47,20 @@ def upstream_base_url():
             _simulator = start_in_thread()
             log.info("built-in upstream simulator listening at %s", _simulator.base_url)
         return _simulator.base_url
+
+
+def upstream(format):
+    """(base URL, API key) of the upstream that speaks `format` (streams/core/formats/), as
+    configured: its own (UPSTREAM_CHAT_*, UPSTREAM_MESSAGES_*) with its own key, else the
+    Responses upstream and its key (one upstream's key never goes to another). The URL is ""
+    for the built-in simulator: `upstream_base_url()` starts it (not on the event loop)."""
+    base_url, key = {
+        formats.CHAT: (settings.UPSTREAM_CHAT_BASE_URL, settings.UPSTREAM_CHAT_API_KEY),
+        formats.MESSAGES: (settings.UPSTREAM_MESSAGES_BASE_URL, settings.UPSTREAM_MESSAGES_API_KEY),
+    }.get(format, ("", ""))
+    if base_url:
+        return base_url, key
+    return settings.UPSTREAM_BASE_URL, settings.UPSTREAM_API_KEY
 
 
 def uses_simulator():

@@ -51,11 +51,14 @@ class ShuttingDown(TooMany):
         return gettext("The server is stopping: start the stream again in a moment.")
 
 
-def create_proxied(user, body, *, tags=(), session="", project=None, token=None):
+def create_proxied(
+    user, body, *, tags=(), session="", project=None, token=None, format=Stream.Format.RESPONSES
+):
     """The row of a request the recording proxy forwards (streams/serve/proxy.py): recorded by this
     process, in the request that holds the client's connection, whatever STREAMSCOPE_RUNNER
     says; the proxy's own per-token limit applies, not the per-user one of pages and the API.
-    `project`, `token`: the token's (its spend counts the stream's cost)."""
+    `project`, `token`: the token's (its spend counts the stream's cost); `format`: the API
+    the request speaks."""
     return rows.new_row(
         user,
         body,
@@ -65,6 +68,7 @@ def create_proxied(user, body, *, tags=(), session="", project=None, token=None)
         session=session,
         project=project,
         token=token,
+        format=format,
     )
 
 

@@ -458,7 +458,7 @@ def from_events(
     checker = formats.checker(
         stream.format, pinned_model=pinned, stall_threshold_us=stall_threshold_us
     )
-    seen = _replay(checker, events)
+    seen = _replay(checker, events, formats.IMPLIED_EVENT_NAME.get(stream.format, ""))
     closed_us = stream.closed_us
     checker.close(connection_closed=connection_closed, t_us=closed_us)
     if seen.invalid is not None:
@@ -510,14 +510,14 @@ _MILESTONE_US = {
 }
 
 
-def _replay(checker, events):
+def _replay(checker, events, implied_name=""):
     """Feed stored events (`STORED_EVENT_COLUMNS` tuples) to `checker` as the recorder fed them
     live, and note what they tell beside its findings (`_Replayed`)."""
     feed = checker.feed
     milestones = {}
     first_output = last_output = None
     count = size = 0
-    encoder = capture.SSEEncoder()  # (the bytes as the `.sse` export writes them)
+    encoder = capture.SSEEncoder(implied_name)  # (the bytes as the `.sse` export writes them)
     invalid = None
     delays = []
     for index, event_name, sse_id, data, raw, t_us, sent_us in events:

@@ -18,6 +18,12 @@ from __future__ import annotations
 RESPONSES, CHAT, MESSAGES = "responses", "chat", "messages"
 FORMATS = (RESPONSES, CHAT, MESSAGES)
 
+# The `event:` name a format's blocks are stored with when they have no `event:` line ("message",
+# as WHATWG reads an absent one), for the formats whose servers never write the line: a `.sse`
+# export writes such blocks without it, as they came (capture.SSEEncoder). Responses keeps it:
+# EU GPT writes `event: message`.
+IMPLIED_EVENT_NAME = {CHAT: "message"}
+
 # Each format's path under the upstream's `/v1` (and the proxy's).
 PATHS = {RESPONSES: "/responses", CHAT: "/chat/completions", MESSAGES: "/messages"}
 
@@ -56,3 +62,22 @@ def json_answer(format: str, obj) -> dict | None:
     else:
         return None
     return json_answer(obj)
+
+
+def detect(events, url: str = "") -> str:
+    """The format of a captured stream (an import): its URL's path when it has one (a HAR
+    entry's), else what its first events look like (`(event name, data)` pairs): Anthropic's
+    `message_start`, a Chat `chat.completion.chunk` (or `choices`), else Responses."""
+    path = url.split("?", 1)[0].rstrip("/")
+    for format, tail in PATHS.items():
+        if path.endswith(tail):
+            return format
+    for event_name, data in events:
+        head = data.lstrip()[:200]
+        if event_name in ("message_start", "content_block_start") or '"message_start"' in head:
+            return MESSAGES
+        if '"chat.completion.chunk"' in head or (head.startswith("{") and '"choices"' in data):
+            return CHAT
+        if head.startswith("{"):
+            return RESPONSES
+    return RESPONSES
