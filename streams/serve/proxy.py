@@ -483,7 +483,7 @@ async def _until_answered(task, tap, rec, receive):
     await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():  # the client hung up first, or stopped reading and was let go
         tap.client_gone = True
-        if conf.get().proxy_on_disconnect == "cancel":
+        if conf.get().proxy_on_disconnect == "cancel" and not await _after_the_end(task, rec):
             rec.cancel_code = "client_too_slow" if tap.too_slow else "client_disconnected"
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -499,6 +499,19 @@ async def _until_answered(task, tap, rec, receive):
     # in flight until the client has its bytes: unread responses count against the token's
     # PROXY_MAX_CONCURRENT, not only the requests still reading the upstream
     await tap.drained(0)
+
+
+async def _after_the_end(task, rec, turns=20):
+    """Whether the stream's terminal event had come when its client left: then there is
+    nothing to save by cancelling, and its end is recorded as it comes. A Chat client leaves
+    at `data: [DONE]` (the openai SDK closes the response there), a moment before the
+    upstream's last bytes. The chunk the client had is recorded by the recording task right
+    after it was handed over: a few turns of the loop let it get there."""
+    for _ in range(turns):
+        if "terminal" in rec.milestones or task.done():
+            return True
+        await asyncio.sleep(0)
+    return "terminal" in rec.milestones
 
 
 async def _disconnected(receive):

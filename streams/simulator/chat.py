@@ -54,8 +54,8 @@ def build(body: Any, *, header_scenario, server_seed, default_time_scale, respon
     )
     options = body.get("stream_options")
     include_usage = isinstance(options, dict) and options.get("include_usage") is True
-    rid = "chatcmpl-" + response_id.removeprefix("resp_")
-    plan, b = formats.start(req, rid, scenario)
+    plan, b, unique, created_s = formats.start(req, response_id, created_s, scenario)
+    rid = plan.response_id = "chatcmpl-" + unique
     model = plan.resolved_model
     chunk = _Chunks(b, rid, created_s, model, include_usage, scenario)
     rng = b.rng

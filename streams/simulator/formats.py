@@ -18,6 +18,7 @@ from .scenarios import (
     RequestError,
     SimRequest,
     _cap,
+    _ids,
     _number,
     _plan_writes,
     _route,
@@ -69,8 +70,13 @@ def request(
     return req, scenario
 
 
-def start(req: SimRequest, response_id: str, scenario: str) -> tuple[Plan, Builder]:
-    """The plan and the builder whose clock and random numbers its events take."""
+def start(
+    req: SimRequest, response_id: str, created_s: int, scenario: str
+) -> tuple[Plan, Builder, str, int]:
+    """The plan, the builder whose clock and random numbers its events take, and the
+    response's id and creation time (s): the server's, or the seed's with
+    ``metadata.deterministic_ids`` (as the Responses scenarios')."""
+    response_id, created_ms = _ids(req, response_id, created_s * 1000)
     routing, resolved = _route(req)
     plan = Plan(
         response_id=response_id,
@@ -80,7 +86,8 @@ def start(req: SimRequest, response_id: str, scenario: str) -> tuple[Plan, Build
         time_scale=req.time_scale,
         routing=routing.as_event_fields() if routing else None,
     )
-    return plan, Builder(req, random.Random(req.seed), MODELS[resolved], response_id)
+    builder = Builder(req, random.Random(req.seed), MODELS[resolved], response_id)
+    return plan, builder, response_id.removeprefix("resp_"), created_ms // 1000
 
 
 def reply_tokens(req: SimRequest, b: Builder) -> list[str]:
@@ -121,5 +128,6 @@ def finish(req: SimRequest, plan: Plan, b: Builder, answer: dict) -> Plan:
         plan.content_type = "application/json"
         plan.header_delay += evs[-1].at * req.time_scale if evs else 0.0
         return plan
+    plan.linger = req.meta_float("linger_s", 0.0)
     _plan_writes(req, plan, evs)
     return plan

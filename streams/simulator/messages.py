@@ -45,8 +45,8 @@ def build(body: Any, *, header_scenario, server_seed, default_time_scale, respon
         system=body.get("system") if body else None,
         max_tokens=body.get("max_tokens") if body else None,
     )
-    rid = "msg_" + response_id.removeprefix("resp_")[:24]
-    plan, b = formats.start(req, rid, scenario)
+    plan, b, unique, _ = formats.start(req, response_id, created_s, scenario)
+    rid = plan.response_id = "msg_" + unique[:24]
     rng = b.rng
     ev = _Events(b)
     usage = {"input_tokens": max(1, len(req.input_text) // 4), "output_tokens": 1}

@@ -601,6 +601,9 @@ class Plan:
     faults: list[dict] = field(default_factory=list)
     time_scale: float = 1.0
     routing: dict | None = None
+    # absolute seconds the body stays open after its last event (``metadata.linger_s``, Chat
+    # and Messages): a client that leaves at its last event then leaves before the body's end
+    linger: float = 0.0
 
 
 # --------------------------------------------------------------------------- builder

@@ -763,6 +763,8 @@ class SimulatorServer:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
             return "reset", False
+        if plan.linger:
+            await asyncio.sleep(plan.linger)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         outcome = {"error": "error", "missing_terminal": "missing_terminal"}.get(
