@@ -64,6 +64,8 @@ ALLOWED = {
     "streaming", "scenario", "enter", "shift", "esc", "per", "protocol", "link", "links",
     "histogram", "simulator", "types", "labels", "extra", "offline", "had", "band", "socket",
     "feedback", "project", "projecten",
+    # the APIs a stream speaks (streams/core/formats/): product names
+    "responses", "chat", "completions", "anthropic", "messages",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
