@@ -16,6 +16,7 @@ from streams.models import ApiToken, Event, Finding, Stream
 from streams.serve.export import iter_sse
 from streams.simulator.models import MODELS
 from tests.conftest import DaphneServer, SimulatorProcess
+from tests.support.hostile import RawUpstream, sse
 from tests.support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -343,3 +344,42 @@ class TestMessagesUpstream:
         del body["stream"]
         with pytest.raises(anthropic.AuthenticationError):
             client.messages.create(**body)
+
+
+ECHOED = "ant-upstream-key-0123456789abcdef"  # (no shape the gate knows: only as a key)
+
+
+def echo_the_key(method, path, headers, body):
+    """A Messages upstream that says the key it was called with, in a text delta."""
+    key = headers.get("x-api-key", "")
+    events = [
+        {"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {}}},
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
+        {"type": "content_block_delta", "index": 0,
+         "delta": {"type": "text_delta", "text": f"your key is {key}"}},
+        {"type": "content_block_stop", "index": 0},
+        {"type": "message_stop"},
+    ]  # fmt: skip
+    return 200, "text/event-stream", [sse(json.dumps(e), event=e["type"]) for e in events]
+
+
+@pytest.fixture(scope="module")
+def echoing_messages_server(django_db_setup, simulator_process, _relay_db_connections):
+    upstream = RawUpstream(echo_the_key)
+    env = {"UPSTREAM_MESSAGES_BASE_URL": upstream.base_url, "UPSTREAM_MESSAGES_API_KEY": ECHOED}
+    server = DaphneServer(simulator_process.base_url, env=env)
+    yield server
+    server.stop()
+    upstream.stop()
+
+
+def test_the_messages_upstreams_key_echoed_back_never_leaves(echoing_messages_server, people):
+    token = ApiToken.issue(people.owner, name="echo")
+    server = echoing_messages_server
+    status, content, stream = proxied(server, "/messages", messages_body(), token, "x-api-key")
+    assert status == 200 and b"your key is " in content and ECHOED.encode() not in content
+    assert ECHOED in stream.output_text  # the record is verbatim; what is shown of it is not
+    page = httpx.get(
+        f"{server.url}/api/streams/{stream.pk}/", headers={"Authorization": f"Bearer {token}"}
+    )
+    assert page.status_code == 200 and "your key is" in page.text and ECHOED not in page.text
