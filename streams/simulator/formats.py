@@ -17,13 +17,13 @@ from .scenarios import (
     Plan,
     RequestError,
     SimRequest,
-    _cap,
-    _ids,
-    _number,
-    _plan_writes,
-    _route,
-    _sentences,
+    capped,
+    number_events,
+    plan_writes,
     reply_text,
+    response_ids,
+    route_request,
+    sentence_count,
     tokenize,
 )
 
@@ -76,8 +76,8 @@ def start(
     """The plan, the builder whose clock and random numbers its events take, and the
     response's id and creation time (s): the server's, or the seed's with
     ``metadata.deterministic_ids`` (as the Responses scenarios')."""
-    response_id, created_ms = _ids(req, response_id, created_s * 1000)
-    routing, resolved = _route(req)
+    response_id, created_ms = response_ids(req, response_id, created_s * 1000)
+    routing, resolved = route_request(req)
     plan = Plan(
         response_id=response_id,
         scenario=scenario,
@@ -91,7 +91,7 @@ def start(
 
 
 def reply_tokens(req: SimRequest, b: Builder) -> list[str]:
-    text = _cap(req, b.rng, reply_text(b.rng, req.user_text, _sentences(req, b.rng, (3, 6))))
+    text = capped(req, b.rng, reply_text(b.rng, req.user_text, sentence_count(req, b.rng, (3, 6))))
     return tokenize(b.rng, text)
 
 
@@ -121,7 +121,7 @@ def finish(req: SimRequest, plan: Plan, b: Builder, answer: dict) -> Plan:
     """The plan's writes (or, for `stream: false`, `answer` as one JSON body after the
     stream's time)."""
     evs = b.evs
-    _number(plan, evs)
+    number_events(plan, evs)
     plan.final_response = answer
     if not req.stream:
         plan.body = json.dumps(answer, ensure_ascii=False).encode()
@@ -129,5 +129,5 @@ def finish(req: SimRequest, plan: Plan, b: Builder, answer: dict) -> Plan:
         plan.header_delay += evs[-1].at * req.time_scale if evs else 0.0
         return plan
     plan.linger = req.meta_float("linger_s", 0.0)
-    _plan_writes(req, plan, evs)
+    plan_writes(req, plan, evs)
     return plan
