@@ -134,12 +134,13 @@ CODES: dict[str, tuple[str, str]] = {
         ERROR,
         gettext_noop("A tool call's index, id or name does not hold across its fragments."),
     ),
+    # (OpenRouter does both, and clients cope: worth knowing, not a broken stream)
     "usage_chunk_has_choices": (
-        ERROR,
+        WARNING,
         gettext_noop("The usage chunk has choices; it should have an empty list."),
     ),
     "role_not_first": (
-        ERROR,
+        WARNING,
         gettext_noop("delta.role after a choice's first delta (reported once per choice)."),
     ),
     "chunk_field_changed": (

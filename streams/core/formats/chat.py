@@ -103,6 +103,13 @@ def _filtered(results) -> bool:
     )
 
 
+def _says(entry) -> bool:
+    """Whether a choice's entry carries anything: text, a refusal, a tool call, a filter."""
+    delta = entry.get("delta") if isinstance(entry.get("delta"), dict) else {}
+    said = any(delta.get(k) for k in ("content", "refusal", "tool_calls", "reasoning_content"))
+    return said or _filtered(entry.get("content_filter_results"))
+
+
 class ChatChecker(FormatChecker):
     """Feed Chat Completions events in arrival order (as `Checker`)."""
 
@@ -190,6 +197,8 @@ class ChatChecker(FormatChecker):
         if choice is None:
             choice = self._choices[number] = _Choice()
         finish = entry.get("finish_reason")
+        if choice.finish_reason is not None and finish is None and not _says(entry):
+            return False, False  # (a usage chunk's empty entry: usage_chunk_has_choices says it)
         if choice.finish_reason is not None:
             code = "finish_reason_repeated" if finish is not None else "chunk_after_finish"
             if code not in choice.reported:

@@ -168,8 +168,6 @@ class TestCodes:
                 "chunk_after_finish",
                 "finish_reason_missing",
                 "tool_call_inconsistent",
-                "usage_chunk_has_choices",
-                "role_not_first",
                 "chunk_field_changed",
                 # Anthropic Messages (streams/core/formats/messages.py)
                 "first_not_message_start",
@@ -187,6 +185,8 @@ class TestCodes:
                 "stall",
                 "buffered_delivery",
                 "event_name_mismatch",
+                "usage_chunk_has_choices",
+                "role_not_first",
             },
             "info": {
                 "rewritten_text",

@@ -26,6 +26,10 @@ pytestmark = pytest.mark.django_db
         ("messages", "tools_thinking"),
         ("messages", "never_stopped"),
         ("messages", "bad_json"),
+        # real servers' (tests/fixtures/streams/SOURCES.md)
+        ("chat", "openai_gpt4o_tool_call"),
+        ("chat", "openrouter_gpt4o"),
+        ("messages", "anthropic_sonnet4_thinking"),
     ],
 )
 def test_a_capture_is_imported_in_its_format_with_its_checkers_findings(format, name):

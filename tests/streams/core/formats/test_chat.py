@@ -142,3 +142,36 @@ def test_a_second_done_is_one_fact_after_the_end():
 def test_a_stream_cut_before_any_finish_is_truncated():
     checker, _ = feed_all(chunk({"role": "assistant", "content": "a"}))
     assert codes(checker) == ["done_missing"] and checker.status == "truncated"
+
+
+def test_text_after_a_finish_is_one_fact_per_choice():
+    checker, _ = feed_all(
+        chunk({"content": "a"}), chunk(finish="stop"), chunk({"content": "b"}),
+        chunk({"content": "c"}), "[DONE]",
+    )  # fmt: skip
+    assert codes(checker) == ["chunk_after_finish"] and checker.output_text == "a"
+
+
+# Real servers' streams (tests/fixtures/streams/SOURCES.md): no error; what they do differently
+# from OpenAI's contract is said as a warning.
+@pytest.mark.parametrize(
+    "capture, warnings",
+    [
+        ("openai_gpt4o_tool_call", []),
+        ("openai_gpt4o_after_tool", []),
+        ("openai_gpt4o_refusal", []),
+        ("openrouter_gpt4o", ["role_not_first", "usage_chunk_has_choices"]),
+    ],
+)
+def test_real_captures_have_no_false_finding(capture, warnings):
+    checker = checked(formats.CHAT, capture)
+    assert codes(checker) == warnings and checker.status == "completed"
+    assert checker.usage["output_tokens"] > 0
+    for call in (i for i in checker.items() if i["type"] == "function_call"):
+        assert isinstance(json.loads(call["arguments"]), dict) and call["call_id"]
+
+
+def test_a_real_refusal_is_a_refusal_part():
+    [message] = checked(formats.CHAT, "openai_gpt4o_refusal").items()
+    assert message["parts"][0]["text"] == "" and message["parts"][1]["type"] == "refusal"
+    assert message["parts"][1]["text"]

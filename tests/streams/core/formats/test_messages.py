@@ -120,3 +120,15 @@ def test_an_event_line_naming_another_type_is_a_warning():
 def test_the_first_event_must_be_message_start():
     checker, _ = feed_all(block(0), end(0), STOP)
     assert codes(checker) == ["first_not_message_start"]
+
+
+@pytest.mark.parametrize("capture", ["anthropic_sonnet4_thinking", "anthropic_sonnet4_tool_use"])
+def test_real_captures_have_no_false_finding(capture):
+    checker = checked(formats.MESSAGES, capture)
+    assert codes(checker) == [] and checker.status == "completed"
+    assert checker.usage["output_tokens"] > 0 and checker.output_text
+    for item in checker.items():
+        if item["type"] == "function_call":
+            assert isinstance(json.loads(item["arguments"]), dict)
+        if item["type"] == "reasoning":
+            assert item["content"][0] and item["signature"]
