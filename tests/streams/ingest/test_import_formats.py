@@ -75,3 +75,13 @@ class TestPages:
         page = dutch.get(f"/streams/{self.chat.pk}/", headers={"accept-language": "nl"})
         assert "Formaat" in page.content.decode()
         assert 'id="stream-format">Chat Completions<' in page.content.decode()
+
+    def test_the_api_lists_by_format(self):
+        from streams.models import ApiToken
+
+        token = ApiToken.issue(self.owner, name="formats")
+        api = Client(headers={"authorization": f"Bearer {token}"})
+        for format, stream in (("chat", self.chat), ("messages", self.messages)):
+            listed = api.get(f"/api/streams/?format={format}").json()["streams"]
+            assert [(s["id"], s["format"]) for s in listed] == [(stream.pk, format)]
+        assert api.get("/api/streams/?format=gemini").status_code == 400
