@@ -254,6 +254,13 @@ UPSTREAM_API_KEY = os.environ.get("UPSTREAM_API_KEY", "")
 UPSTREAM_MODELS = [
     m for m in os.environ.get("UPSTREAM_MODELS", "").split(",") if m.strip()
 ]  # fallback list when GET /v1/models does not answer
+# The Chat Completions and Anthropic Messages upstreams (the proxy's /v1/chat/completions and
+# /v1/messages, streams/core/formats/), each with its own key, read as UPSTREAM_API_KEY is;
+# unset, the ones above (the built-in simulator speaks all three formats).
+UPSTREAM_CHAT_BASE_URL = os.environ.get("UPSTREAM_CHAT_BASE_URL", "").rstrip("/")
+UPSTREAM_CHAT_API_KEY = os.environ.get("UPSTREAM_CHAT_API_KEY", "")
+UPSTREAM_MESSAGES_BASE_URL = os.environ.get("UPSTREAM_MESSAGES_BASE_URL", "").rstrip("/")
+UPSTREAM_MESSAGES_API_KEY = os.environ.get("UPSTREAM_MESSAGES_API_KEY", "")
 
 # --- E-mail (invitations: streams/access/invitations.py) ------------------------------------
 # Printed to the console unless EMAIL_BACKEND says otherwise (an SMTP server: the backend

@@ -19,7 +19,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from streams import fields
-from streams.core import pricing
+from streams.core import formats, pricing
 
 # ---------------------------------------------------------------------------------------------
 # What the audit log watches (streams/store/audit.py): Django's save and delete signals see a
@@ -294,6 +294,12 @@ class Stream(models.Model):
         IMPORT = "import", _("Imported file")
         PROXY = "proxy", _("Recording proxy")
 
+    # The API a stream's bytes speak (streams/core/formats/): its checker, its output's terms.
+    class Format(models.TextChoices):
+        RESPONSES = formats.RESPONSES, _("Responses")
+        CHAT = formats.CHAT, _("Chat Completions")
+        MESSAGES = formats.MESSAGES, _("Anthropic Messages")
+
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         null=True,
@@ -316,6 +322,9 @@ class Stream(models.Model):
     )
     status = fields.CharField(
         _("status"), max_length=12, choices=Status.choices, default=Status.PENDING
+    )
+    format = fields.CharField(
+        _("format"), max_length=10, choices=Format.choices, default=Format.RESPONSES
     )
 
     # The request. The API key is never part of it (it travels in a header only).
@@ -474,6 +483,8 @@ class Stream(models.Model):
             ),
             # list filters on status and the sweeper's `status = streaming` scan
             models.Index(fields=["status", "-created_at"], name="stream_status_created"),
+            # the lists' and analytics' format filter, within a project
+            models.Index(fields=["project", "format", "-created_at"], name="stream_project_format"),
             # Analytics (streams/stats/). TTFT percentiles by ordered offset: `WHERE model = ?
             # AND <range, filters> ORDER BY ttft_ms LIMIT 1 OFFSET k` walks one of these three in
             # ttft order and checks every filter in the index entry, never in the table row

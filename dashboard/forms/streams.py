@@ -104,6 +104,9 @@ class StreamFilterForm(forms.Form):
     source = forms.ChoiceField(
         required=False, choices=[("", _("Any source")), *Stream.Source.choices], label=_("Source")
     )
+    format = forms.ChoiceField(
+        required=False, choices=[("", _("Any format")), *Stream.Format.choices], label=_("Format")
+    )
     requested = forms.CharField(required=False, max_length=MODEL_CHARS, label=_("Requested model"))
     resolved = forms.CharField(
         required=False,
@@ -156,6 +159,7 @@ class StreamFilterForm(forms.Form):
         "q",
         "status",
         "source",
+        "format",
         "tag",
         "session",
         "user",

@@ -41,6 +41,8 @@ def filter_streams(qs, filters):
         qs = qs.filter(status=f["status"])
     if f.get("source"):
         qs = qs.filter(source=f["source"])
+    if f.get("format"):
+        qs = qs.filter(format=f["format"])
     if f.get("tag"):
         qs = qs.filter(HasTag(F("tags"), f["tag"]))
     if f.get("session"):

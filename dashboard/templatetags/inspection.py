@@ -173,6 +173,16 @@ def output_text_shown():
 
 
 @register.filter
+def format_label(value):
+    """A stream's format as the pages name it ("Chat Completions"), from `Stream.Format`'s
+    labels (product names: not lower-cased); an unknown value is shown as it is."""
+    try:
+        return str(Stream.Format(value).label)
+    except ValueError:
+        return value
+
+
+@register.filter
 def source_label(value):
     """A stream's source as the pages name it (lower case, translated: "recorded live", Dutch
     "live opgenomen"), from `Stream.Source`'s labels; an unknown value is shown as it is."""

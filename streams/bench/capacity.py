@@ -191,7 +191,7 @@ async def _clients(client, base, headers, request, n, duration_ns, viewer_root):
 async def _stream(client, base, headers, request, seed, viewer_root):
     """One paced stream: the client's receipt time per event, the upstream's response id, the
     proxy's stream id; with `viewer_root`, a viewer's (subscribed at, [(index, receipt)])."""
-    body = {**request, "metadata": {**request["metadata"], "seed": str(seed)}}
+    body = {**request.body, "metadata": {**request.body["metadata"], "seed": str(seed)}}
     viewer = None
     async with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
         if r.status_code != 200:

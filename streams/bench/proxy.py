@@ -37,6 +37,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -54,6 +55,7 @@ from streams.bench import (
 )
 from streams.bench.profile import Sampler, by_stage, stages_text
 from streams.bench.relay import Server, percentile, stop_process
+from streams.core import formats
 
 REQUEST = {
     "model": "auto",
@@ -61,6 +63,40 @@ REQUEST = {
     "stream": True,
     "metadata": {"time_scale": "1.0", "sentences": "3", "deterministic_ids": "false"},
 }
+# The same request in each format the proxy records (streams/core/formats/, `--format`): the
+# simulator answers each with the same text at the same pace.
+MESSAGES = [{"role": "user", "content": "Tell me about Utrecht"}]
+REQUESTS = {
+    formats.RESPONSES: REQUEST,
+    formats.CHAT: {"model": "auto", "messages": MESSAGES, "stream": True,
+                   "metadata": REQUEST["metadata"]},
+    formats.MESSAGES: {"model": "auto", "messages": MESSAGES, "max_tokens": 1024, "stream": True,
+                       "metadata": REQUEST["metadata"]},
+}  # fmt: skip
+# What marks each format's first output delta, and where its response id is (the simulator's
+# log is kept by it): a bytes marker, and (marker of the event holding it, its path in the JSON).
+FIRST_DELTA = {
+    formats.RESPONSES: b"output_text.delta",
+    formats.CHAT: b'"delta":{"content":"',
+    formats.MESSAGES: b"text_delta",
+}
+RESPONSE_ID = {
+    formats.RESPONSES: (b'"response.created"', ("response", "id")),
+    formats.CHAT: (b'"chat.completion.chunk"', ("id",)),
+    formats.MESSAGES: (b'"message_start"', ("message", "id")),
+}
+
+
+@dataclass(frozen=True)
+class Request:
+    """What every client sends: the format's path and body, and how its answer is read."""
+
+    format: str
+    body: dict
+
+    @property
+    def path(self):
+        return formats.PATHS[self.format]
 
 
 def add_arguments(parser):
@@ -77,6 +113,11 @@ def add_arguments(parser):
         action="store_true",
         help="after the measured rounds, one proxied round under py-spy: the server's CPU by "
         "stage (streams/bench/profile.py)",
+    )
+    parser.add_argument(
+        "--format",
+        default=formats.RESPONSES,
+        help="the formats to measure, each in turn: responses, chat, messages (e.g. chat,messages)",
     )
     parser.add_argument(
         "--against",
@@ -112,13 +153,19 @@ def run(command, opts):
     # client has the whole answer before the proxy's handler returns): twice the clients.
     limits = server_limits(env, streams=2 * most, requests=2 * most)
     daphne = proxy_server(tmp, env, sim, limits)
-    request = paced_request(opts)
+    chosen = [f.strip() for f in opts.get("format", formats.RESPONSES).split(",") if f.strip()]
+    unknown = [f for f in chosen if f not in formats.FORMATS]
+    if unknown:
+        raise CommandError(f"bench proxy: unknown format {unknown}: {', '.join(formats.FORMATS)}")
     results = []
     nginx = None
     try:
         if "nginx" in opts["against"].split(","):
             nginx = Nginx(sim.port, tmp, workers=1, connections=4 * most + 64)
-        for n, arrivals in configurations:
+        for format, (n, arrivals) in (
+            (f, configuration) for f in chosen for configuration in configurations
+        ):
+            request = paced_request(opts, format)
             result = asyncio.run(
                 _configuration(
                     n,
@@ -135,6 +182,7 @@ def run(command, opts):
             result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
             result["server_limits"] = limits_of(limits)
             result["upstream_transport"] = _transport()
+            result["format"] = format
             results.append(result)
             _print(command, n, arrivals, result, opts["json"])
     finally:
@@ -184,17 +232,16 @@ def _configurations(opts):
     ]
 
 
-def paced_request(opts):
-    """The request every client sends (with a seed of its own), paced by --time-scale and as
-    long as --sentences."""
-    return {
-        **REQUEST,
-        "metadata": {
-            **REQUEST["metadata"],
-            "time_scale": str(opts["time_scale"]),
-            "sentences": str(opts["sentences"]),
-        },
+def paced_request(opts, format=formats.RESPONSES):
+    """The request every client sends (with a seed of its own) in `format`, paced by
+    --time-scale and as long as --sentences."""
+    body = REQUESTS[format]
+    metadata = {
+        **body["metadata"],
+        "time_scale": str(opts["time_scale"]),
+        "sentences": str(opts["sentences"]),
     }
+    return Request(format, {**body, "metadata": metadata})
 
 
 def bench_token(env):
@@ -215,7 +262,7 @@ def _print(command, n, arrivals, result, as_json):
         command.stdout.write(json.dumps(result))
         return
     command.stdout.write(
-        f"concurrency {n:>3}, {arrivals:>6}: "
+        f"{result.get('format', formats.RESPONSES)}, concurrency {n:>3}, {arrivals:>6}: "
         f"added TTFT p50 {result['added_ttft_p50_ms']} / p99 "
         f"{result['added_ttft_p99_ms']} ms; added per event p50 "
         f"{result['added_event_p50_ms']} / p99 {result['added_event_p99_ms']} ms; "
@@ -591,22 +638,25 @@ async def _client(client, base, headers, request, seed0, offset_ns):
 async def _one(client, base, headers, request, seed):
     """One streaming request: (seed, (first-delta ns − start ns, receipt ns per event, the
     upstream's response id, the proxy's stream id or None))."""
-    body = {**request, "metadata": {**request["metadata"], "seed": str(seed)}}
+    body = {**request.body, "metadata": {**request.body["metadata"], "seed": str(seed)}}
+    url = base + request.path
     t0 = time.monotonic_ns()
-    async with client.stream("POST", f"{base}/responses", json=body, headers=headers) as r:
+    async with client.stream("POST", url, json=body, headers=headers) as r:
         if r.status_code != 200:
             # a limit of the server the bench did not size, or a broken path: not a figure
             text = (await r.aread()).decode(errors="replace")[:500]
-            raise CommandError(f"bench proxy: {base}/responses answered {r.status_code}: {text}")
+            raise CommandError(f"bench proxy: {url} answered {r.status_code}: {text}")
         stream_id = r.headers.get("x-streamscope-stream")
-        receipts, response_id, first = await received(r, t0)
+        receipts, response_id, first = await received(r, t0, request.format)
     return seed, (t0, first, receipts, response_id, int(stream_id) if stream_id else None, True)
 
 
-async def received(response, t0):
-    """A streaming response read to its end: (the receipt time of each event, ns; the
-    upstream's response id; first output delta − `t0`, ns, or None)."""
+async def received(response, t0, format=formats.RESPONSES):
+    """A streaming response (in `format`) read to its end: (the receipt time of each event, ns;
+    the upstream's response id; first output delta − `t0`, ns, or None)."""
     receipts, response_id, first = [], None, None
+    first_delta = FIRST_DELTA[format]
+    id_marker, id_path = RESPONSE_ID[format]
     buffer = b""
     async for chunk in response.aiter_raw():
         now = time.monotonic_ns()
@@ -616,11 +666,13 @@ async def received(response, t0):
             if not block.strip():
                 continue
             receipts.append(now)
-            if first is None and b"output_text.delta" in block:
+            if first is None and first_delta in block:
                 first = now - t0
-            if response_id is None and b'"response.created"' in block:
-                data = block.split(b"data: ", 1)[1]
-                response_id = json.loads(data)["response"]["id"]
+            if response_id is None and id_marker in block:
+                value = json.loads(block.split(b"data: ", 1)[1])
+                for key in id_path:
+                    value = value[key]
+                response_id = value
     return receipts, response_id, first
 
 

@@ -397,12 +397,15 @@ class SSEEncoder:
     carries the last id over to later events, so an event whose id was cleared after one that
     had an id needs an explicit empty `id:` line to come back with no id."""
 
-    def __init__(self):
+    def __init__(self, implied_name: str = ""):
         self.last_id = ""
+        # the name a block without an `event:` line was stored with, for a format whose
+        # servers never write the line (`formats.IMPLIED_EVENT_NAME`): written without it
+        self.implied_name = implied_name
 
     def event(self, event_name: str, sse_id: str, data: str, raw) -> bytes:
         out = []
-        if event_name:
+        if event_name and event_name != self.implied_name:
             out.append(b"event: " + event_name.encode() + b"\n")
         if sse_id or self.last_id:
             out.append(b"id: " + sse_id.encode() + b"\n")

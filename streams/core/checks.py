@@ -118,6 +118,63 @@ CODES: dict[str, tuple[str, str]] = {
         gettext_noop("The SSE `event:` field is not `message` (OpenAI style)."),
     ),
     "done_sentinel": (INFO, gettext_noop("A `data: [DONE]` sentinel (Chat Completions style).")),
+    # Chat Completions (streams/core/formats/chat.py)
+    "done_missing": (ERROR, gettext_noop("The connection closed without `data: [DONE]`.")),
+    "not_a_chunk": (ERROR, gettext_noop("The event's JSON is not a chunk with a `choices` list.")),
+    "finish_reason_repeated": (
+        ERROR,
+        gettext_noop("A choice's finish_reason arrived twice (reported once per choice)."),
+    ),
+    "chunk_after_finish": (
+        ERROR,
+        gettext_noop("A chunk for a choice after its finish_reason (reported once per choice)."),
+    ),
+    "finish_reason_missing": (ERROR, gettext_noop("A choice had no finish_reason at [DONE].")),
+    "tool_call_inconsistent": (
+        ERROR,
+        gettext_noop("A tool call's index, id or name does not hold across its fragments."),
+    ),
+    # (OpenRouter does both, and clients cope: worth knowing, not a broken stream)
+    "usage_chunk_has_choices": (
+        WARNING,
+        gettext_noop("The usage chunk has choices; it should have an empty list."),
+    ),
+    "role_not_first": (
+        WARNING,
+        gettext_noop("delta.role after a choice's first delta (reported once per choice)."),
+    ),
+    "chunk_field_changed": (
+        ERROR,
+        gettext_noop("A chunk's id, created or model differs from the first chunk's."),
+    ),
+    "content_filtered": (INFO, gettext_noop("A content filter held back part of a choice.")),
+    # Anthropic Messages (streams/core/formats/messages.py)
+    "first_not_message_start": (ERROR, gettext_noop("The first event is not message_start.")),
+    "block_index_out_of_order": (
+        ERROR,
+        gettext_noop("A content block started out of index order."),
+    ),
+    "block_delta_before_start": (
+        ERROR,
+        gettext_noop("A content block's delta or stop before its content_block_start."),
+    ),
+    "block_delta_after_stop": (
+        ERROR,
+        gettext_noop("A content block's delta after its content_block_stop."),
+    ),
+    "block_stopped_twice": (ERROR, gettext_noop("A content block was stopped twice.")),
+    "block_never_stopped": (
+        ERROR,
+        gettext_noop("A content block was never stopped before message_stop."),
+    ),
+    "tool_input_invalid_json": (
+        ERROR,
+        gettext_noop("A tool use's input fragments do not join into valid JSON."),
+    ),
+    "event_name_mismatch": (
+        WARNING,
+        gettext_noop("The SSE `event:` line names another type than the JSON's `type`."),
+    ),
 }
 
 
@@ -1562,3 +1619,10 @@ def check_events(
         feed(index, event_name, data, t_us=event[3] if len(event) > 3 else None)
     checker.close(connection_closed=connection_closed)
     return checker, checker.violations
+
+
+# The helpers the other formats' checkers (streams/core/formats/) build on, by public names.
+finding = _v
+as_int = _int
+as_str = _str
+short = _short

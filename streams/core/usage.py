@@ -168,17 +168,19 @@ def _texts(value):
 
 
 def estimate_input(body) -> int | None:
-    """Input tokens of a Responses request body: its instructions, every input text (per
-    message a few tokens of framing) and its tools' definitions. None without any input. An
+    """Input tokens of a request body (Responses, Chat Completions or Anthropic Messages): its
+    instructions, every input text (per message a few tokens of framing) and its tools'
+    definitions. None without any input. An
     undercount when the upstream adds what the request does not show (hosted search results,
     files)."""
     if not isinstance(body, dict):
         return None
-    messages = body.get("input")
-    if messages is None and not body.get("instructions"):
+    # (Chat Completions and Anthropic Messages: `messages`; Anthropic's `system` instructions)
+    messages = body.get("input", body.get("messages"))
+    instructions = body.get("instructions", body.get("system"))
+    if messages is None and not instructions:
         return None
-    instructions = body.get("instructions")
-    count = PER_REQUEST + tokens(instructions if isinstance(instructions, str) else "")
+    count = PER_REQUEST + sum(tokens(text) for text in _texts(instructions))
     entries = messages if isinstance(messages, list) else [messages]
     for entry in entries:
         count += PER_MESSAGE + sum(tokens(text) for text in _texts(entry))

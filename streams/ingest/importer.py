@@ -23,7 +23,7 @@ from django.utils.formats import number_format
 from django.utils.translation import gettext, gettext_noop
 
 from streams.core import capture as capture_errors
-from streams.core import safejson
+from streams.core import formats, safejson
 from streams.core.capture import (
     CapturedEvent,
     HarEntry,
@@ -118,6 +118,7 @@ class Checked:
     requested: str
     checker: Checker
     envelopes: list  # what the checker read of each event, for its row (`event_row.Checked`)
+    format: str = formats.RESPONSES  # the API the capture speaks (`formats.detect`)
 
 
 @dataclass
@@ -210,7 +211,9 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
     # Known only when someone said which model was asked for; the created event's model is
     # already the resolved one.
     pinned = (requested != "auto") if requested else None
-    checker = Checker(pinned_model=pinned)
+    url = capture.har.url if capture.har is not None else ""
+    format = formats.detect(((ev.event_name, ev.data) for ev in capture.events[:3]), url)
+    checker = formats.checker(format, pinned_model=pinned)
     feed = checker.feed
     envelopes = []
     for i, ev in enumerate(capture.events):
@@ -229,7 +232,7 @@ def _check(capture: ParsedCapture, model: str) -> Checked:
             sum(ev.raw is not None for ev in capture.events),
             said("in_har_body") if capture.har is not None else said("in_file"),
         )
-    return Checked(model, body, requested, checker, envelopes)
+    return Checked(model, body, requested, checker, envelopes, format)
 
 
 def _store(capture: ParsedCapture, user, model: str, project=None) -> Stream:
@@ -266,6 +269,7 @@ def _store(capture: ParsedCapture, user, model: str, project=None) -> Stream:
         project=project,
         requested_model=requested or checker.response_model,
         source=Stream.Source.IMPORT,
+        format=checked.format,
         **{**har, **fields},
     )
 

@@ -25,7 +25,7 @@ from typing import Protocol
 import httpx
 from django.db.utils import InterfaceError, OperationalError
 
-from streams.core import capture, conf, figures, lifecycle, warmup
+from streams.core import capture, conf, figures, formats, lifecycle, warmup
 from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, said
 from streams.ingest.network import Phases
 from streams.ingest.upstream import (
@@ -59,6 +59,7 @@ class Recording:
     stream_id: int
     project_id: int | None  # (whose live list hears of it: streams/live/relay.py)
     pinned_model: bool
+    format: str = formats.RESPONSES  # the API its bytes speak (its checker)
     t0_ns: int = 0
     wall0: dt.datetime = None
     checker: Checker = None
@@ -117,7 +118,9 @@ class Recording:
         self.inline_max = conf.get().relay_inline_max_bytes
         self.wall0 = dt.datetime.now(dt.UTC)
         stall_us = int(stall_s * 1_000_000)
-        self.checker = Checker(pinned_model=self.pinned_model, stall_threshold_us=stall_us)
+        self.checker = formats.checker(
+            self.format, pinned_model=self.pinned_model, stall_threshold_us=stall_us
+        )
 
     def restart_clock(self):
         """Start the attempt clock again, now that the request really starts: our own set-up
@@ -212,6 +215,8 @@ class Recording:
                     self.pending_fields["ttft_ms"] = self.ttft_ms()
             elif times:
                 times[1] = t_ns
+            if result.first_tool_call:  # (a Chat tool-call delta: output and a call)
+                self.mark("first_tool_call", t_ns)
         elif kind == CREATED:
             if self.mark("created_event", t_ns):
                 self.pending_fields["upstream_id"] = checker.upstream_id or ""
@@ -575,7 +580,7 @@ async def _whole_body(rec, writer, response, port, phases, wants_json):
     if t_ns is None:
         t_ns = time.monotonic_ns()
     text = body.decode("utf-8", errors="replace")
-    type_, is_json, fields, status = _json_response_fields(response, text, wants_json)
+    type_, is_json, fields, status = _json_response_fields(response, text, wants_json, rec.format)
     rec.answer = fields.pop("answer", None)
     t_us = _us(t_ns - rec.t0_ns)
     s_us = None if sent_ns is None else _us(sent_ns - rec.t0_ns)
@@ -611,9 +616,10 @@ _JSON_STATUSES = {
 }
 
 
-def _json_response_fields(response, text, wants_json):
+def _json_response_fields(response, text, wants_json, format=formats.RESPONSES):
     """(event type, is_json, fields, status) of a body that is not an event stream: status
-    None unless it is the 2xx JSON `response` object a `stream: false` request asked for."""
+    None unless it is the 2xx JSON answer a `stream: false` request asked for (a `response`
+    object; in another format, that format's: `formats.json_answer`)."""
     content_type = response.headers.get("content-type", "").partition(";")[0].strip()
     if response.status_code >= 400 or content_type != "application/json":
         return "response.body", False, {}, None
@@ -621,6 +627,11 @@ def _json_response_fields(response, text, wants_json):
         obj = json.loads(text)
     except (ValueError, RecursionError):
         return "response.body", False, {}, None
+    if format != formats.RESPONSES:
+        fields = formats.json_answer(format, obj)
+        if fields is None or not wants_json:
+            return "response.body", True, {}, None
+        return "response", True, fields, fields.pop("status")
     if not isinstance(obj, dict) or obj.get("object") != "response":
         return "response.body", True, {}, None
     if not wants_json:

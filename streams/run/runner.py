@@ -18,7 +18,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.db.models import Q
 
-from streams.core import conf, lifecycle
+from streams.core import conf, formats, lifecycle
 from streams.core.lifecycle import RUNNER_ID
 from streams.ingest.recorder import Forwarded, Recording, record_attempt
 from streams.ingest.upstream import ClientPool
@@ -48,6 +48,20 @@ def upstream_base_url():
             _simulator = start_in_thread()
             log.info("built-in upstream simulator listening at %s", _simulator.base_url)
         return _simulator.base_url
+
+
+def upstream(format):
+    """(base URL, API key) of the upstream that speaks `format` (streams/core/formats/), as
+    configured: its own (UPSTREAM_CHAT_*, UPSTREAM_MESSAGES_*) with its own key, else the
+    Responses upstream and its key (one upstream's key never goes to another). The URL is ""
+    for the built-in simulator: `upstream_base_url()` starts it (not on the event loop)."""
+    base_url, key = {
+        formats.CHAT: (settings.UPSTREAM_CHAT_BASE_URL, settings.UPSTREAM_CHAT_API_KEY),
+        formats.MESSAGES: (settings.UPSTREAM_MESSAGES_BASE_URL, settings.UPSTREAM_MESSAGES_API_KEY),
+    }.get(format, ("", ""))
+    if base_url:
+        return base_url, key
+    return settings.UPSTREAM_BASE_URL, settings.UPSTREAM_API_KEY
 
 
 def uses_simulator():
@@ -149,8 +163,14 @@ class Proxied:
         self._rec.cancel_code = code
         self.task.cancel()
 
+    def ended_upstream(self):
+        """Whether the stream's terminal event has come (its end is being recorded)."""
+        return "terminal" in self._rec.milestones
 
-def start_proxied(open_row, body, url, forwarded: Forwarded, *, project_id=None, token_id=None):
+
+def start_proxied(
+    open_row, body, url, forwarded: Forwarded, *, project_id=None, token_id=None, format=None
+):
     """Record a request the proxy forwards (streams/serve/proxy.py), here, whatever
     STREAMSCOPE_RUNNER says: it goes upstream at once, as its client sent it, while
     `open_row()` (a coroutine function) creates its row; once that exists the task runs as
@@ -160,7 +180,12 @@ def start_proxied(open_row, body, url, forwarded: Forwarded, *, project_id=None,
     The row beside the request, not before it: creating it first on the ORM's thread held
     the GIL while many requests were on their way, and every client waited for it."""
     model = body.get("model")
-    rec = Recording(None, project_id, pinned_model=isinstance(model, str) and model != "auto")
+    rec = Recording(
+        None,
+        project_id,
+        pinned_model=isinstance(model, str) and model != "auto",
+        format=format or formats.RESPONSES,
+    )
     rec.proxied = True
     rec.token_id = token_id
     # Its own context (see `start`): with `drain` it outlives the request that started it.

@@ -54,11 +54,14 @@ class ShuttingDown(TooMany):
         return gettext("The server is stopping: start the stream again in a moment.")
 
 
-def create_proxied(user, body, *, tags=(), session="", project=None, token=None):
+def create_proxied(
+    user, body, *, tags=(), session="", project=None, token=None, format=Stream.Format.RESPONSES
+):
     """The row of a request the recording proxy forwards (streams/serve/proxy.py): recorded by this
     process, in the request that holds the client's connection, whatever STREAMSCOPE_RUNNER
     says; the proxy's own per-token limit applies, not the per-user one of pages and the API.
-    `project`, `token`: the token's (its spend counts the stream's cost)."""
+    `project`, `token`: the token's (its spend counts the stream's cost); `format`: the API
+    the request speaks."""
     return rows.new_row(
         user,
         body,
@@ -68,6 +71,7 @@ def create_proxied(user, body, *, tags=(), session="", project=None, token=None)
         session=session,
         project=project,
         token=token,
+        format=format,
     )
 
 
@@ -111,7 +115,18 @@ async def start(stream):
     return task
 
 
-def start_proxied(user, body, url, forwarded, *, tags=(), session="", project=None, token=None):
+def start_proxied(
+    user,
+    body,
+    url,
+    forwarded,
+    *,
+    tags=(),
+    session="",
+    project=None,
+    token=None,
+    format=Stream.Format.RESPONSES,
+):
     """Record a request the recording proxy forwards (a `recorder.Forwarded`): sent upstream
     at once, its row (`create_proxied`) created meanwhile and announced once it exists.
     Returns the runner's `Proxied` (its task, and its cancel with a reason)."""
@@ -123,10 +138,11 @@ def start_proxied(user, body, url, forwarded, *, tags=(), session="", project=No
         session=session,
         project=project,
         token=token,
+        format=format,
     )
     project_id = getattr(project, "pk", project)
     return runner.start_proxied(
-        open_row, body, url, forwarded, project_id=project_id, token_id=token
+        open_row, body, url, forwarded, project_id=project_id, token_id=token, format=format
     )
 
 

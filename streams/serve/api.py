@@ -14,6 +14,7 @@ POST     /api/streams/                       start a stream: ``{"input", "model"
                                              input, 429 over MAX_CONCURRENT_PER_USER
 GET      /api/streams/?limit=&before=        the project's streams, newest first (the project:
          &project=<slug>                     ``project`` if given, else the current one)
+         &status=&format=                    only those (format: responses, chat, messages)
 GET      /api/streams/<id>/                  ``stream_summary``: status, milestones, metrics,
                                              text, findings
 GET      /api/streams/<id>/events/           ``?after=-1&limit=1000`` → ``{"events": [{"index",
@@ -263,6 +264,7 @@ class ListForm(forms.Form):
     limit = forms.IntegerField(required=False, min_value=1, max_value=500)
     before = forms.IntegerField(required=False, min_value=1)
     status = forms.ChoiceField(required=False, choices=Stream.Status.choices)
+    format = forms.ChoiceField(required=False, choices=Stream.Format.choices)
     # words, "phrases" and prefixes* (streams/store/search.py): the best matches first
     q = forms.CharField(required=False, max_length=200, strip=True)
     page = forms.IntegerField(required=False, min_value=1, max_value=search.MAX_PAGES)
@@ -347,12 +349,10 @@ def _events_page(user, stream_id, after, limit):
     }
 
 
-def _search(user, project, q, page, status):
+def _search(user, project, q, page, narrow):
     """A page of the streams `user` may see in `project` matching `q`, best first, each with
-    its `rank` and `snippet` (redacted plain text)."""
-    qs = streams_for(user, project)
-    if status:
-        qs = qs.filter(status=status)
+    its `rank` and `snippet` (redacted plain text); `narrow`: the status and format asked for."""
+    qs = streams_for(user, project).filter(**narrow)
     terms = search.parse(q)
     hits, more = search.page(qs, terms, page) if terms else ([], False)
     rows = {r["id"]: r for r in qs.filter(pk__in=[h.pk for h in hits]).values(*public.LIST_COLUMNS)}
@@ -366,12 +366,10 @@ def _search(user, project, q, page, status):
     }
 
 
-def _list(user, project, limit, before, status):
-    qs = streams_for(user, project).order_by("-pk")
+def _list(user, project, limit, before, narrow):
+    qs = streams_for(user, project).filter(**narrow).order_by("-pk")
     if before:
         qs = qs.filter(pk__lt=before)
-    if status:
-        qs = qs.filter(status=status)
     rows = list(qs.values(*public.LIST_COLUMNS)[:limit])
     return {
         "streams": [public.list_item(row) for row in rows],
@@ -463,6 +461,7 @@ async def api_streams(request):
     if not form.is_valid():
         return _invalid(form)
     d = form.cleaned_data
+    narrow = {k: d[k] for k in ("status", "format") if d[k]}
     try:
         project = await sync_to_async(project_id)(request)
     except LookupError:
@@ -475,12 +474,10 @@ async def api_streams(request):
             )
             response["Retry-After"] = str(retry)
             return response
-        data = await sync_to_async(_search)(
-            request.user, project, d["q"], d["page"] or 1, d["status"]
-        )
+        data = await sync_to_async(_search)(request.user, project, d["q"], d["page"] or 1, narrow)
     else:
         data = await sync_to_async(_list)(
-            request.user, project, d["limit"] or 50, d["before"], d["status"]
+            request.user, project, d["limit"] or 50, d["before"], narrow
         )
     return respond(data)
 

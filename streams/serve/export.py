@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 from asgiref.sync import sync_to_async
 
+from streams.core import formats
 from streams.core.capture import SSEEncoder
 from streams.models import Capture, Event, Stream
 from streams.shapes import public
@@ -46,7 +47,7 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
         .values_list("event_name", "sse_id", "data", "raw")
         .iterator(chunk_size=READ_CHUNK)
     )
-    encoder = SSEEncoder()
+    encoder = SSEEncoder(formats.IMPLIED_EVENT_NAME.get(stream.format, ""))
     piece = []
     for row in rows:
         piece.append(encoder.event(*row))

@@ -4,15 +4,21 @@ upstream and records what passes, so an application is observed by changing its 
     client = OpenAI(base_url="http://scope.example.org/v1", api_key="ss_…")
 
 `POST /v1/responses` (stream true or false) and `GET /v1/models`, forwarded to the upstream
-(`UPSTREAM_BASE_URL`, or the built-in simulator); any other `/v1/…` path is a 404. Errors of the
-proxy's own are in the OpenAI shape, `{"error": {"message", "type", "code"}}`.
+(`UPSTREAM_BASE_URL`, or the built-in simulator); `POST /v1/chat/completions` and
+`POST /v1/messages` the same way to the upstream of their format (streams/core/formats/,
+`runner.upstream`), recorded verbatim and checked by that format's checker; `GET /v1/models`
+with an `anthropic-version` header lists the Messages upstream's. Any other `/v1/…` path is a
+404. Errors of the proxy's own are in the OpenAI shape, `{"error": {"message", "type", "code"}}`
+(Anthropic's SDK reads their message too).
 
 Authentication, one of:
 - `Authorization: Bearer ss_…` (a Streamscope token): the upstream is called with the server's
   `UPSTREAM_API_KEY`.
-- Pass-through: the client's own upstream key in `Authorization` and its Streamscope token in
-  `X-Streamscope-Token`; the `Authorization` header is forwarded as it came, and its key is
-  handed to the egress gate (`known_secrets.remember`, sealed at rest) before the request goes up.
+  Anthropic's clients send it as `x-api-key`: taken the same way, and the upstream gets the
+  Messages upstream's key in `x-api-key` (`anthropic-version` is passed through as it came).
+- Pass-through: the client's own upstream key in `Authorization` (or `x-api-key`) and its
+  Streamscope token in `X-Streamscope-Token`; the key is forwarded as it came, and handed to
+  the egress gate (`known_secrets.remember`, sealed at rest) before the request goes up.
 Whatever the upstream sends back, headers and bytes, leaves through the egress gate
 (streams/serve/egress.py) like every response: no key, configured or passed through, reaches the
 client, even when an upstream echoes it.
@@ -60,7 +66,7 @@ from django.http.request import split_domain_port, validate_host
 from streams.access import limits, projects, tokens
 from streams.access.throttle import client_ip, token_user
 from streams.access.tokens import bearer_token
-from streams.core import conf, lifecycle, safejson, transport
+from streams.core import conf, formats, lifecycle, safejson, transport
 from streams.ingest.recorder import Forwarded
 from streams.models import MAX_TAG_CHARS, MAX_TAGS, ApiToken, Stream
 from streams.run import runner, services
@@ -87,6 +93,7 @@ NOT_FORWARDED = HOP_BY_HOP | {
     b"authorization",
     b"cookie",
     b"accept-encoding",
+    b"x-api-key",
     b"x-streamscope-token",
     b"x-streamscope-tags",
     b"x-streamscope-session",
@@ -161,14 +168,24 @@ def _host_allowed(host: bytes) -> bool:
     return bool(domain) and validate_host(domain, settings.ALLOWED_HOSTS)
 
 
-def _upstream_authorization(headers):
-    """(Streamscope token, the Authorization value to send upstream, pass-through?)."""
+# The header each format's upstream takes its key in.
+KEY_HEADERS = (b"authorization", b"x-api-key")
+
+
+def _upstream_authorization(headers, key, format):
+    """(Streamscope token, the key headers to send upstream, pass-through?). `key`: the
+    format's upstream's own key (`runner.upstream`)."""
     own = headers.get(b"x-streamscope-token")
     if own is not None:
-        return own.decode("latin-1").strip(), headers.get(b"authorization"), True
+        passed = [(name, headers[name]) for name in KEY_HEADERS if name in headers]
+        return own.decode("latin-1").strip(), passed, True
     token = bearer_token(headers.get(b"authorization", b"").decode("latin-1"))
-    key = settings.UPSTREAM_API_KEY
-    return token, (f"Bearer {key}".encode() if key else None), False
+    token = token or headers.get(b"x-api-key", b"").decode("latin-1").strip()
+    if not key:
+        return token, [], False
+    if format == formats.MESSAGES:
+        return token, [(b"x-api-key", key.encode())], False
+    return token, [(b"authorization", f"Bearer {key}".encode())], False
 
 
 # ---- the application -------------------------------------------------------------------------
@@ -195,25 +212,42 @@ class Refused(Exception):
         super().__init__(status, message, type_, code, headers, extra)
 
 
-ENDPOINTS = {"/v1/responses": "POST", "/v1/models": "GET"}
+ENDPOINTS = {
+    "/v1/responses": "POST",
+    "/v1/chat/completions": "POST",
+    "/v1/messages": "POST",
+    "/v1/models": "GET",
+}
+
+
+def _format_of(scope, headers):
+    """The format a request speaks: its path's, and for `/v1/models` Anthropic's when its
+    client says so (an `anthropic-version` header), else Responses'."""
+    if scope["path"] == "/v1/models" and b"anthropic-version" in headers:
+        return formats.MESSAGES
+    return formats.of_path(scope["path"]) or formats.RESPONSES
 
 
 async def application(scope, receive, send):
     headers = {}
     for name, value in scope["headers"]:
         headers.setdefault(name.lower(), value)
+    format = _format_of(scope, headers)
     try:
-        bearer, digest, upstream_auth = await _admit(scope, headers)
-        if upstream_auth is not None:
+        base_url, key = runner.upstream(format)
+        bearer, digest, upstream_auth, passthrough = await _admit(scope, headers, key, format)
+        if passthrough:
             await _remember(upstream_auth)
         _in_flight[digest] = _in_flight.get(digest, 0) + 1
     except Refused as refusal:
         return await _error(send, *refusal.args)
     try:
         forward = _forward_headers(scope, headers, upstream_auth)
+        base_url = base_url or await sync_to_async(runner.upstream_base_url)()
         if scope["path"] == "/v1/models":
-            return await _models(send, forward)
-        return await _responses(scope, receive, send, bearer, headers, forward)
+            return await _models(send, forward, base_url)
+        upstream = (format, base_url)
+        return await _responses(scope, receive, send, bearer, headers, forward, upstream)
     except Refused as refusal:
         return await _error(send, *refusal.args)
     finally:
@@ -222,15 +256,16 @@ async def application(scope, receive, send):
             del _in_flight[digest]
 
 
-async def _admit(scope, headers):
-    """(bearer, token digest, a pass-through key to remember or None), or `Refused`: the host,
+async def _admit(scope, headers, key, format):
+    """(bearer, token digest, the key headers to send upstream, whether they are the client's
+    own to remember), or `Refused`: the host,
     the token (valid, its `proxy` scope, its user's role), the route, the token's requests in
     flight, its spend caps and requests per minute, and the server's state, in that order
     (without a valid token, nothing says which paths exist)."""
     if not _host_allowed(headers.get(b"host", b"")):
         # Django checks the Host of every page; the proxy runs in front of Django, so here
         raise Refused(400, "This host is not served here.", "invalid_request_error", "bad_host")
-    token, upstream_auth, passthrough = _upstream_authorization(headers)
+    token, upstream_auth, passthrough = _upstream_authorization(headers, key, format)
     bearer, digest = await _authenticate(scope, token)
     _check_route(scope["path"], scope["method"])
     limit = conf.get().proxy_max_concurrent
@@ -244,7 +279,7 @@ async def _admit(scope, headers):
         )
     if limits.limited(bearer):
         # (only a response costs: a capped token may still list the models)
-        spending = scope["path"] == "/v1/responses"
+        spending = scope["path"] != "/v1/models"
         over = await sync_to_async(limits.over)(bearer, spending=spending)
         if over is not None:
             raise Refused(
@@ -263,8 +298,7 @@ async def _admit(scope, headers):
             "shutting_down",
             [(b"retry-after", b"5")],
         )
-    remember = upstream_auth if passthrough and upstream_auth else None
-    return bearer, digest, remember
+    return bearer, digest, upstream_auth, passthrough
 
 
 async def _authenticate(scope, token):
@@ -326,21 +360,21 @@ def _check_route(path, method):
         )
 
 
-async def _remember(authorization):
-    """Hand a pass-through key to the egress gate before the upstream can echo it (sealed in
+async def _remember(upstream_auth):
+    """Hand pass-through keys to the egress gate before the upstream can echo them (sealed in
     the database once per process and key; then known at once)."""
-    value = authorization.decode("latin-1").strip()
-    key = bearer_token(value) or value
-    if not known_secrets.knows(key):
-        await sync_to_async(known_secrets.remember)(key)
+    for _, value in upstream_auth:
+        value = value.decode("latin-1").strip()
+        key = bearer_token(value) or value
+        if key and not known_secrets.knows(key):
+            await sync_to_async(known_secrets.remember)(key)
 
 
 def _forward_headers(scope, headers, upstream_auth):
     out = [(k, v) for k, v in scope["headers"] if k.lower() not in NOT_FORWARDED]
     # The bytes as they come: a compressed body would have to be decoded to be recorded.
     out.append((b"accept-encoding", b"identity"))
-    if upstream_auth:
-        out.append((b"authorization", upstream_auth))
+    out.extend(upstream_auth)
     return out
 
 
@@ -369,25 +403,29 @@ def _client_labels(headers):
     return tags[:MAX_TAGS], session[:200]
 
 
-async def _responses(scope, receive, send, bearer, headers, forward):
+async def _responses(scope, receive, send, bearer, headers, forward, upstream):
+    """A POST of any format: `upstream` is (its format, its upstream's base URL)."""
+    format, base_url = upstream
     body, content = await _json_body(receive)
     if body is None:
         return  # the client left while sending it
     tags, session = _client_labels(headers)
-    base_url = settings.UPSTREAM_BASE_URL or await sync_to_async(runner.upstream_base_url)()
-    downstream = Downstream(send, stream_unasked="stream" not in body)
+    # (only the Responses API streams by default: Chat and Messages answer JSON without `stream`)
+    unasked = format == formats.RESPONSES and "stream" not in body
+    downstream = Downstream(send, stream_unasked=unasked)
     forwarded = Forwarded(content, forward, downstream, wants_json=body.get("stream") is not True)
     # A task of the runner's, not this request's: it outlives the request with `drain`, and a
     # cancel from a page or the API reaches it like any running stream's.
     running = services.start_proxied(
         bearer.user,
         body,
-        base_url.rstrip("/") + "/responses",
+        base_url.rstrip("/") + formats.PATHS[format],
         forwarded,
         tags=tags,
         session=session,
         project=bearer.project,
         token=bearer.token.pk,
+        format=format,
     )
     await _until_answered(running, downstream, receive)
 
@@ -432,7 +470,7 @@ async def _until_answered(running, downstream, receive):
     await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
     if not task.done():  # the client hung up first, or stopped reading and was let go
         downstream.client_gone = True
-        if conf.get().proxy_on_disconnect == "cancel":
+        if conf.get().proxy_on_disconnect == "cancel" and not await _after_the_end(running):
             running.cancel("client_too_slow" if downstream.too_slow else "client_disconnected")
             with contextlib.suppress(asyncio.CancelledError):
                 await task
@@ -447,13 +485,25 @@ async def _until_answered(running, downstream, receive):
     await downstream.drained(0)
 
 
+async def _after_the_end(running, turns=20):
+    """Whether the stream's terminal event had come when its client left: then there is
+    nothing to save by cancelling, and its end is recorded as it comes. A Chat client leaves
+    at `data: [DONE]` (the openai SDK closes the response there), a moment before the
+    upstream's last bytes. The chunk the client had is recorded by the recording task right
+    after it was handed over: a few turns of the loop let it get there."""
+    for _ in range(turns):
+        if running.ended_upstream() or running.task.done():
+            return True
+        await asyncio.sleep(0)
+    return running.ended_upstream()
+
+
 async def _disconnected(receive):
     while (await receive())["type"] != "http.disconnect":
         pass
 
 
-async def _models(send, forward):
-    base_url = await sync_to_async(runner.upstream_base_url)()
+async def _models(send, forward, base_url):
     client = runner.get_client()
     try:
         async with client.stream("GET", base_url.rstrip("/") + "/models", headers=forward) as r:

@@ -115,6 +115,7 @@ STREAM_FIELDS = ("status", *sorted(PUBLIC_FIELDS - {"status"}))
 LIST_FIELDS = (
     "status",
     "source",
+    "format",
     "requested_model",
     "resolved_model",
     "scenario",
@@ -172,6 +173,7 @@ def stream(stream, *, with_feedback=True) -> dict:
         "id": stream.pk,
         "status": stream.status,
         "source": stream.source,
+        "format": stream.format,  # the API its bytes speak (streams/core/formats/)
         "requested_model": stream.requested_model,
         "resolved_model": stream.resolved_model,
         "scenario": stream.scenario,

@@ -613,6 +613,9 @@ class Plan:
     faults: list[dict] = field(default_factory=list)
     time_scale: float = 1.0
     routing: dict | None = None
+    # absolute seconds the body stays open after its last event (``metadata.linger_s``, Chat
+    # and Messages): a client that leaves at its last event then leaves before the body's end
+    linger: float = 0.0
 
 
 # --------------------------------------------------------------------------- builder
@@ -882,13 +885,13 @@ def _response(req: SimRequest, rid: str, created_ms: int, model: str, status: st
     }
 
 
-def _sentences(req: SimRequest, rng: random.Random, default_range: tuple[int, int]) -> int:
+def sentence_count(req: SimRequest, rng: random.Random, default_range: tuple[int, int]) -> int:
     if req.metadata.get("sentences") not in (None, ""):
         return max(1, req.meta_int("sentences", 5))
     return rng.randint(*default_range)
 
 
-def _cap(req: SimRequest, rng: random.Random, text: str) -> str:
+def capped(req: SimRequest, rng: random.Random, text: str) -> str:
     if req.max_output_tokens and req.max_output_tokens > 0:
         toks = _TOKEN_RE.findall(text)
         if len(toks) > req.max_output_tokens:
@@ -902,8 +905,8 @@ def build_plan(
     """Build the complete plan for ``req``. ``response_id``/``created_at_ms`` come from the
     server (unique per response) unless ``metadata.deterministic_ids`` is set."""
     rng = random.Random(req.seed)
-    response_id, created_at_ms = _ids(req, response_id, created_at_ms)
-    routing, resolved = _route(req)
+    response_id, created_at_ms = response_ids(req, response_id, created_at_ms)
+    routing, resolved = route_request(req)
     profile = MODELS[resolved]
     reported = req.model  # the model response.created names
     if req.scenario == "long_strings":
@@ -931,7 +934,9 @@ def build_plan(
     return plan
 
 
-def _ids(req: SimRequest, response_id: str | None, created_at_ms: int | None) -> tuple[str, int]:
+def response_ids(
+    req: SimRequest, response_id: str | None, created_at_ms: int | None
+) -> tuple[str, int]:
     """The response id and ``created_at`` (ms): the server's, or derived from the seed (with
     ``metadata.deterministic_ids``, or when the server gives none)."""
     deterministic = _as_bool(req.metadata.get("deterministic_ids", False))
@@ -943,7 +948,7 @@ def _ids(req: SimRequest, response_id: str | None, created_at_ms: int | None) ->
     return response_id, created_at_ms
 
 
-def _route(req: SimRequest) -> tuple[RoutingDecision | None, str]:
+def route_request(req: SimRequest) -> tuple[RoutingDecision | None, str]:
     """The router's decision (for ``model: "auto"``, else None) and the model that answers."""
     if req.model == AUTO_MODEL:
         routing = route(req.input_text, has_tools=bool(req.tools))
@@ -1034,7 +1039,9 @@ def _tools_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
         + (f"The result of {first_ok['name']}: {first_ok['output'][:80]}. " if first_ok else "")
         + ("One call failed, so part of the answer may be incomplete. " if n > 1 else "")
     )
-    text = _cap(req, rng, intro + reply_text(rng, req.user_text, _sentences(req, rng, (2, 4))))
+    text = capped(
+        req, rng, intro + reply_text(rng, req.user_text, sentence_count(req, rng, (2, 4)))
+    )
     b.first_output_done = True
     b.ttft = b.t + rng.uniform(0.05, 0.2)
     b.message(n, [text])
@@ -1044,11 +1051,11 @@ def _tools_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
 def _multi_part_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
     """multi_part: a message of 2 content parts, then a message of one."""
     rng, prompt = b.rng, req.user_text
-    t1 = reply_text(rng, prompt, _sentences(req, rng, (2, 3)))
-    t2 = "\n\n" + reply_text(rng, prompt + " details", _sentences(req, rng, (2, 3)))
-    b.message(0, [_cap(req, rng, t1), t2])
+    t1 = reply_text(rng, prompt, sentence_count(req, rng, (2, 3)))
+    t2 = "\n\n" + reply_text(rng, prompt + " details", sentence_count(req, rng, (2, 3)))
+    b.message(0, [capped(req, rng, t1), t2])
     b.t += rng.uniform(0.05, 0.2)
-    b.message(1, [reply_text(rng, prompt + " summary", _sentences(req, rng, (1, 2)))])
+    b.message(1, [reply_text(rng, prompt + " summary", sentence_count(req, rng, (1, 2)))])
     return []
 
 
@@ -1056,7 +1063,7 @@ def _rewrite_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
     """rewrite: deltas that spell a draft with typos; the done events carry the corrected
     text."""
     rng = b.rng
-    text = _cap(req, rng, reply_text(rng, req.user_text, _sentences(req, rng, (3, 5))))
+    text = capped(req, rng, reply_text(rng, req.user_text, sentence_count(req, rng, (3, 5))))
     text += " This is definitely a separate point, which the rewrite pass keeps."
     draft = text.replace(" the ", " teh ", 2)
     for wrong, right in REWRITE_FIXES.items():
@@ -1088,7 +1095,7 @@ def _message_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
     utf8_split, markup for xss, one huge delta for huge_delta); stream-level faults come
     later (`_apply_faults`)."""
     scen, rng = req.scenario, b.rng
-    sentences = _sentences(req, rng, (4, 8))
+    sentences = sentence_count(req, rng, (4, 8))
     if scen == "bursty":
         sentences = max(sentences, 14)
     text = reply_text(rng, req.user_text, sentences)
@@ -1099,7 +1106,7 @@ def _message_output(req: SimRequest, plan: Plan, b: Builder) -> list[dict]:
         text = UTF8_SAMPLE + " " + text + " " + UTF8_SAMPLE
     elif scen == "xss":
         text = f"Careful with {XSS_IMG} and {XSS_SCRIPT} in markup. " + text
-    text = _cap(req, rng, text)
+    text = capped(req, rng, text)
     if scen == "huge_delta":
         size = req.meta_int("huge_bytes", 1_000_000)
         block = "All work and no play makes a very long delta. "
@@ -1363,15 +1370,15 @@ def _long(prefix: str, chars: int, fill: str = "😀é-") -> str:
 def _finish(plan: Plan, evs: list[Ev], req: SimRequest) -> None:
     """The events numbered and serialised, the wire-level faults applied, and the plan's body
     (a JSON response) or its writes (a stream)."""
-    _number(plan, evs)
+    number_events(plan, evs)
     _wire_faults(req, plan, evs)
     if req.scenario == "wrong_content_type" or not req.stream:
         _json_body(req, plan, evs)
         return
-    _plan_writes(req, plan, evs)
+    plan_writes(req, plan, evs)
 
 
-def _number(plan: Plan, evs: list[Ev]) -> None:
+def number_events(plan: Plan, evs: list[Ev]) -> None:
     """Sequence numbers for the numbered events (skipping where a gap is; the gap fault learns
     which number is missing) and each event's data line."""
     seq = 0
@@ -1417,7 +1424,7 @@ def _json_body(req: SimRequest, plan: Plan, evs: list[Ev]) -> None:
     plan.header_delay += evs[-1].at * req.time_scale if evs else 0.0
 
 
-def _plan_writes(req: SimRequest, plan: Plan, evs: list[Ev]) -> None:
+def plan_writes(req: SimRequest, plan: Plan, evs: list[Ev]) -> None:
     """The events as planned events and the socket writes that send them: one block a write,
     bursts of ``burst_size`` events (bursty), or two writes split inside a character
     (utf8_split)."""

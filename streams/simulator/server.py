@@ -8,7 +8,10 @@ TCP RST (``SO_LINGER`` 0 + ``transport.abort()``) mid-stream.
 Endpoints:
 
 * ``POST /v1/responses`` — see :mod:`streams.simulator.scenarios` for the scenarios.
-* ``GET /v1/models`` — the concrete models (``auto`` is a routing alias, not listed).
+* ``POST /v1/chat/completions`` and ``POST /v1/messages`` — Chat Completions and Anthropic
+  Messages, with their own faults (:mod:`streams.simulator.chat`, `...messages`).
+* ``GET /v1/models`` — the concrete models (``auto`` is a routing alias, not listed); in
+  Anthropic's shape for a request with an ``anthropic-version`` header.
 * ``GET /_simulator/responses/`` — ids of the last 1000 logged responses (newest last).
 * ``GET /_simulator/responses/<id>[?wait=S]`` — the log of one response; with ``wait`` the server
   first waits up to S seconds for the response to finish.
@@ -45,6 +48,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
+from . import chat, messages
 from .models import MODELS
 from .scenarios import SCENARIOS, Plan, RequestError, SimRequest, build_plan
 
@@ -60,6 +64,8 @@ MAX_LOG_BYTES = 128 * 1024 * 1024
 EVENT_COST_BYTES = 256
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 32 * 1024 * 1024
+# The other formats' paths and what plans their answers (streams/simulator/chat.py, messages.py).
+FORMAT_PATHS = {"/v1/chat/completions": chat.build, "/v1/messages": messages.build}
 
 _REASONS = {
     200: "OK",
@@ -489,6 +495,8 @@ class SimulatorServer:
         key = self._api_key if self._api_key is not None else os.environ.get("SIMULATOR_API_KEY")
         if not key:
             return True
+        if "x-api-key" in req.headers:  # (Anthropic's clients)
+            return secrets.compare_digest(req.headers["x-api-key"], key)
         return secrets.compare_digest(req.headers.get("authorization", ""), f"Bearer {key}")
 
     async def _dispatch(
@@ -508,6 +516,13 @@ class SimulatorServer:
                 extra=[("WWW-Authenticate", "Bearer")],
             )
             return keep
+        if path in FORMAT_PATHS:
+            if req.method != "POST":
+                await self._send_json(
+                    writer, 405, _error_body("method_not_allowed", "Use POST"), keep
+                )
+                return keep
+            return await self._responses(req, reader, writer, received_ns, FORMAT_PATHS[path])
         if path == "/v1/responses":
             if req.method != "POST":
                 await self._send_json(
@@ -525,7 +540,14 @@ class SimulatorServer:
         self, req: HttpRequest, path: str, writer: asyncio.StreamWriter, keep: bool
     ) -> None:
         """A GET: the models, the response log, the scenarios, or the server's own page."""
-        if path == "/v1/models":
+        if path == "/v1/models" and "anthropic-version" in req.headers:
+            data = [
+                {"type": "model", "id": m, "display_name": m, "created_at": "2025-01-01T00:00:00Z"}
+                for m in MODELS
+            ]
+            page = {"data": data, "has_more": False, "first_id": data[0]["id"]}
+            await self._send_json(writer, 200, {**page, "last_id": data[-1]["id"]}, keep)
+        elif path == "/v1/models":
             data = [
                 {"id": m, "object": "model", "owned_by": "streamscope-simulator"} for m in MODELS
             ]
@@ -581,7 +603,10 @@ class SimulatorServer:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         received_ns: int,
+        build=None,
     ) -> bool:
+        """A POST of any format: `build` makes another format's plan (chat.build,
+        messages.build); None, a Responses one."""
         keep = req.keep_alive
         try:
             try:
@@ -590,6 +615,17 @@ class SimulatorServer:
                 raise RequestError(
                     400, "invalid_json", f"Request body is not valid JSON: {exc}"
                 ) from None
+            if build is not None:
+                async with self._plan_lock:
+                    plan, seed = build(
+                        body,
+                        header_scenario=req.headers.get("x-simulator-scenario"),
+                        server_seed=self.seed,
+                        default_time_scale=self.time_scale,
+                        response_id=f"resp_{secrets.token_hex(16)}",
+                        created_s=int(time.time()),
+                    )
+                return await self._send_plan(plan, seed, reader, writer, received_ns, keep)
             sim_req = SimRequest.from_body(
                 body,
                 header_scenario=req.headers.get("x-simulator-scenario"),
@@ -609,7 +645,10 @@ class SimulatorServer:
                 response_id=f"resp_{secrets.token_hex(16)}",
                 created_at_ms=int(time.time() * 1000),
             )
-        entry = self.log.open(plan, sim_req.seed, received_ns)
+        return await self._send_plan(plan, sim_req.seed, reader, writer, received_ns, keep)
+
+    async def _send_plan(self, plan, seed, reader, writer, received_ns, keep) -> bool:
+        entry = self.log.open(plan, seed, received_ns)
         outcome = "client_disconnected"
         try:
             outcome, keep = await self._serve_plan(plan, reader, writer, received_ns, entry, keep)
@@ -724,6 +763,8 @@ class SimulatorServer:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             writer.transport.abort()
             return "reset", False
+        if plan.linger:
+            await asyncio.sleep(plan.linger)
         writer.write(b"0\r\n\r\n")
         await writer.drain()
         outcome = {"error": "error", "missing_terminal": "missing_terminal"}.get(

@@ -50,8 +50,17 @@ class _Known:
     def configured(self):
         c = conf.get()
         return (
-            settings.UPSTREAM_API_KEY,
-            settings.UPSTREAM_BASE_URL,
+            # every format's upstream (streams/core/formats/): its key and its URL's userinfo
+            (
+                settings.UPSTREAM_API_KEY,
+                settings.UPSTREAM_CHAT_API_KEY,
+                settings.UPSTREAM_MESSAGES_API_KEY,
+            ),
+            (
+                settings.UPSTREAM_BASE_URL,
+                settings.UPSTREAM_CHAT_BASE_URL,
+                settings.UPSTREAM_MESSAGES_BASE_URL,
+            ),
             c.redact_key_prefixes,
             c.oidc_client_secret,
         )
@@ -112,19 +121,19 @@ _known = _Known()
 
 @functools.lru_cache(maxsize=16)
 def _rules_for(key, passthrough):
-    api_key, base_url, prefixes, client_secret = key
+    api_keys, base_urls, prefixes, client_secret = key
     secrets = set(passthrough)
-    if isinstance(api_key, str):
-        secrets.add(api_key)
+    secrets.update(k for k in api_keys if isinstance(k, str) and k)
     if client_secret:
         secrets.add(client_secret)
-    userinfo = re.search(r"(?<=://)[^/?#@]+@", base_url or "")
-    if userinfo:
-        info = userinfo.group()[:-1]
-        password = info.partition(":")[2]
-        secrets.update((info, unquote(info), password, unquote(password)))
-        # …and as they go over the wire, `Authorization: Basic <base64 of user:password>`
-        secrets.add(base64.b64encode(unquote(info).encode()).decode())
+    for base_url in base_urls:
+        userinfo = re.search(r"(?<=://)[^/?#@]+@", base_url or "")
+        if userinfo:
+            info = userinfo.group()[:-1]
+            password = info.partition(":")[2]
+            secrets.update((info, unquote(info), password, unquote(password)))
+            # …and as they go over the wire, `Authorization: Basic <base64 of user:password>`
+            secrets.add(base64.b64encode(unquote(info).encode()).decode())
     shapes = tuple(p.strip() for p in (prefixes or "").split(",") if p.strip())
     return Rules(secrets, shapes)
 

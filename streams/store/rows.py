@@ -36,14 +36,13 @@ from dataclasses import dataclass
 from django.db import close_old_connections, connection, models, transaction
 from django.db.utils import DataError, IntegrityError, InterfaceError, OperationalError
 
-from streams.core import capture, conf, figures, lifecycle, safejson, usage
+from streams.core import capture, conf, figures, formats, lifecycle, safejson, usage
 from streams.core.checks import (
     CREATED,
     OUTPUT,
     ROUTING,
     TERMINAL,
     TOOL_CALL,
-    Checker,
     Violation,
     said,
 )
@@ -156,7 +155,8 @@ def new(body, *, user=None, project=None, requested_model=None, **fields):
         # it came, the column says nothing rather than a Python repr
         "requested_model": requested_model if isinstance(requested_model, str) else "",
         "scenario": metadata.get("scenario") if isinstance(metadata.get("scenario"), str) else "",
-        "prompt": search.prompt_of(body.get("input"))[:PROMPT_MAX_CHARS],
+        # (Chat Completions and Anthropic Messages send `messages`)
+        "prompt": search.prompt_of(body.get("input", body.get("messages")))[:PROMPT_MAX_CHARS],
         # searchable from the start (its instructions); `finished` adds the output's parts
         "search_other": search.other_text(body, None),
         **fields,
@@ -237,6 +237,7 @@ def new_row(
     session="",
     project=None,
     token=None,
+    format=Stream.Format.RESPONSES,
 ):
     """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
 
@@ -258,6 +259,7 @@ def new_row(
         tags=list(tags),
         session=session,
         token_id=getattr(token, "pk", token),
+        format=format,
     )
 
 
@@ -271,6 +273,7 @@ def next_attempt(stream, claimed=True):
         attempt=stream.attempt + 1,
         token=stream.token_id,
         claimed=claimed,
+        format=stream.format,
     )
 
 
@@ -452,8 +455,10 @@ def from_events(
         stall_threshold_us = int(conf.get().stall_timeout_s * 1_000_000)
     requested = stream.requested_model
     pinned = bool(requested) and requested != "auto"
-    checker = Checker(pinned_model=pinned, stall_threshold_us=stall_threshold_us)
-    seen = _replay(checker, events)
+    checker = formats.checker(
+        stream.format, pinned_model=pinned, stall_threshold_us=stall_threshold_us
+    )
+    seen = _replay(checker, events, formats.IMPLIED_EVENT_NAME.get(stream.format, ""))
     closed_us = stream.closed_us
     checker.close(connection_closed=connection_closed, t_us=closed_us)
     if seen.invalid is not None:
@@ -505,14 +510,14 @@ _MILESTONE_US = {
 }
 
 
-def _replay(checker, events):
+def _replay(checker, events, implied_name=""):
     """Feed stored events (`STORED_EVENT_COLUMNS` tuples) to `checker` as the recorder fed them
     live, and note what they tell beside its findings (`_Replayed`)."""
     feed = checker.feed
     milestones = {}
     first_output = last_output = None
     count = size = 0
-    encoder = capture.SSEEncoder()  # (the bytes as the `.sse` export writes them)
+    encoder = capture.SSEEncoder(implied_name)  # (the bytes as the `.sse` export writes them)
     invalid = None
     delays = []
     for index, event_name, sse_id, data, raw, t_us, sent_us in events:
@@ -526,6 +531,8 @@ def _replay(checker, events):
                     first_output = last_output = t_us
                 elif first_output is not None:
                     last_output = t_us
+                if result.first_tool_call:  # (a Chat tool-call delta: output and a call)
+                    milestones.setdefault("first_tool_call_us", t_us)
             elif kind != TOOL_CALL or result.first_tool_call:
                 milestones.setdefault(_MILESTONE_US[kind], t_us)
         if raw is not None:

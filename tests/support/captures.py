@@ -8,11 +8,15 @@
   tests/streams/ingest/test_importer.py and tests/streams/serve/test_export.py).
 - `MARKDOWN` / `text_capture(text)`: a Markdown sample, and a complete SSE capture whose one
   message text is `text` (from tests/e2e/test_rendering_e2e.py).
+- `checked(format, name)`: the closed checker of a format's fault capture
+  (tests/fixtures/streams/<format>/<name>.sse), and `codes(checker)` its findings' codes.
 """
 
 import base64
 import json
 
+from streams.core import formats
+from streams.core.capture import parse_sse_bytes
 from streams.models import Event, Finding
 from streams.serve.export import iter_document, iter_sse
 
@@ -208,3 +212,21 @@ def finding_tuples(stream, drop=frozenset()):
         for f in Finding.objects.filter(stream=stream).order_by("event_index", "code")
         if f.code not in drop
     ]
+
+
+# ---- the other formats' captures -------------------------------------------------------------
+
+
+def checked(format, name):
+    """The checker of `format` fed the capture `<format>/<name>.sse` and closed."""
+    from tests.support.paths import CAPTURES
+
+    checker = formats.checker(format)
+    for i, ev in enumerate(parse_sse_bytes((CAPTURES / format / f"{name}.sse").read_bytes())):
+        checker.feed(i, ev.event_name or "message", ev.data)
+    checker.close()
+    return checker
+
+
+def codes(checker):
+    return [v.code for v in checker.violations]

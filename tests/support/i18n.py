@@ -72,6 +72,8 @@ ALLOWED = {
     "variant", "metadata",
     # notification channels' kinds, as their makers name them (docs/alerts.md)
     "e-mail", "webhook", "webhooks", "slack", "apprise",
+    # the APIs a stream speaks (streams/core/formats/): product names
+    "responses", "chat", "completions", "anthropic", "messages",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"

@@ -161,6 +161,22 @@ class TestCodes:
                 "delta_after_item_done",
                 "text_mismatch",
                 "final_text_mismatch",
+                # Chat Completions (streams/core/formats/chat.py)
+                "done_missing",
+                "not_a_chunk",
+                "finish_reason_repeated",
+                "chunk_after_finish",
+                "finish_reason_missing",
+                "tool_call_inconsistent",
+                "chunk_field_changed",
+                # Anthropic Messages (streams/core/formats/messages.py)
+                "first_not_message_start",
+                "block_index_out_of_order",
+                "block_delta_before_start",
+                "block_delta_after_stop",
+                "block_stopped_twice",
+                "block_never_stopped",
+                "tool_input_invalid_json",
             },
             "warning": {
                 "delta_without_item",
@@ -168,12 +184,16 @@ class TestCodes:
                 "routing_on_pinned_model",
                 "stall",
                 "buffered_delivery",
+                "event_name_mismatch",
+                "usage_chunk_has_choices",
+                "role_not_first",
             },
             "info": {
                 "rewritten_text",
                 "unknown_event_type",
                 "event_name_not_message",
                 "done_sentinel",
+                "content_filtered",
             },
         }
         got = {s: {c for c, (sev, _) in CODES.items() if sev == s} for s in expected}

@@ -378,6 +378,8 @@ class HostileUpstream(RawUpstream):
         # With credentials in UPSTREAM_BASE_URL httpx sends them (Basic) instead of the
         # Bearer key: a leaked key is what a hostile upstream may know anyway.
         found.append(KEY)
+        if headers.get("x-api-key"):  # (Anthropic's clients: the proxy's /v1/messages)
+            found.append(headers["x-api-key"])
         auth = headers.get("authorization", "")
         scheme, _, value = auth.partition(" ")
         if scheme.lower() == "bearer":
@@ -585,21 +587,26 @@ async def record(server, people, results):
             assert r.status == 201, r.body
             ids["api"].append(json.loads(r.body)["id"])
 
-        async def proxied(person, mode, passthrough, stream=True, model="auto"):
+        async def proxied(
+            person, mode, passthrough, stream=True, model="auto", path="/v1/responses"
+        ):
+            # (Anthropic's clients send their key as x-api-key: the proxy's /v1/messages)
+            key_header = "x-api-key" if path == "/v1/messages" else "Authorization"
+            scheme = "" if path == "/v1/messages" else "Bearer "
             if passthrough:
                 headers = {
-                    "Authorization": f"Bearer {PASS_KEYS[person.name]}",
+                    key_header: f"{scheme}{PASS_KEYS[person.name]}",
                     "X-Streamscope-Token": person.token,
                     "X-Walk-Echo": person.name,
                 }
             else:
-                headers = {"Authorization": f"Bearer {person.token}"}
+                headers = {key_header: f"{scheme}{person.token}"}
             headers |= {"X-Streamscope-Tags": TAGS, "X-Streamscope-Session": SESSION}
             body = {"model": model, "input": "hi", "stream": stream, "metadata": {"hostile": mode}}
             how = "passthrough" if passthrough else "server-key"
             r = await request(
-                c, "proxy:/v1/responses", "proxy", f"{person.name} ({how})", "POST",
-                "/v1/responses", headers, json=body,
+                c, f"proxy:{path}", "proxy", f"{person.name} ({how})", "POST",
+                path, headers, json=body,
             )  # fmt: skip
             results.append(r)
             sid = re.search(r"x-streamscope-stream: (\d+)", r.head)
@@ -615,6 +622,10 @@ async def record(server, people, results):
         jobs += [proxied(owner, "echo", passthrough=False, stream=False)]
         jobs += [proxied(owner, "echo", passthrough=True, stream=False)]
         jobs += [proxied(staff, mode, passthrough=True) for mode in ("echo", "split")]
+        # the other formats' routes (streams/core/formats/): the same gate, whatever comes back
+        for path in ("/v1/chat/completions", "/v1/messages"):
+            jobs.append(proxied(owner, "echo", passthrough=False, path=path))
+            jobs.append(proxied(owner, "split", passthrough=True, path=path))
         await asyncio.gather(*jobs)
 
         # an upload of captures holding the secrets (two files: the job page lists both)

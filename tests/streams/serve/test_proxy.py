@@ -277,7 +277,7 @@ class TestAccess:
 
     def test_other_paths_are_404_in_the_openai_shape(self, live_server_daphne, token):
         r = httpx.post(
-            f"{live_server_daphne.url}/v1/chat/completions",
+            f"{live_server_daphne.url}/v1/embeddings",
             json={},
             headers={"Authorization": f"Bearer {token}"},
         )

@@ -1,0 +1,177 @@
+"""The Chat Completions checker (streams/core/formats/chat.py): each fault capture flagged with
+exactly its finding, the clean ones with none, and the reassembled output per choice."""
+
+import json
+
+import pytest
+
+from streams.core import formats
+from streams.core.formats.chat import ChatChecker
+from tests.support.captures import checked, codes
+from tests.support.paths import CAPTURES
+
+CHAT = CAPTURES / "chat"
+
+
+@pytest.mark.parametrize(
+    "capture, expected, status",
+    [
+        ("normal", [], "completed"),
+        ("tools", [], "completed"),
+        ("refusal", [], "completed"),
+        ("comments", [], "completed"),
+        ("content_filter", ["content_filtered"], "incomplete"),
+        ("missing_done", ["done_missing"], "completed"),
+        ("finish_twice", ["finish_reason_repeated"], "completed"),
+        ("after_done", ["event_after_terminal"], "completed"),
+        ("missing_finish", ["finish_reason_missing"], "truncated"),
+        ("role_repeated", ["role_not_first"], "completed"),
+        ("usage_with_choices", ["usage_chunk_has_choices"], "completed"),
+        ("tool_id_changed", ["tool_call_inconsistent"], "completed"),
+        ("model_changed", ["chunk_field_changed"], "completed"),
+        ("error", [], "failed"),
+    ],
+)
+def test_each_capture_is_flagged_with_exactly_its_fault(capture, expected, status):
+    checker = checked(formats.CHAT, capture)
+    assert codes(checker) == expected
+    assert checker.status == status
+
+
+def test_the_output_is_reassembled_per_choice_with_usage_in_the_responses_shape():
+    checker = checked(formats.CHAT, "normal")
+    content = (CHAT / "normal.sse").read_text()
+    chunks = [json.loads(line[6:]) for line in content.splitlines() if line[6:7] == "{"]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert checker.output_text == text and len(text) > 20
+    [message] = checker.items()
+    assert message["parts"][0]["text"] == text and message["finish_reason"] == "stop"
+    usage = chunks[-1]["usage"]
+    assert checker.usage["input_tokens"] == usage["prompt_tokens"]
+    assert checker.usage["output_tokens"] == usage["completion_tokens"]
+    assert checker.upstream_id == chunks[0]["id"] and checker.response_model == "gpt-oss-20b"
+
+
+def test_a_tool_calls_fragments_are_joined_by_index():
+    checker = checked(formats.CHAT, "tools")
+    calls = [i for i in checker.items() if i["type"] == "function_call"]
+    assert [(c["name"], json.loads(c["arguments"])) for c in calls] == [
+        ("get_weather", {"location": "Utrecht", "unit": "celsius"})
+    ]
+    assert calls[0]["call_id"].startswith("call_")
+
+
+def test_the_refusal_is_kept_as_a_refusal_part_not_as_text():
+    checker = checked(formats.CHAT, "refusal")
+    [message] = checker.items()
+    assert checker.output_text == ""
+    assert message["parts"][1] == {
+        "content_index": 1,
+        "type": "refusal",
+        "text": " I can't help with that.",
+        "done": True,
+    }
+
+
+def chunk(delta=None, finish=None, index=0, **envelope):
+    obj = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m"}
+    obj.update(envelope)
+    obj["choices"] = [{"index": index, "delta": delta or {}, "finish_reason": finish}]
+    return json.dumps(obj)
+
+
+def feed_all(*datas):
+    checker = ChatChecker()
+    results = [checker.feed(i, "message", d) for i, d in enumerate(datas)]
+    checker.close()
+    return checker, results
+
+
+def call(index, id_=None, name=None, args=""):
+    tc = {"index": index, "function": {"arguments": args}}
+    if id_:
+        tc["id"], tc["type"] = id_, "function"
+    if name:
+        tc["function"]["name"] = name
+    return {"tool_calls": [tc]}
+
+
+class TestToolCalls:
+    def test_a_first_fragment_without_an_id_is_inconsistent(self):
+        checker, _ = feed_all(chunk(call(0, name="f")), chunk(finish="tool_calls"), "[DONE]")
+        assert codes(checker) == ["tool_call_inconsistent"]
+
+    def test_one_id_at_two_indexes_is_inconsistent(self):
+        checker, _ = feed_all(
+            chunk(call(0, "call_a", "f", "{}")),
+            chunk(call(1, "call_a", "g", "{}")),
+            chunk(finish="tool_calls"),
+            "[DONE]",
+        )
+        assert codes(checker) == ["tool_call_inconsistent"]
+
+    def test_parallel_calls_are_fine_and_the_first_is_ttft_and_the_first_tool_call(self):
+        checker, results = feed_all(
+            chunk({"role": "assistant", "content": None}),
+            chunk(call(0, "call_a", "f", '{"a"')),
+            chunk(call(1, "call_b", "g", "{}")),
+            chunk(call(0, args=":1}")),
+            chunk(finish="tool_calls"),
+            "[DONE]",
+        )
+        assert codes(checker) == []
+        assert [r.first_output for r in results] == [False, True, False, False, False, False]
+        assert [r.first_tool_call for r in results] == [False, True, False, False, False, False]
+        args = [i["arguments"] for i in checker.items() if i["type"] == "function_call"]
+        assert args == ['{"a":1}', "{}"]
+
+
+def test_azures_prompt_filter_chunk_is_not_a_changed_envelope():
+    first = json.dumps({"choices": [], "created": 0, "id": "", "model": "", "object": "",
+                        "prompt_filter_results": []})  # fmt: skip
+    checker, results = feed_all(first, chunk({"content": "hi"}), chunk(finish="stop"), "[DONE]")
+    assert codes(checker) == [] and checker.upstream_id == "c1"
+    assert results[1].kind == "output" and results[1].first_output
+
+
+def test_a_second_done_is_one_fact_after_the_end():
+    checker, _ = feed_all(chunk({"content": "a"}), chunk(finish="stop"), "[DONE]", "[DONE]")
+    assert codes(checker) == ["event_after_terminal"]
+
+
+def test_a_stream_cut_before_any_finish_is_truncated():
+    checker, _ = feed_all(chunk({"role": "assistant", "content": "a"}))
+    assert codes(checker) == ["done_missing"] and checker.status == "truncated"
+
+
+def test_text_after_a_finish_is_one_fact_per_choice():
+    checker, _ = feed_all(
+        chunk({"content": "a"}), chunk(finish="stop"), chunk({"content": "b"}),
+        chunk({"content": "c"}), "[DONE]",
+    )  # fmt: skip
+    assert codes(checker) == ["chunk_after_finish"] and checker.output_text == "a"
+
+
+# Real servers' streams (tests/fixtures/streams/SOURCES.md): no error; what they do differently
+# from OpenAI's contract is said as a warning.
+@pytest.mark.parametrize(
+    "capture, warnings",
+    [
+        ("openai_gpt4o_tool_call", []),
+        ("openai_gpt4o_after_tool", []),
+        ("openai_gpt4o_refusal", []),
+        ("openrouter_gpt4o", ["role_not_first", "usage_chunk_has_choices"]),
+    ],
+)
+def test_real_captures_have_no_false_finding(capture, warnings):
+    checker = checked(formats.CHAT, capture)
+    assert codes(checker) == warnings and checker.status == "completed"
+    assert checker.usage["output_tokens"] > 0
+    for call in (i for i in checker.items() if i["type"] == "function_call"):
+        assert isinstance(json.loads(call["arguments"]), dict) and call["call_id"]
+
+
+def test_a_real_refusal_is_a_refusal_part():
+    [message] = checked(formats.CHAT, "openai_gpt4o_refusal").items()
+    assert message["parts"][0]["text"] == "" and message["parts"][1]["type"] == "refusal"
+    assert message["parts"][1]["text"]
