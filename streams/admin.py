@@ -24,7 +24,7 @@ from streams.models import (
     Stream,
 )
 from streams.store import audit, known_secrets
-from streams.store.lookups import distinct_stream_values
+from streams.store.lookups import distinct_stream_values, events_of_type
 
 # A big table's changelist counts this many rows at most; beyond, it says it did not count.
 COUNT_CAP = 10_000
@@ -180,7 +180,8 @@ class StreamAdmin(BigTableAdmin):
 
 class EventTypeFilter(admin.SimpleListFilter):
     """The protocol's event types to filter by (any other works in the URL too): Django's own
-    filter lists the stored ones, a DISTINCT over every event (0.6 s at a million)."""
+    filter lists the stored ones, a DISTINCT over every event (0.6 s at a million). A type's
+    events are read through their index (`events_of_type`)."""
 
     title = _("type")
     parameter_name = "type"
@@ -189,7 +190,7 @@ class EventTypeFilter(admin.SimpleListFilter):
         return [(t, t) for t in sorted(KNOWN_TYPES)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(type=self.value()) if self.value() else queryset
+        return events_of_type(queryset, self.value()) if self.value() else queryset
 
 
 @admin.register(Event)

@@ -1,0 +1,31 @@
+"""The admin's events of a type through an index of every event but the output deltas
+(streams/models.py, `event_sparse_type`; docs/performance.md, "Admin")."""
+
+from django.db import migrations, models
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("streams", "0025_project_prices"),
+    ]
+
+    operations = [
+        migrations.AddIndex(
+            model_name="event",
+            index=models.Index(
+                condition=models.Q(
+                    models.Q(("type", "response.audio.transcript.delta"), _negated=True),
+                    models.Q(("type", "response.code_interpreter_call_code.delta"), _negated=True),
+                    models.Q(("type", "response.custom_tool_call_input.delta"), _negated=True),
+                    models.Q(("type", "response.function_call_arguments.delta"), _negated=True),
+                    models.Q(("type", "response.mcp_call_arguments.delta"), _negated=True),
+                    models.Q(("type", "response.output_text.delta"), _negated=True),
+                    models.Q(("type", "response.reasoning_summary_text.delta"), _negated=True),
+                    models.Q(("type", "response.reasoning_text.delta"), _negated=True),
+                    models.Q(("type", "response.refusal.delta"), _negated=True),
+                ),
+                fields=["type", "id"],
+                name="event_sparse_type",
+            ),
+        ),
+    ]
