@@ -1,9 +1,10 @@
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.core.paginator import Paginator
 from django.db import models
 from django.utils.formats import number_format
 from django.utils.functional import cached_property
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -107,6 +108,17 @@ class BigTableAdmin(FiltersOnly, admin.ModelAdmin):
     paginator = CappedCountPaginator
     show_full_result_count = False
     list_per_page = 50
+
+    def action_checkbox(self, obj):
+        """Django's checkbox, the same markup written at once: its widget renders three
+        templates a row, a third of a 50-row changelist's time (docs/performance.md,
+        "Admin")."""
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            format_html(gettext("Select this object for an action - {}"), str(obj)),
+        )
 
 
 class FindingInline(admin.TabularInline):

@@ -163,3 +163,20 @@ def test_the_events_of_a_rare_type_are_read_through_their_index(admin):
         assert "event_sparse_type" in _plan(sql), sql
     html = admin.get("/admin/streams/event/", {"type": "response.output_text.delta"})
     assert _paginator(html.content.decode()) == "5 events"
+
+
+@pytest.mark.parametrize("language", ["en", "nl"])
+def test_a_rows_checkbox_is_djangos_markup_written_at_once(language):
+    """BigTableAdmin.action_checkbox writes the markup Django's widget renders (three
+    templates a row: a third of a 50-row changelist's time), label and escaping included."""
+    from django.contrib.admin import ModelAdmin, site
+    from django.utils import translation
+
+    stream = Stream.objects.create(status="completed")
+    event = Event.objects.create(stream=stream, index=0, type='<b>"&')
+    with translation.override(language):
+        for obj in (stream, event):
+            model_admin = site._registry[type(obj)]
+            ours = model_admin.action_checkbox(obj)
+            assert ours == ModelAdmin.action_checkbox(model_admin, obj)
+            assert f'value="{obj.pk}"' in ours
