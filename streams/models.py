@@ -450,6 +450,11 @@ class Stream(models.Model):
             ),
             # list filters on status and the sweeper's `status = streaming` scan
             models.Index(fields=["status", "-created_at"], name="stream_status_created"),
+            # a user's streams of one status (the list's and the search's user and status
+            # filters together): one range of entries, where the user's index alone looked each
+            # of their streams up to test its status (a word searched with both, as staff over
+            # 1M streams: 491 ms; docs/performance.md, "Pages at 1M")
+            models.Index(fields=["user", "status", "-created_at"], name="stream_user_status"),
             # Analytics (dashboard/stats/). TTFT percentiles by ordered offset: `WHERE model = ?
             # AND <range, filters> ORDER BY ttft_ms LIMIT 1 OFFSET k` walks one of these three in
             # ttft order and checks every filter in the index entry, never in the table row
