@@ -7,16 +7,16 @@ child process requests each page with Django's test Client, logged in as staff: 
 request, then `--repeat` timed ones (middleware, view, queries and template rendering; no
 network), and the CPU time they took (this process's, and its PostgreSQL backend's when the
 server runs on this machine: a figure a busy machine does not inflate as it does the wall
-time). The query count comes from one more request with the queries captured. Pages: latency and routing at every range
-they offer (1 h, 24 h, 7 days — the default —, 30 days, all; latency also with a model, a user
-and a source filter), usage and cost (the same five ranges, 30 days with a model, a user and a
-tag filter, and its CSV export), admin analytics (24 h, 30 days — the default —, all), and the
-streams list `/` when it exists (URL name `stream_list`), and its full-text search (a word in
-nearly every answer, a prompt's word, a phrase, a prefix, a word with filters), and the admin's
-changelists of streams, events and findings (whole, filtered, searched). `--database
-postgres` without `--postgres-url` starts a throw-away server on $PGPORT (default 55710).
-Target: ≤ 300 ms a
-page at 100 000 streams on SQLite, and growth well below linear in the number of streams.
+time). The query count comes from one more request with the queries captured. Pages: latency
+and routing at every range they offer (1 h, 24 h, 7 days — the default —, 30 days, all; latency
+also with a model, a user and a source filter), usage and cost (the same five ranges, 30 days
+with a model, a user and a tag filter, and its CSV export), admin analytics (24 h, 30 days —
+the default —, all), and the streams list `/` when it exists (URL name `stream_list`), and its
+full-text search (a word in nearly every answer, a prompt's word, a phrase, a prefix, a word
+with filters), and the admin's changelists of streams, events and findings (whole, filtered,
+searched). `--database postgres` without `--postgres-url` starts a throw-away server on $PGPORT
+(default 55710). Target: ≤ 300 ms a page at 100 000 streams on SQLite, and growth well below
+linear in the number of streams.
 
 Projects (docs/teams.md): staff work in every project at once (the switcher's "all"), as an
 instance administrator reading everything does. `--projects N` seeds the streams over N team
