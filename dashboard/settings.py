@@ -75,8 +75,11 @@ def database_from_url(url):
             # work_mem: the analytics pages group tens of thousands of rollup rows; with the
             # server's default 4 MB a user's 30-day histogram sort spilled to disk (most of the
             # query's time at 1M streams: docs/performance.md, "Analytics"). A sort or hash gets
-            # 32 MB, and few connections sort at once. `?options=…` in DATABASE_URL replaces this.
-            "OPTIONS": {"options": "-c work_mem=32MB", **query},
+            # 32 MB, and few connections sort at once. jit off: a statement over many rollup
+            # rows costs more than jit_above_cost, and compiling it took 30–60 ms each time
+            # (the staff's analytics pages at 1M streams 24–42 % faster without; docs/
+            # performance.md, "Pages at 1M"). `?options=…` in DATABASE_URL replaces this.
+            "OPTIONS": {"options": "-c work_mem=32MB -c jit=off", **query},
         }
     raise ValueError(f"DATABASE_URL: unsupported scheme {parts.scheme!r}")
 

@@ -1,9 +1,10 @@
 from django.contrib import admin
+from django.contrib.admin import helpers
 from django.core.paginator import Paginator
 from django.db import models
 from django.utils.formats import number_format
 from django.utils.functional import cached_property
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext, ngettext
 from django.utils.translation import gettext_lazy as _
@@ -26,7 +27,7 @@ from streams.models import (
     Stream,
 )
 from streams.store import audit, known_secrets
-from streams.store.lookups import distinct_stream_values
+from streams.store.lookups import distinct_stream_values, events_of_type
 
 # A big table's changelist counts this many rows at most; beyond, it says it did not count.
 COUNT_CAP = 10_000
@@ -110,6 +111,17 @@ class BigTableAdmin(FiltersOnly, admin.ModelAdmin):
     show_full_result_count = False
     list_per_page = 50
 
+    def action_checkbox(self, obj):
+        """Django's checkbox, the same markup written at once: its widget renders three
+        templates a row, a third of a 50-row changelist's time (docs/performance.md,
+        "Admin")."""
+        return format_html(
+            '<input type="checkbox" name="{}" value="{}" class="action-select" aria-label="{}">',
+            helpers.ACTION_CHECKBOX_NAME,
+            str(obj.pk),
+            format_html(gettext("Select this object for an action - {}"), str(obj)),
+        )
+
 
 class FindingInline(admin.TabularInline):
     model = Finding
@@ -182,7 +194,8 @@ class StreamAdmin(BigTableAdmin):
 
 class EventTypeFilter(admin.SimpleListFilter):
     """The protocol's event types to filter by (any other works in the URL too): Django's own
-    filter lists the stored ones, a DISTINCT over every event (0.6 s at a million)."""
+    filter lists the stored ones, a DISTINCT over every event (0.6 s at a million). A type's
+    events are read through their index (`events_of_type`)."""
 
     title = _("type")
     parameter_name = "type"
@@ -191,7 +204,7 @@ class EventTypeFilter(admin.SimpleListFilter):
         return [(t, t) for t in sorted(KNOWN_TYPES)]
 
     def queryset(self, request, queryset):
-        return queryset.filter(type=self.value()) if self.value() else queryset
+        return events_of_type(queryset, self.value()) if self.value() else queryset
 
 
 @admin.register(Event)

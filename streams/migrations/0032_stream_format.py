@@ -13,7 +13,7 @@ _search_index_on, _search_index_off = _projects._search_index_on, _projects._sea
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("streams", "0025_project_prices"),
+        ("streams", "0031_page_indexes"),
     ]
 
     operations = [

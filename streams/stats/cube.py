@@ -261,7 +261,7 @@ class Cube:
             self.nobody = self.user_key is None
         self._raw = {}
         self._raw_values = {}  # stream id -> its USAGE_VALUES (`raw_usage_values`)
-        self._usage = {}  # (by, step) -> what usage() returned
+        self._usage = {}  # (by, step, values) -> what usage() returned
         self._hists = {}  # (metric, by, step) -> what histograms() returned
 
     # -- filters ---------------------------------------------------------------------------
@@ -412,25 +412,27 @@ class Cube:
 
     # -- the four kinds of figures -----------------------------------------------------------
 
-    def usage(self, by, step=None):
-        """{key: {value name: sum}} over USAGE_VALUES; `by` from USAGE_KEY columns and "t".
-        Folded from a finer grouping this cube already read, when there is one (a page asks
-        per pair and status, then per model: one scan of the usage rows, not two)."""
-        by = tuple(by)
-        for (finer, s), rows in self._usage.items():
-            if s == step and set(by) <= set(finer):
+    def usage(self, by, step=None, values=agg.USAGE_VALUES):
+        """{key: {value name: sum}} over `values` (of USAGE_VALUES: all of them unless a
+        caller needs fewer; each summed column costs its share of a scan); `by` from USAGE_KEY
+        columns and "t". Folded from a finer grouping this cube already read, when there is
+        one (a page asks per pair and status, then per model: one scan of the usage rows, not
+        two)."""
+        by, values = tuple(by), tuple(v for v in agg.USAGE_VALUES if v in values)
+        for (finer, s, read), rows in self._usage.items():
+            if s == step and set(by) <= set(finer) and set(values) <= set(read):
                 at = [finer.index(c) for c in by]
                 out = {}
                 for k, v in rows.items():
                     key = tuple(k[i] for i in at)
                     acc = out.get(key)
                     if acc is None:
-                        out[key] = dict(v)
+                        out[key] = {name: v[name] for name in values}
                     else:
-                        for name, x in v.items():
-                            acc[name] += x
+                        for name in values:
+                            acc[name] += v[name]
                 return out
-        self._usage[(by, step)] = out = self._usage_read(by, step)
+        self._usage[(by, step, values)] = out = self._usage_read(by, step, values)
         return out
 
     def raw_usage_values(self, row):
@@ -441,18 +443,19 @@ class Cube:
             values = self._raw_values[row["id"]] = [int(v) for v in agg.usage_values(row)]
         return values
 
-    def _usage_read(self, by, step):
-        out = self._rollup(UsageRollup, agg.USAGE_VALUES, by, step)
+    def _usage_read(self, by, step, values):
+        out = self._rollup(UsageRollup, values, by, step)
+        at = [agg.USAGE_VALUES.index(v) for v in values]
         for row, _, _ in self.raw_rows(step):
             k = self._raw_key(row, by, step)
-            values = self.raw_usage_values(row)
+            every = self.raw_usage_values(row)
             acc = out.get(k)
             if acc is None:
-                out[k] = list(values)
+                out[k] = [every[i] for i in at]
             else:
-                for i, v in enumerate(values):
-                    acc[i] += v
-        return {k: dict(zip(agg.USAGE_VALUES, v, strict=True)) for k, v in out.items()}
+                for j, i in enumerate(at):
+                    acc[j] += every[i]
+        return {k: dict(zip(values, v, strict=True)) for k, v in out.items()}
 
     def tag_usage(self):
         """{tag: {value name: sum}} over USAGE_VALUES per tag of the streams in range (with a

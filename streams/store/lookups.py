@@ -1,5 +1,6 @@
 """A stream's tags (`Stream.tags`, a JSON list of strings) holding a tag, on SQLite and PostgreSQL;
-and the distinct values of an indexed column of streams (`distinct_stream_values`).
+the distinct values of an indexed column of streams (`distinct_stream_values`); and the events
+of a type (`events_of_type`).
 
 Django 5.2's `tags__contains=[tag]` is PostgreSQL's `@>` and raises NotSupportedError on SQLite
 (`supports_json_field_contains = False`), and a text match on the encoded list (`icontains`)
@@ -18,7 +19,8 @@ import json
 from django.db import NotSupportedError, connection
 from django.db.models import Lookup
 
-from streams.models import Stream
+from streams.core.checks import OUTPUT_DELTAS
+from streams.models import NOT_OUTPUT_DELTA, Stream
 
 
 def has_tag_sql(column_sql, tag, connection):
@@ -60,3 +62,12 @@ def distinct_stream_values(column, cond="1 = 1", params=()):
     with connection.cursor() as cursor:
         cursor.execute(sql, ["", *params, *params])
         return [r[0] for r in cursor.fetchall()]
+
+
+def events_of_type(events, type):
+    """`events` (an Event queryset) of one type, in a shape the partial index
+    `event_sparse_type` serves for every type but the output deltas: the query holds the
+    index's condition term by term (NOT_OUTPUT_DELTA), which SQLite needs to see that the
+    index fits; the deltas are found among the newest rows by the table's own order."""
+    events = events.filter(type=type)
+    return events if type in OUTPUT_DELTAS else events.filter(NOT_OUTPUT_DELTA)

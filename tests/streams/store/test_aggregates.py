@@ -562,6 +562,26 @@ def test_the_admin_page_from_either_source(history, monkeypatch, span, filters):
     assert fast.totals["streams"] == len(streams)
 
 
+def test_the_spend_per_project_reads_each_projects_rows_once_for_its_figures(history, monkeypatch):
+    """Staff over every project, 1M streams over 50 projects: the spend per project summed
+    all 26 columns of each project's rows (~100 a project and day: 154,000 for 30 days),
+    grouped by day as well, which no table of the page reads (the admin page 386 ms). Now
+    grouped by project alone, summing the columns the table shows; the same figures."""
+    from django.test.utils import CaptureQueriesContext
+
+    scope = Scope(project_id=None, start=NOW - dt.timedelta(days=30), end=NOW)
+    exact, fast = _both(admin_report, scope, monkeypatch)
+    assert len(fast.projects) > 1 and exact.projects == fast.projects
+    assert exact.project_count == fast.project_count
+    with CaptureQueriesContext(connection) as queries:
+        admin_report(scope, now=NOW)
+    per_project = [q["sql"] for q in queries.captured_queries if '"project_key" IN' in q["sql"]]
+    assert per_project
+    for sql in per_project:
+        assert "86400" not in sql.split("FROM")[0]  # (no day bucket)
+        assert "ttft_sum_ns" not in sql and "cost_eur_nanos" in sql, sql
+
+
 def test_a_session_filter_falls_back_to_the_raw_rows(history, monkeypatch):
     monkeypatch.setattr(cube, "EXACT_BELOW", 0)
     report = latency_report(Scope(project_id=None, end=NOW, session="x"), now=NOW)
