@@ -39,7 +39,8 @@ from streams.bench.proxy import (
     simulator,
     unrecorded,
 )
-from streams.bench.relay import PATIENCE_S, percentile
+from streams.bench.relay import PATIENCE_S
+from streams.core import figures
 
 STREAMS = 2  # per client and step
 DEFAULT_STEPS = "25,50,100,150,200,300,400"
@@ -78,10 +79,10 @@ def run(command, opts):
         for n in steps:
             result = asyncio.run(_step(n, sim.port, daphne, token, request))
             result["lost_events"] += unrecorded(env, result.pop("_proxied"))
-            result["within"] = (
-                result["lost_events"] == 0
-                and result["client_added_p99_ms"] <= opts["limit_ms"]
-                and result["viewer_added_p99_ms"] <= opts["limit_ms"]
+            added = (result["client_added_p99_ms"], result["viewer_added_p99_ms"])
+            # (nothing measured is nothing shown to hold)
+            result["within"] = result["lost_events"] == 0 and all(
+                a is not None and a <= opts["limit_ms"] for a in added
             )
             results.append(result)
             _print(command, result, opts["json"])
@@ -158,13 +159,13 @@ async def _step(n, sim_port, daphne, token, request):
             lost += missing
             events += len(run["receipts"])
             recorded[run["stream_id"]] = len(run["receipts"])
-    direct_p50, direct_p99 = percentile(direct_lag, 50, 3), percentile(direct_lag, 99, 3)
+    direct_p50, direct_p99 = _at(direct_lag, 50), _at(direct_lag, 99)
     return {
         "streams": n,
-        "client_added_p50_ms": round(percentile(client_lag, 50, 3) - direct_p50, 3),
-        "client_added_p99_ms": round(percentile(client_lag, 99, 3) - direct_p99, 3),
-        "viewer_added_p50_ms": round(percentile(viewer_lag, 50, 3) - direct_p50, 3),
-        "viewer_added_p99_ms": round(percentile(viewer_lag, 99, 3) - direct_p99, 3),
+        "client_added_p50_ms": _added(client_lag, 50, direct_p50),
+        "client_added_p99_ms": _added(client_lag, 99, direct_p99),
+        "viewer_added_p50_ms": _added(viewer_lag, 50, direct_p50),
+        "viewer_added_p99_ms": _added(viewer_lag, 99, direct_p99),
         "direct_p99_ms": direct_p99,
         "viewer_live_events": len(viewer_lag),
         "lost_events": lost,
@@ -249,3 +250,16 @@ async def _lags(client, sim_root, run):
             if index < len(sent) and index < len(receipts) and receipts[index] > subscribed:
                 live.append((got - sent[index]) / 1e6)
     return lags, live, missing
+
+
+def _at(lags, p):
+    q = figures.nearest_rank(lags, p * 10)
+    return None if q is None else round(q, 3)
+
+
+def _added(lags, p, direct):
+    """How much later than the direct clients at the p-th percentile, in ms; None when no lag
+    was measured (on a loaded machine every viewer may have joined after the last live event
+    and read them all from the database: a figure of nothing, not a crash)."""
+    q = figures.nearest_rank(lags, p * 10)
+    return None if q is None or direct is None else round(q - direct, 3)

@@ -513,7 +513,7 @@ def owned_objects(owner, project):
         project, f"access {stream.pk}", "email", "ops@example.com", created_by=owner
     )
     evaluator = evaluate.save(
-        project, name=f"access-{stream.pk}", kind="json_valid", config={}, user=owner
+        project, name=f"access-eval-{stream.pk}", kind="json_valid", config={}, user=owner
     )
     online_rule = online.create(project, user=owner, name="access", evaluators=[evaluator])
     return SimpleNamespace(
