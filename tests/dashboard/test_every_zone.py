@@ -31,6 +31,7 @@ from streams.models import Rule as AlertRule
 from streams.notify import channels
 from streams.store import scores
 from tests.conftest import FIXTURES
+from tests.support.experiments import made as made_experiments
 from tests.support.routes import Unfillable, django_routes, fill
 
 NOW = dt.datetime.now(dt.UTC)
@@ -86,6 +87,7 @@ def world(_zoned_history, db):
     rule = AlertRule.objects.create(
         project=project, name="zones", figure="ttft_p95", threshold=1000, created_by=staff
     )
+    walked = made_experiments(staff, project)
     evaluator = evaluate.save(project, name="zones-json", kind="json_valid", config={}, user=staff)
     ids = {
         "stream_id": [stream.pk],
@@ -129,6 +131,10 @@ def world(_zoned_history, db):
         "online_rule_id": [
             online.create(project, user=staff, name="zones", evaluators=[evaluator]).pk
         ],
+        "dataset_id": [walked.dataset.pk],
+        "experiment_id": [walked.experiment.pk],
+        "run_id": [walked.run.pk],
+        "other_run_id": [walked.earlier.pk],
     }
     paths = []
     for route in django_routes():
