@@ -50,11 +50,12 @@ from streams.access.projects import Action
 from streams.access.rules import streams_for
 from streams.access.throttle import search_allowed
 from streams.core import conf, safejson
-from streams.models import Event, Stream
+from streams.models import Stream
 from streams.run import services
 from streams.serve.http import api_view, json_error, limit_error
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
+from streams.store import events as stored_events
 from streams.store import rows, scores, search
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
@@ -325,10 +326,8 @@ def _events_page(user, stream_id, after, limit):
     stream = streams_for(user).filter(pk=stream_id).values("status").first()
     if stream is None:
         return None
-    rows = list(
-        Event.objects.filter(stream_id=stream_id, index__gt=after)
-        .order_by("index")
-        .values_list(*event_message.PROXIED_MESSAGE_COLUMNS)[: limit + 1]
+    rows = stored_events.read(
+        stream_id, event_message.PROXIED_MESSAGE_COLUMNS, after=after, limit=limit + 1
     )
     has_more = len(rows) > limit
     rows = rows[:limit]

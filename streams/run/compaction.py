@@ -1,0 +1,13 @@
+"""Finished streams packed in the background (streams/store/compact.py): every process sweeps,
+a bounded number of streams a run; packing a stream locks its row, so two processes sweeping at
+once pack it once."""
+
+from streams.run import periodic
+from streams.store import compact
+
+EVERY_S = 60.0
+
+
+@periodic.job("compact", EVERY_S)
+def sweep():
+    compact.sweep()
