@@ -215,6 +215,14 @@ def compacted(stream_ids):
     return set(found.distinct().values_list("stream_id", flat=True))
 
 
+def drop(stream_ids):
+    """Delete the blocks of `stream_ids` (retention); returns how many events they held."""
+    blocks = EventBlock.objects.filter(stream_id__in=list(stream_ids))
+    held = blocks.aggregate(n=models.Sum("count"))["n"] or 0
+    blocks.delete()
+    return held
+
+
 # ---------------------------------------------------------------------------------------------
 # Packing
 

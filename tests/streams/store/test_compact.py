@@ -143,3 +143,14 @@ def test_packing_compresses_recorded_events():
     compact.pack(stream.pk, now=PAST)
     packed = sum(len(p) for p in EventBlock.objects.values_list("payload", flat=True))
     assert packed * 4 < raw, (packed, raw)
+
+
+def test_retention_deletes_a_packed_streams_events():
+    from streams.store import retention
+
+    [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "p.sse")
+    n = Event.objects.filter(stream_id=stream.pk).count()
+    compact.pack(stream.pk, now=PAST)
+    assert retention._delete_events([stream.pk]) == n
+    assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
+    assert stored_events.count(stream.pk) == 0
