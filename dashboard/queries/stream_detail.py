@@ -313,8 +313,10 @@ def event_window(
     else:
         window.has_after = len(rows) > limit
         rows = rows[:limit]
-        window.has_before = bool(rows) and stored_events.exists(
-            stream.pk, before=rows[0]["index"], **of_type
+        window.has_before = (
+            bool(rows)
+            and rows[0]["index"] > 0
+            and stored_events.exists(stream.pk, before=rows[0]["index"], **of_type)
         )
     if rows:
         window.first, window.last = rows[0]["index"], rows[-1]["index"]
@@ -327,8 +329,10 @@ def _event_rows(stream, limit, descending=False, **where):
     columns = ("index", "t_us", "sequence_number", "type", "is_json", "data", "sent_us")
     read = stored_events.read(stream.pk, columns, descending=descending, limit=limit, **where)
     # Each row's gap is to the event just before it by index, whatever the type filter kept.
-    wanted = {r[0] - 1 for r in read} - {r[0] for r in read}
-    before = dict(stored_events.read(stream.pk, ("index", "t_us"), indexes=wanted))
+    wanted = {r[0] - 1 for r in read if r[0] > 0} - {r[0] for r in read}
+    before = {}
+    if wanted:
+        before = dict(stored_events.read(stream.pk, ("index", "t_us"), indexes=wanted))
     before.update((r[0], r[1]) for r in read)
     rows = []
     for index, t_us, seq, type_, is_json, data, sent_us in read:

@@ -2,6 +2,7 @@
 a bounded number of streams a run; packing a stream locks its row, so two processes sweeping at
 once pack it once."""
 
+from streams.observe import telemetry
 from streams.run import periodic
 from streams.store import compact
 
@@ -10,4 +11,5 @@ EVERY_S = 60.0
 
 @periodic.job("compact", EVERY_S)
 def sweep():
-    compact.sweep()
+    done = compact.sweep()
+    telemetry.compacted(done["streams"], done["events"], compact.progress["backlog"])

@@ -163,11 +163,8 @@ def decode(payload):
 
 def blocks_of(stream_id, *, after=None, before=None, indexes=None):
     """The stream's blocks a read of after < index < before (of `indexes`) overlaps, as
-    (first, last, payload) in index order; None when the stream has no blocks (its events, if
-    any, are rows)."""
+    (first, last, payload) in index order."""
     qs = EventBlock.objects.filter(stream_id=stream_id)
-    if not qs.exists():
-        return None
     if after is not None:
         qs = qs.filter(last__gt=after)
     if before is not None:
@@ -205,14 +202,9 @@ def read(blocks, columns, *, after, before, indexes, types, handed, descending):
 
 
 def count(stream_id):
-    """How many events the stream's blocks hold (None: it has none)."""
-    return EventBlock.objects.filter(stream_id=stream_id).aggregate(n=models.Sum("count"))["n"]
-
-
-def compacted(stream_ids):
-    """Those of `stream_ids` whose events are blocks."""
-    found = EventBlock.objects.filter(stream_id__in=list(stream_ids)).values_list("stream_id")
-    return set(found.distinct().values_list("stream_id", flat=True))
+    """How many events the stream's blocks hold."""
+    held = EventBlock.objects.filter(stream_id=stream_id).aggregate(n=models.Sum("count"))["n"]
+    return held or 0
 
 
 def drop(stream_ids):

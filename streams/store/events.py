@@ -14,6 +14,8 @@ Columns are `Event`'s names (streams/store/event_row.py, `ROW_COLUMNS`), values 
 stores them (`raw` as bytes or None).
 """
 
+import itertools
+
 from django.db import models
 
 from streams.models import Event
@@ -38,51 +40,37 @@ def read(
     """Tuples of `columns` of the stream's events in index order (`descending`: the reverse):
     those with after < index < before, of `indexes` (an iterable), of `types`, only those handed
     to the client (`handed`: sent_us is set), at most `limit`. A list when `limit` is given,
-    else an iterator read in chunks."""
+    else an iterator read in chunks.
 
-    where = {"after": after, "before": before, "indexes": indexes, "types": types}
-    where["handed"] = handed
+    Rows first (a stream's rows are all there or all packed: one statement sees one or the
+    other), the blocks only when no row matched: a stream stored as rows costs the one query it
+    always did, and a read racing the pack's commit finds the blocks after missing the rows."""
     if indexes is not None:
         indexes = list(indexes)
-        where["indexes"] = indexes
-    blocks = compact.blocks_of(stream_id, after=after, before=before, indexes=indexes)
-    if blocks is not None:
-        rows = compact.read(
-            blocks,
-            columns,
-            after=after,
-            before=before,
-            indexes=indexes,
-            types=types,
-            handed=handed,
-            descending=descending,
-        )
-        if limit is None:
-            return rows
-        out = []
-        for row in rows:
-            if len(out) >= limit:
-                break
-            out.append(row)
-        return out
+    where = {"after": after, "before": before, "indexes": indexes, "types": types}
+    where.update(handed=handed, descending=descending)
     qs = _filtered(stream_id, after, before, indexes, types, handed)
     qs = qs.order_by("-index" if descending else "index").values_list(*columns)
     if limit is not None:
         rows = list(qs[:limit])
-        if rows or not compact.blocks_of(stream_id):
+        if rows:
             return rows
-        # Packed between the two reads (one statement sees all the rows or none of them).
-        return read(stream_id, columns, **where, descending=descending, limit=limit)
-    return _rows_then_blocks(qs, stream_id, columns, where, descending)
+        return list(itertools.islice(_packed(stream_id, columns, where), limit))
+    return _rows_then_blocks(qs, stream_id, columns, where)
 
 
-def _rows_then_blocks(qs, stream_id, columns, where, descending):
+def _rows_then_blocks(qs, stream_id, columns, where):
     empty = True
     for row in qs.iterator(chunk_size=CHUNK):
         empty = False
         yield row
-    if empty and compact.blocks_of(stream_id):
-        yield from read(stream_id, columns, **where, descending=descending)
+    if empty:
+        yield from _packed(stream_id, columns, where)
+
+
+def _packed(stream_id, columns, where):
+    ranged = {k: where[k] for k in ("after", "before", "indexes")}
+    return compact.read(compact.blocks_of(stream_id, **ranged), columns, **where)
 
 
 def first(stream_id, columns, **where):
@@ -105,46 +93,44 @@ def last_index(stream_id):
 
 def count(stream_id):
     """How many of the stream's events are stored."""
-
-    stored = compact.count(stream_id)
-    if stored is not None:
-        return stored
-    return Event.objects.filter(stream_id=stream_id).count()
+    return Event.objects.filter(stream_id=stream_id).count() or compact.count(stream_id)
 
 
 def type_counts(stream_id):
     """[(type, how many events of it)] of the stream, in no particular order."""
-
-    if compact.blocks_of(stream_id) is None:
-        rows = Event.objects.filter(stream_id=stream_id).values_list("type")
-        return list(rows.annotate(n=models.Count("id")).values_list("type", "n"))
+    rows = Event.objects.filter(stream_id=stream_id).values_list("type")
+    found = list(rows.annotate(n=models.Count("id")).values_list("type", "n"))
+    if found:
+        return found
     counts = {}
-    for (type_,) in read(stream_id, ("type",)):
+    for (type_,) in _packed(stream_id, ("type",), _ALL):
         counts[type_] = counts.get(type_, 0) + 1
     return list(counts.items())
 
 
+_ALL = {"after": None, "before": None, "indexes": None, "types": None}
+_ALL.update(handed=False, descending=False)
+
+
 def last_data(stream_ids):
     """{stream id: the data of its last stored event} of `stream_ids` (the rows' in two
-    queries however many streams: reprice reads a batch of them)."""
-
+    queries however many streams: reprice reads a batch of them; then each packed one's)."""
     ids = set(stream_ids)
-    packed = compact.compacted(ids)
-    out = {}
-    for stream_id in packed:
-        row = first(stream_id, ("data",), descending=True)
-        if row is not None:
-            out[stream_id] = row[0]
     last = (
-        Event.objects.filter(stream_id__in=ids - packed)
+        Event.objects.filter(stream_id__in=ids)
         .values("stream_id")
         .annotate(index=models.Max("index"))
     )
     wanted = models.Q()
     for row in last:
         wanted |= models.Q(stream_id=row["stream_id"], index=row["index"])
+    out = {}
     if wanted:
         out.update(Event.objects.filter(wanted).values_list("stream_id", "data"))
+    for stream_id in ids - set(out):
+        row = first(stream_id, ("data",), descending=True)
+        if row is not None:
+            out[stream_id] = row[0]
     return out
 
 

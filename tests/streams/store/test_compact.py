@@ -114,26 +114,23 @@ def test_a_crash_while_packing_loses_nothing(monkeypatch):
 
 
 def test_a_reader_racing_the_pack_reads_every_event_once(monkeypatch):
-    """The reader saw no blocks, then the pack committed, then it read the rows: none left."""
+    """The pack commits after the reader chose to read rows and before the rows' query runs:
+    it finds none, and the blocks give every event, once."""
     [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "r.sse")
     expected = [i for (i,) in stored_events.read(stream.pk, ("index",))]
-    real = compact.blocks_of
-    raced = []
+    real = stored_events._filtered
 
-    def blocks_then_pack(stream_id, **where):
-        if not raced:
-            raced.append(True)
-            found = real(stream_id, **where)
-            compact.pack(stream_id, now=PAST)
-            return found
-        return real(stream_id, **where)
+    def rows_then_pack(stream_id, *args):
+        qs = real(stream_id, *args)  # (lazy: runs when read)
+        compact.pack(stream_id, now=PAST)
+        return qs
 
-    monkeypatch.setattr(compact, "blocks_of", blocks_then_pack)
+    monkeypatch.setattr(stored_events, "_filtered", rows_then_pack)
     got = [i for (i,) in stored_events.read(stream.pk, ("index",))]
     assert got == expected == list(range(722))
-    raced.clear()
     page = stored_events.read(stream.pk, ("index",), after=99, limit=5)
     assert page == [(100,), (101,), (102,), (103,), (104,)]
+    assert not Event.objects.filter(stream_id=stream.pk).exists()
 
 
 def test_packing_compresses_recorded_events():
@@ -154,3 +151,55 @@ def test_retention_deletes_a_packed_streams_events():
     assert retention._delete_events([stream.pk]) == n
     assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
     assert stored_events.count(stream.pk) == 0
+
+
+KILLED_MID_PACK = """
+import sys, time
+import django
+django.setup()
+from streams.store import compact
+compact.BLOCK = 100
+real = compact._write
+def write_then_hang(stream_id, rows):
+    real(stream_id, rows)
+    print("wrote", flush=True)
+    time.sleep(60)
+compact._write = write_then_hang
+compact.pack(int(sys.argv[1]), grace_s=-3600)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_killed_mid_pack_loses_nothing():
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, database_url
+
+    [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "k.sse")
+    before = everything(stream)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DATABASE_URL": database_url(),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MID_PACK, str(stream.pk)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line == b"wrote\n", proc.stderr.read().decode()[-2000:]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
+    assert Event.objects.filter(stream_id=stream.pk).count() == 722
+    assert everything(stream) == before
+    assert compact.pack(stream.pk, now=PAST) == 722  # the next sweep finishes it
+    assert everything(stream) == before
