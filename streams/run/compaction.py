@@ -11,5 +11,5 @@ EVERY_S = 60.0
 
 @periodic.job("compact", EVERY_S)
 def sweep():
-    done = compact.sweep()
+    done = compact.sweep(limit=compact.STREAMS_PER_TICK)
     telemetry.compacted(done["streams"], done["events"], compact.progress["backlog"])
