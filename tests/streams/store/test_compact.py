@@ -203,3 +203,36 @@ def test_a_process_killed_mid_pack_loses_nothing():
     assert everything(stream) == before
     assert compact.pack(stream.pk, now=PAST) == 722  # the next sweep finishes it
     assert everything(stream) == before
+
+
+def test_a_secret_in_a_packed_stream_leaves_through_no_page_export_or_api(settings):
+    """The blocks keep the upstream's bytes verbatim, the key it echoed too; every way out
+    still goes through the egress gate."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.support.captures import text_capture
+    from tests.support.hostile import KEY, copies
+
+    settings.UPSTREAM_API_KEY = KEY
+    user = User.objects.create_user("packer", password="x")
+    [stream] = import_capture(text_capture(f"echoed {KEY} back"), "s.sse", user=user)
+    Stream.objects.filter(pk=stream.pk).update(source=Stream.Source.LIVE)  # .sse from events
+    n = compact.pack(stream.pk, now=PAST)
+    assert n > 3
+    packed = [compact.decode(p) for p in EventBlock.objects.values_list("payload", flat=True)]
+    assert any(KEY in d for block in packed for d in block["data"])  # stored as received
+
+    client = Client()
+    client.force_login(user)
+    names = ["stream_detail", "stream_events", "stream_timing", "stream_replay", "stream_sse"]
+    urls = [reverse(name, args=[stream.pk]) for name in [*names, "stream_json"]]
+    urls += [reverse("stream_event", args=[stream.pk, i]) for i in range(n)]
+    urls.append(f"/api/streams/{stream.pk}/events/")
+    for url in urls:
+        r = client.get(url)
+        body = b"".join(r.streaming_content) if r.streaming else r.content
+        assert r.status_code == 200, url
+        assert copies(body.decode()) == 0, url
+    assert b"[redacted]" in body  # (the API's events: the echo was there to redact)
