@@ -207,6 +207,12 @@ def count(stream_id):
     return held or 0
 
 
+def held(streams):
+    """How many events the blocks of `streams` (a queryset of them) hold."""
+    blocks = EventBlock.objects.filter(stream__in=streams)
+    return blocks.aggregate(n=models.Sum("count"))["n"] or 0
+
+
 def drop(stream_ids):
     """Delete the blocks of `stream_ids` (retention); returns how many events they held."""
     blocks = EventBlock.objects.filter(stream_id__in=list(stream_ids))

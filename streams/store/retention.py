@@ -132,6 +132,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
         if dry_run:
             out["streams"] = doomed.count()
             out["events"] += Event.objects.filter(stream__in=doomed).count()
+            out["events"] += compact.held(doomed)
         else:
             deleted = audit.Deletions(by="retention")  # (one entry per project for the run)
             while True:
@@ -150,6 +151,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
         if dry_run:
             out["event_streams"] = pending.count()
             out["events"] += Event.objects.filter(stream__in=pending).count()
+            out["events"] += compact.held(pending)
         else:
             while True:
                 ids = list(pending.order_by("created_at").values_list("pk", flat=True)[:batch])

@@ -148,6 +148,8 @@ def test_retention_deletes_a_packed_streams_events():
     [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "p.sse")
     n = Event.objects.filter(stream_id=stream.pk).count()
     compact.pack(stream.pk, now=PAST)
+    retention_due = Stream.objects.filter(pk=stream.pk)
+    assert compact.held(retention_due) == n  # what a dry run counts
     assert retention._delete_events([stream.pk]) == n
     assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
     assert stored_events.count(stream.pk) == 0
