@@ -1,10 +1,10 @@
 """Finished streams' events stored compact (issue 49; docs/recorder.md, "At rest").
 
 While a stream runs its events are rows, one per event (the live relay, catch-up, exactly
-once). Once it has ended and `GRACE_S` has passed (a viewer's catch-up reads rows meanwhile),
-`pack` replaces its rows by `EventBlock`s of `BLOCK` consecutive events each: every column of
-the block's events laid out one after the other (integers as deltas, texts and bytes
-concatenated with their lengths), the whole compressed with zstandard. A window of the
+once). Once it has ended and `COMPACT_AFTER_S` has passed (a viewer's catch-up reads rows
+meanwhile), `pack` replaces its rows by `EventBlock`s of `BLOCK` consecutive events each:
+every column of the block's events laid out one after the other (integers as deltas, texts
+and bytes concatenated with their lengths), the whole compressed with zstandard. A window of the
 timeline opens the blocks it overlaps only.
 
 Exact on the way back: the verbatim data, the raw bytes and every time come back as stored,
@@ -26,15 +26,14 @@ from array import array
 import zstandard
 from django.db import models, transaction
 
+from streams.core import conf
 from streams.models import Event, EventBlock, Stream
 
 log = logging.getLogger(__name__)
 
 BLOCK = 1000  # events per block: a timeline window (200) opens one or two
-GRACE_S = 600.0  # after the stream ended: viewers' catch-up reads rows meanwhile
-LEVEL = 6  # zstandard's level: ~10x on recorded streams, packs ~20k events/s per core
+LEVEL = 6  # zstandard's level (docs/recorder.md, "At rest": sizes and speeds measured)
 VERSION = 1
-STREAMS_PER_TICK = 20  # the periodic job's bound per run
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -228,7 +227,7 @@ def drop(stream_ids):
 def pack(stream_id, grace_s=None, now=None):
     """Pack the stream's event rows into blocks if it has ended `grace_s` ago; returns how many
     events it packed (0: not due, already packed, or none)."""
-    grace_s = GRACE_S if grace_s is None else grace_s
+    grace_s = conf.get().compact_after_s if grace_s is None else grace_s
     now = now or dt.datetime.now(dt.UTC)
     with transaction.atomic():
         stream = (
@@ -278,7 +277,7 @@ def _ended_before(cut):
 
 
 def _due(grace_s=None, now=None):
-    grace_s = GRACE_S if grace_s is None else grace_s
+    grace_s = conf.get().compact_after_s if grace_s is None else grace_s
     now = now or dt.datetime.now(dt.UTC)
     has_rows = Event.objects.filter(stream_id=models.OuterRef("pk"))
     ended = Stream.objects.filter(_ended_before(now - dt.timedelta(seconds=grace_s)))
@@ -298,9 +297,9 @@ def due(grace_s=None, now=None, limit=None):
 progress = {"backlog": 0, "streams": 0, "events": 0, "seconds": 0.0}
 
 
-def sweep(limit=STREAMS_PER_TICK, grace_s=None, report=None):
-    """Pack up to `limit` due streams; returns {"streams", "events"} packed. `report`: called
-    after each stream with (done streams, due streams, events so far)."""
+def sweep(limit, grace_s=None, report=None):
+    """Pack up to `limit` (None: every) due streams; returns {"streams", "events"} packed.
+    `report`: called after each stream with (done streams, due streams, events so far)."""
     ids = due(grace_s, limit=limit)
     progress["backlog"] = len(ids) if limit is None else _backlog(grace_s, ids, limit)
     done = {"streams": 0, "events": 0}

@@ -13,8 +13,8 @@ class Command(BaseCommand):
         parser.add_argument(
             "--grace",
             type=float,
-            default=compact.GRACE_S,
-            help="seconds after a stream ended before it is packed (default %(default)s)",
+            default=None,
+            help="seconds after a stream ended before it is packed (default: COMPACT_AFTER_S)",
         )
         parser.add_argument("--limit", type=int, default=None, help="at most this many streams")
 

@@ -11,7 +11,6 @@ from streams.ingest.importer import import_capture
 from streams.models import Event, EventBlock, Stream
 from streams.observe import telemetry
 from streams.run import compaction, periodic
-from streams.store import compact
 from tests.support.paths import CAPTURES
 
 pytestmark = pytest.mark.django_db
@@ -29,9 +28,9 @@ def value(metric):
     return metric._value.get()
 
 
-def test_the_job_is_registered_and_packs_due_streams_with_its_metrics(monkeypatch):
+def test_the_job_is_registered_and_packs_due_streams_with_its_metrics(settings):
     assert periodic.jobs()["compact"].fn is compaction.sweep
-    monkeypatch.setattr(compact, "STREAMS_PER_TICK", 2)
+    settings.STREAMSCOPE = {"COMPACT_STREAMS_PER_RUN": 2}
     due = [imported() for _ in range(3)]
     recent = imported(ended=dt.datetime.now(dt.UTC))  # within its grace: left as rows
     streams_before = value(telemetry.COMPACTED_STREAMS)
@@ -44,6 +43,10 @@ def test_the_job_is_registered_and_packs_due_streams_with_its_metrics(monkeypatc
     assert value(telemetry.COMPACTED_EVENTS) - events_before == 2 * n
     assert value(telemetry.COMPACT_BACKLOG) == 1  # the third; the recent one is not due yet
     assert EventBlock.objects.filter(stream_id=recent.pk).count() == 0
+    settings.STREAMSCOPE = {"COMPACT_STREAMS_PER_RUN": 0}  # (the test servers': off)
+    compaction.sweep()
+    assert value(telemetry.COMPACT_BACKLOG) == 1
+    settings.STREAMSCOPE = {}
     compaction.sweep()
     assert value(telemetry.COMPACT_BACKLOG) == 0
     assert set(EventBlock.objects.values_list("stream_id", flat=True)) == {s.pk for s in due}
