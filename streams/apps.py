@@ -14,7 +14,7 @@ class StreamsConfig(AppConfig):
         from streams.observe import telemetry  # noqa: F401  (its score and comment counters)
 
         # the background jobs every long-lived process runs (streams/run/periodic.py)
-        from streams.run import deletions  # noqa: F401  (projects deleted by their owners)
+        from streams.run import compaction, deletions  # noqa: F401  (packing; projects deleted)
         from streams.store import aggregates, audit, known_secrets, prices, scores  # noqa: F401
 
         # the audit log's receivers, and who a management command's changes are

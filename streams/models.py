@@ -689,6 +689,36 @@ class Event(models.Model):
         return f"event {self.stream_id}#{self.index} {self.type}"
 
 
+class EventBlock(models.Model):
+    """Up to `compact.BLOCK` consecutive events of a finished stream, packed (issue 49,
+    streams/store/compact.py): their columns compressed together, the rows deleted. The reader
+    (streams/store/events.py) opens only the blocks a window overlaps."""
+
+    stream = models.ForeignKey(
+        Stream,
+        on_delete=models.CASCADE,
+        related_name="event_blocks",
+        db_index=False,
+        verbose_name=_("stream"),
+    )
+    first = models.PositiveIntegerField(_("first index"))
+    last = models.PositiveIntegerField(_("last index"))
+    count = models.PositiveIntegerField(_("events"))
+    t_first_us = models.BigIntegerField(_("first received (µs)"), null=True)
+    t_last_us = models.BigIntegerField(_("last received (µs)"), null=True)
+    payload = models.BinaryField(_("packed events"))
+
+    class Meta:
+        verbose_name = _("event block")
+        verbose_name_plural = _("event blocks")
+        constraints = [
+            models.UniqueConstraint(fields=["stream", "first"], name="event_block_stream_first"),
+        ]
+
+    def __str__(self):
+        return f"events {self.stream_id}#{self.first}-{self.last}"
+
+
 class Finding(models.Model):
     """One protocol-checker finding on a stream."""
 

@@ -7,7 +7,6 @@ import json
 import math
 from dataclasses import dataclass, field
 
-from django.db.models import Count, OuterRef, Subquery
 from django.utils.formats import get_format
 from django.utils.translation import gettext, gettext_lazy
 
@@ -20,7 +19,8 @@ from dashboard.queries.common import (
 from dashboard.queries.output import final_texts, output_blocks, word_ops
 from streams.access.rules import may_see
 from streams.core.summaries import event_summary
-from streams.models import Event, Finding, Stream
+from streams.models import Finding, Stream
+from streams.store import events as stored_events
 from streams.store import known_secrets
 from streams.store.event_row import PROXIED_ROW_COLUMNS
 
@@ -169,12 +169,7 @@ def attempts(user, stream):
 
 def type_counts(stream):
     """Event types of the stream with their counts, most frequent first (the table filter)."""
-    rows = (
-        Event.objects.filter(stream_id=stream.pk)
-        .values_list("type")
-        .annotate(n=Count("id"))
-        .values_list("type", "n")
-    )
+    rows = stored_events.type_counts(stream.pk)
     return sorted(rows, key=lambda r: (-r[1], known_secrets.label_key(r[0])))
 
 
@@ -220,26 +215,21 @@ def _last_event_us(stream):
     """When a finished stream's last event arrived (None: active, or no events)."""
     if stream.is_active or not stream.event_count:
         return None
-    last = Event.objects.filter(stream_id=stream.pk, index=stream.event_count - 1)
-    return last.values_list("t_us", flat=True).first()
+    last = stored_events.first(stream.pk, ("t_us",), indexes=(stream.event_count - 1,))
+    return None if last is None else last[0]
 
 
 def _first_sent_us(stream):
     """When a proxied stream's first event was handed to its client (index order through the
     (stream, index) index; an event the client never got, after it hung up, has none)."""
-    handed = Event.objects.filter(stream_id=stream.pk, sent_us__isnull=False)
-    return handed.order_by("index").values_list("sent_us", flat=True).first()
+    handed = stored_events.first(stream.pk, ("sent_us",), handed=True)
+    return None if handed is None else handed[0]
 
 
 def stored_event_count(stream):
     """How many events of the stream are stored: its last index + 1 (indexes are dense from
     0), read through the (stream, index) index."""
-    last = (
-        Event.objects.filter(stream_id=stream.pk)
-        .order_by("-index")
-        .values_list("index", flat=True)
-        .first()
-    )
+    last = stored_events.last_index(stream.pk)
     return 0 if last is None else last + 1
 
 
@@ -299,31 +289,35 @@ def event_window(
     """A window of up to `limit` events by arrival index: after an index, before one, around
     one (`at`: a jump, which ignores the type filter), the last ones (`tail`), or the first.
     Every read is a range on the unique (stream, index) index."""
-    qs = Event.objects.filter(stream_id=stream.pk)
     if at is not None:
         type = ""
-    if type:
-        qs = qs.filter(type=type)
+    of_type = {"types": (type,)} if type else {}
     descending = at is None and (before is not None or tail)
     if at is not None:
-        rows = _event_rows(qs.filter(index__gte=max(0, at - JUMP_CONTEXT)), limit + 1)
+        rows = _event_rows(stream, limit + 1, after=max(0, at - JUMP_CONTEXT) - 1)
         if not rows:  # past the end: show the end
             return event_window(stream, tail=True, limit=limit)
     elif before is not None:
-        rows = _event_rows(qs.filter(index__lt=before), limit + 1, descending=True)
+        rows = _event_rows(stream, limit + 1, before=before, descending=True, **of_type)
     elif tail:
-        rows = _event_rows(qs, limit + 1, descending=True)
+        rows = _event_rows(stream, limit + 1, descending=True, **of_type)
     else:
-        rows = _event_rows(qs.filter(index__gt=-1 if after is None else after), limit + 1)
+        rows = _event_rows(stream, limit + 1, after=-1 if after is None else after, **of_type)
     window = EventWindow(type=type, at=at, proxied=is_proxied(stream))
     if descending:
         window.has_before = len(rows) > limit
         rows = rows[:limit][::-1]
-        window.has_after = bool(rows) and qs.filter(index__gt=rows[-1]["index"]).exists()
+        window.has_after = bool(rows) and stored_events.exists(
+            stream.pk, after=rows[-1]["index"], **of_type
+        )
     else:
         window.has_after = len(rows) > limit
         rows = rows[:limit]
-        window.has_before = bool(rows) and qs.filter(index__lt=rows[0]["index"]).exists()
+        window.has_before = (
+            bool(rows)
+            and rows[0]["index"] > 0
+            and stored_events.exists(stream.pk, before=rows[0]["index"], **of_type)
+        )
     if rows:
         window.first, window.last = rows[0]["index"], rows[-1]["index"]
         _mark_findings(stream, rows)
@@ -331,14 +325,18 @@ def event_window(
     return window
 
 
-def _event_rows(qs, limit, descending=False):
-    previous = Event.objects.filter(stream_id=OuterRef("stream_id"), index=OuterRef("index") - 1)
-    qs = qs.annotate(prev_t_us=Subquery(previous.values("t_us")[:1]))
-    qs = qs.order_by("-index" if descending else "index")
-    columns = ("index", "t_us", "prev_t_us", "sequence_number", "type", "is_json", "data")
+def _event_rows(stream, limit, descending=False, **where):
+    columns = ("index", "t_us", "sequence_number", "type", "is_json", "data", "sent_us")
+    read = stored_events.read(stream.pk, columns, descending=descending, limit=limit, **where)
+    # Each row's gap is to the event just before it by index, whatever the type filter kept.
+    wanted = {r[0] - 1 for r in read if r[0] > 0} - {r[0] for r in read}
+    before = {}
+    if wanted:
+        before = dict(stored_events.read(stream.pk, ("index", "t_us"), indexes=wanted))
+    before.update((r[0], r[1]) for r in read)
     rows = []
-    read = list(qs.values_list(*columns, "sent_us")[:limit])
-    for index, t_us, prev_t_us, seq, type_, is_json, data, sent_us in read:
+    for index, t_us, seq, type_, is_json, data, sent_us in read:
+        prev_t_us = before.get(index - 1)
         gap = None
         if t_us is not None and prev_t_us is not None:
             gap = (t_us - prev_t_us) / 1000
@@ -376,10 +374,11 @@ def _mark_findings(stream, rows):
 
 def event_detail(stream, index):
     """One event with its data: pretty-printed JSON and verbatim; None when it does not exist."""
-    events = Event.objects.filter(stream_id=stream.pk, index=index)
-    row = events.values(*(c for c in PROXIED_ROW_COLUMNS if c != "stream_id")).first()
-    if row is None:
+    columns = tuple(c for c in PROXIED_ROW_COLUMNS if c != "stream_id")
+    found = stored_events.first(stream.pk, columns, indexes=(index,))
+    if found is None:
         return None
+    row = dict(zip(columns, found, strict=True))
     raw = row.pop("raw")
     data = row["data"]
     row["size"] = len(data)

@@ -4,12 +4,13 @@ own timeline and a shared one's)."""
 import heapq
 import json
 
-from django.db.models import Count, Max, Min
+from django.db.models import Count
 
 from dashboard.queries.common import is_proxied
 from streams.core import figures
 from streams.core.checks import OUTPUT_DELTAS, TERMINAL_STATUS
-from streams.models import Event, Finding
+from streams.models import Finding
+from streams.store import events as stored_events
 
 
 def flagged_timing(stream):
@@ -56,8 +57,7 @@ def timing_series(stream):
 
     A proxied stream's also has `proxy_us[i]`, how long the proxy held each event (None: never
     handed to the client), and `proxy`, the stream's p50 and p99 of it."""
-    events = Event.objects.filter(stream_id=stream.pk)
-    rows, sent = _timed_rows(events, is_proxied(stream))
+    rows, sent, stored = _timed_rows(stream.pk, is_proxied(stream))
     times = [t for t, _ in rows]
     data = {
         "stream": stream.pk,
@@ -82,10 +82,9 @@ def timing_series(stream):
     if sent is not None:
         data["proxy_us"] = [None if s is None else s - t for t, s in zip(times, sent, strict=True)]
         data["proxy"] = {"p50_ms": stream.proxy_added_p50_ms, "p99_ms": stream.proxy_added_p99_ms}
-    bounds = events.aggregate(lo=Min("index"), hi=Max("index"))
     indexes = range(len(rows))
-    if rows and (bounds["lo"], bounds["hi"]) != (0, len(rows) - 1):
-        indexes = list(events.order_by("index").values_list("index", flat=True))
+    if rows and (stored[0], stored[-1]) != (0, len(rows) - 1):
+        indexes = stored
         data["index"] = indexes
     if len(gaps) > 1:
         data["stats"] = _gap_stats(gaps, times, indexes)
@@ -93,13 +92,14 @@ def timing_series(stream):
     return data
 
 
-def _timed_rows(events, proxied):
-    """[(t_us, type)] in index order, and a proxied stream's sent_us list (else None)."""
-    columns = ("t_us", "type", "sent_us") if proxied else ("t_us", "type")
-    rows = list(events.order_by("index").values_list(*columns))
-    if not proxied:
-        return rows, None
-    return [(t, type_) for t, type_, _ in rows], [s for _, _, s in rows]
+def _timed_rows(stream_id, proxied):
+    """[(t_us, type)] in index order, a proxied stream's sent_us list (else None), and the
+    arrival indexes."""
+    columns = ("t_us", "type", "index", "sent_us") if proxied else ("t_us", "type", "index")
+    rows = list(stored_events.read(stream_id, columns))
+    indexes = [r[2] for r in rows]
+    timed = [(r[0], r[1]) for r in rows]
+    return timed, ([r[3] for r in rows] if proxied else None), indexes
 
 
 def _timing_marks(stream):
@@ -130,12 +130,8 @@ def _gap_stats(gaps, times, indexes):
 def terminal_index(stream):
     """The arrival index of the stream's terminal event (None without one). What arrived after
     it is not part of the response (checks: event_after_terminal)."""
-    return (
-        Event.objects.filter(stream_id=stream.pk, type__in=TERMINAL_STATUS)
-        .order_by("index")
-        .values_list("index", flat=True)
-        .first()
-    )
+    first = stored_events.first(stream.pk, ("index",), types=TERMINAL_STATUS)
+    return None if first is None else first[0]
 
 
 # Types the page's output renderer uses, and the fields of each it needs.
@@ -163,15 +159,13 @@ def replay_events(stream):
     sequence numbers are left out, as the checker leaves them out of the text, and so is what
     arrived after the terminal event. A long stream's replay data is megabytes of JSON:
     fetched only when someone presses Replay."""
-    rows = Event.objects.filter(stream_id=stream.pk, type__in=REPLAY_TYPES)
     end = terminal_index(stream)
-    if end is not None:
-        rows = rows.filter(index__lt=end)
-    rows = rows.order_by("index").values_list("t_us", "type", "sequence_number", "data")
+    columns = ("t_us", "type", "sequence_number", "data")
+    rows = stored_events.read(stream.pk, columns, types=REPLAY_TYPES, before=end)
     targets = {}
     events = []
     seen = set()
-    for t_us, type_, seq, data in rows.iterator(chunk_size=5000):
+    for t_us, type_, seq, data in rows:
         if seq is not None:
             if seq in seen:
                 continue  # a duplicate delivery: the checker did not apply it either

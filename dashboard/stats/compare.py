@@ -22,7 +22,7 @@ import re
 from django.utils.translation import gettext_lazy as _
 
 from streams.core.checks import OUTPUT_DELTAS
-from streams.models import Event
+from streams.store import events as stored_events
 
 CURVE_POINTS = 1_500
 DIFF_MAX_WORDS = 5_000
@@ -71,12 +71,8 @@ def arrivals(stream):
     origin = stream.request_written_us or 0
     xs, ys = [], []
     total = 0
-    rows = (
-        Event.objects.filter(stream_id=stream.pk, type__in=OUTPUT_DELTAS)
-        .order_by("index")
-        .values_list("t_us", "data")
-    )
-    for t_us, data in rows.iterator(chunk_size=2000):
+    rows = stored_events.read(stream.pk, ("t_us", "data"), types=OUTPUT_DELTAS)
+    for t_us, data in rows:
         if t_us is None:
             continue
         try:

@@ -93,6 +93,8 @@ NOT_LOAD_LIMITS = {
     "RETRY_INTERRUPTED": "no bench process dies mid-run",
     "WORKER_POLL_S": "a fallback poll beside wake-ups, not a limit",
     "RETAIN_EVENTS_DAYS": "the benches' streams are minutes old; bench pages never prunes",
+    "COMPACT_AFTER_S": "a bench's streams are minutes old; bench ingest packs them itself",
+    "COMPACT_STREAMS_PER_RUN": "how many streams a sweep packs, not how many it serves",
     "RETAIN_STREAMS_DAYS": "the benches' streams are minutes old; bench pages never prunes",
     "MAX_INPUT_CHARS": "the benches' inputs are one short sentence",
     "UPLOAD_MAX_BYTES": "no bench uploads",

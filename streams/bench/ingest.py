@@ -166,6 +166,12 @@ def _print(command, out, as_json):
             if "bytes_per_event" in out
             else ""
         )
+        + (
+            f"   packed {out['packed_bytes_per_event']:.0f} B/event "
+            f"({out['packed_events_per_s']:,} events/s packing)"
+            if out.get("packed_events")
+            else ""
+        )
     )
 
 
@@ -372,16 +378,26 @@ def _metrics_cost(by_mode):
 def _storage():
     """Bytes per stored event: the event table and its indexes (what the database holds on
     disk for them, over every event of this database), and the parts the "drop received_at /
-    composite key" idea would save (docs/analytics.md, "Storage per event")."""
-    from django.db import close_old_connections, connection
+    composite key" idea would save (docs/analytics.md, "Storage per event"); then every stream
+    packed (streams/store/compact.py) and the blocks' table, indexes and TOAST per event
+    (docs/recorder.md, "At rest")."""
+    from django.db import close_old_connections
 
     from streams.models import Event
 
     close_old_connections()
-    table = Event._meta.db_table
     n = Event.objects.count()
     if not n:
         return {}
+    out = {"stored_events": n, **_rows_storage(n)}
+    out.update(_packed_storage(n))
+    return out
+
+
+def _relation_bytes(table):
+    """(table bytes with TOAST, {index: bytes}) of `table` as the database holds it."""
+    from django.db import connection
+
     with connection.cursor() as cursor:
         if connection.vendor == "sqlite":
             cursor.execute(
@@ -391,22 +407,52 @@ def _storage():
                 [table, table],
             )
             sizes = dict(cursor.fetchall())
-            heap = sizes.pop(table)
+            return sizes.pop(table, 0), sizes
+        cursor.execute("SELECT pg_table_size(%s)", [table])  # (with its TOAST)
+        heap = cursor.fetchone()[0]
+        cursor.execute(
+            "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
+            "WHERE indrelid = %s::regclass",
+            [table],
+        )
+        return heap, dict(cursor.fetchall())
+
+
+def _packed_storage(n):
+    """Every stream of the bench packed at once (no grace: they have all ended)."""
+    from django.db import connection
+
+    from streams.models import EventBlock
+    from streams.store import compact
+
+    started = time.perf_counter()
+    done = compact.sweep(limit=None, grace_s=-86_400)
+    elapsed = time.perf_counter() - started
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"VACUUM ANALYZE {EventBlock._meta.db_table}")
+    heap, indexes = _relation_bytes(EventBlock._meta.db_table)
+    return {
+        "packed_events": done["events"],
+        "packed_bytes_per_event": round((heap + sum(indexes.values())) / n, 1),
+        "packed_events_per_s": round(done["events"] / elapsed) if elapsed else None,
+    }
+
+
+def _rows_storage(n):
+    from django.db import connection
+
+    from streams.models import Event
+
+    table = Event._meta.db_table
+    heap, sizes = _relation_bytes(table)
+    received = 8  # timestamptz
+    if connection.vendor == "sqlite":
+        with connection.cursor() as cursor:
             cursor.execute(f"SELECT AVG(LENGTH(received_at)) FROM {table}")
             received = cursor.fetchone()[0] or 0
-        else:
-            cursor.execute("SELECT pg_table_size(%s), pg_indexes_size(%s)", [table, table])
-            heap, indexes = cursor.fetchone()
-            cursor.execute(
-                "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
-                "WHERE indrelid = %s::regclass",
-                [table],
-            )
-            sizes = dict(cursor.fetchall())
-            received = 8  # timestamptz
     index_bytes = sum(sizes.values())
     return {
-        "stored_events": n,
         "bytes_per_event": round((heap + index_bytes) / n, 1),
         "table_bytes_per_event": round(heap / n, 1),
         "index_bytes_per_event": {k: round(v / n, 1) for k, v in sizes.items()},

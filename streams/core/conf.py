@@ -77,6 +77,12 @@ class Settings:
     # pages' pre-aggregates keep the history either way.
     retain_events_days: float = 0.0
     retain_streams_days: float = 0.0
+    # --- At rest (streams/store/compact.py, docs/recorder.md "At rest") ---
+    # An ended stream's events are packed into compressed blocks this long after its end (a
+    # viewer's catch-up reads the rows meanwhile), by each process's sweep at most this many
+    # streams a minute; 0 streams: the sweep packs nothing (`manage.py compact` still does).
+    compact_after_s: float = 600.0
+    compact_streams_per_run: int = 20
     # --- Limits on what users send (streams/run/services.py, pages, API) ---
     # Running streams per user started from pages and the API.
     max_concurrent_per_user: int = 5
@@ -265,6 +271,8 @@ MAY_BE_ZERO = frozenset(
         "connect_backoff_s",
         "retain_events_days",
         "retain_streams_days",
+        "compact_after_s",
+        "compact_streams_per_run",
         "relay_inline_max_bytes",
         "proxy_token_cache_s",
         "hsts_seconds",

@@ -30,7 +30,7 @@ from streams.access.tokens import bearer_token
 from streams.core import conf
 from streams.core.transport import buffered_bytes, connection
 from streams.live import relay
-from streams.models import ApiToken, Event, Stream
+from streams.models import ApiToken, Stream
 from streams.observe import telemetry
 from streams.shapes import public
 from streams.shapes.event_message import (
@@ -41,6 +41,7 @@ from streams.shapes.event_message import (
     stream_frame,
     with_data,
 )
+from streams.store import events as stored_events
 
 log = logging.getLogger(__name__)
 
@@ -121,16 +122,11 @@ def _stream_fields(stream_id):
 def _events_between(stream_id, after, before=None, limit=PAGE_EVENTS, columns=MESSAGE_COLUMNS):
     """Stored events with after < index (< before), in index order, as messages (`columns`:
     `event_message.MESSAGE_COLUMNS` or its proxied form)."""
-    qs = Event.objects.filter(stream_id=stream_id, index__gt=after)
-    if before is not None:
-        qs = qs.filter(index__lt=before)
-    return list(qs.order_by("index").values_list(*columns)[:limit])
+    return stored_events.read(stream_id, columns, after=after, before=before, limit=limit)
 
 
 def _event_data(stream_id, indexes):
-    return dict(
-        Event.objects.filter(stream_id=stream_id, index__in=indexes).values_list("index", "data")
-    )
+    return dict(stored_events.read(stream_id, ("index", "data"), indexes=indexes))
 
 
 def _listed_projects(user, slug):

@@ -172,6 +172,24 @@ WRITER_QUEUE_CAPACITY = Gauge(
     registry=REGISTRY,
     multiprocess_mode="livemax",
 )
+# Packing finished streams (streams/store/compact.py): the backlog the last sweep saw (every
+# process sweeps the same database: the worst one's), and what was packed.
+COMPACT_BACKLOG = Gauge(
+    "streamscope_compact_backlog_streams",
+    "Ended streams past their grace whose events are still rows, as the last sweep saw them.",
+    registry=REGISTRY,
+    multiprocess_mode="livemax",
+)
+COMPACTED_STREAMS = Counter(
+    "streamscope_compacted_streams",
+    "Streams whose events were packed into blocks.",
+    registry=REGISTRY,
+)
+COMPACTED_EVENTS = Counter(
+    "streamscope_compacted_events",
+    "Events packed into blocks (their rows deleted).",
+    registry=REGISTRY,
+)
 LIVE_VIEWERS = Gauge(
     "streamscope_live_viewers",
     "Open WebSocket connections of the live relay.",
@@ -398,6 +416,14 @@ def events_lost(rec, n):
 def retried(reason):
     if enabled():
         RETRIES.labels(reason).inc()
+
+
+def compacted(streams, events, backlog):
+    """A packing sweep ran: `streams` and `events` packed, `backlog` streams left due."""
+    COMPACT_BACKLOG.set(backlog)  # (always: the alert reads it whether or not it moved)
+    if enabled() and streams:
+        COMPACTED_STREAMS.inc(streams)
+        COMPACTED_EVENTS.inc(events)
 
 
 def viewer_joined():

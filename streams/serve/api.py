@@ -70,13 +70,14 @@ from streams.access.throttle import search_allowed
 from streams.alerts import notices as alert_notices
 from streams.alerts import rules as alert_rules
 from streams.core import conf
-from streams.models import MAX_CHANNEL_NAME_CHARS, Channel, Event, Project, Stream
+from streams.models import MAX_CHANNEL_NAME_CHARS, Channel, Project, Stream
 from streams.notify import channels as channel_rows
 from streams.notify import deliver, targets
 from streams.run import services
 from streams.serve.http import api_view, json_body, json_error, limit_error, method_not_allowed
 from streams.shapes import event_message, public
 from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
+from streams.store import events as stored_events
 from streams.store import rows, scores, search
 
 METADATA_MAX_KEYS = 16  # the OpenAI API's limits on `metadata`
@@ -333,10 +334,8 @@ def _events_page(user, stream_id, after, limit):
     stream = streams_for(user).filter(pk=stream_id).values("status").first()
     if stream is None:
         return None
-    rows = list(
-        Event.objects.filter(stream_id=stream_id, index__gt=after)
-        .order_by("index")
-        .values_list(*event_message.PROXIED_MESSAGE_COLUMNS)[: limit + 1]
+    rows = stored_events.read(
+        stream_id, event_message.PROXIED_MESSAGE_COLUMNS, after=after, limit=limit + 1
     )
     has_more = len(rows) > limit
     rows = rows[:limit]

@@ -24,10 +24,10 @@ from asgiref.sync import sync_to_async
 
 from streams.core import formats
 from streams.core.capture import SSEEncoder
-from streams.models import Capture, Event, Stream
+from streams.models import Capture, Stream
 from streams.shapes import public
+from streams.store import events as stored_events
 
-READ_CHUNK = 2000  # rows per database round trip
 EVENTS_PER_PIECE = 500  # events joined into one piece handed to the response
 CAPTURE_PIECE = 256 * 1024  # bytes per piece of a stored capture
 
@@ -42,11 +42,7 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
         for i in range(0, len(content), CAPTURE_PIECE):
             yield content[i : i + CAPTURE_PIECE]
         return
-    rows = (
-        _events(stream)
-        .values_list("event_name", "sse_id", "data", "raw")
-        .iterator(chunk_size=READ_CHUNK)
-    )
+    rows = stored_events.read(stream.pk, ("event_name", "sse_id", "data", "raw"))
     encoder = SSEEncoder(formats.IMPLIED_EVENT_NAME.get(stream.format, ""))
     piece = []
     for row in rows:
@@ -74,7 +70,7 @@ def iter_document(stream: Stream, events: bool = True) -> Iterator[str]:
         yield head
         return
     yield head[:-1] + ',"events":['
-    rows = _events(stream).values_list(*public.EXPORT_EVENT_FIELDS).iterator(chunk_size=READ_CHUNK)
+    rows = stored_events.read(stream.pk, public.EXPORT_EVENT_FIELDS)
     piece = []
     first = True
     for row in rows:
@@ -94,10 +90,6 @@ async def aiter_document(stream: Stream, events: bool = True) -> AsyncIterator[s
 
 
 # ---- shared ----------------------------------------------------------------------------------
-
-
-def _events(stream: Stream):
-    return Event.objects.filter(stream_id=stream.pk).order_by("index")
 
 
 def _capture_content(stream: Stream) -> bytes | None:

@@ -26,7 +26,7 @@ from django.db.models import Q
 
 from streams.core import conf
 from streams.models import Event, Project, Stream
-from streams.store import aggregates, audit
+from streams.store import aggregates, audit, compact
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +132,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
         if dry_run:
             out["streams"] = doomed.count()
             out["events"] += Event.objects.filter(stream__in=doomed).count()
+            out["events"] += compact.held(doomed)
         else:
             deleted = audit.Deletions(by="retention")  # (one entry per project for the run)
             while True:
@@ -150,6 +151,7 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
         if dry_run:
             out["event_streams"] = pending.count()
             out["events"] += Event.objects.filter(stream__in=pending).count()
+            out["events"] += compact.held(pending)
         else:
             while True:
                 ids = list(pending.order_by("created_at").values_list("pk", flat=True)[:batch])
@@ -172,7 +174,7 @@ def delete_streams(ids, keep_aggregates):
     with aggregates.keeping():
         if not keep_aggregates:
             aggregates.apply(aggregates.snapshot(ids), sign=-1)
-        events = Event.objects.filter(stream_id__in=ids).delete()[0]
+        events = Event.objects.filter(stream_id__in=ids).delete()[0] + compact.drop(ids)
         # the ORM's delete follows every relation to a stream (findings, capture, retries,
         # other apps' rows); events went first, by one ranged DELETE
         Stream.objects.filter(pk__in=ids).delete()
@@ -180,14 +182,15 @@ def delete_streams(ids, keep_aggregates):
 
 
 def _delete_events(ids):
-    # by the (stream, index) unique index, without loading rows
+    # by the (stream, index) unique index, without loading rows; a packed stream's blocks too
+    packed = compact.drop(ids)
     qn = connection.ops.quote_name
     marks = ", ".join(["%s"] * len(ids))
     with connection.cursor() as cursor:
         cursor.execute(
             f"DELETE FROM {qn(Event._meta.db_table)} WHERE {qn('stream_id')} IN ({marks})", ids
         )
-        return cursor.rowcount
+        return cursor.rowcount + packed
 
 
 def prune_if_due():

@@ -49,6 +49,7 @@ from streams.core.checks import (
 from streams.core.storable import NUL, cut, storable, storable_json
 from streams.models import Event, Finding, Stream
 from streams.store import aggregates, prices, search, spend
+from streams.store import events as stored_events
 from streams.store.event_row import (
     PROXIED_ROW_COLUMNS,
     ROW_COLUMNS,
@@ -570,12 +571,7 @@ def end_from_stored(pk, status, *, error_code="", error_message="", where=None, 
         )
         if stream is None:
             return False
-        events = (
-            Event.objects.filter(stream_id=pk)
-            .order_by("index")
-            .values_list(*STORED_EVENT_COLUMNS)
-            .iterator(chunk_size=2000)
-        )
+        events = stored_events.read(pk, STORED_EVENT_COLUMNS)
         rebuilt = from_events(
             stream,
             events,
@@ -607,7 +603,7 @@ def end_after_loss(stream_id, fields, received, cause):
     the message how many of the `received` events are missing, and why (`cause`)."""
     close_old_connections()
     with transaction.atomic(), aggregates.tracking([stream_id]):
-        stored = Event.objects.filter(stream_id=stream_id).count()
+        stored = stored_events.count(stream_id)
         fields = bound(
             {
                 **fields,
@@ -1021,14 +1017,4 @@ def reprice(queryset, *, recount=False, chunk=500):
 
 def _last_event_data(ids):
     """{stream id: the data of its last stored event}."""
-    last = (
-        Event.objects.filter(stream_id__in=ids)
-        .values("stream_id")
-        .annotate(index=models.Max("index"))
-    )
-    wanted = models.Q()
-    for row in last:
-        wanted |= models.Q(stream_id=row["stream_id"], index=row["index"])
-    if not wanted:
-        return {}
-    return dict(Event.objects.filter(wanted).values_list("stream_id", "data"))
+    return stored_events.last_data(ids)

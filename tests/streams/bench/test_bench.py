@@ -153,6 +153,9 @@ def check_ingest(lines, database, streams, events):
         )
         assert line["stored_events"] >= line["events"]
         assert positive(line["bytes_per_event"]) and positive(line["peak_rss_mb"])
+        # every stream packed afterwards: every stored event, in less room
+        assert line["packed_events"] == line["stored_events"]
+        assert 0 < line["packed_bytes_per_event"] < line["bytes_per_event"]
 
 
 @TIER_1

@@ -217,6 +217,36 @@ class TestCatchUp:
         frames, code = await frames_until_close(comm)
         assert indexes(frames) == list(range(42, 50)) and code == 1000
 
+    @pytest.mark.parametrize("pages_before_pack", [0, 1, 2])
+    async def test_a_viewer_reading_while_the_stream_is_packed_gets_every_event_once(
+        self, people, monkeypatch, pages_before_pack
+    ):
+        """Issue 49: the stream's rows become blocks between two of the viewer's pages (or
+        before its first): the reader serves both, each event once, in order."""
+        import datetime as dt
+
+        from streams.store import compact
+
+        stream = await stored_stream(people.owner, 4500)
+        real = consumers._events_between
+        pages = []
+
+        def page_then_pack(*args, **kwargs):
+            if len(pages) == pages_before_pack:
+                later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+                assert compact.pack(stream.pk, now=later) == 4500
+            pages.append(real(*args, **kwargs))
+            return pages[-1]
+
+        monkeypatch.setattr(consumers, "_events_between", page_then_pack)
+        comm = ws(f"/ws/streams/{stream.pk}/?format=json", people.owner)
+        assert (await comm.connect())[0]
+        frames, code = await frames_until_close(comm)
+        assert code == 1000
+        assert indexes(frames) == list(range(4500))
+        assert [e["data"] for f in frames for e in f["events"]] == [delta(i) for i in range(4500)]
+        assert not await Event.objects.filter(stream_id=stream.pk).aexists()
+
 
 class TestLive:
     @pytest.mark.parametrize("local_fanout", [True, False], ids=["local-fanout", "channel-layer"])

@@ -188,3 +188,21 @@ def test_retention_leaves_a_project_being_deleted_to_its_deletion(db, settings):
     assert retention.prune(now=NOW)["streams"] == 1
     assert set(Stream.objects.values_list("pk", flat=True)) == set(kept)
     assert not Stream.objects.filter(pk__in=pruned).exists()
+
+
+def test_packed_streams_events_are_counted_and_deleted_like_rows(history, settings):
+    """Issue 49: a finished stream's events may be blocks; retention's dry run counts them and
+    its run deletes them."""
+    from streams.models import EventBlock
+    from streams.store import compact
+
+    settings.STREAMSCOPE = {"RETAIN_EVENTS_DAYS": 4}
+    doomed = _old(4).exclude(pk=history.pk)
+    n_events = Event.objects.filter(stream__in=doomed).count()
+    ids = list(doomed.order_by("pk").values_list("pk", flat=True))
+    packed = sum(compact.pack(pk, grace_s=-(10**9)) for pk in ids[::2])
+    assert packed and EventBlock.objects.exists()
+    assert retention.prune(now=NOW, dry_run=True)["events"] == n_events
+    done = retention.prune(now=NOW, batch=7)
+    assert done["events"] == n_events
+    assert not EventBlock.objects.filter(stream_id__in=ids).exists()

@@ -1,0 +1,19 @@
+"""Finished streams packed in the background (streams/store/compact.py): every process sweeps,
+a bounded number of streams a run; packing a stream locks its row, so two processes sweeping at
+once pack it once."""
+
+from streams.core import conf
+from streams.observe import telemetry
+from streams.run import periodic
+from streams.store import compact
+
+EVERY_S = 60.0
+
+
+@periodic.job("compact", EVERY_S)
+def sweep():
+    limit = conf.get().compact_streams_per_run
+    if not limit:
+        return
+    done = compact.sweep(limit=limit)
+    telemetry.compacted(done["streams"], done["events"], compact.progress["backlog"])

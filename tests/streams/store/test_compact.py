@@ -1,0 +1,240 @@
+"""Finished streams packed into blocks (streams/store/compact.py): every reader of events gives
+the same before and after, exports are byte-identical, a re-check finds the same, a crash in
+the middle loses nothing, a reader racing the pack reads each event once."""
+
+import dataclasses
+import datetime as dt
+
+import pytest
+
+from dashboard.queries import stream_detail, timing
+from streams.ingest.importer import import_capture
+from streams.models import Event, EventBlock, Finding, Stream
+from streams.serve import export
+from streams.store import compact, rows
+from streams.store import events as stored_events
+from tests.support.paths import CAPTURES
+
+pytestmark = pytest.mark.django_db
+
+CAPTURE_FILES = sorted(p.name for p in CAPTURES.glob("*.sse"))
+PAST = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)  # every ended stream is past its grace
+
+
+def everything(stream):
+    """What every consumer reads of the stream's events."""
+    stream = Stream.objects.get(pk=stream.pk)
+    as_recorded = Stream.objects.get(pk=stream.pk)
+    as_recorded.source = Stream.Source.PROXY  # the .sse of events, not the import's capture
+    window = stream_detail.event_window(stream, limit=50)
+    return {
+        "sse": b"".join(export.iter_sse(as_recorded)),
+        "json": "".join(export.iter_document(stream)),
+        "window": dataclasses.asdict(window),
+        "tail": dataclasses.asdict(stream_detail.event_window(stream, tail=True, limit=7)),
+        "before": dataclasses.asdict(stream_detail.event_window(stream, before=30, limit=9)),
+        "typed": dataclasses.asdict(
+            stream_detail.event_window(stream, type="response.output_text.delta", limit=5)
+        ),
+        "at": dataclasses.asdict(stream_detail.event_window(stream, at=12, limit=5)),
+        "detail": stream_detail.event_detail(stream, 3),
+        "types": stream_detail.type_counts(stream),
+        "count": stream_detail.stored_event_count(stream),
+        "timing": timing.timing_series(stream),
+        "replay": timing.replay_events(stream),
+        "terminal": timing.terminal_index(stream),
+        "page": stored_events.read(stream.pk, ("index", "data"), after=5, limit=10),
+        "last": stored_events.last_data([stream.pk]),
+    }
+
+
+def findings(stream):
+    rows.end_from_stored(stream.pk, Stream.objects.get(pk=stream.pk).status)
+    columns = ("code", "severity", "event_index", "expected", "got", "detail")
+    return sorted(Finding.objects.filter(stream_id=stream.pk).values_list(*columns), key=repr)
+
+
+def test_every_column_of_an_event_is_packed():
+    assert set(compact.COLUMNS) == compact.packed_columns()
+
+
+@pytest.mark.parametrize("name", CAPTURE_FILES)
+def test_a_packed_capture_reads_as_before(name, monkeypatch):
+    monkeypatch.setattr(compact, "BLOCK", 16)  # several blocks even of a short capture
+    [stream] = import_capture((CAPTURES / name).read_bytes(), name)
+    found = findings(stream)
+    before = everything(stream)
+    n = Event.objects.filter(stream_id=stream.pk).count()
+    assert n > 0
+
+    assert compact.pack(stream.pk, now=PAST) == n
+
+    assert not Event.objects.filter(stream_id=stream.pk).exists()
+    assert EventBlock.objects.filter(stream_id=stream.pk).count() == -(-n // 16)
+    after = everything(stream)
+    for key, value in before.items():
+        assert after[key] == value, key
+    assert findings(stream) == found
+    assert compact.pack(stream.pk, now=PAST) == 0  # packed once
+
+
+def test_a_stream_not_ended_or_within_its_grace_is_left_as_rows():
+    [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "a.sse")
+    assert compact.pack(stream.pk) == 0  # it ended just now: viewers may still catch up
+    Stream.objects.filter(pk=stream.pk).update(status=Stream.Status.STREAMING)
+    assert compact.pack(stream.pk, now=PAST) == 0
+    assert compact.due(now=PAST) == []
+    Stream.objects.filter(pk=stream.pk).update(status=Stream.Status.COMPLETED)
+    assert compact.due(now=PAST) == [stream.pk]
+
+
+def test_a_crash_while_packing_loses_nothing(monkeypatch):
+    monkeypatch.setattr(compact, "BLOCK", 300)
+    [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "l.sse")
+    before = everything(stream)
+    written = []
+    real = compact._write
+
+    def write_then_die(stream_id, batch):
+        real(stream_id, batch)
+        written.append(len(batch))
+        if len(written) == 2:
+            raise KeyboardInterrupt  # the process stopped between two blocks
+
+    monkeypatch.setattr(compact, "_write", write_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        compact.pack(stream.pk, now=PAST)
+    assert written == [300, 300]
+    assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
+    assert everything(stream) == before
+    monkeypatch.setattr(compact, "_write", real)
+    assert compact.pack(stream.pk, now=PAST) == 722
+    assert EventBlock.objects.filter(stream_id=stream.pk).count() == 3
+    assert everything(stream) == before
+
+
+def test_a_reader_racing_the_pack_reads_every_event_once(monkeypatch):
+    """The pack commits after the reader chose to read rows and before the rows' query runs:
+    it finds none, and the blocks give every event, once."""
+    [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "r.sse")
+    expected = [i for (i,) in stored_events.read(stream.pk, ("index",))]
+    real = stored_events._filtered
+
+    def rows_then_pack(stream_id, *args):
+        qs = real(stream_id, *args)  # (lazy: runs when read)
+        compact.pack(stream_id, now=PAST)
+        return qs
+
+    monkeypatch.setattr(stored_events, "_filtered", rows_then_pack)
+    got = [i for (i,) in stored_events.read(stream.pk, ("index",))]
+    assert got == expected == list(range(722))
+    page = stored_events.read(stream.pk, ("index",), after=99, limit=5)
+    assert page == [(100,), (101,), (102,), (103,), (104,)]
+    assert not Event.objects.filter(stream_id=stream.pk).exists()
+
+
+def test_packing_compresses_recorded_events():
+    [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "c.sse")
+    stored = list(stored_events.read(stream.pk, compact.COLUMNS))
+    raw = sum(len(d.encode()) for d in (r[compact.COLUMNS.index("data")] for r in stored))
+    compact.pack(stream.pk, now=PAST)
+    packed = sum(len(p) for p in EventBlock.objects.values_list("payload", flat=True))
+    assert packed * 4 < raw, (packed, raw)
+
+
+def test_retention_deletes_a_packed_streams_events():
+    from streams.store import retention
+
+    [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "p.sse")
+    n = Event.objects.filter(stream_id=stream.pk).count()
+    compact.pack(stream.pk, now=PAST)
+    retention_due = Stream.objects.filter(pk=stream.pk)
+    assert compact.held(retention_due) == n  # what a dry run counts
+    assert retention._delete_events([stream.pk]) == n
+    assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
+    assert stored_events.count(stream.pk) == 0
+
+
+KILLED_MID_PACK = """
+import sys, time
+import django
+django.setup()
+from streams.store import compact
+compact.BLOCK = 100
+real = compact._write
+def write_then_hang(stream_id, rows):
+    real(stream_id, rows)
+    print("wrote", flush=True)
+    time.sleep(60)
+compact._write = write_then_hang
+compact.pack(int(sys.argv[1]), grace_s=-3600)
+"""
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_process_killed_mid_pack_loses_nothing():
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO, database_url
+
+    [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "k.sse")
+    before = everything(stream)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "dashboard.settings",
+        "DATABASE_URL": database_url(),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MID_PACK, str(stream.pk)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        line = proc.stdout.readline()
+        assert line == b"wrote\n", proc.stderr.read().decode()[-2000:]
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+    assert not EventBlock.objects.filter(stream_id=stream.pk).exists()
+    assert Event.objects.filter(stream_id=stream.pk).count() == 722
+    assert everything(stream) == before
+    assert compact.pack(stream.pk, now=PAST) == 722  # the next sweep finishes it
+    assert everything(stream) == before
+
+
+def test_a_secret_in_a_packed_stream_leaves_through_no_page_export_or_api(settings):
+    """The blocks keep the upstream's bytes verbatim, the key it echoed too; every way out
+    still goes through the egress gate."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.support.captures import text_capture
+    from tests.support.hostile import KEY, copies
+
+    settings.UPSTREAM_API_KEY = KEY
+    user = User.objects.create_user("packer", password="x")
+    [stream] = import_capture(text_capture(f"echoed {KEY} back"), "s.sse", user=user)
+    Stream.objects.filter(pk=stream.pk).update(source=Stream.Source.LIVE)  # .sse from events
+    n = compact.pack(stream.pk, now=PAST)
+    assert n > 3
+    packed = [compact.decode(p) for p in EventBlock.objects.values_list("payload", flat=True)]
+    assert any(KEY in d for block in packed for d in block["data"])  # stored as received
+
+    client = Client()
+    client.force_login(user)
+    names = ["stream_detail", "stream_events", "stream_timing", "stream_replay", "stream_sse"]
+    urls = [reverse(name, args=[stream.pk]) for name in [*names, "stream_json"]]
+    urls += [reverse("stream_event", args=[stream.pk, i]) for i in range(n)]
+    urls.append(f"/api/streams/{stream.pk}/events/")
+    for url in urls:
+        r = client.get(url)
+        body = b"".join(r.streaming_content) if r.streaming else r.content
+        assert r.status_code == 200, url
+        assert copies(body.decode()) == 0, url
+    assert b"[redacted]" in body  # (the API's events: the echo was there to redact)
