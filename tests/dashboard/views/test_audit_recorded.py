@@ -13,6 +13,7 @@ from django.core.management import call_command
 from django.test import Client
 
 from streams.models import AuditEntry, Invitation, Membership, Project
+from streams.run import deletions
 from tests.support.mail import smtp_server
 
 pytestmark = pytest.mark.django_db
@@ -81,6 +82,7 @@ def test_the_projects_pages_are_recorded_once_each(settings):
     # deleted: its log goes with it, its deletion is the instance's
     gone = me.post(f"{slug}/delete/", {"name": "Search team"})
     assert gone.status_code == 302
+    deletions.delete_marked_projects()  # (in the background: streams/run/deletions.py)
     assert not AuditEntry.objects.filter(project__isnull=False, target_label="bob").exists()
     assert actions()[-1] == ("project.deleted", "Search team", "owner", here)
 
