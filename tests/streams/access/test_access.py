@@ -798,7 +798,10 @@ def memberships_as_they_were(who, project):
 
 
 def public_links(settings, on):
-    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "PUBLIC_SHARE_LINKS": on}
+    # only on a change: each assignment nests one more override of the settings (pytest-django
+    # keeps them all until the test ends), and one per case ran past the recursion limit
+    if settings.STREAMSCOPE.get("PUBLIC_SHARE_LINKS") != on:
+        settings.STREAMSCOPE = {**settings.STREAMSCOPE, "PUBLIC_SHARE_LINKS": on}
 
 
 def link_rule_problems(routes, rules):
