@@ -12,6 +12,8 @@ from streams.run import periodic
 @pytest.fixture
 def registry(monkeypatch):
     monkeypatch.setattr(periodic, "_jobs", {})
+    # (these jobs touch no database: no connection to replace, and pytest-django refuses one)
+    monkeypatch.setattr(periodic, "close_old_connections", lambda: None)
     return periodic
 
 
