@@ -6,6 +6,7 @@ from django import forms
 from django.core.validators import MinValueValidator
 from django.utils.translation import gettext_lazy as _
 
+from dashboard.forms.ranges import InstantField
 from streams.models import Price, ScoreType
 
 CATEGORIES_EXAMPLE = _("wrong = 0\npartly = 0.5\nright = 1")
@@ -79,6 +80,8 @@ class PriceForm(forms.ModelForm):
             "note",
         )
         widgets = {"effective_from": forms.DateTimeInput(attrs={"type": "datetime-local"})}
+        # a moment typed on a page: bounded to the years every zone holds, as every date filter
+        field_classes = {"effective_from": InstantField}
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

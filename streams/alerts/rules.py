@@ -15,6 +15,7 @@ import datetime as dt
 import math
 
 from django.utils.translation import gettext as _
+from django.utils.translation import pgettext
 
 from streams.access import projects
 from streams.alerts import notices
@@ -272,6 +273,16 @@ class Row:
     since: dt.datetime | None
     value: float | None
     evaluated_at: dt.datetime | None
+
+    # (a rule's state, not a stream's: the templates read stream statuses from the
+    # vocabulary, and this one is spelled the same, so it is said here)
+    @property
+    def is_pending(self):
+        return self.state == RuleState.State.PENDING
+
+    @property
+    def pending_word(self):
+        return pgettext("alert state", "pending")
 
 
 SILENCED = "silenced"
