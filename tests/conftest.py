@@ -21,6 +21,32 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "streams"
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--server-tests-only",
+        action="store_true",
+        help="run only the tests a database or channel-layer server can change (CI's tier 2)",
+    )
+
+
+def pytest_collection_modifyitems(config, items):
+    """CI's tier 2 runs the suite again on PostgreSQL and Redis. A test that neither reaches the
+    database (pytest-django's `django_db_setup` under its fixtures, which every server fixture
+    and `db`/`transactional_db` depend on, or the `django_db` mark) nor is marked `scale` runs the
+    same code against the same nothing there: with --server-tests-only it is left to tier 1.
+    By fixture, not by list: a new test that touches the database is in both tiers."""
+    if not config.getoption("--server-tests-only"):
+        return
+    keep, left = [], []
+    for item in items:
+        reaches = "django_db_setup" in getattr(item, "fixturenames", ())
+        marked = item.get_closest_marker("django_db") or item.get_closest_marker("scale")
+        (keep if reaches or marked else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = keep
+
+
 @pytest.fixture(autouse=True)
 def _searches_counted_per_test(monkeypatch):
     """Searches are throttled per user id (streams/access/throttle.py), and the ids of users come

@@ -195,20 +195,31 @@ def test_simulator(tmp_path):
 def test_capacity(tmp_path):
     """Two steps of 2 and 3 proxied streams, each watched by a viewer, at a twentieth of a real
     model's pacing and no limit to pass: every event reaches its client, its viewer and the
-    record, and the capacity is the last step."""
+    record, and the capacity is the last step. On a loaded machine every viewer of a step may
+    join after its stream's last live event and read them all from the database: that step's
+    viewer figure is then unmeasured, and the bench (rightly) claims no capacity for it and stops
+    there; nothing may be lost either way."""
     *steps, summary = bench(
         tmp_path, "capacity", "--steps", "3,2", "--time-scale", "0.05", "--sentences", "2",
         "--limit-ms", "1e9",
     )  # fmt: skip
-    assert [step["streams"] for step in steps] == [2, 3]
+    unmeasured = [s["streams"] for s in steps if s["viewer_added_p99_ms"] is None]
+    assert [step["streams"] for step in steps] == [2, 3][: len(steps)] and steps
     for step in steps:
-        assert step["lost_events"] == 0 and step["within"]
+        assert step["lost_events"] == 0
+        assert step["within"] == (step["streams"] not in unmeasured), step
+        if step["streams"] in unmeasured:
+            assert step["viewer_live_events"] == 0, step
         assert step["events"] > 0 and step["viewer_live_events"] >= 0
         for name, value in step.items():
             if name.endswith("_ms") or name.endswith("_per_event"):
-                assert finite(value), (name, value)
+                unmeasured_viewer = name.startswith("viewer_") and step["streams"] in unmeasured
+                assert finite(value) or (unmeasured_viewer and value is None), (name, value)
         assert positive(step["cpu_us_per_event"])
-    assert summary["capacity"] == 3 and summary["server_limits"]["MAX_SOCKETS_PER_USER"] >= 6
+    measured = [s["streams"] for s in steps if s["within"]]
+    assert summary["capacity"] == (measured[-1] if measured else 0)
+    assert len(steps) == 2 or steps[-1]["streams"] in unmeasured
+    assert summary["server_limits"]["MAX_SOCKETS_PER_USER"] >= 6
 
 
 @TIER_1
