@@ -460,6 +460,9 @@ async def _attempt_relayed(rec, writer, relayed):
     `missing_terminal`)."""
     rec.t0_ns = relayed.written_ns
     rec.mark("request_written", relayed.written_ns)
+    # a frame's receipt time is the loop's (when its bytes reached the socket's protocol), not
+    # the kernel's: the websockets connection reads through the loop's own transport
+    rec.pending_fields["receipt_clock"] = "loop"
     await rec.row_ready()
     rec.body_open = True
     put, ingest = writer.put, rec.ingest

@@ -222,17 +222,25 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                 data = await upstream.recv(decode=False)
                 t_ns = upstream.last_read_ns or time.monotonic_ns()
                 text = data.decode("utf-8", "replace")
-                await self.send(text_data=text)
-                sent_ns = time.monotonic_ns()
+                sent_ns = None
+                if not self.client_left:
+                    try:
+                        await self.send(text_data=text)
+                        sent_ns = time.monotonic_ns()
+                    except Exception:  # its socket is gone (Daphne refuses sends after it)
+                        self.client_left = True
                 if self.turns:
                     event = (t_ns, "message", "", text, None if text.encode() == data else data, "")
                     self.frames.put_nowait((new_event(ReceivedEvent, event), sent_ns))
+                if self.client_left:
+                    break  # (what came is recorded, never handed over: no sent_us)
         except ConnectionClosed as exc:
             if exc.rcvd is not None and exc.rcvd.code in (1000, 1001):
                 code = 1000
         finally:
             self.frames.put_nowait(None)
-        await self.close(code)
+        if not self.client_left:
+            await self.close(code)
 
     async def disconnect(self, code):
         # The responses it was reading end with the frames that came (every one is recorded,

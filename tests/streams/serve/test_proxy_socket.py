@@ -87,6 +87,7 @@ def assert_recorded(streams, turns):
         assert stream.cost_nanos and stream.cost_nanos > 0
         assert stream.ttft_ms is not None and stream.ttft_ms > 0
         assert stream.upstream_url.startswith("ws://") and stream.token_id
+        assert stream.receipt_clock == "loop"  # (not the kernel's: said as it is)
 
 
 def test_the_sync_sdk_gets_the_simulators_frames_and_each_response_is_a_stream(
@@ -105,6 +106,42 @@ def test_the_async_sdk_gets_the_simulators_frames_and_each_response_is_a_stream(
     got = asyncio.run(turns_async(f"{live_server_daphne.url}/v1", token))
     assert got == want
     assert_recorded(proxied_streams(2), got)
+
+
+def test_an_upstream_that_breaks_off_closes_the_socket_and_what_came_is_recorded(
+    live_server_daphne, token
+):
+    url = f"{live_server_daphne.ws_url}/v1/responses"
+    body = {**BODIES[0], "metadata": {**META, "scenario": "reset"}}
+    frames = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(json.dumps({"type": "response.create", **body}))
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                frames.append(ws.recv(timeout=10).encode())
+    assert closed.value.rcvd.code == 4011 and len(frames) > 3
+    [stream] = proxied_streams(1)
+    assert [e.data.encode() for e in Event.objects.filter(stream=stream).order_by("index")] == (
+        frames
+    )
+    assert stream.status == "truncated"
+    assert "missing_terminal" in set(
+        Finding.objects.filter(stream=stream).values_list("code", flat=True)
+    )
+
+
+def test_a_client_that_leaves_mid_response_cancels_it_with_every_frame_it_had_recorded(
+    live_server_daphne, token
+):
+    url = f"{live_server_daphne.ws_url}/v1/responses"
+    body = {**BODIES[0], "metadata": {**META, "time_scale": "1"}}
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(json.dumps({"type": "response.create", **body}))
+        frames = [ws.recv(timeout=10).encode() for _ in range(5)]
+    [stream] = proxied_streams(1)
+    stored = [e.data.encode() for e in Event.objects.filter(stream=stream).order_by("index")]
+    assert stored[:5] == frames  # (and what was relayed while it left)
+    assert (stream.status, stream.error_code) == ("cancelled", "client_disconnected")
 
 
 def test_without_a_valid_token_the_handshake_is_refused_and_nothing_recorded(
