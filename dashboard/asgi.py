@@ -12,7 +12,7 @@ from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E40
 
 from streams.core import warmup  # noqa: E402
 from streams.live.sockets import websocket_urlpatterns  # noqa: E402
-from streams.serve import edge, proxy  # noqa: E402
+from streams.serve import edge, proxy, proxy_socket  # noqa: E402
 from streams.serve.egress import EgressGate  # noqa: E402
 
 # Whatever serves this application reads request bodies through the edge (streams/serve/edge.py):
@@ -30,8 +30,10 @@ application = EgressGate(
         {
             # /v1/… is the recording proxy, an ASGI app in front of Django (streams/serve/proxy.py)
             "http": proxy.route(django_asgi_app),
-            "websocket": AllowedHostsOriginValidator(
-                AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            # /v1/responses is the proxy's WebSocket (streams/serve/proxy_socket.py): a token,
+            # not a cookie or an origin, says who is asking
+            "websocket": proxy_socket.route(
+                AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
             ),
         }
     )

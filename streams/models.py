@@ -664,6 +664,11 @@ class Event(models.Model):
     # Proxied streams: µs since the stream started when the event's bytes were handed to the
     # client's socket (t_us is when they came from the upstream).
     sent_us = models.BigIntegerField(_("sent to the client (µs)"), null=True)
+    # The lines the upstream sent since the previous event that are no part of an event (SSE
+    # comments such as `: OPENROUTER PROCESSING`, `retry:` blocks), verbatim with their line
+    # ends: stored so the `.sse` export gives back every byte that came, never an event of
+    # their own (no index, not checked, not output).
+    preamble = fields.TextField(_("lines before it"), blank=True, default="")
 
     class Meta:
         verbose_name = _("event")

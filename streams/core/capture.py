@@ -40,6 +40,8 @@ class CapturedEvent:
     byte_end: int = 0  # just past the blank line that dispatched it (or EOF when truncated)
     retry: int | None = None  # the last `retry:` value seen in this block, if any
     truncated: bool = False  # the file ended before the blank line that would dispatch it
+    # (an event's row's `preamble`: an import keeps the file's bytes whole instead)
+    preamble: str = ""
 
 
 def truncated_tail(events: list[CapturedEvent]) -> bool:
@@ -121,12 +123,17 @@ def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[Captu
     last_id = ""
     retry: int | None = None
     block_start: int | None = None  # offset of the block's first line, None between blocks
+    before: list[bytes] = []  # lines since the last event that are none of one (its preamble)
 
     def dispatch(block_end: int, truncated: bool) -> None:
         if not data_lines:  # WHATWG: an empty data buffer dispatches nothing
             return
         if max_events is not None and len(events) >= max_events:
             raise TooManyEvents(max_events)
+        preamble = ""
+        if before:
+            preamble = (b"\n".join(before) + b"\n").decode("utf-8", errors="replace")
+            before.clear()
         joined = b"\n".join(data_lines)
         try:
             data, raw = joined.decode("utf-8"), None
@@ -142,6 +149,7 @@ def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[Captu
                 byte_end=block_end,
                 retry=retry,
                 truncated=truncated,
+                preamble=preamble,
             )
         )
 
@@ -154,6 +162,8 @@ def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[Captu
 
         if not line:
             if m is not None:
+                if not data_lines and before:
+                    before.append(b"")  # the blank line that ended a block of comments
                 dispatch(pos, truncated=False)
                 data_lines = []
                 event_name = b""
@@ -163,6 +173,7 @@ def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[Captu
         if block_start is None:
             block_start = line_start
         if line[0] == 0x3A:  # ":" comment
+            before.append(line)
             continue
         colon = line.find(b":")
         if colon == -1:
@@ -178,10 +189,12 @@ def parse_sse_bytes(content: bytes, max_events: int | None = None) -> list[Captu
         elif name == b"id":
             if b"\x00" not in value:
                 last_id = value.decode("utf-8", errors="replace")
-        elif name == b"retry":
-            if value.isdigit():
+        else:
+            # no field of an event's row: `retry:` (kept as the event's `retry` too) and any
+            # other field, ignored as the spec says, but kept verbatim in the preamble
+            before.append(line)
+            if name == b"retry" and value.isdigit():
                 retry = int(value)
-        # any other field is ignored, as the spec says
 
     if block_start is not None:  # EOF inside a block: dispatch leniently, flagged
         dispatch(end, truncated=True)
@@ -403,8 +416,10 @@ class SSEEncoder:
         # servers never write the line (`formats.IMPLIED_EVENT_NAME`): written without it
         self.implied_name = implied_name
 
-    def event(self, event_name: str, sse_id: str, data: str, raw) -> bytes:
-        out = []
+    def event(self, event_name: str, sse_id: str, data: str, raw, preamble: str = "") -> bytes:
+        """`preamble`: the lines that came before the event and are none of its own (SSE
+        comments, `retry:`), verbatim with their line ends (`Event.preamble`)."""
+        out = [preamble.encode()] if preamble else []
         if event_name and event_name != self.implied_name:
             out.append(b"event: " + event_name.encode() + b"\n")
         if sse_id or self.last_id:

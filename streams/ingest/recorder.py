@@ -345,6 +345,20 @@ class Forwarded:
     wants_json: bool
 
 
+@dataclass(frozen=True)
+class Relayed:
+    """A response the recording proxy relays over a WebSocket (streams/serve/proxy_socket.py):
+    its request (a `response.create` frame) went upstream at `written_ns` (monotonic; the
+    attempt's clock starts there), and `frames` yields its upstream frames as
+    `(ReceivedEvent, sent_ns)`, each already handed to the client (`sent_ns`: when; None if the
+    client was gone), until the turn's last frame or the socket's end. `port.finish` hears
+    the outcome once recorded."""
+
+    written_ns: int
+    frames: object  # an async iterator
+    port: Port
+
+
 async def record_attempt(
     rec, client, url, body, api_key, writer=None, forwarded=None, stall_s=None
 ):
@@ -375,6 +389,8 @@ async def record_attempt(
                 outcome = await _attempt_started_here(
                     rec, client, url, body, api_key, writer, phases, stall_s
                 )
+            elif isinstance(forwarded, Relayed):
+                outcome = await _attempt_relayed(rec, writer, forwarded)
             else:
                 outcome = await _attempt_forwarded(rec, client, url, writer, forwarded, phases)
             outcome = outcome or Outcome(None)  # the checker decides, once it has seen the end
@@ -435,6 +451,32 @@ async def _attempt_forwarded(rec, client, url, writer, forwarded, phases):
     stall timer: the proxy's client decides."""
     request = {"content": forwarded.content, "headers": forwarded.headers}
     return await _exchange(rec, client, url, request, writer, forwarded, phases, None, None)
+
+
+async def _attempt_relayed(rec, writer, relayed):
+    """A response over the proxy's WebSocket: every frame one event, its data the frame's text
+    verbatim, recorded after its client had it, with both times. Returns None: the checker
+    decides the outcome (a socket that ends before the turn's terminal is its
+    `missing_terminal`)."""
+    rec.t0_ns = relayed.written_ns
+    rec.mark("request_written", relayed.written_ns)
+    # a frame's receipt time is the loop's (when its bytes reached the socket's protocol), not
+    # the kernel's: the websockets connection reads through the loop's own transport
+    rec.pending_fields["receipt_clock"] = "loop"
+    await rec.row_ready()
+    rec.body_open = True
+    put, ingest = writer.put, rec.ingest
+    async for event, sent_ns in relayed.frames:
+        if rec.storage_error:
+            raise StorageUnavailable(rec.storage_error)
+        rec.bytes_received += len(event.data.encode())
+        if sent_ns is not None:
+            rec.proxy_delays.append(((sent_ns - event.t_ns) // 1000, 1))
+        await put(rec, *ingest((event,), sent_ns))
+        if rec.urgent:
+            rec.urgent = False
+            await writer.flush(rec)
+    return None
 
 
 async def _exchange(rec, client, url, request, writer, forwarded, phases, stall_timer, stall_s):

@@ -34,6 +34,9 @@ class ReceivedEvent(NamedTuple):
     sse_id: str
     data: str
     raw: bytes | None = None  # undecoded data, only when it was not valid UTF-8
+    # the lines since the previous event that are no part of one (comments, `retry:`), with
+    # their line ends: `Event.preamble`
+    preamble: str = ""
 
 
 # tuple.__new__(ReceivedEvent, values): a NamedTuple's own constructor is a Python function,
@@ -227,6 +230,7 @@ class EventReader:
         self._line = b""  # an unterminated line carried to the next chunk
         self._skip_lf = False  # a chunk ended in CR: a LF at the start of the next belongs to it
         self._raw = {}  # position in the block's data lines → raw bytes, for non-UTF-8 lines
+        self._preamble = []  # lines since the last event that are no part of one (comments)
 
     def feed(self, chunk, t_ns):
         if self._skip_lf:
@@ -280,26 +284,41 @@ class EventReader:
                 decoder._event = line[7:]
             elif line:
                 decode(line)
-            else:
+                # Comments (`: OPENROUTER PROCESSING`) and `retry:` lines are no part of an
+                # event's row, but every byte that came is stored: kept, verbatim, with the
+                # next event (its `preamble`). An `id:` line the row carries itself.
+                if line.partition(":")[0] not in _ROW_FIELDS:
+                    self._preamble.append(line)
+            elif not data:
                 # WHATWG: a block with an empty data buffer (comments, retry:, a lone event:)
-                # is not an event; a `data:` line, even empty, fills it.
-                if data:
-                    raw = None
-                    if self._raw:  # (only ever for data lines: the per-line path)
-                        raw = b"\n".join(self._raw.get(i, v.encode()) for i, v in enumerate(data))
-                        self._raw = {}
-                    out.append(
-                        _new_event(
-                            ReceivedEvent,
-                            (
-                                t_ns,
-                                decoder._event or "message",
-                                decoder._last_event_id,
-                                "\n".join(data),
-                                raw,
-                            ),
-                        )
+                # is not an event; a `data:` line, even empty, fills it. The blank line that
+                # ended a block of comments is theirs.
+                if self._preamble:
+                    self._preamble.append("")
+                decoder._event = ""
+                decoder._retry = None
+            else:
+                raw = None
+                if self._raw:  # (only ever for data lines: the per-line path)
+                    raw = b"\n".join(self._raw.get(i, v.encode()) for i, v in enumerate(data))
+                    self._raw = {}
+                preamble = ""
+                if self._preamble:
+                    preamble = "\n".join(self._preamble) + "\n"
+                    self._preamble = []
+                out.append(
+                    _new_event(
+                        ReceivedEvent,
+                        (
+                            t_ns,
+                            decoder._event or "message",
+                            decoder._last_event_id,
+                            "\n".join(data),
+                            raw,
+                            preamble,
+                        ),
                     )
+                )
                 decoder._event = ""
                 decoder._data = data = []
                 decoder._retry = None
@@ -309,6 +328,11 @@ class EventReader:
         """End of body: an event never terminated by a blank line is not dispatched (WHATWG)."""
         self._line = b""
         return []
+
+
+# The fields an event's row carries (`streams/store/event_row.py`); any other line is kept in
+# the next event's preamble.
+_ROW_FIELDS = frozenset({"data", "event", "id"})
 
 
 def _is_data(line):

@@ -4,7 +4,10 @@
   re-serialised from its rows so that importing the result yields the same events (name, id,
   data, sequence numbers) and the same findings, except the timing-only ones (stall,
   buffered_delivery), which need receipt times a file cannot carry. Data that was not valid UTF-8
-  is written from `Event.raw`, so it survives the round trip.
+  is written from `Event.raw`, so it survives the round trip. What came between events and is
+  none of theirs (SSE comments such as `: OPENROUTER PROCESSING`, `retry:` blocks) is written
+  back from `Event.preamble` where it came: a recorded stream's export is the upstream's bytes
+  (line ends as `\n`; a comment inside an event's block comes back before the block).
 - `.json`: the stream, its findings and (optionally) its events, in the shapes of
   `streams.shapes.public`. Never the upstream API key nor request headers: the stored request body
   has no key, and a key an upstream echoed back (an error message, an event) is redacted from both
@@ -42,7 +45,7 @@ def iter_sse(stream: Stream) -> Iterator[bytes]:
         for i in range(0, len(content), CAPTURE_PIECE):
             yield content[i : i + CAPTURE_PIECE]
         return
-    rows = stored_events.read(stream.pk, ("event_name", "sse_id", "data", "raw"))
+    rows = stored_events.read(stream.pk, ("event_name", "sse_id", "data", "raw", "preamble"))
     encoder = SSEEncoder(formats.IMPLIED_EVENT_NAME.get(stream.format, ""))
     piece = []
     for row in rows:

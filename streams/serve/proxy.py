@@ -58,6 +58,7 @@ import contextlib
 import json
 import logging
 import time
+from typing import NamedTuple
 
 from asgiref.sync import sync_to_async
 from django.conf import settings
@@ -256,20 +257,22 @@ async def application(scope, receive, send):
             del _in_flight[digest]
 
 
-async def _admit(scope, headers, key, format):
+async def _admit(scope, headers, key, format, holding=0):
     """(bearer, token digest, the key headers to send upstream, whether they are the client's
     own to remember), or `Refused`: the host,
     the token (valid, its `proxy` scope, its user's role), the route, the token's requests in
     flight, its spend caps and requests per minute, and the server's state, in that order
-    (without a valid token, nothing says which paths exist)."""
+    (without a valid token, nothing says which paths exist). `holding`: requests in flight
+    the caller already counts (a WebSocket holds one while open)."""
     if not _host_allowed(headers.get(b"host", b"")):
         # Django checks the Host of every page; the proxy runs in front of Django, so here
         raise Refused(400, "This host is not served here.", "invalid_request_error", "bad_host")
     token, upstream_auth, passthrough = _upstream_authorization(headers, key, format)
     bearer, digest = await _authenticate(scope, token)
-    _check_route(scope["path"], scope["method"])
+    if scope["type"] == "http":  # (a WebSocket's route is its router's: proxy_socket.py)
+        _check_route(scope["path"], scope["method"])
     limit = conf.get().proxy_max_concurrent
-    if _in_flight.get(digest, 0) >= limit:
+    if _in_flight.get(digest, 0) - holding >= limit:
         raise Refused(
             429,
             f"This token has {limit} requests in flight through Streamscope; at most {limit}.",
@@ -629,3 +632,43 @@ def _is_event_stream(response):
 BROKEN = frozenset(
     {"connection_reset", "connection_error", "http_error", "storage_unavailable", "storage_refused"}
 )
+
+
+# ---- for the Responses WebSocket (streams/serve/proxy_socket.py) ------------------------------
+
+
+class Admitted(NamedTuple):
+    """A WebSocket let in: its bearer and token digest, the key headers to send upstream, the
+    upstream's base URL, and the client's tags and session."""
+
+    bearer: object
+    digest: str
+    upstream_auth: list
+    base_url: str
+    tags: list
+    session: str
+
+
+async def admit(scope, headers, *, holding=False, format=formats.RESPONSES):
+    """A WebSocket of the proxy, checked as a POST is (`_admit`: the host, the token, its
+    scope and its user's role, its requests in flight, spend caps and requests per minute,
+    the server's state), its pass-through keys handed to the egress gate: an `Admitted`, or
+    `Refused`. An open socket counts as one request in flight until `release`; checked again
+    for each response it asks for (`holding`: it is its own in-flight request)."""
+    base_url, key = runner.upstream(format)
+    bearer, digest, upstream_auth, passthrough = await _admit(
+        scope, headers, key, format, holding=int(holding)
+    )
+    if passthrough:
+        await _remember(upstream_auth)
+    if not holding:
+        _in_flight[digest] = _in_flight.get(digest, 0) + 1
+    base_url = base_url or await sync_to_async(runner.upstream_base_url)()
+    return Admitted(bearer, digest, upstream_auth, base_url, *_client_labels(headers))
+
+
+def release(digest):
+    """An admitted WebSocket closed: its request in flight is over."""
+    _in_flight[digest] -= 1
+    if not _in_flight[digest]:
+        del _in_flight[digest]

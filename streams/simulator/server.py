@@ -8,6 +8,9 @@ TCP RST (``SO_LINGER`` 0 + ``transport.abort()``) mid-stream.
 Endpoints:
 
 * ``POST /v1/responses`` — see :mod:`streams.simulator.scenarios` for the scenarios.
+* ``GET /v1/responses`` upgraded to a WebSocket — the Responses API's WebSocket mode
+  (:mod:`streams.simulator.websocket`): each ``response.create`` frame answered with its
+  events as frames.
 * ``POST /v1/chat/completions`` and ``POST /v1/messages`` — Chat Completions and Anthropic
   Messages, with their own faults (:mod:`streams.simulator.chat`, `...messages`).
 * ``GET /v1/models`` — the concrete models (``auto`` is a routing alias, not listed); in
@@ -48,7 +51,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlsplit
 
-from . import chat, messages
+from . import chat, messages, websocket
 from .models import MODELS
 from .scenarios import SCENARIOS, Plan, RequestError, SimRequest, build_plan
 
@@ -524,6 +527,8 @@ class SimulatorServer:
                 return keep
             return await self._responses(req, reader, writer, received_ns, FORMAT_PATHS[path])
         if path == "/v1/responses":
+            if req.method == "GET" and websocket.is_upgrade(req.headers):
+                return await websocket.serve(self, req, reader, writer, received_ns)
             if req.method != "POST":
                 await self._send_json(
                     writer, 405, _error_body("method_not_allowed", "Use POST"), keep

@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 BLOCK = 1000  # events per block: a timeline window (200) opens one or two
 LEVEL = 6  # zstandard's level (docs/recorder.md, "At rest": sizes and speeds measured)
-VERSION = 1
+VERSION = 2
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
@@ -41,10 +41,12 @@ _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # column of Event is refused here until it is placed (tests/streams/store/test_compact.py).
 INTS = ("index", "t_us", "sequence_number", "output_index", "content_index", "sent_us")
 TIMES = ("received_at",)
-TEXTS = ("event_name", "sse_id", "type", "data")
+TEXTS = ("event_name", "sse_id", "type", "data", "preamble")
 BOOLS = ("is_json",)
 BYTES = ("raw",)
 COLUMNS = (*INTS, *TIMES, *TEXTS, *BOOLS, *BYTES)
+# Version 1's blocks had no `preamble` (it came in 0038): read with every event's empty.
+_V1_COLUMNS = tuple(c for c in COLUMNS if c != "preamble")
 
 _NULL = -(2**63)  # an int column's None (no stored value comes near it)
 
@@ -135,12 +137,13 @@ def decode(payload):
     """{column: [values]} of a block's payload."""
     raw = zstandard.ZstdDecompressor().decompress(bytes(payload))
     version, n = struct.unpack_from("<BI", raw)
-    if version != VERSION:
+    if version not in (1, VERSION):
         raise ValueError(f"event block version {version} unknown")
-    sizes = struct.unpack_from(f"<{len(COLUMNS)}Q", raw, 5)
-    at = 5 + 8 * len(COLUMNS)
-    out = {}
-    for column, size in zip(COLUMNS, sizes, strict=True):
+    columns = COLUMNS if version == VERSION else _V1_COLUMNS
+    sizes = struct.unpack_from(f"<{len(columns)}Q", raw, 5)
+    at = 5 + 8 * len(columns)
+    out = {"preamble": [""] * n}
+    for column, size in zip(columns, sizes, strict=True):
         buf = raw[at : at + size]
         at += size
         if column in INTS:

@@ -33,6 +33,7 @@ ROW_COLUMNS = (
     "is_json",
     "data",
     "raw",
+    "preamble",
 )
 # A proxied stream's rows: the same, plus when the event was handed to the client. Apart, so the
 # rows of every other stream bind one value less (a column more costs every insert:
@@ -55,6 +56,7 @@ class Received(NamedTuple):
     sse_id: str
     data: str
     raw: bytes | None
+    preamble: str = ""  # the comment lines before it (`Event.preamble`)
 
 
 class Checked(NamedTuple):
@@ -96,6 +98,7 @@ def row(stream_id, index, t_us, received_at, sse, checked):
         checked.is_json,
         sse.data,
         sse.raw,
+        sse.preamble,
     )
 
 

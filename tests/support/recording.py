@@ -133,6 +133,7 @@ def recorded(user, events, times=None, **fields):
                 bool(obj),
                 data,
                 None,
+                "",
             )
         )
     insert_events(rows)
@@ -213,6 +214,7 @@ def seed_big_stream(user, n=100_000, gaps_us=None):
                 True,
                 json.dumps(obj),
                 None,
+                "",
             )  # fmt: skip
         )
     for k in range(0, n, 20_000):

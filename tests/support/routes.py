@@ -1,5 +1,5 @@
 """Every route a server has, and paths to fetch for each: the URL patterns of Django's resolver
-(walked recursively, admin included) and the WebSocket routes of streams/live/sockets.py, each with
+(walked recursively, admin included) and the WebSocket routes of streams/serve/sockets.py, each with
 its path parameters filled from a table the caller gives.
 
     routes = django_routes() + websocket_routes()
@@ -95,10 +95,10 @@ def django_routes(resolver=None):
 
 
 def websocket_routes(patterns=None):
-    """The WebSocket routes (streams/live/sockets.py's `websocket_urlpatterns`), like URL
+    """The WebSocket routes (streams/serve/sockets.py's `websocket_urlpatterns`), like URL
     patterns."""
     if patterns is None:
-        from streams.live.sockets import websocket_urlpatterns as patterns
+        from streams.serve.sockets import websocket_urlpatterns as patterns
     out = []
     for p in patterns:
         if isinstance(p, URLResolver):  # (none today; walked like Django's if one comes)

@@ -380,15 +380,45 @@ class TtftJudgement:
         return self.stored_ms - self.wire_ms
 
 
-def judge_ttft(streams, events_of, packets, port):
+def _json(event):
+    try:
+        obj = json.loads(event.data)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _chat_output(event):
+    deltas = [c.get("delta") or {} for c in _json(event).get("choices") or ()]
+    return any(d.get("content") or d.get("tool_calls") or d.get("refusal") for d in deltas)
+
+
+def _messages_output(event):
+    delta = _json(event).get("delta") or {}
+    return event.type == "content_block_delta" and delta.get("type") in (
+        "text_delta",
+        "input_json_delta",
+    )
+
+
+# Per format (streams/core/formats/): the wire event that is its first output (where TTFT
+# ends, as docs/protocol.md says for each), and the response id its first event carries.
+OUTPUT_DELTA = {"chat": _chat_output, "messages": _messages_output}
+RESPONSE_ID = {
+    "responses": lambda x: x.response_id,
+    "chat": lambda x: _json(x.events[0]).get("id"),
+    "messages": lambda x: (_json(x.events[0]).get("message") or {}).get("id"),
+}
+
+
+def judge_ttft(streams, events_of, packets, port, format="responses"):
     """A TtftJudgement per stream. `events_of[stream.pk]`: its stored events, in order (the
-    simulator's normal scenario: stored event i is the i-th event on the wire)."""
+    simulator's normal scenario: stored event i is the i-th event on the wire); `format`: the
+    API they speak."""
     from streams.core.checks import OUTPUT_DELTAS
 
-    def is_output_delta(event):
-        return event.type in OUTPUT_DELTAS
-
-    by_id = {x.response_id: x for x in exchanges(packets, port) if x.events}
+    is_output_delta = OUTPUT_DELTA.get(format, lambda event: event.type in OUTPUT_DELTAS)
+    by_id = {RESPONSE_ID[format](x): x for x in exchanges(packets, port) if x.events}
     out = []
     for stream in streams:
         exchange = by_id[stream.upstream_id]
@@ -465,34 +495,36 @@ async def record_concurrently(n, model="auto", time_scale=1.0, stagger_s=0.01, c
     return await asyncio.gather(*(one(i) for i in range(n)))
 
 
-async def judged(streams, packets, port):
+async def judged(streams, packets, port, format="responses"):
     from streams.models import Event
 
     events_of = {}
     async for event in Event.objects.filter(stream__in=streams).order_by("stream_id", "index"):
         events_of.setdefault(event.stream_id, []).append(event)
-    return judge_ttft(streams, events_of, packets, port)
+    return judge_ttft(streams, events_of, packets, port, format)
 
 
-async def record_50_on_the_wire(upstream, hog=False, record=None, by="this process"):
-    """50 concurrent streams recorded under a capture (with a CPU hog beside them, or not), by
-    `await record()`, which returns their stored rows (default: this process's recorder,
-    `record_concurrently(50)`; `by` names the recorder in the printed summary):
-    (streams, judgements)."""
+async def record_50_on_the_wire(
+    upstream, hog=False, record=None, by="this process", n=50, format="responses"
+):
+    """`n` concurrent streams of `format` recorded under a capture (with a CPU hog beside
+    them, or not), by `await record()`, which returns their stored rows (default: this
+    process's recorder, `record_concurrently(n)`; `by` names the recorder in the printed
+    summary): (streams, judgements)."""
     import asyncio
 
-    record = record or (lambda: record_concurrently(50))
+    record = record or (lambda: record_concurrently(n))
     with capturing(upstream.port) as capture:
         with cpu_hog() if hog else contextlib.nullcontext():
             streams = await record()
         packets = await asyncio.to_thread(capture.stop)
     assert capture.dropped == 0, capture.stats
-    assert [s.status for s in streams] == ["completed"] * 50
+    assert [s.status for s in streams] == ["completed"] * n
     assert max(s.started_at for s in streams) < min(s.finished_at for s in streams)
-    judgements = await judged(streams, packets, upstream.port)
+    judgements = await judged(streams, packets, upstream.port, format)
     # (the figures docs/measurement.md quotes; with STREAMSCOPE_RECEIPT_CLOCK=loop, the "before")
     load = "cpu hog" if hog else "quiet"
-    print(f"\n[{load}, {streams[0].receipt_clock} clock, {by}] {summary(judgements)}")
+    print(f"\n[{load}, {streams[0].receipt_clock} clock, {by}, {format}] {summary(judgements)}")
     return streams, judgements
 
 

@@ -834,6 +834,7 @@ class _Templates:
             f"WHEN 1 THEN replace(e.data, '{_MID}', s.mid) "
             f"ELSE replace(replace(replace(e.data, '{_MID}', s.mid), '{_RID}', s.rid), "
             f"'{_CREATED_JSON}', '\"created_at\":' || (s.c_us / 1000000)) END",
+            preamble="''",
         )
         return [
             f"INSERT INTO {stream} (id, {', '.join(qn(n) for n in names)}) "

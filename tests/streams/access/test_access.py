@@ -45,7 +45,6 @@ from streams import evaluate
 from streams.access import invitations, projects, shares
 from streams.access.projects import Action
 from streams.evaluate import online
-from streams.live.sockets import websocket_urlpatterns
 from streams.models import (
     ApiToken,
     Channel,
@@ -62,6 +61,7 @@ from streams.models import (
 )
 from streams.models import Rule as AlertRule
 from streams.notify import channels as notify_channels
+from streams.serve.sockets import websocket_urlpatterns
 from streams.store import scores
 from tests.support import experiments, provider_urls
 from tests.support.clients import session, ws
@@ -94,6 +94,11 @@ ADMIN = "admin"  # the Django admin: whoever is not staff goes to the admin's ow
 # the link is for anyone and the instance allows it); anyone else 404 / refused (streams/store/
 # shares.py)
 LINK = "link"
+# The recording proxy's socket (streams/serve/proxy_socket.py): a program with a token, no
+# session: each signed-in user's token of the project they work in (a member's of the walk's
+# project, anyone else's of their own), allowed when its user's role there allows the action
+# (as PROJECT), refused without one
+TOKEN = "a token of the current project"
 PER_OBJECT = (OBJECT, CREATOR, CREATOR_OR_STAFF, CREATOR_OR_MANAGER)
 
 
@@ -358,6 +363,7 @@ WS_RULES = {
     "ws_streams": Rule(PROJECT, READ),
     "ws_stream": Rule(OBJECT, READ),
     "ws_shared_stream": Rule(LINK),
+    "ws_proxy_responses": Rule(TOKEN, RUN),
 }
 # Routes not walked one by one, and why.
 SKIPPED_PREFIXES = {
@@ -723,7 +729,7 @@ def rule_problems(rules):
     out = []
     for key in rules:
         for rule in rules_of(rules, key):
-            needs = rule.who == PROJECT or rule.who in PER_OBJECT
+            needs = rule.who in (PROJECT, TOKEN) or rule.who in PER_OBJECT
             if needs and rule.action not in projects.ACTIONS:
                 out.append(f"{key!r}: a {rule.who} rule must name an action of projects.ACTIONS")
             elif not needs and rule.action is not None:
@@ -776,13 +782,27 @@ async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
         for case in cases(rule, route, people, who):
             path = path_of(route, objects, case.link) + "?format=json"
             public_links(settings, case.public)
-            connected, _ = await ws(path, case.user).connect()
+            if rule.who == TOKEN:
+                comm = ws(path, None, token=await token_of(case.user, project))
+            else:
+                comm = ws(path, case.user)
+            connected, _ = await comm.connect()
             if connected != (case.expect == "ok"):
                 wanted = "accepted" if case.expect == "ok" else "refused"
                 problems.append(f"{route.key}: WebSocket {path} as {case.who}: expected {wanted}")
 
     assert routes and ws_checked
     assert not problems, "\n".join(problems)
+
+
+@sync_to_async
+def token_of(user, project):
+    """`user`'s token of the project they work in (TOKEN): the walk's project for its
+    members, their own for anyone else; None signed out."""
+    if user is None:
+        return None
+    member = Membership.objects.filter(project=project, user=user).exists()
+    return ApiToken.issue(user, name="access walk", project=project if member else None)
 
 
 @sync_to_async

@@ -450,7 +450,7 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
     start = dt.datetime(2026, 11, 30, 23, 59, 59, 999_000, tzinfo=dt.UTC)
     offsets = [0, 1, 999, 1_000, 1_001, 999_999, 1_000_000, 86_400_000_000 + 17]
     values = [
-        [stream.pk, i, t, start, "message", "", "x", i, None, None, True, "{}", None]
+        [stream.pk, i, t, start, "message", "", "x", i, None, None, True, "{}", None, ""]
         for i, t in enumerate(offsets)
     ]
     insert_events(values[:4], offsets=True)

@@ -7,7 +7,7 @@ import base64
 
 import pytest
 
-from streams.core.capture import parse_sse_bytes
+from streams.core.capture import SSEEncoder, parse_sse_bytes
 from streams.ingest.upstream import EventReader
 
 BODIES = {
@@ -29,20 +29,43 @@ def live(body, size):
     for start in range(0, len(body), size):
         out.extend(reader.feed(body[start : start + size], start))
     reader.close(len(body))
-    return [(e.event_name, e.sse_id, e.data, e.raw) for e in out]
+    return [(e.event_name, e.sse_id, e.data, e.raw, e.preamble) for e in out]
 
 
 @pytest.mark.parametrize("name", BODIES)
 @pytest.mark.parametrize("size", [1, 2, 3, 7, 64, 1 << 20])
 def test_any_chunking_reads_like_the_import_parser(name, size):
     body = BODIES[name]
-    want = [(e.event_name or "message", e.sse_id, e.data, e.raw) for e in parse_sse_bytes(body)]
+    want = [
+        (e.event_name or "message", e.sse_id, e.data, e.raw, e.preamble)
+        for e in parse_sse_bytes(body)
+    ]
     assert want  # every body has events
     assert live(body, size) == want
 
 
 def test_an_unterminated_last_block_is_not_dispatched():
-    assert live(b"data: 1\n\ndata: 2\n", 4) == [("message", "", "1", None)]
+    assert live(b"data: 1\n\ndata: 2\n", 4) == [("message", "", "1", None, "")]
+
+
+@pytest.mark.parametrize("size", [1, 5, 1 << 20])
+def test_comments_and_retry_blocks_are_kept_with_the_next_event(size):
+    body = (
+        b": OPENROUTER PROCESSING\n\ndata: 1\n\n"
+        b": keep-alive\n: two\n\nretry: 1000\n\nevent: x\ndata: 2\n\ndata: 3\n\n"
+    )
+    assert [e[4] for e in live(body, size)] == [
+        ": OPENROUTER PROCESSING\n\n",
+        ": keep-alive\n: two\n\nretry: 1000\n\n",
+        "",
+    ]
+    # written back where they came, the events are the body again
+    encoder = SSEEncoder()
+    events = parse_sse_bytes(body)
+    written = b"".join(
+        encoder.event(e.event_name, e.sse_id, e.data, e.raw, e.preamble) for e in events
+    )
+    assert written == body
 
 
 def test_receipt_time_is_that_of_the_chunk_completing_the_event():
@@ -89,7 +112,10 @@ def test_random_bodies_read_like_the_import_parser(seed):
 
     rng = random.Random(seed)
     body = b"\n".join(rng.choice(LINES) for _ in range(rng.randint(1, 200))) + b"\n\n"
-    want = [(e.event_name or "message", e.sse_id, e.data, e.raw) for e in parse_sse_bytes(body)]
+    want = [
+        (e.event_name or "message", e.sse_id, e.data, e.raw, e.preamble)
+        for e in parse_sse_bytes(body)
+    ]
     for size in (1, rng.randint(2, 40), rng.randint(41, 5000), 1 << 20):
         assert live(body, size) == want, size
 

@@ -19,10 +19,13 @@ import asyncio
 import json
 import sys
 
+import httpx
 import pytest
+from asgiref.sync import sync_to_async
 
 from tests.support import wire
 from tests.support.processes import command_env, output
+from tests.support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -66,3 +69,57 @@ async def test_the_stream_records_which_clock_stamped_it(upstream, settings):
     loop_stream, kernel_stream = streams["loop"], streams["kernel"]
     assert (loop_stream.receipt_clock, kernel_stream.receipt_clock) == ("loop", "kernel")
     assert loop_stream.status == kernel_stream.status == "completed"
+
+
+# Each format through the recording proxy (a real Daphne in its own process, as deployed): the
+# request it forwards and the first output delta of each format on the wire (Chat's first
+# content or tool-call delta, Messages' first text or tool-input delta: docs/protocol.md).
+PROXIED = {
+    "responses": ("/v1/responses", {"model": "gpt-oss-120b", "input": "Tell me about Utrecht"}),
+    "chat": (
+        "/v1/chat/completions",
+        {
+            "model": "gpt-oss-20b",
+            "messages": [{"role": "user", "content": "Tell me about Utrecht"}],
+        },
+    ),
+    "messages": (
+        "/v1/messages",
+        {
+            "model": "gpt-oss-20b",
+            "max_tokens": 400,
+            "messages": [{"role": "user", "content": "Tell me about Utrecht"}],
+        },
+    ),
+}
+
+
+@pytest.mark.parametrize("format", list(PROXIED))
+async def test_ttft_through_the_proxy_is_the_wires_for_each_format(
+    live_server_daphne, simulator_process, people, format
+):
+    from streams.models import ApiToken
+
+    token = await sync_to_async(ApiToken.issue)(people.owner, name=f"wire {format}")
+    path, body = PROXIED[format]
+    n = 20
+
+    async def through_the_proxy():
+        async with httpx.AsyncClient(timeout=120) as client:
+
+            async def one(i):
+                await asyncio.sleep(i * 0.01)
+                asked = {**body, "stream": True, "metadata": {"seed": str(i)}}
+                headers = {"Authorization": f"Bearer {token}"}
+                r = await client.post(live_server_daphne.url + path, json=asked, headers=headers)
+                assert r.status_code == 200, r.text
+                return int(r.headers["x-streamscope-stream"])
+
+            ids = await asyncio.gather(*(one(i) for i in range(n)))
+        return [await sync_to_async(wait_terminal)(pk) for pk in ids]
+
+    streams, judgements = await wire.record_50_on_the_wire(
+        simulator_process, hog=True, record=through_the_proxy, by="the proxy", n=n, format=format
+    )
+    assert {s.format for s in streams} == {format}
+    wire.assert_ttft_within_tolerance(streams, judgements)

@@ -58,6 +58,7 @@ def recorded(events, *, status="completed", **fields):
                 bool(obj),
                 data,
                 raw,
+                "",  # (no comments before it)
             )
         )
     insert_events(rows)

@@ -157,7 +157,7 @@ class TestChatCompletions:
         assert stream.output_tokens == completion.usage.completion_tokens
 
     @pytest.mark.parametrize("scenario", ["comments", "content_filter", "refusal"])
-    def test_the_client_gets_the_upstreams_bytes_and_comments_are_not_events(
+    def test_the_client_gets_the_upstreams_bytes_and_comments_are_stored_not_events(
         self, live_server_daphne, simulator_process, token, scenario
     ):
         body = chat_body(scenario)
@@ -167,13 +167,24 @@ class TestChatCompletions:
         events = parse_sse_bytes(direct)
         assert [e.data for e in recorded(stream)] == [e.data for e in events]
         assert stream.event_count == len(events)
-        # the .sse export is the upstream's bytes but for its comments (never events)
-        without_comments = b"".join(
-            block + b"\n\n" for block in direct.split(b"\n\n") if block and block[:1] != b":"
-        )
-        assert b"".join(iter_sse(stream)) == without_comments
+        # every byte the upstream sent is stored: the .sse export is its bytes, comments too
+        assert b"".join(iter_sse(stream)) == direct
         if scenario == "comments":
-            assert b": OPENROUTER PROCESSING" in direct and without_comments != direct
+            comments = [e.preamble for e in recorded(stream) if e.preamble]
+            assert comments == [": OPENROUTER PROCESSING\n\n"] * 2
+            assert "OPENROUTER" not in stream.output_text
+
+    def test_a_responses_streams_comments_and_retry_blocks_are_stored(
+        self, live_server_daphne, simulator_process, token
+    ):
+        body = {"model": "gpt-oss-120b", "input": "Hi", "stream": True}
+        body["metadata"] = {**META, "scenario": "comments"}
+        _, _, direct = post(f"{simulator_process.base_url}/responses", body)
+        status, content, stream = proxied(live_server_daphne, "/responses", body, token)
+        assert (status, content) == (200, direct)
+        assert b"retry: 1000" in direct and b": keep-alive" in direct
+        assert stream.event_count == len(parse_sse_bytes(direct))
+        assert b"".join(iter_sse(stream)) == direct
 
     @pytest.mark.parametrize(
         "scenario, found, status",

@@ -33,7 +33,7 @@ def test_a_row_is_stored_column_by_column_and_read_back_as_its_message(proxied):
     swap fails), and the relay's read of the stored event is the message the recorder sent."""
     stream = rows.new_row(None, body())
     start = dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC)
-    sse = event_row.Received("ev", "id-9", '{"type":"x"}', b"\xff")
+    sse = event_row.Received("ev", "id-9", '{"type":"x"}', b"\xff", ": keep-alive\n\n")
     checked = event_row.Checked("response.output_text.delta", 11, 12, 13, False)
     if proxied:
         values = event_row.proxied_row(stream.pk, 7, 1500, start, sse, checked, 2500)
@@ -59,6 +59,7 @@ def test_a_row_is_stored_column_by_column_and_read_back_as_its_message(proxied):
         "is_json": False,
         "data": '{"type":"x"}',
         "raw": b"\xff",
+        "preamble": ": keep-alive\n\n",
         **({"sent_us": 2500} if proxied else {}),
     }
     message = event_message.message(7, 1500, checked, sse.data)

@@ -238,3 +238,32 @@ def test_a_secret_in_a_packed_stream_leaves_through_no_page_export_or_api(settin
         assert r.status_code == 200, url
         assert copies(body.decode()) == 0, url
     assert b"[redacted]" in body  # (the API's events: the echo was there to redact)
+
+
+def test_comments_between_events_come_back_from_a_packed_stream(monkeypatch):
+    monkeypatch.setattr(compact, "BLOCK", 4)
+    content = (CAPTURES / "chat" / "comments.sse").read_bytes()
+    assert b": OPENROUTER PROCESSING\n\n" in content
+    [stream] = import_capture(content, "comments.sse")
+    as_recorded = Stream.objects.get(pk=stream.pk)
+    as_recorded.source = Stream.Source.PROXY  # the .sse of events, not the import's capture
+    assert b"".join(export.iter_sse(as_recorded)) == content
+    assert compact.pack(stream.pk, now=PAST) > 0
+    assert b"".join(export.iter_sse(as_recorded)) == content
+
+
+def test_a_block_packed_before_preambles_reads_with_them_empty(monkeypatch):
+    [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "v1.sse")
+    rows_ = list(
+        Event.objects.filter(stream_id=stream.pk)
+        .order_by("index")
+        .values_list(*compact._V1_COLUMNS)
+    )
+    with monkeypatch.context() as m:  # the layout of version 1
+        m.setattr(compact, "VERSION", 1)
+        m.setattr(compact, "TEXTS", tuple(c for c in compact.TEXTS if c != "preamble"))
+        m.setattr(compact, "COLUMNS", compact._V1_COLUMNS)
+        payload = compact.encode(rows_)
+    block = compact.decode(payload)
+    assert block["data"] == [r[compact._V1_COLUMNS.index("data")] for r in rows_]
+    assert block["preamble"] == [""] * len(rows_)

@@ -108,7 +108,7 @@ def test_every_bounded_event_column_is_bounded_on_insert(columns):
     values.update(
         stream_id=stream.pk, index=0, t_us=1, received_at=dt.datetime.now(dt.UTC), is_json=True
     )
-    values.update(data=data, raw=raw, sent_us=2)
+    values.update(data=data, raw=raw, sent_us=2, preamble="")
     for field in written:
         values[field.column] = too_long(field.max_length)
     rows.insert_flat([values[c] for c in columns], offsets=True, columns=columns)
@@ -186,6 +186,7 @@ def _store_partial(stream):
                 True,
                 json.dumps(obj, separators=(",", ":")),
                 None,
+                "",
             ]
             for i, (t, obj) in enumerate(PARTIAL)
         ],  # fmt: skip
@@ -336,7 +337,7 @@ async def test_the_finished_fields_are_the_same_live_and_from_the_stored_events(
 
 def _row(stream_id, index, type_="response.output_text.delta", data="{}"):
     return [stream_id, index, index, dt.datetime.now(dt.UTC), "message", "", type_, index,
-            None, None, True, data, None]  # fmt: skip
+            None, None, True, data, None, ""]  # fmt: skip
 
 
 class _Rec:

@@ -1,0 +1,234 @@
+"""The Responses API over a WebSocket through the recording proxy (streams/serve/proxy_socket.py)
+on a real Daphne, against the simulator's WebSocket (streams/simulator/websocket.py) over real
+sockets, with the official `openai` SDK's `client.responses.connect()` (sync and async): the
+frames a client gets are the simulator's, byte for byte; each `response.create` is one stream
+whose events are its frames, none lost, with TTFT, usage and cost; the responses of one socket
+are one session; bad input closes the socket with a code that says why."""
+
+import asyncio
+import json
+import threading
+
+import openai
+import pytest
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.sync.client import connect
+
+from streams.models import ApiToken, Event, Finding, Stream
+from tests.conftest import DaphneServer
+from tests.support.recording import wait_terminal
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+META = {"deterministic_ids": "true", "seed": "48", "time_scale": "0.02"}
+TERMINAL = {"response.completed", "response.failed", "response.incomplete", "error"}
+BODIES = [
+    {"model": "gpt-oss-120b", "input": "What is the weather in Utrecht?", "metadata": META},
+    {"model": "gpt-oss-120b", "input": "And in Delft?", "metadata": {**META, "seed": "49"}},
+]
+
+
+@pytest.fixture
+def token(people):
+    return ApiToken.issue(people.owner, name="socket test")
+
+
+def turns_sync(base_url, key, bodies=BODIES):
+    """Each body's frames as the sync SDK received them, as bytes, over one socket."""
+    client = openai.OpenAI(base_url=base_url, api_key=key, max_retries=0)
+    out = []
+    with client.responses.connect(max_retries=0) as connection:
+        for body in bodies:
+            connection.send({"type": "response.create", **body})
+            frames = []
+            while not frames or json.loads(frames[-1])["type"] not in TERMINAL:
+                frames.append(connection.recv_bytes())
+            out.append(frames)
+    return out
+
+
+async def turns_async(base_url, key, bodies=BODIES):
+    client = openai.AsyncOpenAI(base_url=base_url, api_key=key, max_retries=0)
+    out = []
+    async with client.responses.connect(max_retries=0) as connection:
+        for body in bodies:
+            await connection.send({"type": "response.create", **body})
+            frames = []
+            while not frames or json.loads(frames[-1])["type"] not in TERMINAL:
+                frames.append(await connection.recv_bytes())
+            out.append(frames)
+    await client.close()
+    return out
+
+
+def proxied_streams(n):
+    pks = list(Stream.objects.filter(source="proxy").order_by("pk").values_list("pk", flat=True))
+    assert len(pks) == n
+    return [wait_terminal(pk) for pk in pks]
+
+
+def assert_recorded(streams, turns):
+    sessions = {s.session for s in streams}
+    assert len(sessions) == 1 and sessions != {""}  # one socket, one session
+    for stream, frames in zip(streams, turns, strict=True):
+        completed = json.loads(frames[-1])["response"]
+        stored = list(Event.objects.filter(stream=stream).order_by("index"))
+        assert [e.data.encode() for e in stored] == frames  # every frame, verbatim, in order
+        assert stream.event_count == len(frames)
+        assert all(e.sent_us is not None and e.sent_us >= e.t_us for e in stored)
+        assert (stream.status, stream.format, stream.upstream_id) == (
+            "completed",
+            "responses",
+            completed["id"],
+        )
+        assert list(Finding.objects.filter(stream=stream, severity="error")) == []
+        assert stream.input_tokens == completed["usage"]["input_tokens"]
+        assert stream.output_tokens == completed["usage"]["output_tokens"] > 0
+        assert stream.cost_nanos and stream.cost_nanos > 0
+        assert stream.ttft_ms is not None and stream.ttft_ms > 0
+        assert stream.upstream_url.startswith("ws://") and stream.token_id
+        assert stream.receipt_clock == "loop"  # (not the kernel's: said as it is)
+
+
+def test_the_sync_sdk_gets_the_simulators_frames_and_each_response_is_a_stream(
+    live_server_daphne, simulator_process, token
+):
+    want = turns_sync(simulator_process.base_url, "x")
+    got = turns_sync(f"{live_server_daphne.url}/v1", token)
+    assert got == want and all(len(frames) > 10 for frames in want)
+    assert_recorded(proxied_streams(2), got)
+
+
+def test_the_async_sdk_gets_the_simulators_frames_and_each_response_is_a_stream(
+    live_server_daphne, simulator_process, token
+):
+    want = asyncio.run(turns_async(simulator_process.base_url, "x"))
+    got = asyncio.run(turns_async(f"{live_server_daphne.url}/v1", token))
+    assert got == want
+    assert_recorded(proxied_streams(2), got)
+
+
+def test_an_upstream_that_breaks_off_closes_the_socket_and_what_came_is_recorded(
+    live_server_daphne, token
+):
+    url = f"{live_server_daphne.ws_url}/v1/responses"
+    body = {**BODIES[0], "metadata": {**META, "scenario": "reset"}}
+    frames = []
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(json.dumps({"type": "response.create", **body}))
+        with pytest.raises(ConnectionClosed) as closed:
+            while True:
+                frames.append(ws.recv(timeout=10).encode())
+    assert closed.value.rcvd.code == 4011 and len(frames) > 3
+    [stream] = proxied_streams(1)
+    assert [e.data.encode() for e in Event.objects.filter(stream=stream).order_by("index")] == (
+        frames
+    )
+    assert stream.status == "truncated"
+    assert "missing_terminal" in set(
+        Finding.objects.filter(stream=stream).values_list("code", flat=True)
+    )
+
+
+def test_a_client_that_leaves_mid_response_cancels_it_with_every_frame_it_had_recorded(
+    live_server_daphne, token
+):
+    url = f"{live_server_daphne.ws_url}/v1/responses"
+    body = {**BODIES[0], "metadata": {**META, "time_scale": "1"}}
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(json.dumps({"type": "response.create", **body}))
+        frames = [ws.recv(timeout=10).encode() for _ in range(5)]
+    [stream] = proxied_streams(1)
+    stored = [e.data.encode() for e in Event.objects.filter(stream=stream).order_by("index")]
+    assert stored[:5] == frames  # (and what was relayed while it left)
+    assert (stream.status, stream.error_code) == ("cancelled", "client_disconnected")
+
+
+def test_without_a_valid_token_the_handshake_is_refused_and_nothing_recorded(
+    live_server_daphne, people
+):
+    url = f"{live_server_daphne.ws_url}/v1/responses"
+    for headers in ({}, {"Authorization": "Bearer ss_wrong"}):
+        with pytest.raises(InvalidStatus) as refused:
+            connect(url, additional_headers=headers, open_timeout=10).close()
+        assert refused.value.response.status_code == 403
+    read_only = ApiToken.issue(people.owner, name="read only", scopes=["read"])
+    with pytest.raises(InvalidStatus):
+        connect(url, additional_headers={"Authorization": f"Bearer {read_only}"}).close()
+    with pytest.raises(InvalidStatus):  # no other path of the proxy's takes a socket
+        connect(f"{live_server_daphne.ws_url}/v1/chat/completions").close()
+    assert not Stream.objects.filter(source="proxy").exists()
+
+
+@pytest.mark.parametrize(
+    "frame, code",
+    [
+        (b"\x00\x01", 4003),  # binary
+        ("not json", 4007),
+        ('["a list"]', 4007),
+        ('{"no": "type"}', 4007),
+    ],
+)
+def test_bad_input_closes_the_socket_with_a_code_saying_why(live_server_daphne, token, frame, code):
+    url = f"{live_server_daphne.ws_url}/v1/responses"
+    with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+        ws.send(frame)
+        with pytest.raises(ConnectionClosed) as closed:
+            ws.recv(timeout=10)
+    assert closed.value.rcvd.code == code
+    assert not Stream.objects.filter(source="proxy").exists()
+
+
+# ---- the egress gate on every frame ----------------------------------------------------------
+
+KEY = "sk-proj-SOCKETwsKEY48echoOracle5550199xyzQ"
+PASS_KEY = "sk-ant-api03-PASSwsKEY48echo7766554433zz"
+
+
+@pytest.fixture
+def echoing_upstream():
+    """A Responses WebSocket that answers each message with frames holding the Authorization
+    header it was opened with, as an upstream that echoes its key would."""
+    from websockets.sync.server import serve
+
+    def handler(connection):
+        said = connection.request.headers.get("Authorization", "")
+        for message in connection:
+            created = {"type": "response.created", "sequence_number": 0}
+            created["response"] = {"id": "resp_echo", "status": "in_progress", "note": said}
+            connection.send(json.dumps(created))
+            done = {"type": "response.completed", "sequence_number": 1}
+            done["response"] = {"id": "resp_echo", "status": "completed", "output": []}
+            connection.send(json.dumps({**done, "echo": said, "asked": json.loads(message)}))
+
+    with serve(handler, "127.0.0.1", 0) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1"
+        server.shutdown()
+
+
+def test_an_upstream_echoing_its_key_over_the_socket_gets_it_back_redacted(
+    people, echoing_upstream
+):
+    server = DaphneServer(echoing_upstream, env={"UPSTREAM_API_KEY": KEY})
+    try:
+        token = ApiToken.issue(people.owner, name="echo")
+        url = f"{server.ws_url}/v1/responses"
+        ask = json.dumps({"type": "response.create", "model": "m", "input": f"say {KEY}"})
+        answers = {}
+        for who, headers in {
+            "configured": {"Authorization": f"Bearer {token}"},
+            "pass-through": {"Authorization": f"Bearer {PASS_KEY}", "X-Streamscope-Token": token},
+        }.items():
+            with connect(url, additional_headers=headers) as ws:
+                ws.send(ask)
+                answers[who] = ws.recv(timeout=10) + ws.recv(timeout=10)
+        for who, key in (("configured", KEY), ("pass-through", PASS_KEY)):
+            # (each key checked against its own socket's frames: the configured one also asked
+            # with the key in its input, which the upstream echoed)
+            assert "[redacted]" in answers[who], who
+            assert key not in answers[who] and key[8:24] not in answers[who], who
+        assert "resp_echo" in answers["configured"]  # the frames came, only the keys went
+    finally:
+        server.stop()
