@@ -482,6 +482,9 @@ def test_the_private_name_check_sees_what_it_is_for():
 TESTS_OWN = {"support", "fixtures", "e2e", "__pycache__"}
 # at tests/'s top: only the tests of the whole house (this one)
 HOUSE_WIDE = {"test_layers.py"}
+# and what pytest and the live servers need there: the servers' settings module is named by
+# DJANGO_SETTINGS_MODULE in every process a test starts (tests.live_settings)
+TOP_OWN = {"__init__.py", "conftest.py", "live_settings.py"}
 
 
 def misplaced_tests(tests_root, repo_root):
@@ -497,6 +500,15 @@ def misplaced_tests(tests_root, repo_root):
     for module in sorted(tests_root.glob("test_*.py")):
         if module.name not in HOUSE_WIDE:
             problems.append(f"tests/{module.name}: a package's tests go in its folder")
+    for module in sorted(tests_root.rglob("*.py")):
+        relative = module.relative_to(tests_root)
+        if relative.parts[0] in TESTS_OWN or module.name.startswith("test_"):
+            continue
+        if module.name in ("__init__.py", "conftest.py"):
+            continue
+        if len(relative.parts) == 1 and module.name in TOP_OWN:
+            continue
+        problems.append(f"tests/{relative}: a shared helper goes in tests/support/")
     return problems
 
 
@@ -515,9 +527,15 @@ def test_the_mirror_check_sees_what_it_is_for(tmp_path):
         (tests / folder).mkdir(parents=True)
     (tests / "test_layers.py").write_text("")
     (tests / "test_stray.py").write_text("")
+    for allowed in ("conftest.py", "live_settings.py", "support/x.py", "streams/store/conftest.py"):
+        (tests / allowed).write_text("")
+    (tests / "helpers.py").write_text("")
+    (tests / "streams" / "store" / "fixtures.py").write_text("")
     assert misplaced_tests(tests, repo) == [
         "tests/streams/nowhere/ mirrors no package (streams/nowhere/ is none)",
         "tests/test_stray.py: a package's tests go in its folder",
+        "tests/helpers.py: a shared helper goes in tests/support/",
+        "tests/streams/store/fixtures.py: a shared helper goes in tests/support/",
     ]
 
 
