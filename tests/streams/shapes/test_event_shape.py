@@ -119,6 +119,9 @@ MAKERS = {"row", "proxied_row", "message", "proxied", "with_data"}
 LIST_PARAMETERS = {"events", "payloads", "messages"}
 MESSAGE, LIST = "an event's tuple", "a list of them"
 PAIRS = "(list of them, anything) pairs"  # what the relay's frame fitting returns
+# a module holds an event's tuple only through one of these words (the shape modules, a
+# message's "events", the message's columns)
+CLUES = ("event_row", "event_message", "events", "MESSAGE_COLUMNS")
 ROOT = REPO
 
 
@@ -137,6 +140,7 @@ class _Shapes:
     event's tuple anywhere in a function holds one everywhere in it)."""
 
     def __init__(self, tree):
+        self._nodes = {}  # id(function) -> its own nodes (read once: scope runs many times)
         self.modules = set()  # local names of the shape modules
         self.makers = set()  # local names of their makers
         self.imports_shapes = False  # anything of them
@@ -167,14 +171,25 @@ class _Shapes:
         functions = [
             n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
         ]
-        for _ in range(3):  # (a reader may return what another reader returns)
-            for function in functions:
+        returning = [f for f in functions if any(isinstance(n, ast.Return) for n in self.own(f))]
+        while True:  # (a reader may return what another reader returns)
+            before = dict(self.readers)
+            for function in returning:
                 held, makers, columns = self.scope(function)
-                for node in _own_nodes(function):
+                for node in self.own(function):
                     if isinstance(node, ast.Return) and node.value is not None:
                         kind = self.kind(node.value, held, makers, columns)
                         if kind in (LIST, PAIRS):
                             self.readers[function.name] = kind
+            if self.readers == before:
+                break
+
+    def own(self, function):
+        """The nodes of `function` (or the module), its nested functions aside; read once."""
+        nodes = self._nodes.get(id(function))
+        if nodes is None:
+            nodes = self._nodes[id(function)] = list(_own_nodes(function))
+        return nodes
 
     def is_columns(self, node, columns):
         """Whether `node` is the message's columns: spelt, or a name or attribute bound to them."""
@@ -257,8 +272,9 @@ class _Shapes:
                 for arg in args.args + args.kwonlyargs:
                     if arg.arg in LIST_PARAMETERS:
                         held[arg.arg] = LIST
-        nodes = list(_own_nodes(function))
-        for _ in range(3):  # (a binding may read one made later in the source)
+        nodes = self.own(function)
+        while True:  # (a binding may read one made later in the source)
+            known = (dict(held), set(makers), set(columns))
             for node in nodes:
                 if isinstance(node, ast.Assign):
                     for target in node.targets:
@@ -285,7 +301,8 @@ class _Shapes:
                         for name in ast.walk(node.target):
                             if isinstance(name, ast.Name) and name.id in LIST_PARAMETERS:
                                 held[name.id] = LIST
-        return held, makers, columns
+            if known == (held, makers, columns):
+                return held, makers, columns
 
     def gather(self, call, held, makers, columns):
         """A list an event is appended to (or inserted into), or that a list of them extends,
@@ -310,7 +327,11 @@ class _Shapes:
 
 def _names_columns(node):
     """Whether `node` spells the message's columns (`MESSAGE_COLUMNS`, its proxied form)."""
-    return "MESSAGE_COLUMNS" in ast.unparse(node)
+    return any(
+        "MESSAGE_COLUMNS" in (n.id if isinstance(n, ast.Name) else n.attr)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name | ast.Attribute)
+    )
 
 
 def _own_nodes(scope):
@@ -325,6 +346,8 @@ def _own_nodes(scope):
 
 def positional_reaches(source):
     """[(line, code)] of each subscript by number or slice of an event's tuple in `source`."""
+    if not any(word in source for word in CLUES):
+        return []  # (nothing here can hold one: the walk of the house stays quick)
     tree = ast.parse(source)
     shapes = _Shapes(tree)
     found = []
@@ -333,7 +356,7 @@ def positional_reaches(source):
     ]
     for scope in scopes:
         held, makers, columns = shapes.scope(scope)
-        for node in _own_nodes(scope):
+        for node in shapes.own(scope):
             if (
                 isinstance(node, ast.Subscript)
                 and _constant_index(node)
