@@ -233,6 +233,37 @@ def test_the_rooms_rules_see_what_they_are_for():
             "from streams.live.relay import stream_group",
             "from streams.run import services",
         ],
+        # the figures are read from what is kept, by whoever needs them: the store never asks
+        # them, and they neither shape, run nor alert
+        "streams.store.aggregates": ["from streams.stats import cube"],
+        "streams.stats.source": [
+            "from streams.shapes import public",
+            "from streams.run import services",
+            "def f():\n    from streams.alerts import figures",
+        ],
+        # the background jobs register themselves (StreamsConfig.ready): run knows none of them
+        "streams.run.periodic": [
+            "from streams.notify import deliver",
+            "def f():\n    from streams.evaluate import online",
+        ],
+        # notify delivers what it is handed: it knows no alert, judge or experiment
+        "streams.notify.deliver": [
+            "from streams.alerts import notices",
+            "from ..evaluate import judge",
+            "import streams.experiments.runs",
+        ],
+        # alerts read figures and notify; evaluators and experiments are above them
+        "streams.alerts.evaluate": [
+            "from streams.evaluate import online",
+            "from streams.serve.http import json_error",
+        ],
+        # an evaluator scores a stream; the experiments that use evaluators are above it
+        "streams.evaluate.online": ["from streams.experiments import runs"],
+        # experiments start streams through run, never through the exits
+        "streams.experiments.runs": [
+            "from streams.serve import api",
+            "from streams.management.commands import experiment",
+        ],
         # `streams` never imports the face
         "streams.store.known_secrets": ["from dashboard.queries.stream_list import marked"],
         "streams.access.tokens": ["import dashboard.views.streams"],
@@ -257,6 +288,18 @@ def test_the_rooms_rules_see_what_they_are_for():
         ],
         "streams.serve.http": ["from streams.access.throttle import token_user"],
         "dashboard.queries.stream_list": ["from streams.access.rules import streams_for"],
+        "streams.alerts.figures": ["from streams.stats import source"],
+        "streams.alerts.notices": ["from streams.notify import deliver"],
+        "streams.evaluate.judge": ["from streams.run import services"],
+        "streams.experiments.runs": [
+            "from streams.run import services",
+            "from streams.evaluate import evaluators",
+        ],
+        "streams.serve.api": [
+            "from streams.experiments import results",
+            "from streams.alerts import rules",
+        ],
+        "streams.notify.deliver": ["from streams.run import periodic"],
     }
     for module, sources in allowed.items():
         for source in sources:
@@ -439,6 +482,9 @@ def test_the_private_name_check_sees_what_it_is_for():
 TESTS_OWN = {"support", "fixtures", "e2e", "__pycache__"}
 # at tests/'s top: only the tests of the whole house (this one)
 HOUSE_WIDE = {"test_layers.py"}
+# and what pytest and the live servers need there: the servers' settings module is named by
+# DJANGO_SETTINGS_MODULE in every process a test starts (tests.live_settings)
+TOP_OWN = {"__init__.py", "conftest.py", "live_settings.py"}
 
 
 def misplaced_tests(tests_root, repo_root):
@@ -454,6 +500,15 @@ def misplaced_tests(tests_root, repo_root):
     for module in sorted(tests_root.glob("test_*.py")):
         if module.name not in HOUSE_WIDE:
             problems.append(f"tests/{module.name}: a package's tests go in its folder")
+    for module in sorted(tests_root.rglob("*.py")):
+        relative = module.relative_to(tests_root)
+        if relative.parts[0] in TESTS_OWN or module.name.startswith("test_"):
+            continue
+        if module.name in ("__init__.py", "conftest.py"):
+            continue
+        if len(relative.parts) == 1 and module.name in TOP_OWN:
+            continue
+        problems.append(f"tests/{relative}: a shared helper goes in tests/support/")
     return problems
 
 
@@ -472,9 +527,15 @@ def test_the_mirror_check_sees_what_it_is_for(tmp_path):
         (tests / folder).mkdir(parents=True)
     (tests / "test_layers.py").write_text("")
     (tests / "test_stray.py").write_text("")
+    for allowed in ("conftest.py", "live_settings.py", "support/x.py", "streams/store/conftest.py"):
+        (tests / allowed).write_text("")
+    (tests / "helpers.py").write_text("")
+    (tests / "streams" / "store" / "fixtures.py").write_text("")
     assert misplaced_tests(tests, repo) == [
         "tests/streams/nowhere/ mirrors no package (streams/nowhere/ is none)",
         "tests/test_stray.py: a package's tests go in its folder",
+        "tests/helpers.py: a shared helper goes in tests/support/",
+        "tests/streams/store/fixtures.py: a shared helper goes in tests/support/",
     ]
 
 
@@ -489,10 +550,49 @@ MIGRATIONS_MAY_IMPORT = {
 
 
 def live_imports(source, module):
-    """The modules of the two packages a migration's `source` imports, other migrations
-    aside."""
+    """The modules of the two packages a migration's `source` imports, other migrations aside:
+    by an import statement (lazy ones too) or by name (`importlib.import_module("streams.…")`,
+    `__import__`). The one kind of import Django's own `makemigrations` writes is allowed: a
+    plain `import streams.x` whose every use is a value in a field's arguments
+    (`models.CharField(default=streams.x.new_key)`: a callable default, a validator, an
+    `upload_to`), which Django stores by reference and calls on later writes, never while the
+    migration runs."""
+    tree = ast.parse(source)
     edges = edges_of(source, module, KNOWN)
-    return {m for m in edges if ".migrations" not in m} - MIGRATIONS_MAY_IMPORT.get(module, set())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).split(".")[-1] in (
+            "import_module",
+            "__import__",
+        ):
+            for arg in node.args[:1]:
+                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                    if arg.value.split(".")[0] in PACKAGES:
+                        edges.setdefault(_resolve(arg.value, KNOWN) or arg.value, node.lineno)
+    found = {m for m in edges if ".migrations" not in m} - MIGRATIONS_MAY_IMPORT.get(module, set())
+    return found - _field_references(tree)
+
+
+def _field_references(tree):
+    """The modules a migration imports plainly (`import streams.x`) and uses only as values of
+    a field's arguments."""
+    plain = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+        if not alias.asname and alias.name.split(".")[0] in PACKAGES
+    }
+    in_fields = set()  # ids of the nodes that are a field's argument values
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and ast.unparse(node.func).endswith("Field"):
+            values = [*node.args, *(k.value for k in node.keywords)]
+            in_fields |= {id(n) for v in values for n in ast.walk(v)}
+    used_elsewhere = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute | ast.Name) and id(node) not in in_fields:
+            name = ast.unparse(node)
+            used_elsewhere |= {m for m in plain if name == m or name.startswith(m + ".")}
+    return {_resolve(m, KNOWN) or m for m in plain - used_elsewhere}
 
 
 def test_no_migration_imports_live_code():
@@ -513,4 +613,28 @@ def test_no_migration_imports_live_code():
     ) == {"streams.store.search"}
     assert live_imports(
         "def f():\n    from streams.store import search\n", "streams.migrations.0016_x"
+    )
+    # by name
+    assert live_imports(
+        "import importlib\nsearch = importlib.import_module('streams.store.search')\n",
+        "streams.migrations.0016_x",
+    ) == {"streams.store.search"}
+    assert live_imports("x = __import__('dashboard.vocabulary')", "streams.migrations.0016_x")
+    # a reference makemigrations writes for a field's callable default is allowed; the same
+    # module called while the migration runs is not
+    field = (
+        "import streams.store.sealed\nfrom django.db import migrations, models\n"
+        "ops = [migrations.AddField('stream', 'k', models.CharField("
+        "max_length=9, default=streams.store.sealed.fingerprint))]\n"
+    )
+    assert live_imports(field, "streams.migrations.0016_x") == set()
+    assert live_imports(
+        field + "streams.store.sealed.fingerprint('x')\n", "streams.migrations.0016_x"
+    ) == {"streams.store.sealed"}
+    assert (
+        live_imports(
+            "import importlib\nold = importlib.import_module('streams.migrations.0013_search')",
+            "streams.migrations.0016_x",
+        )
+        == set()
     )

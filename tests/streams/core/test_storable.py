@@ -19,9 +19,18 @@ from django.db import connection, models
 from streams import fields as storable_fields
 from streams.core.storable import NUL, REPLACEMENT, cut, storable, storable_json
 from streams.ingest import import_jobs, importer
-from streams.models import ApiToken, Capture, Comment, Event, Finding, ImportFile, Stream
+from streams.models import (
+    MAX_TAG_CHARS,
+    ApiToken,
+    Capture,
+    Comment,
+    Event,
+    Finding,
+    ImportFile,
+    Stream,
+)
 from streams.run import runner
-from streams.store import event_row, rows, scores
+from streams.store import aggregates, event_row, rows, scores
 from tests.support.hostile import answering, sse
 
 TEXT = (models.CharField, models.TextField, models.JSONField)
@@ -281,3 +290,28 @@ def test_an_import_that_echoes_nul_is_stored_with_the_replacement_character():
     assert stream.status == "completed", (stream.error_code, stream.error_message)
     assert stream.output_text == "echo: a\ufffdb" and stream.resolved_model == "m-\ufffd-x"
     assert_nothing_stored_holds_nul()
+
+
+def test_the_rollups_raw_upsert_copies_only_values_that_fit():
+    """The rollups are written by raw SQL (`aggregates.apply`, ON CONFLICT), past the fields'
+    rule: each text dimension copies the column of the same name of a stored stream or
+    finding, already storable, so it fits when it is at least as wide (a stream column made
+    wider alone would make PostgreSQL refuse the batch). The tag is cut by the tag rule
+    (`aggregates` keeps tags of at most MAX_TAG_CHARS, the column's width)."""
+    checked = 0
+    for model, (key, _values) in aggregates.rollup_tables().items():
+        for name in key:
+            field = model._meta.get_field(name)
+            if not isinstance(field, TEXT):
+                continue
+            if name == "tag":
+                assert field.max_length == MAX_TAG_CHARS
+                continue
+            source = next(
+                m._meta.get_field(name)
+                for m in (Stream, Finding)
+                if name in {f.name for f in m._meta.concrete_fields}
+            )
+            assert field.max_length >= source.max_length, f"{model.__name__}.{name}"
+            checked += 1
+    assert checked >= 20

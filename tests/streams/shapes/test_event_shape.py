@@ -5,13 +5,14 @@ what the database stores and the relay reads back."""
 
 import ast
 import datetime as dt
-import pathlib
+import re
 
 import pytest
 
 from streams.models import Event
 from streams.shapes import event_message
 from streams.store import event_row, rows
+from tests.support.paths import REPO
 from tests.support.recording import body
 
 
@@ -105,16 +106,24 @@ def test_the_sql_row_orders_by_column_and_refuses_a_stranger():
 # name: what the makers return (`event_row.row`, `proxied_row`, `event_message.message`,
 # `proxied`, `with_data`, called by their module or imported, or through an alias such as the
 # recorder's `row = event_row.row`), an element of a list of them, and a loop variable over such
-# a list. A list of them is a channel-layer message's `["events"]`, an object's `.events`, the
-# rows a `values_list(*…MESSAGE_COLUMNS)` reads, a slice or `list()` of one, and, in a module
-# that imports the shapes, a parameter or loop variable named as the writer and the relay name
-# them (`events`, `payloads`, `messages`).
+# a list. A list of them is a channel-layer message's `["events"]`, an object's `.events`, what
+# the event reader (`stored_events.read`) or a `values_list` reads with the message's columns
+# (`…MESSAGE_COLUMNS`, or a name or attribute bound to them, a parameter's default included), what
+# a function of the same module returns when it returns such a list (called directly, as a
+# method, or through a wrapper such as `await db_read(f)(…)`), a list that one is appended to or
+# that such a list extends, a slice or `list()` of one, and, in a module that imports the shapes,
+# a parameter or loop variable named as the writer and the relay name them (`events`,
+# `payloads`, `messages`).
 
 SHAPE_MODULES = {"streams.store.event_row", "streams.shapes.event_message"}
 MAKERS = {"row", "proxied_row", "message", "proxied", "with_data"}
 LIST_PARAMETERS = {"events", "payloads", "messages"}
 MESSAGE, LIST = "an event's tuple", "a list of them"
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAIRS = "(list of them, anything) pairs"  # what the relay's frame fitting returns
+# a module holds an event's tuple only through one of these words (the shape modules, a
+# message's "events", the message's columns)
+CLUES = ("event_row", "event_message", "events", "MESSAGE_COLUMNS")
+ROOT = REPO
 
 
 def _constant_index(node):
@@ -132,6 +141,7 @@ class _Shapes:
     event's tuple anywhere in a function holds one everywhere in it)."""
 
     def __init__(self, tree):
+        self._nodes = {}  # id(function) -> its own nodes (read once: scope runs many times)
         self.modules = set()  # local names of the shape modules
         self.makers = set()  # local names of their makers
         self.imports_shapes = False  # anything of them
@@ -149,6 +159,54 @@ class _Shapes:
                     if alias.name in SHAPE_MODULES:
                         self.modules.add(alias.asname or alias.name)
         self.imports_shapes |= bool(self.modules)
+        # attributes bound to the message's columns anywhere (`self.columns = …`)
+        self.column_attributes = {
+            target.attr
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Assign) and _names_columns(node.value)
+            for target in node.targets
+            if isinstance(target, ast.Attribute)
+        }
+        # {name: LIST or PAIRS} of the functions (and methods) of the module returning either
+        self.readers = {}
+        functions = [
+            n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+        ]
+        returning = [f for f in functions if any(isinstance(n, ast.Return) for n in self.own(f))]
+        while True:  # (a reader may return what another reader returns)
+            before = dict(self.readers)
+            for function in returning:
+                held, makers, columns = self.scope(function)
+                for node in self.own(function):
+                    if isinstance(node, ast.Return) and node.value is not None:
+                        kind = self.kind(node.value, held, makers, columns)
+                        if kind in (LIST, PAIRS):
+                            self.readers[function.name] = kind
+            if self.readers == before:
+                break
+
+    def own(self, function):
+        """The nodes of `function` (or the module), its nested functions aside; read once."""
+        nodes = self._nodes.get(id(function))
+        if nodes is None:
+            nodes = self._nodes[id(function)] = list(_own_nodes(function))
+        return nodes
+
+    def is_columns(self, node, columns):
+        """Whether `node` is the message's columns: spelt, or a name or attribute bound to them."""
+        if isinstance(node, ast.Starred):
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in columns:
+            return True
+        if isinstance(node, ast.Attribute) and node.attr in self.column_attributes:
+            return True
+        return _names_columns(node)
+
+    def reader(self, node):
+        """LIST or PAIRS when `node` names a function of this module returning that."""
+        if isinstance(node, ast.Name):
+            return self.readers.get(node.id)
+        return self.readers.get(node.attr) if isinstance(node, ast.Attribute) else None
 
     def is_maker(self, node, makers):
         if isinstance(node, ast.Attribute):
@@ -157,18 +215,35 @@ class _Shapes:
             }
         return isinstance(node, ast.Name) and node.id in makers
 
-    def kind(self, node, held, makers):
+    def kind(self, node, held, makers, columns=frozenset()):
+        if isinstance(node, ast.Await):
+            return self.kind(node.value, held, makers, columns)
         if isinstance(node, ast.Call):
             if self.is_maker(node.func, makers):
                 return MESSAGE
             func = node.func
             if isinstance(func, ast.Name) and func.id in ("list", "sorted", "reversed"):
-                return self.kind(node.args[0], held, makers) if node.args else None
-            if isinstance(func, ast.Attribute) and func.attr == "values_list":
-                starred = [a for a in node.args if isinstance(a, ast.Starred)]
-                if any("MESSAGE_COLUMNS" in ast.unparse(a.value) for a in starred):
+                return self.kind(node.args[0], held, makers, columns) if node.args else None
+            if isinstance(func, ast.Attribute) and func.attr in ("values_list", "read"):
+                given = [*node.args, *(k.value for k in node.keywords)]
+                if any(self.is_columns(a, columns) for a in given):
                     return LIST
+            if (kind := self.reader(func)) is not None:
+                return kind
+            if isinstance(func, ast.Call):  # (`db_read(_events_between)(…)`)
+                for kind in map(self.reader, func.args):
+                    if kind is not None:
+                        return kind
             return None
+        if isinstance(node, ast.List | ast.Tuple) and node.elts:
+            first = node.elts[0]
+            if isinstance(first, ast.Tuple) and first.elts:  # (`[(events, text)]`)
+                if self.kind(first.elts[0], held, makers, columns) == LIST:
+                    return PAIRS
+            return None
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            kinds = {self.kind(n, held, makers, columns) for n in (node.left, node.right)}
+            return PAIRS if PAIRS in kinds else (LIST if LIST in kinds else None)
         if isinstance(node, ast.Name):
             return held.get(node.id)
         if isinstance(node, ast.Attribute) and node.attr == "events":
@@ -177,44 +252,87 @@ class _Shapes:
             s = node.slice
             if isinstance(s, ast.Constant) and s.value == "events":
                 return LIST  # a channel-layer message's events
-            if self.kind(node.value, held, makers) == LIST:
+            if self.kind(node.value, held, makers, columns) == LIST:
                 return LIST if isinstance(s, ast.Slice) else MESSAGE
         return None
 
     def scope(self, function):
-        """({name: kind}, maker aliases) of a function (or the module), its nested functions
-        aside."""
-        held, makers = {}, set(self.makers)
-        if self.imports_shapes and isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
-            for arg in function.args.args + function.args.kwonlyargs:
-                if arg.arg in LIST_PARAMETERS:
-                    held[arg.arg] = LIST
-        nodes = list(_own_nodes(function))
-        for _ in range(3):  # (a binding may read one made later in the source)
+        """({name: kind}, maker aliases, names of the message's columns) of a function (or the
+        module), its nested functions aside."""
+        held, makers, columns = {}, set(self.makers), set()
+        if isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+            args = function.args
+            positional = args.posonlyargs + args.args
+            with_default = positional[len(positional) - len(args.defaults) :]
+            defaults = [
+                *zip(with_default, args.defaults, strict=True),
+                *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+            ]
+            columns |= {a.arg for a, d in defaults if d is not None and _names_columns(d)}
+            if self.imports_shapes:
+                for arg in args.args + args.kwonlyargs:
+                    if arg.arg in LIST_PARAMETERS:
+                        held[arg.arg] = LIST
+        nodes = self.own(function)
+        while True:  # (a binding may read one made later in the source)
+            known = (dict(held), set(makers), set(columns))
             for node in nodes:
                 if isinstance(node, ast.Assign):
                     for target in node.targets:
-                        self.bind(target, node.value, held, makers)
-                elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
-                    if self.kind(node.iter, held, makers) == LIST and isinstance(
-                        node.target, ast.Name
+                        if isinstance(target, ast.Name) and self.is_columns(node.value, columns):
+                            columns.add(target.id)
+                        self.bind(target, node.value, held, makers, columns)
+                elif isinstance(node, ast.AugAssign):  # (`out += page`)
+                    if (
+                        isinstance(node.target, ast.Name)
+                        and self.kind(node.value, held, makers, columns) == LIST
                     ):
-                        held[node.target.id] = MESSAGE
+                        held[node.target.id] = LIST
+                elif isinstance(node, ast.Call):
+                    self.gather(node, held, makers, columns)
+                elif isinstance(node, ast.For | ast.AsyncFor | ast.comprehension):
+                    over = self.kind(node.iter, held, makers, columns)
+                    target = node.target
+                    if over == LIST and isinstance(target, ast.Name):
+                        held[target.id] = MESSAGE
+                    elif over == PAIRS and isinstance(target, ast.Tuple) and target.elts:
+                        if isinstance(target.elts[0], ast.Name):
+                            held[target.elts[0].id] = LIST
                     elif self.imports_shapes:  # (`for rec, payloads in per_stream.items()`)
                         for name in ast.walk(node.target):
                             if isinstance(name, ast.Name) and name.id in LIST_PARAMETERS:
                                 held[name.id] = LIST
-        return held, makers
+            if known == (held, makers, columns):
+                return held, makers, columns
 
-    def bind(self, target, value, held, makers):
+    def gather(self, call, held, makers, columns):
+        """A list an event is appended to (or inserted into), or that a list of them extends,
+        is a list of them: `out.append(e)`, `out.extend(page)`."""
+        func = call.func
+        if not (isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name)):
+            return
+        wanted = {"append": MESSAGE, "insert": MESSAGE, "extend": LIST}.get(func.attr)
+        if wanted and call.args and self.kind(call.args[-1], held, makers, columns) == wanted:
+            held[func.value.id] = LIST
+
+    def bind(self, target, value, held, makers, columns=frozenset()):
         if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple):
             for t, v in zip(target.elts, value.elts, strict=False):
-                self.bind(t, v, held, makers)
+                self.bind(t, v, held, makers, columns)
         elif isinstance(target, ast.Name):
             if self.is_maker(value, makers):
                 makers.add(target.id)
-            elif (kind := self.kind(value, held, makers)) is not None:
+            elif (kind := self.kind(value, held, makers, columns)) is not None:
                 held[target.id] = kind
+
+
+def _names_columns(node):
+    """Whether `node` spells the message's columns (`MESSAGE_COLUMNS`, its proxied form)."""
+    return any(
+        "MESSAGE_COLUMNS" in (n.id if isinstance(n, ast.Name) else n.attr)
+        for n in ast.walk(node)
+        if isinstance(n, ast.Name | ast.Attribute)
+    )
 
 
 def _own_nodes(scope):
@@ -229,6 +347,8 @@ def _own_nodes(scope):
 
 def positional_reaches(source):
     """[(line, code)] of each subscript by number or slice of an event's tuple in `source`."""
+    if not any(word in source for word in CLUES):
+        return []  # (nothing here can hold one: the walk of the house stays quick)
     tree = ast.parse(source)
     shapes = _Shapes(tree)
     found = []
@@ -236,12 +356,12 @@ def positional_reaches(source):
         n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
     ]
     for scope in scopes:
-        held, makers = shapes.scope(scope)
-        for node in _own_nodes(scope):
+        held, makers, columns = shapes.scope(scope)
+        for node in shapes.own(scope):
             if (
                 isinstance(node, ast.Subscript)
                 and _constant_index(node)
-                and shapes.kind(node.value, held, makers) == MESSAGE
+                and shapes.kind(node.value, held, makers, columns) == MESSAGE
             ):
                 found.append((node.lineno, ast.unparse(node)))
     return sorted(found)
@@ -249,13 +369,16 @@ def positional_reaches(source):
 
 def test_nothing_indexes_an_events_tuple_by_number_outside_its_shapes():
     owners = {ROOT / "streams/store/event_row.py", ROOT / "streams/shapes/event_message.py"}
-    offending = []
+    offending, walked = [], 0
     for package in ("streams", "dashboard"):
         for path in sorted((ROOT / package).rglob("*.py")):
             if path in owners or "migrations" in path.parts:
                 continue
+            walked += 1
             found = positional_reaches(path.read_text())
             offending += [f"{path.relative_to(ROOT)}:{line}: {code}" for line, code in found]
+    # (it walked nothing for a while: its root was tests/streams/ once the tests moved there)
+    assert walked > 200, f"walked {walked} modules: is ROOT the repository?"
     assert not offending, (
         "name the position (event_row's ROW_…, event_message's INDEX, DATA, …):\n"
         + "\n".join(offending)
@@ -282,6 +405,22 @@ def test_the_positional_check_sees_what_it_is_for():
         "    return rows[0][4]",
         "import streams.shapes.event_message as em\n"
         "def f(m, d):\n    return em.with_data(m, d)[1:]",
+        # what the event reader returns, through a function of the module and a wrapper
+        READER + "async def f(db_read, sid):\n"
+        "    page = await db_read(between)(sid, 0)\n    return page[-1][0]",
+        # a list gathered from one
+        READER + "def f(sid):\n    out = []\n    out.extend(between(sid, 0))\n"
+        "    return [out[j][4] for j in range(2)]",
+        READER + "def f(sid):\n    out = []\n    for e in between(sid, 0):\n"
+        "        out.append(e)\n    return out[0][1]",
+        # the columns held by an attribute
+        READER + "class C:\n    def __init__(self):\n        self.columns = MESSAGE_COLUMNS\n"
+        "    def f(self, sid):\n        rows = stored_events.read(sid, self.columns)\n"
+        "        return rows[0][1]",
+        # the first of the pairs the frame fitting returns
+        READER + "def fit(events):\n    return [(events, 'x')]\n"
+        "def f(events):\n    for part, text in fit(events[:1]) + fit(events[1:]):\n"
+        "        return part[-1][0]",
     ]
     for source in caught:
         assert positional_reaches(source), source
@@ -295,6 +434,40 @@ def test_the_positional_check_sees_what_it_is_for():
         "def f(pairs):\n    return [p[1] for p in pairs], pairs[0]",
         "def f(entry):\n    return entry['events'][0] and entry['type'][0]",  # (no index twice)
         "times = [1, 2]\nfirst = times[0]",
+        # the reader with other columns than the message's, a list of other tuples
+        READER + "def f(sid):\n    rows = stored_events.read(sid, ('t_us', 'data'))\n"
+        "    return [r[0] for r in rows]",
+        READER + "def f():\n    out = []\n    out.append((1, 2))\n    return out[0][1]",
     ]
     for source in allowed:
         assert positional_reaches(source) == [], source
+
+
+READER = (
+    "from streams.shapes.event_message import MESSAGE_COLUMNS\n"
+    "from streams.store import events as stored_events\n"
+    "def between(sid, after, columns=MESSAGE_COLUMNS):\n"
+    "    return stored_events.read(sid, columns, after=after)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "module, at_least",
+    [("streams/live/consumers.py", 10), ("streams/ingest/writer.py", 1)],
+)
+def test_a_number_planted_for_any_named_position_of_the_relay_or_the_writer_is_caught(
+    module, at_least
+):
+    """Each place the consumers and the writer read an event's tuple by a named position,
+    planted with a number instead (`e[DATA]` -> `e[4]`), fails the check at its line: the check
+    follows every event's tuple these modules read, not only the ones its self-test spells."""
+    source = (ROOT / module).read_text()
+    named = list(re.finditer(r"\[(INDEX|DATA)\]", source))
+    assert len(named) >= at_least, "the module reads fewer named positions than it did"
+    missed = []
+    for match in named:
+        line = source.count("\n", 0, match.start()) + 1
+        planted = source[: match.start()] + "[4]" + source[match.end() :]
+        if line not in {n for n, _ in positional_reaches(planted)}:
+            missed.append(f"{module}:{line}: {source.splitlines()[line - 1].strip()}")
+    assert not missed, "a number planted here went unseen:\n" + "\n".join(missed)

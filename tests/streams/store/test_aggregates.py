@@ -8,6 +8,7 @@ import datetime as dt
 import decimal
 import random
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -656,6 +657,39 @@ def test_a_dimension_on_the_rollups_base_is_in_every_key():
         "t",
         *(d for d in shared if d != "t"),
     )
+
+
+def shared_by_every_rollup(models):
+    """The fields (name and class) that each of `models` declares itself (not inherited from
+    an abstract base, whose fields Django copies into each), in every one of them."""
+
+    def inherited(m):
+        bases = [b for b in m.__mro__[1:] if getattr(getattr(b, "_meta", None), "abstract", 0)]
+        return {f.name for b in bases for f in b._meta.local_fields}
+
+    declared = [
+        {(f.name, type(f).__name__) for f in m._meta.local_fields if f.name not in inherited(m)}
+        - {("pk", "CompositePrimaryKey")}  # (each key is its own order, made by rollup_key)
+        for m in models
+    ]
+    return set.intersection(*declared)
+
+
+def test_what_every_rollup_declares_is_declared_once_on_their_base():
+    """A dimension or value every rollup has lives on `_Rollup`, not once per rollup."""
+    rollups = list(aggregates.rollup_tables())
+    assert len(rollups) == 5
+    assert shared_by_every_rollup(rollups) == set()
+
+    # the check sees what it is for: a field declared in each of them is found
+    def rollup(*names):
+        fields = [SimpleNamespace(name=n) for n in names]
+        return type("Rollup", (), {"_meta": SimpleNamespace(local_fields=fields, abstract=0)})
+
+    found = shared_by_every_rollup([rollup("code", "region"), rollup("region", "bucket")])
+    assert found == {("region", "SimpleNamespace")}
+    assert ("requested_model", "CharField") in shared_by_every_rollup([UsageRollup])
+    assert ("span", "IntegerField") not in shared_by_every_rollup([UsageRollup])  # the base's
 
 
 def test_a_scope_is_a_project_and_only_staff_get_every_project(people):
