@@ -75,8 +75,7 @@ def _rebuild(schema_editor, model, name):
             )
             old = ", ".join(qn(f.column) for f in fields if f.column != "format")
             cursor.execute(
-                f"INSERT INTO {target} ({old}, {qn('format')}) SELECT {old}, %s FROM {t}",
-                [BEFORE],
+                f"INSERT INTO {target} ({old}, {qn('format')}) SELECT {old}, '{BEFORE}' FROM {t}"
             )
             cursor.execute(f"DROP TABLE {t}")
             cursor.execute(f"ALTER TABLE {target} RENAME TO {t}")
@@ -86,9 +85,9 @@ def _rebuild(schema_editor, model, name):
                     f"CREATE INDEX {qn(index)} ON {t} ({', '.join(qn(c) for c in cols)})"
                 )
         else:
+            # (a literal: DDL takes no parameters where they are bound by the server)
             cursor.execute(
-                f"ALTER TABLE {t} ADD COLUMN {qn('format')} varchar(10) NOT NULL DEFAULT %s",
-                [BEFORE],
+                f"ALTER TABLE {t} ADD COLUMN {qn('format')} varchar(10) NOT NULL DEFAULT '{BEFORE}'"
             )
             cursor.execute(f"ALTER TABLE {t} ALTER COLUMN {qn('format')} DROP DEFAULT")
             cursor.execute(f"ALTER TABLE {t} DROP CONSTRAINT {qn(table + '_pkey')}")
