@@ -16,6 +16,7 @@ from streams import fields
 from streams.core import conf
 from streams.models import Project, Stream
 from streams.run import services
+from streams.store import rows
 
 TITLE_CHARS = 80
 
@@ -76,7 +77,11 @@ class Conversation(models.Model):
     SETTINGS = ("model", "instructions", "temperature", "max_output_tokens", "scenario", "speed")
 
     def settings_dict(self):
-        return {name: getattr(self, name) for name in self.SETTINGS}
+        """What the composer starts from: the settings kept, and the format its last answer
+        spoke (its history, plain user and assistant messages, reads the same in each)."""
+        answers = Stream.objects.filter(turns__conversation=self).order_by("-pk")
+        format = answers.values_list("format", flat=True).first() or Stream.Format.RESPONSES
+        return {**{name: getattr(self, name) for name in self.SETTINGS}, "format": format}
 
     def turns_with_answers(self):
         """The turns in order, each with `.answer`: the stream of its latest attempt (a stall
@@ -161,18 +166,21 @@ def send(user, conversation, form, project=None):
         turns = conversation.turns_with_answers()
         if turns and turns[-1].answer is not None and turns[-1].answer.is_active:
             raise Busy()
-        previous = conversation.previous_response_id(turns) if use_previous_response_id() else ""
+        format = form.stream_format()
+        # (`previous_response_id` is the Responses API's: the other formats send the history)
+        chained = use_previous_response_id() and format == Stream.Format.RESPONSES
+        previous = conversation.previous_response_id(turns) if chained else ""
         if previous:
             body = form.request_body([{"role": "user", "content": prompt}])
             body["previous_response_id"] = previous
         else:
             history = conversation.input_items(turns)
             body = form.request_body([*history, {"role": "user", "content": prompt}])
-        size = len(json.dumps(body["input"]))
+        size = len(json.dumps(rows.input_of(body)))
         limit = conf.get().max_input_chars
         if size > limit:
             raise TooLong(size, limit)
-        stream = services.create(user, body, project=conversation.project_id)
+        stream = services.create(user, body, project=conversation.project_id, format=format)
         turn = Turn.objects.create(
             conversation=conversation, position=len(turns), prompt=prompt, stream=stream
         )
@@ -196,7 +204,10 @@ def retry(turn):
         if last.answer.is_active:
             raise Busy()
         stream = services.create(
-            conversation.user, last.answer.request_body, project=conversation.project_id
+            conversation.user,
+            last.answer.request_body,
+            project=conversation.project_id,
+            format=last.answer.format,
         )
         last.stream = stream
         last.save(update_fields=["stream"])

@@ -1000,6 +1000,8 @@ class _Rollup(models.Model):
     # the stream's project's id, 0 for none: what every page's access reads first
     project_key = models.BigIntegerField(_("project key"))
     status = fields.CharField(_("status"), max_length=12)
+    # the API the stream's bytes spoke (Stream.format): the pages' format filter (0039)
+    format = fields.CharField(_("format"), max_length=10)
     n = models.BigIntegerField(_("count"), default=0)
 
     VALUES = ("n",)  # the base's fields that add up; the others are dimensions

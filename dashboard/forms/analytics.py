@@ -99,16 +99,20 @@ def _utc(value):
 
 
 class LabelsForm(RangeForm):
-    """A range, plus what a proxied request's client labelled it with and whose it is (`user`
-    narrows the project's streams to one member's, see Scope)."""
+    """A range, plus what a proxied request's client labelled it with, whose it is (`user`
+    narrows the project's streams to one member's, see Scope) and the API it spoke."""
 
     tag = forms.CharField(required=False, max_length=MAX_TAG_CHARS, label=_("Tag"))
     session = forms.CharField(required=False, max_length=200, label=_("Session"))
     user = forms.CharField(required=False, max_length=150, label=_("User"))
+    format = forms.ChoiceField(
+        choices=ANY + Stream.Format.choices, required=False, label=_("Format")
+    )
 
     def filters(self):
         data = self.cleaned_data if self.is_bound else {}
         return {
+            "format": data.get("format", ""),
             "tag": data.get("tag", ""),
             "session": data.get("session", ""),
             "username": data.get("user", ""),

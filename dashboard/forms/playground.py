@@ -5,8 +5,9 @@ from django import forms
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from streams.models import Stream
 from streams.serve.api import CreateStreamForm
-from streams.simulator.scenarios import SCENARIOS
+from streams.simulator import scenarios_of
 
 # time_scale values the simulator understands, as offered in the composer: slowest first.
 SPEEDS = [
@@ -38,6 +39,7 @@ class PlaygroundForm(CreateStreamForm):
             "temperature": _("Temperature"),
             "instructions": _("Instructions"),
             "scenario": _("Scenario"),
+            "format": _("Format"),
         }
         for name, label in labels.items():
             self.fields[name].label = label
@@ -77,6 +79,10 @@ class PlaygroundForm(CreateStreamForm):
             "speed": d["speed"],
         }
 
+    def stream_format(self):
+        """The API the request speaks (CreateStreamForm's `format`)."""
+        return self.cleaned_data["format"]
+
     def error_dict(self):
         """{field: [messages]} with field labels, for the page's script."""
         return {
@@ -90,10 +96,17 @@ class PlaygroundForm(CreateStreamForm):
         return ""
 
 
-def scenario_choices():
-    """(id, what it does) of the simulator's scenarios, from its own catalogue; what it does
-    in the page's language (the descriptions are in the engine's catalog)."""
-    return [(name, gettext(description)) for name, description in SCENARIOS.items()]
+def scenario_groups():
+    """Each format's scenarios from the simulator's own catalogue (a request is answered with
+    its format's: `scenarios_of`): [{format, label, normal: what its default does, scenarios:
+    [(id, what it does)] but the default}], what each does in the page's language (the
+    descriptions are in the engine's catalog)."""
+    groups = []
+    for format, label in Stream.Format.choices:
+        said = {name: gettext(text) for name, text in scenarios_of(format).items()}
+        normal = said.pop("normal", "")
+        groups.append({"format": format, "label": label, "normal": normal, "scenarios": said})
+    return groups
 
 
 COMPARE_MIN, COMPARE_MAX = 2, 4

@@ -48,7 +48,7 @@ from dashboard.forms.playground import (
     SPEEDS,
     CompareForm,
     PlaygroundForm,
-    scenario_choices,
+    scenario_groups,
 )
 from dashboard.models import Busy, CannotRetry, Conversation, TooLong, Turn, retry, send
 from dashboard.project import abilities, require, working, writing_project
@@ -261,7 +261,7 @@ def _page_context(request, conversation, form=None, error=""):
         "form": form,
         "error": error,
         "catalog": catalog,
-        "scenarios": scenario_choices(),
+        "scenario_groups": scenario_groups(),
         "speeds": SPEEDS,
         "send_url": _send_url(conversation),
         "active": bool(turns and turns[-1].answer is not None and turns[-1].answer.is_active),
@@ -417,7 +417,7 @@ def playground_compare(request):
         "nav": "playground",
         "form": form,
         "catalog": catalog,
-        "scenarios": scenario_choices(),
+        "scenario_groups": scenario_groups(),
         "speeds": SPEEDS,
         "chosen": initial["models"],
         "slots": COMPARE_MAX,
@@ -449,7 +449,10 @@ def _compare_create(request):
         return None, JsonResponse({"message": message, "errors": {}}, status=429)
     try:
         with transaction.atomic():
-            streams = [services.create(request.user, body, project) for _, body in bodies]
+            format = form.stream_format()
+            streams = [
+                services.create(request.user, body, project, format=format) for _, body in bodies
+            ]
     except services.TooMany as exc:  # another tab took a slot meanwhile
         return None, JsonResponse({"message": exc.message(), "errors": {}}, status=exc.http_status)
     return streams, None

@@ -15,6 +15,7 @@
  * Model output reaches the page only through output.js (text, or sanitised Markdown).
  */
 import { el } from "./dom.js";
+import { offerScenarios } from "./formats.js";
 import { count, fmt, money, ms, num, t, tn } from "./i18n.js";
 import { LiveOutput } from "./output.js";
 import { colorVar } from "./palette.js";
@@ -254,6 +255,7 @@ function init(root) {
   for (const swatch of root.querySelectorAll(".swatch[data-model]")) {
     swatch.style.background = colorVar(swatch.dataset.model);
   }
+  offerScenarios(document.getElementById("cmp-format"));
   let columns = [];
 
   form.addEventListener("submit", async (event) => {

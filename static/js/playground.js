@@ -22,6 +22,7 @@
  */
 
 import { el, serverFragment } from "./dom.js";
+import { offerScenarios } from "./formats.js";
 import { fmt, num, t, tn } from "./i18n.js";
 import { enhanceOutput, LiveOutput } from "./output.js";
 import { connectStream } from "./streamclient.js";
@@ -596,6 +597,7 @@ function init(root) {
     if (scenario && scenarioHelp) scenarioHelp.textContent = scenario.selectedOptions[0]?.title || "";
   };
   scenario?.addEventListener("change", describeScenario);
+  offerScenarios(document.getElementById("pg-format"));
   describeScenario();
 
   // On a phone the conversation list starts folded: the chat is what the screen is for.

@@ -5,11 +5,11 @@
 `shares(counts)` turns them into percentages. The stages:
 
 - per event: read (the upstream's bytes: httpx, httpcore, h11, our network stream, SSE
-  decoding), check (the protocol checker), record (numbering, milestones, the writer's
-  queue), commit (the batch's SQL and the database driver), publish (after the commit, to the
-  channel layer or the in-process fan-out), frame (the consumer's frames, Daphne's and
-  autobahn's WebSocket), to client (the proxy's bytes to its client through Daphne's HTTP),
-  sockets out (Twisted's socket writes, to clients and viewers);
+  decoding), check (the protocol checker, every format's), record (numbering, milestones, the
+  writer's queue), commit (the batch's SQL and the database driver), publish (after the
+  commit, to the channel layer or the in-process fan-out), frame (the consumer's frames,
+  Daphne's and autobahn's WebSocket), to client (the proxy's bytes to its client through
+  Daphne's HTTP), sockets out (Twisted's socket writes, to clients and viewers);
 - per request: auth (token and session), row (the stream's row made), finish (the row
   finished: figures, usage, cost), rollups (the aggregates), page (views and templates);
 - threads (handing work to a thread: sync_to_async, run_in_executor) and loop (the event loop
@@ -49,6 +49,7 @@ CONTEXTS = [
 ]
 STAGES = [
     ("check", "streams/core/checks.py", None),
+    ("check", "streams/core/formats/", None),  # (the Chat and Messages checkers)
     ("record", "streams/ingest/recorder.py", None),
     ("commit", "streams/store/rows.py", None),
     ("commit", "streams/ingest/writer.py", {"_commit", "_stream_changes", "_sort_batch"}),

@@ -1,8 +1,10 @@
 """The recording proxy against direct calls: added time to first token and per event.
 
 The same paced simulator is called directly and through the proxy (`POST /v1/responses` on a
-Daphne running the project), alternating rounds, in one run, with the same seeds: stream i of a
-direct round and of a proxied round are planned alike, so their differences are the proxy's.
+Daphne running the project; `--format chat,messages` its other formats' paths, every format in
+the same rounds, interleaved, so their figures are of one load), alternating rounds, in one run,
+with the same seeds: stream i of a direct round and of a proxied round are planned alike, so
+their differences are the proxy's.
 Per configuration (number of concurrent clients):
 
 - added TTFT: per seed, (first delta at the client − request start) proxied − direct; p50/p99;
@@ -162,11 +164,10 @@ def run(command, opts):
     try:
         if "nginx" in opts["against"].split(","):
             nginx = Nginx(sim.port, tmp, workers=1, connections=4 * most + 64)
-        for format, (n, arrivals) in (
-            (f, configuration) for f in chosen for configuration in configurations
-        ):
-            request = paced_request(opts, format)
-            result = asyncio.run(
+        requests = [paced_request(opts, format) for format in chosen]
+        for n, arrivals in configurations:
+            # every format in the same rounds, interleaved: their figures are of one load
+            measured = asyncio.run(
                 _configuration(
                     n,
                     opts["rounds"],
@@ -174,17 +175,19 @@ def run(command, opts):
                     daphne,
                     token,
                     arrivals.strip(),
-                    request,
+                    requests,
                     nginx,
                     opts["profile"],
                 )
             )
-            result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
-            result["server_limits"] = limits_of(limits)
-            result["upstream_transport"] = _transport()
-            result["format"] = format
-            results.append(result)
-            _print(command, n, arrivals, result, opts["json"])
+            for result in measured:
+                result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
+                result["server_limits"] = limits_of(limits)
+                result["upstream_transport"] = _transport()
+                results.append(result)
+                _print(command, n, arrivals, result, opts["json"])
+            if len(measured) > 1 and not opts["json"]:
+                command.stdout.write(_formats_line(measured))
     finally:
         if nginx is not None:
             nginx.stop()
@@ -377,10 +380,30 @@ class Nginx:
         stop_process(self.proc)
 
 
+def _formats_line(results):
+    """The formats of one configuration side by side (one run, interleaved rounds): the
+    proxy's CPU per event and added TTFT p50 of each, and how far apart the CPU figures are
+    (the largest over the smallest)."""
+    cpu = {r["format"]: r["cpu_us_per_event"] for r in results}
+    spread = 100 * (max(cpu.values()) / max(1e-9, min(cpu.values())) - 1)
+    return (
+        "  formats in the same rounds, µs CPU/event (added TTFT p50 ms): "
+        + "; ".join(
+            f"{r['format']} {r['cpu_us_per_event']} ({r['added_ttft_p50_ms']})" for r in results
+        )
+        + f"; apart by {spread:.1f} %"
+    )
+
+
 async def _configuration(
-    n, rounds, sim_root, daphne, token, arrivals, request, nginx=None, profile=False
+    n, rounds, sim_root, daphne, token, arrivals, requests, nginx=None, profile=False
 ):
-    """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs.
+    """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs, for
+    each of `requests` (a format's each); returns each one's figures, in their order.
+
+    The formats share the rounds: round r runs every format in turn (each mode of one format
+    after the other, the first format another each round), so a load that changes over the
+    run changes every format's figures alike and they compare as one run's.
 
     `arrivals`: "burst", every client's request sent in the same instant (a round is a
     gather of n requests: the proxy's per-request work queues up, the worst case); or
@@ -406,36 +429,50 @@ async def _configuration(
         floor = await _daphne_floor(client, daphne)
         # Warm-up, not measured: one-time costs (the token's look-up, the proxy's first
         # upstream client, connections of both pools) are not the per-request figure.
-        duration_ns = 0
-        for mode, base in bases.items():
-            headers = auth if mode == "proxy" else {}
-            started = time.monotonic_ns()
-            await asyncio.gather(
-                *(_one(client, base, headers, request, seed=-1 - i) for i in range(n))
-            )
-            duration_ns = max(duration_ns, time.monotonic_ns() - started)
-        measured = _Measured(bases)
-        for r in range(rounds):
-            for mode in bases:
+        duration_ns = dict.fromkeys((r.format for r in requests), 0)
+        for request in requests:
+            for mode, base in bases.items():
                 headers = auth if mode == "proxy" else {}
-                before = cpu_of[mode]()
-                runs = await _round(
-                    client, bases[mode], headers, request, arrivals, n, r, duration_ns
+                started = time.monotonic_ns()
+                await asyncio.gather(
+                    *(_one(client, base, headers, request, seed=-1 - i) for i in range(n))
                 )
-                measured.cpu[mode] += cpu_of[mode]() - before
-                await measured.add(client, sim_root, mode, runs)
-        figures = _figures(n, arrivals, floor, measured)
-        figures["alone_cpu_us_per_event"] = await _server_alone(client, daphne, n, measured)
-        if profile:
-            # its own round: sampling C frames pauses the server at every sample
-            sampler = Sampler(daphne.proc.pid)
-            await asyncio.sleep(0.5)  # (attached)
-            runs = await _round(client, proxy_base, auth, request, arrivals, n, rounds, duration_ns)
-            counts = sampler.stop()
-            events = sum(len(run[1][2]) for run in runs)
-            figures["profile"] = by_stage(counts, figures["cpu_us_per_event"], events, len(runs))
-            figures["profile_samples"] = sum(counts.values())  # (the waiting ones too)
-    return figures
+                took = time.monotonic_ns() - started
+                duration_ns[request.format] = max(duration_ns[request.format], took)
+        measured = {r.format: _Measured(bases) for r in requests}
+        for r in range(rounds):
+            for request in requests[r % len(requests) :] + requests[: r % len(requests)]:
+                ours = measured[request.format]
+                for mode in bases:
+                    headers = auth if mode == "proxy" else {}
+                    before = cpu_of[mode]()
+                    runs = await _round(
+                        client, bases[mode], headers, request, arrivals, n, r,
+                        duration_ns[request.format],
+                    )  # fmt: skip
+                    ours.cpu[mode] += cpu_of[mode]() - before
+                    await ours.add(client, sim_root, mode, runs)
+        results = []
+        for request in requests:
+            ours = measured[request.format]
+            figures = {"format": request.format, **_figures(n, arrivals, floor, ours)}
+            figures["alone_cpu_us_per_event"] = await _server_alone(client, daphne, n, ours)
+            if profile:
+                # its own round: sampling C frames pauses the server at every sample
+                sampler = Sampler(daphne.proc.pid)
+                await asyncio.sleep(0.5)  # (attached)
+                runs = await _round(
+                    client, proxy_base, auth, request, arrivals, n, rounds,
+                    duration_ns[request.format],
+                )  # fmt: skip
+                counts = sampler.stop()
+                events = sum(len(run[1][2]) for run in runs)
+                figures["profile"] = by_stage(
+                    counts, figures["cpu_us_per_event"], events, len(runs)
+                )
+                figures["profile_samples"] = sum(counts.values())  # (the waiting ones too)
+            results.append(figures)
+    return results
 
 
 async def _daphne_floor(client, daphne):

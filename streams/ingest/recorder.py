@@ -432,14 +432,15 @@ def _begin_attempt(rec, url, body, stall_s):
 
 async def _attempt_started_here(rec, client, url, body, api_key, writer, phases, stall_s):
     """A request of our own: its `streaming` status committed and the clock restarted first,
-    `body` sent as JSON with our key, and the stall timer armed for the connect timeout plus
-    the stall threshold (`_read_events` then watches the events)."""
+    `body` sent as JSON with our key (where `rec.format`'s upstream takes it), and the stall
+    timer armed for the connect timeout plus the stall threshold (`_read_events` then watches
+    the events)."""
     await writer.flush(rec)
     rec.restart_clock()
     loop = asyncio.get_running_loop()
     async with asyncio.timeout(None) as stall_timer:
         stall_timer.reschedule(loop.time() + stall_s + conf.get().connect_timeout_s)
-        request = {"json": body, "headers": request_headers(api_key)}
+        request = {"json": body, "headers": request_headers(api_key, rec.format)}
         return await _exchange(
             rec, client, url, request, writer, None, phases, stall_timer, stall_s
         )

@@ -19,7 +19,7 @@ import httpcore
 import httpx
 from httpx_sse._decoders import SSEDecoder
 
-from streams.core import conf
+from streams.core import conf, formats
 from streams.ingest.network import Backend
 from streams.ingest.transport import LeanTransport
 
@@ -161,10 +161,15 @@ def _has_authorization(headers):
     )
 
 
-def request_headers(api_key):
+def request_headers(api_key, format=formats.RESPONSES):
+    """The headers of a request of ours to an upstream of `format`: its key where that format
+    takes it, and Anthropic's required `anthropic-version` for Messages."""
     headers = {"Accept": "text/event-stream", "Cache-Control": "no-store"}
     if api_key:
-        headers["Authorization"] = f"Bearer {api_key}"
+        name, value = formats.key_header(format, api_key)
+        headers[name] = value
+    if format == formats.MESSAGES:
+        headers["anthropic-version"] = formats.ANTHROPIC_VERSION
     return headers
 
 

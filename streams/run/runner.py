@@ -86,17 +86,21 @@ def get_client():
 
 
 async def run_stream(stream, *, base_url=None, api_key=None, client=None):
-    """Record `stream` (and its stall retries). Returns (last attempt's stream, outcome)."""
+    """Record `stream` (and its stall retries) at the upstream of its format (`upstream`: its
+    own URL and key, never another's). Returns (last attempt's stream, outcome)."""
+    configured, key = upstream(stream.format)
     # The built-in simulator paces a run at its time_scale (the playground's speed): its
     # stall scenario's silence scales, and the stall threshold with it.
     stall_s = None
-    if base_url is None and uses_simulator():
+    if base_url is None and not configured and uses_simulator():
         metadata = stream.request_body.get("metadata")
         stall_s = scenarios.stall_threshold_s(conf.get().stall_timeout_s, metadata)
-    base_url = base_url or await sync_to_async(upstream_base_url)()
+    if base_url is None:
+        base_url = configured or await sync_to_async(upstream_base_url)()
+        api_key = key if api_key is None else api_key
     api_key = settings.UPSTREAM_API_KEY if api_key is None else api_key
     client = client or get_client()
-    url = base_url.rstrip("/") + "/responses"
+    url = base_url.rstrip("/") + formats.PATHS[stream.format]
     writer = get_writer()
     current = stream
     stall_attempts = conf.get().stall_max_attempts
@@ -107,7 +111,10 @@ async def run_stream(stream, *, base_url=None, api_key=None, client=None):
                 telemetry.retried("connect")
                 await asyncio.sleep(conf.get().connect_backoff_s * 2 ** (connect_try - 1))
             rec = Recording(
-                current.pk, current.project_id, pinned_model=current.requested_model != "auto"
+                current.pk,
+                current.project_id,
+                pinned_model=current.requested_model != "auto",
+                format=current.format,
             )
             rec.token_id = current.token_id  # (started with a token: its spend counts it)
             rec.connect_retry_follows = connect_try + 1 < conf.get().connect_max_attempts

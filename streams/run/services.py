@@ -79,11 +79,12 @@ def running_count(user):
     return Stream.objects.filter(user=user, status__in=Stream.ACTIVE_STATUSES).count()
 
 
-def create(user, body, project=None, token=None, tags=()):
+def create(user, body, project=None, token=None, tags=(), format=Stream.Format.RESPONSES):
     """A new pending stream for `user` in `project` (by default their personal one) within
     the per-user limit, or `TooMany`. `token`: the API token it was started with (its spend
     counts the stream's cost, as a proxied one's); `tags`: what a judge's stream is marked
-    with (streams/evaluate/judge.py)."""
+    with (streams/evaluate/judge.py); `format`: the API `body` speaks (its upstream, its
+    checker: `rows.build_request_body` builds a body in each)."""
     if lifecycle.stopping:
         raise ShuttingDown()
     limit = conf.get().max_concurrent_per_user
@@ -94,7 +95,7 @@ def create(user, body, project=None, token=None, tags=()):
         running = running_count(user)
         if running >= limit:
             raise TooMany(running, limit)
-        return rows.new_row(user, body, project=project, token=token, tags=tags)
+        return rows.new_row(user, body, project=project, token=token, tags=tags, format=format)
 
 
 def create_for_run(user, body, project, *, tags=()):

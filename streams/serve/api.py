@@ -7,11 +7,14 @@ A stream someone may not see answers 404, as if it did not exist.
 =======  ==================================  ==================================================
 method   path                                what
 =======  ==================================  ==================================================
-POST     /api/streams/                       start a stream: ``{"input", "model"?, "scenario"?,
-                                             "instructions"?, "temperature"?,
+POST     /api/streams/                       start a stream: ``{"input", "model"?, "format"?,
+                                             "scenario"?, "instructions"?, "temperature"?,
                                              "max_output_tokens"?, "metadata"?}`` → 201
                                              ``{"id", "status", "url", "ws"}``; 400 on invalid
-                                             input, 429 over MAX_CONCURRENT_PER_USER
+                                             input, 429 over MAX_CONCURRENT_PER_USER; format
+                                             responses (default), chat or messages: the request
+                                             in that API's shape, to its upstream (``input``:
+                                             a string, or the format's own items/messages)
 GET      /api/streams/?limit=&before=        the project's streams, newest first (the project:
          &project=<slug>                     ``project`` if given, else the current one)
          &status=&format=                    only those (format: responses, chat, messages)
@@ -76,7 +79,8 @@ from streams.notify import deliver, targets
 from streams.run import services
 from streams.serve.http import api_view, json_body, json_error, limit_error, method_not_allowed
 from streams.shapes import event_message, public
-from streams.simulator.scenarios import SCENARIOS, RequestError, check_metadata
+from streams.simulator import scenarios_of
+from streams.simulator.scenarios import RequestError, check_metadata
 from streams.store import events as stored_events
 from streams.store import rows, scores, search
 
@@ -174,6 +178,9 @@ class TextField(forms.CharField):
 class CreateStreamForm(forms.Form):
     input = InputField()
     model = TextField(required=False, max_length=100)
+    # the API the request speaks, each at its own upstream (runner.upstream); before `scenario`,
+    # whose names are the format's
+    format = forms.ChoiceField(required=False, choices=Stream.Format.choices)
     scenario = TextField(required=False, max_length=50)
     instructions = TextField(required=False, strip=False)
     temperature = forms.FloatField(required=False, min_value=0, max_value=2)
@@ -189,14 +196,18 @@ class CreateStreamForm(forms.Form):
             raise forms.ValidationError(gettext("A model id has no whitespace."))
         return model
 
+    def clean_format(self):
+        return self.cleaned_data["format"] or Stream.Format.RESPONSES
+
     def clean_scenario(self):
         scenario = self.cleaned_data["scenario"]
-        # Scenarios are the simulator's; a real upstream ignores `metadata.scenario`, so a name
-        # the simulator does not know is a typo either way.
-        if scenario and scenario not in SCENARIOS:
+        # Scenarios are the simulator's, each format's own; a real upstream ignores
+        # `metadata.scenario`, so a name the simulator does not know is a typo either way.
+        known = scenarios_of(self.cleaned_data.get("format"))
+        if scenario and scenario not in known:
             raise forms.ValidationError(
                 gettext("Unknown scenario %(name)s; one of: %(names)s.")
-                % {"name": repr(scenario), "names": ", ".join(sorted(SCENARIOS))}
+                % {"name": repr(scenario), "names": ", ".join(sorted(known))}
             )
         return scenario
 
@@ -248,6 +259,7 @@ class CreateStreamForm(forms.Form):
         return rows.build_request_body(
             d["input"] if input is None else input,
             d["model"],
+            format=d["format"],
             instructions=d["instructions"],
             scenario=d["scenario"],
             temperature=d["temperature"],
@@ -482,14 +494,15 @@ async def api_streams(request):
 
 
 def _request_body(request):
-    """(the request body to send upstream, None) or (None, the error response)."""
+    """((the request body to send upstream, its format), None) or (None, the error
+    response)."""
     data, error = parse_json(request)
     if error:
         return None, error
     form = CreateStreamForm(data)
     if not form.is_valid():
         return None, _invalid(form)
-    return form.request_body(), None
+    return (form.request_body(), form.cleaned_data["format"]), None
 
 
 def _start_in(request):
@@ -507,9 +520,10 @@ async def _create(request):
     except NotAllowed:
         return json_error(403, "forbidden", "Your role in this project does not allow run.")
     # parsed and validated off the event loop: a body may be megabytes of a stranger's JSON
-    body, error = await asyncio.to_thread(_request_body, request)
+    request_body, error = await asyncio.to_thread(_request_body, request)
     if error:
         return error
+    body, format = request_body
     bearer = getattr(request, "bearer", None)
     if bearer is not None and limits.limited(bearer):  # (a stream costs: the caps apply)
         over = await sync_to_async(limits.spend_over)(bearer)
@@ -517,7 +531,7 @@ async def _create(request):
             return limit_error(over)
     try:
         stream = await sync_to_async(services.create)(
-            request.user, body, project, token=getattr(request, "token", None)
+            request.user, body, project, token=getattr(request, "token", None), format=format
         )
     except services.TooMany as exc:  # (or ShuttingDown: 503)
         return json_error(exc.http_status, exc.code, exc.message(), limit=exc.limit)

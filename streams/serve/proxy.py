@@ -184,9 +184,8 @@ def _upstream_authorization(headers, key, format):
     token = token or headers.get(b"x-api-key", b"").decode("latin-1").strip()
     if not key:
         return token, [], False
-    if format == formats.MESSAGES:
-        return token, [(b"x-api-key", key.encode())], False
-    return token, [(b"authorization", f"Bearer {key}".encode())], False
+    name, value = formats.key_header(format, key)
+    return token, [(name.lower().encode(), value.encode())], False
 
 
 # ---- the application -------------------------------------------------------------------------

@@ -20,6 +20,16 @@ from .server import (
 )
 
 
+def scenarios_of(format):
+    """{name: what it does} of the scenarios the simulator answers a request of `format` with
+    (streams/core/formats/): the Responses scenarios, or the Chat or Messages faults."""
+    from streams.core import formats
+
+    from . import chat, messages
+
+    return {formats.CHAT: chat.FAULTS, formats.MESSAGES: messages.FAULTS}.get(format, SCENARIOS)
+
+
 def built_in_upstream():
     """Whether this instance's upstream is the built-in simulator: no UPSTREAM_BASE_URL (the
     runner starts it in-process the first time a stream needs it)."""
@@ -39,6 +49,7 @@ __all__ = [
     "built_in_upstream",
     "docs",
     "route",
+    "scenarios_of",
     "shared_simulator",
     "start_in_thread",
 ]

@@ -16,26 +16,26 @@ import json
 from typing import Any
 
 from . import formats
-from .scenarios import choose_tool
+from .scenarios import choose_tool, gettext_noop
 
 FAULTS: dict[str, str] = {
-    "normal": ("Chat Completions: one choice streamed token by token, then [DONE]."),
-    "refusal": ("Chat Completions: the answer is a refusal (delta.refusal)."),
-    "content_filter": (
+    "normal": gettext_noop("Chat Completions: one choice streamed token by token, then [DONE]."),
+    "refusal": gettext_noop("Chat Completions: the answer is a refusal (delta.refusal)."),
+    "content_filter": gettext_noop(
         "Chat Completions, Azure style: prompt_filter_results first, content_filter_results "
         "on every chunk, the last choice filtered."
     ),
-    "comments": ("Chat Completions with ': OPENROUTER PROCESSING' comments."),
-    "missing_done": ("Chat Completions without the final data: [DONE]."),
-    "finish_twice": ("Chat Completions: finish_reason sent twice."),
-    "after_done": ("Chat Completions: a chunk after data: [DONE]."),
-    "missing_finish": ("Chat Completions: [DONE] without a finish_reason."),
-    "role_repeated": ("Chat Completions: delta.role in a later delta too."),
-    "usage_with_choices": ("Chat Completions: the usage chunk has choices."),
-    "tool_id_changed": ("Chat Completions: a tool call's id changes mid-call."),
-    "model_changed": ("Chat Completions: the model changes between chunks."),
-    "error": ("Chat Completions: an error object mid-stream, then the end."),
-    "reset": ("Chat Completions: the connection is reset mid-stream."),
+    "comments": gettext_noop("Chat Completions with ': OPENROUTER PROCESSING' comments."),
+    "missing_done": gettext_noop("Chat Completions without the final data: [DONE]."),
+    "finish_twice": gettext_noop("Chat Completions: finish_reason sent twice."),
+    "after_done": gettext_noop("Chat Completions: a chunk after data: [DONE]."),
+    "missing_finish": gettext_noop("Chat Completions: [DONE] without a finish_reason."),
+    "role_repeated": gettext_noop("Chat Completions: delta.role in a later delta too."),
+    "usage_with_choices": gettext_noop("Chat Completions: the usage chunk has choices."),
+    "tool_id_changed": gettext_noop("Chat Completions: a tool call's id changes mid-call."),
+    "model_changed": gettext_noop("Chat Completions: the model changes between chunks."),
+    "error": gettext_noop("Chat Completions: an error object mid-stream, then the end."),
+    "reset": gettext_noop("Chat Completions: the connection is reset mid-stream."),
 }
 
 

@@ -18,18 +18,18 @@ import json
 from typing import Any
 
 from . import formats
-from .scenarios import choose_tool
+from .scenarios import choose_tool, gettext_noop
 
 FAULTS: dict[str, str] = {
-    "normal": ("Anthropic Messages: one text block streamed, then message_stop."),
-    "never_stopped": ("Anthropic Messages: a content block is never stopped."),
-    "stopped_twice": ("Anthropic Messages: a content block is stopped twice."),
-    "out_of_order": ("Anthropic Messages: a block starts at index 1 before 0."),
-    "delta_before_start": ("Anthropic Messages: a delta before its block's start."),
-    "bad_json": ("Anthropic Messages: tool input fragments that are not JSON."),
-    "after_stop": ("Anthropic Messages: an event after message_stop."),
-    "error": ("Anthropic Messages: an overloaded_error event mid-stream."),
-    "reset": ("Anthropic Messages: the connection is reset mid-stream."),
+    "normal": gettext_noop("Anthropic Messages: one text block streamed, then message_stop."),
+    "never_stopped": gettext_noop("Anthropic Messages: a content block is never stopped."),
+    "stopped_twice": gettext_noop("Anthropic Messages: a content block is stopped twice."),
+    "out_of_order": gettext_noop("Anthropic Messages: a block starts at index 1 before 0."),
+    "delta_before_start": gettext_noop("Anthropic Messages: a delta before its block's start."),
+    "bad_json": gettext_noop("Anthropic Messages: tool input fragments that are not JSON."),
+    "after_stop": gettext_noop("Anthropic Messages: an event after message_stop."),
+    "error": gettext_noop("Anthropic Messages: an overloaded_error event mid-stream."),
+    "reset": gettext_noop("Anthropic Messages: the connection is reset mid-stream."),
 }
 
 

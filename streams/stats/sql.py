@@ -193,6 +193,8 @@ class Scope:
     requested_model: str = ""
     status: str = ""
     source: str = ""
+    # the API the streams' bytes spoke (Stream.format; a key of every rollup)
+    format: str = ""
     # a proxied request's labels, and whose streams: a username that narrows the project's
     # streams to that user's
     tag: str = ""
@@ -311,7 +313,7 @@ STREAMS = Rows(
 )
 # (a stream of no project is under project_key 0: only an all-projects scope reads it)
 ROLLUPS = Rows(project="project_key", user="user_key", created=None, sessions=False, tag_key=True)
-FILTERS = ("resolved_model", "requested_model", "status", "source", "session")
+FILTERS = ("resolved_model", "requested_model", "status", "source", "format", "session")
 
 
 def scope_where(scope, *, skip=(), rows=STREAMS, tags=None):

@@ -77,7 +77,7 @@ COLUMNS = (
     "headers_us", "created_event_us", "first_token_us", "output_deltas", "bytes_received",
     "event_count", "findings_count", "routing_category", "routing_source", "tags",
     "usage_source", "input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens",
-    "cost_nanos", "cost_currency",
+    "cost_nanos", "cost_currency", "format",
 )  # fmt: skip
 
 
@@ -275,6 +275,7 @@ def _dimensions(row):
         "user_key": row["user_id"] or 0,
         "project_key": row["project_id"] or 0,
         "status": row["status"],
+        "format": row["format"],
     }
 
 

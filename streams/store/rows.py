@@ -157,7 +157,7 @@ def new(body, *, user=None, project=None, requested_model=None, **fields):
         "requested_model": requested_model if isinstance(requested_model, str) else "",
         "scenario": metadata.get("scenario") if isinstance(metadata.get("scenario"), str) else "",
         # (Chat Completions and Anthropic Messages send `messages`)
-        "prompt": search.prompt_of(body.get("input", body.get("messages")))[:PROMPT_MAX_CHARS],
+        "prompt": search.prompt_of(input_of(body))[:PROMPT_MAX_CHARS],
         # searchable from the start (its instructions); `finished` adds the output's parts
         "search_other": search.other_text(body, None),
         **fields,
@@ -201,6 +201,7 @@ def build_request_body(
     input,
     model="auto",
     *,
+    format=formats.RESPONSES,
     instructions="",
     scenario="",
     temperature=None,
@@ -208,7 +209,24 @@ def build_request_body(
     previous_response_id="",
     metadata=None,
 ):
-    """A Responses API request body. `input` is a string or a list of input items."""
+    """A streaming request body in `format`'s shape (Responses by default). `input` is a string
+    or a list of the format's input items (Responses) or messages (Chat, Messages:
+    `formats.request_body`); the simulator's `scenario` goes in `metadata` in every format."""
+    metadata = dict(metadata or {})
+    if scenario:
+        metadata["scenario"] = scenario
+    if format != formats.RESPONSES:
+        if previous_response_id:
+            raise ValueError("previous_response_id is the Responses API's")
+        return formats.request_body(
+            format,
+            input,
+            model or "auto",
+            instructions=instructions,
+            temperature=temperature,
+            max_output_tokens=max_output_tokens,
+            metadata=metadata,
+        )
     body = {"model": model or "auto", "input": input, "stream": True}
     if instructions:
         body["instructions"] = instructions
@@ -218,12 +236,14 @@ def build_request_body(
         body["max_output_tokens"] = max_output_tokens
     if previous_response_id:
         body["previous_response_id"] = previous_response_id
-    metadata = dict(metadata or {})
-    if scenario:
-        metadata["scenario"] = scenario
     if metadata:
         body["metadata"] = metadata
     return body
+
+
+def input_of(body):
+    """A request's input: the Responses `input`, or the `messages` Chat and Messages send."""
+    return body.get("input", body.get("messages"))
 
 
 def new_row(

@@ -25,6 +25,7 @@ from django.utils.dates import MONTHS_3
 
 from dashboard.models import Conversation, SavedView, Turn
 from streams.core.checks import KNOWN_TYPES, Said
+from streams.core.formats import FORMATS
 from streams.models import (
     ApiToken,
     AuditEntry,
@@ -46,7 +47,7 @@ from streams.models import (
     ShareLink,
     Stream,
 )
-from streams.simulator import SCENARIOS
+from streams.simulator import scenarios_of
 from streams.simulator.models import MODELS
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -74,6 +75,8 @@ ALLOWED = {
     "e-mail", "webhook", "webhooks", "slack", "apprise",
     # the APIs a stream speaks (streams/core/formats/): product names
     "responses", "chat", "completions", "anthropic", "messages",
+    # providers whose habits the simulator's Chat scenarios imitate
+    "azure", "openrouter",
 }  # fmt: skip
 CATALOGS = [
     ROOT / app / "locale" / "nl" / "LC_MESSAGES" / f"{domain}.po"
@@ -270,7 +273,9 @@ def recorded_data():
     for row in Delivery.objects.values_list("subject", "last_answer"):
         values.update(v for v in row if v)
     values.update(_admin_data())
-    values.update(SCENARIOS)  # identifiers the playground offers, as the API takes them
+    # identifiers the playground offers, as the API takes them (every format's)
+    for format in FORMATS:
+        values.update(scenarios_of(format))
     values.update(MODELS)
     values.update(_month_abbreviations())
     values.update(_experiments_data())

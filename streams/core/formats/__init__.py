@@ -28,6 +28,56 @@ IMPLIED_EVENT_NAME = {CHAT: "message"}
 PATHS = {RESPONSES: "/responses", CHAT: "/chat/completions", MESSAGES: "/messages"}
 
 
+# Anthropic's Messages API requires `max_tokens`; a request that does not say gets this many.
+MESSAGES_MAX_TOKENS = 4096
+# The `anthropic-version` a request of ours sends (a proxied one passes its client's on).
+ANTHROPIC_VERSION = "2023-06-01"
+
+
+def key_header(format: str, key: str) -> tuple[str, str]:
+    """(name, value) of the header an upstream of `format` takes its key in: Anthropic's
+    `x-api-key`, everyone else's bearer `Authorization` (our requests and the proxy's)."""
+    if format == MESSAGES:
+        return "x-api-key", key
+    return "Authorization", f"Bearer {key}"
+
+
+def request_body(
+    format: str,
+    input,
+    model: str,
+    *,
+    instructions: str = "",
+    temperature: float | None = None,
+    max_output_tokens: int | None = None,
+    metadata: dict | None = None,
+) -> dict:
+    """A streaming Chat Completions or Messages request of ours (the playground's, the API's, a
+    judge's): `input` a string (one user message) or the format's own `messages`, sent as they
+    came (never translated: a translated request is the bug this recorder exists to see).
+    Chat asks for usage in its last chunk (`stream_options.include_usage`); Messages puts the
+    instructions in `system` and always says `max_tokens`, which it requires."""
+    messages = [{"role": "user", "content": input}] if isinstance(input, str) else list(input)
+    if format == CHAT:
+        system = [{"role": "system", "content": instructions}] if instructions else []
+        body = {"model": model, "messages": [*system, *messages], "stream": True}
+        body["stream_options"] = {"include_usage": True}
+        if max_output_tokens is not None:
+            body["max_completion_tokens"] = max_output_tokens
+    elif format == MESSAGES:
+        body = {"model": model, "messages": messages, "stream": True}
+        body["max_tokens"] = MESSAGES_MAX_TOKENS if max_output_tokens is None else max_output_tokens
+        if instructions:
+            body["system"] = instructions
+    else:
+        raise ValueError(f"not a format with messages: {format!r}")
+    if temperature is not None:
+        body["temperature"] = temperature
+    if metadata:
+        body["metadata"] = dict(metadata)
+    return body
+
+
 def checker(format: str = RESPONSES, **options):
     """A new checker for a stream of `format` (the Responses checker for an unknown one: rows
     stored before formats existed are Responses streams)."""

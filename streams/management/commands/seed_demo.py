@@ -539,7 +539,10 @@ def _times_us(rng, n, days, now_us):
     return out
 
 
-_DEFAULTS = {"user_id": None, "error_code": "", "routing_category": "", "routing_source": ""}
+_DEFAULTS = {
+    "user_id": None, "error_code": "", "routing_category": "", "routing_source": "",
+    "format": Stream._meta.get_field("format").default,
+}  # fmt: skip
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 # Shapes: a stream made once by `make_stream` and the real checker, then stamped out for many

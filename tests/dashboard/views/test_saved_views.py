@@ -29,6 +29,9 @@ def test_only_the_pages_own_filters_are_saved():
     assert saved_views.clean_query("latency", "model=m-1&compare=previous&q=x") == (
         "compare=previous&model=m-1"
     )
+    # the analytics pages' format filter is theirs (the usage page reads the latency form)
+    for page in ("latency", "routing", "usage", "stream_list"):
+        assert saved_views.clean_query(page, "format=chat&x=1") == "format=chat", page
     with pytest.raises(saved_views.Refused):
         saved_views.clean_query("stream_list", "q=" + "x" * 3000)
 

@@ -266,6 +266,22 @@ class TestLabels(Base):
         assert b'name="user"' in self.staff_client.get("/latency/").content
         assert b'name="user"' not in self.owner_client.get("/latency/").content
 
+    def test_latency_routing_and_usage_filter_by_format(self):
+        Stream.objects.filter(pk=self.labelled[1].pk).update(format="chat")
+        report = self.latency(self.owner_client, format="chat")
+        assert (report.overall["count"], report.overall["p50"]) == (1, 70.0)
+        assert self.latency(self.owner_client, format="messages").empty
+        # the owner's other streams (the base's three, two labelled) are Responses
+        assert self.latency(self.owner_client, format="responses").overall["count"] == 5
+        report = self.owner_client.get("/routing/", {"format": "chat"}).context["report"]
+        assert report.total == 1 and report.categories == ["code"]
+        usage = self.owner_client.get("/usage/", {"format": "chat"}).context["report"]
+        assert usage.totals["streams"] == 1
+        page = self.owner_client.get("/latency/", {"format": "chat"}).content.decode()
+        assert '<option value="chat" selected>Chat Completions</option>' in page
+        r = self.owner_client.get("/latency/", {"format": "grpc"})
+        assert r.status_code == 400 and b"Select a valid choice" in r.content
+
     def test_routing_filters_by_tag_session_and_user(self):
         report = self.owner_client.get("/routing/", {"tag": "checkout"}).context["report"]
         assert report.total == 1 and report.categories == ["chat"]

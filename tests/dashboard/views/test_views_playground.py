@@ -87,6 +87,32 @@ class TestPlayground(Base):
         assert 'name="scenario"' not in html and 'name="speed"' not in html
 
 
+class TestFormats(Base):
+    def test_the_composer_offers_each_format_with_its_own_scenarios(self):
+        html = self.owner_client.get("/playground/").content.decode()
+        formats = html.split('id="pg-format"')[1].split("</select>")[0]
+        assert re.findall(r'<option value="(\w+)"', formats) == ["responses", "chat", "messages"]
+        assert '<option value="responses" selected>' in formats  # (no answer yet)
+        groups = dict(re.findall(r'<optgroup label="[^"]+" data-format="(\w+)"(.*?)</optgroup>',
+                                 html.split('id="pg-scenario"')[1], re.S))  # fmt: skip
+        assert set(groups) == {"responses", "chat", "messages"}
+        assert 'value="http_429"' in groups["responses"]
+        assert 'value="missing_done"' in groups["chat"] and "http_429" not in groups["chat"]
+        assert 'value="never_stopped"' in groups["messages"]
+
+    def test_a_conversation_opens_in_the_format_its_last_answer_spoke(self):
+        add_turn(self.conversation, "Hi", format="chat")
+        html = self.owner_client.get(self.url()).content.decode()
+        assert '<option value="chat" selected>Chat Completions</option>' in html
+
+    def test_a_scenario_of_another_format_is_refused(self):
+        r = self.send(format="chat", scenario="gap")
+        assert r.status_code == 400
+        assert r.json()["message"].startswith("Scenario: Unknown scenario 'gap'; one of: ")
+        assert "missing_done" in r.json()["message"]
+        assert not Stream.objects.exists()
+
+
 class TestComposerDefaults(Base):
     def test_a_new_conversation_resets_scenario_and_speed_but_keeps_the_model(self):
         self.conversation.model = "gpt-oss-20b"
@@ -503,6 +529,52 @@ class TestSendForReal:
         assert retried.pk != failed.pk and retried.request_body == failed.request_body
         turn = await Turn.objects.aget(pk=data["turn"]["id"])
         assert turn.stream_id == retried.pk
+
+    async def test_a_chat_conversation_sends_chat_requests_and_retries_them(self, people, upstream):
+        client = logged_in(people.owner)
+        options = {"format": "chat", "speed": "0", "instructions": "Be brief."}
+        r = await client.post("/playground/send/", {"input": "Tell me about Utrecht", **options})
+        assert r.status_code == 201, r.content
+        data = r.json()
+        first = await finished(data["turn"]["stream"])
+        assert (first.format, first.status) == ("chat", "completed") and first.output_text
+        assert first.upstream_url.endswith("/v1/chat/completions")
+        assert first.request_body == {
+            "model": "auto",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Tell me about Utrecht"},
+            ],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "metadata": {"time_scale": "0"},
+        }
+        r = await client.post(data["conversation"]["send_url"], {"input": "And Delft?", **options})
+        assert r.status_code == 201, r.content
+        turn = r.json()["turn"]
+        second = await finished(turn["stream"])
+        assert second.format == "chat" and second.request_body["messages"][1:] == [
+            {"role": "user", "content": "Tell me about Utrecht"},
+            {"role": "assistant", "content": first.output_text},
+            {"role": "user", "content": "And Delft?"},
+        ]
+        path = f"{data['conversation']['url']}turns/{turn['id']}/retry/"
+        r = await client.post(path)
+        assert r.status_code == 201, r.content
+        retried = await finished(r.json()["turn"]["stream"])
+        assert (retried.format, retried.request_body) == ("chat", second.request_body)
+        assert retried.status == "completed"
+
+    async def test_a_compare_in_messages_starts_messages_streams(self, people, upstream):
+        client = logged_in(people.owner)
+        body = {"input": "Hallo", "models": ["auto", "gpt-oss-20b"], "speed": "0"}
+        r = await client.post("/playground/compare/send/", {**body, "format": "messages"})
+        assert r.status_code == 201, r.content
+        for s in r.json()["streams"]:
+            stream = await finished(s["id"])
+            assert (stream.format, stream.status) == ("messages", "completed")
+            assert stream.request_body["messages"] == [{"role": "user", "content": "Hallo"}]
+            assert stream.upstream_url.endswith("/v1/messages")
 
     async def test_the_playground_does_not_forward_posted_metadata(self, people, upstream):
         client = logged_in(people.owner)

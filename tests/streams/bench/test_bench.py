@@ -399,6 +399,24 @@ def test_proxy(tmp_path):
         check_profile(line)
 
 
+@TIER_1
+def test_proxy_measures_the_formats_in_the_same_rounds(tmp_path):
+    """`--format responses,chat,messages`: one line per format, in that order, each from the
+    same interleaved rounds (so as many samples each), nothing lost, every figure finite."""
+    lines = bench(
+        tmp_path, "proxy", "--format", "responses,chat,messages", "--concurrency", "1",
+        "--rounds", "2", "--arrivals", "steady", "--time-scale", "0.05", "--sentences", "2",
+        "--against", "none",
+    )  # fmt: skip
+    assert [line["format"] for line in lines] == ["responses", "chat", "messages"]
+    from streams.bench.proxy import STEADY_STREAMS
+
+    for line in lines:
+        assert line["lost_events"] == 0 and line["events"] > 0, line
+        assert line["samples"] == 2 * (STEADY_STREAMS - 1), line
+        assert line["cpu_us_per_event"] > 0 and finite(line["added_ttft_p50_ms"]), line
+
+
 # ---------------------------------------------------------------------------------------------
 # Tier 2: PostgreSQL and Redis
 
@@ -484,10 +502,12 @@ def test_a_sample_is_put_in_the_stage_of_its_innermost_frame_that_names_one():
     finish = [*loop, "finished (streams/store/rows.py:400)", "execute (django/db/utils.py:1)"]
     ingest = "Recording.ingest (streams/ingest/recorder.py:170)"
     checked = [*loop, ingest, "Checker.feed (streams/core/checks.py:600)", "loads (json/x.py:3)"]
+    chat = "ChatChecker.feed (streams/core/formats/chat.py:200)"
+    chat_checked = [*loop, ingest, chat, "loads (json/x.py:3)"]  # (every format's checker)
     waiting = [*loop, "epoll_pwait (libc.so.6)"]
     unknown = ["0x7fee (libc.so.6)", "main (python3.11:1)"]
-    assert [stage_of(s) for s in (commit, finish, checked, waiting, unknown)] == [
-        "commit", "finish", "check", "idle", "other",
+    assert [stage_of(s) for s in (commit, finish, checked, chat_checked, waiting, unknown)] == [
+        "commit", "finish", "check", "check", "idle", "other",
     ]  # fmt: skip
     raw = [";".join(commit) + " 30", ";".join(waiting) + " 50", ";".join(checked) + " 10", ""]
     counts = count(raw)

@@ -144,9 +144,88 @@ class TestCreate:
             "detail",
         }
 
+    async def test_a_chat_completions_stream_is_sent_and_recorded_as_chat(self, people, upstream):
+        r = await post(
+            bearer(people.owner),
+            "/api/streams/",
+            {
+                "input": "Tell me about Utrecht",
+                "format": "chat",
+                "instructions": "Be brief.",
+                "max_output_tokens": 80,
+                "metadata": FAST,
+            },
+        )
+        assert r.status_code == 201, r.content
+        stream = await wait_finished(r.json()["id"])
+        # the format's own request, to its own path: never a Responses body sent as chat
+        assert stream.request_body == {
+            "model": "auto",
+            "messages": [
+                {"role": "system", "content": "Be brief."},
+                {"role": "user", "content": "Tell me about Utrecht"},
+            ],
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_completion_tokens": 80,
+            "metadata": {"time_scale": 0.05},
+        }
+        assert stream.upstream_url.endswith("/v1/chat/completions")
+        assert (stream.format, stream.status, stream.source) == ("chat", "completed", "live")
+        assert stream.prompt == "Tell me about Utrecht" and stream.output_text
+        assert stream.usage_source == "reported" and stream.output_tokens > 0  # include_usage
+        assert stream.upstream_id.startswith("chatcmpl-") and stream.findings_count == 0
+        s = (await bearer(people.owner).get(f"/api/streams/{stream.pk}/")).json()
+        assert s["format"] == "chat" and s["output_text"] == stream.output_text
+
+    async def test_a_messages_stream_is_sent_and_recorded_as_messages(self, people, upstream):
+        r = await post(
+            bearer(people.owner),
+            "/api/streams/",
+            {"input": "Hallo", "format": "messages", "instructions": "Kort.", "metadata": FAST},
+        )
+        assert r.status_code == 201, r.content
+        stream = await wait_finished(r.json()["id"])
+        assert stream.request_body == {
+            "model": "auto",
+            "messages": [{"role": "user", "content": "Hallo"}],
+            "stream": True,
+            "max_tokens": 4096,  # (Anthropic requires it)
+            "system": "Kort.",
+            "metadata": {"time_scale": 0.05},
+        }
+        assert stream.upstream_url.endswith("/v1/messages")
+        assert (stream.format, stream.status) == ("messages", "completed")
+        assert stream.upstream_id.startswith("msg_") and stream.output_text
+        assert stream.usage_source == "reported" and stream.findings_count == 0
+
+    @pytest.mark.parametrize(
+        "format, scenario, code, status",
+        [
+            # (the end event came, the format's promise broken: as through the proxy)
+            ("chat", "missing_done", "done_missing", "completed"),
+            ("messages", "never_stopped", "block_never_stopped", "completed"),
+        ],
+    )
+    async def test_each_format_has_its_own_scenarios(
+        self, people, upstream, format, scenario, code, status
+    ):
+        data = {"input": "Hi", "format": format, "scenario": scenario, "metadata": FAST}
+        r = await post(bearer(people.owner), "/api/streams/", data)
+        assert r.status_code == 201, r.content
+        stream = await wait_finished(r.json()["id"])
+        codes = [
+            c async for c in Finding.objects.filter(stream=stream).values_list("code", flat=True)
+        ]
+        assert (stream.format, codes, stream.status) == (format, [code], status)
+
     @pytest.mark.parametrize(
         "data,field",
         [
+            ({"input": "hi", "format": "grpc"}, "format"),
+            # a Responses scenario is not Chat's (the simulator would refuse it upstream)
+            ({"input": "hi", "format": "chat", "scenario": "gap"}, "scenario"),
+            ({"input": "hi", "format": "messages", "scenario": "missing_done"}, "scenario"),
             ({}, "input"),
             ({"input": "   "}, "input"),
             ({"input": "x" * 101}, "input"),

@@ -11,6 +11,7 @@ import httpx
 import openai
 import pytest
 
+from streams.core import formats
 from streams.core.capture import parse_sse_bytes
 from streams.models import ApiToken, Event, Finding, Stream
 from streams.serve.export import iter_sse
@@ -69,6 +70,18 @@ def proxied(server, path, body, token, scheme="bearer"):
     auth = {"Authorization": f"Bearer {token}"} if scheme == "bearer" else {"x-api-key": token}
     status, headers, content = post(f"{server.url}/v1{path}", body, auth)
     return status, content, wait_terminal(int(headers["x-streamscope-stream"]))
+
+
+def started(server, token, data):
+    """A stream started through the API (not the proxy), once it ended."""
+    r = httpx.post(
+        f"{server.url}/api/streams/",
+        json={**data, "metadata": META},
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+    )
+    assert r.status_code == 201, r.text
+    return wait_terminal(r.json()["id"])
 
 
 def codes(stream):
@@ -344,6 +357,16 @@ class TestMessagesUpstream:
         stream = wait_terminal(Stream.objects.get(source="proxy").pk)
         assert stream.output_text == text and codes(stream) == []
 
+    def test_a_stream_started_through_the_api_goes_there_with_that_key(
+        self, messages_server, keyed_messages_upstream, token
+    ):
+        """Our own request (the API's, the playground's) goes to the Messages upstream with
+        that upstream's key (the one it accepts), never the Responses upstream's."""
+        stream = started(messages_server, token, {"input": "Hallo", "format": "messages"})
+        assert (stream.format, stream.status, stream.http_status) == ("messages", "completed", 200)
+        assert stream.upstream_url == f"{keyed_messages_upstream.base_url}/messages"
+        assert stream.output_text and codes(stream) == []
+
     def test_a_wrong_key_for_that_upstream_is_its_401(self, messages_server, token):
         client = anthropic.Anthropic(
             base_url=messages_server.url,
@@ -361,13 +384,15 @@ ECHOED = "ant-upstream-key-0123456789abcdef"  # (no shape the gate knows: only a
 
 
 def echo_the_key(method, path, headers, body):
-    """A Messages upstream that says the key it was called with, in a text delta."""
+    """A Messages upstream that says the key it was called with (and the API version asked
+    for), in a text delta."""
     key = headers.get("x-api-key", "")
+    version = headers.get("anthropic-version", "")
     events = [
         {"type": "message_start", "message": {"id": "msg_1", "model": "m", "usage": {}}},
         {"type": "content_block_start", "index": 0, "content_block": {"type": "text"}},
         {"type": "content_block_delta", "index": 0,
-         "delta": {"type": "text_delta", "text": f"your key is {key}"}},
+         "delta": {"type": "text_delta", "text": f"your key is {key} for {version}"}},
         {"type": "content_block_stop", "index": 0},
         {"type": "message_stop"},
     ]  # fmt: skip
@@ -394,3 +419,19 @@ def test_the_messages_upstreams_key_echoed_back_never_leaves(echoing_messages_se
         f"{server.url}/api/streams/{stream.pk}/", headers={"Authorization": f"Bearer {token}"}
     )
     assert page.status_code == 200 and "your key is" in page.text and ECHOED not in page.text
+
+
+def test_a_started_messages_stream_whose_upstream_echoes_its_key_never_shows_it(
+    echoing_messages_server, people
+):
+    """The API's own Messages request sends the upstream's key in x-api-key, with Anthropic's
+    required anthropic-version; an upstream that says the key back gets it recorded verbatim
+    and never shown (the egress gate knows every format's key)."""
+    token = ApiToken.issue(people.owner, name="echo")
+    stream = started(echoing_messages_server, token, {"input": "Hi", "format": "messages"})
+    assert f"your key is {ECHOED} for {formats.ANTHROPIC_VERSION}" in stream.output_text
+    headers = {"Authorization": f"Bearer {token}"}
+    for path in (f"/api/streams/{stream.pk}/", f"/api/streams/{stream.pk}/events/"):
+        page = httpx.get(f"{echoing_messages_server.url}{path}", headers=headers)
+        assert page.status_code == 200 and "your key is" in page.text, path
+        assert ECHOED not in page.text, path

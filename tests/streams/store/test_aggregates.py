@@ -76,6 +76,7 @@ def _random_history(rng, users, n=120):
             Stream(
                 user=rng.choice(users),
                 source=rng.choice(["live", "proxy", "import"]),
+                format=rng.choice(["responses", "chat", "messages"]),
                 requested_model=rng.choice(["auto", "auto", "m-a", "m-b"]),
                 created_at=NOW - dt.timedelta(seconds=rng.randint(0, 5 * 86400)),
                 status="pending",
@@ -245,6 +246,7 @@ class _SharedHistory:
             try:
                 seed(1500, days=4, seed=11, events_per_stream=8, users=("alice", "bob"), now=NOW)
                 assert _with_reported_usage_in_both_currencies()
+                _in_other_formats()
             except BaseException:
                 self.gone()
                 raise
@@ -257,6 +259,17 @@ class _SharedHistory:
             assert connection.atomic_blocks[-1] is outer, "a case's own transaction is open"
             transaction.set_rollback(True)
             outer.__exit__(None, None, None)
+
+
+def _in_other_formats():
+    """Every third stream of the demo history (all Responses) told as Chat Completions, every
+    seventh as Messages, moved in the rollups as a finished row that changes is (`tracking`):
+    the format filter then selects a part of every figure."""
+    ids = list(Stream.objects.order_by("pk").values_list("pk", flat=True))
+    for fmt, step in (("chat", 3), ("messages", 7)):
+        chosen = ids[::step]
+        with aggregates.tracking(chosen):
+            Stream.objects.filter(pk__in=chosen).update(format=fmt)
 
 
 @pytest.fixture(scope="module")
@@ -324,6 +337,7 @@ FILTERS = [
     {"source": "proxy"},
     {"username": "alice"},
     {"requested_model": "auto"},
+    {"format": "chat"},
 ]
 # The status is in every rollup's key, and every tagged stream's rows are there once more per
 # tag: these on two ranges (a day of hour rows and raw edges; all time's day rows).
@@ -335,6 +349,8 @@ KEYED = [
     {"tag": "canary", "status": "completed"},
     {"tag": "eval", "username": "bob", "resolved_model": "gpt-oss-120b"},
     {"tag": "no-stream-has-this"},
+    {"format": "messages", "source": "proxy"},
+    {"format": "responses", "tag": "checkout", "status": "completed"},
 ]
 KEYED_RANGES = [dt.timedelta(hours=24), None]
 
@@ -646,7 +662,8 @@ def test_one_scope_rule_renders_every_filter_on_both_kinds_of_rows():
 def test_a_dimension_on_the_rollups_base_is_in_every_key():
     shared = rollup_dimensions()
     assert set(shared) == {
-        "span", "tag", "t", "resolved_model", "source", "user_key", "project_key", "status"
+        "span", "tag", "t", "resolved_model", "source", "user_key", "project_key", "status",
+        "format",
     }  # fmt: skip
     for model, (key, _values) in aggregates.rollup_tables().items():
         assert set(shared) <= set(key), model

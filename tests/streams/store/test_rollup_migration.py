@@ -97,8 +97,8 @@ def then(model, names):
 
 def old_key(model):
     key, values = RESTATED[model]
-    # (the project came with 0019)
-    new = ("tag", "project_key")
+    # (the project came with 0019, the format with 0039)
+    new = ("tag", "project_key", "format")
     return [c for c in key if c not in new and (c != "status" or model is UsageRollup)], values
 
 def snapshot(ids):
@@ -151,6 +151,31 @@ def old_rows(model):
     with connection.cursor() as cursor:
         cursor.execute(f"SELECT {', '.join(map(qn, cols))} FROM {qn(model._meta.db_table)}")
         return cols, [list(r) for r in cursor.fetchall()]
+
+def write_summed(ids, dropped, every_project=True):
+    # today's contributions of `ids` summed over the key columns `dropped` (which the schema
+    # has not yet), without the rows of every project unless `every_project`; {table: rows}
+    qn = connection.ops.quote_name
+    written = {}
+    for model, rows in snapshot(ids).tables.items():
+        key, values = aggregates.rollup_tables()[model]
+        old = [c for c in key if c not in dropped]
+        at = [key.index(c) for c in old]
+        merged = {}
+        for k, v in rows.items():
+            if not every_project and k[key.index("project_key")] == aggregates.EVERY_PROJECT:
+                continue
+            acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(v))
+            for i, x in enumerate(v):
+                acc[i] += x
+        cols = old + list(values)
+        with connection.cursor() as cursor:
+            for k, v in merged.items():
+                cursor.execute(
+                    f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(map(qn, cols))}) "
+                    f"VALUES ({', '.join(['%s'] * len(cols))})", [*k, *v])
+        written[model.__name__] = len(merged)
+    return written
 """
 # 0006 → today: hour and day rows only.
 BEFORE_0007 = (
@@ -330,26 +355,8 @@ with transaction.atomic():
         user = rng.choice([*users, None])
         Stream.objects.filter(pk=pk).update(
             user=user, project_id=None if user is None else projects[user.pk])
-    qn = connection.ops.quote_name
-    written = {}
-    for model, rows in snapshot(ids).tables.items():
-        key, values = aggregates.rollup_tables()[model]
-        old = [c for c in key if c != "project_key"]
-        at = [key.index(c) for c in old]
-        merged = {}
-        for k, v in rows.items():
-            if k[key.index("project_key")] == aggregates.EVERY_PROJECT:
-                continue  # (0019 adds them)
-            acc = merged.setdefault(tuple(k[i] for i in at), [0] * len(v))
-            for i, x in enumerate(v):
-                acc[i] += x
-        cols = old + list(values)
-        with connection.cursor() as cursor:
-            for k, v in merged.items():
-                cursor.execute(
-                    f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(map(qn, cols))}) "
-                    f"VALUES ({', '.join(['%s'] * len(cols))})", [*k, *v])
-        written[model.__name__] = len(merged)
+    # (0019 adds the rows of every project; 0039 the format)
+    written = write_summed(ids, ("project_key", "format"), every_project=False)
 print(json.dumps({"written": written, "projects": sorted(projects.values())}))
 """
 )
@@ -418,4 +425,70 @@ def check_0019(env):
     # (and once more over every project: EVERY_PROJECT)
     assert after["summed_projects"] == [-1, 0, *before["projects"]]
     assert projects[-1] == 500  # and every stream once more under every project's rows
+    assert after["integrity"] == [["ok"]]
+
+
+# 0033 → today: a history in all three formats, aggregated as 0033's write path did (today's
+# contributions summed over the format, which its keys did not have).
+BEFORE_0039 = (
+    OLD
+    + """
+with transaction.atomic():
+    ids = history(300, 39)
+    formats = ("responses", "chat", "messages")
+    for i, pk in enumerate(ids):
+        Stream.objects.filter(pk=pk).update(format=formats[i % 3])
+    written = write_summed(ids, ("format",))
+print(json.dumps({"written": written}))
+"""
+)
+AFTER_0039 = """
+import json
+from django.core.management import call_command
+from django.db import connection
+from streams.store import aggregates
+def as_responses(tables):
+    # every row under the format "responses", summed: what 0033's keys held, told as 0039 does
+    out = {}
+    for model, rows in tables.items():
+        f = aggregates.key_of(model).index("format")
+        merged = out.setdefault(model.__name__, {})
+        for k, v in rows.items():
+            acc = merged.setdefault(json.dumps([*k[:f], "responses", *k[f + 1 :]]), [0] * len(v))
+            for i, x in enumerate(v):
+                acc[i] += x
+    return out
+stored = aggregates.stored()
+call_command("rebuild_aggregates", stdout=open("/dev/null", "w"))
+rebuilt = aggregates.stored()
+formats = {m.__name__: sorted({k[aggregates.key_of(m).index("format")] for k in rows})
+           for m, rows in stored.items()}
+again = {m.__name__: sorted({k[aggregates.key_of(m).index("format")] for k in rows})
+         for m, rows in rebuilt.items()}
+with connection.cursor() as cursor:
+    cursor.execute("PRAGMA integrity_check")
+    integrity = cursor.fetchall()
+print(json.dumps({
+    "kept": as_responses(stored) == as_responses(rebuilt), "formats": formats, "again": again,
+    "integrity": integrity,
+}))
+"""
+
+
+@SQLITE_ONLY
+def test_0039_keys_every_rollup_by_format_and_a_rebuild_restates_the_other_formats(tmp_path):
+    """Every row stored before is Responses (nothing lost or doubled: summed over the format a
+    rebuild gives the same), and `rebuild_aggregates` restates the Chat and Messages streams
+    recorded before it under their own format."""
+    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
+    env.pop("REDIS_URL", None)
+    _manage(env, "migrate", "-v", "0", "streams", "0033")
+    before = last_json(_manage(env, "shell", "-c", BEFORE_0039))
+    assert all(before["written"][m] for m in ("UsageRollup", "HistogramRollup"))
+    _manage(env, "migrate", "-v", "0")
+    after = last_json(_manage(env, "shell", "-c", AFTER_0039))
+    assert after["kept"] is True
+    for name in ("UsageRollup", "HistogramRollup", "RoutingRollup", "FindingRollup"):
+        assert after["formats"][name] == ["responses"], name
+        assert after["again"][name] == ["chat", "messages", "responses"], name
     assert after["integrity"] == [["ok"]]
