@@ -10,15 +10,11 @@ its parent in every way a parent ends: the parent's task cancelled or its interp
 also sees itself adopted by another parent within a tick). Work that must happen once across
 processes stays claimed in the database, so the children of several servers never run one
 rule's tick twice.
-
-`python -m streams.run.apart --once NAME` runs one job once here and prints how long it took
-(`bench alerts` measures a tick so, as the servers run it).
 """
 
 import argparse
 import asyncio
 import atexit
-import json
 import logging
 import os
 import signal
@@ -143,23 +139,11 @@ async def keep(tick_s):
 def _main(argv=None):
     parser = argparse.ArgumentParser(prog="python -m streams.run.apart")
     parser.add_argument("--parent", type=int, default=0, help="end when this process ends")
-    parser.add_argument("--once", default="", help="run this job once, print its time, end")
     args = parser.parse_args(argv)
 
     import django
 
     django.setup()
-    from streams.run import periodic
-
-    if args.once:
-        job = periodic.jobs().get(args.once)
-        if job is None:
-            raise SystemExit(f"no job {args.once!r}; known: {', '.join(sorted(periodic.jobs()))}")
-        t = time.perf_counter()
-        job.fn()  # (its failure is this command's)
-        took = (time.perf_counter() - t) * 1000
-        print(json.dumps({"job": args.once, "pid": os.getpid(), "ms": took}), flush=True)
-        return
     asyncio.run(_serve(args.parent))
     # Claimed work cut short is claimed again at its next time (a rule at the next tick); a job's
     # thread still running is not waited for, nor is its transaction (the database undoes it).
