@@ -2,6 +2,7 @@
 to add, a role, an invitation, the confirmation of a deletion, its admins' settings."""
 
 from django import forms
+from django.conf import settings
 from django.utils.translation import gettext_lazy as _
 
 from streams.models import CURRENCIES, MAX_PROJECT_NAME_CHARS, MAX_RETENTION_DAYS, Membership
@@ -66,8 +67,13 @@ def _days_field(label):
 
 
 class ProjectSettingsForm(forms.Form):
-    """A project's admins' settings: its currency and its own retention."""
+    """A project's admins' settings: its currency, its own retention, its notices' language."""
 
     currency = forms.ChoiceField(label=_("Currency"), choices=CURRENCIES)
     retain_streams_days = _days_field(_("Keep streams for (days)"))
     retain_events_days = _days_field(_("Keep events for (days)"))
+    language = forms.ChoiceField(
+        label=_("Language of alert notices"),
+        choices=[("", _("The instance's")), *settings.LANGUAGES],
+        required=False,
+    )
