@@ -185,6 +185,9 @@ def _tick_in_child(now):
 
 
 def _tick_apart(command, spec):
+    from streams.run import apart
+
+    apart.lower_priority()  # (as a server's child is)
     now = dt.datetime.fromisoformat(spec["tick_at"])
     command.stdout.write(json.dumps(_tick_in_thread(now)))
 

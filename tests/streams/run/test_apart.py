@@ -1,6 +1,7 @@
 """The process apart (streams/run/apart.py), with a real server: a job marked APART (the alert
-rules' evaluation) runs in a child of the Daphne process, not in it; a killed child is started
-again; a server that ends, by a signal or killed outright, leaves no child behind."""
+rules' evaluation) runs in a child of the Daphne process, not in it, at a lower CPU priority; a
+killed child is started again; a server that ends, by a signal or killed outright, leaves no
+child behind."""
 
 import glob
 import os
@@ -35,6 +36,11 @@ def alive(pid):
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # (a zombie has ended)
     except OSError:
         return False
+
+
+def nice(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
 
 
 def claimer(r):
@@ -78,6 +84,8 @@ def test_a_server_stopped_stops_its_child(simulator_process, watched):
     try:
         child = wait_until(lambda: claimer(watched), 60, 0.1, "the rule's first evaluation")
         assert child in children(server.proc.pid)
+        # background work yields the CPU to the server's loop
+        assert nice(child) >= nice(server.proc.pid) + 5
     finally:
         server.stop()  # SIGTERM, as a service manager stops it
     wait_until(lambda: not alive(child), 10, 0.1, "the child to end")
