@@ -2,7 +2,7 @@
 `streams/run/periodic.py`), so that their Python never holds the GIL the relay's loop waits for.
 
 Each process that runs jobs (each Daphne, each `stream_worker`) owns one child,
-`python -m streams.run.apart --parent <pid>`, started with its jobs' task (`keep`) and started
+`manage.py jobs_apart --parent <pid>`, started with its jobs' task (`keep`) and started
 again if it dies (at once if it lived a while, after a doubling pause if it keeps dying at
 start). The child runs the apart jobs on periodic's own scheduler and nothing else; it ends with
 its parent in every way a parent ends: the parent's task cancelled or its interpreter exiting
@@ -12,21 +12,18 @@ processes stays claimed in the database, so the children of several servers neve
 rule's tick twice.
 """
 
-import argparse
 import asyncio
 import atexit
 import logging
 import os
-import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# (the directory holding the `streams` package: the child imports this code, not another copy)
+# (the project's directory, with manage.py: the child runs this code, not another copy)
 ROOT = Path(__file__).resolve().parents[2]
 # A child that dies sooner than this after its start is started again after a pause that doubles
 # each time, up to PAUSE_MAX_S (a child that cannot start at all costs a start a minute).
@@ -64,7 +61,7 @@ class Child:
 
         env = {**os.environ, "DJANGO_SETTINGS_MODULE": settings.SETTINGS_MODULE}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "streams.run.apart", "--parent", str(os.getpid())],
+            [sys.executable, str(ROOT / "manage.py"), "jobs_apart", "--parent", str(os.getpid())],
             cwd=ROOT,
             env=env,
             stdin=subprocess.PIPE,  # (its EOF tells the child its parent is gone)
@@ -137,68 +134,9 @@ async def keep(tick_s):
         child.stop()
 
 
-# ---------------------------------------------------------------------------------------------
-# The child
-
-
 def lower_priority():
     """This process's CPU priority NICER below what it was (where the system lets it)."""
     try:
         os.nice(NICER)
     except (AttributeError, OSError):  # (no nice here: the child is apart all the same)
         pass
-
-
-def _main(argv=None):
-    parser = argparse.ArgumentParser(prog="python -m streams.run.apart")
-    parser.add_argument("--parent", type=int, default=0, help="end when this process ends")
-    args = parser.parse_args(argv)
-
-    lower_priority()
-    import django
-
-    django.setup()
-    asyncio.run(_serve(args.parent))
-    # Claimed work cut short is claimed again at its next time (a rule at the next tick); a job's
-    # thread still running is not waited for, nor is its transaction (the database undoes it).
-    logging.shutdown()
-    os._exit(0)
-
-
-async def _serve(parent):
-    from streams.run import periodic
-
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-
-    def read_until_eof():
-        try:
-            while sys.stdin.buffer.read(4096):
-                pass
-        except (OSError, ValueError):
-            pass
-        loop.call_soon_threadsafe(stop.set)
-
-    if parent:
-        threading.Thread(target=read_until_eof, name="parent-watch", daemon=True).start()
-    jobs = loop.create_task(periodic.run_here(periodic.APART))
-    log.info(
-        "background jobs' process %d runs %s",
-        os.getpid(),
-        ", ".join(periodic.names(periodic.APART)),
-    )
-    while not stop.is_set():
-        if parent and os.getppid() != parent:
-            break  # adopted: the parent died without closing our stdin (a fork kept it open)
-        try:
-            async with asyncio.timeout(periodic.TICK_S):
-                await stop.wait()
-        except TimeoutError:
-            pass
-    jobs.cancel()
-
-
-if __name__ == "__main__":
-    _main()
