@@ -75,6 +75,12 @@ class Project(models.Model):
     currency = fields.CharField(
         _("currency"), max_length=3, choices=CURRENCIES, default=DEFAULT_CURRENCY
     )
+    # The language its alert notices are said in (streams/alerts/notices.py); empty: the
+    # instance's (LANGUAGE_CODE). A notice is read by a team, not by one person whose
+    # browser says which.
+    language = fields.CharField(
+        _("language of notices"), max_length=10, blank=True, default="", choices=settings.LANGUAGES
+    )
     # Retention of its own (streams/store/retention.py), in days, shorter or longer than the
     # instance's (STREAMSCOPE_RETAIN_*_DAYS); none: the instance's
     retain_streams_days = models.PositiveIntegerField(

@@ -92,13 +92,28 @@ class RuleForm(forms.Form):
 
 
 class SilenceForm(forms.Form):
+    """A rule, or every rule whose scope has each value given (the rule form's scope fields)."""
+
     rule = forms.ModelChoiceField(label=_("Rule"), queryset=None, required=False)
-    resolved_model = forms.CharField(
-        label=_("or every rule of the model that answered"), required=False, max_length=200
-    )
+    requested_model = RuleForm.base_fields["requested_model"]
+    resolved_model = RuleForm.base_fields["resolved_model"]
+    username = RuleForm.base_fields["username"]
+    token = forms.IntegerField(label=_("Token"), required=False, widget=forms.Select)
+    source = RuleForm.base_fields["source"]
+    tag = RuleForm.base_fields["tag"]
+    session = RuleForm.base_fields["session"]
     hours = forms.FloatField(label=_("For (hours)"), initial=1)
     reason = forms.CharField(label=_("Reason"), required=False, max_length=200)
 
-    def __init__(self, *args, rules, **kwargs):
+    SCOPE = ("requested_model", "resolved_model", "username", "token", "source", "tag", "session")
+
+    def __init__(self, *args, rules, tokens, **kwargs):
+        """`tokens`: those the user may scope a rule to (`rules.tokens_for`)."""
         super().__init__(*args, **kwargs)
         self.fields["rule"].queryset = rules
+        self.fields["token"].widget.choices = [("", "—")] + [(t.pk, str(t)) for t in tokens]
+
+    def scope(self):
+        """{field: value} of the scope fields given."""
+        data = self.cleaned_data
+        return {name: data[name] for name in self.SCOPE if data.get(name) not in (None, "")}

@@ -2,6 +2,8 @@
 to add, a role, an invitation, the confirmation of a deletion, its admins' settings."""
 
 from django import forms
+from django.conf import settings
+from django.utils.translation import get_language_info
 from django.utils.translation import gettext_lazy as _
 
 from streams.models import CURRENCIES, MAX_PROJECT_NAME_CHARS, MAX_RETENTION_DAYS, Membership
@@ -65,9 +67,18 @@ def _days_field(label):
     )
 
 
+def _languages():
+    # each named in the page's language, as the choice is about the notices' readers
+    named = [(code, get_language_info(code)["name_translated"]) for code, _n in settings.LANGUAGES]
+    return [("", _("The instance's")), *named]
+
+
 class ProjectSettingsForm(forms.Form):
-    """A project's admins' settings: its currency and its own retention."""
+    """A project's admins' settings: its currency, its own retention, its notices' language."""
 
     currency = forms.ChoiceField(label=_("Currency"), choices=CURRENCIES)
     retain_streams_days = _days_field(_("Keep streams for (days)"))
     retain_events_days = _days_field(_("Keep events for (days)"))
+    language = forms.ChoiceField(
+        label=_("Language of alert notices"), choices=lambda: _languages(), required=False
+    )

@@ -165,23 +165,28 @@ def alert_silences(request):
     form = None
     if manages:
         rules = alert_rules.visible(request.user, target)
-        form = SilenceForm(request.POST if request.method == "POST" else None, rules=rules)
+        form = SilenceForm(
+            request.POST if request.method == "POST" else None,
+            rules=rules,
+            tokens=alert_rules.tokens_for(request.user, target),
+        )
     status = 200
     if request.method == "POST":
         if form is None:
             raise PermissionDenied("Your role in this project may not mute its alerts.")
         if form.is_valid():
             data = form.cleaned_data
-            scope = {"resolved_model": data["resolved_model"]}
             try:
                 alert_rules.silence(
                     request.user,
                     target,
                     rule=data["rule"],
-                    scope=scope,
+                    scope=form.scope(),
                     hours=data["hours"],
                     reason=data["reason"],
                 )
+            except alert_rules.NotVisible:
+                raise Http404("No such token") from None
             except alert_rules.Invalid as exc:
                 for name, message in exc.errors.items():
                     form.add_error(name if name in form.fields else None, message)

@@ -268,6 +268,7 @@ def _settings_page(request, project, status=200, **forms):
                 "currency": project.currency,
                 "retain_streams_days": project.retain_streams_days,
                 "retain_events_days": project.retain_events_days,
+                "language": project.language,
             }
         ),
         "instance_streams_days": instance.retain_streams_days,

@@ -16,6 +16,7 @@ back when there are none, so two owners demoting each other at once leave one.
 import datetime as dt
 import time
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import IntegrityError, transaction
 from django.db.models import Case, Count, F, Q, When
@@ -174,14 +175,17 @@ def rename(actor, project, name):
     return project
 
 
-def configure(actor, project, *, currency, retain_streams_days, retain_events_days):
-    """Sets `project`'s currency (its prices' and spend caps', admins: MANAGE_PRICES) and its
-    own retention in days, None for the instance's (admins: MANAGE_RETENTION). The audit log
-    records the change (Project is watched); retention applies at its next run."""
+def configure(actor, project, *, currency, retain_streams_days, retain_events_days, language=None):
+    """Sets `project`'s currency (its prices' and spend caps', admins: MANAGE_PRICES), its
+    own retention in days, None for the instance's (admins: MANAGE_RETENTION), and the language
+    of its notices ("" for the instance's; None: as it is). The audit log records the change
+    (Project is watched); retention applies at its next run."""
     require(actor, Action.MANAGE_PRICES, project)
     require(actor, Action.MANAGE_RETENTION, project)
     if currency not in {code for code, _label in CURRENCIES}:
         raise Refused(_("Unknown currency."))
+    if language is not None and language not in {"", *(c for c, _n in settings.LANGUAGES)}:
+        raise Refused(_("Unknown language."))
     days = {"retain_streams_days": retain_streams_days, "retain_events_days": retain_events_days}
     for value in days.values():
         if value is not None and not 1 <= value <= MAX_RETENTION_DAYS:
@@ -190,6 +194,8 @@ def configure(actor, project, *, currency, retain_streams_days, retain_events_da
                 % {"n": MAX_RETENTION_DAYS}
             )
     changed = {"currency": currency, **days}
+    if language is not None:
+        changed["language"] = language
     Project.objects.filter(pk=project.pk).update(**changed)
     for name, value in changed.items():
         setattr(project, name, value)

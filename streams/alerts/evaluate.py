@@ -4,8 +4,9 @@ moves (`rule_state.step`) and one reading of its figure (`figures.read`).
 Live: the `alerts.evaluate` job of every long-lived process (`streams/run/periodic.py`) runs
 `tick` each `alert_tick_s`; a process takes a due rule by moving its state row's `due_at` on
 with a conditional UPDATE (the loser of a race updates nothing), so each rule is evaluated by
-exactly one process per tick, whichever servers and workers run. The job runs in a thread of its
-own, never on the event loop. What it sends goes through `notices.send`, keyed per (rule,
+exactly one process per tick, whichever servers and workers run. The job runs in the serving
+process's child (`where=APART`, streams/run/apart.py): its Python would hold the GIL the relay's
+loop waits for. What it sends goes through `notices.send`, keyed per (rule,
 firing, kind), so even a repeated evaluation sends nothing twice.
 """
 
@@ -58,7 +59,7 @@ def observe(rule, end):
 # Live
 
 
-@periodic.job("alerts.evaluate", 1.0)
+@periodic.job("alerts.evaluate", 1.0, where=periodic.APART)
 def evaluate_due():
     """The job: evaluate the rules that are due (each process looks every second, two indexed
     reads when nothing is; a rule is due every `alert_tick_s`)."""

@@ -4,8 +4,8 @@ delivers twice whichever process asks).
 
 A notice is built from what is stored (model names, users, tags are the upstream's and the
 clients' text): `notify.Message` is redacted where it is stored and where it leaves, so a secret
-an upstream planted in a model name does not reach a receiver. It is said in the instance's
-language (`settings.LANGUAGE_CODE`): a project has no language of its own yet.
+an upstream planted in a model name does not reach a receiver. It is said in the project's
+language (its settings), else the instance's (`settings.LANGUAGE_CODE`).
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def silenced(rule, now):
         if silence.rule_id == rule.pk:
             return True
         wanted = silence.scope or {}
-        if wanted and all(mine.get(k) == v for k, v in wanted.items()):
+        # (a silence keeps its values as text: a rule's token is its id)
+        if wanted and all(str(mine.get(k, "")) == str(v) for k, v in wanted.items()):
             return True
     return False
 
@@ -78,7 +79,7 @@ def send(rule, firing, kind, state, reading):
 
 
 def message(rule, firing, kind, state, reading, language=None):
-    language = language or settings.LANGUAGE_CODE
+    language = language or rule.project.language or settings.LANGUAGE_CODE
     with translation.override(language):
         figure = Rule.Figure(rule.figure)
         value = _number(reading.value)

@@ -41,6 +41,8 @@ MAX_RENOTIFY_S = 30 * 86400
 MAX_MIN_STREAMS = 1_000_000
 MAX_SILENCE_S = 90 * 86400
 SCOPE_TEXT = ("requested_model", "resolved_model", "username", "source", "tag", "session")
+# what a silence may mute every rule of: a rule's scope fields, its token's too
+SILENCE_SCOPE = (*SCOPE_TEXT, "token")
 
 
 class Invalid(ValueError):
@@ -232,7 +234,7 @@ def silence(user, project, *, rule=None, scope=None, hours, reason="", now=None)
     errors = {}
     hours = _number(errors, "hours", hours, 0.25, MAX_SILENCE_S / 3600)
     scope = {k: str(v) for k, v in (scope or {}).items() if v}
-    if any(k not in SCOPE_TEXT for k in scope) or any(len(v) > 200 for v in scope.values()):
+    if any(k not in SILENCE_SCOPE for k in scope) or any(len(v) > 200 for v in scope.values()):
         errors["scope"] = _("Unknown scope.")
     if rule is None and not scope:
         errors["rule"] = _("Choose a rule or a scope.")
@@ -240,6 +242,8 @@ def silence(user, project, *, rule=None, scope=None, hours, reason="", now=None)
         raise Invalid(errors)
     if rule is not None and rule.project_id != project.pk:
         raise NotVisible(rule.pk)
+    if "token" in scope:  # (a token the user could not scope a rule to: as if there were none)
+        scope["token"] = str(_visible_token(user, project, scope["token"]).pk)
     return Silence.objects.create(
         project=project,
         rule=rule,

@@ -50,6 +50,7 @@ NOT_LOAD_LIMITS = {
     "PASSWORD_LOGIN": "whether passwords sign in: the benches' users are made, not signed in",
     "INVITATION_EXPIRY_DAYS": "how long an invitation link works: no bench invites",
     "ALERT_TICK_S": "how often rules are due: `bench alerts` evaluates every rule at once",
+    "JOBS_APART": "where the heavy jobs run, not a limit: `bench alerts --where` measures both",
     "PUBLIC_URL": "where the links of a notification point: an address, not a limit",
     "ALERT_ALLOWED_HOSTS": "which receivers a channel may reach: an address list, not a load",
     "NOTIFY_TIMEOUT_S": "a delivery's time limit: no bench delivers notifications",

@@ -219,6 +219,12 @@ class Settings:
     notify_backoff_s: float = 30.0
     notify_max_attempts: int = 6
 
+    # --- Background jobs (streams/run/periodic.py) ---
+    # The heavy ones (alert rules, packing) run in a child process each server and worker owns
+    # (streams/run/apart.py), so their Python never holds the GIL the relay's loop waits for;
+    # off: in threads of the serving process.
+    jobs_apart: bool = True
+
     # --- Alert rules (streams/alerts/, docs/alerts.md) ---
     # How often each rule is evaluated (one process per rule and tick, claimed in the database).
     alert_tick_s: float = 60.0

@@ -10,7 +10,8 @@ from streams.store import compact
 EVERY_S = 60.0
 
 
-@periodic.job("compact", EVERY_S)
+# (apart: packing is Python over every event of a stream, the GIL held while the relay waits)
+@periodic.job("compact", EVERY_S, where=periodic.APART)
 def sweep():
     limit = conf.get().compact_streams_per_run
     if not limit:

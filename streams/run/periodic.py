@@ -10,6 +10,14 @@ Every process runs every job: a job whose work must happen once across processes
 evaluation, a notification's delivery, a deletion's batch) claims that work in the database
 with a conditional UPDATE, as the work queue does (`runner.claim_pending`). Tests call a job's
 function, or `run_due(now)`, directly: nothing here needs a server.
+
+Where a job runs (`where`): ANY, in a thread of the serving process, for light work and I/O
+(a thread waiting on a socket or the database holds no GIL); APART, in the child process each
+serving process owns (`streams/run/apart.py`), for work whose Python would hold the GIL for
+long: a thread of the server's own, however off the loop, keeps the relay's loop waiting while
+it runs (`bench alerts`: one tick of 1,000 rules added 42 ms to the loop's p99 from a thread).
+The child runs the APART jobs on this same scheduler (`run_here`). With
+`STREAMSCOPE_JOBS_APART` off, every job runs in the serving process.
 """
 
 import asyncio
@@ -26,12 +34,17 @@ log = logging.getLogger(__name__)
 # How often the loop looks for due jobs: a job's period is honoured to within this.
 TICK_S = 1.0
 
+ANY = "any"  # in a thread of the serving process
+APART = "apart"  # in the serving process's child (streams/run/apart.py)
+WHERE = (ANY, APART)
+
 
 @dataclasses.dataclass
 class Job:
     name: str
     every_s: float
     fn: object
+    where: str = ANY
     due_at: float = 0.0  # time.monotonic() of its next run; 0: at the first tick
     failing: set = dataclasses.field(default_factory=set)  # exception kinds logged
 
@@ -55,12 +68,15 @@ class Job:
 _jobs = {}
 
 
-def job(name, every_s):
+def job(name, every_s, where=ANY):
     """Register the decorated function as the job `name`, run every `every_s` seconds by every
-    long-lived process. Registering a name again replaces it (a module imported twice)."""
+    long-lived process, in it (ANY) or in its child (APART). Registering a name again replaces
+    it (a module imported twice)."""
+    if where not in WHERE:
+        raise ValueError(f"job {name!r}: where={where!r} is not one of {WHERE}")
 
     def register(fn):
-        _jobs[name] = Job(name, float(every_s), fn)
+        _jobs[name] = Job(name, float(every_s), fn, where)
         return fn
 
     return register
@@ -70,11 +86,18 @@ def jobs():
     return dict(_jobs)
 
 
-def due(now=None):
-    """The jobs due at `now` (time.monotonic()), their next time set."""
+def names(where=None):
+    return sorted(n for n, each in _jobs.items() if where is None or each.where == where)
+
+
+def due(now=None, where=None):
+    """The jobs due at `now` (time.monotonic()), their next time set; only those that run
+    `where` if given."""
     now = time.monotonic() if now is None else now
     found = []
     for each in list(_jobs.values()):
+        if where is not None and each.where != where:
+            continue
         if each.due_at <= now:
             each.due_at = now + each.every_s
             found.append(each)
@@ -91,16 +114,35 @@ _loops = {}
 
 
 def start():
-    """Run the jobs on the running loop for as long as it runs (one task per loop); called
-    with the sweeper (`runner.sweep_periodically`), so exactly the processes that sweep run
-    jobs. Returns the task."""
+    """Run the jobs for as long as the running loop runs (one task per loop): the ANY jobs
+    here, the APART jobs in a child this task keeps running (all of them here with
+    `STREAMSCOPE_JOBS_APART` off); called with the sweeper (`runner.sweep_periodically`), so
+    exactly the processes that sweep run jobs. Returns the task; cancelling it stops the child."""
     loop = asyncio.get_running_loop()
     task = _loops.get(loop)
     if task is None or task.done():
         task = _loops[loop] = loop.create_task(
-            _forever(), name="streamscope-jobs", context=contextvars.Context()
+            _serve(), name="streamscope-jobs", context=contextvars.Context()
         )
     return task
+
+
+async def _serve():
+    from streams.core import conf
+
+    if not conf.get().jobs_apart:
+        return await run_here(None)
+    from streams.run import apart
+
+    child = None
+    if names(APART):
+        child = asyncio.create_task(apart.keep(TICK_S), name="streamscope-jobs-apart")
+    try:
+        await run_here(ANY)
+    finally:
+        if child is not None:
+            child.cancel()
+            await asyncio.gather(child, return_exceptions=True)
 
 
 def _in_thread(fn):
@@ -110,11 +152,13 @@ def _in_thread(fn):
     return sync_to_async(fn, thread_sensitive=False)
 
 
-async def _forever():
+async def run_here(where):
+    """Run the jobs that run `where` (None: every job) on this loop, each in a thread of its
+    own, until cancelled."""
     running = {}
     try:
         while True:
-            for each in due():
+            for each in due(where=where):
                 if each.name not in running or running[each.name].done():
                     running[each.name] = asyncio.create_task(_in_thread(each.run)())
             await asyncio.sleep(TICK_S)

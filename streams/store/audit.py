@@ -581,7 +581,9 @@ def retention_in_effect(settings):
 # ---- management commands ------------------------------------------------------------------------
 
 # commands that serve: each request says who it is, and their background work is the system's
-SERVING = frozenset({"serve", "runserver", "stream_worker", "simulate_upstream", "runworker"})
+SERVING = frozenset(
+    {"serve", "runserver", "stream_worker", "simulate_upstream", "runworker", "jobs_apart"}
+)
 
 
 def _os_user():

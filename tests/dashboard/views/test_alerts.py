@@ -134,6 +134,26 @@ class TestAlerts:
         assert f'id="rule-{muted.pk}" class="alert-rule" data-state="silenced"' in page
         assert "theirs" not in page
 
+    def test_the_silence_form_mutes_any_scope_and_no_token_of_another(self):
+        ApiToken.issue(self.people["member"], name="ci", project=self.team)
+        ApiToken.issue(self.people["admin"], name="deploy", project=self.team)
+        mine = ApiToken.objects.get(name="ci")
+        theirs = ApiToken.objects.get(name="deploy")
+        client = self.client("member")
+        form = {"hours": "1", "reason": "release"}
+        r = client.post(reverse("alert_silences"), {**form, "tag": "prod", "source": "api"})
+        assert r.status_code == 302
+        r = client.post(reverse("alert_silences"), {**form, "token": str(mine.pk)})
+        assert r.status_code == 302
+        scopes = [s.scope for s in Silence.objects.filter(project=self.team).order_by("pk")]
+        assert scopes == [{"source": "api", "tag": "prod"}, {"token": str(mine.pk)}]
+        # a token the member may not scope a rule to (not theirs to manage): as if none existed
+        r = client.post(reverse("alert_silences"), {**form, "token": str(theirs.pk)})
+        assert r.status_code == 404
+        assert Silence.objects.count() == 2
+        r = client.post(reverse("alert_silences"), form)  # neither a rule nor a scope
+        assert r.status_code == 400
+
     def test_staff_see_every_projects_rules(self):
         rule(self.team, name="ours")
         rule(self.other, name="theirs")

@@ -117,3 +117,48 @@ def test_a_secret_in_the_upstreams_model_name_is_not_sent(allowed, project):
     assert SECRET not in raw and SECRET[:20] not in raw
     assert SECRET not in json.dumps(Delivery.objects.get().message)
     assert "m-" in raw  # the model is named, its secret part redacted
+
+
+def test_a_notice_is_said_in_its_projects_language(allowed, project):
+    project.language = "nl"
+    project.save(update_fields=["language"])
+    channel, _secret = channels.create(project, "hook", "webhook", "http://127.0.0.1:9/x")
+    alert = rule(project)
+    alert.channels.add(channel)
+    streams(project, NOW - MIN, [3000] * 3)
+    evaluate.tick(NOW)
+    message = Delivery.objects.get().message
+    assert message["subject"] == "Alarm: slow TTFT"
+    assert message["fields"]["Venster"] == "15 minuten"
+    assert message["language"] == "nl"
+    assert "Regel" in {label for label, _url in message["links"]}
+
+
+@pytest.mark.parametrize(
+    "scope_field, value",
+    [("requested_model", "m-a"), ("username", "ann"), ("source", "live"), ("tag", "prod"),
+     ("session", "s-1"), ("token", None)],
+)  # fmt: skip
+def test_a_silence_of_any_scope_mutes_the_rules_of_that_scope(allowed, project, scope_field, value):
+    from django.contrib.auth import get_user_model
+
+    from streams.alerts import rules as alert_rules
+    from streams.models import ApiToken, Membership
+
+    owner = get_user_model().objects.create_user("owner")
+    Membership.objects.create(project=project, user=owner, role="owner")
+    channel, _secret = channels.create(project, "hook", "webhook", "http://127.0.0.1:9/x")
+    if scope_field == "token":
+        ApiToken.issue(owner, name="ci", project=project)
+        token = ApiToken.objects.get(project=project)
+        alert = rule(project, token=token)
+        scope = {"token": token.pk}
+    else:
+        alert = rule(project, **{scope_field: value})
+        scope = {scope_field: value}
+    other = rule(project, name="unscoped")
+    alert.channels.add(channel)
+    other.channels.add(channel)
+    alert_rules.silence(owner, project, scope=scope, hours=1, now=NOW)
+    assert evaluate.notices.silenced(alert, NOW)
+    assert not evaluate.notices.silenced(other, NOW)

@@ -98,3 +98,45 @@ def test_a_job_that_runs_a_coroutine_runs_it_on_the_process_loop(registry, monke
         return asyncio.get_running_loop()
 
     assert asyncio.run(main()) is seen["loop"]
+
+
+def test_a_job_runs_where_it_says(registry):
+    with pytest.raises(ValueError):
+        registry.job("nowhere", every_s=1, where="elsewhere")
+    registry.job("light", every_s=1)(lambda: None)
+    registry.job("heavy", every_s=1, where=periodic.APART)(lambda: None)
+    assert [j.name for j in registry.due(now=0.0, where=periodic.ANY)] == ["light"]
+    assert [j.name for j in registry.due(now=0.0, where=periodic.APART)] == ["heavy"]
+    assert registry.names(periodic.APART) == ["heavy"]
+
+
+def _run_briefly(registry, monkeypatch, settings, apart_on):
+    from streams.run import apart
+
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "JOBS_APART": apart_on}
+    monkeypatch.setattr(periodic, "TICK_S", 0.01)
+    ran, kept = [], []
+    registry.job("light", every_s=60)(lambda: ran.append("light"))
+    registry.job("heavy", every_s=60, where=periodic.APART)(lambda: ran.append("heavy"))
+
+    async def keep(tick_s):
+        kept.append(tick_s)  # (the child's keeper: tests/streams/run/test_apart.py runs it)
+        await asyncio.Event().wait()
+
+    monkeypatch.setattr(apart, "keep", keep)
+
+    async def main():
+        task = registry.start()
+        await asyncio.sleep(0.2)
+        task.cancel()
+
+    asyncio.run(main())
+    return sorted(ran), kept
+
+
+def test_apart_jobs_are_left_to_the_child(registry, monkeypatch, settings):
+    assert _run_briefly(registry, monkeypatch, settings, True) == (["light"], [0.01])
+
+
+def test_with_jobs_apart_off_every_job_runs_here(registry, monkeypatch, settings):
+    assert _run_briefly(registry, monkeypatch, settings, False) == (["heavy", "light"], [])
