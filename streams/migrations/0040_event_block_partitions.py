@@ -15,7 +15,6 @@ recorded, pruned) are marked now, so the sweep's partial index holds only what i
 
 from django.db import migrations, models
 
-
 TABLE = "streams_eventblock"
 AHEAD_DAYS = 3
 
