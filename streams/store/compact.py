@@ -163,31 +163,56 @@ def decode(payload):
 
 def blocks_of(stream_id, *, after=None, before=None, indexes=None):
     """The stream's blocks a read of after < index < before (of `indexes`) overlaps, as
-    (first, last, payload) in index order."""
-    qs = EventBlock.objects.filter(stream_id=stream_id, stream_created_at=_created(stream_id))
+    (first, last) in index order; `read` fetches their payloads as it reaches them."""
+    qs = stream_blocks(stream_id)
     if after is not None:
         qs = qs.filter(last__gt=after)
     if before is not None:
         qs = qs.filter(first__lt=before)
-    found = list(qs.order_by("first").values_list("first", "last", "payload"))
+    found = list(qs.order_by("first").values_list("first", "last"))
     if indexes is not None:
         wanted = sorted(set(indexes))
         found = [b for b in found if any(b[0] <= i <= b[1] for i in wanted)]
     return found
 
 
-def _created(stream_id):
-    """The stream's `created_at` (a subquery): on PostgreSQL the blocks' partition key, so the
-    read opens that day's partition only (pruned when the query runs) instead of probing one
-    index per day of history."""
-    return models.Subquery(Stream.objects.filter(pk=stream_id).values("created_at")[:1])
+def stream_blocks(stream_id):
+    """The stream's blocks. On PostgreSQL the query names the stream's `created_at` (a
+    subquery), the blocks' partition key, so it opens that day's partition only (pruned when
+    the query runs) instead of probing one index per day of history."""
+    created = Stream.objects.filter(pk=stream_id).values("created_at")[:1]
+    return EventBlock.objects.filter(
+        stream_id=stream_id, stream_created_at=models.Subquery(created)
+    )
 
 
-def read(blocks, columns, *, after, before, indexes, types, handed, descending):
-    """The rows of `blocks` (`blocks_of`) as `events.read` gives them."""
+PAYLOADS_AT_ONCE = 64  # the most payloads one query fetches (a whole stream's read)
+
+
+def _payloads(stream_id, blocks):
+    """(first, last, payload) of `blocks` in their order, the payloads fetched in batches that
+    double from one: a timeline window opens one or two blocks and fetches only those, a read
+    of a whole 100k-event stream takes a handful of queries. A block deleted meanwhile (the
+    stream's retention) ends the read there."""
+    at, size = 0, 1
+    while at < len(blocks):
+        chunk = blocks[at : at + size]
+        fetched = stream_blocks(stream_id).filter(first__in=[b[0] for b in chunk])
+        payloads = dict(fetched.values_list("first", "payload"))
+        for first, last in chunk:
+            if first not in payloads:
+                return
+            yield first, last, payloads[first]
+        at += size
+        size = min(size * 2, PAYLOADS_AT_ONCE)
+
+
+def read(stream_id, blocks, columns, *, after, before, indexes, types, handed, descending):
+    """The rows of the stream's `blocks` (`blocks_of`) as `events.read` gives them."""
     wanted = None if indexes is None else set(indexes)
     types = None if types is None else set(types)
-    for _first, _last, payload in reversed(blocks) if descending else blocks:
+    ordered = list(reversed(blocks)) if descending else blocks
+    for _first, _last, payload in _payloads(stream_id, ordered):
         block = decode(payload)
         picked = range(len(block["index"]))
         if descending:

@@ -11,7 +11,7 @@ from django.conf import settings as django_settings
 from django.db import connection
 
 from streams.ingest.importer import import_capture
-from streams.models import EventBlock, Project, Stream
+from streams.models import Project, Stream
 from streams.serve import export
 from streams.store import compact, partitions, retention
 from streams.store import events as stored_events
@@ -77,9 +77,7 @@ def test_the_blocks_go_to_their_days_partition_and_a_read_opens_it_only():
     assert homes(stream) == {partitions.name_of(day_of(stream))}
     assert what_reads(stream) == before
     assert len(partitions.days()) >= 2  # (the migration's days ahead besides)
-    qs = EventBlock.objects.filter(
-        stream_id=stream.pk, stream_created_at=compact._created(stream.pk)
-    )
+    qs = compact.stream_blocks(stream.pk)
     explained = qs.explain(analyze=True)
     scans = [
         line
