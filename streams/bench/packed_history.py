@@ -28,11 +28,10 @@ TEMPLATES_PER_LENGTH = 4
 USERS = [("alice", 1.0)]
 
 
-def templates(rng, lengths=LENGTHS, per_length=TEMPLATES_PER_LENGTH):
-    """[(weight, [block rows])] of streams made by the simulator's maker: a block row is
-    (first, last, count, t_first_us, t_last_us, payload)."""
-    from streams.management.commands.seed_demo import make_stream
-
+def templates(rng, make_stream, lengths=LENGTHS, per_length=TEMPLATES_PER_LENGTH):
+    """[(weight, [block rows])] of streams made by `make_stream` (seed_demo's, which hands
+    itself in: the command is above this module): a block row is (first, last, count,
+    t_first_us, t_last_us, payload)."""
     made = []
     base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     for length, weight in lengths:
@@ -76,12 +75,12 @@ def _blocks(events):
     return out
 
 
-def fill(total_events, seed=1, progress=None):
+def fill(total_events, make_stream, seed=1, progress=None):
     """Give the seeded streams (oldest first) templates' blocks until `total_events` are held;
     returns {"streams", "events", "blocks", "payload_bytes"}. Every event row is deleted first
     (seed_demo's short streams), and the streams left over have none."""
     rng = random.Random(seed)
-    made = templates(rng)
+    made = templates(rng, make_stream)
     weights = [w for w, _ in made]
     streams = Stream.objects.order_by("created_at").values_list("pk", "created_at")
     out = {"streams": 0, "events": 0, "blocks": 0, "payload_bytes": 0}

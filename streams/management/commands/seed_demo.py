@@ -1480,7 +1480,7 @@ class Command(BaseCommand):
         if opts["packed_events"] > 0:
             from streams.bench import packed_history
 
-            packed = packed_history.fill(opts["packed_events"], seed=opts["seed"])
+            packed = packed_history.fill(opts["packed_events"], make_stream, seed=opts["seed"])
             self.stdout.write(
                 f"packed: {packed['events']:,} events of {packed['streams']:,} streams in "
                 f"{packed['blocks']:,} blocks, {packed['payload_bytes']:,} payload bytes "

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_the_seeded_streams_hold_packed_simulator_streams(monkeypatch):
-    from streams.management.commands.seed_demo import _settable_created_at
+    from streams.management.commands.seed_demo import _settable_created_at, make_stream
 
     monkeypatch.setattr(packed_history, "LENGTHS", ((40, 1), (1_500, 1)))
     monkeypatch.setattr(packed_history, "TEMPLATES_PER_LENGTH", 1)
@@ -25,7 +25,7 @@ def test_the_seeded_streams_hold_packed_simulator_streams(monkeypatch):
         )
     Event.objects.bulk_create([Event(stream=Stream.objects.first(), index=0, data="{}")])
 
-    done = packed_history.fill(5_000, seed=3)
+    done = packed_history.fill(5_000, make_stream, seed=3)
 
     assert done["events"] >= 5_000 and not Event.objects.exists()
     assert EventBlock.objects.count() == done["blocks"]
