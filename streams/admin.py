@@ -26,7 +26,8 @@ from streams.models import (
     ShareLink,
     Stream,
 )
-from streams.store import audit, known_secrets
+from streams.store import audit, compact, known_secrets
+from streams.store import events as stored_events
 from streams.store.lookups import distinct_stream_values, events_of_type
 
 # A big table's changelist counts this many rows at most; beyond, it says it did not count.
@@ -220,12 +221,52 @@ class EventAdmin(BigTableAdmin):
         """The events of the stream whose id is searched, through the (stream, index)
         constraint's index (Django's own search compares the id as text, row by row); a term
         that is no id finds nothing."""
-        term = search_term.strip().lstrip("#")
-        if not term:
-            return queryset, False
-        if not (term.isdigit() and len(term) <= 18):  # (an id fits a signed 64-bit integer)
-            return queryset.none(), False
-        return queryset.filter(stream_id=int(term)), False
+        stream_id = _stream_id(search_term)
+        if stream_id is None:
+            return (queryset.none() if search_term.strip().lstrip("#") else queryset), False
+        return queryset.filter(stream_id=stream_id), False
+
+    def changelist_view(self, request, extra_context=None):
+        """A searched stream whose events are packed (streams/store/compact.py: its rows are
+        gone) has them listed through the one event reader, a page at a time from an index
+        (`after`, which the changelist's own filters never see)."""
+        after = request.GET.get(PACKED_AFTER)
+        if after is not None:
+            request.GET = request.GET.copy()
+            del request.GET[PACKED_AFTER]
+        stream_id = _stream_id(request.GET.get("q", ""))
+        packed = None
+        if stream_id is not None and compact.count(stream_id):
+            packed = packed_page(stream_id, request.GET.get("type"), after, self.list_per_page)
+        return super().changelist_view(request, {**(extra_context or {}), "packed": packed})
+
+
+PACKED_AFTER = "after"
+PACKED_COLUMNS = ("index", "t_us", "type", "sequence_number")
+
+
+def _stream_id(term):
+    """The stream id a search term names (`123`, `#123`), else None."""
+    term = term.strip().lstrip("#")
+    if term.isdigit() and len(term) <= 18:  # (an id fits a signed 64-bit integer)
+        return int(term)
+    return None
+
+
+def packed_page(stream_id, type_, after, size):
+    """A page of a packed stream's events for the admin: its `size` events after index `after`
+    (of `type_`), read through streams/store/events.py; `next_after` where more follow."""
+    after = int(after) if after and after.isdigit() and len(after) <= 9 else None
+    types = [type_] if type_ else None
+    found = stored_events.read(stream_id, PACKED_COLUMNS, after=after, types=types, limit=size + 1)
+    rows = [dict(zip(PACKED_COLUMNS, row, strict=True)) for row in found[:size]]
+    return {
+        "stream_id": stream_id,
+        "count": compact.count(stream_id),
+        "headers": [Event._meta.get_field(c).verbose_name for c in PACKED_COLUMNS],
+        "rows": rows,
+        "next_after": rows[-1]["index"] if len(found) > size else None,
+    }
 
 
 @admin.register(Finding)

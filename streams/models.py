@@ -444,6 +444,11 @@ class Stream(models.Model):
     # Retention (streams/store/retention.py): when this stream's events were deleted; the row, its
     # metrics and findings stay, and the timeline says the events are gone.
     events_pruned_at = models.DateTimeField(_("events pruned at"), null=True, blank=True)
+    # Packing (streams/store/compact.py): when this ended stream's event rows were packed into
+    # blocks (or found to have none). NULL while it runs and until the sweep packs it, so the
+    # sweep's look for due streams reads the few unpacked ones by the index `stream_unpacked`
+    # instead of asking every ended stream whether it has rows.
+    events_packed_at = models.DateTimeField(_("events packed at"), null=True, blank=True)
 
     # Usage (streams/core/usage.py): what the upstream reported, else an estimate that says so
     # (`usage_source`); None where it is not known (reasoning and cached tokens are never
@@ -489,6 +494,13 @@ class Stream(models.Model):
                 fields=["id"],
                 condition=models.Q(search_derived_ns__isnull=True),
                 name="stream_search_underived",
+            ),
+            # the packing sweep's due streams (compact.due): the running and the not yet
+            # packed, a few minutes' streams however long the history
+            models.Index(
+                fields=["id"],
+                condition=models.Q(events_packed_at__isnull=True),
+                name="stream_unpacked",
             ),
             # list filters on status and the sweeper's `status = streaming` scan
             models.Index(fields=["status", "-created_at"], name="stream_status_created"),
@@ -718,6 +730,11 @@ class EventBlock(models.Model):
     t_first_us = models.BigIntegerField(_("first received (µs)"), null=True)
     t_last_us = models.BigIntegerField(_("last received (µs)"), null=True)
     payload = models.BinaryField(_("packed events"))
+    # The stream's own `created_at`, copied: on PostgreSQL the table is partitioned by it, a
+    # partition a day (streams/store/partitions.py), so retention of a day drops a table and a
+    # read that names it opens one partition. In the primary key there (a partitioned table's
+    # unique keys must hold its partition key); SQLite keeps one table.
+    stream_created_at = models.DateTimeField(_("stream created at"))
 
     class Meta:
         verbose_name = _("event block")

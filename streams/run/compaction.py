@@ -5,9 +5,10 @@ once pack it once."""
 from streams.core import conf
 from streams.observe import telemetry
 from streams.run import periodic
-from streams.store import compact
+from streams.store import compact, partitions
 
 EVERY_S = 60.0
+PARTITIONS_EVERY_S = 3600.0  # days are made `partitions.AHEAD_DAYS` ahead: an hour is early
 
 
 # (apart: packing is Python over every event of a stream, the GIL held while the relay waits)
@@ -18,3 +19,8 @@ def sweep():
         return
     done = compact.sweep(limit=limit)
     telemetry.compacted(done["streams"], done["events"], compact.progress["backlog"])
+
+
+@periodic.job("event block partitions", PARTITIONS_EVERY_S)
+def make_partitions():
+    partitions.ensure_ahead()

@@ -70,7 +70,7 @@ def _rows_then_blocks(qs, stream_id, columns, where):
 
 def _packed(stream_id, columns, where):
     ranged = {k: where[k] for k in ("after", "before", "indexes")}
-    return compact.read(compact.blocks_of(stream_id, **ranged), columns, **where)
+    return compact.read(stream_id, compact.blocks_of(stream_id, **ranged), columns, **where)
 
 
 def first(stream_id, columns, **where):

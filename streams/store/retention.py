@@ -22,11 +22,11 @@ import logging
 import time
 
 from django.db import connection, transaction
-from django.db.models import Q
+from django.db.models import Q, Sum
 
 from streams.core import conf
 from streams.models import Event, Project, Stream
-from streams.store import aggregates, audit, compact
+from streams.store import aggregates, audit, compact, partitions
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +64,7 @@ class Ages:
 
     older: Q | None
     younger: Q
+    latest: dt.datetime | None = None  # the newest cutoff of any group: nothing younger is due
 
 
 def by_project(field, now=None, settings=None):
@@ -81,13 +82,14 @@ def by_project(field, now=None, settings=None):
         (Q(project_id__in=ids), now - dt.timedelta(days=days)) for days, ids in sorted(own.items())
     ]
     older, younger = None, None
+    cutoffs_set = [cutoff for _group, cutoff in groups if cutoff is not None]
     for group, cutoff in groups:
         old = None if cutoff is None else group & Q(created_at__lt=cutoff)
         young = group if cutoff is None else group & Q(created_at__gte=cutoff)
         if old is not None:
             older = old if older is None else older | old
         younger = young if younger is None else younger | young
-    return Ages(older, younger)
+    return Ages(older, younger, max(cutoffs_set, default=None))
 
 
 def any_due(fields=(EVENTS, STREAMS), settings=None):
@@ -146,6 +148,10 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                 if pause_s:
                     time.sleep(pause_s)
     events_ages = by_project(EVENTS, now)
+    if not dry_run and partitions.partitioned():
+        dropped = _drop_days(now, events_ages, streams_ages)
+        out["events"] += dropped["events"]
+        out["event_streams"] += dropped["streams"]
     if events_ages.older is not None:
         pending = _finished(events_ages.older).filter(events_pruned_at__isnull=True)
         if dry_run:
@@ -163,6 +169,38 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
                 out["event_streams"] += len(ids)
                 if pause_s:
                     time.sleep(pause_s)
+    return out
+
+
+def _drop_days(now, events_ages, streams_ages):
+    """PostgreSQL: drop each day's partition of event blocks (streams/store/partitions.py)
+    that holds only blocks of streams whose events are due (by either retention), and mark
+    those streams' events pruned, in one transaction a day. A day with a block retention
+    keeps (a project keeping its streams longer, a chain waiting for its youngest retry, a
+    stream still running) is left to the batches, which delete only what is due."""
+    latest = max((a.latest for a in (events_ages, streams_ages) if a.latest), default=None)
+    if latest is None:
+        return {"streams": 0, "events": 0}
+    due = Stream.objects.none()
+    if events_ages.older is not None:
+        due = due | _finished(events_ages.older)
+    if streams_ages.older is not None:
+        due = due | _streams_due(streams_ages)
+    out = {"streams": 0, "events": 0}
+    for day in partitions.days():
+        if partitions.bounds(day)[1] > latest:
+            break
+        with transaction.atomic():
+            partitions.lock_day(day)  # (a block packed into it now waits, then fails: kept)
+            blocks = partitions.blocks_of_day(day)
+            if blocks.exclude(stream_id__in=due.values("pk")).exists():
+                continue
+            out["events"] += blocks.aggregate(n=Sum("count"))["n"] or 0
+            held = Stream.objects.filter(pk__in=blocks.values("stream_id"))
+            out["streams"] += held.filter(events_pruned_at__isnull=True).update(
+                events_pruned_at=now
+            )
+            partitions.drop_day(day)
     return out
 
 

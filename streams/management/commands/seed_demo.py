@@ -343,7 +343,9 @@ class _StreamMaker:
             },
         )
         ttft = self.profile.sample_ttft(rng) * 1e6
-        if self.resolved == REGRESSED_MODEL and self.created_at > _REGRESSION_START:
+        # (a stream made outside `seed`, as packed_history makes its templates: no regression)
+        regressed = _REGRESSION_START is not None and self.created_at > _REGRESSION_START
+        if self.resolved == REGRESSED_MODEL and regressed:
             ttft *= REGRESSION_FACTOR
         if routing is not None:
             spent = rng.randint(15 * _MS, 60 * _MS)
@@ -1444,6 +1446,13 @@ class Command(BaseCommand):
             "--users", default="alice,bob,carol", help="owners of the streams (created if missing)"
         )
         parser.add_argument(
+            "--packed-events",
+            type=int,
+            default=0,
+            help="then replace the events by this many packed ones, simulator streams of "
+            "realistic lengths (streams/bench/packed_history.py: for benchmarks only)",
+        )
+        parser.add_argument(
             "--projects",
             type=int,
             default=0,
@@ -1472,6 +1481,16 @@ class Command(BaseCommand):
             progress=progress,
             projects=opts["projects"],
         )
+        if opts["packed_events"] > 0:
+            from streams.bench import packed_history
+
+            packed = packed_history.fill(opts["packed_events"], make_stream, seed=opts["seed"])
+            self.stdout.write(
+                f"packed: {packed['events']:,} events of {packed['streams']:,} streams in "
+                f"{packed['blocks']:,} blocks, {packed['payload_bytes']:,} payload bytes "
+                f"({packed['payload_bytes'] / max(1, packed['events']):.1f} B/event) after "
+                f"{time.perf_counter() - t0:.1f} s"
+            )
         elapsed = time.perf_counter() - t0
         self.stdout.write(
             f"{counts['streams']:,} streams, {counts['events']:,} events, "

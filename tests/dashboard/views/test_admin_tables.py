@@ -180,3 +180,38 @@ def test_a_rows_checkbox_is_djangos_markup_written_at_once(language):
             ours = model_admin.action_checkbox(obj)
             assert ours == ModelAdmin.action_checkbox(model_admin, obj)
             assert f'value="{obj.pk}"' in ours
+
+
+def _packed_rows(html):
+    table = html.split('<table id="packed-events">', 1)[1].split("</table>", 1)[0]
+    body = table.split("<tbody>", 1)[1]
+    return [re.findall(r"<td>([^<]*)</td>", row) for row in body.split("<tr>")[1:]]
+
+
+def test_a_packed_streams_events_are_listed_through_the_event_reader(admin):
+    import datetime as dt
+
+    from streams.ingest.importer import import_capture
+    from streams.store import compact
+    from tests.support.paths import CAPTURES
+
+    name = "openai_text_long_722ev.sse"
+    [stream] = import_capture((CAPTURES / name).read_bytes(), name)
+    last = Event.objects.filter(stream=stream, type="response.completed").get()
+    assert last.t_us is None  # (an imported file has no receipt times: shown as "-")
+    compact.pack(stream.pk, now=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1))
+    assert not Event.objects.filter(stream=stream).exists()
+
+    html = admin.get("/admin/streams/event/", {"q": str(stream.pk)}).content.decode()
+    assert f"Stream #{stream.pk} is packed: its 722 events are stored in blocks" in html
+    rows = _packed_rows(html)
+    assert [int(r[0]) for r in rows] == list(range(50))
+    assert "after=49" in html
+    html = admin.get("/admin/streams/event/", {"q": str(stream.pk), "after": "49"}).content
+    assert [int(r[0]) for r in _packed_rows(html.decode())] == list(range(50, 100))
+    typed = {"q": str(stream.pk), "type": "response.completed"}
+    rows = _packed_rows(admin.get("/admin/streams/event/", typed).content.decode())
+    assert rows == [[str(last.index), "-", "response.completed", str(last.sequence_number)]]
+    for bad in ("-1", "x", "9" * 40):  # (a bad `after` is ignored: the first page)
+        html = admin.get("/admin/streams/event/", {"q": str(stream.pk), "after": bad}).content
+        assert [int(r[0]) for r in _packed_rows(html.decode())][:1] == [0]

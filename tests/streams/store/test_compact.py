@@ -267,3 +267,26 @@ def test_a_block_packed_before_preambles_reads_with_them_empty(monkeypatch):
     block = compact.decode(payload)
     assert block["data"] == [r[compact._V1_COLUMNS.index("data")] for r in rows_]
     assert block["preamble"] == [""] * len(rows_)
+
+def test_due_streams_are_a_range_of_the_unpacked_index_and_a_packed_one_leaves_it():
+    from django.db import connection
+
+    [recorded] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "d.sse")
+    empty = Stream.objects.create(status="failed", finished_at=PAST - dt.timedelta(hours=2))
+    running = Stream.objects.create(status="streaming")
+    # a history of packed streams, which the look for due ones must not read
+    Stream.objects.bulk_create(
+        [Stream(status="completed", events_packed_at=PAST) for _ in range(2000)]
+    )
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(f"ANALYZE {Stream._meta.db_table}")
+    plan = compact._due(grace_s=-3600).order_by("pk").values("pk")[:20].explain()
+    assert "stream_unpacked" in plan, plan
+
+    n = Event.objects.filter(stream_id=recorded.pk).count()
+    assert compact.due(grace_s=-3600) == [recorded.pk, empty.pk]
+    assert compact.sweep(limit=None, grace_s=-3600) == {"streams": 1, "events": n}
+    assert compact.due(grace_s=-3600) == []  # the empty one was looked at once, and marked
+    assert Stream.objects.get(pk=empty.pk).events_packed_at is not None
+    assert Stream.objects.get(pk=running.pk).events_packed_at is None
