@@ -112,7 +112,9 @@ class ExperimentForm(forms.Form):
 
 
 class ItemsPageForm(forms.Form):
-    """A run page's query: the page of items and the baseline to diff against."""
+    """A run page's query: the page of items (those after item position `after`, or up to
+    `before`) and the baseline to diff against."""
 
-    page = forms.IntegerField(min_value=1, max_value=100_000, required=False)
+    after = forms.IntegerField(min_value=0, max_value=1_000_000, required=False)
+    before = forms.IntegerField(min_value=1, max_value=1_000_000, required=False)
     baseline = forms.IntegerField(min_value=1, required=False)

@@ -182,6 +182,8 @@ def _stored_run(user, project, spec):
     for run_item, stream in zip(run_items, streams, strict=True):
         run_item.stream, run_item.done = stream, True
     RunItem.objects.bulk_update(run_items, ["stream", "done"], batch_size=2000)
+    runs.advance(run.pk)  # (finished as a driven run finishes: its figures stored)
+    run.refresh_from_db()
     return run
 
 

@@ -23,7 +23,7 @@ from django.db.models import Count, Max, Q
 from streams import evaluate
 from streams.core import conf
 from streams.core.lifecycle import RUNNER_ID
-from streams.experiments import datasets
+from streams.experiments import datasets, results
 from streams.models import Run, RunItem, Stream
 from streams.run import periodic, services
 from streams.store import rows
@@ -140,12 +140,23 @@ def resume(run):
     running or finished. The caller drives it (`launch` or `drive`)."""
     return bool(
         Run.objects.filter(pk=run.pk, state__in=[Run.State.CANCELLED, Run.State.STOPPED]).update(
-            state=Run.State.RUNNING, driver=RUNNER_ID, driven_at=dt.datetime.now(dt.UTC)
+            state=Run.State.RUNNING,
+            driver=RUNNER_ID,
+            driven_at=dt.datetime.now(dt.UTC),
+            figures=None,
         )
     )
 
 
 def progress(run_id):
+    state, figures = Run.objects.filter(pk=run_id).values_list("state", "figures").first() or (
+        None,
+        None,
+    )
+    if state == Run.State.FINISHED and figures is not None:
+        # (a finished run's counts are its stored figures': 30,000 joined rows otherwise)
+        total, done, failed = results.stored_progress(figures)
+        return Progress(total=total, done=done, failed=failed, state=state)
     counts = RunItem.objects.filter(run_id=run_id).aggregate(
         n_total=Count("pk"),
         n_done=Count("pk", filter=Q(done=True)),
@@ -156,7 +167,6 @@ def progress(run_id):
             & ~Q(stream__status__in=[Stream.Status.COMPLETED, Stream.Status.INCOMPLETE]),
         ),
     )
-    state = Run.objects.filter(pk=run_id).values_list("state", flat=True).first()
     return Progress(state=state or Run.State.CANCELLED, **{k[2:]: v for k, v in counts.items()})
 
 
@@ -221,8 +231,10 @@ def advance(run_id):
         and RunItem.objects.filter(run_id=run_id, evaluated=False).exists()
     )
     if state.done == state.total and not created and not unevaluated:
+        # its figures stored as it finishes, by the function that computed them live
+        figures = results.as_stored(results.computed_summaries(run))
         Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(
-            state=Run.State.FINISHED, finished_at=now
+            state=Run.State.FINISHED, finished_at=now, figures=figures
         )
         state = progress(run_id)
     return created, state
