@@ -218,11 +218,7 @@ def advance(run_id):
         last = latest.get(stream_id)
         if last is None or _settled(last, now):
             ended.append((item_pk, last))
-    for item_pk, last in ended:
-        # (conditional: a cancel meanwhile unlinked it, and it waits for a resume)
-        RunItem.objects.filter(pk=item_pk, done=False, stream_id=in_flight[item_pk]).update(
-            done=True, stream=last
-        )
+    _mark_done(ended, in_flight)
     slots = run.experiment.concurrency - (len(in_flight) - len(ended))
     created = _top_up(run, slots) if slots > 0 else []
     state = progress(run_id)
@@ -240,24 +236,46 @@ def advance(run_id):
     return created, state
 
 
+def _mark_done(ended, in_flight):
+    """The items `ended` [(run item id, its stream's last attempt)] are done, in one
+    statement for those without a retry (a statement, and a commit, per item was a large
+    share of what a run cost over the same streams started directly)."""
+    # (each conditional: a cancel meanwhile unlinked it, and it waits for a resume)
+    same = {pk for pk, last in ended if last is not None and last.pk == in_flight[pk]}
+    if same:
+        # (a stream is one item's: an item with one of these streams has its own)
+        RunItem.objects.filter(
+            pk__in=same, stream_id__in=[in_flight[pk] for pk in same], done=False
+        ).update(done=True)
+    for pk, last in ended:
+        if pk not in same:  # (its stall retry's row, or none left)
+            RunItem.objects.filter(pk=pk, done=False, stream_id=in_flight[pk]).update(
+                done=True, stream=last
+            )
+
+
 def _top_up(run, slots):
+    """Streams for up to `slots` waiting items, created in one transaction (one commit a
+    tick, not one an item)."""
     waiting = list(
         RunItem.objects.filter(run=run, done=False, stream__isnull=True)
         .select_related("item", "variant")
         .order_by("item__position", "variant__position")[:slots]
     )
+    if not waiting:
+        return []
     created = []
-    for run_item in waiting:
-        body = request_body(run_item.item, run_item.variant)
-        with transaction.atomic():
-            # (locked and checked: a cancel between the read and here leaves the item waiting)
-            if not Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING):
-                break
-            stream = services.create_for_run(
+    with transaction.atomic():
+        # (locked and checked: a cancel between the read and here leaves the items waiting)
+        if not Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING):
+            return []
+        for run_item in waiting:
+            body = request_body(run_item.item, run_item.variant)
+            run_item.stream = services.create_for_run(
                 run.started_by, body, run.project_id, tags=[run_tag(run)]
             )
-            RunItem.objects.filter(pk=run_item.pk).update(stream=stream)
-        created.append(stream)
+            created.append(run_item.stream)
+        RunItem.objects.bulk_update(waiting, ["stream"])
     return created
 
 
@@ -299,29 +317,38 @@ async def _evaluate(run_item_id):
         log.exception("run item %s: its evaluation failed", run_item_id)
 
 
+def _tick(run_id, evaluations):
+    """`advance`, then up to `evaluations` items claimed for evaluating, and whether this
+    process still drives the run: one trip to the thread the database is used from (it is
+    the recordings' too, and each trip waits for their writes)."""
+    created, state = advance(run_id)
+    claimed = claim_unevaluated(run_id, evaluations)
+    driver = Run.objects.filter(pk=run_id).values_list("driver", flat=True).first()
+    return created, state, claimed, driver == RUNNER_ID
+
+
 async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
     """Drive `run_id` until it finishes, is cancelled or another process drives it; returns
     the last Progress. `on_progress(progress)` after every tick (the command's bar). Items
     are evaluated as they end, at most `evaluations` at once (default: the concurrency)."""
     evaluating, recording = set(), set()
+    evaluations = evaluations or await _concurrency(run_id)
     try:
         while True:
-            created, state = await sync_to_async(advance)(run_id)
+            created, state, claimed, driving = await sync_to_async(_tick)(
+                run_id, evaluations - len(evaluating)
+            )
             for stream in created:
                 task = await services.start(stream)
                 if task is not None:
                     recording.add(task)
-            limit = (evaluations or await _concurrency(run_id)) - len(evaluating)
-            for pk in await sync_to_async(claim_unevaluated)(run_id, limit):
+            for pk in claimed:
                 task = asyncio.create_task(_evaluate(pk))
                 evaluating.add(task)
                 task.add_done_callback(evaluating.discard)
             if on_progress is not None:
                 on_progress(state)
-            if state.finished:
-                return state
-            driver = await Run.objects.filter(pk=run_id).values_list("driver", flat=True).afirst()
-            if driver != RUNNER_ID:
+            if state.finished or not driving:
                 return state
             # the next tick when one of this process's recordings ends (its slot is free: a
             # fixed tick left slots idle for up to a tick each, a large share of short
