@@ -189,6 +189,17 @@ def visible(user, project=None):
     return projects.in_project(Evaluator.objects.select_related("score_type"), user, project)
 
 
+def delete(evaluator):
+    """Delete `evaluator`: experiments and online rules no longer apply it, and the records of
+    its applications (`Evaluation`) go with it. Its scores stay, with their score type: they
+    are a stream's scores like any other, counted in the rollups and Prometheus, and a finished
+    run's results and comparisons were made from them (a finished result does not change);
+    the type, and so the name, stays taken while they exist (a new evaluator of that name
+    would mix its scores with these), as a score type with scores stays on the project's
+    page."""
+    evaluator.delete()
+
+
 def visible_one(user, evaluator_id):
     """The evaluator `evaluator_id` if `user` may read it (None: a 404, as for a stream)."""
     return visible(user).filter(pk=evaluator_id).first()

@@ -340,6 +340,8 @@ RULES = {
     "evaluator_new": (Rule(PROJECT, EVALUATE), Rule(PROJECT, EVALUATE, "POST", ok=400)),
     "evaluator_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
     "evaluator_try": Rule(OBJECT, EVALUATE, "POST", ok=400),
+    "evaluator_delete": Rule(OBJECT, EVALUATE, "POST", ok=302),
+    "online_rule_delete": Rule(OBJECT, EVALUATE, "POST", ok=302),
     "online_rule_list": (Rule(PROJECT, READ), Rule(PROJECT, EVALUATE, "POST", ok=400)),
     "online_rule_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
     "api_evaluators": (
