@@ -305,7 +305,7 @@ def evaluate_item(run_item_id):
         return []
     expected = run_item.item.expected_output or None
     return [
-        evaluate.apply(evaluator, stream=run_item.stream, expected=expected)
+        evaluate.apply(evaluator, stream=run_item.stream, expected=expected, for_run=True)
         for evaluator in run_item.run.experiment.evaluators.order_by("pk")
     ]
 
