@@ -149,10 +149,8 @@ def resume(run):
 
 
 def progress(run_id):
-    state, figures = Run.objects.filter(pk=run_id).values_list("state", "figures").first() or (
-        None,
-        None,
-    )
+    found = Run.objects.filter(pk=run_id).values_list("state", "figures").first()
+    state, figures = found or (None, None)
     if state == Run.State.FINISHED and figures is not None:
         # (a finished run's counts are its stored figures': 30,000 joined rows otherwise)
         total, done, failed = results.stored_progress(figures)
