@@ -188,11 +188,21 @@ urlpatterns = [
     path("evaluators/new/", evaluators.evaluator_new, name="evaluator_new"),
     path("evaluators/<int:evaluator_id>/", evaluators.evaluator_detail, name="evaluator_detail"),
     path("evaluators/<int:evaluator_id>/try/", evaluators.evaluator_try, name="evaluator_try"),
+    path(
+        "evaluators/<int:evaluator_id>/delete/",
+        evaluators.evaluator_delete,
+        name="evaluator_delete",
+    ),
     path("evaluators/rules/", evaluators.online_rule_list, name="online_rule_list"),
     path(
         "evaluators/rules/<int:online_rule_id>/",
         evaluators.online_rule_detail,
         name="online_rule_detail",
+    ),
+    path(
+        "evaluators/rules/<int:online_rule_id>/delete/",
+        evaluators.online_rule_delete,
+        name="online_rule_delete",
     ),
     # analytics
     path("latency/", analytics.latency, name="latency"),

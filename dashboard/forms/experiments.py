@@ -3,7 +3,9 @@
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from streams.core import safejson
 from streams.experiments import experiments
+from streams.experiments.datasets import MAX_TOOLS_CHARS
 from streams.models import MAX_DATASET_NAME_CHARS, MAX_DESCRIPTION_CHARS
 
 VARIANT_ROWS = 3
@@ -52,6 +54,22 @@ class AddStreamForm(forms.Form):
         return data
 
 
+class ToolsField(forms.CharField):
+    """A variant's tools: a JSON list (None when empty: the items' own tools)."""
+
+    def to_python(self, value):
+        text = super().to_python(value).strip()
+        if not text:
+            return None
+        try:
+            tools = safejson.loads(text)
+        except ValueError:
+            raise forms.ValidationError(_("Not JSON.")) from None
+        if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools):
+            raise forms.ValidationError(_('A JSON list of tool objects: [{"type": …}, …].'))
+        return tools
+
+
 class ExperimentForm(forms.Form):
     """An experiment: its dataset, up to VARIANT_ROWS variants (a row without a model is left
     out), the concurrency and the evaluators."""
@@ -87,13 +105,22 @@ class ExperimentForm(forms.Form):
             self.fields[f"v{n}_max_tokens"] = forms.IntegerField(
                 label=_("Max output tokens"), min_value=1, max_value=1_000_000, required=False
             )
+            self.fields[f"v{n}_tools"] = ToolsField(
+                label=_("Tools"),
+                required=False,
+                max_length=MAX_TOOLS_CHARS,
+                widget=forms.Textarea(attrs={"rows": 2, "class": "mono"}),
+                help_text=_(
+                    "A JSON list of tools, as the Responses API takes them. Empty: each item's own."
+                ),
+            )
 
     def main_fields(self):
         return [self[name] for name in ("name", "dataset", "concurrency", "evaluators")]
 
     def variant_rows(self):
         """[(row number, [bound fields])] for the template."""
-        names = ("model", "instructions", "temperature", "effort", "max_tokens")
+        names = ("model", "instructions", "temperature", "effort", "max_tokens", "tools")
         return [(n, [self[f"v{n}_{name}"] for name in names]) for n in range(1, VARIANT_ROWS + 1)]
 
     def variants(self):
@@ -105,6 +132,7 @@ class ExperimentForm(forms.Form):
                 "temperature": d[f"v{n}_temperature"],
                 "reasoning_effort": d[f"v{n}_effort"],
                 "max_output_tokens": d[f"v{n}_max_tokens"],
+                "tools": d[f"v{n}_tools"],
             }
             for n in range(1, VARIANT_ROWS + 1)
             if d.get(f"v{n}_model")
@@ -112,7 +140,9 @@ class ExperimentForm(forms.Form):
 
 
 class ItemsPageForm(forms.Form):
-    """A run page's query: the page of items and the baseline to diff against."""
+    """A run page's query: the page of items (those after item position `after`, or up to
+    `before`) and the baseline to diff against."""
 
-    page = forms.IntegerField(min_value=1, max_value=100_000, required=False)
+    after = forms.IntegerField(min_value=0, max_value=1_000_000, required=False)
+    before = forms.IntegerField(min_value=1, max_value=1_000_000, required=False)
     baseline = forms.IntegerField(min_value=1, required=False)

@@ -108,6 +108,16 @@ def evaluator_detail(request, evaluator_id):
 
 @login_required
 @require_POST
+def evaluator_delete(request, evaluator_id):
+    """Its scores stay (`evaluators.delete` says why)."""
+    evaluator = _evaluator(request, evaluator_id)
+    require(request.user, Action.EVALUATE, evaluator.project_id)
+    evaluators.delete(evaluator)
+    return HttpResponseRedirect(reverse("evaluator_list"))
+
+
+@login_required
+@require_POST
 async def evaluator_try(request, evaluator_id):
     # A judge waits for its model (up to its time limit): on a thread of its own, not the
     # one every sync view shares, and its stream recorded on the server's loop (asgiref
@@ -180,3 +190,12 @@ def online_rule_detail(request, online_rule_id):
         "nav": "evaluators",
     }
     return render(request, "dashboard/online_rule_detail.html", context, status=status)
+
+
+@login_required
+@require_POST
+def online_rule_delete(request, online_rule_id):
+    rule = _rule(request, online_rule_id)
+    require(request.user, Action.EVALUATE, rule.project_id)
+    online.delete(rule)
+    return HttpResponseRedirect(reverse("online_rule_list"))

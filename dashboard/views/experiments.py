@@ -287,7 +287,9 @@ def run_detail(request, run_id):
     d = form.cleaned_data if form.is_valid() else {}
     variants = list(run.experiment.variants.order_by("position"))
     baseline = next((v for v in variants if v.pk == d.get("baseline")), None)
-    items, pages = results.item_rows(run, page=d.get("page") or 1, baseline_variant=baseline)
+    items = results.item_rows(
+        run, after=d.get("after"), before=d.get("before"), baseline_variant=baseline
+    )
     context = {
         "run": run,
         "progress": progress,
@@ -295,8 +297,6 @@ def run_detail(request, run_id):
         "variants": variants,
         "baseline": baseline,
         "items": items,
-        "page": d.get("page") or 1,
-        "pages": pages,
         "others": Run.objects.filter(
             experiment__dataset_version__dataset=run.experiment.dataset_version.dataset
         )

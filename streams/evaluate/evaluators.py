@@ -122,18 +122,19 @@ def subject_of(stream, expected=None) -> kinds.Subject:
     )
 
 
-def apply(evaluator, *, stream, expected=None, rule=None, run_as=None) -> Result:
+def apply(evaluator, *, stream, expected=None, rule=None, run_as=None, for_run=False) -> Result:
     """Score `stream` (a Stream or its id) with `evaluator` as it is now: the score written
     under `<name>@v<version>` (replacing this version's earlier one), or the reason none was.
     Sync; an LLM judge records its own stream here and waits for it (bounded). `rule`: the
     online rule that asked (kept on the Evaluation); `run_as`: whom a judge's stream is started
-    as (by default the evaluator's author)."""
+    as (by default the evaluator's author); `for_run`: an experiment's run asks, whose
+    concurrency bounds its judges (streams/experiments/runs.py), not the per-user limit."""
     if not isinstance(stream, Stream):
         stream = Stream.objects.get(pk=stream)
     subject = subject_of(stream, expected)
     judge_stream, cost = None, None
     if evaluator.kind == Kind.JUDGE:
-        verdict, judge_stream = judge.run(evaluator, stream, subject, user=run_as)
+        verdict, judge_stream = judge.run(evaluator, stream, subject, user=run_as, for_run=for_run)
         cost = getattr(judge_stream, "cost_nanos", None)
     else:
         verdict = kinds.check(evaluator.kind, evaluator.config, subject)
@@ -187,6 +188,17 @@ def apply(evaluator, *, stream, expected=None, rule=None, run_as=None) -> Result
 def visible(user, project=None):
     """The evaluators `user` may read: of `project` when given, else of all their projects."""
     return projects.in_project(Evaluator.objects.select_related("score_type"), user, project)
+
+
+def delete(evaluator):
+    """Delete `evaluator`: experiments and online rules no longer apply it, and the records of
+    its applications (`Evaluation`) go with it. Its scores stay, with their score type: they
+    are a stream's scores like any other, counted in the rollups and Prometheus, and a finished
+    run's results and comparisons were made from them (a finished result does not change);
+    the type, and so the name, stays taken while they exist (a new evaluator of that name
+    would mix its scores with these), as a score type with scores stays on the project's
+    page."""
+    evaluator.delete()
 
 
 def visible_one(user, evaluator_id):

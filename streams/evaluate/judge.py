@@ -160,7 +160,7 @@ def body_for(config, subject, judged_id):
     )
 
 
-def run(evaluator, stream, subject, user=None):
+def run(evaluator, stream, subject, user=None, for_run=False):
     """(Verdict, the judge's stream or None): ask the judge about `stream`, as `user` (by
     default the evaluator's author), and read its score."""
     if not subject.finished:
@@ -170,13 +170,15 @@ def run(evaluator, stream, subject, user=None):
         gone = gettext("No one to run the judge as: the evaluator's author is gone.")
         return kinds.none(gone), None
     config = evaluator.config
+    body = body_for(config, subject, stream.pk)
     try:
-        judge_stream = services.create(
-            user,
-            body_for(config, subject, stream.pk),
-            project=evaluator.project,
-            tags=[TAG],
-        )
+        if for_run:
+            # (an experiment's judges are as deliberate as its streams, and as many at most as
+            # its concurrency: under the per-user limit of pages, a run of more than 5 at once
+            # had its judges refused while its own streams were running)
+            judge_stream = services.create_for_run(user, body, evaluator.project, tags=[TAG])
+        else:
+            judge_stream = services.create(user, body, project=evaluator.project, tags=[TAG])
     except services.TooMany as exc:
         return kinds.none(
             gettext("The judge was not started: %(why)s") % {"why": exc.message()}

@@ -198,6 +198,13 @@ def visible(user, project=None):
     return projects.in_project(OnlineRule.objects.all(), user, project)
 
 
+def delete(rule):
+    """Delete `rule`: it judges no more streams. What it judged stays (the scores and their
+    evaluations, no longer linked to a rule), for the same reasons as an evaluator's
+    (`evaluators.delete`)."""
+    rule.delete()
+
+
 def visible_one(user, rule_id):
     return visible(user).filter(pk=rule_id).first()
 

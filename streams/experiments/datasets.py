@@ -113,7 +113,7 @@ def add(dataset, items):
     return version
 
 
-def _json_chars(value):
+def json_chars(value):
     return len(json.dumps(value, ensure_ascii=False))
 
 
@@ -133,13 +133,13 @@ def clean_item(data):
             raise Refused("'input' is empty.")
     elif not (isinstance(value, list) and value and all(isinstance(v, dict) for v in value)):
         raise Refused("'input' must be a text or a list of input items.")
-    if _json_chars(value) > conf.get().max_input_chars:
+    if json_chars(value) > conf.get().max_input_chars:
         raise Refused(f"'input' is over {conf.get().max_input_chars:,} characters.")
     instructions = data.get("instructions") or ""
     if not isinstance(instructions, str) or len(instructions) > conf.get().max_input_chars:
         raise Refused("'instructions' must be a text of at most the input's length.")
     tools = data.get("tools") or []
-    if not isinstance(tools, list) or _json_chars(tools) > MAX_TOOLS_CHARS:
+    if not isinstance(tools, list) or json_chars(tools) > MAX_TOOLS_CHARS:
         raise Refused(f"'tools' must be a list of at most {MAX_TOOLS_CHARS:,} characters.")
     expected = data.get("expected_output", data.get("expected")) or ""
     if not isinstance(expected, str):
@@ -147,7 +147,7 @@ def clean_item(data):
     if len(expected) > DatasetItem._meta.get_field("expected_output").max_length:
         raise Refused("'expected_output' is too long.")
     metadata = data.get("metadata") or {}
-    if not isinstance(metadata, dict) or _json_chars(metadata) > MAX_METADATA_CHARS:
+    if not isinstance(metadata, dict) or json_chars(metadata) > MAX_METADATA_CHARS:
         raise Refused(f"'metadata' must be an object of at most {MAX_METADATA_CHARS:,} characters.")
     return {
         "input": value,

@@ -45,8 +45,13 @@ def _variant(data, position):
     ):
         raise datasets.Refused("'max_output_tokens' must be a whole number from 1.")
     tools = data.get("tools")
-    if tools is not None and not isinstance(tools, list):
-        raise datasets.Refused("'tools' must be a list.")
+    if tools is not None and (
+        not isinstance(tools, list) or datasets.json_chars(tools) > datasets.MAX_TOOLS_CHARS
+    ):
+        # (bounded as an item's are)
+        raise datasets.Refused(
+            f"'tools' must be a list of at most {datasets.MAX_TOOLS_CHARS:,} characters."
+        )
     instructions = data.get("instructions") or ""
     if not isinstance(instructions, str):
         raise datasets.Refused("'instructions' must be a text.")

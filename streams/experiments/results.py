@@ -171,8 +171,71 @@ def _score_summaries(run):
 
 
 def variant_summaries(run):
-    """[VariantSummary] of `run`, in the experiment's order of variants: aggregates and
-    percentiles in the database (a run of 10,000 items × 3 read into Python took seconds)."""
+    """[VariantSummary] of `run`, in the experiment's order of variants: as stored when it
+    finished (`store_figures`), else computed from its items now (`computed_summaries`)."""
+    if run.state != Run.State.FINISHED:
+        return computed_summaries(run)
+    if run.figures is None:  # (one that finished before figures were stored)
+        store_figures(run)
+    return _stored_summaries(run)
+
+
+_STORED = (
+    "items",
+    "done",
+    "errors",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "tokens_per_s",
+    "duration_p50_ms",
+    "findings",
+    "cost_nanos",
+    "cost_items",
+    "currency",
+)
+
+
+def as_stored(summaries):
+    """`summaries` as they are stored with a run (JSON: one dict per variant, by its id)."""
+    return [
+        {
+            "variant_id": s.variant.pk,
+            **{name: getattr(s, name) for name in _STORED},
+            "scores": [dataclasses.astuple(x) for x in s.scores],
+        }
+        for s in summaries
+    ]
+
+
+def store_figures(run):
+    """Compute `run`'s figures and store them with it (it finished: its items and their
+    streams' rows no longer change); the figures."""
+    run.figures = as_stored(computed_summaries(run))
+    Run.objects.filter(pk=run.pk).update(figures=run.figures)
+    return run.figures
+
+
+def stored_progress(figures):
+    """(total, done, failed) of a finished run, from its stored figures."""
+    return tuple(sum(v[k] for v in figures) for k in ("items", "done", "errors"))
+
+
+def _stored_summaries(run):
+    variants = {v.pk: v for v in run.experiment.variants.all()}
+    return [
+        VariantSummary(
+            variant=variants[stored["variant_id"]],
+            **{name: stored[name] for name in _STORED},
+            scores=[ScoreSummary(*x) for x in stored["scores"]],
+        )
+        for stored in run.figures
+        if stored["variant_id"] in variants
+    ]
+
+
+def computed_summaries(run):
+    """[VariantSummary] of `run` from its items' streams now: aggregates and percentiles in
+    the database (a run of 10,000 items × 3 read into Python took seconds)."""
     done = RunItem.objects.filter(run=run, done=True)
     good = done.filter(stream__status__in=GOOD)
     totals = dict(
@@ -245,16 +308,49 @@ class ItemRow:
     cells: list
 
 
-def item_rows(run, *, page=1, baseline_variant=None):
-    """(ItemRows of one page of `run`'s items, the number of pages): each variant's redacted
-    answer with its word diff against `baseline_variant`'s answer, or (none given) against the
-    item's expected output."""
+@dataclasses.dataclass
+class ItemsPage:
+    """One page of a run's items and where the pages around it start (keyset: item
+    positions, so a page deep in 10,000 items costs what the first does)."""
+
+    rows: list  # [ItemRow]
+    count: int  # the items of the run's dataset version
+    earlier: int | None  # the `before` of the page before this one (None: this is the first)
+    later: int | None  # the `after` of the page after this one (None: this is the last)
+
+    @property
+    def first(self):
+        return self.rows[0].item.position if self.rows else 0
+
+    @property
+    def last(self):
+        return self.rows[-1].item.position if self.rows else 0
+
+
+def item_rows(run, *, after=None, before=None, baseline_variant=None):
+    """An ItemsPage of `run`'s items (ITEMS_PAGE of them, from the one after position
+    `after`, or up to the one before `before`; the first page without either): each variant's
+    redacted answer with its word diff against `baseline_variant`'s answer, or (none given)
+    against the item's expected output."""
     variants = list(run.experiment.variants.order_by("position"))
     version = run.experiment.dataset_version
-    count = version.items.count()
-    pages = max(1, -(-count // ITEMS_PAGE))
-    page = min(max(1, page), pages)
-    items = list(version.items.order_by("position")[(page - 1) * ITEMS_PAGE : page * ITEMS_PAGE])
+    found = version.items.all()
+    if before is not None:
+        found = found.filter(position__lt=before).order_by("-position")
+    else:
+        found = found.filter(position__gt=after or 0).order_by("position")
+    # (one more than a page: whether there is another page that way)
+    items = list(found[: ITEMS_PAGE + 1])
+    more = len(items) > ITEMS_PAGE
+    items = items[:ITEMS_PAGE]
+    if before is not None:
+        items.reverse()
+    page = ItemsPage([], version.items.count(), None, None)
+    if items:
+        backwards, forwards = (more, True) if before is not None else (bool(after), more)
+        # (a page reached going back always has one after it, and one going on one before)
+        page.earlier = items[0].position if backwards else None
+        page.later = items[-1].position if forwards else None
     rows = {
         (r.item_id, r.variant_id): r for r in rows_of(run, item_id__in=[item.pk for item in items])
     }
@@ -266,7 +362,6 @@ def item_rows(run, *, page=1, baseline_variant=None):
         )
     }
     by_stream = scores_by_stream(stream_ids)
-    out = []
     for item in items:
         cells_rows = [(v, rows.get((item.pk, v.pk))) for v in variants]
         answers_of = {v.pk: texts.get(r.stream_id, "") if r else "" for v, r in cells_rows}
@@ -284,8 +379,8 @@ def item_rows(run, *, page=1, baseline_variant=None):
             )
             for v, r in cells_rows
         ]
-        out.append(ItemRow(item=item, baseline=baseline, cells=cells))
-    return out, pages
+        page.rows.append(ItemRow(item=item, baseline=baseline, cells=cells))
+    return page
 
 
 # ---- one run against another ----------------------------------------------------------------

@@ -12,6 +12,13 @@ came (`GET /?q=<a key's first characters>`), to stdout (`python -m dashboard.ser
 logger (`manage.py serve`). Every entry is redacted before it reaches either, with the egress
 gate's rules (streams.store.known_secrets); Python's log records are, as they are made.
 
+A body larger than any route takes (`body_limit`: the uploads' limit with room for a form's
+other fields, or the proxy's, whichever is larger) is refused here too, with 413 and the limit,
+before it is read: by its declared Content-Length as soon as the headers are in (an
+`Expect: 100-continue` client then never sends it), and a chunked one as soon as what came is
+over it. Daphne would otherwise read the whole body (into a temporary file) before the
+application could say no: a 1 GB upload was read whole to be refused.
+
 `install()` is called by every entry point that serves (dashboard/server.py, `manage.py
 serve`/`runserver`), once, before the server starts.
 """
@@ -32,6 +39,24 @@ TIMEOUT_RESPONSE = (
 _installed = []
 
 
+def body_limit():
+    """The largest request body any route takes: a dataset or capture upload's
+    UPLOAD_MAX_BYTES with a MiB for the form around it (Django's DATA_UPLOAD_MAX_MEMORY_SIZE,
+    set from it), or the proxy's PROXY_MAX_BODY_BYTES."""
+    from django.conf import settings
+
+    return max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, conf.get().proxy_max_body_bytes)
+
+
+def too_large_response(limit):
+    body = f"The request body is over the limit of {limit:,} bytes.\n".encode()
+    return (
+        b"HTTP/1.1 413 Content Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        + body
+    )
+
+
 def install():
     """Time request bodies in Daphne's request class (idempotent)."""
     if _installed:
@@ -45,6 +70,14 @@ def install():
     request_received = WebRequest.requestReceived
 
     def gotLength(self, length):
+        limit = body_limit()
+        if length is not None and length > limit:
+            # (no temporary file for it, and no "100 Continue": the client need not send it)
+            self.content = None
+            self.requestHeaders.removeHeader(b"Expect")
+            _refuse(self, limit)
+            return
+        self._streamscope_left = limit  # (what a chunked body may still bring)
         got_length(self, length)
         if length == 0:
             return  # no body to wait for (a GET without one ends before any timer matters)
@@ -55,6 +88,15 @@ def install():
         self._streamscope_body[1] = reactor.callLater(idle, _check, self)
 
     def handleContentChunk(self, data):
+        if getattr(self, "_streamscope_refused", False):
+            return None  # (what came with the refused request's headers is dropped)
+        left = getattr(self, "_streamscope_left", None)
+        if left is not None:
+            self._streamscope_left = left - len(data)
+            if self._streamscope_left < 0:
+                _stop(self)
+                _refuse(self, body_limit())
+                return None
         body = getattr(self, "_streamscope_body", None)
         if body is not None and body[1] is not None and body[1].active():
             idle = conf.get().request_body_timeout_s
@@ -63,6 +105,8 @@ def install():
 
     def requestReceived(self, command, path, version):
         _stop(self)
+        if getattr(self, "_streamscope_refused", False):
+            return None  # answered 413 already; the connection is going
         return request_received(self, command, path, version)
 
     WebRequest.gotLength = gotLength
@@ -94,6 +138,15 @@ def _stop(request):
         if body[1] is not None and body[1].active():
             body[1].cancel()
         request._streamscope_body = None
+
+
+def _refuse(request, limit):
+    """413 with `limit`, and the connection goes (its body unread)."""
+    request._streamscope_refused = True
+    transport = getattr(request.channel, "transport", None)
+    if transport is not None:
+        transport.write(too_large_response(limit))
+        transport.loseConnection()
 
 
 def _check(request):

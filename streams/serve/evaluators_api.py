@@ -9,6 +9,7 @@ GET      /api/evaluators/                    the project's evaluators
 POST     /api/evaluators/                    ``{"name", "kind", "config"}`` → 201 the evaluator
 GET      /api/evaluators/<id>/               one evaluator, with its latest evaluations
 POST     /api/evaluators/<id>/               ``{"kind"?, "config"}`` → 200 its next version
+DELETE   /api/evaluators/<id>/               204; its scores stay (``evaluators.delete``)
 POST     /api/evaluators/<id>/apply/         ``{"stream", "expected"?}`` → 201 ``{"written",
                                              "value", "label", "reason", "key",
                                              "judge_stream"}`` (no score: ``written`` false and
@@ -17,6 +18,7 @@ GET      /api/online-rules/                  the project's online rules: their e
                                              filter, budget, what they judged and spent, and
                                              ``stopped_reason`` (empty while they run)
 GET      /api/online-rules/<id>/             one rule, with its latest evaluations
+DELETE   /api/online-rules/<id>/             204; what it judged stays
 =======  ==================================  ==================================================
 """
 
@@ -24,6 +26,7 @@ import asyncio
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections
+from django.http import HttpResponse
 
 from streams import evaluate
 from streams.access import projects
@@ -174,6 +177,26 @@ def _edit(request, evaluator_id, data):
     return api.respond(evaluator_shape(changed))
 
 
+def _delete(request, evaluator_id):
+    found, error = _one(request, evaluator_id)
+    if error:
+        return error
+    if not projects.may(request.user, Action.EVALUATE, found.project_id):
+        return api.forbidden(Action.EVALUATE)
+    evaluators.delete(found)
+    return HttpResponse(status=204)
+
+
+def _delete_rule(request, rule_id):
+    found = online.visible_one(request.user, rule_id)
+    if found is None:
+        return json_error(404, "not_found", f"No online rule {rule_id}.")
+    if not projects.may(request.user, Action.EVALUATE, found.project_id):
+        return api.forbidden(Action.EVALUATE)
+    online.delete(found)
+    return HttpResponse(status=204)
+
+
 def _apply(request, evaluator_id, data):
     close_old_connections()
     try:
@@ -212,8 +235,10 @@ async def api_evaluators(request):
 async def api_evaluator(request, evaluator_id):
     if request.method == "GET":
         return await sync_to_async(_read)(request, evaluator_id)
+    if request.method == "DELETE":
+        return await sync_to_async(_delete)(request, evaluator_id)
     if request.method != "POST":
-        return method_not_allowed("GET", "POST")
+        return method_not_allowed("GET", "POST", "DELETE")
     data, error = await asyncio.to_thread(api.parse_json, request)
     if error:
         return error
@@ -240,6 +265,8 @@ async def api_online_rules(request):
 
 @api_view
 async def api_online_rule(request, online_rule_id):
+    if request.method == "DELETE":
+        return await sync_to_async(_delete_rule)(request, online_rule_id)
     if request.method != "GET":
-        return method_not_allowed("GET")
+        return method_not_allowed("GET", "DELETE")
     return await sync_to_async(_rule)(request, online_rule_id)

@@ -116,3 +116,49 @@ def test_saving_a_rule_clears_its_stop(team):
     assert r.status_code == 302
     rule.refresh_from_db()
     assert (rule.stopped_reason, rule.spend_cap_nanos) == ("", 2_500_000_000)
+
+
+def test_deleting_an_evaluator_keeps_its_scores_and_stops_what_applied_it(team):
+    from tests.support import experiments as made_runs
+
+    project, people = team
+    made = evaluate.save(project, name="has-x", kind="contains", config={"text": "x"})
+    stream = Stream.objects.create(project=project, status="completed", output_text="xyz")
+    assert evaluate.apply(made, stream=stream).written
+    rule = online.create(project, user=people["member"], name="r", evaluators=[made])
+    experiment = made_runs.made(people["member"], project, items=1).experiment
+    experiment.evaluators.add(made)
+    viewer, member = client_of(people["viewer"]), client_of(people["member"])
+    assert "Delete the evaluator" not in viewer.get(f"/evaluators/{made.pk}/").content.decode()
+    assert viewer.post(f"/evaluators/{made.pk}/delete/").status_code == 403
+    assert "Delete the evaluator" in member.get(f"/evaluators/{made.pk}/").content.decode()
+
+    r = member.post(f"/evaluators/{made.pk}/delete/")
+
+    assert r.status_code == 302 and r["Location"] == "/evaluators/"
+    assert not Evaluator.objects.exists()
+    assert list(rule.evaluators.all()) == [] and list(experiment.evaluators.all()) == []
+    # the score stays, on its stream, under its type; and the name stays taken by that type
+    score = Score.objects.get(stream=stream)
+    assert (score.key, score.score_type.name, score.value) == ("has-x@v1", "has-x", 1.0)
+    r = member.post("/evaluators/new/", {"name": "has-x", "kind": "contains", "text": "y"})
+    assert r.status_code == 400 and not Evaluator.objects.exists()
+    assert member.post(f"/evaluators/{made.pk}/delete/").status_code == 404
+
+
+def test_deleting_an_online_rule_keeps_what_it_judged(team):
+    project, people = team
+    made = evaluate.save(project, name="has-x", kind="contains", config={"text": "x"})
+    rule = online.create(project, user=people["member"], name="r", evaluators=[made])
+    stream = Stream.objects.create(project=project, status="completed", output_text="xyz")
+    assert evaluate.apply(made, stream=stream, rule=rule).written
+    viewer, member = client_of(people["viewer"]), client_of(people["member"])
+    assert viewer.post(f"/evaluators/rules/{rule.pk}/delete/").status_code == 403
+
+    r = member.post(f"/evaluators/rules/{rule.pk}/delete/")
+
+    assert r.status_code == 302 and r["Location"] == "/evaluators/rules/"
+    assert not OnlineRule.objects.exists()
+    assert Evaluator.objects.get() == made
+    assert Score.objects.get(stream=stream).key == "has-x@v1"
+    assert made.evaluations.get().rule is None

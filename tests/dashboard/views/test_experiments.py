@@ -63,6 +63,29 @@ class TestPages:
         assert Dataset.objects.filter(project=self.team, name="fresh").exists()
         assert "Start a run" in member.get(pages[3]).content.decode()
 
+    def test_a_variants_tools_are_set_in_the_form_and_sent_with_each_item(self):
+        from streams.experiments import runs
+        from streams.models import Experiment
+
+        tool = {"type": "function", "name": "lookup", "parameters": {"type": "object"}}
+        form = {"name": "with tools", "dataset": self.made.dataset.pk, "concurrency": 2,
+                "v1_model": "gpt-oss-20b", "v1_tools": json.dumps([tool]),
+                "v2_model": "eu-reasoner"}  # fmt: skip
+        member = self.client("member")
+        assert 'name="v1_tools"' in member.get(reverse("experiment_list")).content.decode()
+        bad = member.post(reverse("experiment_list"), {**form, "v1_tools": '{"type": 1}'})
+        assert bad.status_code == 400 and not Experiment.objects.filter(name="with tools")
+        assert "A JSON list of tool objects" in bad.content.decode()
+
+        assert member.post(reverse("experiment_list"), form).status_code == 302
+
+        made = Experiment.objects.get(name="with tools")
+        with_tools, own = made.variants.order_by("position")
+        assert (with_tools.tools, own.tools) == ([tool], None)
+        item = made.dataset_version.items.first()
+        assert runs.request_body(item, with_tools)["tools"] == [tool]
+        assert "tools" not in runs.request_body(item, own)  # (the item has none of its own)
+
     def test_the_lists_filter_is_added_to_a_dataset_all_or_nothing(self):
         # the made runs' streams are of the team: the tag of the later run finds its 6
         tag = f"run:{self.made.run.pk}"
@@ -190,7 +213,7 @@ def test_a_secret_in_an_answer_does_not_come_back_through_the_results(settings, 
     assert Stream.objects.filter(final_text__contains=secret).exists()  # (stored as it came)
     # and before the gate: what the results build holds no piece of it (the gate is the last
     # line, not the only one: a piece short enough would pass it)
-    items, _ = results.item_rows(leaky)
+    items = results.item_rows(leaky).rows
     built = [c.answer for row in items for c in row.cells]
     built += [text for row in items for c in row.cells for _op, text in c.diff]
     built += [json.dumps(row) for row in results.export_rows(leaky)]

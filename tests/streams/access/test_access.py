@@ -44,14 +44,15 @@ from dashboard.models import Conversation, SavedView, Turn
 from streams import evaluate
 from streams.access import invitations, projects, shares
 from streams.access.projects import Action
-from streams.evaluate import online
 from streams.models import (
     ApiToken,
     Channel,
+    Evaluator,
     Event,
     ImportJob,
     Invitation,
     Membership,
+    OnlineRule,
     Price,
     Project,
     ScoreType,
@@ -345,6 +346,8 @@ RULES = {
     "evaluator_new": (Rule(PROJECT, EVALUATE), Rule(PROJECT, EVALUATE, "POST", ok=400)),
     "evaluator_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
     "evaluator_try": Rule(OBJECT, EVALUATE, "POST", ok=400),
+    "evaluator_delete": Rule(OBJECT, EVALUATE, "POST", ok=302),
+    "online_rule_delete": Rule(OBJECT, EVALUATE, "POST", ok=302),
     "online_rule_list": (Rule(PROJECT, READ), Rule(PROJECT, EVALUATE, "POST", ok=400)),
     "online_rule_detail": (Rule(OBJECT, READ), Rule(OBJECT, EVALUATE, "POST", ok=400)),
     "api_evaluators": (
@@ -393,8 +396,8 @@ PARAMS = {
     "invitation_id": lambda objects: objects.invitation.pk,
     "score_type_id": lambda objects: objects.score_type.pk,  # the project's own, unused
     "price_id": lambda objects: objects.price.pk,  # the project's own
-    "evaluator_id": lambda objects: objects.evaluator.pk,
-    "online_rule_id": lambda objects: objects.online_rule.pk,
+    "evaluator_id": lambda objects: next(objects.evaluators).pk,
+    "online_rule_id": lambda objects: next(objects.online_rules).pk,
     "key": lambda objects: next(objects.invitation_keys),  # a fresh one each time: works once
     # a share link's secret: the one of the kind the case holds (`cases`)
     "secret": lambda objects, kind="valid": objects.links[kind][1],
@@ -521,15 +524,27 @@ def owned_objects(owner, project):
     evaluator = evaluate.save(
         project, name=f"access-eval-{stream.pk}", kind="json_valid", config={}, user=owner
     )
-    online_rule = online.create(project, user=owner, name="access", evaluators=[evaluator])
+    # (deleting them is allowed to several: a fresh one each time; made in bulk, each
+    # route's objects are made afresh)
+    evaluators = Evaluator.objects.bulk_create(
+        Evaluator(project=project, name=f"access-{stream.pk}-{n}", kind="json_valid")
+        for n in range(10)
+    )
+    online_rules = OnlineRule.objects.bulk_create(
+        OnlineRule(project=project, name=f"access {n}", created_by=owner) for n in range(10)
+    )
+    OnlineRule.evaluators.through.objects.bulk_create(
+        OnlineRule.evaluators.through(onlinerule_id=rule.pk, evaluator_id=evaluator.pk)
+        for rule in online_rules
+    )
     return SimpleNamespace(
         score_type=score_type,
         price=price,
         alert_rules=iter(alert_rules),
         silence=silence,
         channel=channel,
-        evaluator=evaluator,
-        online_rule=online_rule,
+        evaluators=iter(evaluators),
+        online_rules=iter(online_rules),
         owner=owner,
         project=project,
         invitation=made[0][0],

@@ -234,6 +234,8 @@ def test_experiment(tmp_path):
     assert positive(line["direct_s"]) and positive(line["experiment_s"])
     assert positive(line["ratio"]) and positive(line["page_p50_ms"])
     assert line["page_max_ms"] >= line["page_p50_ms"]
+    # (someone watched the pages while it ran)
+    assert line["pages_asked"] >= 1 and line["pages_p99_ms"] >= line["pages_p50_ms"] > 0
 
 
 @TIER_1

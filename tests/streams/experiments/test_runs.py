@@ -200,3 +200,36 @@ async def test_a_second_run_is_compared_with_the_first(owner_project):
     assert await version.items.acount() == 7
     assert (await sync_to_async(datasets.latest)(dataset)).pk == version.pk
     assert await experiment.dataset_version.items.acount() == 6
+
+
+async def test_a_judge_scores_every_item_of_a_run_wider_than_the_per_user_limit(owner_project):
+    # (the per-user limit of pages is 5; before, a judge asked while the run's own streams
+    # were running was refused, and its item had no score)
+    user, project = owner_project
+    n = 12
+    dataset = await sync_to_async(make_dataset)(user, project, n=n)
+    experiment = await sync_to_async(make_experiment)(
+        user, project, dataset, models=("gpt-oss-20b",), concurrency=8
+    )
+    judge = await sync_to_async(evaluate.save)(
+        project,
+        name="grader",
+        kind="judge",
+        config={
+            "model": "gpt-oss-20b",
+            "metadata": {"scenario": "judge", "judge_score": "4", "time_scale": "0"},
+        },
+        user=user,
+    )
+    await experiment.evaluators.aadd(judge)
+
+    run, state = await run_to_end(experiment, user)
+
+    assert (state.state, state.done, state.failed) == ("finished", n, 0)
+    values = [
+        v
+        async for v in Score.objects.filter(stream__run_item__run=run, key="grader@v1").values_list(
+            "value", flat=True
+        )
+    ]
+    assert values == [4.0] * n

@@ -71,3 +71,81 @@ def test_a_body_that_keeps_coming_too_slowly_is_cut_at_three_times_the_timeout(q
     sock.close()
     assert head.startswith(b"HTTP/1.1 408"), head[:100]
     assert 1.4 < time.monotonic() - started < 8
+
+
+# ---- a body over the limit is refused before it is read ----------------------------------------
+
+DECLARED = 1 << 30  # a dataset of 1 GB
+
+
+def _head(path, length_header):
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: text/csv\r\n"
+        f"{length_header}\r\n\r\n"
+    ).encode()
+
+
+def _limit_said(head):
+    import re
+
+    found = re.search(rb"over the limit of ([\d,]+) bytes", head)
+    return int(found.group(1).replace(b",", b"")) if found else None
+
+
+def _rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def test_a_declared_1_gb_upload_is_413_with_the_limit_before_its_body_is_read(quick_daphne):
+    from streams.serve import edge
+
+    limit = edge.body_limit()
+    rss_before = _rss_kib(quick_daphne.proc.pid)
+    # headers only, and "Expect: 100-continue": the answer comes before a byte of the body
+    sock = socket.create_connection(("127.0.0.1", quick_daphne.port), timeout=10)
+    sock.sendall(
+        _head("/datasets/1/upload/", f"Content-Length: {DECLARED}\r\nExpect: 100-continue")
+    )
+    head = _answer(sock)
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]
+    assert b"100 Continue" not in head
+    sock.settimeout(5)
+    rest = head.split(b"\r\n\r\n", 1)[1]
+    while (chunk := sock.recv(4096)) != b"":  # (then the server closes the connection)
+        rest += chunk
+    sock.close()
+    assert _limit_said(rest) == limit
+    # a client that sends the body anyway gets no further than the sockets' buffers: without
+    # the refusal the server read all of it (into a temporary file) to refuse it afterwards
+    sock = socket.create_connection(("127.0.0.1", quick_daphne.port), timeout=10)
+    sock.sendall(_head("/datasets/1/upload/", f"Content-Length: {DECLARED}"))
+    sent, block = 0, b"x" * (1 << 20)
+    try:
+        while sent < 4 * limit:
+            sent += sock.send(block)
+    except OSError:
+        pass
+    finally:
+        sock.close()
+    assert sent < limit, f"{sent:,} bytes of the body were taken"
+    assert _rss_kib(quick_daphne.proc.pid) - rss_before < 32 * 1024
+    # and the server goes on serving
+    assert httpx.get(f"{quick_daphne.url}/login/", timeout=30).status_code == 200
+
+
+def test_a_chunked_body_is_cut_at_the_limit(quick_daphne):
+    from streams.serve import edge
+
+    limit = edge.body_limit()
+    sock = socket.create_connection(("127.0.0.1", quick_daphne.port), timeout=10)
+    sock.sendall(_head("/api/datasets/", "Transfer-Encoding: chunked"))
+    # one byte over the limit, in chunks, and no end: the server says no without waiting for it
+    left, block = limit + 1, 1 << 20
+    while left:
+        n = min(block, left)
+        sock.sendall(f"{n:x}\r\n".encode() + b"x" * n + b"\r\n")
+        left -= n
+    head = _answer(sock)
+    sock.close()
+    assert head.startswith(b"HTTP/1.1 413"), head[:200]

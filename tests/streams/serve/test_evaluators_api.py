@@ -100,3 +100,33 @@ async def test_online_rules_are_read_with_their_budget_and_stop(people):
     assert (await owner.get(f"/api/online-rules/{rule.pk}/")).json()["evaluations"] == []
     assert (await stranger.get(f"/api/online-rules/{rule.pk}/")).status_code == 404
     assert (await stranger.get("/api/online-rules/")).json()["online_rules"] == []
+
+
+async def test_an_evaluator_and_a_rule_are_deleted_and_the_scores_stay(people):
+    from streams.evaluate import online
+    from streams.models import Evaluator, OnlineRule
+
+    owner, stranger = bearer(people.owner), bearer(people.stranger)
+    token = await sync_to_async(ApiToken.issue)(people.owner, name="ro", scopes=["read"])
+    reader = HeaderClient({"authorization": f"Bearer {token}"})
+    made = (await post(owner, "/api/evaluators/", {"name": "has-p", "kind": "contains"})).json()
+    stream = await a_stream(people.owner, "Paris")
+    r = await post(
+        owner, f"/api/evaluators/{made['id']}/apply/", {"stream": stream.pk, "expected": "Paris"}
+    )
+    assert r.status_code == 201 and r.json()["written"]
+
+    @sync_to_async
+    def a_rule():
+        evaluator = Evaluator.objects.get(pk=made["id"])
+        return online.create(evaluator.project, user=people.owner, name="r", evaluators=[evaluator])
+
+    rule = await a_rule()
+    for path in (f"/api/online-rules/{rule.pk}/", f"/api/evaluators/{made['id']}/"):
+        assert (await stranger.delete(path)).status_code == 404, path
+        assert (await reader.delete(path)).status_code == 403, path
+        assert (await owner.delete(path)).status_code == 204, path
+        assert (await owner.get(path)).status_code == 404, path
+    assert not await OnlineRule.objects.aexists() and not await Evaluator.objects.aexists()
+    score = await Score.objects.aget(stream=stream)
+    assert (score.key, score.value) == ("has-p@v1", 1.0)
