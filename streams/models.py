@@ -1048,7 +1048,25 @@ def rollup_key(*names):
     return models.CompositePrimaryKey(*names, *(d for d in rollup_dimensions() if d not in names))
 
 
-class UsageRollup(_Rollup):
+class _Spend(models.Model):
+    """Usage and cost (Stream's columns, summed): `usage_n` streams had usage, `estimated_n`
+    of them an estimate; `priced_n` had a cost, in one of the two currencies."""
+
+    usage_n = models.BigIntegerField(_("streams with usage"), default=0)
+    estimated_n = models.BigIntegerField(_("streams with estimated usage"), default=0)
+    input_tokens = models.BigIntegerField(_("input tokens"), default=0)
+    output_tokens = models.BigIntegerField(_("output tokens"), default=0)
+    cached_input_tokens = models.BigIntegerField(_("cached input tokens"), default=0)
+    reasoning_tokens = models.BigIntegerField(_("reasoning tokens"), default=0)
+    priced_n = models.BigIntegerField(_("streams with a cost"), default=0)
+    cost_eur_nanos = models.BigIntegerField(_("cost in EUR (nano-units)"), default=0)
+    cost_usd_nanos = models.BigIntegerField(_("cost in USD (nano-units)"), default=0)
+
+    class Meta:
+        abstract = True
+
+
+class UsageRollup(_Rollup, _Spend):
     """Counts and sums of finished streams per period and (models, source, user, status,
     error code): what every table row, rate, mean and the admin totals add up from."""
 
@@ -1072,17 +1090,6 @@ class UsageRollup(_Rollup):
     bytes_received = models.BigIntegerField(_("bytes received"), default=0)
     events = models.BigIntegerField(_("events"), default=0)
     findings = models.BigIntegerField(_("findings"), default=0)
-    # usage and cost (Stream's columns, summed; `usage_n` streams had usage, `estimated_n` of
-    # them an estimate; `priced_n` had a cost, in one of the two currencies)
-    usage_n = models.BigIntegerField(_("streams with usage"), default=0)
-    estimated_n = models.BigIntegerField(_("streams with estimated usage"), default=0)
-    input_tokens = models.BigIntegerField(_("input tokens"), default=0)
-    output_tokens = models.BigIntegerField(_("output tokens"), default=0)
-    cached_input_tokens = models.BigIntegerField(_("cached input tokens"), default=0)
-    reasoning_tokens = models.BigIntegerField(_("reasoning tokens"), default=0)
-    priced_n = models.BigIntegerField(_("streams with a cost"), default=0)
-    cost_eur_nanos = models.BigIntegerField(_("cost in EUR (nano-units)"), default=0)
-    cost_usd_nanos = models.BigIntegerField(_("cost in USD (nano-units)"), default=0)
 
     pk = rollup_key(
         "span",
@@ -1186,6 +1193,32 @@ class FindingRollup(_Rollup):
     class Meta:
         verbose_name = _("finding rollup")
         verbose_name_plural = _("finding rollups")
+
+
+class ProjectRollup(_Spend):
+    """Streams, usage and spend per period, tag and project alone: the usage rollup's figures
+    summed over its other dimensions (models, source, user, status, error code). What a page
+    asks without those filters — the spend per project of staff's analytics page, a range's
+    streams and spend per day — is a few rows a day here (one per project, and one under every
+    project) against the usage rollup's hundreds, which PostgreSQL reads scattered over the
+    heap, a page each (docs/performance.md, "Pages at 1M"). Not a `_Rollup`: its key leaves
+    those dimensions out on purpose, and `cube.Cube` reads it only for a scope that filters on
+    none of them (`aggregates.PROJECT_DIMENSIONS`)."""
+
+    span = models.IntegerField(_("period length (s)"))
+    tag = fields.CharField(_("tag"), max_length=MAX_TAG_CHARS)
+    project_key = models.BigIntegerField(_("project key"))
+    t = models.BigIntegerField(_("period start (epoch s)"))
+    n = models.BigIntegerField(_("count"), default=0)
+
+    pk = models.CompositePrimaryKey("span", "tag", "project_key", "t")
+
+    class Meta:
+        verbose_name = _("project rollup")
+        verbose_name_plural = _("project rollups")
+
+    def __str__(self):
+        return f"ProjectRollup {self.span}s @ {self.t}: {self.n}"
 
 
 class Price(models.Model):

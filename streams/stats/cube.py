@@ -31,6 +31,7 @@ from streams.core.figures import rank
 from streams.models import (
     FindingRollup,
     HistogramRollup,
+    ProjectRollup,
     RoutingRollup,
     ScoreRollup,
     UsageRollup,
@@ -74,10 +75,13 @@ def small_history(scope):
 
 
 def _visible_streams(scope):
+    # (the project rollup's day rows: one a project and day, where the usage rollup has
+    # hundreds; every page asks, through `method`)
     where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT COALESCE(SUM({quote('n')}), 0) FROM {_table(UsageRollup)} WHERE {where.sql()}",
+            f"SELECT COALESCE(SUM({quote('n')}), 0) FROM {_table(ProjectRollup)} "
+            f"WHERE {where.sql()}",
             where.params,
         )
         return cursor.fetchone()[0]
@@ -90,7 +94,7 @@ def first_day(scope):
     where = access_where(scope, ROLLUPS).eq("span", agg.DAY)
     with connection.cursor() as cursor:
         cursor.execute(
-            f"SELECT MIN({quote('t')}) FROM {_table(UsageRollup)} WHERE {where.sql()}",
+            f"SELECT MIN({quote('t')}) FROM {_table(ProjectRollup)} WHERE {where.sql()}",
             where.params,
         )
         t = cursor.fetchone()[0]
@@ -117,13 +121,14 @@ def _tags_known():
 
 
 def projects_known():
-    """Every project key with aggregated streams (0: of no project), from the day rows (key
-    (span, tag, project_key…): a loose index scan, one seek per project); once per report."""
+    """Every project key with aggregated streams (0: of no project), from the project rollup's
+    day rows (key (span, tag, project_key, t): a loose index scan, one seek per project); once
+    per report."""
     return memoized(("projects_known",), _projects_known)
 
 
 def _projects_known():
-    table, span, tag, key = _table(UsageRollup), quote("span"), quote("tag"), quote("project_key")
+    table, span, tag, key = _table(ProjectRollup), quote("span"), quote("tag"), quote("project_key")
     where = f"{span} = %s AND {tag} = ''"
     sql = (
         f"WITH RECURSIVE v(x) AS (SELECT MIN({key}) FROM {table} WHERE {where} AND {key} > %s "
@@ -266,7 +271,7 @@ class Cube:
 
     # -- filters ---------------------------------------------------------------------------
 
-    def _filters(self, with_user_source=True, models=True, tags=None, by_project=False):
+    def _where(self, with_user_source=True, models=True, tags=None, by_project=False):
         """The scope's conditions on the rollup rows (`sql.scope_where` on `sql.ROLLUPS`), its
         user resolved to a key; the range is the periods' (`_windows`). `tags`: the rows of
         those tags instead (one key range each). `by_project`: grouped by project, so an
@@ -285,7 +290,25 @@ class Cube:
             w.among("project_key", projects_known())
         if self.user_key is not None and with_user_source:
             w.eq("user_key", self.user_key)
+        return w
+
+    def _filters(self, with_user_source=True, models=True, tags=None, by_project=False):
+        w = self._where(with_user_source, models, tags, by_project)
         return w.parts, w.params
+
+    def _usage_model(self, by, values):
+        """The table usage figures `by` these columns are read from: the project rollup when it
+        holds them (its key has every column grouped by and every one the scope's conditions
+        name, its values every value asked for), else the usage rollup. Its few rows a
+        project and day are what an unfiltered page's totals, days and spend per project sum
+        (`ProjectRollup`)."""
+        w = self._where(by_project="project_key" in by)
+        named = {c for c in by if c != "t"} | w.eqs | w.ins
+        # (a condition that names no column, whatever it is, keeps to the usage rollup)
+        unnamed = len(w.parts) > len(w.eqs) + len(w.ins)
+        if unnamed or not named <= set(agg.PROJECT_KEY):
+            return UsageRollup
+        return ProjectRollup if set(values) <= set(agg.PROJECT_VALUES) else UsageRollup
 
     @property
     def full(self):
@@ -444,7 +467,7 @@ class Cube:
         return values
 
     def _usage_read(self, by, step, values):
-        out = self._rollup(UsageRollup, values, by, step)
+        out = self._rollup(self._usage_model(by, values), values, by, step)
         at = [agg.USAGE_VALUES.index(v) for v in values]
         for row, _, _ in self.raw_rows(step):
             k = self._raw_key(row, by, step)
@@ -457,24 +480,24 @@ class Cube:
                     acc[j] += every[i]
         return {k: dict(zip(values, v, strict=True)) for k, v in out.items()}
 
-    def tag_usage(self):
-        """{tag: {value name: sum}} over USAGE_VALUES per tag of the streams in range (with a
-        tag filter, that tag alone): the tag rows, which hold a tagged stream once per tag,
-        one key range per tag (`tags`), and the raw rows' tags (`aggregates.stream_tags`)."""
+    def tag_usage(self, values=agg.USAGE_VALUES):
+        """{tag: {value name: sum}} over `values` (of USAGE_VALUES) per tag of the streams in
+        range (with a tag filter, that tag alone): the tag rows, which hold a tagged stream
+        once per tag, one key range per tag (`tags`), and the raw rows' tags
+        (`aggregates.stream_tags`)."""
+        values = tuple(v for v in agg.USAGE_VALUES if v in values)
         tags = [self.scope.tag] if self.scope.tag else tags_known()
-        out = self._rollup(UsageRollup, agg.USAGE_VALUES, ("tag",), None, tags=tags)
+        model = self._usage_model(("tag",), values)
+        out = self._rollup(model, values, ("tag",), None, tags=tags)
+        at = [agg.USAGE_VALUES.index(v) for v in values]
         for row, _, _ in self.raw_rows():
-            values = self.raw_usage_values(row)
+            every = self.raw_usage_values(row)
+            values_ = [every[i] for i in at]
             for tag in agg.stream_tags(row):
                 if self.scope.tag and tag != self.scope.tag:
                     continue
-                acc = out.get((tag,))
-                if acc is None:
-                    out[(tag,)] = list(values)
-                else:
-                    for i, v in enumerate(values):
-                        acc[i] += v
-        return {k[0]: dict(zip(agg.USAGE_VALUES, v, strict=True)) for k, v in out.items()}
+                add_to(out, (tag,), values_)
+        return {k[0]: dict(zip(values, v, strict=True)) for k, v in out.items()}
 
     def histograms(self, metric, by, step=None):
         """{key: Counter(bucket: n)} of TTFT or DECISION; `by` from resolved_model,

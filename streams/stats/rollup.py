@@ -40,6 +40,8 @@ DAY = 86400
 # usage tables read: each column summed costs its share of a scan of the rows.
 _FIGURE_VALUES = ("n", *USAGE_FIGURES[1:])
 _NO_USAGE = dict.fromkeys(_FIGURE_VALUES, 0)
+# what the staff page's days, users and errors sum (`RollupSource._staff_usage`)
+_STAFF_VALUES = ("n", "events", "output_deltas", "bytes_received", "findings")
 
 
 def _usage_figures(v):
@@ -179,24 +181,27 @@ class RollupSource(ScoreFigures):
 
     # -- the staff analytics page -------------------------------------------------------------
 
+    def _staff_usage(self, by, values):
+        """The staff page's days, users and errors, folded from one read of the usage rows
+        by day, user, status and error code (three groupings of the same rows, which
+        PostgreSQL reads scattered over the heap, a page each: one scan instead of three) when
+        the days (`_days`) cover the range; else read as asked."""
+        days, by_day = self._days()
+        if not days or next_day(days[-1]) < (self.scope.end or self.now):
+            return self.cube.usage(by, values=values)
+        self.cube.usage(("t", "user_key", "status", "error_code"), by_day, _STAFF_VALUES)
+        return self.cube.usage(by, by_day, values)
+
     def days(self):
         """All time begins with the oldest aggregated day: retention may have deleted its
-        rows, not its day's aggregates."""
-        scope = self.scope
-        start = scope.start
-        if start is None:
-            known = [x for x in (history_start(scope), cube.first_day(scope)) if x is not None]
-            start = min(known) if known else None
-        if start is None:
-            return []
-        days = day_starts(start, scope.end or self.now, tz=scope.tz)
+        rows, not its day's aggregates (`_days`). Local days: whole UTC days' rows only where
+        they are the UTC days (else hour rows, and the raw rows of the half hours of a zone
+        with a half-hour offset)."""
+        days, _ = self._days()
         if not days:
             return []
-        # local days: whole UTC days' rows only where they are the UTC days (else hour rows,
-        # and the raw rows of the half hours of a zone with a half-hour offset)
-        by_day = cube.grid(DAY, [*(d.timestamp() for d in days), next_day(days[-1]).timestamp()])
         per = {}
-        for (t, status), v in self.cube.usage(("t", "status"), step=by_day).items():
+        for (t, status), v in self._staff_usage(("t", "status"), ("n", "events")).items():
             e = per.setdefault(t, [0, 0, 0])
             e[0] += v["n"]
             e[1] += v["n"] if status == "failed" else 0
@@ -209,7 +214,8 @@ class RollupSource(ScoreFigures):
 
     def users(self):
         out = {}
-        for (user, status), v in self.cube.usage(("user_key", "status")).items():
+        values = ("n", "output_deltas", "bytes_received", "findings")
+        for (user, status), v in self._staff_usage(("user_key", "status"), values).items():
             e = out.setdefault(
                 user or None,
                 {"streams": 0, "failed": 0, "output_deltas": 0, "bytes": 0, "findings": 0},
@@ -242,7 +248,7 @@ class RollupSource(ScoreFigures):
     def errors(self, statuses):
         return {
             (s, code): v["n"]
-            for (s, code), v in self.cube.usage(("status", "error_code")).items()
+            for (s, code), v in self._staff_usage(("status", "error_code"), ("n",)).items()
             if s in statuses and v["n"]
         }
 
@@ -284,7 +290,8 @@ class RollupSource(ScoreFigures):
         return out
 
     def usage_tags(self):
-        return {tag: _usage_figures(v) for tag, v in self.cube.tag_usage().items() if v["n"]}
+        tags = self.cube.tag_usage(_FIGURE_VALUES)
+        return {tag: _usage_figures(v) for tag, v in tags.items() if v["n"]}
 
     def usage_days(self):
         days, by_day = self._days()

@@ -40,6 +40,7 @@ from streams.models import (
     Finding,
     FindingRollup,
     HistogramRollup,
+    ProjectRollup,
     RoutingRollup,
     Score,
     ScoreRollup,
@@ -103,6 +104,15 @@ FINDING_KEY = key_of(FindingRollup)
 SCORE_KEY = key_of(ScoreRollup)
 SCORE_VALUES = ("n", "sum_milli", "positive")
 COUNT = ("n",)
+# The project rollup: the usage rollup's figures of streams, usage and spend (`PROJECT_VALUES`,
+# a subset of USAGE_VALUES) summed over every dimension but the period, the tag and the
+# project; a scope filtering on one of `PROJECT_DIMENSIONS` (what it sums over) cannot read it.
+PROJECT_KEY = key_of(ProjectRollup)
+PROJECT_VALUES = tuple(
+    v for v in USAGE_VALUES if v in {f.column for f in ProjectRollup._meta.concrete_fields}
+)
+PROJECT_DIMENSIONS = tuple(c for c in USAGE_KEY if c not in PROJECT_KEY)
+_PROJECT_AT = tuple(USAGE_VALUES.index(v) for v in PROJECT_VALUES)
 
 
 def rollup_tables():
@@ -112,6 +122,7 @@ def rollup_tables():
         RoutingRollup: (ROUTING_KEY, COUNT),
         FindingRollup: (FINDING_KEY, COUNT),
         ScoreRollup: (SCORE_KEY, SCORE_VALUES),
+        ProjectRollup: (PROJECT_KEY, PROJECT_VALUES),
     }
 
 
@@ -324,11 +335,14 @@ class Contributions:
             "routing_category": row["routing_category"],
             "routing_source": row["routing_source"],
         }
-        usage, histogram, routing, finding = (
-            _KEY_OF[m] for m in (UsageRollup, HistogramRollup, RoutingRollup, FindingRollup)
+        usage, histogram, routing, finding, project = (
+            _KEY_OF[m]
+            for m in (UsageRollup, HistogramRollup, RoutingRollup, FindingRollup, ProjectRollup)
         )
+        spend = [values[i] for i in _PROJECT_AT]
         for dims in _periods(row, own):
             self._add(UsageRollup, usage(dims), values, sign)
+            self._add(ProjectRollup, project(dims), spend, sign)
             if buckets:
                 # the summed rows (not `full`) leave out who and where
                 summed = {**dims, "full": False, "user_key": 0, "source": ""}

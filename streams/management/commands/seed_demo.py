@@ -620,7 +620,7 @@ class _Shape:
             for key, values in keys.items():
                 assert key[t_at] == 0 and project_at < t_at
                 period = aggregates.SPANS.index(key[span_at])
-                if key[user_at] is _NO_USER:
+                if user_at is not None and key[user_at] is _NO_USER:
                     between, rest = key[t_at + 1 : user_at], key[user_at + 1 :]
                 else:
                     between, rest = None, key[t_at + 1 :]
@@ -1178,9 +1178,13 @@ def seed(streams, days=30, seed=0, events_per_stream=20, users=("alice", "bob", 
     split = bisect.bisect_right(times, (_REGRESSION_START - _EPOCH) // one_us)
 
     columns = _stream_columns()
-    # {table: (its rows being summed, where t, span, the owner and the project are in its key)}
+    # {table: (its rows being summed, where t, span, the owner and the project are in its key;
+    # None: not in it, as the owner is not in the project rollup's)}
     tables = {
-        model: ({}, *(key.index(c) for c in ("t", "span", "user_key", "project_key")))
+        model: (
+            {},
+            *(key.index(c) if c in key else None for c in ("t", "span", "user_key", "project_key")),
+        )
         for model, (key, _values) in aggregates.rollup_tables().items()
     }
     shapes, assignment = _assign_shapes(rng, streams, split, events_per_stream, columns, tables)
