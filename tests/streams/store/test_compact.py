@@ -409,3 +409,20 @@ def test_a_new_column_placed_in_the_model_and_the_row_only_is_packed(kind, monke
         assert "scratch" not in block
         assert set(block) == compact.packed_columns()
     assert [i for (i,) in stored_events.read(stream.pk, ("index",))] == list(range(n))
+
+
+def test_a_block_is_read_by_the_names_it_holds_not_by_their_order():
+    """The head is what the reader goes by: the same rows packed in another column order
+    (as a later layout may) read the same."""
+    shape = compact.layout()
+    rows_ = [tuple(r[c] for c, _ in shape) for r in FROZEN_ROWS]
+    reordered = tuple(reversed(shape))
+    moved = compact.encode([tuple(reversed(r)) for r in rows_], reordered)
+    assert compact.decode(moved) == compact.decode(compact.encode(rows_, shape))
+    assert compact.decode(moved)["data"] == [r["data"] for r in FROZEN_ROWS]
+
+
+def test_a_column_of_a_kind_no_block_can_hold_is_refused(monkeypatch):
+    with scratch_column(lambda: fields.JSONField(null=True), monkeypatch):
+        with pytest.raises(TypeError, match="Event.scratch: no way to pack a JSONField"):
+            compact.layout()
