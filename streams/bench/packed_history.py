@@ -44,7 +44,7 @@ def templates(rng, make_stream, lengths=LENGTHS, per_length=TEMPLATES_PER_LENGTH
 
 def _as_columns(index, row, base):
     """seed_demo's event row (t_us, type, sequence_number, output_index, content_index,
-    is_json, data) as `compact.COLUMNS`."""
+    is_json, data) as a block's row (`compact.columns()`)."""
     t_us, type_, seq, out_i, content_i, is_json, data = row
     named = {
         "index": index,
@@ -60,16 +60,19 @@ def _as_columns(index, row, base):
         "data": data,
         "is_json": is_json,
         "raw": None,
+        "preamble": "",
     }
-    return tuple(named[c] for c in compact.COLUMNS)
+    return tuple(named[c] for c in compact.columns())
 
 
 def _blocks(events):
     out = []
+    names = compact.columns()
+    index, at_t = names.index("index"), names.index("t_us")
     for at in range(0, len(events), compact.BLOCK):
         chunk = events[at : at + compact.BLOCK]
-        t_us = [e[1] for e in chunk if e[1] is not None]
-        first, last = chunk[0][0], chunk[-1][0]
+        t_us = [e[at_t] for e in chunk if e[at_t] is not None]
+        first, last = chunk[0][index], chunk[-1][index]
         payload = compact.encode(chunk)
         out.append((first, last, len(chunk), t_us[0], t_us[-1], payload))
     return out

@@ -7,6 +7,12 @@ every column of the block's events laid out one after the other (integers as del
 and bytes concatenated with their lengths), the whole compressed with zstandard. A window of the
 timeline opens the blocks it overlaps only.
 
+A block describes itself: its head names each column it holds, its kind and its section's
+size, and the columns are the event row's (streams/store/event_row.py), so a new column of
+`Event` is packed without a word here. A block read after a column came reads it as the model
+field's default; a column the event has dropped is skipped. Blocks of versions 1 and 2 (a fixed
+list of columns) still read (tests/fixtures/blocks).
+
 Exact on the way back: the verbatim data, the raw bytes and every time come back as stored,
 so the `.sse` export of a packed stream is byte-identical and a re-check finds the same.
 
@@ -18,6 +24,7 @@ read exactly once whichever side of the commit it reads.
 """
 
 import datetime as dt
+import functools
 import logging
 import struct
 import time
@@ -28,32 +35,92 @@ from django.db import models, transaction
 
 from streams.core import conf
 from streams.models import Event, EventBlock, Stream
-from streams.store import partitions
+from streams.store import event_row, partitions
 
 log = logging.getLogger(__name__)
 
 BLOCK = 1000  # events per block: a timeline window (200) opens one or two
 LEVEL = 6  # zstandard's level (docs/recorder.md, "At rest": sizes and speeds measured)
-VERSION = 2
+VERSION = 3  # 3: the block names its columns and their kinds (1, 2: a fixed list, `_LEGACY`)
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
-# Every column of Event but the row's own (id) and the stream's, and how it is packed. A new
-# column of Event is refused here until it is placed (tests/streams/store/test_compact.py).
-INTS = ("index", "t_us", "sequence_number", "output_index", "content_index", "sent_us")
-TIMES = ("received_at",)
-TEXTS = ("event_name", "sse_id", "type", "data", "preamble")
-BOOLS = ("is_json",)
-BYTES = ("raw",)
-COLUMNS = (*INTS, *TIMES, *TEXTS, *BOOLS, *BYTES)
-# Version 1's blocks had no `preamble` (it came in 0038): read with every event's empty.
-_V1_COLUMNS = tuple(c for c in COLUMNS if c != "preamble")
+# How a column is packed, by its kind. The codes are written into blocks: never renumber one.
+INT, TIME, TEXT, BOOL, BYTES = 1, 2, 3, 4, 5
+# The kind of each model field a column may be (another is refused: `layout`).
+_KINDS = {
+    "IntegerField": INT,
+    "BigIntegerField": INT,
+    "SmallIntegerField": INT,
+    "PositiveIntegerField": INT,
+    "PositiveBigIntegerField": INT,
+    "PositiveSmallIntegerField": INT,
+    "DateTimeField": TIME,
+    "CharField": TEXT,
+    "TextField": TEXT,
+    "SlugField": TEXT,
+    "EmailField": TEXT,
+    "BooleanField": BOOL,
+    "BinaryField": BYTES,
+}
+# The sections' order: alike data side by side is what the compressor feeds on.
+_ORDER = (INT, TIME, TEXT, BOOL, BYTES)
+
+# What blocks of versions 1 and 2 hold, in their order: bytes already written, never changed.
+_V2 = (
+    *(("index", INT), ("t_us", INT), ("sequence_number", INT), ("output_index", INT)),
+    *(("content_index", INT), ("sent_us", INT), ("received_at", TIME), ("event_name", TEXT)),
+    *(("sse_id", TEXT), ("type", TEXT), ("data", TEXT), ("preamble", TEXT)),
+    *(("is_json", BOOL), ("raw", BYTES)),
+)
+_LEGACY = {1: tuple(c for c in _V2 if c[0] != "preamble"), 2: _V2}
+
+
+def _names(shape):
+    """The columns' names and kinds as a block's head lists them."""
+    return b"".join(struct.pack(f"<B{len(c)}sB", len(c), c.encode("ascii"), k) for c, k in shape)
+
+
+# Compression starts from the names of version 2's columns, as if they came before each block:
+# a head naming the same columns costs ~15 bytes, not the ~90 its names cost alone (over the
+# captures' streams, mostly a block each: +0.4 B/event, unprimed +1.4). Frozen with `_LEGACY`:
+# changing it would make every block written since unreadable. A column added later compresses
+# unprimed.
+_PRIMER = zstandard.ZstdCompressionDict(_names(_V2), dict_type=zstandard.DICT_TYPE_RAWCONTENT)
 
 _NULL = -(2**63)  # an int column's None (no stored value comes near it)
 
 
+def layout():
+    """((column, kind), …) a block carries: the event row's columns (streams/store/event_row.py,
+    the one place a new column of `Event` is placed) but the stream's, each of its model
+    field's kind, in section order."""
+    return _layout(event_row.PROXIED_ROW_COLUMNS, Event._meta.concrete_fields)
+
+
+@functools.lru_cache(maxsize=4)
+def _layout(row_columns, fields):
+    """(Keyed on what it derives from: every block read asks, a short stream's block per 15
+    events or so.)"""
+    by_name = {f.attname: f for f in fields}
+    named = [(c, _kind(by_name[c])) for c in row_columns if c != "stream_id"]
+    return tuple(sorted(named, key=lambda ck: _ORDER.index(ck[1])))
+
+
+def _kind(field):
+    kind = _KINDS.get(field.get_internal_type())
+    if kind is None:
+        raise TypeError(f"Event.{field.name}: no way to pack a {field.get_internal_type()}")
+    return kind
+
+
+def columns():
+    """The columns a block carries, in the order `encode` takes a row's values."""
+    return tuple(c for c, _ in layout())
+
+
 def packed_columns():
-    """Event's columns a block must carry (to check `COLUMNS` against)."""
+    """Event's columns a block must carry (to check `layout` against)."""
     return {f.attname for f in Event._meta.concrete_fields} - {"id", "stream_id"}
 
 
@@ -121,42 +188,70 @@ def _at(us):
     return None if us is None else _EPOCH + dt.timedelta(microseconds=us)
 
 
-def encode(rows):
-    """A block's payload from rows (tuples of `COLUMNS`, in index order)."""
-    columns = list(zip(*rows, strict=True)) if rows else [() for _ in COLUMNS]
-    named = dict(zip(COLUMNS, columns, strict=True))
-    sections = [_ints(named[c]) for c in INTS]
-    sections += [_ints([_us(v) for v in named[c]]) for c in TIMES]
-    sections += [_blobs([v.encode("utf-8", "surrogatepass") for v in named[c]]) for c in TEXTS]
-    sections += [bytes(bytearray(1 if v else 0 for v in named[c])) for c in BOOLS]
-    sections += [_blobs([None if v is None else bytes(v) for v in named[c]]) for c in BYTES]
-    head = struct.pack(f"<BI{len(sections)}Q", VERSION, len(rows), *map(len, sections))
-    return zstandard.ZstdCompressor(level=LEVEL).compress(head + b"".join(sections))
+_PACK = {
+    INT: _ints,
+    TIME: lambda values: _ints([_us(v) for v in values]),
+    TEXT: lambda values: _blobs([v.encode("utf-8", "surrogatepass") for v in values]),
+    BOOL: lambda values: bytes(bytearray(1 if v else 0 for v in values)),
+    BYTES: lambda values: _blobs([None if v is None else bytes(v) for v in values]),
+}
+_UNPACK = {
+    INT: _unints,
+    TIME: lambda buf, n: [_at(v) for v in _unints(buf, n)],
+    TEXT: lambda buf, n: [v.decode("utf-8", "surrogatepass") for v in _unblobs(buf, n)],
+    BOOL: lambda buf, n: [bool(b) for b in buf],
+    BYTES: _unblobs,
+}
+
+
+def encode(rows, shape=None):
+    """A block's payload from rows (tuples of `columns()`, in index order; `shape`: `layout()`
+    when the caller has it): the version, the count of events and of columns, each column's
+    name and kind (`_names`), the sections' sizes, then the sections."""
+    shape = shape or layout()
+    values = list(zip(*rows, strict=True)) if rows else [() for _ in shape]
+    sections = [_PACK[kind](v) for (_, kind), v in zip(shape, values, strict=True)]
+    head = struct.pack("<BIH", VERSION, len(rows), len(shape)) + _names(shape)
+    sizes = struct.pack(f"<{len(sections)}I", *map(len, sections))
+    compressor = zstandard.ZstdCompressor(level=LEVEL, dict_data=_PRIMER)
+    return compressor.compress(b"".join([head, sizes, *sections]))
+
+
+def _directory(raw):
+    """(n, [(column, kind, size)], where the sections start) of a block's bytes."""
+    version, n = struct.unpack_from("<BI", raw)
+    if version in _LEGACY:
+        held = _LEGACY[version]
+        sizes = struct.unpack_from(f"<{len(held)}Q", raw, 5)
+        return n, [(c, k, s) for (c, k), s in zip(held, sizes, strict=True)], 5 + 8 * len(held)
+    if version != VERSION:
+        raise ValueError(f"event block version {version} unknown")
+    (count,) = struct.unpack_from("<H", raw, 5)
+    at = 7
+    held = []
+    for _ in range(count):
+        length = raw[at]
+        held.append((raw[at + 1 : at + 1 + length].decode("ascii"), raw[at + 1 + length]))
+        at += length + 2
+    sizes = struct.unpack_from(f"<{count}I", raw, at)
+    return n, [(c, k, s) for (c, k), s in zip(held, sizes, strict=True)], at + 4 * count
 
 
 def decode(payload):
-    """{column: [values]} of a block's payload."""
-    raw = zstandard.ZstdDecompressor().decompress(bytes(payload))
-    version, n = struct.unpack_from("<BI", raw)
-    if version not in (1, VERSION):
-        raise ValueError(f"event block version {version} unknown")
-    columns = COLUMNS if version == VERSION else _V1_COLUMNS
-    sizes = struct.unpack_from(f"<{len(columns)}Q", raw, 5)
-    at = 5 + 8 * len(columns)
-    out = {"preamble": [""] * n}
-    for column, size in zip(columns, sizes, strict=True):
-        buf = raw[at : at + size]
+    """{column: [values]} of a block's payload, for each column of `layout()`: one the block
+    lacks (packed before it existed) is the model field's default; one the block holds that
+    the event no longer has is skipped."""
+    raw = zstandard.ZstdDecompressor(dict_data=_PRIMER).decompress(bytes(payload))
+    n, held, at = _directory(raw)
+    wanted = set(columns())
+    out = {}
+    for column, kind, size in held:
+        if column in wanted:
+            out[column] = _UNPACK[kind](raw[at : at + size], n)
         at += size
-        if column in INTS:
-            out[column] = _unints(buf, n)
-        elif column in TIMES:
-            out[column] = [_at(v) for v in _unints(buf, n)]
-        elif column in TEXTS:
-            out[column] = [v.decode("utf-8", "surrogatepass") for v in _unblobs(buf, n)]
-        elif column in BOOLS:
-            out[column] = [bool(b) for b in buf]
-        else:
-            out[column] = _unblobs(buf, n)
+    for column in wanted - out.keys():
+        field = Event._meta.get_field(column)
+        out[column] = [field.get_default() for _ in range(n)]
     return out
 
 
@@ -276,16 +371,17 @@ def pack(stream_id, grace_s=None, now=None):
         if stream is None:
             return 0
         rows = Event.objects.filter(stream_id=stream_id).order_by("index")
+        shape = layout()
         packed = 0
         batch = []
-        for row in rows.values_list(*COLUMNS).iterator(chunk_size=BLOCK):
+        for row in rows.values_list(*(c for c, _ in shape)).iterator(chunk_size=BLOCK):
             batch.append(row)
             if len(batch) == BLOCK:
-                _write(stream, batch)
+                _write(stream, batch, shape)
                 packed += len(batch)
                 batch = []
         if batch:
-            _write(stream, batch)
+            _write(stream, batch, shape)
             packed += len(batch)
         if packed:
             Event.objects.filter(stream_id=stream_id).delete()
@@ -294,17 +390,19 @@ def pack(stream_id, grace_s=None, now=None):
         return packed
 
 
-def _write(stream, rows):
-    t_us = [r[1] for r in rows if r[1] is not None]
+def _write(stream, rows, shape):
+    names = [c for c, _ in shape]
+    index, at = names.index("index"), names.index("t_us")
+    t_us = [r[at] for r in rows if r[at] is not None]
     EventBlock.objects.create(
         stream_id=stream.pk,
         stream_created_at=stream.created_at,
-        first=rows[0][0],
-        last=rows[-1][0],
+        first=rows[0][index],
+        last=rows[-1][index],
         count=len(rows),
         t_first_us=t_us[0] if t_us else None,
         t_last_us=t_us[-1] if t_us else None,
-        payload=encode(rows),
+        payload=encode(rows, shape),
     )
 
 

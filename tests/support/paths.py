@@ -4,4 +4,5 @@ from pathlib import Path
 
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
-CAPTURES = TESTS / "fixtures" / "streams"  # recorded SSE captures
+FIXTURES = TESTS / "fixtures"
+CAPTURES = FIXTURES / "streams"  # recorded SSE captures

@@ -2,22 +2,26 @@
 the same before and after, exports are byte-identical, a re-check finds the same, a crash in
 the middle loses nothing, a reader racing the pack reads each event once."""
 
+import contextlib
 import dataclasses
 import datetime as dt
 
 import pytest
+from django.db import connection, models
 
 from dashboard.queries import stream_detail, timing
+from streams import fields
 from streams.ingest.importer import import_capture
 from streams.models import Event, EventBlock, Finding, Stream
 from streams.serve import export
-from streams.store import compact, rows
+from streams.store import compact, event_row, rows
 from streams.store import events as stored_events
-from tests.support.paths import CAPTURES
+from tests.support.paths import CAPTURES, FIXTURES
 
 pytestmark = pytest.mark.django_db
 
 CAPTURE_FILES = sorted(p.name for p in CAPTURES.glob("*.sse"))
+BLOCKS = FIXTURES / "blocks"  # frozen blocks of earlier versions
 PAST = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)  # every ended stream is past its grace
 
 
@@ -55,7 +59,9 @@ def findings(stream):
 
 
 def test_every_column_of_an_event_is_packed():
-    assert set(compact.COLUMNS) == compact.packed_columns()
+    """Derived from the row's columns (streams/store/event_row.py), each with a kind."""
+    assert set(compact.columns()) == compact.packed_columns()
+    assert len(compact.columns()) == len(compact.packed_columns())
 
 
 @pytest.mark.parametrize("name", CAPTURE_FILES)
@@ -95,8 +101,8 @@ def test_a_crash_while_packing_loses_nothing(monkeypatch):
     written = []
     real = compact._write
 
-    def write_then_die(stream_id, batch):
-        real(stream_id, batch)
+    def write_then_die(stream_id, batch, shape):
+        real(stream_id, batch, shape)
         written.append(len(batch))
         if len(written) == 2:
             raise KeyboardInterrupt  # the process stopped between two blocks
@@ -135,8 +141,8 @@ def test_a_reader_racing_the_pack_reads_every_event_once(monkeypatch):
 
 def test_packing_compresses_recorded_events():
     [stream] = import_capture((CAPTURES / "openai_text_long_722ev.sse").read_bytes(), "c.sse")
-    stored = list(stored_events.read(stream.pk, compact.COLUMNS))
-    raw = sum(len(d.encode()) for d in (r[compact.COLUMNS.index("data")] for r in stored))
+    stored = list(stored_events.read(stream.pk, ("data",)))
+    raw = sum(len(d.encode()) for (d,) in stored)
     compact.pack(stream.pk, now=PAST)
     packed = sum(len(p) for p in EventBlock.objects.values_list("payload", flat=True))
     assert packed * 4 < raw, (packed, raw)
@@ -162,8 +168,8 @@ django.setup()
 from streams.store import compact
 compact.BLOCK = 100
 real = compact._write
-def write_then_hang(stream_id, rows):
-    real(stream_id, rows)
+def write_then_hang(stream_id, *args):
+    real(stream_id, *args)
     print("wrote", flush=True)
     time.sleep(60)
 compact._write = write_then_hang
@@ -252,22 +258,6 @@ def test_comments_between_events_come_back_from_a_packed_stream(monkeypatch):
     assert b"".join(export.iter_sse(as_recorded)) == content
 
 
-def test_a_block_packed_before_preambles_reads_with_them_empty(monkeypatch):
-    [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "v1.sse")
-    rows_ = list(
-        Event.objects.filter(stream_id=stream.pk)
-        .order_by("index")
-        .values_list(*compact._V1_COLUMNS)
-    )
-    with monkeypatch.context() as m:  # the layout of version 1
-        m.setattr(compact, "VERSION", 1)
-        m.setattr(compact, "TEXTS", tuple(c for c in compact.TEXTS if c != "preamble"))
-        m.setattr(compact, "COLUMNS", compact._V1_COLUMNS)
-        payload = compact.encode(rows_)
-    block = compact.decode(payload)
-    assert block["data"] == [r[compact._V1_COLUMNS.index("data")] for r in rows_]
-    assert block["preamble"] == [""] * len(rows_)
-
 def test_due_streams_are_a_range_of_the_unpacked_index_and_a_packed_one_leaves_it():
     from django.db import connection
 
@@ -290,3 +280,173 @@ def test_due_streams_are_a_range_of_the_unpacked_index_and_a_packed_one_leaves_i
     assert compact.due(grace_s=-3600) == []  # the empty one was looked at once, and marked
     assert Stream.objects.get(pk=empty.pk).events_packed_at is not None
     assert Stream.objects.get(pk=running.pk).events_packed_at is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The block's format: blocks written by earlier versions read, and a new column of the event
+# needs nothing of compact.py.
+
+# Rows of every kind a block holds, edge values included (None in each nullable column, a lone
+# surrogate, undecodable bytes, a negative delta, an integer beyond 32 bits).
+FROZEN_ROWS = [
+    {
+        "index": 0,
+        "t_us": 0,
+        "sequence_number": 0,
+        "output_index": None,
+        "content_index": None,
+        "sent_us": None,
+        "received_at": dt.datetime(2026, 12, 5, 17, 0, 0, 123456, tzinfo=dt.UTC),
+        "event_name": "response.created",
+        "sse_id": "",
+        "type": "response.created",
+        "data": '{"type":"response.created"}',
+        "preamble": ": OPENROUTER PROCESSING\n\n",
+        "is_json": True,
+        "raw": None,
+    },
+    {
+        "index": 1,
+        "t_us": 1500,
+        "sequence_number": 1,
+        "output_index": 0,
+        "content_index": 0,
+        "sent_us": 1700,
+        "received_at": dt.datetime(2026, 12, 5, 17, 0, 0, 124956, tzinfo=dt.UTC),
+        "event_name": "",
+        "sse_id": "7",
+        "type": "response.output_text.delta",
+        "data": '{"delta":"grüße 🌍 \ud800"}',
+        "preamble": "",
+        "is_json": True,
+        "raw": None,
+    },
+    {
+        "index": 2,
+        "t_us": None,
+        "sequence_number": None,
+        "output_index": None,
+        "content_index": None,
+        "sent_us": None,
+        "received_at": None,
+        "event_name": "",
+        "sse_id": "",
+        "type": "",
+        "data": "\ufffd\ufffd",
+        "preamble": "retry: 100\n\n",
+        "is_json": False,
+        "raw": b"\xff\xfe\x00",
+    },
+    {
+        "index": 5,
+        "t_us": 1400,
+        "sequence_number": 2**40,
+        "output_index": 3,
+        "content_index": 1,
+        "sent_us": 0,
+        "received_at": dt.datetime(1969, 12, 31, 23, 59, 59, 999999, tzinfo=dt.UTC),
+        "event_name": "done",
+        "sse_id": "x" * 200,
+        "type": "response.completed",
+        "data": "",
+        "preamble": "",
+        "is_json": True,
+        "raw": b"",
+    },
+]
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_block_of_an_earlier_version_still_reads(version):
+    """tests/fixtures/blocks/v1.zst and v2.zst: `FROZEN_ROWS` packed by the code of their
+    version (frozen bytes, never regenerated). Version 1 had no `preamble`: the model's
+    default (empty) stands in for it."""
+    block = compact.decode((BLOCKS / f"v{version}.zst").read_bytes())
+    for column in compact.packed_columns():
+        expected = [r[column] for r in FROZEN_ROWS]
+        if version == 1 and column == "preamble":
+            expected = [""] * len(FROZEN_ROWS)
+        assert block[column] == expected, column
+
+
+# A column of each kind a block packs, and values for it (the first its field's default).
+SCRATCH = {
+    "int": (lambda: models.BigIntegerField(null=True), [None, 7, -(2**40), 0]),
+    "time": (
+        lambda: models.DateTimeField(null=True),
+        [None, dt.datetime(2026, 12, 5, 18, 0, 0, 1, tzinfo=dt.UTC)],
+    ),
+    "text": (lambda: fields.TextField(blank=True, default="-"), ["-", "", "grüße\n", "x" * 300]),
+    "bool": (lambda: models.BooleanField(default=True), [True, False]),
+    "bytes": (lambda: models.BinaryField(null=True), [None, b"\x00\xff", b""]),
+}
+
+
+@contextlib.contextmanager
+def scratch_column(make_field, monkeypatch):
+    """A column `scratch` added the way issue 43 says a new column is: to `Event` (its
+    database column in the test's transaction, rolled back with it) and to the row's columns
+    in streams/store/event_row.py, nowhere else."""
+    field = make_field()
+    field.contribute_to_class(Event, "scratch")
+    try:
+        with connection.cursor() as cursor:
+            table, column = Event._meta.db_table, connection.ops.quote_name(field.column)
+            kind = field.db_type(connection)
+            cursor.execute(f"ALTER TABLE {table} ADD COLUMN {column} {kind} NULL")
+        with monkeypatch.context() as m:
+            m.setattr(event_row, "ROW_COLUMNS", (*event_row.ROW_COLUMNS, "scratch"))
+            m.setattr(event_row, "PROXIED_ROW_COLUMNS", (*event_row.PROXIED_ROW_COLUMNS, "scratch"))
+            yield field
+    finally:
+        Event._meta.local_fields.remove(field)
+        delattr(Event, "scratch")
+        Event._meta._expire_cache()
+
+
+@pytest.mark.parametrize("kind", SCRATCH)
+def test_a_new_column_placed_in_the_model_and_the_row_only_is_packed(kind, monkeypatch):
+    """Issue 43: a new column touches the model, its migration and the shape module. Its
+    values go into the blocks and come back; a block packed before it existed reads with the
+    field's default; once it is gone, a block that holds it reads without it."""
+    monkeypatch.setattr(compact, "BLOCK", 4)
+    make_field, values = SCRATCH[kind]
+    [stream] = import_capture((CAPTURES / "openai_text_basic.sse").read_bytes(), "n.sse")
+    n = Event.objects.filter(stream_id=stream.pk).count()
+    expected = [values[i % len(values)] for i in range(n)]
+    old = compact.decode((BLOCKS / "v2.zst").read_bytes())
+    with scratch_column(make_field, monkeypatch) as field:
+        for i, value in enumerate(expected):
+            Event.objects.filter(stream_id=stream.pk, index=i).update(scratch=value)
+        as_rows = list(stored_events.read(stream.pk, ("index", "scratch")))
+        assert [v for _, v in as_rows] == expected
+
+        assert compact.pack(stream.pk, now=PAST) == n
+        assert not Event.objects.filter(stream_id=stream.pk).exists()
+        assert list(stored_events.read(stream.pk, ("index", "scratch"))) == as_rows
+
+        before_it = compact.decode((BLOCKS / "v2.zst").read_bytes())
+        assert before_it["scratch"] == [field.get_default()] * len(FROZEN_ROWS)
+        assert {c: v for c, v in before_it.items() if c != "scratch"} == old
+    payloads = EventBlock.objects.filter(stream_id=stream.pk).values_list("payload", flat=True)
+    for block in map(compact.decode, payloads):
+        assert "scratch" not in block
+        assert set(block) == compact.packed_columns()
+    assert [i for (i,) in stored_events.read(stream.pk, ("index",))] == list(range(n))
+
+
+def test_a_block_is_read_by_the_names_it_holds_not_by_their_order():
+    """The head is what the reader goes by: the same rows packed in another column order
+    (as a later layout may) read the same."""
+    shape = compact.layout()
+    rows_ = [tuple(r[c] for c, _ in shape) for r in FROZEN_ROWS]
+    reordered = tuple(reversed(shape))
+    moved = compact.encode([tuple(reversed(r)) for r in rows_], reordered)
+    assert compact.decode(moved) == compact.decode(compact.encode(rows_, shape))
+    assert compact.decode(moved)["data"] == [r["data"] for r in FROZEN_ROWS]
+
+
+def test_a_column_of_a_kind_no_block_can_hold_is_refused(monkeypatch):
+    with scratch_column(lambda: fields.JSONField(null=True), monkeypatch):
+        with pytest.raises(TypeError, match="Event.scratch: no way to pack a JSONField"):
+            compact.layout()

@@ -50,7 +50,7 @@ def what_reads(stream):
     as_recorded.source = Stream.Source.PROXY  # the .sse of events, not the import's capture
     return {
         "sse": b"".join(export.iter_sse(as_recorded)),
-        "rows": list(stored_events.read(stream.pk, compact.COLUMNS)),
+        "rows": list(stored_events.read(stream.pk, compact.columns())),
         "window": stored_events.read(stream.pk, ("index", "data"), after=500, limit=50),
     }
 
