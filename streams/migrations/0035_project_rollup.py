@@ -27,7 +27,7 @@ def fill(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0037_run_figures"),
+        ("streams", "0033_event_blocks"),
     ]
 
     operations = [

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0039_rollup_format"),
+        ("streams", "0035_project_rollup"),
     ]
 
     operations = [

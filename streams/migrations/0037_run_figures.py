@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0040_event_block_partitions"),
+        ("streams", "0036_project_language"),
     ]
 
     operations = [

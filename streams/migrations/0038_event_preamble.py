@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('streams', '0033_event_blocks'),
+        ("streams", "0037_run_figures"),
     ]
 
     operations = [

@@ -105,7 +105,7 @@ UPDATE streams_eventblock SET stream_created_at = (
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0036_project_language"),
+        ("streams", "0039_rollup_format"),
     ]
 
     operations = [

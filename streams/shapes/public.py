@@ -73,6 +73,8 @@ NOT_SHOWN = {
     "search_output": "what the search index reads: the output text, redacted, which is shown",
     "search_error": "what the search index reads: the error message, redacted, which is shown",
     "search_derived_ns": "when the search index's text was derived (streams/store/search.py)",
+    "events_packed_at": "when its events were packed into blocks (streams/store/compact.py): "
+    "how they are stored, not what they are; every reader reads both alike",
 }
 
 # The `milestones_us` of the public shape: (name, column), in the order they happen.

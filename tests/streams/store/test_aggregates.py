@@ -784,8 +784,9 @@ def shared_by_every_rollup(models):
 
 def test_what_every_rollup_declares_is_declared_once_on_their_base():
     """A dimension or value every rollup has lives on `_Rollup`, not once per rollup."""
-    rollups = list(aggregates.rollup_tables())
-    assert len(rollups) == 5
+    base = UsageRollup.__mro__[1]  # (`_Rollup`)
+    rollups = [m for m in aggregates.rollup_tables() if issubclass(m, base)]
+    assert len(rollups) == 5  # (the project rollup is not one: it sums over their dimensions)
     assert shared_by_every_rollup(rollups) == set()
 
     # the check sees what it is for: a field declared in each of them is found
