@@ -16,9 +16,20 @@ import django  # noqa: E402
 django.setup()
 process.tune()
 
+import sys  # noqa: E402
+
 from daphne.cli import CommandLineInterface  # noqa: E402
 
+from streams.core import conf  # noqa: E402
 from streams.run import runner, shutdown  # noqa: E402
+
+# Daphne takes a WebSocket message of at most 1 MiB and drops a larger one with the connection,
+# before any consumer sees it: the recording proxy's socket (`response.create`, up to the
+# proxy's body limit like a POST) would lose a client silently instead of closing with its 4009.
+# Messages (and frames) up to the limit and a little over reach the consumers, which bound what
+# they read; only an accepted socket sends any, and every consumer accepts only a signed-in user
+# or a token.
+WEBSOCKET_MESSAGE_BYTES = conf.get().proxy_max_body_bytes + 64 * 1024
 
 if __name__ == "__main__":
     # Rows of processes that died end `interrupted` while this server runs, not only when some
@@ -26,4 +37,7 @@ if __name__ == "__main__":
     runner.sweep_when_served()
     # SIGTERM/SIGINT let running streams end first (streams/run/shutdown.py)
     shutdown.install_for_daphne()
+    for option in ("--websocket-max-message-size", "--websocket-max-frame-size"):
+        if not any(a.startswith(option) for a in sys.argv):
+            sys.argv[1:1] = [option, str(WEBSOCKET_MESSAGE_BYTES)]
     CommandLineInterface.entrypoint()

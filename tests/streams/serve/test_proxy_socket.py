@@ -232,3 +232,26 @@ def test_an_upstream_echoing_its_key_over_the_socket_gets_it_back_redacted(
         assert "resp_echo" in answers["configured"]  # the frames came, only the keys went
     finally:
         server.stop()
+
+
+def test_a_message_over_a_mib_reaches_the_proxy_and_one_over_its_limit_closes_with_4009(
+    simulator_process, people, token
+):
+    """Daphne's own cap (1 MiB) dropped a larger `response.create` with the connection, before
+    the proxy could say why; the server lets messages up to the proxy's body limit (and a little
+    over, to say 4009) reach the consumer."""
+    limit = 2 * 1024 * 1024
+    server = DaphneServer(
+        simulator_process.base_url, env={"STREAMSCOPE_PROXY_MAX_BODY_BYTES": str(limit)}
+    )
+    try:
+        url = f"{server.ws_url}/v1/responses"
+        for size, code in ((limit * 3 // 4, 4007), (limit + 1, 4009)):
+            with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+                ws.send("[" + " " * (size - 2) + "]")  # read (past 1 MiB) and refused: no object
+                with pytest.raises(ConnectionClosed) as closed:
+                    ws.recv(timeout=30)
+            assert closed.value.rcvd is not None and closed.value.rcvd.code == code, size
+    finally:
+        server.stop()
+    assert not Stream.objects.filter(source="proxy").exists()
