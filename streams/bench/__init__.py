@@ -185,9 +185,32 @@ def fail_if(problems, what):
 
 
 def process_cpu_s(pid):
-    """CPU seconds (user + system) the process `pid` has used so far, from /proc."""
+    """CPU seconds (user + system) the process `pid` has used so far, from /proc, with its
+    children's, live and ended: a server's writer process (streams/ingest/writer_process.py) is
+    the server's CPU."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, and the ended children's
+    total = ticks / os.sysconf("SC_CLK_TCK")
+    for child in _children(pid):
+        try:
+            total += process_cpu_s(child)
+        except (FileNotFoundError, ProcessLookupError):
+            pass  # (ended meanwhile: counted by its parent once waited for)
+    return total
+
+
+def _children(pid):
+    found = []
+    try:
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
+    except FileNotFoundError:
+        return found
+    for task in tasks:
+        try:
+            found += map(int, (task / "children").read_text().split())
+        except FileNotFoundError:
+            pass
+    return found
 
 
 def free_port():
