@@ -408,14 +408,20 @@ def _relation_bytes(table):
             )
             sizes = dict(cursor.fetchall())
             return sizes.pop(table, 0), sizes
-        cursor.execute("SELECT pg_table_size(%s)", [table])  # (with its TOAST)
-        heap = cursor.fetchone()[0]
+        # a partitioned table (the event blocks, by day) holds nothing itself: its partitions
+        # do (pg_partition_tree lists no member of a plain table: the table itself is added)
+        members = "SELECT %s::regclass UNION SELECT relid FROM pg_partition_tree(%s)"
+        cursor.execute(
+            f"SELECT SUM(pg_table_size(r)) FROM ({members}) AS m(r)",  # (with their TOAST)
+            [table, table],
+        )
+        heap = cursor.fetchone()[0] or 0
         cursor.execute(
             "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid) FROM pg_index "
-            "WHERE indrelid = %s::regclass",
-            [table],
+            f"WHERE indrelid IN ({members})",
+            [table, table],
         )
-        return heap, dict(cursor.fetchall())
+        return int(heap), dict(cursor.fetchall())
 
 
 def _packed_storage(n):

@@ -476,7 +476,9 @@ TOLERANCE_MS = 1.0
 
 async def record_concurrently(n, model="auto", time_scale=1.0, stagger_s=0.01, client=None):
     """`n` streams through the real recorder at once (starting `stagger_s` apart: each lasts
-    seconds, so all overlap); their stored rows."""
+    seconds, so all overlap); their stored rows. The rows are made first: made one by one in
+    the ORM's one thread between starts, on a loaded machine the last ones started after the
+    first had ended."""
     import asyncio
 
     from asgiref.sync import sync_to_async
@@ -485,14 +487,21 @@ async def record_concurrently(n, model="auto", time_scale=1.0, stagger_s=0.01, c
     from streams.run import runner
     from streams.store import rows
 
-    async def one(i):
+    def made():
+        return [
+            rows.new_row(
+                None, rows.build_request_body(f"q{i}", model, metadata={"time_scale": time_scale})
+            )
+            for i in range(n)
+        ]
+
+    async def one(i, stream):
         await asyncio.sleep(i * stagger_s)
-        body = rows.build_request_body(f"q{i}", model, metadata={"time_scale": time_scale})
-        stream = await sync_to_async(rows.new_row)(None, body)
         last, _ = await runner.run_stream(stream, client=client)
         return await Stream.objects.aget(pk=last.pk)
 
-    return await asyncio.gather(*(one(i) for i in range(n)))
+    streams = await sync_to_async(made)()
+    return await asyncio.gather(*(one(i, s) for i, s in enumerate(streams)))
 
 
 async def judged(streams, packets, port, format="responses"):

@@ -481,16 +481,21 @@ def test_orphans_of_dead_processes_become_interrupted(db):
         status="streaming", runner=f"{socket.gethostname()}:999999:abc"
     )
     # rows whose count lags what was stored (the recorder rewrites it only now and then)
+    from streams.store.event_row import ROW_COLUMNS
     from streams.store.rows import insert_events
 
     start = dt.datetime.now(dt.UTC)
-    insert_events(
-        [
-            [stale.pk, i, i, start, "message", "", "x", i, None, None, True, "{}", None]
-            for i in range(3)
-        ],
-        offsets=True,
-    )
+
+    def event(i):  # (by the columns' names: a new column of the event is a KeyError here)
+        named = {
+            "stream_id": stale.pk, "index": i, "t_us": i, "received_at": start,
+            "event_name": "message", "sse_id": "", "type": "x", "sequence_number": i,
+            "output_index": None, "content_index": None, "is_json": True, "data": "{}",
+            "raw": None, "preamble": "",
+        }  # fmt: skip
+        return [named[c] for c in ROW_COLUMNS]
+
+    insert_events([event(i) for i in range(3)], offsets=True)
     Stream.objects.filter(pk__in=[stale.pk, local_dead.pk]).update(event_count=1)
     assert runner.sweep_orphans() == 2
     statuses = dict(Stream.objects.values_list("pk", "status"))
