@@ -33,6 +33,7 @@ OVERRIDES = {
     "ALERT_ALLOWED_HOSTS": "127.0.0.1",
     "NOTIFY_TIMEOUT_S": 5.0,
     "MAX_CONCURRENT_PER_USER": 100,  # (a phase's streams are started at once)
+    "JOBS_APART": True,  # (as production runs them; test servers otherwise run none apart)
 }
 
 
