@@ -221,7 +221,10 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             while True:
                 data = await upstream.recv(decode=False)
                 t_ns = upstream.last_read_ns or time.monotonic_ns()
-                text = data.decode("utf-8", "replace")
+                try:
+                    text, raw = data.decode("utf-8"), None
+                except UnicodeDecodeError:  # (the row keeps the bytes as they came)
+                    text, raw = data.decode("utf-8", "replace"), data
                 sent_ns = None
                 if not self.client_left:
                     try:
@@ -230,7 +233,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                     except Exception:  # its socket is gone (Daphne refuses sends after it)
                         self.client_left = True
                 if self.turns:
-                    event = (t_ns, "message", "", text, None if text.encode() == data else data, "")
+                    event = (t_ns, "message", "", text, raw, "")
                     self.frames.put_nowait((new_event(ReceivedEvent, event), sent_ns))
                 if self.client_left:
                     break  # (what came is recorded, never handed over: no sent_us)
