@@ -217,6 +217,40 @@ def test_the_top_band_holds_the_k_largest_values_and_little_else():
     assert aggregates.top_band({aggregates.ZERO: 4}, 1) is None
 
 
+@pytest.mark.parametrize("seed", [4, 5])
+def test_the_project_rollup_is_the_usage_rollup_summed(people, seed):
+    """Its rows are the usage rollup's summed over the dimensions it leaves out, as written by
+    the write path, by a rebuild, and by its migration from the usage rollup."""
+    import importlib
+
+    from django.apps import apps
+
+    from streams.models import ProjectRollup
+
+    _random_history(random.Random(seed), people)
+
+    def summed():
+        out = {}
+        at = [aggregates.USAGE_KEY.index(c) for c in aggregates.PROJECT_KEY]
+        values = [aggregates.USAGE_VALUES.index(v) for v in aggregates.PROJECT_VALUES]
+        for key, v in aggregates.stored()[UsageRollup].items():
+            cube.add_to(out, tuple(key[i] for i in at), [v[i] for i in values])
+        return {k: v for k, v in out.items() if any(v)}
+
+    incremental = aggregates.stored()[ProjectRollup]
+    assert incremental and incremental == summed()
+    assert {k[2] for k in incremental} >= {aggregates.EVERY_PROJECT}
+    ProjectRollup.objects.all().delete()
+    migration = importlib.import_module("streams.migrations.0035_project_rollup")
+    # (what the migration's RunPython uses of its schema editor: SQLite's refuses to open
+    # inside the case's transaction)
+    with connection.cursor() as cursor:
+        migration.fill(apps, SimpleNamespace(connection=connection, execute=cursor.execute))
+    assert aggregates.stored()[ProjectRollup] == incremental
+    aggregates.rebuild()
+    assert aggregates.stored()[ProjectRollup] == incremental
+
+
 # ---------------------------------------------------------------------------------------------
 # The pages from aggregates against the raw (exact) path, on a seed_demo history
 
@@ -626,40 +660,6 @@ def test_the_staff_page_reads_the_usage_rows_once(history, monkeypatch):
     assert len({sql.split("GROUP BY")[1] for sql in usage}) == 1, usage
     windows = [w for w in cube.windows(scope.start, scope.end, aggregates.DAY) if w[0] != "raw"]
     assert len(usage) == len(windows)
-
-
-@pytest.mark.parametrize("seed", [4, 5])
-def test_the_project_rollup_is_the_usage_rollup_summed(people, seed):
-    """Its rows are the usage rollup's summed over the dimensions it leaves out, as written by
-    the write path, by a rebuild, and by its migration from the usage rollup."""
-    import importlib
-
-    from django.apps import apps
-
-    from streams.models import ProjectRollup
-
-    _random_history(random.Random(seed), people)
-
-    def summed():
-        out = {}
-        at = [aggregates.USAGE_KEY.index(c) for c in aggregates.PROJECT_KEY]
-        values = [aggregates.USAGE_VALUES.index(v) for v in aggregates.PROJECT_VALUES]
-        for key, v in aggregates.stored()[UsageRollup].items():
-            cube.add_to(out, tuple(key[i] for i in at), [v[i] for i in values])
-        return {k: v for k, v in out.items() if any(v)}
-
-    incremental = aggregates.stored()[ProjectRollup]
-    assert incremental and incremental == summed()
-    assert {k[2] for k in incremental} >= {aggregates.EVERY_PROJECT}
-    ProjectRollup.objects.all().delete()
-    migration = importlib.import_module("streams.migrations.0035_project_rollup")
-    # (what the migration's RunPython uses of its schema editor: SQLite's refuses to open
-    # inside the case's transaction)
-    with connection.cursor() as cursor:
-        migration.fill(apps, SimpleNamespace(connection=connection, execute=cursor.execute))
-    assert aggregates.stored()[ProjectRollup] == incremental
-    aggregates.rebuild()
-    assert aggregates.stored()[ProjectRollup] == incremental
 
 
 @pytest.mark.parametrize(
