@@ -207,8 +207,8 @@ class Membership(models.Model):
         ]
         indexes = [models.Index(fields=["user", "-last_used_at"], name="membership_user_used")]
 
-    def __str__(self):
-        return f"{self.user} · {self.project} ({self.role})"
+    def __str__(self):  # (the role in the reader's language: the admin's pages say it)
+        return f"{self.user} · {self.project} ({self.get_role_display()})"
 
 
 class Invitation(models.Model):
@@ -709,7 +709,11 @@ class Event(models.Model):
         ]
 
     def __str__(self):
-        return f"event {self.stream_id}#{self.index} {self.type}"
+        return gettext("event %(stream)s#%(index)s %(type)s") % {
+            "stream": self.stream_id,
+            "index": self.index,
+            "type": self.type,
+        }
 
 
 class EventBlock(models.Model):
@@ -744,7 +748,11 @@ class EventBlock(models.Model):
         ]
 
     def __str__(self):
-        return f"events {self.stream_id}#{self.first}-{self.last}"
+        return gettext("events %(stream)s#%(first)s–%(last)s") % {
+            "stream": self.stream_id,
+            "first": self.first,
+            "last": self.last,
+        }
 
 
 class Finding(models.Model):
@@ -779,7 +787,7 @@ class Finding(models.Model):
         ordering = ["stream", "event_index", "id"]
 
     def __str__(self):
-        return f"{self.severity} {self.code} @ {self.event_index}"
+        return f"{self.get_severity_display()} {self.code} @ {self.event_index}"
 
 
 class Capture(models.Model):
@@ -972,7 +980,7 @@ class SealedSecret(models.Model):
         verbose_name_plural = _("sealed secrets")
 
     def __str__(self):
-        return f"pass-through key {self.fingerprint[:12]}…"
+        return gettext("pass-through key %(fingerprint)s…") % {"fingerprint": self.fingerprint[:12]}
 
 
 class SweptSecret(models.Model):
@@ -989,7 +997,7 @@ class SweptSecret(models.Model):
         verbose_name_plural = _("swept secrets")
 
     def __str__(self):
-        return f"swept {self.fingerprint[:12]}…"
+        return gettext("swept %(fingerprint)s…") % {"fingerprint": self.fingerprint[:12]}
 
 
 # What a client may label a stream with (X-Streamscope-Tags): the proxy keeps at most MAX_TAGS
@@ -1033,7 +1041,16 @@ class _Rollup(models.Model):
         abstract = True
 
     def __str__(self):
-        return f"{type(self).__name__} {self.span}s @ {self.t}: {self.n}"
+        return _rollup_str(self)
+
+
+def _rollup_str(rollup):
+    return gettext("%(rollup)s of %(span)s s from %(t)s: %(n)s") % {
+        "rollup": rollup._meta.verbose_name,
+        "span": rollup.span,
+        "t": rollup.t,
+        "n": rollup.n,
+    }
 
 
 def rollup_dimensions():
@@ -1218,7 +1235,7 @@ class ProjectRollup(_Spend):
         verbose_name_plural = _("project rollups")
 
     def __str__(self):
-        return f"ProjectRollup {self.span}s @ {self.t}: {self.n}"
+        return _rollup_str(self)
 
 
 class Price(models.Model):
@@ -1926,7 +1943,7 @@ class RuleState(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.rule_id}: {self.state}"
+        return f"{self.rule_id}: {self.get_state_display()}"
 
 
 class Firing(models.Model):
