@@ -181,13 +181,18 @@ class Membership(models.Model):
         IDP = "idp", _("Identity provider")
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=_("project"),
+        db_index=False,
     )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.CASCADE,
         related_name="memberships",
         verbose_name=_("user"),
+        db_index=False,
     )
     role = fields.CharField(_("role"), max_length=10, choices=Role.choices)
     origin = fields.CharField(
@@ -217,7 +222,11 @@ class Invitation(models.Model):
     or is revoked (streams/access/invitations.py)."""
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="invitations", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="invitations",
+        verbose_name=_("project"),
+        db_index=False,
     )
     email = fields.EmailField(_("e-mail address"))
     role = fields.CharField(_("role"), max_length=10, choices=Membership.Role.choices)
@@ -315,8 +324,9 @@ class Stream(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         verbose_name=_("user"),
+        db_index=False,
     )
-    project = _project_field(related_name="streams")
+    project = _project_field(related_name="streams", db_index=False)
     # the token a proxied stream came through (its spend: streams/store/spend.py)
     token = models.ForeignKey(
         "ApiToken",
@@ -820,7 +830,10 @@ class ImportJob(models.Model):
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        verbose_name=_("user"),
+        db_index=False,
     )
     project = _project_field(related_name="import_jobs")
     status = fields.CharField(
@@ -1458,10 +1471,18 @@ class Score(models.Model):
         EVALUATOR = "evaluator", _("Evaluator")  # streams/evaluate/
 
     stream = models.ForeignKey(
-        Stream, on_delete=models.CASCADE, related_name="scores", verbose_name=_("stream")
+        Stream,
+        on_delete=models.CASCADE,
+        related_name="scores",
+        verbose_name=_("stream"),
+        db_index=False,
     )
     score_type = models.ForeignKey(
-        ScoreType, on_delete=models.PROTECT, related_name="scores", verbose_name=_("score type")
+        ScoreType,
+        on_delete=models.PROTECT,
+        related_name="scores",
+        verbose_name=_("score type"),
+        db_index=False,
     )
     value = models.FloatField(_("value"))
     label = fields.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
@@ -1569,7 +1590,10 @@ class ShareLink(models.Model):
     it (STREAMSCOPE_PUBLIC_SHARE_LINKS)."""
 
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("owner")
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        verbose_name=_("owner"),
+        db_index=False,
     )
     project = _project_field(related_name="share_links")
     stream = models.ForeignKey(
@@ -1662,7 +1686,7 @@ class AuditEntry(models.Model):
 
     # none: an instance-wide thing (an instance price, a deleted project's last entry); kept
     # as long as its project is
-    project = _project_field(related_name="audit_entries")
+    project = _project_field(related_name="audit_entries", db_index=False)
     # the user, while they exist; `actor_name` keeps who it was after they are deleted
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -1719,7 +1743,9 @@ class Channel(models.Model):
         SLACK = "slack", _("Slack")
         APPRISE = "apprise", _("Other service (Apprise URL)")
 
-    project = _project_field(related_name="notify_channels", null=False, blank=False)
+    project = _project_field(
+        related_name="notify_channels", null=False, blank=False, db_index=False
+    )
     name = fields.CharField(_("name"), max_length=MAX_CHANNEL_NAME_CHARS)
     kind = fields.CharField(_("kind"), max_length=10, choices=Kind.choices)
     target_sealed = fields.TextField(_("sealed target"))
@@ -1765,7 +1791,11 @@ class Delivery(models.Model):
 
     project = _project_field(related_name="notify_deliveries", null=False, blank=False)
     channel = models.ForeignKey(
-        Channel, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("channel")
+        Channel,
+        on_delete=models.CASCADE,
+        related_name="deliveries",
+        verbose_name=_("channel"),
+        db_index=False,
     )
     key = fields.CharField(_("notification key"), max_length=200)
     subject = fields.CharField(_("subject"), max_length=200)
@@ -1950,9 +1980,13 @@ class Firing(models.Model):
     """One time a rule fired: from `started_at` until it recovered (`ended_at`), the values it
     read meanwhile ([[epoch s, value]], the last ones kept) and how often it notified."""
 
-    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="firings")
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="firings", db_index=False)
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("project"),
+        db_index=False,
     )
     started_at = models.DateTimeField(_("started at"))
     ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
@@ -2040,7 +2074,11 @@ class Evaluator(models.Model):
         JUDGE = "judge", _("LLM as judge")
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="evaluators", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="evaluators",
+        verbose_name=_("project"),
+        db_index=False,
     )
     name = fields.SlugField(_("name"), max_length=MAX_EVALUATOR_NAME_CHARS)
     kind = fields.CharField(_("kind"), max_length=12, choices=Kind.choices)
@@ -2153,7 +2191,11 @@ class Evaluation(models.Model):
         Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
     )
     evaluator = models.ForeignKey(
-        Evaluator, on_delete=models.CASCADE, related_name="evaluations", verbose_name=_("evaluator")
+        Evaluator,
+        on_delete=models.CASCADE,
+        related_name="evaluations",
+        verbose_name=_("evaluator"),
+        db_index=False,
     )
     version = models.PositiveIntegerField(_("version"))
     stream = models.ForeignKey(
@@ -2166,6 +2208,7 @@ class Evaluation(models.Model):
         on_delete=models.SET_NULL,
         related_name="evaluations",
         verbose_name=_("online rule"),
+        db_index=False,
     )
     outcome = fields.CharField(_("outcome"), max_length=10, choices=Outcome.choices)
     score = models.ForeignKey(
@@ -2217,7 +2260,11 @@ class Dataset(models.Model):
     latest version makes a new one, so a finished result never changes under its reader."""
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="datasets", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="datasets",
+        verbose_name=_("project"),
+        db_index=False,
     )
     name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
     description = fields.TextField(_("description"), max_length=MAX_DESCRIPTION_CHARS, blank=True)
@@ -2247,7 +2294,11 @@ class DatasetVersion(models.Model):
     its items are never changed (streams/experiments/datasets.py makes a new version)."""
 
     dataset = models.ForeignKey(
-        Dataset, on_delete=models.CASCADE, related_name="versions", verbose_name=_("dataset")
+        Dataset,
+        on_delete=models.CASCADE,
+        related_name="versions",
+        verbose_name=_("dataset"),
+        db_index=False,
     )
     number = models.PositiveIntegerField(_("number"))
     frozen = models.BooleanField(_("frozen"), default=False)
@@ -2270,7 +2321,11 @@ class DatasetItem(models.Model):
     with its instructions and tools; what the answer should be, if known."""
 
     version = models.ForeignKey(
-        DatasetVersion, on_delete=models.CASCADE, related_name="items", verbose_name=_("version")
+        DatasetVersion,
+        on_delete=models.CASCADE,
+        related_name="items",
+        verbose_name=_("version"),
+        db_index=False,
     )
     position = models.PositiveIntegerField(_("position"))
     input = fields.JSONField(_("input"), default=str)
@@ -2342,7 +2397,11 @@ class Variant(models.Model):
     """What an item is sent with: the model and the request's settings."""
 
     experiment = models.ForeignKey(
-        Experiment, on_delete=models.CASCADE, related_name="variants", verbose_name=_("experiment")
+        Experiment,
+        on_delete=models.CASCADE,
+        related_name="variants",
+        verbose_name=_("experiment"),
+        db_index=False,
     )
     position = models.PositiveSmallIntegerField(_("position"))
     name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
@@ -2382,7 +2441,11 @@ class Run(models.Model):
         Project, on_delete=models.CASCADE, related_name="runs", verbose_name=_("project")
     )
     experiment = models.ForeignKey(
-        Experiment, on_delete=models.CASCADE, related_name="runs", verbose_name=_("experiment")
+        Experiment,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        verbose_name=_("experiment"),
+        db_index=False,
     )
     number = models.PositiveIntegerField(_("number"))
     state = fields.CharField(
@@ -2421,7 +2484,11 @@ class RunItem(models.Model):
     it ended), none while it waits."""
 
     run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="items", verbose_name=_("run")
+        Run,
+        on_delete=models.CASCADE,
+        related_name="items",
+        verbose_name=_("run"),
+        db_index=False,
     )
     item = models.ForeignKey(
         DatasetItem, on_delete=models.CASCADE, related_name="+", verbose_name=_("item")

@@ -9,11 +9,22 @@ import re
 import pytest
 from django.apps import apps
 from django.contrib.auth.models import User
+from django.db import connection, transaction
+from django.db import models as dj_models
+from django.test.utils import CaptureQueriesContext
 from django.utils import translation
 
 from dashboard import models as dashboard_models
 from streams import models
-from streams.models import Event, Finding, Membership, Project, SealedSecret
+from streams.models import (
+    Comment,
+    Event,
+    Finding,
+    Membership,
+    Project,
+    SealedSecret,
+)
+from streams.store import rows
 
 WORD = re.compile(r"[^\W\d_]{2,}")  # (a unit such as the `s` of seconds is not a word)
 TRANSLATED = {"gettext", "_", "pgettext", "ngettext"}
@@ -102,3 +113,125 @@ def test_rows_say_themselves_in_dutch():
         assert str(SealedSecret(fingerprint="ab" * 32)) == "doorgegeven sleutel abababababab…"
         assert str(models.UsageRollup(span=3600, t=0, n=2)).startswith("gebruiksaggregaat van 3600")
         assert str(dashboard_models.Conversation(pk=5)) == "Gesprek 5"
+
+
+# ---- foreign keys: one index each, the composite's when one leads with it ---------------------
+
+
+def _streams_models():
+    return list(apps.get_app_config("streams").get_models())
+
+
+def _foreign_keys():
+    return [
+        (model, f)
+        for model in _streams_models()
+        for f in model._meta.concrete_fields
+        if isinstance(f, dj_models.ForeignKey)
+    ]
+
+
+def _led_by(model):
+    """{field name: the name of a composite index or unique constraint that leads with it}, the
+    ones that hold every row only (a partial index is not an index of the column)."""
+    led = {}
+    for index in model._meta.indexes:
+        if index.condition is None and len(index.fields) > 1:
+            led.setdefault(index.fields[0].lstrip("-"), index.name)
+    for c in model._meta.constraints:
+        if isinstance(c, dj_models.UniqueConstraint) and c.condition is None and len(c.fields) > 1:
+            led.setdefault(c.fields[0], c.name)
+    return led
+
+
+def test_no_foreign_key_keeps_an_index_that_a_composite_already_leads_with():
+    """A foreign key's own index beside a composite index leading with the same column is a
+    second B-tree every insert pays for and no query needs (migration 0044)."""
+    doubled = [
+        f"{model.__name__}.{f.name} (led by {_led_by(model)[f.name]})"
+        for model, f in _foreign_keys()
+        if f.db_index and f.name in _led_by(model)
+    ]
+    assert not doubled, "db_index=False on: " + ", ".join(doubled)
+
+
+@pytest.mark.django_db
+def test_the_database_has_the_composite_and_not_the_copy():
+    """What the migrations made: for each foreign key without its own index, no index on that
+    one column in the database, and an index whose first column it is."""
+    unindexed = [(model, f) for model, f in _foreign_keys() if not f.db_index]
+    assert len(unindexed) >= 23
+    with connection.cursor() as cursor:
+        for model, f in unindexed:
+            found = connection.introspection.get_constraints(cursor, model._meta.db_table)
+            indexes = [c["columns"] for c in found.values() if c["index"] or c["unique"]]
+            assert [f.column] not in indexes, f"{model.__name__}.{f.name}: its own index is left"
+            assert any(columns[0] == f.column for columns in indexes if columns), (
+                f"{model.__name__}.{f.name}: no index leads with it"
+            )
+
+
+def _plan(sql, params=()):
+    """The query plan of `sql` as one string (PostgreSQL: as it would read a large table)."""
+    with transaction.atomic(), connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            cursor.execute("EXPLAIN " + sql, params)
+            return " | ".join(r[0] for r in cursor.fetchall())
+        cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
+        return " | ".join(r[-1] for r in cursor.fetchall())
+
+
+def full_scans(plan):
+    """The tables `plan` reads whole (SQLite: `SCAN t` with no index; PostgreSQL: `Seq Scan`,
+    which it takes with sequential scans off only when no index serves)."""
+    sqlite = re.findall(r"(?:^| \| )SCAN (\w+)(?! USING)(?:$| \|)", plan)
+    postgres = re.findall(r"Seq Scan on (\w+)", plan)
+    return sqlite + postgres
+
+
+def test_full_scans_are_seen():
+    assert full_scans("SCAN streams_stream") == ["streams_stream"]
+    assert full_scans("SEARCH a USING INDEX x (user_id=?) | SCAN b") == ["b"]
+    assert full_scans("Seq Scan on streams_stream  (cost=1.00..2.00 rows=1 width=4)") == [
+        "streams_stream"
+    ]
+    assert full_scans("SEARCH streams_stream USING INDEX stream_user_created (user_id=?)") == []
+    assert full_scans("SCAN streams_stream USING COVERING INDEX stream_user_status") == []
+    assert full_scans("Index Scan using stream_user_created on streams_stream") == []
+
+
+@pytest.mark.django_db
+def test_every_foreign_key_is_looked_up_through_an_index():
+    """Walked, not listed: the rows of one or several parents (a page's filter, a join, what a
+    cascade reads, updates or deletes) are found through an index on both databases."""
+    scanned = []
+    for model, f in _foreign_keys():
+        qs = model._base_manager.filter(**{f"{f.attname}__in": [1, 2]})
+        sql, params = qs.query.sql_with_params()
+        if full_scans(_plan(sql, params)):
+            scanned.append(f"{model.__name__}.{f.name}")
+    assert len(_foreign_keys()) > 40
+    assert not scanned, "read whole: " + ", ".join(scanned)
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("what", ["project", "user"])
+def test_deleting_a_project_or_a_user_scans_no_table(what):
+    """What a delete's cascade asks of every table that points at it (read, set NULL or delete
+    by the parent's id) is planned through an index, never a read of the whole table."""
+    user = User.objects.create_user("leaver")
+    project = Project.objects.create(name="Weg", slug="weg")
+    Membership.objects.create(user=user, project=project, role="owner")
+    stream = rows.create(rows.build_request_body("Hoi", "auto"), user=user, project=project)
+    Comment.objects.create(stream=stream, author=user, text="Tot ziens")
+    with CaptureQueriesContext(connection) as queries:
+        (project if what == "project" else user).delete()
+    asked = [q["sql"] for q in queries.captured_queries if " WHERE " in q["sql"]]
+    assert any("streams_stream" in sql for sql in asked)  # (the cascade reached the streams)
+    scanned = [
+        f"{tables}: {sql[:120]}"
+        for sql in asked
+        if sql.split()[0] in ("SELECT", "UPDATE", "DELETE") and (tables := full_scans(_plan(sql)))
+    ]
+    assert not scanned, "\n".join(scanned)
