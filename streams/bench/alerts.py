@@ -79,8 +79,9 @@ def _report(command, opts, lines):
             continue
         command.stdout.write(
             f"{out['database']}: {out['rules']:,} rules over {out['streams']:,} streams, the tick "
-            f"in {'a process apart' if out['where'] == 'apart' else 'a thread'}: one tick "
-            f"{out['tick_ms']:,.0f} ms ({out['per_rule_ms']:.1f} ms a rule), an idle tick "
+            f"in {'a process apart' if out['where'] == 'apart' else 'a thread'}: every rule "
+            f"{out['tick_ms']:,.0f} ms ({out['per_rule_ms']:.1f} ms a rule) in "
+            f"{out['ticks']} tick{'s' if out['ticks'] != 1 else ''}, an idle tick "
             f"{out['idle_tick_ms']:.1f} ms; loop lateness p99 {out['lag_p99_ms']:.2f} ms alone, "
             f"{out['lag_p99_tick_ms']:.2f} ms during the tick: +{out['lag_p99_added_ms']:.2f} ms "
             f"(an unrelated process's loop: {out['control_p99_ms']:.2f} ms, then "
