@@ -65,7 +65,7 @@ class Conversation(models.Model):
         ]
 
     def __str__(self):
-        return self.title or f"conversation {self.pk}"
+        return self.title or gettext("Conversation %(id)s") % {"id": self.pk}
 
     def save(self, *args, **kwargs):
         # a user's conversation made without a project is their personal project's (as a
@@ -133,7 +133,10 @@ class Turn(models.Model):
         ]
 
     def __str__(self):
-        return f"turn {self.position} of {self.conversation_id}"
+        return gettext("turn %(position)s of conversation %(id)s") % {
+            "position": self.position,
+            "id": self.conversation_id,
+        }
 
 
 def answer_text(stream):

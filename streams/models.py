@@ -181,13 +181,18 @@ class Membership(models.Model):
         IDP = "idp", _("Identity provider")
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="memberships", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="memberships",
+        verbose_name=_("project"),
+        db_index=False,
     )
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.CASCADE,
         related_name="memberships",
         verbose_name=_("user"),
+        db_index=False,
     )
     role = fields.CharField(_("role"), max_length=10, choices=Role.choices)
     origin = fields.CharField(
@@ -207,8 +212,8 @@ class Membership(models.Model):
         ]
         indexes = [models.Index(fields=["user", "-last_used_at"], name="membership_user_used")]
 
-    def __str__(self):
-        return f"{self.user} · {self.project} ({self.role})"
+    def __str__(self):  # (the role in the reader's language: the admin's pages say it)
+        return f"{self.user} · {self.project} ({self.get_role_display()})"
 
 
 class Invitation(models.Model):
@@ -217,7 +222,11 @@ class Invitation(models.Model):
     or is revoked (streams/access/invitations.py)."""
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="invitations", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="invitations",
+        verbose_name=_("project"),
+        db_index=False,
     )
     email = fields.EmailField(_("e-mail address"))
     role = fields.CharField(_("role"), max_length=10, choices=Membership.Role.choices)
@@ -315,8 +324,9 @@ class Stream(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         verbose_name=_("user"),
+        db_index=False,
     )
-    project = _project_field(related_name="streams")
+    project = _project_field(related_name="streams", db_index=False)
     # the token a proxied stream came through (its spend: streams/store/spend.py)
     token = models.ForeignKey(
         "ApiToken",
@@ -709,7 +719,11 @@ class Event(models.Model):
         ]
 
     def __str__(self):
-        return f"event {self.stream_id}#{self.index} {self.type}"
+        return gettext("event %(stream)s#%(index)s %(type)s") % {
+            "stream": self.stream_id,
+            "index": self.index,
+            "type": self.type,
+        }
 
 
 class EventBlock(models.Model):
@@ -744,7 +758,11 @@ class EventBlock(models.Model):
         ]
 
     def __str__(self):
-        return f"events {self.stream_id}#{self.first}-{self.last}"
+        return gettext("events %(stream)s#%(first)s–%(last)s") % {
+            "stream": self.stream_id,
+            "first": self.first,
+            "last": self.last,
+        }
 
 
 class Finding(models.Model):
@@ -779,7 +797,7 @@ class Finding(models.Model):
         ordering = ["stream", "event_index", "id"]
 
     def __str__(self):
-        return f"{self.severity} {self.code} @ {self.event_index}"
+        return f"{self.get_severity_display()} {self.code} @ {self.event_index}"
 
 
 class Capture(models.Model):
@@ -812,7 +830,10 @@ class ImportJob(models.Model):
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
     user = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("user")
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        verbose_name=_("user"),
+        db_index=False,
     )
     project = _project_field(related_name="import_jobs")
     status = fields.CharField(
@@ -972,7 +993,7 @@ class SealedSecret(models.Model):
         verbose_name_plural = _("sealed secrets")
 
     def __str__(self):
-        return f"pass-through key {self.fingerprint[:12]}…"
+        return gettext("pass-through key %(fingerprint)s…") % {"fingerprint": self.fingerprint[:12]}
 
 
 class SweptSecret(models.Model):
@@ -989,7 +1010,7 @@ class SweptSecret(models.Model):
         verbose_name_plural = _("swept secrets")
 
     def __str__(self):
-        return f"swept {self.fingerprint[:12]}…"
+        return gettext("swept %(fingerprint)s…") % {"fingerprint": self.fingerprint[:12]}
 
 
 # What a client may label a stream with (X-Streamscope-Tags): the proxy keeps at most MAX_TAGS
@@ -1033,7 +1054,16 @@ class _Rollup(models.Model):
         abstract = True
 
     def __str__(self):
-        return f"{type(self).__name__} {self.span}s @ {self.t}: {self.n}"
+        return _rollup_str(self)
+
+
+def _rollup_str(rollup):
+    return gettext("%(rollup)s of %(span)s s from %(t)s: %(n)s") % {
+        "rollup": rollup._meta.verbose_name,
+        "span": rollup.span,
+        "t": rollup.t,
+        "n": rollup.n,
+    }
 
 
 def rollup_dimensions():
@@ -1218,7 +1248,7 @@ class ProjectRollup(_Spend):
         verbose_name_plural = _("project rollups")
 
     def __str__(self):
-        return f"ProjectRollup {self.span}s @ {self.t}: {self.n}"
+        return _rollup_str(self)
 
 
 class Price(models.Model):
@@ -1441,10 +1471,18 @@ class Score(models.Model):
         EVALUATOR = "evaluator", _("Evaluator")  # streams/evaluate/
 
     stream = models.ForeignKey(
-        Stream, on_delete=models.CASCADE, related_name="scores", verbose_name=_("stream")
+        Stream,
+        on_delete=models.CASCADE,
+        related_name="scores",
+        verbose_name=_("stream"),
+        db_index=False,
     )
     score_type = models.ForeignKey(
-        ScoreType, on_delete=models.PROTECT, related_name="scores", verbose_name=_("score type")
+        ScoreType,
+        on_delete=models.PROTECT,
+        related_name="scores",
+        verbose_name=_("score type"),
+        db_index=False,
     )
     value = models.FloatField(_("value"))
     label = fields.CharField(_("label"), max_length=50, blank=True)  # a category's, or up/down
@@ -1552,7 +1590,10 @@ class ShareLink(models.Model):
     it (STREAMSCOPE_PUBLIC_SHARE_LINKS)."""
 
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, verbose_name=_("owner")
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        verbose_name=_("owner"),
+        db_index=False,
     )
     project = _project_field(related_name="share_links")
     stream = models.ForeignKey(
@@ -1645,7 +1686,7 @@ class AuditEntry(models.Model):
 
     # none: an instance-wide thing (an instance price, a deleted project's last entry); kept
     # as long as its project is
-    project = _project_field(related_name="audit_entries")
+    project = _project_field(related_name="audit_entries", db_index=False)
     # the user, while they exist; `actor_name` keeps who it was after they are deleted
     actor = models.ForeignKey(
         settings.AUTH_USER_MODEL,
@@ -1702,7 +1743,9 @@ class Channel(models.Model):
         SLACK = "slack", _("Slack")
         APPRISE = "apprise", _("Other service (Apprise URL)")
 
-    project = _project_field(related_name="notify_channels", null=False, blank=False)
+    project = _project_field(
+        related_name="notify_channels", null=False, blank=False, db_index=False
+    )
     name = fields.CharField(_("name"), max_length=MAX_CHANNEL_NAME_CHARS)
     kind = fields.CharField(_("kind"), max_length=10, choices=Kind.choices)
     target_sealed = fields.TextField(_("sealed target"))
@@ -1748,7 +1791,11 @@ class Delivery(models.Model):
 
     project = _project_field(related_name="notify_deliveries", null=False, blank=False)
     channel = models.ForeignKey(
-        Channel, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("channel")
+        Channel,
+        on_delete=models.CASCADE,
+        related_name="deliveries",
+        verbose_name=_("channel"),
+        db_index=False,
     )
     key = fields.CharField(_("notification key"), max_length=200)
     subject = fields.CharField(_("subject"), max_length=200)
@@ -1926,16 +1973,20 @@ class RuleState(models.Model):
         ]
 
     def __str__(self):
-        return f"{self.rule_id}: {self.state}"
+        return f"{self.rule_id}: {self.get_state_display()}"
 
 
 class Firing(models.Model):
     """One time a rule fired: from `started_at` until it recovered (`ended_at`), the values it
     read meanwhile ([[epoch s, value]], the last ones kept) and how often it notified."""
 
-    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="firings")
+    rule = models.ForeignKey(Rule, on_delete=models.CASCADE, related_name="firings", db_index=False)
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="+",
+        verbose_name=_("project"),
+        db_index=False,
     )
     started_at = models.DateTimeField(_("started at"))
     ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
@@ -2023,7 +2074,11 @@ class Evaluator(models.Model):
         JUDGE = "judge", _("LLM as judge")
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="evaluators", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="evaluators",
+        verbose_name=_("project"),
+        db_index=False,
     )
     name = fields.SlugField(_("name"), max_length=MAX_EVALUATOR_NAME_CHARS)
     kind = fields.CharField(_("kind"), max_length=12, choices=Kind.choices)
@@ -2136,7 +2191,11 @@ class Evaluation(models.Model):
         Project, on_delete=models.CASCADE, related_name="+", verbose_name=_("project")
     )
     evaluator = models.ForeignKey(
-        Evaluator, on_delete=models.CASCADE, related_name="evaluations", verbose_name=_("evaluator")
+        Evaluator,
+        on_delete=models.CASCADE,
+        related_name="evaluations",
+        verbose_name=_("evaluator"),
+        db_index=False,
     )
     version = models.PositiveIntegerField(_("version"))
     stream = models.ForeignKey(
@@ -2149,6 +2208,7 @@ class Evaluation(models.Model):
         on_delete=models.SET_NULL,
         related_name="evaluations",
         verbose_name=_("online rule"),
+        db_index=False,
     )
     outcome = fields.CharField(_("outcome"), max_length=10, choices=Outcome.choices)
     score = models.ForeignKey(
@@ -2200,7 +2260,11 @@ class Dataset(models.Model):
     latest version makes a new one, so a finished result never changes under its reader."""
 
     project = models.ForeignKey(
-        Project, on_delete=models.CASCADE, related_name="datasets", verbose_name=_("project")
+        Project,
+        on_delete=models.CASCADE,
+        related_name="datasets",
+        verbose_name=_("project"),
+        db_index=False,
     )
     name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
     description = fields.TextField(_("description"), max_length=MAX_DESCRIPTION_CHARS, blank=True)
@@ -2230,7 +2294,11 @@ class DatasetVersion(models.Model):
     its items are never changed (streams/experiments/datasets.py makes a new version)."""
 
     dataset = models.ForeignKey(
-        Dataset, on_delete=models.CASCADE, related_name="versions", verbose_name=_("dataset")
+        Dataset,
+        on_delete=models.CASCADE,
+        related_name="versions",
+        verbose_name=_("dataset"),
+        db_index=False,
     )
     number = models.PositiveIntegerField(_("number"))
     frozen = models.BooleanField(_("frozen"), default=False)
@@ -2253,7 +2321,11 @@ class DatasetItem(models.Model):
     with its instructions and tools; what the answer should be, if known."""
 
     version = models.ForeignKey(
-        DatasetVersion, on_delete=models.CASCADE, related_name="items", verbose_name=_("version")
+        DatasetVersion,
+        on_delete=models.CASCADE,
+        related_name="items",
+        verbose_name=_("version"),
+        db_index=False,
     )
     position = models.PositiveIntegerField(_("position"))
     input = fields.JSONField(_("input"), default=str)
@@ -2325,7 +2397,11 @@ class Variant(models.Model):
     """What an item is sent with: the model and the request's settings."""
 
     experiment = models.ForeignKey(
-        Experiment, on_delete=models.CASCADE, related_name="variants", verbose_name=_("experiment")
+        Experiment,
+        on_delete=models.CASCADE,
+        related_name="variants",
+        verbose_name=_("experiment"),
+        db_index=False,
     )
     position = models.PositiveSmallIntegerField(_("position"))
     name = fields.CharField(_("name"), max_length=MAX_DATASET_NAME_CHARS)
@@ -2365,7 +2441,11 @@ class Run(models.Model):
         Project, on_delete=models.CASCADE, related_name="runs", verbose_name=_("project")
     )
     experiment = models.ForeignKey(
-        Experiment, on_delete=models.CASCADE, related_name="runs", verbose_name=_("experiment")
+        Experiment,
+        on_delete=models.CASCADE,
+        related_name="runs",
+        verbose_name=_("experiment"),
+        db_index=False,
     )
     number = models.PositiveIntegerField(_("number"))
     state = fields.CharField(
@@ -2404,7 +2484,11 @@ class RunItem(models.Model):
     it ended), none while it waits."""
 
     run = models.ForeignKey(
-        Run, on_delete=models.CASCADE, related_name="items", verbose_name=_("run")
+        Run,
+        on_delete=models.CASCADE,
+        related_name="items",
+        verbose_name=_("run"),
+        db_index=False,
     )
     item = models.ForeignKey(
         DatasetItem, on_delete=models.CASCADE, related_name="+", verbose_name=_("item")

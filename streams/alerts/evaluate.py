@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
+import time
 
 from django.db import transaction
 
@@ -66,14 +67,25 @@ def evaluate_due():
     tick(utcnow())
 
 
-def tick(now, limit=5000):
-    """Claim and evaluate the rules due at `now`; returns how many this process evaluated."""
+def tick(now, limit=5000, clock=time.monotonic):
+    """Claim and evaluate the rules due at `now`, for at most one tick's length
+    (`alert_tick_s`, by `clock`); returns how many this process evaluated.
+
+    A tick never runs into the next: the rules it has not reached by then stay due, unclaimed,
+    for the next tick of any process, read at that tick's moment. Without the bound, a tick
+    longer than the period (1,000 rules over 1M streams on PostgreSQL took 82 s against 60)
+    evaluated its last rules at a moment a minute old, and each came due again as soon as it
+    was done: ticks back to back, each one later than the last. With it, a rule is evaluated
+    less often when the rules cost more than a tick, never at a stale moment or twice."""
     _add_missing_states(now)
     done = 0
+    ends = clock() + conf.get().alert_tick_s
     # (what every reading of this moment shares, such as how many streams the instance has,
     # is read once for the tick)
     with shared_figures():
         for rule_id in due_rules(now, limit):
+            if clock() >= ends:
+                break  # the rest stays due, for the next tick
             if not claim(rule_id, now):
                 continue  # another process took it this tick
             rule = Rule.objects.select_related("project", "score_type").get(pk=rule_id)

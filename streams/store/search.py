@@ -2,8 +2,9 @@
 
 What is indexed, per stream: `prompt` (the last user input), `output_text` (the answer's text),
 `error_message`, and `search_other`: everything else a person may look for, which
-`rows.finished` writes when a stream ends (`other_text`: the instructions, earlier inputs,
-reasoning summaries, and tool calls' names, arguments and outputs).
+`rows.finished` writes when a stream ends (`other_text`: the instructions — Chat's system
+message, Messages' `system` —, earlier inputs, reasoning summaries, and tool calls' names,
+arguments and outputs).
 
 The index is a thing people read (its matches, its snippets), so it is built from the
 **redacted** text, never from the stored one (docs/search.md, docs/security.md): `derived`
@@ -117,15 +118,17 @@ def prompt_of(input):
 
 def other_text(request_body, parts) -> str:
     """What a search finds besides the prompt, the output text and the error: the request's
-    instructions and its input texts (the prompt is its last one), the reasoning summaries,
+    instructions (Responses' `instructions`, Messages' `system`; Chat's system message is one of
+    its messages) and its input texts (the prompt is its last one), the reasoning summaries,
     message parts that are not the output text (refusals), and each tool call's name,
     arguments and output. Cut to OTHER_MAX_CHARS."""
     pieces = []
     body = request_body if isinstance(request_body, dict) else {}
-    if isinstance(body.get("instructions"), str):
-        pieces.append(body["instructions"])
-    prompt = prompt_of(body.get("input"))  # (a column of its own)
-    pieces += [t for t in _input_texts(body.get("input")) if t != prompt]
+    pieces += _input_texts(body.get("instructions", body.get("system")))
+    # (Chat Completions and Messages send `messages`: rows.input_of, which this may not import)
+    inputs = body.get("input", body.get("messages"))
+    prompt = prompt_of(inputs)  # (a column of its own)
+    pieces += [t for t in _input_texts(inputs) if t != prompt]
     for item in parts if isinstance(parts, list) else ():
         if not isinstance(item, dict):
             continue
@@ -152,11 +155,16 @@ def other_text(request_body, parts) -> str:
 
 
 def _input_texts(value):
+    """The texts of an input (a string or a list of messages), or of Messages' `system` (a
+    string or a list of text blocks)."""
     if isinstance(value, str):
         return [value]
     out = []
     for item in value if isinstance(value, list) else ():
         if not isinstance(item, dict):
+            continue
+        if item.get("type") == "text" and isinstance(item.get("text"), str):
+            out.append(item["text"])  # (a block of Messages' `system`)
             continue
         content = item.get("content")
         if isinstance(content, str):

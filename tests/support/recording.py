@@ -2,6 +2,7 @@
 
 - `body` / `record`: a request body for the simulator, and a stream recorded from it through
   the real runner (from tests/streams/ingest/test_recorder.py).
+- `event_values`: an event's row as the recorder writes it (through `event_row.row`).
 - `text_events` / `recorded`: the events of a one-message stream, and a stream stored from
   events as the recorder stores one, without a recorder (from
   tests/dashboard/queries/test_queries.py); `seed_big_stream`: a big completed stream stored that
@@ -22,7 +23,7 @@ from asgiref.sync import sync_to_async
 from streams.core.checks import check_events
 from streams.models import Finding, Stream
 from streams.run import runner
-from streams.store import rows
+from streams.store import event_row, rows
 from streams.store.rows import insert_events, with_search
 
 # ---- recording through the runner ----------------------------------------------------------
@@ -77,6 +78,29 @@ def text_events(*deltas, rewrite_to=None, start_seq=0):
     return events
 
 
+def event_values(stream_id, index, t_us, received_at, data, checked=None, **received):
+    """An event's row as the recorder writes it (`event_row.row`, never spelled out by position:
+    a new column is placed there or is an error here). `data` the event's data; `received` the
+    rest of `event_row.Received` (`event_name` "message" unless given); `checked` the checker's
+    fields (`event_row.Checked`), read from `data` when not given."""
+    if checked is None:
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            obj = None
+        obj = obj if isinstance(obj, dict) else {}
+        checked = event_row.Checked(
+            obj.get("type", ""),
+            obj.get("sequence_number"),
+            obj.get("output_index"),
+            obj.get("content_index"),
+            bool(obj),
+        )
+    received = {"event_name": "message", "sse_id": "", "raw": None, **received}
+    sse = event_row.Received(data=data, **received)
+    return event_row.row(stream_id, index, t_us, received_at, sse, checked)
+
+
 def recorded(user, events, times=None, **fields):
     """A stream stored as the recorder stores one: rows through `insert_events`, the checker's
     findings and reassembly on the Stream. `events` are dicts (or raw data strings); `times`
@@ -111,31 +135,10 @@ def recorded(user, events, times=None, **fields):
     stream = Stream.objects.create(**with_search(defaults))  # (searchable, as the recorder's)
     Finding.objects.bulk_create([Finding(stream=stream, **v.as_dict()) for v in violations])
     wall = dt.datetime.now(dt.UTC)
-    rows = []
-    for i, (data, t_us) in enumerate(zip(datas, times, strict=True)):
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        obj = obj if isinstance(obj, dict) else {}
-        rows.append(
-            (
-                stream.pk,
-                i,
-                t_us,
-                None if t_us is None else wall,
-                "message",
-                "",
-                obj.get("type", ""),
-                obj.get("sequence_number"),
-                obj.get("output_index"),
-                obj.get("content_index"),
-                bool(obj),
-                data,
-                None,
-                "",
-            )
-        )
+    rows = [
+        event_values(stream.pk, i, t_us, None if t_us is None else wall, data)
+        for i, (data, t_us) in enumerate(zip(datas, times, strict=True))
+    ]
     insert_events(rows)
     return stream
 
@@ -199,24 +202,10 @@ def seed_big_stream(user, n=100_000, gaps_us=None):
     rows = []
     for i, (obj, t_us) in enumerate(zip(datas, times, strict=True)):
         obj["sequence_number"] = i
-        rows.append(
-            (
-                stream.pk,
-                i,
-                t_us,
-                wall,
-                "message",
-                "",
-                obj["type"],
-                i,
-                obj.get("output_index"),
-                obj.get("content_index"),
-                True,
-                json.dumps(obj),
-                None,
-                "",
-            )  # fmt: skip
-        )
+        checked = event_row.Checked(
+            obj["type"], i, obj.get("output_index"), obj.get("content_index"), True
+        )  # (given, not parsed again: 100,000 of them)
+        rows.append(event_values(stream.pk, i, t_us, wall, json.dumps(obj), checked))
     for k in range(0, n, 20_000):
         insert_events(rows[k : k + 20_000])
     return stream

@@ -93,6 +93,26 @@ class TestLive:
         assert evaluate.tick(NOW + 30 * dt.timedelta(seconds=1)) == 0
         assert evaluate.tick(NOW + MIN) == 2
 
+    def test_a_tick_ends_by_the_next_and_leaves_the_rest_due(self, project):
+        """A tick that runs for its whole period stops claiming: the rules it did not reach
+        stay due, unclaimed, and the next tick evaluates them at its own moment."""
+        rules = [rule(project, name=f"r{i}") for i in range(5)]
+        period = evaluate.conf.get().alert_tick_s
+        readings = iter(range(10))  # (a clock that moves a third of a period each time it is read)
+
+        def clock():
+            return next(readings) * period / 3
+
+        assert evaluate.tick(NOW, clock=clock) == 2  # (the tick began at 0; it ends at 3/3)
+        states = RuleState.objects.filter(rule__in=rules).order_by("due_at")
+        due = [s.rule_id for s in states if s.due_at <= NOW]
+        assert len(due) == 3 and all(s.evaluated_at is None for s in states if s.rule_id in due)
+        later = NOW + dt.timedelta(seconds=5)
+        assert evaluate.tick(later) == 3  # (the real clock: a quick tick)
+        evaluated = {s.rule_id: s.evaluated_at for s in RuleState.objects.filter(rule__in=rules)}
+        assert {evaluated[pk] for pk in due} == {later}
+        assert evaluate.tick(later) == 0  # (each once)
+
     def test_two_processes_that_saw_a_rule_due_evaluate_it_once(self, project):
         """The race the due list cannot settle: both read it before either claims."""
         r = rule(project)

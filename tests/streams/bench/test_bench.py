@@ -265,6 +265,7 @@ def test_alerts(tmp_path):
     for line in lines:
         assert (line["rules"], line["streams"], line["database"]) == (20, 200, "sqlite")
         assert positive(line["tick_ms"]) and positive(line["per_rule_ms"])
+        assert line["ticks"] == 1  # (20 rules: well within a tick)
         assert finite(line["idle_tick_ms"]) and line["idle_tick_ms"] < line["tick_ms"]
         for name in (
             "lag_p99_ms", "lag_p99_tick_ms", "lag_p99_added_ms", "control_p99_ms",

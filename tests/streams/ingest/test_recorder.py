@@ -15,7 +15,7 @@ from streams.ingest.upstream import UpstreamError
 from streams.models import Event, Finding, Stream
 from streams.run import runner
 from streams.store import event_row, rows
-from tests.support.recording import body, record
+from tests.support.recording import body, event_values, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -440,6 +440,10 @@ def test_stream_updates_group_by_changed_columns(db):
     assert {s.heartbeat_at for s in (a, b, c, d)} == {now}
 
 
+def checked(type_, sequence_number):
+    return event_row.Checked(type_, sequence_number, None, None, True)
+
+
 def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
     """insert_events(offsets=True) formats received_at itself (not through datetime
     arithmetic): it must read back as exactly start + t_us, whole seconds included, and a
@@ -449,13 +453,16 @@ def test_receipt_wall_clock_is_start_plus_offset_to_the_microsecond(db):
     stream = rows.new_row(None, body())
     start = dt.datetime(2026, 11, 30, 23, 59, 59, 999_000, tzinfo=dt.UTC)
     offsets = [0, 1, 999, 1_000, 1_001, 999_999, 1_000_000, 86_400_000_000 + 17]
-    values = [
-        [stream.pk, i, t, start, "message", "", "x", i, None, None, True, "{}", None, ""]
-        for i, t in enumerate(offsets)
-    ]
-    insert_events(values[:4], offsets=True)
-    insert_events(values[4:], offsets=True)
-    insert_events([[*r[:1], r[1] + 100, *r[2:]] for r in values[4:]], offsets=True)  # again
+
+    def values(indexes):
+        return [
+            event_values(stream.pk, i, offsets[i % 100], start, "{}", checked("x", i))
+            for i in indexes
+        ]
+
+    insert_events(values(range(4)), offsets=True)
+    insert_events(values(range(4, len(offsets))), offsets=True)
+    insert_events(values(range(104, 100 + len(offsets))), offsets=True)  # again
     got = dict(Event.objects.filter(stream=stream).values_list("index", "received_at"))
     for i, t in enumerate(offsets):
         assert got[i] == start + dt.timedelta(microseconds=t), (i, t, got[i])
@@ -481,19 +488,12 @@ def test_orphans_of_dead_processes_become_interrupted(db):
         status="streaming", runner=f"{socket.gethostname()}:999999:abc"
     )
     # rows whose count lags what was stored (the recorder rewrites it only now and then)
-    from streams.store.event_row import ROW_COLUMNS
     from streams.store.rows import insert_events
 
     start = dt.datetime.now(dt.UTC)
 
-    def event(i):  # (by the columns' names: a new column of the event is a KeyError here)
-        named = {
-            "stream_id": stale.pk, "index": i, "t_us": i, "received_at": start,
-            "event_name": "message", "sse_id": "", "type": "x", "sequence_number": i,
-            "output_index": None, "content_index": None, "is_json": True, "data": "{}",
-            "raw": None, "preamble": "",
-        }  # fmt: skip
-        return [named[c] for c in ROW_COLUMNS]
+    def event(i):
+        return event_values(stale.pk, i, i, start, "{}", checked("x", i))
 
     insert_events([event(i) for i in range(3)], offsets=True)
     Stream.objects.filter(pk__in=[stale.pk, local_dead.pk]).update(event_count=1)

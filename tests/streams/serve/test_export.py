@@ -27,6 +27,7 @@ from tests.support.captures import (
     small_stream,
     sse,
 )
+from tests.support.recording import event_values
 
 T0 = dt.datetime(2025, 5, 6, 7, 8, 9, tzinfo=dt.UTC)
 
@@ -36,31 +37,13 @@ def recorded(events, *, status="completed", **fields):
     stream = Stream.objects.create(
         status=status, source="live", requested_model="auto", started_at=T0, **fields
     )
-    rows = []
-    for i, (name, sse_id, data, raw) in enumerate(events):
-        try:
-            obj = json.loads(data)
-        except ValueError:
-            obj = None
-        obj = obj if isinstance(obj, dict) else {}
-        rows.append(
-            (
-                stream.pk,
-                i,
-                i * 1000,
-                T0 + dt.timedelta(milliseconds=i),
-                name,
-                sse_id,
-                obj.get("type", ""),
-                obj.get("sequence_number"),
-                obj.get("output_index"),
-                obj.get("content_index"),
-                bool(obj),
-                data,
-                raw,
-                "",  # (no comments before it)
-            )
-        )
+    rows = [
+        event_values(
+            stream.pk, i, i * 1000, T0 + dt.timedelta(milliseconds=i), data,
+            event_name=name, sse_id=sse_id, raw=raw,
+        )  # (no comments before it)
+        for i, (name, sse_id, data, raw) in enumerate(events)
+    ]  # fmt: skip
     insert_events(rows)
     Stream.objects.filter(pk=stream.pk).update(event_count=len(rows))
     return Stream.objects.get(pk=stream.pk)

@@ -471,3 +471,85 @@ def test_a_number_planted_for_any_named_position_of_the_relay_or_the_writer_is_c
         if line not in {n for n, _ in positional_reaches(planted)}:
             missed.append(f"{module}:{line}: {source.splitlines()[line - 1].strip()}")
     assert not missed, "a number planted here went unseen:\n" + "\n".join(missed)
+
+
+# ---- nothing spells an event's row out by position ----------------------------------------------
+
+# A source that could write event rows (the writers that take them, or the row's columns): only
+# these are read, so the walk of the house stays quick.
+ROW_CLUES = ("insert_events", "insert_flat", "write_batch", "ROW_COLUMNS", "event_row")
+# A row's values spelled out one by one: as many as the row (plain or proxied) has, or one fewer
+# (a literal written before the last column came, which would shift every value after it).
+ROW_LENGTHS = {
+    len(event_row.ROW_COLUMNS) - 1,
+    len(event_row.ROW_COLUMNS),
+    len(event_row.PROXIED_ROW_COLUMNS),
+}
+
+
+def positional_rows(source):
+    """[(line, first values)] of each tuple or list literal in `source` that spells an event's
+    row out by position: a row's length of values, the first a stream's id (`….pk`,
+    `stream_id`) or one of them a number, a flag or None (a list of names or of snippets of
+    code is not a row)."""
+    if not any(word in source for word in ROW_CLUES):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Tuple | ast.List)
+            and len(node.elts) in ROW_LENGTHS
+            and (_a_stream_id(node.elts[0]) or any(map(_a_plain_constant, node.elts)))
+        ):
+            found.append((node.lineno, ast.unparse(node)[:60]))
+    return found
+
+
+def _a_stream_id(node):
+    name = node.id if isinstance(node, ast.Name) else getattr(node, "attr", "")
+    return name in ("pk", "id", "stream_id", "sid")
+
+
+def _a_plain_constant(node):
+    return isinstance(node, ast.Constant) and not isinstance(node.value, str | bytes)
+
+
+def test_nothing_spells_an_events_row_out_by_position():
+    """Rows are made by `event_row.row` (or `sql_row`, by name): a row written value by value,
+    in a test's helper too, shifts every value after a new column into the wrong one (the
+    preamble column did that to a helper once) instead of failing. Tests build theirs with
+    tests/support/recording.py's `event_values`."""
+    owner = ROOT / "streams/store/event_row.py"
+    offending, walked = [], 0
+    for package in ("streams", "dashboard", "tests"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if path == owner or "migrations" in path.parts:
+                continue
+            walked += 1
+            found = positional_rows(path.read_text())
+            offending += [f"{path.relative_to(ROOT)}:{line}: {code}" for line, code in found]
+    assert walked > 400, f"walked {walked} modules: is ROOT the repository?"
+    assert not offending, "make the row with event_row.row:\n" + "\n".join(offending)
+
+
+def test_the_row_check_sees_what_it_is_for():
+    values = ["sid", "i", "t", "at", "'message'", "''", "'x'", "i", "None", "None", "True"]
+    values += ["'{}'", "None", "''", "None"]  # (the proxied row's length)
+    named = ["s.pk", "i", "t", "at", "name", "sse_id", "o.get('type')", "o.get('n')", "o.get('o')"]
+    named += ["o.get('c')", "bool(o)", "data", "raw", "''", "sent"]  # (no number, flag or None)
+    for n in ROW_LENGTHS:
+        for brackets in ("[]", "()"):
+            for row in (values, named):
+                spelled = brackets[0] + ", ".join(row[:n]) + brackets[1]
+                source = f"from streams.store import rows\nrows.insert_events([{spelled}])"
+                assert positional_rows(source), source
+    allowed = [
+        # by the row's maker, the row's columns named, a list of names, code with no rows
+        "from streams.store import event_row\nv = event_row.row(1, 0, 0, None, sse, checked)",
+        "from streams.store.event_row import ROW_COLUMNS\n"
+        "names = (" + ", ".join(f"'c{i}'" for i in range(len(event_row.ROW_COLUMNS))) + ")",
+        "x = [" + ", ".join(values) + "]",
+        "from streams.store import rows\nsnippets = [" + ", ".join(["a + 'b'"] * 14) + "]",
+    ]
+    for source in allowed:
+        assert positional_rows(source) == [], source

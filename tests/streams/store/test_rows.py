@@ -172,24 +172,9 @@ def _store_partial(stream):
     start = dt.datetime.now(dt.UTC)
     rows.insert_events(
         [
-            [
-                stream.pk,
-                i,
-                t,
-                start,
-                "message",
-                "",
-                obj["type"],
-                obj["sequence_number"],
-                obj.get("output_index"),
-                obj.get("content_index"),
-                True,
-                json.dumps(obj, separators=(",", ":")),
-                None,
-                "",
-            ]
+            recording.event_values(stream.pk, i, t, start, json.dumps(obj, separators=(",", ":")))
             for i, (t, obj) in enumerate(PARTIAL)
-        ],  # fmt: skip
+        ],
         offsets=True,
     )
 
@@ -336,8 +321,8 @@ async def test_the_finished_fields_are_the_same_live_and_from_the_stored_events(
 
 
 def _row(stream_id, index, type_="response.output_text.delta", data="{}"):
-    return [stream_id, index, index, dt.datetime.now(dt.UTC), "message", "", type_, index,
-            None, None, True, data, None, ""]  # fmt: skip
+    checked = event_row.Checked(type_, index, None, None, True)
+    return recording.event_values(stream_id, index, index, dt.datetime.now(dt.UTC), data, checked)
 
 
 class _Rec:
@@ -352,9 +337,9 @@ def test_write_batch_writes_the_others_when_one_streams_rows_are_refused(poison)
     rows.insert_events([_row(bad.pk, 0)], offsets=True)
     bad_rows = [_row(bad.pk, i) for i in (1, 2, 3)]
     if poison == "duplicate":
-        bad_rows[1][1] = 0  # (stream, index) is unique
+        bad_rows[1] = _row(bad.pk, 0)  # (stream, index) is unique
     elif poison == "surrogate":
-        bad_rows[1][6] = "\ud800"  # a lone surrogate as type: no driver encodes it
+        bad_rows[1] = _row(bad.pk, 2, type_="\ud800")  # a lone surrogate: no driver encodes it
     else:
         Stream.objects.filter(pk=bad.pk).delete()  # (the admin) while it was recorded
     flat = [v for r in [_row(good.pk, 0), *bad_rows, _row(good.pk, 1)] for v in r]

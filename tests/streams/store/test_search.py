@@ -70,6 +70,54 @@ def test_other_text_holds_what_the_prompt_output_and_error_columns_do_not():
     assert len(search.other_text({"instructions": "x" * 10**6}, None)) == search.OTHER_MAX_CHARS
 
 
+SYSTEM, LAST = "Answer in Dutch", "The last question"
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        # Chat: the system message is one of the messages
+        {"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": LAST}]},
+        {
+            "messages": [
+                {"role": "developer", "content": [{"type": "text", "text": SYSTEM}]},
+                {"role": "user", "content": LAST},
+            ]
+        },
+        # Messages: `system`, a text or a list of text blocks
+        {"system": SYSTEM, "messages": [{"role": "user", "content": LAST}]},
+        {
+            "system": [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}],
+            "messages": [{"role": "user", "content": [{"type": "text", "text": LAST}]}],
+        },
+    ],
+    ids=["chat", "chat-developer-parts", "messages", "messages-blocks"],
+)
+def test_other_text_holds_the_system_text_of_chat_and_messages(body):
+    text = search.other_text(body, None)
+    assert SYSTEM in text and LAST not in text
+
+
+@pytest.mark.parametrize("format", ["chat", "messages"])
+def test_chat_and_messages_system_text_is_searched_from_the_redacted_view(settings, format):
+    """Their system text is found like Responses' instructions, and a secret in it is not:
+    neither whole, nor by a prefix, nor in a snippet."""
+    settings.UPSTREAM_API_KEY = KEY
+    body = rows.build_request_body(
+        "Vertel over de Dom", format=format, instructions=f"Antwoord kort, sleutel {KEY} geheim"
+    )
+    stream = rows.create(body, format=format)
+    for q in (KEY, "9a8b*", "9a8b7c6d5e4f3g2h1i", "index"):
+        assert found(q) == [], q
+    assert found("antwoord kort") == [stream.pk] and found('"sleutel redacted"') == [stream.pk]
+    (hit,) = search.page(Stream.objects.all(), search.parse("geheim"))[0]
+    assert KEY not in hit.text and KEY[:12] not in hit.snippet
+    assert KEY in json.dumps(Stream.objects.get(pk=stream.pk).request_body)  # (kept verbatim)
+    # rebuilt from the request (manage.py rebuild_search): the same
+    search.rederive(Stream, from_source=True)
+    assert found("antwoord") == [stream.pk] and found("9a8b*") == []
+
+
 @pytest.mark.parametrize(
     "q, fts5, tsquery",
     [
