@@ -33,20 +33,26 @@ event had come. Every frame sent passes the egress gate
 """
 
 import asyncio
+import collections
 import contextlib
 import json
 import logging
+import ssl
 import time
 import uuid
 
+import httpcore
 from channels.exceptions import StopConsumer
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.routing import URLRouter
 from django.urls import path
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
+from websockets.client import ClientProtocol
+from websockets.frames import DATA_OPCODES
+from websockets.http11 import Response
+from websockets.uri import parse_uri
 
 from streams.core import conf, formats, safejson
+from streams.ingest import network
 from streams.ingest.recorder import Relayed
 from streams.ingest.upstream import ReceivedEvent
 from streams.run import services
@@ -59,15 +65,128 @@ log = logging.getLogger(__name__)
 CLOSE_UNSUPPORTED, CLOSE_INVALID, CLOSE_TOO_BIG, CLOSE_BROKEN = 4003, 4007, 4009, 4011
 
 
-class StampedConnection(ClientConnection):
-    """The upstream's socket, noting when its newest bytes came (a frame's receipt time is
-    that of the read that completed it, as for the HTTP proxy's chunks)."""
+class Closed(Exception):
+    """The upstream's socket ended: `code` is what the client's socket closes with (1000 when
+    the upstream closed normally, else CLOSE_BROKEN)."""
 
-    last_read_ns = 0
+    def __init__(self, code):
+        super().__init__(code)
+        self.code = code
 
-    def data_received(self, data):
-        self.last_read_ns = time.monotonic_ns()
-        super().data_received(data)
+
+class Upstream:
+    """The upstream's WebSocket on network.py's connection, whose every read carries the
+    kernel's receipt stamp (`SO_TIMESTAMPNS`, plain TCP; the loop's where it cannot, as on TLS:
+    `receipt_clock` says which), driven through the `websockets` library's sans-I/O protocol:
+    the bytes of each read go into it, and the messages it completes come out with that read's
+    stamp, as an HTTP response's events do (docs/measurement.md). A library connection read
+    through the loop's own transport, and its stamps were the loop's, late by whatever the loop
+    was doing. No extension is offered (no compression: frames are relayed as they came); the
+    upstream's pings are answered; messages may be split across frames and frames across reads.
+    """
+
+    READ_BYTES = 256 * 1024
+
+    def __init__(self, stream, protocol):
+        self.stream = stream
+        self.protocol = protocol
+        self.receipt_clock = stream.receipt_clock
+        self.phases = network.Phases()  # this connection's newest read and write
+        self.writing = asyncio.Lock()  # (the pump answers pings while a create goes up)
+        self.messages = collections.deque()  # (payload, receipt ns), complete, not yet taken
+        self.parts = []  # the frames so far of a message split across frames
+        self.closed = None  # the Closed the socket ended with
+        self.opened = False  # the handshake's 101 came
+
+    @classmethod
+    async def open(cls, url, headers, open_timeout_s):
+        uri = parse_uri(url)
+        stream = await network.Backend().connect_tcp(uri.host, uri.port, timeout=open_timeout_s)
+        try:
+            async with asyncio.timeout(open_timeout_s):
+                if uri.secure:  # (decrypted in the loop's transport: its clock)
+                    context = ssl.create_default_context()
+                    stream = await stream.start_tls(context, server_hostname=uri.host)
+                protocol = ClientProtocol(uri, max_size=None)
+                request = protocol.connect()
+                for name, value in headers:
+                    request.headers[name] = value
+                protocol.send_request(request)
+                upstream = cls(stream, protocol)
+                await upstream._flush()
+                while not upstream.opened:
+                    if upstream.closed is not None:
+                        raise ConnectionError("the upstream closed during the handshake")
+                    await upstream._read()
+                    upstream._take()
+        except BaseException:
+            stream.close()
+            raise
+        return upstream
+
+    async def send(self, text):
+        """Send `text` as one text frame; when its last byte went out (monotonic ns: the
+        kernel's transmit stamp on plain TCP, as an HTTP request's)."""
+        self.protocol.send_text(text.encode("utf-8"))
+        return await self._flush()
+
+    async def recv(self):
+        """The next message (bytes) and the receipt time of the read that completed it; raises
+        Closed once the socket ended."""
+        while not self.messages:
+            if self.closed is not None:
+                raise self.closed
+            await self._read()
+            self._take()
+        return self.messages.popleft()
+
+    async def _read(self):
+        self.phases.activate()
+        try:
+            data = await self.stream.read(self.READ_BYTES)
+        except (httpcore.ReadError, OSError):
+            self.closed = Closed(CLOSE_BROKEN)
+            self.protocol.receive_eof()
+            return
+        if not data:
+            self.protocol.receive_eof()
+            code = self.protocol.close_rcvd.code if self.protocol.close_rcvd else None
+            self.closed = Closed(1000 if code in (1000, 1001) else CLOSE_BROKEN)
+            return
+        self.protocol.receive_data(data)
+        await self._flush()  # (a pong, the close's answer)
+
+    def _take(self):
+        t_ns = self.phases.last_read_ns or time.monotonic_ns()
+        protocol = self.protocol
+        for event in protocol.events_received():
+            if isinstance(event, Response):
+                if protocol.handshake_exc is not None:
+                    raise protocol.handshake_exc
+                self.opened = True
+            elif event.opcode in DATA_OPCODES:  # (pings are answered; a close ends at its EOF)
+                self.parts.append(event.data)
+                if event.fin:
+                    payload = self.parts[0] if len(self.parts) == 1 else b"".join(self.parts)
+                    self.parts = []
+                    self.messages.append((bytes(payload), t_ns))
+        if protocol.parser_exc is not None and self.closed is None:
+            # (a frame breaking the protocol: it answered with a close and reads no further)
+            self.closed = Closed(CLOSE_BROKEN)
+
+    async def _flush(self):
+        self.phases.activate()
+        async with self.writing:
+            for data in self.protocol.data_to_send():
+                if data:
+                    await self.stream.write(data, timeout=conf.get().connect_timeout_s)
+        return self.phases.last_write_ns or time.monotonic_ns()
+
+    async def close(self):
+        with contextlib.suppress(Exception):
+            self.protocol.send_close(1000)
+            await self._flush()
+        self.stream.close()
 
 
 def upstream_url(base_url, query_string=b""):
@@ -161,16 +280,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             (k.decode("latin-1"), v.decode("latin-1")) for k, v in self.admitted.upstream_auth
         ]
         url = upstream_url(self.admitted.base_url, self.scope.get("query_string", b""))
-        return await connect(
-            url,
-            additional_headers=forward,
-            user_agent_header=None,
-            compression=None,  # frames as they came: nothing to inflate, nothing to re-deflate
-            max_size=None,
-            open_timeout=conf.get().connect_timeout_s,
-            ping_interval=None,  # (the client's pings are its own)
-            create_connection=StampedConnection,
-        )
+        return await Upstream.open(url, forward, conf.get().connect_timeout_s)
 
     async def receive(self, text_data=None, bytes_data=None):
         if text_data is None:
@@ -198,14 +308,13 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         body = {k: v for k, v in event.items() if k != "type"}  # the body a POST would send
         turn = Turn(self, self.turns[-1] if self.turns else None)
         self.turns.append(turn)
-        await self.upstream.send(text)  # as it came
-        written_ns = time.monotonic_ns()
+        written_ns = await self.upstream.send(text)  # as it came
         admitted = self.admitted
         turn.running = services.start_proxied(
             admitted.bearer.user,
             body,
             upstream_url(admitted.base_url),
-            Relayed(written_ns, turn.frames(), turn),
+            Relayed(written_ns, turn.frames(), turn, self.upstream.receipt_clock),
             tags=admitted.tags,
             session=self.session,
             project=admitted.bearer.project,
@@ -219,8 +328,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         new_event = tuple.__new__
         try:
             while True:
-                data = await upstream.recv(decode=False)
-                t_ns = upstream.last_read_ns or time.monotonic_ns()
+                data, t_ns = await upstream.recv()
                 try:
                     text, raw = data.decode("utf-8"), None
                 except UnicodeDecodeError:  # (the row keeps the bytes as they came)
@@ -237,9 +345,8 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                     self.frames.put_nowait((new_event(ReceivedEvent, event), sent_ns))
                 if self.client_left:
                     break  # (what came is recorded, never handed over: no sent_us)
-        except ConnectionClosed as exc:
-            if exc.rcvd is not None and exc.rcvd.code in (1000, 1001):
-                code = 1000
+        except Closed as closed:
+            code = closed.code
         finally:
             self.frames.put_nowait(None)
         if not self.client_left:
@@ -256,8 +363,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await self.pump
         if self.upstream is not None:
-            with contextlib.suppress(Exception):
-                await self.upstream.close()
+            await self.upstream.close()
         self._release()
 
     def _release(self):

@@ -87,7 +87,7 @@ def assert_recorded(streams, turns):
         assert stream.cost_nanos and stream.cost_nanos > 0
         assert stream.ttft_ms is not None and stream.ttft_ms > 0
         assert stream.upstream_url.startswith("ws://") and stream.token_id
-        assert stream.receipt_clock == "loop"  # (not the kernel's: said as it is)
+        assert stream.receipt_clock == "kernel"  # (each frame stamped with its read)
 
 
 def test_the_sync_sdk_gets_the_simulators_frames_and_each_response_is_a_stream(
