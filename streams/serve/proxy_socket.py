@@ -51,7 +51,7 @@ from websockets.frames import DATA_OPCODES
 from websockets.http11 import Response
 from websockets.uri import parse_uri
 
-from streams.core import conf, formats, safejson
+from streams.core import conf, formats, safejson, transport
 from streams.ingest import network
 from streams.ingest.recorder import Relayed
 from streams.ingest.upstream import ReceivedEvent
@@ -63,6 +63,9 @@ log = logging.getLogger(__name__)
 # Close codes: 1003, 1007, 1009 and 1011 in the application's range (Daphne's Autobahn lets a
 # server close with 1000 or 3000–4999 only, and sends no reason).
 CLOSE_UNSUPPORTED, CLOSE_INVALID, CLOSE_TOO_BIG, CLOSE_BROKEN = 4003, 4007, 4009, 4011
+# A client that left more than PROXY_CLIENT_BUFFER_BYTES unread for PROXY_SLOW_CLIENT_TIMEOUT_S
+# (1008, policy violation, in the application's range).
+CLOSE_TOO_SLOW = 4008
 
 
 class Closed(Exception):
@@ -217,7 +220,8 @@ class Turn:
                     queue.put_nowait(None)
                     if self.socket.client_left:
                         # what came is recorded; the rest was never asked for
-                        self.running.cancel("client_disconnected")
+                        left = "client_too_slow" if self.socket.too_slow else "client_disconnected"
+                        self.running.cancel(left)
                         await asyncio.sleep(0)
                     return
                 yield item
@@ -246,6 +250,8 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         self.frames = asyncio.Queue()  # the upstream's frames for the turns: (event, sent_ns)
         self.session = ""
         self.client_left = False
+        self.too_slow = False  # let go for not reading (not a hang-up)
+        self.connection = None  # the client's connection in the server (its unread bytes)
 
     async def connect(self):
         self.headers = {}
@@ -266,6 +272,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             raise StopConsumer() from None
         self.session = self.admitted.session or f"ws-{uuid.uuid4().hex[:16]}"
         await self.accept()
+        self.connection = transport.connection(self.base_send)
         self.pump = asyncio.get_running_loop().create_task(self._pump())
 
     async def _open_upstream(self):
@@ -337,9 +344,10 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                 if not self.client_left:
                     try:
                         await self.send(text_data=text)
-                        sent_ns = time.monotonic_ns()
                     except Exception:  # its socket is gone (Daphne refuses sends after it)
                         self.client_left = True
+                    else:
+                        sent_ns = await self._drained()
                 if self.turns:
                     event = (t_ns, "message", "", text, raw, "")
                     self.frames.put_nowait((new_event(ReceivedEvent, event), sent_ns))
@@ -351,6 +359,27 @@ class ResponsesSocket(AsyncWebsocketConsumer):
             self.frames.put_nowait(None)
         if not self.client_left:
             await self.close(code)
+
+    async def _drained(self):
+        """When the frame just sent was handed over: once no more than
+        PROXY_CLIENT_BUFFER_BYTES wait unread in the server for this client. Until then the
+        upstream is not read (network.py's connection stops reading above its high-water mark,
+        and TCP's flow control slows the upstream): what the proxy holds for a client that does
+        not read is bounded. A client that stays behind for PROXY_SLOW_CLIENT_TIMEOUT_S is let go
+        (None): the socket closes with CLOSE_TOO_SLOW, after the frames it had yet to read,
+        and its responses end `client_too_slow` with every frame that came."""
+        settings = conf.get()
+        if await transport.wait_drained(
+            self.connection,
+            settings.proxy_client_buffer_bytes,
+            settings.proxy_slow_client_timeout_s,
+            lambda: self.client_left,
+        ):
+            return None if self.client_left else time.monotonic_ns()
+        log.info("proxy socket: the client read nothing for too long; closing it")
+        self.too_slow = self.client_left = True
+        await self.close(CLOSE_TOO_SLOW)
+        return None
 
     async def disconnect(self, code):
         # The responses it was reading end with the frames that came (every one is recorded,

@@ -6,12 +6,17 @@ whose events are its frames, none lost, with TTFT, usage and cost; the responses
 are one session; bad input closes the socket with a code that says why."""
 
 import asyncio
+import contextlib
+import itertools
 import json
+import socket
 import threading
+import time
 
 import openai
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Close, Opcode
 from websockets.sync.client import connect
 
 from streams.models import ApiToken, Event, Finding, Stream
@@ -255,3 +260,119 @@ def test_a_message_over_a_mib_reaches_the_proxy_and_one_over_its_limit_closes_wi
     finally:
         server.stop()
     assert not Stream.objects.filter(source="proxy").exists()
+
+
+# ---- a client that does not read -------------------------------------------------------------
+
+FLOOD_FRAME = 64 * 1024
+# What the proxy may take in for a client that reads nothing: its client buffer
+# (PROXY_CLIENT_BUFFER_BYTES, 256 KiB) and the upstream connection's (network.py's 1 MiB high
+# water and one read), plus the kernel's socket buffers on the way, which Linux grows as a
+# connection reads fast (seen: 6–19 MiB in all; without the pause, 110 MiB in 7.5 s and on).
+HELD_AT_MOST = 32 * 2**20
+
+
+@pytest.fixture
+def flooding_upstream():
+    """A Responses WebSocket that answers a `response.create` with output deltas of 64 KiB as
+    fast as its socket takes them, until its client goes: `sent["bytes"]` is how much of it
+    its sends completed (ground truth for how much the proxy took in)."""
+    from websockets.sync.server import serve
+
+    sent = {"bytes": 0, "frames": 0, "ended": False}
+
+    def handler(connection):
+        # (its own send buffer small and fixed: what it sent is what the proxy's side took)
+        connection.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 128 * 1024)
+        connection.recv()
+        created = {"type": "response.created", "sequence_number": 0}
+        created["response"] = {"id": "resp_flood", "status": "in_progress"}
+        frames = [json.dumps(created)]
+        delta = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0}
+        delta["content_index"] = 0
+        with contextlib.suppress(ConnectionClosed, OSError):
+            for i in itertools.count(1):
+                for text in frames:
+                    connection.send(text)
+                    sent["bytes"] += len(text)
+                    sent["frames"] += 1
+                pad = "x" * (FLOOD_FRAME - 150)
+                frames = [json.dumps({**delta, "sequence_number": i, "delta": pad})]
+        sent["ended"] = True
+
+    with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1", sent
+        server.shutdown()
+
+
+def raw_socket(url, token, rcvbuf=64 * 1024):
+    """A WebSocket client on a plain blocking socket with a small receive buffer, so that what
+    it does not read stays in the server; its sans-I/O protocol, opened."""
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    uri = parse_uri(url)
+    protocol = ClientProtocol(uri, max_size=None)
+    request = protocol.connect()
+    request.headers["Authorization"] = f"Bearer {token}"
+    protocol.send_request(request)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(30)
+    sock.connect((uri.host, uri.port))
+    for data in protocol.data_to_send():
+        sock.sendall(data)
+    while protocol.handshake_exc is None and not protocol.events_received():
+        protocol.receive_data(sock.recv(4096))
+    assert protocol.handshake_exc is None
+    return sock, protocol
+
+
+def test_a_client_that_does_not_read_holds_the_upstream_back_then_is_let_go(
+    people, token, flooding_upstream
+):
+    """The proxy takes in a bounded amount for a client that does not read: the upstream's
+    reads pause, and the flood's sends stop completing (ground truth: without the pause they
+    went on, 110 MiB in 7.5 s, into Daphne's buffer; with it 6–8 MiB, then nothing). After
+    PROXY_SLOW_CLIENT_TIMEOUT_S the client is let go (4008, then Daphne's close handshake
+    resets a client that still reads nothing), the upstream's socket is closed and the
+    response ends `client_too_slow` with every frame that came."""
+    base_url, sent = flooding_upstream
+    slow_s = 8
+    server = DaphneServer(base_url, env={"STREAMSCOPE_PROXY_SLOW_CLIENT_TIMEOUT_S": str(slow_s)})
+    try:
+        sock, protocol = raw_socket(f"{server.ws_url}/v1/responses", token)
+        create = {"type": "response.create", "model": "m", "input": "flood me"}
+        protocol.send_text(json.dumps(create).encode())
+        for data in protocol.data_to_send():
+            sock.sendall(data)
+        series = []  # what the upstream's sends completed, every 0.25 s of not reading
+        while len(series) < slow_s * 4 - 2:
+            time.sleep(0.25)
+            series.append(sent["bytes"])
+        mib = [round(b / 2**20, 1) for b in series]
+        print(f"\nupstream sent (MiB, every 0.25 s) while the client read nothing: {mib}")
+        assert series[-1] < HELD_AT_MOST, mib
+        assert series[-5] == series[-1], mib  # (held back: nothing more for the last second)
+        [stream] = proxied_streams(1)  # (let go: its recording ended)
+        ended = None
+        with contextlib.suppress(ConnectionError):
+            while data := sock.recv(1 << 20):
+                protocol.receive_data(data)
+        protocol.receive_eof()
+        for event in protocol.events_received():
+            if event.opcode == Opcode.CLOSE:
+                ended = Close.parse(event.data).code
+        sock.close()
+        deadline = time.monotonic() + 10
+        while not sent["ended"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert sent["ended"]  # the upstream's socket was closed
+    assert ended in (4008, None)  # (None: reset before the client read its close)
+    assert (stream.status, stream.error_code) == ("cancelled", "client_too_slow")
+    stored = Event.objects.filter(stream=stream).count()
+    assert stored == stream.event_count and 2 <= stored <= sent["frames"]
