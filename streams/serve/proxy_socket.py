@@ -55,6 +55,7 @@ from streams.core import conf, formats, safejson, transport
 from streams.ingest import network
 from streams.ingest.recorder import Relayed
 from streams.ingest.upstream import ReceivedEvent
+from streams.observe import telemetry
 from streams.run import services
 from streams.serve import proxy
 
@@ -208,6 +209,7 @@ class Turn:
         self.previous = previous
         self.done = asyncio.Event()
         self.running = None  # the runner's `Proxied`
+        self.written_ns = None  # when its `response.create` went upstream
 
     async def frames(self):
         if self.previous is not None:
@@ -218,12 +220,17 @@ class Turn:
                 item = await queue.get()
                 if item is None:  # the socket ended: every later turn ends too
                     queue.put_nowait(None)
-                    if self.socket.client_left:
+                    if self.socket.left_first:
                         # what came is recorded; the rest was never asked for
                         left = "client_too_slow" if self.socket.too_slow else "client_disconnected"
                         self.running.cancel(left)
                         await asyncio.sleep(0)
                     return
+                if item[0].t_ns < self.written_ns:
+                    # received before this response was asked for, after the one before it
+                    # ended: no response's (relayed, counted, not recorded)
+                    self.socket.unrecorded(1)
+                    continue
                 yield item
         finally:
             self.done.set()
@@ -238,6 +245,8 @@ class Turn:
         self.done.set()
         with contextlib.suppress(ValueError):
             self.socket.turns.remove(self)
+        if not self.socket.turns and self.socket.ended:
+            self.socket.leftovers()
 
 
 class ResponsesSocket(AsyncWebsocketConsumer):
@@ -252,6 +261,8 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         self.client_left = False
         self.too_slow = False  # let go for not reading (not a hang-up)
         self.connection = None  # the client's connection in the server (its unread bytes)
+        self.ended = False  # the upstream's frames came to their end
+        self.left_first = False  # ... because the client left (not the upstream)
 
     async def connect(self):
         self.headers = {}
@@ -315,7 +326,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         body = {k: v for k, v in event.items() if k != "type"}  # the body a POST would send
         turn = Turn(self, self.turns[-1] if self.turns else None)
         self.turns.append(turn)
-        written_ns = await self.upstream.send(text)  # as it came
+        turn.written_ns = written_ns = await self.upstream.send(text)  # as it came
         admitted = self.admitted
         turn.running = services.start_proxied(
             admitted.bearer.user,
@@ -351,14 +362,43 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                 if self.turns:
                     event = (t_ns, "message", "", text, raw, "")
                     self.frames.put_nowait((new_event(ReceivedEvent, event), sent_ns))
+                else:  # (no response open: nobody's)
+                    self.unrecorded(1)
                 if self.client_left:
                     break  # (what came is recorded, never handed over: no sent_us)
         except Closed as closed:
             code = closed.code
         finally:
+            # (the client's socket closes after this: its leaving then is not why they ended)
+            self.left_first = self.client_left
             self.frames.put_nowait(None)
+            self.ended = True
+            if not self.turns:
+                self.leftovers()
         if not self.client_left:
             await self.close(code)
+
+    def unrecorded(self, n):
+        """`n` frames the upstream sent while no response of this socket was open (after one's
+        terminal event, before the next `response.create`): relayed, but part of no stream.
+        Counted (`streamscope_proxy_socket_frames_unrecorded_total`) and said, never dropped
+        silently."""
+        if n:
+            telemetry.proxy_socket_frames_unrecorded(n)
+            log.warning(
+                "proxy socket (session %s): %d frame(s) the upstream sent outside any response "
+                "were relayed, not recorded",
+                self.session,
+                n,
+            )
+
+    def leftovers(self):
+        """The frames still queued once the socket ended and no response reads them."""
+        n = 0
+        while not self.frames.empty():
+            n += self.frames.get_nowait() is not None
+        self.frames.put_nowait(None)  # (still the end, for a turn that comes late)
+        self.unrecorded(n)
 
     async def _drained(self):
         """When the frame just sent was handed over: once no more than

@@ -376,3 +376,64 @@ def test_a_client_that_does_not_read_holds_the_upstream_back_then_is_let_go(
     assert (stream.status, stream.error_code) == ("cancelled", "client_too_slow")
     stored = Event.objects.filter(stream=stream).count()
     assert stored == stream.event_count and 2 <= stored <= sent["frames"]
+
+
+# ---- frames outside any response -------------------------------------------------------------
+
+
+@pytest.fixture
+def chatty_upstream():
+    """A Responses WebSocket that follows each response's terminal event with a frame of its
+    own (as an upstream announcing its rate limits might): part of no response."""
+    from websockets.sync.server import serve
+
+    def handler(connection):
+        for n, _ in enumerate(connection):
+            rid = f"resp_chatty{n}"
+            created = {"type": "response.created", "sequence_number": 0}
+            created["response"] = {"id": rid, "status": "in_progress"}
+            done = {"type": "response.completed", "sequence_number": 1}
+            done["response"] = {"id": rid, "status": "completed", "output": []}
+            aside = {"type": "rate_limits.updated", "rate_limits": [], "n": n}
+            for event in (created, done, aside):
+                connection.send(json.dumps(event))
+
+    with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1"
+        server.shutdown()
+
+
+def test_a_frame_outside_any_response_is_relayed_counted_and_in_no_stream(
+    people, token, chatty_upstream
+):
+    """The frame after a response's terminal event reaches the client, is not taken for the
+    next response's first (it was, when it waited in the socket's queue for the next turn),
+    and is counted and said as unrecorded."""
+    server = DaphneServer(chatty_upstream)
+    try:
+        url = f"{server.ws_url}/v1/responses"
+        got = []
+        with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            for _ in range(2):
+                ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+                got.append([json.loads(ws.recv(timeout=10))["type"] for _ in range(3)])
+        streams = proxied_streams(2)
+        deadline = time.monotonic() + 10
+        while unrecorded(said := server.output()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert got == [["response.created", "response.completed", "rate_limits.updated"]] * 2
+    for n, stream in enumerate(streams):
+        stored = [json.loads(e.data) for e in Event.objects.filter(stream=stream).order_by("index")]
+        assert [e["type"] for e in stored] == ["response.created", "response.completed"], n
+        assert (stream.upstream_id, stream.status) == (f"resp_chatty{n}", "completed")
+    assert unrecorded(said) == 2, said
+
+
+def unrecorded(log):
+    """The frames the proxy's log says it relayed outside any response."""
+    said = [line for line in log.splitlines() if "proxy_socket: " in line]
+    return sum(int(line.split("): ")[1].split()[0]) for line in said if "outside any" in line)
