@@ -9,27 +9,33 @@ Let in as a POST to the HTTP proxy is (streams/serve/proxy.py, `admit`: the same
 `proxy` scope, the user's role through the one project rule, spend caps, pass-through keys
 handed to the egress gate), refused before the handshake completes otherwise (Daphne answers
 403); an open socket counts as one of its token's requests in flight. Then the upstream's
-WebSocket is opened (no compression: frames are relayed as they came) and both directions are
-relayed, the upstream's frames to the client first, before anything else happens to them.
+WebSocket is opened (`Upstream`: network.py's kernel-stamping connection under the
+`websockets` library's sans-I/O protocol; no compression: frames are relayed as they came) and
+both directions are relayed, the upstream's frames to the client first, before anything else
+happens to them. While more than PROXY_CLIENT_BUFFER_BYTES wait unread for the client, the
+upstream is not read (what the proxy holds for a client that does not read is bounded).
 
 What the protocol says a response is decides what a stream is: each `response.create` the
 client sends is one stream, recorded the one way proxied streams are
 (`services.start_proxied`, the runner, `recorder.Relayed`): the token is checked again for
 it (a refused create gets an `error` event and goes nowhere), its frames are its events, each
-with its receipt time and the time its client had it, TTFT from the frame that carried the
-`response.create` upstream to the first output delta, usage and cost from the terminal event.
+with its receipt time (the kernel's stamp of the read that completed it) and the time its
+client had it, TTFT from the frame that carried the `response.create` upstream (the kernel's
+transmit stamp) to the first output delta, usage and cost from the terminal event.
 The responses of one socket are one session (the client's `X-Streamscope-Session`, or the
 socket's own). A response ends when the checker has seen its terminal event; frames after it
-and before the next `response.create` are relayed, not recorded. Other client frames
-(`response.steer`, …) go upstream as they came.
+and before the next `response.create` are relayed and counted as unrecorded
+(`ResponsesSocket.unrecorded`), in no stream. Other client frames (`response.steer`, …) go
+upstream as they came.
 
 Bad input closes the socket with a code saying why: a binary frame 4003, a frame that is not a
 JSON object with a `type` 4007, one over PROXY_MAX_BODY_BYTES 4009 (WebSocket's 1003, 1007
 and 1009 in the application's range). An upstream that closes closes the client's socket
 (1000 when it closed normally, else 4011); a client that leaves ends the responses it was
 reading with the frames that came, cancelled (`client_disconnected`) unless their terminal
-event had come. Every frame sent passes the egress gate
-(dashboard/asgi.py), like every response.
+event had come; one that leaves more than PROXY_CLIENT_BUFFER_BYTES unread for
+PROXY_SLOW_CLIENT_TIMEOUT_S is closed with 4008 and its responses end `client_too_slow`.
+Every frame sent passes the egress gate (dashboard/asgi.py), like every response.
 """
 
 import asyncio

@@ -134,7 +134,7 @@ async def test_ttft_and_every_frame_over_the_proxys_websocket_are_the_wires(
     packet to the first output delta's) and for every frame's receipt time. With the loop's
     clock (as the websockets library's own connection stamped them) 10 of 20 TTFTs were
     beyond ±1 ms of their read's, up to 30 ms; with the kernel's, 0 (at most 0.004 ms), and
-    0 of 1853 frames (docs/proxy.md)."""
+    0 of 1853 frames (docs/measurement.md)."""
     import openai
 
     from streams.models import ApiToken, Stream
