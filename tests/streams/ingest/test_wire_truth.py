@@ -181,3 +181,61 @@ async def test_ttft_and_every_frame_over_the_proxys_websocket_are_the_wires(
     late = [f for f in frames if abs(f[2] - f[3]) > wire.TOLERANCE_MS]
     print(f"{len(frames)} frames, {len(late)} beyond ±{wire.TOLERANCE_MS} ms of their read's")
     assert len(frames) > 20 * n and not late, late[:10]
+
+
+def test_the_capture_reader_finds_websocket_frames_split_across_segments():
+    """The reader the WebSocket test trusts, on packets made by hand: a client's masked
+    `response.create` in two segments, then the server's frames (7-, 16- and 64-bit lengths,
+    a header split between segments, a message in two fragments with a ping between them),
+    each timed by the packet carrying its last byte."""
+    import struct
+
+    def frame(opcode, payload, fin=True, mask=None):
+        n = len(payload)
+        head = bytes([(0x80 if fin else 0) | opcode])
+        bit = 0x80 if mask else 0
+        if n < 126:
+            head += bytes([bit | n])
+        elif n < 1 << 16:
+            head += bytes([bit | 126]) + struct.pack("!H", n)
+        else:
+            head += bytes([bit | 127]) + struct.pack("!Q", n)
+        if mask:
+            payload = mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return head + payload
+
+    def event(type_, **more):
+        return json.dumps({"type": type_, **more}).encode()
+
+    client, server = (b"\x7f\0\0\1", 50000), (b"\x7f\0\0\1", 8080)
+    create = frame(1, event("response.create", model="m"), mask=b"\x01\x02\x03\x04")
+    up = [b"GET /v1/responses HTTP/1.1\r\nUpgrade: websocket\r\n\r\n" + create[:9], create[9:]]
+    created = frame(1, event("response.created", response={"id": "resp_1"}))
+    mid = frame(1, event("response.output_text.delta", delta="x" * 300))  # 16-bit length
+    big = frame(1, event("response.output_text.delta", delta="y" * 70_000))  # 64-bit length
+    completed = event("response.completed", response={"id": "resp_1"})
+    first, rest = completed[:10], completed[10:]
+    down = [
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n" + created + mid[:3],
+        mid[3:] + big[:5000],
+        big[5000:],
+        frame(1, first, fin=False) + frame(9, b"ping") + frame(0, rest[:4], fin=False),
+        frame(0, rest[4:]),
+    ]
+    packets, seq = [], {"up": 1000, "down": 7000}
+    for t, (way, payload) in enumerate(
+        [("up", up[0]), ("up", up[1])] + [("down", p) for p in down], start=1
+    ):
+        src, dst = (client, server) if way == "up" else (server, client)
+        packets.append(wire.Packet(t * 1000, src, dst, seq[way], 0x18, payload))
+        seq[way] += len(payload)
+    [exchange] = wire.exchanges(packets, 8080)
+    assert exchange.request_last_ns == 2000  # the create's last byte: the second segment
+    assert exchange.response_id == "resp_1"
+    assert [(e.type, e.t_ns) for e in exchange.events] == [
+        ("response.created", 3000),
+        ("response.output_text.delta", 4000),  # its header split: timed by its last byte
+        ("response.output_text.delta", 5000),
+        ("response.completed", 7000),  # fragments joined, the ping left out
+    ]
+    assert json.loads(exchange.events[2].data)["delta"] == "y" * 70_000
