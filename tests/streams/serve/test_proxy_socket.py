@@ -20,7 +20,7 @@ from websockets.frames import Close, Opcode
 from websockets.sync.client import connect
 
 from streams.models import ApiToken, Event, Finding, Stream
-from tests.conftest import DaphneServer
+from tests.conftest import DaphneServer, free_port
 from tests.support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -437,3 +437,30 @@ def unrecorded(log):
     """The frames the proxy's log says it relayed outside any response."""
     said = [line for line in log.splitlines() if "proxy_socket: " in line]
     return sum(int(line.split("): ")[1].split()[0]) for line in said if "outside any" in line)
+
+
+def test_an_upstream_that_refuses_the_handshake_refuses_the_clients(people, token):
+    """The upstream's handshake is the proxy's own now (the sans-I/O protocol on network.py's
+    connection): an upstream answering 403, or not listening, refuses the client's handshake
+    too, and nothing is recorded."""
+    from websockets.sync.server import serve
+
+    def refuse(connection, request):
+        return connection.respond(403, "not you\n")
+
+    with serve(lambda c: None, "127.0.0.1", 0, process_request=refuse) as refusing:
+        threading.Thread(target=refusing.serve_forever, daemon=True).start()
+        port = refusing.socket.getsockname()[1]
+        for upstream in (f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{free_port()}/v1"):
+            server = DaphneServer(upstream)
+            try:
+                headers = {"Authorization": f"Bearer {token}"}
+                with pytest.raises(InvalidStatus) as refused:
+                    connect(f"{server.ws_url}/v1/responses", additional_headers=headers).close()
+                assert refused.value.response.status_code == 403, upstream
+                said = server.output()
+            finally:
+                server.stop()
+            assert "the upstream's WebSocket did not open" in said, said
+        refusing.shutdown()
+    assert not Stream.objects.filter(source="proxy").exists()
