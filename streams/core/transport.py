@@ -7,7 +7,9 @@ buffer is the only way to notice one. Above Daphne's `send` sit the egress gate'
 (`__wrapped__`) and Channels' session wrapper (`__self__.real_send`).
 """
 
+import asyncio
 import functools
+import time
 
 
 def server_send(send):
@@ -43,6 +45,23 @@ def buffered_bytes(transport):
         return len(transport.dataBuffer) - transport.offset + transport._tempDataLen
     except AttributeError:
         return 0
+
+
+async def wait_drained(conn, high, timeout_s, gone=lambda: False):
+    """Wait while more than `high` bytes written for the client wait unread in the server
+    (`conn`, None: nothing to measure); False when that lasted `timeout_s` (a client too slow),
+    True otherwise (drained, or `gone()`: nobody left to wait for). Polled: Twisted says nothing
+    when its buffer drains."""
+    if conn is None or buffered_bytes(conn) <= high:
+        return True
+    give_up = time.monotonic() + timeout_s
+    while buffered_bytes(conn) > high:
+        if gone():
+            return True
+        if time.monotonic() > give_up:
+            return False
+        await asyncio.sleep(0.01)
+    return True
 
 
 def abort(send):

@@ -352,11 +352,12 @@ class Relayed:
     attempt's clock starts there), and `frames` yields its upstream frames as
     `(ReceivedEvent, sent_ns)`, each already handed to the client (`sent_ns`: when; None if the
     client was gone), until the turn's last frame or the socket's end. `port.finish` hears
-    the outcome once recorded."""
+    the outcome once recorded; `receipt_clock`: which clock stamped the frames' reads."""
 
     written_ns: int
     frames: object  # an async iterator
     port: Port
+    receipt_clock: str = "loop"
 
 
 async def record_attempt(
@@ -461,9 +462,7 @@ async def _attempt_relayed(rec, writer, relayed):
     `missing_terminal`)."""
     rec.t0_ns = relayed.written_ns
     rec.mark("request_written", relayed.written_ns)
-    # a frame's receipt time is the loop's (when its bytes reached the socket's protocol), not
-    # the kernel's: the websockets connection reads through the loop's own transport
-    rec.pending_fields["receipt_clock"] = "loop"
+    rec.pending_fields["receipt_clock"] = relayed.receipt_clock
     await rec.row_ready()
     rec.body_open = True
     put, ingest = writer.put, rec.ingest

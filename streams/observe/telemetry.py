@@ -206,6 +206,11 @@ SLOW_VIEWER_CLOSES = Counter(
     "Viewers closed with 4008 for reading slower than the stream.",
     registry=REGISTRY,
 )
+PROXY_SOCKET_FRAMES_UNRECORDED = Counter(
+    "streamscope_proxy_socket_frames_unrecorded",
+    "Frames the proxy's WebSocket relayed while no response was open: part of no stream.",
+    registry=REGISTRY,
+)
 PROXY_ADDED = Histogram(
     "streamscope_proxy_added_latency_seconds",
     "Proxied streams: per forwarded chunk, receipt from the upstream to the client's socket.",
@@ -437,6 +442,11 @@ def viewer_left():
 def frame_sent():
     if enabled():
         FRAMES_SENT.inc()
+
+
+def proxy_socket_frames_unrecorded(n):
+    if enabled():
+        PROXY_SOCKET_FRAMES_UNRECORDED.inc(n)
 
 
 def slow_viewer_closed():

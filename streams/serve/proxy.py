@@ -568,19 +568,13 @@ class Downstream:
         """Whether the client's unread bytes came down to `high` within
         PROXY_SLOW_CLIENT_TIMEOUT_S; if not, the client is let go (its connection closed, as
         if it had hung up) and this is False."""
-        conn = self.transport
-        if conn is None or self.client_gone or transport.buffered_bytes(conn) <= high:
-            return not self.client_gone
-        give_up = time.monotonic() + conf.get().proxy_slow_client_timeout_s
-        while transport.buffered_bytes(conn) > high:
-            if self.client_gone:
-                return False
-            if time.monotonic() > give_up:
-                self.too_slow = self.client_gone = True
-                _abort(self.send)
-                return False
-            await asyncio.sleep(0.01)
-        return True
+        timeout_s = conf.get().proxy_slow_client_timeout_s
+        if not self.client_gone and not await transport.wait_drained(
+            self.transport, high, timeout_s, lambda: self.client_gone
+        ):
+            self.too_slow = self.client_gone = True
+            _abort(self.send)
+        return not self.client_gone
 
     async def finish(self, outcome):
         """End the client's response the way the upstream's ended (`outcome`, None when the

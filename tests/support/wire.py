@@ -221,15 +221,16 @@ def exchanges(packets, server_port):
     for client, conn in connections.items():
         up = [p for p in conn if p.src == client]
         down = [p for p in conn if p.src != client]
-        _, up_ends = _stream(up)
+        sent, up_ends = _stream(up)
         body, down_ends = _stream(down)
-        out.extend(_responses(body, down_ends, up_ends))
+        out.extend(_responses(body, down_ends, up_ends, sent))
     return out
 
 
-def _responses(data, ends, up_ends):
+def _responses(data, ends, up_ends, sent=b""):
     """Split a server→client byte stream into HTTP/1.1 responses (chunked or with a length),
-    each with its SSE events and the time of the request's last packet before it."""
+    each with its SSE events and the time of the request's last packet before it; a 101 turns
+    the rest of the connection into WebSocket frames (`_socket_exchanges`)."""
     out = []
     pos = 0
     while pos < len(data):
@@ -246,6 +247,9 @@ def _responses(data, ends, up_ends):
         )
         exchange.status = status
         pos = head_end + 4
+        if status == 101:
+            out.extend(_socket_exchanges(data, pos, ends, sent, up_ends))
+            break
         body = []  # (body bytes, wire offset of each piece's first byte)
         if headers.get("transfer-encoding", "").lower() == "chunked":
             while True:
@@ -306,6 +310,102 @@ def _events(body, ends):
         events.append(WireEvent(type_, data, t_ns))
         start = end + 2
     return events
+
+
+# --- WebSocket (the Responses API's WebSocket mode) ----------------------------------------
+
+
+def ws_frames(data, pos):
+    """The WebSocket frames of `data` from `pos` (RFC 6455; a client's are masked, a server's
+    not): (final?, opcode, payload, offset just past the frame's last byte), up to the last
+    whole frame. Where a frame was split across TCP segments does not matter here: the stream
+    is reassembled first, and a frame's time is that of the packet carrying its last byte."""
+    out = []
+    while pos + 2 <= len(data):
+        b0, b1 = data[pos], data[pos + 1]
+        n, at = b1 & 0x7F, pos + 2
+        if n == 126:
+            if at + 2 > len(data):
+                break
+            (n,) = struct.unpack_from("!H", data, at)
+            at += 2
+        elif n == 127:
+            if at + 8 > len(data):
+                break
+            (n,) = struct.unpack_from("!Q", data, at)
+            at += 8
+        mask = None
+        if b1 & 0x80:
+            mask, at = data[at : at + 4], at + 4
+        if at + n > len(data):
+            break
+        payload = data[at : at + n]
+        if mask is not None:
+            payload = bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        out.append((bool(b0 & 0x80), b0 & 0x0F, payload, at + n))
+        pos = at + n
+    return out
+
+
+def ws_messages(data, pos, ends):
+    """The text/binary messages of one direction from `pos` (fragments joined, control frames
+    left out): (payload, capture time of the packet carrying the message's last byte)."""
+    out, parts = [], []
+    for fin, opcode, payload, end in ws_frames(data, pos):
+        if opcode >= 0x8:  # close, ping, pong
+            continue
+        parts.append(payload)
+        if fin:
+            out.append((b"".join(parts), _time_at(ends, end - 1)))
+            parts = []
+    return out
+
+
+def _socket_exchanges(data, pos, ends, sent, up_ends):
+    """One Exchange per response over a WebSocket: the server's messages from a
+    `response.created` to the next, each a WireEvent at its capture time, and the time of the
+    last packet of the client's `response.create` before it (its request)."""
+    head_end = sent.find(b"\r\n\r\n")
+    creates = [
+        t_ns
+        for payload, t_ns in ws_messages(sent, head_end + 4, up_ends)
+        if b'"response.create"' in payload
+    ]
+    out = []
+    for payload, t_ns in ws_messages(data, pos, ends):
+        text = payload.decode("utf-8", errors="replace")
+        try:
+            obj = json.loads(text)
+        except ValueError:
+            obj = None
+        type_ = str(obj.get("type", "")) if isinstance(obj, dict) else ""
+        if type_ == "response.created" or not out:
+            before = [c for c in creates if c <= t_ns]
+            out.append(
+                Exchange(request_last_ns=before[-1] if before else None, response_first_ns=t_ns)
+            )
+            out[-1].status = 101
+        out[-1].events.append(WireEvent(type_, text, t_ns))
+    return out
+
+
+def judge_frames(streams, events_of, packets, port):
+    """Every stored frame's receipt time against the capture: (stream id, index, stored ms,
+    wire ms), both from the request written. A read's stamp is that of its newest bytes, so a
+    frame read together with later ones is judged against the newest of its read (as
+    `judge_ttft` does for the first delta)."""
+    by_id = {x.response_id: x for x in exchanges(packets, port) if x.events}
+    out = []
+    for stream in streams:
+        exchange, stored = by_id[stream.upstream_id], events_of[stream.pk]
+        assert [e.data for e in stored] == [e.data for e in exchange.events], stream.pk
+        for i, event in enumerate(stored):
+            last = i
+            while last + 1 < len(stored) and stored[last + 1].t_us == event.t_us:
+                last += 1
+            wire_ms = (exchange.events[last].t_ns - exchange.request_last_ns) / 1e6
+            out.append((stream.pk, i, (event.t_us - stream.request_written_us) / 1000, wire_ms))
+    return out
 
 
 @contextlib.contextmanager
@@ -504,22 +604,27 @@ async def record_concurrently(n, model="auto", time_scale=1.0, stagger_s=0.01, c
     return await asyncio.gather(*(one(i, s) for i, s in enumerate(streams)))
 
 
-async def judged(streams, packets, port, format="responses"):
+async def _events_of(streams):
     from streams.models import Event
 
     events_of = {}
     async for event in Event.objects.filter(stream__in=streams).order_by("stream_id", "index"):
         events_of.setdefault(event.stream_id, []).append(event)
-    return judge_ttft(streams, events_of, packets, port, format)
+    return events_of
+
+
+async def judged(streams, packets, port, format="responses"):
+    return judge_ttft(streams, await _events_of(streams), packets, port, format)
 
 
 async def record_50_on_the_wire(
-    upstream, hog=False, record=None, by="this process", n=50, format="responses"
+    upstream, hog=False, record=None, by="this process", n=50, format="responses", frames=None
 ):
     """`n` concurrent streams of `format` recorded under a capture (with a CPU hog beside
     them, or not), by `await record()`, which returns their stored rows (default: this
     process's recorder, `record_concurrently(n)`; `by` names the recorder in the printed
-    summary): (streams, judgements)."""
+    summary): (streams, judgements). `frames`, a list: every frame's `judge_frames` go in it
+    (the Responses API over a WebSocket)."""
     import asyncio
 
     record = record or (lambda: record_concurrently(n))
@@ -531,6 +636,8 @@ async def record_50_on_the_wire(
     assert [s.status for s in streams] == ["completed"] * n
     assert max(s.started_at for s in streams) < min(s.finished_at for s in streams)
     judgements = await judged(streams, packets, upstream.port, format)
+    if frames is not None:
+        frames.extend(judge_frames(streams, await _events_of(streams), packets, upstream.port))
     # (the figures docs/measurement.md quotes; with STREAMSCOPE_RECEIPT_CLOCK=loop, the "before")
     load = "cpu hog" if hog else "quiet"
     print(f"\n[{load}, {streams[0].receipt_clock} clock, {by}, {format}] {summary(judgements)}")

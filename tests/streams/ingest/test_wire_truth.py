@@ -123,3 +123,119 @@ async def test_ttft_through_the_proxy_is_the_wires_for_each_format(
     )
     assert {s.format for s in streams} == {format}
     wire.assert_ttft_within_tolerance(streams, judgements)
+
+
+async def test_ttft_and_every_frame_over_the_proxys_websocket_are_the_wires(
+    live_server_daphne, simulator_process, people
+):
+    """The openai SDK's WebSocket mode through the proxy (streams/serve/proxy_socket.py) beside
+    a CPU hog: the capture of the proxy's sockets to the simulator, parsed into WebSocket
+    frames, is the ground truth for each stream's TTFT (from the `response.create` frame's last
+    packet to the first output delta's) and for every frame's receipt time. With the loop's
+    clock (as the websockets library's own connection stamped them) 10 of 20 TTFTs were
+    beyond ±1 ms of their read's, up to 30 ms; with the kernel's, 0 (at most 0.004 ms), and
+    0 of 1853 frames (docs/measurement.md)."""
+    import openai
+
+    from streams.models import ApiToken, Stream
+
+    token = await sync_to_async(ApiToken.issue)(people.owner, name="wire socket")
+    terminal = {"response.completed", "response.failed", "response.incomplete", "error"}
+    n = 20
+
+    async def over_sockets():
+        client = openai.AsyncOpenAI(
+            base_url=f"{live_server_daphne.url}/v1", api_key=token, max_retries=0
+        )
+
+        async def one(i):
+            await asyncio.sleep(i * 0.01)
+            async with client.responses.connect(max_retries=0) as connection:
+                await connection.send(
+                    {
+                        "type": "response.create",
+                        **PROXIED["responses"][1],
+                        "metadata": {"seed": str(i)},
+                    }
+                )
+                async for event in connection:
+                    if event.type in terminal:
+                        return event.type
+
+        assert await asyncio.gather(*(one(i) for i in range(n))) == ["response.completed"] * n
+        await client.close()
+        pks = Stream.objects.filter(token__name="wire socket").values_list("pk", flat=True)
+        return [await sync_to_async(wait_terminal)(pk) async for pk in pks.order_by("pk")]
+
+    frames = []
+    streams, judgements = await wire.record_50_on_the_wire(
+        simulator_process,
+        hog=True,
+        record=over_sockets,
+        by="the proxy's WebSocket",
+        n=n,
+        frames=frames,
+    )
+    assert {(s.format, s.source) for s in streams} == {("responses", "proxy")}
+    wire.assert_ttft_within_tolerance(streams, judgements)
+    late = [f for f in frames if abs(f[2] - f[3]) > wire.TOLERANCE_MS]
+    print(f"{len(frames)} frames, {len(late)} beyond ±{wire.TOLERANCE_MS} ms of their read's")
+    assert len(frames) > 20 * n and not late, late[:10]
+
+
+def test_the_capture_reader_finds_websocket_frames_split_across_segments():
+    """The reader the WebSocket test trusts, on packets made by hand: a client's masked
+    `response.create` in two segments, then the server's frames (7-, 16- and 64-bit lengths,
+    a header split between segments, a message in two fragments with a ping between them),
+    each timed by the packet carrying its last byte."""
+    import struct
+
+    def frame(opcode, payload, fin=True, mask=None):
+        n = len(payload)
+        head = bytes([(0x80 if fin else 0) | opcode])
+        bit = 0x80 if mask else 0
+        if n < 126:
+            head += bytes([bit | n])
+        elif n < 1 << 16:
+            head += bytes([bit | 126]) + struct.pack("!H", n)
+        else:
+            head += bytes([bit | 127]) + struct.pack("!Q", n)
+        if mask:
+            payload = mask + bytes(b ^ mask[i % 4] for i, b in enumerate(payload))
+        return head + payload
+
+    def event(type_, **more):
+        return json.dumps({"type": type_, **more}).encode()
+
+    client, server = (b"\x7f\0\0\1", 50000), (b"\x7f\0\0\1", 8080)
+    create = frame(1, event("response.create", model="m"), mask=b"\x01\x02\x03\x04")
+    up = [b"GET /v1/responses HTTP/1.1\r\nUpgrade: websocket\r\n\r\n" + create[:9], create[9:]]
+    created = frame(1, event("response.created", response={"id": "resp_1"}))
+    mid = frame(1, event("response.output_text.delta", delta="x" * 300))  # 16-bit length
+    big = frame(1, event("response.output_text.delta", delta="y" * 70_000))  # 64-bit length
+    completed = event("response.completed", response={"id": "resp_1"})
+    first, rest = completed[:10], completed[10:]
+    down = [
+        b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n\r\n" + created + mid[:3],
+        mid[3:] + big[:5000],
+        big[5000:],
+        frame(1, first, fin=False) + frame(9, b"ping") + frame(0, rest[:4], fin=False),
+        frame(0, rest[4:]),
+    ]
+    packets, seq = [], {"up": 1000, "down": 7000}
+    for t, (way, payload) in enumerate(
+        [("up", up[0]), ("up", up[1])] + [("down", p) for p in down], start=1
+    ):
+        src, dst = (client, server) if way == "up" else (server, client)
+        packets.append(wire.Packet(t * 1000, src, dst, seq[way], 0x18, payload))
+        seq[way] += len(payload)
+    [exchange] = wire.exchanges(packets, 8080)
+    assert exchange.request_last_ns == 2000  # the create's last byte: the second segment
+    assert exchange.response_id == "resp_1"
+    assert [(e.type, e.t_ns) for e in exchange.events] == [
+        ("response.created", 3000),
+        ("response.output_text.delta", 4000),  # its header split: timed by its last byte
+        ("response.output_text.delta", 5000),
+        ("response.completed", 7000),  # fragments joined, the ping left out
+    ]
+    assert json.loads(exchange.events[2].data)["delta"] == "y" * 70_000

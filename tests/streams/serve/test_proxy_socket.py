@@ -6,16 +6,21 @@ whose events are its frames, none lost, with TTFT, usage and cost; the responses
 are one session; bad input closes the socket with a code that says why."""
 
 import asyncio
+import contextlib
+import itertools
 import json
+import socket
 import threading
+import time
 
 import openai
 import pytest
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.frames import Close, Opcode
 from websockets.sync.client import connect
 
 from streams.models import ApiToken, Event, Finding, Stream
-from tests.conftest import DaphneServer
+from tests.conftest import DaphneServer, free_port
 from tests.support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -87,7 +92,7 @@ def assert_recorded(streams, turns):
         assert stream.cost_nanos and stream.cost_nanos > 0
         assert stream.ttft_ms is not None and stream.ttft_ms > 0
         assert stream.upstream_url.startswith("ws://") and stream.token_id
-        assert stream.receipt_clock == "loop"  # (not the kernel's: said as it is)
+        assert stream.receipt_clock == "kernel"  # (each frame stamped with its read)
 
 
 def test_the_sync_sdk_gets_the_simulators_frames_and_each_response_is_a_stream(
@@ -254,4 +259,208 @@ def test_a_message_over_a_mib_reaches_the_proxy_and_one_over_its_limit_closes_wi
             assert closed.value.rcvd is not None and closed.value.rcvd.code == code, size
     finally:
         server.stop()
+    assert not Stream.objects.filter(source="proxy").exists()
+
+
+# ---- a client that does not read -------------------------------------------------------------
+
+FLOOD_FRAME = 64 * 1024
+# What the proxy may take in for a client that reads nothing: its client buffer
+# (PROXY_CLIENT_BUFFER_BYTES, 256 KiB) and the upstream connection's (network.py's 1 MiB high
+# water and one read), plus the kernel's socket buffers on the way, which Linux grows as a
+# connection reads fast (seen: 6–19 MiB in all; without the pause, 110 MiB in 7.5 s and on).
+HELD_AT_MOST = 32 * 2**20
+
+
+@pytest.fixture
+def flooding_upstream():
+    """A Responses WebSocket that answers a `response.create` with output deltas of 64 KiB as
+    fast as its socket takes them, until its client goes: `sent["bytes"]` is how much of it
+    its sends completed (ground truth for how much the proxy took in)."""
+    from websockets.sync.server import serve
+
+    sent = {"bytes": 0, "frames": 0, "ended": False}
+
+    def handler(connection):
+        # (its own send buffer small and fixed: what it sent is what the proxy's side took)
+        connection.socket.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 128 * 1024)
+        connection.recv()
+        created = {"type": "response.created", "sequence_number": 0}
+        created["response"] = {"id": "resp_flood", "status": "in_progress"}
+        frames = [json.dumps(created)]
+        delta = {"type": "response.output_text.delta", "item_id": "msg_1", "output_index": 0}
+        delta["content_index"] = 0
+        with contextlib.suppress(ConnectionClosed, OSError):
+            for i in itertools.count(1):
+                for text in frames:
+                    connection.send(text)
+                    sent["bytes"] += len(text)
+                    sent["frames"] += 1
+                pad = "x" * (FLOOD_FRAME - 150)
+                frames = [json.dumps({**delta, "sequence_number": i, "delta": pad})]
+        sent["ended"] = True
+
+    with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1", sent
+        server.shutdown()
+
+
+def raw_socket(url, token, rcvbuf=64 * 1024):
+    """A WebSocket client on a plain blocking socket with a small receive buffer, so that what
+    it does not read stays in the server; its sans-I/O protocol, opened."""
+    from websockets.client import ClientProtocol
+    from websockets.uri import parse_uri
+
+    uri = parse_uri(url)
+    protocol = ClientProtocol(uri, max_size=None)
+    request = protocol.connect()
+    request.headers["Authorization"] = f"Bearer {token}"
+    protocol.send_request(request)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
+    sock.settimeout(30)
+    sock.connect((uri.host, uri.port))
+    for data in protocol.data_to_send():
+        sock.sendall(data)
+    while protocol.handshake_exc is None and not protocol.events_received():
+        protocol.receive_data(sock.recv(4096))
+    assert protocol.handshake_exc is None
+    return sock, protocol
+
+
+def test_a_client_that_does_not_read_holds_the_upstream_back_then_is_let_go(
+    people, token, flooding_upstream
+):
+    """The proxy takes in a bounded amount for a client that does not read: the upstream's
+    reads pause, and the flood's sends stop completing (ground truth: without the pause they
+    went on, 110 MiB in 7.5 s, into Daphne's buffer; with it 6–8 MiB, then nothing). After
+    PROXY_SLOW_CLIENT_TIMEOUT_S the client is let go (4008, then Daphne's close handshake
+    resets a client that still reads nothing), the upstream's socket is closed and the
+    response ends `client_too_slow` with every frame that came."""
+    base_url, sent = flooding_upstream
+    slow_s = 8
+    server = DaphneServer(base_url, env={"STREAMSCOPE_PROXY_SLOW_CLIENT_TIMEOUT_S": str(slow_s)})
+    try:
+        sock, protocol = raw_socket(f"{server.ws_url}/v1/responses", token)
+        create = {"type": "response.create", "model": "m", "input": "flood me"}
+        protocol.send_text(json.dumps(create).encode())
+        for data in protocol.data_to_send():
+            sock.sendall(data)
+        series = []  # what the upstream's sends completed, every 0.25 s of not reading
+        while len(series) < slow_s * 4 - 2:
+            time.sleep(0.25)
+            series.append(sent["bytes"])
+        mib = [round(b / 2**20, 1) for b in series]
+        print(f"\nupstream sent (MiB, every 0.25 s) while the client read nothing: {mib}")
+        assert series[-1] < HELD_AT_MOST, mib
+        assert series[-5] == series[-1], mib  # (held back: nothing more for the last second)
+        [stream] = proxied_streams(1)  # (let go: its recording ended)
+        ended = None
+        with contextlib.suppress(ConnectionError):
+            while data := sock.recv(1 << 20):
+                protocol.receive_data(data)
+        protocol.receive_eof()
+        for event in protocol.events_received():
+            if event.opcode == Opcode.CLOSE:
+                ended = Close.parse(event.data).code
+        sock.close()
+        deadline = time.monotonic() + 10
+        while not sent["ended"] and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert sent["ended"]  # the upstream's socket was closed
+    assert ended in (4008, None)  # (None: reset before the client read its close)
+    assert (stream.status, stream.error_code) == ("cancelled", "client_too_slow")
+    stored = Event.objects.filter(stream=stream).count()
+    assert stored == stream.event_count and 2 <= stored <= sent["frames"]
+
+
+# ---- frames outside any response -------------------------------------------------------------
+
+
+@pytest.fixture
+def chatty_upstream():
+    """A Responses WebSocket that follows each response's terminal event with a frame of its
+    own (as an upstream announcing its rate limits might): part of no response."""
+    from websockets.sync.server import serve
+
+    def handler(connection):
+        for n, _ in enumerate(connection):
+            rid = f"resp_chatty{n}"
+            created = {"type": "response.created", "sequence_number": 0}
+            created["response"] = {"id": rid, "status": "in_progress"}
+            done = {"type": "response.completed", "sequence_number": 1}
+            done["response"] = {"id": rid, "status": "completed", "output": []}
+            aside = {"type": "rate_limits.updated", "rate_limits": [], "n": n}
+            for event in (created, done, aside):
+                connection.send(json.dumps(event))
+
+    with serve(handler, "127.0.0.1", 0, compression=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1"
+        server.shutdown()
+
+
+def test_a_frame_outside_any_response_is_relayed_counted_and_in_no_stream(
+    people, token, chatty_upstream
+):
+    """The frame after a response's terminal event reaches the client, is not taken for the
+    next response's first (it was, when it waited in the socket's queue for the next turn),
+    and is counted and said as unrecorded."""
+    server = DaphneServer(chatty_upstream)
+    try:
+        url = f"{server.ws_url}/v1/responses"
+        got = []
+        with connect(url, additional_headers={"Authorization": f"Bearer {token}"}) as ws:
+            for _ in range(2):
+                ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+                got.append([json.loads(ws.recv(timeout=10))["type"] for _ in range(3)])
+        streams = proxied_streams(2)
+        deadline = time.monotonic() + 10
+        while unrecorded(said := server.output()) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    assert got == [["response.created", "response.completed", "rate_limits.updated"]] * 2
+    for n, stream in enumerate(streams):
+        stored = [json.loads(e.data) for e in Event.objects.filter(stream=stream).order_by("index")]
+        assert [e["type"] for e in stored] == ["response.created", "response.completed"], n
+        assert (stream.upstream_id, stream.status) == (f"resp_chatty{n}", "completed")
+    assert unrecorded(said) == 2, said
+
+
+def unrecorded(log):
+    """The frames the proxy's log says it relayed outside any response."""
+    said = [line for line in log.splitlines() if "proxy_socket: " in line]
+    return sum(int(line.split("): ")[1].split()[0]) for line in said if "outside any" in line)
+
+
+def test_an_upstream_that_refuses_the_handshake_refuses_the_clients(people, token):
+    """The upstream's handshake is the proxy's own now (the sans-I/O protocol on network.py's
+    connection): an upstream answering 403, or not listening, refuses the client's handshake
+    too, and nothing is recorded."""
+    from websockets.sync.server import serve
+
+    def refuse(connection, request):
+        return connection.respond(403, "not you\n")
+
+    with serve(lambda c: None, "127.0.0.1", 0, process_request=refuse) as refusing:
+        threading.Thread(target=refusing.serve_forever, daemon=True).start()
+        port = refusing.socket.getsockname()[1]
+        for upstream in (f"http://127.0.0.1:{port}/v1", f"http://127.0.0.1:{free_port()}/v1"):
+            server = DaphneServer(upstream)
+            try:
+                headers = {"Authorization": f"Bearer {token}"}
+                with pytest.raises(InvalidStatus) as refused:
+                    connect(f"{server.ws_url}/v1/responses", additional_headers=headers).close()
+                assert refused.value.response.status_code == 403, upstream
+                said = server.output()
+            finally:
+                server.stop()
+            assert "the upstream's WebSocket did not open" in said, said
+        refusing.shutdown()
     assert not Stream.objects.filter(source="proxy").exists()
