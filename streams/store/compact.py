@@ -36,6 +36,7 @@ from django.db import models, transaction
 from streams.core import conf
 from streams.models import Event, EventBlock, Stream
 from streams.store import event_row, partitions
+from streams.store import outline as outlines
 
 log = logging.getLogger(__name__)
 
@@ -371,17 +372,20 @@ def pack(stream_id, grace_s=None, now=None):
         if stream is None:
             return 0
         rows = Event.objects.filter(stream_id=stream_id).order_by("index")
+        timed = rows.filter(t_us__isnull=False).order_by("-index")
+        span = outlines.span(timed.values_list("t_us", flat=True).first())
         shape = layout()
         packed = 0
         batch = []
+        before = _FIRST
         for row in rows.values_list(*(c for c, _ in shape)).iterator(chunk_size=BLOCK):
             batch.append(row)
             if len(batch) == BLOCK:
-                _write(stream, batch, shape)
+                before = _write(stream, batch, shape, before, span)
                 packed += len(batch)
                 batch = []
         if batch:
-            _write(stream, batch, shape)
+            _write(stream, batch, shape, before, span)
             packed += len(batch)
         if packed:
             Event.objects.filter(stream_id=stream_id).delete()
@@ -390,11 +394,20 @@ def pack(stream_id, grace_s=None, now=None):
         return packed
 
 
-def _write(stream, rows, shape):
+_FIRST = object()  # (`_write`'s `before` for the stream's first block)
+
+
+def _write(stream, rows, shape, before, span):
+    """Write a block of `rows` with its outline; returns its last receipt time, the next
+    block's `before`."""
     names = [c for c, _ in shape]
     index, at = names.index("index"), names.index("t_us")
     t_us = [r[at] for r in rows if r[at] is not None]
-    EventBlock.objects.create(
+    picked = [names.index(c) for c in outlines.COLUMNS]
+    events = [tuple(r[i] for i in picked) for r in rows]
+    before_us = None if before is _FIRST else before
+    outline = outlines.of_events(events, before_us=before_us, span_us=span)
+    block = EventBlock.objects.create(
         stream_id=stream.pk,
         stream_created_at=stream.created_at,
         first=rows[0][index],
@@ -403,7 +416,39 @@ def _write(stream, rows, shape):
         t_first_us=t_us[0] if t_us else None,
         t_last_us=t_us[-1] if t_us else None,
         payload=encode(rows, shape),
+        outline=outlines.dumps(outline),
     )
+    return block.t_last_us
+
+
+def outline(stream_id):
+    """The outline (streams/store/outline.py) of the stream's blocks, merged; a block packed
+    before outlines gets its own now, from its decoded events, and keeps it."""
+    blocks = list(
+        stream_blocks(stream_id).order_by("first").values_list("first", "t_last_us", "outline")
+    )
+    timed = [t for _, t, _ in blocks if t is not None]
+    span = outlines.span(timed[-1] if timed else None)
+    parts = []
+    for at, (first, _, stored) in enumerate(blocks):
+        if stored is None:
+            parts.append(_outline_anew(stream_id, first, blocks[at - 1][1] if at else _FIRST, span))
+        else:
+            parts.append(outlines.loads(stored))
+    return outlines.merged(p for p in parts if p is not None)
+
+
+def _outline_anew(stream_id, first, before, span):
+    payload = stream_blocks(stream_id).filter(first=first).values_list("payload", flat=True)
+    payload = payload.first()
+    if payload is None:
+        return None  # deleted meanwhile (the stream's retention)
+    block = decode(payload)
+    events = list(zip(*(block[c] for c in outlines.COLUMNS), strict=True))
+    before_us = None if before is _FIRST else before
+    made = outlines.of_events(events, before_us=before_us, span_us=span)
+    stream_blocks(stream_id).filter(first=first).update(outline=outlines.dumps(made))
+    return made
 
 
 def _ended_before(cut):
