@@ -238,13 +238,14 @@ def _directory(raw):
     return n, [(c, k, s) for (c, k), s in zip(held, sizes, strict=True)], at + 4 * count
 
 
-def decode(payload):
-    """{column: [values]} of a block's payload, for each column of `layout()`: one the block
+def decode(payload, only=None):
+    """{column: [values]} of a block's payload, for each column of `layout()` (of those in
+    `only`: a read of a few columns leaves the texts it does not show undecoded): one the block
     lacks (packed before it existed) is the model field's default; one the block holds that
     the event no longer has is skipped."""
     raw = zstandard.ZstdDecompressor(dict_data=_PRIMER).decompress(bytes(payload))
     n, held, at = _directory(raw)
-    wanted = set(columns())
+    wanted = set(columns()) if only is None else set(columns()) & set(only)
     out = {}
     for column, kind, size in held:
         if column in wanted:
@@ -311,8 +312,9 @@ def read(stream_id, blocks, columns, *, after, before, indexes, types, handed, d
     wanted = None if indexes is None else set(indexes)
     types = None if types is None else set(types)
     ordered = list(reversed(blocks)) if descending else blocks
+    needed = {*columns, "index", "type", "sent_us"}
     for _first, _last, payload in _payloads(stream_id, ordered):
-        block = decode(payload)
+        block = decode(payload, needed)
         picked = range(len(block["index"]))
         if descending:
             picked = reversed(picked)
@@ -421,9 +423,10 @@ def _write(stream, rows, shape, before, span):
     return block.t_last_us
 
 
-def outline(stream_id):
-    """The outline (streams/store/outline.py) of the stream's blocks, merged; a block packed
-    before outlines gets its own now, from its decoded events, and keeps it."""
+def outline(stream_id, points=True):
+    """The outline (streams/store/outline.py) of the stream's blocks, merged (`points=False`:
+    without the chart's points); a block packed before outlines gets its own now, from its
+    decoded events, and keeps it."""
     blocks = list(
         stream_blocks(stream_id).order_by("first").values_list("first", "t_last_us", "outline")
     )
@@ -434,7 +437,7 @@ def outline(stream_id):
         if stored is None:
             parts.append(_outline_anew(stream_id, first, blocks[at - 1][1] if at else _FIRST, span))
         else:
-            parts.append(outlines.loads(stored))
+            parts.append(outlines.loads(stored, points))
     return outlines.merged(p for p in parts if p is not None)
 
 
@@ -443,7 +446,7 @@ def _outline_anew(stream_id, first, before, span):
     payload = payload.first()
     if payload is None:
         return None  # deleted meanwhile (the stream's retention)
-    block = decode(payload)
+    block = decode(payload, outlines.COLUMNS)
     events = list(zip(*(block[c] for c in outlines.COLUMNS), strict=True))
     before_us = None if before is _FIRST else before
     made = outlines.of_events(events, before_us=before_us, span_us=span)

@@ -103,7 +103,7 @@ def type_counts(stream_id):
     found = list(rows.annotate(n=models.Count("id")).values_list("type", "n"))
     if found:
         return found
-    return list(compact.outline(stream_id)["types"].items())
+    return list(compact.outline(stream_id, points=False)["types"].items())
 
 
 def outline(stream_id):

@@ -144,13 +144,21 @@ def gap_figures(outline):
 
 
 def dumps(outline):
-    """An outline as `EventBlock.outline` stores it: JSON, compressed."""
-    raw = json.dumps(outline, separators=(",", ":")).encode()
+    """An outline as `EventBlock.outline` stores it: JSON, compressed; the chart's points on a
+    line of their own after the rest, which the page's type filter reads without them."""
+    head = {k: v for k, v in outline.items() if k != "points"}
+    raw = b"\n".join(
+        json.dumps(v, separators=(",", ":")).encode() for v in (head, outline["points"])
+    )
     return zstandard.ZstdCompressor(level=3).compress(raw)
 
 
-def loads(stored):
-    out = json.loads(zstandard.ZstdDecompressor().decompress(bytes(stored)))
+def loads(stored, points=True):
+    """The outline `dumps` stored (`points=False`: without the chart's points, left empty)."""
+    raw = zstandard.ZstdDecompressor().decompress(bytes(stored))
+    head, _, rest = raw.partition(b"\n")
+    out = json.loads(head)
+    out["points"] = json.loads(rest) if points else [[]] * 4
     out["buckets"] = [tuple(b) for b in out["buckets"]]
     out["longest"] = [tuple(g) for g in out["longest"]]
     return out
