@@ -165,3 +165,42 @@ def test_a_long_packed_streams_timeline_decodes_only_the_blocks_it_shows(monkeyp
     chart = timing.timing_series(stream)
     assert chart["count"] == 722 and chart["points"]["index"]
     assert opened == []
+
+
+def test_a_secret_in_a_packed_streams_types_and_data_leaves_through_no_outlined_page(
+    settings, monkeypatch
+):
+    """The outline keeps event types (the filter) and the chart's numbers: an upstream that
+    echoes the key in its data and in an event's type gets neither back out of the page or
+    the chart's data of its outlined stream."""
+    from django.contrib.auth.models import User
+    from django.test import Client
+    from django.urls import reverse
+
+    from tests.support.captures import text_capture
+    from tests.support.hostile import KEY, copies
+
+    monkeypatch.setattr(timing, "OUTLINED_ABOVE", 3)
+    monkeypatch.setattr(compact, "BLOCK", 4)
+    settings.UPSTREAM_API_KEY = KEY
+    user = User.objects.create_user("outliner", password="x")
+    capture = text_capture(f"echoed {KEY} back " * 8)
+    capture += f'event: message\ndata: {{"type":"x.{KEY}"}}\n\n'.encode()
+    [stream] = import_capture(capture, "o.sse", user=user)
+    at = 0
+    for event in Event.objects.filter(stream_id=stream.pk).order_by("index"):
+        at += 1500
+        Event.objects.filter(pk=event.pk).update(t_us=at)
+    assert compact.pack(stream.pk, now=PAST) > 8
+    stored = outline.loads(EventBlock.objects.order_by("-first").first().outline)
+    assert f"x.{KEY}" in stored["types"]  # kept as received: what leaves goes through the gate
+
+    client = Client()
+    client.force_login(user)
+    chart = client.get(reverse("stream_timing", args=[stream.pk]))
+    assert chart.status_code == 200 and chart.json()["points"]["index"]  # the outlined chart
+    page = client.get(reverse("stream_detail", args=[stream.pk]))
+    assert page.status_code == 200
+    for body in (page.content, chart.content):
+        assert copies(body.decode()) == 0
+    assert b"[redacted]" in page.content  # (the type filter lists it, redacted)
