@@ -379,7 +379,7 @@ def pack(stream_id, grace_s=None, now=None):
         shape = layout()
         packed = 0
         batch = []
-        before = _FIRST
+        before = None  # (the first block's first event is the stream's first)
         for row in rows.values_list(*(c for c, _ in shape)).iterator(chunk_size=BLOCK):
             batch.append(row)
             if len(batch) == BLOCK:
@@ -396,19 +396,15 @@ def pack(stream_id, grace_s=None, now=None):
         return packed
 
 
-_FIRST = object()  # (`_write`'s `before` for the stream's first block)
-
-
 def _write(stream, rows, shape, before, span):
-    """Write a block of `rows` with its outline; returns its last receipt time, the next
-    block's `before`."""
+    """Write a block of `rows` with its outline (`before`: the previous block's last receipt
+    time, `span`: the stream's; streams/store/outline.py); returns its own last receipt time."""
     names = [c for c, _ in shape]
     index, at = names.index("index"), names.index("t_us")
     t_us = [r[at] for r in rows if r[at] is not None]
     picked = [names.index(c) for c in outlines.COLUMNS]
     events = [tuple(r[i] for i in picked) for r in rows]
-    before_us = None if before is _FIRST else before
-    outline = outlines.of_events(events, before_us=before_us, span_us=span)
+    outline = outlines.of_events(events, before_us=before, span_us=span)
     block = EventBlock.objects.create(
         stream_id=stream.pk,
         stream_created_at=stream.created_at,
@@ -435,7 +431,8 @@ def outline(stream_id, points=True):
     parts = []
     for at, (first, _, stored) in enumerate(blocks):
         if stored is None:
-            parts.append(_outline_anew(stream_id, first, blocks[at - 1][1] if at else _FIRST, span))
+            before = blocks[at - 1][1] if at else None
+            parts.append(_outline_anew(stream_id, first, before, span))
         else:
             parts.append(outlines.loads(stored, points))
     return outlines.merged(p for p in parts if p is not None)
@@ -448,8 +445,7 @@ def _outline_anew(stream_id, first, before, span):
         return None  # deleted meanwhile (the stream's retention)
     block = decode(payload, outlines.COLUMNS)
     events = list(zip(*(block[c] for c in outlines.COLUMNS), strict=True))
-    before_us = None if before is _FIRST else before
-    made = outlines.of_events(events, before_us=before_us, span_us=span)
+    made = outlines.of_events(events, before_us=before, span_us=span)
     stream_blocks(stream_id).filter(first=first).update(outline=outlines.dumps(made))
     return made
 

@@ -109,11 +109,8 @@ def type_counts(stream_id):
 def outline(stream_id):
     """The stream's outline (streams/store/outline.py: its types' counts, the timing chart's
     points and figures) from its rows, or its blocks' stored ones: one shape from either."""
-    rows = list(
-        _filtered(stream_id, None, None, None, None, False)
-        .order_by("index")
-        .values_list(*outlines.COLUMNS)
-    )
+    rows = Event.objects.filter(stream_id=stream_id).order_by("index")
+    rows = list(rows.values_list(*outlines.COLUMNS))
     if not rows:
         return compact.outline(stream_id)
     timed = [r[1] for r in rows if r[1] is not None]
