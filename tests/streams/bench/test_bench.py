@@ -184,7 +184,7 @@ def test_timeline(tmp_path):
     )
     assert [line["bench"] for line in lines] == ["timeline", "timeline"]
     base, big = lines
-    assert abs(big["events"] - 1500) <= 150 and abs(base["events"] - 100) <= 10
+    assert abs(big["events"] - 1500) <= 375 and abs(base["events"] - 100) <= 25
     assert big["blocks"] == -(-big["events"] // 1000)
     for line in lines:
         assert line["problems"] == []
