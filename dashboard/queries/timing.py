@@ -13,10 +13,6 @@ from streams.models import Finding
 from streams.store import events as stored_events
 from streams.store import outline as outlines
 
-# Events above which a finished stream's chart is drawn from its outline (streams/store/
-# outline.py: the points the chart would draw, no event read) instead of from every event.
-OUTLINED_ABOVE = 5_000
-
 
 def flagged_timing(stream):
     """How many stall and buffered_delivery findings the stream has, all of them (a stall
@@ -63,8 +59,8 @@ def timing_series(stream):
     A proxied stream's also has `proxy_us[i]`, how long the proxy held each event (None: never
     handed to the client), and `proxy`, the stream's p50 and p99 of it.
 
-    A finished stream of more than OUTLINED_ABOVE events: `outlined_series`."""
-    if not stream.is_active and stream.event_count > OUTLINED_ABOVE:
+    A finished stream of more than `outlines.ABOVE` events: `outlined_series`."""
+    if not stream.is_active and stream.event_count > outlines.ABOVE:
         return outlined_series(stream)
     rows, sent, stored = _timed_rows(stream.pk, is_proxied(stream))
     times = [t for t, _ in rows]

@@ -67,7 +67,7 @@ def _as_columns(index, row, base):
 
 
 def _blocks(events):
-    """The blocks (and their outlines) the packer would write of `events`."""
+    """The blocks (and their outlines, a long stream's only) the packer would write of `events`."""
     out = []
     names = compact.columns()
     index, at_t = names.index("index"), names.index("t_us")
@@ -79,10 +79,11 @@ def _blocks(events):
         t_us = [e[at_t] for e in chunk if e[at_t] is not None]
         first, last = chunk[0][index], chunk[-1][index]
         payload = compact.encode(chunk)
-        outline = outlines.of_events(
-            [tuple(e[i] for i in picked) for e in chunk], before_us=before, span_us=span
-        )
-        out.append((first, last, len(chunk), t_us[0], t_us[-1], payload, outlines.dumps(outline)))
+        outline = None
+        if len(events) > outlines.ABOVE:
+            made = [tuple(e[i] for i in picked) for e in chunk]
+            outline = outlines.dumps(outlines.of_events(made, before_us=before, span_us=span))
+        out.append((first, last, len(chunk), t_us[0], t_us[-1], payload, outline))
         before = t_us[-1]
     return out
 

@@ -376,6 +376,8 @@ def pack(stream_id, grace_s=None, now=None):
         rows = Event.objects.filter(stream_id=stream_id).order_by("index")
         timed = rows.filter(t_us__isnull=False).order_by("-index")
         span = outlines.span(timed.values_list("t_us", flat=True).first())
+        if rows.count() <= outlines.ABOVE:
+            span = None  # (a short stream's blocks keep no outline)
         shape = layout()
         packed = 0
         batch = []
@@ -398,13 +400,16 @@ def pack(stream_id, grace_s=None, now=None):
 
 def _write(stream, rows, shape, before, span):
     """Write a block of `rows` with its outline (`before`: the previous block's last receipt
-    time, `span`: the stream's; streams/store/outline.py); returns its own last receipt time."""
+    time, `span`: the stream's, None: no outline; streams/store/outline.py); returns its own
+    last receipt time."""
     names = [c for c, _ in shape]
     index, at = names.index("index"), names.index("t_us")
     t_us = [r[at] for r in rows if r[at] is not None]
     picked = [names.index(c) for c in outlines.COLUMNS]
     events = [tuple(r[i] for i in picked) for r in rows]
-    outline = outlines.of_events(events, before_us=before, span_us=span)
+    outline = None
+    if span is not None:
+        outline = outlines.dumps(outlines.of_events(events, before_us=before, span_us=span))
     block = EventBlock.objects.create(
         stream_id=stream.pk,
         stream_created_at=stream.created_at,
@@ -414,31 +419,32 @@ def _write(stream, rows, shape, before, span):
         t_first_us=t_us[0] if t_us else None,
         t_last_us=t_us[-1] if t_us else None,
         payload=encode(rows, shape),
-        outline=outlines.dumps(outline),
+        outline=outline,
     )
     return block.t_last_us
 
 
 def outline(stream_id, points=True):
     """The outline (streams/store/outline.py) of the stream's blocks, merged (`points=False`:
-    without the chart's points); a block packed before outlines gets its own now, from its
-    decoded events, and keeps it."""
-    blocks = list(
-        stream_blocks(stream_id).order_by("first").values_list("first", "t_last_us", "outline")
-    )
-    timed = [t for _, t, _ in blocks if t is not None]
+    without the chart's points). A long stream's (`outlines.ABOVE`) are stored, and a block
+    packed before outlines gets its own now, from its decoded events, and keeps it; a short
+    stream's blocks are decoded and outlined as they are read."""
+    blocks = stream_blocks(stream_id).order_by("first")
+    blocks = list(blocks.values_list("first", "t_last_us", "count", "outline"))
+    timed = [b[1] for b in blocks if b[1] is not None]
     span = outlines.span(timed[-1] if timed else None)
+    keep = sum(b[2] for b in blocks) > outlines.ABOVE
     parts = []
-    for at, (first, _, stored) in enumerate(blocks):
+    for at, (first, _, _, stored) in enumerate(blocks):
         if stored is None:
             before = blocks[at - 1][1] if at else None
-            parts.append(_outline_anew(stream_id, first, before, span))
+            parts.append(_outline_anew(stream_id, first, before, span, keep))
         else:
             parts.append(outlines.loads(stored, points))
     return outlines.merged(p for p in parts if p is not None)
 
 
-def _outline_anew(stream_id, first, before, span):
+def _outline_anew(stream_id, first, before, span, keep):
     payload = stream_blocks(stream_id).filter(first=first).values_list("payload", flat=True)
     payload = payload.first()
     if payload is None:
@@ -446,7 +452,8 @@ def _outline_anew(stream_id, first, before, span):
     block = decode(payload, outlines.COLUMNS)
     events = list(zip(*(block[c] for c in outlines.COLUMNS), strict=True))
     made = outlines.of_events(events, before_us=before, span_us=span)
-    stream_blocks(stream_id).filter(first=first).update(outline=outlines.dumps(made))
+    if keep:
+        stream_blocks(stream_id).filter(first=first).update(outline=outlines.dumps(made))
     return made
 
 

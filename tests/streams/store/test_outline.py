@@ -51,6 +51,7 @@ def _decoded(block):
 @pytest.mark.parametrize("name", CAPTURE_FILES)
 def test_a_blocks_stored_outline_is_the_outline_of_its_events(name, monkeypatch):
     monkeypatch.setattr(compact, "BLOCK", 7)  # several blocks even of a short capture
+    monkeypatch.setattr(outline, "ABOVE", 0)  # and outlined, as a long stream is
     stream = timed_capture(name)
     from_rows = stored_events.outline(stream.pk)
     assert from_rows["count"] == stream.event_count > 0
@@ -71,6 +72,7 @@ def test_a_blocks_stored_outline_is_the_outline_of_its_events(name, monkeypatch)
 @pytest.mark.parametrize("name", CAPTURE_FILES[::5])
 def test_a_block_packed_before_outlines_gets_its_own_on_first_read(name, monkeypatch):
     monkeypatch.setattr(compact, "BLOCK", 5)
+    monkeypatch.setattr(outline, "ABOVE", 0)
     stream = timed_capture(name, seed=2)
     compact.pack(stream.pk, now=PAST)
     expected = stored_events.outline(stream.pk)
@@ -88,8 +90,8 @@ def test_the_captions_figures_hold_against_every_events(monkeypatch):
     stream = timed_capture("openai_text_long_722ev.sse", seed=3)
     exact = timing.timing_series(stream)  # (722 events: every one)
     assert "gap_us" in exact and "points" not in exact
+    monkeypatch.setattr(outline, "ABOVE", 100)
     compact.pack(stream.pk, now=PAST)
-    monkeypatch.setattr(timing, "OUTLINED_ABOVE", 100)
     outlined = timing.timing_series(stream)
     assert "gap_us" not in outlined
 
@@ -109,6 +111,18 @@ def test_the_captions_figures_hold_against_every_events(monkeypatch):
     assert all(times[i] == t for i, t in zip(points["index"], points["at_us"], strict=True))
     assert points["at_us"] == sorted(points["at_us"])
     assert 0 < len(points["index"]) < 2 * 722
+
+
+def test_a_short_streams_blocks_keep_no_outline_and_read_as_the_same(monkeypatch):
+    """Outlines cost a short stream's blocks as much again as their events: it has none, and
+    its outline is made as it is read, the same as its rows'."""
+    monkeypatch.setattr(compact, "BLOCK", 50)
+    stream = timed_capture("openai_text_long_722ev.sse", seed=6)
+    from_rows = stored_events.outline(stream.pk)
+    assert compact.pack(stream.pk, now=PAST) == 722 <= outline.ABOVE
+    assert list(EventBlock.objects.values_list("outline", flat=True).distinct()) == [None]
+    assert stored_events.outline(stream.pk) == outline.loads(outline.dumps(from_rows))
+    assert EventBlock.objects.filter(outline__isnull=False).count() == 0  # (none kept)
 
 
 def test_the_chart_keeps_one_event_a_cell_of_its_grid():
@@ -142,7 +156,7 @@ def test_a_long_packed_streams_timeline_decodes_only_the_blocks_it_shows(monkeyp
     from django.contrib.auth.models import User
 
     monkeypatch.setattr(compact, "BLOCK", 50)
-    monkeypatch.setattr(timing, "OUTLINED_ABOVE", 100)
+    monkeypatch.setattr(outline, "ABOVE", 100)
     stream = timed_capture("openai_text_long_722ev.sse", seed=5)
     stream.user = User.objects.create_user("reader")
     compact.pack(stream.pk, now=PAST)
@@ -180,7 +194,7 @@ def test_a_secret_in_a_packed_streams_types_and_data_leaves_through_no_outlined_
     from tests.support.captures import text_capture
     from tests.support.hostile import KEY, copies
 
-    monkeypatch.setattr(timing, "OUTLINED_ABOVE", 3)
+    monkeypatch.setattr(outline, "ABOVE", 3)
     monkeypatch.setattr(compact, "BLOCK", 4)
     settings.UPSTREAM_API_KEY = KEY
     user = User.objects.create_user("outliner", password="x")
