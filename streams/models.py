@@ -744,6 +744,9 @@ class EventBlock(models.Model):
     t_first_us = models.BigIntegerField(_("first received (µs)"), null=True)
     t_last_us = models.BigIntegerField(_("last received (µs)"), null=True)
     payload = models.BinaryField(_("packed events"))
+    # What the timeline shows of these events without decoding them (streams/store/outline.py):
+    # their types' counts and the chart's points. Null: packed before outlines, made on first read.
+    outline = models.BinaryField(_("outline"), null=True)
     # The stream's own `created_at`, copied: on PostgreSQL the table is partitioned by it, a
     # partition a day (streams/store/partitions.py), so retention of a day drops a table and a
     # read that names it opens one partition. In the primary key there (a partitioned table's

@@ -11,6 +11,7 @@ from streams.core import figures
 from streams.core.checks import OUTPUT_DELTAS, TERMINAL_STATUS
 from streams.models import Finding
 from streams.store import events as stored_events
+from streams.store import outline as outlines
 
 
 def flagged_timing(stream):
@@ -56,7 +57,11 @@ def timing_series(stream):
     comprehensions: cheap enough to send whole (docs/performance.md, "Inspection").
 
     A proxied stream's also has `proxy_us[i]`, how long the proxy held each event (None: never
-    handed to the client), and `proxy`, the stream's p50 and p99 of it."""
+    handed to the client), and `proxy`, the stream's p50 and p99 of it.
+
+    A finished stream of more than `outlines.ABOVE` events: `outlined_series`."""
+    if not stream.is_active and stream.event_count > outlines.ABOVE:
+        return outlined_series(stream)
     rows, sent, stored = _timed_rows(stream.pk, is_proxied(stream))
     times = [t for t, _ in rows]
     data = {
@@ -88,6 +93,40 @@ def timing_series(stream):
         data["index"] = indexes
     if len(gaps) > 1:
         data["stats"] = _gap_stats(gaps, times, indexes)
+    data["marks"] = _timing_marks(stream)
+    return data
+
+
+def outlined_series(stream):
+    """The chart's data from the stream's outline: `points` (`index`, `at_us` its receipt time,
+    `value_us` the gap or the proxy's delay, `series` 0 output delta, 1 other event, 2 proxy)
+    the events the chart would draw, one a cell of its grid (streams/store/outline.py); the
+    caption's figures from it (percentiles within 0.5 %: `stats["approximate"]`). Reads no
+    event of a packed stream."""
+    outline = stored_events.outline(stream.pk)
+    data = {
+        "stream": stream.pk,
+        "status": stream.status,
+        "count": outline["count"],
+        "timed": not outline["untimed"],
+        "closed_us": stream.closed_us,
+        "flagged": flagged_timing(stream),
+    }
+    if not outline["count"] or outline["untimed"]:
+        return data
+    index, at_us, value_us, series = outline["points"]
+    proxied = is_proxied(stream)
+    if not proxied:  # (a proxy's delay is charted for a proxied stream only, as above)
+        kept = [i for i, s in enumerate(series) if s != outlines.PROXY]
+        index, at_us, value_us, series = (
+            [column[i] for i in kept] for column in (index, at_us, value_us, series)
+        )
+    data["points"] = {"index": index, "at_us": at_us, "value_us": value_us, "series": series}
+    if proxied:
+        data["proxy"] = {"p50_ms": stream.proxy_added_p50_ms, "p99_ms": stream.proxy_added_p99_ms}
+    stats = outlines.gap_figures(outline)
+    if stats:
+        data["stats"] = {**stats, "approximate": True}
     data["marks"] = _timing_marks(stream)
     return data
 

@@ -20,6 +20,7 @@ from django.db import connection, transaction
 
 from streams.models import Event, EventBlock, Stream
 from streams.store import compact, partitions
+from streams.store import outline as outlines
 
 # (events a stream asks the maker for on average, weight): most streams are short answers,
 # some long ones, a few agents' sessions of ~100k events (the maker's own spread around each)
@@ -31,7 +32,7 @@ USERS = [("alice", 1.0)]
 def templates(rng, make_stream, lengths=LENGTHS, per_length=TEMPLATES_PER_LENGTH):
     """[(weight, [block rows])] of streams made by `make_stream` (seed_demo's, which hands
     itself in: the command is above this module): a block row is (first, last, count,
-    t_first_us, t_last_us, payload)."""
+    t_first_us, t_last_us, payload, outline)."""
     made = []
     base = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
     for length, weight in lengths:
@@ -66,15 +67,24 @@ def _as_columns(index, row, base):
 
 
 def _blocks(events):
+    """The blocks (and their outlines, a long stream's only) the packer would write of `events`."""
     out = []
     names = compact.columns()
     index, at_t = names.index("index"), names.index("t_us")
+    picked = [names.index(c) for c in outlines.COLUMNS]
+    span = outlines.span([e[at_t] for e in events if e[at_t] is not None][-1])
+    before = None
     for at in range(0, len(events), compact.BLOCK):
         chunk = events[at : at + compact.BLOCK]
         t_us = [e[at_t] for e in chunk if e[at_t] is not None]
         first, last = chunk[0][index], chunk[-1][index]
         payload = compact.encode(chunk)
-        out.append((first, last, len(chunk), t_us[0], t_us[-1], payload))
+        outline = None
+        if len(events) > outlines.ABOVE:
+            made = [tuple(e[i] for i in picked) for e in chunk]
+            outline = outlines.dumps(outlines.of_events(made, before_us=before, span_us=span))
+        out.append((first, last, len(chunk), t_us[0], t_us[-1], payload, outline))
+        before = t_us[-1]
     return out
 
 
@@ -131,7 +141,7 @@ def _write(batch):
     if not batch:
         return
     columns = ("stream_id", "stream_created_at", "first", "last", "count", "t_first_us")
-    columns += ("t_last_us", "payload")
+    columns += ("t_last_us", "payload", "outline")
     if connection.vendor == "postgresql":
         qn = connection.ops.quote_name
         names = ", ".join(qn(c) for c in columns)

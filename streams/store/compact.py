@@ -36,6 +36,7 @@ from django.db import models, transaction
 from streams.core import conf
 from streams.models import Event, EventBlock, Stream
 from streams.store import event_row, partitions
+from streams.store import outline as outlines
 
 log = logging.getLogger(__name__)
 
@@ -237,13 +238,14 @@ def _directory(raw):
     return n, [(c, k, s) for (c, k), s in zip(held, sizes, strict=True)], at + 4 * count
 
 
-def decode(payload):
-    """{column: [values]} of a block's payload, for each column of `layout()`: one the block
+def decode(payload, only=None):
+    """{column: [values]} of a block's payload, for each column of `layout()` (of those in
+    `only`: a read of a few columns leaves the texts it does not show undecoded): one the block
     lacks (packed before it existed) is the model field's default; one the block holds that
     the event no longer has is skipped."""
     raw = zstandard.ZstdDecompressor(dict_data=_PRIMER).decompress(bytes(payload))
     n, held, at = _directory(raw)
-    wanted = set(columns())
+    wanted = set(columns()) if only is None else set(columns()) & set(only)
     out = {}
     for column, kind, size in held:
         if column in wanted:
@@ -310,8 +312,9 @@ def read(stream_id, blocks, columns, *, after, before, indexes, types, handed, d
     wanted = None if indexes is None else set(indexes)
     types = None if types is None else set(types)
     ordered = list(reversed(blocks)) if descending else blocks
+    needed = {*columns, "index", "type", "sent_us"}
     for _first, _last, payload in _payloads(stream_id, ordered):
-        block = decode(payload)
+        block = decode(payload, needed)
         picked = range(len(block["index"]))
         if descending:
             picked = reversed(picked)
@@ -371,17 +374,22 @@ def pack(stream_id, grace_s=None, now=None):
         if stream is None:
             return 0
         rows = Event.objects.filter(stream_id=stream_id).order_by("index")
+        timed = rows.filter(t_us__isnull=False).order_by("-index")
+        span = outlines.span(timed.values_list("t_us", flat=True).first())
+        if rows.count() <= outlines.ABOVE:
+            span = None  # (a short stream's blocks keep no outline)
         shape = layout()
         packed = 0
         batch = []
+        before = None  # (the first block's first event is the stream's first)
         for row in rows.values_list(*(c for c, _ in shape)).iterator(chunk_size=BLOCK):
             batch.append(row)
             if len(batch) == BLOCK:
-                _write(stream, batch, shape)
+                before = _write(stream, batch, shape, before, span)
                 packed += len(batch)
                 batch = []
         if batch:
-            _write(stream, batch, shape)
+            _write(stream, batch, shape, before, span)
             packed += len(batch)
         if packed:
             Event.objects.filter(stream_id=stream_id).delete()
@@ -390,11 +398,19 @@ def pack(stream_id, grace_s=None, now=None):
         return packed
 
 
-def _write(stream, rows, shape):
+def _write(stream, rows, shape, before, span):
+    """Write a block of `rows` with its outline (`before`: the previous block's last receipt
+    time, `span`: the stream's, None: no outline; streams/store/outline.py); returns its own
+    last receipt time."""
     names = [c for c, _ in shape]
     index, at = names.index("index"), names.index("t_us")
     t_us = [r[at] for r in rows if r[at] is not None]
-    EventBlock.objects.create(
+    picked = [names.index(c) for c in outlines.COLUMNS]
+    events = [tuple(r[i] for i in picked) for r in rows]
+    outline = None
+    if span is not None:
+        outline = outlines.dumps(outlines.of_events(events, before_us=before, span_us=span))
+    block = EventBlock.objects.create(
         stream_id=stream.pk,
         stream_created_at=stream.created_at,
         first=rows[0][index],
@@ -403,7 +419,42 @@ def _write(stream, rows, shape):
         t_first_us=t_us[0] if t_us else None,
         t_last_us=t_us[-1] if t_us else None,
         payload=encode(rows, shape),
+        outline=outline,
     )
+    return block.t_last_us
+
+
+def outline(stream_id, points=True):
+    """The outline (streams/store/outline.py) of the stream's blocks, merged (`points=False`:
+    without the chart's points). A long stream's (`outlines.ABOVE`) are stored, and a block
+    packed before outlines gets its own now, from its decoded events, and keeps it; a short
+    stream's blocks are decoded and outlined as they are read."""
+    blocks = stream_blocks(stream_id).order_by("first")
+    blocks = list(blocks.values_list("first", "t_last_us", "count", "outline"))
+    timed = [b[1] for b in blocks if b[1] is not None]
+    span = outlines.span(timed[-1] if timed else None)
+    keep = sum(b[2] for b in blocks) > outlines.ABOVE
+    parts = []
+    for at, (first, _, _, stored) in enumerate(blocks):
+        if stored is None:
+            before = blocks[at - 1][1] if at else None
+            parts.append(_outline_anew(stream_id, first, before, span, keep))
+        else:
+            parts.append(outlines.loads(stored, points))
+    return outlines.merged(p for p in parts if p is not None)
+
+
+def _outline_anew(stream_id, first, before, span, keep):
+    payload = stream_blocks(stream_id).filter(first=first).values_list("payload", flat=True)
+    payload = payload.first()
+    if payload is None:
+        return None  # deleted meanwhile (the stream's retention)
+    block = decode(payload, outlines.COLUMNS)
+    events = list(zip(*(block[c] for c in outlines.COLUMNS), strict=True))
+    made = outlines.of_events(events, before_us=before, span_us=span)
+    if keep:
+        stream_blocks(stream_id).filter(first=first).update(outline=outlines.dumps(made))
+    return made
 
 
 def _ended_before(cut):

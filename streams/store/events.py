@@ -20,6 +20,7 @@ from django.db import models
 
 from streams.models import Event
 from streams.store import compact
+from streams.store import outline as outlines
 
 # A bounded read's chunk when iterating (a 100 000-event stream is read in pieces).
 CHUNK = 2000
@@ -102,14 +103,19 @@ def type_counts(stream_id):
     found = list(rows.annotate(n=models.Count("id")).values_list("type", "n"))
     if found:
         return found
-    counts = {}
-    for (type_,) in _packed(stream_id, ("type",), _ALL):
-        counts[type_] = counts.get(type_, 0) + 1
-    return list(counts.items())
+    return list(compact.outline(stream_id, points=False)["types"].items())
 
 
-_ALL = {"after": None, "before": None, "indexes": None, "types": None}
-_ALL.update(handed=False, descending=False)
+def outline(stream_id):
+    """The stream's outline (streams/store/outline.py: its types' counts, the timing chart's
+    points and figures) from its rows, or its blocks' stored ones: one shape from either."""
+    rows = Event.objects.filter(stream_id=stream_id).order_by("index")
+    rows = list(rows.values_list(*outlines.COLUMNS))
+    if not rows:
+        return compact.outline(stream_id)
+    timed = [r[1] for r in rows if r[1] is not None]
+    span = outlines.span(timed[-1] if timed else None)
+    return outlines.merged([outlines.of_events(rows, before_us=None, span_us=span)])
 
 
 def last_data(stream_ids):

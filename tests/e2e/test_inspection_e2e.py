@@ -227,6 +227,8 @@ class TestBigStream:
         print(f"100k-event timeline ready in {elapsed:.2f} s")
         assert elapsed < 2.0, f"the timeline took {elapsed:.2f} s"
         expect(page.locator("#timing-caption")).to_contain_text("1 stall")
+        # drawn from the stream's outline (one event a dot-sized cell), and the caption says so
+        expect(page.locator("#timing-caption")).to_contain_text("read from a histogram")
         screenshot(page, "timeline_100k")
 
         # scrolling the table loads the next windows and keeps the DOM bounded

@@ -133,6 +133,7 @@ export class TimingChart {
     this.lastUs = 0;
     this.marks = [];
     this.silence = null;
+    this.outlined = false; // the points are a long stream's outline, not every event
   }
 
   /** `sentUs`: when the proxy handed the event to its client (proxied streams; else absent). */
@@ -162,17 +163,7 @@ export class TimingChart {
       this.box.hidden = true;
       return;
     }
-    const types = data.types || [];
-    const output = new Set(data.output_types || []);
-    const isOut = types.map((type) => output.has(type));
-    let at = 0;
-    const gaps = data.gap_us;
-    const held = data.proxy_us;
-    for (let i = 0; i < gaps.length; i++) {
-      at += gaps[i];
-      const sent = held && held[i] !== null ? at + held[i] : null;
-      this.push(data.index ? data.index[i] : data.first + i, at, isOut[data.kind[i]], sent);
-    }
+    const at = data.points ? this.loadPoints(data.points) : this.loadEvents(data);
     this.marks = data.marks || [];
     // A stalled attempt ends in silence: chart it up to the close, as a band.
     if (data.status === "stalled" && data.closed_us && data.closed_us > at) {
@@ -185,6 +176,37 @@ export class TimingChart {
     }
     this.draw(true);
     this.describe(data);
+  }
+
+  /** Every event's gap (`gap_us`, `kind`…): the receipt times rebuilt by a running sum. */
+  loadEvents(data) {
+    const types = data.types || [];
+    const output = new Set(data.output_types || []);
+    const isOut = types.map((type) => output.has(type));
+    let at = 0;
+    const gaps = data.gap_us;
+    const held = data.proxy_us;
+    for (let i = 0; i < gaps.length; i++) {
+      at += gaps[i];
+      const sent = held && held[i] !== null ? at + held[i] : null;
+      this.push(data.index ? data.index[i] : data.first + i, at, isOut[data.kind[i]], sent);
+    }
+    return at;
+  }
+
+  /** A long stream's outline: the events the chart would draw, one a cell of its grid, each
+   * in one series (0 output delta, 1 other event, 2 the proxy's delay), in time order. */
+  loadPoints(points) {
+    const n = points.index.length;
+    const columns = [this.out, this.other, this.proxy];
+    for (let i = 0; i < n; i++) {
+      const value = Math.max(points.value_us[i] / 1000, 0);
+      this.xs.push(points.at_us[i] / 1e6);
+      for (let s = 0; s < columns.length; s++) columns[s].push(s === points.series[i] ? value : null);
+      this.indexes.push(points.index[i]);
+    }
+    this.outlined = true;
+    return n ? points.at_us[n - 1] : 0;
   }
 
   describe(data) {
@@ -228,6 +250,12 @@ export class TimingChart {
         });
     } else {
       text += t("No stall or buffered burst was flagged. ");
+    }
+    if (s.approximate) {
+      text += t(
+        "A long stream: each dot stands for the events at its place, and the median and " +
+          "percentiles are read from a histogram (within 0.5 %). ",
+      );
     }
     if (this.silence) {
       const quiet = (this.silence[1] - this.silence[0]) * 1000;
@@ -365,6 +393,8 @@ export class TimingChart {
       const x = u.valToPos(this.xs[i], "x", true);
       if (mark.code === "stall") {
         const x0 = u.valToPos(i > 0 ? this.xs[i - 1] : 0, "x", true);
+        // (an outline's point before the marked one may be several events earlier: the band
+        // then starts there, at most a cell of the grid wide too early)
         ctx.fillStyle = c.band;
         ctx.fillRect(x0, top, Math.max(x - x0, 2), height);
         ctx.fillStyle = c.err;
@@ -399,7 +429,9 @@ export class TimingChart {
     ctx.restore();
   }
 
-  /** Position of an event index in the arrays (indexes ascend). */
+  /** Position of an event index in the arrays (indexes ascend). An outline keeps some events
+   * only: there, the first point at or after the index (in the same cell of the grid, or the
+   * next one the stream reached). */
   position(index) {
     let lo = 0;
     let hi = this.indexes.length - 1;
@@ -410,7 +442,7 @@ export class TimingChart {
       if (v < index) lo = mid + 1;
       else hi = mid - 1;
     }
-    return -1;
+    return this.outlined && lo < this.indexes.length ? lo : -1;
   }
 
   data() {

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "capacity": "streams.bench.capacity",
     "alerts": "streams.bench.alerts",
     "experiment": "streams.bench.experiment",
+    "timeline": "streams.bench.timeline",
 }
 
 
@@ -37,4 +38,8 @@ class Command(BaseCommand):
         what = opts["what"]
         if what not in BENCHMARKS:
             raise CommandError(f"unknown benchmark {what!r}")
-        importlib.import_module(BENCHMARKS[what]).run(self, opts)
+        # The benches sit below the commands (tests/test_layers.py): seed_demo's maker of
+        # realistic simulator streams is handed down to those that seed their own.
+        from streams.management.commands.seed_demo import make_stream
+
+        importlib.import_module(BENCHMARKS[what]).run(self, {**opts, "make_stream": make_stream})

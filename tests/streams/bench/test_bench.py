@@ -176,6 +176,25 @@ def test_ingest(tmp_path):
 
 
 @TIER_1
+@pytest.mark.e2e
+def test_timeline(tmp_path):
+    """A packed stream's timeline in Chromium: both streams' rows and chart timed, each load."""
+    lines = bench(
+        tmp_path, "timeline", "--events", "1500", "--baseline-events", "100", "--loads", "1"
+    )
+    assert [line["bench"] for line in lines] == ["timeline", "timeline"]
+    base, big = lines
+    assert abs(big["events"] - 1500) <= 375 and abs(base["events"] - 100) <= 25
+    assert big["blocks"] == -(-big["events"] // 1000)
+    for line in lines:
+        assert line["problems"] == []
+        for name in ("rows", "chart"):
+            assert 0 < line[f"{name}_min_ms"] <= line[f"{name}_p50_ms"] <= line[f"{name}_max_ms"]
+        assert positive(line["server_cpu_ms_per_load"])
+    assert positive(big["rows_over_baseline"]) and positive(big["chart_over_baseline"])
+
+
+@TIER_1
 def test_simulator(tmp_path):
     """Fresh and aged windows of a simulator driven by 2 clients: every response complete, the
     log's size reported, both CPU figures measured."""

@@ -37,3 +37,9 @@ def test_the_seeded_streams_hold_packed_simulator_streams(monkeypatch):
         assert [r[0] for r in read] == list(range(stream.event_count))
         assert read[0][1] == "response.created" and '"delta"' in read[5][2]  # (not zeros)
     assert compact.due(grace_s=-3600) == []  # nothing left for the packer
+    # with the outlines the packer would have stored (made anew from the events: the same)
+    stream = held.order_by("-event_count").first()
+    seeded = stored_events.outline(stream.pk)
+    assert seeded["count"] == stream.event_count
+    EventBlock.objects.filter(stream_id=stream.pk).update(outline=None)
+    assert stored_events.outline(stream.pk) == seeded

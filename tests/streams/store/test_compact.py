@@ -101,11 +101,12 @@ def test_a_crash_while_packing_loses_nothing(monkeypatch):
     written = []
     real = compact._write
 
-    def write_then_die(stream_id, batch, shape):
-        real(stream_id, batch, shape)
+    def write_then_die(stream_id, batch, *args):
+        last_us = real(stream_id, batch, *args)
         written.append(len(batch))
         if len(written) == 2:
             raise KeyboardInterrupt  # the process stopped between two blocks
+        return last_us
 
     monkeypatch.setattr(compact, "_write", write_then_die)
     with pytest.raises(KeyboardInterrupt):
