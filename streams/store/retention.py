@@ -236,7 +236,7 @@ def _drop_days(now, events_ages, streams_ages):
                 continue
             out["events"] += partitions.blocks_of_day(day).aggregate(n=Sum("count"))["n"] or 0
             out["streams"] += of_day.filter(events_pruned_at__isnull=True).count()
-            PrunedDay.objects.update_or_create(day=day, defaults={"at": now})
+            PrunedDay.objects.get_or_create(day=day, defaults={"at": now})  # (the first time)
             partitions.drop_day(day)
     return out
 
