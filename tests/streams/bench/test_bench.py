@@ -180,13 +180,15 @@ STORAGE_SCENARIOS = ["normal", "tools", "huge_delta"]
 
 def check_storage(lines, database):
     """A line per scenario, then every one's together: every stored event packed, in less
-    room than as rows; the total is the scenarios' sum."""
+    room than as rows (a scenario's few blocks may fit the pages an empty table has: 0 bytes
+    added); the total is the scenarios' sum."""
     assert [line["scenario"] for line in lines] == [*STORAGE_SCENARIOS, "(every one)"]
     for line in lines:
         assert line["database"] == database and line["unstored_streams"] == 0
         assert line["events"] > 0 and line["streams"] > 0
-        assert positive(line["rows_bytes_per_event"]) and positive(line["packed_bytes_per_event"])
-        assert 0 < line["packed_bytes"] < line["rows_bytes"]
+        assert positive(line["rows_bytes_per_event"]) and finite(line["packed_bytes_per_event"])
+        assert 0 <= line["packed_bytes"] < line["rows_bytes"]
+    assert lines[-1]["packed_bytes"] > 0
     for line in lines[:-1]:
         assert line["packed_events"] == line["events"]
     assert lines[-1]["events"] == sum(line["events"] for line in lines[:-1])
@@ -195,9 +197,9 @@ def check_storage(lines, database):
 
 @TIER_1
 def test_storage(tmp_path):
-    """Bytes per event at rest, rows and packed, each scenario apart (one stream of each)."""
+    """Bytes per event at rest, rows and packed, each scenario apart (4 streams of each)."""
     lines = bench(
-        tmp_path, "storage", "--streams", "1", "--scenarios", ",".join(STORAGE_SCENARIOS)
+        tmp_path, "storage", "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS)
     )  # fmt: skip
     check_storage(lines, "sqlite")
 
@@ -488,7 +490,7 @@ def test_ingest_on_postgres(scratch_postgres, tmp_path):
 def test_storage_on_postgres(scratch_postgres, tmp_path):
     lines = bench(
         tmp_path, "storage", "--database", "postgres", "--postgres-url", scratch_postgres,
-        "--streams", "1", "--scenarios", ",".join(STORAGE_SCENARIOS),
+        "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS),
     )  # fmt: skip
     check_storage(lines, "postgres")
 
