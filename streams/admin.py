@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.contrib.admin import helpers
+from django.contrib.admin.utils import display_for_value
 from django.core.paginator import Paginator
 from django.db import models
 from django.utils.formats import number_format
@@ -26,7 +27,7 @@ from streams.models import (
     ShareLink,
     Stream,
 )
-from streams.store import audit, compact, known_secrets
+from streams.store import audit, compact, known_secrets, retention
 from streams.store import events as stored_events
 from streams.store.lookups import distinct_stream_values, events_of_type
 
@@ -180,8 +181,19 @@ class StreamAdmin(BigTableAdmin):
     search_fields = ("upstream_id__exact",)
     list_select_related = ("user",)
     raw_id_fields = ("user", "first_attempt")
-    readonly_fields = [f.name for f in Stream._meta.fields if f.name not in ("id",)]
+    # every column, but whether retention deleted the events is its answer, not the column's
+    # (a dropped day's streams keep theirs empty: streams/store/retention.py, `pruned_at`)
+    readonly_fields = [
+        "events_pruned" if f.name == "events_pruned_at" else f.name
+        for f in Stream._meta.fields
+        if f.name not in ("id",)
+    ]
+    exclude = ("events_pruned_at",)
     inlines = [FindingInline]
+
+    @admin.display(description=_("events pruned at"))
+    def events_pruned(self, obj):
+        return display_for_value(retention.pruned_at(obj), self.get_empty_value_display())
 
     # a deletion of streams is in the audit log, one entry per project (streams/store/audit.py)
     def delete_model(self, request, obj):

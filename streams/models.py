@@ -768,6 +768,25 @@ class EventBlock(models.Model):
         }
 
 
+class PrunedDay(models.Model):
+    """A UTC day whose streams' events retention deleted at once, by dropping the day's
+    partition of event blocks (PostgreSQL, streams/store/retention.py): every stream created
+    that day had its events deleted `at` then. The streams' rows are left as they were (marking
+    each one's `events_pruned_at` was 91 % of a day's retention at 100M events);
+    `retention.pruned_at` reads the stream's own mark, else its day's. Of the whole instance,
+    not of a project: a partition holds every project's blocks of the day."""
+
+    day = models.DateField(_("day"), unique=True)
+    at = models.DateTimeField(_("events deleted at"))
+
+    class Meta:
+        verbose_name = _("day of deleted events")
+        verbose_name_plural = _("days of deleted events")
+
+    def __str__(self):
+        return f"{self.day}"
+
+
 class Finding(models.Model):
     """One protocol-checker finding on a stream."""
 

@@ -37,6 +37,7 @@ from streams.access.throttle import search_allowed
 from streams.ingest import import_jobs
 from streams.models import Stream
 from streams.serve import export
+from streams.store import retention
 
 
 def get_stream_for_user(request, stream_id, action=Action.READ):
@@ -100,6 +101,7 @@ def timeline_context(request, user, stream, config):
         window = {"tail": True}  # a live table follows the newest events
     context = stream_timeline(user, stream, window)
     context["page_config"] = config
+    context["events_pruned_at"] = retention.pruned_at(stream)
     return context
 
 

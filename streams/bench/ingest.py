@@ -18,6 +18,7 @@ streams.bench.NOT_LOAD_LIMITS for the rest; the recorder's queue is backpressure
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -34,16 +35,7 @@ CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
 
 
 def add_arguments(parser):
-    parser.add_argument(
-        "--database",
-        default="sqlite",
-        help="comma-separated list of: sqlite, postgres (the database at --postgres-url)",
-    )
-    parser.add_argument(
-        "--postgres-url",
-        default=os.environ.get("BENCH_POSTGRES_URL", ""),
-        help="postgres://… of a database the bench may fill (default: $BENCH_POSTGRES_URL)",
-    )
+    add_database_arguments(parser)
     parser.add_argument("--streams", default="", help="stream counts, e.g. 1,100")
     parser.add_argument("--events", type=int, default=0, help="events per stream")
     parser.add_argument(
@@ -69,11 +61,51 @@ def add_arguments(parser):
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
 
 
+def add_database_arguments(parser):
+    """--database and --postgres-url (the recording benches', for `fresh_databases`)."""
+    parser.add_argument(
+        "--database",
+        default="sqlite",
+        help="comma-separated list of: sqlite, postgres (the database at --postgres-url)",
+    )
+    parser.add_argument(
+        "--postgres-url",
+        default=os.environ.get("BENCH_POSTGRES_URL", ""),
+        help="postgres://… of a database the bench may fill (default: $BENCH_POSTGRES_URL)",
+    )
+
+
 def run(command, opts):
     if opts["child"]:
         return _child_main(command, opts)
     configs = _configs(opts)
     results = []
+    with simulator_upstream() as upstream:
+        for database, env in fresh_databases(opts):
+            for streams, events in configs:
+                spec = {
+                    "streams": streams,
+                    "events": events,
+                    "repeat": opts["repeat"],
+                    "metrics": opts["metrics"],
+                    "transport": opts["transport"],
+                    "upstream": upstream,
+                }
+                out = run_child("ingest", spec, env)[-1]
+                out = {
+                    "database": database,
+                    "layer": "redis" if env.get("REDIS_URL") else "memory",
+                    **out,
+                }
+                results.append(out)
+                _print(command, out, opts["json"])
+    fail_if(_problems(results), "ingest")
+    return results
+
+
+@contextlib.contextmanager
+def simulator_upstream():
+    """One `simulate_upstream` process for the run (the recording benches'); its /v1 URL."""
     sim_port = free_port()
     sim = subprocess.Popen(
         [sys.executable, "manage.py", "simulate_upstream", "--port", str(sim_port)],
@@ -83,33 +115,20 @@ def run(command, opts):
     )
     try:
         wait_for_port(sim_port)
-        for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
-            with tempfile.TemporaryDirectory() as tmp:
-                url = _database_url(database, opts, tmp)
-                env = {**os.environ, "DATABASE_URL": url}
-                manage(env, "migrate", "-v0")
-                for streams, events in configs:
-                    spec = {
-                        "streams": streams,
-                        "events": events,
-                        "repeat": opts["repeat"],
-                        "metrics": opts["metrics"],
-                        "transport": opts["transport"],
-                        "upstream": f"http://127.0.0.1:{sim_port}/v1",
-                    }
-                    out = run_child("ingest", spec, env)[-1]
-                    out = {
-                        "database": database,
-                        "layer": "redis" if env.get("REDIS_URL") else "memory",
-                        **out,
-                    }
-                    results.append(out)
-                    _print(command, out, opts["json"])
+        yield f"http://127.0.0.1:{sim_port}/v1"
     finally:
         sim.terminate()
         sim.wait(10)
-    fail_if(_problems(results), "ingest")
-    return results
+
+
+def fresh_databases(opts):
+    """(name, environment) of each `--database` in turn, migrated (SQLite's in a temporary
+    folder that goes after it)."""
+    for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
+        with tempfile.TemporaryDirectory() as tmp:
+            env = {**os.environ, "DATABASE_URL": _database_url(database, opts, tmp)}
+            manage(env, "migrate", "-v0")
+            yield database, env
 
 
 def _configs(opts):

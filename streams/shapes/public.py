@@ -19,6 +19,7 @@ from streams.core import pricing
 from streams.core.checks import ITEM_KINDS
 from streams.core.usage import FIELDS as TOKEN_COLUMNS
 from streams.models import Event
+from streams.store import retention
 
 # A stream's usage and cost columns (streams/core/usage.py, streams/store/prices.py): shown
 # as `usage` and `cost` (`usage_of`, `cost_of`).
@@ -206,8 +207,9 @@ def stream(stream, *, with_feedback=True) -> dict:
         "milestones_us": {name: getattr(stream, column) for name, column in MILESTONE_COLUMNS},
         **{name: getattr(stream, name) for name in FIGURE_COLUMNS},
         "findings": findings,
-        # retention deleted its events (their figures and findings stay)
-        "events_pruned_at": _iso(stream.events_pruned_at),
+        # retention deleted its events (their figures and findings stay): its own mark or its
+        # dropped day's (streams/store/retention.py)
+        "events_pruned_at": _iso(retention.pruned_at(stream)),
         **usage_and_cost({name: getattr(stream, name) for name in USAGE_COLUMNS}),
         **(feedback(stream.pk) if with_feedback else {}),
     }

@@ -6,8 +6,9 @@ that long instead.
 Small batches, one short transaction each, so the recorder's writer never waits for more than
 one batch commit. Only finished streams are touched. The pre-aggregates are left as they are:
 they keep the history the raw rows lose (the analytics pages go on showing it). A stream whose
-events were deleted keeps its row, metrics and findings, with `events_pruned_at` set (its
-timeline says so).
+events were deleted keeps its row, metrics and findings, and says so: `pruned_at` is the one
+answer every page, export, share page and the API give (the stream's own `events_pruned_at`,
+set by the batches, else the record of its day, `PrunedDay`, left by a dropped partition).
 
 Run by `manage.py prune [--dry-run]` and, at most once an hour per process, by the periodic
 sweep of every server and worker (`streams.run.runner`).
@@ -25,7 +26,7 @@ from django.db import connection, transaction
 from django.db.models import Q, Sum
 
 from streams.core import conf
-from streams.models import Event, Project, Stream
+from streams.models import Event, Project, PrunedDay, Stream
 from streams.store import aggregates, audit, compact, partitions
 
 log = logging.getLogger(__name__)
@@ -104,11 +105,16 @@ def any_due(fields=(EVENTS, STREAMS), settings=None):
 
 
 def _finished(older):
-    found = Stream.objects.filter(older).exclude(status__in=Stream.ACTIVE_STATUSES)
-    # a project being deleted is its deletion's (streams/access/members.py): that subtracts
-    # its streams from the analytics, which retention keeps; both at once could do both
+    return Stream.objects.filter(_finished_q(older))
+
+
+def _finished_q(older):
+    """The condition on a stream row of `_finished`: old enough, ended, and not in a project
+    being deleted (that is its deletion's, streams/access/members.py: it subtracts the streams
+    from the analytics, which retention keeps; both at once could do both)."""
+    found = older & ~Q(status__in=Stream.ACTIVE_STATUSES)
     going = list(Project.objects.filter(deleting_at__isnull=False).values_list("pk", flat=True))
-    return found.exclude(project_id__in=going) if going else found
+    return found & ~Q(project_id__in=going) if going else found
 
 
 def _streams_due(ages):
@@ -153,12 +159,13 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
         out["events"] += dropped["events"]
         out["event_streams"] += dropped["streams"]
     if events_ages.older is not None:
-        pending = _finished(events_ages.older).filter(events_pruned_at__isnull=True)
-        if dry_run:
-            out["event_streams"] = pending.count()
-            out["events"] += Event.objects.filter(stream__in=pending).count()
-            out["events"] += compact.held(pending)
-        else:
+        unmarked = _finished(events_ages.older).filter(events_pruned_at__isnull=True)
+        for pending in _between_pruned_days(unmarked):
+            if dry_run:
+                out["event_streams"] += pending.count()
+                out["events"] += Event.objects.filter(stream__in=pending).count()
+                out["events"] += compact.held(pending)
+                continue
             while True:
                 ids = list(pending.order_by("created_at").values_list("pk", flat=True)[:batch])
                 if not ids:
@@ -172,36 +179,75 @@ def prune(now=None, dry_run=False, batch=STREAMS_PER_BATCH, pause_s=0.0):
     return out
 
 
+def pruned_at(stream):
+    """When retention deleted the events of `stream` (None: it has not): its own
+    `events_pruned_at` (the batches mark each stream), else the time its day's partition was
+    dropped (`PrunedDay`: every stream created that day lost its events then, and no row was
+    touched). The one answer: the stream's page, a share page, the API and the exports ask here.
+    """
+    if stream.events_pruned_at is not None or not partitions.partitioned():
+        return stream.events_pruned_at  # (SQLite drops no day: the batches mark each stream)
+    day = stream.created_at.astimezone(dt.UTC).date()
+    return PrunedDay.objects.filter(day=day).values_list("at", flat=True).first()
+
+
+def _between_pruned_days(streams):
+    """`streams` (a queryset) cut into the stretches of creation time between the dropped
+    days, oldest first: their streams are told pruned by their day's record, so the batches
+    neither mark them nor walk past them (each stretch is a range of the creation index)."""
+    stretches, start = [], None
+    for day in PrunedDay.objects.order_by("day").values_list("day", flat=True):
+        begin, end = partitions.bounds(day)
+        if start is None or begin > start:
+            stretches.append((start, begin))
+        start = end
+    stretches.append((start, None))
+    for begin, end in stretches:
+        part = streams
+        if begin is not None:
+            part = part.filter(created_at__gte=begin)
+        if end is not None:
+            part = part.filter(created_at__lt=end)
+        yield part
+
+
 def _drop_days(now, events_ages, streams_ages):
     """PostgreSQL: drop each day's partition of event blocks (streams/store/partitions.py)
-    that holds only blocks of streams whose events are due (by either retention), and mark
-    those streams' events pruned, in one transaction a day. A day with a block retention
-    keeps (a project keeping its streams longer, a chain waiting for its youngest retry, a
-    stream still running) is left to the batches, which delete only what is due."""
+    when every stream created that day has its events due (finished, old enough by its
+    project's retention, not in a project being deleted) and is packed, and record the day
+    (`PrunedDay`), in one transaction a day. No stream row is touched: `pruned_at` answers
+    from the day (marking each stream's `events_pruned_at` was 91 % of the day's time at 100M
+    events, docs/performance.md). A day with a stream retention keeps (a project keeping its
+    events longer, a stream still running or not yet packed) is left to the batches, which
+    delete only what is due and mark each stream. (A day's blocks are of its streams only:
+    their `stream_created_at` is the stream's `created_at`, which is set once, at creation.)"""
     latest = max((a.latest for a in (events_ages, streams_ages) if a.latest), default=None)
     if latest is None:
         return {"streams": 0, "events": 0}
-    due = Stream.objects.none()
-    if events_ages.older is not None:
-        due = due | _finished(events_ages.older)
-    if streams_ages.older is not None:
-        due = due | _streams_due(streams_ages)
     out = {"streams": 0, "events": 0}
     for day in partitions.days():
-        if partitions.bounds(day)[1] > latest:
+        start, end = partitions.bounds(day)
+        if end > latest:
             break
         with transaction.atomic():
             partitions.lock_day(day)  # (a block packed into it now waits, then fails: kept)
-            blocks = partitions.blocks_of_day(day)
-            if blocks.exclude(stream_id__in=due.values("pk")).exists():
+            of_day = Stream.objects.filter(created_at__gte=start, created_at__lt=end)
+            if _kept(of_day, events_ages).exists():
                 continue
-            out["events"] += blocks.aggregate(n=Sum("count"))["n"] or 0
-            held = Stream.objects.filter(pk__in=blocks.values("stream_id"))
-            out["streams"] += held.filter(events_pruned_at__isnull=True).update(
-                events_pruned_at=now
-            )
+            out["events"] += partitions.blocks_of_day(day).aggregate(n=Sum("count"))["n"] or 0
+            out["streams"] += of_day.filter(events_pruned_at__isnull=True).count()
+            PrunedDay.objects.get_or_create(day=day, defaults={"at": now})  # (the first time)
             partitions.drop_day(day)
     return out
+
+
+def _kept(streams, events_ages):
+    """Those of `streams` whose events retention keeps: not due by the events' retention
+    (streams due by the streams' are deleted before the days are looked at), or not packed."""
+    if events_ages.older is None:
+        return streams
+    # (conditions on the day's rows, not a look-up of every due stream of the history)
+    return streams.filter(~_finished_q(events_ages.older) | Q(events_packed_at__isnull=True))
 
 
 def delete_streams(ids, keep_aggregates):

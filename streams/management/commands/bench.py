@@ -21,6 +21,7 @@ BENCHMARKS = {
     "alerts": "streams.bench.alerts",
     "experiment": "streams.bench.experiment",
     "timeline": "streams.bench.timeline",
+    "storage": "streams.bench.storage",
 }
 
 

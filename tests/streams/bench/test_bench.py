@@ -175,6 +175,35 @@ def test_ingest(tmp_path):
         assert finite(line["metrics_cost_pct"]) and finite(line["metrics_cpu_cost_pct"])
 
 
+STORAGE_SCENARIOS = ["normal", "tools", "huge_delta"]
+
+
+def check_storage(lines, database):
+    """A line per scenario, then every one's together: every stored event packed, in less
+    room than as rows (a scenario's few blocks may fit the pages an empty table has: 0 bytes
+    added); the total is the scenarios' sum."""
+    assert [line["scenario"] for line in lines] == [*STORAGE_SCENARIOS, "(every one)"]
+    for line in lines:
+        assert line["database"] == database and line["unstored_streams"] == 0
+        assert line["events"] > 0 and line["streams"] > 0
+        assert positive(line["rows_bytes_per_event"]) and finite(line["packed_bytes_per_event"])
+        assert 0 <= line["packed_bytes"] < line["rows_bytes"]
+    assert lines[-1]["packed_bytes"] > 0
+    for line in lines[:-1]:
+        assert line["packed_events"] == line["events"]
+    assert lines[-1]["events"] == sum(line["events"] for line in lines[:-1])
+    assert lines[-1]["packed_bytes"] == sum(line["packed_bytes"] for line in lines[:-1])
+
+
+@TIER_1
+def test_storage(tmp_path):
+    """Bytes per event at rest, rows and packed, each scenario apart (4 streams of each)."""
+    lines = bench(
+        tmp_path, "storage", "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS)
+    )  # fmt: skip
+    check_storage(lines, "sqlite")
+
+
 @TIER_1
 @pytest.mark.e2e
 def test_timeline(tmp_path):
@@ -475,6 +504,15 @@ def test_ingest_on_postgres(scratch_postgres, tmp_path):
     )  # fmt: skip
     check_ingest(lines, "postgres", [2], 50)
     assert lines[0]["layer"] == "redis"
+
+
+@tier_2
+def test_storage_on_postgres(scratch_postgres, tmp_path):
+    lines = bench(
+        tmp_path, "storage", "--database", "postgres", "--postgres-url", scratch_postgres,
+        "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS),
+    )  # fmt: skip
+    check_storage(lines, "postgres")
 
 
 @tier_2
