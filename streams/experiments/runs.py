@@ -11,6 +11,7 @@ periodic job `experiments.stopped`, to be resumed.
 """
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
@@ -233,7 +234,7 @@ def advance(run_id, failed=True, counted=True):
 def _advance(run_id, failed, counted):
     """`advance`, and whether this process still drives the run."""
     now = dt.datetime.now(dt.UTC)
-    run = Run.objects.select_related("experiment").filter(pk=run_id).first()
+    run = Run.objects.select_related("experiment", "started_by").filter(pk=run_id).first()
     if not _drives(run, now):
         return [], progress(run_id, failed), False
     in_flight = dict(
@@ -254,10 +255,10 @@ def _advance(run_id, failed, counted):
         # the items that ended marked and the new streams created in one transaction: one
         # commit a tick (a commit was a large share of what a tick cost)
         with transaction.atomic():
-            # (the run's row first, as `cancel` locks it before the items: then a cancel
-            # between the reads and here leaves the waiting items waiting)
-            running = Run.objects.select_for_update().filter(pk=run_id, state=Run.State.RUNNING)
-            running = running.exists()
+            # (the run's row first, as `cancel` writes it before the items: then a cancel
+            # between the reads and here leaves the waiting items waiting; and the write is
+            # this tick's claim, with no statement of its own)
+            running = Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(driven_at=now)
             _mark_done(ended, in_flight)
             if running and waiting:
                 created = _top_up(run, waiting)
@@ -320,13 +321,12 @@ def _waiting(run, slots):
 
 def _top_up(run, waiting):
     """Streams for the `waiting` items, in the caller's transaction; [the new streams]."""
-    created = []
-    for run_item in waiting:
-        body = request_body(run_item.item, run_item.variant)
-        run_item.stream = services.create_for_run(
-            run.started_by, body, run.project_id, tags=[run_tag(run)]
-        )
-        created.append(run_item.stream)
+    bodies = [request_body(run_item.item, run_item.variant) for run_item in waiting]
+    created = services.create_many_for_run(
+        run.started_by, bodies, run.project_id, tags=[run_tag(run)]
+    )
+    for run_item, stream in zip(waiting, created, strict=True):
+        run_item.stream = stream
     # (one statement run for every item: `bulk_update`'s CASE over the items cost more
     # Python than creating their streams)
     qn = connection.ops.quote_name
@@ -415,6 +415,7 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
     the last Progress. `on_progress(progress)` after every tick (the command's bar). Items
     are evaluated as they end, at most `evaluations` at once (default: the concurrency)."""
     evaluating, recording = set(), set()
+    ended = asyncio.Event()  # (one of this process's recordings ended since the last tick)
     evaluations = evaluations or await _concurrency(run_id)
     driving = _Driving(counted=on_progress is not None)
     try:
@@ -427,6 +428,8 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
                 task = await services.start(stream)
                 if task is not None:
                     recording.add(task)
+                    task.add_done_callback(recording.discard)
+                    task.add_done_callback(lambda _: ended.set())
             for pk in claimed:
                 task = asyncio.create_task(_evaluate(pk))
                 evaluating.add(task)
@@ -437,12 +440,16 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
                 return state
             # the next tick when one of this process's recordings ends (its slot is free: a
             # fixed tick left slots idle for up to a tick each, a large share of short
-            # streams' time), else (a worker records them) after tick_s
-            recording = {t for t in recording if not t.done()}
-            if recording:
-                await asyncio.wait(recording, timeout=tick_s, return_when=asyncio.FIRST_COMPLETED)
-            else:
-                await asyncio.sleep(tick_s)
+            # streams' time), at once when one ended during this tick, else (a worker
+            # records them) after tick_s
+            if not ended.is_set():
+                if recording:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(tick_s):
+                            await ended.wait()
+                else:
+                    await asyncio.sleep(tick_s)
+            ended.clear()
     finally:
         if evaluating:
             await asyncio.gather(*evaluating)
