@@ -211,7 +211,8 @@ def _drives(run, now):
     ours = run.driver == RUNNER_ID
     if not ours and run.driven_at is not None and run.driven_at >= stale:
         return False
-    if ours and run.driven_at is not None and (now - run.driven_at).total_seconds() < CLAIM_EVERY_S:
+    recent = run.driven_at is not None and (now - run.driven_at).total_seconds() < CLAIM_EVERY_S
+    if ours and recent:
         return True
     return bool(
         Run.objects.filter(
@@ -341,14 +342,6 @@ def _top_up(run, waiting):
 def claim_unevaluated(run_id, limit):
     """Up to `limit` done items of `run_id` whose evaluators were not applied, claimed for
     this process (each is evaluated once: a conditional UPDATE, as the work queue claims)."""
-    if limit <= 0:
-        return []
-    if not Run.objects.filter(pk=run_id, experiment__evaluators__isnull=False).exists():
-        return []  # (no evaluators: nothing to claim, and no join of every item a tick)
-    return _claim_unevaluated(run_id, limit)
-
-
-def _claim_unevaluated(run_id, limit):
     candidates = RunItem.objects.filter(
         run_id=run_id, done=True, evaluated=False, run__experiment__evaluators__isnull=False
     ).values_list("pk", flat=True)
@@ -405,7 +398,7 @@ def _tick(run_id, evaluations, driving):
             pk=run_id, experiment__evaluators__isnull=False
         ).exists()
     claimed = (
-        _claim_unevaluated(run_id, evaluations) if driving.evaluators and evaluations > 0 else []
+        claim_unevaluated(run_id, evaluations) if driving.evaluators and evaluations > 0 else []
     )
     return created, state, claimed, ours
 
