@@ -20,6 +20,7 @@ for the pages' p99 while it runs); the direct streams get the same load, so the 
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import threading
@@ -71,6 +72,8 @@ def run(command, opts):
             f"{result['streams']} streams at concurrency {result['concurrency']}: direct "
             f"{result['direct_s']:.2f} s, as an experiment {result['experiment_s']:.2f} s, "
             f"ratio {result['ratio']:.3f}; lost {result['lost']}\n"
+            f"CPU of the bench's process: direct {result['direct_cpu_s']:.1f} s, as an "
+            f"experiment {result['experiment_cpu_s']:.1f} s\n"
             f"pages while the experiment ran: {result['pages_asked']} asked, "
             f"p50 {result['pages_p50_ms'] or 0:.0f} ms, p99 {result['pages_p99_ms'] or 0:.0f} ms\n"
             f"run page at {result['page_items']} items × {result['variants']} variants: "
@@ -261,11 +264,16 @@ def _child(command, spec):
     settings.ALLOWED_HOSTS = [*settings.ALLOWED_HOSTS, "testserver"]
     user, project, experiment = _setup(spec)
     direct, took, lost, pages = [], [], 0, []
+    # this process's CPU seconds in each phase (every thread's: the recordings, the
+    # database's thread, the watcher): what a load that moves the times does not move much
+    cpu = {"direct": [], "experiment": []}
+    load = {"direct": [], "experiment": []}  # (the 1-minute load average as each ended)
     every_s = spec.get("poll_s", 0.2)
     for round_ in range(spec["repeat"]):
         # alternating which goes first, so neither always meets a warmer simulator
         order = ("direct", "experiment") if round_ % 2 == 0 else ("experiment", "direct")
         for what in order:
+            cpu_before = time.process_time()
             if what == "direct":
                 seconds, _ = _watched(
                     user, every_s, lambda w: asyncio.run(_direct(user, project, experiment))
@@ -278,6 +286,8 @@ def _child(command, spec):
                 took.append(seconds)
                 lost += missing
                 pages += times
+            cpu[what].append(time.process_time() - cpu_before)
+            load[what].append(os.getloadavg()[0])
     run = _stored_run(user, project, spec)
     times = _page_times(user, run, spec["page_repeat"])
     result = {
@@ -288,6 +298,27 @@ def _child(command, spec):
         "direct_s": statistics.median(direct),
         "experiment_s": statistics.median(took),
         "ratio": statistics.median(direct) / statistics.median(took),
+        "direct_cpu_s": statistics.median(cpu["direct"]),
+        "experiment_cpu_s": statistics.median(cpu["experiment"]),
+        "rounds": [
+            {
+                "direct_s": d,
+                "experiment_s": e,
+                "direct_cpu_s": dc,
+                "experiment_cpu_s": ec,
+                "direct_load": dl,
+                "experiment_load": el,
+            }
+            for d, e, dc, ec, dl, el in zip(
+                direct,
+                took,
+                cpu["direct"],
+                cpu["experiment"],
+                load["direct"],
+                load["experiment"],
+                strict=True,
+            )
+        ],
         "lost": lost,
         "pages_asked": len(pages),
         "pages_p50_ms": figures.nearest_rank(pages, 500) if pages else None,

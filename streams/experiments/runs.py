@@ -11,13 +11,15 @@ periodic job `experiments.stopped`, to be resumed.
 """
 
 import asyncio
+import contextlib
 import contextvars
 import dataclasses
 import datetime as dt
 import logging
+import time
 
 from asgiref.sync import sync_to_async
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Count, Max, Q
 
 from streams import evaluate
@@ -33,6 +35,10 @@ log = logging.getLogger(__name__)
 TICK_S = 0.2
 # A driver that has not ticked for this long is gone (its run is `stopped`, to be resumed).
 DRIVER_STALE_S = 30.0
+# How often a driver writes that it still drives its run.
+CLAIM_EVERY_S = 1.0
+# How often a driver looks whether its experiment has evaluators.
+EVALUATORS_EVERY_S = 1.0
 # What the OpenAI API takes as request metadata (an item's metadata goes upstream with it).
 METADATA_MAX_KEYS, METADATA_MAX_VALUE = 16, 512
 
@@ -194,23 +200,44 @@ def _latest_attempts(first_ids):
     return latest
 
 
-def _claim(run_id, now):
-    """Drive `run_id` from this process for another tick, unless another live one does."""
+def _drives(run, now):
+    """Whether this process drives `run` (read this tick) for another tick: it is running and
+    this process drove it last or its driver is gone. The claim is written (a conditional
+    UPDATE, and a commit) at most every CLAIM_EVERY_S, not every tick: another process takes
+    a run over only once it has not been driven for DRIVER_STALE_S."""
+    if run is None or run.state != Run.State.RUNNING:
+        return False
     stale = now - dt.timedelta(seconds=DRIVER_STALE_S)
-    return Run.objects.filter(
-        Q(driver=RUNNER_ID) | Q(driven_at__lt=stale) | Q(driven_at__isnull=True),
-        pk=run_id,
-        state=Run.State.RUNNING,
-    ).update(driver=RUNNER_ID, driven_at=now)
+    ours = run.driver == RUNNER_ID
+    if not ours and run.driven_at is not None and run.driven_at >= stale:
+        return False
+    recent = run.driven_at is not None and (now - run.driven_at).total_seconds() < CLAIM_EVERY_S
+    if ours and recent:
+        return True
+    return bool(
+        Run.objects.filter(
+            Q(driver=RUNNER_ID) | Q(driven_at__lt=stale) | Q(driven_at__isnull=True),
+            pk=run.pk,
+            state=Run.State.RUNNING,
+        ).update(driver=RUNNER_ID, driven_at=now)
+    )
 
 
-def advance(run_id, failed=True):
+def advance(run_id, failed=True, counted=True):
     """One tick of `run_id`: (the streams created for the caller to start, Progress; its
-    `failed` counted with `failed`)."""
+    `failed` counted with `failed`). Without `counted` the items are counted only when the
+    run ends or is no longer driven here (a tick's other Progress has its state alone: the
+    count read every item of the run, every tick)."""
+    created, state, _ = _advance(run_id, failed, counted)
+    return created, state
+
+
+def _advance(run_id, failed, counted):
+    """`advance`, and whether this process still drives the run."""
     now = dt.datetime.now(dt.UTC)
-    if not _claim(run_id, now):
-        return [], progress(run_id, failed)
-    run = Run.objects.select_related("experiment").get(pk=run_id)
+    run = Run.objects.select_related("experiment", "started_by").filter(pk=run_id).first()
+    if not _drives(run, now):
+        return [], progress(run_id, failed), False
     in_flight = dict(
         RunItem.objects.filter(run_id=run_id, done=False, stream__isnull=False).values_list(
             "pk", "stream_id"
@@ -222,22 +249,42 @@ def advance(run_id, failed=True):
         last = latest.get(stream_id)
         if last is None or _settled(last, now):
             ended.append((item_pk, last))
-    _mark_done(ended, in_flight)
     slots = run.experiment.concurrency - (len(in_flight) - len(ended))
-    created = _top_up(run, slots) if slots > 0 else []
+    waiting = _waiting(run, slots) if slots > 0 else []
+    created = []
+    if ended or waiting:
+        # the items that ended marked and the new streams created in one transaction: one
+        # commit a tick (a commit was a large share of what a tick cost)
+        with transaction.atomic():
+            # (the run's row first, as `cancel` writes it before the items: then a cancel
+            # between the reads and here leaves the waiting items waiting; and the write is
+            # this tick's claim, with no statement of its own)
+            running = Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(driven_at=now)
+            _mark_done(ended, in_flight)
+            if running and waiting:
+                created = _top_up(run, waiting)
+    if created or len(in_flight) > len(ended):
+        # (items in flight or just started: not at its end; its state as read this tick)
+        if not counted:
+            return created, Progress(state=run.state), True
+        return created, progress(run_id, failed), True
     state = progress(run_id, failed)
-    unevaluated = (
-        run.experiment.evaluators.exists()
-        and RunItem.objects.filter(run_id=run_id, evaluated=False).exists()
-    )
-    if state.done == state.total and not created and not unevaluated:
+    if state.done == state.total and not _unevaluated(run):
         # its figures stored as it finishes, by the function that computed them live
         figures = results.as_stored(results.computed_summaries(run))
         Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(
             state=Run.State.FINISHED, finished_at=now, figures=figures
         )
         state = progress(run_id)
-    return created, state
+    return created, state, state.state == Run.State.RUNNING
+
+
+def _unevaluated(run):
+    """Whether items of `run` wait for its experiment's evaluators."""
+    return (
+        run.experiment.evaluators.exists()
+        and RunItem.objects.filter(run_id=run.pk, evaluated=False).exists()
+    )
 
 
 def _mark_done(ended, in_flight):
@@ -258,9 +305,8 @@ def _mark_done(ended, in_flight):
             )
 
 
-def _top_up(run, slots):
-    """Streams for up to `slots` waiting items, created in one transaction (one commit a
-    tick, not one an item)."""
+def _waiting(run, slots):
+    """Up to `slots` of `run`'s items waiting for a stream, with their items and variants."""
     # (in the order of the items' and variants' positions: `start` made them in that order;
     # the order by the joined positions sorted every waiting item each tick, and the join
     # chose a plan that read them all: 170 ms a tick at 30,000 items)
@@ -271,31 +317,31 @@ def _top_up(run, slots):
     )
     if not pks:
         return []
-    waiting = list(
-        RunItem.objects.filter(pk__in=pks).select_related("item", "variant").order_by("pk")
+    return list(RunItem.objects.filter(pk__in=pks).select_related("item", "variant").order_by("pk"))
+
+
+def _top_up(run, waiting):
+    """Streams for the `waiting` items, in the caller's transaction; [the new streams]."""
+    bodies = [request_body(run_item.item, run_item.variant) for run_item in waiting]
+    created = services.create_many_for_run(
+        run.started_by, bodies, run.project_id, tags=[run_tag(run)]
     )
-    created = []
-    with transaction.atomic():
-        # (locked and checked: a cancel between the read and here leaves the items waiting)
-        if not Run.objects.select_for_update().filter(pk=run.pk, state=Run.State.RUNNING):
-            return []
-        for run_item in waiting:
-            body = request_body(run_item.item, run_item.variant)
-            run_item.stream = services.create_for_run(
-                run.started_by, body, run.project_id, tags=[run_tag(run)]
-            )
-            created.append(run_item.stream)
-        RunItem.objects.bulk_update(waiting, ["stream"])
+    for run_item, stream in zip(waiting, created, strict=True):
+        run_item.stream = stream
+    # (one statement run for every item: `bulk_update`'s CASE over the items cost more
+    # Python than creating their streams)
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.executemany(
+            f"UPDATE {qn(RunItem._meta.db_table)} SET {qn('stream_id')} = %s WHERE {qn('id')} = %s",
+            [(r.stream.pk, r.pk) for r in waiting],
+        )
     return created
 
 
 def claim_unevaluated(run_id, limit):
     """Up to `limit` done items of `run_id` whose evaluators were not applied, claimed for
     this process (each is evaluated once: a conditional UPDATE, as the work queue claims)."""
-    if limit <= 0:
-        return []
-    if not Run.objects.filter(pk=run_id, experiment__evaluators__isnull=False).exists():
-        return []  # (no evaluators: nothing to claim, and no join of every item a tick)
     candidates = RunItem.objects.filter(
         run_id=run_id, done=True, evaluated=False, run__experiment__evaluators__isnull=False
     ).values_list("pk", flat=True)
@@ -329,14 +375,32 @@ async def _evaluate(run_item_id):
         log.exception("run item %s: its evaluation failed", run_item_id)
 
 
-def _tick(run_id, evaluations, failed):
+@dataclasses.dataclass
+class _Driving:
+    """What a driver remembers between its ticks."""
+
+    counted: bool  # (every tick's Progress counted: someone is shown it)
+    evaluators: bool = True  # whether its experiment had evaluators when last looked
+    evaluators_at: float = -EVALUATORS_EVERY_S
+
+
+def _tick(run_id, evaluations, driving):
     """`advance`, then up to `evaluations` items claimed for evaluating, and whether this
     process still drives the run: one trip to the thread the database is used from (it is
     the recordings' too, and each trip waits for their writes)."""
-    created, state = advance(run_id, failed)
-    claimed = claim_unevaluated(run_id, evaluations)
-    driver = Run.objects.filter(pk=run_id).values_list("driver", flat=True).first()
-    return created, state, claimed, driver == RUNNER_ID
+    created, state, ours = _advance(run_id, driving.counted, driving.counted)
+    now = time.monotonic()
+    if evaluations > 0 and now - driving.evaluators_at >= EVALUATORS_EVERY_S:
+        # (looked at every EVALUATORS_EVERY_S, not every tick: an evaluator added to a
+        # running experiment is applied from then on; its run ends only once it has been)
+        driving.evaluators_at = now
+        driving.evaluators = Run.objects.filter(
+            pk=run_id, experiment__evaluators__isnull=False
+        ).exists()
+    claimed = (
+        claim_unevaluated(run_id, evaluations) if driving.evaluators and evaluations > 0 else []
+    )
+    return created, state, claimed, ours
 
 
 async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
@@ -344,33 +408,41 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
     the last Progress. `on_progress(progress)` after every tick (the command's bar). Items
     are evaluated as they end, at most `evaluations` at once (default: the concurrency)."""
     evaluating, recording = set(), set()
+    ended = asyncio.Event()  # (one of this process's recordings ended since the last tick)
     evaluations = evaluations or await _concurrency(run_id)
+    driving = _Driving(counted=on_progress is not None)
     try:
         while True:
-            # (the failed items counted only for someone shown them: the command's bar)
-            created, state, claimed, driving = await sync_to_async(_tick)(
-                run_id, evaluations - len(evaluating), on_progress is not None
+            # (the items counted each tick only for someone shown them: the command's bar)
+            created, state, claimed, ours = await sync_to_async(_tick)(
+                run_id, evaluations - len(evaluating), driving
             )
             for stream in created:
                 task = await services.start(stream)
                 if task is not None:
                     recording.add(task)
+                    task.add_done_callback(recording.discard)
+                    task.add_done_callback(lambda _: ended.set())
             for pk in claimed:
                 task = asyncio.create_task(_evaluate(pk))
                 evaluating.add(task)
                 task.add_done_callback(evaluating.discard)
             if on_progress is not None:
                 on_progress(state)
-            if state.finished or not driving:
+            if state.finished or not ours:
                 return state
             # the next tick when one of this process's recordings ends (its slot is free: a
             # fixed tick left slots idle for up to a tick each, a large share of short
-            # streams' time), else (a worker records them) after tick_s
-            recording = {t for t in recording if not t.done()}
-            if recording:
-                await asyncio.wait(recording, timeout=tick_s, return_when=asyncio.FIRST_COMPLETED)
-            else:
-                await asyncio.sleep(tick_s)
+            # streams' time), at once when one ended during this tick, else (a worker
+            # records them) after tick_s
+            if not ended.is_set():
+                if recording:
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(tick_s):
+                            await ended.wait()
+                else:
+                    await asyncio.sleep(tick_s)
+            ended.clear()
     finally:
         if evaluating:
             await asyncio.gather(*evaluating)

@@ -102,9 +102,14 @@ def create_for_run(user, body, project, *, tags=()):
     """A new pending stream of an experiment's run (streams/experiments/runs.py): bounded by
     its experiment's concurrency limit, which its user chose for this run, not by the per-user
     one of pages (a run of 50 at a time is deliberate load, not a runaway tab)."""
+    return create_many_for_run(user, [body], project, tags=tags)[0]
+
+
+def create_many_for_run(user, bodies, project, *, tags=()):
+    """`create_for_run` of each of `bodies`, in one INSERT (a run's tick starts several)."""
     if lifecycle.stopping:
         raise ShuttingDown()
-    return rows.new_row(user, body, project=project, tags=tags)
+    return rows.new_rows(user, bodies, project=project, tags=tags)
 
 
 async def start(stream):

@@ -17,7 +17,8 @@ other fields, or the proxy's, whichever is larger) is refused here too, with 413
 before it is read: by its declared Content-Length as soon as the headers are in (an
 `Expect: 100-continue` client then never sends it), and a chunked one as soon as what came is
 over it. Daphne would otherwise read the whole body (into a temporary file) before the
-application could say no: a 1 GB upload was read whole to be refused.
+application could say no: a 1 GB upload was read whole to be refused. A proxy client (`/v1/…`)
+gets the proxy's JSON error (`proxy.error_body`), as under the proxy's own limit.
 
 `install()` is called by every entry point that serves (dashboard/server.py, `manage.py
 serve`/`runserver`), once, before the server starts.
@@ -26,6 +27,7 @@ serve`/`runserver`), once, before the server starts.
 from __future__ import annotations
 
 import time
+import urllib.parse
 
 from streams.core import conf
 from streams.store import known_secrets
@@ -48,10 +50,23 @@ def body_limit():
     return max(settings.DATA_UPLOAD_MAX_MEMORY_SIZE, conf.get().proxy_max_body_bytes)
 
 
-def too_large_response(limit):
-    body = f"The request body is over the limit of {limit:,} bytes.\n".encode()
+def too_large_response(limit, target=b""):
+    """The 413 of a body over `limit` for a request of `target` (its request line's): a proxy
+    client's (`/v1/…`) in the proxy's JSON error shape, as the proxy's own 413 under its
+    limit, so an SDK reads the message; plain text for the rest."""
+    from streams.serve import proxy  # (Django's models: set up by the time a request comes)
+
+    message = f"The request body is over the limit of {limit:,} bytes."
+    path = urllib.parse.urlsplit(target.decode("latin-1")).path
+    if proxy.is_proxied(path):
+        kind = b"application/json"
+        body = proxy.error_body(message, "invalid_request_error", "request_too_large")
+    else:
+        kind, body = b"text/plain; charset=utf-8", (message + "\n").encode()
     return (
-        b"HTTP/1.1 413 Content Too Large\r\nContent-Type: text/plain; charset=utf-8\r\n"
+        b"HTTP/1.1 413 Content Too Large\r\nContent-Type: "
+        + kind
+        + b"\r\n"
         + f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
         + body
     )
@@ -145,7 +160,8 @@ def _refuse(request, limit):
     request._streamscope_refused = True
     transport = getattr(request.channel, "transport", None)
     if transport is not None:
-        transport.write(too_large_response(limit))
+        # (the request line's target is the channel's until the body is in: Twisted's own)
+        transport.write(too_large_response(limit, getattr(request.channel, "_path", b"")))
         transport.loseConnection()
 
 

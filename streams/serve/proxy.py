@@ -110,9 +110,16 @@ _DECODED_DROPS = REPLACED | {b"content-encoding", b"content-length"}
 # ---- the proxy's own answers ----------------------------------------------------------------
 
 
-async def _error(send, status, message, type_, code, headers=(), extra=None):
+def error_body(message, type_, code, extra=None):
+    """The body of an error the proxy answers itself (the OpenAI error shape): here and in
+    the server's edge (streams/serve/edge.py: a body over the limit, refused before the
+    proxy sees it)."""
     error = {"message": message, "type": type_, "code": code, **(extra or {})}
-    body = json.dumps({"error": error}).encode()
+    return json.dumps({"error": error}).encode()
+
+
+async def _error(send, status, message, type_, code, headers=(), extra=None):
+    body = error_body(message, type_, code, extra)
     await send(
         {
             "type": "http.response.start",
@@ -191,12 +198,16 @@ def _upstream_authorization(headers, key, format):
 # ---- the application -------------------------------------------------------------------------
 
 
+def is_proxied(path):
+    """Whether a request for `path` is the proxy's (`/v1/…`), not Django's."""
+    return path == "/v1" or path.startswith("/v1/")
+
+
 def route(django_app):
     """The HTTP application: `/v1/…` to the proxy, everything else to Django."""
 
     async def http(scope, receive, send):
-        path = scope.get("path", "")
-        if scope["type"] == "http" and (path == "/v1" or path.startswith("/v1/")):
+        if scope["type"] == "http" and is_proxied(scope.get("path", "")):
             await application(scope, receive, send)
         else:
             await django_app(scope, receive, send)

@@ -265,23 +265,55 @@ def new_row(
     `claimed`: this process will run it (the default unless streams run in workers; an
     unclaimed row waits in the database for a worker to claim it). `token`: the ApiToken (or
     its id) it came through, whose spend it counts to (streams/store/spend.py)."""
-    if claimed is None:
-        claimed = not conf.in_workers()
     return create(
         body,
-        user=user,
-        project=project,
-        source=source,
-        status=Stream.Status.PENDING,
-        first_attempt=first_attempt,
-        attempt=attempt,
-        heartbeat_at=dt.datetime.now(dt.UTC),
-        runner=lifecycle.RUNNER_ID if claimed else "",
-        tags=list(tags),
-        session=session,
-        token_id=getattr(token, "pk", token),
-        format=format,
+        **_pending(
+            user,
+            claimed,
+            tags,
+            token,
+            project=project,
+            source=source,
+            first_attempt=first_attempt,
+            attempt=attempt,
+            session=session,
+            format=format,
+        ),
     )
+
+
+def new_rows(user, bodies, *, project=None, tags=()):
+    """`new_row` of each of `bodies` (the same user, project and tags), in one INSERT: an
+    experiment's run starts several at once (streams/experiments/runs.py), and a statement
+    each cost more than the rest of starting them."""
+    fields = _pending(
+        user,
+        None,
+        tags,
+        None,
+        project=project,
+        source=Stream.Source.LIVE,
+        first_attempt=None,
+        attempt=1,
+        session="",
+        format=Stream.Format.RESPONSES,
+    )
+    return Stream.objects.bulk_create([new(body, **fields) for body in bodies])
+
+
+def _pending(user, claimed, tags, token, **fields):
+    """The fields of a new `pending` row besides its request's (`new_row`)."""
+    if claimed is None:
+        claimed = not conf.in_workers()
+    return {
+        "user": user,
+        "status": Stream.Status.PENDING,
+        "heartbeat_at": dt.datetime.now(dt.UTC),
+        "runner": lifecycle.RUNNER_ID if claimed else "",
+        "tags": list(tags),
+        "token_id": getattr(token, "pk", token),
+        **fields,
+    }
 
 
 def next_attempt(stream, claimed=True):

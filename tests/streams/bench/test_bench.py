@@ -282,6 +282,9 @@ def test_experiment(tmp_path):
     assert positive(line["direct_s"]) and positive(line["experiment_s"])
     assert positive(line["ratio"]) and positive(line["page_p50_ms"])
     assert line["page_max_ms"] >= line["page_p50_ms"]
+    (round_,) = line["rounds"]  # (each phase's time, CPU and load)
+    assert round_["direct_s"] == line["direct_s"] and positive(round_["experiment_cpu_s"])
+    assert positive(round_["direct_cpu_s"]) and round_["direct_load"] >= 0
     # (someone watched the pages while it ran)
     assert line["pages_asked"] >= 1 and line["pages_p99_ms"] >= line["pages_p50_ms"] > 0
 

@@ -103,3 +103,32 @@ def test_items_are_paged_by_position_both_ways(people):
     assert [c.answer for c in row.cells] == [
         made_runs.answer(n + 1, v, run.number) for v in ("gpt-oss-20b", "eu-reasoner")
     ]
+
+
+def _tick_statements(user, project, n):
+    """The SQL statements of a run's first tick, which starts `n` streams (its concurrency)."""
+    made = made_runs.made(user, project, items=n, models=("gpt-oss-20b",))
+    made.experiment.concurrency = n
+    made.experiment.save(update_fields=["concurrency"])
+    run = runs.start(made.experiment, user)
+    with CaptureQueriesContext(connection) as queries:
+        created, state = runs.advance(run.pk, counted=False)
+    assert len(created) == n and state.state == Run.State.RUNNING
+    assert RunItem.objects.filter(run=run, stream__in=created).count() == n
+    assert {s.tags[0] for s in Stream.objects.filter(pk__in=[s.pk for s in created])} == {
+        runs.run_tag(run)
+    }
+    return [q["sql"] for q in queries.captured_queries]
+
+
+def test_a_tick_costs_the_same_statements_however_many_streams_it_starts(people, monkeypatch):
+    # (a statement each, and their commits, was most of what a run cost over the same streams
+    # started directly: docs/experiments.md, "Benchmark")
+    # (the claim of its own written either time or neither: on a loaded machine a second
+    # could pass between the start and the tick)
+    monkeypatch.setattr(runs, "CLAIM_EVERY_S", 3600.0)
+    user, project = people.owner, Project.personal(people.owner)
+    few, many = _tick_statements(user, project, 3), _tick_statements(user, project, 12)
+    assert len(few) == len(many), (few, many)
+    inserts = [sql for sql in many if sql.startswith('INSERT INTO "streams_stream"')]
+    assert len(inserts) == 1

@@ -149,3 +149,30 @@ def test_a_chunked_body_is_cut_at_the_limit(quick_daphne):
     head = _answer(sock)
     sock.close()
     assert head.startswith(b"HTTP/1.1 413"), head[:200]
+
+
+def test_a_proxy_client_over_the_limit_gets_the_proxys_json_error(quick_daphne):
+    # (an SDK reads `error.message` of a JSON body; the edge's 413 used to be plain text for
+    # every path, so a proxy client over the largest body any route takes lost the message)
+    import json
+
+    from streams.serve import edge
+
+    limit = edge.body_limit()
+    for target in ("/v1/responses", f"http://127.0.0.1:{quick_daphne.port}/v1/chat/completions"):
+        sock = socket.create_connection(("127.0.0.1", quick_daphne.port), timeout=10)
+        sock.sendall(
+            f"POST {target} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {DECLARED}\r\n\r\n".encode()
+        )
+        answer = _answer(sock)
+        sock.settimeout(5)
+        while (chunk := sock.recv(4096)) != b"":
+            answer += chunk
+        sock.close()
+        head, body = answer.split(b"\r\n\r\n", 1)
+        assert head.startswith(b"HTTP/1.1 413"), head[:200]
+        assert b"content-type: application/json" in head.lower()
+        error = json.loads(body)["error"]
+        assert (error["type"], error["code"]) == ("invalid_request_error", "request_too_large")
+        assert _limit_said(error["message"].encode()) == limit
