@@ -468,7 +468,7 @@ class Cube:
         page asks for fold the same few thousand edge rows again)."""
         values = self._raw_values.get(row["id"])
         if values is None:
-            values = self._raw_values[row["id"]] = [int(v) for v in agg.usage_values(row)]
+            values = self._raw_values[row["id"]] = list(map(int, agg.usage_values(row)))
         return values
 
     def _usage_read(self, by, step, values):
