@@ -338,9 +338,10 @@ class TestRouting:
         assert sorted(reasons["chat"]) == ["Short input <b>chat</b>", "m-a at capacity"]
         assert reasons["code"] == ["Looks like code"]
 
-    def test_sample_reasons_read_the_newest_few_first(self):
-        """Three distinct texts among a category's three newest: one read of three rows;
-        repeated ones (chat's): the newest 50 read as before."""
+    def test_sample_reasons_of_every_category_are_read_in_one_walk(self):
+        """One read for every category (a walk each passed nearly all of a project's streams
+        when a tag filters them); a category whose newest lie beyond it is read again alone,
+        four times as far. The texts are each category's newest distinct ones."""
         save(
             *[
                 make(
@@ -349,25 +350,28 @@ class TestRouting:
                     "auto",
                     400.0,
                     routing_category="code",
-                    routing_reasoning=f"code {i}",
+                    routing_reasoning=f"code {i % 3}",
                     created_at=NOW - HOUR + i * dt.timedelta(seconds=1),
                 )
-                for i in range(1, 5)
+                for i in range(1, 21)
             ]
         )
         auto = replace(everyone(), requested_model="auto")
-        for category, limits, texts in (
-            ("code", [3], ["code 4", "code 3", "code 2"]),
-            ("chat", [3, 50], None),
+        for kw, limits, code in (
+            ({}, [400], ["code 2", "code 1", "code 0"]),
+            # 16 rows of code read first, chat's beyond them
+            ({"look_at": 2}, [16, 32], ["code 2", "code 1"]),
         ):
             with CaptureQueriesContext(connection) as queries:
-                (got,) = sample_reasons(auto, [category])
+                got = sample_reasons(auto, ["code", "chat"], **kw)
             reads = [q["sql"] for q in queries.captured_queries if "routing_reasoning" in q["sql"]]
-            assert [int(sql.rsplit("LIMIT", 1)[1]) for sql in reads] == limits, category
-            if texts:
-                assert [x["text"] for x in got["samples"]] == texts
-            else:
-                assert len(got["samples"]) == 2
+            assert [int(sql.rsplit("LIMIT", 1)[1]) for sql in reads] == limits, kw
+            texts = {r["category"]: [s["text"] for s in r["samples"]] for r in got}
+            assert texts["code"] == code
+            assert texts["chat"] and set(texts["chat"]) <= {
+                "Short input <b>chat</b>",
+                "m-a at capacity",
+            }
 
     def test_auto_vs_pinned(self):
         report = routing_report(everyone(), now=NOW)
