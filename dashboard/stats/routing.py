@@ -119,27 +119,64 @@ def _auto_vs_pinned(source):
 def sample_reasons(scope, categories, per_category=SAMPLE_REASONS, look_at=50):
     """Up to `per_category` distinct recent reasoning strings per routing category (the most
     recent `look_at` routed streams of each are read; the text is untrusted and escaped by
-    the template)."""
-    out = []
-    for cat in categories:
-        where = scope_where(scope).eq("routing_category", cat)
-        where.add(f"{quote('routing_us')} IS NOT NULL")
-        sql = (
-            f"SELECT {quote('routing_reasoning')}, {quote('resolved_model')} "
-            f"FROM {from_clause(time_index(where), where)} "
-            f"WHERE {where.sql()} ORDER BY {quote('created_at')} DESC LIMIT {int(look_at)}"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, where.params)
-            rows = cursor.fetchall()
-        seen = []
-        for text, model in rows:
-            if text and text not in [t for t, _ in seen]:
-                seen.append((text, model))
-            if len(seen) >= per_category:
-                break
-        out.append({"category": cat, "samples": [{"text": t, "model": m} for t, m in seen]})
-    return out
+    the template).
+
+    The categories are read together, in one walk down the time index (the newest `look_at`
+    × 4 a category), not one walk each: with a filter the index does not hold (a tag), a walk
+    for 50 streams of a category passed nearly all of the project's streams in the range
+    (a member's 30 days with a tag at 1M streams: 4 walks of ~50 ms CPU). A category whose
+    newest `look_at` lie further back and whose texts have not shown yet is read again with
+    the others left, four times as far."""
+    found = {}
+    pending = sorted(set(categories))
+    factor = 4
+    while pending:
+        limit = look_at * len(pending) * factor
+        where = _routed(scope).among("routing_category", pending)
+        rows = _newest(where, limit, ("routing_category", "routing_reasoning", "resolved_model"))
+        newest = {cat: [] for cat in pending}
+        for cat, text, model in rows:
+            if len(newest[cat]) < look_at:
+                newest[cat].append((text, model))
+        left = []
+        for cat in pending:
+            seen = _distinct_texts(newest[cat], per_category)
+            if len(seen) >= per_category or len(newest[cat]) >= look_at or len(rows) < limit:
+                found[cat] = seen
+            else:
+                left.append(cat)
+        pending, factor = left, factor * 4
+    return [
+        {"category": cat, "samples": [{"text": t, "model": m} for t, m in found[cat]]}
+        for cat in categories
+    ]
+
+
+def _routed(scope):
+    return scope_where(scope).add(f"{quote('routing_us')} IS NOT NULL")
+
+
+def _newest(where, limit, cols):
+    """`cols` of the newest `limit` streams matching `where`, newest first."""
+    sql = (
+        f"SELECT {', '.join(quote(c) for c in cols)} "
+        f"FROM {from_clause(time_index(where), where)} "
+        f"WHERE {where.sql()} ORDER BY {quote('created_at')} DESC LIMIT {int(limit)}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, where.params)
+        return cursor.fetchall()
+
+
+def _distinct_texts(rows, n):
+    """The first `n` distinct non-empty texts of (text, model) rows, with their models."""
+    seen = []
+    for text, model in rows:
+        if text and text not in [t for t, _ in seen]:
+            seen.append((text, model))
+        if len(seen) >= n:
+            break
+    return seen
 
 
 PINNED_ROUTED_SHOWN = 50

@@ -38,16 +38,26 @@ def nearest_rank(values, q_permille):
 def weighted_nearest_rank(counts, q_permille):
     """The q-quantile (q in per mille) of values given as (value, how many) pairs, by nearest
     rank over the values each repeated that many times; None when there are none."""
+    return weighted_nearest_ranks(counts, (q_permille,))[q_permille]
+
+
+def weighted_nearest_ranks(counts, qs):
+    """{q: the q-quantile} for each q (per mille) of `qs`, as `weighted_nearest_rank` gives
+    it, from one sort of the pairs (a chart asks two or three of each of its hundreds of
+    buckets)."""
     ordered = sorted(counts)
     total = sum(n for _, n in ordered)
     if not total:
-        return None
-    k = rank(q_permille, total)
-    seen = 0
+        return dict.fromkeys(qs)
+    wanted = sorted((rank(q, total), q) for q in qs)
+    out, i, seen = {}, 0, 0
     for value, n in ordered:
         seen += n
-        if seen >= k:
-            return value
+        while i < len(wanted) and seen >= wanted[i][0]:
+            out[wanted[i][1]] = value
+            i += 1
+        if i == len(wanted):
+            return out
     raise AssertionError("unreachable: the ranks add up to the total")
 
 

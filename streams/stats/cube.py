@@ -265,6 +265,7 @@ class Cube:
             )
             self.nobody = self.user_key is None
         self._raw = {}
+        self._found = None  # the findings of raw_rows() (`_raw_findings`)
         self._raw_values = {}  # stream id -> its USAGE_VALUES (`raw_usage_values`)
         self._usage = {}  # (by, step, values) -> what usage() returned
         self._hists = {}  # (metric, by, step) -> what histograms() returned
@@ -326,9 +327,10 @@ class Cube:
     # -- raw rows: the partial hours at the edges, and the active streams --------------------
 
     def raw_rows(self, step=None):
-        """[(row, findings, ())] (`aggregates.read_streams`) of the finished streams in the
-        raw windows and of the active streams in the range (their scores: `scores` reads them,
-        the only figure that needs them)."""
+        """[(row, (), ())] (`aggregates.read_streams`) of the finished streams in the raw
+        windows and of the active streams in the range (their findings and scores: `findings`
+        and `scores` read them, the only figures that need them; the latency and usage pages
+        never do)."""
         # the raw windows are the partial hours at the ends, whatever the coarser periods (a
         # grid's: each bucket's partial hours)
         key = step if isinstance(step, Grid) else (step is None or step % agg.HOUR == 0)
@@ -348,14 +350,17 @@ class Cube:
                     )
                 ).add(f"{quote('status')} NOT IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE)
                 # under an hour of rows: by time (a model's index would read all its history)
-                rows += agg.read_streams(w.sql(), w.params, index=time_index(w), with_scores=False)
+                rows += agg.read_streams(
+                    w.sql(), w.params, index=time_index(w), with_scores=False, with_findings=False
+                )
             w = scope_where(replace(self.scope, start=self.start, end=self.end)).add(
                 f"{quote('status')} IN ({agg.ACTIVE_MARKS})", *agg.ACTIVE
             )
             # the few active rows, by status (a user's index would read all their history)
             rows += agg.read_streams(
-                w.sql(), w.params, index="stream_status_created", with_scores=False
-            )
+                w.sql(), w.params, index="stream_status_created", with_scores=False,
+                with_findings=False,
+            )  # fmt: skip
         self._raw[key] = rows
         return rows
 
@@ -463,7 +468,7 @@ class Cube:
         page asks for fold the same few thousand edge rows again)."""
         values = self._raw_values.get(row["id"])
         if values is None:
-            values = self._raw_values[row["id"]] = [int(v) for v in agg.usage_values(row)]
+            values = self._raw_values[row["id"]] = list(map(int, agg.usage_values(row)))
         return values
 
     def _usage_read(self, by, step, values):
@@ -519,9 +524,18 @@ class Cube:
             full_filter=self.full,
         )
         out = defaultdict(Counter)
-        for r in rows:  # (key…, bucket, n): tens of thousands of rows on long ranges
-            if r[-1]:
-                out[r[:nk]][r[nk]] += r[-1]
+        # (key…, bucket, n): tens of thousands of rows on long ranges (a 7-day chart's 3-hour
+        # rows: 21,000 at 1M streams), each (key, bucket) once per statement: set with `get`,
+        # not `+=` (Counter's __missing__, a Python call, for every new bucket)
+        for r in rows:
+            n = r[-1]
+            if n:
+                k = r[:nk]
+                counts = out.get(k)
+                if counts is None:
+                    counts = out[k] = Counter()
+                b = r[nk]
+                counts[b] = counts.get(b, 0) + n
         for row, _, _ in self.raw_rows(step):
             value = row["ttft_ms"] if metric == agg.TTFT else agg.decision_ms(row)
             if value is not None:
@@ -541,14 +555,23 @@ class Cube:
         if code is not None:
             extra, params = (f"{quote('code')} = %s",), (code,)
         out = self._rollup(FindingRollup, ("n",), tuple(by), None, extra=extra, extra_params=params)
-        for row, found, _ in self.raw_rows():
-            for c, severity, n in found:
+        raw = self.raw_rows()
+        found = self._raw_findings()
+        for row, _, _ in raw:
+            for c, severity, n in found.get(row["id"], ()):
                 if code is not None and c != code:
                     continue
                 values = {**row, "code": c, "severity": severity}
                 k = self._raw_key(values, by, None)
                 out[k] = [out.get(k, [0])[0] + n]
         return {k: v[0] for k, v in out.items()}
+
+    def _raw_findings(self):
+        """{stream id: [(code, severity, n)]} of the raw rows (`raw_rows`), read once per cube:
+        the findings figures ask by several groupings."""
+        if self._found is None:
+            self._found = agg.read_findings([row["id"] for row, _, _ in self.raw_rows()])
+        return self._found
 
     def scores(self, score_type, by, step=None):
         """{key: [n, sum_milli, positive]} of the scores of one type (its id), `by` columns of
@@ -715,5 +738,5 @@ def group_percentiles(hists, groups, qs, maxima=None):
         for p in members:
             merged.update(hists.get(p, ()))
         top = maxima.get(g) if maxima else None
-        out[g] = {q: agg.percentile(merged, q, top) for q in qs}
+        out[g] = agg.percentiles(merged, qs, top)
     return out

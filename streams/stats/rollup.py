@@ -31,7 +31,7 @@ from streams.store.aggregates import (
     HOUR,
     TTFT,
     bucket_value,
-    percentile,
+    percentiles,
     top_band,
 )
 
@@ -132,7 +132,7 @@ class RollupSource(ScoreFigures):
         if step % HOUR:
             value = quote("ttft_ms") if qs else quote("id")
             return cube.short_series(scope, models, bounds, step, windows, value, qs, pairs=pairs)
-        c = self.series_cube(scope, bounds)
+        c = self.series_cube(scope)
         ts = [int(lo.timestamp()) for lo, _ in windows]
         # the buckets of another zone than UTC: local hours and days (a Grid), unless they are
         # the epoch-aligned ones anyway
@@ -152,8 +152,9 @@ class RollupSource(ScoreFigures):
             for t in ts:
                 h = hists.get((model, t), {})
                 entry["n"].append(sum(h.values()))
+                values = percentiles(h, qs)
                 for q in qs:
-                    entry[PCT_NAMES[q]].append(percentile(h, q))
+                    entry[PCT_NAMES[q]].append(values[q])
             series.append(entry)
         return {"step": step, "t": ts, "series": series}
 

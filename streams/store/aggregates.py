@@ -152,11 +152,21 @@ def percentile(counts, q_permille, maximum=None):
     """Nearest-rank q-quantile (q in per mille, `figures.rank`) of a histogram {bucket: n}: the
     value of the bucket holding that rank, capped at the exact `maximum` when known. None
     when empty."""
-    b = figures.weighted_nearest_rank(counts.items(), q_permille)
-    if b is None:
-        return None
-    v = bucket_value(b)
-    return min(v, maximum) if maximum is not None else v
+    return percentiles(counts, (q_permille,), maximum)[q_permille]
+
+
+def percentiles(counts, qs, maximum=None):
+    """{q: `percentile(counts, q, maximum)`} for each q of `qs`, from one sort of the buckets."""
+    ranked = figures.weighted_nearest_ranks(counts.items(), qs)
+    out = {}
+    for q in qs:  # (in the order asked)
+        b = ranked[q]
+        if b is None:
+            out[q] = None
+        else:
+            v = bucket_value(b)
+            out[q] = min(v, maximum) if maximum is not None else v
+    return out
 
 
 def top_band(counts, k):
@@ -399,18 +409,25 @@ def _rows(where_sql, params, index=None):
         return [dict(zip(COLUMNS, r, strict=True)) for r in cursor.fetchall()]
 
 
-def read_streams(where_sql, params, index=None, with_scores=True):
+def read_streams(where_sql, params, index=None, with_scores=True, with_findings=True):
     """[(row dict, findings, scores)] of the stream rows matching a condition (raw SQL on
-    Stream); without `with_scores`, scores are () (a reader that wants them for a few of the
-    rows reads them with `read_scores`).
+    Stream); without `with_scores` or `with_findings`, those are () (a reader that wants them
+    for some of the rows reads them with `read_scores` or `read_findings`).
     `index`: the index SQLite must use (its planner has no statistics: for the few active rows
     of one user it chose the user's index and read all of their history)."""
-    qn = connection.ops.quote_name
     rows = _rows(where_sql, params, index)
     if not rows:
         return []
-    findings = defaultdict(list)
     ids = [r["id"] for r in rows]
+    findings = read_findings(ids) if with_findings else {}
+    scores = read_scores(ids) if with_scores else {}
+    return [(r, findings.get(r["id"], ()), scores.get(r["id"], ())) for r in rows]
+
+
+def read_findings(ids):
+    """{stream id: [(code, severity, n)]} of the streams `ids`."""
+    qn = connection.ops.quote_name
+    findings = defaultdict(list)
     for chunk, marks in _chunks(ids):
         with connection.cursor() as cursor:
             cursor.execute(
@@ -421,8 +438,7 @@ def read_streams(where_sql, params, index=None, with_scores=True):
             )
             for sid, code, severity, n in cursor.fetchall():
                 findings[sid].append((code, severity, n))
-    scores = read_scores(ids) if with_scores else {}
-    return [(r, findings.get(r["id"], ()), scores.get(r["id"], ())) for r in rows]
+    return findings
 
 
 def read_scores(ids):

@@ -4,16 +4,19 @@ access, empty scopes, the admin figures and the refresh version."""
 
 import datetime as dt
 import random
+from dataclasses import replace
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from dashboard.stats import latency
 from dashboard.stats.admin import admin_report
 from dashboard.stats.latency import latency_report
-from dashboard.stats.routing import routing_report
+from dashboard.stats.routing import routing_report, sample_reasons
 from dashboard.stats.usage import CSV_COLUMNS, export_rows, usage_report
-from streams.core.figures import nearest_rank, rank
+from streams.core.figures import nearest_rank, rank, weighted_nearest_ranks
 from streams.core.usage import ESTIMATED, REPORTED
 from streams.management.commands.seed_demo import _settable_created_at
 from streams.models import Finding, Project, Stream
@@ -81,6 +84,15 @@ class TestRank:
         assert nearest_rank([5, 1, 4, 2, 3], 500) == 3
         assert nearest_rank([5, 1, 4, 2, 3], 990) == 5
         assert nearest_rank([], 500) is None
+
+    def test_several_quantiles_from_one_sort_are_each_the_nearest_rank(self):
+        rng = random.Random(44)
+        for _ in range(500):
+            pairs = [(rng.randint(-5, 300), rng.randint(0, 4)) for _ in range(rng.randint(0, 25))]
+            qs = rng.sample([1, 10, 250, 500, 900, 950, 990, 999, 1000], rng.randint(1, 4))
+            flat = [v for v, n in pairs for _ in range(n)]
+            got = weighted_nearest_ranks(pairs, qs)
+            assert got == {q: nearest_rank(flat, q) for q in qs}, (pairs, qs)
 
 
 class TestLatency:
@@ -325,6 +337,41 @@ class TestRouting:
         reasons = {r["category"]: [s["text"] for s in r["samples"]] for r in report.reasons}
         assert sorted(reasons["chat"]) == ["Short input <b>chat</b>", "m-a at capacity"]
         assert reasons["code"] == ["Looks like code"]
+
+    def test_sample_reasons_of_every_category_are_read_in_one_walk(self):
+        """One read for every category (a walk each passed nearly all of a project's streams
+        when a tag filters them); a category whose newest lie beyond it is read again alone,
+        four times as far. The texts are each category's newest distinct ones."""
+        save(
+            *[
+                make(
+                    self.owner,
+                    "m-b",
+                    "auto",
+                    400.0,
+                    routing_category="code",
+                    routing_reasoning=f"code {i % 3}",
+                    created_at=NOW - HOUR + i * dt.timedelta(seconds=1),
+                )
+                for i in range(1, 21)
+            ]
+        )
+        auto = replace(everyone(), requested_model="auto")
+        for kw, limits, code in (
+            ({}, [400], ["code 2", "code 1", "code 0"]),
+            # 16 rows of code read first, chat's beyond them
+            ({"look_at": 2}, [16, 32], ["code 2", "code 1"]),
+        ):
+            with CaptureQueriesContext(connection) as queries:
+                got = sample_reasons(auto, ["code", "chat"], **kw)
+            reads = [q["sql"] for q in queries.captured_queries if "routing_reasoning" in q["sql"]]
+            assert [int(sql.rsplit("LIMIT", 1)[1]) for sql in reads] == limits, kw
+            texts = {r["category"]: [s["text"] for s in r["samples"]] for r in got}
+            assert texts["code"] == code
+            assert texts["chat"] and set(texts["chat"]) <= {
+                "Short input <b>chat</b>",
+                "m-a at capacity",
+            }
 
     def test_auto_vs_pinned(self):
         report = routing_report(everyone(), now=NOW)
