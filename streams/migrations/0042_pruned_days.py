@@ -6,7 +6,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0040_event_block_partitions"),
+        ("streams", "0041_event_block_outline"),
     ]
 
     operations = [

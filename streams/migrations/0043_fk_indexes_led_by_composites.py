@@ -74,7 +74,7 @@ def make_again(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("streams", "0040_event_block_partitions"),
+        ("streams", "0042_pruned_days"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
