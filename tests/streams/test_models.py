@@ -146,7 +146,7 @@ def _led_by(model):
 
 def test_no_foreign_key_keeps_an_index_that_a_composite_already_leads_with():
     """A foreign key's own index beside a composite index leading with the same column is a
-    second B-tree every insert pays for and no query needs (migration 0044)."""
+    second B-tree every insert pays for and no query needs (migration 0043)."""
     doubled = [
         f"{model.__name__}.{f.name} (led by {_led_by(model)[f.name]})"
         for model, f in _foreign_keys()

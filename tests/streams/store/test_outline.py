@@ -78,7 +78,7 @@ def test_a_block_packed_before_outlines_gets_its_own_on_first_read(name, monkeyp
     expected = stored_events.outline(stream.pk)
     blocks = EventBlock.objects.filter(stream_id=stream.pk)
     stored = dict(blocks.values_list("first", "outline"))
-    blocks.filter(first__gt=0).update(outline=None)  # as the packer wrote them before 0042
+    blocks.filter(first__gt=0).update(outline=None)  # as the packer wrote them before 0041
 
     assert stored_events.outline(stream.pk) == expected
     assert dict(blocks.values_list("first", "outline")) == stored  # and kept
