@@ -20,6 +20,7 @@ BENCHMARKS = {
     "capacity": "streams.bench.capacity",
     "alerts": "streams.bench.alerts",
     "experiment": "streams.bench.experiment",
+    "recording": "streams.bench.recording",
 }
 
 
