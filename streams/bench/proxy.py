@@ -182,7 +182,7 @@ def run(command, opts):
             )
             for result in measured:
                 result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
-                _add_recording_minimum(result, env)
+                _add_recording_minimum(result, env, paced=opts["time_scale"] > 0)
                 result["server_limits"] = limits_of(limits)
                 result["upstream_transport"] = _transport()
                 results.append(result)
@@ -484,8 +484,10 @@ async def _configuration(
 
 # The bench's Daphne serves /metrics to this token (the writer's commits, the events recorded).
 METRICS_TOKEN = "bench-proxy-metrics"
-# Streamscope's target per paced event (issue 45): at most this many times nginx's CPU.
+# Streamscope's targets (issue 45): per paced event at most this many times nginx's CPU;
+# unpaced, at least this many events per CPU-second.
 TARGET_OVER_NGINX = 4.5
+TARGET_UNPACED_EVENTS_PER_CPU_S = 35_000
 
 
 async def _writer_figures(client, daphne):
@@ -504,10 +506,11 @@ async def _writer_figures(client, daphne):
     return commits, recorded
 
 
-def _add_recording_minimum(result, env):
+def _add_recording_minimum(result, env, paced=True):
     """Recording's own minimum in this run (streams/bench/recording.py: the SQL alone, on this
     run's database, at the batch size the proxy's writer committed), and each floor's CPU per
-    event as a multiple of nginx's, with the target's: the floors the target is compared to."""
+    event as a multiple of nginx's, with the target's (`paced`: 4.5× nginx's; unpaced: 35,000
+    events per CPU-second): the floors the target is compared to."""
     batch = result.get("events_per_commit")
     if batch:
         least = recording.in_the_same_run(env, max(1, round(batch)))
@@ -516,7 +519,10 @@ def _add_recording_minimum(result, env):
     nginx = result.get("nginx_cpu_us_per_event")
     if not nginx:
         return
-    result["target_cpu_us_per_event"] = round(TARGET_OVER_NGINX * nginx, 1)
+    result["target_cpu_us_per_event"] = round(
+        TARGET_OVER_NGINX * nginx if paced else 1e6 / TARGET_UNPACED_EVENTS_PER_CPU_S, 1
+    )
+    result["target_paced"] = paced
     for key in ("cpu_us_per_event", "relay_cpu_us_per_event", "alone_cpu_us_per_event") + tuple(
         f"relay_{t}_cpu_us_per_event" for t in TRANSPORT_FLOORS
     ):
@@ -531,9 +537,14 @@ def _against_target_line(result):
     """The floors against the target, as multiples of nginx (`_add_recording_minimum`)."""
     if "target_cpu_us_per_event" not in result:
         return ""
+    target = (
+        f"{TARGET_OVER_NGINX}× nginx"
+        if result["target_paced"]
+        else f"{TARGET_UNPACED_EVENTS_PER_CPU_S:,} events per CPU-second"
+    )
     line = (
-        f"  against nginx ({result['nginx_cpu_us_per_event']} µs CPU/event; the target "
-        f"{TARGET_OVER_NGINX}× = {result['target_cpu_us_per_event']} µs): the proxy "
+        f"  against nginx ({result['nginx_cpu_us_per_event']} µs CPU/event; the target, "
+        f"{target}: {result['target_cpu_us_per_event']} µs): the proxy "
         f"{result['over_nginx']}×; the floors: Daphne + httpx on lean "
         f"{result['relay_lean_over_nginx']}×, Daphne + httpx on httpcore "
         f"{result['relay_httpcore_over_nginx']}×, Daphne + httpcore "
