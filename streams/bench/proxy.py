@@ -51,6 +51,7 @@ from streams.bench import (
     manage,
     migrated_env,
     process_cpu_s,
+    recording,
     server_limits,
     wait_for_port,
 )
@@ -153,7 +154,7 @@ def run(command, opts):
     # Each client's next request may arrive while the proxy still finishes its last one (the
     # client has the whole answer before the proxy's handler returns): twice the clients.
     limits = server_limits(env, streams=2 * most, requests=2 * most)
-    daphne = proxy_server(tmp, env, sim, limits)
+    daphne = proxy_server(tmp, {**env, "STREAMSCOPE_METRICS_TOKEN": METRICS_TOKEN}, sim, limits)
     chosen = [f.strip() for f in opts.get("format", formats.RESPONSES).split(",") if f.strip()]
     unknown = [f for f in chosen if f not in formats.FORMATS]
     if unknown:
@@ -181,6 +182,7 @@ def run(command, opts):
             )
             for result in measured:
                 result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
+                _add_recording_minimum(result, env, paced=opts["time_scale"] > 0)
                 result["server_limits"] = limits_of(limits)
                 result["upstream_transport"] = _transport()
                 results.append(result)
@@ -303,6 +305,8 @@ def _print(command, n, arrivals, result, as_json):
         + f"; the proxy ({_transport()}) {result['cpu_us_per_event']} "
         f"({result['added_ttft_p50_ms']})"
     )
+    if "target_cpu_us_per_event" in result:
+        command.stdout.write(_against_target_line(result))
     if "profile" in result:
         command.stdout.write("  the proxy's " + stages_text(result["profile"]))
 
@@ -438,6 +442,7 @@ async def _configuration(
                 took = time.monotonic_ns() - started
                 duration_ns[request.format] = max(duration_ns[request.format], took)
         measured = {r.format: _Measured(bases) for r in requests}
+        commits_before = await _writer_figures(client, daphne)
         for r in range(rounds):
             for request in requests[r % len(requests) :] + requests[: r % len(requests)]:
                 ours = measured[request.format]
@@ -450,10 +455,14 @@ async def _configuration(
                     )  # fmt: skip
                     ours.cpu[mode] += cpu_of[mode]() - before
                     await ours.add(client, sim_root, mode, runs)
+        commits_after = await _writer_figures(client, daphne)
+        commits, recorded = (b - a for a, b in zip(commits_before, commits_after, strict=True))
         results = []
         for request in requests:
             ours = measured[request.format]
             figures = {"format": request.format, **_figures(n, arrivals, floor, ours)}
+            # (of every format's proxied rounds together: they shared the writer's batches)
+            figures["events_per_commit"] = round(recorded / commits, 1) if commits else None
             figures["alone_cpu_us_per_event"] = await _server_alone(client, daphne, n, ours)
             if profile:
                 # its own round: sampling C frames pauses the server at every sample
@@ -471,6 +480,85 @@ async def _configuration(
                 figures["profile_samples"] = sum(counts.values())  # (the waiting ones too)
             results.append(figures)
     return results
+
+
+# The bench's Daphne serves /metrics to this token (the writer's commits, the events recorded).
+METRICS_TOKEN = "bench-proxy-metrics"
+# Streamscope's targets (issue 45): per paced event at most this many times nginx's CPU;
+# unpaced, at least this many events per CPU-second.
+TARGET_OVER_NGINX = 4.5
+TARGET_UNPACED_EVENTS_PER_CPU_S = 35_000
+
+
+async def _writer_figures(client, daphne):
+    """(commits, proxied events recorded) so far by the Daphne's writer, from its /metrics."""
+    response = await client.get(
+        f"http://127.0.0.1:{daphne.port}/metrics",
+        headers={"Authorization": f"Bearer {METRICS_TOKEN}"},
+    )
+    response.raise_for_status()
+    commits = recorded = 0.0
+    for line in response.text.splitlines():
+        if line.startswith("streamscope_batch_commit_duration_seconds_count "):
+            commits = float(line.split()[-1])
+        elif line.startswith('streamscope_events_recorded_total{source="proxy"} '):
+            recorded = float(line.split()[-1])
+    return commits, recorded
+
+
+def _add_recording_minimum(result, env, paced=True):
+    """Recording's own minimum in this run (streams/bench/recording.py: the SQL alone, on this
+    run's database, at the batch size the proxy's writer committed), and each floor's CPU per
+    event as a multiple of nginx's, with the target's (`paced`: 4.5× nginx's; unpaced: 35,000
+    events per CPU-second): the floors the target is compared to."""
+    batch = result.get("events_per_commit")
+    if batch:
+        least = recording.in_the_same_run(env, max(1, round(batch)))
+        result["recording_sql_us_per_event"] = least["sql_us_per_event"]
+        result["recording_written_us_per_event"] = least["written_us_per_event"]
+    nginx = result.get("nginx_cpu_us_per_event")
+    if not nginx:
+        return
+    result["target_cpu_us_per_event"] = round(
+        TARGET_OVER_NGINX * nginx if paced else 1e6 / TARGET_UNPACED_EVENTS_PER_CPU_S, 1
+    )
+    result["target_paced"] = paced
+    for key in ("cpu_us_per_event", "relay_cpu_us_per_event", "alone_cpu_us_per_event") + tuple(
+        f"relay_{t}_cpu_us_per_event" for t in TRANSPORT_FLOORS
+    ):
+        result[key.replace("cpu_us_per_event", "over_nginx")] = round(result[key] / nginx, 2)
+    if "recording_sql_us_per_event" in result:
+        least = result["relay_lean_cpu_us_per_event"] + result["recording_sql_us_per_event"]
+        result["lean_and_recording_us_per_event"] = round(least, 1)
+        result["lean_and_recording_over_nginx"] = round(least / nginx, 2)
+
+
+def _against_target_line(result):
+    """The floors against the target, as multiples of nginx (`_add_recording_minimum`)."""
+    if "target_cpu_us_per_event" not in result:
+        return ""
+    target = (
+        f"{TARGET_OVER_NGINX}× nginx"
+        if result["target_paced"]
+        else f"{TARGET_UNPACED_EVENTS_PER_CPU_S:,} events per CPU-second"
+    )
+    line = (
+        f"  against nginx ({result['nginx_cpu_us_per_event']} µs CPU/event; the target, "
+        f"{target}: {result['target_cpu_us_per_event']} µs): the proxy "
+        f"{result['over_nginx']}×; the floors: Daphne + httpx on lean "
+        f"{result['relay_lean_over_nginx']}×, Daphne + httpx on httpcore "
+        f"{result['relay_httpcore_over_nginx']}×, Daphne + httpcore "
+        f"{result['relay_over_nginx']}×, the server alone {result['alone_over_nginx']}×"
+    )
+    if "lean_and_recording_us_per_event" in result:
+        line += (
+            f"; recording's own minimum (the SQL alone, {result['events_per_commit']} events "
+            f"per commit) {result['recording_sql_us_per_event']} µs/event (as written: "
+            f"{result['recording_written_us_per_event']}): Daphne + lean + it "
+            f"{result['lean_and_recording_us_per_event']} µs = "
+            f"{result['lean_and_recording_over_nginx']}×"
+        )
+    return line
 
 
 async def _daphne_floor(client, daphne):

@@ -33,7 +33,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from django.db import close_old_connections, connection, models, transaction
+from django.db import (
+    DEFAULT_DB_ALIAS,
+    close_old_connections,
+    connection,
+    connections,
+    models,
+    transaction,
+)
 from django.db.utils import DataError, IntegrityError, InterfaceError, OperationalError
 
 from streams.core import capture, conf, figures, formats, lifecycle, safejson, usage
@@ -919,15 +926,17 @@ def insert_flat(values, *, offsets=False, columns=ROW_COLUMNS):
     `received_at` values that are datetimes become the text the database stores, in place (so
     a retried batch is converted already). With `offsets`, they are the stream's wall-clock
     start, turned into start + t_us here, on the writer's thread, off the event loop."""
-    vendor = connection.vendor
+    # (`connection` is a proxy: each attribute read looks the thread's connection up again, a
+    # cost per batch that small batches of paced streams pay per event; so is naming the
+    # columns, hence `_event_columns`)
+    db = connections[DEFAULT_DB_ALIAS]
+    vendor = db.vendor
     width = len(columns)
     bound_event_values(values, columns)
     _receipt_times_as_text(values, "+00" if vendor == "postgresql" else "", offsets, width)
-    table = connection.ops.quote_name(Event._meta.db_table)
-    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
     if vendor == "postgresql":
-        with connection.cursor() as cursor:
-            with cursor.cursor.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
+        with db.cursor() as cursor:
+            with cursor.cursor.copy(copy_sql(columns)) as copy:
                 for start in range(0, len(values), width):
                     copy.write_row(values[start : start + width])
         return
@@ -937,19 +946,33 @@ def insert_flat(values, *, offsets=False, columns=ROW_COLUMNS):
         # loop each re-take waits up to the switch interval, which starved this thread and
         # left publishing far behind receipt. Django's cursor wrapper also rewrites every
         # parameter list on the way, a cost per row (docs/performance.md, "Recorder").
-        connection.ensure_connection()
-        raw = connection.connection
+        db.ensure_connection()
+        raw = db.connection
         step = _SQLITE_ROWS_PER_STATEMENT * width
         for start in range(0, len(values), step):
             chunk = values[start : start + step] if len(values) > step else values
-            raw.execute(_sqlite_insert(len(chunk) // width, columns), chunk)
+            raw.execute(sqlite_insert(len(chunk) // width, columns), chunk)
         return
     sql = _INSERT_SQL.get((vendor, columns))
     if sql is None:
+        table, cols = _event_columns(columns)
         marks = ", ".join(["%s"] * width)
         sql = _INSERT_SQL[vendor, columns] = f"INSERT INTO {table} ({cols}) VALUES ({marks})"
-    with connection.cursor() as cursor:
+    with db.cursor() as cursor:
         cursor.executemany(sql, [values[i : i + width] for i in range(0, len(values), width)])
+
+
+@functools.cache
+def _event_columns(columns):
+    """`(the event table, its columns)` quoted for SQL."""
+    table = connection.ops.quote_name(Event._meta.db_table)
+    return table, ", ".join(connection.ops.quote_name(c) for c in columns)
+
+
+@functools.cache
+def copy_sql(columns):
+    """PostgreSQL's COPY of event rows of `columns` (`insert_flat`'s; bench recording's too)."""
+    return "COPY {} ({}) FROM STDIN".format(*_event_columns(columns))
 
 
 _ONE_US = dt.timedelta(microseconds=1)
@@ -989,9 +1012,9 @@ _SQLITE_ROWS_PER_STATEMENT = min(2000, 32766 // len(PROXIED_ROW_COLUMNS))
 
 
 @functools.cache
-def _sqlite_insert(n, columns=ROW_COLUMNS):
-    table = connection.ops.quote_name(Event._meta.db_table)
-    cols = ", ".join(connection.ops.quote_name(c) for c in columns)
+def sqlite_insert(n, columns=ROW_COLUMNS):
+    """SQLite's INSERT of `n` event rows of `columns` (`insert_flat`'s; bench recording's too)."""
+    table, cols = _event_columns(columns)
     row = "(" + ", ".join(["?"] * len(columns)) + ")"
     return f"INSERT INTO {table} ({cols}) VALUES " + ", ".join([row] * n)
 

@@ -22,6 +22,7 @@ BENCHMARKS = {
     "experiment": "streams.bench.experiment",
     "timeline": "streams.bench.timeline",
     "storage": "streams.bench.storage",
+    "recording": "streams.bench.recording",
 }
 
 

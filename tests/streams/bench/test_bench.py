@@ -453,6 +453,10 @@ def test_proxy(tmp_path):
         # the compiled floor, measured in the same rounds (Debian's nginx)
         assert finite(line["nginx_ttft_p50_ms"]) and line["nginx_cpu_us_per_event"] >= 0
         assert finite(line["relay_over_nginx_ttft_p50_ms"])
+        # recording's own minimum in the same run, at the batch size the proxy committed
+        assert positive(line["events_per_commit"])
+        assert positive(line["recording_sql_us_per_event"])
+        assert positive(line["recording_written_us_per_event"])
         # the server's CPU by stage, from py-spy's samples of a round of its own (this short,
         # nearly all of them waiting)
         check_profile(line)
@@ -497,6 +501,32 @@ def scratch_postgres():
     yield _postgres(name)
     with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def check_recording(lines, database):
+    assert [(line["database"], line["batch"], line["events"]) for line in lines] == [
+        (database, 1, 40),
+        (database, 8, 40),
+    ]
+    for line in lines:
+        for name in ("sql_us_per_event", "written_us_per_event"):
+            assert positive(line[name]), (name, line)
+        assert line["sql_us_per_commit"] == round(line["sql_us_per_event"] * line["batch"], 1)
+
+
+@TIER_1
+def test_recording(tmp_path):
+    """The SQL alone of storing event rows, 1 and 8 per commit, on a fresh SQLite database."""
+    check_recording(bench(tmp_path, "recording", "--batch", "1,8", "--events", "40"), "sqlite")
+
+
+@tier_2
+def test_recording_on_postgres(scratch_postgres, tmp_path):
+    lines = bench(
+        tmp_path, "recording", "--batch", "1,8", "--events", "40",
+        "--database-url", scratch_postgres,
+    )  # fmt: skip
+    check_recording(lines, "postgresql")
 
 
 @tier_2
