@@ -409,11 +409,11 @@ def _storage():
     if not n:
         return {}
     out = {"stored_events": n, **_rows_storage(n)}
-    out.update(_packed_storage(n))
+    out.update(packed_storage(n))
     return out
 
 
-def _relation_bytes(table):
+def relation_bytes(table):
     """(table bytes with TOAST, {index: bytes}) of `table` as the database holds it."""
     from django.db import connection
 
@@ -443,7 +443,7 @@ def _relation_bytes(table):
         return int(heap), dict(cursor.fetchall())
 
 
-def _packed_storage(n):
+def packed_storage(n):
     """Every stream of the bench packed at once (no grace: they have all ended)."""
     from django.db import connection
 
@@ -456,7 +456,7 @@ def _packed_storage(n):
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {EventBlock._meta.db_table}")
-    heap, indexes = _relation_bytes(EventBlock._meta.db_table)
+    heap, indexes = relation_bytes(EventBlock._meta.db_table)
     return {
         "packed_events": done["events"],
         "packed_bytes_per_event": round((heap + sum(indexes.values())) / n, 1),
@@ -470,7 +470,7 @@ def _rows_storage(n):
     from streams.models import Event
 
     table = Event._meta.db_table
-    heap, sizes = _relation_bytes(table)
+    heap, sizes = relation_bytes(table)
     received = 8  # timestamptz
     if connection.vendor == "sqlite":
         with connection.cursor() as cursor:

@@ -20,10 +20,10 @@ import json
 
 from streams.bench import fail_if, run_child
 from streams.bench.ingest import (
-    _packed_storage,
-    _relation_bytes,
     add_database_arguments,
     fresh_databases,
+    packed_storage,
+    relation_bytes,
     simulator_upstream,
 )
 
@@ -172,7 +172,7 @@ def _empty():
 
 
 def _bytes(model):
-    heap, indexes = _relation_bytes(model._meta.db_table)
+    heap, indexes = relation_bytes(model._meta.db_table)
     return heap + sum(indexes.values())
 
 
@@ -190,7 +190,7 @@ def _sizes(empty):
         with connection.cursor() as cursor:
             cursor.execute(f"VACUUM ANALYZE {Event._meta.db_table}")
     rows = _bytes(Event) - empty["rows"]
-    packed = _packed_storage(n)  # (packs every stream, then VACUUMs the blocks)
+    packed = packed_storage(n)  # (packs every stream, then VACUUMs the blocks)
     blocks = _bytes(EventBlock) - empty["packed"]
     return {
         "events": n,
