@@ -82,6 +82,7 @@ NOT_LOAD_LIMITS = {
     "STORAGE_RETRY_S": "a database that refuses batches fails streams: reported as lost events",
     "RECEIPT_CLOCK": "which clock stamps receipts, not a limit",
     "UPSTREAM_TRANSPORT": "which upstream client is measured, not a limit",
+    "UPSTREAM_MAX_EVENT_BYTES": "the simulator's events are a few KiB, far under it",
     "STALL_TIMEOUT_S": "the simulator never pauses that long; a stalled stream fails the bench",
     "STALL_MAX_ATTEMPTS": "retries after a stall, which fails the bench anyway",
     "CONNECT_MAX_ATTEMPTS": "retries of connection errors to the local simulator",

@@ -48,6 +48,14 @@ class Settings:
     # "lean" (streams/ingest/transport.py, our own framing on the stamping connections) or
     # "httpcore" (httpx's own pool over the same connections; kept to compare).
     upstream_transport: str = "lean"
+    # Bytes one upstream event may take (an SSE event's lines since the previous event, its
+    # comments included; one WebSocket message): past it the stream ends `truncated`,
+    # event_too_large, with the events before it stored. Real events are large: a Responses
+    # `response.completed` repeats the whole response, and image outputs come as base64 (a
+    # 1536x1024 PNG is 3-4 MiB of it, and a response may carry several, plus partial images),
+    # so several MiB are ordinary; 32 MiB leaves room for that and bounds what one stream's
+    # reader holds.
+    upstream_max_event_bytes: int = 32 * 1024 * 1024
     # --- Running streams (streams/run/runner.py, streams/run/worker.py) ---
     # No event for this long: abort and retry the same request (docs/protocol.md: 60 s).
     stall_timeout_s: float = 60.0

@@ -29,14 +29,16 @@ from streams.core import capture, conf, figures, formats, lifecycle, warmup
 from streams.core.checks import CREATED, OUTPUT, ROUTING, TERMINAL, TOOL_CALL, Checker, said
 from streams.ingest.network import Phases
 from streams.ingest.upstream import (
+    EVENT_TOO_LARGE,
     EventReader,
+    EventTooLarge,
     UpstreamError,
     check_response,
     request_headers,
 )
 from streams.ingest.writer import db_executor, get_writer
 from streams.models import Finding, Stream
-from streams.observe import ended
+from streams.observe import ended, telemetry
 from streams.shapes import event_message
 from streams.store import event_row, rows
 from streams.store.rows import StorageUnavailable
@@ -516,6 +518,11 @@ def _failure_outcome(rec, exc, stall_s):
         if rec.next_index == 0 and "headers" not in rec.milestones:
             return Outcome(Stream.Status.FAILED, "timeout", "no response from upstream")
         return Outcome(Stream.Status.STALLED, "stall", f"no event for {stall_s:g} s; aborted")
+    if isinstance(exc, EventTooLarge):
+        # The upstream's fault, cut short by us: what came before it is the record, and the
+        # event itself one lost (through the proxy its bytes were relayed: its client had them).
+        telemetry.events_lost(rec, 1)
+        return Outcome(Stream.Status.TRUNCATED, exc.code, exc.message)
     if isinstance(exc, UpstreamError):
         if exc.http_status:
             rec.pending_fields["http_status"] = exc.http_status
@@ -587,6 +594,8 @@ async def _read_events(rec, writer, response, port, phases, stall_timer, stall_s
                     # Terminal events flush at once (docs/recorder.md).
                     rec.urgent = False
                     await writer.flush(rec)
+            if reader.too_large is not None:  # (the events before it are queued)
+                raise reader.too_large
     finally:
         if watch is not None:
             watch.cancel()
@@ -710,8 +719,12 @@ async def _finish(rec, writer, outcome):
     closed_ns = time.monotonic_ns()
     await rec.row_ready()
     if rec.body_open:
-        # A connection we closed ourselves (cancel, stall) is not the upstream's fault.
-        closed_by_upstream = outcome.status not in (Stream.Status.CANCELLED, Stream.Status.STALLED)
+        # A connection we closed ourselves (cancel, stall, an event over the bound) did not
+        # close without its terminal event: no missing_terminal.
+        closed_by_upstream = (
+            outcome.status not in (Stream.Status.CANCELLED, Stream.Status.STALLED)
+            and outcome.error_code != EVENT_TOO_LARGE
+        )
         # With the close time, the checker also judges the silence before it (a stall).
         final = rec.checker.close(
             connection_closed=closed_by_upstream, t_us=_us(closed_ns - rec.t0_ns)

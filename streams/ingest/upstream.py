@@ -55,6 +55,27 @@ class UpstreamError(Exception):
         self.body = body
 
 
+EVENT_TOO_LARGE = "event_too_large"
+
+
+class EventTooLarge(UpstreamError):
+    """One upstream event passed UPSTREAM_MAX_EVENT_BYTES (`limit`): the stream is not read
+    further. `held`: the bytes of it that had come (and, through the HTTP proxy, had been
+    relayed), none of them stored; `declared`: a WebSocket message's size, said by its frame."""
+
+    def __init__(self, limit, held, declared=None):
+        what = (
+            "an upstream event" if declared is None else f"an upstream message of {declared} bytes"
+        )
+        super().__init__(
+            EVENT_TOO_LARGE,
+            f"{what} passed UPSTREAM_MAX_EVENT_BYTES ({limit} bytes): the {held} bytes of it "
+            "received are not stored, and the stream was read no further",
+        )
+        self.limit = limit
+        self.held = held
+
+
 def make_client(
     connect_timeout=10.0, max_connections=2000, keepalive=200, ssl_context=None, transport=None
 ):
@@ -230,14 +251,26 @@ class EventReader:
     not UTF-8 takes the per-line path, which keeps the raw value of each bad `data` line, so
     the event's `raw` holds exactly the bytes that arrived."""
 
-    def __init__(self):
+    def __init__(self, max_event_bytes=None):
         self._decoder = SSEDecoder()
         self._line = b""  # an unterminated line carried to the next chunk
+        # The bytes since the last event dispatched (an unterminated line, an open block's
+        # lines, comments waiting for the next event): what the reader holds, bounded by
+        # UPSTREAM_MAX_EVENT_BYTES. Kept per chunk, never per line or event (`_bound`).
+        self.held = 0
+        if max_event_bytes is None:
+            max_event_bytes = conf.get().upstream_max_event_bytes
+        self.max_event_bytes = max_event_bytes
+        self.too_large = None
         self._skip_lf = False  # a chunk ended in CR: a LF at the start of the next belongs to it
         self._raw = {}  # position in the block's data lines → raw bytes, for non-UTF-8 lines
         self._preamble = []  # lines since the last event that are no part of one (comments)
 
     def feed(self, chunk, t_ns):
+        """The events `chunk` completes. Once the bytes since the last event pass the bound,
+        `too_large` is set (an EventTooLarge) and the events before it are the last: feed no
+        more."""
+        size = len(chunk)
         if self._skip_lf:
             self._skip_lf = False
             if chunk[:1] == b"\n":
@@ -251,7 +284,7 @@ class EventReader:
         cut = chunk.rfind(b"\n")
         if cut < 0:
             self._line = chunk
-            return []
+            return self._bound([], size)
         self._line = chunk[cut + 1 :]
         complete = chunk[:cut]
         if not self._raw:
@@ -260,7 +293,7 @@ class EventReader:
             except UnicodeDecodeError:
                 pass
             else:
-                return self._lines(text.split("\n"), t_ns)
+                return self._bound(self._lines(text.split("\n"), t_ns), size)
         out = []
         for line in complete.split(b"\n"):
             try:
@@ -270,7 +303,42 @@ class EventReader:
                 if _is_data(text):
                     self._raw[len(self._decoder._data)] = _field_value(line)
             out.extend(self._lines((text,), t_ns))
+        return self._bound(out, size)
+
+    def _bound(self, out, size):
+        """`out` (a chunk's events), the bytes held since the last event kept within the
+        bound. Per chunk, not per event: a chunk that completed no event adds its `size`; one
+        that did leaves only what follows its last event (the open block's lines and comments,
+        all of this chunk, and the unterminated line), summed only when a block is still open.
+        An event of this chunk is measured only when the bytes since the previous chunk's last
+        event, with this chunk, pass the bound. Past it: `too_large` is set (the stream is to
+        be read no further), and `out` holds the events before the one that passed it."""
+        limit = self.max_event_bytes
+        if out:
+            if self.held + size > limit:
+                for i, event in enumerate(out):
+                    if len(event.data) + len(event.preamble) > limit:
+                        return self._refuse(out[:i], len(event.data) + len(event.preamble))
+            held = len(self._line)
+            data, preamble = self._decoder._data, self._preamble
+            if data or preamble:
+                held += sum(map(len, data)) + sum(map(len, preamble)) + len(data) + len(preamble)
+            self.held = held
+        else:
+            self.held += size
+        if self.held > limit:
+            return self._refuse(out, self.held)
         return out
+
+    def _refuse(self, out, held):
+        # nothing of the refused event stays in memory: the stream is read no further
+        self.too_large = EventTooLarge(self.max_event_bytes, held)
+        self.held = 0
+        self._line = b""
+        self._decoder._data = []
+        self._preamble = []
+        self._raw = {}
+        return list(out)
 
     def _lines(self, lines, t_ns):
         """Decoded lines into events. `data: ` and `event: ` lines and the blank line that ends

@@ -632,9 +632,18 @@ def _is_event_stream(response):
 
 
 # Outcomes after which the client's connection is reset rather than ended: the upstream's
-# connection broke, or recording was stopped (cancel from a page, storage failure).
+# connection broke, or recording was stopped (cancel from a page, storage failure, an upstream
+# event over UPSTREAM_MAX_EVENT_BYTES: the client had its bytes up to there, and no clean end
+# may pass for the response's).
 BROKEN = frozenset(
-    {"connection_reset", "connection_error", "http_error", "storage_unavailable", "storage_refused"}
+    {
+        "connection_reset",
+        "connection_error",
+        "http_error",
+        "storage_unavailable",
+        "storage_refused",
+        "event_too_large",
+    }
 )
 
 

@@ -31,10 +31,13 @@ upstream as they came.
 Bad input closes the socket with a code saying why: a binary frame 4003, a frame that is not a
 JSON object with a `type` 4007, one over PROXY_MAX_BODY_BYTES 4009 (WebSocket's 1003, 1007
 and 1009 in the application's range). An upstream that closes closes the client's socket
-(1000 when it closed normally, else 4011); a client that leaves ends the responses it was
-reading with the frames that came, cancelled (`client_disconnected`) unless their terminal
-event had come; one that leaves more than PROXY_CLIENT_BUFFER_BYTES unread for
-PROXY_SLOW_CLIENT_TIMEOUT_S is closed with 4008 and its responses end `client_too_slow`.
+(1000 when it closed normally, else 4011); one that sends a message over
+UPSTREAM_MAX_EVENT_BYTES is closed (1009) and so is the client's socket, with 4009, and the
+response reading it ends `truncated`, `event_too_large`, with every frame before it; a
+client that leaves ends the responses it was reading with the frames that came, cancelled
+(`client_disconnected`) unless their terminal event had come; one that leaves more than
+PROXY_CLIENT_BUFFER_BYTES unread for PROXY_SLOW_CLIENT_TIMEOUT_S is closed with 4008 and its
+responses end `client_too_slow`.
 Every frame sent passes the egress gate (dashboard/asgi.py), like every response.
 """
 
@@ -53,6 +56,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.routing import URLRouter
 from django.urls import path
 from websockets.client import ClientProtocol
+from websockets.exceptions import PayloadTooBig
 from websockets.frames import DATA_OPCODES
 from websockets.http11 import Response
 from websockets.uri import parse_uri
@@ -60,7 +64,7 @@ from websockets.uri import parse_uri
 from streams.core import conf, formats, safejson, transport
 from streams.ingest import network
 from streams.ingest.recorder import Relayed
-from streams.ingest.upstream import ReceivedEvent
+from streams.ingest.upstream import EventTooLarge, ReceivedEvent
 from streams.observe import telemetry
 from streams.run import services
 from streams.serve import proxy
@@ -82,6 +86,7 @@ class Closed(Exception):
     def __init__(self, code):
         super().__init__(code)
         self.code = code
+        self.too_large = None  # the EventTooLarge it closed for, if one
 
 
 class Upstream:
@@ -117,7 +122,8 @@ class Upstream:
                 if uri.secure:  # (decrypted in the loop's transport: its clock)
                     context = ssl.create_default_context()
                     stream = await stream.start_tls(context, server_hostname=uri.host)
-                protocol = ClientProtocol(uri, max_size=None)
+                # (one message over the bound: the protocol stops at its frame's header)
+                protocol = ClientProtocol(uri, max_size=conf.get().upstream_max_event_bytes)
                 request = protocol.connect()
                 for name, value in headers:
                     request.headers[name] = value
@@ -181,8 +187,17 @@ class Upstream:
                     self.parts = []
                     self.messages.append((bytes(payload), t_ns))
         if protocol.parser_exc is not None and self.closed is None:
-            # (a frame breaking the protocol: it answered with a close and reads no further)
-            self.closed = Closed(CLOSE_BROKEN)
+            # (a frame breaking the protocol, or a message over UPSTREAM_MAX_EVENT_BYTES: it
+            # answered with a close, 1009 for the latter, and reads no further)
+            too_big = isinstance(protocol.parser_exc, PayloadTooBig)
+            self.closed = Closed(CLOSE_TOO_BIG if too_big else CLOSE_BROKEN)
+            if too_big:
+                exc = protocol.parser_exc
+                self.closed.too_large = EventTooLarge(
+                    protocol.max_message_size,
+                    exc.current_size or 0,  # (earlier frames of it; the big one is not read)
+                    declared=(exc.current_size or 0) + (exc.size or 0),
+                )
 
     async def _flush(self):
         self.phases.activate()
@@ -226,6 +241,9 @@ class Turn:
                 item = await queue.get()
                 if item is None:  # the socket ended: every later turn ends too
                     queue.put_nowait(None)
+                    too_large, self.socket.too_large = self.socket.too_large, None
+                    if too_large is not None:  # (this turn's message: truncated, its code)
+                        raise too_large
                     if self.socket.left_first:
                         # what came is recorded; the rest was never asked for
                         left = "client_too_slow" if self.socket.too_slow else "client_disconnected"
@@ -269,6 +287,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
         self.connection = None  # the client's connection in the server (its unread bytes)
         self.ended = False  # the upstream's frames came to their end
         self.left_first = False  # ... because the client left (not the upstream)
+        self.too_large = None  # the upstream sent a message over the bound (an EventTooLarge)
 
     async def connect(self):
         self.headers = {}
@@ -374,6 +393,7 @@ class ResponsesSocket(AsyncWebsocketConsumer):
                     break  # (what came is recorded, never handed over: no sent_us)
         except Closed as closed:
             code = closed.code
+            self.too_large = closed.too_large
         finally:
             # (the client's socket closes after this: its leaving then is not why they ended)
             self.left_first = self.client_left

@@ -86,6 +86,48 @@ def answering(settings, chunks, content_type="text/event-stream"):
         server.stop()
 
 
+class Endless:
+    """An upstream's answer that never ends its last event (`tail` repeated after `head`), up
+    to `cap` bytes, then the connection closes: `sent` counts the bytes the server wrote (each
+    piece once the socket took the one before it). For RawUpstream's `respond`: `answer`."""
+
+    def __init__(self, head, tail, cap):
+        self.head, self.tail, self.cap = head, tail, cap
+        self.sent = 0
+
+    def chunks(self):
+        yield self.head
+        self.sent += len(self.head)
+        while self.sent < self.cap:
+            yield self.tail
+            self.sent += len(self.tail)
+
+    def answer(self, *request):
+        return 200, "text/event-stream", self.chunks()
+
+
+# An event stream's first two events, then an event that never ends, three ways.
+ENDLESS_HEAD = (
+    b'data: {"type":"response.created","sequence_number":0,"response":{"id":"resp_big",'
+    b'"object":"response","model":"m","status":"in_progress"}}\n\n'
+    b'data: {"type":"response.in_progress","sequence_number":1,"response":{"id":"resp_big",'
+    b'"object":"response","model":"m","status":"in_progress"}}\n\n'
+)
+ENDLESS = {
+    "an endless line": (b"data: ", b"x" * 4096),
+    "an endless block of data lines": (b"", b"data: " + b"y" * 4089 + b"\n"),
+    "endless comments": (b"", b": " + b"z" * 4093 + b"\n"),
+}
+
+
+def holding(reader):
+    """What an event reader (streams/ingest/upstream.py) holds of the bytes since its last
+    event, counted from its state (not from its own count): the unterminated line, the open
+    block's data lines and the comments waiting for the next event."""
+    lines = [*reader._decoder._data, *reader._preamble]
+    return len(reader._line) + sum(len(line) + 1 for line in lines)
+
+
 def sse(data, event="message", id=None):
     head = f"event: {event}\n" + (f"id: {id}\n" if id is not None else "")
     return (head + "".join(f"data: {line}\n" for line in data.split("\n")) + "\n").encode()

@@ -11,10 +11,11 @@ import pytest
 from asgiref.sync import sync_to_async
 
 from streams.ingest import recorder
-from streams.ingest.upstream import UpstreamError
+from streams.ingest.upstream import EventTooLarge, UpstreamError
 from streams.models import Event, Finding, Stream
 from streams.run import runner
 from streams.store import event_row, rows
+from tests.support import hostile
 from tests.support.recording import body, event_values, record
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -628,6 +629,7 @@ def _attempt(events=0, milestones=()):
         (httpx.WriteError("eof"), 4, ("headers", "terminal"), (None, "", False)),
         (httpx.ProxyError("no"), 0, (), ("failed", "http_error", False)),
         (rows.StorageUnavailable("gone"), 5, (), ("failed", "storage_unavailable", False)),
+        (EventTooLarge(1024, 2000), 3, ("headers",), ("truncated", "event_too_large", False)),
     ],
 )
 def test_failure_outcome_maps_each_exception_to_its_outcome(exc, events, milestones, expected):
@@ -637,10 +639,53 @@ def test_failure_outcome_maps_each_exception_to_its_outcome(exc, events, milesto
     rec = _attempt(events, milestones)
     outcome = recorder._failure_outcome(rec, exc, stall_s=30)
     assert (outcome.status, outcome.error_code, outcome.retryable) == expected
-    if isinstance(exc, UpstreamError):
+    if isinstance(exc, UpstreamError) and exc.http_status:
         assert rec.pending_fields["http_status"] == 500
 
 
 def test_failure_outcome_leaves_other_exceptions_to_propagate():
     assert not isinstance(ValueError("bug"), recorder._FAILURES)
     assert not isinstance(asyncio.CancelledError(), recorder._FAILURES)
+
+
+# ---- one upstream event is bounded -------------------------------------------------------------
+
+BOUND = 1024 * 1024
+
+
+@pytest.mark.parametrize("name", hostile.ENDLESS)
+async def test_an_endless_event_ends_the_stream_truncated_holding_at_most_the_bound(
+    name, settings, monkeypatch
+):
+    """An upstream that never ends an event (a line, a block of data lines, comments) over real
+    HTTP on 127.0.0.1: the stream ends `truncated`, event_too_large, with the two events before
+    it stored; the reader never held more than the bound and one read (its state measured after
+    every chunk), and the upstream was read no further (it would send 16 times the bound)."""
+    settings.STREAMSCOPE = {**settings.STREAMSCOPE, "UPSTREAM_MAX_EVENT_BYTES": BOUND}
+    peak = [0]
+
+    class Measured(recorder.EventReader):
+        def feed(self, chunk, t_ns):
+            out = super().feed(chunk, t_ns)
+            peak[0] = max(peak[0], hostile.holding(self))
+            return out
+
+    monkeypatch.setattr(recorder, "EventReader", Measured)
+    head, tail = hostile.ENDLESS[name]
+    endless = hostile.Endless(hostile.ENDLESS_HEAD + head, tail, cap=16 * BOUND)
+    server = hostile.RawUpstream(endless.answer)
+    try:
+        stream, _ = await record(body(), base_url=server.base_url)
+    finally:
+        server.stop()
+    assert (stream.status, stream.error_code) == ("truncated", "event_too_large")
+    assert "UPSTREAM_MAX_EVENT_BYTES (1048576 bytes)" in stream.error_message
+    assert [json.loads(e.data)["type"] for e in await stored_events(stream)] == [
+        "response.created",
+        "response.in_progress",
+    ]
+    assert stream.event_count == 2
+    assert 0 < peak[0] <= BOUND + 256 * 1024  # (a read is at most 256 KiB)
+    assert endless.sent < 16 * BOUND
+    # we stopped reading: the terminal it never sent is not blamed on a closed connection
+    assert "missing_terminal" not in await finding_codes(stream)

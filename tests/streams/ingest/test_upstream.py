@@ -9,6 +9,7 @@ import pytest
 
 from streams.core.capture import SSEEncoder, parse_sse_bytes
 from streams.ingest.upstream import EventReader
+from tests.support.hostile import ENDLESS, holding
 
 BODIES = {
     "plain": b'event: message\ndata: {"a":1}\n\nevent: message\ndata: {"b":2}\n\n',
@@ -438,3 +439,62 @@ def test_a_key_is_sent_as_itself_when_the_base_url_has_credentials_too():
         assert sent == ["Bearer sk-the-key-123456", basic, "Bearer sk-the-key-123456", basic]
     finally:
         server.stop()
+
+
+# ---- one event is bounded (UPSTREAM_MAX_EVENT_BYTES) --------------------------------------------
+
+BOUND = 64 * 1024
+PIECE = 4096
+
+
+@pytest.mark.parametrize("name", ENDLESS)
+def test_an_endless_event_is_refused_past_the_bound_holding_no_more(name):
+    """The events before it are read, then the reader holds at most the bound and one piece,
+    and says the event was too large; what it held is let go. Without the bound it holds
+    everything that came (the loop runs out at 64 times the bound)."""
+    head, piece = ENDLESS[name]
+    assert len(piece) == PIECE
+    reader = EventReader(max_event_bytes=BOUND)
+    events = reader.feed(b'data: {"a":1}\n\ndata: {"b":2}\n\n' + head, 1)
+    assert [e.data for e in events] == ['{"a":1}', '{"b":2}']
+    peak = 0
+    for _ in range(64 * BOUND // PIECE):
+        assert reader.feed(piece, 2) == []
+        peak = max(peak, holding(reader))
+        if reader.too_large is not None:
+            break
+    assert reader.too_large is not None and reader.too_large.code == "event_too_large"
+    assert BOUND < reader.too_large.held <= BOUND + PIECE
+    assert peak <= BOUND + PIECE
+    assert holding(reader) == 0
+
+
+def test_events_up_to_the_bound_pass_in_any_chunking_and_one_over_it_does_not():
+    """The measure is per chunk, but an event is measured exactly where the chunks would let
+    one over the bound through: the events before it in its chunk are returned."""
+    small = b"data: " + b"s" * 100 + b"\n\n"
+    fits = b"data: " + b"f" * (BOUND - 2) + b"\n\n"  # data and its line: just the bound
+    over = b"data: " + b"o" * (BOUND + 1) + b"\n\n"
+    for size in (1000, 1 << 20):
+        reader = EventReader(max_event_bytes=BOUND)
+        body = small + fits + small
+        out = [
+            e
+            for start in range(0, len(body), size)
+            for e in reader.feed(body[start : start + size], 0)
+        ]
+        assert [len(e.data) for e in out] == [100, BOUND - 2, 100] and reader.too_large is None
+        reader = EventReader(max_event_bytes=BOUND)
+        out = reader.feed(small + over + small, 0)  # all in one chunk
+        assert [len(e.data) for e in out] == [100]
+        assert reader.too_large is not None and reader.too_large.held == BOUND + 1
+
+
+def test_comments_between_events_are_not_held_against_the_next():
+    """A long run of small events, each with its comment, never adds up to the bound."""
+    reader = EventReader(max_event_bytes=1024)
+    event = b": ping\ndata: " + b"d" * 500 + b"\n\n"
+    out = []
+    for i in range(0, len(event) * 200, 333):
+        out += reader.feed((event * 200)[i : i + 333], 0)
+    assert len(out) == 200 and reader.too_large is None
