@@ -12,6 +12,7 @@ import pytest
 from streams.models import ApiToken, Event, SealedSecret, Stream
 from streams.serve import proxy
 from tests.conftest import DaphneServer, SimulatorProcess
+from tests.support import hostile
 from tests.support.recording import wait_terminal
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -440,3 +441,44 @@ def test_a_stall_is_recorded_not_retried_behind_the_clients_back(short_stall_ser
     assert stream.status == "completed" and stream.attempt == 1
     assert not Stream.objects.filter(first_attempt=stream).exists()
     assert stream.findings.filter(code="stall").exists()
+
+
+def test_an_endless_upstream_event_resets_the_client_and_what_it_was_shown_is_counted(people):
+    """An upstream that never ends its third event, through the proxy: the client gets the
+    bytes as they come, up to the bound, and then a reset (no clean end passes for the
+    response's); the row ends `truncated`, event_too_large, with the two events before it, and
+    its message counts every byte the client was shown beyond them (the proxy relays no further:
+    the upstream, which would send 16 times the bound, is read no further)."""
+    bound = 1024 * 1024
+    head, tail = hostile.ENDLESS["an endless line"]
+    endless = hostile.Endless(hostile.ENDLESS_HEAD + head, tail, cap=16 * bound)
+    upstream = hostile.RawUpstream(endless.answer)
+    server = DaphneServer(upstream.base_url, overrides={"UPSTREAM_MAX_EVENT_BYTES": bound})
+    try:
+        token = ApiToken.issue(people.owner, name="endless")
+        got = bytearray()
+        with httpx.Client(timeout=30) as client:
+            with client.stream(
+                "POST",
+                f"{server.url}/v1/responses",
+                json=request(),
+                headers={"Authorization": f"Bearer {token}"},
+            ) as r:
+                stream_id = int(r.headers["x-streamscope-stream"])
+                with pytest.raises(httpx.HTTPError):  # (reset: never a clean end)
+                    for chunk in r.iter_raw():
+                        got += chunk
+        stream = wait_terminal(stream_id)
+    finally:
+        server.stop()
+        upstream.stop()
+    assert got.startswith(hostile.ENDLESS_HEAD) and len(got) > bound
+    assert (stream.status, stream.error_code) == ("truncated", "event_too_large")
+    stored = [json.loads(e.data)["type"] for e in Event.objects.filter(stream=stream)]
+    assert stored == ["response.created", "response.in_progress"]
+    # the bytes of the refused event the proxy relayed: all it read past the stored events
+    unstored = int(stream.error_message.split(": the ")[1].split()[0])
+    relayed = len(got) - len(hostile.ENDLESS_HEAD)
+    assert bound < unstored <= bound + 256 * 1024 and relayed <= unstored
+    assert stream.bytes_received == len(hostile.ENDLESS_HEAD) + unstored
+    assert endless.sent < 16 * bound

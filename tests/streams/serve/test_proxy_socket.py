@@ -464,3 +464,73 @@ def test_an_upstream_that_refuses_the_handshake_refuses_the_clients(people, toke
             assert "the upstream's WebSocket did not open" in said, said
         refusing.shutdown()
     assert not Stream.objects.filter(source="proxy").exists()
+
+
+# ---- an upstream message over UPSTREAM_MAX_EVENT_BYTES ----------------------------------------
+
+BOUND = 1024 * 1024
+
+
+@pytest.fixture
+def oversized_upstream():
+    """A Responses WebSocket that answers a `response.create` with two frames, then one message
+    of 16 times BOUND (`sent["size"]`): `sent["whole"]` says whether its send of that message
+    completed (the proxy took it all in)."""
+    from websockets.sync.server import serve
+
+    sent = {"whole": False, "size": 0}
+
+    def handler(connection):
+        connection.recv()
+        for n, type_ in enumerate(("response.created", "response.in_progress")):
+            response = {"id": "resp_big", "status": "in_progress"}
+            connection.send(json.dumps({"type": type_, "sequence_number": n, "response": response}))
+        delta = {"type": "response.output_text.delta", "sequence_number": 2, "delta": ""}
+        delta["delta"] = "x" * (16 * BOUND)
+        message = json.dumps(delta)
+        sent["size"] = len(message)
+        with contextlib.suppress(ConnectionClosed, OSError):
+            connection.send(message)
+            sent["whole"] = True
+            connection.recv()  # (until the proxy goes)
+
+    with serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        yield f"http://127.0.0.1:{server.socket.getsockname()[1]}/v1", sent
+        server.shutdown()
+
+
+def test_an_upstream_message_over_the_bound_closes_with_4009_and_ends_its_response(
+    people, token, oversized_upstream
+):
+    """The proxy stops at the oversized message's frame header (the protocol's max_size is the
+    bound): the client had the two frames before it and its socket closes with 4009; the
+    response ends `truncated`, event_too_large, with those two frames stored; the message's 16
+    MiB were never taken in."""
+    url, sent = oversized_upstream
+    server = DaphneServer(url, overrides={"UPSTREAM_MAX_EVENT_BYTES": BOUND})
+    try:
+        frames = []
+        with connect(
+            f"{server.ws_url}/v1/responses",
+            additional_headers={"Authorization": f"Bearer {token}"},
+            max_size=None,
+        ) as ws:
+            ws.send(json.dumps({"type": "response.create", "model": "m", "input": "hi"}))
+            with pytest.raises(ConnectionClosed) as closed:
+                while True:
+                    frames.append(json.loads(ws.recv(timeout=30))["type"])
+        [stream] = proxied_streams(1)
+    finally:
+        server.stop()
+    assert closed.value.rcvd is not None and closed.value.rcvd.code == 4009
+    assert frames == ["response.created", "response.in_progress"]
+    assert (stream.status, stream.error_code) == ("truncated", "event_too_large")
+    assert f"an upstream message of {sent['size']} bytes" in stream.error_message
+    stored = [json.loads(e.data)["type"] for e in Event.objects.filter(stream=stream)]
+    assert stored == frames and stream.event_count == 2
+    assert "missing_terminal" not in set(
+        Finding.objects.filter(stream=stream).values_list("code", flat=True)
+    )
+    assert not sent["whole"]
