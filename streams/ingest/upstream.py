@@ -293,7 +293,13 @@ class EventReader:
             except UnicodeDecodeError:
                 pass
             else:
-                return self._bound(self._lines(text.split("\n"), t_ns), size)
+                out = self._lines(text.split("\n"), t_ns)
+                # (the common case, inline: events and nothing open after them, well within)
+                if out and self.held + size <= self.max_event_bytes and not self._preamble:
+                    if not self._decoder._data:
+                        self.held = len(self._line)
+                        return out
+                return self._bound(out, size)
         out = []
         for line in complete.split(b"\n"):
             try:
@@ -317,8 +323,8 @@ class EventReader:
         if out:
             if self.held + size > limit:
                 for i, event in enumerate(out):
-                    if len(event.data) + len(event.preamble) > limit:
-                        return self._refuse(out[:i], len(event.data) + len(event.preamble))
+                    if (size := _stored_bytes(event)) > limit:
+                        return self._refuse(out[:i], size)
             held = len(self._line)
             data, preamble = self._decoder._data, self._preamble
             if data or preamble:
@@ -406,6 +412,12 @@ class EventReader:
 # The fields an event's row carries (`streams/store/event_row.py`); any other line is kept in
 # the next event's preamble.
 _ROW_FIELDS = frozenset({"data", "event", "id"})
+
+
+def _stored_bytes(event):
+    """The bytes of `event` its row keeps: its data (as it came) and its preamble."""
+    data = event.raw if event.raw is not None else event.data.encode()
+    return len(data) + len(event.preamble.encode())
 
 
 def _is_data(line):

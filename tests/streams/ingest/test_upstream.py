@@ -488,6 +488,10 @@ def test_events_up_to_the_bound_pass_in_any_chunking_and_one_over_it_does_not():
         out = reader.feed(small + over + small, 0)  # all in one chunk
         assert [len(e.data) for e in out] == [100]
         assert reader.too_large is not None and reader.too_large.held == BOUND + 1
+    # measured in bytes, as they came: half the bound in two-byte characters is over it
+    reader = EventReader(max_event_bytes=BOUND)
+    wide = ("data: " + "é" * (BOUND // 2 + 1) + "\n\n").encode()
+    assert reader.feed(small + wide, 0) and reader.too_large.held == BOUND + 2
 
 
 def test_comments_between_events_are_not_held_against_the_next():
