@@ -611,15 +611,20 @@ async def _whole_body(rec, writer, response, port, phases, wants_json):
     """A body that is not an event stream (an error, a JSON answer, anything): kept whole as
     one event, verbatim, whatever its type — what the upstream sent is the record — and
     through the proxy forwarded as it comes (so nothing the client saw is missing from the
-    record); then judged as the recorder judges it, except that a JSON response to a
-    `stream: false` request is the answer it asked for. Returns the outcome."""
+    record; one over UPSTREAM_MAX_EVENT_BYTES ends it, EventTooLarge); then judged as the
+    recorder judges it, except that a JSON response to a `stream: false` request is the
+    answer it asked for. Returns the outcome."""
     chunks, size = [], 0
     t_ns = sent_ns = None
+    limit = conf.get().upstream_max_event_bytes
     body_chunks = response.aiter_raw() if port is not None else response.aiter_bytes()
     async for chunk in body_chunks:
         t_ns = phases.last_read_ns or time.monotonic_ns()
         if port is not None:
             sent_ns = await port.chunk(chunk)
+            if size + len(chunk) > limit:  # (one event: the client had it, it is not kept)
+                rec.bytes_received += len(chunk)
+                raise EventTooLarge(limit, size + len(chunk))
         elif size + len(chunk) > WHOLE_BODY_MAX:
             chunk = chunk[: WHOLE_BODY_MAX - size]
         rec.bytes_received += len(chunk)

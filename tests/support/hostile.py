@@ -91,8 +91,9 @@ class Endless:
     to `cap` bytes, then the connection closes: `sent` counts the bytes the server wrote (each
     piece once the socket took the one before it). For RawUpstream's `respond`: `answer`."""
 
-    def __init__(self, head, tail, cap):
+    def __init__(self, head, tail, cap, content_type="text/event-stream"):
         self.head, self.tail, self.cap = head, tail, cap
+        self.content_type = content_type
         self.sent = 0
 
     def chunks(self):
@@ -103,7 +104,7 @@ class Endless:
             self.sent += len(self.tail)
 
     def answer(self, *request):
-        return 200, "text/event-stream", self.chunks()
+        return 200, self.content_type, self.chunks()
 
 
 # An event stream's first two events, then an event that never ends, three ways.

@@ -443,15 +443,34 @@ def test_a_stall_is_recorded_not_retried_behind_the_clients_back(short_stall_ser
     assert stream.findings.filter(code="stall").exists()
 
 
-def test_an_endless_upstream_event_resets_the_client_and_what_it_was_shown_is_counted(people):
-    """An upstream that never ends its third event, through the proxy: the client gets the
-    bytes as they come, up to the bound, and then a reset (no clean end passes for the
-    response's); the row ends `truncated`, event_too_large, with the two events before it, and
-    its message counts every byte the client was shown beyond them (the proxy relays no further:
-    the upstream, which would send 16 times the bound, is read no further)."""
+# (what the upstream sends before the event that never ends, what of it is stored, `stream`)
+ENDLESS_ANSWERS = {
+    "an event stream": (
+        "text/event-stream",
+        hostile.ENDLESS_HEAD,
+        ["response.created", "response.in_progress"],
+        True,
+    ),
+    "a JSON answer": ("application/json", b"", [], False),
+}
+
+
+@pytest.mark.parametrize("answer", ENDLESS_ANSWERS)
+def test_an_endless_upstream_event_resets_the_client_and_what_it_was_shown_is_counted(
+    people, answer
+):
+    """An upstream that never ends its event (an event stream's third, or the one a JSON
+    answer is), through the proxy: the client gets the bytes as they come, up to the bound, and
+    then a reset (no clean end passes for the response's); the row ends `truncated`,
+    event_too_large, with the events before it, and its message counts every byte the client
+    was shown beyond them (the proxy relays no further: the upstream, which would send 16 times
+    the bound, is read no further)."""
+    content_type, stored_head, stored_types, streamed = ENDLESS_ANSWERS[answer]
     bound = 1024 * 1024
     head, tail = hostile.ENDLESS["an endless line"]
-    endless = hostile.Endless(hostile.ENDLESS_HEAD + head, tail, cap=16 * bound)
+    if not streamed:
+        head = b'{"object":"response","output_text":"'
+    endless = hostile.Endless(stored_head + head, tail, cap=16 * bound, content_type=content_type)
     upstream = hostile.RawUpstream(endless.answer)
     server = DaphneServer(upstream.base_url, overrides={"UPSTREAM_MAX_EVENT_BYTES": bound})
     try:
@@ -461,7 +480,7 @@ def test_an_endless_upstream_event_resets_the_client_and_what_it_was_shown_is_co
             with client.stream(
                 "POST",
                 f"{server.url}/v1/responses",
-                json=request(),
+                json=request(stream=streamed),
                 headers={"Authorization": f"Bearer {token}"},
             ) as r:
                 stream_id = int(r.headers["x-streamscope-stream"])
@@ -472,13 +491,13 @@ def test_an_endless_upstream_event_resets_the_client_and_what_it_was_shown_is_co
     finally:
         server.stop()
         upstream.stop()
-    assert got.startswith(hostile.ENDLESS_HEAD) and len(got) > bound
+    assert got.startswith(stored_head + head) and len(got) > bound
     assert (stream.status, stream.error_code) == ("truncated", "event_too_large")
     stored = [json.loads(e.data)["type"] for e in Event.objects.filter(stream=stream)]
-    assert stored == ["response.created", "response.in_progress"]
+    assert stored == stored_types
     # the bytes of the refused event the proxy relayed: all it read past the stored events
     unstored = int(stream.error_message.split(": the ")[1].split()[0])
-    relayed = len(got) - len(hostile.ENDLESS_HEAD)
+    relayed = len(got) - len(stored_head)
     assert bound < unstored <= bound + 256 * 1024 and relayed <= unstored
-    assert stream.bytes_received == len(hostile.ENDLESS_HEAD) + unstored
+    assert stream.bytes_received == len(stored_head) + unstored
     assert endless.sent < 16 * bound
