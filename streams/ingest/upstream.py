@@ -254,6 +254,7 @@ class EventReader:
     def __init__(self, max_event_bytes=None):
         self._decoder = SSEDecoder()
         self._line = b""  # an unterminated line carried to the next chunk
+        self._more = []  # its later pieces, while it goes on (joined when it ends)
         # The bytes since the last event dispatched (an unterminated line, an open block's
         # lines, comments waiting for the next event): what the reader holds, bounded by
         # UPSTREAM_MAX_EVENT_BYTES. Kept per chunk, never per line or event (`_bound`).
@@ -279,12 +280,21 @@ class EventReader:
             if chunk.endswith(b"\r"):
                 self._skip_lf = True
             chunk = chunk.replace(b"\r\n", b"\n").replace(b"\r", b"\n")
-        if self._line:
-            chunk = self._line + chunk
         cut = chunk.rfind(b"\n")
         if cut < 0:
-            self._line = chunk
+            # A line carried on: its pieces are joined once, when it ends (joining at every
+            # chunk copied it again each time: a 32 MiB line took 6.4 s of the loop's CPU).
+            if self._line:
+                self._more.append(chunk)
+            else:
+                self._line = chunk
             return self._bound([], size)
+        if self._line:
+            if self._more:
+                self._line = b"".join((self._line, *self._more))
+                self._more = []
+            cut += len(self._line)
+            chunk = self._line + chunk
         self._line = chunk[cut + 1 :]
         complete = chunk[:cut]
         if not self._raw:
@@ -341,6 +351,7 @@ class EventReader:
         self.too_large = EventTooLarge(self.max_event_bytes, held)
         self.held = 0
         self._line = b""
+        self._more = []
         self._decoder._data = []
         self._preamble = []
         self._raw = {}
@@ -406,6 +417,7 @@ class EventReader:
     def close(self, t_ns):
         """End of body: an event never terminated by a blank line is not dispatched (WHATWG)."""
         self._line = b""
+        self._more = []
         return []
 
 

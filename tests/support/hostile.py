@@ -126,7 +126,8 @@ def holding(reader):
     event, counted from its state (not from its own count): the unterminated line, the open
     block's data lines and the comments waiting for the next event."""
     lines = [*reader._decoder._data, *reader._preamble]
-    return len(reader._line) + sum(len(line) + 1 for line in lines)
+    carried = len(reader._line) + sum(map(len, reader._more))
+    return carried + sum(len(line) + 1 for line in lines)
 
 
 def sse(data, event="message", id=None):
