@@ -148,9 +148,20 @@ async def test_ttft_and_every_frame_over_the_proxys_websocket_are_the_wires(
             base_url=f"{live_server_daphne.url}/v1", api_key=token, max_retries=0
         )
 
+        opened = []
+        all_open = asyncio.Event()
+
         async def one(i):
-            await asyncio.sleep(i * 0.01)
             async with client.responses.connect(max_retries=0) as connection:
+                # (every socket open before any response is asked for: on a busy machine 20
+                # handshakes in a row took longer than a response, and the first streams ended
+                # before the last began — concurrent streams are what this test is about)
+                opened.append(i)
+                if len(opened) == n:
+                    all_open.set()
+                async with asyncio.timeout(60):
+                    await all_open.wait()
+                await asyncio.sleep(i * 0.005)
                 await connection.send(
                     {
                         "type": "response.create",
