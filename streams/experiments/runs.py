@@ -232,8 +232,10 @@ def advance(run_id, failed=True, counted=True):
     return created, state
 
 
-def _advance(run_id, failed, counted):
-    """`advance`, and whether this process still drives the run."""
+def _advance(run_id, failed, counted, evaluating=0):
+    """`advance`, and whether this process still drives the run. `evaluating`: evaluations
+    this process has claimed and not finished (a claimed item reads as evaluated: the run
+    does not end, nor store its figures, before their scores are written)."""
     now = dt.datetime.now(dt.UTC)
     run = Run.objects.select_related("experiment", "started_by").filter(pk=run_id).first()
     if not _drives(run, now):
@@ -269,7 +271,7 @@ def _advance(run_id, failed, counted):
             return created, Progress(state=run.state), True
         return created, progress(run_id, failed), True
     state = progress(run_id, failed)
-    if state.done == state.total and not _unevaluated(run):
+    if state.done == state.total and not evaluating and not _unevaluated(run):
         # its figures stored as it finishes, by the function that computed them live
         figures = results.as_stored(results.computed_summaries(run))
         Run.objects.filter(pk=run_id, state=Run.State.RUNNING).update(
@@ -382,13 +384,14 @@ class _Driving:
     counted: bool  # (every tick's Progress counted: someone is shown it)
     evaluators: bool = True  # whether its experiment had evaluators when last looked
     evaluators_at: float = -EVALUATORS_EVERY_S
+    evaluating: int = 0  # its evaluations claimed and still running
 
 
 def _tick(run_id, evaluations, driving):
     """`advance`, then up to `evaluations` items claimed for evaluating, and whether this
     process still drives the run: one trip to the thread the database is used from (it is
     the recordings' too, and each trip waits for their writes)."""
-    created, state, ours = _advance(run_id, driving.counted, driving.counted)
+    created, state, ours = _advance(run_id, driving.counted, driving.counted, driving.evaluating)
     now = time.monotonic()
     if evaluations > 0 and now - driving.evaluators_at >= EVALUATORS_EVERY_S:
         # (looked at every EVALUATORS_EVERY_S, not every tick: an evaluator added to a
@@ -414,6 +417,7 @@ async def drive(run_id, on_progress=None, tick_s=TICK_S, evaluations=None):
     try:
         while True:
             # (the items counted each tick only for someone shown them: the command's bar)
+            driving.evaluating = len(evaluating)
             created, state, claimed, ours = await sync_to_async(_tick)(
                 run_id, evaluations - len(evaluating), driving
             )
