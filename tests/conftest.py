@@ -56,6 +56,23 @@ def _searches_counted_per_test(monkeypatch):
     monkeypatch.setattr(throttle, "_SEARCH_KEY", f"{throttle._SEARCH_KEY}:{os.urandom(6).hex()}")
 
 
+@pytest.fixture
+def throttle_clock(monkeypatch):
+    """The throttles' clock (streams/access/throttle.py), stopped at the test's start; move it
+    with `throttle_clock.now += seconds`. A burst the test sends then counts in one window:
+    with the real clock a burst that straddles a window's turn counts as a little less than it
+    was (the previous window is weighed by how much of it still overlaps), and a test that
+    counts to the limit fails once in a while (CI: the metrics token's 6th request, 200)."""
+    import types
+
+    from streams.access import throttle
+
+    clock = types.SimpleNamespace(now=throttle.time.time())
+    clock.time = lambda: clock.now
+    monkeypatch.setattr(throttle, "time", clock)
+    return clock
+
+
 def log_in_people(target):
     """An owner, a stranger and a staff member on `target` (a view test), each with a
     logged-in Django test client as `<name>_client` (healthchecks' shared test base)."""

@@ -24,8 +24,9 @@ FAST_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_cache():
-    # the throttles and socket slots live in the cache (per process here: locmem)
+def _fresh_cache(throttle_clock):
+    # the throttles and socket slots live in the cache (per process here: locmem); the
+    # throttles' clock stands still (tests/conftest.py)
     cache.clear()
     proxy._token_cache.clear()
     yield
@@ -199,7 +200,7 @@ class TestSearchThrottling:
         import time as time_module
 
         now = [time_module.time()]
-        monkeypatch.setattr(throttle.time, "time", lambda: now[0])
+        monkeypatch.setattr(throttle.time, "time", lambda: now[0])  # (the fixture's clock)
         for _ in range(5):
             assert throttle.search_allowed(self.mallory) is None
         retry = throttle.search_allowed(self.mallory)

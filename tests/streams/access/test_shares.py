@@ -33,8 +33,9 @@ KEY = "sk-shared-upstream-key-5521zz"
 
 
 @pytest.fixture(autouse=True)
-def _fresh_throttle():
-    # the wrong-secret counts live in the cache (per process here: locmem)
+def _fresh_throttle(throttle_clock):
+    # the wrong-secret counts live in the cache (per process here: locmem); their clock
+    # stands still (tests/conftest.py)
     cache.clear()
     yield
     cache.clear()

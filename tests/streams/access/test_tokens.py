@@ -339,7 +339,7 @@ class TestApi:
         response = await ProjectMiddleware(through_middleware)(request)
         assert response.status_code == 200 and seen["project"] == team
 
-    async def test_over_its_requests_per_minute_the_api_is_429(self, people):
+    async def test_over_its_requests_per_minute_the_api_is_429(self, people, throttle_clock):
         token = await sync_to_async(ApiToken.issue)(people.owner, requests_per_minute=2)
         codes = [(await client_of(token).get("/api/streams/")).status_code for _ in range(3)]
         assert codes == [200, 200, 429]

@@ -332,31 +332,71 @@ class TestLive:
     async def test_a_tiny_channel_capacity_loses_nothing(
         self, people, upstream, capacity, knobs, monkeypatch, hole_reads
     ):
+        from channels.exceptions import ChannelFull
+        from channels.layers import InMemoryChannelLayer
+
         capacity(2)
         knobs(BATCH_MAX_EVENTS=5)
-        # A viewer whose loop is busy (a loaded server): it takes messages off the layer
-        # slower than the writer publishes them, so its queue of 2 overflows.
+        # Viewers whose loop is busy (a loaded server): each takes nothing off the layer until
+        # its queue of 2 has overflowed (a batch was dropped for it) and its catch-up is done;
+        # the writer then waits once until every viewer has emptied its queue, so the next
+        # batch each one sees lies past a dropped one, however fast or slow the machine.
+        dropped, consumers_seen, writer_held = set(), {}, []
+        send, group_send = InMemoryChannelLayer.send, InMemoryChannelLayer.group_send
+
+        async def counting_send(layer, channel, message):
+            try:
+                return await send(layer, channel, message)
+            except ChannelFull:
+                if message.get("type") == "stream.batch":
+                    dropped.add(channel)
+                raise
+
+        async def once_held_group_send(layer, group, message):
+            await group_send(layer, group, message)
+            if len(dropped) == 3 and not writer_held:
+                writer_held.append(group)
+                await until(
+                    lambda: all(
+                        c.released and layer.channels[name].empty()
+                        for name, c in consumers_seen.items()
+                    )
+                )
+
+        async def until(condition):
+            for _ in range(3000):
+                if condition():
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError("the held viewers and writer did not meet within 30 s")
+
         dispatch = consumers.StreamConsumer.dispatch
 
         async def busy_dispatch(self, message):
             if message["type"] == "stream.batch":
-                # (slow enough that the queue overflows however slowly a loaded machine
-                # records: 600 batches at 10 ms is 6 s of a viewer's time)
-                await asyncio.sleep(0.01)
+                consumers_seen.setdefault(self.channel_name, self)
+                if not getattr(self, "released", False):
+                    self.released = False
+                    await until(lambda: self.channel_name in dropped and not self.catching_up)
+                    self.released = True
             await dispatch(self, message)
 
+        monkeypatch.setattr(InMemoryChannelLayer, "send", counting_send)
+        monkeypatch.setattr(InMemoryChannelLayer, "group_send", once_held_group_send)
         monkeypatch.setattr(consumers.StreamConsumer, "dispatch", busy_dispatch)
         stream = await created(people.owner, body("fast", events=3000, batch=20))
         viewers = [ws(f"/ws/streams/{stream.pk}/?format=json", people.owner) for _ in range(3)]
         for comm in viewers:
             assert (await comm.connect())[0]
         task = runner.start(stream)
-        results = await asyncio.gather(*(frames_until_close(c, timeout=30) for c in viewers))
+        results = await asyncio.gather(*(frames_until_close(c, timeout=60) for c in viewers))
         await task
         for frames, code in results:
             assert code == 1000
             assert indexes(frames) == list(range(3000))
-        assert hole_reads  # the layer did drop messages
+        assert writer_held and len(consumers_seen) == 3
+        # every viewer filled the hole the layer left from the database
+        assert len(hole_reads) >= 3, hole_reads
 
     async def test_large_event_data_is_read_from_the_database(self, people, upstream, knobs):
         knobs(RELAY_INLINE_MAX_BYTES=40)

@@ -413,7 +413,9 @@ class TestMetricsAccess:
         response = await AsyncClient().get("/metrics", headers={"Authorization": "Bearer nope"})
         assert response.status_code == 401
 
-    async def test_token_guesses_are_throttled_like_the_apis(self, settings, metrics_token):
+    async def test_token_guesses_are_throttled_like_the_apis(
+        self, settings, metrics_token, throttle_clock
+    ):
         from django.core.cache import cache
 
         cache.clear()
