@@ -21,6 +21,34 @@ REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "streams"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _flush_tried_again_after_a_deadlock():
+    """A transactional test ends by TRUNCATE-ing every table, while a live server may still be
+    at work in its own transaction (finishing a stream the test has seen end, an alert tick).
+    PostgreSQL breaks such a deadlock by failing one side, at times the TRUNCATE (CI: "Database
+    test_streamscope couldn't be flushed", and the next test's users already existed): the
+    flush is tried again, as the server's side would be."""
+    import time
+
+    from django.core.management.base import CommandError
+    from django.test import TransactionTestCase
+
+    teardown = TransactionTestCase._fixture_teardown
+
+    def tried_again(self):
+        for attempt in range(3):
+            try:
+                return teardown(self)
+            except CommandError as exc:
+                if attempt == 2 or "deadlock detected" not in str(exc.__cause__):
+                    raise
+                time.sleep(0.5)
+
+    TransactionTestCase._fixture_teardown = tried_again
+    yield
+    TransactionTestCase._fixture_teardown = teardown
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--server-tests-only",

@@ -66,8 +66,14 @@ async def turns_async(base_url, key, bodies=BODIES):
     return out
 
 
-def proxied_streams(n):
-    pks = list(Stream.objects.filter(source="proxy").order_by("pk").values_list("pk", flat=True))
+def proxied_streams(n, timeout=10):
+    """The `n` proxied streams, each once it ended. The client is handed each frame before the
+    recorder writes it, so a client that got a response's last frame may see its row a moment
+    later (CI: 1 of 2 rows, read as the socket closed)."""
+    proxied = Stream.objects.filter(source="proxy").order_by("pk").values_list("pk", flat=True)
+    deadline = time.monotonic() + timeout
+    while len(pks := list(proxied)) < n and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert len(pks) == n
     return [wait_terminal(pk) for pk in pks]
 
