@@ -511,7 +511,10 @@ def check_recording(lines, database):
     for line in lines:
         for name in ("sql_us_per_event", "written_us_per_event"):
             assert positive(line[name]), (name, line)
-        assert line["sql_us_per_commit"] == round(line["sql_us_per_event"] * line["batch"], 1)
+        # (each printed rounded, a commit's to 0.1 µs and an event's to 0.01: CI saw 289.7
+        # against 289.75 × 1, which rounds to 289.8)
+        product = line["sql_us_per_event"] * line["batch"]
+        assert abs(line["sql_us_per_commit"] - product) <= 0.05 + 0.005 * line["batch"] + 1e-9
 
 
 @TIER_1
