@@ -33,13 +33,12 @@ def rss_mb(pid):
     raise AssertionError("no VmRSS")
 
 
-def unread_request(server, token, events=EVENTS):
+def unread_request(server, token, events=EVENTS, metadata=None):
     """A client that sends its request, reads the answer's head and then nothing more (a small
     receive buffer, so the kernel holds little for it either)."""
-    body = json.dumps(
-        {"model": "auto", "input": "hi", "stream": True,
-         "metadata": {"scenario": "fast", "events": events, "time_scale": 0}}
-    ).encode()  # fmt: skip
+    metadata = metadata or {"scenario": "fast", "events": events, "time_scale": 0}
+    body = json.dumps({"model": "auto", "input": "hi", "stream": True, "metadata": metadata})
+    body = body.encode()
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 16384)
     sock.connect(("127.0.0.1", server.port))
@@ -85,16 +84,6 @@ def test_clients_that_never_read_hold_memory_flat_and_count_until_let_go(people,
     wait_terminal(warm)
     before = rss_mb(pid)
     clients = [unread_request(cancelling, token) for _ in range(3)]
-    # unread responses are in flight: the token's fourth request waits its turn (429)
-    sock, _ = clients[0]
-    with socket.create_connection(("127.0.0.1", cancelling.port)) as other:
-        body = b'{"model": "auto", "input": "hi", "stream": true}'
-        other.sendall(
-            f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n".encode()
-            + body
-        )
-        assert other.recv(1024).startswith(b"HTTP/1.1 429")
     peak = before
     for _ in range(15):
         peak = max(peak, rss_mb(pid))
@@ -115,6 +104,43 @@ def test_clients_that_never_read_hold_memory_flat_and_count_until_let_go(people,
         assert stored.count() < EVENTS / 4
         # what the client was never handed says so
         assert stored.filter(sent_us__isnull=True).exists()
+
+
+def test_a_tokens_request_past_its_limit_in_flight_waits_its_turn(people, cancelling):
+    """Three answers in flight (their upstream silent after a few deltas, so none is let go
+    as too slow however long the machine takes): the token's fourth request gets 429, and
+    one more once they have ended."""
+    token = ApiToken.issue(people.owner, name="in-flight")
+    stalled = {"scenario": "stall", "stall_s": 120}
+    clients = [unread_request(cancelling, token, metadata=stalled) for _ in range(3)]
+
+    def fourth():
+        with socket.create_connection(("127.0.0.1", cancelling.port)) as other:
+            body = b'{"model": "auto", "input": "hi", "stream": true}'
+            other.sendall(
+                f"POST /v1/responses HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                f"Authorization: Bearer {token}\r\nContent-Length: {len(body)}\r\n"
+                "Connection: close\r\n\r\n".encode()
+                + body
+            )
+            head = b""
+            while b"\r\n\r\n" not in head and (chunk := other.recv(1024)):
+                head += chunk
+            return head
+
+    refused = fourth()
+    assert refused.startswith(b"HTTP/1.1 429"), refused[:200]
+    assert b"retry-after: 1" in refused.lower()
+    assert all(Stream.objects.get(pk=stream_id).is_active for _, stream_id in clients)
+    for sock, _ in clients:
+        sock.close()
+    for _, stream_id in clients:
+        assert wait_terminal(stream_id, timeout=30).error_code == "client_disconnected"
+    # (a row ends a moment before its request lets go of its place)
+    deadline = time.monotonic() + 10
+    while (answer := fourth()).startswith(b"HTTP/1.1 429") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
 
 
 def test_with_drain_the_upstream_is_read_to_its_end_and_the_record_says_what_was_sent(
