@@ -181,7 +181,9 @@ def run(command, opts):
                 )
             )
             for result in measured:
-                result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
+                proxied = result.pop("_proxied_ids")
+                result["lost_events"] += unrecorded(env, proxied)
+                _add_reads(result, upstream_reads(env, proxied))
                 _add_recording_minimum(result, env, paced=opts["time_scale"] > 0)
                 result["server_limits"] = limits_of(limits)
                 result["upstream_transport"] = _transport()
@@ -384,16 +386,29 @@ class Nginx:
 
 def _formats_line(results):
     """The formats of one configuration side by side (one run, interleaved rounds): the
-    proxy's CPU per event and added TTFT p50 of each, and how far apart the CPU figures are
-    (the largest over the smallest)."""
-    cpu = {r["format"]: r["cpu_us_per_event"] for r in results}
-    spread = 100 * (max(cpu.values()) / max(1e-9, min(cpu.values())) - 1)
+    proxy's CPU per event and added TTFT p50 of each, and how far apart each figure is (the
+    largest over the smallest; none for a figure not above 0 in every format). Then its CPU
+    per read of the upstream (`upstream_reads`), with the events a read brought: each
+    format's timing groups its events in reads its own way (Responses' paired deltas,
+    Messages' opening events), and much of the server's work is per read, not per event."""
+
+    def apart(key):
+        values = [r.get(key) for r in results]
+        if not all(v is not None and v > 0 for v in values):
+            return "–"
+        return f"{100 * (max(values) / max(1e-9, min(values)) - 1):.1f} %"
+
     return (
         "  formats in the same rounds, µs CPU/event (added TTFT p50 ms): "
         + "; ".join(
             f"{r['format']} {r['cpu_us_per_event']} ({r['added_ttft_p50_ms']})" for r in results
         )
-        + f"; apart by {spread:.1f} %"
+        + f"; apart by {apart('cpu_us_per_event')} ({apart('added_ttft_p50_ms')})"
+        + "\n  per read of the upstream, µs CPU (events a read): "
+        + "; ".join(
+            f"{r['format']} {r['cpu_us_per_read']} ({r['events_per_read']})" for r in results
+        )
+        + f"; apart by {apart('cpu_us_per_read')}"
     )
 
 
@@ -797,6 +812,33 @@ async def received(response, t0, format=formats.RESPONSES):
                     value = value[key]
                 response_id = value
     return receipts, response_id, first
+
+
+def _add_reads(result, reads):
+    """The proxy's CPU per read of its upstream that brought events (`upstream_reads`), and
+    the events a read brought."""
+    events = result["events"]
+    result["upstream_reads"] = reads
+    result["events_per_read"] = round(events / max(1, reads), 3)
+    result["cpu_us_per_read"] = round(result["cpu_us_per_event"] * events / max(1, reads), 1)
+
+
+def upstream_reads(env, ids):
+    """How many reads of the upstream brought the events of the streams `ids` (once they
+    have ended): the recorder stamps each read's events with its kernel receipt time, so
+    the events of one read share their `t_us`."""
+    out = manage(
+        env,
+        "shell",
+        "-c",
+        "import json\n"
+        "from streams.models import Event\n"
+        f"ids = {sorted(i for i in ids if i)!r}\n"
+        "reads = Event.objects.filter(stream_id__in=ids).values('stream_id', 't_us')"
+        ".distinct().count()\n"
+        "print(json.dumps(reads))",
+    )
+    return int(json.loads(out.strip().splitlines()[-1]))
 
 
 def unrecorded(env, received):

@@ -478,6 +478,10 @@ def test_proxy_measures_the_formats_in_the_same_rounds(tmp_path):
         assert line["lost_events"] == 0 and line["events"] > 0, line
         assert line["samples"] == 2 * (STEADY_STREAMS - 1), line
         assert line["cpu_us_per_event"] > 0 and finite(line["added_ttft_p50_ms"]), line
+        # (events that came in one read of the client: a read's CPU is its events')
+        assert line["events_per_read"] >= 1, line
+        per_read = line["cpu_us_per_event"] * line["events_per_read"]
+        assert line["cpu_us_per_read"] == pytest.approx(per_read, rel=0.01, abs=0.2), line
 
 
 # ---------------------------------------------------------------------------------------------
