@@ -20,6 +20,7 @@ every zone's name is checked on a page of its own.
 
 import contextlib
 import datetime as dt
+import re
 import zoneinfo
 from urllib.parse import quote
 
@@ -263,19 +264,31 @@ def edge_zones():
     return ("Asia/Kathmandu",)
 
 
+# A bare UTC offset as Django hands one to a database: "-12" to SQLite, "+12:00" to PostgreSQL
+# (whose sign is the POSIX one, the reverse)
+BARE_OFFSET = re.compile(r"[+-](\d{1,2}):?(\d{2})?")
+
+
 @contextlib.contextmanager
 def zone_in_sql(zone, found):
-    """Appends to `found` each statement that names `zone` (by its key or by Django's name for
-    it, "-12" for Etc/GMT+12, which PostgreSQL gets as "+12"), in its text or as a parameter:
-    as Django's date lookups and truncations would hand it to the database. (UTC is the
-    database's own zone.)"""
-    with timezone.override(zone):
-        names = {zone, timezone.get_current_timezone_name()} - {"UTC"}
-    names |= {n.translate(str.maketrans("+-", "-+")) for n in names if n[:1] in "+-"}
+    """Appends to `found` each statement that names `zone`, in its text or as a parameter: by
+    its key, or, a zone of one fixed offset, by that offset (Django's name for it: "-12" for
+    Etc/GMT+12, of either sign), as Django's date lookups and truncations would hand it to the
+    database. (UTC is the database's own zone.)"""
+    tz = zoneinfo.ZoneInfo(zone)
+    fixed = None if tz.utcoffset(None) is None else abs(tz.utcoffset(None))
+
+    def names_it(value):
+        if not isinstance(value, str) or zone == "UTC":
+            return False
+        bare = BARE_OFFSET.fullmatch(value)
+        if bare and fixed is not None:
+            return dt.timedelta(hours=int(bare[1]), minutes=int(bare[2] or 0)) == fixed
+        return value == zone
 
     def named(execute, sql, params, many, context):
         values = [v for row in params or () for v in row] if many else list(params or ())
-        if any(f"'{n}'" in sql or n in values for n in names):
+        if (zone != "UTC" and f"'{zone}'" in sql) or any(map(names_it, values)):
             found.append(sql)
         return execute(sql, params, many, context)
 
