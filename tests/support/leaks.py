@@ -139,6 +139,16 @@ class _Spelling:
             alphabet = "".join(sorted(set("".join(t for _, t in self.texts))))
             run_re = re.compile(f"[{re.escape(alphabet)}]{{{n},}}") if alphabet else None
         self.run_re = run_re
+        # A sieve for the runs that hold no window (nearly all of a page's): a window anywhere
+        # holds a `sieve`-character piece of its text that starts at a multiple of `stride` of
+        # the run, so a run with none of the texts' pieces there is passed over whole.
+        self.sieve = max(1, n // 2)
+        self.stride = n - self.sieve + 1
+        self.pieces = {
+            t[i : i + self.sieve]
+            for (_, t), (_, _, (start, end)) in zip(self.texts, texts, strict=True)
+            for i in range(start, end - self.sieve + 1)
+        }
 
     def find_in(self, text):
         """[(label, fragment, start, end)]: at each place the longest match of each text (one
@@ -147,9 +157,12 @@ class _Spelling:
         found, n = [], self.n
         if self.run_re is None:
             return found
+        w, stride, pieces = self.sieve, self.stride, self.pieces
         searched = text.lower() if self.fold else text
         for run in self.run_re.finditer(searched):
             chars, base = run.group(), run.start()
+            if pieces.isdisjoint([chars[i : i + w] for i in range(0, len(chars) - w + 1, stride)]):
+                continue
             covered = {}  # index into texts -> end of the last fragment listed in this run
             for i in range(len(chars) - n + 1):
                 for k, offset in self.windows.get(chars[i : i + n], ()):

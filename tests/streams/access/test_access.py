@@ -25,10 +25,11 @@ staff's; a stranger's wrong secret, an expired and a revoked link, a link to ano
 allows it). A route with a secret must have the LINK rule, and only such routes may."""
 
 import datetime as dt
+import itertools
 import json
 import re
 from dataclasses import dataclass
-from types import SimpleNamespace
+from functools import cached_property
 from urllib.parse import urlsplit
 
 import pytest
@@ -467,104 +468,181 @@ def path_of(route, objects, link=None):
     return "/" + _PARAM.sub(value, route.route)
 
 
-@sync_to_async
-def owned_objects(owner, project):
+class OwnedObjects:
     """Fresh objects of `owner` in `project` for the routes up to the next that may change them
-    (`USED_UP`; a POST may delete its object): a finished stream with one event (in a session),
-    and a conversation whose one turn is still streaming its answer."""
-    stream = Stream.objects.create(
-        user=owner,
-        project=project,
-        status=Stream.Status.COMPLETED,
-        event_count=1,
-        session="access-session",
-    )
-    data = '{"type":"response.created","sequence_number":0}'
-    event = Event.objects.create(
-        stream=stream, index=0, type="response.created", sequence_number=0, t_us=0, data=data
-    )
-    conversation = Conversation.objects.create(user=owner, project=project, title="Access")
-    answer = Stream.objects.create(
-        user=owner,
-        project=project,
-        status=Stream.Status.STREAMING,
-        requested_model="auto",
-        request_body={"model": "auto", "input": [{"role": "user", "content": "Hi"}]},
-    )
-    turn = Turn.objects.create(conversation=conversation, position=0, prompt="Hi", stream=answer)
-    job = ImportJob.objects.create(user=owner, project=project, status=ImportJob.Status.DONE)
-    view = SavedView.objects.create(
-        owner=owner, project=project, name=f"Mine {stream.pk}", page="latency"
-    )
-    score = scores.give(stream.pk, author=owner, name="thumbs", value=1, source="person")
-    # (the earlier routes' invitations out of the way: a project has at most MAX_OPEN open)
-    Invitation.objects.filter(project=project).delete()
-    made = [invitations.invite(owner, project, "x@example.com", "viewer") for _n in range(8)]
-    token = ApiToken.issue(owner, name="access", project=project)
-    score_type = ScoreType.objects.create(
-        project=project, name=f"access-{stream.pk}", kind="numeric", minimum=0, maximum=10
-    )
-    price = Price.objects.create(
-        project=project,
-        model_pattern=f"access-{stream.pk}-*",
-        effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
-        input_per_million=1,
-        output_per_million=2,
-    )
-    alert_rules = [
-        AlertRule.objects.create(
-            project=project, name="Access", figure="ttft_p95", threshold=1000, created_by=owner
+    (`USED_UP`; a POST may delete its object), each made when a route first names it (a route
+    names a few: making all of them for each was most of the walk's setup, and the lists of the
+    project's things grew with every set): a finished stream with one event (in a session), a
+    conversation whose one turn is still streaming its answer, and the rest PARAMS names. Read
+    in a thread (`request_of`): making one is a query."""
+
+    def __init__(self, owner, project):
+        self.owner, self.project = owner, project
+        self.n = next(_sets)  # (unique names: the project keeps the earlier sets' objects)
+
+    @cached_property
+    def stream(self):
+        return Stream.objects.create(
+            user=self.owner,
+            project=self.project,
+            status=Stream.Status.COMPLETED,
+            event_count=1,
+            session="access-session",
         )
-        for _n in range(8)
-    ]
-    silence = Silence.objects.create(
-        project=project,
-        rule=alert_rules[0],
-        until_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
-    )
-    Channel.objects.filter(project=project).delete()  # (at most MAX_CHANNELS a project)
-    channel, _secret = notify_channels.create(
-        project, f"access {stream.pk}", "email", "ops@example.com", created_by=owner
-    )
-    evaluator = evaluate.save(
-        project, name=f"access-eval-{stream.pk}", kind="json_valid", config={}, user=owner
-    )
-    # (deleting them is allowed to several: a fresh one each time; made in bulk, each
-    # route's objects are made afresh)
-    evaluators = Evaluator.objects.bulk_create(
-        Evaluator(project=project, name=f"access-{stream.pk}-{n}", kind="json_valid")
-        for n in range(10)
-    )
-    online_rules = OnlineRule.objects.bulk_create(
-        OnlineRule(project=project, name=f"access {n}", created_by=owner) for n in range(10)
-    )
-    OnlineRule.evaluators.through.objects.bulk_create(
-        OnlineRule.evaluators.through(onlinerule_id=rule.pk, evaluator_id=evaluator.pk)
-        for rule in online_rules
-    )
-    return SimpleNamespace(
-        score_type=score_type,
-        price=price,
-        alert_rules=iter(alert_rules),
-        silence=silence,
-        channel=channel,
-        evaluators=iter(evaluators),
-        online_rules=iter(online_rules),
-        owner=owner,
-        project=project,
-        invitation=made[0][0],
-        invitation_keys=iter(secret for _i, secret in made),
-        token=ApiToken.objects.get(digest=ApiToken.hash(token)),
-        stream=stream,
-        event=event,
-        conversation=conversation,
-        turn=turn,
-        job=job,
-        view=view,
-        score=score,
-        links=share_links(owner, stream),
-        experiments=experiments.made(owner, project, items=1, models=("gpt-oss-20b",)),
-    )
+
+    @cached_property
+    def event(self):
+        data = '{"type":"response.created","sequence_number":0}'
+        return Event.objects.create(
+            stream=self.stream, index=0, type="response.created", sequence_number=0, t_us=0,
+            data=data,
+        )  # fmt: skip
+
+    @cached_property
+    def conversation(self):
+        return Conversation.objects.create(user=self.owner, project=self.project, title="Access")
+
+    @cached_property
+    def turn(self):
+        answer = Stream.objects.create(
+            user=self.owner,
+            project=self.project,
+            status=Stream.Status.STREAMING,
+            requested_model="auto",
+            request_body={"model": "auto", "input": [{"role": "user", "content": "Hi"}]},
+        )
+        return Turn.objects.create(
+            conversation=self.conversation, position=0, prompt="Hi", stream=answer
+        )
+
+    @cached_property
+    def job(self):
+        return ImportJob.objects.create(
+            user=self.owner, project=self.project, status=ImportJob.Status.DONE
+        )
+
+    @cached_property
+    def view(self):
+        return SavedView.objects.create(
+            owner=self.owner, project=self.project, name=f"Mine {self.n}", page="latency"
+        )
+
+    @cached_property
+    def score(self):
+        return scores.give(self.stream.pk, author=self.owner, name="thumbs", value=1,
+                           source="person")  # fmt: skip
+
+    @cached_property
+    def _invitations(self):
+        # (the earlier routes' invitations out of the way: a project has at most MAX_OPEN open)
+        Invitation.objects.filter(project=self.project).delete()
+        return [invitations.invite(self.owner, self.project, "x@example.com", "viewer")
+                for _n in range(8)]  # fmt: skip
+
+    @cached_property
+    def invitation(self):
+        return self._invitations[0][0]
+
+    @cached_property
+    def invitation_keys(self):
+        return iter(secret for _i, secret in self._invitations)
+
+    @cached_property
+    def token(self):
+        token = ApiToken.issue(self.owner, name="access", project=self.project)
+        return ApiToken.objects.get(digest=ApiToken.hash(token))
+
+    @cached_property
+    def score_type(self):
+        return ScoreType.objects.create(
+            project=self.project, name=f"access-{self.n}", kind="numeric", minimum=0, maximum=10
+        )
+
+    @cached_property
+    def price(self):
+        return Price.objects.create(
+            project=self.project,
+            model_pattern=f"access-{self.n}-*",
+            effective_from=dt.datetime(2026, 1, 1, tzinfo=dt.UTC),
+            input_per_million=1,
+            output_per_million=2,
+        )
+
+    @cached_property
+    def _alert_rules(self):
+        return [
+            AlertRule.objects.create(
+                project=self.project,
+                name="Access",
+                figure="ttft_p95",
+                threshold=1000,
+                created_by=self.owner,
+            )
+            for _n in range(8)
+        ]
+
+    @cached_property
+    def alert_rules(self):
+        return iter(self._alert_rules)
+
+    @cached_property
+    def silence(self):
+        return Silence.objects.create(
+            project=self.project,
+            rule=self._alert_rules[0],
+            until_at=dt.datetime.now(dt.UTC) + dt.timedelta(hours=1),
+        )
+
+    @cached_property
+    def channel(self):
+        Channel.objects.filter(project=self.project).delete()  # (at most MAX_CHANNELS a project)
+        channel, _secret = notify_channels.create(
+            self.project, f"access {self.n}", "email", "ops@example.com", created_by=self.owner
+        )
+        return channel
+
+    @cached_property
+    def evaluators(self):
+        # (deleting them is allowed to several: a fresh one each time; made in bulk)
+        return iter(
+            Evaluator.objects.bulk_create(
+                Evaluator(project=self.project, name=f"access-{self.n}-{n}", kind="json_valid")
+                for n in range(10)
+            )
+        )
+
+    @cached_property
+    def online_rules(self):
+        evaluator = evaluate.save(
+            self.project, name=f"access-eval-{self.n}", kind="json_valid", config={},
+            user=self.owner,
+        )  # fmt: skip
+        made = OnlineRule.objects.bulk_create(
+            OnlineRule(project=self.project, name=f"access {n}", created_by=self.owner)
+            for n in range(10)
+        )
+        OnlineRule.evaluators.through.objects.bulk_create(
+            OnlineRule.evaluators.through(onlinerule_id=rule.pk, evaluator_id=evaluator.pk)
+            for rule in made
+        )
+        return iter(made)
+
+    @cached_property
+    def links(self):
+        return share_links(self.owner, self.stream)
+
+    @cached_property
+    def experiments(self):
+        return experiments.made(self.owner, self.project, items=1, models=("gpt-oss-20b",))
+
+
+_sets = itertools.count(1)
+
+
+@sync_to_async
+def request_of(route, rule, objects, link=None):
+    """The path and the data of a request to `route` under `rule` (its objects made as named)."""
+    return path_of(route, objects, link), (rule.data(objects) if rule.data else {})
 
 
 def share_links(owner, stream):
@@ -730,8 +808,7 @@ def http_problem(rule, case, response, path):
     return f"{rule.method} {path} as {case.who}: expected {wanted}, got {got}"
 
 
-async def send(client, rule, path, objects):
-    data = rule.data(objects) if rule.data else {}
+async def send(client, rule, path, data):
     if rule.method == "GET":
         return await client.get(path, data)
     if rule.api and rule.data:
@@ -783,27 +860,27 @@ async def test_every_route_refuses_whoever_may_not_use_it(people, settings):
             assert response.status_code == 200, identity.who
     await clients[people.staff.pk].post("/projects/switch/", {"project": "all"})
 
-    spent = True  # whether the objects must be made again (owned_objects)
+    spent = True  # whether the objects must be made again (OwnedObjects)
     for route in routes:
         for rule in rules_of(RULES, route.key):
             if spent or USED_UP.intersection(route.params):
                 await memberships_as_they_were(who, project)
-                objects = await owned_objects(people.owner, project)
+                objects = OwnedObjects(people.owner, project)
             spent = rule.method != "GET"
             for case in cases(rule, route, people, who):
-                path = path_of(route, objects, case.link)
+                path, data = await request_of(route, rule, objects, case.link)
                 public_links(settings, case.public)
                 client = AsyncClient() if case.user is None else clients[case.user.pk]
-                response = await send(client, rule, path, objects)
+                response = await send(client, rule, path, data)
                 problem = http_problem(rule, case, response, path)
                 if problem:
                     problems.append(f"{route.key}: {problem}")
 
     for route in ws_checked:
         rule = WS_RULES[route.key]
-        objects = await owned_objects(people.owner, project)
+        objects = OwnedObjects(people.owner, project)
         for case in cases(rule, route, people, who):
-            path = path_of(route, objects, case.link) + "?format=json"
+            path = (await request_of(route, rule, objects, case.link))[0] + "?format=json"
             public_links(settings, case.public)
             if rule.who == TOKEN:
                 comm = ws(path, None, token=await token_of(case.user, project))

@@ -1650,10 +1650,13 @@ def _finder():
 
 def leaks_of(results):
     finder = _finder()
+    found = {}  # text -> its fragments (many answers are the same text: searched once)
     out = []
     for r in results:
         for where, text in (("head", r.head), ("body", r.body)):
-            for label, fragment, context, how in finder.find(text):
+            if text not in found:
+                found[text] = finder.find(text)
+            for label, fragment, context, how in found[text]:
                 out.append((r, f"{where}, {how}", label, fragment, context))
     return out
 
