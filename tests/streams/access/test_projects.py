@@ -3,15 +3,13 @@ privacy, the role ladder, which streams a member sees, and which project a reque
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.db import connection
-from django.db.migrations.executor import MigrationExecutor
 from django.test import Client
 
-from dashboard.models import SavedView
 from streams.access import projects
 from streams.access.projects import ACTIONS, RANKS, Action
 from streams.access.rules import streams_for
 from streams.models import Membership, Project, Stream
+from tests.support.migrations import own_database
 
 Role = Membership.Role
 User = get_user_model()
@@ -26,38 +24,43 @@ def _member(user, project, role):
     projects.forget(user)
 
 
-@pytest.mark.django_db(transaction=True)
+@pytest.mark.django_db
 def test_the_migration_puts_each_users_things_in_their_own_project():
-    executor = MigrationExecutor(connection)
-    executor.migrate([("streams", "0017_source_labels"), ("dashboard", "0002_saved_views")])
-    old = executor.loader.project_state(
-        [("streams", "0017_source_labels"), ("dashboard", "0002_saved_views")]
-    ).apps
-    OldUser, OldStream = old.get_model("auth", "User"), old.get_model("streams", "Stream")
-    OldView = old.get_model("dashboard", "SavedView")
-    ann, bob = OldUser.objects.create(username="ann"), OldUser.objects.create(username="Ann")
-    mine = [OldStream.objects.create(user_id=ann.pk).pk for _ in range(3)]
-    theirs = OldStream.objects.create(user_id=bob.pk).pk
-    nobody = OldStream.objects.create(user_id=None).pk
-    view = OldView.objects.create(owner_id=ann.pk, name="v", page="latency", shared=True).pk
+    with own_database() as db:
+        old = db.forward(("streams", "0017_source_labels"), ("dashboard", "0002_saved_views"))
+        OldUser, OldStream = old.get_model("auth", "User"), old.get_model("streams", "Stream")
+        OldView = old.get_model("dashboard", "SavedView")
+        ann, bob = OldUser.objects.create(username="ann"), OldUser.objects.create(username="Ann")
+        mine = [OldStream.objects.create(user_id=ann.pk).pk for _ in range(3)]
+        theirs = OldStream.objects.create(user_id=bob.pk).pk
+        nobody = OldStream.objects.create(user_id=None).pk
+        view = OldView.objects.create(owner_id=ann.pk, name="v", page="latency", shared=True).pk
 
-    executor = MigrationExecutor(connection)
-    executor.loader.build_graph()
-    executor.migrate(executor.loader.graph.leaf_nodes())
-
-    ann_project = Project.objects.get(personal_of_id=ann.pk)
-    bob_project = Project.objects.get(personal_of_id=bob.pk)
-    assert ann_project != bob_project and ann_project.slug != bob_project.slug  # (ann vs Ann)
-    assert set(Stream.objects.filter(project=ann_project).values_list("pk", flat=True)) == set(mine)
-    assert Stream.objects.get(pk=theirs).project == bob_project
-    assert Stream.objects.get(pk=nobody).project is None  # only staff saw it, and still do
-    assert SavedView.objects.get(pk=view).project == ann_project
-    assert Membership.objects.get(user_id=ann.pk).role == Role.OWNER
-    # nothing changed for them: each still sees exactly their own streams
-    ann_user = User.objects.get(pk=ann.pk)
-    assert set(streams_for(ann_user).values_list("pk", flat=True)) == set(mine)
-    staff = _user("root", is_staff=True)
-    assert nobody in set(streams_for(staff).values_list("pk", flat=True))
+        # the migrations that made projects: streams' (the projects, the streams, the
+        # members) and the dashboard's (the saved views)
+        new = db.forward(("streams", "0018_projects"), ("dashboard", "0003_projects"))
+        made = new.get_model("streams", "Project").objects.values_list("pk", "slug")
+        (ann_project, ann_slug), (bob_project, bob_slug) = (
+            made.get(personal_of_id=user.pk) for user in (ann, bob)
+        )
+        assert ann_project != bob_project and ann_slug != bob_slug  # (ann vs Ann)
+        projects_of = dict(new.get_model("streams", "Stream").objects.values_list("pk", "project"))
+        assert projects_of == {
+            **dict.fromkeys(mine, ann_project),
+            theirs: bob_project,
+            nobody: None,  # only staff saw it, and still do
+        }
+        views = new.get_model("dashboard", "SavedView").objects
+        assert views.get(pk=view).project_id == ann_project
+        # nothing changed for them: each is a member of their own project only, as its owner,
+        # so sees exactly their own streams (the access rule, streams/access/projects.py,
+        # reads a user's memberships and a stream's project: tested on its own below)
+        members = new.get_model("streams", "Membership").objects
+        memberships = {
+            user.pk: list(members.filter(user_id=user.pk).values_list("project", "role"))
+            for user in (ann, bob)
+        }
+    assert memberships == {ann.pk: [(ann_project, Role.OWNER)], bob.pk: [(bob_project, Role.OWNER)]}
 
 
 @pytest.mark.django_db

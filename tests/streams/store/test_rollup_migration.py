@@ -6,14 +6,18 @@ restated with the stream's status and tags from the raw rows where those are com
 keep the history retention deleted (status unknown, no tag rows) where not. An upgraded
 install reads the same figures."""
 
+import contextlib
+import io
 import os
-import sys
 
 import pytest
 
-from tests.support.processes import last_json, output
+from streams.models import Stream
+from streams.store import aggregates
+from tests.support.migrations import own_database
+from tests.support.processes import last_json
 
-# Child processes run at an older migration; they write a history's aggregates as that time's
+# Scripts (`_shell`) run at an older migration; they write a history's aggregates as that time's
 # write path did: today's contributions without what 0008 added (the tag rows and column, the
 # status in three of the tables) and, for 0006, without the 3-hour periods.
 OLD = """
@@ -273,25 +277,37 @@ print(json.dumps(out))
 )
 
 
-def _manage(env, *args):
-    return output([sys.executable, "manage.py", *args], env)
+def _shell(script):
+    """What `script` prints, run here on the database the test migrates (once `manage.py shell
+    -c` in a process of its own: ~2-3 s of CPU a start). What the scripts change of today's code
+    for themselves (the spans written, `created_at` set by hand) is put back after each."""
+    created_at = Stream._meta.get_field("created_at")
+    kept = aggregates.SPANS, created_at.auto_now_add
+    printed = io.StringIO()
+    try:
+        with contextlib.redirect_stdout(printed):
+            exec(script, {"__name__": "__main__"})
+    finally:
+        aggregates.SPANS, created_at.auto_now_add = kept
+    return printed.getvalue()
 
 
-SQLITE_ONLY = pytest.mark.skipif(
-    os.environ.get("DATABASE_URL", "").startswith("postgres"),
-    reason="a throw-away SQLite file; tier 2 migrates PostgreSQL from scratch for every run",
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("DATABASE_URL", "").startswith("postgres"),
+        reason="SQLite's DDL and integrity read; tier 2 migrates PostgreSQL from scratch each run",
+    ),
+    pytest.mark.django_db,  # (each migrates a database of its own: tests/support/migrations.py)
+]
 
 
-@SQLITE_ONLY
-def test_0007_keeps_the_aggregates_and_adds_three_hour_rows(tmp_path):
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
-    env.pop("REDIS_URL", None)
-    _manage(env, "migrate", "-v", "0", "streams", "0006")
-    before = last_json(_manage(env, "shell", "-c", BEFORE_0007))
-    assert before["HistogramRollup"] and before["UsageRollup"] and before["FindingRollup"]
-    _manage(env, "migrate", "-v", "0")
-    after = last_json(_manage(env, "shell", "-c", AFTER))
+def test_0007_keeps_the_aggregates_and_adds_three_hour_rows():
+    with own_database() as db:
+        db.forward(("streams", "0006_aggregates"))
+        before = last_json(_shell(BEFORE_0007))
+        assert before["HistogramRollup"] and before["UsageRollup"] and before["FindingRollup"]
+        db.forward()
+        after = last_json(_shell(AFTER))
     # the upgraded tables equal a rebuild under today's write path (hour, 3-hour and day rows,
     # status and tags: no stream was deleted)
     assert after["same"] is True
@@ -301,21 +317,19 @@ def test_0007_keeps_the_aggregates_and_adds_three_hour_rows(tmp_path):
     assert after["integrity"] == [["ok"]]
 
 
-@SQLITE_ONLY
-def test_0008_restates_the_rollups_by_status_and_tag_and_keeps_what_retention_deleted(tmp_path):
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
-    env.pop("REDIS_URL", None)
-    check_0008(env)
+def test_0008_restates_the_rollups_by_status_and_tag_and_keeps_what_retention_deleted():
+    with own_database() as db:
+        check_0008(db)
 
 
-def check_0008(env):
-    """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
-    _manage(env, "migrate", "-v", "0", "streams", "0007")
-    _manage(env, "migrate", "-v", "0", "dashboard", "0002")  # (deletions reach turns)
-    before = last_json(_manage(env, "shell", "-c", BEFORE_0008))
+def check_0008(db):
+    """(Also run by hand on PostgreSQL: there `own_database` is a database on its server.)"""
+    db.forward(("streams", "0007_rollup_keys"))
+    db.forward(("dashboard", "0002_saved_views"))  # (deletions reach turns)
+    before = last_json(_shell(BEFORE_0008))
     assert before["deleted"] > 50
-    _manage(env, "migrate", "-v", "0")
-    after = last_json(_manage(env, "shell", "-c", AFTER_0008))
+    db.forward()
+    after = last_json(_shell(AFTER_0008))
     thinned = {tuple(p) for p in before["thinned"]}
     for name in ("UsageRollup", "HistogramRollup", "RoutingRollup", "FindingRollup"):
         cols, rows = before[name]
@@ -403,25 +417,23 @@ for name in ("ann", "ben"):
 """
 
 
-@SQLITE_ONLY
-def test_0019_puts_each_rollup_row_in_its_users_personal_project(tmp_path):
+def test_0019_puts_each_rollup_row_in_its_users_personal_project():
     """Every row's project is its user's personal project (0 without a user), and the
     histograms' summed rows are split by project and summed over every project: the upgraded
     tables equal a rebuild under today's write path, row for row."""
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
-    env.pop("REDIS_URL", None)
-    check_0019(env)
+    with own_database() as db:
+        check_0019(db)
 
 
-def check_0019(env):
-    """(Also run by hand against an empty PostgreSQL database: `DATABASE_URL` in `env`.)"""
-    _manage(env, "migrate", "-v", "0", "auth")
-    _manage(env, "shell", "-c", USERS)
-    _manage(env, "migrate", "-v", "0", "streams", "0018")  # (their personal projects)
-    before = last_json(_manage(env, "shell", "-c", BEFORE_0019))
+def check_0019(db):
+    """(Also run by hand on PostgreSQL: there `own_database` is a database on its server.)"""
+    db.forward("auth")
+    _shell(USERS)
+    db.forward(("streams", "0018_projects"))  # (their personal projects)
+    before = last_json(_shell(BEFORE_0019))
     assert all(before["written"][m] for m in ("UsageRollup", "HistogramRollup"))
-    _manage(env, "migrate", "-v", "0")
-    after = last_json(_manage(env, "shell", "-c", AFTER_0019))
+    db.forward()
+    after = last_json(_shell(AFTER_0019))
     assert after["same"] is True
     projects = dict(after["per_project"])
     assert sorted(projects) == [-1, 0, *before["projects"]]
@@ -482,18 +494,16 @@ print(json.dumps({
 """
 
 
-@SQLITE_ONLY
-def test_0039_keys_every_rollup_by_format_and_a_rebuild_restates_the_other_formats(tmp_path):
+def test_0039_keys_every_rollup_by_format_and_a_rebuild_restates_the_other_formats():
     """Every row stored before is Responses (nothing lost or doubled: summed over the format a
     rebuild gives the same), and `rebuild_aggregates` restates the Chat and Messages streams
     recorded before it under their own format."""
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp_path / 'old.db'}"}
-    env.pop("REDIS_URL", None)
-    _manage(env, "migrate", "-v", "0", "streams", "0038")
-    before = last_json(_manage(env, "shell", "-c", BEFORE_0039))
-    assert all(before["written"][m] for m in ("UsageRollup", "HistogramRollup"))
-    _manage(env, "migrate", "-v", "0")
-    after = last_json(_manage(env, "shell", "-c", AFTER_0039))
+    with own_database() as db:
+        db.forward(("streams", "0038_event_preamble"))
+        before = last_json(_shell(BEFORE_0039))
+        assert all(before["written"][m] for m in ("UsageRollup", "HistogramRollup"))
+        db.forward()
+        after = last_json(_shell(AFTER_0039))
     assert after["kept"] is True
     for name in ("UsageRollup", "HistogramRollup", "RoutingRollup", "FindingRollup"):
         assert after["formats"][name] == ["responses"], name

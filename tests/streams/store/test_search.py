@@ -14,6 +14,7 @@ from dashboard.queries.stream_list import marked
 from streams.models import Stream
 from streams.store import known_secrets, rows, search
 from tests.support import recording
+from tests.support.migrations import own_database
 
 pytestmark = pytest.mark.django_db
 
@@ -547,26 +548,22 @@ def test_the_api_searches_with_ranks_and_plain_snippets():
 MIGRATION_KEY = "sk-MIGRATE-" + "4f5e6d7c8b9a0z1y"
 
 
-@pytest.mark.django_db(transaction=True)
 def test_the_migration_derives_every_stored_row_and_the_index_then_holds_no_secret(settings):
-    from django.db.migrations.executor import MigrationExecutor
-
     settings.UPSTREAM_API_KEY = MIGRATION_KEY
-    executor = MigrationExecutor(connection)
-    executor.migrate([("streams", "0014_scores_and_share_links")])
-    Old = executor.loader.project_state(("streams", "0014_scores_and_share_links")).apps
     message = f"Incorrect API key provided: {MIGRATION_KEY}"
-    old = Old.get_model("streams", "Stream").objects.create(
-        prompt="Vertel over de Dom", output_text="Kortom: 112 meter", error_message=message
-    )
-    before = found("4f5e*") if not POSTGRES else None  # (the attack: the index held the key)
-    executor = MigrationExecutor(connection)
-    executor.migrate(executor.loader.graph.leaf_nodes())
-    if before is not None:
-        assert before == [old.pk]
-    assert found("4f5e*") == [] and found("migrate") == []
-    assert found("incorrect") == [old.pk] and found("kortom") == [old.pk]
-    row = Stream.objects.get(pk=old.pk)
+    with own_database() as db:
+        old = db.forward(("streams", "0014_scores_and_share_links"))
+        OldStream = old.get_model("streams", "Stream")
+        pk = OldStream.objects.create(
+            prompt="Vertel over de Dom", output_text="Kortom: 112 meter", error_message=message
+        ).pk
+        before = found("4f5e*") if not POSTGRES else None  # (the attack: the index held the key)
+        new = db.forward(("streams", "0015_search_redacted"))
+        if before is not None:
+            assert before == [pk]
+        assert found("4f5e*") == [] and found("migrate") == []
+        assert found("incorrect") == [pk] and found("kortom") == [pk]
+        row = new.get_model("streams", "Stream").objects.get(pk=pk)
     assert row.error_message == message  # verbatim
     assert row.search_error == "Incorrect API key provided: [redacted]"
     assert row.search_prompt is None and row.search_output is None  # nothing stored twice
