@@ -2,11 +2,13 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from django.core.management.base import CommandError
 
@@ -249,8 +251,32 @@ def migrated_env(name, drop=()):
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }
-    manage(env, "migrate", "-v0")
+    migrate(env)
     return tmp, env
+
+
+# A SQLite database this checkout's `migrate` made, copied instead of migrating anew (only
+# tests/streams/bench/ sets it: a fresh migrate renders every migration's models, ~20 CPU-seconds
+# a bench, the most a tiny run costs; the tests migrate once and every bench copies the result).
+MIGRATED_SQLITE = "BENCH_MIGRATED_SQLITE"
+# The same on PostgreSQL: a database migrated as above, the template of the database `bench pages`
+# creates (its `migrate` then finds nothing to do).
+MIGRATED_POSTGRES = "BENCH_MIGRATED_POSTGRES"
+
+
+def migrate(env):
+    """`manage.py migrate` on the database of `env`; a fresh SQLite file there is a copy of
+    $BENCH_MIGRATED_SQLITE when that is set (a migrated database: the same tables, rows and
+    triggers as migrating would make)."""
+    template = env.get(MIGRATED_SQLITE)
+    parts = urlsplit(env["DATABASE_URL"])
+    if template and parts.scheme == "sqlite":
+        path = Path(unquote(parts.path[1:]))
+        path = path if path.is_absolute() else BASE_DIR / path
+        if not path.exists():
+            shutil.copyfile(template, path)
+            return
+    manage(env, "migrate", "-v0")
 
 
 def manage(env, *args):
