@@ -180,9 +180,12 @@ def run(command, opts):
                     opts["profile"],
                 )
             )
-            for result in measured:
-                result["lost_events"] += unrecorded(env, result.pop("_proxied_ids"))
-                _add_recording_minimum(result, env, paced=opts["time_scale"] > 0)
+            # (every format's streams looked up by one process, each format's counted apart)
+            received = [result.pop("_proxied_ids") for result in measured]
+            least = {}  # (the formats' recording minimum: they shared the writer's batches)
+            for result, lost in zip(measured, unrecorded_each(env, received), strict=True):
+                result["lost_events"] += lost
+                _add_recording_minimum(result, env, least, paced=opts["time_scale"] > 0)
                 result["server_limits"] = limits_of(limits)
                 result["upstream_transport"] = _transport()
                 results.append(result)
@@ -506,14 +509,18 @@ async def _writer_figures(client, daphne):
     return commits, recorded
 
 
-def _add_recording_minimum(result, env, paced=True):
+def _add_recording_minimum(result, env, measured, paced=True):
     """Recording's own minimum in this run (streams/bench/recording.py: the SQL alone, on this
-    run's database, at the batch size the proxy's writer committed), and each floor's CPU per
-    event as a multiple of nginx's, with the target's (`paced`: 4.5× nginx's; unpaced: 35,000
-    events per CPU-second): the floors the target is compared to."""
+    run's database, at the batch size the proxy's writer committed; `measured`: batch size →
+    its figures, measured once), and each floor's CPU per event as a multiple of nginx's, with
+    the target's (`paced`: 4.5× nginx's; unpaced: 35,000 events per CPU-second): the floors the
+    target is compared to."""
     batch = result.get("events_per_commit")
     if batch:
-        least = recording.in_the_same_run(env, max(1, round(batch)))
+        batch = max(1, round(batch))
+        if batch not in measured:
+            measured[batch] = recording.in_the_same_run(env, batch)
+        least = measured[batch]
         result["recording_sql_us_per_event"] = least["sql_us_per_event"]
         result["recording_written_us_per_event"] = least["written_us_per_event"]
     nginx = result.get("nginx_cpu_us_per_event")
@@ -802,6 +809,13 @@ async def received(response, t0, format=formats.RESPONSES):
 def unrecorded(env, received):
     """Events proxied clients got that the records lack (`received`: stream id → events the
     client got), once every proxied stream has ended."""
+    return unrecorded_each(env, [received])[0]
+
+
+def unrecorded_each(env, received):
+    """`unrecorded` of each of `received` (a list of stream id → events the client got), looked
+    up by one process."""
+    ids = sorted({i for each in received for i in each if i})
     out = manage(
         env,
         "shell",
@@ -809,7 +823,7 @@ def unrecorded(env, received):
         "import json, time\n"
         "from django.db.models import Count\n"
         "from streams.models import Event, Stream\n"
-        f"ids = {sorted(i for i in received if i)!r}\n"
+        f"ids = {ids!r}\n"
         "deadline = time.time() + 30\n"
         "while Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).exists() "
         "and time.time() < deadline:\n    time.sleep(0.1)\n"
@@ -818,4 +832,4 @@ def unrecorded(env, received):
         "print(json.dumps({r['stream_id']: r['n'] for r in rows}))",
     )
     stored = {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
-    return sum(abs(n - stored.get(i, 0)) for i, n in received.items() if i)
+    return [sum(abs(n - stored.get(i, 0)) for i, n in each.items() if i) for each in received]
