@@ -255,28 +255,32 @@ def migrated_env(name, drop=()):
     return tmp, env
 
 
-# A SQLite database this checkout's `migrate` made, copied instead of migrating anew (only
-# tests/streams/bench/ sets it: a fresh migrate renders every migration's models, ~20 CPU-seconds
-# a bench, the most a tiny run costs; the tests migrate once and every bench copies the result).
+# Where a migrated SQLite database is kept for the next bench to copy instead of migrating anew
+# (only tests/streams/bench/ sets it: a fresh migrate renders every migration's models, ~20
+# CPU-seconds, the most a tiny run costs; the first bench of a test session migrates, the others
+# copy its database).
 MIGRATED_SQLITE = "BENCH_MIGRATED_SQLITE"
-# The same on PostgreSQL: a database migrated as above, the template of the database `bench pages`
+# On PostgreSQL: a database migrated as above, the template of the database `bench pages`
 # creates (its `migrate` then finds nothing to do).
 MIGRATED_POSTGRES = "BENCH_MIGRATED_POSTGRES"
 
 
 def migrate(env):
-    """`manage.py migrate` on the database of `env`; a fresh SQLite file there is a copy of
-    $BENCH_MIGRATED_SQLITE when that is set (a migrated database: the same tables, rows and
-    triggers as migrating would make)."""
+    """`manage.py migrate` on the database of `env`. With $BENCH_MIGRATED_SQLITE set, a fresh
+    SQLite file is a copy of the database there (as `migrate` made it: the same tables, rows and
+    triggers), or, when there is none yet, is migrated and then copied there."""
     template = env.get(MIGRATED_SQLITE)
     parts = urlsplit(env["DATABASE_URL"])
-    if template and parts.scheme == "sqlite":
-        path = Path(unquote(parts.path[1:]))
-        path = path if path.is_absolute() else BASE_DIR / path
-        if not path.exists():
-            shutil.copyfile(template, path)
-            return
+    path = Path(unquote(parts.path[1:]))
+    path = path if path.is_absolute() else BASE_DIR / path
+    fresh = template and parts.scheme == "sqlite" and not path.exists()
+    if fresh and os.path.exists(template):
+        shutil.copyfile(template, path)
+        return
     manage(env, "migrate", "-v0")
+    if fresh and not os.path.exists(f"{path}-wal"):  # (whole in its file: the migrate ended)
+        shutil.copyfile(path, f"{template}.{os.getpid()}")
+        os.replace(f"{template}.{os.getpid()}", template)
 
 
 def manage(env, *args):

@@ -17,7 +17,6 @@ import json
 import math
 import os
 import secrets
-import shutil
 import subprocess
 import sys
 import uuid
@@ -30,6 +29,7 @@ from streams.bench import (
     MIGRATED_POSTGRES,
     MIGRATED_SQLITE,
     NOT_LOAD_LIMITS,
+    migrate,
     server_limits,
 )
 from streams.core import conf
@@ -61,14 +61,9 @@ TIGHT["STREAMSCOPE_MAX_SOCKETS_PER_USER"] = "2"
 
 @pytest.fixture(scope="session")
 def migrated(tmp_path_factory):
-    """A SQLite database `migrate` made, which each bench copies instead of migrating anew
+    """Where the first bench keeps its freshly migrated SQLite database for the others to copy
     (streams.bench.migrate): a fresh migrate costs ~20 CPU-seconds, more than most tiny runs."""
-    path = tmp_path_factory.mktemp("migrated") / "migrated.sqlite3"
-    env = {**os.environ, "DATABASE_URL": f"sqlite:///{path}"}
-    env.pop(MIGRATED_SQLITE, None)
-    manage = [sys.executable, "manage.py", "migrate", "-v0"]
-    subprocess.run(manage, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
-    return path
+    return tmp_path_factory.mktemp("migrated") / "migrated.sqlite3"
 
 
 @pytest.fixture
@@ -76,7 +71,7 @@ def bench(tmp_path, migrated):
     """`bench(*args)`: `manage.py bench *args --json` in a subprocess with TIGHT limits; its
     JSON lines. Fails the test when it exits non-zero or prints anything else on stdout. (Its
     temporary folders, databases and server logs, go to `tmp_path`; a fresh SQLite database is
-    a copy of `migrated`.)"""
+    a copy of the first bench's, kept at `migrated`.)"""
 
     def run(*args):
         environment = {
@@ -423,7 +418,7 @@ def test_pages_on_a_standing_database(bench, migrated, tmp_path):
 
     url = f"sqlite:///{tmp_path}/standing.sqlite3"
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SECRET_KEY": secrets.token_urlsafe(40)}
-    shutil.copyfile(migrated, tmp_path / "standing.sqlite3")  # (as `migrate` makes it)
+    migrate({**env, MIGRATED_SQLITE: str(migrated)})  # (a copy, after another bench)
     manage = [sys.executable, "manage.py", "seed_demo", "--streams", "60", "--users", "alice,bob"]
     subprocess.run(manage, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
     for _ in range(2):
