@@ -261,16 +261,20 @@ def migrated_env(name, drop=()):
 # copy its database).
 MIGRATED_SQLITE = "BENCH_MIGRATED_SQLITE"
 # On PostgreSQL: a database migrated as above, the template of the database `bench pages`
-# creates (its `migrate` then finds nothing to do).
+# creates; set, it also says that every PostgreSQL database a bench is given is a copy of it
+# (the tests make theirs so), so none is migrated again.
 MIGRATED_POSTGRES = "BENCH_MIGRATED_POSTGRES"
 
 
 def migrate(env):
     """`manage.py migrate` on the database of `env`. With $BENCH_MIGRATED_SQLITE set, a fresh
     SQLite file is a copy of the database there (as `migrate` made it: the same tables, rows and
-    triggers), or, when there is none yet, is migrated and then copied there."""
+    triggers), or, when there is none yet, is migrated and then copied there; with
+    $BENCH_MIGRATED_POSTGRES set, a PostgreSQL database is a copy already."""
     template = env.get(MIGRATED_SQLITE)
     parts = urlsplit(env["DATABASE_URL"])
+    if env.get(MIGRATED_POSTGRES) and parts.scheme.startswith("postgres"):
+        return  # (a copy of a migrated database: `migrate` would find nothing to do)
     path = Path(unquote(parts.path[1:]))
     path = path if path.is_absolute() else BASE_DIR / path
     fresh = template and parts.scheme == "sqlite" and not path.exists()

@@ -526,11 +526,13 @@ def migrated_postgres():
 
 
 @pytest.fixture
-def scratch_postgres(migrated_postgres):
+def scratch_postgres(migrated_postgres, monkeypatch):
     """A database on the tier's PostgreSQL server as `migrate` makes it (a copy of
-    `migrated_postgres`: the bench's own migrate finds nothing to do), dropped afterwards (the
+    `migrated_postgres`, which the bench is told: it migrates none), dropped afterwards (the
     bench fills the database it is given)."""
     import psycopg
+
+    monkeypatch.setenv(MIGRATED_POSTGRES, migrated_postgres)
 
     name = f"bench_ingest_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
@@ -592,7 +594,7 @@ def test_storage_on_postgres(scratch_postgres, bench):
 def test_pages_on_postgres(bench, migrated_postgres, monkeypatch):
     from streams.bench.pages import PAGES
 
-    # (the database the bench creates is a copy of it)
+    # (the database the bench creates is a copy of it, not migrated again)
     monkeypatch.setenv(MIGRATED_POSTGRES, migrated_postgres)
 
     lines = bench(
