@@ -2,11 +2,13 @@
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from django.core.management.base import CommandError
 
@@ -249,8 +251,40 @@ def migrated_env(name, drop=()):
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
     }
-    manage(env, "migrate", "-v0")
+    migrate(env)
     return tmp, env
+
+
+# Where a migrated SQLite database is kept for the next bench to copy instead of migrating anew
+# (only tests/streams/bench/ sets it: a fresh migrate renders every migration's models, ~20
+# CPU-seconds, the most a tiny run costs; the first bench of a test session migrates, the others
+# copy its database).
+MIGRATED_SQLITE = "BENCH_MIGRATED_SQLITE"
+# On PostgreSQL: a database migrated as above, the template of the database `bench pages`
+# creates; set, it also says that every PostgreSQL database a bench is given is a copy of it
+# (the tests make theirs so), so none is migrated again.
+MIGRATED_POSTGRES = "BENCH_MIGRATED_POSTGRES"
+
+
+def migrate(env):
+    """`manage.py migrate` on the database of `env`. With $BENCH_MIGRATED_SQLITE set, a fresh
+    SQLite file is a copy of the database there (as `migrate` made it: the same tables, rows and
+    triggers), or, when there is none yet, is migrated and then copied there; with
+    $BENCH_MIGRATED_POSTGRES set, a PostgreSQL database is a copy already."""
+    template = env.get(MIGRATED_SQLITE)
+    parts = urlsplit(env["DATABASE_URL"])
+    if env.get(MIGRATED_POSTGRES) and parts.scheme.startswith("postgres"):
+        return  # (a copy of a migrated database: `migrate` would find nothing to do)
+    path = Path(unquote(parts.path[1:]))
+    path = path if path.is_absolute() else BASE_DIR / path
+    fresh = template and parts.scheme == "sqlite" and not path.exists()
+    if fresh and os.path.exists(template):
+        shutil.copyfile(template, path)
+        return
+    manage(env, "migrate", "-v0")
+    if fresh and not os.path.exists(f"{path}-wal"):  # (whole in its file: the migrate ended)
+        shutil.copyfile(path, f"{template}.{os.getpid()}")
+        os.replace(f"{template}.{os.getpid()}", template)
 
 
 def manage(env, *args):

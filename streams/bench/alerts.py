@@ -26,7 +26,7 @@ import tempfile
 import threading
 import time
 
-from streams.bench import BASE_DIR, manage, run_child
+from streams.bench import BASE_DIR, manage, migrate, run_child
 from streams.core import figures
 
 WHERE = ("apart", "thread")
@@ -60,7 +60,7 @@ def run(command, opts):
         return _report(command, opts, run_child("alerts", spec, _env(opts["database_url"])))
     with tempfile.TemporaryDirectory(prefix="bench-alerts-") as tmp:
         env = _env(f"sqlite:///{tmp}/bench.sqlite3")
-        manage(env, "migrate", "-v0")
+        migrate(env)
         manage(
             env, "seed_demo", "--streams", str(opts["streams"]), "--days", str(opts["days"]),
             "--events-per-stream", "8", "--seed", "1", "--users", "alice,bob,carol",

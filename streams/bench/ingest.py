@@ -29,7 +29,7 @@ import time
 
 import httpx
 
-from streams.bench import BASE_DIR, fail_if, free_port, manage, run_child, wait_for_port
+from streams.bench import BASE_DIR, fail_if, free_port, migrate, run_child, wait_for_port
 
 CONFIGS = [(1, 20_000), (100, 2_000)]  # (streams, events per stream)
 
@@ -127,7 +127,7 @@ def fresh_databases(opts):
     for database in [d.strip() for d in opts["database"].split(",") if d.strip()]:
         with tempfile.TemporaryDirectory() as tmp:
             env = {**os.environ, "DATABASE_URL": _database_url(database, opts, tmp)}
-            manage(env, "migrate", "-v0")
+            migrate(env)
             yield database, env
 
 

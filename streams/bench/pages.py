@@ -46,7 +46,7 @@ import time
 import uuid
 from urllib.parse import urlsplit, urlunsplit
 
-from streams.bench import manage, run_child, server_limits
+from streams.bench import MIGRATED_POSTGRES, manage, migrate, run_child, server_limits
 from streams.core import figures
 
 SIZES = (10_000, 100_000)
@@ -156,7 +156,7 @@ def run(command, opts):
                 # freed millions of objects answered the same requests markedly slower than a
                 # fresh one (docs/performance.md, "The benchmarks themselves"), and a server
                 # never seeds.
-                manage(env, "migrate", "-v0")
+                migrate(env)
                 seeded = manage(
                     env, "seed_demo", "--streams", str(size), "--days", "30",
                     "--events-per-stream", str(opts["events_per_stream"]),
@@ -245,7 +245,10 @@ class _database:
                 self.server = ThrowawayPostgres()
                 self.opts = {**self.opts, "postgres_url": self.server.start()}
             self.name = f"bench_pages_{uuid.uuid4().hex[:8]}"
-            self._admin(f'CREATE DATABASE "{self.name}"')
+            template = os.environ.get(MIGRATED_POSTGRES)
+            self._admin(
+                f'CREATE DATABASE "{self.name}"' + (f' TEMPLATE "{template}"' * bool(template))
+            )
             parts = urlsplit(self.opts["postgres_url"])
             return urlunsplit(parts._replace(path="/" + self.name))
         raise SystemExit(f"unknown database {self.database!r} (sqlite, postgres)")

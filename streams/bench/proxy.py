@@ -180,11 +180,13 @@ def run(command, opts):
                     opts["profile"],
                 )
             )
-            for result in measured:
-                proxied = result.pop("_proxied_ids")
-                result["lost_events"] += unrecorded(env, proxied)
-                _add_reads(result, upstream_reads(env, proxied))
-                _add_recording_minimum(result, env, paced=opts["time_scale"] > 0)
+            # (every format's streams looked up by one process, each format's counted apart)
+            received = [result.pop("_proxied_ids") for result in measured]
+            least = {}  # (the formats' recording minimum: they shared the writer's batches)
+            for result, (lost, reads) in zip(measured, recorded_each(env, received), strict=True):
+                result["lost_events"] += lost
+                _add_reads(result, reads)
+                _add_recording_minimum(result, env, least, paced=opts["time_scale"] > 0)
                 result["server_limits"] = limits_of(limits)
                 result["upstream_transport"] = _transport()
                 results.append(result)
@@ -388,7 +390,7 @@ def _formats_line(results):
     """The formats of one configuration side by side (one run, interleaved rounds): the
     proxy's CPU per event and added TTFT p50 of each, and how far apart each figure is (the
     largest over the smallest; none for a figure not above 0 in every format). Then its CPU
-    per read of the upstream (`upstream_reads`), with the events a read brought: each
+    per read of the upstream (`recorded_each`), with the events a read brought: each
     format's timing groups its events in reads its own way (Responses' paired deltas,
     Messages' opening events), and much of the server's work is per read, not per event."""
 
@@ -521,14 +523,18 @@ async def _writer_figures(client, daphne):
     return commits, recorded
 
 
-def _add_recording_minimum(result, env, paced=True):
+def _add_recording_minimum(result, env, measured, paced=True):
     """Recording's own minimum in this run (streams/bench/recording.py: the SQL alone, on this
-    run's database, at the batch size the proxy's writer committed), and each floor's CPU per
-    event as a multiple of nginx's, with the target's (`paced`: 4.5× nginx's; unpaced: 35,000
-    events per CPU-second): the floors the target is compared to."""
+    run's database, at the batch size the proxy's writer committed; `measured`: batch size →
+    its figures, measured once), and each floor's CPU per event as a multiple of nginx's, with
+    the target's (`paced`: 4.5× nginx's; unpaced: 35,000 events per CPU-second): the floors the
+    target is compared to."""
     batch = result.get("events_per_commit")
     if batch:
-        least = recording.in_the_same_run(env, max(1, round(batch)))
+        batch = max(1, round(batch))
+        if batch not in measured:
+            measured[batch] = recording.in_the_same_run(env, batch)
+        least = measured[batch]
         result["recording_sql_us_per_event"] = least["sql_us_per_event"]
         result["recording_written_us_per_event"] = least["written_us_per_event"]
     nginx = result.get("nginx_cpu_us_per_event")
@@ -815,7 +821,7 @@ async def received(response, t0, format=formats.RESPONSES):
 
 
 def _add_reads(result, reads):
-    """The proxy's CPU per read of its upstream that brought events (`upstream_reads`), and
+    """The proxy's CPU per read of its upstream that brought events (`recorded_each`), and
     the events a read brought."""
     events = result["events"]
     result["upstream_reads"] = reads
@@ -823,27 +829,18 @@ def _add_reads(result, reads):
     result["cpu_us_per_read"] = round(result["cpu_us_per_event"] * events / max(1, reads), 1)
 
 
-def upstream_reads(env, ids):
-    """How many reads of the upstream brought the events of the streams `ids` (once they
-    have ended): the recorder stamps each read's events with its kernel receipt time, so
-    the events of one read share their `t_us`."""
-    out = manage(
-        env,
-        "shell",
-        "-c",
-        "import json\n"
-        "from streams.models import Event\n"
-        f"ids = {sorted(i for i in ids if i)!r}\n"
-        "reads = Event.objects.filter(stream_id__in=ids).values('stream_id', 't_us')"
-        ".distinct().count()\n"
-        "print(json.dumps(reads))",
-    )
-    return int(json.loads(out.strip().splitlines()[-1]))
-
-
 def unrecorded(env, received):
     """Events proxied clients got that the records lack (`received`: stream id → events the
     client got), once every proxied stream has ended."""
+    return recorded_each(env, [received])[0][0]
+
+
+def recorded_each(env, received):
+    """For each of `received` (a list of stream id → events the client got), once every
+    stream has ended, looked up by one process: (the events its clients got that the records
+    lack, the reads of the upstream that brought its events: the recorder stamps a read's
+    events with its kernel receipt time, so the events of one read share their `t_us`)."""
+    ids = sorted({i for each in received for i in each if i})
     out = manage(
         env,
         "shell",
@@ -851,13 +848,20 @@ def unrecorded(env, received):
         "import json, time\n"
         "from django.db.models import Count\n"
         "from streams.models import Event, Stream\n"
-        f"ids = {sorted(i for i in received if i)!r}\n"
+        f"ids = {ids!r}\n"
         "deadline = time.time() + 30\n"
         "while Stream.objects.filter(pk__in=ids, status__in=Stream.ACTIVE_STATUSES).exists() "
         "and time.time() < deadline:\n    time.sleep(0.1)\n"
-        "rows = Event.objects.filter(stream_id__in=ids).values('stream_id')"
-        ".annotate(n=Count('id'))\n"
-        "print(json.dumps({r['stream_id']: r['n'] for r in rows}))",
+        "events = Event.objects.filter(stream_id__in=ids)\n"
+        "rows = events.values('stream_id').annotate(n=Count('id'), reads=Count('t_us', "
+        "distinct=True))\n"
+        "print(json.dumps({r['stream_id']: [r['n'], r['reads']] for r in rows}))",
     )
     stored = {int(k): v for k, v in json.loads(out.strip().splitlines()[-1]).items()}
-    return sum(abs(n - stored.get(i, 0)) for i, n in received.items() if i)
+    return [
+        (
+            sum(abs(n - stored.get(i, (0, 0))[0]) for i, n in each.items() if i),
+            sum(stored.get(i, (0, 0))[1] for i in each if i),
+        )
+        for each in received
+    ]

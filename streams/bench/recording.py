@@ -24,7 +24,7 @@ import os
 import resource
 import tempfile
 
-from streams.bench import manage, run_child
+from streams.bench import migrate, run_child
 
 ROWS_TEXT = (
     '{"type":"response.output_text.delta","sequence_number":%d,"item_id":"msg_1",'
@@ -50,12 +50,12 @@ def run(command, opts):
     spec["events"] = opts["events"]
     if opts["database_url"]:
         env = {**os.environ, "DATABASE_URL": opts["database_url"]}
-        manage(env, "migrate", "-v0")
+        migrate(env)
         lines = run_child("recording", spec, env)
     else:
         with tempfile.TemporaryDirectory(prefix="bench-recording-") as tmp:
             env = {**os.environ, "DATABASE_URL": f"sqlite:///{tmp}/bench.sqlite3"}
-            manage(env, "migrate", "-v0")
+            migrate(env)
             lines = run_child("recording", spec, env)
     for line in lines:
         command.stdout.write(json.dumps(line) if opts["json"] else text(line))

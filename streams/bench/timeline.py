@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 
-from streams.bench import fail_if, manage, migrated_env, process_cpu_s
+from streams.bench import fail_if, manage, migrate, migrated_env, process_cpu_s
 from streams.bench.relay import Server
 
 CHROMIUM = "/usr/bin/chromium"
@@ -67,7 +67,7 @@ def run(command, opts):
     tmp, env = migrated_env("timeline")
     if opts["database_url"]:
         env = {**env, "DATABASE_URL": opts["database_url"]}
-        manage(env, "migrate", "-v0")
+        migrate(env)
     spec = {"sizes": [opts["baseline_events"], opts["events"]], "seed": opts["seed"]}
     started = time.monotonic()
     out = manage(env, "bench", "timeline", "--child", json.dumps(spec))

@@ -27,7 +27,11 @@ BENCHMARKS = {
 
 
 class Command(BaseCommand):
-    help = "Run a benchmark: " + ", ".join(BENCHMARKS)
+    help = (
+        "Run a benchmark: " + ", ".join(BENCHMARKS) + ". With BENCH_MIGRATED_SQLITE=<a SQLite "
+        "file `migrate` made> (BENCH_MIGRATED_POSTGRES=<a database name>: `bench pages`' "
+        "template) a fresh database is a copy of it, not migrated anew (the tests' runs)"
+    )
 
     def add_arguments(self, parser):
         sub = parser.add_subparsers(dest="what", required=True)

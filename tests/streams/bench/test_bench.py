@@ -24,7 +24,14 @@ from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
-from streams.bench import LOAD_LIMITS, NOT_LOAD_LIMITS, server_limits
+from streams.bench import (
+    LOAD_LIMITS,
+    MIGRATED_POSTGRES,
+    MIGRATED_SQLITE,
+    NOT_LOAD_LIMITS,
+    migrate,
+    server_limits,
+)
 from streams.core import conf
 from tests.conftest import REPO
 
@@ -52,30 +59,44 @@ TIGHT = {f"STREAMSCOPE_{name}": "1" for name in LOAD_LIMITS}
 TIGHT["STREAMSCOPE_MAX_SOCKETS_PER_USER"] = "2"
 
 
-def bench(tmp_path, *args):
-    """`manage.py bench *args --json` in a subprocess with TIGHT limits; its JSON lines. Fails
-    the test when it exits non-zero or prints anything else on stdout. (Its temporary folders,
-    databases and server logs, go to `tmp_path`.)"""
-    environment = {
-        **os.environ,
-        "TMPDIR": str(tmp_path),
-        "DJANGO_SECRET_KEY": secrets.token_urlsafe(40),
-        "LOG_LEVEL": "WARNING",
-        "PYTHONUNBUFFERED": "1",
-        **TIGHT,
-    }
-    proc = subprocess.run(
-        [sys.executable, "manage.py", "bench", *args, "--json"],
-        cwd=REPO,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert proc.returncode == 0, f"bench {' '.join(args)}:\n{proc.stderr[-5000:]}"
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines, f"bench {args[0]} printed nothing"
-    return [json.loads(line) for line in lines]
+@pytest.fixture(scope="session")
+def migrated(tmp_path_factory):
+    """Where the first bench keeps its freshly migrated SQLite database for the others to copy
+    (streams.bench.migrate): a fresh migrate costs ~20 CPU-seconds, more than most tiny runs."""
+    return tmp_path_factory.mktemp("migrated") / "migrated.sqlite3"
+
+
+@pytest.fixture
+def bench(tmp_path, migrated):
+    """`bench(*args)`: `manage.py bench *args --json` in a subprocess with TIGHT limits; its
+    JSON lines. Fails the test when it exits non-zero or prints anything else on stdout. (Its
+    temporary folders, databases and server logs, go to `tmp_path`; a fresh SQLite database is
+    a copy of the first bench's, kept at `migrated`.)"""
+
+    def run(*args):
+        environment = {
+            **os.environ,
+            "TMPDIR": str(tmp_path),
+            "DJANGO_SECRET_KEY": secrets.token_urlsafe(40),
+            "LOG_LEVEL": "WARNING",
+            "PYTHONUNBUFFERED": "1",
+            MIGRATED_SQLITE: str(migrated),
+            **TIGHT,
+        }
+        proc = subprocess.run(
+            [sys.executable, "manage.py", "bench", *args, "--json"],
+            cwd=REPO,
+            env=environment,
+            capture_output=True,
+            text=True,
+            timeout=240,
+        )
+        assert proc.returncode == 0, f"bench {' '.join(args)}:\n{proc.stderr[-5000:]}"
+        lines = [line for line in proc.stdout.splitlines() if line.strip()]
+        assert lines, f"bench {args[0]} printed nothing"
+        return [json.loads(line) for line in lines]
+
+    return run
 
 
 def _stage_names():
@@ -159,10 +180,10 @@ def check_ingest(lines, database, streams, events):
 
 
 @TIER_1
-def test_ingest(tmp_path):
+def test_ingest(bench):
     """2 concurrent streams, Prometheus figures kept and not (both in each round)."""
     lines = bench(
-        tmp_path, "ingest", "--streams", "2", "--events", "50", "--repeat", "1",
+        "ingest", "--streams", "2", "--events", "50", "--repeat", "1",
         "--metrics", "on,off",
     )  # fmt: skip
     check_ingest(lines, "sqlite", [2], 50)
@@ -196,21 +217,19 @@ def check_storage(lines, database):
 
 
 @TIER_1
-def test_storage(tmp_path):
+def test_storage(bench):
     """Bytes per event at rest, rows and packed, each scenario apart (4 streams of each)."""
     lines = bench(
-        tmp_path, "storage", "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS)
+        "storage", "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS)
     )  # fmt: skip
     check_storage(lines, "sqlite")
 
 
 @TIER_1
 @pytest.mark.e2e
-def test_timeline(tmp_path):
+def test_timeline(bench):
     """A packed stream's timeline in Chromium: both streams' rows and chart timed, each load."""
-    lines = bench(
-        tmp_path, "timeline", "--events", "1500", "--baseline-events", "100", "--loads", "1"
-    )
+    lines = bench("timeline", "--events", "1500", "--baseline-events", "100", "--loads", "1")
     assert [line["bench"] for line in lines] == ["timeline", "timeline"]
     base, big = lines
     assert abs(big["events"] - 1500) <= 375 and abs(base["events"] - 100) <= 25
@@ -224,11 +243,11 @@ def test_timeline(tmp_path):
 
 
 @TIER_1
-def test_simulator(tmp_path):
+def test_simulator(bench):
     """Fresh and aged windows of a simulator driven by 2 clients: every response complete, the
     log's size reported, both CPU figures measured."""
     (line,) = bench(
-        tmp_path, "simulator", "--clients", "2", "--responses", "100", "--window", "0.5",
+        "simulator", "--clients", "2", "--responses", "100", "--window", "0.5",
         "--sentences", "1",
     )  # fmt: skip
     assert line["incomplete"] == 0
@@ -240,7 +259,7 @@ def test_simulator(tmp_path):
 
 
 @TIER_1
-def test_capacity(tmp_path):
+def test_capacity(bench):
     """Two steps of 2 and 3 proxied streams, each watched by a viewer, at a twentieth of a real
     model's pacing and no limit to pass: every event reaches its client, its viewer and the
     record, and the capacity is the last step. On a loaded machine every viewer of a step may
@@ -248,7 +267,7 @@ def test_capacity(tmp_path):
     viewer figure is then unmeasured, and the bench (rightly) claims no capacity for it and stops
     there; nothing may be lost either way."""
     *steps, summary = bench(
-        tmp_path, "capacity", "--steps", "3,2", "--time-scale", "0.05", "--sentences", "2",
+        "capacity", "--steps", "3,2", "--time-scale", "0.05", "--sentences", "2",
         "--limit-ms", "1e9",
     )  # fmt: skip
     unmeasured = [s["streams"] for s in steps if s["viewer_added_p99_ms"] is None]
@@ -271,11 +290,11 @@ def test_capacity(tmp_path):
 
 
 @TIER_1
-def test_experiment(tmp_path):
+def test_experiment(bench):
     """6 items × 2 variants at 3 at a time, as an experiment and started directly: nothing lost,
     both timed; the run page of 50 items rendered."""
     (line,) = bench(
-        tmp_path, "experiment", "--items", "6", "--variants", "2", "--concurrency", "3",
+        "experiment", "--items", "6", "--variants", "2", "--concurrency", "3",
         "--time-scale", "0.02", "--sentences", "1", "--page-items", "50", "--page-repeat", "2",
     )  # fmt: skip
     assert (line["streams"], line["lost"]) == (12, 0)
@@ -290,9 +309,9 @@ def test_experiment(tmp_path):
 
 
 @TIER_1
-def test_usage(tmp_path):
+def test_usage(bench):
     """Usage and cost per finished stream, four kinds: each priced or not as it should be."""
-    lines = bench(tmp_path, "usage", "--streams", "5", "--events", "20")
+    lines = bench("usage", "--streams", "5", "--events", "20")
     assert [(line["kind"], line["priced"]) for line in lines] == [
         ("reported, team price", True),
         ("estimated, genai-prices", True),
@@ -305,11 +324,11 @@ def test_usage(tmp_path):
 
 
 @TIER_1
-def test_alerts(tmp_path):
+def test_alerts(bench):
     """One tick of rules over a seeded history, in a process apart and in a thread: every rule
     evaluated each time, its time and the event loop's lateness meanwhile measured."""
     lines = bench(
-        tmp_path, "alerts", "--streams", "200", "--days", "2", "--rules", "20",
+        "alerts", "--streams", "200", "--days", "2", "--rules", "20",
         "--baseline-s", "0.2", "--where", "both",
     )  # fmt: skip
     assert [line["where"] for line in lines] == ["apart", "thread"]
@@ -352,20 +371,20 @@ def check_relay(lines, streams, fast_events, patterns):
 
 
 @TIER_1
-def test_relay_loses_nothing_with_more_viewers_than_the_environment_allows_one_user(tmp_path):
+def test_relay_loses_nothing_with_more_viewers_than_the_environment_allows_one_user(bench):
     """3 viewers of one user against STREAMSCOPE_MAX_SOCKETS_PER_USER=2 in the bench's
     environment: the bench sizes its Daphne for its own viewers, so every event arrives. (Before
     it did, the third viewer was closed with 4029 and its events counted as lost, with exit
     status 0: `bench relay --streams 100` lost half its events to the cap of 50.)"""
-    lines = bench(tmp_path, "relay", "--streams", "3", "--fast-events", "20", "--sentences", "1")
+    lines = bench("relay", "--streams", "3", "--fast-events", "20", "--sentences", "1")
     check_relay(lines, 3, 20, ["stock", "batched-layer", "batched"])
 
 
 @TIER_1
-def test_pages(tmp_path):
+def test_pages(bench):
     from streams.bench.pages import PAGES
 
-    lines = bench(tmp_path, "pages", "--sizes", "200", "--repeat", "1")
+    lines = bench("pages", "--sizes", "200", "--repeat", "1")
     assert [line["page"] for line in lines] == [name for name, _ in PAGES]
     for line in lines:
         assert line["database"] == "sqlite" and line["streams"] == 200 and line["as"] == "staff"
@@ -375,12 +394,12 @@ def test_pages(tmp_path):
 
 
 @TIER_1
-def test_pages_over_projects(tmp_path):
+def test_pages_over_projects(bench):
     """`--projects`: the streams spread over team projects, each page timed as staff (every
     project) and as a member working in one; the staff-only pages as staff alone."""
     from streams.bench.pages import PAGES
 
-    lines = bench(tmp_path, "pages", "--sizes", "200", "--repeat", "1", "--projects", "3",
+    lines = bench("pages", "--sizes", "200", "--repeat", "1", "--projects", "3",
                   "--pages", "30d")  # fmt: skip
     named = [n for n, _ in PAGES if "30d" in n]
     assert [(line["as"], line["page"]) for line in lines] == [
@@ -392,26 +411,26 @@ def test_pages_over_projects(tmp_path):
 
 
 @TIER_1
-def test_pages_on_a_standing_database(tmp_path):
+def test_pages_on_a_standing_database(bench, migrated, tmp_path):
     """`--database-url` times a database seeded once, as often as asked (its staff user kept
     from the run before), and leaves it as it was; `--pages` keeps to the pages named."""
     from streams.bench.pages import PAGES
 
     url = f"sqlite:///{tmp_path}/standing.sqlite3"
     env = {**os.environ, "DATABASE_URL": url, "DJANGO_SECRET_KEY": secrets.token_urlsafe(40)}
-    for args in (["migrate", "-v0"], ["seed_demo", "--streams", "60", "--users", "alice,bob"]):
-        manage = [sys.executable, "manage.py", *args]
-        subprocess.run(manage, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
+    migrate({**env, MIGRATED_SQLITE: str(migrated)})  # (a copy, after another bench)
+    manage = [sys.executable, "manage.py", "seed_demo", "--streams", "60", "--users", "alice,bob"]
+    subprocess.run(manage, cwd=REPO, env=env, check=True, capture_output=True, timeout=120)
     for _ in range(2):
-        lines = bench(tmp_path, "pages", "--database-url", url, "--pages", "search", "--repeat=1")
+        lines = bench("pages", "--database-url", url, "--pages", "search", "--repeat=1")
         assert [line["page"] for line in lines] == [n for n, _ in PAGES if "search" in n]
         assert {(line["database"], line["streams"]) for line in lines} == {("sqlite", 60)}
     assert os.path.exists(f"{tmp_path}/standing.sqlite3")
 
 
 @TIER_1
-def test_egress(tmp_path):
-    lines = bench(tmp_path, "egress", "--events", "50", "--repeat", "1")
+def test_egress(bench):
+    lines = bench("egress", "--events", "50", "--repeat", "1")
     pages = {line["page"]: line for line in lines if line["what"] == "page"}
     frames = [line for line in lines if line["what"] == "frame"]
     assert set(pages) >= {"timeline", "export .json", "export .sse", "latency"}
@@ -424,11 +443,11 @@ def test_egress(tmp_path):
 
 
 @TIER_1
-def test_proxy(tmp_path):
+def test_proxy(bench):
     """2 clients of one token against STREAMSCOPE_PROXY_MAX_CONCURRENT=1 in the environment,
     both arrival patterns, at a twentieth of a real model's pacing."""
     lines = bench(
-        tmp_path, "proxy", "--concurrency", "2", "--rounds", "1", "--time-scale", "0.05",
+        "proxy", "--concurrency", "2", "--rounds", "1", "--time-scale", "0.05",
         "--sentences", "2", "--profile",
     )  # fmt: skip
     assert [(line["arrivals"], line["concurrency"]) for line in lines] == [
@@ -463,11 +482,11 @@ def test_proxy(tmp_path):
 
 
 @TIER_1
-def test_proxy_measures_the_formats_in_the_same_rounds(tmp_path):
+def test_proxy_measures_the_formats_in_the_same_rounds(bench):
     """`--format responses,chat,messages`: one line per format, in that order, each from the
     same interleaved rounds (so as many samples each), nothing lost, every figure finite."""
     lines = bench(
-        tmp_path, "proxy", "--format", "responses,chat,messages", "--concurrency", "1",
+        "proxy", "--format", "responses,chat,messages", "--concurrency", "1",
         "--rounds", "2", "--arrivals", "steady", "--time-scale", "0.05", "--sentences", "2",
         "--against", "none",
     )  # fmt: skip
@@ -493,15 +512,35 @@ def _postgres(database):
     return urlunsplit(parts._replace(path=f"/{database}"))
 
 
-@pytest.fixture
-def scratch_postgres():
-    """An empty database on the tier's PostgreSQL server, dropped afterwards (the bench fills
-    the database it is given)."""
+@pytest.fixture(scope="session")
+def migrated_postgres():
+    """A database `migrate` made on the tier's PostgreSQL server, the template of the benches'
+    (a fresh migrate costs ~20 CPU-seconds; a copy, none), dropped at the end."""
     import psycopg
+
+    name = f"bench_migrated_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
+        c.execute(f'CREATE DATABASE "{name}"')
+    env = {**os.environ, "DATABASE_URL": _postgres(name)}
+    manage = [sys.executable, "manage.py", "migrate", "-v0"]
+    subprocess.run(manage, cwd=REPO, env=env, check=True, capture_output=True, timeout=300)
+    yield name
+    with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
+        c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def scratch_postgres(migrated_postgres, monkeypatch):
+    """A database on the tier's PostgreSQL server as `migrate` makes it (a copy of
+    `migrated_postgres`, which the bench is told: it migrates none), dropped afterwards (the
+    bench fills the database it is given)."""
+    import psycopg
+
+    monkeypatch.setenv(MIGRATED_POSTGRES, migrated_postgres)
 
     name = f"bench_ingest_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
-        c.execute(f'CREATE DATABASE "{name}"')
+        c.execute(f'CREATE DATABASE "{name}" TEMPLATE "{migrated_postgres}"')
     yield _postgres(name)
     with psycopg.connect(_postgres("postgres"), autocommit=True) as c:
         c.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
@@ -522,24 +561,24 @@ def check_recording(lines, database):
 
 
 @TIER_1
-def test_recording(tmp_path):
+def test_recording(bench):
     """The SQL alone of storing event rows, 1 and 8 per commit, on a fresh SQLite database."""
-    check_recording(bench(tmp_path, "recording", "--batch", "1,8", "--events", "40"), "sqlite")
+    check_recording(bench("recording", "--batch", "1,8", "--events", "40"), "sqlite")
 
 
 @tier_2
-def test_recording_on_postgres(scratch_postgres, tmp_path):
+def test_recording_on_postgres(scratch_postgres, bench):
     lines = bench(
-        tmp_path, "recording", "--batch", "1,8", "--events", "40",
+        "recording", "--batch", "1,8", "--events", "40",
         "--database-url", scratch_postgres,
     )  # fmt: skip
     check_recording(lines, "postgresql")
 
 
 @tier_2
-def test_ingest_on_postgres(scratch_postgres, tmp_path):
+def test_ingest_on_postgres(scratch_postgres, bench):
     lines = bench(
-        tmp_path, "ingest", "--database", "postgres", "--postgres-url", scratch_postgres,
+        "ingest", "--database", "postgres", "--postgres-url", scratch_postgres,
         "--streams", "2", "--events", "50", "--repeat", "1",
     )  # fmt: skip
     check_ingest(lines, "postgres", [2], 50)
@@ -547,20 +586,23 @@ def test_ingest_on_postgres(scratch_postgres, tmp_path):
 
 
 @tier_2
-def test_storage_on_postgres(scratch_postgres, tmp_path):
+def test_storage_on_postgres(scratch_postgres, bench):
     lines = bench(
-        tmp_path, "storage", "--database", "postgres", "--postgres-url", scratch_postgres,
+        "storage", "--database", "postgres", "--postgres-url", scratch_postgres,
         "--streams", "4", "--scenarios", ",".join(STORAGE_SCENARIOS),
     )  # fmt: skip
     check_storage(lines, "postgres")
 
 
 @tier_2
-def test_pages_on_postgres(tmp_path):
+def test_pages_on_postgres(bench, migrated_postgres, monkeypatch):
     from streams.bench.pages import PAGES
 
+    # (the database the bench creates is a copy of it, not migrated again)
+    monkeypatch.setenv(MIGRATED_POSTGRES, migrated_postgres)
+
     lines = bench(
-        tmp_path, "pages", "--database", "postgres", "--postgres-url", os.environ["DATABASE_URL"],
+        "pages", "--database", "postgres", "--postgres-url", os.environ["DATABASE_URL"],
         "--sizes", "200", "--repeat", "1",
     )  # fmt: skip
     assert [line["page"] for line in lines] == [name for name, _ in PAGES]
@@ -570,7 +612,7 @@ def test_pages_on_postgres(tmp_path):
 
 
 @tier_2
-def test_relay_on_redis_with_a_worker(tmp_path):
+def test_relay_on_redis_with_a_worker(bench):
     """Recording in a `stream_worker`, relaying through Redis, with one worker stream at a time
     and 2 sockets per user in the environment. The bench's Redis database is one of its own:
     its socket leases and throttles must not meet the tests' (database 0)."""
@@ -579,7 +621,7 @@ def test_relay_on_redis_with_a_worker(tmp_path):
     url = urlunsplit(urlsplit(os.environ["REDIS_URL"])._replace(path="/9"))
     try:
         lines = bench(
-            tmp_path, "relay", "--layer", "redis", "--redis-url", url, "--runner", "worker",
+            "relay", "--layer", "redis", "--redis-url", url, "--runner", "worker",
             "--streams", "3", "--fast-events", "20", "--sentences", "1", "--patterns", "batched",
             "--profile",
         )  # fmt: skip
