@@ -50,10 +50,15 @@ COMMON = (
 )
 
 
+# Files of the zone database that name no zone: Debian's `localtime` is a link to the
+# machine's own /etc/localtime (chosen, it would be whatever the server is set to).
+NOT_ZONES = frozenset({"localtime", "posixrules"})
+
+
 @functools.cache
 def available():
     """The IANA names this server knows, and "UTC"."""
-    return frozenset(zoneinfo.available_timezones()) | {UTC}
+    return (frozenset(zoneinfo.available_timezones()) - NOT_ZONES) | {UTC}
 
 
 # Other names of UTC itself (not zones that keep its offset, as GMT or Africa/Abidjan): one

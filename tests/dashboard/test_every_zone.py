@@ -371,3 +371,11 @@ def test_the_classes_of_zones_part_what_a_page_can_tell_apart():
         ["Europe/Amsterdam", "Europe/Paris"],
     ]
     assert 50 < len(zone_classes(tzmod.available())) < len(tzmod.available()) / 3
+
+
+def test_the_servers_own_local_time_is_no_zone():
+    """`localtime` in the zone database is a link to the machine's own setting (Debian's), not
+    a zone: the selector does not offer it and a cookie naming it is UTC."""
+    assert not tzmod.NOT_ZONES & tzmod.available()
+    assert tzmod.valid("localtime") is None
+    assert tzmod.from_cookie("localtime") == (tzmod.UTC, "default")
