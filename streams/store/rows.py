@@ -946,12 +946,18 @@ def insert_flat(values, *, offsets=False, columns=ROW_COLUMNS):
         # loop each re-take waits up to the switch interval, which starved this thread and
         # left publishing far behind receipt. Django's cursor wrapper also rewrites every
         # parameter list on the way, a cost per row (docs/performance.md, "Recorder").
+        # A statement per power of two of rows, largest first: sqlite3 keeps the statements it
+        # compiled by their text (128 of them), and a batch of any other size made a statement
+        # never seen before, compiled anew (that compiling was half of the inserting).
         db.ensure_connection()
         raw = db.connection
-        step = _SQLITE_ROWS_PER_STATEMENT * width
-        for start in range(0, len(values), step):
-            chunk = values[start : start + step] if len(values) > step else values
-            raw.execute(sqlite_insert(len(chunk) // width, columns), chunk)
+        start, rows = 0, len(values) // width
+        while rows:
+            n = min(_SQLITE_ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
+            end = start + n * width
+            chunk = values if end - start == len(values) else values[start:end]
+            raw.execute(sqlite_insert(n, columns), chunk)
+            start, rows = end, rows - n
         return
     sql = _INSERT_SQL.get((vendor, columns))
     if sql is None:
@@ -1008,7 +1014,8 @@ def _receipt_times_as_text(values, suffix, offsets, width):
 
 # SQLite allows 32766 bound parameters per statement (3.32+), one per column of a row (14 for a
 # proxied row today): 2000 rows, fewer only once the rows have grown past 16 columns.
-_SQLITE_ROWS_PER_STATEMENT = min(2000, 32766 // len(PROXIED_ROW_COLUMNS))
+# (a power of two: `insert_flat` inserts a batch in statements of power-of-two sizes)
+_SQLITE_ROWS_PER_STATEMENT = 1 << (min(2000, 32766 // len(PROXIED_ROW_COLUMNS)).bit_length() - 1)
 
 
 @functools.cache

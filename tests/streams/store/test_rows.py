@@ -13,7 +13,7 @@ import socket
 
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import models
+from django.db import connection, models
 
 from streams.ingest import importer, recorder
 from streams.ingest import writer as writer_module
@@ -118,6 +118,44 @@ def test_every_bounded_event_column_is_bounded_on_insert(columns):
         expected = too_long(field.max_length)[: field.max_length]
         assert getattr(event, field.attname) == expected, field.name
     assert event.data == data and bytes(event.raw) == raw
+
+
+@pytest.mark.django_db
+def test_batches_of_every_size_are_stored_whole_in_order_by_few_statements():
+    """insert_flat stores a batch of any size, every row once and in order, through statements
+    of a few sizes only (SQLite: powers of two), so that sqlite3's cache of compiled statements
+    keeps them; a statement for each batch size was compiled anew for most batches."""
+    stream = rows.new_row(None, body())
+    columns = event_row.PROXIED_ROW_COLUMNS
+    now = dt.datetime.now(dt.UTC)
+    index = 0
+    statements = set()
+    sizes = [*range(1, 70), 300, rows._SQLITE_ROWS_PER_STATEMENT * 2 + 3]
+    real = rows.sqlite_insert
+
+    def seen(n, columns=event_row.ROW_COLUMNS):
+        statements.add(n)
+        return real(n, columns)
+
+    rows.sqlite_insert = seen
+    try:
+        for size in sizes:
+            values = []
+            for i in range(index, index + size):
+                event = dict.fromkeys(columns)
+                event.update(stream_id=stream.pk, index=i, t_us=i, received_at=now)
+                event.update(data=f'{{"i":{i}}}', raw=b"x", is_json=True, sent_us=i)
+                event.update(event_name="message", sse_id="", type="i", preamble="")
+                values += [event[c] for c in columns]
+            rows.insert_flat(values, columns=columns)
+            index += size
+    finally:
+        rows.sqlite_insert = real
+    stored = list(Event.objects.filter(stream=stream).order_by("id").values_list("index", "data"))
+    assert stored == [(i, f'{{"i":{i}}}') for i in range(index)]
+    if connection.vendor == "sqlite":
+        assert statements <= {1 << k for k in range(11)}, sorted(statements)
+        assert len(statements) <= 11
 
 
 @pytest.mark.django_db
