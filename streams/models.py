@@ -275,7 +275,7 @@ def _project_field(**kwargs):
     return models.ForeignKey(Project, on_delete=models.CASCADE, verbose_name=_("project"), **kwargs)
 
 
-def _in_personal_projects(streams):
+def in_personal_projects(streams):
     """A row made for a user and no project is the user's personal project's: what every
     stream was before projects, and still is for a user who never joins one."""
     for stream in streams:
@@ -286,7 +286,7 @@ def _in_personal_projects(streams):
 class StreamQuerySet(models.QuerySet):
     def bulk_create(self, objs, *args, **kwargs):
         objs = list(objs)
-        _in_personal_projects(objs)
+        in_personal_projects(objs)
         return super().bulk_create(objs, *args, **kwargs)
 
 
@@ -642,7 +642,7 @@ class Stream(models.Model):
         return gettext("stream %(id)s (%(status)s)") % {"id": self.pk, "status": status}
 
     def save(self, *args, **kwargs):
-        _in_personal_projects([self])
+        in_personal_projects([self])
         super().save(*args, **kwargs)
 
     @property
