@@ -13,6 +13,7 @@ line (event/data/id/retry, comments) are httpx-sse's own `SSEDecoder`.
 """
 
 import contextlib
+from http.cookiejar import CookieJar, CookiePolicy
 from typing import NamedTuple
 
 import httpcore
@@ -109,7 +110,31 @@ def make_client(
         transport=carrier,
         timeout=httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None),
         trust_env=False,
+        cookies=CookieJar(_NoCookies()),
     )
+
+
+class _NoCookies(CookiePolicy):
+    """A client's cookie jar that keeps nothing. One client carries the requests of every
+    user and project: httpx's jar kept an upstream's `Set-Cookie` (a load balancer's, a
+    gateway's session) and sent it with every later request through that client, whoever
+    made it. The proxy forwards no client's cookies either (proxy.NOT_FORWARDED)."""
+
+    netscape = True
+    rfc2965 = False
+    hide_cookie2 = True
+
+    def set_ok(self, cookie, request):
+        return False
+
+    def return_ok(self, cookie, request):
+        return False
+
+    def domain_return_ok(self, domain, request):
+        return False
+
+    def path_return_ok(self, path, request):
+        return False
 
 
 class ClientPool:

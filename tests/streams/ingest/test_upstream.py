@@ -377,6 +377,43 @@ async def test_an_http_upstream_builds_no_ssl_context(monkeypatch):
         server.close()
 
 
+@pytest.mark.parametrize("transport", ["lean", "httpcore"])
+async def test_an_upstreams_cookie_is_never_sent_with_a_later_request(transport):
+    """One client carries every user's and project's requests: a `Set-Cookie` of the upstream
+    (a load balancer's, a gateway's session) answering one must not go with the next. httpx's
+    cookie jar kept it and sent it with every later request through that client."""
+    from streams.ingest.upstream import ClientPool
+
+    heads = []
+
+    async def answer(reader, writer):
+        for _ in range(3):
+            head = await reader.readuntil(b"\r\n\r\n")
+            heads.append(head.lower())
+            length = [v for k, _, v in (x.partition(b":") for x in head.lower().split(b"\r\n"))
+                      if k == b"content-length"]  # fmt: skip
+            await reader.readexactly(int(length[0]) if length else 0)
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nSet-Cookie: __cf_bm=of-project-a; Path=/\r\n"
+                b"Set-Cookie: session=a1; Domain=127.0.0.1; Path=/v1\r\nContent-Length: 2\r\n\r\nok"
+            )
+            await writer.drain()
+        writer.close()
+
+    server, port = await _server(answer)
+    pool = ClientPool(transport=transport)
+    try:
+        for i in range(3):
+            url = f"http://127.0.0.1:{port}/v1/responses"
+            async with pool.stream("POST", url, json={"i": i}) as response:
+                assert await response.aread() == b"ok"
+        assert len(heads) == 3
+        assert not [h for h in heads if b"cookie" in h or b"of-project-a" in h]
+    finally:
+        await pool.aclose()
+        server.close()
+
+
 async def test_a_reset_right_behind_the_last_data_is_not_missed():
     """Data and the RST both wait in the socket before the loop looks: uvloop reports the
     socket once (and then stops watching it, libuv's rule for a socket with an error), so the
