@@ -12,6 +12,7 @@ verbatim (`ReceivedEvent.raw`) instead of being silently replaced; the field sem
 line (event/data/id/retry, comments) are httpx-sse's own `SSEDecoder`.
 """
 
+import base64
 import contextlib
 from http.cookiejar import CookieJar, CookiePolicy
 from typing import NamedTuple
@@ -82,6 +83,12 @@ def make_client(
 ):
     """An httpx client for the upstream on `transport` ("lean" or "httpcore"; None: the
     STREAMSCOPE_UPSTREAM_TRANSPORT setting), both over network.py's stamping connections."""
+    carrier = make_transport(max_connections, keepalive, ssl_context, transport)
+    return client_over(carrier, connect_timeout)
+
+
+def make_transport(max_connections=2000, keepalive=200, ssl_context=None, transport=None):
+    """`make_client`'s transport: the lean one or httpx's on httpcore (`transport`)."""
     # No read timeout here: the stall rule (no event for N s) is enforced by the recorder,
     # which knows when an event arrived. Building an SSL context (certifi's bundle) is slow
     # and blocks the loop: pass one to share (docs/performance.md, "Upstream"). None: the
@@ -89,23 +96,27 @@ def make_client(
     # http:// upstream never builds one (httpx's transport always did, blocking the loop,
     # charged to the first attempt's `connected`: docs/performance.md, "Upstream").
     if (transport or conf.get().upstream_transport) == "lean":
-        carrier = LeanTransport(
+        return LeanTransport(
             ssl_context=ssl_context,
             max_connections=max_connections,
             max_keepalive=keepalive,
             keepalive_expiry=5.0,  # httpx's default
         )
-    else:
-        carrier = httpx.AsyncHTTPTransport.__new__(httpx.AsyncHTTPTransport)
-        # httpx's transport is its httpcore pool (`_pool` is all its methods use); building the
-        # pool here is also the only way to give it our network backend (httpx has no hook).
-        carrier._pool = httpcore.AsyncConnectionPool(
-            ssl_context=ssl_context,
-            max_connections=max_connections,
-            max_keepalive_connections=keepalive,
-            keepalive_expiry=5.0,  # httpx's default
-            network_backend=Backend(),
-        )
+    carrier = httpx.AsyncHTTPTransport.__new__(httpx.AsyncHTTPTransport)
+    # httpx's transport is its httpcore pool (`_pool` is all its methods use); building the
+    # pool here is also the only way to give it our network backend (httpx has no hook).
+    carrier._pool = httpcore.AsyncConnectionPool(
+        ssl_context=ssl_context,
+        max_connections=max_connections,
+        max_keepalive_connections=keepalive,
+        keepalive_expiry=5.0,  # httpx's default
+        network_backend=Backend(),
+    )
+    return carrier
+
+
+def client_over(carrier, connect_timeout=10.0):
+    """The httpx client of the upstream over the transport `carrier`."""
     return httpx.AsyncClient(
         transport=carrier,
         timeout=httpx.Timeout(connect=connect_timeout, read=None, write=30.0, pool=None),
@@ -153,7 +164,7 @@ class ClientPool:
         self.transport = transport  # make_client's: None is the configured one
         self.shard_streams = shard_streams
         self.keepalive = keepalive
-        self.shards = []  # [client, streams in flight], for http:// upstreams
+        self.shards = []  # [client, streams in flight, its transport], for http:// upstreams
         self.tls_shards = []  # the same for https://
         # One for all TLS shards, built at the first https:// request: building each one blocks
         # the loop, and an http:// upstream needs none.
@@ -167,25 +178,34 @@ class ClientPool:
         if shard is None:
             if tls and self.ssl_context is None:
                 self.ssl_context = httpx.create_ssl_context(trust_env=False)
-            client = make_client(
-                self.connect_timeout,
+            carrier = make_transport(
                 keepalive=self.keepalive,
                 ssl_context=self.ssl_context if tls else None,
                 transport=self.transport,
             )
-            shard = [client, 0]
+            shard = [client_over(carrier, self.connect_timeout), 0, carrier]
             shards.append(shard)
         shard[1] += 1
-        if "auth" not in kwargs and _has_authorization(kwargs.get("headers")):
-            kwargs["auth"] = KEEP_AUTHORIZATION
         try:
-            async with shard[0].stream(method, url, **kwargs) as response:
+            client, carrier = shard[0], shard[2]
+            # httpx's request as its client builds it (headers, body, timeouts), sent by the
+            # client's transport itself: what the client's send adds around it (auth and
+            # redirect flows, a cookie jar, a stream wrapper) answered nothing here and cost
+            # more per request than the transport's own work (docs/performance.md, "Upstream").
+            request = client.build_request(method, url, **kwargs)
+            _url_credentials(request)
+            with _transport_errors(request):
+                response = await carrier.handle_async_request(request)
+            response.request = request
+            try:
                 yield response
+            finally:
+                await response.aclose()
         finally:
             shard[1] -= 1
 
     async def aclose(self):
-        for client, _ in (*self.shards, *self.tls_shards):
+        for client, *_ in (*self.shards, *self.tls_shards):
             await client.aclose()
         self.shards = []
         self.tls_shards = []
@@ -197,14 +217,23 @@ class ClientPool:
 KEEP_AUTHORIZATION = httpx.Auth()
 
 
-def _has_authorization(headers):
-    if not headers:
-        return False
-    items = headers.items() if hasattr(headers, "items") else headers
-    return any(
-        (k.lower() if isinstance(k, str) else k.lower().decode("latin-1")) == "authorization"
-        for k, _ in items
-    )
+def _url_credentials(request):
+    """A request of `ClientPool.stream` without an Authorization of its own sends its URL's
+    credentials, as `Authorization: Basic …` (what httpx's client does, and only then)."""
+    url = request.url
+    if (url.username or url.password) and "authorization" not in request.headers:
+        pair = f"{url.username}:{url.password}".encode()
+        request.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+
+
+@contextlib.contextmanager
+def _transport_errors(request):
+    """An httpx error raised by the transport names its request, as the client's send does."""
+    try:
+        yield
+    except httpx.RequestError as exc:
+        exc.request = request
+        raise
 
 
 def request_headers(api_key, format=formats.RESPONSES):

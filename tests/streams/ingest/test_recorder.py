@@ -269,7 +269,7 @@ async def test_the_client_pool_spreads_streams_over_small_pools(upstream):
             *(record(body(prompt=f"q{i}", time_scale=0.2), client=pool) for i in range(5))
         )
         assert [s.status for s, _ in results] == ["completed"] * 5
-        assert len(pool.shards) == 3 and all(n == 0 for _, n in pool.shards)
+        assert len(pool.shards) == 3 and all(n == 0 for _, n, _ in pool.shards)
         # later streams go to the first shard with room, onto its idle connections
         for _ in range(3):
             stream, _ = await record(body(), client=pool)
