@@ -18,11 +18,16 @@ does at `django.setup()`.
 - `sys.setswitchinterval(0.0005)`: the recorder's writer thread needs the GIL for a moment per
   statement; with the default 5 ms a busy event loop kept it waiting at every hand-over, and
   relayed events fell far behind (docs/performance.md, "Process").
+- sqlite3 binds None, bool and bytes through adapters that return them as they are: without
+  one, sqlite3 looked each such parameter up twice as an attribute that is never there
+  (`__adapt__`, `__conform__`), ~150 ns a parameter, and an event's row has several
+  (docs/performance.md, "Process"). The values bound are the same.
 """
 
 import asyncio
 import gc
 import os
+import sqlite3
 import sys
 
 CHOICES = ("uvloop", "asyncio")
@@ -45,7 +50,17 @@ def install_event_loop():
 
 
 def tune():
-    """Freeze what start-up allocated and shorten the switch interval (see the module's
-    docstring). Idempotent; call after `django.setup()`."""
+    """Freeze what start-up allocated, shorten the switch interval and give sqlite3 its
+    adapters (see the module's docstring). Idempotent; call after `django.setup()`."""
     gc.freeze()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
+    for kind, as_itself in ((type(None), _none), (bool, int), (bytes, _same)):
+        sqlite3.register_adapter(kind, as_itself)
+
+
+def _none(value):
+    return None
+
+
+def _same(value):
+    return value

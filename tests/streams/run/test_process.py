@@ -87,3 +87,17 @@ class TestTuning:
 
     def test_a_bare_interpreter_is_untouched(self):
         assert run([sys.executable, "-c", self.TUNED]) == "0.005 False"
+
+    def test_sqlite_binds_none_bool_and_bytes_as_before(self):
+        """tune()'s sqlite3 adapters (a shorter way through sqlite3's binding) bind the values
+        sqlite3 bound without them: NULL, 0 and 1, the bytes as a blob."""
+        import sqlite3
+
+        for kind in (type(None), bool, bytes):
+            assert (kind, sqlite3.PrepareProtocol) in sqlite3.adapters, kind
+        db = sqlite3.connect(":memory:")
+        got = db.execute(
+            "SELECT ?, typeof(?), ?, ?, typeof(?), ?, typeof(?)",
+            (None, None, True, False, True, b"\x00\xff", b"\x00\xff"),
+        ).fetchone()
+        assert got == (None, "null", 1, 0, "integer", b"\x00\xff", "blob")
