@@ -337,12 +337,13 @@ def parse_json(text):
     except orjson.JSONDecodeError:
         return _json_loads(text)
     if type(obj) is dict:
-        # the usual event (a delta): one flat object, looked at without a stack
+        # the usual event (a delta): one flat object, looked at without a stack (an empty list
+        # or object holds no float: OpenAI's deltas carry `"logprobs": []`)
         for v in obj.values():
             t = type(v)
             if t is float:
                 return _json_loads(text)
-            if t is dict or t is list:
+            if (t is dict or t is list) and v:
                 break
         else:
             return obj

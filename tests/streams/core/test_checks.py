@@ -1232,6 +1232,10 @@ class TestCaptureDetails:
         '{"f": 1e400}',
         '[1, 2, {"a": null}]',
         '{"a": 1, "a": 2}',
+        # an empty list or object passes the flat look; what follows it is still looked at
+        '{"logprobs": [], "o": {}, "big": 123456789012345678901234567890}',
+        '{"logprobs": [], "l": [1, 2.5]}',
+        '{"e": [], "d": {}, "neg": -9223372036854775809}',
     ],
 )
 def test_parse_json_takes_what_json_takes(text):
