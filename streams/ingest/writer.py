@@ -20,6 +20,7 @@ reader (per stream: recorder) ─► bounded queue ─► writer ─► DB commi
 import asyncio
 import collections
 import datetime as dt
+import functools
 import logging
 from concurrent.futures import ThreadPoolExecutor
 
@@ -33,6 +34,9 @@ from streams.store.event_row import PROXIED_ROW_COLUMNS, ROW_COLUMNS
 from streams.store.rows import StorageUnavailable
 
 log = logging.getLogger(__name__)
+
+# The rows slot of a queued new stream row (`Writer.create`): not events.
+NEW_ROW = object()
 
 _db_executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="streamscope-writer")
 
@@ -92,6 +96,25 @@ class Writer:
                 # Backpressure: the reader stops reading its socket until the writer catches up.
                 self._space.clear()
                 await self._space.wait()
+
+    async def create(self, make):
+        """The new stream row `make()` builds (unsaved, `rows.new`; called on the writer's
+        thread), inserted with the next batch, committed at once like a flush; returns it once
+        committed, or raises why it could not be made or inserted. A row in a transaction of
+        its own wrote the row's and its indexes' pages to the log once more for every stream,
+        on a thread of its own (docs/performance.md, "Recorder")."""
+        if self.task.done():
+            raise StorageUnavailable("the writer stopped")
+        new_row = rows.NewRow(make)
+        done = self._loop.create_future()
+        self.buffer.append((new_row, NEW_ROW, None, done))
+        self._flushes += 1
+        self._ready.set()
+        self._wake()
+        await done
+        if new_row.error is not None:
+            raise new_row.error
+        return new_row.stream
 
     async def flush(self, rec):
         """Commit everything queued so far (and `rec`'s pending fields); wait for it."""
@@ -159,11 +182,14 @@ class Writer:
         return batch, events
 
     async def _commit(self, batch):
-        event_rows, proxied_rows, per_stream, flushes = _sort_batch(batch)
+        event_rows, proxied_rows, per_stream, flushes, new_rows = _sort_batch(batch)
         updates, findings = self._stream_changes(per_stream)
         started = telemetry.batch_started(self.queued, self.capacity)
         refused = await self._loop.run_in_executor(
-            db_executor(), rows.write_batch, event_rows, updates, findings, None, proxied_rows
+            db_executor(),
+            functools.partial(
+                rows.write_batch, event_rows, updates, findings, None, proxied_rows, new_rows
+            ),
         )
         self.batches += 1
         telemetry.batch_committed(
@@ -209,13 +235,18 @@ class Writer:
 
 def _sort_batch(batch):
     """A batch's entries sorted out: `(event rows, proxied rows, {rec: payloads in arrival
-    order}, [(rec, flush future)])`."""
+    order}, [(rec, flush future)], [new rows])` (a new row's future is among the flushes: it
+    is answered with them)."""
     event_rows = []
     proxied_rows = []
     per_stream = {}
     flushes = []
+    new_rows = []
     for rec, chunk_rows, payloads, done in batch:
-        if done is None:
+        if chunk_rows is NEW_ROW:
+            new_rows.append(rec)
+            flushes.append((None, done))
+        elif done is None:
             if rec.proxied:
                 proxied_rows += chunk_rows
             else:
@@ -230,7 +261,7 @@ def _sort_batch(batch):
         else:
             per_stream.setdefault(rec, [])
             flushes.append((rec, done))
-    return event_rows, proxied_rows, per_stream, flushes
+    return event_rows, proxied_rows, per_stream, flushes, new_rows
 
 
 async def _publish(per_stream, updates):
@@ -287,7 +318,7 @@ def _refused(refused, per_stream, flushes):
         payloads = per_stream.pop(rec)
         _lose(rec, len(payloads), "storage_refused", f"refused by the database: {why}", why)
     for rec, done in flushes:
-        if rec.stream_id in refused and not done.done():
+        if rec is not None and rec.stream_id in refused and not done.done():
             done.set_exception(StorageUnavailable(rec.storage_error))
 
 

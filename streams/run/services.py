@@ -9,12 +9,12 @@ Sync functions run in one transaction; call them through `sync_to_async` from as
 
 import functools
 
-from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils.translation import gettext, ngettext
 
 from streams.core import conf, lifecycle
+from streams.ingest.writer import get_writer
 from streams.live import relay
 from streams.models import Stream
 from streams.run import runner
@@ -57,12 +57,13 @@ class ShuttingDown(TooMany):
 def create_proxied(
     user, body, *, tags=(), session="", project=None, token=None, format=Stream.Format.RESPONSES
 ):
-    """The row of a request the recording proxy forwards (streams/serve/proxy.py): recorded by this
-    process, in the request that holds the client's connection, whatever STREAMSCOPE_RUNNER
-    says; the proxy's own per-token limit applies, not the per-user one of pages and the API.
-    `project`, `token`: the token's (its spend counts the stream's cost); `format`: the API
-    the request speaks."""
-    return rows.new_row(
+    """The row of a request the recording proxy forwards (streams/serve/proxy.py), unsaved: the
+    writer inserts it with its next batch (`start_proxied`). Recorded by this process, in the
+    request that holds the client's connection, whatever STREAMSCOPE_RUNNER says; the proxy's
+    own per-token limit applies, not the per-user one of pages and the API. `project`,
+    `token`: the token's (its spend counts the stream's cost); `format`: the API the request
+    speaks."""
+    return rows.pending_row(
         user,
         body,
         source=Stream.Source.PROXY,
@@ -136,8 +137,8 @@ def start_proxied(
     """Record a request the recording proxy forwards (a `recorder.Forwarded`): sent upstream
     at once, its row (`create_proxied`) created meanwhile and announced once it exists.
     Returns the runner's `Proxied` (its task, and its cancel with a reason)."""
-    open_row = functools.partial(
-        sync_to_async(create_proxied),
+    make = functools.partial(
+        create_proxied,
         user,
         body,
         tags=tags,
@@ -146,6 +147,8 @@ def start_proxied(
         token=token,
         format=format,
     )
+    # made and inserted by the writer, in its next batch (one transaction, on its thread)
+    open_row = functools.partial(get_writer().create, make)
     project_id = getattr(project, "pk", project)
     return runner.start_proxied(
         open_row, body, url, forwarded, project_id=project_id, token_id=token, format=format

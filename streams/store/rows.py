@@ -300,7 +300,40 @@ def new_row(
     `claimed`: this process will run it (the default unless streams run in workers; an
     unclaimed row waits in the database for a worker to claim it). `token`: the ApiToken (or
     its id) it came through, whose spend it counts to (streams/store/spend.py)."""
-    return create(
+    stream = pending_row(
+        user,
+        body,
+        first_attempt=first_attempt,
+        attempt=attempt,
+        source=source,
+        claimed=claimed,
+        tags=tags,
+        session=session,
+        project=project,
+        token=token,
+        format=format,
+    )
+    insert(stream)
+    return stream
+
+
+def pending_row(
+    user,
+    body,
+    *,
+    first_attempt=None,
+    attempt=1,
+    source=Stream.Source.LIVE,
+    claimed=None,
+    tags=(),
+    session="",
+    project=None,
+    token=None,
+    format=Stream.Format.RESPONSES,
+):
+    """`new_row`'s row, unsaved (`insert` saves it; the writer inserts a proxied stream's with
+    its next batch)."""
+    return new(
         body,
         **_pending(
             user,
@@ -752,11 +785,33 @@ def describe_refusal(exc):
     return cut(text, 300)
 
 
-def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
-    """One transaction: events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
+class NewRow:
+    """A new stream row to insert with a batch (`write_batch`; the writer's `create`): `make`
+    builds it, unsaved (`new`), on the writer's thread; then `stream` is the row inserted, or
+    `error` why it could not be made or inserted."""
+
+    __slots__ = ("make", "stream", "error")
+
+    def __init__(self, make):
+        self.make = make
+        self.stream = None
+        self.error = None
+
+    def build(self):
+        if self.stream is None and self.error is None:
+            try:
+                self.stream = self.make()
+            except Exception as exc:
+                self.error = exc
+
+
+def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=(), new_rows=()):
+    """One transaction: new stream rows (`new_rows`, `NewRow`s: each built, then inserted
+    first), events (`rows` flat, as `insert_flat` takes them; `proxied_rows` with
     PROXIED_ROW_COLUMNS), stream updates (`{rec: {field: value}}`, `rec.stream_id` the row),
     findings. Returns `{stream id: exception}` of the streams whose rows the database refused
-    (empty when all were written).
+    (empty when all were written); a new row that could not be made or inserted says so in
+    its `error`, and the rest of the batch is written.
 
     Retries with backoff while the database is unreachable, for up to STORAGE_RETRY_S, then
     raises StorageUnavailable. When it refuses the batch for a data or integrity error, the
@@ -766,13 +821,19 @@ def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
     if retry_for_s is None:
         retry_for_s = conf.get().storage_retry_s
     prices.refresh()  # (the team's prices, for streams that finish on the event loop)
+    for new_row in new_rows:
+        new_row.build()
+    new_rows = [n for n in new_rows if n.error is None]
     give_up = time.monotonic() + retry_for_s
     apart = False
     while True:
         try:
             with transaction.atomic():
                 if apart:
+                    _insert_apart(new_rows)
                     return _write_apart(rows, updates, findings, proxied_rows)
+                for new_row in new_rows:
+                    insert(new_row.stream)
                 _write_together(rows, updates, findings, proxied_rows)
             return {}
         except _connection_errors() as exc:
@@ -808,6 +869,19 @@ def _write_together(rows, updates, findings, proxied_rows):
         spend.count(updates)
         if findings:
             Finding.objects.bulk_create(findings, batch_size=500)
+
+
+def _insert_apart(new_rows):
+    """`new_rows` inserted each in a savepoint of its own: one the database refuses carries
+    the refusal (`error`), and the others are inserted."""
+    for new_row in new_rows:
+        try:
+            with transaction.atomic():
+                insert(new_row.stream)
+        except _data_errors() as exc:
+            new_row.stream.pk = None
+            new_row.stream._state.adding = True
+            new_row.error = exc
 
 
 def _write_apart(rows, updates, findings, proxied_rows):

@@ -367,9 +367,9 @@ async def test_event_count_is_exact_at_the_end(upstream, settings, monkeypatch):
     counts = []  # event_count values written, in commit order
     real_write = rows.write_batch
 
-    def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
+    def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=(), new_rows=()):
         counts.extend(f["event_count"] for f in updates.values() if "event_count" in f)
-        return real_write(rows, updates, findings, retry_for_s, proxied_rows)
+        return real_write(rows, updates, findings, retry_for_s, proxied_rows, new_rows)
 
     monkeypatch.setattr(rows, "write_batch", write_batch)
     settings.STREAMSCOPE = {**settings.STREAMSCOPE, "COUNT_WRITE_INTERVAL_MS": 60_000}
@@ -393,7 +393,7 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(
 
     written = []  # per commit: the stream's fields written, or None
 
-    def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=()):
+    def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=(), new_rows=()):
         written.append(next(iter(updates.values()), None))
         return {}
 
@@ -412,6 +412,43 @@ async def test_event_count_is_rewritten_at_most_once_per_interval(
     assert len(written) == 8
     assert [i for i, fields in enumerate(written) if fields and "event_count" in fields] == rewrites
     assert [written[i]["event_count"] for i in rewrites] == [2 * (i + 1) for i in rewrites]
+
+
+async def test_new_rows_are_inserted_together_by_the_writer(monkeypatch):
+    """Writer.create: the rows of streams starting together are made on the writer's thread and
+    inserted in one batch, committed at once (no waiting for the batch's age); one that cannot
+    be made raises for its caller alone, the others are inserted."""
+    from streams.ingest.writer import Writer
+
+    batches = []  # per commit: the new rows it inserted
+    real_write = rows.write_batch
+
+    def write_batch(flat, updates, findings, retry_for_s=None, proxied_rows=(), new_rows=()):
+        batches.append(len(new_rows))
+        return real_write(flat, updates, findings, retry_for_s, proxied_rows, new_rows)
+
+    def make(i):
+        if i == 3:
+            raise ValueError("not a row")
+        return rows.pending_row(None, body(), source=Stream.Source.PROXY, session=f"s{i}")
+
+    monkeypatch.setattr(rows, "write_batch", write_batch)
+    writer = Writer(max_age_ms=60_000)
+    started = time.monotonic()
+    made = await asyncio.gather(
+        *(writer.create(lambda i=i: make(i)) for i in range(6)), return_exceptions=True
+    )
+    took = time.monotonic() - started
+    writer.task.cancel()
+    assert isinstance(made[3], ValueError)
+    inserted = [m for i, m in enumerate(made) if i != 3]
+    assert all(isinstance(m, Stream) and m.pk for m in inserted)
+    ids = [m.pk for m in inserted]
+    stored = await sync_to_async(
+        lambda: dict(Stream.objects.filter(pk__in=ids).values_list("pk", "session"))
+    )()
+    assert stored == {m.pk: m.session for m in inserted} and len(stored) == 5
+    assert batches == [6] and took < 30  # one commit, not one after the batch's 60 s age
 
 
 def test_stream_updates_group_by_changed_columns(db):

@@ -72,7 +72,8 @@ def proxied_streams(n, timeout=10):
     later (CI: 1 of 2 rows, read as the socket closed)."""
     proxied = Stream.objects.filter(source="proxy").order_by("pk").values_list("pk", flat=True)
     deadline = time.monotonic() + timeout
-    while len(pks := list(proxied)) < n and time.monotonic() < deadline:
+    # (.all(): a queryset read once keeps its rows, and the loop waited on the first reading)
+    while len(pks := list(proxied.all())) < n and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(pks) == n
     return [wait_terminal(pk) for pk in pks]
