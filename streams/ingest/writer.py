@@ -15,6 +15,8 @@ reader (per stream: recorder) ─► bounded queue ─► writer ─► DB commi
 - The SQL of a batch is `streams/store/rows.py`'s (`rows.write_batch`): a stream whose rows the
   database refuses loses its events of the batch and ends `failed` (`storage_refused`), the
   other streams of the batch are stored.
+- A proxied stream's own row is queued here too (`create`): made on the writer's thread and
+  inserted first in the next batch, which commits at once, as for a flush.
 """
 
 import asyncio
