@@ -12,7 +12,6 @@ verbatim (`ReceivedEvent.raw`) instead of being silently replaced; the field sem
 line (event/data/id/retry, comments) are httpx-sse's own `SSEDecoder`.
 """
 
-import base64
 import contextlib
 from http.cookiejar import CookieJar, CookiePolicy
 from typing import NamedTuple
@@ -222,8 +221,7 @@ def _url_credentials(request):
     credentials, as `Authorization: Basic …` (what httpx's client does, and only then)."""
     url = request.url
     if (url.username or url.password) and "authorization" not in request.headers:
-        pair = f"{url.username}:{url.password}".encode()
-        request.headers["Authorization"] = "Basic " + base64.b64encode(pair).decode("ascii")
+        next(httpx.BasicAuth(url.username, url.password).sync_auth_flow(request))
 
 
 @contextlib.contextmanager

@@ -105,25 +105,23 @@ class Writer:
         committed, or raises why it could not be made or inserted. A row in a transaction of
         its own wrote the row's and its indexes' pages to the log once more for every stream,
         on a thread of its own (docs/performance.md, "Recorder")."""
-        if self.task.done():
-            raise StorageUnavailable("the writer stopped")
         new_row = rows.NewRow(make)
-        done = self._loop.create_future()
-        self.buffer.append((new_row, NEW_ROW, None, done))
-        self._flushes += 1
-        self._ready.set()
-        self._wake()
-        await done
+        await self._at_once(new_row, NEW_ROW)
         if new_row.error is not None:
             raise new_row.error
         return new_row.stream
 
     async def flush(self, rec):
         """Commit everything queued so far (and `rec`'s pending fields); wait for it."""
+        await self._at_once(rec, None)
+
+    async def _at_once(self, item, kind):
+        """Queue `item` (a flush's recording, or a NEW_ROW) for a commit that does not wait
+        for the batch's age, and wait for that commit."""
         if self.task.done():
             raise StorageUnavailable("the writer stopped")
         done = self._loop.create_future()
-        self.buffer.append((rec, None, None, done))
+        self.buffer.append((item, kind, None, done))
         self._flushes += 1
         self._ready.set()
         self._wake()

@@ -281,38 +281,10 @@ def input_of(body):
     return body.get("input", body.get("messages"))
 
 
-def new_row(
-    user,
-    body,
-    *,
-    first_attempt=None,
-    attempt=1,
-    source=Stream.Source.LIVE,
-    claimed=None,
-    tags=(),
-    session="",
-    project=None,
-    token=None,
-    format=Stream.Format.RESPONSES,
-):
-    """A new `pending` stream row for `body`, without any limit (retries, the CLI, benchmarks).
-
-    `claimed`: this process will run it (the default unless streams run in workers; an
-    unclaimed row waits in the database for a worker to claim it). `token`: the ApiToken (or
-    its id) it came through, whose spend it counts to (streams/store/spend.py)."""
-    stream = pending_row(
-        user,
-        body,
-        first_attempt=first_attempt,
-        attempt=attempt,
-        source=source,
-        claimed=claimed,
-        tags=tags,
-        session=session,
-        project=project,
-        token=token,
-        format=format,
-    )
+def new_row(user, body, **fields):
+    """A new `pending` stream row for `body`, without any limit (retries, the CLI,
+    benchmarks): `pending_row`'s row (its `fields`), inserted."""
+    stream = pending_row(user, body, **fields)
     insert(stream)
     return stream
 
@@ -331,8 +303,12 @@ def pending_row(
     token=None,
     format=Stream.Format.RESPONSES,
 ):
-    """`new_row`'s row, unsaved (`insert` saves it; the writer inserts a proxied stream's with
-    its next batch)."""
+    """A new `pending` stream row for `body`, unsaved (`insert` saves it, as `new_row` does; the
+    writer inserts a proxied stream's with its next batch).
+
+    `claimed`: this process will run it (the default unless streams run in workers; an
+    unclaimed row waits in the database for a worker to claim it). `token`: the ApiToken (or
+    its id) it came through, whose spend it counts to (streams/store/spend.py)."""
     return new(
         body,
         **_pending(
@@ -798,11 +774,10 @@ class NewRow:
         self.error = None
 
     def build(self):
-        if self.stream is None and self.error is None:
-            try:
-                self.stream = self.make()
-            except Exception as exc:
-                self.error = exc
+        try:
+            self.stream = self.make()
+        except Exception as exc:
+            self.error = exc
 
 
 def write_batch(rows, updates, findings, retry_for_s=None, proxied_rows=(), new_rows=()):
@@ -1055,7 +1030,7 @@ def insert_flat(values, *, offsets=False, columns=ROW_COLUMNS):
         raw = db.connection
         start, rows = 0, len(values) // width
         while rows:
-            n = min(_SQLITE_ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
+            n = min(SQLITE_ROWS_PER_STATEMENT, 1 << (rows.bit_length() - 1))
             end = start + n * width
             chunk = values if end - start == len(values) else values[start:end]
             raw.execute(sqlite_insert(n, columns), chunk)
@@ -1114,10 +1089,10 @@ def _receipt_times_as_text(values, suffix, offsets, width):
         values[i] = f"{text}.{us:06d}{suffix}" if us else text + suffix
 
 
-# SQLite allows 32766 bound parameters per statement (3.32+), one per column of a row (14 for a
-# proxied row today): 2000 rows, fewer only once the rows have grown past 16 columns.
-# (a power of two: `insert_flat` inserts a batch in statements of power-of-two sizes)
-_SQLITE_ROWS_PER_STATEMENT = 1 << (min(2000, 32766 // len(PROXIED_ROW_COLUMNS)).bit_length() - 1)
+# SQLite allows 32766 bound parameters per statement (3.32+), one per column of a row (15 for a
+# proxied row today): at most 2000 rows, fewer once the rows have grown past 16 columns, rounded
+# down to a power of two (1024 today: `insert_flat` inserts in statements of such sizes).
+SQLITE_ROWS_PER_STATEMENT = 1 << (min(2000, 32766 // len(PROXIED_ROW_COLUMNS)).bit_length() - 1)
 
 
 @functools.cache

@@ -150,7 +150,7 @@ def test_a_row_inserted_is_the_row_the_orm_saves():
 
 
 @pytest.mark.django_db
-def test_batches_of_every_size_are_stored_whole_in_order_by_few_statements():
+def test_batches_of_every_size_are_stored_whole_in_order_by_few_statements(monkeypatch):
     """insert_flat stores a batch of any size, every row once and in order, through statements
     of a few sizes only (SQLite: powers of two), so that sqlite3's cache of compiled statements
     keeps them; a statement for each batch size was compiled anew for most batches."""
@@ -159,27 +159,24 @@ def test_batches_of_every_size_are_stored_whole_in_order_by_few_statements():
     now = dt.datetime.now(dt.UTC)
     index = 0
     statements = set()
-    sizes = [*range(1, 70), 300, rows._SQLITE_ROWS_PER_STATEMENT * 2 + 3]
+    sizes = [*range(1, 70), 300, rows.SQLITE_ROWS_PER_STATEMENT * 2 + 3]
     real = rows.sqlite_insert
 
     def seen(n, columns=event_row.ROW_COLUMNS):
         statements.add(n)
         return real(n, columns)
 
-    rows.sqlite_insert = seen
-    try:
-        for size in sizes:
-            values = []
-            for i in range(index, index + size):
-                event = dict.fromkeys(columns)
-                event.update(stream_id=stream.pk, index=i, t_us=i, received_at=now)
-                event.update(data=f'{{"i":{i}}}', raw=b"x", is_json=True, sent_us=i)
-                event.update(event_name="message", sse_id="", type="i", preamble="")
-                values += [event[c] for c in columns]
-            rows.insert_flat(values, columns=columns)
-            index += size
-    finally:
-        rows.sqlite_insert = real
+    monkeypatch.setattr(rows, "sqlite_insert", seen)
+    for size in sizes:
+        values = []
+        for i in range(index, index + size):
+            event = dict.fromkeys(columns)
+            event.update(stream_id=stream.pk, index=i, t_us=i, received_at=now)
+            event.update(data=f'{{"i":{i}}}', raw=b"x", is_json=True, sent_us=i)
+            event.update(event_name="message", sse_id="", type="i", preamble="")
+            values += [event[c] for c in columns]
+        rows.insert_flat(values, columns=columns)
+        index += size
     stored = list(Event.objects.filter(stream=stream).order_by("id").values_list("index", "data"))
     assert stored == [(i, f'{{"i":{i}}}') for i in range(index)]
     if connection.vendor == "sqlite":
