@@ -52,12 +52,12 @@ async def test_ttft_is_the_wires_when_a_fresh_record_command_records_50_streams(
         upstream, hog=True, record=by_the_command, by="manage.py record"
     )
     wire.assert_ttft_within_tolerance(streams, judgements)
-    # Against the wire: a lazy load at the first delta (holding the GIL for 100 ms and more)
-    # makes the first deltas of many streams late together. One or two late by a few ms are the
-    # machine's: a busy CI left the whole process unscheduled for 18 ms once, and the two
-    # streams whose first delta came then were read with their next.
-    late = [str(j) for j in judgements if abs(j.wire_error_ms) > wire.TOLERANCE_MS]
-    assert len(late) <= 2, f"{wire.summary(judgements)}; late: " + "; ".join(late)
+    # Not also against the wire: a first delta read together with later ones takes the newest
+    # one's kernel stamp, and a busy CI leaves the whole process unscheduled now and then (18 ms
+    # once, 29 ms and 10 streams late together at stop 54's next CI), which no count of late
+    # streams tells apart from a lazy load's 100 ms and more. What made them late in issue 42,
+    # a load while the first deltas arrived, is counted where a busy machine cannot skew it:
+    # tests/streams/run/test_warmup.py watches `manage.py record`'s imports from inside.
 
 
 async def test_the_stream_records_which_clock_stamped_it(upstream, settings):
