@@ -112,8 +112,13 @@ def add_arguments(parser):
     pacing_arguments(parser)
     parser.add_argument(
         "--profile",
-        action="store_true",
-        help="after the measured rounds, one proxied round under py-spy: the server's CPU by "
+        nargs="?",
+        type=int,
+        const=1,
+        default=0,
+        metavar="ROUNDS",
+        help="after the measured rounds, proxied rounds under py-spy (1, or ROUNDS: at 50 "
+        "samples a second one round of 16 paced streams is ~100 samples): the server's CPU by "
         "stage (streams/bench/profile.py)",
     )
     parser.add_argument(
@@ -312,7 +317,9 @@ def _print(command, n, arrivals, result, as_json):
     if "target_cpu_us_per_event" in result:
         command.stdout.write(_against_target_line(result))
     if "profile" in result:
-        command.stdout.write("  the proxy's " + stages_text(result["profile"]))
+        command.stdout.write(
+            f"  the proxy's ({result['profile_samples']} samples) " + stages_text(result["profile"])
+        )
 
 
 def _transport():
@@ -386,6 +393,67 @@ class Nginx:
         stop_process(self.proc)
 
 
+# Resamples of the rounds for the interval of how far apart the formats are.
+APART_DRAWS = 2000
+
+
+def _apart_over_rounds(measured, draws=APART_DRAWS):
+    """How far apart the formats' proxied CPU per event and added TTFT p50 are (the largest
+    over the smallest, %), with a 95 % interval from resampling the rounds: each draw takes
+    `rounds` rounds with replacement, the same rounds for every format (they ran under one
+    load, round by round), and computes both figures from those rounds alone. Seeded: the
+    same rounds give the same interval. None for fewer than 3 rounds."""
+    import random
+
+    cpu = [m.rounds["proxy"] for m in measured]
+    rounds = min(len(r) for r in cpu)
+    if rounds < 3:
+        return None
+    added = []  # per format: round -> the added TTFT (ms) of its streams
+    for m in measured:
+        by_round = {}
+        for seed, direct in m.ttft["direct"].items():
+            if seed in m.ttft["proxy"]:
+                by_round.setdefault(seed // 1000, []).append((m.ttft["proxy"][seed] - direct) / 1e6)
+        added.append([by_round.get(r, []) for r in range(rounds)])
+
+    def figures(chosen):
+        per_event = [
+            sum(each[r][0] for r in chosen) / max(1, sum(each[r][1] for r in chosen))
+            for each in cpu
+        ]
+        p50 = [percentile([v for r in chosen for v in each[r]], 50, 6) for each in added]
+        return _spread(per_event), _spread(p50)
+
+    cpu_apart, ttft_apart = figures(range(rounds))
+    rng = random.Random(0)
+    drawn = [figures([rng.randrange(rounds) for _ in range(rounds)]) for _ in range(draws)]
+
+    def interval(values):
+        values = sorted(v for v in values if v is not None)
+        if len(values) < draws * 0.9:
+            return None
+        return [
+            round(values[int(0.025 * len(values))], 1),
+            round(values[int(0.975 * len(values)) - 1], 1),
+        ]
+
+    return {
+        "rounds": rounds,
+        "cpu_us_per_event_pct": cpu_apart,
+        "cpu_us_per_event_95": interval(d[0] for d in drawn),
+        "added_ttft_p50_ms_pct": ttft_apart,
+        "added_ttft_p50_ms_95": interval(d[1] for d in drawn),
+    }
+
+
+def _spread(values):
+    """The largest of `values` over the smallest, in % above 1 (None unless all are above 0)."""
+    if not values or not all(v is not None and v > 0 for v in values):
+        return None
+    return round(100 * (max(values) / min(values) - 1), 1)
+
+
 def _formats_line(results):
     """The formats of one configuration side by side (one run, interleaved rounds): the
     proxy's CPU per event and added TTFT p50 of each, and how far apart each figure is (the
@@ -406,6 +474,7 @@ def _formats_line(results):
             f"{r['format']} {r['cpu_us_per_event']} ({r['added_ttft_p50_ms']})" for r in results
         )
         + f"; apart by {apart('cpu_us_per_event')} ({apart('added_ttft_p50_ms')})"
+        + _interval_text(results[0].get("formats_apart"))
         + "\n  per read of the upstream, µs CPU (events a read): "
         + "; ".join(
             f"{r['format']} {r['cpu_us_per_read']} ({r['events_per_read']})" for r in results
@@ -414,8 +483,19 @@ def _formats_line(results):
     )
 
 
+def _interval_text(apart):
+    """The 95 % intervals of `_apart_over_rounds`, for people ("" without them)."""
+    if not apart or not apart["cpu_us_per_event_95"] or not apart["added_ttft_p50_ms_95"]:
+        return ""
+    cpu, ttft = apart["cpu_us_per_event_95"], apart["added_ttft_p50_ms_95"]
+    return (
+        f"\n  95 % intervals over the {apart['rounds']} rounds (resampled): CPU/event apart by "
+        f"{cpu[0]}–{cpu[1]} %, added TTFT p50 by {ttft[0]}–{ttft[1]} %"
+    )
+
+
 async def _configuration(
-    n, rounds, sim_root, daphne, token, arrivals, requests, nginx=None, profile=False
+    n, rounds, sim_root, daphne, token, arrivals, requests, nginx=None, profile=0
 ):
     """One configuration: `n` concurrent clients, `rounds` direct/proxied round pairs, for
     each of `requests` (a format's each); returns each one's figures, in their order.
@@ -470,14 +550,18 @@ async def _configuration(
                         client, bases[mode], headers, request, arrivals, n, r,
                         duration_ns[request.format],
                     )  # fmt: skip
-                    ours.cpu[mode] += cpu_of[mode]() - before
-                    await ours.add(client, sim_root, mode, runs)
+                    cpu_s = cpu_of[mode]() - before
+                    ours.cpu[mode] += cpu_s
+                    await ours.add(client, sim_root, mode, runs, cpu_s)
         commits_after = await _writer_figures(client, daphne)
         commits, recorded = (b - a for a, b in zip(commits_before, commits_after, strict=True))
         results = []
+        apart = _apart_over_rounds(list(measured.values())) if len(requests) > 1 else None
         for request in requests:
             ours = measured[request.format]
             figures = {"format": request.format, **_figures(n, arrivals, floor, ours)}
+            if len(requests) > 1:
+                figures["formats_apart"] = apart  # (None: too few rounds)
             # (of every format's proxied rounds together: they shared the writer's batches)
             figures["events_per_commit"] = round(recorded / commits, 1) if commits else None
             figures["alone_cpu_us_per_event"] = await _server_alone(client, daphne, n, ours)
@@ -485,10 +569,12 @@ async def _configuration(
                 # its own round: sampling C frames pauses the server at every sample
                 sampler = Sampler(daphne.proc.pid)
                 await asyncio.sleep(0.5)  # (attached)
-                runs = await _round(
-                    client, proxy_base, auth, request, arrivals, n, rounds,
-                    duration_ns[request.format],
-                )  # fmt: skip
+                runs = []
+                for _ in range(profile):
+                    runs += await _round(
+                        client, proxy_base, auth, request, arrivals, n, rounds,
+                        duration_ns[request.format],
+                    )  # fmt: skip
                 counts = sampler.stop()
                 events = sum(len(run[1][2]) for run in runs)
                 figures["profile"] = by_stage(
@@ -645,9 +731,12 @@ class _Measured:
         self.events = dict.fromkeys(bases, 0)
         self.streams = dict.fromkeys(bases, 0)
         self.span_ms = dict.fromkeys(bases, 0.0)  # summed over streams: request → last event
+        self.rounds = {mode: [] for mode in bases}  # (CPU s, events) of each round, in order
 
-    async def add(self, client, sim_root, mode, runs):
-        """The runs of one round of `mode`, against what the simulator's log says it sent."""
+    async def add(self, client, sim_root, mode, runs, cpu_s=0.0):
+        """The runs of one round of `mode` (the server's CPU in it: `cpu_s`), against what the
+        simulator's log says it sent."""
+        self.rounds[mode].append((cpu_s, sum(len(run[1][2]) for run in runs)))
         for seed, (t0, t_first, receipts, response_id, stream_id, measured) in runs:
             url = f"{sim_root}/_simulator/responses/{response_id}"
             log = (await client.get(url)).json()

@@ -117,6 +117,7 @@ class ChatChecker(FormatChecker):
         super()._init_response()
         self._choices: dict[int, _Choice] = {}
         self._envelope: dict = {}  # the first chunk's id, created, model
+        self._envelope_values: tuple | None = None  # the same as a tuple (`_content_chunk`)
         self._changed: set[str] = set()  # envelope fields reported as changed
         self._call_ids: dict[str, tuple[int, int]] = {}  # id -> (choice, index)
 
@@ -140,6 +141,8 @@ class ChatChecker(FormatChecker):
         return result
 
     def _feed_object(self, index, event_name, data, obj, first, result) -> None:
+        if self.terminal_index is None and self._content_chunk(obj, result):
+            return
         out = result.violations
         if self.terminal_index is not None:
             self._note_after_terminal(index, None, CHUNK)
@@ -171,12 +174,47 @@ class ChatChecker(FormatChecker):
         if output:
             result.kind = OUTPUT
 
+    def _content_chunk(self, obj, result) -> bool:
+        """The chunk nearly every event of a stream is, applied here without the general
+        path: one entry, of a choice already open, whose delta is a non-empty `content` and
+        nothing else (no role, finish, filter, refusal or tool call), in a chunk with the first
+        chunk's id, created and model and no usage. False for anything else, which the general
+        path takes (and for such a chunk it would find nothing and do the same: the equivalence
+        is tests/streams/core/formats/test_chat.py's, over every capture)."""
+        if type(obj) is not dict:
+            return False
+        choices = obj.get("choices")
+        if type(choices) is not list or len(choices) != 1:
+            return False
+        entry = choices[0]
+        if type(entry) is not dict or entry.get("finish_reason") is not None:
+            return False
+        delta = entry.get("delta")
+        if type(delta) is not dict or len(delta) != 1 or "content_filter_results" in entry:
+            return False
+        text = delta.get("content")
+        number = entry.get("index")
+        if type(text) is not str or not text or type(number) is not int:
+            return False
+        choice = self._choices.get(number)
+        if choice is None or choice.finish_reason is not None or obj.get("usage") is not None:
+            return False
+        if (obj.get("id"), obj.get("created"), obj.get("model")) != self._envelope_values:
+            return False
+        kind = obj.get("object")
+        result.type = kind if type(kind) is str and kind else CHUNK
+        result.kind = OUTPUT
+        choice.deltas += 1
+        choice.content.append(text)
+        return True
+
     def _envelope_of(self, index, obj, choices, out):
         """The chunk's id, created and model against the first chunk's: CREATED for the first."""
         if not choices and "prompt_filter_results" in obj and not obj.get("id"):
             return None  # Azure's prompt-filter chunk: no id, no model, created 0
         if not self._envelope:
             self._envelope = {k: obj.get(k) for k in ENVELOPE}
+            self._envelope_values = tuple(self._envelope[k] for k in ENVELOPE)
             self.upstream_id = as_str(obj.get("id"))
             self.response_model = as_str(obj.get("model"))
             return CREATED

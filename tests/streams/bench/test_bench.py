@@ -516,6 +516,44 @@ def test_proxy_measures_the_formats_in_the_same_rounds(bench):
         assert line["events_per_read"] >= 1, line
         per_read = line["cpu_us_per_event"] * line["events_per_read"]
         assert line["cpu_us_per_read"] == pytest.approx(per_read, rel=0.01, abs=0.2), line
+        assert line["formats_apart"] is None, line  # (2 rounds: too few to resample)
+
+
+def test_how_far_apart_the_formats_are_over_resampled_rounds():
+    """The formats line's spread and its 95 % interval (`_apart_over_rounds`): the point figures
+    are of all rounds (CPU summed over them, the TTFT p50 of all their streams), each draw
+    resamples the same rounds for every format, and rounds that agree give a tight interval
+    around the point while rounds that disagree give a wide one."""
+    from streams.bench.proxy import _apart_over_rounds, _Measured
+
+    def measured(cpu_us, ttft_ms):
+        """A format's rounds: round r has 100 events at cpu_us[r] µs each and 4 streams with
+        an added TTFT of ttft_ms[r]."""
+        m = _Measured({"direct": None, "proxy": None})
+        m.rounds["proxy"] = [(us * 100 / 1e6, 100) for us in cpu_us]
+        for r, ms in enumerate(ttft_ms):
+            for i in range(4):
+                m.ttft["direct"][r * 1000 + i] = 1_000_000
+                m.ttft["proxy"][r * 1000 + i] = 1_000_000 + int(ms * 1e6)
+        return m
+
+    steady = [measured([500] * 6, [1.0] * 6), measured([540] * 6, [1.2] * 6)]
+    apart = _apart_over_rounds(steady)
+    assert apart["rounds"] == 6
+    assert apart["cpu_us_per_event_pct"] == 8.0 and apart["cpu_us_per_event_95"] == [8.0, 8.0]
+    assert apart["added_ttft_p50_ms_pct"] == 20.0
+    assert apart["added_ttft_p50_ms_95"] == [20.0, 20.0]
+
+    # One round where the second format cost twice as much: the point moves, the interval
+    # spans from the rounds without it to the draws that took it several times.
+    noisy = [measured([500] * 6, [1.0] * 6), measured([500] * 5 + [1000], [1.0] * 6)]
+    apart = _apart_over_rounds(noisy)
+    assert apart["cpu_us_per_event_pct"] == pytest.approx(100 * (3500 / 3000 - 1), abs=0.1)
+    low, high = apart["cpu_us_per_event_95"]
+    assert low == 0.0 and high > apart["cpu_us_per_event_pct"]
+    assert _apart_over_rounds(noisy) == apart  # (seeded)
+
+    assert _apart_over_rounds([measured([500] * 2, [1.0] * 2)] * 2) is None
 
 
 # ---------------------------------------------------------------------------------------------

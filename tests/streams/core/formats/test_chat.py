@@ -175,3 +175,73 @@ def test_a_real_refusal_is_a_refusal_part():
     [message] = checked(formats.CHAT, "openai_gpt4o_refusal").items()
     assert message["parts"][0]["text"] == "" and message["parts"][1]["type"] == "refusal"
     assert message["parts"][1]["text"]
+
+
+# Streams that lean on each condition of the content chunk's short way (`_content_chunk`): a
+# changed or returning envelope, content with a role, a filter or a usage, an index that is no
+# 32-bit number, an unopened choice, content after a finish, two choices interleaved.
+EDGES = {
+    "envelope changes and returns": [
+        chunk({"role": "assistant", "content": ""}), chunk({"content": "a"}),
+        chunk({"content": "b"}, model="other"), chunk({"content": "c"}),
+        chunk({"content": "d"}, created=2.0), chunk({"content": "e"}, created=1.0),
+        chunk({}, "stop"), "[DONE]",
+    ],
+    "content beside a role, a filter, a usage": [
+        chunk({"content": "a"}), chunk({"role": "assistant", "content": "b"}),
+        json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                    "choices": [{"index": 0, "delta": {"content": "c"},
+                                 "content_filter_results": {"hate": {"filtered": True}}}]}),
+        json.dumps({"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                    "usage": {"prompt_tokens": 1, "completion_tokens": 2},
+                    "choices": [{"index": 0, "delta": {"content": "d"}}]}),
+        chunk({}, "stop"), "[DONE]",
+    ],
+    "indexes": [
+        chunk({"content": "a"}), chunk({"content": "b"}, index=2**40),
+        chunk({"content": "c"}, index=1),
+        chunk({"content": "d"}, index=1), chunk({"content": "e"}, index=True),
+        chunk({"content": "f"}, index=-1), chunk({"content": "g"}, index=-1),
+        chunk({}, "stop"), chunk({"content": "h"}), chunk({}, "stop", index=1), "[DONE]",
+    ],
+    "no object, an empty text, after the end": [
+        chunk({"content": "a"}), chunk({"content": "b"}, object=None), chunk({"content": ""}),
+        chunk({"content": 3}), chunk({}, "length"), "[DONE]", chunk({"content": "z"}),
+    ],
+}  # fmt: skip
+
+
+def _fed(datas):
+    checker = ChatChecker()
+    results = []
+    for i, data in enumerate(datas):
+        r = checker.feed(i, "message", data, t_us=1000 * i)
+        results.append((r.kind, r.type, r.first_output, r.first_tool_call, r.is_json, r.violations))
+    checker.close()
+    state = (checker.violations, checker.items(), checker.output_text, checker.usage)
+    return results, state, checker.status, checker.upstream_id, checker.response_model
+
+
+@pytest.mark.parametrize("name", [*sorted(p.stem for p in CHAT.glob("*.sse")), *EDGES], ids=str)
+def test_the_content_chunks_short_way_says_what_the_general_path_says(name, monkeypatch):
+    """Every capture and every edge, fed with the short way and without it: the same result
+    for every event, the same findings, output, usage and status at the end."""
+    if name in EDGES:
+        datas = EDGES[name]
+    else:
+        from streams.core.capture import parse_sse_bytes
+
+        datas = [ev.data for ev in parse_sse_bytes((CHAT / f"{name}.sse").read_bytes())]
+    short_way = ChatChecker._content_chunk
+    taken = []
+
+    def counted(self, obj, result):
+        taken.append(short_way(self, obj, result))
+        return taken[-1]
+
+    monkeypatch.setattr(ChatChecker, "_content_chunk", counted)
+    with_it = _fed(datas)
+    monkeypatch.setattr(ChatChecker, "_content_chunk", lambda self, obj, result: False)
+    assert _fed(datas) == with_it
+    if name in ("normal", "openai_gpt4o_after_tool", "envelope changes and returns", "indexes"):
+        assert any(taken), name  # (the short way was taken, so the comparison compares it)
