@@ -97,8 +97,10 @@ NOT_LOAD_LIMITS = {
     "RETRY_INTERRUPTED": "no bench process dies mid-run",
     "WORKER_POLL_S": "a fallback poll beside wake-ups, not a limit",
     "RETAIN_EVENTS_DAYS": "the benches' streams are minutes old; bench pages never prunes",
-    "COMPACT_AFTER_S": "a bench's streams are minutes old; bench ingest packs them itself",
-    "COMPACT_STREAMS_PER_RUN": "how many streams a sweep packs, not how many it serves",
+    "COMPACT_AFTER_S": "the benches' servers pack nothing (migrated_env); bench ingest packs "
+    "its streams itself",
+    "COMPACT_STREAMS_PER_RUN": "how many streams a sweep packs, not how many it serves; 0 in "
+    "the benches' servers (migrated_env)",
     "RETAIN_STREAMS_DAYS": "the benches' streams are minutes old; bench pages never prunes",
     "MAX_INPUT_CHARS": "the benches' inputs are one short sentence",
     "UPLOAD_MAX_BYTES": "no bench uploads",
@@ -238,7 +240,11 @@ def wait_for_port(port, proc=None, timeout=30):
 
 def migrated_env(name, drop=()):
     """A temporary folder and the environment of the bench's processes (this one's, without
-    `drop`): a fresh SQLite database there (migrated), quiet logs."""
+    `drop`): a fresh SQLite database there (migrated), quiet logs, and no streams packed in
+    the background: a run longer than COMPACT_AFTER_S (a 20-round `bench proxy`, 20 minutes)
+    had its first rounds' events packed by the server's sweep while it measured, which cost the
+    server CPU in the middle of a round and took those events out of the table the bench counts
+    them in (2,000 events a format "lost" on 2026-12-06). `bench ingest` packs its own."""
     import secrets
     import tempfile
 
@@ -250,6 +256,7 @@ def migrated_env(name, drop=()):
         "DJANGO_SETTINGS_MODULE": "dashboard.settings",
         "LOG_LEVEL": "WARNING",
         "PYTHONUNBUFFERED": "1",
+        "STREAMSCOPE_COMPACT_STREAMS_PER_RUN": "0",
     }
     migrate(env)
     return tmp, env

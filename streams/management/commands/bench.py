@@ -23,6 +23,7 @@ BENCHMARKS = {
     "timeline": "streams.bench.timeline",
     "storage": "streams.bench.storage",
     "recording": "streams.bench.recording",
+    "formats": "streams.bench.formats",
 }
 
 

@@ -22,6 +22,7 @@ import signal
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -142,6 +143,17 @@ def finite(value):
 
 # ---------------------------------------------------------------------------------------------
 # Every setting is weighed against the benchmarks
+
+
+def test_every_benchmark_is_run_here():
+    """CI runs each benchmark once, tiny, so that none can rot: a benchmark `manage.py bench`
+    knows and no test of this module runs (`bench("<name>", …)`) fails here, by name."""
+    import re
+
+    from streams.management.commands.bench import BENCHMARKS
+
+    run_here = set(re.findall(r'\bbench\(\s*"(\w+)"', Path(__file__).read_text()))
+    assert not set(BENCHMARKS) - run_here, sorted(set(BENCHMARKS) - run_here)
 
 
 def test_every_setting_of_conf_is_a_load_limit_or_says_why_not():
@@ -517,6 +529,22 @@ def test_proxy_measures_the_formats_in_the_same_rounds(bench):
         per_read = line["cpu_us_per_event"] * line["events_per_read"]
         assert line["cpu_us_per_read"] == pytest.approx(per_read, rel=0.01, abs=0.2), line
         assert line["formats_apart"] is None, line  # (2 rounds: too few to resample)
+
+
+@TIER_1
+def test_formats_own_work_per_event(bench):
+    """`bench formats`: each format's answers fed to the recorder's per-event code, every
+    figure finite and above 0, the first format the baseline of the others."""
+    lines = bench("formats", "--streams", "2", "--repeat", "1", "--sentences", "1")
+    assert [line["format"] for line in lines] == ["responses", "chat", "messages"]
+    for line in lines:
+        assert line["streams"] == 2 and line["events_per_stream"] > 5, line
+        assert line["bytes_per_event"] > 50, line
+        for key in ("sse_us_per_event", "check_us_per_event", "all_us_per_event"):
+            assert finite(line[key]) and line[key] > 0, line
+    assert lines[0]["all_vs_first"] == 1.0
+    ratio = lines[1]["all_us_per_event"] / lines[0]["all_us_per_event"]
+    assert lines[1]["all_vs_first"] == pytest.approx(ratio, abs=0.001)
 
 
 def test_how_far_apart_the_formats_are_over_resampled_rounds():
