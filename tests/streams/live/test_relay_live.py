@@ -176,7 +176,7 @@ class TestRefusals:
 
 
 class TestSlowViewer:
-    PATIENCE_S = 12.0
+    PATIENCE_S = 10.0
 
     async def test_a_viewer_that_stops_reading_delays_nothing_and_resumes(
         self, people, simulator_process
