@@ -194,9 +194,13 @@ def test_compare_says_deltas_and_severity(browser, live_server_daphne, owner):
         assert stream.findings_count and not stream.error_findings
         rate = column.locator("dt", has_text="Deltas/s")
         assert "not tokens" in rate.get_attribute("title")
+        # Unpaced, a busy machine's reader can get every output delta in one read: one
+        # receipt time, no span to rate, and the cell says nothing (as every missing figure
+        # of the comparison; the CI's browser lane failed on it once)
+        shown = "" if stream.tokens_per_s is None else f"{stream.tokens_per_s:,.1f} deltas/s"
         expect(column.locator('dd[data-f="tokens_per_s"]')).to_have_text(
             # (thousands grouped by the one rule: a narrow no-break space, dashboard/formats)
-            f"{stream.tokens_per_s:,.1f} deltas/s".replace(",", THOUSAND_SEPARATOR)
+            shown.replace(",", THOUSAND_SEPARATOR)
         )
         assert not stream.warning_findings  # unknown_event: info findings only
         expected = [("info", f"{stream.findings_count} info")]
