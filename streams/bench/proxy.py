@@ -422,7 +422,8 @@ def _apart_over_rounds(measured, draws=APART_DRAWS):
             sum(each[r][0] for r in chosen) / max(1, sum(each[r][1] for r in chosen))
             for each in cpu
         ]
-        p50 = [percentile([v for r in chosen for v in each[r]], 50, 6) for each in added]
+        samples = [[v for r in chosen for v in each[r]] for each in added]
+        p50 = [percentile(values, 50, 6) if values else None for values in samples]
         return _spread(per_event), _spread(p50)
 
     cpu_apart, ttft_apart = figures(range(rounds))

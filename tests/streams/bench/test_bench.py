@@ -582,6 +582,11 @@ def test_how_far_apart_the_formats_are_over_resampled_rounds():
     assert _apart_over_rounds(noisy) == apart  # (seeded)
 
     assert _apart_over_rounds([measured([500] * 2, [1.0] * 2)] * 2) is None
+    # a format without a measured stream: its TTFT spread is none, its CPU spread stands
+    quiet = measured([500] * 4, [])
+    apart = _apart_over_rounds([measured([500] * 4, [1.0] * 4), quiet])
+    assert apart["added_ttft_p50_ms_pct"] is None and apart["added_ttft_p50_ms_95"] is None
+    assert apart["cpu_us_per_event_pct"] == 0.0
 
 
 # ---------------------------------------------------------------------------------------------
