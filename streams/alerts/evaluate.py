@@ -128,6 +128,13 @@ def evaluate(rule, now):
     reading, hit = observe(rule, now)
     with transaction.atomic():
         state = RuleState.objects.select_for_update().get(rule=rule)
+        if state.evaluated_at is not None and state.evaluated_at >= now:
+            # A later tick's evaluation got here first: this one read the window while that
+            # tick came due and was claimed by another process (a slow read on a loaded
+            # machine), and stepping from that newer state with this older reading would undo
+            # it (recovered, then fired again on the stale figure, then recovered: each notice
+            # twice). The newer one stands.
+            return Status(state.state, state.since, None)
         firing = rule.firings.filter(ended_at__isnull=True).order_by("-started_at").first()
         before = Status(
             state.state, state.since, firing.notified_at if firing is not None else None

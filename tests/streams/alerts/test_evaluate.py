@@ -121,6 +121,24 @@ class TestLive:
         assert evaluate.claim(r.pk, NOW) is True
         assert evaluate.claim(r.pk, NOW + dt.timedelta(seconds=1)) is False
 
+    def test_an_evaluation_that_a_later_one_overtook_changes_nothing(self, project):
+        """One process reads the window at a tick and is slow; the next tick comes due, another
+        process claims it and stores its evaluation first. The slow one's older reading must
+        not step the state on from the newer one (it fired again on a stale figure after the
+        recovery: each notice twice, seen once in a loaded CI)."""
+        r = rule(project)
+        streams(project, NOW - 5 * MIN, [3000, 3100, 3200])
+        evaluate.tick(NOW - 2 * MIN)
+        assert RuleState.objects.get(rule=r).state == "firing"
+        later = NOW + 20 * MIN  # (the slow streams have left the window: it recovers)
+        evaluate.evaluate(r, later)
+        assert RuleState.objects.get(rule=r).state == "ok"
+        evaluate.evaluate(r, NOW)  # (the stale one: its window still holds them)
+        state = RuleState.objects.get(rule=r)
+        assert (state.state, state.evaluated_at) == ("ok", later)
+        assert Firing.objects.filter(rule=r).count() == 1
+        assert Firing.objects.get(rule=r).ended_at == later
+
     def test_a_disabled_rule_is_not_evaluated(self, project):
         rule(project, enabled=False)
         assert evaluate.tick(NOW) == 0
