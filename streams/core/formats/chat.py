@@ -116,8 +116,7 @@ class ChatChecker(FormatChecker):
     def _init_response(self) -> None:
         super()._init_response()
         self._choices: dict[int, _Choice] = {}
-        self._envelope: dict = {}  # the first chunk's id, created, model
-        self._envelope_values: tuple | None = None  # the same as a tuple (`_content_chunk`)
+        self._envelope: tuple | None = None  # the first chunk's (id, created, model)
         self._changed: set[str] = set()  # envelope fields reported as changed
         self._call_ids: dict[str, tuple[int, int]] = {}  # id -> (choice, index)
 
@@ -199,7 +198,7 @@ class ChatChecker(FormatChecker):
         choice = self._choices.get(number)
         if choice is None or choice.finish_reason is not None or obj.get("usage") is not None:
             return False
-        if (obj.get("id"), obj.get("created"), obj.get("model")) != self._envelope_values:
+        if (obj.get("id"), obj.get("created"), obj.get("model")) != self._envelope:
             return False
         kind = obj.get("object")
         result.type = kind if type(kind) is str and kind else CHUNK
@@ -212,19 +211,16 @@ class ChatChecker(FormatChecker):
         """The chunk's id, created and model against the first chunk's: CREATED for the first."""
         if not choices and "prompt_filter_results" in obj and not obj.get("id"):
             return None  # Azure's prompt-filter chunk: no id, no model, created 0
-        if not self._envelope:
-            self._envelope = {k: obj.get(k) for k in ENVELOPE}
-            self._envelope_values = tuple(self._envelope[k] for k in ENVELOPE)
+        if self._envelope is None:
+            self._envelope = tuple(obj.get(k) for k in ENVELOPE)
             self.upstream_id = as_str(obj.get("id"))
             self.response_model = as_str(obj.get("model"))
             return CREATED
-        for key in ENVELOPE:
-            if key not in self._changed and obj.get(key) != self._envelope[key]:
+        for key, first in zip(ENVELOPE, self._envelope, strict=True):
+            if key not in self._changed and obj.get(key) != first:
                 self._changed.add(key)
                 got = short(repr(obj.get(key)))
-                out.append(
-                    finding("chunk_field_changed", index, repr(self._envelope[key]), got, key)
-                )
+                out.append(finding("chunk_field_changed", index, repr(first), got, key))
         return None
 
     def _on_choice(self, index, position, entry, out) -> tuple[bool, bool]:
