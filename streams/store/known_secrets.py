@@ -31,12 +31,15 @@ from streams.core.redaction import FRAGMENT_MIN, Rules, StreamRedactor
 log = logging.getLogger(__name__)
 
 
+# How old the last look for other processes' new pass-through keys may be before the next
+# derivation from stored text reads the database again (`refreshed`, `fresh_rules`).
+REFRESH_S = 1.0
+
+
 class _Known:
     """The current Rules: the configured secrets and the pass-through keys, refreshed from the
     database (other processes add keys too) at most every REFRESH_S, and at once when this
     process adds one."""
-
-    REFRESH_S = 1.0
 
     def __init__(self):
         self.lock = threading.Lock()
@@ -83,7 +86,7 @@ class _Known:
         return new
 
     def stale(self):
-        return time.monotonic() - self.checked > self.REFRESH_S
+        return time.monotonic() - self.checked > REFRESH_S
 
     async def refresh_async(self, wait):
         """`refresh` on the ORM's thread; the proxy's requests do not wait for it (the keys
@@ -251,6 +254,11 @@ def forget_all():
         _known.sealed_max = 0
         _known.checked = float("-inf")
         _known.rules = None
+
+
+def refresh():
+    """Read the pass-through keys other processes sealed since the last look, now (sync)."""
+    _known.refresh()
 
 
 async def refreshed(wait):

@@ -144,8 +144,8 @@ def test_a_tick_costs_the_same_statements_however_many_streams_it_starts(people,
     # first tick once on a loaded CI, 3 statements more)
     from streams.store import known_secrets
 
-    known_secrets._known.refresh()
-    monkeypatch.setattr(known_secrets._Known, "REFRESH_S", 3600.0)
+    known_secrets.refresh()
+    monkeypatch.setattr(known_secrets, "REFRESH_S", 3600.0)
     user, project = people.owner, Project.personal(people.owner)
     few, many = _tick_statements(user, project, 3), _tick_statements(user, project, 12)
     assert len(few) == len(many), _statement_diff(few, many)

@@ -38,7 +38,7 @@ _VOLATILE = re.compile(
 def server(people, simulator_process):
     server = DaphneServer(simulator_process.base_url, env={"UPSTREAM_API_KEY": KEY})
     known_secrets.remember(PASS_KEY)  # sealed: the server knows it within REFRESH_S
-    time.sleep(known_secrets._Known.REFRESH_S + 0.2)
+    time.sleep(known_secrets.REFRESH_S + 0.2)
     yield server
     known_secrets.forget_all()
     server.stop()

@@ -190,7 +190,7 @@ class TestSealed:
         assert leaks(json.dumps(row), client_key) == []
         known_secrets.forget_all()  # a new process
         assert known_secrets.redact(client_key[2:20]) == client_key[2:20]
-        known_secrets._known.refresh()
+        known_secrets.refresh()
         assert known_secrets.redact(client_key[2:20]) == "[redacted]"
         assert not known_secrets.remember(client_key)  # known: nothing written again
         assert SealedSecret.objects.count() == 1
