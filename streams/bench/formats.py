@@ -15,6 +15,7 @@ line) and the formats share. docs/performance.md, "By format".
 """
 
 import datetime as dt
+import json
 import sys
 import tempfile
 import time
@@ -76,8 +77,6 @@ def run(command, opts):
     for r in results:
         r["all_vs_first"] = round(r["all_us_per_event"] / base, 3) if base else None
         if opts["json"]:
-            import json
-
             command.stdout.write(json.dumps(r))
         else:
             command.stdout.write(
@@ -87,7 +86,15 @@ def run(command, opts):
                 f"+ rows + relay messages {r['all_us_per_event']} ({r['all_vs_first']}× "
                 f"{results[0]['format']}'s)"
             )
-    fail_if([f"{r['format']}: no events" for r in results if not r["events_per_stream"]], "formats")
+    fail_if(
+        [
+            f"{r['format']}: {r['streams']} of {opts['streams']} answers, "
+            f"{r['events_per_stream']} events a stream"
+            for r in results
+            if r["streams"] < opts["streams"] or not r["events_per_stream"]
+        ],
+        "formats",
+    )
     return results
 
 
